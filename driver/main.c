@@ -1,0 +1,217 @@
+/* main.c — the shardc driver: subcommands, flags, and the pass list. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+static const char *usage_main =
+    "usage: shardc <command> [options] MODEL.shard\n"
+    "\n"
+    "commands:\n"
+    "  check     parse and check a model; diagnostics only\n"
+    "  compile   check, lower and run the passes; print IR or the plan\n"
+    "  build     compile and build DIR/train (not available yet: needs the code generator)\n"
+    "  explore   rank parallel plans by the cost model (not available yet)\n"
+    "\n"
+    "Run 'shardc <command> --help' for a command's options.  'shardc --version' prints the version.\n";
+
+static const char *usage_check =
+    "usage: shardc check MODEL.shard [--mesh NAME|SPEC] [--strategy SPEC|auto] [--model NAME]\n"
+    "\n"
+    "Parses MODEL.shard, checks names, shapes, meshes and the strategy, and reports\n"
+    "diagnostics as file:line:col.  Exit 0 when clean, 1 on errors.\n"
+    "\n"
+    "  --mesh NAME|SPEC     a mesh declared in the file, or N, NODESxPER_NODE, optionally :DEVICE\n"
+    "  --strategy SPEC      e.g. dp=2,tp=2,sp=ring,pp=2,schedule=1f1b,mb=4,zero=1,recompute=selective\n"
+    "  --model NAME         the model to check when the file has several\n"
+    "  -w                   do not print warnings\n";
+
+static const char *usage_compile =
+    "usage: shardc compile MODEL.shard [-o DIR] [--target cpu|cuda] [--mesh NAME|SPEC]\n"
+    "                      [--strategy SPEC|auto] [--model NAME] [--emit=ir|plan|c]\n"
+    "                      [--dump-after=PASS]\n"
+    "\n"
+    "  --emit=ir            print the IR after all passes\n"
+    "  --emit=plan          print the parallel plan summary (the default)\n"
+    "  --emit=c             print generated code (not available yet)\n"
+    "  --dump-after=PASS    print the IR after PASS (see --list-passes)\n"
+    "  --list-passes        list the passes in pipeline order\n"
+    "  -o DIR               output directory for generated code\n"
+    "  --target cpu|cuda    code generator target (default cpu)\n"
+    "  (and the options of 'shardc check')\n";
+
+typedef struct Opts {
+  const char *cmd;
+  const char *file;
+  const char *outdir;
+  const char *target;
+  const char *emit;
+  const char *dump_after;
+  SemaOptions sema;
+  int list_passes;
+  int no_warn;
+} Opts;
+
+static int usage_error(const char *usage, const char *fmt, const char *arg) {
+  fprintf(stderr, "shardc: error: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n%s", usage);
+  return 1;
+}
+
+/* Accepts --flag=value and --flag value. */
+static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
+  size_t n = strlen(flag);
+  if (strncmp(argv[*i], flag, n)) return NULL;
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (argv[*i][n] == 0) {
+    if (*i + 1 >= argc) return "";
+    return argv[++*i];
+  }
+  return NULL;
+}
+
+static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i], *v;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(usage, stdout);
+      exit(0);
+    } else if (!strcmp(a, "-w")) {
+      o->no_warn = 1;
+    } else if (!strcmp(a, "--list-passes")) {
+      o->list_passes = 1;
+    } else if ((v = flag_value(argc, argv, &i, "--mesh"))) {
+      if (!*v) return usage_error(usage, "%s needs a value", "--mesh");
+      o->sema.mesh = v;
+    } else if ((v = flag_value(argc, argv, &i, "--strategy"))) {
+      if (!*v) return usage_error(usage, "%s needs a value", "--strategy");
+      o->sema.strategy = v;
+    } else if ((v = flag_value(argc, argv, &i, "--model"))) {
+      if (!*v) return usage_error(usage, "%s needs a value", "--model");
+      o->sema.model = v;
+    } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--emit"))) {
+      if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c"))
+        return usage_error(usage, "--emit must be ir, plan or c, got '%s'", v);
+      o->emit = v;
+    } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--dump-after"))) {
+      o->dump_after = v;
+    } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--target"))) {
+      if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+        return usage_error(usage, "--target must be cpu or cuda, got '%s'", v);
+      o->target = v;
+    } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "-o"))) {
+      if (!*v) return usage_error(usage, "%s needs a directory", "-o");
+      o->outdir = v;
+    } else if (a[0] == '-' && a[1]) {
+      return usage_error(usage, "unknown option '%s'", a);
+    } else if (o->file) {
+      return usage_error(usage, "more than one input file ('%s')", a);
+    } else {
+      o->file = a;
+    }
+  }
+  if (o->list_passes) return 0;
+  if (!o->file) return usage_error(usage, "%s", "no input file");
+  return 0;
+}
+
+static int run(Opts *o) {
+  if (o->list_passes) {
+    for (int i = 0; i < pass_count; i++) printf("%-8s %s\n", pass_list[i].name, pass_list[i].summary);
+    return 0;
+  }
+  int dump_idx = -1;
+  if (o->dump_after) {
+    for (int i = 0; i < pass_count; i++)
+      if (!strcmp(pass_list[i].name, o->dump_after)) dump_idx = i;
+    if (dump_idx < 0) {
+      char names[256] = "";
+      for (int i = 0; i < pass_count; i++) {
+        strcat(names, i ? ", " : "");
+        strcat(names, pass_list[i].name);
+      }
+      fprintf(stderr, "shardc: error: unknown pass '%s' for --dump-after (passes: %s)\n",
+              o->dump_after, names);
+      return 1;
+    }
+  }
+  if (o->emit && !strcmp(o->emit, "c")) {
+    fprintf(stderr, "shardc: error: --emit=c is not available yet: the code generator is not "
+                    "built (see the roadmap in docs/)\n");
+    return 1;
+  }
+  if (o->target && !strcmp(o->target, "cuda") && o->emit && strcmp(o->emit, "ir")) {
+    /* Plans are target-independent; only code generation would differ. */
+  }
+  diag_set_quiet_warnings(o->no_warn);
+  SrcFile *f = src_load(o->file);
+  if (!f) {
+    fprintf(stderr, "shardc: error: cannot open '%s': %s\n", o->file, strerror(errno));
+    return 1;
+  }
+  if (memchr(f->text, 0, f->len)) {
+    fprintf(stderr, "shardc: error: '%s' contains a NUL byte; is it a text file?\n", o->file);
+    return 1;
+  }
+  Program *prog = ast_parse(f);
+  if (!prog || diag_error_count()) return 1;
+  Module *m = sema_run(prog, &o->sema);
+  if (!m || diag_error_count()) return 1;
+  if (!m->graph) {
+    if (!strcmp(o->cmd, "check")) return 0;
+    fprintf(stderr, "shardc: error: '%s' declares no model to compile\n", o->file);
+    return 1;
+  }
+  for (int i = 0; i < pass_count; i++) {
+    if (pass_list[i].run(m) || diag_error_count()) return 1;
+    if (i == dump_idx) ir_print(stdout, m->graph);
+  }
+  if (!strcmp(o->cmd, "check")) return 0;
+  if (o->dump_after) return 0;
+  if (o->emit && !strcmp(o->emit, "ir"))
+    ir_print(stdout, m->graph);
+  else
+    report_plan(stdout, m, "");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage_main, stderr);
+    return 1;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    fputs(usage_main, stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("shardc %s\n", SHARDC_VERSION);
+    return 0;
+  }
+  Opts o = {0};
+  o.cmd = cmd;
+  if (!strcmp(cmd, "check")) {
+    if (parse_opts(argc, argv, &o, usage_check)) return 1;
+  } else if (!strcmp(cmd, "compile")) {
+    if (parse_opts(argc, argv, &o, usage_compile)) return 1;
+  } else if (!strcmp(cmd, "build") || !strcmp(cmd, "explore")) {
+    if (argc > 2 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+      printf("shardc %s: not available yet in this version.\n", cmd);
+      return 0;
+    }
+    fprintf(stderr, "shardc: error: '%s' is not available yet in this version (the code "
+                    "generator and cost model come next); use 'shardc compile'\n", cmd);
+    return 1;
+  } else {
+    fprintf(stderr, "shardc: error: unknown command '%s'\n%s", cmd, usage_main);
+    return 1;
+  }
+  int rc = run(&o);
+  fflush(stdout);
+  arena_free_all();
+  return rc;
+}

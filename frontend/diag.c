@@ -1,0 +1,237 @@
+/* diag.c — arena allocation, source files and diagnostics. */
+#include "diag.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- arena ---- */
+
+typedef struct Chunk {
+  struct Chunk *next;
+  size_t used, cap;
+  max_align_t data[];
+} Chunk;
+
+static Chunk *chunks;
+static size_t total_bytes;
+
+void *arena_alloc(size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  if (!chunks || chunks->used + n > chunks->cap) {
+    size_t cap = n > (1u << 20) ? n : (1u << 20);
+    Chunk *c = malloc(sizeof(Chunk) + cap);
+    if (!c) {
+      fprintf(stderr, "shardc: fatal: out of memory (%zu bytes)\n", n);
+      exit(2);
+    }
+    c->next = chunks;
+    c->used = 0;
+    c->cap = cap;
+    chunks = c;
+  }
+  void *p = (char *)chunks->data + chunks->used;
+  chunks->used += n;
+  total_bytes += n;
+  memset(p, 0, n);
+  return p;
+}
+
+char *arena_strndup(const char *s, size_t n) {
+  char *p = arena_alloc(n + 1);
+  memcpy(p, s, n);
+  p[n] = 0;
+  return p;
+}
+
+char *arena_strdup(const char *s) { return arena_strndup(s, strlen(s)); }
+
+char *arena_printf(const char *fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *p = arena_alloc((size_t)n + 1);
+  vsnprintf(p, (size_t)n + 1, fmt, ap2);
+  va_end(ap2);
+  return p;
+}
+
+void arena_free_all(void) {
+  while (chunks) {
+    Chunk *n = chunks->next;
+    free(chunks);
+    chunks = n;
+  }
+  total_bytes = 0;
+}
+
+size_t arena_bytes(void) { return total_bytes; }
+
+void vec_push(PtrVec *v, void *p) {
+  if (v->len == v->cap) {
+    int cap = v->cap ? v->cap * 2 : 8;
+    void **d = arena_alloc(sizeof(void *) * (size_t)cap);
+    if (v->len) memcpy(d, v->data, sizeof(void *) * (size_t)v->len);
+    v->data = d;
+    v->cap = cap;
+  }
+  v->data[v->len++] = p;
+}
+
+/* ---- source files ---- */
+
+SrcFile *src_load(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap);
+  if (!buf) {
+    fclose(f);
+    errno = ENOMEM;
+    return NULL;
+  }
+  for (;;) {
+    if (len + 1 >= cap) {
+      cap *= 2;
+      char *nb = realloc(buf, cap);
+      if (!nb) {
+        free(buf);
+        fclose(f);
+        errno = ENOMEM;
+        return NULL;
+      }
+      buf = nb;
+    }
+    size_t n = fread(buf + len, 1, cap - len - 1, f);
+    if (n == 0) break;
+    len += n;
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (err) {
+    free(buf);
+    errno = EIO;
+    return NULL;
+  }
+  SrcFile *sf = arena_alloc(sizeof *sf);
+  sf->path = arena_strdup(path);
+  sf->text = arena_strndup(buf, len);
+  sf->len = len;
+  free(buf);
+  return sf;
+}
+
+SrcFile *src_from_string(const char *name, const char *text) {
+  SrcFile *sf = arena_alloc(sizeof *sf);
+  sf->path = arena_strdup(name);
+  sf->len = strlen(text);
+  sf->text = arena_strndup(text, sf->len);
+  return sf;
+}
+
+/* ---- diagnostics ---- */
+
+static int n_errors, n_warnings, quiet_warnings;
+
+int diag_error_count(void) { return n_errors; }
+int diag_warning_count(void) { return n_warnings; }
+void diag_reset(void) { n_errors = n_warnings = 0; }
+int diag_too_many(void) { return n_errors >= DIAG_MAX_ERRORS; }
+void diag_set_quiet_warnings(int quiet) { quiet_warnings = quiet; }
+
+/* Print the source line `line` of `text` and a caret line under [col, col+len). */
+static void print_source_line(const char *text, size_t tlen, int line, int col, int len) {
+  const char *p = text, *end = text + tlen;
+  for (int l = 1; l < line && p < end; p++)
+    if (*p == '\n') l++;
+  if (p >= end && line > 1) return;
+  const char *e = p;
+  while (e < end && *e != '\n') e++;
+  if (e > p && e[-1] == '\r') e--;
+  fputc(' ', stderr);
+  /* Non-printable bytes are shown as '?' so the caret column stays aligned. */
+  for (const char *q = p; q < e; q++) {
+    unsigned char c = (unsigned char)*q;
+    fputc(c == '\t' ? ' ' : (c < 32 || c == 127) ? '?' : c, stderr);
+  }
+  fputc('\n', stderr);
+  fputc(' ', stderr);
+  for (int i = 1; i < col; i++) fputc(' ', stderr);
+  fputc('^', stderr);
+  int linelen = (int)(e - p);
+  for (int i = 1; i < len && col + i <= linelen; i++) fputc('~', stderr);
+  fputc('\n', stderr);
+}
+
+static void vreport(const char *kind, SrcLoc loc, const char *fmt, va_list ap) {
+  if (loc.file)
+    fprintf(stderr, "%s:%d:%d: %s: ", loc.file->path, loc.line, loc.col, kind);
+  else
+    fprintf(stderr, "shardc: %s: ", kind);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  if (loc.file && loc.line > 0)
+    print_source_line(loc.file->text, loc.file->len, loc.line, loc.col > 0 ? loc.col : 1,
+                      loc.len);
+}
+
+void diag_verror(SrcLoc loc, const char *fmt, va_list ap) {
+  if (n_errors >= DIAG_MAX_ERRORS) {
+    n_errors++;
+    return;
+  }
+  n_errors++;
+  vreport("error", loc, fmt, ap);
+  if (n_errors == DIAG_MAX_ERRORS)
+    fprintf(stderr, "shardc: error: too many errors (limit is %d), stopping\n",
+            DIAG_MAX_ERRORS);
+}
+
+void diag_error(SrcLoc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_verror(loc, fmt, ap);
+  va_end(ap);
+}
+
+void diag_warning(SrcLoc loc, const char *fmt, ...) {
+  n_warnings++;
+  if (quiet_warnings) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vreport("warning", loc, fmt, ap);
+  va_end(ap);
+}
+
+void diag_note(SrcLoc loc, const char *fmt, ...) {
+  if (n_errors > DIAG_MAX_ERRORS) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vreport("note", loc, fmt, ap);
+  va_end(ap);
+}
+
+void diag_fatal_noloc(const char *fmt, ...) {
+  n_errors++;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "shardc: error: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+void diag_error_at_path(const char *path, int line, int col, const char *fmt, ...) {
+  n_errors++;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s:%d:%d: error: ", path, line, col);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  SrcFile *sf = src_load(path);
+  if (sf && line > 0) print_source_line(sf->text, sf->len, line, col > 0 ? col : 1, 1);
+}

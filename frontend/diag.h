@@ -1,0 +1,67 @@
+/* diag.h — diagnostics and arena allocation shared by every layer of shardc.
+ *
+ * Diagnostics print `file:line:col: error: message`, the source line and a
+ * caret under the span, in the style of gcc/clang.  Passes never print or
+ * exit on their own: they call diag_error() and return failure.
+ */
+#ifndef SHARDC_DIAG_H
+#define SHARDC_DIAG_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A source file loaded once and kept for caret printing. */
+typedef struct SrcFile {
+  const char *path;   /* as given on the command line */
+  const char *text;   /* NUL-terminated contents */
+  size_t len;
+} SrcFile;
+
+/* A span in a source file: 1-based line and column, `len` columns wide. */
+typedef struct SrcLoc {
+  const SrcFile *file;
+  int line, col;
+  int len;
+} SrcLoc;
+
+/* ---- arena (compiler memory is allocated and never freed) ---- */
+void *arena_alloc(size_t n);              /* zeroed; aborts on OOM */
+char *arena_strdup(const char *s);
+char *arena_strndup(const char *s, size_t n);
+char *arena_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void arena_free_all(void);
+size_t arena_bytes(void);                 /* bytes handed out so far */
+
+/* Growable array of pointers (arena-backed). */
+typedef struct PtrVec {
+  void **data;
+  int len, cap;
+} PtrVec;
+void vec_push(PtrVec *v, void *p);
+
+/* ---- source files ---- */
+SrcFile *src_load(const char *path);      /* NULL (and errno) on failure */
+SrcFile *src_from_string(const char *name, const char *text);
+
+/* ---- diagnostics ---- */
+void diag_error(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void diag_warning(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void diag_note(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An error with no source position, e.g. "shardc: error: cannot open x". */
+void diag_fatal_noloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void diag_verror(SrcLoc loc, const char *fmt, va_list ap);
+/* An error located in a file that is not a SrcFile we own (e.g. a C header
+ * seen through libclang); prints the line from disk when it can. */
+void diag_error_at_path(const char *path, int line, int col, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+int diag_error_count(void);
+int diag_warning_count(void);
+void diag_reset(void);
+/* Stop after this many errors (avoids floods on garbage input). */
+enum { DIAG_MAX_ERRORS = 50 };
+int diag_too_many(void);
+/* Suppress warnings (e.g. for generated inputs). */
+void diag_set_quiet_warnings(int quiet);
+
+#endif

@@ -1,0 +1,62 @@
+/* sema.h — semantic analysis: declarations, constants, meshes, the train
+ * block and the plan; then lowering of the chosen model to the IR. */
+#ifndef SHARDC_SEMA_H
+#define SHARDC_SEMA_H
+
+#include "ast.h"
+#include "ir.h"
+
+typedef struct Optimizer {
+  const char *kind;       /* "adamw" or "sgd" */
+  double lr, beta1, beta2, eps, weight_decay, momentum, clip, min_lr_ratio;
+  int warmup;
+  const char *schedule;   /* "cosine" or "constant" */
+} Optimizer;
+
+typedef struct TrainCfg {
+  Decl *decl;             /* NULL when there is no train block */
+  Decl *model;
+  Mesh *mesh;
+  int64_t batch;          /* sequences per optimizer step, all dp ranks */
+  int64_t microbatch;     /* sequences per rank per forward pass */
+  int64_t seq;
+  int64_t steps, seed;
+  Optimizer opt;
+  DType precision;
+  const char *data;       /* default data file, may be NULL */
+  Plan plan;
+  SrcLoc plan_loc;        /* where the strategy was given (item or none) */
+  const char *plan_origin;/* "train block", "--strategy" or "default" */
+} TrainCfg;
+
+typedef struct Module {
+  Program *prog;
+  const char *base_dir;   /* directory of the .shard file, for `use` */
+  PtrVec decls;           /* Decl* that define names (const, use, layer, model, mesh) */
+  PtrVec meshes;          /* Mesh* */
+  PtrVec fns;             /* ScalarFn* */
+  TrainCfg train;
+  Graph *graph;           /* the lowered model (NULL if there is none) */
+} Module;
+
+typedef struct SemaOptions {
+  const char *mesh;       /* --mesh NAME|SPEC, or NULL */
+  const char *strategy;   /* --strategy SPEC|auto, or NULL */
+  const char *model;      /* --model NAME, or NULL */
+} SemaOptions;
+
+/* Checks the program and lowers its model; returns NULL only when no
+ * Module could be built.  Errors go through diag. */
+Module *sema_run(Program *prog, const SemaOptions *opt);
+
+/* ---- shared between sema.c and lower.c ---- */
+Decl *sema_lookup_decl(Module *m, const char *name);
+/* Evaluates a constant expression to a number; returns 0 or reports. */
+int sema_eval_number(Module *m, Expr *e, double *out, bool *is_int);
+int lower_model(Module *m);
+bool lower_is_builtin(const char *name);
+ScalarFn *sema_decl_fn(Decl *d);   /* the import behind a `use` */
+/* Closest name among candidates (edit distance <= 2), or NULL. */
+const char *sema_suggest(const char *name, const char *const *cands, int n);
+
+#endif

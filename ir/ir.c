@@ -1,0 +1,529 @@
+/* ir.c — op table rules, graph construction, verifier and printer. */
+#include "ir.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+/* ---- dtypes and shapes ---- */
+
+static const struct {
+  const char *name;
+  int size;
+} dtypes[DT_COUNT] = {
+    [DT_F32] = {"f32", 4}, [DT_F64] = {"f64", 8}, [DT_BF16] = {"bf16", 2},
+    [DT_F16] = {"f16", 2}, [DT_I32] = {"i32", 4}, [DT_U16] = {"u16", 2},
+};
+
+const char *ir_dtype_name(DType t) { return dtypes[t].name; }
+int ir_dtype_size(DType t) { return dtypes[t].size; }
+
+int ir_dtype_from_name(const char *s) {
+  for (int i = 0; i < DT_COUNT; i++)
+    if (!strcmp(dtypes[i].name, s)) return i;
+  return -1;
+}
+
+const char *ir_role_name(Role r) {
+  static const char *names[ROLE_COUNT] = {"input", "param", "act", "grad", "optstate"};
+  return names[r];
+}
+
+int64_t ir_numel(const Shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->ndim; i++) n *= s->d[i].n;
+  return n;
+}
+
+bool ir_shape_eq(const Shape *a, const Shape *b) {
+  if (a->ndim != b->ndim) return false;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->d[i].n != b->d[i].n) return false;
+  return true;
+}
+
+Shape ir_shape(int ndim, const int64_t *dims) {
+  Shape s = {0};
+  s.ndim = ndim;
+  for (int i = 0; i < ndim; i++) {
+    s.d[i].n = dims[i];
+    s.d[i].sym = -1;
+  }
+  return s;
+}
+
+static void dim_str(const Graph *g, Dim d, char *buf, int cap) {
+  if (g && d.sym >= 0 && d.sym < g->nsym)
+    snprintf(buf, (size_t)cap, "%s=%" PRId64, g->symname[d.sym], d.n);
+  else
+    snprintf(buf, (size_t)cap, "%" PRId64, d.n);
+}
+
+void ir_shape_str(const Graph *g, const Value *v, char *buf, int cap) {
+  int n = snprintf(buf, (size_t)cap, "%s[", ir_dtype_name(v->dtype));
+  for (int i = 0; i < v->shape.ndim && n < cap; i++) {
+    char d[64];
+    dim_str(g, v->shape.d[i], d, sizeof d);
+    n += snprintf(buf + n, (size_t)(cap - n), "%s%s", i ? "," : "", d);
+  }
+  if (n < cap) snprintf(buf + n, (size_t)(cap - n), "]");
+}
+
+/* ---- shape rules ---- */
+
+#define FAIL(...)                               \
+  do {                                          \
+    snprintf(err, (size_t)errcap, __VA_ARGS__); \
+    return -1;                                  \
+  } while (0)
+
+static int is_float(DType t) { return t == DT_F32 || t == DT_F64 || t == DT_BF16 || t == DT_F16; }
+
+static int need_float(Node *n, int i, char *err, int errcap) {
+  if (!is_float(n->in[i]->dtype))
+    FAIL("operand %d has type %s, expected a floating-point tensor", i + 1,
+         ir_dtype_name(n->in[i]->dtype));
+  return 0;
+}
+
+static int shape_leaf(Node *n, char *err, int errcap) { return 0; }
+
+static int shape_same(Node *n, char *err, int errcap) {
+  if (need_float(n, 0, err, errcap)) return -1;
+  n->out->shape = n->in[0]->shape;
+  n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
+static int shape_matmul(Node *n, char *err, int errcap) {
+  Shape *x = &n->in[0]->shape, *w = &n->in[1]->shape;
+  if (need_float(n, 0, err, errcap) || need_float(n, 1, err, errcap)) return -1;
+  if (x->ndim < 1) FAIL("input is a scalar");
+  if (w->ndim != 2) FAIL("weight must be 2-D, got %d-D", w->ndim);
+  int64_t k = x->d[x->ndim - 1].n;
+  if (k != w->d[1].n)
+    FAIL("input has %" PRId64 " features, weight expects %" PRId64, k, w->d[1].n);
+  n->out->shape = *x;
+  n->out->shape.d[x->ndim - 1] = (Dim){w->d[0].n, -1};
+  n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
+/* b's shape must equal a trailing part of a's shape (bias, positional). */
+static int shape_bcast(Node *n, char *err, int errcap) {
+  Shape *a = &n->in[0]->shape, *b = &n->in[1]->shape;
+  if (need_float(n, 0, err, errcap) || need_float(n, 1, err, errcap)) return -1;
+  if (b->ndim > a->ndim) {
+    char sa[128], sb[128];
+    ir_shape_str(NULL, n->in[0], sa, sizeof sa);
+    ir_shape_str(NULL, n->in[1], sb, sizeof sb);
+    FAIL("%s cannot be broadcast to %s", sb, sa);
+  }
+  int off = a->ndim - b->ndim;
+  for (int i = 0; i < b->ndim; i++)
+    if (a->d[off + i].n != b->d[i].n) {
+      char sa[128], sb[128];
+      ir_shape_str(NULL, n->in[0], sa, sizeof sa);
+      ir_shape_str(NULL, n->in[1], sb, sizeof sb);
+      FAIL("shapes %s and %s do not match", sa, sb);
+    }
+  n->out->shape = *a;
+  n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
+static int shape_norm(Node *n, char *err, int errcap) {
+  Shape *x = &n->in[0]->shape;
+  if (need_float(n, 0, err, errcap)) return -1;
+  if (x->ndim < 1) FAIL("input is a scalar");
+  int64_t c = x->d[x->ndim - 1].n;
+  for (int i = 1; i < n->nin; i++) {
+    Shape *p = &n->in[i]->shape;
+    if (p->ndim != 1 || p->d[0].n != c)
+      FAIL("input has %" PRId64 " features, %s expects %" PRId64, c,
+           i == 1 ? "weight" : "bias", p->ndim == 1 ? p->d[0].n : -1);
+  }
+  n->out->shape = *x;
+  n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
+static int shape_map(Node *n, char *err, int errcap) {
+  if (!n->a.fn) FAIL("map without a function");
+  if (n->nin != n->a.fn->nargs)
+    FAIL("%s takes %d arguments, got %d", n->a.fn->name, n->a.fn->nargs, n->nin);
+  for (int i = 0; i < n->nin; i++) {
+    if (need_float(n, i, err, errcap)) return -1;
+    if (!ir_shape_eq(&n->in[i]->shape, &n->in[0]->shape))
+      FAIL("%s: argument %d has a different shape from argument 1", n->a.fn->name, i + 1);
+  }
+  n->out->shape = n->in[0]->shape;
+  n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
+static int shape_gather(Node *n, char *err, int errcap) {
+  Shape *t = &n->in[0]->shape, *ix = &n->in[1]->shape;
+  if (t->ndim != 2) FAIL("table must be 2-D");
+  if (n->in[1]->dtype != DT_I32) FAIL("indices must be i32, got %s", ir_dtype_name(n->in[1]->dtype));
+  if (ix->ndim + 1 > IR_MAXDIM) FAIL("too many dimensions (limit is %d)", IR_MAXDIM);
+  n->out->shape = *ix;
+  n->out->shape.d[ix->ndim] = t->d[1];
+  n->out->shape.ndim = ix->ndim + 1;
+  n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
+static int shape_reshape(Node *n, char *err, int errcap) {
+  Shape s = n->in[0]->shape;
+  Shape t = {0};
+  t.ndim = n->a.ni;
+  int64_t prod = 1;
+  for (int i = 0; i < n->a.ni; i++) {
+    t.d[i].n = n->a.i[i];
+    t.d[i].sym = -1;
+    /* Keep symbolic names where the leading dims are unchanged. */
+    if (i < s.ndim && s.d[i].n == t.d[i].n) t.d[i].sym = s.d[i].sym;
+    prod *= n->a.i[i];
+  }
+  if (prod != ir_numel(&s))
+    FAIL("cannot reshape %" PRId64 " elements into %" PRId64, ir_numel(&s), prod);
+  n->out->shape = t;
+  n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
+static int shape_transpose(Node *n, char *err, int errcap) {
+  Shape s = n->in[0]->shape;
+  int a = (int)n->a.i[0], b = (int)n->a.i[1];
+  if (a < 0 || b < 0 || a >= s.ndim || b >= s.ndim) FAIL("transpose dims out of range");
+  Dim t = s.d[a];
+  s.d[a] = s.d[b];
+  s.d[b] = t;
+  n->out->shape = s;
+  n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
+static int shape_slice(Node *n, char *err, int errcap) {
+  Shape s = n->in[0]->shape;
+  int64_t c = s.d[s.ndim - 1].n, st = n->a.i[0], len = n->a.i[1];
+  if (st < 0 || len <= 0 || st + len > c)
+    FAIL("slice [%" PRId64 ", %" PRId64 ") out of range of %" PRId64, st, st + len, c);
+  s.d[s.ndim - 1] = (Dim){len, -1};
+  n->out->shape = s;
+  n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
+static int shape_rope(Node *n, char *err, int errcap) {
+  Shape *s = &n->in[0]->shape;
+  if (s->ndim != 4) FAIL("expects [B,T,H,D]");
+  if (s->d[3].n % 2) FAIL("head size %" PRId64 " must be even", s->d[3].n);
+  return shape_same(n, err, errcap);
+}
+
+static int shape_attention(Node *n, char *err, int errcap) {
+  Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape, *v = &n->in[2]->shape;
+  for (int i = 0; i < 3; i++)
+    if (need_float(n, i, err, errcap)) return -1;
+  if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4) FAIL("q, k, v must be [B,T,H,D]");
+  if (!ir_shape_eq(k, v)) FAIL("k and v shapes differ");
+  if (q->d[0].n != k->d[0].n || q->d[1].n != k->d[1].n || q->d[3].n != k->d[3].n)
+    FAIL("q and k disagree in batch, sequence or head size");
+  if (q->d[2].n % k->d[2].n)
+    FAIL("%" PRId64 " query heads are not a multiple of %" PRId64 " key/value heads",
+         q->d[2].n, k->d[2].n);
+  n->out->shape = *q;
+  n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
+static int shape_reduce(Node *n, char *err, int errcap) {
+  if (need_float(n, 0, err, errcap)) return -1;
+  Shape s = n->in[0]->shape;
+  if (s.ndim < 1) FAIL("input is a scalar");
+  s.ndim--;
+  n->out->shape = s;
+  n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
+static int shape_xent(Node *n, char *err, int errcap) {
+  Shape *l = &n->in[0]->shape, *t = &n->in[1]->shape;
+  if (need_float(n, 0, err, errcap)) return -1;
+  if (n->in[1]->dtype != DT_I32)
+    FAIL("targets must be i32, got %s", ir_dtype_name(n->in[1]->dtype));
+  if (l->ndim != t->ndim + 1) FAIL("logits must have one more dimension than targets");
+  for (int i = 0; i < t->ndim; i++)
+    if (l->d[i].n != t->d[i].n) {
+      char sl[128], st[128];
+      ir_shape_str(NULL, n->in[0], sl, sizeof sl);
+      ir_shape_str(NULL, n->in[1], st, sizeof st);
+      FAIL("logits %s do not match targets %s", sl, st);
+    }
+  n->out->shape = (Shape){0};
+  n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
+/* ---- FLOP rules (forward) ---- */
+
+static double numel_out(const Node *n) { return (double)ir_numel(&n->out->shape); }
+static double flops_zero(const Node *n) { return 0; }
+static double flops_elem1(const Node *n) { return numel_out(n); }
+static double flops_gelu(const Node *n) { return 8 * numel_out(n); }
+static double flops_silu(const Node *n) { return 4 * numel_out(n); }
+static double flops_softmax(const Node *n) { return 5 * numel_out(n); }
+static double flops_norm(const Node *n) { return 8 * numel_out(n); }
+static double flops_map(const Node *n) {
+  return numel_out(n) * (n->a.fn ? sx_count(&n->a.fn->body, 1) : 1);
+}
+static double flops_matmul(const Node *n) {
+  const Shape *w = &n->in[1]->shape;
+  return 2.0 * numel_out(n) * (double)w->d[1].n;
+}
+/* QKᵀ and PV: 4·B·H·T²·D; half of it with a causal mask is still computed
+ * by most kernels, and model-FLOPs conventions (Narayanan et al.) count it all. */
+static double flops_attention(const Node *n) {
+  const Shape *q = &n->in[0]->shape;
+  return 4.0 * (double)q->d[0].n * (double)q->d[2].n * (double)q->d[1].n *
+         (double)q->d[1].n * (double)q->d[3].n;
+}
+static double flops_xent(const Node *n) { return 5.0 * (double)ir_numel(&n->in[0]->shape); }
+
+const OpInfo ir_ops[OP_COUNT] = {
+#define OP(e, name, mn, mx, shape, flops) [OP_##e] = {name, mn, mx, shape, flops},
+#include "ops.def"
+#undef OP
+};
+
+/* ---- graph ---- */
+
+Graph *ir_graph_new(const char *model) {
+  Graph *g = arena_alloc(sizeof *g);
+  g->model = model;
+  return g;
+}
+
+static Value *new_value(Graph *g, Role role, SrcLoc loc) {
+  Value *v = arena_alloc(sizeof *v);
+  v->id = g->values.len;
+  v->role = role;
+  v->loc = loc;
+  for (int i = 0; i < IR_MAXDIM; i++) v->shard.axis[i] = -1;
+  vec_push(&g->values, v);
+  return v;
+}
+
+static Node *new_node(Graph *g, OpKind op, SrcLoc loc, const char *scope) {
+  Node *n = arena_alloc(sizeof *n);
+  n->id = g->nodes.len;
+  n->op = op;
+  n->loc = loc;
+  n->scope = scope;
+  return n;
+}
+
+Value *ir_param(Graph *g, const char *name, Shape s, SrcLoc loc, bool decay, const char *init) {
+  Value *v = new_value(g, ROLE_PARAM, loc);
+  v->name = name;
+  v->shape = s;
+  v->dtype = DT_F32;
+  v->decay = decay;
+  v->init = init;
+  Node *n = new_node(g, OP_PARAM, loc, NULL);
+  n->out = v;
+  v->def = n;
+  vec_push(&g->nodes, n);
+  vec_push(&g->params, v);
+  return v;
+}
+
+Value *ir_input(Graph *g, const char *name, Shape s, DType t, SrcLoc loc) {
+  Value *v = new_value(g, ROLE_INPUT, loc);
+  v->name = name;
+  v->shape = s;
+  v->dtype = t;
+  Node *n = new_node(g, OP_INPUT, loc, NULL);
+  n->out = v;
+  v->def = n;
+  vec_push(&g->nodes, n);
+  vec_push(&g->inputs, v);
+  return v;
+}
+
+Node *ir_add(Graph *g, OpKind op, Value **in, int nin, const Attrs *a, SrcLoc loc,
+             const char *scope, const char *what) {
+  const OpInfo *info = &ir_ops[op];
+  if (nin < info->min_in || nin > info->max_in) {
+    diag_error(loc, "%s: %s takes %d to %d operands, got %d", what, info->name, info->min_in,
+               info->max_in, nin);
+    return NULL;
+  }
+  Node *n = new_node(g, op, loc, scope);
+  for (int i = 0; i < nin; i++) n->in[i] = in[i];
+  n->nin = nin;
+  if (a) n->a = *a;
+  Value tmp = {0};
+  n->out = &tmp;
+  char err[256];
+  if (info->shape(n, err, sizeof err)) {
+    diag_error(loc, "%s: %s", what, err);
+    return NULL;
+  }
+  Value *v = new_value(g, ROLE_ACT, loc);
+  v->shape = tmp.shape;
+  v->dtype = tmp.dtype;
+  v->def = n;
+  n->out = v;
+  for (int i = 0; i < n->nin; i++) n->in[i]->nuses++;
+  vec_push(&g->nodes, n);
+  return n;
+}
+
+int64_t ir_param_count(const Graph *g) {
+  int64_t total = 0;
+  for (int i = 0; i < g->params.len; i++) total += ir_numel(&((Value *)g->params.data[i])->shape);
+  return total;
+}
+
+double ir_flops(const Graph *g) {
+  double f = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    const Node *n = g->nodes.data[i];
+    f += ir_ops[n->op].flops(n);
+  }
+  return f;
+}
+
+/* ---- verifier ---- */
+
+int ir_verify(Graph *g) {
+  int errors = 0;
+  char *defined = arena_alloc((size_t)g->values.len + 1);
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = g->nodes.data[i];
+    const OpInfo *info = &ir_ops[n->op];
+    if (n->nin < info->min_in || n->nin > info->max_in) {
+      diag_error(n->loc, "internal: %s node %d has %d operands", info->name, n->id, n->nin);
+      errors++;
+      continue;
+    }
+    for (int j = 0; j < n->nin; j++) {
+      Value *in = n->in[j];
+      if (!in || in->id >= g->values.len || !defined[in->id]) {
+        diag_error(n->loc, "internal: %s node %d uses a value before its definition",
+                   info->name, n->id);
+        errors++;
+      }
+    }
+    if (!n->out || n->out->def != n) {
+      diag_error(n->loc, "internal: %s node %d output is not linked back", info->name, n->id);
+      errors++;
+      continue;
+    }
+    Value tmp = *n->out;
+    Value *saved = n->out;
+    n->out = &tmp;
+    char err[256];
+    int rc = info->shape(n, err, sizeof err);
+    n->out = saved;
+    if (rc) {
+      diag_error(n->loc, "internal: %s node %d: %s", info->name, n->id, err);
+      errors++;
+    } else if (!ir_shape_eq(&tmp.shape, &saved->shape) || tmp.dtype != saved->dtype) {
+      diag_error(n->loc, "internal: %s node %d: stored shape disagrees with its shape rule",
+                 info->name, n->id);
+      errors++;
+    }
+    defined[saved->id] = 1;
+  }
+  if (g->loss && (g->loss->shape.ndim != 0)) {
+    diag_error(g->loss->loc, "internal: loss is not a scalar");
+    errors++;
+  }
+  return errors ? -1 : 0;
+}
+
+/* ---- printer ---- */
+
+static void print_value_ref(FILE *out, const Value *v) {
+  if (v->role == ROLE_PARAM)
+    fprintf(out, "@%s", v->name);
+  else if (v->role == ROLE_INPUT)
+    fprintf(out, "$%s", v->name);
+  else
+    fprintf(out, "%%%d", v->id);
+}
+
+static void print_attrs(FILE *out, const Node *n) {
+  switch (n->op) {
+  case OP_SCALE:
+  case OP_DROPOUT:
+    fprintf(out, " {%s=%.9g}", n->op == OP_SCALE ? "by" : "p", n->a.f[0]);
+    break;
+  case OP_LAYERNORM:
+  case OP_RMSNORM:
+    fprintf(out, " {eps=%.9g}", n->a.f[0]);
+    break;
+  case OP_ROPE:
+    fprintf(out, " {theta=%.9g}", n->a.f[0]);
+    break;
+  case OP_ATTENTION:
+    fprintf(out, " {causal=%s}", n->a.i[0] ? "true" : "false");
+    break;
+  case OP_SLICE:
+    fprintf(out, " {start=%" PRId64 ", len=%" PRId64 "}", n->a.i[0], n->a.i[1]);
+    break;
+  case OP_TRANSPOSE:
+    fprintf(out, " {dims=%" PRId64 ",%" PRId64 "}", n->a.i[0], n->a.i[1]);
+    break;
+  case OP_MAP:
+    fprintf(out, " {fn=%s}", n->a.fn->name);
+    break;
+  default:
+    break;
+  }
+}
+
+void ir_print(FILE *out, const Graph *g) {
+  fprintf(out, "graph %s {\n", g->model);
+  if (g->nsym) {
+    fprintf(out, "  # dims:");
+    for (int i = 0; i < g->nsym; i++) fprintf(out, " %s=%" PRId64, g->symname[i], g->symval[i]);
+    fprintf(out, "\n");
+  }
+  char sh[256];
+  for (int i = 0; i < g->nodes.len; i++) {
+    const Node *n = g->nodes.data[i];
+    const Value *v = n->out;
+    ir_shape_str(g, v, sh, sizeof sh);
+    if (n->op == OP_INPUT) {
+      fprintf(out, "  input $%s : %s\n", v->name, sh);
+      continue;
+    }
+    if (n->op == OP_PARAM) {
+      fprintf(out, "  param @%s : %s init=%s%s\n", v->name, sh, v->init,
+              v->decay ? " decay" : "");
+      continue;
+    }
+    fprintf(out, "  %%%d = %s", v->id, ir_ops[n->op].name);
+    for (int j = 0; j < n->nin; j++) {
+      fputs(j ? ", " : " ", out);
+      print_value_ref(out, n->in[j]);
+    }
+    print_attrs(out, n);
+    fprintf(out, " : %s", sh);
+    if (n->loc.file) {
+      const char *base = strrchr(n->loc.file->path, '/');
+      fprintf(out, "  # %s:%d", base ? base + 1 : n->loc.file->path, n->loc.line);
+    }
+    fputc('\n', out);
+  }
+  if (g->loss) {
+    fprintf(out, "  return ");
+    print_value_ref(out, g->loss);
+    fputc('\n', out);
+  }
+  fprintf(out, "}\n");
+}

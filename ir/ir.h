@@ -1,0 +1,196 @@
+/* ir.h — the shardc IR: op table, graph of values and nodes, meshes and plans.
+ *
+ * A Graph is one model lowered for one (micro)batch shape: values are
+ * tensors with concrete shapes (symbolic dims keep their name for printing),
+ * nodes are primitive ops from ops.def in program order.
+ */
+#ifndef SHARDC_IR_H
+#define SHARDC_IR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "diag.h"
+#include "sexpr.h"
+
+/* ---- op table ---- */
+typedef enum {
+#define OP(e, name, mn, mx, shape, flops) OP_##e,
+#include "ops.def"
+#undef OP
+  OP_COUNT
+} OpKind;
+
+typedef enum { DT_F32, DT_F64, DT_BF16, DT_F16, DT_I32, DT_U16, DT_COUNT } DType;
+
+typedef enum {
+  ROLE_INPUT,
+  ROLE_PARAM,
+  ROLE_ACT,
+  ROLE_GRAD,
+  ROLE_OPTSTATE,
+  ROLE_COUNT
+} Role;
+
+enum { IR_MAXDIM = 6, IR_MAXIN = 8 };
+
+/* One dimension: concrete size n; sym >= 0 names a symbolic dim (B, T) of the
+ * model's inputs whose size was bound from the train block. */
+typedef struct Dim {
+  int64_t n;
+  int sym;
+} Dim;
+
+typedef struct Shape {
+  int ndim;
+  Dim d[IR_MAXDIM];
+} Shape;
+
+/* GSPMD-style sharding: for each dim the mesh axis it is split over (-1 =
+ * replicated) and a bit set of axes with a pending partial sum.  Filled by
+ * the shard pass (later issue); replicated everywhere until then. */
+typedef struct ShardSpec {
+  int8_t axis[IR_MAXDIM];
+  uint32_t partial;
+} ShardSpec;
+
+typedef struct Node Node;
+
+typedef struct Value {
+  int id;
+  const char *name;     /* parameter path ("blocks.3.attn.qkv.weight"), input name, or NULL */
+  Shape shape;
+  DType dtype;
+  Role role;
+  SrcLoc loc;
+  Node *def;            /* producing node */
+  ShardSpec shard;
+  int nuses;
+  /* Parameters: weight decay applies (matrices yes, norms/biases no). */
+  bool decay;
+  const char *init;     /* parameter init: "normal", "normal_scaled", "ones", "zeros" */
+} Value;
+
+typedef struct Attrs {
+  int64_t i[IR_MAXDIM];
+  int ni;
+  double f[2];
+  ScalarFn *fn;         /* OP_MAP */
+} Attrs;
+
+struct Node {
+  int id;
+  OpKind op;
+  Value *in[IR_MAXIN];
+  int nin;
+  Value *out;
+  Attrs a;
+  SrcLoc loc;           /* DSL call site */
+  const char *scope;    /* parameter path prefix at the call, for provenance */
+};
+
+typedef struct Graph {
+  const char *model;
+  PtrVec nodes;         /* Node*, program order */
+  PtrVec values;        /* Value* */
+  PtrVec params;        /* Value* with ROLE_PARAM, creation order */
+  PtrVec inputs;        /* Value* with ROLE_INPUT */
+  Value *loss;          /* scalar the model returns */
+  const char *symname[8];
+  int64_t symval[8];
+  int nsym;
+} Graph;
+
+typedef struct OpInfo {
+  const char *name;
+  int min_in, max_in;
+  int (*shape)(Node *n, char *err, int errcap);
+  double (*flops)(const Node *n);
+} OpInfo;
+
+extern const OpInfo ir_ops[OP_COUNT];
+
+const char *ir_dtype_name(DType t);
+int ir_dtype_size(DType t);
+int ir_dtype_from_name(const char *s);   /* -1 if unknown */
+const char *ir_role_name(Role r);
+
+int64_t ir_numel(const Shape *s);
+bool ir_shape_eq(const Shape *a, const Shape *b);
+Shape ir_shape(int ndim, const int64_t *dims);
+/* Writes "f32[B=4,T=64,128]" style text. */
+void ir_shape_str(const Graph *g, const Value *v, char *buf, int cap);
+
+Graph *ir_graph_new(const char *model);
+Value *ir_param(Graph *g, const char *name, Shape s, SrcLoc loc, bool decay, const char *init);
+Value *ir_input(Graph *g, const char *name, Shape s, DType t, SrcLoc loc);
+/* Append a node; runs the op's shape rule.  On a shape error reports
+ * "<what>: <message>" at loc and returns NULL. */
+Node *ir_add(Graph *g, OpKind op, Value **in, int nin, const Attrs *a, SrcLoc loc,
+             const char *scope, const char *what);
+
+int64_t ir_param_count(const Graph *g);
+double ir_flops(const Graph *g);   /* forward FLOPs of one pass */
+
+/* Checks structure and re-runs every shape rule; returns 0 or reports. */
+int ir_verify(Graph *g);
+/* Deterministic text dump (--emit=ir). */
+void ir_print(FILE *out, const Graph *g);
+
+/* ---- devices, meshes, plans ---- */
+
+typedef struct DeviceSpec {
+  const char *name;
+  double flops_bf16;    /* dense peak, FLOP/s */
+  double flops_fp32;
+  double mem_bytes;
+  double mem_bw;        /* bytes/s */
+  double link_bw;       /* default intra-node link per device, bytes/s */
+} DeviceSpec;
+
+const DeviceSpec *ir_device_lookup(const char *name);
+void ir_device_names(char *buf, int cap);   /* "cpu, A100_SXM, ..." for messages */
+
+typedef struct Mesh {
+  const char *name;
+  SrcLoc loc;
+  int nodes, per_node, ndev;
+  const DeviceSpec *device;
+  double intra_bw, inter_bw;   /* bytes/s */
+  double mem_bytes;            /* per device */
+} Mesh;
+
+typedef enum { SP_NONE, SP_MEGATRON, SP_RING } SpKind;
+typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED } Schedule;
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
+
+/* A parallel plan.  Sizes multiply to the mesh size:
+ * dp * tp * tp2d^2 * sp (ring) * pp == ndev. */
+typedef struct Plan {
+  bool is_auto;
+  int dp, tp, tp2d, sp, pp;
+  SpKind sp_kind;
+  Schedule schedule;
+  int vchunks;           /* interleaved: virtual stages per device */
+  int mb;                /* microbatches per step (0 = from the train block) */
+  int zero;
+  Recompute recompute;
+  unsigned given;        /* PLAN_* bits of keys set explicitly */
+} Plan;
+
+enum { PLAN_DP = 1, PLAN_TP = 2, PLAN_TP2D = 4, PLAN_SP = 8, PLAN_PP = 16, PLAN_SCHED = 32,
+       PLAN_MB = 64, PLAN_ZERO = 128, PLAN_RECOMPUTE = 256 };
+
+void plan_default(Plan *p);
+/* Parses "dp=2,tp=2,sp=ring,pp=2,schedule=1f1b,mb=4,zero=1,recompute=selective"
+ * (or "auto") into p, on top of what p holds.  Returns 0, or -1 with a
+ * message in err. */
+int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap);
+/* Fills unset sizes (dp absorbs what is left) and checks that the sizes
+ * multiply to ndev.  Returns 0, or -1 with a message. */
+int plan_resolve(Plan *p, int ndev, char *err, int errcap);
+/* Canonical SPEC string. */
+void plan_str(const Plan *p, char *buf, int cap);
+
+#endif

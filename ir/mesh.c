@@ -1,0 +1,217 @@
+/* mesh.c — device catalog and parallel plans (the strategy SPEC). */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+#define GB 1e9
+#define TF 1e12
+
+/* Datasheet numbers (REFERENCES.md): dense bf16 peak, fp32 (non-tensor-core
+ * for CPUs), HBM size and bandwidth, NVLink bandwidth per direction. */
+static const DeviceSpec devices[] = {
+    {"cpu", 0.2 * TF, 0.1 * TF, 16 * GB, 20 * GB, 10 * GB},
+    {"V100_SXM", 125 * TF, 15.7 * TF, 32 * GB, 900 * GB, 150 * GB},
+    {"A100_SXM", 312 * TF, 19.5 * TF, 80 * GB, 2000 * GB, 300 * GB},
+    {"A100_PCIE", 312 * TF, 19.5 * TF, 80 * GB, 1935 * GB, 32 * GB},
+    {"H100_SXM", 989 * TF, 67 * TF, 80 * GB, 3350 * GB, 450 * GB},
+    {"H100_PCIE", 756 * TF, 51 * TF, 80 * GB, 2000 * GB, 64 * GB},
+    {"H200_SXM", 989 * TF, 67 * TF, 141 * GB, 4800 * GB, 450 * GB},
+    {"RTX4090", 165 * TF, 82.6 * TF, 24 * GB, 1008 * GB, 32 * GB},
+};
+
+const DeviceSpec *ir_device_lookup(const char *name) {
+  for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++)
+    if (!strcmp(devices[i].name, name)) return &devices[i];
+  return NULL;
+}
+
+void ir_device_names(char *buf, int cap) {
+  int n = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < sizeof devices / sizeof devices[0] && n < cap; i++)
+    n += snprintf(buf + n, (size_t)(cap - n), "%s%s", i ? ", " : "", devices[i].name);
+}
+
+/* ---- plans ---- */
+
+void plan_default(Plan *p) {
+  memset(p, 0, sizeof *p);
+  p->dp = p->tp = p->tp2d = p->sp = p->pp = 1;
+  p->schedule = SCHED_1F1B;
+  p->vchunks = 1;
+}
+
+#define ERR(...)                                \
+  do {                                          \
+    snprintf(err, (size_t)errcap, __VA_ARGS__); \
+    return -1;                                  \
+  } while (0)
+
+static int parse_pos(const char *key, const char *val, int *out, char *err, int errcap) {
+  char *end;
+  errno = 0;
+  long v = strtol(val, &end, 10);
+  if (!*val || *end || errno || v < 1 || v > 1 << 20)
+    ERR("%s must be a positive integer, got '%s'", key, val);
+  *out = (int)v;
+  return 0;
+}
+
+int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
+  if (!strcmp(spec, "auto")) {
+    p->is_auto = true;
+    return 0;
+  }
+  if (!*spec) ERR("empty strategy (use 'auto' or keys such as dp=2,tp=2)");
+  char buf[512];
+  if (strlen(spec) >= sizeof buf) ERR("strategy string too long (limit is %zu)", sizeof buf - 1);
+  strcpy(buf, spec);
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    while (*tok == ' ') tok++;
+    char *eq = strchr(tok, '=');
+    if (!eq) ERR("'%s' is not key=value", tok);
+    *eq = 0;
+    const char *k = tok, *v = eq + 1;
+    char *kend = eq;
+    while (kend > tok && kend[-1] == ' ') *--kend = 0;
+    while (*v == ' ') v++;
+    if (!strcmp(k, "dp")) {
+      if (parse_pos(k, v, &p->dp, err, errcap)) return -1;
+      p->given |= PLAN_DP;
+    } else if (!strcmp(k, "tp")) {
+      if (parse_pos(k, v, &p->tp, err, errcap)) return -1;
+      p->given |= PLAN_TP;
+    } else if (!strcmp(k, "tp2d")) {
+      int a, b;
+      char extra;
+      if (sscanf(v, "%dx%d%c", &a, &b, &extra) != 2 || a < 1 || b < 1 || a > 4096)
+        ERR("tp2d must be QxQ (e.g. 2x2), got '%s'", v);
+      if (a != b) ERR("tp2d grid must be square (SUMMA on a q x q grid), got %dx%d", a, b);
+      p->tp2d = a;
+      p->given |= PLAN_TP2D;
+    } else if (!strcmp(k, "sp")) {
+      if (!strcmp(v, "megatron")) {
+        p->sp_kind = SP_MEGATRON;
+      } else if (!strncmp(v, "ring", 4)) {
+        p->sp_kind = SP_RING;
+        if (v[4] == ':') {
+          if (parse_pos("sp=ring:N", v + 5, &p->sp, err, errcap)) return -1;
+        } else if (v[4]) {
+          ERR("sp must be ring, ring:N or megatron, got '%s'", v);
+        } else {
+          p->sp = 0; /* take what the mesh leaves */
+        }
+      } else if (!strcmp(v, "none")) {
+        p->sp_kind = SP_NONE;
+        p->sp = 1;
+      } else {
+        ERR("sp must be ring, ring:N, megatron or none, got '%s'", v);
+      }
+      p->given |= PLAN_SP;
+    } else if (!strcmp(k, "pp")) {
+      if (parse_pos(k, v, &p->pp, err, errcap)) return -1;
+      p->given |= PLAN_PP;
+    } else if (!strcmp(k, "schedule")) {
+      if (!strcmp(v, "gpipe")) {
+        p->schedule = SCHED_GPIPE;
+      } else if (!strcmp(v, "1f1b")) {
+        p->schedule = SCHED_1F1B;
+      } else if (!strncmp(v, "interleaved", 11)) {
+        p->schedule = SCHED_INTERLEAVED;
+        p->vchunks = 2;
+        if (v[11] == ':') {
+          if (parse_pos("interleaved:V", v + 12, &p->vchunks, err, errcap)) return -1;
+          if (p->vchunks < 2) ERR("interleaved needs at least 2 chunks per device");
+        } else if (v[11]) {
+          ERR("schedule must be gpipe, 1f1b or interleaved[:V], got '%s'", v);
+        }
+      } else {
+        ERR("schedule must be gpipe, 1f1b or interleaved[:V], got '%s'", v);
+      }
+      p->given |= PLAN_SCHED;
+    } else if (!strcmp(k, "mb")) {
+      if (parse_pos(k, v, &p->mb, err, errcap)) return -1;
+      p->given |= PLAN_MB;
+    } else if (!strcmp(k, "zero")) {
+      if (strlen(v) != 1 || v[0] < '0' || v[0] > '3') ERR("zero must be 0, 1, 2 or 3, got '%s'", v);
+      p->zero = v[0] - '0';
+      p->given |= PLAN_ZERO;
+    } else if (!strcmp(k, "recompute")) {
+      if (!strcmp(v, "none"))
+        p->recompute = RECOMPUTE_NONE;
+      else if (!strcmp(v, "selective"))
+        p->recompute = RECOMPUTE_SELECTIVE;
+      else if (!strcmp(v, "full"))
+        p->recompute = RECOMPUTE_FULL;
+      else
+        ERR("recompute must be none, selective or full, got '%s'", v);
+      p->given |= PLAN_RECOMPUTE;
+    } else {
+      ERR("unknown strategy key '%s' (keys: dp, tp, tp2d, sp, pp, schedule, mb, zero, recompute)", k);
+    }
+  }
+  return 0;
+}
+
+int plan_resolve(Plan *p, int ndev, char *err, int errcap) {
+  if (p->is_auto) return 0;
+  if (p->tp > 1 && p->tp2d > 1) ERR("tp and tp2d cannot both be used (pick 1D or 2D tensor parallelism)");
+  if (p->sp_kind == SP_MEGATRON && p->tp < 2)
+    ERR("sp=megatron splits the sequence inside a tensor-parallel group: it needs tp >= 2");
+  long fixed = (long)p->tp * p->tp2d * p->tp2d * p->pp;
+  if (p->sp_kind == SP_RING && p->sp == 0) {
+    long rest = ndev / (fixed * ((p->given & PLAN_DP) ? p->dp : 1));
+    if (rest < 2 || ndev % (fixed * ((p->given & PLAN_DP) ? p->dp : 1)))
+      ERR("sp=ring: the mesh has no devices left for a ring (%d devices, other axes use %ld); "
+          "use sp=ring:N",
+          ndev, fixed * ((p->given & PLAN_DP) ? p->dp : 1));
+    p->sp = (int)rest;
+  }
+  if (p->sp_kind != SP_RING) p->sp = 1;
+  fixed *= p->sp;
+  if (!(p->given & PLAN_DP)) {
+    if (fixed > ndev || ndev % fixed)
+      ERR("tp*tp2d^2*sp*pp = %ld does not divide the mesh size %d", fixed, ndev);
+    p->dp = (int)(ndev / fixed);
+  }
+  long total = fixed * p->dp;
+  if (total != ndev) {
+    char s[256];
+    plan_str(p, s, sizeof s);
+    ERR("strategy %s uses %ld devices but the mesh has %d (dp*tp*tp2d^2*sp*pp must equal it)", s,
+        total, ndev);
+  }
+  if (p->zero > 0 && p->dp < 2 && (p->given & PLAN_ZERO))
+    ERR("zero=%d shards over the data-parallel axis, which has size 1", p->zero);
+  if (p->schedule == SCHED_INTERLEAVED && p->pp < 2)
+    ERR("the interleaved schedule needs pp >= 2");
+  return 0;
+}
+
+void plan_str(const Plan *p, char *buf, int cap) {
+  if (p->is_auto) {
+    snprintf(buf, (size_t)cap, "auto");
+    return;
+  }
+  int n = snprintf(buf, (size_t)cap, "dp=%d", p->dp);
+#define ADD(...) \
+  if (n < cap) n += snprintf(buf + n, (size_t)(cap - n), __VA_ARGS__)
+  if (p->tp > 1) ADD(",tp=%d", p->tp);
+  if (p->tp2d > 1) ADD(",tp2d=%dx%d", p->tp2d, p->tp2d);
+  if (p->sp_kind == SP_MEGATRON) ADD(",sp=megatron");
+  if (p->sp_kind == SP_RING) ADD(",sp=ring:%d", p->sp);
+  if (p->pp > 1) {
+    ADD(",pp=%d", p->pp);
+    if (p->schedule == SCHED_GPIPE) ADD(",schedule=gpipe");
+    if (p->schedule == SCHED_1F1B) ADD(",schedule=1f1b");
+    if (p->schedule == SCHED_INTERLEAVED) ADD(",schedule=interleaved:%d", p->vchunks);
+  }
+  if (p->mb > 1) ADD(",mb=%d", p->mb);
+  if (p->zero) ADD(",zero=%d", p->zero);
+  if (p->recompute == RECOMPUTE_SELECTIVE) ADD(",recompute=selective");
+  if (p->recompute == RECOMPUTE_FULL) ADD(",recompute=full");
+#undef ADD
+}

@@ -1,0 +1,25 @@
+/* passes.h — the pass pipeline.  Each pass is one file with one entry point;
+ * main runs them as a plain list (QBE style). */
+#ifndef SHARDC_PASSES_H
+#define SHARDC_PASSES_H
+
+#include "sema.h"
+
+typedef struct Pass {
+  const char *name;
+  const char *summary;
+  int (*run)(Module *m);   /* 0 on success; errors through diag */
+} Pass;
+
+/* In pipeline order.  "lower" (the frontend's AST -> IR) comes first. */
+extern const Pass pass_list[];
+extern const int pass_count;
+
+int pass_shape(Module *m);
+
+/* Human-readable plan summary (--emit=plan, and the header of generated code). */
+void report_plan(FILE *out, const Module *m, const char *prefix);
+/* "124,439,808" */
+void report_commas(char *buf, int cap, int64_t n);
+
+#endif

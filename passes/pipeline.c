@@ -1,0 +1,10 @@
+/* pipeline.c — the list of passes, in order. */
+#include "passes.h"
+
+static int pass_lower(Module *m) { return 0; /* done by sema_run; listed for --dump-after */ }
+
+const Pass pass_list[] = {
+    {"lower", "AST -> IR: inline layers, lower builtins, infer shapes", pass_lower},
+    {"shape", "re-derive and verify every shape and dtype", pass_shape},
+};
+const int pass_count = sizeof pass_list / sizeof pass_list[0];

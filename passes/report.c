@@ -1,0 +1,79 @@
+/* report.c — the plan summary printed by `--emit=plan` and placed at the
+ * top of generated code. */
+#include <string.h>
+
+#include "passes.h"
+
+void report_commas(char *buf, int cap, int64_t n) {
+  char tmp[32];
+  snprintf(tmp, sizeof tmp, "%lld", (long long)(n < 0 ? -n : n));
+  int len = (int)strlen(tmp), o = 0;
+  if (n < 0 && o < cap - 1) buf[o++] = '-';
+  for (int i = 0; i < len && o < cap - 1; i++) {
+    if (i && (len - i) % 3 == 0 && o < cap - 1) buf[o++] = ',';
+    if (o < cap - 1) buf[o++] = tmp[i];
+  }
+  buf[o] = 0;
+}
+
+static const char *human_bytes(double b) {
+  static char buf[4][32];
+  static int k;
+  char *s = buf[k++ & 3];
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (b >= 1024 && i < 4) {
+    b /= 1024;
+    i++;
+  }
+  snprintf(s, 32, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+  return s;
+}
+
+void report_plan(FILE *out, const Module *m, const char *pf) {
+  const TrainCfg *t = &m->train;
+  const Mesh *me = t->mesh;
+  const Plan *p = &t->plan;
+  char spec[256], num[64];
+  fprintf(out, "%ssource:   %s\n", pf, m->prog->file->path);
+  if (t->model) fprintf(out, "%smodel:    %s\n", pf, t->model->name);
+  if (me)
+    fprintf(out, "%smesh:     %s = %d x %s (%d node%s x %d), intra %.0f GB/s, inter %.0f GB/s, %s per device\n",
+            pf, me->name, me->ndev, me->device->name, me->nodes, me->nodes == 1 ? "" : "s",
+            me->per_node, me->intra_bw / 1e9, me->inter_bw / 1e9, human_bytes(me->mem_bytes));
+  plan_str(p, spec, sizeof spec);
+  fprintf(out, "%sstrategy: %s (from %s)\n", pf, spec, t->plan_origin);
+  if (!p->is_auto && me) {
+    /* Rank <-> coordinate: tp innermost (a DGX node holds a tp group), then
+     * sp, dp, pp outermost. */
+    fprintf(out, "%sranks:    rank = ((pp*%d + dp)*%d + sp)*%d + tp  (tp innermost)\n", pf, p->dp,
+            p->sp, p->tp * p->tp2d * p->tp2d);
+    fprintf(out, "%sbatch:    %lld sequences/step = dp %d x microbatch %lld x %d microbatch%s; seq %lld\n",
+            pf, (long long)t->batch, p->dp, (long long)t->microbatch, p->mb, p->mb == 1 ? "" : "es",
+            (long long)t->seq);
+  }
+  const Optimizer *o = &t->opt;
+  if (o->kind) {
+    if (!strcmp(o->kind, "adamw"))
+      fprintf(out, "%soptim:    adamw lr=%g betas=(%g, %g) eps=%g weight_decay=%g warmup=%d %s clip=%g\n",
+              pf, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->warmup, o->schedule, o->clip);
+    else
+      fprintf(out, "%soptim:    sgd lr=%g momentum=%g weight_decay=%g warmup=%d %s clip=%g\n", pf,
+              o->lr, o->momentum, o->weight_decay, o->warmup, o->schedule, o->clip);
+    fprintf(out, "%ssteps:    %lld, precision %s, seed %lld\n", pf, (long long)t->steps,
+            t->precision == DT_F32 ? "fp32" : t->precision == DT_BF16 ? "bf16" : "fp16",
+            (long long)t->seed);
+  }
+  const Graph *g = m->graph;
+  if (!g) return;
+  int64_t np = ir_param_count(g);
+  report_commas(num, sizeof num, np);
+  fprintf(out, "%sparams:   %s in %d tensors (%s fp32)\n", pf, num, g->params.len,
+          human_bytes((double)np * 4));
+  double f = ir_flops(g);
+  int64_t tokens = 1;
+  for (int i = 0; i < g->nsym; i++) tokens *= g->symval[i];
+  fprintf(out, "%sflops:    %.4g forward per microbatch (%lld tokens); %.4g per step fwd+bwd\n", pf,
+          f, (long long)tokens, 3 * f * (t->plan.mb ? t->plan.mb : 1) * t->plan.dp);
+  fprintf(out, "%sgraph:    %d nodes, %d values\n", pf, g->nodes.len, g->values.len);
+}
