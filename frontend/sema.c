@@ -563,6 +563,7 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   /* mesh */
   Arg *mesh = find_item(it, "mesh");
   if (opt->mesh) {
+    if (mesh && mesh->value->kind == E_IDENT) sema_lookup_decl(m, mesh->value->str); /* marks it used */
     t->mesh = mesh_from_spec(m, opt->mesh);
     if (!t->mesh) return -1;
   } else if (mesh) {

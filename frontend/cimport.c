@@ -1,0 +1,1202 @@
+/* cimport.c — `use NAME from "file.h"`: read a C scalar function with
+ * libclang and turn its body into an SExpr.
+ *
+ * The body is executed symbolically: locals and parameters map to SExprs,
+ * assignments rebind them, `if` runs both branches and merges every variable
+ * with select(cond, then, else), and `return` is folded into a pair
+ * (rc, rv) = (condition under which the function has returned, value
+ * returned then).  Straight-line code, early returns and if/else chains all
+ * reduce to one expression this way; anything that needs real control flow
+ * (loops, goto, switch) or memory (pointers, globals) is an error that points
+ * into the header.
+ *
+ * libclang 14 exposes neither binary nor unary operator kinds, so operators
+ * are read from the source tokens (the last token before the right operand);
+ * inside a macro expansion, where tokens are not visible, they are read from
+ * clang's pretty-printed function instead (see cimp_opmap).
+ */
+#include "sexpr.h"
+
+#include <clang-c/Index.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifndef SHARDC_CLANG_RESOURCE_DIR
+#define SHARDC_CLANG_RESOURCE_DIR ""
+#endif
+
+/* Deepest chain of inlined calls; real activations use two or three. */
+enum { CIMP_MAX_DEPTH = 64 };
+
+/* One token of a header file, by byte offset (comments dropped). */
+typedef struct CimpTok {
+  unsigned off;
+  const char *text;
+  int punct;
+} CimpTok;
+
+typedef struct CimpTokFile {
+  CXFile file;
+  CimpTok *toks;
+  int n;
+} CimpTokFile;
+
+/* Operators of one function recovered from its pretty-printed text. */
+typedef struct CimpOpMap {
+  CXCursor fn;
+  int ok;
+  int n;
+  CXCursor *nodes;
+  const char **ops;
+} CimpOpMap;
+
+typedef struct CimpVar {
+  CXCursor decl;
+  const char *name;
+  SExpr *val;       /* NULL: declared but not (definitely) assigned */
+} CimpVar;
+
+/* Symbolic machine state at one program point. */
+typedef struct CimpState {
+  CimpVar *vars;
+  int n, cap;
+  SExpr *rc;        /* 1.0 where the function has already returned */
+  SExpr *rv;        /* the value returned there (NULL while rc == 0) */
+} CimpState;
+
+/* The chain of functions being inlined, innermost first. */
+typedef struct CimpFrame {
+  CXCursor fn;
+  const char *name;
+  CXCursor call;    /* the call that inlined fn (not for the imported one) */
+  int has_call;
+  struct CimpFrame *up;
+} CimpFrame;
+
+typedef struct Cimp {
+  CXTranslationUnit tu;
+  const char *top;  /* the imported function: prefix of every message */
+  int failed;
+  int depth;
+  CimpFrame *frame;
+  PtrVec tokfiles;  /* CimpTokFile* */
+  PtrVec opmaps;    /* CimpOpMap* */
+} Cimp;
+
+/* ---- small libclang helpers ---- */
+
+static const char *cimp_str(CXString s) {
+  const char *c = clang_getCString(s);
+  const char *r = arena_strdup(c ? c : "");
+  clang_disposeString(s);
+  return r;
+}
+
+typedef struct CimpKids {
+  CXCursor *c;
+  int n, cap;
+} CimpKids;
+
+static enum CXChildVisitResult cimp_kids_visit(CXCursor c, CXCursor parent, CXClientData d) {
+  CimpKids *k = d;
+  if (k->n == k->cap) {
+    int cap = k->cap ? k->cap * 2 : 8;
+    CXCursor *nc = arena_alloc(sizeof(CXCursor) * (size_t)cap);
+    if (k->n) memcpy(nc, k->c, sizeof(CXCursor) * (size_t)k->n);
+    k->c = nc;
+    k->cap = cap;
+  }
+  k->c[k->n++] = c;
+  return CXChildVisit_Continue;
+}
+
+static CimpKids cimp_kids(CXCursor c) {
+  CimpKids k = {0};
+  clang_visitChildren(c, cimp_kids_visit, &k);
+  return k;
+}
+
+/* The last child that is an expression: the operand of a cast (after an
+ * optional TypeRef) or the initializer of a VarDecl. */
+static int cimp_last_expr(CXCursor c, CXCursor *out) {
+  CimpKids k = cimp_kids(c);
+  for (int i = k.n - 1; i >= 0; i--)
+    if (clang_isExpression(clang_getCursorKind(k.c[i]))) {
+      *out = k.c[i];
+      return 1;
+    }
+  return 0;
+}
+
+static CXCursor cimp_strip_parens(CXCursor c) {
+  while (clang_getCursorKind(c) == CXCursor_ParenExpr) {
+    CimpKids k = cimp_kids(c);
+    if (k.n != 1) break;
+    c = k.c[0];
+  }
+  return c;
+}
+
+static int cimp_is_float_type(CXType t) {
+  enum CXTypeKind k = clang_getCanonicalType(t).kind;
+  return k == CXType_Float || k == CXType_Double;
+}
+
+static int cimp_is_int_type(CXType t) {
+  enum CXTypeKind k = clang_getCanonicalType(t).kind;
+  return (k >= CXType_Bool && k <= CXType_Int128) || k == CXType_Enum;
+}
+
+static int cimp_is_pointer_type(CXType t) {
+  enum CXTypeKind k = clang_getCanonicalType(t).kind;
+  return k == CXType_Pointer || k == CXType_ConstantArray || k == CXType_IncompleteArray ||
+         k == CXType_VariableArray;
+}
+
+static const char *cimp_type_name(CXType t) { return cimp_str(clang_getTypeSpelling(t)); }
+
+static int cimp_in_system_header(CXCursor c) {
+  return clang_Location_isInSystemHeader(clang_getCursorLocation(c));
+}
+
+/* Where a cursor is, as the user sees it: macro uses map to the macro's
+ * invocation in the header. */
+static void cimp_where(CXCursor c, const char **path, int *line, int *col) {
+  CXFile f = NULL;
+  unsigned l = 0, co = 0;
+  clang_getExpansionLocation(clang_getCursorLocation(c), &f, &l, &co, NULL);
+  *path = f ? cimp_str(clang_getFileName(f)) : "<unknown>";
+  *line = (int)l;
+  *col = (int)co;
+}
+
+/* Expansion offset of the first character of a cursor's extent. */
+static int cimp_begin(CXCursor c, CXFile *f, unsigned *off) {
+  *f = NULL;
+  *off = 0;
+  clang_getExpansionLocation(clang_getRangeStart(clang_getCursorExtent(c)), f, NULL, NULL, off);
+  return *f != NULL;
+}
+
+/* ---- diagnostics ---- */
+
+static SrcLoc cimp_srcloc(CXCursor c) {
+  const char *path;
+  int line, col;
+  cimp_where(c, &path, &line, &col);
+  SrcLoc loc = {0};
+  loc.file = src_load(path);
+  loc.line = loc.file ? line : 0;
+  loc.col = col;
+  loc.len = 1;
+  return loc;
+}
+
+/* Report the first error only: after one unsupported construct the rest of
+ * the walk is unreliable, and one precise message is what users act on. */
+__attribute__((format(printf, 3, 4)))
+static void cimp_error(Cimp *C, CXCursor at, const char *fmt, ...) {
+  if (C->failed) return;
+  C->failed = 1;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const char *path;
+  int line, col;
+  cimp_where(at, &path, &line, &col);
+  diag_error_at_path(path, line, col, "%s: %s", C->top, msg);
+  for (CimpFrame *f = C->frame; f; f = f->up)
+    if (f->has_call) diag_note(cimp_srcloc(f->call), "'%s' is inlined here", f->name);
+}
+
+/* ---- tokens and operators ---- */
+
+static int cimp_is_binop(const char *t) {
+  static const char *const ops[] = {"+",  "-",  "*",  "/",  "%",  "<",   "<=",  ">",  ">=",
+                                    "==", "!=", "&&", "||", "&",  "|",   "^",   "<<", ">>",
+                                    "=",  "+=", "-=", "*=", "/=", "%=",  "&=",  "|=", "^=",
+                                    "<<=", ">>=", ","};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    if (!strcmp(t, ops[i])) return 1;
+  return 0;
+}
+
+static int cimp_is_unop(const char *t) {
+  static const char *const ops[] = {"-", "+", "!", "~", "++", "--", "*", "&"};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    if (!strcmp(t, ops[i])) return 1;
+  return 0;
+}
+
+static CimpTokFile *cimp_tokfile(Cimp *C, CXFile file) {
+  for (int i = 0; i < C->tokfiles.len; i++) {
+    CimpTokFile *tf = C->tokfiles.data[i];
+    if (clang_File_isEqual(tf->file, file)) return tf;
+  }
+  CimpTokFile *tf = arena_alloc(sizeof *tf);
+  tf->file = file;
+  vec_push(&C->tokfiles, tf);
+  size_t size = 0;
+  if (!clang_getFileContents(C->tu, file, &size)) return tf;
+  CXSourceRange all = clang_getRange(clang_getLocationForOffset(C->tu, file, 0),
+                                     clang_getLocationForOffset(C->tu, file, (unsigned)size));
+  CXToken *toks = NULL;
+  unsigned n = 0;
+  clang_tokenize(C->tu, all, &toks, &n);
+  tf->toks = arena_alloc(sizeof(CimpTok) * (n ? n : 1));
+  for (unsigned i = 0; i < n; i++) {
+    CXTokenKind k = clang_getTokenKind(toks[i]);
+    if (k == CXToken_Comment) continue;
+    CimpTok *t = &tf->toks[tf->n++];
+    clang_getSpellingLocation(clang_getTokenLocation(C->tu, toks[i]), NULL, NULL, NULL, &t->off);
+    t->text = cimp_str(clang_getTokenSpelling(C->tu, toks[i]));
+    t->punct = k == CXToken_Punctuation;
+  }
+  if (toks) clang_disposeTokens(C->tu, toks, n);
+  return tf;
+}
+
+/* Index of the last token starting before `off` (-1 if none). */
+static int cimp_tok_before(const CimpTokFile *tf, unsigned off) {
+  int lo = 0, hi = tf->n;   /* first token with t.off >= off */
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (tf->toks[mid].off < off) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo - 1;
+}
+
+/* --- operators from clang's pretty printer (macro expansions) ---
+ *
+ * The pretty-printed function has macros expanded, and it prints exactly one
+ * operator token per BinaryOperator, CompoundAssignOperator and
+ * UnaryOperator plus one '=' per initialized VarDecl, in the order of a
+ * left-to-right walk of the AST.  Pairing the two sequences recovers every
+ * operator; a count mismatch (pointer declarators, comma operators...) marks
+ * the map unusable and the caller reports the operator as unreadable. */
+
+typedef struct CimpSlots {
+  CXCursor *c;
+  int n, cap;
+} CimpSlots;
+
+static void cimp_slot_push(CimpSlots *s, CXCursor c) {
+  if (s->n == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 32;
+    CXCursor *nc = arena_alloc(sizeof(CXCursor) * (size_t)cap);
+    if (s->n) memcpy(nc, s->c, sizeof(CXCursor) * (size_t)s->n);
+    s->c = nc;
+    s->cap = cap;
+  }
+  s->c[s->n++] = c;
+}
+
+static void cimp_slots_walk(CimpSlots *s, CXCursor c) {
+  enum CXCursorKind k = clang_getCursorKind(c);
+  CimpKids kids = cimp_kids(c);
+  if ((k == CXCursor_BinaryOperator || k == CXCursor_CompoundAssignOperator) && kids.n == 2) {
+    cimp_slots_walk(s, kids.c[0]);
+    cimp_slot_push(s, c);
+    cimp_slots_walk(s, kids.c[1]);
+    return;
+  }
+  if (k == CXCursor_UnaryOperator) cimp_slot_push(s, c);
+  CXCursor init;
+  int has_init = k == CXCursor_VarDecl && cimp_last_expr(c, &init);
+  for (int i = 0; i < kids.n; i++) {
+    if (has_init && clang_equalCursors(kids.c[i], init)) cimp_slot_push(s, c);
+    cimp_slots_walk(s, kids.c[i]);
+  }
+}
+
+/* Operator tokens of C source text, in order. */
+static int cimp_lex_ops(const char *p, const char ***out) {
+  static const char *const puncts[] = {
+      "<<=", ">>=", "...", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&",
+      "||",  "+=",  "-=",  "*=", "/=", "%=", "&=", "|=", "^=", "##", "+",  "-",  "*",
+      "/",   "%",   "<",   ">",  "!", "~",  "&",  "|",  "^",  "=",  "?",  ":",  ",",
+      ";",   "(",   ")",   "[",  "]", "{",  "}",  ".",  "#"};
+  PtrVec v = {0};
+  while (*p) {
+    unsigned char ch = (unsigned char)*p;
+    if (ch <= ' ') {
+      p++;
+    } else if (ch == '_' || ((ch | 32) >= 'a' && (ch | 32) <= 'z')) {
+      while (*p == '_' || ((*p | 32) >= 'a' && (*p | 32) <= 'z') || (*p >= '0' && *p <= '9')) p++;
+    } else if ((ch >= '0' && ch <= '9') || (ch == '.' && p[1] >= '0' && p[1] <= '9')) {
+      /* pp-number: 1.0E-3, 0.F, 0x1p-2 */
+      for (;;) {
+        if (*p && strchr("eEpP", *p) && (p[1] == '+' || p[1] == '-')) p += 2;
+        else if (*p == '.' || *p == '_' || ((*p | 32) >= 'a' && (*p | 32) <= 'z') ||
+                 (*p >= '0' && *p <= '9'))
+          p++;
+        else break;
+      }
+    } else if (ch == '"' || ch == '\'') {
+      p++;
+      while (*p && *p != (char)ch) p += (*p == '\\' && p[1]) ? 2 : 1;
+      if (*p) p++;
+    } else {
+      size_t i, len = 1;
+      const char *tok = NULL;
+      for (i = 0; i < sizeof puncts / sizeof puncts[0]; i++) {
+        len = strlen(puncts[i]);
+        if (!strncmp(p, puncts[i], len)) {
+          tok = puncts[i];
+          break;
+        }
+      }
+      if (!tok) len = 1;
+      else if (cimp_is_binop(tok) || cimp_is_unop(tok)) {
+        if (strcmp(tok, ",") != 0) vec_push(&v, (void *)tok);
+      }
+      p += len;
+    }
+  }
+  *out = (const char **)v.data;
+  return v.len;
+}
+
+static CimpOpMap *cimp_opmap(Cimp *C, CXCursor fn) {
+  for (int i = 0; i < C->opmaps.len; i++) {
+    CimpOpMap *m = C->opmaps.data[i];
+    if (clang_equalCursors(m->fn, fn)) return m;
+  }
+  CimpOpMap *m = arena_alloc(sizeof *m);
+  m->fn = fn;
+  vec_push(&C->opmaps, m);
+  CXPrintingPolicy pol = clang_getCursorPrintingPolicy(fn);
+  const char *text = cimp_str(clang_getCursorPrettyPrinted(fn, pol));
+  clang_PrintingPolicy_dispose(pol);
+  const char *body = strchr(text, '{');
+  CimpKids kids = cimp_kids(fn);
+  if (!body || kids.n == 0) return m;
+  const char **ops;
+  int nops = cimp_lex_ops(body, &ops);
+  CimpSlots slots = {0};
+  cimp_slots_walk(&slots, kids.c[kids.n - 1]);
+  if (nops != slots.n) return m;
+  for (int i = 0; i < nops; i++) {
+    enum CXCursorKind k = clang_getCursorKind(slots.c[i]);
+    int good = k == CXCursor_VarDecl ? !strcmp(ops[i], "=")
+               : k == CXCursor_UnaryOperator ? cimp_is_unop(ops[i])
+                                             : cimp_is_binop(ops[i]);
+    if (!good) return m;
+  }
+  m->ok = 1;
+  m->n = nops;
+  m->nodes = slots.c;
+  m->ops = ops;
+  return m;
+}
+
+static const char *cimp_op_from_map(Cimp *C, CXCursor op) {
+  if (!C->frame) return NULL;
+  CimpOpMap *m = cimp_opmap(C, C->frame->fn);
+  if (!m->ok) return NULL;
+  for (int i = 0; i < m->n; i++)
+    if (clang_equalCursors(m->nodes[i], op)) return m->ops[i];
+  return NULL;
+}
+
+/* The operator of a BinaryOperator / CompoundAssignOperator: the token just
+ * before the right operand, when both lie in plain source text. */
+static const char *cimp_binop(Cimp *C, CXCursor op, CXCursor rhs) {
+  CXFile f1, f2;
+  unsigned o1, o2;
+  if (cimp_begin(op, &f1, &o1) && cimp_begin(rhs, &f2, &o2) && clang_File_isEqual(f1, f2) &&
+      o2 > o1) {
+    CimpTokFile *tf = cimp_tokfile(C, f1);
+    int i = cimp_tok_before(tf, o2);
+    if (i >= 0 && tf->toks[i].off >= o1 && tf->toks[i].punct && cimp_is_binop(tf->toks[i].text))
+      return tf->toks[i].text;
+  }
+  const char *s = cimp_op_from_map(C, op);
+  if (!s) cimp_error(C, op, "cannot read this operator (it comes from a macro expansion); "
+                            "write the expression without the macro");
+  return s;
+}
+
+/* A prefix operator is the first token of its expression. */
+static const char *cimp_unop(Cimp *C, CXCursor op, CXCursor sub) {
+  CXFile f1, f2;
+  unsigned o1, o2;
+  if (cimp_begin(op, &f1, &o1) && cimp_begin(sub, &f2, &o2) && clang_File_isEqual(f1, f2) &&
+      o2 > o1) {
+    CimpTokFile *tf = cimp_tokfile(C, f1);
+    int i = cimp_tok_before(tf, o1 + 1);
+    if (i >= 0 && tf->toks[i].off == o1 && tf->toks[i].punct && cimp_is_unop(tf->toks[i].text))
+      return tf->toks[i].text;
+  }
+  const char *s = cimp_op_from_map(C, op);
+  if (!s) cimp_error(C, op, "cannot read this operator (it comes from a macro expansion); "
+                            "write the expression without the macro");
+  return s;
+}
+
+/* ---- variables ---- */
+
+static CimpVar *cimp_lookup(CimpState *S, CXCursor decl) {
+  for (int i = S->n - 1; i >= 0; i--)
+    if (clang_equalCursors(S->vars[i].decl, decl)) return &S->vars[i];
+  return NULL;
+}
+
+static void cimp_define(CimpState *S, CXCursor decl, const char *name, SExpr *v) {
+  if (S->n == S->cap) {
+    int cap = S->cap ? S->cap * 2 : 8;
+    CimpVar *nv = arena_alloc(sizeof(CimpVar) * (size_t)cap);
+    if (S->n) memcpy(nv, S->vars, sizeof(CimpVar) * (size_t)S->n);
+    S->vars = nv;
+    S->cap = cap;
+  }
+  CimpVar *var = &S->vars[S->n++];
+  var->decl = decl;
+  var->name = name;
+  var->val = v;
+}
+
+static CimpState cimp_copy(const CimpState *S) {
+  CimpState c = *S;
+  c.cap = S->n > 0 ? S->n : 1;
+  c.vars = arena_alloc(sizeof(CimpVar) * (size_t)c.cap);
+  if (S->n) memcpy(c.vars, S->vars, sizeof(CimpVar) * (size_t)S->n);
+  return c;
+}
+
+static int cimp_is_true(const SExpr *e) { return e->kind == SX_CONST && e->value != 0; }
+
+/* ---- expressions ---- */
+
+static SExpr *cimp_expr(Cimp *C, CimpState *S, CXCursor e);
+static SExpr *cimp_function(Cimp *C, CXCursor fn, SExpr **args, int nargs, const CXCursor *call);
+
+/* A constant that clang can fold (literals, sizeof, integer constant
+ * expressions, const globals): C semantics exactly, e.g. 1/2 == 0. */
+static int cimp_eval_const(CXCursor c, double *out) {
+  CXEvalResult r = clang_Cursor_Evaluate(c);
+  if (!r) return 0;
+  int ok = 1;
+  switch (clang_EvalResult_getKind(r)) {
+  case CXEval_Int:
+    *out = clang_EvalResult_isUnsignedInt(r) ? (double)clang_EvalResult_getAsUnsigned(r)
+                                             : (double)clang_EvalResult_getAsLongLong(r);
+    break;
+  case CXEval_Float:
+    *out = clang_EvalResult_getAsDouble(r);
+    break;
+  default:
+    ok = 0;
+  }
+  clang_EvalResult_dispose(r);
+  return ok;
+}
+
+typedef struct CimpMathFn {
+  const char *name;
+  int nargs;
+} CimpMathFn;
+
+/* The C math functions we understand (the float 'f' variants too). */
+static const CimpMathFn cimp_math[] = {
+    {"exp", 1},  {"log", 1},  {"tanh", 1},  {"sqrt", 1},  {"sin", 1},   {"cos", 1},
+    {"fabs", 1}, {"erf", 1},  {"pow", 2},   {"fmax", 2},  {"fmin", 2},  {"log1p", 1},
+    {"expm1", 1}, {"tan", 1}, {"sinh", 1},  {"cosh", 1},  {"exp2", 1},  {"log2", 1},
+    {"log10", 1}};
+
+static const CimpMathFn *cimp_math_fn(const char *name) {
+  if (!strncmp(name, "__builtin_", 10)) name += 10;
+  size_t len = strlen(name);
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < sizeof cimp_math / sizeof cimp_math[0]; i++) {
+      size_t n = strlen(cimp_math[i].name);
+      if (!strncmp(name, cimp_math[i].name, n) && len == n + (size_t)pass &&
+          (pass == 0 || name[n] == 'f'))
+        return &cimp_math[i];
+    }
+  }
+  return NULL;
+}
+
+static SExpr *cimp_math_call(const char *f, SExpr **a) {
+  SExpr *one = sx_const(1);
+  if (!strcmp(f, "exp")) return sx_un(SX_EXP, a[0]);
+  if (!strcmp(f, "log")) return sx_un(SX_LOG, a[0]);
+  if (!strcmp(f, "tanh")) return sx_un(SX_TANH, a[0]);
+  if (!strcmp(f, "sqrt")) return sx_un(SX_SQRT, a[0]);
+  if (!strcmp(f, "sin")) return sx_un(SX_SIN, a[0]);
+  if (!strcmp(f, "cos")) return sx_un(SX_COS, a[0]);
+  if (!strcmp(f, "fabs")) return sx_un(SX_ABS, a[0]);
+  if (!strcmp(f, "erf")) return sx_un(SX_ERF, a[0]);
+  if (!strcmp(f, "pow")) return sx_bin(SX_POW, a[0], a[1]);
+  if (!strcmp(f, "fmax")) return sx_bin(SX_MAX, a[0], a[1]);
+  if (!strcmp(f, "fmin")) return sx_bin(SX_MIN, a[0], a[1]);
+  /* The rest are rewritten into the core set; numerically a little worse
+   * near their special points, which does not matter for activations. */
+  if (!strcmp(f, "log1p")) return sx_un(SX_LOG, sx_bin(SX_ADD, one, a[0]));
+  if (!strcmp(f, "expm1")) return sx_bin(SX_SUB, sx_un(SX_EXP, a[0]), one);
+  if (!strcmp(f, "tan")) return sx_bin(SX_DIV, sx_un(SX_SIN, a[0]), sx_un(SX_COS, a[0]));
+  if (!strcmp(f, "sinh") || !strcmp(f, "cosh")) {
+    SExpr *ep = sx_un(SX_EXP, a[0]), *em = sx_un(SX_EXP, sx_un(SX_NEG, a[0]));
+    SExpr *s = sx_bin(!strcmp(f, "sinh") ? SX_SUB : SX_ADD, ep, em);
+    return sx_bin(SX_MUL, sx_const(0.5), s);
+  }
+  if (!strcmp(f, "exp2")) return sx_bin(SX_POW, sx_const(2), a[0]);
+  if (!strcmp(f, "log2")) return sx_bin(SX_MUL, sx_const(1.4426950408889634), sx_un(SX_LOG, a[0]));
+  if (!strcmp(f, "log10"))
+    return sx_bin(SX_MUL, sx_const(0.43429448190325176), sx_un(SX_LOG, a[0]));
+  return NULL;
+}
+
+static SExpr *cimp_call(Cimp *C, CimpState *S, CXCursor e) {
+  const char *name = cimp_str(clang_getCursorSpelling(e));
+  CXCursor ref = clang_getCursorReferenced(e);
+  if (clang_Cursor_isNull(ref) || clang_getCursorKind(ref) != CXCursor_FunctionDecl) {
+    cimp_error(C, e, "calls through function pointers are not supported");
+    return NULL;
+  }
+  int nargs = clang_Cursor_getNumArguments(e);
+  if (nargs < 0) nargs = 0;
+  SExpr **args = arena_alloc(sizeof(SExpr *) * (size_t)(nargs ? nargs : 1));
+  CXCursor def = clang_getCursorDefinition(ref);
+  int user_def = !clang_Cursor_isNull(def) && !cimp_in_system_header(def);
+  const CimpMathFn *m = user_def ? NULL : cimp_math_fn(name);
+  if (!m && !user_def) {
+    if (!clang_Cursor_isNull(def) || cimp_in_system_header(ref))
+      cimp_error(C, e, "unsupported call to '%s'", name);
+    else
+      cimp_error(C, e, "unsupported call to '%s' (it has no definition in the header)", name);
+    return NULL;
+  }
+  for (int i = 0; i < nargs; i++) {
+    CXCursor a = clang_Cursor_getArgument(e, (unsigned)i);
+    if (!cimp_is_float_type(clang_getCursorType(a)) && !cimp_is_int_type(clang_getCursorType(a))) {
+      cimp_error(C, a, "argument of type '%s' is not supported",
+                 cimp_type_name(clang_getCursorType(a)));
+      return NULL;
+    }
+    if (!(args[i] = cimp_expr(C, S, a))) return NULL;
+  }
+  if (m) {
+    if (nargs != m->nargs) {
+      cimp_error(C, e, "'%s' takes %d argument%s, not %d", name, m->nargs,
+                 m->nargs == 1 ? "" : "s", nargs);
+      return NULL;
+    }
+    return cimp_math_call(m->name, args);
+  }
+  for (CimpFrame *f = C->frame; f; f = f->up)
+    if (clang_equalCursors(f->fn, def)) {
+      cimp_error(C, e, "recursive call to '%s'", name);
+      return NULL;
+    }
+  if (C->depth >= CIMP_MAX_DEPTH) {
+    cimp_error(C, e, "calls nested too deeply (limit is %d)", CIMP_MAX_DEPTH);
+    return NULL;
+  }
+  return cimp_function(C, def, args, nargs, &e);
+}
+
+static SExpr *cimp_declref(Cimp *C, CimpState *S, CXCursor e) {
+  CXCursor ref = clang_getCursorReferenced(e);
+  enum CXCursorKind rk = clang_getCursorKind(ref);
+  const char *name = cimp_str(clang_getCursorSpelling(e));
+  if (rk == CXCursor_ParmDecl || rk == CXCursor_VarDecl) {
+    CimpVar *v = cimp_lookup(S, ref);
+    if (v) {
+      if (!v->val) cimp_error(C, e, "'%s' may be used uninitialized", name);
+      return v->val;
+    }
+    /* Not a local: a global or a static local.  Constants are fine, since
+     * nothing can change them; anything else is state we cannot see. */
+    CXType t = clang_getCursorType(ref);
+    double val;
+    if (rk == CXCursor_VarDecl && clang_isConstQualifiedType(t) &&
+        (cimp_is_float_type(t) || cimp_is_int_type(t)) && cimp_eval_const(ref, &val))
+      return sx_const(val);
+    cimp_error(C, e, "reads global variable '%s'", name);
+    return NULL;
+  }
+  if (rk == CXCursor_EnumConstantDecl) return sx_const((double)clang_getEnumConstantDeclValue(ref));
+  if (rk == CXCursor_FunctionDecl) {
+    cimp_error(C, e, "function '%s' used as a value (function pointers are not supported)", name);
+    return NULL;
+  }
+  cimp_error(C, e, "unsupported reference to '%s'", name);
+  return NULL;
+}
+
+static SxKind cimp_binop_kind(const char *op) {
+  static const struct { const char *op; SxKind k; } t[] = {
+      {"+", SX_ADD}, {"-", SX_SUB}, {"*", SX_MUL}, {"/", SX_DIV}, {"<", SX_LT},
+      {"<=", SX_LE}, {">", SX_GT},  {">=", SX_GE}, {"==", SX_EQ}, {"!=", SX_NE},
+      {"&&", SX_AND}, {"||", SX_OR}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (!strcmp(op, t[i].op)) return t[i].k;
+  return SX_NKINDS;
+}
+
+static SExpr *cimp_binary(Cimp *C, CimpState *S, CXCursor e) {
+  CimpKids k = cimp_kids(e);
+  if (k.n != 2) {
+    cimp_error(C, e, "malformed binary expression");
+    return NULL;
+  }
+  const char *op = cimp_binop(C, e, k.c[1]);
+  if (!op) return NULL;
+  if (!strcmp(op, ",")) {
+    cimp_error(C, e, "the comma operator is not supported");
+    return NULL;
+  }
+  if (op[0] && op[strlen(op) - 1] == '=' && strcmp(op, "==") && strcmp(op, "!=") &&
+      strcmp(op, "<=") && strcmp(op, ">=")) {
+    cimp_error(C, e, "assignments inside expressions are not supported");
+    return NULL;
+  }
+  SxKind kind = cimp_binop_kind(op);
+  int arith = kind == SX_ADD || kind == SX_SUB || kind == SX_MUL || kind == SX_DIV;
+  if (kind == SX_NKINDS || (arith && cimp_is_int_type(clang_getCursorType(e)))) {
+    /* Constant integer expressions were folded by the caller already. */
+    cimp_error(C, e, "integer operator '%s' on non-constant values is not supported "
+                     "(use float arithmetic)", op);
+    return NULL;
+  }
+  SExpr *a = cimp_expr(C, S, k.c[0]);
+  if (!a) return NULL;
+  SExpr *b = cimp_expr(C, S, k.c[1]);
+  if (!b) return NULL;
+  return sx_bin(kind, a, b);
+}
+
+static SExpr *cimp_unary(Cimp *C, CimpState *S, CXCursor e) {
+  CimpKids k = cimp_kids(e);
+  if (k.n != 1) {
+    cimp_error(C, e, "malformed unary expression");
+    return NULL;
+  }
+  const char *op = cimp_unop(C, e, k.c[0]);
+  if (!op) return NULL;
+  if (!strcmp(op, "++") || !strcmp(op, "--")) {
+    cimp_error(C, e, "'%s' inside an expression is not supported", op);
+    return NULL;
+  }
+  if (!strcmp(op, "*")) {
+    cimp_error(C, e, "pointer dereference is not supported");
+    return NULL;
+  }
+  if (!strcmp(op, "&")) {
+    cimp_error(C, e, "taking an address is not supported");
+    return NULL;
+  }
+  if (!strcmp(op, "~")) {
+    cimp_error(C, e, "integer operator '~' on non-constant values is not supported");
+    return NULL;
+  }
+  SExpr *a = cimp_expr(C, S, k.c[0]);
+  if (!a) return NULL;
+  if (!strcmp(op, "-")) return sx_un(SX_NEG, a);
+  if (!strcmp(op, "!")) return sx_un(SX_NOT, a);
+  return a; /* unary + */
+}
+
+static SExpr *cimp_cast(Cimp *C, CimpState *S, CXCursor e) {
+  CXCursor sub;
+  if (!cimp_last_expr(e, &sub)) {
+    cimp_error(C, e, "unsupported expression");
+    return NULL;
+  }
+  CXType tt = clang_getCursorType(e), st = clang_getCursorType(sub);
+  int tnum = cimp_is_float_type(tt) || cimp_is_int_type(tt);
+  int snum = cimp_is_float_type(st) || cimp_is_int_type(st);
+  if (tnum && snum) {
+    /* Float <-> double and int -> float conversions are transparent (we
+     * compute in double and emit float).  Float -> int truncates; constant
+     * cases were folded before we got here. */
+    if (cimp_is_int_type(tt) && cimp_is_float_type(st)) {
+      cimp_error(C, e, "conversion from '%s' to '%s' is not supported (use float)",
+                 cimp_type_name(st), cimp_type_name(tt));
+      return NULL;
+    }
+    return cimp_expr(C, S, sub);
+  }
+  if (clang_getCanonicalType(tt).kind == CXType_Void) {
+    cimp_error(C, e, "cast to void is only allowed as a statement");
+    return NULL;
+  }
+  if (cimp_is_pointer_type(tt) || cimp_is_pointer_type(st)) {
+    cimp_error(C, e, "pointers are not supported in imported functions");
+    return NULL;
+  }
+  cimp_error(C, e, "values of type '%s' are not supported (only float and double)",
+             cimp_type_name(cimp_is_float_type(tt) ? st : tt));
+  return NULL;
+}
+
+static SExpr *cimp_expr(Cimp *C, CimpState *S, CXCursor e) {
+  if (C->failed) return NULL;
+  enum CXCursorKind k = clang_getCursorKind(e);
+  CXType t = clang_getCursorType(e);
+  double val;
+  if (cimp_is_int_type(t) && cimp_eval_const(e, &val)) return sx_const(val);
+  switch (k) {
+  case CXCursor_IntegerLiteral:
+  case CXCursor_FloatingLiteral:
+  case CXCursor_CharacterLiteral:
+  case CXCursor_UnaryExpr: /* sizeof, _Alignof */
+    if (cimp_eval_const(e, &val)) return sx_const(val);
+    cimp_error(C, e, "cannot evaluate this constant");
+    return NULL;
+  case CXCursor_ParenExpr: {
+    CimpKids kids = cimp_kids(e);
+    if (kids.n == 1) return cimp_expr(C, S, kids.c[0]);
+    break;
+  }
+  case CXCursor_UnexposedExpr: /* mostly ImplicitCastExpr in C */
+  case CXCursor_CStyleCastExpr:
+    return cimp_cast(C, S, e);
+  case CXCursor_DeclRefExpr:
+    return cimp_declref(C, S, e);
+  case CXCursor_UnaryOperator:
+    return cimp_unary(C, S, e);
+  case CXCursor_BinaryOperator:
+    return cimp_binary(C, S, e);
+  case CXCursor_CompoundAssignOperator:
+    cimp_error(C, e, "assignments inside expressions are not supported");
+    return NULL;
+  case CXCursor_ConditionalOperator: {
+    CimpKids kids = cimp_kids(e);
+    if (kids.n != 3) break;
+    SExpr *c = cimp_expr(C, S, kids.c[0]);
+    SExpr *a = c ? cimp_expr(C, S, kids.c[1]) : NULL;
+    SExpr *b = a ? cimp_expr(C, S, kids.c[2]) : NULL;
+    return b ? sx_select(c, a, b) : NULL;
+  }
+  case CXCursor_CallExpr:
+    return cimp_call(C, S, e);
+  case CXCursor_ArraySubscriptExpr:
+    cimp_error(C, e, "array subscripts are not supported");
+    return NULL;
+  case CXCursor_MemberRefExpr:
+    cimp_error(C, e, "struct member access is not supported");
+    return NULL;
+  case CXCursor_StringLiteral:
+    cimp_error(C, e, "string literals are not supported");
+    return NULL;
+  case CXCursor_StmtExpr:
+    cimp_error(C, e, "statement expressions are not supported");
+    return NULL;
+  case CXCursor_InitListExpr:
+  case CXCursor_CompoundLiteralExpr:
+    cimp_error(C, e, "initializer lists and compound literals are not supported");
+    return NULL;
+  default:
+    break;
+  }
+  cimp_error(C, e, "unsupported expression (%s)",
+             cimp_str(clang_getCursorKindSpelling(k)));
+  return NULL;
+}
+
+/* ---- statements ---- */
+
+static void cimp_stmt(Cimp *C, CimpState *S, CXCursor s);
+
+static void cimp_return(CimpState *S, SExpr *v) {
+  S->rv = S->rv ? sx_select(S->rc, S->rv, v) : v;
+  S->rc = sx_const(1);
+}
+
+static void cimp_decl(Cimp *C, CimpState *S, CXCursor d) {
+  const char *name = cimp_str(clang_getCursorSpelling(d));
+  if (clang_getCursorKind(d) != CXCursor_VarDecl) {
+    /* Local struct / enum / typedef declarations change nothing we model. */
+    if (clang_getCursorKind(d) == CXCursor_FunctionDecl)
+      cimp_error(C, d, "local function declarations are not supported");
+    return;
+  }
+  CXType t = clang_getCursorType(d);
+  enum CX_StorageClass sc = clang_Cursor_getStorageClass(d);
+  if (sc == CX_SC_Static || sc == CX_SC_Extern) {
+    /* A static const local is just a named constant: leave it out of the
+     * environment and cimp_declref treats it like a const global. */
+    if (sc == CX_SC_Static && clang_isConstQualifiedType(t)) return;
+    cimp_error(C, d, "%s local variable '%s' is not supported (imported functions must be pure)",
+               sc == CX_SC_Static ? "static" : "extern", name);
+    return;
+  }
+  if (cimp_is_pointer_type(t)) {
+    cimp_error(C, d, "pointer or array local '%s' is not supported (locals must be float)", name);
+    return;
+  }
+  if (!cimp_is_float_type(t)) {
+    cimp_error(C, d, "local variable '%s' has type '%s' (locals must be float)", name,
+               cimp_type_name(t));
+    return;
+  }
+  CXCursor init;
+  SExpr *v = NULL;
+  if (cimp_last_expr(d, &init) && !(v = cimp_expr(C, S, init))) return;
+  cimp_define(S, d, name, v);
+}
+
+/* `x = e`, `x += e`, `x++` as statements: rebind x. */
+static void cimp_assign(Cimp *C, CimpState *S, CXCursor e, CXCursor lhs, const char *op,
+                        SExpr *rhs) {
+  lhs = cimp_strip_parens(lhs);
+  if (clang_getCursorKind(lhs) != CXCursor_DeclRefExpr) {
+    cimp_error(C, lhs, "assignment to this kind of expression is not supported "
+                       "(only to float locals and parameters)");
+    return;
+  }
+  CXCursor ref = clang_getCursorReferenced(lhs);
+  const char *name = cimp_str(clang_getCursorSpelling(lhs));
+  CimpVar *v = cimp_lookup(S, ref);
+  if (!v) {
+    cimp_error(C, lhs, "writes global variable '%s'", name);
+    return;
+  }
+  if (!strcmp(op, "=")) {
+    v->val = rhs;
+    return;
+  }
+  if (!v->val) {
+    cimp_error(C, lhs, "'%s' may be used uninitialized", name);
+    return;
+  }
+  SxKind k = cimp_binop_kind(arena_strndup(op, strlen(op) - 1));   /* "+=" -> "+" */
+  if (k != SX_ADD && k != SX_SUB && k != SX_MUL && k != SX_DIV) {
+    cimp_error(C, e, "operator '%s' is not supported", op);
+    return;
+  }
+  v->val = sx_bin(k, v->val, rhs);
+}
+
+static void cimp_expr_stmt(Cimp *C, CimpState *S, CXCursor s) {
+  CXCursor e = cimp_strip_parens(s);
+  enum CXCursorKind k = clang_getCursorKind(e);
+  CimpKids kids = cimp_kids(e);
+  if ((k == CXCursor_BinaryOperator || k == CXCursor_CompoundAssignOperator) && kids.n == 2) {
+    const char *op = cimp_binop(C, e, kids.c[1]);
+    if (!op) return;
+    if (k == CXCursor_CompoundAssignOperator || !strcmp(op, "=")) {
+      SExpr *rhs = cimp_expr(C, S, kids.c[1]);
+      if (rhs) cimp_assign(C, S, e, kids.c[0], op, rhs);
+      return;
+    }
+  }
+  if (k == CXCursor_UnaryOperator && kids.n == 1) {
+    const char *op = cimp_unop(C, e, kids.c[0]);
+    if (!op) return;
+    if (!strcmp(op, "++") || !strcmp(op, "--")) {
+      cimp_assign(C, S, e, kids.c[0], op[0] == '+' ? "+=" : "-=", sx_const(1));
+      return;
+    }
+  }
+  CXCursor sub;
+  if (k == CXCursor_CStyleCastExpr &&
+      clang_getCanonicalType(clang_getCursorType(e)).kind == CXType_Void && cimp_last_expr(e, &sub))
+    e = sub; /* (void)x; — evaluated for errors only */
+  /* Any other expression has no effect on the result, but it must still be
+   * something we understand (this is where `printf(...)` is caught). */
+  cimp_expr(C, S, e);
+}
+
+static void cimp_if(Cimp *C, CimpState *S, CXCursor s) {
+  CimpKids k = cimp_kids(s);
+  if (k.n < 2 || k.n > 3) {
+    cimp_error(C, s, "unsupported form of 'if'");
+    return;
+  }
+  SExpr *c = cimp_expr(C, S, k.c[0]);
+  if (!c) return;
+  CimpState T = cimp_copy(S), E = cimp_copy(S);
+  cimp_stmt(C, &T, k.c[1]);
+  if (k.n == 3) cimp_stmt(C, &E, k.c[2]);
+  if (C->failed) return;
+  /* Merge the variables that existed before the if; a branch that has
+   * returned on every path contributes nothing to them. */
+  int t_done = cimp_is_true(T.rc), e_done = cimp_is_true(E.rc);
+  for (int i = 0; i < S->n; i++) {
+    SExpr *a = T.vars[i].val, *b = E.vars[i].val;
+    if (t_done) S->vars[i].val = b;
+    else if (e_done) S->vars[i].val = a;
+    else S->vars[i].val = a && b ? sx_select(c, a, b) : NULL;
+  }
+  S->rc = sx_select(c, T.rc, E.rc);
+  S->rv = !T.rv ? E.rv : !E.rv ? T.rv : sx_select(c, T.rv, E.rv);
+}
+
+static void cimp_stmt(Cimp *C, CimpState *S, CXCursor s) {
+  if (C->failed || cimp_is_true(S->rc)) return;   /* code after return is dead */
+  enum CXCursorKind k = clang_getCursorKind(s);
+  switch (k) {
+  case CXCursor_CompoundStmt: {
+    CimpKids kids = cimp_kids(s);
+    for (int i = 0; i < kids.n && !C->failed; i++) cimp_stmt(C, S, kids.c[i]);
+    return;
+  }
+  case CXCursor_DeclStmt: {
+    CimpKids kids = cimp_kids(s);
+    for (int i = 0; i < kids.n && !C->failed; i++) cimp_decl(C, S, kids.c[i]);
+    return;
+  }
+  case CXCursor_ReturnStmt: {
+    CXCursor e;
+    if (!cimp_last_expr(s, &e)) {
+      cimp_error(C, s, "'return' without a value");
+      return;
+    }
+    SExpr *v = cimp_expr(C, S, e);
+    if (v) cimp_return(S, v);
+    return;
+  }
+  case CXCursor_IfStmt:
+    cimp_if(C, S, s);
+    return;
+  case CXCursor_NullStmt:
+    return;
+  case CXCursor_ForStmt:
+  case CXCursor_WhileStmt:
+  case CXCursor_DoStmt:
+    cimp_error(C, s, "loops are not supported in imported functions");
+    return;
+  case CXCursor_SwitchStmt:
+    cimp_error(C, s, "'switch' is not supported in imported functions");
+    return;
+  case CXCursor_GotoStmt:
+  case CXCursor_IndirectGotoStmt:
+  case CXCursor_LabelStmt:
+    cimp_error(C, s, "'goto' and labels are not supported in imported functions");
+    return;
+  case CXCursor_GCCAsmStmt:
+  case CXCursor_MSAsmStmt:
+    cimp_error(C, s, "inline assembly is not supported in imported functions");
+    return;
+  default:
+    break;
+  }
+  if (clang_isExpression(k)) {
+    cimp_expr_stmt(C, S, s);
+    return;
+  }
+  cimp_error(C, s, "unsupported statement (%s)", cimp_str(clang_getCursorKindSpelling(k)));
+}
+
+/* ---- functions ---- */
+
+static int cimp_check_signature(Cimp *C, CXCursor fn, int is_top) {
+  const char *name = cimp_str(clang_getCursorSpelling(fn));
+  CXType rt = clang_getCursorResultType(fn);
+  if (!cimp_is_float_type(rt)) {
+    if (is_top)
+      cimp_error(C, fn, "return type must be float (or double), not '%s'", cimp_type_name(rt));
+    else
+      cimp_error(C, fn, "called function '%s' must return float (or double), not '%s'", name,
+                 cimp_type_name(rt));
+    return 0;
+  }
+  if (clang_Cursor_isVariadic(fn)) {
+    cimp_error(C, fn, "variadic function '%s' is not supported", name);
+    return 0;
+  }
+  int n = clang_Cursor_getNumArguments(fn);
+  for (int i = 0; i < n; i++) {
+    CXCursor p = clang_Cursor_getArgument(fn, (unsigned)i);
+    CXType t = clang_getCursorType(p);
+    const char *pn = cimp_str(clang_getCursorSpelling(p));
+    if (!*pn) pn = arena_printf("#%d", i + 1);
+    if (cimp_is_float_type(t)) continue;
+    if (cimp_is_pointer_type(t))
+      cimp_error(C, p, "pointer parameter '%s' is not supported (parameters must be float)", pn);
+    else
+      cimp_error(C, p, "parameter '%s' has type '%s' (parameters must be float)", pn,
+                 cimp_type_name(t));
+    return 0;
+  }
+  return 1;
+}
+
+/* Inline fn with its parameters bound to args; call is the call site (NULL
+ * for the imported function itself). */
+static SExpr *cimp_function(Cimp *C, CXCursor fn, SExpr **args, int nargs, const CXCursor *call) {
+  if (!cimp_check_signature(C, fn, call == NULL)) return NULL;
+  const char *name = cimp_str(clang_getCursorSpelling(fn));
+  int n = clang_Cursor_getNumArguments(fn);
+  if (n != nargs) {
+    cimp_error(C, call ? *call : fn, "'%s' takes %d argument%s, not %d", name, n,
+               n == 1 ? "" : "s", nargs);
+    return NULL;
+  }
+  CimpKids kids = cimp_kids(fn);
+  if (kids.n == 0 || clang_getCursorKind(kids.c[kids.n - 1]) != CXCursor_CompoundStmt) {
+    cimp_error(C, fn, "'%s' has no body", name);
+    return NULL;
+  }
+  CimpFrame frame = {fn, name, call ? *call : clang_getNullCursor(), call != NULL, C->frame};
+  C->frame = &frame;
+  C->depth++;
+  CimpState S = {0};
+  S.rc = sx_const(0);
+  for (int i = 0; i < n; i++) {
+    CXCursor p = clang_Cursor_getArgument(fn, (unsigned)i);
+    cimp_define(&S, p, cimp_str(clang_getCursorSpelling(p)), args[i]);
+  }
+  cimp_stmt(C, &S, kids.c[kids.n - 1]);
+  if (!C->failed && !cimp_is_true(S.rc))
+    cimp_error(C, fn, "control can reach the end of '%s' without a 'return'", name);
+  C->depth--;
+  C->frame = frame.up;
+  return C->failed ? NULL : S.rv;
+}
+
+/* ---- entry point ---- */
+
+typedef struct CimpFind {
+  const char *name;
+  CXCursor def, decl, other;
+} CimpFind;
+
+static enum CXChildVisitResult cimp_find_visit(CXCursor c, CXCursor parent, CXClientData d) {
+  CimpFind *F = d;
+  if (cimp_in_system_header(c)) return CXChildVisit_Continue;
+  CXString s = clang_getCursorSpelling(c);
+  int same = !strcmp(clang_getCString(s), F->name);
+  clang_disposeString(s);
+  if (!same) return CXChildVisit_Continue;
+  if (clang_getCursorKind(c) == CXCursor_FunctionDecl) {
+    if (clang_isCursorDefinition(c)) F->def = c;
+    else if (clang_Cursor_isNull(F->decl)) F->decl = c;
+  } else if (clang_Cursor_isNull(F->other)) {
+    F->other = c;
+  }
+  return CXChildVisit_Continue;
+}
+
+static const char *cimp_resolve(const char *header, const char *base_dir) {
+  if (header[0] == '/' || !base_dir || !*base_dir || !strcmp(base_dir, ".")) return header;
+  size_t n = strlen(base_dir);
+  return arena_printf("%s%s%s", base_dir, base_dir[n - 1] == '/' ? "" : "/", header);
+}
+
+/* libclang's first error, reported where it points. */
+static int cimp_parse_errors(CXTranslationUnit tu, const char *header, const char *name,
+                             SrcLoc use_loc) {
+  unsigned n = clang_getNumDiagnostics(tu);
+  for (unsigned i = 0; i < n; i++) {
+    CXDiagnostic d = clang_getDiagnostic(tu, i);
+    enum CXDiagnosticSeverity sev = clang_getDiagnosticSeverity(d);
+    if (sev >= CXDiagnostic_Error) {
+      CXFile f = NULL;
+      unsigned line = 0, col = 0;
+      clang_getExpansionLocation(clang_getDiagnosticLocation(d), &f, &line, &col, NULL);
+      const char *msg = cimp_str(clang_getDiagnosticSpelling(d));
+      if (f)
+        diag_error_at_path(cimp_str(clang_getFileName(f)), (int)line, (int)col, "%s", msg);
+      else
+        diag_error(use_loc, "%s: %s", header, msg);
+      diag_note(use_loc, "while importing '%s' from '%s'", name, header);
+      clang_disposeDiagnostic(d);
+      return 1;
+    }
+    clang_disposeDiagnostic(d);
+  }
+  return 0;
+}
+
+/* Find `name` in the parsed header and import it. */
+static ScalarFn *cimp_import_tu(CXTranslationUnit tu, const char *header, const char *path,
+                                const char *name, SrcLoc use_loc) {
+  if (cimp_parse_errors(tu, header, name, use_loc)) return NULL;
+  CimpFind F = {name, clang_getNullCursor(), clang_getNullCursor(), clang_getNullCursor()};
+  clang_visitChildren(clang_getTranslationUnitCursor(tu), cimp_find_visit, &F);
+  if (clang_Cursor_isNull(F.def)) {
+    CXCursor at = !clang_Cursor_isNull(F.decl) ? F.decl : F.other;
+    if (clang_Cursor_isNull(at)) {
+      diag_error(use_loc, "function '%s' not found in '%s'", name, header);
+      return NULL;
+    }
+    const char *p;
+    int line, col;
+    cimp_where(at, &p, &line, &col);
+    if (!clang_Cursor_isNull(F.decl))
+      diag_error_at_path(p, line, col,
+                         "%s: declared without a body (imported functions must be defined "
+                         "in the header)", name);
+    else
+      diag_error_at_path(p, line, col, "%s: not a function", name);
+    diag_note(use_loc, "while importing '%s' from '%s'", name, header);
+    return NULL;
+  }
+
+  Cimp C = {0};
+  C.tu = tu;
+  C.top = arena_strdup(name);
+  int n = clang_Cursor_getNumArguments(F.def);
+  if (n < 0) n = 0;
+  SExpr **argv = arena_alloc(sizeof(SExpr *) * (size_t)(n ? n : 1));
+  const char **argnames = arena_alloc(sizeof(char *) * (size_t)(n ? n : 1));
+  for (int i = 0; i < n; i++) {
+    argv[i] = sx_arg(i);
+    CXCursor p = clang_Cursor_getArgument(F.def, (unsigned)i);
+    const char *pn = cimp_str(clang_getCursorSpelling(p));
+    argnames[i] = *pn ? pn : arena_printf("arg%d", i);
+  }
+  SExpr *body = cimp_function(&C, F.def, argv, n, NULL);
+  if (!body) {
+    diag_note(use_loc, "while importing '%s' from '%s'", name, header);
+    return NULL;
+  }
+  const char *hpath;
+  int line, col;
+  cimp_where(F.def, &hpath, &line, &col);
+  ScalarFn *fn = arena_alloc(sizeof *fn);
+  fn->name = C.top;
+  fn->header = arena_strdup(path);
+  fn->line = line;
+  fn->nargs = n;
+  fn->argnames = argnames;
+  fn->body = body;
+  fn->dbody = arena_alloc(sizeof(SExpr *) * (size_t)(n ? n : 1));
+  for (int i = 0; i < n; i++) fn->dbody[i] = sx_diff(body, i);
+  return fn;
+}
+
+ScalarFn *cimp_import(const char *header, const char *base_dir, const char *name,
+                      SrcLoc use_loc) {
+  const char *path = cimp_resolve(header, base_dir);
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    diag_error(use_loc, "cannot open header '%s': %s", header, strerror(errno));
+    return NULL;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    diag_error(use_loc, "cannot open header '%s': %s", header, strerror(EISDIR));
+    return NULL;
+  }
+
+  const char *args[5] = {"-x", "c", "-std=c11"};
+  int nargs = 3;
+  if (SHARDC_CLANG_RESOURCE_DIR[0]) {
+    /* Without it libclang may not find its builtin headers (stddef.h). */
+    args[nargs++] = "-resource-dir";
+    args[nargs++] = SHARDC_CLANG_RESOURCE_DIR;
+  }
+  CXIndex index = clang_createIndex(0, 0);
+  CXTranslationUnit tu = NULL;
+  enum CXErrorCode err = clang_parseTranslationUnit2(index, path, args, nargs, NULL, 0,
+                                                     CXTranslationUnit_None, &tu);
+  ScalarFn *fn = NULL;
+  if (err != CXError_Success || !tu)
+    diag_error(use_loc, "cannot parse header '%s' (libclang error %d)", header, (int)err);
+  else
+    fn = cimp_import_tu(tu, header, path, name, use_loc);
+  if (tu) clang_disposeTranslationUnit(tu);
+  clang_disposeIndex(index);
+  return fn;
+}

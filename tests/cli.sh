@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Driver tests: subcommands, flags, exit codes and messages.
+#   tests/cli.sh SHARDC
+set -uo pipefail
+bin="$1"
+cd "$(dirname "$0")/.."
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect NAME EXIT PATTERN -- command...   (PATTERN is an extended regex on stdout+stderr)
+expect() {
+  local name="$1" want="$2" pat="$3"
+  shift 4
+  local out rc
+  out=$(timeout 20 "$@" 2>&1)
+  rc=$?
+  if [ "$rc" != "$want" ]; then
+    echo "FAIL: $name: exit $rc, expected $want"
+    echo "$out" | head -10
+    fail=$((fail + 1))
+  elif ! grep -qE -- "$pat" <<<"$out"; then
+    echo "FAIL: $name: output does not match /$pat/"
+    echo "$out" | head -10
+    fail=$((fail + 1))
+  elif grep -qE "AddressSanitizer|runtime error" <<<"$out"; then
+    echo "FAIL: $name: sanitizer report"
+    fail=$((fail + 1))
+  else
+    pass=$((pass + 1))
+  fi
+}
+
+expect version 0 '^shardc [0-9]+\.[0-9]+\.[0-9]+' -- "$bin" --version
+expect help 0 'usage: shardc <command>' -- "$bin" --help
+expect no-args 1 'usage: shardc' -- "$bin"
+expect unknown-command 1 "unknown command 'frobnicate'" -- "$bin" frobnicate
+expect check-help 0 'usage: shardc check' -- "$bin" check --help
+expect compile-help 0 'dump-after' -- "$bin" compile --help
+expect no-input 1 'no input file' -- "$bin" check
+expect unknown-flag 1 "unknown option '--frob'" -- "$bin" check samples/gpt.shard --frob
+expect two-files 1 'more than one input file' -- "$bin" check samples/gpt.shard samples/mlp.shard
+expect missing-file 1 "cannot open 'nope.shard': No such file or directory" -- "$bin" check nope.shard
+expect directory 1 "cannot open 'samples'|is a directory" -- "$bin" check samples
+printf 'const a = 1\0junk' >"$tmp/nul.shard"
+expect nul-byte 1 'contains a NUL byte' -- "$bin" check "$tmp/nul.shard"
+: >"$tmp/empty.shard"
+expect empty-check 0 '' -- "$bin" check "$tmp/empty.shard"
+expect empty-compile 1 'declares no model' -- "$bin" compile "$tmp/empty.shard"
+expect emit-bad 1 '--emit must be ir, plan or c' -- "$bin" compile samples/gpt.shard --emit=asm
+expect emit-c 1 'not available yet' -- "$bin" compile samples/gpt.shard --emit=c
+expect target-bad 1 '--target must be cpu or cuda' -- "$bin" compile samples/gpt.shard --target=tpu
+expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
+expect dump-lower 0 '^graph gpt \{' -- "$bin" compile samples/gpt.shard --dump-after=lower
+expect list-passes 0 '^shape ' -- "$bin" compile --list-passes
+expect mesh-missing-value 1 '--mesh needs a value' -- "$bin" check samples/gpt.shard --mesh
+expect build-unavailable 1 "'build' is not available yet" -- "$bin" build samples/gpt.shard
+expect explore-unavailable 1 "'explore' is not available yet" -- "$bin" explore samples/gpt.shard
+
+# The command line wins over the train block.
+expect strategy-override 0 'strategy: dp=2,tp=2,mb=2 \(from --strategy\)' -- "$bin" compile samples/gpt.shard --strategy dp=2,tp=2
+expect strategy-eq-form 0 'strategy: dp=1,tp=4,mb=4 \(from --strategy\)' -- "$bin" compile samples/gpt.shard --strategy=tp=4
+expect strategy-dp-inferred 0 'strategy: dp=2,pp=2,schedule=gpipe' -- "$bin" compile samples/gpt.shard --strategy pp=2,schedule=gpipe
+expect strategy-auto 0 'strategy: auto' -- "$bin" compile samples/gpt.shard --strategy auto
+expect mesh-spec 0 'mesh:     2x4:H100_SXM = 8 x H100_SXM \(2 nodes x 4\)' -- "$bin" compile samples/gpt.shard --mesh 2x4:H100_SXM --strategy dp=2,tp=4
+expect mesh-spec-count 0 'strategy: dp=2,mb=2 ' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy dp=2
+expect mesh-microbatch 1 'microbatch 4 does not divide the per-rank batch 2 \(batch 16 / dp 8\)' -- "$bin" check samples/gpt.shard --mesh 8 --strategy dp=8
+expect mesh-vs-block-strategy 1 'strategy dp=4 uses 4 devices but the mesh has 8' -- "$bin" check samples/gpt.shard --mesh 8
+expect mesh-bad 1 "--mesh 'zz' is neither a mesh declared in the file nor a size" -- "$bin" check samples/gpt.shard --mesh zz
+expect mesh-bad-device 1 "unknown device 'TPUv4'" -- "$bin" check samples/gpt.shard --mesh 4:TPUv4
+expect strategy-too-big 1 'uses 8 devices but the mesh has 4' -- "$bin" check samples/gpt.shard --strategy dp=2,tp=4
+expect strategy-bad-key 1 "unknown strategy key 'tq'" -- "$bin" check samples/gpt.shard --strategy tq=2
+expect strategy-tp-heads 1 'attention: heads 4 cannot be split over tp=8' -- "$bin" check samples/gpt.shard --mesh 8 --strategy tp=8
+expect model-flag-bad 1 "--model 'nope' is not a model" -- "$bin" check samples/gpt.shard --model nope
+expect warnings-quiet 0 '' -- "$bin" check samples/gpt.shard -w
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,74 @@
+/* test_plan.c — strategy SPEC parsing and resolution against mesh sizes. */
+#include "ir.h"
+#include "test.h"
+
+static int parse_resolve(const char *spec, int ndev, Plan *p, char *err) {
+  plan_default(p);
+  if (plan_parse_spec(spec, p, err, 256)) return -1;
+  return plan_resolve(p, ndev, err, 256);
+}
+
+int main(void) {
+  Plan p;
+  char err[256], s[256];
+
+  ASSERT(0, parse_resolve("dp=2,tp=2", 4, &p, err));
+  ASSERT(2, p.dp);
+  ASSERT(2, p.tp);
+
+  /* dp absorbs what the other axes leave. */
+  ASSERT(0, parse_resolve("tp=2,pp=2", 8, &p, err));
+  ASSERT(2, p.dp);
+  plan_str(&p, s, sizeof s);
+  ASSERT_STR("dp=2,tp=2,pp=2,schedule=1f1b", s);
+
+  ASSERT(0, parse_resolve("tp2d=2x2", 8, &p, err));
+  ASSERT(2, p.tp2d);
+  ASSERT(2, p.dp);
+
+  /* sp=ring takes what is left when dp is given. */
+  ASSERT(0, parse_resolve("dp=2,sp=ring", 8, &p, err));
+  ASSERT(4, p.sp);
+  ASSERT(SP_RING, p.sp_kind);
+  ASSERT(0, parse_resolve("sp=ring:2,tp=2", 8, &p, err));
+  ASSERT(2, p.sp);
+  ASSERT(2, p.dp);
+
+  ASSERT(0, parse_resolve("pp=4,schedule=interleaved:3", 4, &p, err));
+  ASSERT(SCHED_INTERLEAVED, p.schedule);
+  ASSERT(3, p.vchunks);
+  ASSERT(0, parse_resolve("dp=4,zero=3,recompute=selective", 4, &p, err));
+  ASSERT(3, p.zero);
+  ASSERT(RECOMPUTE_SELECTIVE, p.recompute);
+  ASSERT(0, parse_resolve("auto", 16, &p, err));
+  ASSERT(1, p.is_auto);
+  ASSERT(0, parse_resolve("tp=2,sp=megatron", 2, &p, err));
+  ASSERT(SP_MEGATRON, p.sp_kind);
+
+  /* errors */
+  ASSERT(-1, parse_resolve("dp=2,tp=4", 4, &p, err));
+  ASSERT(1, strstr(err, "uses 8 devices but the mesh has 4") != NULL);
+  ASSERT(-1, parse_resolve("tp=3", 4, &p, err));
+  ASSERT(1, strstr(err, "does not divide the mesh size 4") != NULL);
+  ASSERT(-1, parse_resolve("tp=2,tp2d=2x2", 8, &p, err));
+  ASSERT(-1, parse_resolve("tp2d=2x4", 8, &p, err));
+  ASSERT(1, strstr(err, "must be square") != NULL);
+  ASSERT(-1, parse_resolve("sp=megatron", 4, &p, err));
+  ASSERT(-1, parse_resolve("schedule=interleaved", 4, &p, err));
+  ASSERT(-1, parse_resolve("zero=4", 4, &p, err));
+  ASSERT(-1, parse_resolve("zero=1", 1, &p, err));
+  ASSERT(-1, parse_resolve("dp=0", 1, &p, err));
+  ASSERT(-1, parse_resolve("dp=x", 1, &p, err));
+  ASSERT(-1, parse_resolve("dp", 1, &p, err));
+  ASSERT(-1, parse_resolve("", 1, &p, err));
+  ASSERT(-1, parse_resolve("pp=2,schedule=zigzag", 2, &p, err));
+  ASSERT(-1, parse_resolve("sp=ring", 1, &p, err));
+  ASSERT(-1, parse_resolve("recompute=some", 1, &p, err));
+  ASSERT(-1, parse_resolve("dp=99999999999", 1, &p, err));
+
+  /* devices */
+  ASSERT(1, ir_device_lookup("H100_SXM") != NULL);
+  ASSERT(1, ir_device_lookup("H100_SXM")->flops_bf16 == 989e12);
+  ASSERT(1, ir_device_lookup("nope") == NULL);
+  TEST_MAIN_END();
+}
