@@ -660,9 +660,10 @@ static SExpr *cimp_binary(Cimp *C, CimpState *S, CXCursor e) {
     return NULL;
   }
   SxKind kind = cimp_binop_kind(op);
-  int arith = kind == SX_ADD || kind == SX_SUB || kind == SX_MUL || kind == SX_DIV;
-  if (kind == SX_NKINDS || (arith && cimp_is_int_type(clang_getCursorType(e)))) {
-    /* Constant integer expressions were folded by the caller already. */
+  /* Constant integer expressions were folded by the caller already; what is
+   * left are ints built from comparisons such as (x > 0) * 2, where + - *
+   * agree with float arithmetic but truncating division does not. */
+  if (kind == SX_NKINDS || (kind == SX_DIV && cimp_is_int_type(clang_getCursorType(e)))) {
     cimp_error(C, e, "integer operator '%s' on non-constant values is not supported "
                      "(use float arithmetic)", op);
     return NULL;

@@ -493,6 +493,28 @@ void ir_print(FILE *out, const Graph *g) {
     for (int i = 0; i < g->nsym; i++) fprintf(out, " %s=%" PRId64, g->symname[i], g->symval[i]);
     fprintf(out, "\n");
   }
+  /* Imported scalar functions, once each, with their derivatives. */
+  PtrVec fns = {0};
+  for (int i = 0; i < g->nodes.len; i++) {
+    const Node *n = g->nodes.data[i];
+    if (n->op != OP_MAP) continue;
+    bool seen = false;
+    for (int j = 0; j < fns.len; j++) seen |= fns.data[j] == n->a.fn;
+    if (seen) continue;
+    vec_push(&fns, n->a.fn);
+    const ScalarFn *fn = n->a.fn;
+    const char *const *an = fn->argnames;
+    fprintf(out, "  fn %s(", fn->name);
+    for (int a = 0; a < fn->nargs; a++) fprintf(out, "%s%s", a ? ", " : "", an[a]);
+    fprintf(out, ") = ");
+    sx_print(out, fn->body, an);
+    fputc('\n', out);
+    for (int a = 0; a < fn->nargs; a++) {
+      fprintf(out, "    d/d%s = ", an[a]);
+      sx_print(out, fn->dbody[a], an);
+      fputc('\n', out);
+    }
+  }
   char sh[256];
   for (int i = 0; i < g->nodes.len; i++) {
     const Node *n = g->nodes.data[i];
