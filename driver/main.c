@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "passes.h"
 
@@ -26,7 +28,8 @@ static const char *usage_check =
     "  --mesh NAME|SPEC     a mesh declared in the file, or N, NODESxPER_NODE, optionally :DEVICE\n"
     "  --strategy SPEC      e.g. dp=2,tp=2,sp=ring,pp=2,schedule=1f1b,mb=4,zero=1,recompute=selective\n"
     "  --model NAME         the model to check when the file has several\n"
-    "  -w                   do not print warnings\n";
+    "  -w                   do not print warnings\n"
+    "  --time-report        print time per phase and peak memory to stderr\n";
 
 static const char *usage_compile =
     "usage: shardc compile MODEL.shard [-o DIR] [--target cpu|cuda] [--mesh NAME|SPEC]\n"
@@ -52,7 +55,14 @@ typedef struct Opts {
   SemaOptions sema;
   int list_passes;
   int no_warn;
+  int time_report;
 } Opts;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
 
 static int usage_error(const char *usage, const char *fmt, const char *arg) {
   fprintf(stderr, "shardc: error: ");
@@ -81,6 +91,8 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       exit(0);
     } else if (!strcmp(a, "-w")) {
       o->no_warn = 1;
+    } else if (!strcmp(a, "--time-report")) {
+      o->time_report = 1;
     } else if (!strcmp(a, "--list-passes")) {
       o->list_passes = 1;
     } else if ((v = flag_value(argc, argv, &i, "--mesh"))) {
@@ -147,6 +159,7 @@ static int run(Opts *o) {
     /* Plans are target-independent; only code generation would differ. */
   }
   diag_set_quiet_warnings(o->no_warn);
+  double t0 = now_ms();
   SrcFile *f = src_load(o->file);
   if (!f) {
     fprintf(stderr, "shardc: error: cannot open '%s': %s\n", o->file, strerror(errno));
@@ -157,8 +170,10 @@ static int run(Opts *o) {
     return 1;
   }
   Program *prog = ast_parse(f);
+  double t1 = now_ms();
   if (!prog || diag_error_count()) return 1;
   Module *m = sema_run(prog, &o->sema);
+  double t2 = now_ms();
   if (!m || diag_error_count()) return 1;
   if (!m->graph) {
     if (!strcmp(o->cmd, "check")) return 0;
@@ -168,6 +183,16 @@ static int run(Opts *o) {
   for (int i = 0; i < pass_count; i++) {
     if (pass_list[i].run(m) || diag_error_count()) return 1;
     if (i == dump_idx) ir_print(stdout, m->graph);
+  }
+  if (o->time_report) {
+    double t3 = now_ms();
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    fprintf(stderr,
+            "time: parse %.2f ms, check+lower %.2f ms, passes %.2f ms, total %.2f ms; "
+            "%d nodes; peak RSS %.1f MiB; arena %.1f MiB\n",
+            t1 - t0, t2 - t1, t3 - t2, t3 - t0, m->graph->nodes.len, ru.ru_maxrss / 1024.0,
+            arena_bytes() / 1048576.0);
   }
   if (!strcmp(o->cmd, "check")) return 0;
   if (o->dump_after) return 0;

@@ -3,10 +3,11 @@
  *
  * The body is executed symbolically: locals and parameters map to SExprs,
  * assignments rebind them, `if` runs both branches and merges every variable
- * with select(cond, then, else), and `return` is folded into a pair
- * (rc, rv) = (condition under which the function has returned, value
- * returned then).  Straight-line code, early returns and if/else chains all
- * reduce to one expression this way; anything that needs real control flow
+ * with select(cond, then, else).  The result is an expression with a hole
+ * (a placeholder node) for "what the rest of the body returns": `return v`
+ * fills the hole with v, and an `if` fills it with select(cond, then-result,
+ * else-result), whose branches may have holes of their own.  Straight-line
+ * code, early returns and if/else chains all reduce to one expression; anything that needs real control flow
  * (loops, goto, switch) or memory (pointers, globals) is an error that points
  * into the header.
  *
@@ -63,8 +64,9 @@ typedef struct CimpVar {
 typedef struct CimpState {
   CimpVar *vars;
   int n, cap;
-  SExpr *rc;        /* 1.0 where the function has already returned */
-  SExpr *rv;        /* the value returned there (NULL while rc == 0) */
+  SExpr *rv;        /* the result, with the hole standing for whatever the
+                       code still to run returns */
+  int open;         /* some path can still fall through to that code */
 } CimpState;
 
 /* The chain of functions being inlined, innermost first. */
@@ -79,6 +81,7 @@ typedef struct CimpFrame {
 typedef struct Cimp {
   CXTranslationUnit tu;
   const char *top;  /* the imported function: prefix of every message */
+  SExpr *hole;
   int failed;
   int depth;
   CimpFrame *frame;
@@ -197,21 +200,40 @@ static SrcLoc cimp_srcloc(CXCursor c) {
 
 /* Report the first error only: after one unsupported construct the rest of
  * the walk is unreliable, and one precise message is what users act on. */
-__attribute__((format(printf, 3, 4)))
-static void cimp_error(Cimp *C, CXCursor at, const char *fmt, ...) {
+static void cimp_verror(Cimp *C, const char *path, int line, int col, const char *fmt,
+                        va_list ap) {
   if (C->failed) return;
   C->failed = 1;
   char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  const char *path;
-  int line, col;
-  cimp_where(at, &path, &line, &col);
   diag_error_at_path(path, line, col, "%s: %s", C->top, msg);
   for (CimpFrame *f = C->frame; f; f = f->up)
     if (f->has_call) diag_note(cimp_srcloc(f->call), "'%s' is inlined here", f->name);
+}
+
+__attribute__((format(printf, 3, 4)))
+static void cimp_error(Cimp *C, CXCursor at, const char *fmt, ...) {
+  const char *path;
+  int line, col;
+  cimp_where(at, &path, &line, &col);
+  va_list ap;
+  va_start(ap, fmt);
+  cimp_verror(C, path, line, col, fmt, ap);
+  va_end(ap);
+}
+
+/* An error at the closing brace of a compound statement. */
+__attribute__((format(printf, 3, 4)))
+static void cimp_error_at_end(Cimp *C, CXCursor block, const char *fmt, ...) {
+  CXFile f = NULL;
+  unsigned line = 0, col = 0;
+  clang_getExpansionLocation(clang_getRangeEnd(clang_getCursorExtent(block)), &f, &line, &col,
+                             NULL);
+  const char *path = f ? cimp_str(clang_getFileName(f)) : "<unknown>";
+  va_list ap;
+  va_start(ap, fmt);
+  cimp_verror(C, path, (int)line, col > 1 ? (int)col - 1 : 1, fmt, ap);   /* end is one past '}' */
+  va_end(ap);
 }
 
 /* ---- tokens and operators ---- */
@@ -469,8 +491,6 @@ static CimpState cimp_copy(const CimpState *S) {
   if (S->n) memcpy(c.vars, S->vars, sizeof(CimpVar) * (size_t)S->n);
   return c;
 }
-
-static int cimp_is_true(const SExpr *e) { return e->kind == SX_CONST && e->value != 0; }
 
 /* ---- expressions ---- */
 
@@ -808,9 +828,9 @@ static SExpr *cimp_expr(Cimp *C, CimpState *S, CXCursor e) {
 
 static void cimp_stmt(Cimp *C, CimpState *S, CXCursor s);
 
-static void cimp_return(CimpState *S, SExpr *v) {
-  S->rv = S->rv ? sx_select(S->rc, S->rv, v) : v;
-  S->rc = sx_const(1);
+static void cimp_return(Cimp *C, CimpState *S, SExpr *v) {
+  S->rv = sx_subst(S->rv, C->hole, v);
+  S->open = 0;
 }
 
 static void cimp_decl(Cimp *C, CimpState *S, CXCursor d) {
@@ -916,25 +936,27 @@ static void cimp_if(Cimp *C, CimpState *S, CXCursor s) {
   }
   SExpr *c = cimp_expr(C, S, k.c[0]);
   if (!c) return;
+  /* Each branch starts with a fresh hole: its rv is "what this branch
+   * returns, given what the code after the if returns". */
   CimpState T = cimp_copy(S), E = cimp_copy(S);
+  T.rv = E.rv = C->hole;
   cimp_stmt(C, &T, k.c[1]);
   if (k.n == 3) cimp_stmt(C, &E, k.c[2]);
   if (C->failed) return;
   /* Merge the variables that existed before the if; a branch that has
    * returned on every path contributes nothing to them. */
-  int t_done = cimp_is_true(T.rc), e_done = cimp_is_true(E.rc);
   for (int i = 0; i < S->n; i++) {
     SExpr *a = T.vars[i].val, *b = E.vars[i].val;
-    if (t_done) S->vars[i].val = b;
-    else if (e_done) S->vars[i].val = a;
+    if (!T.open) S->vars[i].val = b;
+    else if (!E.open) S->vars[i].val = a;
     else S->vars[i].val = a && b ? sx_select(c, a, b) : NULL;
   }
-  S->rc = sx_select(c, T.rc, E.rc);
-  S->rv = !T.rv ? E.rv : !E.rv ? T.rv : sx_select(c, T.rv, E.rv);
+  S->rv = sx_subst(S->rv, C->hole, sx_select(c, T.rv, E.rv));
+  S->open = T.open || E.open;
 }
 
 static void cimp_stmt(Cimp *C, CimpState *S, CXCursor s) {
-  if (C->failed || cimp_is_true(S->rc)) return;   /* code after return is dead */
+  if (C->failed || !S->open) return;   /* code after return is dead */
   enum CXCursorKind k = clang_getCursorKind(s);
   switch (k) {
   case CXCursor_CompoundStmt: {
@@ -954,7 +976,7 @@ static void cimp_stmt(Cimp *C, CimpState *S, CXCursor s) {
       return;
     }
     SExpr *v = cimp_expr(C, S, e);
-    if (v) cimp_return(S, v);
+    if (v) cimp_return(C, S, v);
     return;
   }
   case CXCursor_IfStmt:
@@ -1043,14 +1065,16 @@ static SExpr *cimp_function(Cimp *C, CXCursor fn, SExpr **args, int nargs, const
   C->frame = &frame;
   C->depth++;
   CimpState S = {0};
-  S.rc = sx_const(0);
+  S.rv = C->hole;
+  S.open = 1;
   for (int i = 0; i < n; i++) {
     CXCursor p = clang_Cursor_getArgument(fn, (unsigned)i);
     cimp_define(&S, p, cimp_str(clang_getCursorSpelling(p)), args[i]);
   }
   cimp_stmt(C, &S, kids.c[kids.n - 1]);
-  if (!C->failed && !cimp_is_true(S.rc))
-    cimp_error(C, fn, "control can reach the end of '%s' without a 'return'", name);
+  if (!C->failed && S.open)
+    cimp_error_at_end(C, kids.c[kids.n - 1], "control can reach the end of '%s' without a 'return'",
+                      name);
   C->depth--;
   C->frame = frame.up;
   return C->failed ? NULL : S.rv;
@@ -1138,6 +1162,7 @@ static ScalarFn *cimp_import_tu(CXTranslationUnit tu, const char *header, const 
   Cimp C = {0};
   C.tu = tu;
   C.top = arena_strdup(name);
+  C.hole = sx_arg(-1);   /* never escapes: an open result is an error */
   int n = clang_Cursor_getNumArguments(F.def);
   if (n < 0) n = 0;
   SExpr **argv = arena_alloc(sizeof(SExpr *) * (size_t)(n ? n : 1));

@@ -81,6 +81,39 @@ void vec_push(PtrVec *v, void *p) {
   v->data[v->len++] = p;
 }
 
+static unsigned long str_hash(const char *s) {
+  unsigned long h = 1469598103934665603ul;  /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ul;
+  return h;
+}
+
+void *strmap_get(const StrMap *m, const char *key) {
+  if (!m->cap) return NULL;
+  for (unsigned long i = str_hash(key) & (unsigned long)(m->cap - 1);; i = (i + 1) & (unsigned long)(m->cap - 1)) {
+    if (!m->keys[i]) return NULL;
+    if (!strcmp(m->keys[i], key)) return m->vals[i];
+  }
+}
+
+void strmap_put(StrMap *m, const char *key, void *val) {
+  if (2 * (m->len + 1) > m->cap) {
+    StrMap n = {0};
+    n.cap = m->cap ? m->cap * 2 : 64;
+    n.keys = arena_alloc(sizeof(char *) * (size_t)n.cap);
+    n.vals = arena_alloc(sizeof(void *) * (size_t)n.cap);
+    for (int i = 0; i < m->cap; i++)
+      if (m->keys[i]) strmap_put(&n, m->keys[i], m->vals[i]);
+    *m = n;
+  }
+  unsigned long i = str_hash(key) & (unsigned long)(m->cap - 1);
+  while (m->keys[i] && strcmp(m->keys[i], key)) i = (i + 1) & (unsigned long)(m->cap - 1);
+  if (!m->keys[i]) {
+    m->keys[i] = key;
+    m->len++;
+  }
+  m->vals[i] = val;
+}
+
 /* ---- source files ---- */
 
 SrcFile *src_load(const char *path) {

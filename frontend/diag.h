@@ -40,6 +40,15 @@ typedef struct PtrVec {
 } PtrVec;
 void vec_push(PtrVec *v, void *p);
 
+/* String-keyed hash map (arena-backed, open addressing, never shrinks). */
+typedef struct StrMap {
+  const char **keys;
+  void **vals;
+  int len, cap;
+} StrMap;
+void *strmap_get(const StrMap *m, const char *key);
+void strmap_put(StrMap *m, const char *key, void *val);   /* replaces */
+
 /* ---- source files ---- */
 SrcFile *src_load(const char *path);      /* NULL (and errno) on failure */
 SrcFile *src_from_string(const char *name, const char *text);

@@ -2,6 +2,7 @@
  * inlining user layers and lowering builtin layers to primitive IR ops on
  * concrete shapes.  Shape errors point at the DSL call site. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "sema.h"
@@ -86,7 +87,7 @@ typedef struct Ctx {
   PtrVec stack;          /* Decl* of layers being called */
   PtrVec named;          /* bodies whose call sites have names */
   PtrVec embeds;         /* Value* embedding tables, for tied = embedding */
-  PtrVec embed_locs;     /* SrcLoc* */
+  StrMap param_names;    /* parameter path -> Value*, to catch duplicates */
   bool failed;
 } Ctx;
 
@@ -177,16 +178,19 @@ static void name_sites(Ctx *c, PtrVec *body) {
     }
     count_calls(c, st->value, &sites);
   }
+  /* Counts per base name first, then numbers in source order: linear in
+   * the number of sites (a 1,000-layer model is one body). */
+  StrMap total = {0}, seen = {0};
+  for (int i = 0; i < sites.len; i++) {
+    const char *base = site_base(sites.data[i]);
+    strmap_put(&total, base, (void *)((intptr_t)strmap_get(&total, base) + 1));
+  }
   for (int i = 0; i < sites.len; i++) {
     Expr *e = sites.data[i];
     const char *base = site_base(e);
-    int total = 0, k = 0;
-    for (int j = 0; j < sites.len; j++)
-      if (!strcmp(site_base(sites.data[j]), base)) {
-        total++;
-        if (j <= i) k++;
-      }
-    e->pname = total == 1 ? base : arena_printf("%s_%d", base, k);
+    intptr_t k = (intptr_t)strmap_get(&seen, base) + 1;
+    strmap_put(&seen, base, (void *)k);
+    e->pname = (intptr_t)strmap_get(&total, base) == 1 ? base : arena_printf("%s_%d", base, (int)k);
   }
 }
 
@@ -255,14 +259,12 @@ static Value *op2(Ctx *c, OpKind k, Value *x, Value *y, SrcLoc loc, const char *
 static Value *param(Ctx *c, const char *comp, const char *leaf, Shape s, SrcLoc loc, bool decay,
                     const char *init) {
   const char *name = join(join(c->path, comp), leaf);
-  for (int i = 0; i < c->g->params.len; i++) {
-    Value *p = c->g->params.data[i];
-    if (!strcmp(p->name, name)) {
-      diag_error(loc, "parameter '%s' is created twice", name);
-      diag_note(p->loc, "first created here; give one of the calls name = \"...\"");
-      c->failed = true;
-      return NULL;
-    }
+  Value *p = strmap_get(&c->param_names, name);
+  if (p) {
+    diag_error(loc, "parameter '%s' is created twice", name);
+    diag_note(p->loc, "first created here; give one of the calls name = \"...\"");
+    c->failed = true;
+    return NULL;
   }
   for (int i = 0; i < s.ndim; i++)
     if (s.d[i].n < 1 || s.d[i].n > ((int64_t)1 << 40)) {
@@ -271,7 +273,9 @@ static Value *param(Ctx *c, const char *comp, const char *leaf, Shape s, SrcLoc 
       c->failed = true;
       return NULL;
     }
-  return ir_param(c->g, name, s, loc, decay, init);
+  Value *v = ir_param(c->g, name, s, loc, decay, init);
+  strmap_put(&c->param_names, name, v);
+  return v;
 }
 
 /* ---- argument binding for builtins ---- */

@@ -16,12 +16,12 @@ typedef struct DeclInfo {
   Mesh *mesh;      /* D_MESH */
 } DeclInfo;
 
-static PtrVec infos;  /* DeclInfo*, parallel to Module.decls */
+static PtrVec infos;   /* DeclInfo*, parallel to Module.decls */
+static StrMap by_name; /* name -> DeclInfo* */
 
 static DeclInfo *info_of(Decl *d) {
-  for (int i = 0; i < infos.len; i++)
-    if (((DeclInfo *)infos.data[i])->d == d) return infos.data[i];
-  return NULL;
+  DeclInfo *in = d && d->name ? strmap_get(&by_name, d->name) : NULL;
+  return in && in->d == d ? in : NULL;
 }
 
 static const char *kind_name(DeclKind k) {
@@ -37,15 +37,10 @@ static const char *kind_name(DeclKind k) {
 }
 
 Decl *sema_lookup_decl(Module *m, const char *name) {
-  for (int i = 0; i < m->decls.len; i++) {
-    Decl *d = m->decls.data[i];
-    if (!strcmp(d->name, name)) {
-      DeclInfo *in = info_of(d);
-      if (in) in->used = true;
-      return d;
-    }
-  }
-  return NULL;
+  DeclInfo *in = strmap_get(&by_name, name);
+  if (!in) return NULL;
+  in->used = true;
+  return in->d;
 }
 
 ScalarFn *sema_decl_fn(Decl *d) {
@@ -716,6 +711,7 @@ Module *sema_run(Program *prog, const SemaOptions *opt) {
   m->prog = prog;
   m->base_dir = dirname_of(prog->file->path);
   infos = (PtrVec){0};
+  by_name = (StrMap){0};
   Decl *train = NULL;
 
   /* Names: one namespace for constants, functions, layers, models, meshes. */
@@ -730,9 +726,8 @@ Module *sema_run(Program *prog, const SemaOptions *opt) {
       train = d;
       continue;
     }
-    Decl *prev = NULL;
-    for (int j = 0; j < m->decls.len && !prev; j++)
-      if (!strcmp(((Decl *)m->decls.data[j])->name, d->name)) prev = m->decls.data[j];
+    DeclInfo *previn = strmap_get(&by_name, d->name);
+    Decl *prev = previn ? previn->d : NULL;
     if (prev) {
       diag_error(d->name_loc, "redefinition of '%s'", d->name);
       diag_note(prev->name_loc, "previous definition of '%s' as a %s is here", d->name,
@@ -747,6 +742,7 @@ Module *sema_run(Program *prog, const SemaOptions *opt) {
     DeclInfo *in = arena_alloc(sizeof *in);
     in->d = d;
     vec_push(&infos, in);
+    strmap_put(&by_name, d->name, in);
   }
 
   for (int i = 0; i < m->decls.len; i++) {

@@ -326,8 +326,36 @@ SExpr *sx_select(SExpr *cond, SExpr *a, SExpr *b) {
   if (sx_isbool(cond)) {
     if (sx_isconst(a, 1) && sx_isconst(b, 0)) return cond;
     if (sx_isconst(a, 0) && sx_isconst(b, 1)) return sx_un(SX_NOT, cond);
+    /* Truth values: c ? 1 : b is c || b, and c ? a : 0 is c && a. */
+    if (sx_isconst(a, 1) && sx_isbool(b)) return sx_bin(SX_OR, cond, b);
+    if (sx_isconst(b, 0) && sx_isbool(a)) return sx_bin(SX_AND, cond, a);
   }
   return sx_intern(SX_SELECT, 0, 0.0, cond, a, b);
+}
+
+/* ---- substitution ---- */
+
+static SExpr *sx_subst_rec(SExpr *e, SExpr *from, SExpr *to, SExpr **memo, unsigned n) {
+  if (e == from) return to;
+  if (e->id >= n || !e->a) return e;   /* leaves and nodes newer than the walk */
+  if (memo[e->id]) return memo[e->id];
+  SExpr *a = sx_subst_rec(e->a, from, to, memo, n);
+  SExpr *b = e->b ? sx_subst_rec(e->b, from, to, memo, n) : NULL;
+  SExpr *c = e->c ? sx_subst_rec(e->c, from, to, memo, n) : NULL;
+  SExpr *r;
+  if (a == e->a && b == e->b && c == e->c) r = e;
+  else if (e->kind == SX_SELECT) r = sx_select(a, b, c);
+  else if (b) r = sx_bin(e->kind, a, b);
+  else r = sx_un(e->kind, a);
+  return memo[e->id] = r;
+}
+
+SExpr *sx_subst(SExpr *e, SExpr *from, SExpr *to) {
+  unsigned n = sx_next_id;
+  SExpr **memo = sx_xmalloc(n * sizeof(SExpr *));
+  SExpr *r = sx_subst_rec(e, from, to, memo, n);
+  free(memo);
+  return r;
 }
 
 /* ---- differentiation ---- */

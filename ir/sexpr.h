@@ -53,6 +53,9 @@ SExpr *sx_un(SxKind k, SExpr *a);
 SExpr *sx_bin(SxKind k, SExpr *a, SExpr *b);
 SExpr *sx_select(SExpr *cond, SExpr *a, SExpr *b);
 
+/* e with every occurrence of node `from` replaced by `to`, re-simplified. */
+SExpr *sx_subst(SExpr *e, SExpr *from, SExpr *to);
+
 /* d e / d arg i, simplified. */
 SExpr *sx_diff(SExpr *e, int i);
 double sx_eval(const SExpr *e, const double *args);

@@ -353,7 +353,7 @@ static void attn_naive(double *out, double *lse, const AttnCtx *c) {
 }
 
 static void test_attention(int B, int T, int H, int Hkv, int D, int causal) {
-  AttnCtx c = {B, T, H, Hkv, D, causal};
+  AttnCtx c = {.B = B, .T = T, .H = H, .Hkv = Hkv, .D = D, .causal = causal};
   size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
   c.q = vec(nq, 81), c.k = vec(nk, 82), c.v = vec(nk, 83), c.dout = vec(nq, 84);
   c.out = xcalloc(nq, sizeof(double)), c.lse = xcalloc(nl, sizeof(double));
