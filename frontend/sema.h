@@ -29,6 +29,16 @@ typedef struct TrainCfg {
   const char *plan_origin;/* "train block", "--strategy" or "default" */
 } TrainCfg;
 
+/* The memory plan of one rank: one arena, persistent part first. */
+typedef struct MemPlan {
+  int64_t param_bytes, grad_bytes, optstate_bytes, input_bytes;
+  int64_t persistent_bytes;   /* params + grads + optimizer state */
+  int64_t transient_peak;     /* activations, their gradients and inputs, at the peak */
+  int64_t arena_bytes;        /* persistent + transient peak: the planned peak */
+  int peak_node;              /* node index at which the transient peak is reached */
+  int nbuffers;
+} MemPlan;
+
 typedef struct Module {
   Program *prog;
   const char *base_dir;   /* directory of the .shard file, for `use` */
@@ -37,6 +47,8 @@ typedef struct Module {
   PtrVec fns;             /* ScalarFn* */
   TrainCfg train;
   Graph *graph;           /* the lowered model (NULL if there is none) */
+  MemPlan mem;            /* filled by the memplan pass */
+  bool planned;
 } Module;
 
 typedef struct SemaOptions {

@@ -144,6 +144,13 @@ static int shape_norm(Node *n, char *err, int errcap) {
   }
   n->out->shape = *x;
   n->out->dtype = n->in[0]->dtype;
+  /* mean/rstd per row: x's shape without the last dim. */
+  for (int i = 1; i < n->nout; i++) {
+    Shape st = *x;
+    st.ndim--;
+    n->outs[i]->shape = st;
+    n->outs[i]->dtype = n->in[0]->dtype;
+  }
   return 0;
 }
 
@@ -192,18 +199,6 @@ static int shape_reshape(Node *n, char *err, int errcap) {
   return 0;
 }
 
-static int shape_transpose(Node *n, char *err, int errcap) {
-  Shape s = n->in[0]->shape;
-  int a = (int)n->a.i[0], b = (int)n->a.i[1];
-  if (a < 0 || b < 0 || a >= s.ndim || b >= s.ndim) FAIL("transpose dims out of range");
-  Dim t = s.d[a];
-  s.d[a] = s.d[b];
-  s.d[b] = t;
-  n->out->shape = s;
-  n->out->dtype = n->in[0]->dtype;
-  return 0;
-}
-
 static int shape_slice(Node *n, char *err, int errcap) {
   Shape s = n->in[0]->shape;
   int64_t c = s.d[s.ndim - 1].n, st = n->a.i[0], len = n->a.i[1];
@@ -235,16 +230,12 @@ static int shape_attention(Node *n, char *err, int errcap) {
          q->d[2].n, k->d[2].n);
   n->out->shape = *q;
   n->out->dtype = n->in[0]->dtype;
-  return 0;
-}
-
-static int shape_reduce(Node *n, char *err, int errcap) {
-  if (need_float(n, 0, err, errcap)) return -1;
-  Shape s = n->in[0]->shape;
-  if (s.ndim < 1) FAIL("input is a scalar");
-  s.ndim--;
-  n->out->shape = s;
-  n->out->dtype = n->in[0]->dtype;
+  /* lse: log-sum-exp of each query row's scores, [B, H, T], kept for backward. */
+  Dim lse[3] = {q->d[0], q->d[2], q->d[1]};
+  n->outs[1]->shape = (Shape){0};
+  n->outs[1]->shape.ndim = 3;
+  for (int i = 0; i < 3; i++) n->outs[1]->shape.d[i] = lse[i];
+  n->outs[1]->dtype = n->in[0]->dtype;
   return 0;
 }
 
@@ -263,6 +254,85 @@ static int shape_xent(Node *n, char *err, int errcap) {
     }
   n->out->shape = (Shape){0};
   n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
+/* ---- backward shape rules: each output is the gradient of an input ---- */
+
+static void set_out(Node *n, int i, const Value *like) {
+  n->outs[i]->shape = like->shape;
+  n->outs[i]->dtype = like->dtype;
+}
+
+static int same_as(Node *n, int a, int b, char *err, int errcap) {
+  if (!ir_shape_eq(&n->in[a]->shape, &n->in[b]->shape)) {
+    char sa[128], sb[128];
+    ir_shape_str(NULL, n->in[a], sa, sizeof sa);
+    ir_shape_str(NULL, n->in[b], sb, sizeof sb);
+    FAIL("operands %d and %d have shapes %s and %s", a + 1, b + 1, sa, sb);
+  }
+  return 0;
+}
+
+/* dy, x (, ...) -> dx shaped like x. */
+static int shape_b_first(Node *n, char *err, int errcap) {
+  if (n->op != OP_SLICE_BWD && same_as(n, 0, 1, err, errcap)) return -1;
+  set_out(n, 0, n->in[1]);
+  return 0;
+}
+
+/* dy, a, b -> da, db for broadcasting binary ops. */
+static int shape_b_pair(Node *n, char *err, int errcap) {
+  if (same_as(n, 0, 1, err, errcap)) return -1;
+  set_out(n, 0, n->in[1]);
+  set_out(n, 1, n->in[2]);
+  return 0;
+}
+
+static int shape_b_matmul(Node *n, char *err, int errcap) {
+  const Shape *dy = &n->in[0]->shape, *x = &n->in[1]->shape, *w = &n->in[2]->shape;
+  if (w->ndim != 2 || dy->ndim != x->ndim || dy->d[dy->ndim - 1].n != w->d[0].n ||
+      x->d[x->ndim - 1].n != w->d[1].n)
+    FAIL("dy, x and W do not form a matmul");
+  set_out(n, 0, n->in[1]);
+  set_out(n, 1, n->in[2]);
+  return 0;
+}
+
+/* dy, x, w, stats... -> dx, dw (, db) */
+static int shape_b_norm(Node *n, char *err, int errcap) {
+  if (same_as(n, 0, 1, err, errcap)) return -1;
+  set_out(n, 0, n->in[1]);
+  set_out(n, 1, n->in[2]);
+  if (n->nout > 2) set_out(n, 2, n->in[2]);
+  return 0;
+}
+
+static int shape_b_map(Node *n, char *err, int errcap) {
+  if (!n->a.fn || n->nin - 1 != n->a.fn->nargs) FAIL("map_bwd arity does not match its function");
+  for (int i = 1; i < n->nin; i++) {
+    if (same_as(n, 0, i, err, errcap)) return -1;
+    set_out(n, i - 1, n->in[i]);
+  }
+  return 0;
+}
+
+static int shape_b_gather(Node *n, char *err, int errcap) {
+  set_out(n, 0, n->in[1]);
+  return 0;
+}
+
+static int shape_b_attn(Node *n, char *err, int errcap) {
+  if (same_as(n, 0, 1, err, errcap) || same_as(n, 0, 4, err, errcap)) return -1;
+  set_out(n, 0, n->in[1]);
+  set_out(n, 1, n->in[2]);
+  set_out(n, 2, n->in[3]);
+  return 0;
+}
+
+static int shape_b_xent(Node *n, char *err, int errcap) {
+  if (n->in[0]->shape.ndim != 0) FAIL("dloss must be a scalar");
+  set_out(n, 0, n->in[1]);
   return 0;
 }
 
@@ -291,8 +361,28 @@ static double flops_attention(const Node *n) {
 }
 static double flops_xent(const Node *n) { return 5.0 * (double)ir_numel(&n->in[0]->shape); }
 
+/* Backward FLOPs: elementwise ops count their input's size; matmul and
+ * attention backward are twice their forward (dx and dW; dq, dk and dv). */
+static double numel_in(const Node *n, int i) { return (double)ir_numel(&n->in[i]->shape); }
+static double flops_b_elem(const Node *n) { return 2 * numel_in(n, 0); }
+static double flops_b_norm(const Node *n) { return 10 * numel_in(n, 0); }
+static double flops_b_map(const Node *n) {
+  double f = 0;
+  for (int i = 0; i < n->a.fn->nargs; i++) f += sx_count(&n->a.fn->dbody[i], 1);
+  return numel_in(n, 0) * f;
+}
+static double flops_b_matmul(const Node *n) {
+  return 4.0 * numel_in(n, 0) * (double)n->in[2]->shape.d[1].n;
+}
+static double flops_b_attn(const Node *n) {
+  const Shape *q = &n->in[1]->shape;
+  return 8.0 * (double)q->d[0].n * (double)q->d[2].n * (double)q->d[1].n * (double)q->d[1].n *
+         (double)q->d[3].n;
+}
+static double flops_b_xent(const Node *n) { return 3.0 * numel_in(n, 1); }
+
 const OpInfo ir_ops[OP_COUNT] = {
-#define OP(e, name, mn, mx, shape, flops) [OP_##e] = {name, mn, mx, shape, flops},
+#define OP(e, name, mn, mx, no, shape, flops) [OP_##e] = {name, mn, mx, no, shape, flops},
 #include "ops.def"
 #undef OP
 };
@@ -321,7 +411,13 @@ static Node *new_node(Graph *g, OpKind op, SrcLoc loc, const char *scope) {
   n->op = op;
   n->loc = loc;
   n->scope = scope;
+  n->nout = 1;
   return n;
+}
+
+static void set_single_out(Node *n, Value *v) {
+  n->out = n->outs[0] = v;
+  v->def = n;
 }
 
 Value *ir_param(Graph *g, const char *name, Shape s, SrcLoc loc, bool decay, const char *init) {
@@ -332,8 +428,7 @@ Value *ir_param(Graph *g, const char *name, Shape s, SrcLoc loc, bool decay, con
   v->decay = decay;
   v->init = init;
   Node *n = new_node(g, OP_PARAM, loc, NULL);
-  n->out = v;
-  v->def = n;
+  set_single_out(n, v);
   vec_push(&g->nodes, n);
   vec_push(&g->params, v);
   return v;
@@ -345,8 +440,7 @@ Value *ir_input(Graph *g, const char *name, Shape s, DType t, SrcLoc loc) {
   v->shape = s;
   v->dtype = t;
   Node *n = new_node(g, OP_INPUT, loc, NULL);
-  n->out = v;
-  v->def = n;
+  set_single_out(n, v);
   vec_push(&g->nodes, n);
   vec_push(&g->inputs, v);
   return v;
@@ -364,18 +458,76 @@ Node *ir_add(Graph *g, OpKind op, Value **in, int nin, const Attrs *a, SrcLoc lo
   for (int i = 0; i < nin; i++) n->in[i] = in[i];
   n->nin = nin;
   if (a) n->a = *a;
-  Value tmp = {0};
-  n->out = &tmp;
+  Value tmp[IR_MAXOUT];
+  memset(tmp, 0, sizeof tmp);
+  n->nout = info->nout;
+  for (int i = 0; i < n->nout; i++) n->outs[i] = &tmp[i];
+  n->out = n->outs[0];
   char err[256];
   if (info->shape(n, err, sizeof err)) {
     diag_error(loc, "%s: %s", what, err);
     return NULL;
   }
-  Value *v = new_value(g, ROLE_ACT, loc);
-  v->shape = tmp.shape;
-  v->dtype = tmp.dtype;
-  v->def = n;
-  n->out = v;
+  for (int i = 0; i < n->nout; i++) {
+    Value *v = new_value(g, ROLE_ACT, loc);
+    v->shape = tmp[i].shape;
+    v->dtype = tmp[i].dtype;
+    v->def = n;
+    n->outs[i] = v;
+  }
+  n->out = n->outs[0];
+  for (int i = 0; i < n->nin; i++) n->in[i]->nuses++;
+  vec_push(&g->nodes, n);
+  return n;
+}
+
+Value *ir_grad(Graph *g, Value *v) {
+  if (v->grad) return v->grad;
+  Value *d = new_value(g, ROLE_GRAD, v->loc);
+  d->shape = v->shape;
+  d->dtype = v->dtype;
+  d->grad_of = v;
+  d->name = v->name;
+  v->grad = d;
+  return d;
+}
+
+Node *ir_add_bwd(Graph *g, OpKind op, Value **in, int nin, Value **outs, const Attrs *a,
+                 const Node *fwd) {
+  const OpInfo *info = &ir_ops[op];
+  if (nin < info->min_in || nin > info->max_in) {
+    diag_error(fwd->loc, "internal: %s takes %d to %d operands, got %d", info->name,
+               info->min_in, info->max_in, nin);
+    return NULL;
+  }
+  Node *n = new_node(g, op, fwd->loc, fwd->scope);
+  n->bwd = true;
+  n->fwd = fwd;
+  for (int i = 0; i < nin; i++) n->in[i] = in[i];
+  n->nin = nin;
+  if (a) n->a = *a;
+  n->nout = info->nout;
+  if (op == OP_MAP_BWD) n->nout = nin - 1;
+  Value tmp[IR_MAXOUT];
+  memset(tmp, 0, sizeof tmp);
+  for (int i = 0; i < n->nout; i++) {
+    if (outs[i]) tmp[i] = *outs[i];
+    n->outs[i] = &tmp[i];
+  }
+  n->out = n->outs[0];
+  char err[256];
+  if (info->shape(n, err, sizeof err)) {
+    diag_error(fwd->loc, "internal: %s: %s", info->name, err);
+    return NULL;
+  }
+  for (int i = 0; i < n->nout; i++) {
+    n->outs[i] = outs[i];
+    if (outs[i] && (!ir_shape_eq(&tmp[i].shape, &outs[i]->shape) || tmp[i].dtype != outs[i]->dtype)) {
+      diag_error(fwd->loc, "internal: %s: output %d has the wrong shape", info->name, i + 1);
+      return NULL;
+    }
+  }
+  n->out = n->outs[0];
   for (int i = 0; i < n->nin; i++) n->in[i]->nuses++;
   vec_push(&g->nodes, n);
   return n;
@@ -398,46 +550,83 @@ double ir_flops(const Graph *g) {
 
 /* ---- verifier ---- */
 
+/* Re-runs n's shape rule on copies of its outputs and compares. */
+static int verify_shapes(Node *n, char *err, int errcap) {
+  Value tmp[IR_MAXOUT], *saved[IR_MAXOUT];
+  for (int i = 0; i < n->nout; i++) {
+    saved[i] = n->outs[i];
+    memset(&tmp[i], 0, sizeof tmp[i]);
+    if (saved[i]) tmp[i] = *saved[i];
+    n->outs[i] = &tmp[i];
+  }
+  n->out = n->outs[0];
+  int rc = ir_ops[n->op].shape(n, err, errcap);
+  for (int i = 0; i < n->nout; i++) {
+    n->outs[i] = saved[i];
+    if (!rc && saved[i] && (!ir_shape_eq(&tmp[i].shape, &saved[i]->shape) || tmp[i].dtype != saved[i]->dtype)) {
+      snprintf(err, (size_t)errcap, "stored shape of output %d disagrees with its shape rule", i + 1);
+      rc = -1;
+    }
+  }
+  n->out = n->outs[0];
+  return rc;
+}
+
+/* Forward values are defined once, before use.  Gradients accumulate: every
+ * write to a gradient comes before every read of it (reverse order). */
 int ir_verify(Graph *g) {
   int errors = 0;
-  char *defined = arena_alloc((size_t)g->values.len + 1);
+  int nv = g->values.len;
+  char *defined = arena_alloc((size_t)nv + 1);
+  int *last_write = arena_alloc(sizeof(int) * ((size_t)nv + 1));
+  int *first_read = arena_alloc(sizeof(int) * ((size_t)nv + 1));
+  for (int i = 0; i < nv; i++) first_read[i] = -1, last_write[i] = -1;
   for (int i = 0; i < g->nodes.len; i++) {
     Node *n = g->nodes.data[i];
     const OpInfo *info = &ir_ops[n->op];
-    if (n->nin < info->min_in || n->nin > info->max_in) {
-      diag_error(n->loc, "internal: %s node %d has %d operands", info->name, n->id, n->nin);
-      errors++;
-      continue;
-    }
-    for (int j = 0; j < n->nin; j++) {
+    const char *bad = NULL;
+    if (n->nin < info->min_in || n->nin > info->max_in || n->nout < 1 || n->nout > IR_MAXOUT)
+      bad = "has the wrong number of operands";
+    for (int j = 0; j < n->nin && !bad; j++) {
       Value *in = n->in[j];
-      if (!in || in->id >= g->values.len || !defined[in->id]) {
-        diag_error(n->loc, "internal: %s node %d uses a value before its definition",
-                   info->name, n->id);
-        errors++;
+      if (!in || in->id >= nv) {
+        bad = "has a missing operand";
+      } else if (in->role == ROLE_GRAD) {
+        if (first_read[in->id] < 0) first_read[in->id] = i;
+      } else if (!defined[in->id]) {
+        bad = "uses a value before its definition";
       }
     }
-    if (!n->out || n->out->def != n) {
-      diag_error(n->loc, "internal: %s node %d output is not linked back", info->name, n->id);
-      errors++;
-      continue;
+    for (int j = 0; j < n->nout && !bad; j++) {
+      Value *o = n->outs[j];
+      if (!o) {
+        if (!n->bwd) bad = "has a missing output";
+        continue;
+      }
+      if (n->bwd || n->op == OP_FILL) {
+        if (o->role != ROLE_GRAD) bad = "accumulates into a value that is not a gradient";
+        else last_write[o->id] = i;
+      } else {
+        if (o->def != n) bad = "output is not linked back to its node";
+        if (defined[o->id]) bad = "redefines a value";
+        defined[o->id] = 1;
+      }
     }
-    Value tmp = *n->out;
-    Value *saved = n->out;
-    n->out = &tmp;
+    if (n->out != n->outs[0]) bad = "out and outs[0] differ";
     char err[256];
-    int rc = info->shape(n, err, sizeof err);
-    n->out = saved;
-    if (rc) {
-      diag_error(n->loc, "internal: %s node %d: %s", info->name, n->id, err);
-      errors++;
-    } else if (!ir_shape_eq(&tmp.shape, &saved->shape) || tmp.dtype != saved->dtype) {
-      diag_error(n->loc, "internal: %s node %d: stored shape disagrees with its shape rule",
-                 info->name, n->id);
+    if (!bad && verify_shapes(n, err, sizeof err)) bad = err;
+    if (bad) {
+      diag_error(n->loc, "internal: %s node %d %s", info->name, n->id, bad);
       errors++;
     }
-    defined[saved->id] = 1;
   }
+  for (int i = 0; i < nv; i++)
+    if (first_read[i] >= 0 && last_write[i] > first_read[i]) {
+      Value *v = g->values.data[i];
+      diag_error(v->loc, "internal: gradient %d is read (node %d) before its last contribution (node %d)",
+                 i, first_read[i], last_write[i]);
+      errors++;
+    }
   if (g->loss && (g->loss->shape.ndim != 0)) {
     diag_error(g->loss->loc, "internal: loss is not a scalar");
     errors++;
@@ -448,6 +637,14 @@ int ir_verify(Graph *g) {
 /* ---- printer ---- */
 
 static void print_value_ref(FILE *out, const Value *v) {
+  if (!v) {
+    fputs("_", out);
+    return;
+  }
+  if (v->role == ROLE_GRAD) {
+    fputs("d", out);
+    v = v->grad_of;
+  }
   if (v->role == ROLE_PARAM)
     fprintf(out, "@%s", v->name);
   else if (v->role == ROLE_INPUT)
@@ -474,9 +671,6 @@ static void print_attrs(FILE *out, const Node *n) {
     break;
   case OP_SLICE:
     fprintf(out, " {start=%" PRId64 ", len=%" PRId64 "}", n->a.i[0], n->a.i[1]);
-    break;
-  case OP_TRANSPOSE:
-    fprintf(out, " {dims=%" PRId64 ",%" PRId64 "}", n->a.i[0], n->a.i[1]);
     break;
   case OP_MAP:
     fprintf(out, " {fn=%s}", n->a.fn->name);
@@ -519,7 +713,7 @@ void ir_print(FILE *out, const Graph *g) {
   for (int i = 0; i < g->nodes.len; i++) {
     const Node *n = g->nodes.data[i];
     const Value *v = n->out;
-    ir_shape_str(g, v, sh, sizeof sh);
+    if (n->op == OP_INPUT || n->op == OP_PARAM) ir_shape_str(g, v, sh, sizeof sh);
     if (n->op == OP_INPUT) {
       fprintf(out, "  input $%s : %s\n", v->name, sh);
       continue;
@@ -529,13 +723,24 @@ void ir_print(FILE *out, const Graph *g) {
               v->decay ? " decay" : "");
       continue;
     }
-    fprintf(out, "  %%%d = %s", v->id, ir_ops[n->op].name);
+    fputs("  ", out);
+    for (int j = 0; j < n->nout; j++) {
+      if (j) fputs(", ", out);
+      print_value_ref(out, n->outs[j]);
+    }
+    fprintf(out, " %s %s", n->bwd ? "+=" : "=", ir_ops[n->op].name);
     for (int j = 0; j < n->nin; j++) {
       fputs(j ? ", " : " ", out);
       print_value_ref(out, n->in[j]);
     }
     print_attrs(out, n);
-    fprintf(out, " : %s", sh);
+    const char *sep = " : ";
+    for (int j = 0; j < n->nout; j++) {
+      if (!n->outs[j]) continue;
+      ir_shape_str(g, n->outs[j], sh, sizeof sh);
+      fprintf(out, "%s%s", sep, sh);
+      sep = ", ";
+    }
     if (n->loc.file) {
       const char *base = strrchr(n->loc.file->path, '/');
       fprintf(out, "  # %s:%d", base ? base + 1 : n->loc.file->path, n->loc.line);

@@ -16,7 +16,7 @@
 
 /* ---- op table ---- */
 typedef enum {
-#define OP(e, name, mn, mx, shape, flops) OP_##e,
+#define OP(e, name, mn, mx, no, shape, flops) OP_##e,
 #include "ops.def"
 #undef OP
   OP_COUNT
@@ -33,7 +33,7 @@ typedef enum {
   ROLE_COUNT
 } Role;
 
-enum { IR_MAXDIM = 6, IR_MAXIN = 8 };
+enum { IR_MAXDIM = 6, IR_MAXIN = 8, IR_MAXOUT = 4 };
 
 /* One dimension: concrete size n; sym >= 0 names a symbolic dim (B, T) of the
  * model's inputs whose size was bound from the train block. */
@@ -64,7 +64,16 @@ typedef struct Value {
   DType dtype;
   Role role;
   SrcLoc loc;
-  Node *def;            /* producing node */
+  Node *def;            /* producing node (NULL for gradients: they accumulate) */
+  struct Value *grad;   /* forward value: its gradient, once autodiff made one */
+  struct Value *grad_of;/* gradient value: the forward value it belongs to */
+  struct Value *alias;  /* shares storage with this value (a reshape is a view) */
+  /* Memory plan: byte offset in the rank's arena (-1: none); the node
+   * range [live_start, live_end] over which the storage is live; optimizer
+   * state of a parameter at opt_offset. */
+  int64_t offset, opt_offset;
+  int live_start, live_end;
+  bool persistent;
   ShardSpec shard;
   int nuses;
   /* Parameters: weight decay applies (matrices yes, norms/biases no). */
@@ -84,7 +93,11 @@ struct Node {
   OpKind op;
   Value *in[IR_MAXIN];
   int nin;
-  Value *out;
+  Value *out;           /* == outs[0] */
+  Value *outs[IR_MAXOUT];
+  int nout;
+  bool bwd;             /* a backward node: outputs accumulate (+=) */
+  const Node *fwd;      /* backward node: the forward node it differentiates */
   Attrs a;
   SrcLoc loc;           /* DSL call site */
   const char *scope;    /* parameter path prefix at the call, for provenance */
@@ -97,6 +110,7 @@ typedef struct Graph {
   PtrVec params;        /* Value* with ROLE_PARAM, creation order */
   PtrVec inputs;        /* Value* with ROLE_INPUT */
   Value *loss;          /* scalar the model returns */
+  int nfwd;             /* nodes [0, nfwd) are the forward pass; then backward */
   const char *symname[8];
   int64_t symval[8];
   int nsym;
@@ -104,7 +118,7 @@ typedef struct Graph {
 
 typedef struct OpInfo {
   const char *name;
-  int min_in, max_in;
+  int min_in, max_in, nout;
   int (*shape)(Node *n, char *err, int errcap);
   double (*flops)(const Node *n);
 } OpInfo;
@@ -129,6 +143,12 @@ Value *ir_input(Graph *g, const char *name, Shape s, DType t, SrcLoc loc);
  * "<what>: <message>" at loc and returns NULL. */
 Node *ir_add(Graph *g, OpKind op, Value **in, int nin, const Attrs *a, SrcLoc loc,
              const char *scope, const char *what);
+/* The gradient value of v (created on first use, ROLE_GRAD). */
+Value *ir_grad(Graph *g, Value *v);
+/* Append a backward node accumulating into outs[0..nout) (entries may be
+ * NULL); checks their shapes against the op's rule.  NULL on failure. */
+Node *ir_add_bwd(Graph *g, OpKind op, Value **in, int nin, Value **outs, const Attrs *a,
+                 const Node *fwd);
 
 int64_t ir_param_count(const Graph *g);
 double ir_flops(const Graph *g);   /* forward FLOPs of one pass */
@@ -190,6 +210,9 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap);
 /* Fills unset sizes (dp absorbs what is left) and checks that the sizes
  * multiply to ndev.  Returns 0, or -1 with a message. */
 int plan_resolve(Plan *p, int ndev, char *err, int errcap);
+/* plan_resolve that also says which keys an error is about: PLAN_* bits in
+ * *keys, 0 when it is about the sizes as a whole (their product). */
+int plan_resolve_keys(Plan *p, int ndev, char *err, int errcap, unsigned *keys);
 /* Canonical SPEC string. */
 void plan_str(const Plan *p, char *buf, int cap);
 

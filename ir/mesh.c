@@ -1,4 +1,5 @@
 /* mesh.c — device catalog and parallel plans (the strategy SPEC). */
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -85,12 +86,14 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
       if (parse_pos(k, v, &p->tp, err, errcap)) return -1;
       p->given |= PLAN_TP;
     } else if (!strcmp(k, "tp2d")) {
-      int a, b;
-      char extra;
-      if (sscanf(v, "%dx%d%c", &a, &b, &extra) != 2 || a < 1 || b < 1 || a > 4096)
-        ERR("tp2d must be QxQ (e.g. 2x2), got '%s'", v);
-      if (a != b) ERR("tp2d grid must be square (SUMMA on a q x q grid), got %dx%d", a, b);
-      p->tp2d = a;
+      char *x, *end;
+      errno = 0;
+      long a = strtol(v, &x, 10), b = *x == 'x' ? strtol(x + 1, &end, 10) : 0;
+      if (errno || *x != 'x' || *end || !isdigit((unsigned char)v[0]) ||
+          !isdigit((unsigned char)x[1]) || a < 1 || b < 1 || a > 1024 || b > 1024)
+        ERR("tp2d must be QxQ with 1 <= Q <= 1024 (e.g. 2x2), got '%s'", v);
+      if (a != b) ERR("tp2d grid must be square (SUMMA on a q x q grid), got %ldx%ld", a, b);
+      p->tp2d = (int)a;
       p->given |= PLAN_TP2D;
     } else if (!strcmp(k, "sp")) {
       if (!strcmp(v, "megatron")) {
@@ -156,39 +159,69 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
   return 0;
 }
 
-int plan_resolve(Plan *p, int ndev, char *err, int errcap) {
+#define ERRK(k, ...)                            \
+  do {                                          \
+    if (keys) *keys = (k);                      \
+    snprintf(err, (size_t)errcap, __VA_ARGS__); \
+    return -1;                                  \
+  } while (0)
+
+int plan_resolve_keys(Plan *p, int ndev, char *err, int errcap, unsigned *keys) {
+  if (keys) *keys = 0;
   if (p->is_auto) return 0;
-  if (p->tp > 1 && p->tp2d > 1) ERR("tp and tp2d cannot both be used (pick 1D or 2D tensor parallelism)");
+  if (p->tp > 1 && p->tp2d > 1)
+    ERRK(PLAN_TP2D, "tp and tp2d cannot both be used (pick 1D or 2D tensor parallelism)");
   if (p->sp_kind == SP_MEGATRON && p->tp < 2)
-    ERR("sp=megatron splits the sequence inside a tensor-parallel group: it needs tp >= 2");
-  long fixed = (long)p->tp * p->tp2d * p->tp2d * p->pp;
+    ERRK(PLAN_SP, "sp=megatron splits the sequence inside a tensor-parallel group: it needs tp >= 2");
+  if (p->schedule == SCHED_INTERLEAVED && p->pp < 2)
+    ERRK(PLAN_SCHED, "the interleaved schedule needs pp >= 2");
+  /* Every size is at most 2^20 and must divide ndev, so checking each one
+   * against ndev first keeps the products below in range. */
+  static const struct { unsigned bit; const char *name; } axes[] = {
+      {PLAN_DP, "dp"}, {PLAN_TP, "tp"}, {PLAN_TP2D, "tp2d"}, {PLAN_SP, "sp"}, {PLAN_PP, "pp"}};
+  const long sizes[] = {(p->given & PLAN_DP) ? p->dp : 1, p->tp, (long)p->tp2d * p->tp2d,
+                        p->sp_kind == SP_RING ? p->sp : 1, p->pp};
+  for (int i = 0; i < 5; i++)
+    if (sizes[i] > ndev)
+      ERRK(axes[i].bit, "%s=%ld is more than the %d device%s of the mesh", axes[i].name, sizes[i],
+           ndev, ndev == 1 ? "" : "s");
+  long fixed = (long)p->tp * p->tp2d * p->tp2d;
+  if (fixed > ndev) ERRK(0, "tp*tp2d^2 = %ld is more than the %d devices of the mesh", fixed, ndev);
+  fixed *= p->pp;
+  if (fixed > ndev) ERRK(0, "tp*tp2d^2*pp = %ld is more than the %d devices of the mesh", fixed, ndev);
+  long dp = (p->given & PLAN_DP) ? p->dp : 1;
   if (p->sp_kind == SP_RING && p->sp == 0) {
-    long rest = ndev / (fixed * ((p->given & PLAN_DP) ? p->dp : 1));
-    if (rest < 2 || ndev % (fixed * ((p->given & PLAN_DP) ? p->dp : 1)))
-      ERR("sp=ring: the mesh has no devices left for a ring (%d devices, other axes use %ld); "
-          "use sp=ring:N",
-          ndev, fixed * ((p->given & PLAN_DP) ? p->dp : 1));
-    p->sp = (int)rest;
+    long used = fixed * dp;
+    if (used > ndev || ndev % used || ndev / used < 2)
+      ERRK(PLAN_SP,
+           "sp=ring: the mesh has no devices left for a ring (%d devices, other axes use %ld); "
+           "use sp=ring:N",
+           ndev, used);
+    p->sp = (int)(ndev / used);
   }
   if (p->sp_kind != SP_RING) p->sp = 1;
   fixed *= p->sp;
+  if (fixed > ndev) ERRK(0, "tp*tp2d^2*sp*pp = %ld is more than the %d devices of the mesh", fixed, ndev);
   if (!(p->given & PLAN_DP)) {
-    if (fixed > ndev || ndev % fixed)
-      ERR("tp*tp2d^2*sp*pp = %ld does not divide the mesh size %d", fixed, ndev);
+    if (ndev % fixed)
+      ERRK(0, "tp*tp2d^2*sp*pp = %ld does not divide the mesh size %d", fixed, ndev);
     p->dp = (int)(ndev / fixed);
   }
   long total = fixed * p->dp;
   if (total != ndev) {
     char s[256];
     plan_str(p, s, sizeof s);
-    ERR("strategy %s uses %ld devices but the mesh has %d (dp*tp*tp2d^2*sp*pp must equal it)", s,
-        total, ndev);
+    ERRK(0, "strategy %s uses %ld devices but the mesh has %d (dp*tp*tp2d^2*sp*pp must equal it)",
+         s, total, ndev);
   }
   if (p->zero > 0 && p->dp < 2 && (p->given & PLAN_ZERO))
-    ERR("zero=%d shards over the data-parallel axis, which has size 1", p->zero);
-  if (p->schedule == SCHED_INTERLEAVED && p->pp < 2)
-    ERR("the interleaved schedule needs pp >= 2");
+    ERRK(PLAN_ZERO, "zero=%d shards over the data-parallel axis, which has size 1", p->zero);
   return 0;
+}
+#undef ERRK
+
+int plan_resolve(Plan *p, int ndev, char *err, int errcap) {
+  return plan_resolve_keys(p, ndev, err, errcap, NULL);
 }
 
 void plan_str(const Plan *p, char *buf, int cap) {

@@ -16,6 +16,8 @@ extern const Pass pass_list[];
 extern const int pass_count;
 
 int pass_shape(Module *m);
+int pass_autodiff(Module *m);
+int pass_memplan(Module *m);
 
 /* Human-readable plan summary (--emit=plan, and the header of generated code). */
 void report_plan(FILE *out, const Module *m, const char *prefix);

@@ -17,9 +17,9 @@ void report_commas(char *buf, int cap, int64_t n) {
 }
 
 static const char *human_bytes(double b) {
-  static char buf[4][32];
+  static char buf[8][32];
   static int k;
-  char *s = buf[k++ & 3];
+  char *s = buf[k++ & 7];
   const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int i = 0;
   while (b >= 1024 && i < 4) {
@@ -75,5 +75,16 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
   for (int i = 0; i < g->nsym; i++) tokens *= g->symval[i];
   fprintf(out, "%sflops:    %.4g forward per microbatch (%lld tokens); %.4g per step fwd+bwd\n", pf,
           f, (long long)tokens, 3 * f * (t->plan.mb ? t->plan.mb : 1) * t->plan.dp);
-  fprintf(out, "%sgraph:    %d nodes, %d values\n", pf, g->nodes.len, g->values.len);
+  fprintf(out, "%sgraph:    %d nodes (%d forward), %d values\n", pf, g->nodes.len,
+          g->nfwd ? g->nfwd : g->nodes.len, g->values.len);
+  if (m->planned) {
+    const MemPlan *mp = &m->mem;
+    char a[32];
+    report_commas(a, sizeof a, mp->arena_bytes);
+    fprintf(out, "%smemory:   %s bytes per rank (%s): params %s, grads %s, optimizer %s, "
+                 "activations+inputs %s at node %d\n",
+            pf, a, human_bytes((double)mp->arena_bytes), human_bytes((double)mp->param_bytes),
+            human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
+            human_bytes((double)mp->transient_peak), mp->peak_node);
+  }
 }

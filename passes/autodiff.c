@@ -1,0 +1,186 @@
+/* autodiff.c — reverse-mode differentiation of the forward graph.
+ *
+ * Walks the forward nodes backwards and appends, for each one on a path
+ * from a parameter to the loss, the backward op of its rule.  Backward ops
+ * accumulate into gradient values, so a value used several times (the
+ * residual stream, a tied embedding) sums its contributions without extra
+ * adds, and parameter gradients sum over microbatches.  The loss gradient is
+ * seeded with 1/mb so the accumulated gradient is that of the mean loss.
+ */
+#include "passes.h"
+
+/* Whether v lies on a path from a parameter (so it needs a gradient), and
+ * how many forward nodes read it. */
+static bool *needs;
+static int *fwd_uses;
+
+static bool is_float(const Value *v) { return v->dtype != DT_I32 && v->dtype != DT_U16; }
+
+/* The gradient of v, or NULL when v needs none.  A reshape's output is a
+ * view of its input, and so is its gradient. */
+static Value *G(Graph *g, Value *v) {
+  if (!needs[v->id]) return NULL;
+  if (v->grad) return v->grad;
+  Value *d = ir_grad(g, v);
+  if (v->def && v->def->op == OP_RESHAPE) d->alias = G(g, v->def->in[0]);
+  return d;
+}
+
+static bool emit(Graph *g, OpKind op, Value **in, int nin, Value **outs, const Attrs *a,
+                 const Node *fwd) {
+  int nout = op == OP_MAP_BWD ? nin - 1 : ir_ops[op].nout;
+  bool any = false;
+  for (int i = 0; i < nout; i++) any |= outs[i] != NULL;
+  if (!any) return true;
+  return ir_add_bwd(g, op, in, nin, outs, a, fwd) != NULL;
+}
+
+static bool backward(Graph *g, Node *n) {
+  Value *dy = n->out->grad;
+  Value **x = n->in;
+  Value *o[IR_MAXOUT] = {0};
+  switch (n->op) {
+  case OP_MATMUL: {
+    Value *in[3] = {dy, x[0], x[1]};
+    o[0] = G(g, x[0]);
+    o[1] = G(g, x[1]);
+    return emit(g, OP_MATMUL_BWD, in, 3, o, &n->a, n);
+  }
+  case OP_ADD:
+  case OP_SUB:
+  case OP_MUL: {
+    Value *in[3] = {dy, x[0], x[1]};
+    /* An operand of an add (or the left of a sub) that has no other use and
+     * the result's shape has exactly dy as its gradient: share dy's buffer
+     * instead of copying into a new one (the residual stream and every
+     * bias add). */
+    for (int k = 0; k < 2 && n->op != OP_MUL; k++) {
+      if (n->op == OP_SUB && k == 1) break;
+      if (needs[x[k]->id] && !x[k]->grad && fwd_uses[x[k]->id] == 1 &&
+          ir_shape_eq(&x[k]->shape, &n->out->shape) && x[k]->def->op != OP_RESHAPE &&
+          x[k]->role != ROLE_PARAM && x[0] != x[1])
+        x[k]->grad = dy;
+      else
+        o[k] = G(g, x[k]);
+    }
+    if (n->op == OP_MUL) {
+      o[0] = G(g, x[0]);
+      o[1] = G(g, x[1]);
+    }
+    OpKind k = n->op == OP_ADD ? OP_ADD_BWD : n->op == OP_SUB ? OP_SUB_BWD : OP_MUL_BWD;
+    return emit(g, k, in, 3, o, &n->a, n);
+  }
+  case OP_SCALE:
+  case OP_GELU:
+  case OP_RELU:
+  case OP_SILU:
+  case OP_DROPOUT:
+  case OP_SLICE:
+  case OP_ROPE: {
+    static const OpKind bwd[OP_COUNT] = {
+        [OP_SCALE] = OP_SCALE_BWD, [OP_GELU] = OP_GELU_BWD,       [OP_RELU] = OP_RELU_BWD,
+        [OP_SILU] = OP_SILU_BWD,   [OP_DROPOUT] = OP_DROPOUT_BWD, [OP_SLICE] = OP_SLICE_BWD,
+        [OP_ROPE] = OP_ROPE_BWD,
+    };
+    Value *in[2] = {dy, x[0]};
+    o[0] = G(g, x[0]);
+    Attrs a = n->a;
+    /* Dropout's mask is a function of (seed, forward node, step): name the node. */
+    if (n->op == OP_DROPOUT) a.i[1] = n->id, a.ni = 2;
+    return emit(g, bwd[n->op], in, 2, o, &a, n);
+  }
+  case OP_SOFTMAX: {
+    Value *in[2] = {dy, n->out};
+    o[0] = G(g, x[0]);
+    return emit(g, OP_SOFTMAX_BWD, in, 2, o, &n->a, n);
+  }
+  case OP_LAYERNORM: {
+    Value *in[5] = {dy, x[0], x[1], n->outs[1], n->outs[2]};
+    o[0] = G(g, x[0]);
+    o[1] = G(g, x[1]);
+    o[2] = G(g, x[2]);
+    return emit(g, OP_LAYERNORM_BWD, in, 5, o, &n->a, n);
+  }
+  case OP_RMSNORM: {
+    Value *in[4] = {dy, x[0], x[1], n->outs[1]};
+    o[0] = G(g, x[0]);
+    o[1] = G(g, x[1]);
+    return emit(g, OP_RMSNORM_BWD, in, 4, o, &n->a, n);
+  }
+  case OP_MAP: {
+    Value *in[IR_MAXIN];
+    in[0] = dy;
+    for (int i = 0; i < n->nin; i++) {
+      in[i + 1] = x[i];
+      o[i] = G(g, x[i]);
+    }
+    return emit(g, OP_MAP_BWD, in, n->nin + 1, o, &n->a, n);
+  }
+  case OP_GATHER: {
+    Value *in[3] = {dy, x[0], x[1]};
+    o[0] = G(g, x[0]);
+    return emit(g, OP_GATHER_BWD, in, 3, o, &n->a, n);
+  }
+  case OP_RESHAPE:
+    /* dy is a view of dx (see G): nothing to compute. */
+    return true;
+  case OP_ATTENTION: {
+    Value *in[6] = {dy, x[0], x[1], x[2], n->outs[0], n->outs[1]};
+    o[0] = G(g, x[0]);
+    o[1] = G(g, x[1]);
+    o[2] = G(g, x[2]);
+    return emit(g, OP_ATTENTION_BWD, in, 6, o, &n->a, n);
+  }
+  case OP_CROSS_ENTROPY: {
+    Value *in[3] = {dy, x[0], x[1]};
+    o[0] = G(g, x[0]);
+    return emit(g, OP_CROSS_ENTROPY_BWD, in, 3, o, &n->a, n);
+  }
+  default:
+    diag_error(n->loc, "internal: autodiff has no rule for %s", ir_ops[n->op].name);
+    return false;
+  }
+}
+
+int pass_autodiff(Module *m) {
+  Graph *g = m->graph;
+  if (!g || !g->loss) return 0;
+  if (g->nfwd) {
+    diag_error(g->loss->loc, "internal: autodiff ran twice");
+    return -1;
+  }
+  g->nfwd = g->nodes.len;
+  needs = arena_alloc(sizeof(bool) * (size_t)(g->values.len + 1));
+  fwd_uses = arena_alloc(sizeof(int) * (size_t)(g->values.len + 1));
+  for (int i = 0; i < g->nfwd; i++) {
+    Node *n = g->nodes.data[i];
+    for (int k = 0; k < n->nin; k++) fwd_uses[n->in[k]->id]++;
+    for (int j = 0; j < n->nout; j++) {
+      Value *v = n->outs[j];
+      bool need = n->op == OP_PARAM;
+      for (int k = 0; k < n->nin; k++) need |= needs[n->in[k]->id];
+      /* Side outputs (norm statistics, attention's lse) carry no gradient. */
+      needs[v->id] = need && is_float(v) && (j == 0 || n->op == OP_PARAM);
+    }
+  }
+  if (!needs[g->loss->id]) {
+    diag_warning(g->loss->loc, "the loss does not depend on any parameter");
+    return 0;
+  }
+  /* Seed: d(mean loss over mb microbatches)/d(loss of one) = 1/mb. */
+  Value *dl = G(g, g->loss);
+  Node *seed_at = g->loss->def;
+  Attrs a = {0};
+  int mb = m->train.plan.mb > 0 ? m->train.plan.mb : 1;
+  a.f[0] = 1.0 / mb;
+  Value *outs[1] = {dl};
+  Node *seed = ir_add_bwd(g, OP_FILL, NULL, 0, outs, &a, seed_at);
+  if (!seed) return -1;
+  seed->bwd = false; /* a fill sets its output */
+  for (int i = g->nfwd - 1; i >= 0; i--) {
+    Node *n = g->nodes.data[i];
+    if (n->op == OP_INPUT || n->op == OP_PARAM || !n->out->grad) continue;
+    if (!backward(g, n)) return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,190 @@
+/* memplan.c — liveness over one microbatch's forward and backward, then a
+ * static offset for every buffer in one arena per rank.
+ *
+ * Layout: [params | param grads | optimizer state | transient]. Transient
+ * buffers (inputs, activations, activation gradients) are placed by a
+ * best-fit allocator walking the node schedule; a buffer is live from the
+ * node that first writes it to the node that last reads it. Views (reshape
+ * outputs and their gradients) share their root's storage. The arena size is
+ * the exact planned peak; the runtime checks its high-water mark against it.
+ */
+#include <string.h>
+
+#include "passes.h"
+
+enum { ALIGN = 64 };
+
+static int64_t align_up(int64_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static Value *root(Value *v) {
+  while (v->alias) v = v->alias;
+  return v;
+}
+
+static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+/* Free list of transient ranges, kept sorted by offset and coalesced. */
+typedef struct Range {
+  int64_t off, len;
+} Range;
+
+typedef struct Alloc {
+  Range *free;
+  int nfree, cap;
+  int64_t top;   /* high-water mark of the transient region */
+} Alloc;
+
+static void free_push(Alloc *a, int at, Range r) {
+  if (a->nfree == a->cap) {
+    int cap = a->cap ? a->cap * 2 : 64;
+    Range *n = arena_alloc(sizeof(Range) * (size_t)cap);
+    if (a->nfree) memcpy(n, a->free, sizeof(Range) * (size_t)a->nfree);
+    a->free = n;
+    a->cap = cap;
+  }
+  memmove(&a->free[at + 1], &a->free[at], sizeof(Range) * (size_t)(a->nfree - at));
+  a->free[at] = r;
+  a->nfree++;
+}
+
+static int64_t alloc_take(Alloc *a, int64_t len) {
+  int best = -1;
+  for (int i = 0; i < a->nfree; i++)
+    if (a->free[i].len >= len && (best < 0 || a->free[i].len < a->free[best].len)) best = i;
+  if (best >= 0) {
+    int64_t off = a->free[best].off;
+    a->free[best].off += len;
+    a->free[best].len -= len;
+    if (!a->free[best].len) {
+      memmove(&a->free[best], &a->free[best + 1], sizeof(Range) * (size_t)(a->nfree - best - 1));
+      a->nfree--;
+    }
+    return off;
+  }
+  /* Grow at the top, absorbing a free range that ends there. */
+  int64_t off = a->top;
+  if (a->nfree && a->free[a->nfree - 1].off + a->free[a->nfree - 1].len == a->top) {
+    off = a->free[a->nfree - 1].off;
+    a->nfree--;
+  }
+  a->top = off + len;
+  return off;
+}
+
+static void alloc_give(Alloc *a, int64_t off, int64_t len) {
+  int at = 0;
+  while (at < a->nfree && a->free[at].off < off) at++;
+  free_push(a, at, (Range){off, len});
+  /* coalesce with the next, then the previous */
+  if (at + 1 < a->nfree && a->free[at].off + a->free[at].len == a->free[at + 1].off) {
+    a->free[at].len += a->free[at + 1].len;
+    memmove(&a->free[at + 1], &a->free[at + 2], sizeof(Range) * (size_t)(a->nfree - at - 2));
+    a->nfree--;
+  }
+  if (at > 0 && a->free[at - 1].off + a->free[at - 1].len == a->free[at].off) {
+    a->free[at - 1].len += a->free[at].len;
+    memmove(&a->free[at], &a->free[at + 1], sizeof(Range) * (size_t)(a->nfree - at - 1));
+    a->nfree--;
+  }
+}
+
+static void touch(Value *v, int i) {
+  Value *r = root(v);
+  if (r->live_start < 0 || i < r->live_start) r->live_start = i;
+  if (i > r->live_end) r->live_end = i;
+}
+
+int pass_memplan(Module *m) {
+  Graph *g = m->graph;
+  if (!g) return 0;
+  MemPlan *mp = &m->mem;
+  memset(mp, 0, sizeof *mp);
+  int nn = g->nodes.len;
+  for (int i = 0; i < g->values.len; i++) {
+    Value *v = g->values.data[i];
+    v->offset = v->opt_offset = -1;
+    v->live_start = -1;
+    v->live_end = -1;
+  }
+  for (int i = 0; i < nn; i++) {
+    Node *n = g->nodes.data[i];
+    for (int j = 0; j < n->nin; j++) touch(n->in[j], i);
+    for (int j = 0; j < n->nout; j++)
+      if (n->outs[j]) touch(n->outs[j], i);
+  }
+  /* Inputs are filled before the pass starts; the loss is read after it. */
+  for (int i = 0; i < g->inputs.len; i++) {
+    Value *v = root(g->inputs.data[i]);
+    v->live_start = 0;
+    v->live_end = nn - 1;
+  }
+  if (g->loss) root(g->loss)->live_end = nn - 1;
+
+  /* Persistent: parameters, then their gradients, then optimizer state. */
+  int64_t off = 0;
+  for (int i = 0; i < g->params.len; i++) {
+    Value *p = g->params.data[i];
+    p->persistent = true;
+    p->offset = off;
+    off += align_up(bytes_of(p));
+  }
+  mp->param_bytes = off;
+  for (int i = 0; i < g->params.len; i++) {
+    Value *p = g->params.data[i];
+    if (!p->grad) continue;
+    Value *d = root(p->grad);
+    d->persistent = true;
+    d->offset = off;
+    off += align_up(bytes_of(d));
+  }
+  mp->grad_bytes = off - mp->param_bytes;
+  const Optimizer *o = &m->train.opt;
+  int nstate = !o->kind ? 0 : !strcmp(o->kind, "adamw") ? 2 : o->momentum > 0 ? 1 : 0;
+  for (int i = 0; i < g->params.len && nstate; i++) {
+    Value *p = g->params.data[i];
+    if (!p->grad) continue;
+    p->opt_offset = off;
+    off += nstate * align_up(bytes_of(p));
+  }
+  mp->optstate_bytes = off - mp->param_bytes - mp->grad_bytes;
+  mp->persistent_bytes = off;
+
+  /* Transient: walk the schedule; free what died before node i, then place
+   * what is born at i. */
+  PtrVec *born = arena_alloc(sizeof(PtrVec) * (size_t)(nn + 1));
+  PtrVec *dies = arena_alloc(sizeof(PtrVec) * (size_t)(nn + 1));
+  for (int i = 0; i < g->values.len; i++) {
+    Value *v = g->values.data[i];
+    if (v->alias || v->persistent || v->live_start < 0) continue;
+    if (v->role == ROLE_PARAM) continue;
+    vec_push(&born[v->live_start], v);
+    vec_push(&dies[v->live_end], v);
+    mp->nbuffers++;
+  }
+  Alloc a = {0};
+  int64_t peak = 0;
+  for (int i = 0; i < nn; i++) {
+    if (i > 0)
+      for (int k = 0; k < dies[i - 1].len; k++) {
+        Value *v = dies[i - 1].data[k];
+        alloc_give(&a, v->offset - mp->persistent_bytes, align_up(bytes_of(v)));
+      }
+    for (int k = 0; k < born[i].len; k++) {
+      Value *v = born[i].data[k];
+      v->offset = mp->persistent_bytes + alloc_take(&a, align_up(bytes_of(v)));
+      if (v->role == ROLE_INPUT) mp->input_bytes += align_up(bytes_of(v));
+    }
+    if (a.top > peak) {
+      peak = a.top;
+      mp->peak_node = i;
+    }
+  }
+  for (int i = 0; i < g->values.len; i++) {
+    Value *v = g->values.data[i];
+    if (v->alias) v->offset = root(v)->offset;
+  }
+  mp->transient_peak = peak;
+  mp->arena_bytes = mp->persistent_bytes + peak;
+  m->planned = true;
+  return 0;
+}
