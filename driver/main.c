@@ -182,6 +182,14 @@ static int run(Opts *o) {
   }
   for (int i = 0; i < pass_count; i++) {
     if (pass_list[i].run(m) || diag_error_count()) return 1;
+#ifdef SHARDC_DEBUG
+    /* Debug builds hold every pass to the verifier. */
+    if (ir_verify(m->graph)) {
+      fprintf(stderr, "shardc: internal error: the IR is invalid after pass '%s'\n",
+              pass_list[i].name);
+      return 2;
+    }
+#endif
     if (i == dump_idx) ir_print(stdout, m->graph);
   }
   if (o->time_report) {

@@ -1,0 +1,89 @@
+/* test_passes.c — autodiff and memplan invariants on every sample:
+ * every parameter gets a gradient, the verifier accepts the backward graph,
+ * no two buffers that are live at the same node overlap in the arena, and
+ * the persistent sizes follow from the parameter count. */
+#include "passes.h"
+#include "test.h"
+
+static Value *root(Value *v) {
+  while (v->alias) v = v->alias;
+  return v;
+}
+
+static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+static void check_sample(const char *path) {
+  diag_reset();
+  SrcFile *f = src_load(path);
+  ASSERT(1, f != NULL);
+  if (!f) return;
+  Program *p = ast_parse(f);
+  SemaOptions o = {0};
+  Module *m = p ? sema_run(p, &o) : NULL;
+  ASSERT(0, diag_error_count());
+  if (!m || !m->graph) return;
+  for (int i = 0; i < pass_count; i++) ASSERT(0, pass_list[i].run(m));
+  ASSERT(0, ir_verify(m->graph));
+  Graph *g = m->graph;
+
+  /* every parameter has a gradient of its shape */
+  for (int i = 0; i < g->params.len; i++) {
+    Value *pv = g->params.data[i];
+    ASSERT(1, pv->grad != NULL);
+    if (pv->grad) ASSERT(1, ir_shape_eq(&pv->shape, &pv->grad->shape));
+  }
+  /* the backward seeds the loss gradient with 1/mb */
+  Node *seed = g->nodes.data[g->nfwd];
+  ASSERT(OP_FILL, seed->op);
+  ASSERT_NEAR(1.0 / m->train.plan.mb, seed->a.f[0], 1e-12);
+
+  /* persistent sizes: params, grads, AdamW's m and v (64-byte aligned each) */
+  int64_t pb = 0;
+  for (int i = 0; i < g->params.len; i++) pb += (bytes_of(g->params.data[i]) + 63) / 64 * 64;
+  ASSERT(pb, m->mem.param_bytes);
+  ASSERT(pb, m->mem.grad_bytes);
+  int nstate = !strcmp(m->train.opt.kind, "adamw") ? 2 : m->train.opt.momentum > 0 ? 1 : 0;
+  ASSERT(nstate * pb, m->mem.optstate_bytes);
+  ASSERT(m->mem.persistent_bytes + m->mem.transient_peak, m->mem.arena_bytes);
+
+  /* no overlap between simultaneously live transient buffers; all inside the arena */
+  PtrVec roots = {0};
+  for (int i = 0; i < g->values.len; i++) {
+    Value *v = g->values.data[i];
+    if (v->alias || v->live_start < 0) continue;
+    vec_push(&roots, v);
+    ASSERT(1, v->offset >= 0 && v->offset + bytes_of(v) <= m->mem.arena_bytes);
+    if (v->offset % 64) ASSERT(0, v->offset % 64);
+  }
+  int overlaps = 0;
+  for (int i = 0; i < roots.len; i++)
+    for (int j = i + 1; j < roots.len; j++) {
+      Value *a = roots.data[i], *b = roots.data[j];
+      bool time = a->persistent || b->persistent ||
+                  !(a->live_end < b->live_start || b->live_end < a->live_start);
+      bool space = a->offset < b->offset + bytes_of(b) && b->offset < a->offset + bytes_of(a);
+      if (time && space) overlaps++;
+    }
+  ASSERT(0, overlaps);
+  /* aliases share their root's storage */
+  for (int i = 0; i < g->values.len; i++) {
+    Value *v = g->values.data[i];
+    if (v->alias) ASSERT(root(v)->offset, v->offset);
+  }
+  /* the peak is reached: some buffer ends exactly at the arena's top */
+  int64_t top = m->mem.persistent_bytes;
+  for (int i = 0; i < roots.len; i++) {
+    Value *v = roots.data[i];
+    int64_t end = v->offset + (bytes_of(v) + 63) / 64 * 64;
+    if (end > top) top = end;
+  }
+  ASSERT(m->mem.arena_bytes, top);
+}
+
+int main(void) {
+  diag_set_quiet_warnings(1);
+  const char *samples[] = {"../samples/mlp.shard", "../samples/gpt.shard", "../samples/llama.shard",
+                           "../samples/mish.shard", "golden/gqa_rope.shard"};
+  for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++) check_sample(samples[i]);
+  TEST_MAIN_END();
+}
