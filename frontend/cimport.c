@@ -7,9 +7,9 @@
  * (a placeholder node) for "what the rest of the body returns": `return v`
  * fills the hole with v, and an `if` fills it with select(cond, then-result,
  * else-result), whose branches may have holes of their own.  Straight-line
- * code, early returns and if/else chains all reduce to one expression; anything that needs real control flow
- * (loops, goto, switch) or memory (pointers, globals) is an error that points
- * into the header.
+ * code, early returns and if/else chains all reduce to one expression;
+ * anything that needs real control flow (loops, goto, switch) or memory
+ * (pointers, globals) is an error that points into the header.
  *
  * libclang 14 exposes neither binary nor unary operator kinds, so operators
  * are read from the source tokens (the last token before the right operand);
@@ -1206,8 +1206,10 @@ ScalarFn *cimp_import(const char *header, const char *base_dir, const char *name
     return NULL;
   }
 
-  const char *args[5] = {"-x", "c", "-std=c11"};
-  int nargs = 3;
+  /* _DEFAULT_SOURCE: strict C11 would hide M_PI and friends in <math.h>,
+   * which activation code uses all the time. */
+  const char *args[6] = {"-x", "c", "-std=c11", "-D_DEFAULT_SOURCE"};
+  int nargs = 4;
   if (SHARDC_CLANG_RESOURCE_DIR[0]) {
     /* Without it libclang may not find its builtin headers (stddef.h). */
     args[nargs++] = "-resource-dir";

@@ -239,6 +239,20 @@ SExpr *sx_bin(SxKind k, SExpr *a, SExpr *b) {
     return sx_const(sx_apply(k, a->value, b->value, 0));
   switch (k) {
   case SX_ADD:
+  case SX_SUB:
+    /* (x + c1) +- c2 -> x + (c1 +- c2): runs of x++ / x -= 1 collapse. */
+    if (b->kind == SX_CONST && (a->kind == SX_ADD || a->kind == SX_SUB) &&
+        a->b->kind == SX_CONST) {
+      double c = (a->kind == SX_ADD ? a->b->value : -a->b->value) +
+                 (k == SX_ADD ? b->value : -b->value);
+      return sx_bin(c < 0 ? SX_SUB : SX_ADD, a->a, sx_const(fabs(c)));
+    }
+    break;
+  default:
+    break;
+  }
+  switch (k) {
+  case SX_ADD:
     if (sx_isconst(a, 0)) return b;
     if (sx_isconst(b, 0)) return a;
     if (b->kind == SX_NEG) return sx_bin(SX_SUB, a, b->a);                 /* x + -y */
@@ -555,6 +569,13 @@ static void sx_float_lit(char *buf, size_t n, double v) {
     snprintf(buf, n, "%.*g", p, (double)f);
     if ((float)strtod(buf, NULL) == f) break;
   }
+  /* %g writes 100 as "1e+02"; plain notation reads better in that range. */
+  if (strchr(buf, 'e') && fabsf(f) >= 1e-4f && fabsf(f) < 1e7f) {
+    for (int p = 0; p <= 12; p++) {
+      snprintf(buf, n, "%.*f", p, (double)f);
+      if ((float)strtod(buf, NULL) == f) break;
+    }
+  }
   if (!strpbrk(buf, ".e")) strncat(buf, ".0", n - strlen(buf) - 1);
   strncat(buf, "f", n - strlen(buf) - 1);
 }
@@ -615,9 +636,9 @@ static void sx_print_rec(SxPrinter *P, const SExpr *e, int minprec, int is_root)
   case SX_AND: case SX_OR:
     /* Chained comparisons and && inside || are parenthesized, as gcc's
      * -Wparentheses would ask. */
-    sx_print_child(P, e->a, prec + 1);
+    sx_print_child(P, e->a, e->kind == SX_OR ? SX_P_AND + 1 : prec + 1);
     fprintf(out, " %s ", sx_op_str(e->kind));
-    sx_print_child(P, e->b, prec + 1);
+    sx_print_child(P, e->b, e->kind == SX_OR ? SX_P_AND + 1 : prec + 1);
     break;
   case SX_SELECT:
     sx_print_child(P, e->a, SX_P_OR);

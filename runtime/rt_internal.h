@@ -5,13 +5,17 @@
 #include "shardrt.h"
 
 /* OpenMP is optional: the pragma appears only when compiled with -fopenmp,
- * so -Wunknown-pragmas stays quiet otherwise. */
+ * so -Wunknown-pragmas stays quiet otherwise. `work` (elements or flops)
+ * keeps small calls serial, where forking threads costs more than it saves. */
+#define RT_OMP_MIN_WORK (1 << 18)
+#define RT_PRAGMA_(x) _Pragma(#x)
 #ifdef _OPENMP
-#define RT_OMP_FOR _Pragma("omp parallel for schedule(static)")
-#define RT_OMP_FOR_DYNAMIC _Pragma("omp parallel for schedule(dynamic, 1)")
+#define RT_OMP_FOR(work) RT_PRAGMA_(omp parallel for schedule(static) if ((work) >= RT_OMP_MIN_WORK))
+#define RT_OMP_FOR_DYNAMIC(work)                                                   \
+  RT_PRAGMA_(omp parallel for schedule(dynamic, 1) if ((work) >= RT_OMP_MIN_WORK))
 #else
-#define RT_OMP_FOR
-#define RT_OMP_FOR_DYNAMIC
+#define RT_OMP_FOR(work)
+#define RT_OMP_FOR_DYNAMIC(work)
 #endif
 
 /* Salt for the dropout stream, so it never coincides with an init stream. */

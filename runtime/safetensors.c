@@ -720,12 +720,13 @@ static int parse_entry(RtStFile *f, const char *name, const JVal *v, RtStTensor 
   size_t esize = rt_dtype_size(t->dtype);
   char sbuf[200];
   shape_str(sbuf, sizeof sbuf, t->ndim, t->shape);
-  if (numel < 0 || (uint64_t)numel > (uint64_t)INT64_MAX / esize ||
-      (uint64_t)numel * esize != (uint64_t)(e - b))
+  if (numel < 0 || (uint64_t)numel > (uint64_t)INT64_MAX / esize)
+    return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s': shape %s is too large", p, name, sbuf);
+  if ((uint64_t)numel * esize != (uint64_t)(e - b))
     return rt_errorf(RT_ERR_FORMAT,
                      "%s: tensor '%s': shape %s of %s needs %lld bytes but data_offsets [%lld, %lld] hold %lld",
                      p, name, sbuf, rt_dtype_name(t->dtype),
-                     numel < 0 ? -1LL : (long long)((uint64_t)numel * esize), (long long)b,
+                     (long long)((uint64_t)numel * esize), (long long)b,
                      (long long)e, (long long)(e - b));
   *begin = (size_t)b;
   *end = (size_t)e;
@@ -880,10 +881,11 @@ int rt_st_open(RtStFile **out, const char *path) {
   for (int i = 0; i < 8; i++)
     hlen |= (uint64_t)f->map[i] << (8 * i);
   if (hlen > f->size - 8) {
+    size_t size = f->size;
     rt_st_close(f);
     return rt_errorf(RT_ERR_FORMAT,
                      "%s: header length %llu goes beyond the end of the file (%zu bytes)", path,
-                     (unsigned long long)hlen, f->size);
+                     (unsigned long long)hlen, size);
   }
   if (hlen > RT_ST_MAX_HEADER) {
     rt_st_close(f);

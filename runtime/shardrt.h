@@ -92,9 +92,10 @@ size_t rt_peak_rss(void);
  *   mix = the splitmix64 finalizer (xor-shift 30/27/31, multipliers
  *         0xBF58476D1CE4E5B9 and 0x94D049BB133111EB, after adding 0x9E3779B97F4A7C15).
  *   uniform  = (u64 >> 11) * 2^-53                      in [0,1)
- *   normal   = sqrt(-2 ln(1 - U(index, lane 0))) * cos(2π U(index, lane 1))
- *              with lane 1 taken at stream ^ 0x5bd1e995 (one Box-Muller value
- *              per element, so element i never depends on element i^1).
+ *   normal   = sqrt(-2 ln(1 - U(seed, stream, index)))
+ *              * cos(2π U(seed, stream ^ 0x5bd1e995, index))
+ *              (one Box-Muller value per element, so no element depends on
+ *              another).
  * Parameter init uses stream = tensor_id and index = element offset in the
  * whole (unsharded) tensor; dropout uses stream = step with a salted seed.
  */

@@ -94,7 +94,8 @@ void RT_FN(rt_dropout_forward)(RT_REAL *out, const RT_REAL *inp, size_t n, doubl
 /* dinp is (n), dout is (n): dinp += mask·dout/(1-p), same (seed, step, offset). */
 void RT_FN(rt_dropout_backward)(RT_REAL *dinp, const RT_REAL *dout, size_t n, double p,
                                 uint64_t seed, uint64_t step, uint64_t offset);
-/* out, a, b are (n): out = a + b; out may alias a or b (residual add). */
+/* out, a, b are (n): out = a + b; out may alias a or b (residual add). Its
+ * backward is rt_axpy(da, dout, 1, n) and rt_axpy(db, dout, 1, n). */
 void RT_FN(rt_add_forward)(RT_REAL *out, const RT_REAL *a, const RT_REAL *b, size_t n);
 /* dst, src are (n): dst += alpha·src. */
 void RT_FN(rt_axpy)(RT_REAL *dst, const RT_REAL *src, double alpha, size_t n);

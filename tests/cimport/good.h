@@ -24,6 +24,10 @@ static inline float gelu_tanh(float x) {
   return half * x * (1.0f + tanhf(inner));
 }
 
+static inline float gelu_pi(float x) {
+  return 0.5f * x * (1.0f + tanhf(sqrtf(2.0f / (float)M_PI) * (x + GELU_C * x * x * x)));
+}
+
 static inline float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x / sqrtf(2.0f))); }
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -85,6 +89,27 @@ static inline float static_local(float x) {
   static const float k = 3.0f;
   (void)x;
   return k * x;
+}
+
+typedef float real;
+
+/* Operators written every which way, typedefs, blocks, ++ and compound
+ * assignment. */
+static inline real syntax_zoo(real x, const double y) {
+  real a = x*-y, b = (x)-(y);
+  float c = x/ /* comment */ (1+y*y);
+  c++;
+  c--;
+  ++c;
+  a -= !x + !(y > 2);
+  b = +b - -a;
+  ;
+  {
+    float inner = a * b;
+    c += inner;
+  }
+  if (c > 100) c = 100;
+  return a + b + c + (x >= y) - (x != y) + (x < 0 ? -x : +x) * 0.25e1f;
 }
 
 static inline float square(float x) { return x * x; }

@@ -30,6 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
   }
   arena_free_all();
+  sx_reset();  /* imported expressions live outside the arena */
   free(text);
   return 0;
 }

@@ -71,6 +71,9 @@ static int test_failures, test_checks;
     int bad_ = rc_ != (code);                                                       \
     for (int i_ = 0; subs_[i_]; i_++)                                               \
       bad_ |= strstr(rt_last_error(), subs_[i_]) == NULL;                           \
+    if (getenv("RT_TEST_VERBOSE"))                                                  \
+      fprintf(stderr, "%s:%d: expected error: %s\n", __FILE__, __LINE__,            \
+              rt_last_error());                                                    \
     if (bad_) {                                                                     \
       fprintf(stderr, "%s:%d: %s => code %d (want %d), message \"%s\"\n", __FILE__, \
               __LINE__, #call, rc_, (code), rt_last_error());                      \

@@ -1,0 +1,642 @@
+/* rt_codegen_support.c — kernels and plumbing for generated training programs
+ * (see rt_codegen_support.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rt_codegen_support.h"
+#include "rt_internal.h"
+
+/* ---- kernels ---- */
+
+#define CG_KERNELS(REAL, SFX, EXP, SQRT)                                                  \
+  void rt_crossentropy_backward_acc##SFX(REAL *dlogits, const REAL *logits,              \
+                                         const REAL *lse, const int32_t *targets, int N, \
+                                         int V, double dloss, double norm) {             \
+    REAL scale = (REAL)(norm > 0 ? dloss / norm : 0);                                    \
+    for (int n = 0; n < N; n++) {                                                        \
+      const REAL *x = logits + (size_t)n * V;                                            \
+      REAL *dx = dlogits + (size_t)n * V;                                                \
+      int32_t tgt = targets[n];                                                          \
+      if (tgt < 0 || tgt >= V)                                                           \
+        continue;                                                                        \
+      REAL l;                                                                            \
+      if (lse) {                                                                         \
+        l = lse[n];                                                                      \
+      } else {                                                                           \
+        REAL mx = -INFINITY, sum = 0;                                                    \
+        for (int i = 0; i < V; i++)                                                      \
+          mx = x[i] > mx ? x[i] : mx;                                                    \
+        for (int i = 0; i < V; i++)                                                      \
+          sum += EXP(x[i] - mx);                                                         \
+        l = mx + (REAL)log((double)sum);                                                 \
+      }                                                                                  \
+      for (int i = 0; i < V; i++)                                                        \
+        dx[i] += (EXP(x[i] - l) - (i == tgt)) * scale;                                   \
+    }                                                                                    \
+  }                                                                                      \
+  void rt_layernorm_forward_eps##SFX(REAL *out, REAL *mean, REAL *rstd, const REAL *inp, \
+                                     const REAL *weight, const REAL *bias, int N, int C, \
+                                     double eps) {                                       \
+    for (int n = 0; n < N; n++) {                                                        \
+      const REAL *x = inp + (size_t)n * C;                                               \
+      REAL *y = out + (size_t)n * C;                                                     \
+      REAL m = 0, var = 0;                                                               \
+      for (int i = 0; i < C; i++)                                                        \
+        m += x[i];                                                                       \
+      m /= C;                                                                            \
+      for (int i = 0; i < C; i++)                                                        \
+        var += (x[i] - m) * (x[i] - m);                                                  \
+      var /= C;                                                                          \
+      REAL s = 1 / SQRT(var + (REAL)eps);                                                \
+      for (int i = 0; i < C; i++)                                                        \
+        y[i] = (x[i] - m) * s * weight[i] + (bias ? bias[i] : 0);                        \
+      if (mean)                                                                          \
+        mean[n] = m;                                                                     \
+      if (rstd)                                                                          \
+        rstd[n] = s;                                                                     \
+    }                                                                                    \
+  }
+CG_KERNELS(float, _f32, expf, sqrtf)
+CG_KERNELS(double, _f64, exp, sqrt)
+#undef CG_KERNELS
+
+/* ---- small helpers ---- */
+
+void cg_commas(char *buf, size_t cap, unsigned long long n) {
+  char tmp[32];
+  int len = snprintf(tmp, sizeof tmp, "%llu", n), o = 0;
+  for (int i = 0; i < len && (size_t)o + 1 < cap; i++) {
+    if (i && (len - i) % 3 == 0 && (size_t)o + 2 < cap)
+      buf[o++] = ',';
+    buf[o++] = tmp[i];
+  }
+  buf[o] = 0;
+}
+
+uint64_t cg_hash(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return h;
+}
+
+static size_t elt(const CgModel *m) { return m->f64 ? sizeof(double) : sizeof(float); }
+
+/* ---- flags ---- */
+
+static void usage(const CgModel *m, FILE *f) {
+  char np[32];
+  unsigned long long count = 0;
+  for (int i = 0; i < m->nparams; i++)
+    count += m->params[i].numel;
+  cg_commas(np, sizeof np, count);
+  fprintf(f,
+          "usage: train [--steps N] [--seed S] [--data FILE] [--load CKPT] [--save CKPT]\n"
+          "             [--save-every N] [--log FILE.jsonl] [--quiet]\n"
+          "\n"
+          "Trains model '%s' from %s (%s parameters, %s) with the plan\n"
+          "printed at start. ",
+          m->name, m->source, np, m->f64 ? "f64" : "f32");
+  if (m->ranks > 1)
+    fprintf(f, "It runs on %d ranks (mesh %s): mpirun -np %d ./train ...\n", m->ranks, m->mesh,
+            m->ranks);
+  else
+    fprintf(f, "It runs on one rank: ./train ...\n");
+  fprintf(f,
+          "\n"
+          "  --steps N        train until global step N (default %ld, the train block's\n"
+          "                   steps); the learning-rate schedule always spans %ld steps,\n"
+          "                   so a run cut short and resumed matches an uninterrupted one\n"
+          "  --seed S         seed of parameter init, data order and dropout (default %llu)\n",
+          m->steps, m->steps, (unsigned long long)m->seed);
+  if (m->data == CG_DATA_TOKENS)
+    fprintf(f,
+            "  --data FILE      training tokens: a text file (one token per byte), a nanoGPT\n"
+            "                   .bin (uint16) or an llm.c .bin file; ids below %d\n"
+            "                   (default %s)\n",
+            m->vocab, m->default_data ? m->default_data : "none");
+  else
+    fprintf(f, "  --data FILE      not available: this model's inputs (x[%d], labels < %d) come\n"
+               "                   from a built-in synthetic teacher task\n",
+            m->features, m->classes);
+  fprintf(f,
+          "  --load CKPT      start from a safetensors checkpoint written by --save\n"
+          "                   (parameters, optimizer state and step), or from a file\n"
+          "                   holding the parameters only\n"
+          "  --save CKPT      write a checkpoint after the last step (atomically: temp file,\n"
+          "                   fsync, rename; a failed save leaves an existing file intact)\n"
+          "  --save-every N   also write it every N steps (needs --save)\n"
+          "  --log FILE       append one JSON object per step to FILE (JSONL):\n"
+          "                   {\"step\":1,\"loss\":4.17,\"lr\":0.0006,\"step_ms\":12.3,"
+          "\"tokens_per_s\":10400}\n"
+          "  --quiet          print nothing but errors\n"
+          "  --help           print this help\n"
+          "\n"
+          "Exit status: 0 on success, 1 on a run-time error (bad data or checkpoint, a\n"
+          "non-finite loss, wrong number of ranks), 2 on a usage error.\n");
+}
+
+static int parse_long(const char *s, long lo, long *out) {
+  if (!s || !*s)
+    return -1;
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < lo)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+/* --flag VALUE or --flag=VALUE */
+static const char *flag_value(int argc, char **argv, int *i, const char *flag, int *missing) {
+  size_t n = strlen(flag);
+  if (strncmp(argv[*i], flag, n))
+    return NULL;
+  if (argv[*i][n] == '=')
+    return argv[*i] + n + 1;
+  if (argv[*i][n])
+    return NULL;
+  if (*i + 1 >= argc) {
+    *missing = 1;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+int cg_args_parse(CgArgs *a, const CgModel *m, int argc, char **argv, int print) {
+  memset(a, 0, sizeof *a);
+  a->steps = m->steps;
+  a->seed = m->seed;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i], *v = NULL, *bad = NULL;
+    int missing = 0;
+    long n = 0;
+    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+      if (print)
+        usage(m, stdout);
+      return 1;
+    } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
+      a->quiet = 1;
+    } else if ((v = flag_value(argc, argv, &i, "--steps", &missing))) {
+      if (parse_long(v, 1, &a->steps))
+        bad = "--steps needs a whole number >= 1";
+    } else if ((v = flag_value(argc, argv, &i, "--seed", &missing))) {
+      if (parse_long(v, 0, &n))
+        bad = "--seed needs a whole number >= 0";
+      a->seed = (uint64_t)n;
+    } else if ((v = flag_value(argc, argv, &i, "--save-every", &missing))) {
+      if (parse_long(v, 1, &a->save_every))
+        bad = "--save-every needs a whole number >= 1";
+    } else if ((v = flag_value(argc, argv, &i, "--gradcheck", &missing))) {
+      if (parse_long(v, 1, &n) || n > 1000)
+        bad = "--gradcheck needs a count in [1, 1000]";
+      a->gradcheck = (int)n;
+    } else if ((v = flag_value(argc, argv, &i, "--data", &missing))) {
+      a->data = v;
+    } else if ((v = flag_value(argc, argv, &i, "--load", &missing))) {
+      a->load = v;
+    } else if ((v = flag_value(argc, argv, &i, "--save", &missing))) {
+      a->save = v;
+    } else if ((v = flag_value(argc, argv, &i, "--log", &missing))) {
+      a->log = v;
+    } else if (!missing) {
+      if (print)
+        fprintf(stderr, "train: error: unknown argument '%s' (see --help)\n", arg);
+      return -1;
+    }
+    if (missing) {
+      if (print)
+        fprintf(stderr, "train: error: %s needs a value (see --help)\n", arg);
+      return -1;
+    }
+    if (v && !*v && !bad)
+      bad = "an empty value";
+    if (bad) {
+      if (print)
+        fprintf(stderr, "train: error: %s, got '%s'\n", bad, v ? v : "");
+      return -1;
+    }
+  }
+  if (a->save_every && !a->save) {
+    if (print)
+      fprintf(stderr, "train: error: --save-every needs --save CKPT\n");
+    return -1;
+  }
+  if (a->data && m->data != CG_DATA_TOKENS) {
+    if (print)
+      fprintf(stderr, "train: error: --data: model '%s' takes no token data (its inputs come "
+                      "from the built-in synthetic task)\n", m->name);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- launch, arena, init, schedule ---- */
+
+static int env_int(const char *name, int def) {
+  const char *s = getenv(name);
+  long v = 0;
+  return s && !parse_long(s, 0, &v) && v <= INT_MAX ? (int)v : def;
+}
+
+int cg_launcher_ranks(int *rank) {
+  static const char *sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+  static const char *ranks[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+  for (int i = 0; i < 3; i++) {
+    int n = env_int(sizes[i], 0);
+    if (n > 0) {
+      *rank = env_int(ranks[i], 0);
+      return n;
+    }
+  }
+  *rank = 0;
+  return 1;
+}
+
+extern void openblas_set_num_threads(int) __attribute__((weak));
+extern char *openblas_get_corename(void) __attribute__((weak));
+
+void cg_blas_setup(int argc, char **argv) {
+  (void)argc;
+  if (getenv("OPENBLAS_CORETYPE") || !openblas_get_corename || getenv("SHARDC_BLAS_REEXEC"))
+    return;
+  const char *core = openblas_get_corename();
+  if (!core || strcasecmp(core, "prescott"))
+    return;
+  __builtin_cpu_init();
+  const char *want = __builtin_cpu_supports("avx512f")  ? "SkylakeX"
+                     : __builtin_cpu_supports("avx2") ? "Haswell"
+                                                      : NULL;
+  if (!want)
+    return;
+  /* OpenBLAS picks its kernels when it loads, before main: run again. */
+  setenv("OPENBLAS_CORETYPE", want, 1);
+  setenv("SHARDC_BLAS_REEXEC", "1", 1);
+  execv("/proc/self/exe", argv);
+  unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on with what we have */
+}
+
+void cg_blas_threads(int ranks) {
+  if (getenv("OPENBLAS_NUM_THREADS") || !openblas_set_num_threads)
+    return;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", ranks);
+  long t = cores > 0 && local > 0 ? cores / local : 1;
+  openblas_set_num_threads(t < 1 ? 1 : (int)t);
+}
+
+int cg_arena_create(RtArena **a, const CgModel *m) {
+  *a = rt_arena_create(m->arena_bytes + CG_GUARD_BYTES);
+  return *a ? RT_OK : RT_ERR_NOMEM;
+}
+
+void cg_init_params(const CgModel *m, unsigned char *arena, uint64_t seed) {
+  for (int i = 0; i < m->nparams; i++) {
+    const CgParam *p = &m->params[i];
+    void *buf = arena + p->offset;
+    double c = p->init == CG_INIT_ONES ? 1 : 0;
+    if (p->init == CG_INIT_NORMAL) {
+      if (m->f64)
+        rt_init_normal_f64(buf, p->numel, p->std, seed, cg_hash(p->name), 0);
+      else
+        rt_init_normal_f32(buf, p->numel, p->std, seed, cg_hash(p->name), 0);
+    } else if (m->f64) {
+      rt_init_const_f64(buf, p->numel, c);
+    } else {
+      rt_init_const_f32(buf, p->numel, c);
+    }
+  }
+}
+
+double cg_lr(const CgModel *m, long step) {
+  return rt_lr(step, m->lr, m->warmup, m->steps, m->min_lr_ratio,
+               m->cosine ? RT_LR_COSINE : RT_LR_CONSTANT);
+}
+
+/* ---- data ---- */
+
+#define CG_SYNTH_SALT 0x5EED5A17DA7A0001ull
+#define CG_TEACHER_SEED 0x7EAC4E5EEDull
+
+int cg_data_open(CgData *d, const CgModel *m, const char *path, uint64_t seed) {
+  memset(d, 0, sizeof *d);
+  d->m = m;
+  d->seed = seed;
+  if (m->data == CG_DATA_SYNTH)
+    return RT_OK;
+  if (!path)
+    path = m->default_data;
+  if (!path)
+    return rt_errorf(RT_ERR_ARG, "no training data: pass --data FILE");
+  return rt_data_open(&d->tok, path, RT_DATA_AUTO, m->vocab, m->batch, m->seq, 1, seed);
+}
+
+int cg_data_batch(const CgData *d, long step, int row0, int nrows, void *in0, void *in1) {
+  const CgModel *m = d->m;
+  if (m->data == CG_DATA_TOKENS)
+    return rt_data_batch(&d->tok, step, row0, nrows, in0, in1);
+  int K = m->features, V = m->classes;
+  int32_t *labels = in1;
+  for (int r = 0; r < nrows; r++) {
+    uint64_t g = (uint64_t)step * (uint64_t)m->batch + (uint64_t)(row0 + r);
+    double best = -INFINITY;
+    int arg = 0;
+    for (int c = 0; c < V; c++) {
+      double s = 0;
+      for (int k = 0; k < K; k++)
+        s += rt_rng_normal(CG_TEACHER_SEED, (uint64_t)c, (uint64_t)k) *
+             rt_rng_normal(d->seed ^ CG_SYNTH_SALT, g, (uint64_t)k);
+      if (s > best)
+        best = s, arg = c;
+    }
+    labels[r] = arg;
+    for (int k = 0; k < K; k++) {
+      double x = rt_rng_normal(d->seed ^ CG_SYNTH_SALT, g, (uint64_t)k);
+      if (m->f64)
+        ((double *)in0)[(size_t)r * K + k] = x;
+      else
+        ((float *)in0)[(size_t)r * K + k] = (float)x;
+    }
+  }
+  return RT_OK;
+}
+
+void cg_data_close(CgData *d) {
+  if (d->m && d->m->data == CG_DATA_TOKENS)
+    rt_data_close(&d->tok);
+}
+
+void cg_data_describe(const CgData *d, char *buf, size_t cap) {
+  const CgModel *m = d->m;
+  if (m->data == CG_DATA_SYNTH) {
+    snprintf(buf, cap, "built-in synthetic task: x ~ N(0,1)^%d, label = argmax of a fixed "
+                       "random linear teacher over %d classes", m->features, m->classes);
+    return;
+  }
+  char n[32], w[32];
+  cg_commas(n, sizeof n, d->tok.ntok);
+  cg_commas(w, sizeof w, d->tok.nwin);
+  const char *fmt = d->tok.format == RT_DATA_TEXT ? "text bytes"
+                    : d->tok.format == RT_DATA_LLMC ? "llm.c tokens" : "uint16 tokens";
+  snprintf(buf, cap, "%s: %s tokens (%s), %s windows of %d, shuffled per epoch", d->tok.path, n,
+           fmt, w, m->seq);
+}
+
+/* ---- checkpoints ---- */
+
+static const char *opt_prefix(const CgModel *m, int which) {
+  if (m->opt == CG_OPT_ADAMW)
+    return which ? "optimizer.exp_avg_sq." : "optimizer.exp_avg.";
+  return "optimizer.momentum_buffer.";
+}
+
+/* The checkpoint's tensors: params, then optimizer state; names are
+ * allocated (free with free_specs). */
+static int ckpt_specs(const CgModel *m, RtStSpec **out, const void ***data, int with_opt,
+                      const unsigned char *arena) {
+  int n = 0, cap = m->nparams * 3;
+  RtStSpec *s = calloc((size_t)cap + 1, sizeof *s);
+  const void **d = calloc((size_t)cap + 1, sizeof *d);
+  if (!s || !d) {
+    free(s);
+    free(d);
+    return -1;
+  }
+  RtDtype dt = m->f64 ? RT_F64 : RT_F32;
+  for (int pass = 0; pass < 3; pass++)
+    for (int i = 0; i < m->nparams; i++) {
+      const CgParam *p = &m->params[i];
+      int64_t off = pass == 0 ? (int64_t)p->offset : pass == 1 ? p->opt : p->opt2;
+      if (pass > 0 && (!with_opt || off < 0))
+        continue;
+      const char *pre = pass == 0 ? "" : opt_prefix(m, pass - 1);
+      char *name = malloc(strlen(pre) + strlen(p->name) + 1);
+      if (!name)
+        return -1;
+      strcpy(name, pre);
+      strcat(name, p->name);
+      s[n].name = name;
+      s[n].dtype = dt;
+      s[n].ndim = p->ndim;
+      memcpy(s[n].shape, p->shape, sizeof p->shape);
+      d[n] = arena + off;
+      n++;
+    }
+  *out = s;
+  if (data)
+    *data = d;
+  else
+    free(d);
+  return n;
+}
+
+static void free_specs(RtStSpec *s, int n) {
+  for (int i = 0; i < n; i++)
+    free((char *)s[i].name);
+  free(s);
+}
+
+int cg_ckpt_check_target(const char *path) {
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    return rt_errorf(RT_ERR_IO, "%s: cannot save a checkpoint there: it is a directory", path);
+  char tmp[4096];
+  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
+    return rt_errorf(RT_ERR_ARG, "%s: path too long", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return rt_errorf(RT_ERR_IO, "%s: cannot save a checkpoint there: cannot create '%s': %s",
+                     path, tmp, strerror(errno));
+  close(fd);
+  unlink(tmp);
+  return RT_OK;
+}
+
+/* Test hook (SHARDC_TEST_DIE_IN_SAVE=1): the process kills itself with
+ * SIGKILL in the middle of writing the temporary file, as `kill -9` during a
+ * save would. The data of one small tensor written late is placed so that it
+ * runs into an inaccessible page; copying it into the stdio buffer faults,
+ * and the fault handler sends SIGKILL. Earlier bytes are already in the file. */
+static void die_in_save(int sig) {
+  static const char msg[] = "train: test hook: killed (SIGKILL) while writing the checkpoint\n";
+  ssize_t w = write(2, msg, sizeof msg - 1);
+  (void)w;
+  kill(getpid(), SIGKILL);
+}
+
+static const void *tripwire(const RtStSpec *s, const void **data, int n, size_t eltsz) {
+  int pick = -1;
+  size_t bytes = 0;
+  for (int i = 0; i < n; i++) {
+    size_t b = eltsz;
+    for (int k = 0; k < s[i].ndim; k++)
+      b *= (size_t)s[i].shape[k];
+    if (b < 2 || b > 2048)
+      continue;
+    if (pick < 0 || strcmp(s[i].name, s[pick].name) > 0)
+      pick = i, bytes = b;
+  }
+  if (pick < 0)
+    return NULL;
+  long page = sysconf(_SC_PAGESIZE);
+  unsigned char *m = mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    return NULL;
+  unsigned char *start = m + page - bytes / 2;
+  memcpy(start, data[pick], bytes / 2);
+  mprotect(m + page, (size_t)page, PROT_NONE);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = die_in_save;
+  sigaction(SIGSEGV, &sa, NULL);
+  sigaction(SIGBUS, &sa, NULL);
+  data[pick] = start;
+  return start;
+}
+
+int cg_ckpt_save(const CgModel *m, const unsigned char *arena, long step, const char *path) {
+  RtStSpec *s;
+  const void **data;
+  int n = ckpt_specs(m, &s, &data, 1, arena);
+  if (n < 0)
+    return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", path);
+  const char *hook = getenv("SHARDC_TEST_DIE_IN_SAVE");
+  if (hook && *hook && strcmp(hook, "0"))
+    tripwire(s, data, n, elt(m));
+  RtStWriter *w = rt_st_writer_new();
+  int rc = w ? RT_OK : rt_errorf(RT_ERR_NOMEM, "%s: out of memory", path);
+  for (int i = 0; rc == RT_OK && i < n; i++)
+    rc = rt_st_add(w, s[i].name, s[i].dtype, s[i].ndim, s[i].shape, data[i]);
+  char stepbuf[32];
+  snprintf(stepbuf, sizeof stepbuf, "%ld", step);
+  if (rc == RT_OK)
+    rc = rt_st_add_meta(w, "step", stepbuf);
+  if (rc == RT_OK)
+    rc = rt_st_add_meta(w, "model", m->name);
+  if (rc == RT_OK)
+    rc = rt_st_add_meta(w, "optimizer", m->opt == CG_OPT_ADAMW ? "adamw" : "sgd");
+  if (rc == RT_OK)
+    rc = rt_st_save(w, path);
+  rt_st_writer_free(w);
+  free(data);
+  free_specs(s, n);
+  return rc;
+}
+
+int cg_ckpt_load(const CgModel *m, unsigned char *arena, const char *path, long *step,
+                 int *weights_only) {
+  RtStFile *f;
+  int rc = rt_st_open(&f, path);
+  if (rc)
+    return rc;
+  /* Optimizer tensors present at all? None (and no step): a weights file. */
+  int nopt = 0;
+  for (int i = 0; i < f->ntensors; i++)
+    nopt += !strncmp(f->tensors[i].name, "optimizer.", 10);
+  const char *st = rt_st_meta(f, "step");
+  int with_opt = nopt > 0 || st != NULL;
+  RtStSpec *s;
+  int n = ckpt_specs(m, &s, NULL, with_opt, arena);
+  if (n < 0) {
+    rt_st_close(f);
+    return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", path);
+  }
+  rc = rt_st_check(f, s, n, 0);
+  long steps = 0;
+  if (rc == RT_OK && with_opt) {
+    if (!st || parse_long(st, 0, &steps))
+      rc = rt_errorf(RT_ERR_FORMAT, "%s: checkpoint has optimizer state but no valid \"step\" "
+                                    "in its __metadata__ (got %s%s%s)",
+                     path, st ? "'" : "", st ? st : "none", st ? "'" : "");
+  }
+  /* Everything was validated above; a read failure now ends the program. */
+  int j = 0;
+  for (int pass = 0; rc == RT_OK && pass < 3; pass++)
+    for (int i = 0; rc == RT_OK && i < m->nparams; i++) {
+      const CgParam *p = &m->params[i];
+      int64_t off = pass == 0 ? (int64_t)p->offset : pass == 1 ? p->opt : p->opt2;
+      if (pass > 0 && (!with_opt || off < 0))
+        continue;
+      rc = rt_st_read(f, s[j].name, s[j].dtype, s[j].ndim, s[j].shape, arena + off);
+      j++;
+    }
+  free_specs(s, n);
+  rt_st_close(f);
+  if (rc == RT_OK) {
+    *step = steps;
+    *weights_only = !with_opt;
+  }
+  return rc;
+}
+
+/* ---- memory check ---- */
+
+#define CG_POISON 0xFF
+
+void cg_mem_poison(const CgModel *m, unsigned char *arena) {
+  memset(arena + m->persistent_bytes, CG_POISON,
+         m->arena_bytes - m->persistent_bytes + CG_GUARD_BYTES);
+}
+
+size_t cg_mem_highwater(const CgModel *m, const unsigned char *arena) {
+  size_t end = m->arena_bytes + CG_GUARD_BYTES;
+  while (end > m->persistent_bytes && arena[end - 1] == CG_POISON)
+    end--;
+  return (end + 63) / 64 * 64;
+}
+
+/* ---- gradient check ---- */
+
+int cg_gradcheck(const CgModel *m, unsigned char *arena, CgPassFn pass, int per_tensor) {
+  if (!m->f64) {
+    fprintf(stderr, "train: error: --gradcheck needs an f64 build (shardc build --precision=fp64)\n");
+    return 1;
+  }
+  const double h = 1e-5, atol = 1e-8, rtol = 1e-5;
+  double loss = pass(0, 1);
+  printf("gradcheck: loss %.12g at step 1; central differences h=%g, tolerance %g + %g*|g|\n",
+         loss, h, atol, rtol);
+  int checked = 0, failed = 0, nonzero = 0;
+  double worst = 0;
+  for (int i = 0; i < m->nparams; i++) {
+    const CgParam *p = &m->params[i];
+    if (p->grad < 0)
+      continue;
+    double *w = (double *)(arena + p->offset), *g = (double *)(arena + p->grad);
+    for (int k = 0; k < per_tensor; k++) {
+      size_t idx = (size_t)(rt_rng_u64(0x6C8EC4ull, cg_hash(p->name), (uint64_t)k) % p->numel);
+      double w0 = w[idx], an = g[idx];
+      w[idx] = w0 + h;
+      double lp = pass(0, 0);
+      w[idx] = w0 - h;
+      double lm = pass(0, 0);
+      w[idx] = w0;
+      double fd = (lp - lm) / (2 * h);
+      double err = fabs(an - fd), tol = atol + rtol * fmax(fabs(an), fabs(fd));
+      double rel = err / fmax(fmax(fabs(an), fabs(fd)), 1e-12);
+      if (err > tol || !isfinite(fd) || !isfinite(an)) {
+        failed++;
+        printf("  MISMATCH %s[%zu]: backward %.10g, finite difference %.10g (error %.3g)\n",
+               p->name, idx, an, fd, err);
+      }
+      if (fmax(fabs(an), fabs(fd)) > 1e-6 && rel > worst)
+        worst = rel;
+      nonzero += fmax(fabs(an), fabs(fd)) > 1e-6;
+      checked++;
+    }
+  }
+  printf("gradcheck: %d entries in %d tensors (%d with |g| > 1e-6), %d mismatched; worst "
+         "relative error %.3g: %s\n",
+         checked, m->nparams, nonzero, failed, worst, failed ? "FAIL" : "OK");
+  return failed ? 1 : 0;
+}
