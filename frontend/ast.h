@@ -24,7 +24,9 @@ typedef enum {
 
 typedef struct Expr {
   ExprKind kind;
-  SrcLoc loc;
+  SrcLoc loc;         /* the whole expression (its first line); E_CALL: the name */
+  SrcLoc oploc;       /* E_BIN: the operator */
+  int depth;          /* height of the tree, bounded by the parser */
   long long ival, ival2;
   double fval;
   const char *str;

@@ -175,7 +175,30 @@ void diag_reset(void) { n_errors = n_warnings = 0; }
 int diag_too_many(void) { return n_errors >= DIAG_MAX_ERRORS; }
 void diag_set_quiet_warnings(int quiet) { quiet_warnings = quiet; }
 
-/* Print the source line `line` of `text` and a caret line under [col, col+len). */
+int diag_utf8_decode(const unsigned char *s, size_t n, unsigned *cp) {
+  int len = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+          : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+  if (!len || (size_t)len > n) return 0;
+  unsigned c = s[0] & (0x7fu >> len);
+  for (int i = 1; i < len; i++) {
+    if ((s[i] & 0xc0) != 0x80) return 0;
+    c = c << 6 | (s[i] & 0x3fu);
+  }
+  /* Overlong forms, surrogates and values past U+10FFFF are not UTF-8. */
+  if ((len == 3 && c < 0x800) || (len == 4 && (c < 0x10000 || c > 0x10ffff)) ||
+      (c >= 0xd800 && c < 0xe000))
+    return 0;
+  if (cp) *cp = c;
+  return len;
+}
+
+/* Lines wider than this are shown as a window around the caret. */
+enum { SRC_WIDTH = 100, SRC_BEFORE = 40 };
+
+/* Print the source line `line` of `text` and a caret line under the bytes
+ * [col, col+len).  Each printed character is one column: tabs become
+ * spaces, control bytes and invalid UTF-8 '?', a UTF-8 character stays
+ * itself; so the caret lines up on a terminal. */
 static void print_source_line(const char *text, size_t tlen, int line, int col, int len) {
   const char *p = text, *end = text + tlen;
   for (int l = 1; l < line && p < end; p++)
@@ -184,19 +207,51 @@ static void print_source_line(const char *text, size_t tlen, int line, int col, 
   const char *e = p;
   while (e < end && *e != '\n') e++;
   if (e > p && e[-1] == '\r') e--;
-  fputc(' ', stderr);
-  /* Non-printable bytes are shown as '?' so the caret column stays aligned. */
-  for (const char *q = p; q < e; q++) {
-    unsigned char c = (unsigned char)*q;
-    fputc(c == '\t' ? ' ' : (c < 32 || c == 127) ? '?' : c, stderr);
+  size_t nbytes = (size_t)(e - p);
+  /* start[i]: byte offset of display column i; nchars columns in all. */
+  size_t *start = malloc(sizeof(size_t) * (nbytes + 1));
+  if (!start) return;
+  size_t nchars = 0;
+  for (size_t i = 0; i < nbytes;) {
+    start[nchars++] = i;
+    unsigned char c = (unsigned char)p[i];
+    int k = c >= 0x80 ? diag_utf8_decode((const unsigned char *)p + i, nbytes - i, NULL) : 1;
+    i += k ? (size_t)k : 1;
   }
+  start[nchars] = nbytes;
+  /* Display columns of the caret and of the end of the span. */
+  size_t cbyte = (size_t)(col - 1), ebyte = cbyte + (size_t)(len > 1 ? len : 1);
+  size_t ccol = 0, ecol;
+  while (ccol < nchars && start[ccol] < cbyte) ccol++;
+  if (cbyte > nbytes) ccol = nchars + (cbyte - nbytes);   /* past the end of the line */
+  ecol = ccol;
+  while (ecol < nchars && start[ecol] < ebyte) ecol++;
+  if (ecol == ccol) ecol = ccol + 1;
+  size_t from = 0, to = nchars;
+  if (nchars > SRC_WIDTH) {
+    from = ccol > SRC_BEFORE ? ccol - SRC_BEFORE : 0;
+    if (from + SRC_WIDTH > nchars) from = nchars > SRC_WIDTH ? nchars - SRC_WIDTH : 0;
+    if (ccol < from) from = ccol;
+    to = from + SRC_WIDTH < nchars ? from + SRC_WIDTH : nchars;
+  }
+  const char *lead = from > 0 ? "..." : "";
+  fputc(' ', stderr);
+  fputs(lead, stderr);
+  for (size_t i = from; i < to; i++) {
+    const unsigned char *q = (const unsigned char *)p + start[i];
+    size_t k = start[i + 1] - start[i];
+    if (k > 1) fwrite(q, 1, k, stderr);
+    else fputc(*q == '\t' ? ' ' : (*q < 32 || *q >= 127) ? '?' : *q, stderr);
+  }
+  if (to < nchars) fputs("...", stderr);
   fputc('\n', stderr);
   fputc(' ', stderr);
-  for (int i = 1; i < col; i++) fputc(' ', stderr);
+  for (size_t i = 0; i < strlen(lead) + (ccol - from); i++) fputc(' ', stderr);
   fputc('^', stderr);
-  int linelen = (int)(e - p);
-  for (int i = 1; i < len && col + i <= linelen; i++) fputc('~', stderr);
+  size_t stop = ecol < to ? ecol : to;
+  for (size_t i = ccol + 1; i < stop; i++) fputc('~', stderr);
   fputc('\n', stderr);
+  free(start);
 }
 
 static void vreport(const char *kind, SrcLoc loc, const char *fmt, va_list ap) {

@@ -54,6 +54,9 @@ SrcFile *src_load(const char *path);      /* NULL (and errno) on failure */
 SrcFile *src_from_string(const char *name, const char *text);
 
 /* ---- diagnostics ---- */
+/* Length of the UTF-8 sequence at s (at most n bytes) and its code point in
+ * *cp (may be NULL); 0 when the bytes are not valid UTF-8. */
+int diag_utf8_decode(const unsigned char *s, size_t n, unsigned *cp);
 void diag_error(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_warning(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_note(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

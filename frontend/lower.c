@@ -88,10 +88,29 @@ typedef struct Ctx {
   PtrVec named;          /* bodies whose call sites have names */
   PtrVec embeds;         /* Value* embedding tables, for tied = embedding */
   StrMap param_names;    /* parameter path -> Value*, to catch duplicates */
+  Stmt *repeat;          /* the outermost repeat being unrolled, or NULL */
+  long steps;            /* statements executed so far */
   bool failed;
+  bool no_trace;         /* the error is at a repeat: no "in layer" notes */
 } Ctx;
 
-enum { MAX_CALL_DEPTH = 64, MAX_REPEAT = 100000 };
+/* Unrolling limits: a model of thousands of transformer layers stays far
+ * below them; a typo such as nested `repeat 100000` fails fast instead of
+ * exhausting time and memory. */
+enum { MAX_CALL_DEPTH = 64, MAX_REPEAT = 100000, MAX_NODES = 1 << 18, MAX_STEPS = 1 << 17 };
+
+/* Reported at the outermost repeat when there is one: it is the likely
+ * cause. */
+static void too_large(Ctx *c, SrcLoc loc, const char *what, int limit) {
+  if (c->repeat) {
+    diag_error(c->repeat->value->loc, "repeat unrolls the model into too many %s (limit is %d)",
+               what, limit);
+    c->no_trace = true;
+  } else {
+    diag_error(loc, "the model has too many %s (limit is %d)", what, limit);
+  }
+  c->failed = true;
+}
 
 static bool eval(Ctx *c, Scope *s, Expr *e, LVal *out);
 
@@ -239,6 +258,10 @@ static Shape shp1(int64_t a) { return ir_shape(1, (int64_t[]){a}); }
 static Shape shp2(int64_t a, int64_t b) { return ir_shape(2, (int64_t[]){a, b}); }
 
 static Value *op(Ctx *c, OpKind k, Value **in, int nin, const Attrs *a, SrcLoc loc, const char *what) {
+  if (c->g->nodes.len >= MAX_NODES) {
+    too_large(c, loc, "operations", MAX_NODES);
+    return NULL;
+  }
   Node *n = ir_add(c->g, k, in, nin, a, loc, c->path, what);
   if (!n) {
     c->failed = true;
@@ -258,11 +281,15 @@ static Value *op2(Ctx *c, OpKind k, Value *x, Value *y, SrcLoc loc, const char *
 
 static Value *param(Ctx *c, const char *comp, const char *leaf, Shape s, SrcLoc loc, bool decay,
                     const char *init) {
+  if (c->g->nodes.len >= MAX_NODES) {
+    too_large(c, loc, "operations", MAX_NODES);
+    return NULL;
+  }
   const char *name = join(join(c->path, comp), leaf);
   Value *p = strmap_get(&c->param_names, name);
   if (p) {
     diag_error(loc, "parameter '%s' is created twice", name);
-    diag_note(p->loc, "first created here; give one of the calls name = \"...\"");
+    diag_note(p->loc, "first created here; give the calls different names with name = \"...\"");
     c->failed = true;
     return NULL;
   }
@@ -283,7 +310,8 @@ static Value *param(Ctx *c, const char *comp, const char *leaf, Shape s, SrcLoc 
 typedef struct BArgs {
   LVal v[12];
   bool given[12];
-  SrcLoc loc[12];
+  SrcLoc loc[12];       /* the value */
+  SrcLoc argloc[12];    /* the argument: its name, or the value if positional */
 } BArgs;
 
 static bool bind_builtin(Ctx *c, Scope *s, Expr *call, const char *const *names, int n, BArgs *b) {
@@ -295,7 +323,12 @@ static bool bind_builtin(Ctx *c, Scope *s, Expr *call, const char *const *names,
     int slot;
     if (!a->name) {
       if (pos >= n || !strcmp(names[pos], "name")) {
-        diag_error(a->loc, "%s: too many positional arguments", call->str);
+        char list[160] = "";
+        int o = 0;
+        for (int k = 0; k < pos && o < (int)sizeof list; k++)
+          o += snprintf(list + o, sizeof list - (size_t)o, "%s%s", k ? ", " : "", names[k]);
+        diag_error(a->loc, "%s: too many positional arguments (it takes %d: %s)", call->str, pos,
+                   list);
         ok = false;
         continue;
       }
@@ -316,6 +349,7 @@ static bool bind_builtin(Ctx *c, Scope *s, Expr *call, const char *const *names,
     }
     if (b->given[slot]) {
       diag_error(a->loc, "%s: argument '%s' is given twice", call->str, names[slot]);
+      diag_note(b->argloc[slot], "first given here");
       ok = false;
       continue;
     }
@@ -325,6 +359,7 @@ static bool bind_builtin(Ctx *c, Scope *s, Expr *call, const char *const *names,
     }
     b->given[slot] = true;
     b->loc[slot] = a->value->loc;
+    b->argloc[slot] = a->loc;
   }
   return ok;
 }
@@ -418,19 +453,23 @@ static const char *want_name(Expr *call, BArgs *b, int slot, const char *const *
   return b->v[slot].s;
 }
 
-/* Points at the strategy for notes on divisibility errors. */
-static void strategy_note(Ctx *c) {
-  if (c->t->plan_loc.file)
-    diag_note(c->t->plan_loc, "the strategy is set here");
-  else if (!strcmp(c->t->plan_origin, "--strategy"))
-    diag_note((SrcLoc){0}, "the strategy comes from --strategy");
+/* Points at the strategy key (a PLAN_* bit) behind a divisibility error. */
+static void strategy_note(Ctx *c, unsigned key, const char *axis, int by) {
+  SrcLoc l = sema_plan_key_loc(c->t, key);
+  if (l.file)
+    diag_note(l, "%s=%d is set here", axis, by);
+  else if (c->t->cli_strategy)
+    diag_note((SrcLoc){0}, "%s=%d comes from --strategy %s", axis, by, c->t->cli_strategy);
 }
 
+/* n must split evenly over `by` ranks of the strategy's `axis`; `hint`, if
+ * any, is a note on how to fix it. */
 static bool check_split(Ctx *c, SrcLoc loc, const char *what, int64_t n, const char *dim,
-                        int by, const char *axis) {
+                        int by, const char *axis, unsigned key, const char *hint) {
   if (by <= 1 || n % by == 0) return true;
   diag_error(loc, "%s: %s %lld cannot be split over %s=%d", what, dim, (long long)n, axis, by);
-  strategy_note(c);
+  if (hint) diag_note(loc, "%s", hint);
+  strategy_note(c, key, key == PLAN_TP ? "tp" : key == PLAN_TP2D ? "tp2d" : "sp", by);
   c->failed = true;
   return false;
 }
@@ -511,7 +550,7 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
         return false;
       }
       if (w == (c->embeds.len ? c->embeds.data[0] : NULL))
-        check_split(c, loc, what, n, "vocabulary", p->tp, "tp");
+        check_split(c, loc, what, n, "vocabulary", p->tp, "tp", PLAN_TP, NULL);
     }
     out->t = lower_linear(c, a.v[0].t, n, bias, w, comp, loc, what, "normal");
     break;
@@ -524,11 +563,11 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
       return false;
     const char *comp = want_name(call, &a, 3, names);
     if (!comp) return false;
-    if (!check_split(c, a.loc[1], what, vocab, "vocabulary", p->tp, "tp")) {
-      diag_note(a.loc[1], "pad the vocabulary to a multiple of %d (e.g. %lld)", p->tp * 64,
-                (long long)((vocab + p->tp * 64 - 1) / (p->tp * 64) * (p->tp * 64)));
+    if (!check_split(c, a.loc[1], what, vocab, "vocabulary", p->tp, "tp", PLAN_TP,
+                     arena_printf("pad the vocabulary to a multiple of %d (e.g. %lld)", p->tp * 64,
+                                  (long long)((vocab + p->tp * 64 - 1) / (p->tp * 64) *
+                                              (p->tp * 64)))))
       return false;
-    }
     Value *w = param(c, comp, "weight", shp2(vocab, dim), loc, true, "normal");
     if (!w) return false;
     vec_push(&c->embeds, w);
@@ -591,7 +630,7 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
     if (x->shape.ndim != 3) {
       char sh[128];
       ir_shape_str(c->g, x, sh, sizeof sh);
-      diag_error(loc, "attention: input must be [B, T, C], got %s", sh);
+      diag_error(a.loc[0], "attention: input must be [B, T, C], got %s", sh);
       return false;
     }
     int64_t C = last_dim(x);
@@ -611,12 +650,13 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
                  (long long)hd);
       return false;
     }
-    if (!check_split(c, a.loc[1], what, h, "heads", p->tp, "tp") ||
-        !check_split(c, a.given[2] ? a.loc[2] : a.loc[1], what, hk, "key/value heads", p->tp, "tp") ||
-        !check_split(c, loc, what, C, "features", p->tp2d, "tp2d") ||
-        !check_split(c, loc, what, x->shape.d[1].n, "sequence length", p->sp, "sp") ||
+    if (!check_split(c, a.loc[1], what, h, "heads", p->tp, "tp", PLAN_TP, NULL) ||
+        !check_split(c, a.given[2] ? a.loc[2] : a.loc[1], what, hk, "key/value heads", p->tp, "tp",
+                     PLAN_TP, NULL) ||
+        !check_split(c, loc, what, C, "features", p->tp2d, "tp2d", PLAN_TP2D, NULL) ||
+        !check_split(c, loc, what, x->shape.d[1].n, "sequence length", p->sp, "sp", PLAN_SP, NULL) ||
         !check_split(c, loc, what, x->shape.d[1].n, "sequence length",
-                     p->sp_kind == SP_MEGATRON ? p->tp : 1, "tp (sp=megatron)"))
+                     p->sp_kind == SP_MEGATRON ? p->tp : 1, "tp (sp=megatron)", PLAN_TP, NULL))
       return false;
     const char *path0 = c->path;
     c->path = join(c->path, comp);
@@ -668,8 +708,10 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
       return false;
     const char *comp = want_name(call, &a, 5, names);
     if (!comp) return false;
-    if (!check_split(c, a.given[1] ? a.loc[1] : loc, what, hidden, "hidden size", p->tp, "tp") ||
-        !check_split(c, a.given[1] ? a.loc[1] : loc, what, hidden, "hidden size", p->tp2d, "tp2d"))
+    if (!check_split(c, a.given[1] ? a.loc[1] : loc, what, hidden, "hidden size", p->tp, "tp",
+                     PLAN_TP, NULL) ||
+        !check_split(c, a.given[1] ? a.loc[1] : loc, what, hidden, "hidden size", p->tp2d, "tp2d",
+                     PLAN_TP2D, NULL))
       return false;
     LVal act = {.k = LV_BUILTIN, .builtin = B_GELU};
     if (a.given[2]) act = a.v[2];
@@ -790,7 +832,17 @@ static Value *call_layer(Ctx *c, Decl *d, Expr *site, LVal *args, int nargs, Src
                          const char *comp) {
   for (int i = 0; i < c->stack.len; i++)
     if (c->stack.data[i] == d) {
-      diag_error(loc, "layer '%s' calls itself (recursion is not supported)", d->name);
+      if (i == c->stack.len - 1) {
+        diag_error(loc, "layer '%s' calls itself (recursion is not supported)", d->name);
+      } else {
+        char chain[256] = "";
+        int o = 0;
+        for (int j = i; j < c->stack.len && o < (int)sizeof chain; j++)
+          o += snprintf(chain + o, sizeof chain - (size_t)o, "%s -> ",
+                        ((Decl *)c->stack.data[j])->name);
+        diag_error(loc, "layer '%s' is called recursively (%s%s); recursion is not supported",
+                   d->name, chain, d->name);
+      }
       diag_note(d->name_loc, "'%s' is defined here", d->name);
       c->failed = true;
       return NULL;
@@ -798,6 +850,7 @@ static Value *call_layer(Ctx *c, Decl *d, Expr *site, LVal *args, int nargs, Src
   if (c->stack.len >= MAX_CALL_DEPTH) {
     diag_error(loc, "layers nested too deeply (limit is %d)", MAX_CALL_DEPTH);
     c->failed = true;
+    c->no_trace = true;   /* a backtrace of the whole limit would be noise */
     return NULL;
   }
   Scope sc = {0};
@@ -822,10 +875,16 @@ static Value *call_layer(Ctx *c, Decl *d, Expr *site, LVal *args, int nargs, Src
   ensure_named(c, &d->body);
   LVal ret = {0};
   bool returned = false;
+  int errors = diag_error_count();
   bool ok = exec_body(c, &sc, &d->body, &ret, &returned, false);
   c->path = path0;
   c->stack.len--;
-  if (!ok) return NULL;
+  if (!ok) {
+    /* A backtrace: the error is inside the layer; say which call got there. */
+    if (diag_error_count() > errors && !c->no_trace)
+      diag_note(loc, "in layer '%s', called here", d->name);
+    return NULL;
+  }
   if (!returned) {
     diag_error(d->end_loc, "layer '%s' ends without a return", d->name);
     diag_note(loc, "called from here");
@@ -867,14 +926,23 @@ static bool user_call(Ctx *c, Scope *s, Decl *d, Expr *call, LVal *out) {
       for (int k = 0; k < np; k++)
         if (!strcmp(((Param *)d->params.data[k])->name, a->name)) slot = k;
       if (slot < 0) {
-        diag_error(a->loc, "layer '%s' has no parameter '%s'", d->name, a->name);
+        const char *pn[32];
+        for (int k = 0; k < np; k++) pn[k] = ((Param *)d->params.data[k])->name;
+        const char *sug = sema_suggest(a->name, pn, np);
+        if (sug)
+          diag_error(a->loc, "layer '%s' has no parameter '%s'; did you mean '%s'?", d->name,
+                     a->name, sug);
+        else
+          diag_error(a->loc, "layer '%s' has no parameter '%s'", d->name, a->name);
         diag_note(d->name_loc, "'%s' is defined here", d->name);
         ok = false;
         continue;
       }
     }
     if (given[slot].file) {
-      diag_error(a->loc, "argument '%s' is given twice", ((Param *)d->params.data[slot])->name);
+      diag_error(a->loc, "layer '%s': argument '%s' is given twice", d->name,
+                 ((Param *)d->params.data[slot])->name);
+      diag_note(given[slot], "first given here");
       ok = false;
       continue;
     }
@@ -895,10 +963,16 @@ static bool user_call(Ctx *c, Scope *s, Decl *d, Expr *call, LVal *out) {
 static Expr *repeat_only_site;  /* the call inside a repeat that adds no component */
 
 static bool exec_body(Ctx *c, Scope *s, PtrVec *body, LVal *ret, bool *returned, bool in_repeat) {
+  SrcLoc ret_loc = {0};
   for (int i = 0; i < body->len; i++) {
     Stmt *st = body->data[i];
     if (*returned) {
-      diag_error(st->loc, "statement after return");
+      diag_error(st->loc, "statement after return (it would never run)");
+      diag_note(ret_loc, "the return is here");
+      return false;
+    }
+    if (++c->steps > MAX_STEPS) {
+      too_large(c, st->loc, "statements", MAX_STEPS);
       return false;
     }
     switch (st->kind) {
@@ -910,17 +984,21 @@ static bool exec_body(Ctx *c, Scope *s, PtrVec *body, LVal *ret, bool *returned,
     }
     case S_RETURN:
       if (in_repeat) {
-        diag_error(st->loc, "return inside repeat");
+        diag_error(st->loc, "return inside repeat (a repeat body cannot return)");
         return false;
       }
       if (!eval(c, s, st->value, ret)) return false;
       *returned = true;
+      ret_loc = st->loc;
       break;
     case S_REPEAT: {
       LVal n;
       if (!eval(c, s, st->value, &n)) return false;
       if (n.k != LV_NUM || !n.is_int) {
-        diag_error(st->value->loc, "repeat count must be an integer, got %s", lv_kind_name(&n));
+        if (n.k == LV_NUM)
+          diag_error(st->value->loc, "repeat count must be an integer, got %g", n.num);
+        else
+          diag_error(st->value->loc, "repeat count must be an integer, got %s", lv_kind_name(&n));
         return false;
       }
       if (n.num < 1 || n.num > MAX_REPEAT) {
@@ -932,6 +1010,8 @@ static bool exec_body(Ctx *c, Scope *s, PtrVec *body, LVal *ret, bool *returned,
       const char *rname = repeat_name(c, st, &only);
       const char *path0 = c->path;
       Expr *saved_only = repeat_only_site;
+      Stmt *outer = c->repeat;
+      if (!outer) c->repeat = st;
       for (int k = 0; k < (int)n.num; k++) {
         c->path = join(join(path0, rname), arena_printf("%d", k));
         repeat_only_site = only;
@@ -939,11 +1019,13 @@ static bool exec_body(Ctx *c, Scope *s, PtrVec *body, LVal *ret, bool *returned,
         if (!exec_body(c, s, &st->body, ret, &r, true)) {
           c->path = path0;
           repeat_only_site = saved_only;
+          c->repeat = outer;
           return false;
         }
       }
       c->path = path0;
       repeat_only_site = saved_only;
+      c->repeat = outer;
       break;
     }
     }
@@ -969,8 +1051,12 @@ static bool num_result(Expr *e, double a, double b, bool is_int, LVal *out) {
     if (is_int && fmod(a, b) != 0) is_int = false;
     break;
   case '%':
-    if (!is_int || b == 0) {
-      diag_error(e->loc, b == 0 ? "division by zero" : "'%%' needs integer operands");
+    if (b == 0) {
+      diag_error(e->rhs->loc, "division by zero");
+      return false;
+    }
+    if (!is_int) {
+      diag_error(e->oploc, "'%%' needs integer operands, got %g %% %g", a, b);
       return false;
     }
     r = fmod(a, b);
@@ -989,7 +1075,7 @@ static bool eval_bin(Ctx *c, Scope *s, Expr *e, LVal *out) {
   if (a.k == LV_TENSOR && b.k == LV_TENSOR) {
     OpKind k = e->op == '+' ? OP_ADD : e->op == '-' ? OP_SUB : e->op == '*' ? OP_MUL : OP_COUNT;
     if (k == OP_COUNT) {
-      diag_error(e->loc, "'%c' is not defined between tensors", e->op);
+      diag_error(e->oploc, "'%c' is not defined between tensors", e->op);
       return false;
     }
     Value *x = a.t, *y = b.t;
@@ -998,7 +1084,7 @@ static bool eval_bin(Ctx *c, Scope *s, Expr *e, LVal *out) {
       x = y;
       y = t;
     }
-    out->t = op2(c, k, x, y, e->loc, opname);
+    out->t = op2(c, k, x, y, e->oploc, opname);
     return out->t != NULL;
   }
   if ((a.k == LV_TENSOR && b.k == LV_NUM && (e->op == '*' || e->op == '/')) ||
@@ -1014,10 +1100,10 @@ static bool eval_bin(Ctx *c, Scope *s, Expr *e, LVal *out) {
     }
     Attrs at = {0};
     at.f[0] = k;
-    out->t = op(c, OP_SCALE, &x, 1, &at, e->loc, opname);
+    out->t = op(c, OP_SCALE, &x, 1, &at, e->oploc, opname);
     return out->t != NULL;
   }
-  diag_error(e->loc, "cannot apply '%c' to %s and %s", e->op, lv_kind_name(&a), lv_kind_name(&b));
+  diag_error(e->oploc, "cannot apply '%c' to %s and %s", e->op, lv_kind_name(&a), lv_kind_name(&b));
   return false;
 }
 
@@ -1047,8 +1133,9 @@ static bool eval_ident(Ctx *c, Scope *s, Expr *e, LVal *out) {
       return true;
     }
     default:
-      diag_error(e->loc, "'%s' is a %s and cannot be used here", e->str,
+      diag_error(e->loc, "'%s' is a %s and cannot be used inside a model or layer", e->str,
                  d->kind == D_MODEL ? "model" : "mesh");
+      diag_note(d->name_loc, "'%s' is declared here", e->str);
       return false;
     }
   }
@@ -1249,19 +1336,32 @@ int lower_model(Module *m) {
         for (int q = 0; q < c.g->nsym; q++)
           if (!strcmp(c.g->symname[q], de->str)) sym = q;
         if (sym < 0) {
+          /* A new symbolic name that is one typo away from a constant is
+           * probably that constant. */
+          PtrVec consts = {0};
+          for (int q = 0; q < m->decls.len; q++)
+            if (((Decl *)m->decls.data[q])->kind == D_CONST)
+              vec_push(&consts, (void *)((Decl *)m->decls.data[q])->name);
+          const char *sug = sema_suggest(de->str, (const char *const *)consts.data, consts.len);
           int64_t val;
           if (k == 0) {
             val = t->microbatch ? t->microbatch : 1;
           } else if (k == 1) {
             if (!t->seq) {
-              diag_error(de->loc, "'%s' is the sequence length: give seq = N in the train block",
-                         de->str);
+              if (sug)
+                diag_error(de->loc, "unknown constant '%s'; did you mean '%s'?", de->str, sug);
+              else
+                diag_error(de->loc, "'%s' is the sequence length: give seq = N in the train block",
+                           de->str);
               return -1;
             }
             val = t->seq;
           } else {
-            diag_error(de->loc, "only the first (batch) and second (sequence) dimensions may be "
-                                "symbolic; '%s' is dimension %d", de->str, k + 1);
+            if (sug)
+              diag_error(de->loc, "unknown constant '%s'; did you mean '%s'?", de->str, sug);
+            else
+              diag_error(de->loc, "only the first (batch) and second (sequence) dimensions may be "
+                                  "symbolic; '%s' is dimension %d", de->str, k + 1);
             return -1;
           }
           if (c.g->nsym == 8) {

@@ -84,7 +84,35 @@ const char *sema_suggest(const char *name, const char *const *cands, int n) {
 
 /* ---- constants ---- */
 
-static int eval_const_decl(Module *m, Decl *d, double *out, bool *is_int);
+static int eval_const_decl(Module *m, Decl *d, double *out, bool *is_int, Expr *ref);
+
+/* Constants being evaluated, outermost first, and for each the reference
+ * that led into it (NULL for the outermost): reported when they form a
+ * cycle. */
+static PtrVec const_chain, const_refs;
+
+/* What a non-number is, for messages: "a string", "a call to 'f'", ... */
+static const char *expr_desc(const Expr *e) {
+  switch (e->kind) {
+  case E_STRING: return "a string";
+  case E_BOOL: return e->ival ? "'true'" : "'false'";
+  case E_CALL: return arena_printf("a call to '%s'", e->str);
+  case E_TUPLE: return "a tuple";
+  case E_GRID: return arena_printf("'%s'", e->str);
+  case E_IDENT: return arena_printf("'%s'", e->str);
+  default: return "an expression";
+  }
+}
+
+/* Names of the declarations of one kind, for suggestions. */
+static const char *suggest_decl(Module *m, const char *name, DeclKind kind) {
+  PtrVec cands = {0};
+  for (int i = 0; i < m->decls.len; i++) {
+    Decl *d = m->decls.data[i];
+    if (d->kind == kind) vec_push(&cands, (void *)d->name);
+  }
+  return sema_suggest(name, (const char *const *)cands.data, cands.len);
+}
 
 int sema_eval_number(Module *m, Expr *e, double *out, bool *is_int) {
   double a, b;
@@ -130,7 +158,10 @@ int sema_eval_number(Module *m, Expr *e, double *out, bool *is_int) {
     case '*': *out = a * b; break;
     case '/':
       if (b == 0) {
-        diag_error(e->rhs->loc, "division by zero");
+        if (e->rhs->kind == E_IDENT)
+          diag_error(e->rhs->loc, "division by zero ('%s' is 0)", e->rhs->str);
+        else
+          diag_error(e->rhs->loc, "division by zero");
         return -1;
       }
       if (*is_int && fmod(a, b) != 0) *is_int = false;
@@ -138,11 +169,14 @@ int sema_eval_number(Module *m, Expr *e, double *out, bool *is_int) {
       break;
     case '%':
       if (!*is_int) {
-        diag_error(e->loc, "'%%' needs integer operands");
+        diag_error(e->oploc, "'%%' needs integer operands, got %g %% %g", a, b);
         return -1;
       }
       if (b == 0) {
-        diag_error(e->rhs->loc, "division by zero");
+        if (e->rhs->kind == E_IDENT)
+          diag_error(e->rhs->loc, "division by zero ('%s' is 0)", e->rhs->str);
+        else
+          diag_error(e->rhs->loc, "division by zero");
         return -1;
       }
       *out = fmod(a, b);
@@ -157,7 +191,11 @@ int sema_eval_number(Module *m, Expr *e, double *out, bool *is_int) {
   case E_IDENT: {
     Decl *d = sema_lookup_decl(m, e->str);
     if (!d) {
-      diag_error(e->loc, "unknown constant '%s'", e->str);
+      const char *s = suggest_decl(m, e->str, D_CONST);
+      if (s)
+        diag_error(e->loc, "unknown constant '%s'; did you mean '%s'?", e->str, s);
+      else
+        diag_error(e->loc, "unknown constant '%s'", e->str);
       return -1;
     }
     if (d->kind != D_CONST) {
@@ -165,25 +203,41 @@ int sema_eval_number(Module *m, Expr *e, double *out, bool *is_int) {
       diag_note(d->name_loc, "'%s' is defined here", e->str);
       return -1;
     }
-    return eval_const_decl(m, d, out, is_int);
+    return eval_const_decl(m, d, out, is_int, e);
   }
   default:
-    diag_error(e->loc, "expected a number");
+    diag_error(e->loc, "expected a number, got %s", expr_desc(e));
     return -1;
   }
 }
 
-static int eval_const_decl(Module *m, Decl *d, double *out, bool *is_int) {
+static int eval_const_decl(Module *m, Decl *d, double *out, bool *is_int, Expr *ref) {
   DeclInfo *in = info_of(d);
   if (in->state == 1) {
+    /* A cycle: d ... -> d.  Show each step of it. */
+    int i = 0;
+    while (i < const_chain.len && const_chain.data[i] != d) i++;
     diag_error(d->name_loc, "constant '%s' is defined in terms of itself", d->name);
+    for (int j = i; j < const_chain.len; j++) {
+      Decl *from = const_chain.data[j];
+      Expr *use = j + 1 < const_chain.len ? const_refs.data[j + 1] : ref;
+      if (use && !strcmp(use->str, from->name))
+        diag_note(use->loc, "'%s' uses itself here", from->name);
+      else if (use)
+        diag_note(use->loc, "'%s' uses '%s' here", from->name, use->str);
+    }
     in->state = 3;
     return -1;
   }
   if (in->state == 3) return -1;
   if (in->state == 0) {
     in->state = 1;
-    if (sema_eval_number(m, d->value, &in->value, &in->is_int)) {
+    vec_push(&const_chain, d);
+    vec_push(&const_refs, ref);
+    int rc = sema_eval_number(m, d->value, &in->value, &in->is_int);
+    const_chain.len--;
+    const_refs.len--;
+    if (rc) {
       in->state = 3;
       return -1;
     }
@@ -205,7 +259,11 @@ static Arg *find_item(PtrVec *items, const char *key) {
   return found;
 }
 
-static int check_items(PtrVec *items, const char *const *keys, int nkeys, const char *what) {
+/* Unknown and repeated keys.  `what` names the block ("mesh": "unknown mesh
+ * key") or, for the arguments of a call such as adamw(...), the callee
+ * ("adamw: unknown argument"). */
+static int check_items(PtrVec *items, const char *const *keys, int nkeys, const char *what,
+                       bool call) {
   int rc = 0;
   for (int i = 0; i < items->len; i++) {
     Arg *a = items->data[i];
@@ -214,16 +272,21 @@ static int check_items(PtrVec *items, const char *const *keys, int nkeys, const 
       if (!strcmp(keys[k], a->name)) ok = true;
     if (!ok) {
       const char *s = sema_suggest(a->name, keys, nkeys);
+      const char *head = arena_printf(call ? "%s: unknown argument '%s'" : "unknown %s key '%s'",
+                                      what, a->name);
       if (s)
-        diag_error(a->loc, "unknown %s key '%s'; did you mean '%s'?", what, a->name, s);
+        diag_error(a->loc, "%s; did you mean '%s'?", head, s);
       else
-        diag_error(a->loc, "unknown %s key '%s'", what, a->name);
+        diag_error(a->loc, "%s", head);
       rc = -1;
     }
     for (int j = 0; j < i; j++) {
       Arg *b = items->data[j];
       if (!strcmp(a->name, b->name)) {
-        diag_error(a->loc, "'%s' is given twice", a->name);
+        if (call)
+          diag_error(a->loc, "%s: argument '%s' is given twice", what, a->name);
+        else
+          diag_error(a->loc, "'%s' is given twice", a->name);
         diag_note(b->loc, "first given here");
         rc = -1;
       }
@@ -232,13 +295,26 @@ static int check_items(PtrVec *items, const char *const *keys, int nkeys, const 
   return rc;
 }
 
-/* A positive integer item; 0 if absent.  Returns -1 on error. */
+/* A value that cannot be a number at all (a string, a bare word, a call):
+ * reported as "'key' must be WHAT, got ...".  An unknown name that looks
+ * like a misspelled constant is left to sema_eval_number's suggestion. */
+static bool not_a_number(Module *m, Arg *a, const char *what) {
+  Expr *v = a->value;
+  bool bad = v->kind == E_STRING || v->kind == E_BOOL || v->kind == E_CALL ||
+             v->kind == E_TUPLE || v->kind == E_GRID ||
+             (v->kind == E_IDENT && !sema_lookup_decl(m, v->str) &&
+              !suggest_decl(m, v->str, D_CONST));
+  if (bad) diag_error(v->loc, "'%s' must be %s, got %s", a->name, what, expr_desc(v));
+  return bad;
+}
+
+/* An integer item in [lo, hi]; 0 if absent.  Returns -1 on error. */
 static int64_t int_item(Module *m, PtrVec *items, const char *key, int64_t lo, int64_t hi) {
   Arg *a = find_item(items, key);
   if (!a) return 0;
   double v;
   bool is_int;
-  if (sema_eval_number(m, a->value, &v, &is_int)) return -1;
+  if (not_a_number(m, a, "an integer") || sema_eval_number(m, a->value, &v, &is_int)) return -1;
   if (!is_int) {
     diag_error(a->value->loc, "'%s' must be an integer, got %g", key, v);
     return -1;
@@ -251,11 +327,14 @@ static int64_t int_item(Module *m, PtrVec *items, const char *key, int64_t lo, i
   return (int64_t)v;
 }
 
-static int num_item(Module *m, PtrVec *items, const char *key, double *out, double lo, double hi) {
+/* A number item in [lo, hi]: 1 if given, 0 if absent, -1 on error.  `what`
+ * says what kind of number it is ("a bandwidth such as 50 GB/s"). */
+static int num_item(Module *m, PtrVec *items, const char *key, double *out, double lo, double hi,
+                    const char *what) {
   Arg *a = find_item(items, key);
   if (!a) return 0;
   bool is_int;
-  if (sema_eval_number(m, a->value, out, &is_int)) return -1;
+  if (not_a_number(m, a, what) || sema_eval_number(m, a->value, out, &is_int)) return -1;
   if (!(*out >= lo && *out <= hi)) {
     diag_error(a->value->loc, "'%s' must be between %g and %g, got %g", key, lo, hi, *out);
     return -1;
@@ -268,9 +347,22 @@ static int num_item(Module *m, PtrVec *items, const char *key, double *out, doub
 static const char *const mesh_keys[] = {"devices", "nodes", "per_node", "device",
                                         "intra", "inter", "memory"};
 
+/* "unknown device 'H100_SMX'; did you mean 'H100_SXM'? (known: cpu, ...)" */
+static const char *unknown_device(const char *name) {
+  char names[256];
+  ir_device_names(names, sizeof names);
+  PtrVec cands = {0};
+  for (char *save = NULL, *tok = strtok_r(arena_strdup(names), ", ", &save); tok;
+       tok = strtok_r(NULL, ", ", &save))
+    vec_push(&cands, tok);
+  const char *s = sema_suggest(name, (const char *const *)cands.data, cands.len);
+  if (s) return arena_printf("unknown device '%s'; did you mean '%s'? (known: %s)", name, s, names);
+  return arena_printf("unknown device '%s' (known: %s)", name, names);
+}
+
 static Mesh *check_mesh(Module *m, Decl *d) {
   PtrVec *it = &d->items;
-  if (check_items(it, mesh_keys, 7, "mesh")) return NULL;
+  if (check_items(it, mesh_keys, 7, "mesh", false)) return NULL;
   Mesh *me = arena_alloc(sizeof *me);
   me->name = d->name;
   me->loc = d->name_loc;
@@ -305,14 +397,14 @@ static Mesh *check_mesh(Module *m, Decl *d) {
   me->device = ir_device_lookup("cpu");
   if (dev) {
     if (dev->value->kind != E_IDENT && dev->value->kind != E_STRING) {
-      diag_error(dev->value->loc, "'device' must be a device name such as H100_SXM or cpu");
+      diag_error(dev->value->loc, "'device' must be a device name such as H100_SXM or cpu, got %s",
+                 dev->value->kind == E_INT || dev->value->kind == E_FLOAT ? "a number"
+                                                                          : expr_desc(dev->value));
       return NULL;
     }
     me->device = ir_device_lookup(dev->value->str);
     if (!me->device) {
-      char names[256];
-      ir_device_names(names, sizeof names);
-      diag_error(dev->value->loc, "unknown device '%s' (known: %s)", dev->value->str, names);
+      diag_error(dev->value->loc, "%s", unknown_device(dev->value->str));
       return NULL;
     }
   }
@@ -321,16 +413,27 @@ static Mesh *check_mesh(Module *m, Decl *d) {
   me->mem_bytes = me->device->mem_bytes;
   double v;
   int r;
-  if ((r = num_item(m, it, "intra", &v, 1e6, 1e15)) < 0) return NULL;
+  if ((r = num_item(m, it, "intra", &v, 1e6, 1e15, "a bandwidth such as 450 GB/s")) < 0) return NULL;
   if (r) me->intra_bw = v;
-  if ((r = num_item(m, it, "inter", &v, 1e6, 1e15)) < 0) return NULL;
+  if ((r = num_item(m, it, "inter", &v, 1e6, 1e15, "a bandwidth such as 50 GB/s")) < 0) return NULL;
   if (r) me->inter_bw = v;
-  if ((r = num_item(m, it, "memory", &v, 1e6, 1e15)) < 0) return NULL;
+  if ((r = num_item(m, it, "memory", &v, 1e6, 1e15, "a size such as 80 GB")) < 0) return NULL;
   if (r) me->mem_bytes = v;
   Arg *inter = find_item(it, "inter");
   if (inter && me->nodes == 1)
     diag_warning(inter->loc, "'inter' is unused: mesh '%s' has a single node", d->name);
   return me;
+}
+
+/* A whole decimal number in [1, 2^20], or -1. */
+static long spec_size(const char *s, const char *end) {
+  if (s == end || end - s > 7) return -1;
+  long v = 0;
+  for (const char *p = s; p < end; p++) {
+    if (*p < '0' || *p > '9') return -1;
+    v = v * 10 + (*p - '0');
+  }
+  return v >= 1 && v <= (1 << 20) ? v : -1;
 }
 
 /* --mesh NAME or SPEC: N, NxM (nodes x per_node), optionally :DEVICE. */
@@ -342,36 +445,32 @@ static Mesh *mesh_from_spec(Module *m, const char *spec) {
       return me;
     }
   }
-  char buf[128];
-  snprintf(buf, sizeof buf, "%s", spec);
-  char *colon = strchr(buf, ':');
-  const char *devname = "cpu";
-  if (colon) {
-    *colon = 0;
-    devname = colon + 1;
-  }
-  int a = 0, b = 0;
-  char extra;
-  int n = sscanf(buf, "%dx%d%c", &a, &b, &extra);
-  if (n == 1 && !strchr(buf, 'x')) b = 1;
-  else if (n != 2) a = 0;
-  if (a < 1 || b < 1 || (long)a * b > (1 << 20)) {
-    diag_fatal_noloc("--mesh '%s' is neither a mesh declared in the file nor a size "
-                     "(N, NODESxPER_NODE, optionally :DEVICE)", spec);
+  const char *colon = strchr(spec, ':');
+  const char *end = colon ? colon : spec + strlen(spec);
+  const char *devname = colon ? colon + 1 : "cpu";
+  const char *x = memchr(spec, 'x', (size_t)(end - spec));
+  long a = spec_size(spec, x ? x : end), b = x ? spec_size(x + 1, end) : 1;
+  if (a < 0 || b < 0 || a * b > (1 << 20)) {
+    const char *s = suggest_decl(m, spec, D_MESH);
+    if (s)
+      diag_fatal_noloc("--mesh '%s' is not a mesh in this file; did you mean '%s'?", spec, s);
+    else if (a > 0 && b > 0)
+      diag_fatal_noloc("--mesh '%s' has %ld devices (limit is %d)", spec, a * b, 1 << 20);
+    else
+      diag_fatal_noloc("--mesh '%s' is neither a mesh declared in the file nor a size "
+                       "(N or NODESxPER_NODE, optionally :DEVICE)", spec);
     return NULL;
   }
   const DeviceSpec *dev = ir_device_lookup(devname);
   if (!dev) {
-    char names[256];
-    ir_device_names(names, sizeof names);
-    diag_fatal_noloc("--mesh '%s': unknown device '%s' (known: %s)", spec, devname, names);
+    diag_fatal_noloc("--mesh '%s': %s", spec, unknown_device(devname));
     return NULL;
   }
   Mesh *me = arena_alloc(sizeof *me);
   me->name = arena_strdup(spec);
-  me->nodes = n == 2 ? a : 1;
-  me->per_node = n == 2 ? b : a;
-  me->ndev = a * b;
+  me->nodes = x ? (int)a : 1;
+  me->per_node = x ? (int)b : (int)a;
+  me->ndev = (int)(a * b);
   me->device = dev;
   me->intra_bw = dev->link_bw;
   me->inter_bw = 25e9;
@@ -392,8 +491,19 @@ static const char *const sgd_keys[] = {"lr", "momentum", "weight_decay", "warmup
                                        "schedule", "min_lr", "clip"};
 
 static int check_optimizer(Module *m, Expr *e, Optimizer *o) {
+  static const char *const kinds[] = {"adamw", "sgd"};
   if (e->kind != E_CALL || (strcmp(e->str, "adamw") && strcmp(e->str, "sgd"))) {
-    diag_error(e->loc, "optimizer must be adamw(...) or sgd(...)");
+    const char *s = e->kind == E_CALL || e->kind == E_IDENT ? sema_suggest(e->str, kinds, 2) : NULL;
+    if (e->kind == E_IDENT && s && !strcmp(s, e->str))
+      diag_error(e->loc, "optimizer must be a call, e.g. %s(lr = 3e-4)", e->str);
+    else if (s)
+      diag_error(e->loc, "unknown optimizer '%s'; did you mean '%s'? (use adamw(...) or sgd(...))",
+                 e->str, s);
+    else if (e->kind == E_CALL)
+      diag_error(e->loc, "unknown optimizer '%s' (use adamw(...) or sgd(...))", e->str);
+    else
+      diag_error(e->loc, "optimizer must be adamw(...) or sgd(...), got %s",
+                 e->kind == E_INT || e->kind == E_FLOAT ? "a number" : expr_desc(e));
     return -1;
   }
   bool adam = !strcmp(e->str, "adamw");
@@ -411,20 +521,21 @@ static int check_optimizer(Module *m, Expr *e, Optimizer *o) {
       }
     }
   }
-  if (rc || check_items(&e->args, adam ? adamw_keys : sgd_keys, adam ? 8 : 7, o->kind)) return -1;
+  if (rc || check_items(&e->args, adam ? adamw_keys : sgd_keys, adam ? 8 : 7, o->kind, true))
+    return -1;
   double v;
   int r;
-  if ((r = num_item(m, &e->args, "lr", &v, 0, 10)) < 0) return -1;
+  if ((r = num_item(m, &e->args, "lr", &v, 0, 10, "a number")) < 0) return -1;
   if (r) o->lr = v;
-  if ((r = num_item(m, &e->args, "eps", &v, 0, 1)) < 0) return -1;
+  if ((r = num_item(m, &e->args, "eps", &v, 0, 1, "a number")) < 0) return -1;
   if (r) o->eps = v;
-  if ((r = num_item(m, &e->args, "weight_decay", &v, 0, 10)) < 0) return -1;
+  if ((r = num_item(m, &e->args, "weight_decay", &v, 0, 10, "a number")) < 0) return -1;
   if (r) o->weight_decay = v;
-  if ((r = num_item(m, &e->args, "momentum", &v, 0, 0.999999)) < 0) return -1;
+  if ((r = num_item(m, &e->args, "momentum", &v, 0, 0.999999, "a number")) < 0) return -1;
   if (r) o->momentum = v;
-  if ((r = num_item(m, &e->args, "clip", &v, 0, 1e9)) < 0) return -1;
+  if ((r = num_item(m, &e->args, "clip", &v, 0, 1e9, "a number")) < 0) return -1;
   if (r) o->clip = v;
-  if ((r = num_item(m, &e->args, "min_lr", &v, 0, 10)) < 0) return -1;
+  if ((r = num_item(m, &e->args, "min_lr", &v, 0, 10, "a number")) < 0) return -1;
   if (r) o->min_lr_ratio = o->lr > 0 ? v / o->lr : 0;
   int64_t w = int_item(m, &e->args, "warmup", 0, 1 << 30);
   if (w < 0) return -1;
@@ -434,22 +545,25 @@ static int check_optimizer(Module *m, Expr *e, Optimizer *o) {
     Expr *t = betas->value;
     bool ia;
     if (t->kind != E_TUPLE || t->args.len != 2) {
-      diag_error(t->loc, "betas must be a pair, e.g. betas = (0.9, 0.95)");
+      diag_error(t->loc, "%s: betas must be a pair, e.g. betas = (0.9, 0.95)", o->kind);
       return -1;
     }
-    if (sema_eval_number(m, t->args.data[0], &o->beta1, &ia) ||
-        sema_eval_number(m, t->args.data[1], &o->beta2, &ia))
-      return -1;
-    if (!(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1)) {
-      diag_error(t->loc, "betas must lie in [0, 1)");
-      return -1;
+    double *beta[2] = {&o->beta1, &o->beta2};
+    for (int i = 0; i < 2; i++) {
+      Expr *b = t->args.data[i];
+      if (sema_eval_number(m, b, beta[i], &ia)) return -1;
+      if (!(*beta[i] >= 0 && *beta[i] < 1)) {
+        diag_error(b->loc, "%s: beta%d must lie in [0, 1), got %g", o->kind, i + 1, *beta[i]);
+        return -1;
+      }
     }
   }
   Arg *sch = find_item(&e->args, "schedule");
   if (sch) {
     if (sch->value->kind != E_IDENT ||
         (strcmp(sch->value->str, "cosine") && strcmp(sch->value->str, "constant"))) {
-      diag_error(sch->value->loc, "schedule must be cosine or constant");
+      diag_error(sch->value->loc, "%s: schedule must be cosine or constant, got %s", o->kind,
+                 expr_desc(sch->value));
       return -1;
     }
     o->schedule = sch->value->str;
@@ -457,37 +571,128 @@ static int check_optimizer(Module *m, Expr *e, Optimizer *o) {
   return 0;
 }
 
-/* The strategy keys written directly in the train block become a SPEC. */
+/* ---- strategy ---- */
+
+static const char *const plan_keys[] = {"dp", "tp", "tp2d", "sp", "pp", "schedule", "mb", "zero",
+                                        "recompute"};
+static const unsigned plan_bits[] = {PLAN_DP, PLAN_TP, PLAN_TP2D, PLAN_SP, PLAN_PP, PLAN_SCHED,
+                                     PLAN_MB, PLAN_ZERO, PLAN_RECOMPUTE};
+enum { N_PLAN_KEYS = sizeof plan_keys / sizeof plan_keys[0] };
+
+/* The comma-separated token of `spec` that starts at or after *from:
+ * [*start, *end) without surrounding blanks.  False at the end. */
+static bool spec_token(const char *spec, const char **from, const char **start, const char **end) {
+  const char *t = *from;
+  if (!t) return false;
+  const char *comma = strchr(t, ',');
+  const char *e = comma ? comma : t + strlen(t);
+  *from = comma ? comma + 1 : NULL;
+  while (t < e && *t == ' ') t++;
+  while (e > t && e[-1] == ' ') e--;
+  *start = t;
+  *end = e;
+  return true;
+}
+
+/* plan_parse_spec, and on error the offending key=value: its offset and
+ * length in spec (the whole spec if no single token is to blame), and a
+ * suggestion for a misspelled key. */
+static int parse_spec_at(const char *spec, Plan *p, char *err, int errcap, int *off, int *len) {
+  if (plan_parse_spec(spec, p, err, errcap) == 0) return 0;
+  *off = 0;
+  *len = (int)strlen(spec);
+  Plan scratch;
+  plan_default(&scratch);
+  const char *from = spec, *t, *e;
+  while (spec_token(spec, &from, &t, &e)) {
+    if (t == e) continue;
+    char *tok = arena_strndup(t, (size_t)(e - t)), e2[256];
+    if (plan_parse_spec(tok, &scratch, e2, sizeof e2) == 0) continue;
+    *off = (int)(t - spec);
+    *len = (int)(e - t);
+    char *eq = strchr(tok, '=');
+    if (eq) {
+      *eq = 0;
+      for (char *k = eq; k > tok && k[-1] == ' ';) *--k = 0;
+      bool known = false;
+      for (int k = 0; k < N_PLAN_KEYS; k++) known |= !strcmp(plan_keys[k], tok);
+      const char *sug = known ? NULL : sema_suggest(tok, plan_keys, N_PLAN_KEYS);
+      if (!known) *len = (int)strlen(tok);
+      if (sug) snprintf(err, (size_t)errcap, "unknown strategy key '%s'; did you mean '%s'?", tok, sug);
+    }
+    break;
+  }
+  return -1;
+}
+
+/* A span inside the quoted string at `strloc` (strings have no escapes and
+ * no newlines, so byte offsets map to columns). */
+static SrcLoc string_span(SrcLoc strloc, int off, int len) {
+  SrcLoc l = strloc;
+  l.col += 1 + off;
+  l.len = len > 0 ? len : 1;
+  return l;
+}
+
+/* Where the strategy key `bit` was given: inside the strategy string, or
+ * as a train item.  The strategy as a whole when neither. */
+SrcLoc sema_plan_key_loc(TrainCfg *t, unsigned bit) {
+  const char *name = NULL;
+  for (int k = 0; k < N_PLAN_KEYS; k++)
+    if (plan_bits[k] == bit) name = plan_keys[k];
+  if (!t->decl || !name || t->cli_strategy) return t->plan_loc;
+  Arg *a = find_item(&t->decl->items, name);
+  if (a) return a->loc;
+  Arg *st = find_item(&t->decl->items, "strategy");
+  if (st && st->value->kind == E_STRING) {
+    const char *spec = st->value->str, *from = spec, *tk, *e;
+    size_t n = strlen(name);
+    while (spec_token(spec, &from, &tk, &e)) {
+      const char *k = tk + n;
+      while (k < e && *k == ' ') k++;
+      if ((size_t)(e - tk) > n && !strncmp(tk, name, n) && *k == '=')
+        return string_span(st->value->loc, (int)(tk - spec), (int)(e - tk));
+    }
+  }
+  return t->plan_loc;
+}
+
+/* The strategy keys written directly in the train block become a SPEC.
+ * *where is the strategy item, else the first strategy key in the block. */
 static int train_plan(Module *m, PtrVec *it, Plan *p, SrcLoc *where) {
-  static const char *const pk[] = {"dp", "tp", "tp2d", "sp", "pp", "schedule", "mb", "zero",
-                                   "recompute"};
   Arg *strategy = find_item(it, "strategy");
   char err[256];
   if (strategy) {
-    *where = strategy->loc;
+    *where = strategy->value->loc;
     Expr *v = strategy->value;
+    int off, len;
     if (v->kind == E_IDENT && !strcmp(v->str, "auto")) {
       p->is_auto = true;
     } else if (v->kind == E_STRING) {
-      if (plan_parse_spec(v->str, p, err, sizeof err)) {
-        diag_error(v->loc, "strategy: %s", err);
+      if (parse_spec_at(v->str, p, err, sizeof err, &off, &len)) {
+        diag_error(string_span(v->loc, off, len), "strategy: %s", err);
         return -1;
       }
     } else {
-      diag_error(v->loc, "strategy must be auto or a string such as \"dp=2,tp=2\"");
+      diag_error(v->loc, "strategy must be auto or a string such as \"dp=2,tp=2\", got %s",
+                 expr_desc(v));
       return -1;
     }
   }
-  for (size_t k = 0; k < sizeof pk / sizeof pk[0]; k++) {
-    Arg *a = find_item(it, pk[k]);
-    if (!a) continue;
-    if (!strategy) *where = a->loc;
+  for (int i = 0; i < it->len; i++) {
+    Arg *a = it->data[i];
+    int k = 0;
+    while (k < N_PLAN_KEYS && strcmp(plan_keys[k], a->name)) k++;
+    if (k == N_PLAN_KEYS) continue;
+    if (!where->file) *where = a->loc;
     char val[96];
     Expr *v = a->value;
-    if (v->kind == E_IDENT || v->kind == E_GRID) {
+    Decl *cd = v->kind == E_IDENT ? sema_lookup_decl(m, v->str) : NULL;
+    if ((v->kind == E_IDENT && !cd) || v->kind == E_GRID) {
       snprintf(val, sizeof val, "%s", v->str);
     } else if (v->kind == E_CALL && v->args.len == 1 &&
                ((Arg *)v->args.data[0])->name == NULL) {
+      /* interleaved(2) is interleaved:2 */
       double n;
       bool ii;
       if (sema_eval_number(m, ((Arg *)v->args.data[0])->value, &n, &ii)) return -1;
@@ -495,15 +700,15 @@ static int train_plan(Module *m, PtrVec *it, Plan *p, SrcLoc *where) {
     } else {
       double n;
       bool is_int;
-      if (sema_eval_number(m, v, &n, &is_int)) return -1;
-      if (!is_int) {
-        diag_error(v->loc, "'%s' must be an integer", pk[k]);
+      if (not_a_number(m, a, "an integer") || sema_eval_number(m, v, &n, &is_int)) return -1;
+      if (!is_int || fabs(n) > 1e9) {
+        diag_error(v->loc, "'%s' must be an integer, got %g", plan_keys[k], n);
         return -1;
       }
       snprintf(val, sizeof val, "%.0f", n);
     }
     char spec[160];
-    snprintf(spec, sizeof spec, "%s=%s", pk[k], val);
+    snprintf(spec, sizeof spec, "%s=%s", plan_keys[k], val);
     if (plan_parse_spec(spec, p, err, sizeof err)) {
       diag_error(v->loc, "%s", err);
       return -1;
@@ -512,11 +717,40 @@ static int train_plan(Module *m, PtrVec *it, Plan *p, SrcLoc *where) {
   return 0;
 }
 
+/* For errors about the sizes of the strategy as a whole: where the mesh
+ * came from. */
+static void mesh_note(TrainCfg *t, const SemaOptions *opt) {
+  if (opt->mesh && !t->mesh->loc.file)
+    diag_note((SrcLoc){0}, "the mesh comes from --mesh %s (%d device%s)", opt->mesh, t->mesh->ndev,
+              t->mesh->ndev == 1 ? "" : "s");
+  else if (t->mesh->loc.file)
+    diag_note(t->mesh->loc, "mesh '%s' is declared here (%d device%s)", t->mesh->name,
+              t->mesh->ndev, t->mesh->ndev == 1 ? "" : "s");
+}
+
+/* Where dp came from: a strategy key, or what the mesh leaves over. */
+static void dp_note(TrainCfg *t, const SemaOptions *opt) {
+  Plan *p = &t->plan;
+  if (p->given & PLAN_DP) {
+    SrcLoc l = sema_plan_key_loc(t, PLAN_DP);
+    if (l.file)
+      diag_note(l, "dp=%d is set here", p->dp);
+    else if (opt->strategy)
+      diag_note((SrcLoc){0}, "dp=%d comes from --strategy %s", p->dp, opt->strategy);
+  } else if (t->mesh->loc.file) {
+    diag_note(t->mesh->loc, "dp=%d: what mesh '%s' (%d devices) leaves after the other axes",
+              p->dp, t->mesh->name, t->mesh->ndev);
+  } else {
+    diag_note((SrcLoc){0}, "dp=%d: what the mesh (%d devices) leaves after the other axes", p->dp,
+              t->mesh->ndev);
+  }
+}
+
 static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   TrainCfg *t = &m->train;
   PtrVec *it = d ? &d->items : &(PtrVec){0};
   t->decl = d;
-  if (d && check_items(it, train_keys, N_TRAIN_KEYS, "train")) return -1;
+  if (d && check_items(it, train_keys, N_TRAIN_KEYS, "train", false)) return -1;
   int rc = 0;
 
   /* model */
@@ -524,7 +758,7 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   const char *mname = opt->model ? opt->model : NULL;
   if (!mname && ma) {
     if (ma->value->kind != E_IDENT) {
-      diag_error(ma->value->loc, "'model' must name a model");
+      diag_error(ma->value->loc, "'model' must name a model, got %s", expr_desc(ma->value));
       return -1;
     }
     mname = ma->value->str;
@@ -532,11 +766,16 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   if (mname) {
     Decl *md = sema_lookup_decl(m, mname);
     if (!md || md->kind != D_MODEL) {
+      const char *s = md ? NULL : suggest_decl(m, mname, D_MODEL);
+      const char *hint = s ? arena_printf("; did you mean '%s'?", s) : "";
       if (ma && !opt->model) {
-        diag_error(ma->value->loc, "'%s' is not a model", mname);
+        if (md)
+          diag_error(ma->value->loc, "'%s' is not a model", mname);
+        else
+          diag_error(ma->value->loc, "unknown model '%s'%s", mname, hint);
         if (md) diag_note(md->name_loc, "'%s' is a %s", mname, kind_name(md->kind));
       } else {
-        diag_fatal_noloc("--model '%s' is not a model in this file", mname);
+        diag_fatal_noloc("--model '%s' is not a model in this file%s", mname, hint);
       }
       return -1;
     }
@@ -546,7 +785,8 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
       Decl *md = m->decls.data[i];
       if (md->kind != D_MODEL) continue;
       if (t->model) {
-        diag_error(md->name_loc, "more than one model and no train block says which to use");
+        diag_error(md->name_loc, "more than one model, and nothing says which to use (write "
+                                 "model = NAME in the train block, or pass --model NAME)");
         diag_note(t->model->name_loc, "'%s' is also a model", t->model->name);
         return -1;
       }
@@ -563,12 +803,18 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
     if (!t->mesh) return -1;
   } else if (mesh) {
     if (mesh->value->kind != E_IDENT) {
-      diag_error(mesh->value->loc, "'mesh' must name a mesh");
+      diag_error(mesh->value->loc, "'mesh' must name a mesh, got %s", expr_desc(mesh->value));
       return -1;
     }
     Decl *md = sema_lookup_decl(m, mesh->value->str);
     if (!md || md->kind != D_MESH) {
-      diag_error(mesh->value->loc, "'%s' is not a mesh", mesh->value->str);
+      const char *s = md ? NULL : suggest_decl(m, mesh->value->str, D_MESH);
+      if (md)
+        diag_error(mesh->value->loc, "'%s' is not a mesh", mesh->value->str);
+      else if (s)
+        diag_error(mesh->value->loc, "unknown mesh '%s'; did you mean '%s'?", mesh->value->str, s);
+      else
+        diag_error(mesh->value->loc, "unknown mesh '%s'", mesh->value->str);
       if (md) diag_note(md->name_loc, "'%s' is a %s", md->name, kind_name(md->kind));
       return -1;
     }
@@ -588,8 +834,9 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   t->batch = batch ? batch : 1;
   t->seq = seq;
   t->microbatch = micro;
-  t->steps = steps ? steps : 10;
-  t->seed = seed ? seed : 1337;
+  /* 0 is a valid number of steps (and seed): only absence means default. */
+  t->steps = find_item(it, "steps") ? steps : 10;
+  t->seed = find_item(it, "seed") ? seed : 1337;
 
   /* optimizer */
   Optimizer *o = &t->opt;
@@ -608,7 +855,7 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
                                                                                      : v->str)
                                   : -1;
     if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) {
-      diag_error(v->loc, "precision must be fp32, bf16 or fp16");
+      diag_error(v->loc, "precision must be fp32, bf16 or fp16, got %s", expr_desc(v));
       rc = -1;
     } else {
       t->precision = (DType)dt;
@@ -617,7 +864,8 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   Arg *da = find_item(it, "data");
   if (da) {
     if (da->value->kind != E_STRING) {
-      diag_error(da->value->loc, "'data' must be a file name in quotes");
+      diag_error(da->value->loc, "'data' must be a file name in quotes, got %s",
+                 expr_desc(da->value));
       rc = -1;
     } else {
       t->data = da->value->str;
@@ -633,20 +881,27 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   if (opt->strategy) {
     Plan p;
     plan_default(&p);
-    if (plan_parse_spec(opt->strategy, &p, err, sizeof err)) {
-      diag_fatal_noloc("--strategy: %s", err);
+    int off, len;
+    if (parse_spec_at(opt->strategy, &p, err, sizeof err, &off, &len)) {
+      diag_fatal_noloc("--strategy '%s': %s", opt->strategy, err);
       return -1;
     }
     t->plan = p;
     t->plan_origin = "--strategy";
     t->plan_loc = (SrcLoc){0};
+    t->cli_strategy = opt->strategy;
   }
-  if (plan_resolve(&t->plan, t->mesh->ndev, err, sizeof err)) {
+  unsigned keys;
+  if (plan_resolve_keys(&t->plan, t->mesh->ndev, err, sizeof err, &keys)) {
     if (t->plan_loc.file) {
-      diag_error(t->plan_loc, "%s", err);
-      if (t->mesh->loc.file) diag_note(t->mesh->loc, "mesh '%s' is declared here", t->mesh->name);
+      diag_error(sema_plan_key_loc(t, keys), "%s", err);
+      if (!keys) mesh_note(t, opt);
     } else {
-      diag_fatal_noloc("%s (strategy from %s, mesh '%s')", err, t->plan_origin, t->mesh->name);
+      if (opt->strategy)
+        diag_fatal_noloc("--strategy '%s': %s", opt->strategy, err);
+      else
+        diag_fatal_noloc("%s", err);
+      if (!keys) mesh_note(t, opt);
     }
     return -1;
   }
@@ -655,38 +910,55 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   /* batch arithmetic: batch = dp * microbatch * microbatches */
   Plan *p = &t->plan;
   if (!p->is_auto) {
-    SrcLoc bl = find_item(it, "batch") ? find_item(it, "batch")->value->loc : t->plan_loc;
+    Arg *ba = find_item(it, "batch");
+    const char *dflt = ba ? "" : " (the default; set batch = N in the train block)";
+    SrcLoc bl = ba ? ba->value->loc : d ? d->loc : t->plan_loc;
     if (t->batch % p->dp) {
       if (bl.file)
-        diag_error(bl, "batch %lld is not divisible by the data-parallel size dp=%d",
-                   (long long)t->batch, p->dp);
+        diag_error(bl, "batch %lld%s is not divisible by the data-parallel size dp=%d",
+                   (long long)t->batch, dflt, p->dp);
       else
-        diag_fatal_noloc("batch %lld is not divisible by the data-parallel size dp=%d",
-                         (long long)t->batch, p->dp);
+        diag_fatal_noloc("batch %lld%s is not divisible by the data-parallel size dp=%d",
+                         (long long)t->batch, dflt, p->dp);
+      dp_note(t, opt);
       return -1;
     }
     int64_t per_rank = t->batch / p->dp;
+    if (p->mb && per_rank % p->mb) {
+      SrcLoc l = sema_plan_key_loc(t, PLAN_MB);
+      if (l.file)
+        diag_error(l, "mb=%d microbatches do not divide the per-rank batch %lld (batch %lld / dp %d)",
+                   p->mb, (long long)per_rank, (long long)t->batch, p->dp);
+      else
+        diag_fatal_noloc("mb=%d microbatches do not divide the per-rank batch %lld (batch %lld / "
+                         "dp %d)", p->mb, (long long)per_rank, (long long)t->batch, p->dp);
+      return -1;
+    }
     if (!t->microbatch) t->microbatch = p->mb ? per_rank / p->mb : per_rank;
-    if (t->microbatch < 1 || per_rank % t->microbatch) {
-      SrcLoc ml = find_item(it, "microbatch") ? find_item(it, "microbatch")->value->loc : bl;
+    if (per_rank % t->microbatch) {
+      Arg *ma2 = find_item(it, "microbatch");
+      SrcLoc ml = ma2 ? ma2->value->loc : bl;
       if (ml.file)
         diag_error(ml, "microbatch %lld does not divide the per-rank batch %lld (batch %lld / dp %d)",
                    (long long)t->microbatch, (long long)per_rank, (long long)t->batch, p->dp);
       else
         diag_fatal_noloc("microbatch %lld does not divide the per-rank batch %lld",
                          (long long)t->microbatch, (long long)per_rank);
+      if (p->dp > 1) dp_note(t, opt);
       return -1;
     }
     int64_t nmb = per_rank / t->microbatch;
     if (p->mb && p->mb != nmb) {
-      diag_error(t->plan_loc.file ? t->plan_loc : bl,
+      SrcLoc l = sema_plan_key_loc(t, PLAN_MB);
+      diag_error(l.file ? l : bl,
                  "mb=%d microbatches disagree with batch %lld / dp %d / microbatch %lld = %lld",
                  p->mb, (long long)t->batch, p->dp, (long long)t->microbatch, (long long)nmb);
       return -1;
     }
     p->mb = (int)nmb;
     if (p->schedule == SCHED_INTERLEAVED && p->pp > 1 && nmb % p->pp) {
-      diag_error(t->plan_loc.file ? t->plan_loc : bl,
+      SrcLoc l = sema_plan_key_loc(t, PLAN_SCHED);
+      diag_error(l.file ? l : bl,
                  "the interleaved schedule needs the number of microbatches (%lld) to be a "
                  "multiple of pp=%d", (long long)nmb, p->pp);
       return -1;
@@ -712,6 +984,7 @@ Module *sema_run(Program *prog, const SemaOptions *opt) {
   m->base_dir = dirname_of(prog->file->path);
   infos = (PtrVec){0};
   by_name = (StrMap){0};
+  const_chain = const_refs = (PtrVec){0};
   Decl *train = NULL;
 
   /* Names: one namespace for constants, functions, layers, models, meshes. */
@@ -752,11 +1025,20 @@ Module *sema_run(Program *prog, const SemaOptions *opt) {
     bool is_int;
     switch (d->kind) {
     case D_CONST:
-      eval_const_decl(m, d, &v, &is_int);
+      eval_const_decl(m, d, &v, &is_int, NULL);
       break;
     case D_USE:
       in->fn = cimp_import(d->header, m->base_dir, d->name, d->header_loc);
       if (in->fn) vec_push(&m->fns, in->fn);
+      break;
+    case D_LAYER:
+      /* Layers are generic: a parameter takes the type of its argument. */
+      for (int k = 0; k < d->params.len; k++) {
+        Param *p = d->params.data[k];
+        if (p->type)
+          diag_error(p->type->loc, "layer parameter '%s' cannot have a type (only model inputs "
+                     "do; it takes the type of its argument)", p->name);
+      }
       break;
     case D_MESH:
       in->mesh = check_mesh(m, d);

@@ -27,6 +27,7 @@ typedef struct TrainCfg {
   Plan plan;
   SrcLoc plan_loc;        /* where the strategy was given (item or none) */
   const char *plan_origin;/* "train block", "--strategy" or "default" */
+  const char *cli_strategy;/* the --strategy SPEC, or NULL */
 } TrainCfg;
 
 /* The memory plan of one rank: one arena, persistent part first. */
@@ -68,6 +69,10 @@ int sema_eval_number(Module *m, Expr *e, double *out, bool *is_int);
 int lower_model(Module *m);
 bool lower_is_builtin(const char *name);
 ScalarFn *sema_decl_fn(Decl *d);   /* the import behind a `use` */
+/* Where the strategy key `bit` (a PLAN_* bit) was written: inside the
+ * strategy string or as a train item; no file when it came from --strategy
+ * (or was not written). */
+SrcLoc sema_plan_key_loc(TrainCfg *t, unsigned bit);
 /* Closest name among candidates (edit distance <= 2), or NULL. */
 const char *sema_suggest(const char *name, const char *const *cands, int n);
 

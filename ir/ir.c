@@ -108,22 +108,26 @@ static int shape_matmul(Node *n, char *err, int errcap) {
   return 0;
 }
 
+/* The graph whose node a shape rule is checking, so that messages can name
+ * symbolic dims (f32[B=4,T=64,768]); set by ir_add. */
+static const Graph *msg_graph;
+
 /* b's shape must equal a trailing part of a's shape (bias, positional). */
 static int shape_bcast(Node *n, char *err, int errcap) {
   Shape *a = &n->in[0]->shape, *b = &n->in[1]->shape;
   if (need_float(n, 0, err, errcap) || need_float(n, 1, err, errcap)) return -1;
   if (b->ndim > a->ndim) {
     char sa[128], sb[128];
-    ir_shape_str(NULL, n->in[0], sa, sizeof sa);
-    ir_shape_str(NULL, n->in[1], sb, sizeof sb);
+    ir_shape_str(msg_graph, n->in[0], sa, sizeof sa);
+    ir_shape_str(msg_graph, n->in[1], sb, sizeof sb);
     FAIL("%s cannot be broadcast to %s", sb, sa);
   }
   int off = a->ndim - b->ndim;
   for (int i = 0; i < b->ndim; i++)
     if (a->d[off + i].n != b->d[i].n) {
       char sa[128], sb[128];
-      ir_shape_str(NULL, n->in[0], sa, sizeof sa);
-      ir_shape_str(NULL, n->in[1], sb, sizeof sb);
+      ir_shape_str(msg_graph, n->in[0], sa, sizeof sa);
+      ir_shape_str(msg_graph, n->in[1], sb, sizeof sb);
       FAIL("shapes %s and %s do not match", sa, sb);
     }
   n->out->shape = *a;
@@ -244,14 +248,13 @@ static int shape_xent(Node *n, char *err, int errcap) {
   if (need_float(n, 0, err, errcap)) return -1;
   if (n->in[1]->dtype != DT_I32)
     FAIL("targets must be i32, got %s", ir_dtype_name(n->in[1]->dtype));
-  if (l->ndim != t->ndim + 1) FAIL("logits must have one more dimension than targets");
+  char sl[128], st[128];
+  ir_shape_str(msg_graph, n->in[0], sl, sizeof sl);
+  ir_shape_str(msg_graph, n->in[1], st, sizeof st);
+  if (l->ndim != t->ndim + 1)
+    FAIL("logits %s must have one more dimension than targets %s", sl, st);
   for (int i = 0; i < t->ndim; i++)
-    if (l->d[i].n != t->d[i].n) {
-      char sl[128], st[128];
-      ir_shape_str(NULL, n->in[0], sl, sizeof sl);
-      ir_shape_str(NULL, n->in[1], st, sizeof st);
-      FAIL("logits %s do not match targets %s", sl, st);
-    }
+    if (l->d[i].n != t->d[i].n) FAIL("logits %s do not match targets %s", sl, st);
   n->out->shape = (Shape){0};
   n->out->dtype = n->in[0]->dtype;
   return 0;
@@ -464,7 +467,10 @@ Node *ir_add(Graph *g, OpKind op, Value **in, int nin, const Attrs *a, SrcLoc lo
   for (int i = 0; i < n->nout; i++) n->outs[i] = &tmp[i];
   n->out = n->outs[0];
   char err[256];
-  if (info->shape(n, err, sizeof err)) {
+  msg_graph = g;
+  int rc = info->shape(n, err, sizeof err);
+  msg_graph = NULL;
+  if (rc) {
     diag_error(loc, "%s: %s", what, err);
     return NULL;
   }

@@ -79,6 +79,7 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
     char *kend = eq;
     while (kend > tok && kend[-1] == ' ') *--kend = 0;
     while (*v == ' ') v++;
+    for (char *vend = (char *)v + strlen(v); vend > v && vend[-1] == ' ';) *--vend = 0;
     if (!strcmp(k, "dp")) {
       if (parse_pos(k, v, &p->dp, err, errcap)) return -1;
       p->given |= PLAN_DP;

@@ -73,7 +73,9 @@ for src in "${cases[@]}"; do
   done <"$src"
 
   out=$tmp/$name.err
-  timeout -k 2 10 "$bin" "$cmd" "$src" ${args[@]+"${args[@]}"} >/dev/null 2>"$out" </dev/null
+  # The outer 2>/dev/null hides bash's own "Segmentation fault" line.
+  { timeout -k 2 10 "$bin" "$cmd" "$src" ${args[@]+"${args[@]}"} >/dev/null 2>"$out" </dev/null; } \
+    2>/dev/null
   rc=$?
 
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then

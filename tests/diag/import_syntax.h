@@ -1,0 +1,4 @@
+/* import_syntax.h — not valid C. */
+static inline float broken(float x) {
+  return x * ;
+}
