@@ -21,8 +21,9 @@ cp "$root"/tests/fuzz/crashes/* "$corpus"/ 2>/dev/null || true
 echo "fuzz: running for ${secs}s with ${jobs} job(s)"
 start=$(date +%s)
 set +e
+cd "$dir"
 ASAN_OPTIONS=detect_leaks=0 "$dir/fuzz_frontend" "$corpus" \
-  -max_total_time="$secs" -timeout=5 -rss_limit_mb=2048 -max_len=8192 \
+  -max_total_time="$secs" -timeout=25 -rss_limit_mb=2048 -max_len=8192 \
   -dict="$root/tests/fuzz/shard.dict" -close_fd_mask=2 \
   -artifact_prefix="$root/tests/fuzz/crashes/" -jobs="$jobs" -workers="$jobs" \
   -print_final_stats=1 2>"$dir/fuzz.log"
