@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "cg.h"
 #include "passes.h"
 
 static const char *usage_main =
@@ -14,7 +15,7 @@ static const char *usage_main =
     "commands:\n"
     "  check     parse and check a model; diagnostics only\n"
     "  compile   check, lower and run the passes; print IR or the plan\n"
-    "  build     compile and build DIR/train (not available yet: needs the code generator)\n"
+    "  build     compile, then build the training program DIR/train with the C compiler\n"
     "  explore   rank parallel plans by the cost model (not available yet)\n"
     "\n"
     "Run 'shardc <command> --help' for a command's options.  'shardc --version' prints the version.\n";
@@ -38,11 +39,29 @@ static const char *usage_compile =
     "\n"
     "  --emit=ir            print the IR after all passes\n"
     "  --emit=plan          print the parallel plan summary (the default)\n"
-    "  --emit=c             print generated code (not available yet)\n"
+    "  --emit=c             print the generated C program (target cpu)\n"
     "  --dump-after=PASS    print the IR after PASS (see --list-passes)\n"
     "  --list-passes        list the passes in pipeline order\n"
     "  -o DIR               output directory for generated code\n"
-    "  --target cpu|cuda    code generator target (default cpu)\n"
+    "  --target cpu|cuda    code generator target (default cpu; cuda is not available yet)\n"
+    "  --precision=fp64     with --emit=c: double arithmetic, for gradient checks\n"
+    "  (and the options of 'shardc check')\n";
+
+static const char *usage_build =
+    "usage: shardc build MODEL.shard [-o DIR] [--target cpu] [--mesh NAME|SPEC]\n"
+    "                    [--strategy SPEC] [--model NAME] [--precision=fp64]\n"
+    "\n"
+    "Compiles MODEL.shard, writes the training program DIR/model.c and builds it\n"
+    "with the system C compiler (mpicc when the plan has several ranks) against\n"
+    "libshardrt and BLAS into DIR/train.  DIR defaults to out/MODEL_NAME.\n"
+    "Run DIR/train --help for its flags (--steps, --seed, --data, --load, --save,\n"
+    "--save-every, --log, --quiet); launch it with mpirun -np MESH_SIZE.\n"
+    "Only data-parallel plans (dp=N, mb=N) in fp32 are implemented so far.\n"
+    "\n"
+    "  -o DIR               output directory (created if missing)\n"
+    "  --precision=fp64     build in double precision (for gradient checks:\n"
+    "                       DIR/train --gradcheck N)\n"
+    "  SHARDC_CC, SHARDC_CFLAGS   override the C compiler, add flags\n"
     "  (and the options of 'shardc check')\n";
 
 typedef struct Opts {
@@ -52,6 +71,7 @@ typedef struct Opts {
   const char *target;
   const char *emit;
   const char *dump_after;
+  const char *precision;
   SemaOptions sema;
   int list_passes;
   int no_warn;
@@ -114,6 +134,10 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       if (strcmp(v, "cpu") && strcmp(v, "cuda"))
         return usage_error(usage, "--target must be cpu or cuda, got '%s'", v);
       o->target = v;
+    } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--precision"))) {
+      if (strcmp(v, "fp32") && strcmp(v, "fp64"))
+        return usage_error(usage, "--precision must be fp32 or fp64, got '%s'", v);
+      o->precision = v;
     } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "-o"))) {
       if (!*v) return usage_error(usage, "%s needs a directory", "-o");
       o->outdir = v;
@@ -149,11 +173,6 @@ static int run(Opts *o) {
               o->dump_after, names);
       return 1;
     }
-  }
-  if (o->emit && !strcmp(o->emit, "c")) {
-    fprintf(stderr, "shardc: error: --emit=c is not available yet: the code generator is not "
-                    "built (see the roadmap in docs/)\n");
-    return 1;
   }
   if (o->target && !strcmp(o->target, "cuda") && o->emit && strcmp(o->emit, "ir")) {
     /* Plans are target-independent; only code generation would differ. */
@@ -204,6 +223,15 @@ static int run(Opts *o) {
   }
   if (!strcmp(o->cmd, "check")) return 0;
   if (o->dump_after) return 0;
+  CgOptions cgo = {.f64 = o->precision && !strcmp(o->precision, "fp64")};
+  bool gen = !strcmp(o->cmd, "build") || (o->emit && !strcmp(o->emit, "c"));
+  if (gen && cg_check(m, o->target ? o->target : "cpu")) return 1;
+  if (!strcmp(o->cmd, "build")) {
+    const char *dir = o->outdir ? o->outdir : arena_printf("out/%s", m->graph->model);
+    return cg_build(m, dir, &cgo) ? 1 : 0;
+  }
+  if (o->emit && !strcmp(o->emit, "c"))
+    return cg_emit_cpu_opts(stdout, m, &cgo) ? 1 : 0;
   if (o->emit && !strcmp(o->emit, "ir"))
     ir_print(stdout, m->graph);
   else
@@ -231,7 +259,9 @@ int main(int argc, char **argv) {
     if (parse_opts(argc, argv, &o, usage_check)) return 1;
   } else if (!strcmp(cmd, "compile")) {
     if (parse_opts(argc, argv, &o, usage_compile)) return 1;
-  } else if (!strcmp(cmd, "build") || !strcmp(cmd, "explore")) {
+  } else if (!strcmp(cmd, "build")) {
+    if (parse_opts(argc, argv, &o, usage_build)) return 1;
+  } else if (!strcmp(cmd, "explore")) {
     if (argc > 2 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
       printf("shardc %s: not available yet in this version.\n", cmd);
       return 0;

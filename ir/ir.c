@@ -481,6 +481,8 @@ Node *ir_add(Graph *g, OpKind op, Value **in, int nin, const Attrs *a, SrcLoc lo
     v->def = n;
     n->outs[i] = v;
   }
+  /* A reshape of contiguous row-major data is a view: same storage. */
+  if (op == OP_RESHAPE) n->out->alias = in[0];
   n->out = n->outs[0];
   for (int i = 0; i < n->nin; i++) n->in[i]->nuses++;
   vec_push(&g->nodes, n);
@@ -537,6 +539,21 @@ Node *ir_add_bwd(Graph *g, OpKind op, Value **in, int nin, Value **outs, const A
   for (int i = 0; i < n->nin; i++) n->in[i]->nuses++;
   vec_push(&g->nodes, n);
   return n;
+}
+
+bool ir_reads_data(const Node *n, int k) {
+  switch (n->op) {
+  case OP_ADD_BWD:
+  case OP_SUB_BWD:
+  case OP_SCALE_BWD:
+  case OP_SLICE_BWD:
+  case OP_DROPOUT_BWD:
+    return k == 0;
+  case OP_GATHER_BWD:
+    return k != 1;
+  default:
+    return true;
+  }
 }
 
 int64_t ir_param_count(const Graph *g) {

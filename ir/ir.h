@@ -150,6 +150,10 @@ Value *ir_grad(Graph *g, Value *v);
 Node *ir_add_bwd(Graph *g, OpKind op, Value **in, int nin, Value **outs, const Attrs *a,
                  const Node *fwd);
 
+/* Whether node n reads the data of input k (some backward ops take an
+ * operand only for its shape: add_bwd needs dy, not a and b). */
+bool ir_reads_data(const Node *n, int k);
+
 int64_t ir_param_count(const Graph *g);
 double ir_flops(const Graph *g);   /* forward FLOPs of one pass */
 

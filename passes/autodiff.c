@@ -55,7 +55,10 @@ static bool backward(Graph *g, Node *n) {
      * instead of copying into a new one (the residual stream and every
      * bias add). */
     for (int k = 0; k < 2 && n->op != OP_MUL; k++) {
-      if (n->op == OP_SUB && k == 1) break;
+      if (n->op == OP_SUB && k == 1) {
+        o[1] = G(g, x[1]); /* -dy, never shared */
+        break;
+      }
       if (needs[x[k]->id] && !x[k]->grad && fwd_uses[x[k]->id] == 1 &&
           ir_shape_eq(&x[k]->shape, &n->out->shape) && x[k]->def->op != OP_RESHAPE &&
           x[k]->role != ROLE_PARAM && x[0] != x[1])

@@ -108,7 +108,8 @@ int pass_memplan(Module *m) {
   }
   for (int i = 0; i < nn; i++) {
     Node *n = g->nodes.data[i];
-    for (int j = 0; j < n->nin; j++) touch(n->in[j], i);
+    for (int j = 0; j < n->nin; j++)
+      if (ir_reads_data(n, j)) touch(n->in[j], i);
     for (int j = 0; j < n->nout; j++)
       if (n->outs[j]) touch(n->outs[j], i);
   }

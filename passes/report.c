@@ -48,9 +48,11 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
      * sp, dp, pp outermost. */
     fprintf(out, "%sranks:    rank = ((pp*%d + dp)*%d + sp)*%d + tp  (tp innermost)\n", pf, p->dp,
             p->sp, p->tp * p->tp2d * p->tp2d);
-    fprintf(out, "%sbatch:    %lld sequences/step = dp %d x microbatch %lld x %d microbatch%s; seq %lld\n",
-            pf, (long long)t->batch, p->dp, (long long)t->microbatch, p->mb, p->mb == 1 ? "" : "es",
-            (long long)t->seq);
+    fprintf(out, "%sbatch:    %lld %s/step = dp %d x microbatch %lld x %d microbatch%s", pf,
+            (long long)t->batch, t->seq ? "sequences" : "examples", p->dp, (long long)t->microbatch,
+            p->mb, p->mb == 1 ? "" : "es");
+    if (t->seq) fprintf(out, "; seq %lld", (long long)t->seq);
+    fputc('\n', out);
   }
   const Optimizer *o = &t->opt;
   if (o->kind) {

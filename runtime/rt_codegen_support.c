@@ -134,7 +134,8 @@ static void usage(const CgModel *m, FILE *f) {
           "  --save CKPT      write a checkpoint after the last step (atomically: temp file,\n"
           "                   fsync, rename; a failed save leaves an existing file intact)\n"
           "  --save-every N   also write it every N steps (needs --save)\n"
-          "  --log FILE       append one JSON object per step to FILE (JSONL):\n"
+          "  --log FILE       write one JSON object per step to FILE (JSONL; appended to\n"
+          "                   when resuming with --load):\n"
           "                   {\"step\":1,\"loss\":4.17,\"lr\":0.0006,\"step_ms\":12.3,"
           "\"tokens_per_s\":10400}\n"
           "  --quiet          print nothing but errors\n"
@@ -262,7 +263,6 @@ int cg_launcher_ranks(int *rank) {
   return 1;
 }
 
-extern void openblas_set_num_threads(int) __attribute__((weak));
 extern char *openblas_get_corename(void) __attribute__((weak));
 
 void cg_blas_setup(int argc, char **argv) {
@@ -285,13 +285,13 @@ void cg_blas_setup(int argc, char **argv) {
   unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on with what we have */
 }
 
-void cg_blas_threads(int ranks) {
-  if (getenv("OPENBLAS_NUM_THREADS") || !openblas_set_num_threads)
+void cg_set_threads(int ranks) {
+  if (getenv("OMP_NUM_THREADS") || getenv("OPENBLAS_NUM_THREADS"))
     return;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", ranks);
   long t = cores > 0 && local > 0 ? cores / local : 1;
-  openblas_set_num_threads(t < 1 ? 1 : (int)t);
+  rt_set_threads(t < 1 ? 1 : (int)t);
 }
 
 int cg_arena_create(RtArena **a, const CgModel *m) {

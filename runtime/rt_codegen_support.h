@@ -113,9 +113,10 @@ int cg_launcher_ranks(int *rank);
  * (Haswell, SkylakeX).  Call first in main, before MPI_Init.  Nothing
  * happens when OPENBLAS_CORETYPE is already set. */
 void cg_blas_setup(int argc, char **argv);
-/* OpenBLAS threads: cores / ranks on this node, unless OPENBLAS_NUM_THREADS
- * is set. Same count on every run, so results are reproducible. */
-void cg_blas_threads(int ranks);
+/* Threads of both pools (rt_set_threads: OpenMP kernels and OpenBLAS): the
+ * cores of this node divided by its ranks, unless OMP_NUM_THREADS or
+ * OPENBLAS_NUM_THREADS is set. */
+void cg_set_threads(int ranks);
 /* A zero-filled arena of arena_bytes + CG_GUARD_BYTES (aligned to 64). */
 int cg_arena_create(RtArena **a, const CgModel *m);
 

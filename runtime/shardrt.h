@@ -131,12 +131,49 @@ void rt_f32_to_f64(double *dst, const float *src, size_t n);
 void rt_f64_to_f32(float *dst, const double *src, size_t n);
 
 /* ---------------------------------------------------------------------------
+ * threads.c — threads. A program runs on two thread pools that take turns:
+ *
+ * - OpenMP (libgomp): the kernels' own loops — per row (norms, softmax,
+ *   activations, cross-entropy, embeddings, optimizer steps), per column
+ *   chunk (parameter-gradient sums over rows), per (batch, head) in
+ *   attention. Sized by OMP_NUM_THREADS or omp_set_num_threads.
+ * - OpenBLAS: Debian's libopenblas0-pthread keeps its own pthread pool for
+ *   GEMMs (the matmul kernels), sized by OPENBLAS_NUM_THREADS or
+ *   openblas_set_num_threads. It does not know about OpenMP.
+ *
+ * The two never compute at the same time: a matmul runs on the BLAS pool
+ * while the OpenMP threads wait, a row-parallel kernel runs on OpenMP while
+ * the BLAS threads wait. So both are sized to the cores one rank owns
+ * (cores / ranks per node), which rt_set_threads does; sizing both to all
+ * cores while several ranks share a node oversubscribes it. The one place
+ * BLAS is called inside an OpenMP region, attention's block GEMMs, switches
+ * OpenBLAS to one thread for the duration (every OpenMP thread runs its own
+ * small GEMMs serially) and restores it after: never threads × threads.
+ * Idle pools spin briefly before sleeping (OpenBLAS workers sched_yield
+ * while they spin, libgomp spins up to GOMP_SPINCOUNT); OMP_WAIT_POLICY=
+ * passive makes OpenMP threads sleep at once, which helps when other work
+ * shares the cores.
+ *
+ * Results never depend on the OpenMP thread count: work is split into
+ * pieces fixed by the shapes (rows, column chunks, (batch, head) tasks) and
+ * every sum runs in a fixed order; see shardrt_kernels.h for the BLAS part.
+ */
+
+/* Threads for both pools: n, or the online cores when n <= 0 (OpenMP only
+ * when the library was built with it; OpenBLAS only when linked with it).
+ * Returns the count set. */
+int rt_set_threads(int n);
+/* Threads the OpenMP kernels will use (1 when built without OpenMP). */
+int rt_threads(void);
+
+/* ---------------------------------------------------------------------------
  * kernels.c — forward/backward kernels, templated over the element type:
  * rt_xxx_f32 and rt_xxx_f64. See shardrt_kernels.h for shapes and semantics.
  */
 
 #define RT_IGNORE_INDEX (-1) /* cross-entropy target that contributes nothing */
-#define RT_ATTN_BLOCK 64     /* keys per block in the online-softmax attention */
+#define RT_ATTN_QBLOCK 64    /* queries per block in attention */
+#define RT_ATTN_BLOCK 128    /* keys per block in attention's online softmax */
 #define RT_LN_EPS 1e-5       /* layernorm epsilon (PyTorch default) */
 
 #define RT_CAT_(a, b) a##b

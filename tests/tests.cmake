@@ -16,3 +16,12 @@ add_test(NAME diag/corpus COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/diag.sh ${SH
 add_test(NAME cli/driver COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli.sh ${SHARDC_BIN})
 add_test(NAME samples/check COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/samples.sh ${SHARDC_BIN})
 add_test(NAME fuzz/regressions COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/fuzz_regress.sh ${SHARDC_BIN})
+
+# Code generation for the cpu target and the generated training programs
+# (tests/codegen/*.sh; they build samples with `shardc build`, which needs
+# libshardrt, and run them under mpirun).
+foreach(t golden_c gradcheck train resume bad_input)
+  add_test(NAME codegen/${t}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/codegen/${t}.sh $<TARGET_FILE:shardc>)
+  set_tests_properties(codegen/${t} PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
+endforeach()

@@ -380,6 +380,29 @@ static void test_attention(int B, int T, int H, int Hkv, int D, int causal) {
   free(ref), free(ref_lse), free(dq), free(dk), free(dv);
 }
 
+/* NULL gradients are skipped and the others come out the same. */
+static void test_attention_null_grads(void) {
+  int B = 1, T = 140, H = 4, Hkv = 2, D = 8;
+  AttnCtx c = {.B = B, .T = T, .H = H, .Hkv = Hkv, .D = D, .causal = 1};
+  size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
+  c.q = vec(nq, 85), c.k = vec(nk, 86), c.v = vec(nk, 87), c.dout = vec(nq, 88);
+  c.out = xcalloc(nq, sizeof(double)), c.lse = xcalloc(nl, sizeof(double));
+  attn_loss(&c);
+  double *dq = xcalloc(nq, sizeof(double)), *dk = xcalloc(nk, sizeof(double)),
+         *dv = xcalloc(nk, sizeof(double));
+  rt_attention_backward_f64(dq, dk, dv, c.dout, c.q, c.k, c.v, c.out, c.lse, B, T, H, Hkv, D, 1);
+  double *g1 = xcalloc(nq, sizeof(double)), *g2 = xcalloc(nk, sizeof(double)),
+         *g3 = xcalloc(nk, sizeof(double));
+  rt_attention_backward_f64(g1, NULL, NULL, c.dout, c.q, c.k, c.v, c.out, c.lse, B, T, H, Hkv, D, 1);
+  rt_attention_backward_f64(NULL, g2, NULL, c.dout, c.q, c.k, c.v, c.out, c.lse, B, T, H, Hkv, D, 1);
+  rt_attention_backward_f64(NULL, NULL, g3, c.dout, c.q, c.k, c.v, c.out, c.lse, B, T, H, Hkv, D, 1);
+  CHECK_CLOSE64("attention dq alone", g1, dq, nq, 0, 0);
+  CHECK_CLOSE64("attention dk alone", g2, dk, nk, 0, 0);
+  CHECK_CLOSE64("attention dv alone", g3, dv, nk, 0, 0);
+  free(c.q), free(c.k), free(c.v), free(c.dout), free(c.out), free(c.lse);
+  free(dq), free(dk), free(dv), free(g1), free(g2), free(g3);
+}
+
 /* ---- cross-entropy ---- */
 
 typedef struct {
@@ -468,6 +491,11 @@ int main(void) {
   test_attention(1, 70, 4, 2, 8, 1);  // GQA, T not a multiple of the block
   test_attention(1, 70, 4, 1, 8, 0);  // MQA non-causal, two blocks
   test_attention(1, 150, 2, 1, 4, 1); // three blocks, causal
+  // Blocks of RT_ATTN_QBLOCK queries and RT_ATTN_BLOCK keys, partial ones:
+  test_attention(1, 200, 4, 2, 8, 0); // GQA, keys 128+72 (online rescale), queries 3x64+8
+  test_attention(2, 257, 2, 1, 4, 1); // MQA causal, a last query block of one row
+  test_attention(1, 129, 3, 3, 4, 0); // a last key block of one key
+  test_attention_null_grads();
   test_crossentropy();
   test_slice();
   TEST_MAIN_END();

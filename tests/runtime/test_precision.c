@@ -112,6 +112,49 @@ static void test_pointwise(void) {
     pfree(all[i]);
 }
 
+/* Far tails: finite values where the exact ones are finite, softmax's exact
+ * zeros for -inf, in both precisions. */
+static void test_extremes(void) {
+  static const double xs[] = {-1e4, -1e3, -100, -88, -30, -9.5, 0, 1e-30, 9.5, 30, 88, 100, 1e4};
+  enum { NX = sizeof xs / sizeof xs[0] };
+  float xf[NX], yf[NX], gf[NX], onef[NX];
+  double xd[NX], yd[NX], gd[NX], oned[NX];
+  for (int i = 0; i < NX; i++)
+    xf[i] = (float)xs[i], xd[i] = xs[i], onef[i] = 1, oned[i] = 1, gf[i] = 0, gd[i] = 0;
+  rt_gelu_forward_f32(yf, xf, NX);
+  rt_gelu_forward_f64(yd, xd, NX);
+  rt_gelu_backward_f32(gf, xf, onef, NX);
+  rt_gelu_backward_f64(gd, xd, oned, NX);
+  int finite = 1;
+  for (int i = 0; i < NX; i++)
+    finite &= isfinite(yf[i]) && isfinite(yd[i]) && isfinite(gf[i]) && isfinite(gd[i]);
+  ASSERT_TRUE(finite);
+  ASSERT_NEAR(0, yf[0], 0);
+  ASSERT_NEAR(0, gf[1], 0);
+  ASSERT_NEAR(1e4, yf[NX - 1], 0);
+  ASSERT_NEAR(1, gf[NX - 1], 0);
+  rt_silu_forward_f32(yf, xf, NX);
+  rt_silu_forward_f64(yd, xd, NX);
+  for (int i = 0; i < NX; i++)
+    gf[i] = 0, gd[i] = 0;
+  rt_silu_backward_f32(gf, xf, onef, NX);
+  rt_silu_backward_f64(gd, xd, oned, NX);
+  finite = 1;
+  for (int i = 0; i < NX; i++)
+    finite &= isfinite(yf[i]) && isfinite(yd[i]) && isfinite(gf[i]) && isfinite(gd[i]);
+  ASSERT_TRUE(finite);
+  float sf[6] = {-INFINITY, 2, -INFINITY, 1, 3, -1e30f};
+  double sd[6] = {-INFINITY, 2, -INFINITY, 1, 3, -1e30};
+  rt_softmax_forward_f32(sf, sf, 2, 3);
+  rt_softmax_forward_f64(sd, sd, 2, 3);
+  ASSERT_NEAR(0, sf[0], 0);
+  ASSERT_NEAR(1, sf[1], 0);
+  ASSERT_NEAR(0, sf[2], 0);
+  ASSERT_NEAR(0, sf[5], 0);
+  ASSERT_NEAR(sd[3], sf[3], 1e-7);
+  ASSERT_NEAR(sd[4], sf[4], 1e-7);
+}
+
 static void test_rope(void) {
   int B = 1, T = 16, H = 2, D = 64, t0 = 1000; // far positions stress the angles
   size_t n = (size_t)B * T * H * D;
@@ -125,8 +168,7 @@ static void test_rope(void) {
   pfree(&x), pfree(&out), pfree(&dx);
 }
 
-static void test_attention(int causal) {
-  int B = 2, T = 100, H = 4, Hkv = 2, D = 16;
+static void test_attention(int B, int T, int H, int Hkv, int D, int causal) {
   size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
   Pair q = pair(nq, 1, 41), k = pair(nk, 1, 42), v = pair(nk, 1, 43), dout = pair(nq, 1, 44);
   Pair out = zeros(nq), lse = zeros(nl), dq = zeros(nq), dk = zeros(nk), dv = zeros(nk);
@@ -196,8 +238,11 @@ int main(void) {
   test_norms();
   test_pointwise();
   test_rope();
-  test_attention(1);
-  test_attention(0);
+  test_attention(2, 100, 4, 2, 16, 1);
+  test_attention(2, 100, 4, 2, 16, 0);
+  test_attention(1, 300, 4, 1, 32, 0); // three key blocks: the online rescale in f32
+  test_attention(1, 300, 2, 2, 64, 1);
+  test_extremes();
   test_crossentropy();
   test_optim();
   TEST_MAIN_END();

@@ -127,10 +127,14 @@ int main(int argc, char **argv) {
   int32_t ce_tgt[N] = {4, RT_IGNORE_INDEX, 49, 0, 4, RT_IGNORE_INDEX};
   ASSERT_OK(rt_st_add(writer, "ce.targets", RT_I32, SHAPE(N), ce_tgt));
   meta("ce.dloss", 0.75);
-  // attention cases: causal GQA, non-causal MHA over two key blocks, causal MQA over three
-  static const int attn_cfg[3][5] = {{37, 4, 2, 8, 1}, {70, 2, 2, 16, 0}, {130, 4, 1, 8, 1}};
-  Buf *aq[3], *ak[3], *av[3], *ado[3];
-  for (int c = 0; c < 3; c++) {
+  // attention cases {T, H, Hkv, D, causal}: within one block, partial query
+  // and key blocks (RT_ATTN_QBLOCK 64, RT_ATTN_BLOCK 128), GQA, MQA
+  enum { NATTN = 5 };
+  static const int attn_cfg[NATTN][5] = {{37, 4, 2, 8, 1},   {70, 2, 2, 16, 0},
+                                         {130, 4, 1, 8, 1},  {200, 4, 2, 16, 0},
+                                         {257, 2, 1, 64, 1}};
+  Buf *aq[NATTN], *ak[NATTN], *av[NATTN], *ado[NATTN];
+  for (int c = 0; c < NATTN; c++) {
     int T = attn_cfg[c][0], H = attn_cfg[c][1], Hkv = attn_cfg[c][2], D = attn_cfg[c][3];
     char nm[64];
     snprintf(nm, sizeof nm, "attn%d.q", c);
@@ -260,7 +264,7 @@ int main(int argc, char **argv) {
   cmp("ce.dlogits", dl, TIGHT, LOOSE, 1e-6);
 
   // ---- attention ----
-  for (int c = 0; c < 3; c++) {
+  for (int c = 0; c < NATTN; c++) {
     int T = attn_cfg[c][0], H = attn_cfg[c][1], Hkv = attn_cfg[c][2], D = attn_cfg[c][3];
     int causal = attn_cfg[c][4];
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D;

@@ -1,0 +1,1403 @@
+/* cpu.c — the cpu target: the planned per-rank program as one readable C file
+ * (C + libshardrt + MPI), in the manner of llm.c's train_gpt2.c.
+ *
+ * Layout of the file: a header comment with the source, mesh, plan and
+ * memory plan; the sizes; the parameter table; forward() and backward() of
+ * one microbatch as straight-line runtime calls on buffers at their planned
+ * arena offsets, each with a shape comment and a model.shard:LINE comment;
+ * the optimizer; data-parallel communication; main().
+ *
+ * Fusion (decided here, on the scheduled graph):
+ * - a bias add right after a matmul whose plain product nothing else reads
+ *   becomes the matmul's bias (one call, the product is never written);
+ * - the bias gradient of such an add is summed by the matmul's backward call;
+ * - a chain of elementwise forward ops (add/sub/mul with broadcasting, scale,
+ *   relu, gelu, silu, imported scalar functions) is one loop; a value inside
+ *   the chain is stored only when a later node reads it (the backward), and
+ *   shared subexpressions are computed once (cexpr.c);
+ * - backward elementwise ops (add/sub/mul/scale/map) are single loops that
+ *   produce every input gradient at once;
+ * - a transient gradient is zeroed right before its first writer, or written
+ *   with `=` by that writer when it covers the whole buffer.
+ * Fusion happens only between adjacent nodes whose buffers do not overlap,
+ * so the plan's liveness stays valid.
+ */
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cg.h"
+
+/* The built-in training text for token models without a `data` file. */
+#define CG_BUILTIN_DATA "samples/data/tales.txt"
+
+enum { DATA_TOKENS = 0, DATA_SYNTH = 1 };
+/* A fused loop: at most MAX_CHAIN nodes of at most IR_MAXIN inputs each. */
+enum { MAX_CHAIN = 24, MAX_LOOP = MAX_CHAIN * IR_MAXIN };
+
+typedef struct Emit {
+  FILE *o;
+  Module *m;
+  Graph *g;
+  int f64;
+  const char *R;        /* element type: float or double */
+  const char *S;        /* kernel suffix: _f32 or _f64 */
+  int64_t scale;        /* arena offset multiplier (2 for f64) */
+  int nn;
+  int *reads;           /* value id -> nodes that read its data */
+  int *fwd_reads;       /* value id -> forward nodes that take it as an input */
+  Node **fwd_reader;    /* value id -> the last such forward node */
+  bool *skip;           /* node id -> emitted as part of another node */
+  Node **bias;          /* node id (matmul) -> the add whose bias it takes */
+  Value **dbias;        /* node id (matmul_bwd) -> the bias gradient it sums */
+  Node **dbias_node;    /* node id (matmul_bwd) -> the add_bwd that asked for it */
+  int *chain_len;       /* node id -> length of the elementwise chain it starts */
+  int *ce_slot;         /* node id (cross_entropy) -> its row-count slot */
+  int nce;
+  int nbias, ndbias, nchains, nchained;
+  /* data */
+  int data;
+  Value *in0, *in1;     /* tokens/targets or x/labels */
+  int vocab, seq, features, classes;
+  bool dropout;
+} Emit;
+
+static void P(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void P(Emit *e, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(e->o, fmt, ap);
+  va_end(ap);
+}
+
+/* ---- values ---- */
+
+static Value *root(Value *v) {
+  while (v && v->alias) v = v->alias;
+  return v;
+}
+
+static int64_t numel(const Value *v) { return ir_numel(&v->shape); }
+static int64_t last_dim(const Value *v) {
+  return v->shape.ndim ? v->shape.d[v->shape.ndim - 1].n : 1;
+}
+static int64_t rows(const Value *v) { return numel(v) / (last_dim(v) ? last_dim(v) : 1); }
+static bool is_int(const Value *v) { return v->dtype == DT_I32; }
+
+/* Bytes of v's data in the emitted program. */
+static int64_t nbytes(Emit *e, const Value *v) { return numel(v) * (is_int(v) ? 4 : e->f64 ? 8 : 4); }
+
+/* Arena byte offset of v's storage in the emitted program. */
+static int64_t off(Emit *e, const Value *v) { return v->offset * e->scale; }
+
+/* "F(1234)", "I(1234)" or "NULL" */
+static const char *ref(Emit *e, const Value *v) {
+  if (!v) return "NULL";
+  return arena_printf("%s(%" PRId64 ")", is_int(v) ? "I" : "F", off(e, v));
+}
+
+/* The IR's name of a value: %14, @embed.weight, $tokens, d%14, d@embed.weight. */
+static const char *vname(const Value *v) {
+  if (!v) return "_";
+  const char *d = "";
+  if (v->role == ROLE_GRAD) {
+    d = "d";
+    v = v->grad_of;
+  }
+  if (v->role == ROLE_PARAM) return arena_printf("%s@%s", d, v->name);
+  if (v->role == ROLE_INPUT) return arena_printf("%s$%s", d, v->name);
+  return arena_printf("%s%%%d", d, v->id);
+}
+
+/* A C identifier for a local pointer to v inside a fused loop. */
+static const char *cname(const Value *v) {
+  if (v->role == ROLE_GRAD) return arena_printf("d%d", v->grad_of->id);
+  return arena_printf("x%d", v->id);
+}
+
+static const char *shape_of(Emit *e, const Value *v) {
+  char buf[256];
+  ir_shape_str(e->g, v, buf, sizeof buf);
+  return arena_strdup(buf);
+}
+
+/* Byte ranges of the storage of two values overlap. */
+static bool overlaps(Emit *e, const Value *a, const Value *b) {
+  a = root((Value *)a);
+  b = root((Value *)b);
+  if (a->offset < 0 || b->offset < 0) return false;
+  int64_t a0 = a->offset, a1 = a0 + numel(a) * ir_dtype_size(a->dtype);
+  int64_t b0 = b->offset, b1 = b0 + numel(b) * ir_dtype_size(b->dtype);
+  return a0 < b1 && b0 < a1;
+}
+
+/* ---- analysis ---- */
+
+/* Whether node n reads the data of input k (some inputs are there for their
+ * shape only: add_bwd needs dy, not a and b). */
+static bool is_view(const Node *n) {
+  return n->op == OP_RESHAPE && root(n->out) == root(n->in[0]);
+}
+
+static bool reads_data(const Node *n, int k) {
+  if (n->op == OP_RESHAPE) return !is_view(n);
+  return ir_reads_data(n, k);
+}
+
+/* A reshape whose output is a view of its input (same storage) is free;
+ * otherwise the plan gave it a buffer of its own and it is a copy. */
+static bool emits_code(const Node *n) {
+  return n->op != OP_INPUT && n->op != OP_PARAM && !is_view(n);
+}
+
+/* The next node after i that emits code (nn if none). */
+static int next_code(Emit *e, int i) {
+  int j = i + 1;
+  while (j < e->nn && !emits_code(e->g->nodes.data[j])) j++;
+  return j;
+}
+
+static bool is_loop_op(OpKind op) {
+  switch (op) {
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_SCALE: case OP_GELU: case OP_RELU:
+  case OP_SILU: case OP_MAP:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* Forward matmul whose product goes only into a bias add right after it. */
+static Node *find_bias(Emit *e, Node *mm) {
+  Value *y = mm->out;
+  if (y == e->g->loss || e->fwd_reads[y->id] != 1 || e->reads[y->id] != 1) return NULL;
+  Node *a = e->fwd_reader[y->id];
+  if (a->op != OP_ADD || a->in[0] != y || a->in[1] == y) return NULL;
+  Value *b = a->in[1];
+  if (b->shape.ndim != 1 || b->shape.d[0].n != last_dim(y) || is_int(b)) return NULL;
+  if (next_code(e, mm->id) != a->id) return NULL;
+  for (int k = 0; k < 2; k++)
+    if (overlaps(e, a->out, mm->in[k])) return NULL;
+  if (overlaps(e, a->out, b)) return NULL;
+  return a;
+}
+
+/* An add_bwd that only sums a bias gradient, right before the matmul_bwd of
+ * the matmul that produced the add's input: returns that matmul_bwd. */
+static Node *find_dbias(Emit *e, Node *n) {
+  if (n->op != OP_ADD_BWD || n->outs[0] || !n->outs[1]) return NULL;
+  Value *db = n->outs[1];
+  if (!root(db)->persistent || db->shape.ndim != 1) return NULL;
+  int j = next_code(e, n->id);
+  if (j >= e->nn) return NULL;
+  Node *mb = e->g->nodes.data[j];
+  if (mb->op != OP_MATMUL_BWD || mb->in[0] != n->in[0] || !n->fwd || !mb->fwd) return NULL;
+  if (mb->fwd->out != n->fwd->in[0] || db->shape.d[0].n != last_dim(mb->in[0])) return NULL;
+  if (e->dbias[mb->id]) return NULL;
+  return mb;
+}
+
+/* The operand of chain node c that is the previous chain value v, checked
+ * to be a full-size operand. */
+static bool full_operand(const Node *c, const Value *v) {
+  bool found = false;
+  for (int k = 0; k < c->nin; k++)
+    if (c->in[k] == v) found = true;
+  return found && numel(v) == numel(c->out);
+}
+
+/* Broadcast size of node c's operands within a loop of numel(c->out): 0 when
+ * all operands are full size, -1 when they disagree. */
+static int64_t bcast_of(const Node *c) {
+  int64_t inner = 0, n = numel(c->out);
+  for (int k = 0; k < c->nin; k++) {
+    int64_t m = numel(c->in[k]);
+    if (m == n) continue;
+    if (m <= 0 || n % m) return -1;
+    if (inner && inner != m) return -1;
+    inner = m;
+  }
+  return inner;
+}
+
+/* Whether a chain's stored outputs stay clear of everything it reads. */
+static bool chain_value_stored(Emit *e, Node **ch, int len, int k) {
+  Value *v = ch[k]->out;
+  return k == len - 1 || v == e->g->loss || e->reads[v->id] > 1;
+}
+
+static bool chain_safe(Emit *e, Node **ch, int len) {
+  for (int k = 0; k < len; k++) {
+    if (!chain_value_stored(e, ch, len, k)) continue;
+    Value *w = ch[k]->out;
+    for (int j = 0; j < len; j++)
+      for (int i = 0; i < ch[j]->nin; i++) {
+        Value *r = ch[j]->in[i];
+        if (j > 0 && r == ch[j - 1]->out) continue;   /* inside the loop */
+        if (overlaps(e, w, r)) return false;
+      }
+  }
+  return true;
+}
+
+/* Length of the elementwise chain that starts at node n. */
+static int find_chain(Emit *e, Node *n, Node **ch) {
+  if (!is_loop_op(n->op) || bcast_of(n) < 0) return 0;
+  int64_t inner = bcast_of(n);
+  int len = 0;
+  ch[len++] = n;
+  while (len < MAX_CHAIN) {
+    Node *last = ch[len - 1];
+    Value *v = last->out;
+    if (v == e->g->loss || e->fwd_reads[v->id] != 1) break;
+    Node *c = e->fwd_reader[v->id];
+    if (!is_loop_op(c->op) || e->skip[c->id] || next_code(e, last->id) != c->id) break;
+    if (numel(c->out) != numel(n->out) || !full_operand(c, v)) break;
+    int64_t b = bcast_of(c);
+    if (b < 0 || (b && inner && b != inner)) break;
+    if (b) inner = b;
+    ch[len++] = c;
+  }
+  while (len > 1 && !chain_safe(e, ch, len)) len--;
+  return len;
+}
+
+static void analyse(Emit *e) {
+  Graph *g = e->g;
+  int nv = g->values.len;
+  e->reads = arena_alloc(sizeof(int) * (size_t)(nv + 1));
+  e->fwd_reads = arena_alloc(sizeof(int) * (size_t)(nv + 1));
+  e->fwd_reader = arena_alloc(sizeof(Node *) * (size_t)(nv + 1));
+  e->skip = arena_alloc(sizeof(bool) * (size_t)(e->nn + 1));
+  e->bias = arena_alloc(sizeof(Node *) * (size_t)(e->nn + 1));
+  e->dbias = arena_alloc(sizeof(Value *) * (size_t)(e->nn + 1));
+  e->dbias_node = arena_alloc(sizeof(Node *) * (size_t)(e->nn + 1));
+  e->chain_len = arena_alloc(sizeof(int) * (size_t)(e->nn + 1));
+  e->ce_slot = arena_alloc(sizeof(int) * (size_t)(e->nn + 1));
+  for (int i = 0; i < e->nn; i++) {
+    Node *n = g->nodes.data[i];
+    for (int k = 0; k < n->nin; k++) {
+      Value *v = n->in[k];
+      bool dup = false;
+      for (int j = 0; j < k; j++) dup |= n->in[j] == v;
+      if (dup) continue;
+      if (reads_data(n, k)) e->reads[v->id]++;
+      if (i < g->nfwd) {
+        e->fwd_reads[v->id]++;
+        e->fwd_reader[v->id] = n;
+      }
+    }
+    if (n->op == OP_CROSS_ENTROPY) e->ce_slot[i] = e->nce++;
+    if (n->op == OP_DROPOUT) e->dropout = true;
+  }
+  for (int i = 0; i < g->nfwd; i++) {
+    Node *n = g->nodes.data[i];
+    if (e->skip[i]) continue;
+    if (n->op == OP_MATMUL) {
+      Node *a = find_bias(e, n);
+      if (a) {
+        e->bias[i] = a;
+        e->skip[a->id] = true;
+        e->nbias++;
+      }
+      continue;
+    }
+    Node *ch[MAX_CHAIN];
+    int len = find_chain(e, n, ch);
+    if (len > 0) {
+      e->chain_len[i] = len;
+      for (int k = 1; k < len; k++) e->skip[ch[k]->id] = true;
+      if (len > 1) {
+        e->nchains++;
+        e->nchained += len;
+      }
+    }
+  }
+  for (int i = g->nfwd; i < e->nn; i++) {
+    Node *n = g->nodes.data[i];
+    Node *mb = find_dbias(e, n);
+    if (mb) {
+      e->dbias[mb->id] = n->outs[1];
+      e->dbias_node[mb->id] = n;
+      e->skip[i] = true;
+      e->ndbias++;
+    }
+  }
+}
+
+/* ---- data roles ---- */
+
+static Node *reader_of(Graph *g, Value *v, OpKind op, int slot) {
+  for (int i = 0; i < g->nfwd; i++) {
+    Node *n = g->nodes.data[i];
+    if (n->op == op && n->nin > slot && n->in[slot] == v) return n;
+  }
+  return NULL;
+}
+
+/* Which inputs are tokens/targets (a language model) or x/labels (a
+ * classifier on the synthetic task).  0, or -1 with a message in err. */
+static int data_roles(Emit *e, char *err, int cap) {
+  Graph *g = e->g;
+  Value *ins[2] = {0};
+  if (g->inputs.len != 2) {
+    snprintf(err, (size_t)cap, "the model takes %d inputs", g->inputs.len);
+    return -1;
+  }
+  ins[0] = g->inputs.data[0];
+  ins[1] = g->inputs.data[1];
+  for (int k = 0; k < 2; k++) {
+    Value *a = ins[k], *b = ins[1 - k];
+    Node *ga = reader_of(g, a, OP_GATHER, 1), *cb = reader_of(g, b, OP_CROSS_ENTROPY, 1);
+    if (is_int(a) && is_int(b) && a->shape.ndim == 2 && ir_shape_eq(&a->shape, &b->shape) && ga &&
+        cb) {
+      e->data = DATA_TOKENS;
+      e->in0 = a;
+      e->in1 = b;
+      int64_t v1 = ga->in[0]->shape.d[0].n, v2 = last_dim(cb->in[0]);
+      e->vocab = (int)(v1 < v2 ? v1 : v2);
+      e->seq = (int)a->shape.d[1].n;
+      return 0;
+    }
+    if (!is_int(a) && is_int(b) && a->shape.ndim == 2 && b->shape.ndim == 1 && cb &&
+        a->shape.d[0].n == b->shape.d[0].n) {
+      e->data = DATA_SYNTH;
+      e->in0 = a;
+      e->in1 = b;
+      e->features = (int)a->shape.d[1].n;
+      e->classes = (int)last_dim(cb->in[0]);
+      e->seq = 1;
+      return 0;
+    }
+  }
+  snprintf(err, (size_t)cap, "inputs %s and %s are neither (tokens, targets: i32[B,T] read by "
+           "an embedding and a cross_entropy) nor (x: f32[B,K], labels: i32[B])",
+           vname(ins[0]), vname(ins[1]));
+  return -1;
+}
+
+/* ---- support checks ---- */
+
+static void plan_error(Module *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void plan_error(Module *m, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (m->train.plan_loc.file)
+    diag_error(m->train.plan_loc, "%s", msg);
+  else
+    diag_fatal_noloc("%s", msg);
+}
+
+int cg_check(Module *m, const char *target) {
+  if (target && !strcmp(target, "cuda")) {
+    diag_fatal_noloc("--target cuda: the CUDA code generator is not available yet (roadmap step "
+                     "4); use --target cpu");
+    return -1;
+  }
+  const TrainCfg *t = &m->train;
+  const Plan *p = &t->plan;
+  Graph *g = m->graph;
+  if (!g || !g->loss || !g->nfwd || !m->planned) {
+    diag_fatal_noloc("the model has no loss to train (no backward pass was planned)");
+    return -1;
+  }
+  if (!t->opt.kind) {
+    diag_fatal_noloc("code generation needs a train block with an optimizer");
+    return -1;
+  }
+  if (p->is_auto) {
+    plan_error(m, "strategy auto is not implemented yet (the plan search comes with 'shardc "
+                  "explore'); give an explicit strategy such as dp=%d",
+               t->mesh ? t->mesh->ndev : 1);
+    return -1;
+  }
+  char what[256] = "";
+  int nw = 0;
+#define NOT_YET(cond, ...)                                                               \
+  if (cond) nw += snprintf(what + nw, sizeof what - (size_t)nw, "%s", nw ? ", " : ""), \
+            nw += snprintf(what + nw, sizeof what - (size_t)nw, __VA_ARGS__)
+  NOT_YET(p->tp > 1, "tp=%d (tensor parallelism)", p->tp);
+  NOT_YET(p->tp2d > 1, "tp2d=%dx%d (2D tensor parallelism)", p->tp2d, p->tp2d);
+  NOT_YET(p->sp > 1 || p->sp_kind != SP_NONE, "sp=%s (sequence parallelism)",
+          p->sp_kind == SP_RING ? "ring" : "megatron");
+  NOT_YET(p->pp > 1, "pp=%d (pipeline parallelism)", p->pp);
+  NOT_YET(p->zero > 0, "zero=%d (optimizer-state sharding)", p->zero);
+  NOT_YET(p->recompute != RECOMPUTE_NONE, "recompute=%s",
+          p->recompute == RECOMPUTE_FULL ? "full" : "selective");
+#undef NOT_YET
+  if (nw) {
+    plan_error(m, "strategy %s is not implemented yet by the cpu code generator: only data "
+                  "parallelism (dp=N, mb=N) runs so far",
+               what);
+    return -1;
+  }
+  if (t->precision != DT_F32) {
+    diag_fatal_noloc("precision %s is not implemented yet by the cpu code generator (only fp32)",
+                     t->precision == DT_BF16 ? "bf16" : t->precision == DT_F16 ? "fp16" : "?");
+    return -1;
+  }
+  int mb = p->mb > 0 ? p->mb : 1;
+  if (t->batch != (int64_t)p->dp * mb * t->microbatch) {
+    diag_fatal_noloc("batch %lld is not dp %d x microbatch %lld x %d microbatches",
+                     (long long)t->batch, p->dp, (long long)t->microbatch, mb);
+    return -1;
+  }
+  Emit e = {0};
+  e.m = m;
+  e.g = g;
+  char err[512];
+  if (data_roles(&e, err, sizeof err)) {
+    diag_fatal_noloc("the cpu code generator has no data loader for model '%s': %s", g->model, err);
+    return -1;
+  }
+  if (e.in0->shape.d[0].n != t->microbatch) {
+    diag_fatal_noloc("input %s has %lld rows, expected the microbatch %lld", vname(e.in0),
+                     (long long)e.in0->shape.d[0].n, (long long)t->microbatch);
+    return -1;
+  }
+  for (int i = 0; i < g->values.len; i++) {
+    Value *v = g->values.data[i];
+    if (v->dtype != DT_F32 && v->dtype != DT_I32) {
+      diag_fatal_noloc("value %s has type %s: the cpu code generator handles f32 and i32 only",
+                       vname(v), ir_dtype_name(v->dtype));
+      return -1;
+    }
+    if (v->live_start >= 0 && !v->alias && v->offset < 0 && v->role != ROLE_PARAM) {
+      diag_fatal_noloc("internal: value %s has no place in the memory plan", vname(v));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int cg_needs_mpi(const Module *m) { return m->train.mesh && m->train.mesh->ndev > 1; }
+
+static const char *display_data(Module *m) {
+  return m->train.data ? m->train.data : CG_BUILTIN_DATA;
+}
+
+const char *cg_default_data(Module *m) {
+  const char *d = m->train.data;
+  char *path;
+  if (!d)
+    path = arena_printf("%s/%s", SHARDC_SOURCE_DIR, CG_BUILTIN_DATA);
+  else if (d[0] == '/' || !m->base_dir || !*m->base_dir || !strcmp(m->base_dir, "."))
+    path = arena_strdup(d);
+  else
+    path = arena_printf("%s/%s", m->base_dir, d);
+  if (path[0] != '/') {
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof cwd)) path = arena_printf("%s/%s", cwd, path);
+  }
+  return path;
+}
+
+/* ---- comments ---- */
+
+static const char *ir_stmt(const Node *n) {
+  char *s = arena_strdup("");
+  for (int j = 0; j < n->nout; j++) s = arena_printf("%s%s%s", s, j ? ", " : "", vname(n->outs[j]));
+  s = arena_printf("%s %s %s", s, n->bwd ? "+=" : "=", ir_ops[n->op].name);
+  for (int j = 0; j < n->nin; j++) s = arena_printf("%s%s%s", s, j ? ", " : " ", vname(n->in[j]));
+  return s;
+}
+
+static const char *where(const Node *n) {
+  const char *scope = n->scope;
+  if ((!scope || !*scope) && n->fwd) scope = n->fwd->scope;
+  if (!n->loc.file) return "(no source)";
+  const char *path = n->loc.file->path, *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  if (scope && *scope) return arena_printf("%s:%d (%s)", base, n->loc.line, scope);
+  return arena_printf("%s:%d", base, n->loc.line);
+}
+
+/* "// model.shard:LINE (scope)  <IR statements>" then "// <shapes in> -> <shapes out>" */
+static void comment(Emit *e, Node **ns, int count) {
+  P(e, "  // %s  ", where(ns[0]));
+  for (int i = 0; i < count; i++) P(e, "%s%s", i ? "; " : "", ir_stmt(ns[i]));
+  P(e, "\n  // ");
+  /* Shapes: the first node's inputs, then what the group writes last. */
+  const Node *n = ns[0];
+  if (!n->nin) P(e, "()");
+  for (int k = 0; k < n->nin; k++) P(e, "%s%s", k ? ", " : "", shape_of(e, n->in[k]));
+  for (int i = 1; i < count; i++)
+    for (int k = 0; k < ns[i]->nin; k++) {
+      bool internal = ns[i]->in[k] == ns[i - 1]->out;
+      if (!internal) P(e, ", %s", shape_of(e, ns[i]->in[k]));
+    }
+  P(e, " -> ");
+  const Node *l = ns[count - 1];
+  bool first = true;
+  for (int j = 0; j < l->nout; j++) {
+    if (!l->outs[j]) continue;
+    P(e, "%s%s", first ? "" : ", ", shape_of(e, l->outs[j]));
+    first = false;
+  }
+  if (l->nout == 1 && !l->outs[0]) P(e, "_");
+  P(e, "\n");
+}
+
+/* ---- zeroing transient gradients ---- */
+
+/* v is a transient gradient first written by node i. */
+static bool first_write(Emit *e, const Value *v, int i) {
+  Value *r = root((Value *)v);
+  return v && r->role == ROLE_GRAD && !r->persistent && r->live_start == i;
+}
+
+static void zero_outputs(Emit *e, Node *n, int i, bool *assigned) {
+  for (int j = 0; j < n->nout; j++) {
+    Value *v = n->outs[j];
+    if (!v || (assigned && assigned[j]) || !first_write(e, v, i)) continue;
+    bool dup = false;
+    for (int k = 0; k < j; k++) dup |= n->outs[k] == v;
+    if (dup) continue;
+    Value *r = root(v);
+    P(e, "  memset(%s, 0, %" PRId64 ");  // %s starts here\n", ref(e, r), nbytes(e, r), vname(v));
+  }
+}
+
+/* ---- elementwise loops ---- */
+
+typedef struct LoopArg {
+  Value *v;
+  bool bcast;
+} LoopArg;
+
+typedef struct Loop {
+  LoopArg in[MAX_LOOP];
+  int nin;
+  Value *out[MAX_LOOP];
+  const char *op[MAX_LOOP];     /* "=", "+=", "-=" */
+  bool out_bcast[MAX_LOOP];
+  SExpr *expr[MAX_LOOP];
+  int nout;
+  int64_t n, inner;       /* elements; broadcast size (0: none) */
+} Loop;
+
+static SExpr *loop_arg(Loop *L, Value *v, bool bcast) {
+  for (int i = 0; i < L->nin; i++)
+    if (L->in[i].v == v && L->in[i].bcast == bcast) return sx_arg(i);
+  L->in[L->nin].v = v;
+  L->in[L->nin].bcast = bcast;
+  return sx_arg(L->nin++);
+}
+
+static SExpr *operand(Loop *L, Value *v) { return loop_arg(L, v, numel(v) != L->n); }
+
+static void loop_out(Loop *L, Value *v, const char *op, bool bcast, SExpr *x) {
+  L->out[L->nout] = v;
+  L->op[L->nout] = op;
+  L->out_bcast[L->nout] = bcast;
+  L->expr[L->nout++] = x;
+}
+
+static void emit_loop(Emit *e, Loop *L) {
+  const char **argn = arena_alloc(sizeof(char *) * (size_t)(L->nin + 1));
+  const char **lhs = arena_alloc(sizeof(char *) * (size_t)(L->nout + 1));
+  P(e, "  {\n");
+  /* Pointers: inputs const, outputs writable; a value both read and written
+   * is declared once, writable. */
+  for (int i = 0; i < L->nin; i++) {
+    bool dup = false, written = false;
+    for (int k = 0; k < i; k++) dup |= L->in[k].v == L->in[i].v;
+    for (int k = 0; k < L->nout; k++) written |= L->out[k] == L->in[i].v;
+    if (!dup && !written)
+      P(e, "    const %s *%s = %s;\n", is_int(L->in[i].v) ? "int32_t" : e->R, cname(L->in[i].v),
+        ref(e, L->in[i].v));
+  }
+  for (int k = 0; k < L->nout; k++) {
+    bool dup = false;
+    for (int j = 0; j < k; j++) dup |= L->out[j] == L->out[k];
+    if (!dup) P(e, "    %s *%s = %s;\n", e->R, cname(L->out[k]), ref(e, L->out[k]));
+  }
+  for (int i = 0; i < L->nin; i++)
+    argn[i] = arena_printf("%s[%s]", cname(L->in[i].v), L->in[i].bcast ? "j" : "i");
+  for (int k = 0; k < L->nout; k++)
+    lhs[k] = arena_printf("%s[%s]", cname(L->out[k]), L->out_bcast[k] ? "j" : "i");
+  const char *ind = "      ";
+  if (L->inner) {
+    P(e, "    for (size_t r = 0; r < %" PRId64 "; r++)\n", L->n / L->inner);
+    P(e, "      for (size_t j = 0; j < %" PRId64 "; j++) {\n", L->inner);
+    P(e, "        const size_t i = r * %" PRId64 " + j;\n", L->inner);
+    ind = "        ";
+  } else {
+    P(e, "    for (size_t i = 0; i < %" PRId64 "; i++) {\n", L->n);
+  }
+  cg_emit_exprs(e->o, L->expr, lhs, L->op, L->nout, argn, ind, e->f64);
+  P(e, L->inner ? "      }\n  }\n" : "    }\n  }\n");
+}
+
+/* Forward: a chain of elementwise nodes as one loop. */
+static void emit_chain(Emit *e, Node **ch, int len) {
+  Loop L = {0};
+  L.n = numel(ch[0]->out);
+  SExpr *prev = NULL;
+  for (int k = 0; k < len; k++) {
+    Node *c = ch[k];
+    SExpr *ops[IR_MAXIN];
+    for (int i = 0; i < c->nin; i++)
+      ops[i] = k > 0 && c->in[i] == ch[k - 1]->out ? prev : operand(&L, c->in[i]);
+    int64_t b = bcast_of(c);
+    if (b) L.inner = b;
+    prev = cg_op_expr(c, ops);
+    if (chain_value_stored(e, ch, len, k)) loop_out(&L, c->out, "=", false, prev);
+  }
+  comment(e, ch, len);
+  emit_loop(e, &L);
+}
+
+/* Backward elementwise ops: every input gradient in one loop. */
+static void emit_bwd_loop(Emit *e, Node *n, int i) {
+  Loop L = {0};
+  Value *dy = n->in[0];
+  L.n = numel(dy);
+  SExpr *gdy = loop_arg(&L, dy, false);
+  int nx = n->op == OP_MAP_BWD ? n->nin - 1 : n->op == OP_SCALE_BWD ? 1 : 2;
+  SExpr *x[IR_MAXIN];
+  for (int k = 0; k < nx; k++) {
+    Value *v = n->in[k + 1];
+    bool bc = numel(v) != L.n;
+    if (bc) L.inner = numel(v);
+    x[k] = n->op == OP_MUL_BWD || n->op == OP_MAP_BWD ? loop_arg(&L, v, bc) : NULL;
+  }
+  bool assigned[IR_MAXOUT] = {0};
+  for (int k = 0; k < n->nout && k < nx; k++) {
+    Value *d = n->outs[k];
+    if (!d) continue;
+    bool bc = numel(d) != L.n;
+    SExpr *g;
+    switch (n->op) {
+    case OP_ADD_BWD: g = gdy; break;
+    case OP_SUB_BWD: g = k == 0 ? gdy : sx_un(SX_NEG, gdy); break;
+    case OP_MUL_BWD: g = sx_bin(SX_MUL, gdy, x[1 - k]); break;
+    case OP_SCALE_BWD: g = sx_bin(SX_MUL, gdy, sx_const(n->a.f[0])); break;
+    default: g = sx_bin(SX_MUL, gdy, cg_fn_expr(n->a.fn, k, x)); break;
+    }
+    bool dup = false;
+    for (int j = 0; j < k; j++) dup |= n->outs[j] == d;
+    const char *op = "+=";
+    if (!bc && !dup && first_write(e, d, i)) {
+      op = "=";
+      assigned[k] = true;
+    } else if (n->op == OP_SUB_BWD && k == 1) {
+      op = "-=";
+      g = gdy;
+    }
+    loop_out(&L, d, op, bc, g);
+  }
+  comment(e, &n, 1);
+  zero_outputs(e, n, i, assigned);
+  emit_loop(e, &L);
+}
+
+/* ---- kernel calls ---- */
+
+static void emit_fwd(Emit *e, Node *n, int i) {
+  Value **x = n->in, *y = n->out;
+  const char *S = e->S;
+  switch (n->op) {
+  case OP_FILL: {
+    char lit[64];
+    cg_literal(lit, sizeof lit, n->a.f[0], e->f64);
+    comment(e, &n, 1);
+    P(e, "  *%s = %s;\n", ref(e, y), lit);
+    return;
+  }
+  case OP_MATMUL: {
+    Node *a = e->bias[i];
+    Node *ns[2] = {n, a};
+    comment(e, ns, a ? 2 : 1);
+    P(e, "  rt_matmul_forward%s(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");\n", S,
+      ref(e, a ? a->out : y), ref(e, x[0]), ref(e, x[1]), a ? ref(e, a->in[1]) : "NULL",
+      rows(x[0]), last_dim(x[0]), last_dim(y));
+    return;
+  }
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_SCALE: case OP_GELU: case OP_RELU:
+  case OP_SILU: case OP_MAP: {
+    int len = e->chain_len[i] ? e->chain_len[i] : 1;
+    Node *ch[MAX_CHAIN];
+    ch[0] = n;
+    for (int k = 1; k < len; k++) ch[k] = e->fwd_reader[ch[k - 1]->out->id];
+    if (len == 1 && (n->op == OP_GELU || n->op == OP_RELU || n->op == OP_SILU)) {
+      comment(e, &n, 1);
+      P(e, "  rt_%s_forward%s(%s, %s, %" PRId64 ");\n", ir_ops[n->op].name, S, ref(e, y),
+        ref(e, x[0]), numel(y));
+      return;
+    }
+    emit_chain(e, ch, len);
+    return;
+  }
+  case OP_LAYERNORM:
+    comment(e, &n, 1);
+    if (n->a.f[0] == 1e-5)
+      P(e, "  rt_layernorm_forward%s(%s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ");\n", S,
+        ref(e, y), ref(e, n->outs[1]), ref(e, n->outs[2]), ref(e, x[0]), ref(e, x[1]),
+        ref(e, x[2]), rows(x[0]), last_dim(x[0]));
+    else
+      P(e, "  rt_layernorm_forward_eps%s(%s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %.9g);\n",
+        S, ref(e, y), ref(e, n->outs[1]), ref(e, n->outs[2]), ref(e, x[0]), ref(e, x[1]),
+        ref(e, x[2]), rows(x[0]), last_dim(x[0]), n->a.f[0]);
+    return;
+  case OP_RMSNORM:
+    comment(e, &n, 1);
+    P(e, "  rt_rmsnorm_forward%s(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %.9g);\n", S, ref(e, y),
+      ref(e, n->outs[1]), ref(e, x[0]), ref(e, x[1]), rows(x[0]), last_dim(x[0]), n->a.f[0]);
+    return;
+  case OP_SOFTMAX:
+    comment(e, &n, 1);
+    P(e, "  rt_softmax_forward%s(%s, %s, %" PRId64 ", %" PRId64 ");\n", S, ref(e, y), ref(e, x[0]),
+      rows(x[0]), last_dim(x[0]));
+    return;
+  case OP_DROPOUT:
+    comment(e, &n, 1);
+    P(e, "  rt_dropout_forward%s(%s, %s, %" PRId64 ", %.9g, seed, (uint64_t)step,\n"
+         "                      DROPOUT_SITE(%d) + (uint64_t)row0 * %" PRId64 ");\n",
+      S, ref(e, y), ref(e, x[0]), numel(y), n->a.f[0], n->id, numel(y) / e->in0->shape.d[0].n);
+    return;
+  case OP_GATHER:
+    comment(e, &n, 1);
+    P(e, "  rt_check(rt_embedding_forward%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
+      S, ref(e, y), ref(e, x[1]), ref(e, x[0]), numel(x[1]), x[0]->shape.d[0].n, last_dim(x[0]));
+    return;
+  case OP_RESHAPE:
+    comment(e, &n, 1);
+    P(e, "  memcpy(%s, %s, %" PRId64 ");  // not a view in the plan: a copy\n", ref(e, y),
+      ref(e, x[0]), nbytes(e, y));
+    return;
+  case OP_SLICE:
+    comment(e, &n, 1);
+    P(e, "  rt_slice_cols_forward%s(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ");\n",
+      S, ref(e, y), ref(e, x[0]), rows(x[0]), last_dim(x[0]), n->a.i[0], n->a.i[1]);
+    return;
+  case OP_ROPE: {
+    const Shape *s = &x[0]->shape;
+    comment(e, &n, 1);
+    P(e, "  rt_rope_forward%s(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %.9g, 0);\n",
+      S, ref(e, y), ref(e, x[0]), s->d[0].n, s->d[1].n, s->d[2].n, s->d[3].n, n->a.f[0]);
+    return;
+  }
+  case OP_ATTENTION: {
+    const Shape *q = &x[0]->shape, *k = &x[1]->shape;
+    comment(e, &n, 1);
+    P(e, "  rt_attention_forward%s(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+         ", %" PRId64 ", %" PRId64 ", %d);\n",
+      S, ref(e, y), ref(e, n->outs[1]), ref(e, x[0]), ref(e, x[1]), ref(e, x[2]), q->d[0].n,
+      q->d[1].n, q->d[2].n, k->d[2].n, q->d[3].n, n->a.i[0] ? 1 : 0);
+    return;
+  }
+  case OP_CROSS_ENTROPY: {
+    int s = e->ce_slot[i];
+    comment(e, &n, 1);
+    P(e, "  rt_check(rt_crossentropy_forward%s(&ce_loss[%d], &ce_rows[%d], NULL, NULL, %s, %s, "
+         "%" PRId64 ", %" PRId64 "));\n",
+      S, s, s, ref(e, x[0]), ref(e, x[1]), rows(x[0]), last_dim(x[0]));
+    P(e, "  *%s = (%s)ce_loss[%d];\n", ref(e, y), e->R, s);
+    return;
+  }
+  default:
+    P(e, "  #error \"no code for op %s\"\n", ir_ops[n->op].name);
+  }
+}
+
+static void emit_bwd(Emit *e, Node *n, int i) {
+  Value **x = n->in, **d = n->outs;
+  const char *S = e->S;
+  switch (n->op) {
+  case OP_FILL:
+    emit_fwd(e, n, i);
+    return;
+  case OP_ADD_BWD: case OP_SUB_BWD: case OP_MUL_BWD: case OP_SCALE_BWD: case OP_MAP_BWD:
+    emit_bwd_loop(e, n, i);
+    return;
+  default:
+    break;
+  }
+  if (n->op == OP_MATMUL_BWD && e->dbias[i]) {
+    /* The bias gradient of the add after this matmul, summed by the same call. */
+    Node *ns[2] = {e->dbias_node[i], n};
+    P(e, "  // %s  %s; %s\n", where(n), ir_stmt(ns[0]), ir_stmt(n));
+    P(e, "  // %s, %s, %s -> %s, %s, %s\n", shape_of(e, n->in[0]), shape_of(e, n->in[1]),
+      shape_of(e, n->in[2]), n->outs[0] ? shape_of(e, n->outs[0]) : "_",
+      n->outs[1] ? shape_of(e, n->outs[1]) : "_", shape_of(e, e->dbias[i]));
+  } else {
+    comment(e, &n, 1);
+  }
+  if (n->op != OP_CROSS_ENTROPY_BWD) zero_outputs(e, n, i, NULL);
+  switch (n->op) {
+  case OP_MATMUL_BWD: {
+    Value *db = e->dbias[i];
+    P(e, "  rt_matmul_backward%s(%s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");\n",
+      S, ref(e, d[0]), ref(e, d[1]), ref(e, db), ref(e, x[0]), ref(e, x[1]), ref(e, x[2]),
+      rows(x[1]), last_dim(x[1]), last_dim(x[0]));
+    return;
+  }
+  case OP_LAYERNORM_BWD:
+    P(e, "  rt_layernorm_backward%s(%s, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ");\n", S,
+      ref(e, d[0]), ref(e, d[1]), ref(e, d[2]), ref(e, x[0]), ref(e, x[1]), ref(e, x[2]),
+      ref(e, x[3]), ref(e, x[4]), rows(x[1]), last_dim(x[1]));
+    return;
+  case OP_RMSNORM_BWD:
+    P(e, "  rt_rmsnorm_backward%s(%s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ");\n", S,
+      ref(e, d[0]), ref(e, d[1]), ref(e, x[0]), ref(e, x[1]), ref(e, x[2]), ref(e, x[3]),
+      rows(x[1]), last_dim(x[1]));
+    return;
+  case OP_GELU_BWD: case OP_RELU_BWD: case OP_SILU_BWD: {
+    const char *nm = n->op == OP_GELU_BWD ? "gelu" : n->op == OP_RELU_BWD ? "relu" : "silu";
+    P(e, "  rt_%s_backward%s(%s, %s, %s, %" PRId64 ");\n", nm, S, ref(e, d[0]), ref(e, x[1]),
+      ref(e, x[0]), numel(x[0]));
+    return;
+  }
+  case OP_SOFTMAX_BWD:
+    P(e, "  rt_softmax_backward%s(%s, %s, %s, %" PRId64 ", %" PRId64 ");\n", S, ref(e, d[0]),
+      ref(e, x[0]), ref(e, x[1]), rows(x[0]), last_dim(x[0]));
+    return;
+  case OP_DROPOUT_BWD:
+    P(e, "  rt_dropout_backward%s(%s, %s, %" PRId64 ", %.9g, seed, (uint64_t)step,\n"
+         "                       DROPOUT_SITE(%" PRId64 ") + (uint64_t)row0 * %" PRId64 ");\n",
+      S, ref(e, d[0]), ref(e, x[0]), numel(x[0]), n->a.f[0], n->a.i[1],
+      numel(x[0]) / e->in0->shape.d[0].n);
+    return;
+  case OP_GATHER_BWD:
+    P(e, "  rt_embedding_backward%s(%s, %s, %s, %" PRId64 ", %" PRId64 ");\n", S, ref(e, d[0]),
+      ref(e, x[0]), ref(e, x[2]), numel(x[2]), last_dim(x[1]));
+    return;
+  case OP_SLICE_BWD:
+    P(e, "  rt_slice_cols_backward%s(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ");\n",
+      S, ref(e, d[0]), ref(e, x[0]), rows(x[1]), last_dim(x[1]), n->a.i[0], n->a.i[1]);
+    return;
+  case OP_ROPE_BWD: {
+    const Shape *s = &x[1]->shape;
+    P(e, "  rt_rope_backward%s(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %.9g, 0);\n",
+      S, ref(e, d[0]), ref(e, x[0]), s->d[0].n, s->d[1].n, s->d[2].n, s->d[3].n, n->a.f[0]);
+    return;
+  }
+  case OP_ATTENTION_BWD: {
+    const Shape *q = &x[1]->shape, *k = &x[2]->shape;
+    P(e, "  rt_attention_backward%s(%s, %s, %s,\n      %s, %s, %s, %s, %s, %s, %" PRId64
+         ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);\n",
+      S, ref(e, d[0]), ref(e, d[1]), ref(e, d[2]), ref(e, x[0]), ref(e, x[1]), ref(e, x[2]),
+      ref(e, x[3]), ref(e, x[4]), ref(e, x[5]), q->d[0].n, q->d[1].n, q->d[2].n, k->d[2].n,
+      q->d[3].n, n->a.i[0] ? 1 : 0);
+    return;
+  }
+  case OP_CROSS_ENTROPY_BWD: {
+    int s = e->ce_slot[n->fwd->id];
+    bool direct = first_write(e, d[0], i);
+    P(e, "  rt_crossentropy_backward%s%s(%s, %s, NULL, %s, %" PRId64 ", %" PRId64 ", *%s, "
+         "ce_rows[%d]);%s\n",
+      direct ? "" : "_acc", S, ref(e, d[0]), ref(e, x[1]), ref(e, x[2]), rows(x[1]),
+      last_dim(x[1]), ref(e, x[0]), s, direct ? "  // writes: the first contribution" : "");
+    return;
+  }
+  default:
+    P(e, "  #error \"no code for op %s\"\n", ir_ops[n->op].name);
+  }
+}
+
+/* ---- sections ---- */
+
+static void emit_c_string(Emit *e, const char *name, const char *text) {
+  P(e, "static const char %s[] =\n", name);
+  const char *s = text;
+  while (*s) {
+    P(e, "    \"");
+    for (; *s && *s != '\n'; s++) {
+      if (*s == '"' || *s == '\\') P(e, "\\%c", *s);
+      else P(e, "%c", *s);
+    }
+    if (*s == '\n') {
+      P(e, "\\n");
+      s++;
+    }
+    P(e, "\"%s\n", *s ? "" : ";");
+  }
+  if (!*text) P(e, "    \"\";\n");
+}
+
+static char *plan_text(Module *m, const char *prefix) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return arena_strdup("");
+  report_plan(f, m, prefix);
+  fclose(f);
+  char *s = arena_strdup(buf ? buf : "");
+  free(buf);
+  return s;
+}
+
+static const char *commas(int64_t n) {
+  char b[64];
+  report_commas(b, sizeof b, n);
+  return arena_strdup(b);
+}
+
+static void emit_header(Emit *e) {
+  Module *m = e->m;
+  const char *src = m->prog->file->path;
+  P(e, "/* %s — training program for model '%s' (%s), generated by shardc %s\n", "model.c",
+    e->g->model, src, SHARDC_VERSION);
+  P(e, " * for the cpu target%s.  Do not edit: regenerate with\n", e->f64 ? " in f64 (gradient checks)" : "");
+  P(e, " *   shardc build %s%s\n", src, e->f64 ? " --precision=fp64" : "");
+  P(e, " *\n");
+  char *plan = plan_text(m, " * ");
+  fputs(plan, e->o);
+  const MemPlan *mp = &m->mem;
+  P(e, " *\n");
+  P(e, " * Arena per rank: %s bytes = persistent %s (params %s, grads %s, optimizer\n",
+    commas(mp->arena_bytes * e->scale), commas(mp->persistent_bytes * e->scale),
+    commas(mp->param_bytes * e->scale), commas(mp->grad_bytes * e->scale));
+  P(e, " * %s) + transient peak %s (%d buffers, peak at node %d).\n",
+    commas(mp->optstate_bytes * e->scale), commas(mp->transient_peak * e->scale), mp->nbuffers,
+    mp->peak_node);
+  P(e, " *\n");
+  P(e, " * forward() and backward() run one microbatch as straight-line calls into\n");
+  P(e, " * libshardrt on buffers at their planned arena offsets: F(offset) is a %s\n", e->R);
+  P(e, " * buffer, I(offset) an int32 one.  Backward calls accumulate (+=) into\n");
+  P(e, " * gradients.  Fused: %d bias add%s into matmuls, %d bias gradient%s into matmul\n",
+    e->nbias, e->nbias == 1 ? "" : "s", e->ndbias, e->ndbias == 1 ? "" : "s");
+  P(e, " * backward, %d elementwise chain%s (%d ops) into single loops; transient\n", e->nchains,
+    e->nchains == 1 ? "" : "s", e->nchained);
+  P(e, " * gradients are zeroed right before their first writer (or written with =).\n");
+  P(e, " */\n");
+}
+
+static void emit_prelude(Emit *e) {
+  Module *m = e->m;
+  const TrainCfg *t = &m->train;
+  const MemPlan *mp = &m->mem;
+  const Plan *p = &t->plan;
+  int mb = p->mb > 0 ? p->mb : 1;
+  P(e, "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
+       "#include <string.h>\n#include <unistd.h>\n\n#include \"rt_codegen_support.h\"\n#include \"shardrt.h\"\n"
+       "#ifdef SHARDC_MPI\n#include <mpi.h>\n#endif\n\n");
+  if (e->data == DATA_TOKENS) {
+    P(e, "/* Training text when --data is not given (`shardc build` passes an absolute path). */\n");
+    P(e, "#ifndef DEFAULT_DATA\n#define DEFAULT_DATA \"%s\"\n#endif\n\n", display_data(m));
+  }
+  P(e, "/* ---- the plan ---- */\n");
+#define DEF(name, comment, ...)                                     \
+  do {                                                              \
+    char v_[64];                                                    \
+    snprintf(v_, sizeof v_, __VA_ARGS__);                           \
+    if (*(comment)) P(e, "#define %-16s %-11s /* %s */\n", name, v_, comment); \
+    else P(e, "#define %-16s %s\n", name, v_);                    \
+  } while (0)
+  int ndev = t->mesh ? t->mesh->ndev : 1;
+  DEF("RANKS", arena_printf("mesh %s: launch with mpirun -np %d", t->mesh ? t->mesh->name : "-", ndev),
+      "%d", ndev);
+  DEF("DP", "data-parallel ranks, each on its own rows", "%d", p->dp);
+  DEF("MICROBATCHES", "forward+backward passes per step and rank", "%d", mb);
+  DEF("MICROBATCH", "rows per pass", "%lld", (long long)t->microbatch);
+  DEF("BATCH", "rows per step over all ranks", "%lld", (long long)t->batch);
+  DEF("SEQ", "tokens per row", "%d", e->seq);
+  DEF("ARENA_BYTES", "the planned peak per rank", "%" PRId64 "LL", mp->arena_bytes * e->scale);
+  DEF("PERSISTENT_BYTES", "params, grads, optimizer state", "%" PRId64 "LL",
+      mp->persistent_bytes * e->scale);
+  DEF("GRADS_OFFSET", "all parameter gradients, one range", "%" PRId64 "LL",
+      mp->param_bytes * e->scale);
+  DEF("GRADS_BYTES", "", "%" PRId64 "LL", mp->grad_bytes * e->scale);
+#undef DEF
+  if (e->dropout)
+    P(e, "/* Dropout masks: site = forward node, then the element's global index. */\n"
+         "#define DROPOUT_SITE(node) ((uint64_t)(node) << 40)\n");
+  P(e, "\nstatic unsigned char *arena;\n");
+  P(e, "#define F(off) ((%s *)(arena + (off)))\n", e->R);
+  P(e, "#define I(off) ((int32_t *)(arena + (off)))\n\n");
+}
+
+static void emit_params(Emit *e) {
+  Graph *g = e->g;
+  /* normal_scaled: std 0.02/sqrt(K), K = the number of normal_scaled tensors
+   * (the residual projections: two per layer, so 0.02/sqrt(2·layers), GPT-2). */
+  int nscaled = 0;
+  for (int i = 0; i < g->params.len; i++) {
+    Value *p = g->params.data[i];
+    nscaled += p->init && !strcmp(p->init, "normal_scaled");
+  }
+  P(e, "/* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the\n"
+       " * tensor, its gradient and optimizer state (-1: none), init, std, decay.");
+  if (nscaled)
+    P(e, "\n * normal_scaled init: std 0.02/sqrt(%d), one term per residual projection.", nscaled);
+  P(e, " */\n");
+  P(e, "#define NPARAMS %d\n", g->params.len);
+  P(e, "static const CgParam params[NPARAMS] = {\n");
+  const Optimizer *o = &e->m->train.opt;
+  bool adam = !strcmp(o->kind, "adamw"), mom = !adam && o->momentum > 0;
+  for (int i = 0; i < g->params.len; i++) {
+    Value *p = g->params.data[i];
+    int64_t gr = p->grad ? off(e, root(p->grad)) : -1;
+    int64_t m1 = p->grad && (adam || mom) ? p->opt_offset * e->scale : -1;
+    int64_t stride = (numel(p) * 4 + 63) / 64 * 64 * e->scale;
+    int64_t m2 = p->grad && adam ? m1 + stride : -1;
+    const char *init = !strcmp(p->init, "ones") ? "CG_INIT_ONES"
+                       : !strcmp(p->init, "zeros") ? "CG_INIT_ZEROS" : "CG_INIT_NORMAL";
+    double std = !strcmp(p->init, "normal_scaled") ? 0.02 / sqrt((double)nscaled)
+                 : !strcmp(p->init, "normal") ? 0.02 : 0;
+    P(e, "    {\"%s\", %d, {", p->name, p->shape.ndim);
+    for (int k = 0; k < p->shape.ndim; k++) P(e, "%s%" PRId64, k ? ", " : "", p->shape.d[k].n);
+    char lit[64];
+    cg_literal(lit, sizeof lit, std, 1);
+    P(e, "}, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %s, %d},\n",
+      numel(p), off(e, p), gr, m1, m2, init, lit, p->decay ? 1 : 0);
+  }
+  P(e, "};\n\n");
+}
+
+static void emit_passes(Emit *e) {
+  Graph *g = e->g;
+  if (e->nce) {
+    P(e, "/* Loss of each cross_entropy (in double) and the rows it averaged over. */\n");
+    P(e, "static double ce_loss[%d];\nstatic int ce_rows[%d];\n", e->nce, e->nce);
+  }
+  if (e->dropout) P(e, "static uint64_t seed;  /* --seed */\n");
+  P(e, "\n/* ---- forward: one microbatch; row0 is its first row in the global batch ---- */\n");
+  P(e, "static double forward(long step, int row0) {\n");
+  if (!e->dropout) P(e, "  (void)step;\n  (void)row0;\n");
+  for (int i = 0; i < g->nfwd; i++) {
+    Node *n = g->nodes.data[i];
+    if (!emits_code(n) || e->skip[i]) continue;
+    emit_fwd(e, n, i);
+  }
+  Node *ld = g->loss->def;
+  if (ld && ld->op == OP_CROSS_ENTROPY)
+    P(e, "  return ce_loss[%d];\n}\n\n", e->ce_slot[ld->id]);
+  else
+    P(e, "  return *%s;\n}\n\n", ref(e, g->loss));
+  P(e, "/* ---- backward: the same microbatch; accumulates into gradients ---- */\n");
+  P(e, "static void backward(long step, int row0) {\n");
+  if (!e->dropout) P(e, "  (void)step;\n  (void)row0;\n");
+  for (int i = g->nfwd; i < e->nn; i++) {
+    Node *n = g->nodes.data[i];
+    if (!emits_code(n) || e->skip[i]) continue;
+    emit_bwd(e, n, i);
+  }
+  P(e, "}\n\n");
+}
+
+static void emit_optimizer(Emit *e) {
+  const Optimizer *o = &e->m->train.opt;
+  char lr_wd[64];
+  cg_literal(lr_wd, sizeof lr_wd, o->weight_decay, 1);
+  bool all = true;
+  for (int i = 0; i < e->g->params.len; i++) all &= ((Value *)e->g->params.data[i])->grad != NULL;
+  P(e, "/* ---- optimizer ---- */\n");
+  if (!strcmp(o->kind, "adamw")) {
+    char b1[64], b2[64], eps[64];
+    cg_literal(b1, sizeof b1, o->beta1, 1);
+    cg_literal(b2, sizeof b2, o->beta2, 1);
+    cg_literal(eps, sizeof eps, o->eps, 1);
+    P(e, "/* AdamW (torch.optim.AdamW) on every parameter; decoupled weight decay only\n"
+         " * where the table says so.  grad_scale folds in clipping and the 1/dp mean. */\n");
+    P(e, "static void optimizer_step(long t, double lr, double grad_scale) {\n");
+    P(e, "  for (int i = 0; i < NPARAMS; i++) {\n    const CgParam *p = &params[i];\n");
+    if (!all) P(e, "    if (p->grad < 0) continue;\n");
+    P(e, "    rt_adamw_step%s(F(p->offset), F(p->grad), F(p->opt), F(p->opt2), p->numel, lr, %s, %s,\n"
+         "                    %s, %s, t, grad_scale);\n",
+      e->S, b1, b2, eps, o->weight_decay ? arena_printf("p->decay ? %s : 0.0", lr_wd) : "0.0");
+  } else {
+    char mo[64];
+    cg_literal(mo, sizeof mo, o->momentum, 1);
+    P(e, "/* SGD (torch.optim.SGD) with momentum %s; weight decay only where the table\n"
+         " * says so.  grad_scale folds in clipping and the 1/dp mean. */\n", mo);
+    P(e, "static void optimizer_step(long t, double lr, double grad_scale) {\n  (void)t;\n");
+    P(e, "  for (int i = 0; i < NPARAMS; i++) {\n    const CgParam *p = &params[i];\n");
+    if (!all) P(e, "    if (p->grad < 0) continue;\n");
+    P(e, "    rt_sgd_step%s(F(p->offset), F(p->grad), %s, p->numel, lr, %s,\n"
+         "                  %s, grad_scale);\n",
+      e->S, o->momentum > 0 ? "F(p->opt)" : "NULL", mo,
+      o->weight_decay ? arena_printf("p->decay ? %s : 0.0", lr_wd) : "0.0");
+  }
+  P(e, "  }\n}\n\n");
+}
+
+static void emit_comms(Emit *e) {
+  const char *mt = e->f64 ? "MPI_DOUBLE" : "MPI_FLOAT";
+  P(e, "/* ---- communication: MPI over the data-parallel ranks ---- */\n"
+       "static int rank = 0, world = 1;\n"
+       "\n"
+       "#ifdef SHARDC_MPI\n"
+       "#define mpiCheck(call)                                                       \\\n"
+       "  do {                                                                       \\\n"
+       "    int err_ = (call);                                                       \\\n"
+       "    if (err_ != MPI_SUCCESS) {                                               \\\n"
+       "      char msg_[MPI_MAX_ERROR_STRING];                                       \\\n"
+       "      int len_ = 0;                                                          \\\n"
+       "      MPI_Error_string(err_, msg_, &len_);                                   \\\n"
+       "      fprintf(stderr, \"train: MPI error at %%s:%%d: %%s\\n\", __FILE__, __LINE__, msg_); \\\n"
+       "      MPI_Abort(MPI_COMM_WORLD, 1);                                          \\\n"
+       "    }                                                                        \\\n"
+       "  } while (0)\n"
+       "#endif\n"
+       "\n"
+       "static void comm_init(int *argc, char ***argv) {\n"
+       "#ifdef SHARDC_MPI\n"
+       "  mpiCheck(MPI_Init(argc, argv));\n"
+       "  mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));\n"
+       "  mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));\n"
+       "#else\n"
+       "  (void)argc;\n"
+       "  (void)argv;\n"
+       "  world = cg_launcher_ranks(&rank);  /* to refuse a launch on several ranks */\n"
+       "#endif\n"
+       "}\n"
+       "\n"
+       "static int comm_finish(int status) {\n"
+       "#ifdef SHARDC_MPI\n"
+       "  MPI_Finalize();\n"
+       "#endif\n"
+       "  return status;\n"
+       "}\n"
+       "\n"
+       "/* Sum over the ranks, in place (gradients). */\n"
+       "static void allreduce_sum(%s *buf, size_t n) {\n"
+       "#ifdef SHARDC_MPI\n"
+       "  for (size_t i = 0; i < n; i += (size_t)1 << 30) {\n"
+       "    int count = (int)(n - i < ((size_t)1 << 30) ? n - i : (size_t)1 << 30);\n"
+       "    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf + i, count, %s, MPI_SUM, MPI_COMM_WORLD));\n"
+       "  }\n"
+       "#else\n"
+       "  (void)buf;\n"
+       "  (void)n;\n"
+       "#endif\n"
+       "}\n"
+       "\n"
+       "static double allreduce_sum_double(double x) {\n"
+       "#ifdef SHARDC_MPI\n"
+       "  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));\n"
+       "#endif\n"
+       "  return x;\n"
+       "}\n"
+       "\n"
+       "/* A collective decision: every rank learns whether all ranks are fine.  A\n"
+       " * failing rank prints its error (only rank 0's when rank 0 failed too). */\n"
+       "static int all_ok(int ok) {\n"
+       "  int v[2] = {ok, rank == 0 ? ok : 1};\n"
+       "#ifdef SHARDC_MPI\n"
+       "  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD));\n"
+       "#endif\n"
+       "  if (!ok && (rank == 0 || v[1])) {\n"
+       "    if (rank) fprintf(stderr, \"train: error: rank %%d: %%s\\n\", rank, rt_last_error());\n"
+       "    else fprintf(stderr, \"train: error: %%s\\n\", rt_last_error());\n"
+       "  }\n"
+       "  return v[0];\n"
+       "}\n\n",
+    e->R, mt);
+}
+
+static void emit_main(Emit *e) {
+  Module *m = e->m;
+  const TrainCfg *t = &m->train;
+  const Optimizer *o = &t->opt;
+  const Plan *p = &t->plan;
+  char spec[256];
+  plan_str(p, spec, sizeof spec);
+  emit_c_string(e, "PLAN", plan_text(m, ""));
+  char lr[64], b1[64], b2[64], eps[64], wd[64], mo[64], clip[64], minlr[64];
+  cg_literal(lr, sizeof lr, o->lr, 1);
+  cg_literal(b1, sizeof b1, o->beta1, 1);
+  cg_literal(b2, sizeof b2, o->beta2, 1);
+  cg_literal(eps, sizeof eps, o->eps, 1);
+  cg_literal(wd, sizeof wd, o->weight_decay, 1);
+  cg_literal(mo, sizeof mo, o->momentum, 1);
+  cg_literal(clip, sizeof clip, o->clip, 1);
+  cg_literal(minlr, sizeof minlr, o->min_lr_ratio, 1);
+  bool cosine = !o->schedule || !strcmp(o->schedule, "cosine");
+  P(e, "\nstatic const CgModel model = {\n");
+  P(e, "    .name = \"%s\", .source = \"%s\", .mesh = \"%s\", .plan = PLAN, .f64 = %d,\n",
+    e->g->model, m->prog->file->path, t->mesh ? t->mesh->name : "-", e->f64);
+  P(e, "    .params = params, .nparams = NPARAMS,\n");
+  P(e, "    .arena_bytes = ARENA_BYTES, .persistent_bytes = PERSISTENT_BYTES,\n");
+  P(e, "    .grads_offset = GRADS_OFFSET, .grads_bytes = GRADS_BYTES,\n");
+  P(e, "    .ranks = RANKS, .dp = DP, .mb = MICROBATCHES, .microbatch = MICROBATCH,\n");
+  P(e, "    .batch = BATCH, .seq = SEQ, .steps = %lld, .seed = %lluull,\n", (long long)t->steps,
+    (unsigned long long)t->seed);
+  P(e, "    .opt = %s, .lr = %s, .beta1 = %s, .beta2 = %s, .eps = %s,\n",
+    strcmp(o->kind, "adamw") ? "CG_OPT_SGD" : "CG_OPT_ADAMW", lr, b1, b2, eps);
+  P(e, "    .weight_decay = %s, .momentum = %s, .clip = %s, .min_lr_ratio = %s,\n", wd, mo, clip,
+    minlr);
+  P(e, "    .warmup = %d, .cosine = %d,\n", o->warmup, cosine ? 1 : 0);
+  if (e->data == DATA_TOKENS)
+    P(e, "    .data = CG_DATA_TOKENS, .vocab = %d, .default_data = DEFAULT_DATA,\n};\n\n", e->vocab);
+  else
+    P(e, "    .data = CG_DATA_SYNTH, .features = %d, .classes = %d,\n};\n\n", e->features,
+      e->classes);
+  P(e, "static CgArgs args;\nstatic CgData data;\n\n");
+
+  P(e, "/* Forward (and backward) of this rank's microbatches of one step: the mean\n"
+       " * loss.  Parameter gradients accumulate over the microbatches. */\n");
+  P(e, "static double run_microbatches(long step, int with_backward) {\n");
+  P(e, "  if (with_backward) memset(arena + GRADS_OFFSET, 0, GRADS_BYTES);\n");
+  P(e, "  double loss = 0;\n");
+  P(e, "  for (int k = 0; k < MICROBATCHES; k++) {\n");
+  P(e, "    int row0 = rank * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;\n");
+  P(e, "    // %s, %s\n", vname(e->in0), vname(e->in1));
+  P(e, "    rt_check(cg_data_batch(&data, step, row0, MICROBATCH, %s, %s));\n", ref(e, e->in0),
+    ref(e, e->in1));
+  P(e, "    loss += forward(step, row0);\n");
+  P(e, "    if (with_backward) backward(step, row0);\n");
+  P(e, "  }\n  return loss / MICROBATCHES;\n}\n\n");
+
+  P(e, "static int save_checkpoint(long steps_done) {\n"
+       "  int ok = all_ok(rank != 0 || cg_ckpt_save(&model, arena, steps_done, args.save) == RT_OK);\n"
+       "  if (ok && rank == 0 && !args.quiet)\n"
+       "    printf(\"saved:    %%s (step %%ld)\\n\", args.save, steps_done);\n"
+       "  return ok;\n"
+       "}\n\n");
+
+  P(e, "int main(int argc, char **argv) {\n");
+  P(e, "  cg_blas_setup(argc, argv);\n");
+  P(e, "  comm_init(&argc, &argv);\n");
+  P(e, "  int rc = cg_args_parse(&args, &model, argc, argv, rank == 0);\n");
+  P(e, "  if (rc) return comm_finish(rc > 0 ? 0 : 2);\n");
+  if (e->dropout) P(e, "  seed = args.seed;\n");
+  P(e, "  if (world != RANKS && !args.gradcheck) {\n");
+  P(e, "    if (rank == 0)\n");
+  if (t->mesh && t->mesh->ndev > 1)
+    P(e, "      fprintf(stderr, \"train: error: this program is planned for %%d ranks (mesh %s: "
+         "%s) but runs on %%d; run it as: mpirun -np %%d %%s ...\\n\",\n"
+         "              RANKS, world, RANKS, argv[0]);\n",
+      t->mesh->name, spec);
+  else
+    P(e, "      fprintf(stderr, \"train: error: this program is planned for 1 rank but was "
+         "launched on %%d; run it directly: %%s ...\\n\",\n"
+         "              world, argv[0]);\n");
+  P(e, "    return comm_finish(1);\n  }\n");
+  P(e, "  cg_set_threads(world);\n"
+       "  RtArena *mem = NULL;\n"
+       "  if (!all_ok(cg_arena_create(&mem, &model) == RT_OK)) return comm_finish(1);\n"
+       "  arena = mem->base;\n"
+       "  cg_init_params(&model, arena, args.seed);\n"
+       "  long step = 0;\n"
+       "  int weights_only = 0;\n"
+       "  if (args.load &&\n"
+       "      !all_ok(cg_ckpt_load(&model, arena, args.load, &step, &weights_only) == RT_OK))\n"
+       "    return comm_finish(1);\n"
+       "  if (args.save && !all_ok(rank != 0 || cg_ckpt_check_target(args.save) == RT_OK))\n"
+       "    return comm_finish(1);\n"
+       "  if (!all_ok(cg_data_open(&data, &model, args.data, args.seed) == RT_OK)) return comm_finish(1);\n"
+       "  if (args.gradcheck) return comm_finish(cg_gradcheck(&model, arena, run_microbatches, args.gradcheck));\n"
+       "  RtMetrics log = {0};\n"
+       "  if (!all_ok(rank != 0 || rt_metrics_open(&log, args.log, args.load != NULL) == RT_OK))\n"
+       "    return comm_finish(1);\n"
+       "  int say = rank == 0 && !args.quiet;\n"
+       "  if (say) {\n"
+       "    char d[512];\n"
+       "    cg_data_describe(&data, d, sizeof d);\n"
+       "    printf(\"%%sdata:     %%s\\n\", PLAN, d);\n"
+       "    if (args.load && weights_only)\n"
+       "      printf(\"loaded:   %%s (weights only: the optimizer starts from zero)\\n\", args.load);\n"
+       "    else if (args.load)\n"
+       "      printf(\"loaded:   %%s (step %%ld)\\n\", args.load, step);\n"
+       "    printf(\"train:    steps %%ld..%%ld on %%d rank%%s, seed %%llu\\n\", step + 1, args.steps, world,\n"
+       "           world == 1 ? \"\" : \"s\", (unsigned long long)args.seed);\n"
+       "    fflush(stdout);\n"
+       "  }\n"
+       "  if (step >= args.steps) {\n"
+       "    if (say) printf(\"nothing to do: the checkpoint is at step %%ld, --steps is %%ld\\n\", step, args.steps);\n"
+       "    return comm_finish(0);\n"
+       "  }\n"
+       "  RtProgress progress;\n"
+       "  rt_progress_init(&progress, args.steps, (args.steps + 19) / 20, !say);\n"
+       "  /* On stdout with the plan and the summary, in order; one line every few\n"
+       "   * steps, except alone on a terminal (mpirun gives ranks a pseudo-tty). */\n"
+       "  progress.out = stdout;\n"
+       "  progress.tty = world == 1 && !getenv(\"OMPI_COMM_WORLD_SIZE\") && isatty(fileno(stdout));\n"
+       "  const double tokens_per_step = (double)BATCH * SEQ;\n"
+       "  double first_loss = NAN, loss = NAN, t_start = rt_now();\n"
+       "  const long first_step = step;\n"
+       "  for (; step < args.steps; step++) {\n"
+       "    double t0 = rt_now();\n"
+       "    /* The first step also measures the arena's high-water mark: it starts\n"
+       "     * with every transient byte poisoned (NaN) and finds the highest one\n"
+       "     * written. */\n"
+       "    const int measure = step == first_step;\n"
+       "    if (measure) cg_mem_poison(&model, arena);\n"
+       "    loss = run_microbatches(step, 1);\n"
+       "    size_t measured = measure ? cg_mem_highwater(&model, arena) : 0;\n"
+       "    // data parallel: sum gradients and losses over the ranks\n"
+       "    allreduce_sum(F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s));\n"
+       "    loss = allreduce_sum_double(loss) / DP;\n"
+       "    double norm = sqrt(rt_sumsq%s(F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s))) / DP;\n"
+       "    if (!isfinite(loss) || !isfinite(norm)) {\n"
+       "      double x = isfinite(loss) ? norm : loss;\n"
+       "      if (rank == 0)\n"
+       "        fprintf(stderr, \"train: error: step %%ld: the %%s is %%s; stopping without saving%%s%%s%%s; \"\n"
+       "                        \"check the data, the learning rate and any checkpoint loaded\\n\",\n"
+       "                step + 1, isfinite(loss) ? \"gradient norm\" : \"loss\", isnan(x) ? \"NaN\" : \"infinite\",\n"
+       "                args.save ? \" (\" : \"\", args.save ? args.save : \"\",\n"
+       "                args.save ? \" keeps its last good state)\" : \"\");\n"
+       "      return comm_finish(1);\n"
+       "    }\n"
+       "    double lr = cg_lr(&model, step);\n"
+       "    optimizer_step(step + 1, lr, rt_clip_scale(norm, %s) / DP);\n"
+       "    double ms = rt_ms_since(t0), tps = tokens_per_step / (ms / 1e3);\n"
+       "    if (measure && say) {\n"
+       "      char a[32], b[32];\n"
+       "      cg_commas(a, sizeof a, ARENA_BYTES);\n"
+       "      cg_commas(b, sizeof b, measured);\n"
+       "      printf(\"memory:   planned peak %%s bytes per rank, measured %%s (highest arena byte \"\n"
+       "             \"written in step %%ld)%%s\\n\", a, b, step + 1,\n"
+       "             measured == ARENA_BYTES ? \"\" : \"  MISMATCH\");\n"
+       "      fflush(stdout);\n"
+       "    }\n"
+       "    if (!all_ok(rank != 0 || rt_metrics_log(&log, step + 1, loss, lr, ms, tps) == RT_OK))\n"
+       "      return comm_finish(1);\n"
+       "    rt_progress_step(&progress, step + 1, loss, tps);\n"
+       "    if (isnan(first_loss)) first_loss = loss;\n"
+       "    if (args.save && args.save_every && (step + 1) %% args.save_every == 0 &&\n"
+       "        step + 1 < args.steps && !save_checkpoint(step + 1))\n"
+       "      return comm_finish(1);\n"
+       "  }\n"
+       "  rt_progress_done(&progress);\n"
+       "  if (args.save && !save_checkpoint(step)) return comm_finish(1);\n"
+       "  if (say)\n"
+       "    printf(\"done:     steps %%ld..%%ld in %%.1f s; loss %%.4f -> %%.4f\\n\", first_step + 1, step,\n"
+       "           rt_ms_since(t_start) / 1e3, first_loss, loss);\n"
+       "  if (!all_ok(rank != 0 || rt_metrics_close(&log) == RT_OK)) return comm_finish(1);\n"
+       "  cg_data_close(&data);\n"
+       "  rt_arena_destroy(mem);\n"
+       "  return comm_finish(0);\n"
+       "}\n",
+    e->R, e->S, e->R, clip);
+}
+
+int cg_emit_cpu(FILE *out, Module *m) { return cg_emit_cpu_opts(out, m, NULL); }
+
+int cg_emit_cpu_opts(FILE *out, Module *m, const CgOptions *opt) {
+  if (cg_check(m, "cpu")) return -1;
+  Emit e = {0};
+  e.o = out;
+  e.m = m;
+  e.g = m->graph;
+  e.f64 = opt && opt->f64;
+  e.R = e.f64 ? "double" : "float";
+  e.S = e.f64 ? "_f64" : "_f32";
+  e.scale = e.f64 ? 2 : 1;
+  e.nn = e.g->nodes.len;
+  for (int i = 0; i < e.nn; i++)
+    if (((Node *)e.g->nodes.data[i])->id != i) {
+      diag_fatal_noloc("internal: node ids are not their schedule positions");
+      return -1;
+    }
+  char err[512];
+  if (data_roles(&e, err, sizeof err)) return -1;
+  analyse(&e);
+  emit_header(&e);
+  emit_prelude(&e);
+  emit_params(&e);
+  emit_passes(&e);
+  emit_optimizer(&e);
+  emit_comms(&e);
+  emit_main(&e);
+  return ferror(out) ? -1 : 0;
+}

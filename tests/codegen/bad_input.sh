@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Bad input at run time: every case is a clear message naming the file,
+# tensor or step, a non-zero exit, and no existing checkpoint damaged,
+# including a SIGKILL in the middle of writing one.  Also the wrong number
+# of MPI ranks.
+#   tests/codegen/bad_input.sh SHARDC
+bin="$1"
+source "$(dirname "$0")/lib.sh"
+need_mpi
+edit() { python3 tests/codegen/st_edit.py "$@"; }
+
+build mish "$tmp/m" || finish          # a token model on one rank
+m="$tmp/m"
+train "$m" --steps 2 --save "$tmp/good.ckpt" --quiet
+[ $rc -eq 0 ] && [ -s "$tmp/good.ckpt" ] && ok || bad "training the reference checkpoint: $out"
+sum=$(md5sum <"$tmp/good.ckpt")
+
+# ---- data ----
+train "$m" --steps 1 --data "$tmp/nope.txt"
+expect_fail "missing data" "$tmp/nope.txt: cannot open data file: No such file"
+train "$m" --steps 1 --data "$tmp"
+expect_fail "unreadable data (a directory)" "$tmp: data file is not a regular file"
+printf 'too short' >"$tmp/short.txt"
+train "$m" --steps 1 --data "$tmp/short.txt"
+expect_fail "data shorter than a batch" "short.txt: 9 tokens .* shorter than one batch of B=4 windows of T=32"
+python3 -c 'import struct,sys; sys.stdout.buffer.write(struct.pack("<600H", *([65] * 300 + [300] + [66] * 299)))' >"$tmp/oov.bin"
+train "$m" --steps 1 --data "$tmp/oov.bin"
+expect_fail "token out of vocabulary" "oov.bin: token id 300 at byte offset 600 \(token 300\) is out of vocabulary \(vocab 256\)"
+
+# ---- checkpoints ----
+train "$m" --steps 3 --load "$tmp/nope.ckpt"
+expect_fail "missing checkpoint" "nope.ckpt"
+edit "$tmp/good.ckpt" "$tmp/hdr.ckpt" header
+train "$m" --steps 3 --load "$tmp/hdr.ckpt"
+expect_fail "wrong header" "hdr.ckpt"
+edit "$tmp/good.ckpt" "$tmp/trunc.ckpt" truncate
+train "$m" --steps 3 --load "$tmp/trunc.ckpt"
+expect_fail "truncated checkpoint" "trunc.ckpt"
+edit "$tmp/good.ckpt" "$tmp/drop.ckpt" drop blocks.1.mlp.fc.weight
+train "$m" --steps 3 --load "$tmp/drop.ckpt"
+expect_fail "missing tensor" "drop.ckpt: checkpoint does not match the model; missing tensors: 'blocks.1.mlp.fc.weight'"
+edit "$tmp/good.ckpt" "$tmp/extra.ckpt" extra blocks.9.surprise
+train "$m" --steps 3 --load "$tmp/extra.ckpt"
+expect_fail "extra tensor" "extra.ckpt: .*unexpected tensors: 'blocks.9.surprise'"
+edit "$tmp/good.ckpt" "$tmp/shape.ckpt" reshape pos.weight
+train "$m" --steps 3 --load "$tmp/shape.ckpt"
+expect_fail "wrong shape" "shape.ckpt: .*tensor 'pos.weight' has shape \[2048\], expected \[32, ?64\]"
+edit "$tmp/good.ckpt" "$tmp/dtype.ckpt" dtype ln.bias
+train "$m" --steps 3 --load "$tmp/dtype.ckpt"
+expect_fail "wrong dtype" "dtype.ckpt: .*tensor 'ln.bias' has dtype F64, expected F32"
+# A checkpoint of another model: everything at once, in one message.
+build mlp "$tmp/mlp" && {
+  train "$tmp/mlp" --steps 1 --load "$tmp/good.ckpt"
+  expect_fail "another model's checkpoint" "good.ckpt: checkpoint does not match the model; missing tensors: .*unexpected tensors"
+}
+
+# ---- saving ----
+train "$m" --steps 2 --save "$tmp/no/such/dir/x.ckpt"
+expect_fail "--save into a missing directory" "no/such/dir/x.ckpt: cannot save a checkpoint there"
+train "$m" --steps 2 --save "$tmp"
+expect_fail "--save to a directory" "cannot save a checkpoint there: it is a directory"
+# A non-finite loss stops the run without touching the checkpoint.
+cp "$tmp/good.ckpt" "$tmp/run.ckpt"
+edit "$tmp/good.ckpt" "$tmp/inf.ckpt" poison ln.weight
+train "$m" --steps 5 --load "$tmp/inf.ckpt" --save "$tmp/run.ckpt"
+expect_fail "inf in the weights" "step 3: the loss is (NaN|infinite); stopping without saving \(.*run.ckpt keeps its last good state\)"
+[ "$(md5sum <"$tmp/run.ckpt")" = "$sum" ] && ok || bad "the checkpoint changed after a NaN loss"
+# SIGKILL in the middle of writing the checkpoint (test hook): the previous
+# file is intact and still loads; the temporary file is left behind.
+cp "$tmp/good.ckpt" "$tmp/run.ckpt"
+SHARDC_TEST_DIE_IN_SAVE=1 train "$m" --steps 4 --load "$tmp/run.ckpt" --save "$tmp/run.ckpt"
+if [ $rc -eq 137 ] && grep -q "killed (SIGKILL) while writing the checkpoint" <<<"$out"; then ok
+else bad "the save test hook did not kill the run (exit $rc): $(tail -3 <<<"$out")"; fi
+ls "$tmp"/run.ckpt.tmp.* >/dev/null 2>&1 && [ -s "$(ls "$tmp"/run.ckpt.tmp.* | head -1)" ] && ok ||
+  bad "no partly written temporary file: the kill did not land during the write"
+[ "$(md5sum <"$tmp/run.ckpt")" = "$sum" ] && ok || bad "a kill during --save damaged the previous checkpoint"
+train "$m" --steps 3 --load "$tmp/run.ckpt"
+[ $rc -eq 0 ] && grep -q "loaded:   .*run.ckpt (step 2)" <<<"$out" && ok || bad "the previous checkpoint no longer loads: $out"
+
+# ---- ranks ----
+build gpt "$tmp/gpt" && {
+  out=$(timeout 120 "${MPIRUN[@]}" -np 2 "$tmp/gpt/train" --steps 1 2>&1); rc=$?
+  expect_fail "gpt on 2 ranks" "planned for 4 ranks \(mesh laptop: dp=4\) but runs on 2; run it as: mpirun -np 4 "
+  out=$(timeout 120 "$tmp/gpt/train" --steps 1 2>&1); rc=$?
+  expect_fail "gpt without mpirun" "planned for 4 ranks .* but runs on 1; run it as: mpirun -np 4 "
+}
+out=$(timeout 120 "${MPIRUN[@]}" -np 2 "$m/train" --steps 1 2>&1); rc=$?
+expect_fail "one-rank program under mpirun -np 2" "planned for 1 rank but was launched on 2; run it directly"
+finish

@@ -1,0 +1,84 @@
+# Shared by the tests/codegen/*.sh scripts: build samples with `shardc build`,
+# run the training programs, count passes and failures.
+#   source "$(dirname "$0")/lib.sh"  (after setting bin=SHARDC)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+pass=0 fail=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/shardc-cg.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+# Generated code must compile without a single warning.
+export SHARDC_CFLAGS="${SHARDC_CFLAGS:--Wextra -Werror}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
+
+ok() { pass=$((pass + 1)); }
+bad() {
+  echo "FAIL: $*"
+  fail=$((fail + 1))
+}
+finish() {
+  echo "$pass passed, $fail failed"
+  [ $fail -eq 0 ]
+  exit $?
+}
+need_mpi() {
+  if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
+    echo "SKIP: needs mpirun and mpicc (Open MPI)"
+    exit 77
+  fi
+}
+
+# build SAMPLE DIR [shardc flags...]: shardc build samples/SAMPLE.shard -o DIR
+build() {
+  local s="$1" dir="$2"
+  shift 2
+  local out
+  if ! out=$("$bin" build "samples/$s.shard" -o "$dir" "$@" 2>&1); then
+    bad "build $s $*: $out"
+    return 1
+  fi
+  if grep -q "warning" <<<"$out"; then
+    bad "build $s: the C compiler warned: $out"
+    return 1
+  fi
+}
+
+# ranks DIR: the mesh size the program in DIR is planned for
+ranks() { sed -n 's/^#define RANKS *\([0-9]*\).*/\1/p' "$1/model.c"; }
+
+# train DIR args...: runs DIR/train under mpirun with its planned rank count
+# (directly when it has one rank); output in $out, status in $rc.
+train() {
+  local dir="$1"
+  shift
+  local n
+  n=$(ranks "$dir")
+  if [ "$n" = 1 ]; then
+    out=$(timeout 300 "$dir/train" "$@" 2>&1)
+  else
+    out=$(timeout 300 "${MPIRUN[@]}" -np "$n" "$dir/train" "$@" 2>&1)
+  fi
+  rc=$?
+  if grep -qE "AddressSanitizer|runtime error:" <<<"$out"; then
+    bad "$dir/train $*: sanitizer report"
+    echo "$out" | head -30
+  fi
+}
+
+# losses FILE.jsonl: "step loss" per line
+losses() { sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1"; }
+
+# expect_fail NAME PATTERN: the last train run failed (exit != 0) saying PATTERN
+expect_fail() {
+  local name="$1" pat="$2"
+  if [ "$rc" = 0 ]; then
+    bad "$name: exit 0, expected a failure"
+    echo "$out" | tail -5
+  elif ! grep -qE -- "$pat" <<<"$out"; then
+    bad "$name: output does not match /$pat/ (exit $rc)"
+    echo "$out" | tail -8
+  else
+    ok
+  fi
+}
