@@ -1303,6 +1303,8 @@ static void emit_main(Emit *e) {
        "    fflush(stdout);\n"
        "  }\n"
        "  if (step >= args.steps) {\n"
+       "    /* --steps 0 --save FILE writes the initial weights (for reference runs). */\n"
+       "    if (args.save) return comm_finish(save_checkpoint(step) ? 0 : 1);\n"
        "    if (say) printf(\"nothing to do: the checkpoint is at step %%ld, --steps is %%ld\\n\", step, args.steps);\n"
        "    return comm_finish(0);\n"
        "  }\n"

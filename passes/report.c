@@ -57,11 +57,13 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
   const Optimizer *o = &t->opt;
   if (o->kind) {
     if (!strcmp(o->kind, "adamw"))
-      fprintf(out, "%soptim:    adamw lr=%g betas=(%g, %g) eps=%g weight_decay=%g warmup=%d %s clip=%g\n",
-              pf, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->warmup, o->schedule, o->clip);
+      fprintf(out, "%soptim:    adamw lr=%g betas=(%g, %g) eps=%g weight_decay=%g warmup=%d %s min_lr=%g clip=%g\n",
+              pf, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->warmup, o->schedule,
+              o->lr * o->min_lr_ratio, o->clip);
     else
-      fprintf(out, "%soptim:    sgd lr=%g momentum=%g weight_decay=%g warmup=%d %s clip=%g\n", pf,
-              o->lr, o->momentum, o->weight_decay, o->warmup, o->schedule, o->clip);
+      fprintf(out, "%soptim:    sgd lr=%g momentum=%g weight_decay=%g warmup=%d %s min_lr=%g clip=%g\n",
+              pf, o->lr, o->momentum, o->weight_decay, o->warmup, o->schedule, o->lr * o->min_lr_ratio,
+              o->clip);
     fprintf(out, "%ssteps:    %lld, precision %s, seed %lld\n", pf, (long long)t->steps,
             t->precision == DT_F32 ? "fp32" : t->precision == DT_BF16 ? "bf16" : "fp16",
             (long long)t->seed);

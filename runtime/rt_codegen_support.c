@@ -114,7 +114,8 @@ static void usage(const CgModel *m, FILE *f) {
           "\n"
           "  --steps N        train until global step N (default %ld, the train block's\n"
           "                   steps); the learning-rate schedule always spans %ld steps,\n"
-          "                   so a run cut short and resumed matches an uninterrupted one\n"
+          "                   so a run cut short and resumed matches an uninterrupted one;\n"
+          "                   --steps 0 --save FILE writes the initial weights\n"
           "  --seed S         seed of parameter init, data order and dropout (default %llu)\n",
           m->steps, m->steps, (unsigned long long)m->seed);
   if (m->data == CG_DATA_TOKENS)
@@ -188,8 +189,8 @@ int cg_args_parse(CgArgs *a, const CgModel *m, int argc, char **argv, int print)
     } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
       a->quiet = 1;
     } else if ((v = flag_value(argc, argv, &i, "--steps", &missing))) {
-      if (parse_long(v, 1, &a->steps))
-        bad = "--steps needs a whole number >= 1";
+      if (parse_long(v, 0, &a->steps))
+        bad = "--steps needs a whole number >= 0";
     } else if ((v = flag_value(argc, argv, &i, "--seed", &missing))) {
       if (parse_long(v, 0, &n))
         bad = "--seed needs a whole number >= 0";
@@ -340,10 +341,32 @@ int cg_data_open(CgData *d, const CgModel *m, const char *path, uint64_t seed) {
   return rt_data_open(&d->tok, path, RT_DATA_AUTO, m->vocab, m->batch, m->seq, 1, seed);
 }
 
+/* Test hook for the PyTorch-parity tests: with SHARDC_DUMP_BATCHES=FILE every
+ * batch read is appended to FILE as raw 4-byte values, inputs then targets,
+ * so the reference trains on exactly the same data. */
+static void dump_batch(const CgModel *m, int nrows, const void *in0, const void *in1) {
+  static FILE *f;
+  static int tried;
+  if (!tried) {
+    tried = 1;
+    const char *path = getenv("SHARDC_DUMP_BATCHES");
+    if (path && *path) f = fopen(path, "ab");
+  }
+  if (!f || m->f64) return;
+  size_t n0 = (size_t)nrows * (size_t)(m->data == CG_DATA_TOKENS ? m->seq : m->features);
+  size_t n1 = (size_t)nrows * (size_t)(m->data == CG_DATA_TOKENS ? m->seq : 1);
+  fwrite(in0, 4, n0, f);
+  fwrite(in1, 4, n1, f);
+  fflush(f);
+}
+
 int cg_data_batch(const CgData *d, long step, int row0, int nrows, void *in0, void *in1) {
   const CgModel *m = d->m;
-  if (m->data == CG_DATA_TOKENS)
-    return rt_data_batch(&d->tok, step, row0, nrows, in0, in1);
+  if (m->data == CG_DATA_TOKENS) {
+    int rc = rt_data_batch(&d->tok, step, row0, nrows, in0, in1);
+    if (rc == RT_OK) dump_batch(m, nrows, in0, in1);
+    return rc;
+  }
   int K = m->features, V = m->classes;
   int32_t *labels = in1;
   for (int r = 0; r < nrows; r++) {
@@ -367,6 +390,7 @@ int cg_data_batch(const CgData *d, long step, int row0, int nrows, void *in0, vo
         ((float *)in0)[(size_t)r * K + k] = (float)x;
     }
   }
+  dump_batch(m, nrows, in0, in1);
   return RT_OK;
 }
 

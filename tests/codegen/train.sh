@@ -77,8 +77,12 @@ fi
 
 # Usage errors exit 2 and say what is wrong.
 [ -x "$tmp/mlp/train" ] && {
-  train "$tmp/mlp" --steps 0
-  [ $rc = 2 ] && grep -q -- "--steps needs a whole number >= 1" <<<"$out" && ok || bad "--steps 0: $rc $out"
+  train "$tmp/mlp" --steps -1
+  [ $rc = 2 ] && grep -q -- "--steps needs a whole number >= 0" <<<"$out" && ok || bad "--steps -1: $rc $out"
+  # --steps 0 --save writes the initial weights and trains nothing.
+  rm -f "$tmp/init0.safetensors"
+  train "$tmp/mlp" --steps 0 --save "$tmp/init0.safetensors"
+  [ $rc = 0 ] && [ -s "$tmp/init0.safetensors" ] && grep -q "step 0" <<<"$out" && ok || bad "--steps 0 --save: $rc $out"
   train "$tmp/mlp" --frob
   [ $rc = 2 ] && grep -q "unknown argument '--frob'" <<<"$out" && ok || bad "--frob: $rc $out"
   train "$tmp/mlp" --save-every 5

@@ -8,7 +8,7 @@
  * strategy: dp=4 (from train block)
  * ranks:    rank = ((pp*4 + dp)*1 + sp)*1 + tp  (tp innermost)
  * batch:    16 sequences/step = dp 4 x microbatch 4 x 1 microbatch; seq 64
- * optim:    adamw lr=0.003 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=20 cosine clip=1
+ * optim:    adamw lr=0.003 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=20 cosine min_lr=0 clip=1
  * steps:    300, precision fp32, seed 1337
  * params:   834,304 in 52 tensors (3.18 MiB fp32)
  * flops:    1.375e+09 forward per microbatch (256 tokens); 1.65e+10 per step fwd+bwd
@@ -780,7 +780,7 @@ static const char PLAN[] =
     "strategy: dp=4 (from train block)\n"
     "ranks:    rank = ((pp*4 + dp)*1 + sp)*1 + tp  (tp innermost)\n"
     "batch:    16 sequences/step = dp 4 x microbatch 4 x 1 microbatch; seq 64\n"
-    "optim:    adamw lr=0.003 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=20 cosine clip=1\n"
+    "optim:    adamw lr=0.003 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=20 cosine min_lr=0 clip=1\n"
     "steps:    300, precision fp32, seed 1337\n"
     "params:   834,304 in 52 tensors (3.18 MiB fp32)\n"
     "flops:    1.375e+09 forward per microbatch (256 tokens); 1.65e+10 per step fwd+bwd\n"
@@ -867,6 +867,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   if (step >= args.steps) {
+    /* --steps 0 --save FILE writes the initial weights (for reference runs). */
+    if (args.save) return comm_finish(save_checkpoint(step) ? 0 : 1);
     if (say) printf("nothing to do: the checkpoint is at step %ld, --steps is %ld\n", step, args.steps);
     return comm_finish(0);
   }

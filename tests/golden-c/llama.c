@@ -8,7 +8,7 @@
  * strategy: dp=2 (from train block)
  * ranks:    rank = ((pp*2 + dp)*1 + sp)*1 + tp  (tp innermost)
  * batch:    8 sequences/step = dp 2 x microbatch 4 x 1 microbatch; seq 64
- * optim:    adamw lr=0.001 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=10 cosine clip=1
+ * optim:    adamw lr=0.001 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=10 cosine min_lr=0 clip=1
  * steps:    100, precision fp32, seed 1337
  * params:   758,912 in 31 tensors (2.90 MiB fp32)
  * flops:    1.225e+09 forward per microbatch (256 tokens); 7.35e+09 per step fwd+bwd
@@ -908,7 +908,7 @@ static const char PLAN[] =
     "strategy: dp=2 (from train block)\n"
     "ranks:    rank = ((pp*2 + dp)*1 + sp)*1 + tp  (tp innermost)\n"
     "batch:    8 sequences/step = dp 2 x microbatch 4 x 1 microbatch; seq 64\n"
-    "optim:    adamw lr=0.001 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=10 cosine clip=1\n"
+    "optim:    adamw lr=0.001 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=10 cosine min_lr=0 clip=1\n"
     "steps:    100, precision fp32, seed 1337\n"
     "params:   758,912 in 31 tensors (2.90 MiB fp32)\n"
     "flops:    1.225e+09 forward per microbatch (256 tokens); 7.35e+09 per step fwd+bwd\n"
@@ -995,6 +995,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   if (step >= args.steps) {
+    /* --steps 0 --save FILE writes the initial weights (for reference runs). */
+    if (args.save) return comm_finish(save_checkpoint(step) ? 0 : 1);
     if (say) printf("nothing to do: the checkpoint is at step %ld, --steps is %ld\n", step, args.steps);
     return comm_finish(0);
   }

@@ -8,7 +8,7 @@
  * strategy: dp=1 (from default)
  * ranks:    rank = ((pp*1 + dp)*1 + sp)*1 + tp  (tp innermost)
  * batch:    4 sequences/step = dp 1 x microbatch 4 x 1 microbatch; seq 32
- * optim:    adamw lr=0.001 betas=(0.9, 0.999) eps=1e-08 weight_decay=0 warmup=0 cosine clip=1
+ * optim:    adamw lr=0.001 betas=(0.9, 0.999) eps=1e-08 weight_decay=0 warmup=0 cosine min_lr=0 clip=1
  * steps:    50, precision fp32, seed 1337
  * params:   118,528 in 28 tensors (463.00 KiB fp32)
  * flops:    9.73e+07 forward per microbatch (128 tokens); 2.919e+08 per step fwd+bwd
@@ -534,7 +534,7 @@ static const char PLAN[] =
     "strategy: dp=1 (from default)\n"
     "ranks:    rank = ((pp*1 + dp)*1 + sp)*1 + tp  (tp innermost)\n"
     "batch:    4 sequences/step = dp 1 x microbatch 4 x 1 microbatch; seq 32\n"
-    "optim:    adamw lr=0.001 betas=(0.9, 0.999) eps=1e-08 weight_decay=0 warmup=0 cosine clip=1\n"
+    "optim:    adamw lr=0.001 betas=(0.9, 0.999) eps=1e-08 weight_decay=0 warmup=0 cosine min_lr=0 clip=1\n"
     "steps:    50, precision fp32, seed 1337\n"
     "params:   118,528 in 28 tensors (463.00 KiB fp32)\n"
     "flops:    9.73e+07 forward per microbatch (128 tokens); 2.919e+08 per step fwd+bwd\n"
@@ -621,6 +621,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   if (step >= args.steps) {
+    /* --steps 0 --save FILE writes the initial weights (for reference runs). */
+    if (args.save) return comm_finish(save_checkpoint(step) ? 0 : 1);
     if (say) printf("nothing to do: the checkpoint is at step %ld, --steps is %ld\n", step, args.steps);
     return comm_finish(0);
   }

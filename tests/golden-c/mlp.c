@@ -8,7 +8,7 @@
  * strategy: dp=1 (from default)
  * ranks:    rank = ((pp*1 + dp)*1 + sp)*1 + tp  (tp innermost)
  * batch:    32 examples/step = dp 1 x microbatch 32 x 1 microbatch
- * optim:    sgd lr=0.05 momentum=0.9 weight_decay=0 warmup=0 cosine clip=1
+ * optim:    sgd lr=0.05 momentum=0.9 weight_decay=0 warmup=0 cosine min_lr=0 clip=1
  * steps:    200, precision fp32, seed 1337
  * params:   85,002 in 6 tensors (332.04 KiB fp32)
  * flops:    1.632e+07 forward per microbatch (32 tokens); 4.897e+07 per step fwd+bwd
@@ -216,7 +216,7 @@ static const char PLAN[] =
     "strategy: dp=1 (from default)\n"
     "ranks:    rank = ((pp*1 + dp)*1 + sp)*1 + tp  (tp innermost)\n"
     "batch:    32 examples/step = dp 1 x microbatch 32 x 1 microbatch\n"
-    "optim:    sgd lr=0.05 momentum=0.9 weight_decay=0 warmup=0 cosine clip=1\n"
+    "optim:    sgd lr=0.05 momentum=0.9 weight_decay=0 warmup=0 cosine min_lr=0 clip=1\n"
     "steps:    200, precision fp32, seed 1337\n"
     "params:   85,002 in 6 tensors (332.04 KiB fp32)\n"
     "flops:    1.632e+07 forward per microbatch (32 tokens); 4.897e+07 per step fwd+bwd\n"
@@ -303,6 +303,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   if (step >= args.steps) {
+    /* --steps 0 --save FILE writes the initial weights (for reference runs). */
+    if (args.save) return comm_finish(save_checkpoint(step) ? 0 : 1);
     if (say) printf("nothing to do: the checkpoint is at step %ld, --steps is %ld\n", step, args.steps);
     return comm_finish(0);
   }

@@ -15,6 +15,7 @@ Usage (see tests/parity.sh):
 import argparse
 import json
 import math
+import os
 import struct
 import sys
 
@@ -172,7 +173,7 @@ def main():
     torch.use_deterministic_algorithms(True)
     cfg = json.loads(a.config)
     params = {k: v.float().requires_grad_(True) for k, v in read_safetensors(a.init).items()
-              if not k.startswith("optim.")}
+              if not k.startswith("optimizer.")}
     decay = [v for k, v in sorted(params.items()) if v.dim() >= 2]
     nodecay = [v for k, v in sorted(params.items()) if v.dim() < 2]
     if a.optimizer == "adamw":
@@ -211,7 +212,8 @@ def main():
             (loss / a.mb).backward()
             total += loss.item() / a.mb
         if a.clip > 0:
-            torch.nn.utils.clip_grad_norm_(list(params.values()), a.clip)
+            gn = torch.nn.utils.clip_grad_norm_(list(params.values()), a.clip)
+            if os.environ.get("PARITY_DEBUG"): print("grad norm", step + 1, float(gn))
         opt.step()
         losses.append(total)
     with open(a.losses, "w") as out:
