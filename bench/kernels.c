@@ -5,8 +5,9 @@
  * usage: bench_kernels THREADS [B] [REPS] [median|min]
  *        bench_kernels --corename     (the kernel set OpenBLAS picked)
  * Prints one "name<TAB>ms" line per kernel: the median (or the fastest) of
- * REPS timed calls after two warm-up calls. Only uses API that every libshardrt version has,
- * so the same program measures the library before and after a change.
+ * REPS timed calls after two warm-up calls. It only uses API that every
+ * libshardrt version has, so the same program measures the library before
+ * and after a change.
  */
 #include <math.h>
 #include <stdio.h>
@@ -161,8 +162,8 @@ static void ln_fwd(void *p) {
 
 static void ln_bwd(void *p) {
   Ln *l = p;
-  rt_layernorm_backward_f32(l->dx, l->dw, l->db, l->dout, l->x, l->w, l->mean, l->rstd, l->N,
-                            l->C);
+  rt_layernorm_backward_f32(l->dx, l->dw, l->db, l->dout, l->x, l->w, l->mean, l->rstd,
+                            l->N, l->C);
 }
 
 static void layernorm(int N) {

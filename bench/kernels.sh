@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     -r) reps="$2"; shift 2 ;;
     -s) stat="$2"; shift 2 ;;
     --baseline) baseline="$2"; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) build="$1"; shift ;;
   esac
 done

@@ -31,7 +31,7 @@ def run_shardc(train, steps, threads, workdir):
 def run_torch(init, steps, threads, B, T, cfg):
     torch.set_num_threads(threads)
     params = {k: v.float().requires_grad_(True) for k, v in torch_ref.read_safetensors(init).items()
-              if not k.startswith("optim.")}
+              if not k.startswith("optimizer.")}
     decay = [v for k, v in sorted(params.items()) if v.dim() >= 2]
     nodecay = [v for k, v in sorted(params.items()) if v.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -53,7 +53,7 @@ def run_torch(init, steps, threads, B, T, cfg):
 
 def main():
     train, init, workdir = sys.argv[1], sys.argv[2], sys.argv[3]
-    steps, threads, B, T = 12, int(os.environ.get("THREADS", "2")), 8, 256
+    steps, threads, B, T = 8, int(os.environ.get("THREADS", "2")), 4, 256
     cfg = {"layers": 8, "heads": 8}
     s_ms, rows, s_rss, _ = run_shardc(train, steps, threads, workdir)
     t_ms, t_rss = run_torch(init, steps, threads, B, T, cfg)

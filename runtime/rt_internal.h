@@ -13,7 +13,8 @@
 #define RT_OMP_MIN_WORK (1 << 18)
 #define RT_PRAGMA_(x) _Pragma(#x)
 #ifdef _OPENMP
-#define RT_OMP_FOR(work) RT_PRAGMA_(omp parallel for schedule(static) if ((work) >= RT_OMP_MIN_WORK))
+#define RT_OMP_FOR(work)                                                           \
+  RT_PRAGMA_(omp parallel for schedule(static) if ((work) >= RT_OMP_MIN_WORK))
 #define RT_OMP_FOR_DYNAMIC(work)                                                   \
   RT_PRAGMA_(omp parallel for schedule(dynamic, 1) if ((work) >= RT_OMP_MIN_WORK))
 #else

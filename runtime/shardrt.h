@@ -131,32 +131,40 @@ void rt_f32_to_f64(double *dst, const float *src, size_t n);
 void rt_f64_to_f32(float *dst, const double *src, size_t n);
 
 /* ---------------------------------------------------------------------------
- * threads.c — threads. A program runs on two thread pools that take turns:
+ * threads.c — threads. Two pools could run a program's kernels:
  *
  * - OpenMP (libgomp): the kernels' own loops — per row (norms, softmax,
  *   activations, cross-entropy, embeddings, optimizer steps), per column
  *   chunk (parameter-gradient sums over rows), per (batch, head) in
- *   attention. Sized by OMP_NUM_THREADS or omp_set_num_threads.
- * - OpenBLAS: Debian's libopenblas0-pthread keeps its own pthread pool for
- *   GEMMs (the matmul kernels), sized by OPENBLAS_NUM_THREADS or
- *   openblas_set_num_threads. It does not know about OpenMP.
+ *   attention — and the GEMMs. Sized by OMP_NUM_THREADS or
+ *   omp_set_num_threads.
+ * - OpenBLAS: Debian's libopenblas0-pthread keeps its own pthread pool,
+ *   sized by OPENBLAS_NUM_THREADS or openblas_set_num_threads. It does not
+ *   know about OpenMP.
  *
- * The two never compute at the same time: a matmul runs on the BLAS pool
- * while the OpenMP threads wait, a row-parallel kernel runs on OpenMP while
- * the BLAS threads wait. So both are sized to the cores one rank owns
- * (cores / ranks per node), which rt_set_threads does; sizing both to all
- * cores while several ranks share a node oversubscribes it. The one place
- * BLAS is called inside an OpenMP region, attention's block GEMMs, switches
- * OpenBLAS to one thread for the duration (every OpenMP thread runs its own
- * small GEMMs serially) and restores it after: never threads × threads.
- * Idle pools spin briefly before sleeping (OpenBLAS workers sched_yield
- * while they spin, libgomp spins up to GOMP_SPINCOUNT); OMP_WAIT_POLICY=
- * passive makes OpenMP threads sleep at once, which helps when other work
- * shares the cores.
+ * libshardrt computes on the OpenMP pool only. A GEMM (matmul, rt_gemm) is
+ * cut into one block of output rows or columns per OpenMP thread and every
+ * thread calls BLAS on its block with OpenBLAS switched to one thread for
+ * the duration; attention's block GEMMs run the same way inside its tasks.
+ * Never threads × threads, and never two pools at once: after a kernel,
+ * libgomp's threads spin (up to GOMP_SPINCOUNT) waiting for the next
+ * parallel region, and OpenBLAS's idle threads spin too (sched_yield), so
+ * alternating between the pools leaves a spinning thread on the core the
+ * other pool's GEMM needs. On the 2-core bench machine, a GPT d=512 step
+ * took 1.8 s with OpenBLAS threading the GEMMs and 0.85 s with this.
  *
- * Results never depend on the OpenMP thread count: work is split into
- * pieces fixed by the shapes (rows, column chunks, (batch, head) tasks) and
- * every sum runs in a fixed order; see shardrt_kernels.h for the BLAS part.
+ * rt_set_threads sizes both pools to the cores one rank owns (cores / ranks
+ * per node); OpenBLAS's size then only matters to code calling BLAS itself.
+ * OMP_WAIT_POLICY=passive makes idle OpenMP threads sleep at once, which
+ * helps when other programs share the cores. Call the kernels from one
+ * thread at a time, outside any parallel region of your own: they fork
+ * their own, and switch OpenBLAS's (global) thread count while they run.
+ *
+ * Results never depend on the OpenMP thread count, except GEMM outputs
+ * (their blocks follow the thread count): work is split into pieces fixed
+ * by the shapes (rows, column chunks, (batch, head) tasks), each sum runs in
+ * a fixed order, and attention's GEMMs are fixed blocks of its own. For a
+ * given thread count every result is the same run to run.
  */
 
 /* Threads for both pools: n, or the online cores when n <= 0 (OpenMP only

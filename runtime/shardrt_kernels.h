@@ -5,6 +5,10 @@
  * N = B*T rows; sizes are ints, element counts size_t. Backward functions
  * accumulate (+=) into every gradient they are given; a NULL gradient pointer
  * skips that gradient. Unless stated, outputs must not alias inputs.
+ *
+ * Kernels run on the OpenMP threads (see threads.c in shardrt.h). Every
+ * result is bitwise the same run to run, and for any thread count except
+ * those of the GEMMs (matmul, rt_gemm), whose blocks follow the threads.
  */
 
 /* ---- matmul (k_matmul.inc) ---- */
@@ -114,8 +118,9 @@ void RT_FN(rt_slice_cols_backward)(RT_REAL *dinp, const RT_REAL *dout, int N, in
  * RT_ERR_ARG if a token is outside [0,V). */
 int RT_FN(rt_embedding_forward)(RT_REAL *out, const int32_t *tokens, const RT_REAL *wte,
                                 int N, int V, int C);
-/* dwte is (V,C), dout is (N,C): dwte[tokens[n]] += dout[n] (serial, so
- * repeated tokens sum deterministically). Tokens were checked by the forward. */
+/* dwte is (V,C), dout is (N,C): dwte[tokens[n]] += dout[n] (in parallel over
+ * column chunks, rows in order, so repeated tokens sum deterministically).
+ * Tokens were checked by the forward. */
 void RT_FN(rt_embedding_backward)(RT_REAL *dwte, const RT_REAL *dout,
                                   const int32_t *tokens, int N, int C);
 /* out, inp are (B,T,C), wpe is (maxT,C): out[b,t] = inp[b,t] + wpe[t0+t];
@@ -143,15 +148,22 @@ void RT_FN(rt_rope_backward)(RT_REAL *dinp, const RT_REAL *dout, int B, int T, i
 /* out is (B,T,H,D), lse is (B,H,T), q is (B,T,H,D), k and v are (B,T,Hkv,D);
  * Hkv divides H and query head h reads kv head h / (H/Hkv) (grouped-query
  * attention, HF repeat_kv order). Scale 1/sqrt(D); causal masks key j > t.
- * Memory-efficient: an online softmax over blocks of RT_ATTN_BLOCK keys, no
- * T×T buffer; lse[b,h,t] = logsumexp of the scaled scores, for the backward. */
+ * FlashAttention-2 on BLAS: blocks of RT_ATTN_QBLOCK queries against blocks
+ * of RT_ATTN_BLOCK keys, each score block one GEMM, an online softmax, no
+ * T×T buffer (scratch: one score block on the stack per thread, 32 KB f32,
+ * 64 KB f64); lse[b,h,t] = logsumexp of the scaled scores, for the backward.
+ * Results do not depend on the thread count. */
 void RT_FN(rt_attention_forward)(RT_REAL *out, RT_REAL *lse, const RT_REAL *q,
                                  const RT_REAL *k, const RT_REAL *v, int B, int T, int H,
                                  int Hkv, int D, int causal);
 /* dq is (B,T,H,D), dk and dv are (B,T,Hkv,D), all accumulate; dout, out are
  * (B,T,H,D), lse is (B,H,T) from the forward. Probabilities are recomputed
  * block-wise from lse (FlashAttention-2): P = exp(S - lse),
- * dS = P·(dout·vᵀ - rowsum(dout·out)). */
+ * dS = P·(dout·vᵀ - rowsum(dout·out)), five GEMMs per pair of blocks.
+ * One task per (batch, kv head) owns that head's dk, dv and its query
+ * heads' dq, so the sums run in a fixed order for any thread count (and
+ * there are only B·Hkv tasks to share out). Scratch: two score blocks on
+ * the stack per thread, 64 KB f32, 128 KB f64. */
 void RT_FN(rt_attention_backward)(RT_REAL *dq, RT_REAL *dk, RT_REAL *dv,
                                   const RT_REAL *dout, const RT_REAL *q, const RT_REAL *k,
                                   const RT_REAL *v, const RT_REAL *out,

@@ -390,12 +390,16 @@ static void test_attention_null_grads(void) {
   attn_loss(&c);
   double *dq = xcalloc(nq, sizeof(double)), *dk = xcalloc(nk, sizeof(double)),
          *dv = xcalloc(nk, sizeof(double));
-  rt_attention_backward_f64(dq, dk, dv, c.dout, c.q, c.k, c.v, c.out, c.lse, B, T, H, Hkv, D, 1);
   double *g1 = xcalloc(nq, sizeof(double)), *g2 = xcalloc(nk, sizeof(double)),
          *g3 = xcalloc(nk, sizeof(double));
-  rt_attention_backward_f64(g1, NULL, NULL, c.dout, c.q, c.k, c.v, c.out, c.lse, B, T, H, Hkv, D, 1);
-  rt_attention_backward_f64(NULL, g2, NULL, c.dout, c.q, c.k, c.v, c.out, c.lse, B, T, H, Hkv, D, 1);
-  rt_attention_backward_f64(NULL, NULL, g3, c.dout, c.q, c.k, c.v, c.out, c.lse, B, T, H, Hkv, D, 1);
+#define BWD(dq_, dk_, dv_)                                                                 \
+  rt_attention_backward_f64(dq_, dk_, dv_, c.dout, c.q, c.k, c.v, c.out, c.lse, B, T, H, Hkv, \
+                            D, 1)
+  BWD(dq, dk, dv);
+  BWD(g1, NULL, NULL);
+  BWD(NULL, g2, NULL);
+  BWD(NULL, NULL, g3);
+#undef BWD
   CHECK_CLOSE64("attention dq alone", g1, dq, nq, 0, 0);
   CHECK_CLOSE64("attention dk alone", g2, dk, nk, 0, 0);
   CHECK_CLOSE64("attention dv alone", g3, dv, nk, 0, 0);

@@ -115,7 +115,8 @@ static void test_pointwise(void) {
 /* Far tails: finite values where the exact ones are finite, softmax's exact
  * zeros for -inf, in both precisions. */
 static void test_extremes(void) {
-  static const double xs[] = {-1e4, -1e3, -100, -88, -30, -9.5, 0, 1e-30, 9.5, 30, 88, 100, 1e4};
+  static const double xs[] = {-1e4, -1e3, -100, -88, -30, -9.5, 0,
+                              1e-30, 9.5, 30,   88,  100, 1e4};
   enum { NX = sizeof xs / sizeof xs[0] };
   float xf[NX], yf[NX], gf[NX], onef[NX];
   double xd[NX], yd[NX], gd[NX], oned[NX];
