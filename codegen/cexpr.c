@@ -135,24 +135,6 @@ static const char *fn_name(SxKind k, int f64) {
   return NULL;
 }
 
-static const char *op_str(SxKind k) {
-  switch (k) {
-  case SX_ADD: return "+";
-  case SX_SUB: return "-";
-  case SX_MUL: return "*";
-  case SX_DIV: return "/";
-  case SX_LT: return "<";
-  case SX_LE: return "<=";
-  case SX_GT: return ">";
-  case SX_GE: return ">=";
-  case SX_EQ: return "==";
-  case SX_NE: return "!=";
-  case SX_AND: return "&&";
-  case SX_OR: return "||";
-  default: return "?";
-  }
-}
-
 static void print(Ctx *c, const SExpr *e, int minprec, int top) {
   FILE *o = c->out;
   int k = find(c, e);
@@ -185,17 +167,17 @@ static void print(Ctx *c, const SExpr *e, int minprec, int top) {
     /* Floating point is not associative: a right operand of the same
      * precedence keeps its parentheses. */
     print(c, e->a, p, 0);
-    fprintf(o, " %s ", op_str(e->kind));
+    fprintf(o, " %s ", sx_op_str(e->kind));
     print(c, e->b, p + 1, 0);
     break;
   case SX_LT: case SX_LE: case SX_GT: case SX_GE: case SX_EQ: case SX_NE:
     print(c, e->a, p + 1, 0);
-    fprintf(o, " %s ", op_str(e->kind));
+    fprintf(o, " %s ", sx_op_str(e->kind));
     print(c, e->b, p + 1, 0);
     break;
   case SX_AND: case SX_OR:
     print(c, e->a, P_LOGIC_OPERAND, 0);
-    fprintf(o, " %s ", op_str(e->kind));
+    fprintf(o, " %s ", sx_op_str(e->kind));
     print(c, e->b, P_LOGIC_OPERAND, 0);
     break;
   case SX_SELECT:

@@ -519,7 +519,7 @@ static const char *sx_fn_name(SxKind k) {
   }
 }
 
-static const char *sx_op_str(SxKind k) {
+const char *sx_op_str(SxKind k) {
   switch (k) {
   case SX_ADD: return "+";
   case SX_SUB: return "-";

@@ -59,6 +59,8 @@ SExpr *sx_subst(SExpr *e, SExpr *from, SExpr *to);
 /* d e / d arg i, simplified. */
 SExpr *sx_diff(SExpr *e, int i);
 double sx_eval(const SExpr *e, const double *args);
+/* The C spelling of a binary operator kind ("+", "<=", "&&", ...). */
+const char *sx_op_str(SxKind k);
 /* Number of distinct nodes in the DAGs rooted at roots[0..n). */
 int sx_count(SExpr **roots, int n);
 
