@@ -14,60 +14,6 @@
 #include "rt_codegen_support.h"
 #include "rt_internal.h"
 
-/* ---- kernels ---- */
-
-#define CG_KERNELS(REAL, SFX, EXP, SQRT)                                                  \
-  void rt_crossentropy_backward_acc##SFX(REAL *dlogits, const REAL *logits,              \
-                                         const REAL *lse, const int32_t *targets, int N, \
-                                         int V, double dloss, double norm) {             \
-    REAL scale = (REAL)(norm > 0 ? dloss / norm : 0);                                    \
-    for (int n = 0; n < N; n++) {                                                        \
-      const REAL *x = logits + (size_t)n * V;                                            \
-      REAL *dx = dlogits + (size_t)n * V;                                                \
-      int32_t tgt = targets[n];                                                          \
-      if (tgt < 0 || tgt >= V)                                                           \
-        continue;                                                                        \
-      REAL l;                                                                            \
-      if (lse) {                                                                         \
-        l = lse[n];                                                                      \
-      } else {                                                                           \
-        REAL mx = -INFINITY, sum = 0;                                                    \
-        for (int i = 0; i < V; i++)                                                      \
-          mx = x[i] > mx ? x[i] : mx;                                                    \
-        for (int i = 0; i < V; i++)                                                      \
-          sum += EXP(x[i] - mx);                                                         \
-        l = mx + (REAL)log((double)sum);                                                 \
-      }                                                                                  \
-      for (int i = 0; i < V; i++)                                                        \
-        dx[i] += (EXP(x[i] - l) - (i == tgt)) * scale;                                   \
-    }                                                                                    \
-  }                                                                                      \
-  void rt_layernorm_forward_eps##SFX(REAL *out, REAL *mean, REAL *rstd, const REAL *inp, \
-                                     const REAL *weight, const REAL *bias, int N, int C, \
-                                     double eps) {                                       \
-    for (int n = 0; n < N; n++) {                                                        \
-      const REAL *x = inp + (size_t)n * C;                                               \
-      REAL *y = out + (size_t)n * C;                                                     \
-      REAL m = 0, var = 0;                                                               \
-      for (int i = 0; i < C; i++)                                                        \
-        m += x[i];                                                                       \
-      m /= C;                                                                            \
-      for (int i = 0; i < C; i++)                                                        \
-        var += (x[i] - m) * (x[i] - m);                                                  \
-      var /= C;                                                                          \
-      REAL s = 1 / SQRT(var + (REAL)eps);                                                \
-      for (int i = 0; i < C; i++)                                                        \
-        y[i] = (x[i] - m) * s * weight[i] + (bias ? bias[i] : 0);                        \
-      if (mean)                                                                          \
-        mean[n] = m;                                                                     \
-      if (rstd)                                                                          \
-        rstd[n] = s;                                                                     \
-    }                                                                                    \
-  }
-CG_KERNELS(float, _f32, expf, sqrtf)
-CG_KERNELS(double, _f64, exp, sqrt)
-#undef CG_KERNELS
-
 /* ---- small helpers ---- */
 
 void cg_commas(char *buf, size_t cap, unsigned long long n) {

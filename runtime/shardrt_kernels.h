@@ -40,6 +40,10 @@ void RT_FN(rt_gemm_batched)(int batch, int trans_a, int trans_b, int M, int N, i
 void RT_FN(rt_layernorm_forward)(RT_REAL *out, RT_REAL *mean, RT_REAL *rstd,
                                  const RT_REAL *inp, const RT_REAL *weight,
                                  const RT_REAL *bias, int N, int C);
+/* The same with an explicit epsilon. */
+void RT_FN(rt_layernorm_forward_eps)(RT_REAL *out, RT_REAL *mean, RT_REAL *rstd,
+                                     const RT_REAL *inp, const RT_REAL *weight,
+                                     const RT_REAL *bias, int N, int C, double eps);
 /* dinp is (N,C), dweight is (C), dbias is (C), dout is (N,C),
  * mean and rstd are (N) from the forward. All accumulate. */
 void RT_FN(rt_layernorm_backward)(RT_REAL *dinp, RT_REAL *dweight, RT_REAL *dbias,
@@ -188,6 +192,11 @@ int RT_FN(rt_crossentropy_forward)(double *loss, int *n_valid, RT_REAL *losses,
 void RT_FN(rt_crossentropy_backward)(RT_REAL *dlogits, const RT_REAL *logits,
                                      const RT_REAL *lse, const int32_t *targets, int N,
                                      int V, double dloss, double norm);
+/* The same, but dlogits is ACCUMULATED (+=) and must not alias logits: for a
+ * logits gradient that already holds other contributions. */
+void RT_FN(rt_crossentropy_backward_acc)(RT_REAL *dlogits, const RT_REAL *logits,
+                                         const RT_REAL *lse, const int32_t *targets, int N,
+                                         int V, double dloss, double norm);
 
 /* ---- optimizers, norms, init (k_optim.inc) ---- */
 

@@ -476,7 +476,31 @@ static void test_slice(void) {
   free(c.x), free(c.dout), free(c.out), free(dx);
 }
 
+/* The accumulating cross-entropy backward adds exactly what the writing one
+ * writes; layernorm with an explicit epsilon equal to RT_LN_EPS matches. */
+static void test_variants(void) {
+  enum { N = 5, V = 7, C = 9 };
+  double logits[N * V], w[N * V], a[N * V], prior[N * V];
+  int32_t tg[N] = {0, 6, -1, 3, 2};
+  for (int i = 0; i < N * V; i++) {
+    logits[i] = sin(0.7 * i) * 2;
+    prior[i] = a[i] = cos(0.3 * i);
+  }
+  rt_crossentropy_backward_f64(w, logits, NULL, tg, N, V, 1.5, 4);
+  rt_crossentropy_backward_acc_f64(a, logits, NULL, tg, N, V, 1.5, 4);
+  for (int i = 0; i < N * V; i++) ASSERT_NEAR(prior[i] + w[i], a[i], 1e-15);
+  double x[N * C], wt[C], b[C], y1[N * C], y2[N * C], m1[N], m2[N], r1[N], r2[N];
+  for (int i = 0; i < N * C; i++) x[i] = sin(1.3 * i);
+  for (int i = 0; i < C; i++) wt[i] = 1 + 0.1 * i, b[i] = 0.05 * i;
+  rt_layernorm_forward_f64(y1, m1, r1, x, wt, b, N, C);
+  rt_layernorm_forward_eps_f64(y2, m2, r2, x, wt, b, N, C, RT_LN_EPS);
+  for (int i = 0; i < N * C; i++) ASSERT_NEAR(y1[i], y2[i], 0);
+  rt_layernorm_forward_eps_f64(y2, m2, r2, x, wt, b, N, C, 0.5);
+  ASSERT_TRUE(r2[0] < r1[0]); /* a larger epsilon shrinks 1/std */
+}
+
 int main(void) {
+  test_variants();
   test_matmul(1);
   test_matmul(0);
   test_norm(0);
