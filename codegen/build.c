@@ -22,6 +22,9 @@
 #ifndef SHARDC_RUNTIME_LIB
 #define SHARDC_RUNTIME_LIB ""
 #endif
+#ifndef SHARDC_RUNTIME_MPI_LIB
+#define SHARDC_RUNTIME_MPI_LIB ""
+#endif
 #ifndef SHARDC_BLAS_LIB
 #define SHARDC_BLAS_LIB "-lopenblas"
 #endif
@@ -121,6 +124,13 @@ int cg_build(Module *m, const char *dir, const CgOptions *opt) {
                      *SHARDC_RUNTIME_LIB ? ": missing " : "", SHARDC_RUNTIME_LIB);
     return -1;
   }
+  if (mpi && (!*SHARDC_RUNTIME_MPI_LIB || access(SHARDC_RUNTIME_MPI_LIB, R_OK))) {
+    diag_fatal_noloc("the plan runs on %d ranks, but the runtime's MPI layer libshardrt_mpi is "
+                     "not built%s%s (install libopenmpi-dev and rebuild shardc)",
+                     m->train.mesh->ndev, *SHARDC_RUNTIME_MPI_LIB ? ": missing " : "",
+                     SHARDC_RUNTIME_MPI_LIB);
+    return -1;
+  }
   if (mkdir_p(dir)) {
     diag_fatal_noloc("cannot create output directory '%s': %s", dir, strerror(errno));
     return -1;
@@ -150,6 +160,7 @@ int cg_build(Module *m, const char *dir, const CgOptions *opt) {
   vec_push(&argv, "-o");
   vec_push(&argv, (char *)bin);
   vec_push(&argv, (char *)src);
+  if (mpi) vec_push(&argv, SHARDC_RUNTIME_MPI_LIB);
   vec_push(&argv, SHARDC_RUNTIME_LIB);
   push_words(&argv, SHARDC_BLAS_LIB);
   vec_push(&argv, "-lm");

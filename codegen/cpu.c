@@ -64,7 +64,27 @@ typedef struct Emit {
   Value *in0, *in1;     /* tokens/targets or x/labels */
   int vocab, seq, features, classes;
   bool dropout;
+  /* distributed: the program runs on a mesh of ranks (runtime/dist.h) */
+  bool dist;
+  int tp;
 } Emit;
+
+static const char *rt_axis(int ax) {
+  static const char *const n[AX_COUNT] = {"RT_AX_WORLD", "RT_AX_DP", "RT_AX_TP", "RT_AX_TPR",
+                                          "RT_AX_TPC", "RT_AX_SP", "RT_AX_PP", "RT_AX_DATA",
+                                          "RT_AX_EMBED"};
+  return ax >= 0 && ax < AX_COUNT ? n[ax] : "RT_AX_WORLD";
+}
+
+/* A collective along dim d of `full` over P ranks: rows before d (outer)
+ * and elements of one rank's chunk per outer row (inner). */
+static void dim_split(const Value *full, int d, int P, int64_t *outer, int64_t *inner) {
+  int64_t o = 1, in = 1;
+  for (int k = 0; k < d; k++) o *= full->shape.d[k].n;
+  for (int k = d; k < full->shape.ndim; k++) in *= full->shape.d[k].n;
+  *outer = o;
+  *inner = in / P;
+}
 
 static void P(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void P(Emit *e, const char *fmt, ...) {
@@ -140,11 +160,11 @@ static bool overlaps(Emit *e, const Value *a, const Value *b) {
 /* Whether node n reads the data of input k (some inputs are there for their
  * shape only: add_bwd needs dy, not a and b). */
 static bool is_view(const Node *n) {
-  return n->op == OP_RESHAPE && root(n->out) == root(n->in[0]);
+  return (n->op == OP_RESHAPE || n->op == OP_TP_COPY) && root(n->out) == root(n->in[0]);
 }
 
 static bool reads_data(const Node *n, int k) {
-  if (n->op == OP_RESHAPE) return !is_view(n);
+  if (n->op == OP_RESHAPE || n->op == OP_TP_COPY) return !is_view(n);
   return ir_reads_data(n, k);
 }
 
@@ -358,7 +378,10 @@ static int data_roles(Emit *e, char *err, int cap) {
       e->data = DATA_TOKENS;
       e->in0 = a;
       e->in1 = b;
-      int64_t v1 = ga->in[0]->shape.d[0].n, v2 = last_dim(cb->in[0]);
+      /* the full vocabulary (tables and logits may be vocab-parallel shards) */
+      const Value *t = ga->in[0];
+      int64_t v1 = t->role == ROLE_PARAM ? t->gshape.d[0].n : t->shape.d[0].n;
+      int64_t v2 = last_dim(cb->in[0]) * (cb->a.i[1] ? cb->a.i[2] : 1);
       e->vocab = (int)(v1 < v2 ? v1 : v2);
       e->seq = (int)a->shape.d[1].n;
       return 0;
@@ -423,18 +446,17 @@ int cg_check(Module *m, const char *target) {
 #define NOT_YET(cond, ...)                                                               \
   if (cond) nw += snprintf(what + nw, sizeof what - (size_t)nw, "%s", nw ? ", " : ""), \
             nw += snprintf(what + nw, sizeof what - (size_t)nw, __VA_ARGS__)
-  NOT_YET(p->tp > 1, "tp=%d (tensor parallelism)", p->tp);
   NOT_YET(p->tp2d > 1, "tp2d=%dx%d (2D tensor parallelism)", p->tp2d, p->tp2d);
-  NOT_YET(p->sp > 1 || p->sp_kind != SP_NONE, "sp=%s (sequence parallelism)",
-          p->sp_kind == SP_RING ? "ring" : "megatron");
+  NOT_YET(p->sp > 1 || p->sp_kind == SP_RING, "sp=ring (ring attention)");
   NOT_YET(p->pp > 1, "pp=%d (pipeline parallelism)", p->pp);
   NOT_YET(p->zero > 0, "zero=%d (optimizer-state sharding)", p->zero);
   NOT_YET(p->recompute != RECOMPUTE_NONE, "recompute=%s",
           p->recompute == RECOMPUTE_FULL ? "full" : "selective");
 #undef NOT_YET
   if (nw) {
-    plan_error(m, "strategy %s is not implemented yet by the cpu code generator: only data "
-                  "parallelism (dp=N, mb=N) runs so far",
+    plan_error(m, "strategy %s is not implemented yet by the cpu code generator: data "
+                  "parallelism (dp=N, mb=N), tensor parallelism (tp=N) and Megatron sequence "
+                  "parallelism (sp=megatron) run so far",
                what);
     return -1;
   }
@@ -765,9 +787,46 @@ static void emit_fwd(Emit *e, Node *n, int i) {
     return;
   case OP_GATHER:
     comment(e, &n, 1);
+    if (n->a.i[0]) {
+      int64_t vl = x[0]->shape.d[0].n;
+      P(e, "  rt_check(cg_embedding_range_forward%s(%s, %s, %s, %" PRId64 ", mesh.coord[%s] * %" PRId64
+           ", %" PRId64 ", %" PRId64 ", VOCAB));  // vocab-parallel: rows outside this shard are 0\n",
+        S, ref(e, y), ref(e, x[1]), ref(e, x[0]), numel(x[1]), rt_axis((int)n->a.i[2]), vl, vl,
+        last_dim(x[0]));
+      return;
+    }
     P(e, "  rt_check(rt_embedding_forward%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
       S, ref(e, y), ref(e, x[1]), ref(e, x[0]), numel(x[1]), x[0]->shape.d[0].n, last_dim(x[0]));
     return;
+  case OP_TP_COPY:
+    comment(e, &n, 1);
+    P(e, "  memcpy(%s, %s, %" PRId64 ");  // not a view in the plan: a copy\n", ref(e, y),
+      ref(e, x[0]), nbytes(e, y));
+    return;
+  case OP_ALLREDUCE:
+    comment(e, &n, 1);
+    if (off(e, y) != off(e, x[0]))
+      P(e, "  memcpy(%s, %s, %" PRId64 ");\n", ref(e, y), ref(e, x[0]), nbytes(e, y));
+    P(e, "  rt_allreduce(&mesh, %s, %s, %" PRId64 ", %d);\n", rt_axis((int)n->a.i[2]), ref(e, y),
+      numel(y), e->f64 ? 8 : 4);
+    return;
+  case OP_ALLGATHER:
+  case OP_ALLGATHER_G:
+  case OP_REDUCE_SCATTER:
+  case OP_SHARD: {
+    bool gather = n->op == OP_ALLGATHER || n->op == OP_ALLGATHER_G;
+    int64_t outer, inner;
+    dim_split(gather ? y : x[0], (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
+    comment(e, &n, 1);
+    if (n->op == OP_SHARD)
+      P(e, "  cg_chunk_copy(%s, %s, %" PRId64 ", %" PRId64 ", %d, mesh.coord[%s], %d);\n", ref(e, y),
+        ref(e, x[0]), outer, inner, (int)n->a.i[1], rt_axis((int)n->a.i[2]), e->f64 ? 8 : 4);
+    else
+      P(e, "  rt_%s_dim(&mesh, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %s);\n",
+        gather ? "allgather" : "reduce_scatter", rt_axis((int)n->a.i[2]), ref(e, y), ref(e, x[0]),
+        outer, inner, e->f64 ? 8 : 4, n->scratch ? ref(e, n->scratch) : "NULL");
+    return;
+  }
   case OP_RESHAPE:
     comment(e, &n, 1);
     P(e, "  memcpy(%s, %s, %" PRId64 ");  // not a view in the plan: a copy\n", ref(e, y),
@@ -797,6 +856,16 @@ static void emit_fwd(Emit *e, Node *n, int i) {
   case OP_CROSS_ENTROPY: {
     int s = e->ce_slot[i];
     comment(e, &n, 1);
+    if (n->a.i[1]) {
+      int64_t vl = last_dim(x[0]);
+      P(e, "  rt_check(rt_vp_crossentropy_forward%s(&mesh, %s, &ce_loss[%d], %s, %s, %" PRId64
+           ", %" PRId64 ", mesh.coord[%s] * %" PRId64 ", VOCAB, (double *)%s));\n",
+        S, rt_axis((int)n->a.i[3]), s, ref(e, x[0]), ref(e, x[1]), rows(x[0]), vl,
+        rt_axis((int)n->a.i[3]), vl, ref(e, n->scratch));
+      P(e, "  ce_rows[%d] = %" PRId64 ";\n", s, rows(x[0]));
+      P(e, "  *%s = (%s)ce_loss[%d];\n", ref(e, y), e->R, s);
+      return;
+    }
     P(e, "  rt_check(rt_crossentropy_forward%s(&ce_loss[%d], &ce_rows[%d], NULL, NULL, %s, %s, "
          "%" PRId64 ", %" PRId64 "));\n",
       S, s, s, ref(e, x[0]), ref(e, x[1]), rows(x[0]), last_dim(x[0]));
@@ -815,6 +884,9 @@ static void emit_bwd(Emit *e, Node *n, int i) {
   case OP_FILL:
     emit_fwd(e, n, i);
     return;
+  case OP_ALLREDUCE: case OP_ALLGATHER: case OP_ALLGATHER_G: case OP_REDUCE_SCATTER: case OP_SHARD:
+    emit_fwd(e, n, i);
+    return;
   case OP_ADD_BWD: case OP_SUB_BWD: case OP_MUL_BWD: case OP_SCALE_BWD: case OP_MAP_BWD:
     emit_bwd_loop(e, n, i);
     return;
@@ -831,7 +903,7 @@ static void emit_bwd(Emit *e, Node *n, int i) {
   } else {
     comment(e, &n, 1);
   }
-  if (n->op != OP_CROSS_ENTROPY_BWD) zero_outputs(e, n, i, NULL);
+  if (n->op != OP_CROSS_ENTROPY_BWD || n->a.i[1]) zero_outputs(e, n, i, NULL);
   switch (n->op) {
   case OP_MATMUL_BWD: {
     Value *db = e->dbias[i];
@@ -866,7 +938,25 @@ static void emit_bwd(Emit *e, Node *n, int i) {
       S, ref(e, d[0]), ref(e, x[0]), numel(x[0]), n->a.f[0], n->a.i[1],
       numel(x[0]) / e->in0->shape.d[0].n);
     return;
+  case OP_ACC:
+    P(e, "  cg_acc%s(%s, %s, %" PRId64 ");\n", S, ref(e, d[0]), ref(e, x[0]), numel(x[0]));
+    return;
+  case OP_SHARD_BWD: {
+    int64_t outer, inner;
+    dim_split(x[1], (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
+    P(e, "  cg_chunk_acc%s(%s, %s, %" PRId64 ", %" PRId64 ", %d, mesh.coord[%s]);\n", S, ref(e, d[0]),
+      ref(e, x[0]), outer, inner, (int)n->a.i[1], rt_axis((int)n->a.i[2]));
+    return;
+  }
   case OP_GATHER_BWD:
+    if (n->a.i[0]) {
+      int64_t vl = x[1]->shape.d[0].n;
+      P(e, "  cg_embedding_range_backward%s(%s, %s, %s, %" PRId64 ", mesh.coord[%s] * %" PRId64
+           ", %" PRId64 ", %" PRId64 ");\n",
+        S, ref(e, d[0]), ref(e, x[0]), ref(e, x[2]), numel(x[2]), rt_axis((int)n->a.i[2]), vl, vl,
+        last_dim(x[1]));
+      return;
+    }
     P(e, "  rt_embedding_backward%s(%s, %s, %s, %" PRId64 ", %" PRId64 ");\n", S, ref(e, d[0]),
       ref(e, x[0]), ref(e, x[2]), numel(x[2]), last_dim(x[1]));
     return;
@@ -891,6 +981,14 @@ static void emit_bwd(Emit *e, Node *n, int i) {
   }
   case OP_CROSS_ENTROPY_BWD: {
     int s = e->ce_slot[n->fwd->id];
+    if (n->a.i[1]) {
+      int64_t vl = last_dim(x[1]);
+      P(e, "  rt_vp_crossentropy_backward_acc%s(&mesh, %s, %s, %s, %s, %" PRId64 ", %" PRId64
+           ", mesh.coord[%s] * %" PRId64 ", *%s, ce_rows[%d], (double *)%s);\n",
+        S, rt_axis((int)n->a.i[3]), ref(e, d[0]), ref(e, x[1]), ref(e, x[2]), rows(x[1]), vl,
+        rt_axis((int)n->a.i[3]), vl, ref(e, x[0]), s, ref(e, n->scratch));
+      return;
+    }
     bool direct = first_write(e, d[0], i);
     P(e, "  rt_crossentropy_backward%s%s(%s, %s, NULL, %s, %" PRId64 ", %" PRId64 ", *%s, "
          "ce_rows[%d]);%s\n",
@@ -979,7 +1077,7 @@ static void emit_prelude(Emit *e) {
   int mb = p->mb > 0 ? p->mb : 1;
   P(e, "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
        "#include <string.h>\n#include <unistd.h>\n\n#include \"rt_codegen_support.h\"\n#include \"shardrt.h\"\n"
-       "#ifdef SHARDC_MPI\n#include <mpi.h>\n#endif\n\n");
+       "#ifdef SHARDC_MPI\n#include <mpi.h>\n#endif\n%s\n", e->dist ? "#include \"dist.h\"\n" : "");
   if (e->data == DATA_TOKENS) {
     P(e, "/* Training text when --data is not given (`shardc build` passes an absolute path). */\n");
     P(e, "#ifndef DEFAULT_DATA\n#define DEFAULT_DATA \"%s\"\n#endif\n\n", display_data(m));
@@ -996,6 +1094,12 @@ static void emit_prelude(Emit *e) {
   DEF("RANKS", arena_printf("mesh %s: launch with mpirun -np %d", t->mesh ? t->mesh->name : "-", ndev),
       "%d", ndev);
   DEF("DP", "data-parallel ranks, each on its own rows", "%d", p->dp);
+  if (e->dist) {
+    DEF("TP", "tensor-parallel ranks, each on its shards of the layers", "%d", p->tp);
+    DEF("COMM_BYTES", "planned bytes sent per rank per step", "%" PRIu64 "ULL",
+        plan_comm_bytes(m, NULL) * (uint64_t)e->scale);
+  }
+  if (e->dist && e->data == DATA_TOKENS) DEF("VOCAB", "token ids are below it", "%d", e->vocab);
   DEF("MICROBATCHES", "forward+backward passes per step and rank", "%d", mb);
   DEF("MICROBATCH", "rows per pass", "%lld", (long long)t->microbatch);
   DEF("BATCH", "rows per step over all ranks", "%lld", (long long)t->batch);
@@ -1013,6 +1117,7 @@ static void emit_prelude(Emit *e) {
   P(e, "\nstatic unsigned char *arena;\n");
   P(e, "#define F(off) ((%s *)(arena + (off)))\n", e->R);
   P(e, "#define I(off) ((int32_t *)(arena + (off)))\n\n");
+  if (e->dist) P(e, "/* The device mesh: this rank's coordinates and communicators (dist.h). */\nstatic RtMesh mesh;\n\n");
 }
 
 static void emit_params(Emit *e) {
@@ -1051,6 +1156,57 @@ static void emit_params(Emit *e) {
       numel(p), off(e, p), gr, m1, m2, init, lit, p->decay ? 1 : 0);
   }
   P(e, "};\n\n");
+  if (!e->dist) return;
+  /* The global view: each tensor's full shape and split, and a table of
+   * full tensors packed in one buffer for init and checkpoints. */
+  P(e, "/* Sharding of each parameter (dist.h RtShard): its full shape, the dim split\n"
+       " * over tp (with segments: a fused q,k,v weight), every pipeline stage. */\n");
+  P(e, "static const RtShard shards[NPARAMS] = {\n");
+  for (int i = 0; i < g->params.len; i++) {
+    Value *p = g->params.data[i];
+    P(e, "    {%d, {", p->gshape.ndim);
+    for (int k = 0; k < p->gshape.ndim; k++) P(e, "%s%" PRId64, k ? ", " : "", p->gshape.d[k].n);
+    int d = -1;
+    for (int k = 0; k < p->shape.ndim; k++)
+      if (p->shard.axis[k] >= 0) d = k;
+    if (d < 0) {
+      P(e, "}, 0, {{0}}, -1},  // %s\n", p->name);
+      continue;
+    }
+    P(e, "}, 1, {{%d, %s, %d, {", d, rt_axis(p->shard.axis[d]), p->shard.nseg > 1 ? p->shard.nseg : 1);
+    if (p->shard.nseg > 1)
+      for (int k = 0; k < p->shard.nseg; k++) P(e, "%s%" PRId64, k ? ", " : "", p->shard.seg[k]);
+    else
+      P(e, "%" PRId64, p->gshape.d[d].n);
+    P(e, "}}}, -1},  // %s\n", p->name);
+  }
+  P(e, "};\n\n");
+  int64_t goff = 0;
+  P(e, "/* Full tensors (init, checkpoints): offsets in a buffer of GLOBAL_BYTES. */\n");
+  P(e, "static CgParam gparams[NPARAMS] = {\n");
+  for (int i = 0; i < g->params.len; i++) {
+    Value *p = g->params.data[i];
+    int64_t n = ir_numel(&p->gshape), sz = (n * 4 + 63) / 64 * 64 * e->scale;
+    int64_t o0 = goff, o1 = -1, o2 = -1;
+    goff += sz;
+    if (p->grad && (adam || mom)) o1 = goff, goff += sz;
+    if (p->grad && adam) o2 = goff, goff += sz;
+    P(e, "    {\"%s\", %d, {", p->name, p->gshape.ndim);
+    for (int k = 0; k < p->gshape.ndim; k++) P(e, "%s%" PRId64, k ? ", " : "", p->gshape.d[k].n);
+    P(e, "}, %" PRId64 ", %" PRId64 ", -1, %" PRId64 ", %" PRId64 ", params[%d].init, "
+         "params[%d].std, params[%d].decay},\n", n, o0, o1, o2, i, i, i);
+  }
+  P(e, "};\n#define GLOBAL_BYTES %" PRId64 "LL\n\n", goff);
+  P(e, "/* Weight of each gradient in the global norm: 1 / the tp ranks holding the\n"
+       " * same elements (a replicated tensor is counted once). */\n");
+  P(e, "static const double norm_w[NPARAMS] = {");
+  for (int i = 0; i < g->params.len; i++) {
+    Value *p = g->params.data[i];
+    bool split = false;
+    for (int k = 0; k < p->shape.ndim; k++) split |= p->shard.axis[k] >= 0;
+    P(e, "%s%s", i % 8 ? " " : "\n    ", split ? "1.0," : arena_printf("1.0 / %d,", e->tp));
+  }
+  P(e, "\n};\n\n");
 }
 
 static void emit_passes(Emit *e) {
@@ -1120,8 +1276,95 @@ static void emit_optimizer(Emit *e) {
   P(e, "  }\n}\n\n");
 }
 
+/* The pieces of main() that differ between one rank and a mesh. */
+static void emit_step_support(Emit *e) {
+  Graph *g = e->g;
+  const char *R = e->R;
+  int es = e->f64 ? 8 : 4;
+  if (!e->dist) {
+    P(e, "/* ---- one rank: parameters, checkpoints and the step's reductions ---- */\n"
+         "static void init_params(uint64_t seed) { cg_init_params(&model, arena, seed); }\n\n"
+         "static int load_checkpoint(const char *path, long *step, int *weights_only) {\n"
+         "  return cg_ckpt_load(&model, arena, path, step, weights_only);\n}\n\n"
+         "static int save_checkpoint(long steps_done) {\n"
+         "  int ok = all_ok(cg_ckpt_save(&model, arena, steps_done, args.save) == RT_OK);\n"
+         "  if (ok && !args.quiet) printf(\"saved:    %%s (step %%ld)\\n\", args.save, steps_done);\n"
+         "  return ok;\n}\n\n"
+         "static void sync_gradients(void) {}\n"
+         "static double mean_loss(double loss) { return loss; }\n"
+         "static double grad_norm(void) {\n"
+         "  return sqrt(rt_sumsq%s(F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s)));\n}\n\n",
+      e->S, R);
+    return;
+  }
+  P(e, "/* ---- the mesh: parameters, checkpoints and the step's reductions ----\n"
+       " * Every rank holds its shards; init and checkpoints go through the full\n"
+       " * tensors (gparams), so a checkpoint is the same file under any plan. */\n");
+  P(e, "/* The model as full tensors (gparams in a buffer of GLOBAL_BYTES). */\n"
+       "static CgModel gmodel_of(void) {\n"
+       "  CgModel gm = model;\n"
+       "  gm.params = gparams;\n"
+       "  gm.arena_bytes = gm.persistent_bytes = GLOBAL_BYTES;\n"
+       "  return gm;\n}\n\n");
+  P(e, "static void init_params(uint64_t seed) {\n"
+       "  CgModel gm = gmodel_of();\n"
+       "  unsigned char *full = calloc(1, GLOBAL_BYTES);\n"
+       "  if (!full) rt_mesh_fail(&mesh, \"out of memory for the full parameters (%%lld bytes)\", GLOBAL_BYTES);\n"
+       "  cg_init_params(&gm, full, seed);\n"
+       "  for (int i = 0; i < NPARAMS; i++)\n"
+       "    rt_shard_extract(&shards[i], &mesh, full + gparams[i].offset, arena + params[i].offset, %d);\n"
+       "  free(full);\n}\n\n", es);
+  P(e, "static int load_checkpoint(const char *path, long *step, int *weights_only) {\n"
+       "  CgModel gm = gmodel_of();\n"
+       "  unsigned char *full = calloc(1, GLOBAL_BYTES);\n"
+       "  if (!full) return rt_errorf(RT_ERR_NOMEM, \"out of memory for the full parameters\");\n"
+       "  int rc = cg_ckpt_load(&gm, full, path, step, weights_only);\n"
+       "  if (rc == RT_OK)\n"
+       "    for (int i = 0; i < NPARAMS; i++) {\n"
+       "      rt_shard_extract(&shards[i], &mesh, full + gparams[i].offset, arena + params[i].offset, %d);\n"
+       "      if (params[i].opt >= 0)\n"
+       "        rt_shard_extract(&shards[i], &mesh, full + gparams[i].opt, arena + params[i].opt, %d);\n"
+       "      if (params[i].opt2 >= 0)\n"
+       "        rt_shard_extract(&shards[i], &mesh, full + gparams[i].opt2, arena + params[i].opt2, %d);\n"
+       "    }\n"
+       "  free(full);\n  return rc;\n}\n\n", es, es, es);
+  P(e, "/* Gathered on rank 0, which writes the full tensors. */\n"
+       "static int save_checkpoint(long steps_done) {\n"
+       "  CgModel gm = gmodel_of();\n"
+       "  unsigned char *full = rank == 0 ? calloc(1, GLOBAL_BYTES) : NULL;\n"
+       "  if (!all_ok(rank != 0 || full || rt_errorf(RT_ERR_NOMEM, \"out of memory for the checkpoint\") == RT_OK)) return 0;\n"
+       "  for (int i = 0; i < NPARAMS; i++) {\n"
+       "    rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].offset, full ? full + gparams[i].offset : NULL, %d));\n"
+       "    if (params[i].opt >= 0)\n"
+       "      rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].opt, full ? full + gparams[i].opt : NULL, %d));\n"
+       "    if (params[i].opt2 >= 0)\n"
+       "      rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].opt2, full ? full + gparams[i].opt2 : NULL, %d));\n"
+       "  }\n"
+       "  int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);\n"
+       "  free(full);\n"
+       "  if (ok && rank == 0 && !args.quiet) printf(\"saved:    %%s (step %%ld)\\n\", args.save, steps_done);\n"
+       "  return ok;\n}\n\n", es, es, es);
+  P(e, "/* After the microbatches: gradients summed over the data-parallel ranks, and\n"
+       " * over tp for replicated parameters used on sequence shards. */\n"
+       "static void sync_gradients(void) {\n"
+       "  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
+  for (int i = 0; i < g->params.len; i++) {
+    Value *p = g->params.data[i];
+    if (!p->grad || !(p->grad_partial & (1u << AX_TP))) continue;
+    P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, root(p->grad)),
+      numel(p), es, p->name);
+  }
+  P(e, "}\n\n");
+  P(e, "static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }\n\n");
+  P(e, "/* The global norm of the summed gradients (before the 1/DP mean). */\n"
+       "static double grad_norm(void) {\n"
+       "  double ss = 0;\n"
+       "  for (int i = 0; i < NPARAMS; i++)\n"
+       "    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq%s(F(params[i].grad), params[i].numel);\n"
+       "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_TP, ss));\n}\n\n", e->S);
+}
+
 static void emit_comms(Emit *e) {
-  const char *mt = e->f64 ? "MPI_DOUBLE" : "MPI_FLOAT";
   P(e, "/* ---- communication: MPI over the data-parallel ranks ---- */\n"
        "static int rank = 0, world = 1;\n"
        "\n"
@@ -1158,26 +1401,6 @@ static void emit_comms(Emit *e) {
        "  return status;\n"
        "}\n"
        "\n"
-       "/* Sum over the ranks, in place (gradients). */\n"
-       "static void allreduce_sum(%s *buf, size_t n) {\n"
-       "#ifdef SHARDC_MPI\n"
-       "  for (size_t i = 0; i < n; i += (size_t)1 << 30) {\n"
-       "    int count = (int)(n - i < ((size_t)1 << 30) ? n - i : (size_t)1 << 30);\n"
-       "    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf + i, count, %s, MPI_SUM, MPI_COMM_WORLD));\n"
-       "  }\n"
-       "#else\n"
-       "  (void)buf;\n"
-       "  (void)n;\n"
-       "#endif\n"
-       "}\n"
-       "\n"
-       "static double allreduce_sum_double(double x) {\n"
-       "#ifdef SHARDC_MPI\n"
-       "  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));\n"
-       "#endif\n"
-       "  return x;\n"
-       "}\n"
-       "\n"
        "/* A collective decision: every rank learns whether all ranks are fine.  A\n"
        " * failing rank prints its error (only rank 0's when rank 0 failed too). */\n"
        "static int all_ok(int ok) {\n"
@@ -1190,9 +1413,27 @@ static void emit_comms(Emit *e) {
        "    else fprintf(stderr, \"train: error: %%s\\n\", rt_last_error());\n"
        "  }\n"
        "  return v[0];\n"
-       "}\n\n",
-    e->R, mt);
+       "}\n\n");
 }
+
+/* The first step compares the bytes this rank sent with the plan's. */
+static const char *const comm_check_text =
+    "    if (measure) {\n"
+    "      unsigned long long counted = rt_mesh_total_bytes(&mesh);\n"
+    "      /* every rank's count, for the line rank 0 prints */\n"
+    "      double sum = rt_mesh_sum_double(&mesh, RT_AX_WORLD, (double)counted);\n"
+    "      if (say) {\n"
+    "        char a[32], b[32];\n"
+    "        cg_commas(a, sizeof a, COMM_BYTES);\n"
+    "        cg_commas(b, sizeof b, counted);\n"
+    "        printf(\"comm:     planned %s bytes sent per rank per step, counted %s on rank 0 (%.0f over all ranks)%s\\n\",\n"
+    "               a, b, sum, counted == COMM_BYTES ? \"\" : \"  MISMATCH\");\n"
+    "        fflush(stdout);\n"
+    "      }\n"
+    "      if (counted != COMM_BYTES && getenv(\"SHARDC_STRICT_COMM\"))\n"
+    "        rt_mesh_fail(&mesh, \"sent %llu bytes in step 1, the plan says %llu\", counted, (unsigned long long)COMM_BYTES);\n"
+    "    }\n"
+    "    rt_mesh_reset_counts(&mesh);\n";
 
 static void emit_main(Emit *e) {
   Module *m = e->m;
@@ -1239,7 +1480,8 @@ static void emit_main(Emit *e) {
   P(e, "  if (with_backward) memset(arena + GRADS_OFFSET, 0, GRADS_BYTES);\n");
   P(e, "  double loss = 0;\n");
   P(e, "  for (int k = 0; k < MICROBATCHES; k++) {\n");
-  P(e, "    int row0 = rank * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;\n");
+  P(e, "    int row0 = %s * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;\n",
+    e->dist ? "mesh.coord[RT_AX_DP]" : "rank");
   P(e, "    // %s, %s\n", vname(e->in0), vname(e->in1));
   P(e, "    rt_check(cg_data_batch(&data, step, row0, MICROBATCH, %s, %s));\n", ref(e, e->in0),
     ref(e, e->in1));
@@ -1247,12 +1489,8 @@ static void emit_main(Emit *e) {
   P(e, "    if (with_backward) backward(step, row0);\n");
   P(e, "  }\n  return loss / MICROBATCHES;\n}\n\n");
 
-  P(e, "static int save_checkpoint(long steps_done) {\n"
-       "  int ok = all_ok(rank != 0 || cg_ckpt_save(&model, arena, steps_done, args.save) == RT_OK);\n"
-       "  if (ok && rank == 0 && !args.quiet)\n"
-       "    printf(\"saved:    %%s (step %%ld)\\n\", args.save, steps_done);\n"
-       "  return ok;\n"
-       "}\n\n");
+  emit_step_support(e);
+
 
   P(e, "int main(int argc, char **argv) {\n");
   P(e, "  cg_blas_setup(argc, argv);\n");
@@ -1272,15 +1510,18 @@ static void emit_main(Emit *e) {
          "launched on %%d; run it directly: %%s ...\\n\",\n"
          "              world, argv[0]);\n");
   P(e, "    return comm_finish(1);\n  }\n");
+  if (e->dist)
+    P(e, "  /* --gradcheck runs the data-parallel plan's program on one rank */\n"
+         "  if (!all_ok(rt_mesh_init(&mesh, args.gradcheck ? 1 : DP, TP, 0, 1, 1) == RT_OK)) return comm_finish(1);\n");
   P(e, "  cg_set_threads(world);\n"
        "  RtArena *mem = NULL;\n"
        "  if (!all_ok(cg_arena_create(&mem, &model) == RT_OK)) return comm_finish(1);\n"
        "  arena = mem->base;\n"
-       "  cg_init_params(&model, arena, args.seed);\n"
+       "  init_params(args.seed);\n"
        "  long step = 0;\n"
        "  int weights_only = 0;\n"
        "  if (args.load &&\n"
-       "      !all_ok(cg_ckpt_load(&model, arena, args.load, &step, &weights_only) == RT_OK))\n"
+       "      !all_ok(load_checkpoint(args.load, &step, &weights_only) == RT_OK))\n"
        "    return comm_finish(1);\n"
        "  if (args.save && !all_ok(rank != 0 || cg_ckpt_check_target(args.save) == RT_OK))\n"
        "    return comm_finish(1);\n"
@@ -1326,10 +1567,10 @@ static void emit_main(Emit *e) {
        "    if (measure) cg_mem_poison(&model, arena);\n"
        "    loss = run_microbatches(step, 1);\n"
        "    size_t measured = measure ? cg_mem_highwater(&model, arena) : 0;\n"
-       "    // data parallel: sum gradients and losses over the ranks\n"
-       "    allreduce_sum(F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s));\n"
-       "    loss = allreduce_sum_double(loss) / DP;\n"
-       "    double norm = sqrt(rt_sumsq%s(F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s))) / DP;\n"
+       "    // sum gradients and losses over the ranks\n"
+       "    sync_gradients();\n"
+       "    loss = mean_loss(loss);\n"
+       "    double norm = grad_norm() / DP;\n"
        "    if (!isfinite(loss) || !isfinite(norm)) {\n"
        "      double x = isfinite(loss) ? norm : loss;\n"
        "      if (rank == 0)\n"
@@ -1352,6 +1593,7 @@ static void emit_main(Emit *e) {
        "             measured == ARENA_BYTES ? \"\" : \"  MISMATCH\");\n"
        "      fflush(stdout);\n"
        "    }\n"
+       "%s"
        "    if (!all_ok(rank != 0 || rt_metrics_log(&log, step + 1, loss, lr, ms, tps) == RT_OK))\n"
        "      return comm_finish(1);\n"
        "    rt_progress_step(&progress, step + 1, loss, tps);\n"
@@ -1370,7 +1612,7 @@ static void emit_main(Emit *e) {
        "  rt_arena_destroy(mem);\n"
        "  return comm_finish(0);\n"
        "}\n",
-    e->R, e->S, e->R, clip);
+    clip, e->dist ? comm_check_text : "");
 }
 
 int cg_emit_cpu(FILE *out, Module *m) { return cg_emit_cpu_opts(out, m, NULL); }
@@ -1386,6 +1628,13 @@ int cg_emit_cpu_opts(FILE *out, Module *m, const CgOptions *opt) {
   e.S = e.f64 ? "_f64" : "_f32";
   e.scale = e.f64 ? 2 : 1;
   e.nn = e.g->nodes.len;
+  e.dist = cg_needs_mpi(m);
+  e.tp = m->train.plan.tp;
+  if (e.dist && e.f64 && e.tp > 1) {
+    diag_fatal_noloc("--precision=fp64 builds are for single-rank gradient checks; build with "
+                     "--mesh laptop --strategy dp=1 or fp32");
+    return -1;
+  }
   for (int i = 0; i < e.nn; i++)
     if (((Node *)e.g->nodes.data[i])->id != i) {
       diag_fatal_noloc("internal: node ids are not their schedule positions");

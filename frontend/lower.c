@@ -92,6 +92,10 @@ typedef struct Ctx {
   long steps;            /* statements executed so far */
   bool failed;
   bool no_trace;         /* the error is at a repeat: no "in layer" notes */
+  /* Tensor-parallel role of the next linear's weight (TpHint) and the
+   * segments of its output dim, set by the builtins that know it. */
+  int tph, tph_nseg;
+  int64_t tph_seg[3];
 } Ctx;
 
 /* Unrolling limits: a model of thousands of transformer layers stays far
@@ -476,18 +480,35 @@ static bool check_split(Ctx *c, SrcLoc loc, const char *what, int64_t n, const c
 
 static int64_t last_dim(Value *v) { return v->shape.ndim ? v->shape.d[v->shape.ndim - 1].n : 1; }
 
+static void set_hint(Ctx *c, Value *p, int tph) {
+  p->tph = (int8_t)tph;
+  p->tph_nseg = tph == TPH_COL && c->tph_nseg > 1 ? (int8_t)c->tph_nseg : 1;
+  for (int i = 0; i < p->tph_nseg && p->tph_nseg > 1; i++) p->tph_seg[i] = c->tph_seg[i];
+}
+
+/* The next lower_linear's weight is split as tph (segments: nseg sizes). */
+static void next_linear(Ctx *c, int tph, int nseg, const int64_t *seg) {
+  c->tph = tph;
+  c->tph_nseg = nseg;
+  for (int i = 0; seg && i < nseg && i < 3; i++) c->tph_seg[i] = seg[i];
+}
+
 /* y = x·Wᵀ + b; weight [out, in].  `w` non-NULL: use that weight (tied). */
 static Value *lower_linear(Ctx *c, Value *x, int64_t out, bool bias, Value *w, const char *comp,
                            SrcLoc loc, const char *what, const char *init) {
+  int tph = c->tph;
+  c->tph = TPH_NONE;
   if (!w) {
     w = param(c, comp, "weight", shp2(out, last_dim(x)), loc, true, init);
     if (!w) return NULL;
+    set_hint(c, w, tph);
   }
   Value *y = op2(c, OP_MATMUL, x, w, loc, what);
   if (!y) return NULL;
   if (bias) {
     Value *b = param(c, comp, "bias", shp1(out), loc, false, "zeros");
     if (!b) return NULL;
+    if (tph == TPH_COL) set_hint(c, b, TPH_COL);
     y = op2(c, OP_ADD, y, b, loc, what);
   }
   return y;
@@ -570,6 +591,7 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
       return false;
     Value *w = param(c, comp, "weight", shp2(vocab, dim), loc, true, "normal");
     if (!w) return false;
+    w->tph = TPH_VOCAB;
     vec_push(&c->embeds, w);
     out->t = op2(c, OP_GATHER, w, a.v[0].t, loc, what);
     break;
@@ -661,9 +683,10 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
     const char *path0 = c->path;
     c->path = join(c->path, comp);
     int64_t B = x->shape.d[0].n, T = x->shape.d[1].n;
-    Value *qkv = lower_linear(c, x, (h + 2 * hk) * hd, bias, NULL, "qkv", loc, what, "normal");
     Value *parts[3] = {NULL, NULL, NULL};
     int64_t starts[3] = {0, h * hd, (h + hk) * hd}, lens[3] = {h * hd, hk * hd, hk * hd};
+    next_linear(c, TPH_COL, 3, lens);
+    Value *qkv = lower_linear(c, x, (h + 2 * hk) * hd, bias, NULL, "qkv", loc, what, "normal");
     for (int i = 0; i < 3 && qkv; i++) {
       Attrs sa = {{starts[i], lens[i]}, 2, {0, 0}, NULL};
       Value *sl = op(c, OP_SLICE, &qkv, 1, &sa, loc, what);
@@ -687,6 +710,7 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
       Attrs ra = {{B, T, h * hd}, 3, {0, 0}, NULL};
       y = op(c, OP_RESHAPE, &y, 1, &ra, loc, what);
     }
+    if (y) next_linear(c, TPH_ROW, 1, NULL);
     if (y) y = lower_linear(c, y, C, bias, NULL, "proj", loc, what, "normal_scaled");
     if (y && drop > 0) {
       Attrs da = {0};
@@ -719,14 +743,20 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
     c->path = join(c->path, comp);
     Value *y;
     if (act.k == LV_BUILTIN && act.builtin == B_SWIGLU) {
+      next_linear(c, TPH_COL, 1, NULL);
       Value *g = lower_linear(c, x, hidden, bias, NULL, "gate", loc, what, "normal");
+      next_linear(c, TPH_COL, 1, NULL);
       Value *u = g ? lower_linear(c, x, hidden, bias, NULL, "up", loc, what, "normal") : NULL;
       if (g) g = op1(c, OP_SILU, g, loc, what);
       y = g && u ? op2(c, OP_MUL, g, u, loc, what) : NULL;
+      next_linear(c, TPH_ROW, 1, NULL);
       if (y) y = lower_linear(c, y, outd, bias, NULL, "down", loc, what, "normal_scaled");
     } else {
+      next_linear(c, TPH_COL, 1, NULL);
       y = lower_linear(c, x, hidden, bias, NULL, "fc", loc, what, "normal");
+      /* The activation runs on the column shards: only elementwise ones can. */
       if (y) y = apply_act(c, s, &act, y, a.given[2] ? a.loc[2] : loc, call);
+      next_linear(c, TPH_ROW, 1, NULL);
       if (y) y = lower_linear(c, y, outd, bias, NULL, "proj", loc, what, "normal_scaled");
     }
     c->path = path0;

@@ -1,5 +1,6 @@
 /* ir.c — op table rules, graph construction, verifier and printer. */
 #include "ir.h"
+#include "runtime/dist_formulas.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -260,6 +261,27 @@ static int shape_xent(Node *n, char *err, int errcap) {
   return 0;
 }
 
+/* Communication ops: i0 the dim, i1 the group size P. */
+static int shape_comm(Node *n, char *err, int errcap) {
+  if (need_float(n, 0, err, errcap)) return -1;
+  Shape s = n->in[0]->shape;
+  int64_t P = n->a.i[1], d = n->a.i[0];
+  if (P < 1) FAIL("group of %" PRId64 " ranks", P);
+  if (n->op == OP_ALLGATHER || n->op == OP_ALLGATHER_G || n->op == OP_REDUCE_SCATTER ||
+      n->op == OP_SHARD) {
+    if (d < 0 || d >= s.ndim) FAIL("dim %" PRId64 " out of range", d);
+    if (n->op == OP_ALLGATHER || n->op == OP_ALLGATHER_G) {
+      s.d[d].n *= P;
+    } else {
+      if (s.d[d].n % P) FAIL("dim %" PRId64 " of size %" PRId64 " cannot be split %" PRId64 " ways", d, s.d[d].n, P);
+      s.d[d].n /= P;
+    }
+  }
+  n->out->shape = s;
+  n->out->dtype = n->in[0]->dtype;
+  return 0;
+}
+
 /* ---- backward shape rules: each output is the gradient of an input ---- */
 
 static void set_out(Node *n, int i, const Value *like) {
@@ -317,6 +339,17 @@ static int shape_b_map(Node *n, char *err, int errcap) {
     if (same_as(n, 0, i, err, errcap)) return -1;
     set_out(n, i - 1, n->in[i]);
   }
+  return 0;
+}
+
+/* dy, x -> dx like x, dy being x's chunk of dim i0 over i1 ranks. */
+static int shape_b_shard(Node *n, char *err, int errcap) {
+  Shape want = n->in[1]->shape;
+  int64_t d = n->a.i[0], P = n->a.i[1];
+  if (d < 0 || d >= want.ndim || P < 1 || want.d[d].n % P) FAIL("bad shard of dim %" PRId64, d);
+  want.d[d].n /= P;
+  if (!ir_shape_eq(&want, &n->in[0]->shape)) FAIL("dy is not a chunk of x");
+  set_out(n, 0, n->in[1]);
   return 0;
 }
 
@@ -408,6 +441,14 @@ static Value *new_value(Graph *g, Role role, SrcLoc loc) {
   return v;
 }
 
+Value *ir_scratch(Graph *g, int64_t bytes, SrcLoc loc) {
+  Value *v = new_value(g, ROLE_ACT, loc);
+  int64_t n = (bytes + 3) / 4;
+  v->shape = ir_shape(1, &n);
+  v->dtype = DT_F32;
+  return v;
+}
+
 static Node *new_node(Graph *g, OpKind op, SrcLoc loc, const char *scope) {
   Node *n = arena_alloc(sizeof *n);
   n->id = g->nodes.len;
@@ -427,6 +468,7 @@ Value *ir_param(Graph *g, const char *name, Shape s, SrcLoc loc, bool decay, con
   Value *v = new_value(g, ROLE_PARAM, loc);
   v->name = name;
   v->shape = s;
+  v->gshape = s;
   v->dtype = DT_F32;
   v->decay = decay;
   v->init = init;
@@ -482,7 +524,7 @@ Node *ir_add(Graph *g, OpKind op, Value **in, int nin, const Attrs *a, SrcLoc lo
     n->outs[i] = v;
   }
   /* A reshape of contiguous row-major data is a view: same storage. */
-  if (op == OP_RESHAPE) n->out->alias = in[0];
+  if (op == OP_RESHAPE || op == OP_TP_COPY) n->out->alias = in[0];
   n->out = n->outs[0];
   for (int i = 0; i < n->nin; i++) n->in[i]->nuses++;
   vec_push(&g->nodes, n);
@@ -541,6 +583,45 @@ Node *ir_add_bwd(Graph *g, OpKind op, Value **in, int nin, Value **outs, const A
   return n;
 }
 
+const char *ir_axis_name(int ax) {
+  static const char *const names[AX_COUNT] = {"world", "dp", "tp", "tp-row", "tp-col",
+                                              "sp", "pp", "data", "embed"};
+  return ax >= 0 && ax < AX_COUNT ? names[ax] : "?";
+}
+
+bool ir_is_comm(OpKind op) {
+  return op == OP_ALLREDUCE || op == OP_ALLGATHER || op == OP_ALLGATHER_G ||
+         op == OP_REDUCE_SCATTER || op == OP_TP_COPY || op == OP_SHARD;
+}
+
+uint64_t ir_comm_bytes(const Node *n) {
+  int P = (int)n->a.i[1];
+  uint64_t in = n->nin ? (uint64_t)ir_numel(&n->in[0]->shape) * (uint64_t)ir_dtype_size(n->in[0]->dtype) : 0;
+  switch (n->op) {
+  case OP_ALLREDUCE:
+    return rt_vol_allreduce(in, P);
+  case OP_ALLGATHER:
+  case OP_ALLGATHER_G:
+    return rt_vol_allgather(in * (uint64_t)P, P);
+  case OP_REDUCE_SCATTER:
+    return rt_vol_reduce_scatter(in, P);
+  case OP_CROSS_ENTROPY:
+    if (n->a.i[1]) {
+      const Shape *l = &n->in[0]->shape;
+      return rt_vol_vp_xent_fwd((size_t)(ir_numel(l) / l->d[l->ndim - 1].n), (int)n->a.i[2]);
+    }
+    return 0;
+  case OP_CROSS_ENTROPY_BWD:
+    if (n->a.i[1]) {
+      const Shape *l = &n->in[1]->shape;
+      return rt_vol_vp_xent_bwd((size_t)(ir_numel(l) / l->d[l->ndim - 1].n), (int)n->a.i[2]);
+    }
+    return 0;
+  default:
+    return 0;
+  }
+}
+
 bool ir_reads_data(const Node *n, int k) {
   switch (n->op) {
   case OP_ADD_BWD:
@@ -551,6 +632,9 @@ bool ir_reads_data(const Node *n, int k) {
     return k == 0;
   case OP_GATHER_BWD:
     return k != 1;
+  case OP_SHARD_BWD:
+  case OP_ACC:
+    return k == 0;
   default:
     return true;
   }
@@ -698,6 +782,31 @@ static void print_attrs(FILE *out, const Node *n) {
   case OP_MAP:
     fprintf(out, " {fn=%s}", n->a.fn->name);
     break;
+  case OP_ALLREDUCE:
+  case OP_TP_COPY:
+    fprintf(out, " {over=%s(%d)", ir_axis_name((int)n->a.i[2]), (int)n->a.i[1]);
+    goto bytes;
+  case OP_ALLGATHER:
+  case OP_ALLGATHER_G:
+  case OP_REDUCE_SCATTER:
+  case OP_SHARD:
+  case OP_SHARD_BWD:
+    fprintf(out, " {dim=%d, over=%s(%d)", (int)n->a.i[0], ir_axis_name((int)n->a.i[2]),
+            (int)n->a.i[1]);
+  bytes:
+    if (ir_comm_bytes(n)) fprintf(out, ", bytes=%" PRIu64, ir_comm_bytes(n));
+    fputc('}', out);
+    break;
+  case OP_GATHER:
+  case OP_GATHER_BWD:
+    if (n->a.i[0]) fprintf(out, " {vocab-parallel over %s(%d)}", ir_axis_name((int)n->a.i[2]), (int)n->a.i[1]);
+    break;
+  case OP_CROSS_ENTROPY:
+  case OP_CROSS_ENTROPY_BWD:
+    if (n->a.i[1])
+      fprintf(out, " {vocab-parallel over %s(%d), bytes=%" PRIu64 "}", ir_axis_name((int)n->a.i[3]),
+              (int)n->a.i[2], ir_comm_bytes(n));
+    break;
   default:
     break;
   }
@@ -742,8 +851,15 @@ void ir_print(FILE *out, const Graph *g) {
       continue;
     }
     if (n->op == OP_PARAM) {
-      fprintf(out, "  param @%s : %s init=%s%s\n", v->name, sh, v->init,
-              v->decay ? " decay" : "");
+      fprintf(out, "  param @%s : %s init=%s%s", v->name, sh, v->init, v->decay ? " decay" : "");
+      for (int d = 0; d < v->shape.ndim; d++)
+        if (v->shard.axis[d] >= 0)
+          fprintf(out, " split(%d over %s%s)", d, ir_axis_name(v->shard.axis[d]),
+                  v->shard.nseg > 1 ? ", segments" : "");
+      if (v->grad_partial)
+        for (int ax = 0; ax < AX_COUNT; ax++)
+          if (v->grad_partial & (1u << ax)) fprintf(out, " grad-partial(%s)", ir_axis_name(ax));
+      fputc('\n', out);
       continue;
     }
     fputs("  ", out);

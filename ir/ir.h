@@ -47,13 +47,35 @@ typedef struct Shape {
   Dim d[IR_MAXDIM];
 } Shape;
 
-/* GSPMD-style sharding: for each dim the mesh axis it is split over (-1 =
- * replicated) and a bit set of axes with a pending partial sum.  Filled by
- * the shard pass (later issue); replicated everywhere until then. */
+/* Mesh axes, in the runtime's RtAxis order (runtime/dist.h): the world, the
+ * plan's axes, the 2D grid's rows and columns, dp x sp together (DATA: the
+ * ranks that split the batch) and the first and last pipeline stages
+ * (EMBED: a tied embedding's two copies). */
+typedef enum {
+  AX_WORLD, AX_DP, AX_TP, AX_TPR, AX_TPC, AX_SP, AX_PP, AX_DATA, AX_EMBED, AX_COUNT
+} MeshAxis;
+const char *ir_axis_name(int ax);   /* "tp", "dp", ... */
+
+/* GSPMD-style sharding of a value on one rank: for each dim the mesh axis it
+ * is split over (-1 = whole), a bit set (1 << axis) of axes over which the
+ * value is a pending partial sum, and of axes over which the value is
+ * replicated but its GRADIENT will be partial (the input of a column-parallel
+ * matmul: Megatron's f).  Along a split dim the tensor may be nseg
+ * consecutive segments (global sizes seg[]), each split evenly (a fused
+ * q,k,v projection keeps each rank's q, k and v parts).  Filled by the shard
+ * pass; all -1 / 0 without tensor or sequence parallelism. */
 typedef struct ShardSpec {
   int8_t axis[IR_MAXDIM];
   uint32_t partial;
+  uint32_t gpartial;
+  int8_t nseg;
+  int64_t seg[3];
 } ShardSpec;
+
+/* Parameter sharding hints from the builtin that creates the parameter
+ * (Megatron: column-parallel splits the output rows, row-parallel the input
+ * columns, vocab-parallel the embedding rows). */
+typedef enum { TPH_NONE, TPH_COL, TPH_ROW, TPH_VOCAB } TpHint;
 
 typedef struct Node Node;
 
@@ -75,6 +97,15 @@ typedef struct Value {
   int live_start, live_end;
   bool persistent;
   ShardSpec shard;
+  /* Parameters: the tp hint (TpHint) and, for TPH_COL, the segments of the
+   * output dim (q, k, v); the global shape before the shard pass; mesh axes
+   * (1 << axis) over which the gradient is a partial sum that the step must
+   * all-reduce (a replicated parameter used on sequence shards). */
+  int8_t tph;
+  int8_t tph_nseg;
+  int64_t tph_seg[3];
+  Shape gshape;
+  uint32_t grad_partial;
   int nuses;
   /* Parameters: weight decay applies (matrices yes, norms/biases no). */
   bool decay;
@@ -101,6 +132,7 @@ struct Node {
   Attrs a;
   SrcLoc loc;           /* DSL call site */
   const char *scope;    /* parameter path prefix at the call, for provenance */
+  Value *scratch;       /* working memory the kernel needs during this node, or NULL */
 };
 
 typedef struct Graph {
@@ -143,12 +175,20 @@ Value *ir_input(Graph *g, const char *name, Shape s, DType t, SrcLoc loc);
  * "<what>: <message>" at loc and returns NULL. */
 Node *ir_add(Graph *g, OpKind op, Value **in, int nin, const Attrs *a, SrcLoc loc,
              const char *scope, const char *what);
+/* A working buffer of at least `bytes` (f32 elements) for one node. */
+Value *ir_scratch(Graph *g, int64_t bytes, SrcLoc loc);
 /* The gradient value of v (created on first use, ROLE_GRAD). */
 Value *ir_grad(Graph *g, Value *v);
 /* Append a backward node accumulating into outs[0..nout) (entries may be
  * NULL); checks their shapes against the op's rule.  NULL on failure. */
 Node *ir_add_bwd(Graph *g, OpKind op, Value **in, int nin, Value **outs, const Attrs *a,
                  const Node *fwd);
+
+/* Bytes this rank sends for a communication node under the convention of
+ * runtime/dist_formulas.h (0 for other nodes). */
+uint64_t ir_comm_bytes(const Node *n);
+/* Whether op is a communication op (its i[2] names the mesh axis). */
+bool ir_is_comm(OpKind op);
 
 /* Whether node n reads the data of input k (some backward ops take an
  * operand only for its shape: add_bwd needs dy, not a and b). */

@@ -127,6 +127,37 @@ static bool backward(Graph *g, Node *n) {
   case OP_RESHAPE:
     /* dy is a view of dx (see G): nothing to compute. */
     return true;
+  case OP_ALLREDUCE:
+  case OP_ALLGATHER:
+  case OP_ALLGATHER_G:
+  case OP_REDUCE_SCATTER:
+  case OP_TP_COPY: {
+    /* The adjoint collective into a new buffer, then accumulated:
+     * all-reduce <-> pass-through, all-gather -> own chunk (or, for a
+     * gathered input of a column-parallel op, reduce-scatter),
+     * reduce-scatter -> all-gather, tp_copy -> all-reduce. */
+    Value *dx = G(g, x[0]);
+    if (!dx) return true;
+    Value *t = dy;
+    if (n->op != OP_ALLREDUCE) {
+      OpKind k = n->op == OP_ALLGATHER     ? OP_SHARD
+                 : n->op == OP_ALLGATHER_G ? OP_REDUCE_SCATTER
+                 : n->op == OP_REDUCE_SCATTER ? OP_ALLGATHER
+                                              : OP_ALLREDUCE;
+      Node *c = ir_add(g, k, &dy, 1, &n->a, n->loc, n->scope, ir_ops[k].name);
+      if (!c) return false;
+      c->fwd = n;
+      t = c->out;
+    }
+    Value *in[2] = {t, x[0]};
+    o[0] = dx;
+    return emit(g, OP_ACC, in, 2, o, &n->a, n);
+  }
+  case OP_SHARD: {
+    Value *in[2] = {dy, x[0]};
+    o[0] = G(g, x[0]);
+    return emit(g, OP_SHARD_BWD, in, 2, o, &n->a, n);
+  }
   case OP_ATTENTION: {
     Value *in[6] = {dy, x[0], x[1], x[2], n->outs[0], n->outs[1]};
     o[0] = G(g, x[0]);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "passes.h"
+#include "runtime/dist_formulas.h"
 
 enum { ALIGN = 64 };
 
@@ -88,6 +89,34 @@ static void alloc_give(Alloc *a, int64_t off, int64_t len) {
   }
 }
 
+/* Bytes of working memory the runtime needs during node n
+ * (runtime/dist_formulas.h), 0 for none. */
+static int64_t scratch_bytes(const Node *n) {
+  int esize = ir_dtype_size(n->out ? n->out->dtype : DT_F32);
+  switch (n->op) {
+  case OP_ALLGATHER:
+  case OP_ALLGATHER_G:
+  case OP_REDUCE_SCATTER: {
+    const Value *full = n->op == OP_REDUCE_SCATTER ? n->in[0] : n->out;
+    int d = (int)n->a.i[0], P = (int)n->a.i[1];
+    int64_t outer = 1, inner = 1;
+    for (int k = 0; k < d; k++) outer *= full->shape.d[k].n;
+    for (int k = d; k < full->shape.ndim; k++) inner *= full->shape.d[k].n;
+    return (int64_t)rt_scratch_dim_collective((size_t)outer, (size_t)(inner / P), P) * esize;
+  }
+  case OP_CROSS_ENTROPY:
+  case OP_CROSS_ENTROPY_BWD:
+    if (n->a.i[1]) {
+      const Value *l = n->in[n->op == OP_CROSS_ENTROPY ? 0 : 1];
+      return (int64_t)rt_scratch_vp_xent_bytes(
+          (size_t)(ir_numel(&l->shape) / l->shape.d[l->shape.ndim - 1].n));
+    }
+    return 0;
+  default:
+    return 0;
+  }
+}
+
 static void touch(Value *v, int i) {
   Value *r = root(v);
   if (r->live_start < 0 || i < r->live_start) r->live_start = i;
@@ -108,6 +137,13 @@ int pass_memplan(Module *m) {
   }
   for (int i = 0; i < nn; i++) {
     Node *n = g->nodes.data[i];
+    int64_t sb = scratch_bytes(n);
+    if (sb && !n->scratch) n->scratch = ir_scratch(g, sb, n->loc);
+    if (n->scratch) {
+      n->scratch->offset = -1;
+      n->scratch->live_start = n->scratch->live_end = -1;
+      touch(n->scratch, i);
+    }
     for (int j = 0; j < n->nin; j++)
       if (ir_reads_data(n, j)) touch(n->in[j], i);
     for (int j = 0; j < n->nout; j++)

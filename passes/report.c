@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "passes.h"
+#include "runtime/dist_formulas.h"
 
 void report_commas(char *buf, int cap, int64_t n) {
   char tmp[32];
@@ -90,5 +91,50 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
             pf, a, human_bytes((double)mp->arena_bytes), human_bytes((double)mp->param_bytes),
             human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
             human_bytes((double)mp->transient_peak), mp->peak_node);
+    uint64_t ax[AX_COUNT];
+    uint64_t total = plan_comm_bytes(m, ax);
+    if (t->mesh && t->mesh->ndev > 1) {
+      char c[32];
+      report_commas(c, sizeof c, (int64_t)total);
+      fprintf(out, "%scomm:     %s bytes sent per rank per step", pf, c);
+      const char *sep = " (";
+      for (int k = 0; k < AX_COUNT; k++)
+        if (ax[k]) {
+          report_commas(c, sizeof c, (int64_t)ax[k]);
+          fprintf(out, "%s%s %s", sep, ir_axis_name(k), c);
+          sep = ", ";
+        }
+      fprintf(out, "%s\n", *sep == ',' ? ")" : "");
+    }
   }
+}
+
+uint64_t plan_comm_bytes(const Module *m, uint64_t *per_axis) {
+  const Graph *g = m->graph;
+  uint64_t ax[AX_COUNT] = {0};
+  if (!g || !m->planned) return 0;
+  const Plan *p = &m->train.plan;
+  int mb = p->mb > 0 ? p->mb : 1;
+  for (int i = 0; i < g->nodes.len; i++) {
+    const Node *n = g->nodes.data[i];
+    uint64_t b = ir_comm_bytes(n);
+    if (!b) continue;
+    int a = n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD ? (int)n->a.i[3] : (int)n->a.i[2];
+    ax[a] += b * (uint64_t)mb;
+  }
+  /* the step: gradients summed over dp, and over tp where partial */
+  if (m->train.mesh && m->train.mesh->ndev > 1) {
+    ax[AX_DP] += rt_vol_allreduce((uint64_t)m->mem.grad_bytes, p->dp);
+    for (int i = 0; i < g->params.len; i++) {
+      const Value *v = g->params.data[i];
+      if (v->grad && (v->grad_partial & (1u << AX_TP)))
+        ax[AX_TP] += rt_vol_allreduce((uint64_t)ir_numel(&v->shape) * 4, p->tp);
+    }
+  }
+  uint64_t total = 0;
+  for (int a = 0; a < AX_COUNT; a++) {
+    total += ax[a];
+    if (per_axis) per_axis[a] = ax[a];
+  }
+  return total;
 }

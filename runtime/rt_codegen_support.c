@@ -610,3 +610,54 @@ int cg_gradcheck(const CgModel *m, unsigned char *arena, CgPassFn pass, int per_
          checked, m->nparams, nonzero, failed, worst, failed ? "FAIL" : "OK");
   return failed ? 1 : 0;
 }
+
+/* ---- local pieces of sharded ops ---- */
+
+#define CG_RANGE_EMBED(T, S)                                                                   \
+  int cg_embedding_range_forward_##S(T *out, const int32_t *tokens, const T *table, int N,     \
+                                     int v0, int Vl, int C, int V) {                           \
+    for (int n = 0; n < N; n++) {                                                              \
+      int t = tokens[n];                                                                       \
+      if (t < 0 || t >= V)                                                                     \
+        return rt_errorf(RT_ERR_ARG, "token %d at position %d is outside the vocabulary [0,%d)", \
+                         t, n, V);                                                             \
+      if (t >= v0 && t < v0 + Vl)                                                              \
+        memcpy(out + (size_t)n * C, table + (size_t)(t - v0) * C, sizeof(T) * (size_t)C);      \
+      else                                                                                     \
+        memset(out + (size_t)n * C, 0, sizeof(T) * (size_t)C);                                 \
+    }                                                                                          \
+    return RT_OK;                                                                              \
+  }                                                                                            \
+  void cg_embedding_range_backward_##S(T *dtable, const T *dout, const int32_t *tokens, int N,  \
+                                       int v0, int Vl, int C) {                                \
+    for (int n = 0; n < N; n++) {                                                              \
+      int t = tokens[n];                                                                       \
+      if (t < v0 || t >= v0 + Vl)                                                              \
+        continue;                                                                              \
+      T *d = dtable + (size_t)(t - v0) * C;                                                    \
+      const T *g = dout + (size_t)n * C;                                                       \
+      for (int c = 0; c < C; c++)                                                              \
+        d[c] += g[c];                                                                          \
+    }                                                                                          \
+  }                                                                                            \
+  void cg_acc_##S(T *dst, const T *src, size_t n) {                                           \
+    for (size_t i = 0; i < n; i++)                                                             \
+      dst[i] += src[i];                                                                        \
+  }                                                                                            \
+  void cg_chunk_acc_##S(T *dst, const T *src, size_t outer, size_t inner, int P, int r) {     \
+    for (size_t o = 0; o < outer; o++) {                                                       \
+      T *d = dst + (o * (size_t)P + (size_t)r) * inner;                                        \
+      const T *x = src + o * inner;                                                            \
+      for (size_t i = 0; i < inner; i++)                                                       \
+        d[i] += x[i];                                                                          \
+    }                                                                                          \
+  }
+CG_RANGE_EMBED(float, f32)
+CG_RANGE_EMBED(double, f64)
+
+void cg_chunk_copy(void *dst, const void *src, size_t outer, size_t inner, int P, int r,
+                   int esize) {
+  size_t row = inner * (size_t)esize;
+  for (size_t o = 0; o < outer; o++)
+    memcpy((char *)dst + o * row, (const char *)src + (o * (size_t)P + (size_t)r) * row, row);
+}

@@ -174,6 +174,32 @@ typedef double (*CgPassFn)(long step, int with_backward);
 int cg_gradcheck(const CgModel *m, unsigned char *arena, CgPassFn pass, int per_tensor);
 
 /* ---------------------------------------------------------------------------
+ * Local pieces of sharded ops (tensor parallelism); the communication is in
+ * dist.h.  Elements f32 or f64 by suffix.
+ */
+/* Vocab-parallel embedding: table holds rows [v0, v0+Vl) of a V-row table;
+ * out[n] = table[tokens[n]-v0] for tokens in the range, 0 otherwise.
+ * RT_ERR_ARG for a token outside [0,V). */
+int cg_embedding_range_forward_f32(float *out, const int32_t *tokens, const float *table, int N,
+                                   int v0, int Vl, int C, int V);
+int cg_embedding_range_forward_f64(double *out, const int32_t *tokens, const double *table,
+                                   int N, int v0, int Vl, int C, int V);
+/* dtable[tokens[n]-v0] += dout[n] for tokens in the range, rows in order. */
+void cg_embedding_range_backward_f32(float *dtable, const float *dout, const int32_t *tokens,
+                                     int N, int v0, int Vl, int C);
+void cg_embedding_range_backward_f64(double *dtable, const double *dout,
+                                     const int32_t *tokens, int N, int v0, int Vl, int C);
+/* dst += src, n elements. */
+void cg_acc_f32(float *dst, const float *src, size_t n);
+void cg_acc_f64(double *dst, const double *src, size_t n);
+/* src is [outer, P*inner]: dst [outer, inner] = chunk r of every row. */
+void cg_chunk_copy(void *dst, const void *src, size_t outer, size_t inner, int P, int r,
+                   int esize);
+/* dst is [outer, P*inner]: chunk r of every row += src [outer, inner]. */
+void cg_chunk_acc_f32(float *dst, const float *src, size_t outer, size_t inner, int P, int r);
+void cg_chunk_acc_f64(double *dst, const double *src, size_t outer, size_t inner, int P, int r);
+
+/* ---------------------------------------------------------------------------
  * Printing helpers
  */
 /* "30,818,368" */

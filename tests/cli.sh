@@ -50,10 +50,10 @@ expect empty-compile 1 'declares no model' -- "$bin" compile "$tmp/empty.shard"
 expect emit-bad 1 '--emit must be ir, plan or c' -- "$bin" compile samples/gpt.shard --emit=asm
 expect emit-c 0 '^/\* model.c — training program for model .gpt.' -- "$bin" compile samples/gpt.shard --emit=c
 expect emit-c-cuda 1 'CUDA code generator is not available yet' -- "$bin" compile samples/gpt.shard --emit=c --target cuda
-expect emit-c-tp 1 'strategy tp=4 \(tensor parallelism\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp=4
+expect emit-c-pp 1 'strategy pp=2 \(pipeline parallelism\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu or cuda' -- "$bin" compile samples/gpt.shard --target=tpu
-expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, autodiff, memplan\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
+expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, autodiff, memplan\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
 expect dump-lower 0 '^graph gpt \{' -- "$bin" compile samples/gpt.shard --dump-after=lower
 expect list-passes 0 '^shape ' -- "$bin" compile --list-passes
 expect mesh-missing-value 1 '--mesh needs a value' -- "$bin" check samples/gpt.shard --mesh

@@ -26,3 +26,9 @@ foreach(t golden_c gradcheck train resume bad_input)
   set_tests_properties(codegen/${t} PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
 endforeach()
 add_test(NAME parity/torch COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/parity.sh ${SHARDC_BIN})
+
+# Distributed training (issue 4): every strategy the cpu target runs against
+# the single-rank run, on 2, 4 and 8 MPI ranks (tests/dist/equiv.sh).
+add_test(NAME dist/equiv
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/equiv.sh $<TARGET_FILE:shardc>)
+set_tests_properties(dist/equiv PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)

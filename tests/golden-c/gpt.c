@@ -14,6 +14,7 @@
  * flops:    1.375e+09 forward per microbatch (256 tokens); 1.65e+10 per step fwd+bwd
  * graph:    217 nodes (143 forward), 281 values
  * memory:   23,347,264 bytes per rank (22.27 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.54 MiB at node 149
+ * comm:     5,005,824 bytes sent per rank per step (dp 5,005,824)
  *
  * Arena per rank: 23,347,264 bytes = persistent 13,348,864 (params 3,337,216, grads 3,337,216, optimizer
  * 6,674,432) + transient peak 9,998,400 (161 buffers, peak at node 149).
@@ -37,6 +38,7 @@
 #ifdef SHARDC_MPI
 #include <mpi.h>
 #endif
+#include "dist.h"
 
 /* Training text when --data is not given (`shardc build` passes an absolute path). */
 #ifndef DEFAULT_DATA
@@ -46,6 +48,9 @@
 /* ---- the plan ---- */
 #define RANKS            4           /* mesh laptop: launch with mpirun -np 4 */
 #define DP               4           /* data-parallel ranks, each on its own rows */
+#define TP               1           /* tensor-parallel ranks, each on its shards of the layers */
+#define COMM_BYTES       5005824ULL  /* planned bytes sent per rank per step */
+#define VOCAB            256         /* token ids are below it */
 #define MICROBATCHES     1           /* forward+backward passes per step and rank */
 #define MICROBATCH       4           /* rows per pass */
 #define BATCH            16          /* rows per step over all ranks */
@@ -58,6 +63,9 @@
 static unsigned char *arena;
 #define F(off) ((float *)(arena + (off)))
 #define I(off) ((int32_t *)(arena + (off)))
+
+/* The device mesh: this rank's coordinates and communicators (dist.h). */
+static RtMesh mesh;
 
 /* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the
  * tensor, its gradient and optimizer state (-1: none), init, std, decay.
@@ -116,6 +124,132 @@ static const CgParam params[NPARAMS] = {
     {"blocks.3.mlp.proj.bias", 1, {128}, 128, 3335680, 6672896, 13345792, 13346304, CG_INIT_ZEROS, 0.0, 0},
     {"ln.weight", 1, {128}, 128, 3336192, 6673408, 13346816, 13347328, CG_INIT_ONES, 0.0, 0},
     {"ln.bias", 1, {128}, 128, 3336704, 6673920, 13347840, 13348352, CG_INIT_ZEROS, 0.0, 0},
+};
+
+/* Sharding of each parameter (dist.h RtShard): its full shape, the dim split
+ * over tp (with segments: a fused q,k,v weight), every pipeline stage. */
+static const RtShard shards[NPARAMS] = {
+    {2, {256, 128}, 0, {{0}}, -1},  // embed.weight
+    {2, {64, 128}, 0, {{0}}, -1},  // pos.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.0.ln_1.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.0.ln_1.bias
+    {2, {384, 128}, 0, {{0}}, -1},  // blocks.0.attn.qkv.weight
+    {1, {384}, 0, {{0}}, -1},  // blocks.0.attn.qkv.bias
+    {2, {128, 128}, 0, {{0}}, -1},  // blocks.0.attn.proj.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.0.attn.proj.bias
+    {1, {128}, 0, {{0}}, -1},  // blocks.0.ln_2.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.0.ln_2.bias
+    {2, {512, 128}, 0, {{0}}, -1},  // blocks.0.mlp.fc.weight
+    {1, {512}, 0, {{0}}, -1},  // blocks.0.mlp.fc.bias
+    {2, {128, 512}, 0, {{0}}, -1},  // blocks.0.mlp.proj.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.0.mlp.proj.bias
+    {1, {128}, 0, {{0}}, -1},  // blocks.1.ln_1.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.1.ln_1.bias
+    {2, {384, 128}, 0, {{0}}, -1},  // blocks.1.attn.qkv.weight
+    {1, {384}, 0, {{0}}, -1},  // blocks.1.attn.qkv.bias
+    {2, {128, 128}, 0, {{0}}, -1},  // blocks.1.attn.proj.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.1.attn.proj.bias
+    {1, {128}, 0, {{0}}, -1},  // blocks.1.ln_2.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.1.ln_2.bias
+    {2, {512, 128}, 0, {{0}}, -1},  // blocks.1.mlp.fc.weight
+    {1, {512}, 0, {{0}}, -1},  // blocks.1.mlp.fc.bias
+    {2, {128, 512}, 0, {{0}}, -1},  // blocks.1.mlp.proj.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.1.mlp.proj.bias
+    {1, {128}, 0, {{0}}, -1},  // blocks.2.ln_1.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.2.ln_1.bias
+    {2, {384, 128}, 0, {{0}}, -1},  // blocks.2.attn.qkv.weight
+    {1, {384}, 0, {{0}}, -1},  // blocks.2.attn.qkv.bias
+    {2, {128, 128}, 0, {{0}}, -1},  // blocks.2.attn.proj.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.2.attn.proj.bias
+    {1, {128}, 0, {{0}}, -1},  // blocks.2.ln_2.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.2.ln_2.bias
+    {2, {512, 128}, 0, {{0}}, -1},  // blocks.2.mlp.fc.weight
+    {1, {512}, 0, {{0}}, -1},  // blocks.2.mlp.fc.bias
+    {2, {128, 512}, 0, {{0}}, -1},  // blocks.2.mlp.proj.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.2.mlp.proj.bias
+    {1, {128}, 0, {{0}}, -1},  // blocks.3.ln_1.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.3.ln_1.bias
+    {2, {384, 128}, 0, {{0}}, -1},  // blocks.3.attn.qkv.weight
+    {1, {384}, 0, {{0}}, -1},  // blocks.3.attn.qkv.bias
+    {2, {128, 128}, 0, {{0}}, -1},  // blocks.3.attn.proj.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.3.attn.proj.bias
+    {1, {128}, 0, {{0}}, -1},  // blocks.3.ln_2.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.3.ln_2.bias
+    {2, {512, 128}, 0, {{0}}, -1},  // blocks.3.mlp.fc.weight
+    {1, {512}, 0, {{0}}, -1},  // blocks.3.mlp.fc.bias
+    {2, {128, 512}, 0, {{0}}, -1},  // blocks.3.mlp.proj.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.3.mlp.proj.bias
+    {1, {128}, 0, {{0}}, -1},  // ln.weight
+    {1, {128}, 0, {{0}}, -1},  // ln.bias
+};
+
+/* Full tensors (init, checkpoints): offsets in a buffer of GLOBAL_BYTES. */
+static CgParam gparams[NPARAMS] = {
+    {"embed.weight", 2, {256, 128}, 32768, 0, -1, 131072, 262144, params[0].init, params[0].std, params[0].decay},
+    {"pos.weight", 2, {64, 128}, 8192, 393216, -1, 425984, 458752, params[1].init, params[1].std, params[1].decay},
+    {"blocks.0.ln_1.weight", 1, {128}, 128, 491520, -1, 492032, 492544, params[2].init, params[2].std, params[2].decay},
+    {"blocks.0.ln_1.bias", 1, {128}, 128, 493056, -1, 493568, 494080, params[3].init, params[3].std, params[3].decay},
+    {"blocks.0.attn.qkv.weight", 2, {384, 128}, 49152, 494592, -1, 691200, 887808, params[4].init, params[4].std, params[4].decay},
+    {"blocks.0.attn.qkv.bias", 1, {384}, 384, 1084416, -1, 1085952, 1087488, params[5].init, params[5].std, params[5].decay},
+    {"blocks.0.attn.proj.weight", 2, {128, 128}, 16384, 1089024, -1, 1154560, 1220096, params[6].init, params[6].std, params[6].decay},
+    {"blocks.0.attn.proj.bias", 1, {128}, 128, 1285632, -1, 1286144, 1286656, params[7].init, params[7].std, params[7].decay},
+    {"blocks.0.ln_2.weight", 1, {128}, 128, 1287168, -1, 1287680, 1288192, params[8].init, params[8].std, params[8].decay},
+    {"blocks.0.ln_2.bias", 1, {128}, 128, 1288704, -1, 1289216, 1289728, params[9].init, params[9].std, params[9].decay},
+    {"blocks.0.mlp.fc.weight", 2, {512, 128}, 65536, 1290240, -1, 1552384, 1814528, params[10].init, params[10].std, params[10].decay},
+    {"blocks.0.mlp.fc.bias", 1, {512}, 512, 2076672, -1, 2078720, 2080768, params[11].init, params[11].std, params[11].decay},
+    {"blocks.0.mlp.proj.weight", 2, {128, 512}, 65536, 2082816, -1, 2344960, 2607104, params[12].init, params[12].std, params[12].decay},
+    {"blocks.0.mlp.proj.bias", 1, {128}, 128, 2869248, -1, 2869760, 2870272, params[13].init, params[13].std, params[13].decay},
+    {"blocks.1.ln_1.weight", 1, {128}, 128, 2870784, -1, 2871296, 2871808, params[14].init, params[14].std, params[14].decay},
+    {"blocks.1.ln_1.bias", 1, {128}, 128, 2872320, -1, 2872832, 2873344, params[15].init, params[15].std, params[15].decay},
+    {"blocks.1.attn.qkv.weight", 2, {384, 128}, 49152, 2873856, -1, 3070464, 3267072, params[16].init, params[16].std, params[16].decay},
+    {"blocks.1.attn.qkv.bias", 1, {384}, 384, 3463680, -1, 3465216, 3466752, params[17].init, params[17].std, params[17].decay},
+    {"blocks.1.attn.proj.weight", 2, {128, 128}, 16384, 3468288, -1, 3533824, 3599360, params[18].init, params[18].std, params[18].decay},
+    {"blocks.1.attn.proj.bias", 1, {128}, 128, 3664896, -1, 3665408, 3665920, params[19].init, params[19].std, params[19].decay},
+    {"blocks.1.ln_2.weight", 1, {128}, 128, 3666432, -1, 3666944, 3667456, params[20].init, params[20].std, params[20].decay},
+    {"blocks.1.ln_2.bias", 1, {128}, 128, 3667968, -1, 3668480, 3668992, params[21].init, params[21].std, params[21].decay},
+    {"blocks.1.mlp.fc.weight", 2, {512, 128}, 65536, 3669504, -1, 3931648, 4193792, params[22].init, params[22].std, params[22].decay},
+    {"blocks.1.mlp.fc.bias", 1, {512}, 512, 4455936, -1, 4457984, 4460032, params[23].init, params[23].std, params[23].decay},
+    {"blocks.1.mlp.proj.weight", 2, {128, 512}, 65536, 4462080, -1, 4724224, 4986368, params[24].init, params[24].std, params[24].decay},
+    {"blocks.1.mlp.proj.bias", 1, {128}, 128, 5248512, -1, 5249024, 5249536, params[25].init, params[25].std, params[25].decay},
+    {"blocks.2.ln_1.weight", 1, {128}, 128, 5250048, -1, 5250560, 5251072, params[26].init, params[26].std, params[26].decay},
+    {"blocks.2.ln_1.bias", 1, {128}, 128, 5251584, -1, 5252096, 5252608, params[27].init, params[27].std, params[27].decay},
+    {"blocks.2.attn.qkv.weight", 2, {384, 128}, 49152, 5253120, -1, 5449728, 5646336, params[28].init, params[28].std, params[28].decay},
+    {"blocks.2.attn.qkv.bias", 1, {384}, 384, 5842944, -1, 5844480, 5846016, params[29].init, params[29].std, params[29].decay},
+    {"blocks.2.attn.proj.weight", 2, {128, 128}, 16384, 5847552, -1, 5913088, 5978624, params[30].init, params[30].std, params[30].decay},
+    {"blocks.2.attn.proj.bias", 1, {128}, 128, 6044160, -1, 6044672, 6045184, params[31].init, params[31].std, params[31].decay},
+    {"blocks.2.ln_2.weight", 1, {128}, 128, 6045696, -1, 6046208, 6046720, params[32].init, params[32].std, params[32].decay},
+    {"blocks.2.ln_2.bias", 1, {128}, 128, 6047232, -1, 6047744, 6048256, params[33].init, params[33].std, params[33].decay},
+    {"blocks.2.mlp.fc.weight", 2, {512, 128}, 65536, 6048768, -1, 6310912, 6573056, params[34].init, params[34].std, params[34].decay},
+    {"blocks.2.mlp.fc.bias", 1, {512}, 512, 6835200, -1, 6837248, 6839296, params[35].init, params[35].std, params[35].decay},
+    {"blocks.2.mlp.proj.weight", 2, {128, 512}, 65536, 6841344, -1, 7103488, 7365632, params[36].init, params[36].std, params[36].decay},
+    {"blocks.2.mlp.proj.bias", 1, {128}, 128, 7627776, -1, 7628288, 7628800, params[37].init, params[37].std, params[37].decay},
+    {"blocks.3.ln_1.weight", 1, {128}, 128, 7629312, -1, 7629824, 7630336, params[38].init, params[38].std, params[38].decay},
+    {"blocks.3.ln_1.bias", 1, {128}, 128, 7630848, -1, 7631360, 7631872, params[39].init, params[39].std, params[39].decay},
+    {"blocks.3.attn.qkv.weight", 2, {384, 128}, 49152, 7632384, -1, 7828992, 8025600, params[40].init, params[40].std, params[40].decay},
+    {"blocks.3.attn.qkv.bias", 1, {384}, 384, 8222208, -1, 8223744, 8225280, params[41].init, params[41].std, params[41].decay},
+    {"blocks.3.attn.proj.weight", 2, {128, 128}, 16384, 8226816, -1, 8292352, 8357888, params[42].init, params[42].std, params[42].decay},
+    {"blocks.3.attn.proj.bias", 1, {128}, 128, 8423424, -1, 8423936, 8424448, params[43].init, params[43].std, params[43].decay},
+    {"blocks.3.ln_2.weight", 1, {128}, 128, 8424960, -1, 8425472, 8425984, params[44].init, params[44].std, params[44].decay},
+    {"blocks.3.ln_2.bias", 1, {128}, 128, 8426496, -1, 8427008, 8427520, params[45].init, params[45].std, params[45].decay},
+    {"blocks.3.mlp.fc.weight", 2, {512, 128}, 65536, 8428032, -1, 8690176, 8952320, params[46].init, params[46].std, params[46].decay},
+    {"blocks.3.mlp.fc.bias", 1, {512}, 512, 9214464, -1, 9216512, 9218560, params[47].init, params[47].std, params[47].decay},
+    {"blocks.3.mlp.proj.weight", 2, {128, 512}, 65536, 9220608, -1, 9482752, 9744896, params[48].init, params[48].std, params[48].decay},
+    {"blocks.3.mlp.proj.bias", 1, {128}, 128, 10007040, -1, 10007552, 10008064, params[49].init, params[49].std, params[49].decay},
+    {"ln.weight", 1, {128}, 128, 10008576, -1, 10009088, 10009600, params[50].init, params[50].std, params[50].decay},
+    {"ln.bias", 1, {128}, 128, 10010112, -1, 10010624, 10011136, params[51].init, params[51].std, params[51].decay},
+};
+#define GLOBAL_BYTES 10011648LL
+
+/* Weight of each gradient in the global norm: 1 / the tp ranks holding the
+ * same elements (a replicated tensor is counted once). */
+static const double norm_w[NPARAMS] = {
+    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
+    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
+    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
+    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
+    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
+    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
+    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
 };
 
 /* Loss of each cross_entropy (in double) and the rows it averaged over. */
@@ -739,26 +873,6 @@ static int comm_finish(int status) {
   return status;
 }
 
-/* Sum over the ranks, in place (gradients). */
-static void allreduce_sum(float *buf, size_t n) {
-#ifdef SHARDC_MPI
-  for (size_t i = 0; i < n; i += (size_t)1 << 30) {
-    int count = (int)(n - i < ((size_t)1 << 30) ? n - i : (size_t)1 << 30);
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf + i, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-  }
-#else
-  (void)buf;
-  (void)n;
-#endif
-}
-
-static double allreduce_sum_double(double x) {
-#ifdef SHARDC_MPI
-  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-#endif
-  return x;
-}
-
 /* A collective decision: every rank learns whether all ranks are fine.  A
  * failing rank prints its error (only rank 0's when rank 0 failed too). */
 static int all_ok(int ok) {
@@ -785,7 +899,8 @@ static const char PLAN[] =
     "params:   834,304 in 52 tensors (3.18 MiB fp32)\n"
     "flops:    1.375e+09 forward per microbatch (256 tokens); 1.65e+10 per step fwd+bwd\n"
     "graph:    217 nodes (143 forward), 281 values\n"
-    "memory:   23,347,264 bytes per rank (22.27 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.54 MiB at node 149\n";
+    "memory:   23,347,264 bytes per rank (22.27 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.54 MiB at node 149\n"
+    "comm:     5,005,824 bytes sent per rank per step (dp 5,005,824)\n";
 
 static const CgModel model = {
     .name = "gpt", .source = "samples/gpt.shard", .mesh = "laptop", .plan = PLAN, .f64 = 0,
@@ -809,7 +924,7 @@ static double run_microbatches(long step, int with_backward) {
   if (with_backward) memset(arena + GRADS_OFFSET, 0, GRADS_BYTES);
   double loss = 0;
   for (int k = 0; k < MICROBATCHES; k++) {
-    int row0 = rank * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;
+    int row0 = mesh.coord[RT_AX_DP] * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;
     // $tokens, $targets
     rt_check(cg_data_batch(&data, step, row0, MICROBATCH, I(13348864), I(13349888)));
     loss += forward(step, row0);
@@ -818,11 +933,76 @@ static double run_microbatches(long step, int with_backward) {
   return loss / MICROBATCHES;
 }
 
+/* ---- the mesh: parameters, checkpoints and the step's reductions ----
+ * Every rank holds its shards; init and checkpoints go through the full
+ * tensors (gparams), so a checkpoint is the same file under any plan. */
+/* The model as full tensors (gparams in a buffer of GLOBAL_BYTES). */
+static CgModel gmodel_of(void) {
+  CgModel gm = model;
+  gm.params = gparams;
+  gm.arena_bytes = gm.persistent_bytes = GLOBAL_BYTES;
+  return gm;
+}
+
+static void init_params(uint64_t seed) {
+  CgModel gm = gmodel_of();
+  unsigned char *full = calloc(1, GLOBAL_BYTES);
+  if (!full) rt_mesh_fail(&mesh, "out of memory for the full parameters (%lld bytes)", GLOBAL_BYTES);
+  cg_init_params(&gm, full, seed);
+  for (int i = 0; i < NPARAMS; i++)
+    rt_shard_extract(&shards[i], &mesh, full + gparams[i].offset, arena + params[i].offset, 4);
+  free(full);
+}
+
+static int load_checkpoint(const char *path, long *step, int *weights_only) {
+  CgModel gm = gmodel_of();
+  unsigned char *full = calloc(1, GLOBAL_BYTES);
+  if (!full) return rt_errorf(RT_ERR_NOMEM, "out of memory for the full parameters");
+  int rc = cg_ckpt_load(&gm, full, path, step, weights_only);
+  if (rc == RT_OK)
+    for (int i = 0; i < NPARAMS; i++) {
+      rt_shard_extract(&shards[i], &mesh, full + gparams[i].offset, arena + params[i].offset, 4);
+      if (params[i].opt >= 0)
+        rt_shard_extract(&shards[i], &mesh, full + gparams[i].opt, arena + params[i].opt, 4);
+      if (params[i].opt2 >= 0)
+        rt_shard_extract(&shards[i], &mesh, full + gparams[i].opt2, arena + params[i].opt2, 4);
+    }
+  free(full);
+  return rc;
+}
+
+/* Gathered on rank 0, which writes the full tensors. */
 static int save_checkpoint(long steps_done) {
-  int ok = all_ok(rank != 0 || cg_ckpt_save(&model, arena, steps_done, args.save) == RT_OK);
-  if (ok && rank == 0 && !args.quiet)
-    printf("saved:    %s (step %ld)\n", args.save, steps_done);
+  CgModel gm = gmodel_of();
+  unsigned char *full = rank == 0 ? calloc(1, GLOBAL_BYTES) : NULL;
+  if (!all_ok(rank != 0 || full || rt_errorf(RT_ERR_NOMEM, "out of memory for the checkpoint") == RT_OK)) return 0;
+  for (int i = 0; i < NPARAMS; i++) {
+    rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].offset, full ? full + gparams[i].offset : NULL, 4));
+    if (params[i].opt >= 0)
+      rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].opt, full ? full + gparams[i].opt : NULL, 4));
+    if (params[i].opt2 >= 0)
+      rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].opt2, full ? full + gparams[i].opt2 : NULL, 4));
+  }
+  int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);
+  free(full);
+  if (ok && rank == 0 && !args.quiet) printf("saved:    %s (step %ld)\n", args.save, steps_done);
   return ok;
+}
+
+/* After the microbatches: gradients summed over the data-parallel ranks, and
+ * over tp for replicated parameters used on sequence shards. */
+static void sync_gradients(void) {
+  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(float), 4);
+}
+
+static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }
+
+/* The global norm of the summed gradients (before the 1/DP mean). */
+static double grad_norm(void) {
+  double ss = 0;
+  for (int i = 0; i < NPARAMS; i++)
+    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq_f32(F(params[i].grad), params[i].numel);
+  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_TP, ss));
 }
 
 int main(int argc, char **argv) {
@@ -836,15 +1016,17 @@ int main(int argc, char **argv) {
               RANKS, world, RANKS, argv[0]);
     return comm_finish(1);
   }
+  /* --gradcheck runs the data-parallel plan's program on one rank */
+  if (!all_ok(rt_mesh_init(&mesh, args.gradcheck ? 1 : DP, TP, 0, 1, 1) == RT_OK)) return comm_finish(1);
   cg_set_threads(world);
   RtArena *mem = NULL;
   if (!all_ok(cg_arena_create(&mem, &model) == RT_OK)) return comm_finish(1);
   arena = mem->base;
-  cg_init_params(&model, arena, args.seed);
+  init_params(args.seed);
   long step = 0;
   int weights_only = 0;
   if (args.load &&
-      !all_ok(cg_ckpt_load(&model, arena, args.load, &step, &weights_only) == RT_OK))
+      !all_ok(load_checkpoint(args.load, &step, &weights_only) == RT_OK))
     return comm_finish(1);
   if (args.save && !all_ok(rank != 0 || cg_ckpt_check_target(args.save) == RT_OK))
     return comm_finish(1);
@@ -890,10 +1072,10 @@ int main(int argc, char **argv) {
     if (measure) cg_mem_poison(&model, arena);
     loss = run_microbatches(step, 1);
     size_t measured = measure ? cg_mem_highwater(&model, arena) : 0;
-    // data parallel: sum gradients and losses over the ranks
-    allreduce_sum(F(GRADS_OFFSET), GRADS_BYTES / sizeof(float));
-    loss = allreduce_sum_double(loss) / DP;
-    double norm = sqrt(rt_sumsq_f32(F(GRADS_OFFSET), GRADS_BYTES / sizeof(float))) / DP;
+    // sum gradients and losses over the ranks
+    sync_gradients();
+    loss = mean_loss(loss);
+    double norm = grad_norm() / DP;
     if (!isfinite(loss) || !isfinite(norm)) {
       double x = isfinite(loss) ? norm : loss;
       if (rank == 0)
@@ -916,6 +1098,22 @@ int main(int argc, char **argv) {
              measured == ARENA_BYTES ? "" : "  MISMATCH");
       fflush(stdout);
     }
+    if (measure) {
+      unsigned long long counted = rt_mesh_total_bytes(&mesh);
+      /* every rank's count, for the line rank 0 prints */
+      double sum = rt_mesh_sum_double(&mesh, RT_AX_WORLD, (double)counted);
+      if (say) {
+        char a[32], b[32];
+        cg_commas(a, sizeof a, COMM_BYTES);
+        cg_commas(b, sizeof b, counted);
+        printf("comm:     planned %s bytes sent per rank per step, counted %s on rank 0 (%.0f over all ranks)%s\n",
+               a, b, sum, counted == COMM_BYTES ? "" : "  MISMATCH");
+        fflush(stdout);
+      }
+      if (counted != COMM_BYTES && getenv("SHARDC_STRICT_COMM"))
+        rt_mesh_fail(&mesh, "sent %llu bytes in step 1, the plan says %llu", counted, (unsigned long long)COMM_BYTES);
+    }
+    rt_mesh_reset_counts(&mesh);
     if (!all_ok(rank != 0 || rt_metrics_log(&log, step + 1, loss, lr, ms, tps) == RT_OK))
       return comm_finish(1);
     rt_progress_step(&progress, step + 1, loss, tps);

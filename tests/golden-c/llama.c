@@ -14,6 +14,7 @@
  * flops:    1.225e+09 forward per microbatch (256 tokens); 7.35e+09 per step fwd+bwd
  * graph:    194 nodes (121 forward), 245 values
  * memory:   23,401,472 bytes per rank (22.32 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.74 MiB at node 127
+ * comm:     3,035,648 bytes sent per rank per step (dp 3,035,648)
  *
  * Arena per rank: 23,401,472 bytes = persistent 12,142,592 (params 3,035,648, grads 3,035,648, optimizer
  * 6,071,296) + transient peak 11,258,880 (167 buffers, peak at node 127).
@@ -37,6 +38,7 @@
 #ifdef SHARDC_MPI
 #include <mpi.h>
 #endif
+#include "dist.h"
 
 /* Training text when --data is not given (`shardc build` passes an absolute path). */
 #ifndef DEFAULT_DATA
@@ -46,6 +48,9 @@
 /* ---- the plan ---- */
 #define RANKS            2           /* mesh laptop: launch with mpirun -np 2 */
 #define DP               2           /* data-parallel ranks, each on its own rows */
+#define TP               1           /* tensor-parallel ranks, each on its shards of the layers */
+#define COMM_BYTES       3035648ULL  /* planned bytes sent per rank per step */
+#define VOCAB            256         /* token ids are below it */
 #define MICROBATCHES     1           /* forward+backward passes per step and rank */
 #define MICROBATCH       4           /* rows per pass */
 #define BATCH            8           /* rows per step over all ranks */
@@ -58,6 +63,9 @@
 static unsigned char *arena;
 #define F(off) ((float *)(arena + (off)))
 #define I(off) ((int32_t *)(arena + (off)))
+
+/* The device mesh: this rank's coordinates and communicators (dist.h). */
+static RtMesh mesh;
 
 /* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the
  * tensor, its gradient and optimizer state (-1: none), init, std, decay.
@@ -95,6 +103,87 @@ static const CgParam params[NPARAMS] = {
     {"blocks.3.mlp.down.weight", 2, {128, 344}, 44032, 2727936, 5763584, 11527168, 11703296, CG_INIT_NORMAL, 0.0070710678118654745, 1},
     {"norm.weight", 1, {128}, 128, 2904064, 5939712, 11879424, 11879936, CG_INIT_ONES, 0.0, 0},
     {"lm_head.weight", 2, {256, 128}, 32768, 2904576, 5940224, 11880448, 12011520, CG_INIT_NORMAL, 0.02, 1},
+};
+
+/* Sharding of each parameter (dist.h RtShard): its full shape, the dim split
+ * over tp (with segments: a fused q,k,v weight), every pipeline stage. */
+static const RtShard shards[NPARAMS] = {
+    {2, {256, 128}, 0, {{0}}, -1},  // embed.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.0.norm_1.weight
+    {2, {192, 128}, 0, {{0}}, -1},  // blocks.0.attn.qkv.weight
+    {2, {128, 128}, 0, {{0}}, -1},  // blocks.0.attn.proj.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.0.norm_2.weight
+    {2, {344, 128}, 0, {{0}}, -1},  // blocks.0.mlp.gate.weight
+    {2, {344, 128}, 0, {{0}}, -1},  // blocks.0.mlp.up.weight
+    {2, {128, 344}, 0, {{0}}, -1},  // blocks.0.mlp.down.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.1.norm_1.weight
+    {2, {192, 128}, 0, {{0}}, -1},  // blocks.1.attn.qkv.weight
+    {2, {128, 128}, 0, {{0}}, -1},  // blocks.1.attn.proj.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.1.norm_2.weight
+    {2, {344, 128}, 0, {{0}}, -1},  // blocks.1.mlp.gate.weight
+    {2, {344, 128}, 0, {{0}}, -1},  // blocks.1.mlp.up.weight
+    {2, {128, 344}, 0, {{0}}, -1},  // blocks.1.mlp.down.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.2.norm_1.weight
+    {2, {192, 128}, 0, {{0}}, -1},  // blocks.2.attn.qkv.weight
+    {2, {128, 128}, 0, {{0}}, -1},  // blocks.2.attn.proj.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.2.norm_2.weight
+    {2, {344, 128}, 0, {{0}}, -1},  // blocks.2.mlp.gate.weight
+    {2, {344, 128}, 0, {{0}}, -1},  // blocks.2.mlp.up.weight
+    {2, {128, 344}, 0, {{0}}, -1},  // blocks.2.mlp.down.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.3.norm_1.weight
+    {2, {192, 128}, 0, {{0}}, -1},  // blocks.3.attn.qkv.weight
+    {2, {128, 128}, 0, {{0}}, -1},  // blocks.3.attn.proj.weight
+    {1, {128}, 0, {{0}}, -1},  // blocks.3.norm_2.weight
+    {2, {344, 128}, 0, {{0}}, -1},  // blocks.3.mlp.gate.weight
+    {2, {344, 128}, 0, {{0}}, -1},  // blocks.3.mlp.up.weight
+    {2, {128, 344}, 0, {{0}}, -1},  // blocks.3.mlp.down.weight
+    {1, {128}, 0, {{0}}, -1},  // norm.weight
+    {2, {256, 128}, 0, {{0}}, -1},  // lm_head.weight
+};
+
+/* Full tensors (init, checkpoints): offsets in a buffer of GLOBAL_BYTES. */
+static CgParam gparams[NPARAMS] = {
+    {"embed.weight", 2, {256, 128}, 32768, 0, -1, 131072, 262144, params[0].init, params[0].std, params[0].decay},
+    {"blocks.0.norm_1.weight", 1, {128}, 128, 393216, -1, 393728, 394240, params[1].init, params[1].std, params[1].decay},
+    {"blocks.0.attn.qkv.weight", 2, {192, 128}, 24576, 394752, -1, 493056, 591360, params[2].init, params[2].std, params[2].decay},
+    {"blocks.0.attn.proj.weight", 2, {128, 128}, 16384, 689664, -1, 755200, 820736, params[3].init, params[3].std, params[3].decay},
+    {"blocks.0.norm_2.weight", 1, {128}, 128, 886272, -1, 886784, 887296, params[4].init, params[4].std, params[4].decay},
+    {"blocks.0.mlp.gate.weight", 2, {344, 128}, 44032, 887808, -1, 1063936, 1240064, params[5].init, params[5].std, params[5].decay},
+    {"blocks.0.mlp.up.weight", 2, {344, 128}, 44032, 1416192, -1, 1592320, 1768448, params[6].init, params[6].std, params[6].decay},
+    {"blocks.0.mlp.down.weight", 2, {128, 344}, 44032, 1944576, -1, 2120704, 2296832, params[7].init, params[7].std, params[7].decay},
+    {"blocks.1.norm_1.weight", 1, {128}, 128, 2472960, -1, 2473472, 2473984, params[8].init, params[8].std, params[8].decay},
+    {"blocks.1.attn.qkv.weight", 2, {192, 128}, 24576, 2474496, -1, 2572800, 2671104, params[9].init, params[9].std, params[9].decay},
+    {"blocks.1.attn.proj.weight", 2, {128, 128}, 16384, 2769408, -1, 2834944, 2900480, params[10].init, params[10].std, params[10].decay},
+    {"blocks.1.norm_2.weight", 1, {128}, 128, 2966016, -1, 2966528, 2967040, params[11].init, params[11].std, params[11].decay},
+    {"blocks.1.mlp.gate.weight", 2, {344, 128}, 44032, 2967552, -1, 3143680, 3319808, params[12].init, params[12].std, params[12].decay},
+    {"blocks.1.mlp.up.weight", 2, {344, 128}, 44032, 3495936, -1, 3672064, 3848192, params[13].init, params[13].std, params[13].decay},
+    {"blocks.1.mlp.down.weight", 2, {128, 344}, 44032, 4024320, -1, 4200448, 4376576, params[14].init, params[14].std, params[14].decay},
+    {"blocks.2.norm_1.weight", 1, {128}, 128, 4552704, -1, 4553216, 4553728, params[15].init, params[15].std, params[15].decay},
+    {"blocks.2.attn.qkv.weight", 2, {192, 128}, 24576, 4554240, -1, 4652544, 4750848, params[16].init, params[16].std, params[16].decay},
+    {"blocks.2.attn.proj.weight", 2, {128, 128}, 16384, 4849152, -1, 4914688, 4980224, params[17].init, params[17].std, params[17].decay},
+    {"blocks.2.norm_2.weight", 1, {128}, 128, 5045760, -1, 5046272, 5046784, params[18].init, params[18].std, params[18].decay},
+    {"blocks.2.mlp.gate.weight", 2, {344, 128}, 44032, 5047296, -1, 5223424, 5399552, params[19].init, params[19].std, params[19].decay},
+    {"blocks.2.mlp.up.weight", 2, {344, 128}, 44032, 5575680, -1, 5751808, 5927936, params[20].init, params[20].std, params[20].decay},
+    {"blocks.2.mlp.down.weight", 2, {128, 344}, 44032, 6104064, -1, 6280192, 6456320, params[21].init, params[21].std, params[21].decay},
+    {"blocks.3.norm_1.weight", 1, {128}, 128, 6632448, -1, 6632960, 6633472, params[22].init, params[22].std, params[22].decay},
+    {"blocks.3.attn.qkv.weight", 2, {192, 128}, 24576, 6633984, -1, 6732288, 6830592, params[23].init, params[23].std, params[23].decay},
+    {"blocks.3.attn.proj.weight", 2, {128, 128}, 16384, 6928896, -1, 6994432, 7059968, params[24].init, params[24].std, params[24].decay},
+    {"blocks.3.norm_2.weight", 1, {128}, 128, 7125504, -1, 7126016, 7126528, params[25].init, params[25].std, params[25].decay},
+    {"blocks.3.mlp.gate.weight", 2, {344, 128}, 44032, 7127040, -1, 7303168, 7479296, params[26].init, params[26].std, params[26].decay},
+    {"blocks.3.mlp.up.weight", 2, {344, 128}, 44032, 7655424, -1, 7831552, 8007680, params[27].init, params[27].std, params[27].decay},
+    {"blocks.3.mlp.down.weight", 2, {128, 344}, 44032, 8183808, -1, 8359936, 8536064, params[28].init, params[28].std, params[28].decay},
+    {"norm.weight", 1, {128}, 128, 8712192, -1, 8712704, 8713216, params[29].init, params[29].std, params[29].decay},
+    {"lm_head.weight", 2, {256, 128}, 32768, 8713728, -1, 8844800, 8975872, params[30].init, params[30].std, params[30].decay},
+};
+#define GLOBAL_BYTES 9106944LL
+
+/* Weight of each gradient in the global norm: 1 / the tp ranks holding the
+ * same elements (a replicated tensor is counted once). */
+static const double norm_w[NPARAMS] = {
+    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
+    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
+    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
+    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
 };
 
 /* Loss of each cross_entropy (in double) and the rows it averaged over. */
@@ -867,26 +956,6 @@ static int comm_finish(int status) {
   return status;
 }
 
-/* Sum over the ranks, in place (gradients). */
-static void allreduce_sum(float *buf, size_t n) {
-#ifdef SHARDC_MPI
-  for (size_t i = 0; i < n; i += (size_t)1 << 30) {
-    int count = (int)(n - i < ((size_t)1 << 30) ? n - i : (size_t)1 << 30);
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf + i, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-  }
-#else
-  (void)buf;
-  (void)n;
-#endif
-}
-
-static double allreduce_sum_double(double x) {
-#ifdef SHARDC_MPI
-  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-#endif
-  return x;
-}
-
 /* A collective decision: every rank learns whether all ranks are fine.  A
  * failing rank prints its error (only rank 0's when rank 0 failed too). */
 static int all_ok(int ok) {
@@ -913,7 +982,8 @@ static const char PLAN[] =
     "params:   758,912 in 31 tensors (2.90 MiB fp32)\n"
     "flops:    1.225e+09 forward per microbatch (256 tokens); 7.35e+09 per step fwd+bwd\n"
     "graph:    194 nodes (121 forward), 245 values\n"
-    "memory:   23,401,472 bytes per rank (22.32 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.74 MiB at node 127\n";
+    "memory:   23,401,472 bytes per rank (22.32 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.74 MiB at node 127\n"
+    "comm:     3,035,648 bytes sent per rank per step (dp 3,035,648)\n";
 
 static const CgModel model = {
     .name = "llama", .source = "samples/llama.shard", .mesh = "laptop", .plan = PLAN, .f64 = 0,
@@ -937,7 +1007,7 @@ static double run_microbatches(long step, int with_backward) {
   if (with_backward) memset(arena + GRADS_OFFSET, 0, GRADS_BYTES);
   double loss = 0;
   for (int k = 0; k < MICROBATCHES; k++) {
-    int row0 = rank * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;
+    int row0 = mesh.coord[RT_AX_DP] * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;
     // $tokens, $targets
     rt_check(cg_data_batch(&data, step, row0, MICROBATCH, I(12142592), I(12143616)));
     loss += forward(step, row0);
@@ -946,11 +1016,76 @@ static double run_microbatches(long step, int with_backward) {
   return loss / MICROBATCHES;
 }
 
+/* ---- the mesh: parameters, checkpoints and the step's reductions ----
+ * Every rank holds its shards; init and checkpoints go through the full
+ * tensors (gparams), so a checkpoint is the same file under any plan. */
+/* The model as full tensors (gparams in a buffer of GLOBAL_BYTES). */
+static CgModel gmodel_of(void) {
+  CgModel gm = model;
+  gm.params = gparams;
+  gm.arena_bytes = gm.persistent_bytes = GLOBAL_BYTES;
+  return gm;
+}
+
+static void init_params(uint64_t seed) {
+  CgModel gm = gmodel_of();
+  unsigned char *full = calloc(1, GLOBAL_BYTES);
+  if (!full) rt_mesh_fail(&mesh, "out of memory for the full parameters (%lld bytes)", GLOBAL_BYTES);
+  cg_init_params(&gm, full, seed);
+  for (int i = 0; i < NPARAMS; i++)
+    rt_shard_extract(&shards[i], &mesh, full + gparams[i].offset, arena + params[i].offset, 4);
+  free(full);
+}
+
+static int load_checkpoint(const char *path, long *step, int *weights_only) {
+  CgModel gm = gmodel_of();
+  unsigned char *full = calloc(1, GLOBAL_BYTES);
+  if (!full) return rt_errorf(RT_ERR_NOMEM, "out of memory for the full parameters");
+  int rc = cg_ckpt_load(&gm, full, path, step, weights_only);
+  if (rc == RT_OK)
+    for (int i = 0; i < NPARAMS; i++) {
+      rt_shard_extract(&shards[i], &mesh, full + gparams[i].offset, arena + params[i].offset, 4);
+      if (params[i].opt >= 0)
+        rt_shard_extract(&shards[i], &mesh, full + gparams[i].opt, arena + params[i].opt, 4);
+      if (params[i].opt2 >= 0)
+        rt_shard_extract(&shards[i], &mesh, full + gparams[i].opt2, arena + params[i].opt2, 4);
+    }
+  free(full);
+  return rc;
+}
+
+/* Gathered on rank 0, which writes the full tensors. */
 static int save_checkpoint(long steps_done) {
-  int ok = all_ok(rank != 0 || cg_ckpt_save(&model, arena, steps_done, args.save) == RT_OK);
-  if (ok && rank == 0 && !args.quiet)
-    printf("saved:    %s (step %ld)\n", args.save, steps_done);
+  CgModel gm = gmodel_of();
+  unsigned char *full = rank == 0 ? calloc(1, GLOBAL_BYTES) : NULL;
+  if (!all_ok(rank != 0 || full || rt_errorf(RT_ERR_NOMEM, "out of memory for the checkpoint") == RT_OK)) return 0;
+  for (int i = 0; i < NPARAMS; i++) {
+    rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].offset, full ? full + gparams[i].offset : NULL, 4));
+    if (params[i].opt >= 0)
+      rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].opt, full ? full + gparams[i].opt : NULL, 4));
+    if (params[i].opt2 >= 0)
+      rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].opt2, full ? full + gparams[i].opt2 : NULL, 4));
+  }
+  int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);
+  free(full);
+  if (ok && rank == 0 && !args.quiet) printf("saved:    %s (step %ld)\n", args.save, steps_done);
   return ok;
+}
+
+/* After the microbatches: gradients summed over the data-parallel ranks, and
+ * over tp for replicated parameters used on sequence shards. */
+static void sync_gradients(void) {
+  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(float), 4);
+}
+
+static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }
+
+/* The global norm of the summed gradients (before the 1/DP mean). */
+static double grad_norm(void) {
+  double ss = 0;
+  for (int i = 0; i < NPARAMS; i++)
+    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq_f32(F(params[i].grad), params[i].numel);
+  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_TP, ss));
 }
 
 int main(int argc, char **argv) {
@@ -964,15 +1099,17 @@ int main(int argc, char **argv) {
               RANKS, world, RANKS, argv[0]);
     return comm_finish(1);
   }
+  /* --gradcheck runs the data-parallel plan's program on one rank */
+  if (!all_ok(rt_mesh_init(&mesh, args.gradcheck ? 1 : DP, TP, 0, 1, 1) == RT_OK)) return comm_finish(1);
   cg_set_threads(world);
   RtArena *mem = NULL;
   if (!all_ok(cg_arena_create(&mem, &model) == RT_OK)) return comm_finish(1);
   arena = mem->base;
-  cg_init_params(&model, arena, args.seed);
+  init_params(args.seed);
   long step = 0;
   int weights_only = 0;
   if (args.load &&
-      !all_ok(cg_ckpt_load(&model, arena, args.load, &step, &weights_only) == RT_OK))
+      !all_ok(load_checkpoint(args.load, &step, &weights_only) == RT_OK))
     return comm_finish(1);
   if (args.save && !all_ok(rank != 0 || cg_ckpt_check_target(args.save) == RT_OK))
     return comm_finish(1);
@@ -1018,10 +1155,10 @@ int main(int argc, char **argv) {
     if (measure) cg_mem_poison(&model, arena);
     loss = run_microbatches(step, 1);
     size_t measured = measure ? cg_mem_highwater(&model, arena) : 0;
-    // data parallel: sum gradients and losses over the ranks
-    allreduce_sum(F(GRADS_OFFSET), GRADS_BYTES / sizeof(float));
-    loss = allreduce_sum_double(loss) / DP;
-    double norm = sqrt(rt_sumsq_f32(F(GRADS_OFFSET), GRADS_BYTES / sizeof(float))) / DP;
+    // sum gradients and losses over the ranks
+    sync_gradients();
+    loss = mean_loss(loss);
+    double norm = grad_norm() / DP;
     if (!isfinite(loss) || !isfinite(norm)) {
       double x = isfinite(loss) ? norm : loss;
       if (rank == 0)
@@ -1044,6 +1181,22 @@ int main(int argc, char **argv) {
              measured == ARENA_BYTES ? "" : "  MISMATCH");
       fflush(stdout);
     }
+    if (measure) {
+      unsigned long long counted = rt_mesh_total_bytes(&mesh);
+      /* every rank's count, for the line rank 0 prints */
+      double sum = rt_mesh_sum_double(&mesh, RT_AX_WORLD, (double)counted);
+      if (say) {
+        char a[32], b[32];
+        cg_commas(a, sizeof a, COMM_BYTES);
+        cg_commas(b, sizeof b, counted);
+        printf("comm:     planned %s bytes sent per rank per step, counted %s on rank 0 (%.0f over all ranks)%s\n",
+               a, b, sum, counted == COMM_BYTES ? "" : "  MISMATCH");
+        fflush(stdout);
+      }
+      if (counted != COMM_BYTES && getenv("SHARDC_STRICT_COMM"))
+        rt_mesh_fail(&mesh, "sent %llu bytes in step 1, the plan says %llu", counted, (unsigned long long)COMM_BYTES);
+    }
+    rt_mesh_reset_counts(&mesh);
     if (!all_ok(rank != 0 || rt_metrics_log(&log, step + 1, loss, lr, ms, tps) == RT_OK))
       return comm_finish(1);
     rt_progress_step(&progress, step + 1, loss, tps);

@@ -493,26 +493,6 @@ static int comm_finish(int status) {
   return status;
 }
 
-/* Sum over the ranks, in place (gradients). */
-static void allreduce_sum(double *buf, size_t n) {
-#ifdef SHARDC_MPI
-  for (size_t i = 0; i < n; i += (size_t)1 << 30) {
-    int count = (int)(n - i < ((size_t)1 << 30) ? n - i : (size_t)1 << 30);
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf + i, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-  }
-#else
-  (void)buf;
-  (void)n;
-#endif
-}
-
-static double allreduce_sum_double(double x) {
-#ifdef SHARDC_MPI
-  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-#endif
-  return x;
-}
-
 /* A collective decision: every rank learns whether all ranks are fine.  A
  * failing rank prints its error (only rank 0's when rank 0 failed too). */
 static int all_ok(int ok) {
@@ -572,11 +552,23 @@ static double run_microbatches(long step, int with_backward) {
   return loss / MICROBATCHES;
 }
 
+/* ---- one rank: parameters, checkpoints and the step's reductions ---- */
+static void init_params(uint64_t seed) { cg_init_params(&model, arena, seed); }
+
+static int load_checkpoint(const char *path, long *step, int *weights_only) {
+  return cg_ckpt_load(&model, arena, path, step, weights_only);
+}
+
 static int save_checkpoint(long steps_done) {
-  int ok = all_ok(rank != 0 || cg_ckpt_save(&model, arena, steps_done, args.save) == RT_OK);
-  if (ok && rank == 0 && !args.quiet)
-    printf("saved:    %s (step %ld)\n", args.save, steps_done);
+  int ok = all_ok(cg_ckpt_save(&model, arena, steps_done, args.save) == RT_OK);
+  if (ok && !args.quiet) printf("saved:    %s (step %ld)\n", args.save, steps_done);
   return ok;
+}
+
+static void sync_gradients(void) {}
+static double mean_loss(double loss) { return loss; }
+static double grad_norm(void) {
+  return sqrt(rt_sumsq_f64(F(GRADS_OFFSET), GRADS_BYTES / sizeof(double)));
 }
 
 int main(int argc, char **argv) {
@@ -594,11 +586,11 @@ int main(int argc, char **argv) {
   RtArena *mem = NULL;
   if (!all_ok(cg_arena_create(&mem, &model) == RT_OK)) return comm_finish(1);
   arena = mem->base;
-  cg_init_params(&model, arena, args.seed);
+  init_params(args.seed);
   long step = 0;
   int weights_only = 0;
   if (args.load &&
-      !all_ok(cg_ckpt_load(&model, arena, args.load, &step, &weights_only) == RT_OK))
+      !all_ok(load_checkpoint(args.load, &step, &weights_only) == RT_OK))
     return comm_finish(1);
   if (args.save && !all_ok(rank != 0 || cg_ckpt_check_target(args.save) == RT_OK))
     return comm_finish(1);
@@ -644,10 +636,10 @@ int main(int argc, char **argv) {
     if (measure) cg_mem_poison(&model, arena);
     loss = run_microbatches(step, 1);
     size_t measured = measure ? cg_mem_highwater(&model, arena) : 0;
-    // data parallel: sum gradients and losses over the ranks
-    allreduce_sum(F(GRADS_OFFSET), GRADS_BYTES / sizeof(double));
-    loss = allreduce_sum_double(loss) / DP;
-    double norm = sqrt(rt_sumsq_f64(F(GRADS_OFFSET), GRADS_BYTES / sizeof(double))) / DP;
+    // sum gradients and losses over the ranks
+    sync_gradients();
+    loss = mean_loss(loss);
+    double norm = grad_norm() / DP;
     if (!isfinite(loss) || !isfinite(norm)) {
       double x = isfinite(loss) ? norm : loss;
       if (rank == 0)
