@@ -67,6 +67,7 @@ typedef struct Emit {
   /* distributed: the program runs on a mesh of ranks (runtime/dist.h) */
   bool dist;
   int tp;
+  bool zero;            /* ZeRO-1: optimizer state and summed gradients in dp chunks */
 } Emit;
 
 static const char *rt_axis(int ax) {
@@ -449,7 +450,7 @@ int cg_check(Module *m, const char *target) {
   NOT_YET(p->tp2d > 1, "tp2d=%dx%d (2D tensor parallelism)", p->tp2d, p->tp2d);
   NOT_YET(p->sp > 1 || p->sp_kind == SP_RING, "sp=ring (ring attention)");
   NOT_YET(p->pp > 1, "pp=%d (pipeline parallelism)", p->pp);
-  NOT_YET(p->zero > 0, "zero=%d (optimizer-state sharding)", p->zero);
+  NOT_YET(p->zero > 1, "zero=%d (gradient and parameter sharding; zero=1 runs)", p->zero);
   NOT_YET(p->recompute != RECOMPUTE_NONE, "recompute=%s",
           p->recompute == RECOMPUTE_FULL ? "full" : "selective");
 #undef NOT_YET
@@ -1100,6 +1101,12 @@ static void emit_prelude(Emit *e) {
         plan_comm_bytes(m, NULL) * (uint64_t)e->scale);
   }
   if (e->dist && e->data == DATA_TOKENS) DEF("VOCAB", "token ids are below it", "%d", e->vocab);
+  if (e->zero) {
+    DEF("ZERO_CHUNK", "ZeRO-1: elements of the flat parameters per dp rank", "%" PRId64 "LL", mp->zero_chunk);
+    DEF("GSHARD_OFFSET", "this rank's chunk of the summed gradients", "%" PRId64 "LL",
+        mp->zero_gshard_offset * e->scale);
+    DEF("OPT_OFFSET", "optimizer state of this rank's chunk", "%" PRId64 "LL", mp->zero_opt_offset * e->scale);
+  }
   DEF("MICROBATCHES", "forward+backward passes per step and rank", "%d", mb);
   DEF("MICROBATCH", "rows per pass", "%lld", (long long)t->microbatch);
   DEF("BATCH", "rows per step over all ranks", "%lld", (long long)t->batch);
@@ -1141,9 +1148,9 @@ static void emit_params(Emit *e) {
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     int64_t gr = p->grad ? off(e, root(p->grad)) : -1;
-    int64_t m1 = p->grad && (adam || mom) ? p->opt_offset * e->scale : -1;
+    int64_t m1 = p->grad && (adam || mom) && !e->zero ? p->opt_offset * e->scale : -1;
     int64_t stride = (numel(p) * 4 + 63) / 64 * 64 * e->scale;
-    int64_t m2 = p->grad && adam ? m1 + stride : -1;
+    int64_t m2 = p->grad && adam && !e->zero ? m1 + stride : -1;
     const char *init = !strcmp(p->init, "ones") ? "CG_INIT_ONES"
                        : !strcmp(p->init, "zeros") ? "CG_INIT_ZEROS" : "CG_INIT_NORMAL";
     double std = !strcmp(p->init, "normal_scaled") ? 0.02 / sqrt((double)nscaled)
@@ -1240,7 +1247,51 @@ static void emit_passes(Emit *e) {
   P(e, "}\n\n");
 }
 
+/* ZeRO-1: each rank updates the elements of its chunk [lo, lo + ZERO_CHUNK)
+ * of the flat parameter range with its summed-gradient chunk and its
+ * optimizer state, then the ranks all-gather the parameters. */
+static void emit_optimizer_zero(Emit *e) {
+  const Optimizer *o = &e->m->train.opt;
+  bool adam = !strcmp(o->kind, "adamw");
+  char lr_wd[64], b1[64], b2[64], eps[64], mo[64];
+  cg_literal(lr_wd, sizeof lr_wd, o->weight_decay, 1);
+  cg_literal(b1, sizeof b1, o->beta1, 1);
+  cg_literal(b2, sizeof b2, o->beta2, 1);
+  cg_literal(eps, sizeof eps, o->eps, 1);
+  cg_literal(mo, sizeof mo, o->momentum, 1);
+  const char *wd = o->weight_decay ? arena_printf("p->decay ? %s : 0.0", lr_wd) : "0.0";
+  int nstate = adam ? 2 : o->momentum > 0 ? 1 : 0;
+  P(e, "/* ---- optimizer (ZeRO-1 over dp) ----\n"
+       " * %s on this rank's chunk of the flat parameters; its optimizer state\n"
+       " * holds ZERO_CHUNK elements per moment.  Then the parameters are all-gathered. */\n",
+    adam ? "AdamW (torch.optim.AdamW)" : "SGD (torch.optim.SGD)");
+  P(e, "static void optimizer_step(long t, double lr, double grad_scale) {\n");
+  if (!adam) P(e, "  (void)t;\n");
+  P(e, "  const size_t lo = (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK, hi = lo + ZERO_CHUNK;\n"
+       "  %s *g = F(GSHARD_OFFSET), *m1 = F(OPT_OFFSET);\n", e->R);
+  if (nstate == 2) P(e, "  %s *m2 = m1 + ZERO_CHUNK;\n", e->R);
+  P(e, "  for (int i = 0; i < NPARAMS; i++) {\n"
+       "    const CgParam *p = &params[i];\n"
+       "    size_t a = p->offset / sizeof(%s), b = a + p->numel;\n"
+       "    if (p->grad < 0 || b <= lo || a >= hi) continue;\n"
+       "    if (a < lo) a = lo;\n"
+       "    if (b > hi) b = hi;\n", e->R);
+  if (adam)
+    P(e, "    rt_adamw_step%s((%s *)arena + a, g + (a - lo), m1 + (a - lo), m2 + (a - lo), b - a, lr, %s, %s,\n"
+         "                    %s, %s, t, grad_scale);\n", e->S, e->R, b1, b2, eps, wd);
+  else
+    P(e, "    rt_sgd_step%s((%s *)arena + a, g + (a - lo), %s, b - a, lr, %s, %s, grad_scale);\n", e->S,
+      e->R, nstate ? "m1 + (a - lo)" : "NULL", mo, wd);
+  P(e, "  }\n"
+       "  rt_allgather_dim(&mesh, RT_AX_DP, arena, (%s *)arena + lo, 1, ZERO_CHUNK, %d, NULL);\n"
+       "}\n\n", e->R, e->f64 ? 8 : 4);
+}
+
 static void emit_optimizer(Emit *e) {
+  if (e->zero) {
+    emit_optimizer_zero(e);
+    return;
+  }
   const Optimizer *o = &e->m->train.opt;
   char lr_wd[64];
   cg_literal(lr_wd, sizeof lr_wd, o->weight_decay, 1);
@@ -1274,6 +1325,12 @@ static void emit_optimizer(Emit *e) {
       o->weight_decay ? arena_printf("p->decay ? %s : 0.0", lr_wd) : "0.0");
   }
   P(e, "  }\n}\n\n");
+}
+
+/* Optimizer moments per parameter (AdamW 2, SGD with momentum 1). */
+static int zero_states(Emit *e) {
+  const Optimizer *o = &e->m->train.opt;
+  return !strcmp(o->kind, "adamw") ? 2 : o->momentum > 0 ? 1 : 0;
 }
 
 /* The pieces of main() that differ between one rank and a mesh. */
@@ -1326,8 +1383,20 @@ static void emit_step_support(Emit *e) {
        "        rt_shard_extract(&shards[i], &mesh, full + gparams[i].opt, arena + params[i].opt, %d);\n"
        "      if (params[i].opt2 >= 0)\n"
        "        rt_shard_extract(&shards[i], &mesh, full + gparams[i].opt2, arena + params[i].opt2, %d);\n"
-       "    }\n"
-       "  free(full);\n  return rc;\n}\n\n", es, es, es);
+       "    }\n", es, es, es);
+  if (e->zero)
+    P(e, "  /* ZeRO-1: this rank's chunk of each moment, through a flat copy laid out\n"
+         "   * like the parameters */\n"
+         "  unsigned char *flat = rc == RT_OK ? calloc(1, (size_t)ZERO_CHUNK * DP * %d) : NULL;\n"
+         "  if (rc == RT_OK && !flat) rc = rt_errorf(RT_ERR_NOMEM, \"out of memory for the optimizer state\");\n"
+         "  for (int k = 0; rc == RT_OK && k < %d; k++) {\n"
+         "    for (int i = 0; i < NPARAMS; i++)\n"
+         "      if (gparams[i].opt >= 0)\n"
+         "        rt_shard_extract(&shards[i], &mesh, full + (k ? gparams[i].opt2 : gparams[i].opt), flat + params[i].offset, %d);\n"
+         "    memcpy(arena + OPT_OFFSET + (size_t)k * ZERO_CHUNK * %d, flat + (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK * %d, (size_t)ZERO_CHUNK * %d);\n"
+         "  }\n"
+         "  free(flat);\n", es, zero_states(e), es, es, es, es);
+  P(e, "  free(full);\n  return rc;\n}\n\n");
   P(e, "/* Gathered on rank 0, which writes the full tensors. */\n"
        "static int save_checkpoint(long steps_done) {\n"
        "  CgModel gm = gmodel_of();\n"
@@ -1339,29 +1408,60 @@ static void emit_step_support(Emit *e) {
        "      rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].opt, full ? full + gparams[i].opt : NULL, %d));\n"
        "    if (params[i].opt2 >= 0)\n"
        "      rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].opt2, full ? full + gparams[i].opt2 : NULL, %d));\n"
-       "  }\n"
-       "  int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);\n"
+       "  }\n", es, es, es);
+  if (e->zero)
+    P(e, "  /* ZeRO-1: the moments' chunks gathered over dp into a flat copy laid out\n"
+         "   * like the parameters, then per tensor like them */\n"
+         "  unsigned char *flat = calloc(1, (size_t)ZERO_CHUNK * DP * %d);\n"
+         "  if (!flat) rt_mesh_fail(&mesh, \"out of memory for the optimizer state\");\n"
+         "  for (int k = 0; k < %d; k++) {\n"
+         "    rt_check(rt_gather_flat(&mesh, RT_AX_DP, arena + OPT_OFFSET + (size_t)k * ZERO_CHUNK * %d, ZERO_CHUNK, flat, %d));\n"
+         "    for (int i = 0; i < NPARAMS; i++)\n"
+         "      if (gparams[i].opt >= 0)\n"
+         "        rt_check(rt_shard_gather(&shards[i], &mesh, flat + params[i].offset, full ? full + (k ? gparams[i].opt2 : gparams[i].opt) : NULL, %d));\n"
+         "  }\n"
+         "  free(flat);\n", es, zero_states(e), es, es, es);
+  P(e, "  int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);\n"
        "  free(full);\n"
        "  if (ok && rank == 0 && !args.quiet) printf(\"saved:    %%s (step %%ld)\\n\", args.save, steps_done);\n"
-       "  return ok;\n}\n\n", es, es, es);
+       "  return ok;\n}\n\n");
   P(e, "/* After the microbatches: gradients summed over the data-parallel ranks, and\n"
        " * over tp for replicated parameters used on sequence shards. */\n"
-       "static void sync_gradients(void) {\n"
-       "  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
+       "static void sync_gradients(void) {\n");
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     if (!p->grad || !(p->grad_partial & (1u << AX_TP))) continue;
     P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, root(p->grad)),
       numel(p), es, p->name);
   }
+  if (e->zero)
+    P(e, "  /* ZeRO-1: each rank receives the sum of its own chunk only */\n"
+         "  rt_reduce_scatter_dim(&mesh, RT_AX_DP, F(GSHARD_OFFSET), F(GRADS_OFFSET), 1, ZERO_CHUNK, %d, NULL);\n", es);
+  else
+    P(e, "  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
   P(e, "}\n\n");
   P(e, "static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }\n\n");
-  P(e, "/* The global norm of the summed gradients (before the 1/DP mean). */\n"
-       "static double grad_norm(void) {\n"
-       "  double ss = 0;\n"
-       "  for (int i = 0; i < NPARAMS; i++)\n"
-       "    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq%s(F(params[i].grad), params[i].numel);\n"
-       "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_TP, ss));\n}\n\n", e->S);
+  if (e->zero)
+    P(e, "/* The global norm of the summed gradients (before the 1/DP mean): each rank\n"
+         " * holds the sums of its chunk. */\n"
+         "static double grad_norm(void) {\n"
+         "  const size_t lo = (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK, hi = lo + ZERO_CHUNK;\n"
+         "  double ss = 0;\n"
+         "  for (int i = 0; i < NPARAMS; i++) {\n"
+         "    size_t a = params[i].offset / sizeof(%s), b = a + params[i].numel;\n"
+         "    if (params[i].grad < 0 || b <= lo || a >= hi) continue;\n"
+         "    if (a < lo) a = lo;\n"
+         "    if (b > hi) b = hi;\n"
+         "    ss += norm_w[i] * rt_sumsq%s(F(GSHARD_OFFSET) + (a - lo), b - a);\n"
+         "  }\n"
+         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss));\n}\n\n", R, e->S);
+  else
+    P(e, "/* The global norm of the summed gradients (before the 1/DP mean). */\n"
+         "static double grad_norm(void) {\n"
+         "  double ss = 0;\n"
+         "  for (int i = 0; i < NPARAMS; i++)\n"
+         "    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq%s(F(params[i].grad), params[i].numel);\n"
+         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_TP, ss));\n}\n\n", e->S);
 }
 
 static void emit_comms(Emit *e) {
@@ -1630,6 +1730,7 @@ int cg_emit_cpu_opts(FILE *out, Module *m, const CgOptions *opt) {
   e.nn = e.g->nodes.len;
   e.dist = cg_needs_mpi(m);
   e.tp = m->train.plan.tp;
+  e.zero = e.dist && m->train.plan.zero >= 1 && m->train.plan.dp > 1;
   if (e.dist && e.f64 && e.tp > 1) {
     diag_fatal_noloc("--precision=fp64 builds are for single-rank gradient checks; build with "
                      "--mesh laptop --strategy dp=1 or fp32");

@@ -166,6 +166,32 @@ int pass_memplan(Module *m) {
     off += align_up(bytes_of(p));
   }
   mp->param_bytes = off;
+  const Optimizer *o = &m->train.opt;
+  int nstate = !o->kind ? 0 : !strcmp(o->kind, "adamw") ? 2 : o->momentum > 0 ? 1 : 0;
+  const Plan *plan = &m->train.plan;
+  if (plan->zero >= 1 && plan->dp > 1) {
+    /* ZeRO-1: parameters and gradients as dp equal chunks of one flat
+     * range (a gradient at its parameter's offset + the region), then this
+     * rank's summed-gradient chunk and the optimizer state of its chunk. */
+    int64_t elems = (mp->param_bytes / 4 + plan->dp - 1) / plan->dp;
+    mp->zero_chunk = (elems + 15) / 16 * 16;
+    int64_t region = mp->zero_chunk * 4 * plan->dp;
+    mp->param_bytes = region;
+    for (int i = 0; i < g->params.len; i++) {
+      Value *p = g->params.data[i];
+      if (!p->grad) continue;
+      Value *d = root(p->grad);
+      d->persistent = true;
+      d->offset = p->offset + region;
+    }
+    mp->grad_bytes = region;
+    mp->zero_gshard_offset = 2 * region;
+    mp->zero_opt_offset = 2 * region + mp->zero_chunk * 4;
+    mp->optstate_bytes = nstate * mp->zero_chunk * 4;
+    mp->persistent_bytes = mp->zero_opt_offset + mp->optstate_bytes;
+    off = mp->persistent_bytes;
+    goto transient;
+  }
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     if (!p->grad) continue;
@@ -175,8 +201,6 @@ int pass_memplan(Module *m) {
     off += align_up(bytes_of(d));
   }
   mp->grad_bytes = off - mp->param_bytes;
-  const Optimizer *o = &m->train.opt;
-  int nstate = !o->kind ? 0 : !strcmp(o->kind, "adamw") ? 2 : o->momentum > 0 ? 1 : 0;
   for (int i = 0; i < g->params.len && nstate; i++) {
     Value *p = g->params.data[i];
     if (!p->grad) continue;
@@ -185,6 +209,8 @@ int pass_memplan(Module *m) {
   }
   mp->optstate_bytes = off - mp->param_bytes - mp->grad_bytes;
   mp->persistent_bytes = off;
+
+transient:;
 
   /* Transient: walk the schedule; free what died before node i, then place
    * what is born at i. */

@@ -124,7 +124,11 @@ uint64_t plan_comm_bytes(const Module *m, uint64_t *per_axis) {
   }
   /* the step: gradients summed over dp, and over tp where partial */
   if (m->train.mesh && m->train.mesh->ndev > 1) {
-    ax[AX_DP] += rt_vol_allreduce((uint64_t)m->mem.grad_bytes, p->dp);
+    if (m->mem.zero_chunk)  /* ZeRO-1: reduce-scatter the gradients, all-gather the parameters */
+      ax[AX_DP] += rt_vol_reduce_scatter((uint64_t)m->mem.grad_bytes, p->dp) +
+                   rt_vol_allgather((uint64_t)m->mem.param_bytes, p->dp);
+    else
+      ax[AX_DP] += rt_vol_allreduce((uint64_t)m->mem.grad_bytes, p->dp);
     for (int i = 0; i < g->params.len; i++) {
       const Value *v = g->params.data[i];
       if (v->grad && (v->grad_partial & (1u << AX_TP)))

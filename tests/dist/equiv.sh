@@ -54,6 +54,9 @@ reference gpt && {
   check gpt 4 tp=2,sp=megatron,dp=2
   check gpt 8 tp=4,dp=2
   check gpt 8 tp=2,sp=megatron,dp=4
+  check gpt 4 dp=4,zero=1
+  check gpt 4 tp=2,dp=2,zero=1
+  check gpt 8 tp=2,sp=megatron,dp=4,zero=1
 }
 reference llama && {
   check llama 2 tp=2
@@ -61,8 +64,22 @@ reference llama && {
   check llama 4 tp=2,sp=megatron,dp=2
 }
 
+# Memory shrinks as theory says: tp=4 holds a quarter of every split
+# weight; ZeRO-1 at dp=4 a quarter of the optimizer state.
+"$bin" compile samples/gpt.shard --mesh 1 --strategy dp=1 --emit=ir >"$tmp/ref.ir" 2>&1
+"$bin" compile samples/gpt.shard --mesh 4 --strategy tp=4 --emit=ir >"$tmp/tp4.ir" 2>&1
+if [ -f "$tmp/gpt-4-dp_4_zero_1/model.c" ] && [ -f "$tmp/gpt-4-dp_4/model.c" ] &&
+   cmp=$(tests/dist/shrink.py "$tmp/ref.ir" "$tmp/tp4.ir" 4 "$tmp/gpt-ref/model.c" \
+         "$tmp/gpt-4-dp_4_zero_1/model.c" "$tmp/gpt-4-dp_4/model.c" 4); then
+  ok
+  echo "  memory: $cmp"
+else
+  bad "memory shrink: ${cmp:-programs missing}"
+fi
+
 # Resharding: save at step 5 under tp=2,dp=2, resume under tp=4 with
-# Megatron-SP; the result must be the single-rank run's.
+# Megatron-SP (and from ZeRO-1 to plain dp); the result must be the
+# single-rank run's.
 d1="$tmp/gpt-4-tp_2_dp_2" d2="$tmp/gpt-4-tp_4_sp_megatron"
 if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
   train "$d1" --steps 5 --quiet --log "$tmp/rs.jsonl" --save "$tmp/rs5.st"
@@ -75,6 +92,20 @@ if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
     echo "  reshard tp=2,dp=2 -> tp=4,sp=megatron at step 5: $cmp"
   else
     bad "reshard: $cmp"
+  fi
+fi
+d1="$tmp/gpt-4-dp_4_zero_1" d2="$tmp/gpt-8-tp_4_dp_2"
+if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
+  train "$d1" --steps 5 --quiet --log "$tmp/rz.jsonl" --save "$tmp/rz5.st"
+  [ $rc -eq 0 ] || bad "reshard zero: first half: $out"
+  train "$d2" --steps $STEPS --quiet --load "$tmp/rz5.st" --log "$tmp/rz.jsonl" --save "$tmp/rz.st"
+  if [ $rc -ne 0 ]; then
+    bad "reshard zero: resume: $out"
+  elif cmp=$(tests/dist/compare.py "$tmp/gpt-ref.jsonl" "$tmp/rz.jsonl" "$tmp/gpt-ref.st" "$tmp/rz.st"); then
+    ok
+    echo "  reshard dp=4,zero=1 -> tp=4,dp=2 at step 5: $cmp"
+  else
+    bad "reshard zero: $cmp"
   fi
 fi
 finish
