@@ -19,6 +19,7 @@ int pass_shape(Module *m);
 int pass_shard(Module *m);
 int pass_autodiff(Module *m);
 int pass_memplan(Module *m);
+int pass_commcheck(Module *m);
 
 /* Human-readable plan summary (--emit=plan, and the header of generated code). */
 void report_plan(FILE *out, const Module *m, const char *prefix);

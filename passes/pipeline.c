@@ -9,5 +9,6 @@ const Pass pass_list[] = {
     {"shard", "tensor parallelism: sharding specs, local shapes, collectives", pass_shard},
     {"autodiff", "append the backward pass: accumulating gradient ops, seeded with 1/mb", pass_autodiff},
     {"memplan", "liveness and static arena offsets; exact planned peak bytes per rank", pass_memplan},
+    {"commcheck", "prove every rank issues matching collectives in a deadlock-free order", pass_commcheck},
 };
 const int pass_count = sizeof pass_list / sizeof pass_list[0];
