@@ -10,8 +10,8 @@
 # bench/results/strategies-DATE.txt.
 #   bench/strategies.sh [STEPS [ROUNDS]]     (default 30 steps, 3 rounds)
 #
-# Strategies the code generator refuses (zero=N so far) are listed under the
-# table with shardc's message; any other build or run failure stops the
+# Strategies the code generator refuses (zero=2, pp, tp2d, sp=ring and
+# recompute so far) are listed under the table with shardc's message; any other build or run failure stops the
 # script with a nonzero status.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -37,7 +37,7 @@ strategies=(
   tp=2,sp=megatron,dp=2,mb=2
 )
 # Kept in the table when shardc builds them, listed as refused otherwise.
-optional=(dp=4,zero=1 dp=4,zero=2)
+optional=(dp=4,zero=1 dp=4,zero=2 pp=2,dp=2 tp2d=2x2 sp=ring:2,dp=2 dp=4,recompute=selective)
 
 if [ -x "$root/build/shardc" ]; then
   cmake --build "$root/build" -j"$cores" >/dev/null

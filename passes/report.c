@@ -91,6 +91,9 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
             pf, a, human_bytes((double)mp->arena_bytes), human_bytes((double)mp->param_bytes),
             human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
             human_bytes((double)mp->transient_peak), mp->peak_node);
+    if (p->pp > 1 || p->sp > 1 || p->tp2d > 1)
+      fprintf(out, "%s          (pp, sp=ring and tp2d are not applied by the passes yet: the memory "
+                   "and communication shown leave them out)\n", pf);
     uint64_t ax[AX_COUNT];
     uint64_t total = plan_comm_bytes(m, ax);
     if (t->mesh && t->mesh->ndev > 1) {
