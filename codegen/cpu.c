@@ -77,14 +77,11 @@ static const char *rt_axis(int ax) {
   return ax >= 0 && ax < AX_COUNT ? n[ax] : "RT_AX_WORLD";
 }
 
-/* A collective along dim d of `full` over P ranks: rows before d (outer)
- * and elements of one rank's chunk per outer row (inner). */
-static void dim_split(const Value *full, int d, int P, int64_t *outer, int64_t *inner) {
-  int64_t o = 1, in = 1;
-  for (int k = 0; k < d; k++) o *= full->shape.d[k].n;
-  for (int k = d; k < full->shape.ndim; k++) in *= full->shape.d[k].n;
-  *outer = o;
-  *inner = in / P;
+/* The dim of parameter p split over a mesh axis, -1 when it is whole. */
+static int split_dim_of(const Value *p) {
+  for (int k = 0; k < p->shape.ndim; k++)
+    if (p->shard.axis[k] >= 0) return k;
+  return -1;
 }
 
 static void P(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -817,7 +814,7 @@ static void emit_fwd(Emit *e, Node *n, int i) {
   case OP_SHARD: {
     bool gather = n->op == OP_ALLGATHER || n->op == OP_ALLGATHER_G;
     int64_t outer, inner;
-    dim_split(gather ? y : x[0], (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
+    ir_dim_split(&(gather ? y : x[0])->shape, (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
     comment(e, &n, 1);
     if (n->op == OP_SHARD)
       P(e, "  cg_chunk_copy(%s, %s, %" PRId64 ", %" PRId64 ", %d, mesh.coord[%s], %d);\n", ref(e, y),
@@ -882,9 +879,7 @@ static void emit_bwd(Emit *e, Node *n, int i) {
   Value **x = n->in, **d = n->outs;
   const char *S = e->S;
   switch (n->op) {
-  case OP_FILL:
-    emit_fwd(e, n, i);
-    return;
+  case OP_FILL:  /* and the adjoints' collectives: forward ops writing new buffers */
   case OP_ALLREDUCE: case OP_ALLGATHER: case OP_ALLGATHER_G: case OP_REDUCE_SCATTER: case OP_SHARD:
     emit_fwd(e, n, i);
     return;
@@ -944,7 +939,7 @@ static void emit_bwd(Emit *e, Node *n, int i) {
     return;
   case OP_SHARD_BWD: {
     int64_t outer, inner;
-    dim_split(x[1], (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
+    ir_dim_split(&x[1]->shape, (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
     P(e, "  cg_chunk_acc%s(%s, %s, %" PRId64 ", %" PRId64 ", %d, mesh.coord[%s]);\n", S, ref(e, d[0]),
       ref(e, x[0]), outer, inner, (int)n->a.i[1], rt_axis((int)n->a.i[2]));
     return;
@@ -1127,6 +1122,11 @@ static void emit_prelude(Emit *e) {
   if (e->dist) P(e, "/* The device mesh: this rank's coordinates and communicators (dist.h). */\nstatic RtMesh mesh;\n\n");
 }
 
+/* "256, 128": the dims of s, for a C initializer. */
+static void emit_dims(Emit *e, const Shape *s) {
+  for (int k = 0; k < s->ndim; k++) P(e, "%s%" PRId64, k ? ", " : "", s->d[k].n);
+}
+
 static void emit_params(Emit *e) {
   Graph *g = e->g;
   /* normal_scaled: std 0.02/sqrt(K), K = the number of normal_scaled tensors
@@ -1156,7 +1156,7 @@ static void emit_params(Emit *e) {
     double std = !strcmp(p->init, "normal_scaled") ? 0.02 / sqrt((double)nscaled)
                  : !strcmp(p->init, "normal") ? 0.02 : 0;
     P(e, "    {\"%s\", %d, {", p->name, p->shape.ndim);
-    for (int k = 0; k < p->shape.ndim; k++) P(e, "%s%" PRId64, k ? ", " : "", p->shape.d[k].n);
+    emit_dims(e, &p->shape);
     char lit[64];
     cg_literal(lit, sizeof lit, std, 1);
     P(e, "}, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %s, %d},\n",
@@ -1172,10 +1172,8 @@ static void emit_params(Emit *e) {
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     P(e, "    {%d, {", p->gshape.ndim);
-    for (int k = 0; k < p->gshape.ndim; k++) P(e, "%s%" PRId64, k ? ", " : "", p->gshape.d[k].n);
-    int d = -1;
-    for (int k = 0; k < p->shape.ndim; k++)
-      if (p->shard.axis[k] >= 0) d = k;
+    emit_dims(e, &p->gshape);
+    int d = split_dim_of(p);
     if (d < 0) {
       P(e, "}, 0, {{0}}, -1},  // %s\n", p->name);
       continue;
@@ -1199,7 +1197,7 @@ static void emit_params(Emit *e) {
     if (p->grad && (adam || mom)) o1 = goff, goff += sz;
     if (p->grad && adam) o2 = goff, goff += sz;
     P(e, "    {\"%s\", %d, {", p->name, p->gshape.ndim);
-    for (int k = 0; k < p->gshape.ndim; k++) P(e, "%s%" PRId64, k ? ", " : "", p->gshape.d[k].n);
+    emit_dims(e, &p->gshape);
     P(e, "}, %" PRId64 ", %" PRId64 ", -1, %" PRId64 ", %" PRId64 ", params[%d].init, "
          "params[%d].std, params[%d].decay},\n", n, o0, o1, o2, i, i, i);
   }
@@ -1208,9 +1206,7 @@ static void emit_params(Emit *e) {
        " * same elements (a replicated tensor is counted once). */\n");
   P(e, "static const double norm_w[NPARAMS] = {");
   for (int i = 0; i < g->params.len; i++) {
-    Value *p = g->params.data[i];
-    bool split = false;
-    for (int k = 0; k < p->shape.ndim; k++) split |= p->shard.axis[k] >= 0;
+    bool split = split_dim_of(g->params.data[i]) >= 0;
     P(e, "%s%s", i % 8 ? " " : "\n    ", split ? "1.0," : arena_printf("1.0 / %d,", e->tp));
   }
   P(e, "\n};\n\n");
@@ -1260,7 +1256,7 @@ static void emit_optimizer_zero(Emit *e) {
   cg_literal(eps, sizeof eps, o->eps, 1);
   cg_literal(mo, sizeof mo, o->momentum, 1);
   const char *wd = o->weight_decay ? arena_printf("p->decay ? %s : 0.0", lr_wd) : "0.0";
-  int nstate = adam ? 2 : o->momentum > 0 ? 1 : 0;
+  int nstate = opt_states(o);
   P(e, "/* ---- optimizer (ZeRO-1 over dp) ----\n"
        " * %s on this rank's chunk of the flat parameters; its optimizer state\n"
        " * holds ZERO_CHUNK elements per moment.  Then the parameters are all-gathered. */\n",
@@ -1327,12 +1323,6 @@ static void emit_optimizer(Emit *e) {
   P(e, "  }\n}\n\n");
 }
 
-/* Optimizer moments per parameter (AdamW 2, SGD with momentum 1). */
-static int zero_states(Emit *e) {
-  const Optimizer *o = &e->m->train.opt;
-  return !strcmp(o->kind, "adamw") ? 2 : o->momentum > 0 ? 1 : 0;
-}
-
 /* The pieces of main() that differ between one rank and a mesh. */
 static void emit_step_support(Emit *e) {
   Graph *g = e->g;
@@ -1376,14 +1366,11 @@ static void emit_step_support(Emit *e) {
        "  unsigned char *full = calloc(1, GLOBAL_BYTES);\n"
        "  if (!full) return rt_errorf(RT_ERR_NOMEM, \"out of memory for the full parameters\");\n"
        "  int rc = cg_ckpt_load(&gm, full, path, step, weights_only);\n"
-       "  if (rc == RT_OK)\n"
-       "    for (int i = 0; i < NPARAMS; i++) {\n"
-       "      rt_shard_extract(&shards[i], &mesh, full + gparams[i].offset, arena + params[i].offset, %d);\n"
-       "      if (params[i].opt >= 0)\n"
-       "        rt_shard_extract(&shards[i], &mesh, full + gparams[i].opt, arena + params[i].opt, %d);\n"
-       "      if (params[i].opt2 >= 0)\n"
-       "        rt_shard_extract(&shards[i], &mesh, full + gparams[i].opt2, arena + params[i].opt2, %d);\n"
-       "    }\n", es, es, es);
+       "  for (int i = 0; rc == RT_OK && i < NPARAMS; i++)\n"
+       "    for (int k = 0; k < CG_SLOTS; k++)\n"
+       "      if (cg_param_slot(&params[i], k) >= 0)\n"
+       "        rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k),\n"
+       "                         arena + cg_param_slot(&params[i], k), %d);\n", es);
   if (e->zero)
     P(e, "  /* ZeRO-1: this rank's chunk of each moment, through a flat copy laid out\n"
          "   * like the parameters */\n"
@@ -1392,23 +1379,21 @@ static void emit_step_support(Emit *e) {
          "  for (int k = 0; rc == RT_OK && k < %d; k++) {\n"
          "    for (int i = 0; i < NPARAMS; i++)\n"
          "      if (gparams[i].opt >= 0)\n"
-         "        rt_shard_extract(&shards[i], &mesh, full + (k ? gparams[i].opt2 : gparams[i].opt), flat + params[i].offset, %d);\n"
+         "        rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k + 1), flat + params[i].offset, %d);\n"
          "    memcpy(arena + OPT_OFFSET + (size_t)k * ZERO_CHUNK * %d, flat + (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK * %d, (size_t)ZERO_CHUNK * %d);\n"
          "  }\n"
-         "  free(flat);\n", es, zero_states(e), es, es, es, es);
+         "  free(flat);\n", es, opt_states(&e->m->train.opt), es, es, es, es);
   P(e, "  free(full);\n  return rc;\n}\n\n");
   P(e, "/* Gathered on rank 0, which writes the full tensors. */\n"
        "static int save_checkpoint(long steps_done) {\n"
        "  CgModel gm = gmodel_of();\n"
        "  unsigned char *full = rank == 0 ? calloc(1, GLOBAL_BYTES) : NULL;\n"
        "  if (!all_ok(rank != 0 || full || rt_errorf(RT_ERR_NOMEM, \"out of memory for the checkpoint\") == RT_OK)) return 0;\n"
-       "  for (int i = 0; i < NPARAMS; i++) {\n"
-       "    rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].offset, full ? full + gparams[i].offset : NULL, %d));\n"
-       "    if (params[i].opt >= 0)\n"
-       "      rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].opt, full ? full + gparams[i].opt : NULL, %d));\n"
-       "    if (params[i].opt2 >= 0)\n"
-       "      rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].opt2, full ? full + gparams[i].opt2 : NULL, %d));\n"
-       "  }\n", es, es, es);
+       "  for (int i = 0; i < NPARAMS; i++)\n"
+       "    for (int k = 0; k < CG_SLOTS; k++)\n"
+       "      if (cg_param_slot(&params[i], k) >= 0)\n"
+       "        rt_check(rt_shard_gather(&shards[i], &mesh, arena + cg_param_slot(&params[i], k),\n"
+       "                                 full ? full + cg_param_slot(&gparams[i], k) : NULL, %d));\n", es);
   if (e->zero)
     P(e, "  /* ZeRO-1: the moments' chunks gathered over dp into a flat copy laid out\n"
          "   * like the parameters, then per tensor like them */\n"
@@ -1418,9 +1403,9 @@ static void emit_step_support(Emit *e) {
          "    rt_check(rt_gather_flat(&mesh, RT_AX_DP, arena + OPT_OFFSET + (size_t)k * ZERO_CHUNK * %d, ZERO_CHUNK, flat, %d));\n"
          "    for (int i = 0; i < NPARAMS; i++)\n"
          "      if (gparams[i].opt >= 0)\n"
-         "        rt_check(rt_shard_gather(&shards[i], &mesh, flat + params[i].offset, full ? full + (k ? gparams[i].opt2 : gparams[i].opt) : NULL, %d));\n"
+         "        rt_check(rt_shard_gather(&shards[i], &mesh, flat + params[i].offset, full ? full + cg_param_slot(&gparams[i], k + 1) : NULL, %d));\n"
          "  }\n"
-         "  free(flat);\n", es, zero_states(e), es, es, es);
+         "  free(flat);\n", es, opt_states(&e->m->train.opt), es, es, es);
   P(e, "  int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);\n"
        "  free(full);\n"
        "  if (ok && rank == 0 && !args.quiet) printf(\"saved:    %%s (step %%ld)\\n\", args.save, steps_done);\n"

@@ -594,6 +594,27 @@ bool ir_is_comm(OpKind op) {
          op == OP_REDUCE_SCATTER || op == OP_TP_COPY || op == OP_SHARD;
 }
 
+int ir_comm_axis(const Node *n, int *group) {
+  int ax = -1, P = 1;
+  if (ir_is_comm(n->op)) {
+    ax = (int)n->a.i[2];
+    P = (int)n->a.i[1];
+  } else if ((n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) && n->a.i[1]) {
+    ax = (int)n->a.i[3];
+    P = (int)n->a.i[2];
+  }
+  if (group) *group = P;
+  return ax;
+}
+
+void ir_dim_split(const Shape *s, int d, int P, int64_t *outer, int64_t *inner) {
+  int64_t o = 1, in = 1;
+  for (int k = 0; k < d; k++) o *= s->d[k].n;
+  for (int k = d; k < s->ndim; k++) in *= s->d[k].n;
+  *outer = o;
+  *inner = in / P;
+}
+
 uint64_t ir_comm_bytes(const Node *n) {
   int P = (int)n->a.i[1];
   uint64_t in = n->nin ? (uint64_t)ir_numel(&n->in[0]->shape) * (uint64_t)ir_dtype_size(n->in[0]->dtype) : 0;

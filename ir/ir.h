@@ -189,6 +189,12 @@ Node *ir_add_bwd(Graph *g, OpKind op, Value **in, int nin, Value **outs, const A
 uint64_t ir_comm_bytes(const Node *n);
 /* Whether op is a communication op (its i[2] names the mesh axis). */
 bool ir_is_comm(OpKind op);
+/* The mesh axis a node communicates over (a collective, or a vocab-parallel
+ * cross-entropy), -1 for none; *group gets the ranks in the group. */
+int ir_comm_axis(const Node *n, int *group);
+/* A collective along dim d of the full shape s over P ranks: the rows before
+ * d (outer) and the elements of one rank's chunk per outer row (inner). */
+void ir_dim_split(const Shape *s, int d, int P, int64_t *outer, int64_t *inner);
 
 /* Whether node n reads the data of input k (some backward ops take an
  * operand only for its shape: add_bwd needs dy, not a and b). */

@@ -98,11 +98,10 @@ static int64_t scratch_bytes(const Node *n) {
   case OP_ALLGATHER_G:
   case OP_REDUCE_SCATTER: {
     const Value *full = n->op == OP_REDUCE_SCATTER ? n->in[0] : n->out;
-    int d = (int)n->a.i[0], P = (int)n->a.i[1];
-    int64_t outer = 1, inner = 1;
-    for (int k = 0; k < d; k++) outer *= full->shape.d[k].n;
-    for (int k = d; k < full->shape.ndim; k++) inner *= full->shape.d[k].n;
-    return (int64_t)rt_scratch_dim_collective((size_t)outer, (size_t)(inner / P), P) * esize;
+    int P = (int)n->a.i[1];
+    int64_t outer, inner;
+    ir_dim_split(&full->shape, (int)n->a.i[0], P, &outer, &inner);
+    return (int64_t)rt_scratch_dim_collective((size_t)outer, (size_t)inner, P) * esize;
   }
   case OP_CROSS_ENTROPY:
   case OP_CROSS_ENTROPY_BWD:
@@ -115,6 +114,10 @@ static int64_t scratch_bytes(const Node *n) {
   default:
     return 0;
   }
+}
+
+int opt_states(const Optimizer *o) {
+  return !o->kind ? 0 : !strcmp(o->kind, "adamw") ? 2 : o->momentum > 0 ? 1 : 0;
 }
 
 static void touch(Value *v, int i) {
@@ -167,7 +170,7 @@ int pass_memplan(Module *m) {
   }
   mp->param_bytes = off;
   const Optimizer *o = &m->train.opt;
-  int nstate = !o->kind ? 0 : !strcmp(o->kind, "adamw") ? 2 : o->momentum > 0 ? 1 : 0;
+  int nstate = opt_states(o);
   const Plan *plan = &m->train.plan;
   if (plan->zero >= 1 && plan->dp > 1) {
     /* ZeRO-1: parameters and gradients as dp equal chunks of one flat

@@ -20,9 +20,25 @@ int pass_shard(Module *m);
 int pass_autodiff(Module *m);
 int pass_memplan(Module *m);
 int pass_commcheck(Module *m);
+/* Optimizer-state tensors per parameter: AdamW 2 (m, v), SGD with momentum 1. */
+int opt_states(const Optimizer *o);
 
 /* Human-readable plan summary (--emit=plan, and the header of generated code). */
 void report_plan(FILE *out, const Module *m, const char *prefix);
+/* One collective of a training step: its mesh axis, op, bytes sent per rank
+ * (runtime/dist_formulas.h), whether the runtime counts it (control sums are
+ * not) and what it is, for messages. */
+typedef struct PlanColl {
+  int axis;
+  const char *op;
+  uint64_t bytes;
+  bool counted;
+  const char *what;
+} PlanColl;
+/* The collectives one rank issues in one training step, in order; the
+ * plan's communication volume and the communication check both come from
+ * this list.  0 for a single-rank plan. */
+int plan_collectives(const Module *m, PlanColl **out);
 /* Bytes each rank sends per training step under the plan (the runtime's
  * counting convention, runtime/dist_formulas.h); per mesh axis when
  * per_axis (AX_COUNT entries) is given. */

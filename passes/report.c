@@ -112,33 +112,59 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
   }
 }
 
-uint64_t plan_comm_bytes(const Module *m, uint64_t *per_axis) {
+/* One step of one rank, in issue order: the graph's communication for each
+ * microbatch, then the step's (passes.h PlanColl). */
+int plan_collectives(const Module *m, PlanColl **out) {
   const Graph *g = m->graph;
-  uint64_t ax[AX_COUNT] = {0};
-  if (!g || !m->planned) return 0;
+  *out = NULL;
+  if (!g || !m->planned || !m->train.mesh || m->train.mesh->ndev <= 1) return 0;
   const Plan *p = &m->train.plan;
-  int mb = p->mb > 0 ? p->mb : 1;
-  for (int i = 0; i < g->nodes.len; i++) {
-    const Node *n = g->nodes.data[i];
-    uint64_t b = ir_comm_bytes(n);
-    if (!b) continue;
-    int a = n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD ? (int)n->a.i[3] : (int)n->a.i[2];
-    ax[a] += b * (uint64_t)mb;
-  }
-  /* the step: gradients summed over dp, and over tp where partial */
-  if (m->train.mesh && m->train.mesh->ndev > 1) {
-    if (m->mem.zero_chunk)  /* ZeRO-1: reduce-scatter the gradients, all-gather the parameters */
-      ax[AX_DP] += rt_vol_reduce_scatter((uint64_t)m->mem.grad_bytes, p->dp) +
-                   rt_vol_allgather((uint64_t)m->mem.param_bytes, p->dp);
-    else
-      ax[AX_DP] += rt_vol_allreduce((uint64_t)m->mem.grad_bytes, p->dp);
-    for (int i = 0; i < g->params.len; i++) {
-      const Value *v = g->params.data[i];
-      if (v->grad && (v->grad_partial & (1u << AX_TP)))
-        ax[AX_TP] += rt_vol_allreduce((uint64_t)ir_numel(&v->shape) * 4, p->tp);
+  int mb = p->mb > 0 ? p->mb : 1, n = 0, ncomm = 0;
+  for (int i = 0; i < g->nodes.len; i++) ncomm += ir_comm_axis(g->nodes.data[i], NULL) >= 0;
+  PlanColl *c = arena_alloc(sizeof(PlanColl) * (size_t)(ncomm * mb + g->params.len + 4));
+#define ADD(ax, o, b, cnt, w) c[n++] = (PlanColl){(ax), (o), (b), (cnt), (w)}
+  for (int k = 0; k < mb; k++)
+    for (int i = 0; i < g->nodes.len; i++) {
+      const Node *nd = g->nodes.data[i];
+      int ax = ir_comm_axis(nd, NULL);
+      /* tp_copy and shard only move data locally; their adjoints are nodes too */
+      if (ax < 0 || nd->op == OP_TP_COPY || nd->op == OP_SHARD) continue;
+      bool xent = nd->op == OP_CROSS_ENTROPY || nd->op == OP_CROSS_ENTROPY_BWD;
+      ADD(ax, xent ? "vocab-parallel cross-entropy" : ir_ops[nd->op].name, ir_comm_bytes(nd), true,
+          arena_printf("node %d %s over %s (%s), %s of microbatch %d", i, ir_ops[nd->op].name,
+                       ir_axis_name(ax), nd->scope && *nd->scope ? nd->scope : "model",
+                       i < g->nfwd ? "forward" : "backward", k + 1));
     }
+  /* the step (codegen's sync_gradients, mean_loss, grad_norm, optimizer_step) */
+  for (int i = 0; i < g->params.len && p->tp > 1; i++) {
+    const Value *v = g->params.data[i];
+    if (v->grad && (v->grad_partial & (1u << AX_TP)))
+      ADD(AX_TP, "all_reduce", rt_vol_allreduce((uint64_t)ir_numel(&v->shape) * 4, p->tp), true,
+          arena_printf("gradient of %s over tp", v->name));
   }
-  uint64_t total = 0;
+  bool zero = m->mem.zero_chunk > 0;
+  if (zero)
+    ADD(AX_DP, "reduce_scatter", rt_vol_reduce_scatter((uint64_t)m->mem.grad_bytes, p->dp), true,
+        "ZeRO-1 gradient reduce-scatter over dp");
+  else
+    ADD(AX_DP, "all_reduce", rt_vol_allreduce((uint64_t)m->mem.grad_bytes, p->dp), true,
+        "gradient all-reduce over dp");
+  ADD(AX_DP, "sum (loss)", 8, false, "loss sum over dp");
+  ADD(zero ? AX_WORLD : AX_TP, "sum (norm)", 8, false, "gradient norm sum");
+  if (zero)
+    ADD(AX_DP, "all_gather", rt_vol_allgather((uint64_t)m->mem.param_bytes, p->dp), true,
+        "ZeRO-1 parameter all-gather over dp");
+#undef ADD
+  *out = c;
+  return n;
+}
+
+uint64_t plan_comm_bytes(const Module *m, uint64_t *per_axis) {
+  uint64_t ax[AX_COUNT] = {0}, total = 0;
+  PlanColl *c;
+  int n = plan_collectives(m, &c);
+  for (int i = 0; i < n; i++)
+    if (c[i].counted) ax[c[i].axis] += c[i].bytes;
   for (int a = 0; a < AX_COUNT; a++) {
     total += ax[a];
     if (per_axis) per_axis[a] = ax[a];

@@ -35,7 +35,6 @@
 #include "passes.h"
 
 typedef struct S {
-  Module *m;
   Graph *g;
   int tp;          /* ranks on the tp axis */
   bool seqpar;     /* sp=megatron: activations outside tp regions split on dim 1 */
@@ -192,8 +191,6 @@ static void reshape_node(S *s, Node *n) {
   if (ir_ops[n->op].shape(n, err, sizeof err)) fail(s, n, "internal: %s: %s", ir_ops[n->op].name, err);
 }
 
-static void set_in(Node *n, int k, Value *v) { n->in[k] = v; }
-
 /* dims of b (broadcast against a's trailing dims) */
 static void rule_binary(S *s, Node *n) {
   Value *a = n->in[0], *b = n->in[1];
@@ -240,8 +237,8 @@ static void rule_binary(S *s, Node *n) {
     b = whole(s, b, n);
     if (!b) return;
   }
-  set_in(n, 0, a);
-  set_in(n, 1, b);
+  n->in[0] = a;
+  n->in[1] = b;
   reshape_node(s, n);
   copy_spec_out(n, a);
 }
@@ -254,7 +251,7 @@ static void rule_matmul(S *s, Node *n) {
     /* column-parallel: whole input (gradient partial), output split on its last dim */
     x = gathered(s, x, n);
     if (!x) return;
-    set_in(n, 0, x);
+    n->in[0] = x;
     reshape_node(s, n);
     spec_split(n->out, n->out->shape.ndim - 1);
     n->out->shard.nseg = w->shard.nseg;
@@ -269,7 +266,7 @@ static void rule_matmul(S *s, Node *n) {
       fail(s, n, "row-parallel weight '%s' needs its input split on the features", w->name);
       return;
     }
-    set_in(n, 0, x);
+    n->in[0] = x;
     reshape_node(s, n);
     spec_clear(n->out);
     n->out->shard.partial = TPB;
@@ -281,7 +278,7 @@ static void rule_matmul(S *s, Node *n) {
   if (split_dim(x) == last) x = whole(s, x, n);
   if (!x) return;
   if (split_dim(x) >= 0) grad_partial(w);
-  set_in(n, 0, x);
+  n->in[0] = x;
   reshape_node(s, n);
   copy_spec_out(n, x);
 }
@@ -298,7 +295,7 @@ static void rule_unary(S *s, Node *n, bool rowwise) {
     fail(s, n, "internal: %s of a gathered value", ir_ops[n->op].name);
     return;
   }
-  set_in(n, 0, x);
+  n->in[0] = x;
   reshape_node(s, n);
   copy_spec_out(n, x);
 }
@@ -310,7 +307,7 @@ static void rule_norm(S *s, Node *n) {
   int last = x->shape.ndim - 1;
   if (split_dim(x) == last) x = whole(s, x, n);
   if (!x) return;
-  set_in(n, 0, x);
+  n->in[0] = x;
   for (int k = 1; k < n->nin; k++) {
     if (split_dim(n->in[k]) >= 0 || partial(n->in[k])) {
       fail(s, n, "norm weights must be replicated");
@@ -476,7 +473,6 @@ int pass_shard(Module *m) {
   const Plan *p = &m->train.plan;
   if (!g || p->tp <= 1 || g->nfwd) return 0;
   S s = {0};
-  s.m = m;
   s.g = g;
   s.tp = p->tp;
   s.seqpar = p->sp_kind == SP_MEGATRON;

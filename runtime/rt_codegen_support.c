@@ -382,10 +382,10 @@ static int ckpt_specs(const CgModel *m, RtStSpec **out, const void ***data, int 
     return -1;
   }
   RtDtype dt = m->f64 ? RT_F64 : RT_F32;
-  for (int pass = 0; pass < 3; pass++)
+  for (int pass = 0; pass < CG_SLOTS; pass++)
     for (int i = 0; i < m->nparams; i++) {
       const CgParam *p = &m->params[i];
-      int64_t off = pass == 0 ? (int64_t)p->offset : pass == 1 ? p->opt : p->opt2;
+      int64_t off = cg_param_slot(p, pass);
       if (pass > 0 && (!with_opt || off < 0))
         continue;
       const char *pre = pass == 0 ? "" : opt_prefix(m, pass - 1);
@@ -531,10 +531,10 @@ int cg_ckpt_load(const CgModel *m, unsigned char *arena, const char *path, long 
   }
   /* Everything was validated above; a read failure now ends the program. */
   int j = 0;
-  for (int pass = 0; rc == RT_OK && pass < 3; pass++)
+  for (int pass = 0; rc == RT_OK && pass < CG_SLOTS; pass++)
     for (int i = 0; rc == RT_OK && i < m->nparams; i++) {
       const CgParam *p = &m->params[i];
-      int64_t off = pass == 0 ? (int64_t)p->offset : pass == 1 ? p->opt : p->opt2;
+      int64_t off = cg_param_slot(p, pass);
       if (pass > 0 && (!with_opt || off < 0))
         continue;
       rc = rt_st_read(f, s[j].name, s[j].dtype, s[j].ndim, s[j].shape, arena + off);

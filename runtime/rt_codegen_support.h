@@ -66,6 +66,13 @@ typedef struct CgModel {
   int features, classes;   /* CG_DATA_SYNTH */
 } CgModel;
 
+/* The arena offsets of a parameter's tensors by slot: 0 the parameter, 1 and
+ * 2 its optimizer state (-1: none); CG_SLOTS of them. */
+enum { CG_SLOTS = 3 };
+static inline int64_t cg_param_slot(const CgParam *p, int slot) {
+  return slot == 0 ? (int64_t)p->offset : slot == 1 ? p->opt : p->opt2;
+}
+
 /* ---------------------------------------------------------------------------
  * Flags:  --steps N --seed S --data FILE --load CKPT --save CKPT
  *         --save-every N --log FILE.jsonl --quiet --help

@@ -959,14 +959,11 @@ static int load_checkpoint(const char *path, long *step, int *weights_only) {
   unsigned char *full = calloc(1, GLOBAL_BYTES);
   if (!full) return rt_errorf(RT_ERR_NOMEM, "out of memory for the full parameters");
   int rc = cg_ckpt_load(&gm, full, path, step, weights_only);
-  if (rc == RT_OK)
-    for (int i = 0; i < NPARAMS; i++) {
-      rt_shard_extract(&shards[i], &mesh, full + gparams[i].offset, arena + params[i].offset, 4);
-      if (params[i].opt >= 0)
-        rt_shard_extract(&shards[i], &mesh, full + gparams[i].opt, arena + params[i].opt, 4);
-      if (params[i].opt2 >= 0)
-        rt_shard_extract(&shards[i], &mesh, full + gparams[i].opt2, arena + params[i].opt2, 4);
-    }
+  for (int i = 0; rc == RT_OK && i < NPARAMS; i++)
+    for (int k = 0; k < CG_SLOTS; k++)
+      if (cg_param_slot(&params[i], k) >= 0)
+        rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k),
+                         arena + cg_param_slot(&params[i], k), 4);
   free(full);
   return rc;
 }
@@ -976,13 +973,11 @@ static int save_checkpoint(long steps_done) {
   CgModel gm = gmodel_of();
   unsigned char *full = rank == 0 ? calloc(1, GLOBAL_BYTES) : NULL;
   if (!all_ok(rank != 0 || full || rt_errorf(RT_ERR_NOMEM, "out of memory for the checkpoint") == RT_OK)) return 0;
-  for (int i = 0; i < NPARAMS; i++) {
-    rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].offset, full ? full + gparams[i].offset : NULL, 4));
-    if (params[i].opt >= 0)
-      rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].opt, full ? full + gparams[i].opt : NULL, 4));
-    if (params[i].opt2 >= 0)
-      rt_check(rt_shard_gather(&shards[i], &mesh, arena + params[i].opt2, full ? full + gparams[i].opt2 : NULL, 4));
-  }
+  for (int i = 0; i < NPARAMS; i++)
+    for (int k = 0; k < CG_SLOTS; k++)
+      if (cg_param_slot(&params[i], k) >= 0)
+        rt_check(rt_shard_gather(&shards[i], &mesh, arena + cg_param_slot(&params[i], k),
+                                 full ? full + cg_param_slot(&gparams[i], k) : NULL, 4));
   int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);
   free(full);
   if (ok && rank == 0 && !args.quiet) printf("saved:    %s (step %ld)\n", args.save, steps_done);
