@@ -1718,7 +1718,7 @@ int cg_emit_cpu_opts(FILE *out, Module *m, const CgOptions *opt) {
   e.zero = e.dist && m->train.plan.zero >= 1 && m->train.plan.dp > 1;
   if (e.dist && e.f64 && e.tp > 1) {
     diag_fatal_noloc("--precision=fp64 builds are for single-rank gradient checks; build with "
-                     "--mesh laptop --strategy dp=1 or fp32");
+                     "--mesh 1 --strategy dp=1, or in fp32");
     return -1;
   }
   for (int i = 0; i < e.nn; i++)

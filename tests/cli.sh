@@ -57,6 +57,10 @@ expect commcheck-drop 1 'communication check failed .*communicator 1 \(ranks 2,3
 expect commcheck-bytes 1 'communication check failed .*rank 2 issues all_reduce of 262144 bytes .* but rank 3 issues all_reduce of 131072 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:2:5 "$bin" compile samples/gpt.shard --strategy tp=2,dp=2 --emit=plan
 expect commcheck-hang 1 'communication check failed .*(deadlock|blocked|waits)' -- env SHARDC_DEBUG_BREAK_COMM=drop:0:1 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
 expect commcheck-spec 1 'SHARDC_DEBUG_BREAK_COMM' -- env SHARDC_DEBUG_BREAK_COMM=frob:1 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
+expect emit-c-zero2 1 'strategy zero=2 \(gradient and parameter sharding; zero=1 runs\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=2
+expect emit-c-ring 1 'strategy sp=ring \(ring attention\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy sp=ring:2,dp=2
+expect emit-c-tp2d 1 'strategy tp2d=2x2 \(2D tensor parallelism\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp2d=2x2
+expect emit-c-fp64-tp 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp=4 --precision=fp64
 expect emit-c-pp 1 'strategy pp=2 \(pipeline parallelism\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu or cuda' -- "$bin" compile samples/gpt.shard --target=tpu
