@@ -157,9 +157,32 @@ int cg_build(Module *m, const char *dir, const CgOptions *opt) {
   push_words(&argv, SHARDC_RUNTIME_LDFLAGS);
   const char *extra = getenv("SHARDC_CFLAGS");
   if (extra) push_words(&argv, extra);
+  /* A pipeline's stages: model.c compiled once per stage into an object. */
+  int flags = argv.len;
+  for (int st = 0; st < m->nstages && m->nstages > 1; st++) {
+    PtrVec one = {0};
+    for (int i = 0; i < flags; i++) vec_push(&one, argv.data[i]);
+    const char *obj = arena_printf("%s/stage%d.o", dir, st);
+    vec_push(&one, arena_printf("-DSHARDC_STAGE=%d", st));
+    vec_push(&one, "-c");
+    vec_push(&one, "-o");
+    vec_push(&one, (char *)obj);
+    vec_push(&one, (char *)src);
+    char *out = NULL;
+    int st_rc = run_cmd(&one, &out);
+    if (st_rc) {
+      fprintf(stderr, "shardc: error: the C compiler failed (%s %d) on stage %d of %s:\n",
+              st_rc < 0 ? "could not start," : "exit status", st_rc, st, src);
+      fprintf(stderr, "%s", out ? out : "");
+      return -1;
+    }
+    if (out && *out) fprintf(stderr, "shardc: warning: the C compiler said about %s (stage %d):\n%s", src, st, out);
+  }
   vec_push(&argv, "-o");
   vec_push(&argv, (char *)bin);
   vec_push(&argv, (char *)src);
+  for (int st = 0; st < m->nstages && m->nstages > 1; st++)
+    vec_push(&argv, arena_printf("%s/stage%d.o", dir, st));
   if (mpi) vec_push(&argv, SHARDC_RUNTIME_MPI_LIB);
   vec_push(&argv, SHARDC_RUNTIME_LIB);
   push_words(&argv, SHARDC_BLAS_LIB);

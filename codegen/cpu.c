@@ -31,6 +31,11 @@
 #include <unistd.h>
 
 #include "cg.h"
+#include "schedule.h"
+
+static const char *sched_name(Schedule s) {
+  return s == SCHED_GPIPE ? "GPipe" : s == SCHED_1F1B ? "1F1B" : "interleaved 1F1B";
+}
 
 /* The built-in training text for token models without a `data` file. */
 #define CG_BUILTIN_DATA "samples/data/tales.txt"
@@ -68,6 +73,10 @@ typedef struct Emit {
   bool dist;
   int tp;
   bool zero;            /* ZeRO-1: optimizer state and summed gradients in dp chunks */
+  /* pipeline: this program is stage `stage` of nstages (Graph.stage); the
+   * values in stash slots are addressed from `stash` (FS/IS) */
+  bool pp;
+  int stage, nstages;
 } Emit;
 
 static const char *rt_axis(int ax) {
@@ -112,9 +121,15 @@ static int64_t nbytes(Emit *e, const Value *v) { return numel(v) * (is_int(v) ? 
 /* Arena byte offset of v's storage in the emitted program. */
 static int64_t off(Emit *e, const Value *v) { return v->offset * e->scale; }
 
-/* "F(1234)", "I(1234)" or "NULL" */
+/* "F(1234)", "I(1234)" or "NULL"; in a pipeline stage's stash slot
+ * "FS(64)", "IS(64)" (from the slot of the microbatch being run). */
 static const char *ref(Emit *e, const Value *v) {
   if (!v) return "NULL";
+  const Value *r = v;
+  while (r->alias) r = r->alias;
+  if (e->pp && r->stash)
+    return arena_printf("%s(%" PRId64 ")", is_int(v) ? "IS" : "FS",
+                        off(e, v) - e->m->mem.stash_offset * e->scale);
   return arena_printf("%s(%" PRId64 ")", is_int(v) ? "I" : "F", off(e, v));
 }
 
@@ -361,6 +376,18 @@ static Node *reader_of(Graph *g, Value *v, OpKind op, int slot) {
  * classifier on the synthetic task).  0, or -1 with a message in err. */
 static int data_roles(Emit *e, char *err, int cap) {
   Graph *g = e->g;
+  if (g->nstages > 1) {
+    /* a pipeline stage: the roles come from the whole model, whose inputs
+     * every stage holds in the same order */
+    e->g = e->m->whole;
+    int rc = data_roles(e, err, cap);
+    e->g = g;
+    if (rc) return rc;
+    int k0 = e->in0 == e->m->whole->inputs.data[0] ? 0 : 1;
+    e->in0 = g->inputs.data[k0];
+    e->in1 = g->inputs.data[1 - k0];
+    return 0;
+  }
   Value *ins[2] = {0};
   if (g->inputs.len != 2) {
     snprintf(err, (size_t)cap, "the model takes %d inputs", g->inputs.len);
@@ -416,6 +443,8 @@ static void plan_error(Module *m, const char *fmt, ...) {
     diag_fatal_noloc("%s", msg);
 }
 
+static int check_graph(Module *m);
+
 int cg_check(Module *m, const char *target) {
   if (target && !strcmp(target, "cuda")) {
     diag_fatal_noloc("--target cuda: the CUDA code generator is not available yet (roadmap step "
@@ -424,11 +453,6 @@ int cg_check(Module *m, const char *target) {
   }
   const TrainCfg *t = &m->train;
   const Plan *p = &t->plan;
-  Graph *g = m->graph;
-  if (!g || !g->loss || !g->nfwd || !m->planned) {
-    diag_fatal_noloc("the model has no loss to train (no backward pass was planned)");
-    return -1;
-  }
   if (!t->opt.kind) {
     diag_fatal_noloc("code generation needs a train block with an optimizer");
     return -1;
@@ -446,15 +470,16 @@ int cg_check(Module *m, const char *target) {
             nw += snprintf(what + nw, sizeof what - (size_t)nw, __VA_ARGS__)
   NOT_YET(p->tp2d > 1, "tp2d=%dx%d (2D tensor parallelism)", p->tp2d, p->tp2d);
   NOT_YET(p->sp > 1 || p->sp_kind == SP_RING, "sp=ring (ring attention)");
-  NOT_YET(p->pp > 1, "pp=%d (pipeline parallelism)", p->pp);
+  NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED, "schedule=interleaved (pipeline "
+          "chunks; gpipe and 1f1b run)");
   NOT_YET(p->zero > 1, "zero=%d (gradient and parameter sharding; zero=1 runs)", p->zero);
   NOT_YET(p->recompute != RECOMPUTE_NONE, "recompute=%s",
           p->recompute == RECOMPUTE_FULL ? "full" : "selective");
 #undef NOT_YET
   if (nw) {
     plan_error(m, "strategy %s is not implemented yet by the cpu code generator: data "
-                  "parallelism (dp=N, mb=N), tensor parallelism (tp=N) and Megatron sequence "
-                  "parallelism (sp=megatron) run so far",
+                  "parallelism (dp=N, mb=N, zero=1), tensor parallelism (tp=N), Megatron sequence "
+                  "parallelism (sp=megatron) and pipelines (pp=N, schedule=gpipe|1f1b) run so far",
                what);
     return -1;
   }
@@ -467,6 +492,24 @@ int cg_check(Module *m, const char *target) {
   if (t->batch != (int64_t)p->dp * mb * t->microbatch) {
     diag_fatal_noloc("batch %lld is not dp %d x microbatch %lld x %d microbatches",
                      (long long)t->batch, p->dp, (long long)t->microbatch, mb);
+    return -1;
+  }
+  if (m->nstages <= 1) return check_graph(m);
+  int rc = 0;
+  for (int s = 0; s < m->nstages && !rc; s++) {
+    stage_select(m, s);
+    rc = check_graph(m);
+  }
+  stage_select(m, -1);
+  return rc;
+}
+
+/* The checks of one graph (a pipeline stage's, or the model's). */
+static int check_graph(Module *m) {
+  const TrainCfg *t = &m->train;
+  Graph *g = m->graph;
+  if (!g || !g->loss || !g->nfwd || !m->planned) {
+    diag_fatal_noloc("the model has no loss to train (no backward pass was planned)");
     return -1;
   }
   Emit e = {0};
@@ -732,6 +775,10 @@ static void emit_fwd(Emit *e, Node *n, int i) {
     P(e, "  *%s = %s;\n", ref(e, y), lit);
     return;
   }
+  case OP_RECV:
+    comment(e, &n, 1);
+    P(e, "  /* %s: received from stage %d before backward() */\n", ref(e, y), e->stage + 1);
+    return;
   case OP_MATMUL: {
     Node *a = e->bias[i];
     Node *ns[2] = {n, a};
@@ -880,6 +927,7 @@ static void emit_bwd(Emit *e, Node *n, int i) {
   const char *S = e->S;
   switch (n->op) {
   case OP_FILL:  /* and the adjoints' collectives: forward ops writing new buffers */
+  case OP_RECV:
   case OP_ALLREDUCE: case OP_ALLGATHER: case OP_ALLGATHER_G: case OP_REDUCE_SCATTER: case OP_SHARD:
     emit_fwd(e, n, i);
     return;
@@ -1112,6 +1160,15 @@ static void emit_prelude(Emit *e) {
   DEF("GRADS_OFFSET", "all parameter gradients, one range", "%" PRId64 "LL",
       mp->param_bytes * e->scale);
   DEF("GRADS_BYTES", "", "%" PRId64 "LL", mp->grad_bytes * e->scale);
+  if (e->pp) {
+    DEF("PP", "pipeline stages, one per pp rank", "%d", e->nstages);
+    DEF("STAGE", "this program's stage", "%d", e->stage);
+    DEF("STASH_OFFSET", "the stash slots: a microbatch's forward values", "%" PRId64 "LL",
+        mp->stash_offset * e->scale);
+    DEF("STASH_BYTES", "one slot", "%" PRId64 "LL", mp->stash_bytes * e->scale);
+    DEF("SLOTS", arena_printf("microbatches in flight at most (%s)", sched_name(p->schedule)),
+        "%d", mp->slots);
+  }
 #undef DEF
   if (e->dropout)
     P(e, "/* Dropout masks: site = forward node, then the element's global index. */\n"
@@ -1119,6 +1176,11 @@ static void emit_prelude(Emit *e) {
   P(e, "\nstatic unsigned char *arena;\n");
   P(e, "#define F(off) ((%s *)(arena + (off)))\n", e->R);
   P(e, "#define I(off) ((int32_t *)(arena + (off)))\n\n");
+  if (e->pp)
+    P(e, "/* The stash slot of the microbatch being run (set by run_microbatches). */\n"
+         "static unsigned char *stash;\n"
+         "#define FS(off) ((%s *)(stash + (off)))\n"
+         "#define IS(off) ((int32_t *)(stash + (off)))\n\n", e->R);
   if (e->dist) P(e, "/* The device mesh: this rank's coordinates and communicators (dist.h). */\nstatic RtMesh mesh;\n\n");
 }
 
@@ -1127,13 +1189,105 @@ static void emit_dims(Emit *e, const Shape *s) {
   for (int k = 0; k < s->ndim; k++) P(e, "%s%" PRId64, k ? ", " : "", s->d[k].n);
 }
 
+
+/* The sharding of parameter p (RtShard) for a C initializer, after "{". */
+static void emit_shard(Emit *e, const Value *p, int pp_owner) {
+  P(e, "    {%d, {", p->gshape.ndim);
+  emit_dims(e, &p->gshape);
+  int d = split_dim_of(p);
+  if (d < 0) {
+    P(e, "}, 0, {{0}}, %d},  // %s\n", pp_owner, p->name);
+    return;
+  }
+  P(e, "}, 1, {{%d, %s, %d, {", d, rt_axis(p->shard.axis[d]), p->shard.nseg > 1 ? p->shard.nseg : 1);
+  if (p->shard.nseg > 1)
+    for (int k = 0; k < p->shard.nseg; k++) P(e, "%s%" PRId64, k ? ", " : "", p->shard.seg[k]);
+  else
+    P(e, "%" PRId64, p->gshape.d[d].n);
+  P(e, "}}}, %d},  // %s\n", pp_owner, p->name);
+}
+
+/* A pipeline stage: the whole model's parameters as full tensors (init,
+ * checkpoints), the stage holding each (pp_owner: the first that uses it)
+ * and where this stage keeps it (local_of: index in params, or -1). */
+static void emit_global_params_pp(Emit *e) {
+  Module *m = e->m;
+  Graph *w = m->whole;
+  int ng = w->params.len;
+  int *owner = arena_alloc(sizeof(int) * (size_t)ng), *local = arena_alloc(sizeof(int) * (size_t)ng);
+  bool *grad = arena_alloc(sizeof(bool) * (size_t)ng);
+  const Value **rep = arena_alloc(sizeof(Value *) * (size_t)ng);
+  for (int i = 0; i < ng; i++) owner[i] = local[i] = -1;
+  for (int s = m->nstages - 1; s >= 0; s--) {
+    Graph *sg = m->stages[s];
+    for (int i = 0; i < sg->params.len; i++) {
+      Value *q = sg->params.data[i];
+      owner[q->gidx] = s;
+      grad[q->gidx] |= q->grad != NULL;
+      rep[q->gidx] = q;
+      if (sg == e->g) local[q->gidx] = i;
+    }
+  }
+  P(e, "/* The whole model (every stage): NGLOBAL parameters, the sharding of each\n"
+       " * with the stage holding it (a tied embedding: the first of the two), and\n"
+       " * where this stage keeps it (-1: another stage). */\n");
+  P(e, "#define NGLOBAL %d\n", ng);
+  P(e, "static const RtShard shards[NGLOBAL] = {\n");
+  for (int i = 0; i < ng; i++) emit_shard(e, rep[i], owner[i]);
+  P(e, "};\n\n");
+  P(e, "static const int local_of[NGLOBAL] = {");
+  for (int i = 0; i < ng; i++) P(e, "%s%d,", i % 16 ? " " : "\n    ", local[i]);
+  P(e, "\n};\n\n");
+  const Optimizer *o = &m->train.opt;
+  bool adam = !strcmp(o->kind, "adamw"), mom = !adam && o->momentum > 0;
+  int nscaled = 0;
+  for (int i = 0; i < ng; i++) {
+    Value *p = w->params.data[i];
+    nscaled += p->init && !strcmp(p->init, "normal_scaled");
+  }
+  int64_t goff = 0;
+  P(e, "/* Full tensors (init, checkpoints): offsets in a buffer of GLOBAL_BYTES. */\n");
+  P(e, "static CgParam gparams[NGLOBAL] = {\n");
+  for (int i = 0; i < ng; i++) {
+    Value *p = w->params.data[i];
+    int64_t n = ir_numel(&p->gshape), sz = (n * 4 + 63) / 64 * 64 * e->scale;
+    int64_t o0 = goff, o1 = -1, o2 = -1;
+    goff += sz;
+    if (grad[i] && (adam || mom)) o1 = goff, goff += sz;
+    if (grad[i] && adam) o2 = goff, goff += sz;
+    const char *init = !strcmp(p->init, "ones") ? "CG_INIT_ONES"
+                       : !strcmp(p->init, "zeros") ? "CG_INIT_ZEROS" : "CG_INIT_NORMAL";
+    double std = !strcmp(p->init, "normal_scaled") ? 0.02 / sqrt((double)nscaled)
+                 : !strcmp(p->init, "normal") ? 0.02 : 0;
+    char lit[64];
+    cg_literal(lit, sizeof lit, std, 1);
+    P(e, "    {\"%s\", %d, {", p->name, p->gshape.ndim);
+    emit_dims(e, &p->gshape);
+    P(e, "}, %" PRId64 ", %" PRId64 ", -1, %" PRId64 ", %" PRId64 ", %s, %s, %d},\n", n, o0, o1, o2,
+      init, lit, p->decay ? 1 : 0);
+  }
+  P(e, "};\n#define GLOBAL_BYTES %" PRId64 "LL\n\n", goff);
+  Graph *g = e->g;
+  P(e, "/* Weight of each gradient in the global norm: 1 / the tp ranks holding the\n"
+       " * same elements; 0 for the last stage's copy of a tied embedding. */\n");
+  P(e, "static const double norm_w[NPARAMS] = {");
+  for (int i = 0; i < g->params.len; i++) {
+    Value *q = g->params.data[i];
+    bool split = split_dim_of(q) >= 0;
+    const char *w8 = q->pp_shared && e->stage > 0 ? "0.0," : split ? "1.0," : arena_printf("1.0 / %d,", e->tp);
+    P(e, "%s%s", i % 8 ? " " : "\n    ", w8);
+  }
+  P(e, "\n};\n\n");
+}
+
 static void emit_params(Emit *e) {
   Graph *g = e->g;
   /* normal_scaled: std 0.02/sqrt(K), K = the number of normal_scaled tensors
    * (the residual projections: two per layer, so 0.02/sqrt(2·layers), GPT-2). */
   int nscaled = 0;
-  for (int i = 0; i < g->params.len; i++) {
-    Value *p = g->params.data[i];
+  Graph *all = e->pp ? e->m->whole : g; /* a stage scales like the whole model */
+  for (int i = 0; i < all->params.len; i++) {
+    Value *p = all->params.data[i];
     nscaled += p->init && !strcmp(p->init, "normal_scaled");
   }
   P(e, "/* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the\n"
@@ -1163,6 +1317,10 @@ static void emit_params(Emit *e) {
       numel(p), off(e, p), gr, m1, m2, init, lit, p->decay ? 1 : 0);
   }
   P(e, "};\n\n");
+  if (e->pp) {
+    emit_global_params_pp(e);
+    return;
+  }
   if (!e->dist) return;
   /* The global view: each tensor's full shape and split, and a table of
    * full tensors packed in one buffer for init and checkpoints. */
@@ -1228,7 +1386,10 @@ static void emit_passes(Emit *e) {
     emit_fwd(e, n, i);
   }
   Node *ld = g->loss->def;
-  if (ld && ld->op == OP_CROSS_ENTROPY)
+  if (g->pipe_out)
+    P(e, "  return 0;  /* %s goes to stage %d; the last stage has the loss */\n}\n\n",
+      ref(e, g->send_act), e->stage + 1);
+  else if (ld && ld->op == OP_CROSS_ENTROPY)
     P(e, "  return ce_loss[%d];\n}\n\n", e->ce_slot[ld->id]);
   else
     P(e, "  return *%s;\n}\n\n", ref(e, g->loss));
@@ -1323,8 +1484,143 @@ static void emit_optimizer(Emit *e) {
   P(e, "  }\n}\n\n");
 }
 
+/* A pipeline stage: init and checkpoints through the whole model's full
+ * tensors (each stage extracts what it holds; saving gathers every stage's
+ * tensors on rank 0), and the step's reductions: tp-partial gradients, the
+ * tied embedding's two copies over EMBED, then dp. */
+static void emit_step_support_pp(Emit *e) {
+  Graph *g = e->g;
+  const char *R = e->R;
+  int es = e->f64 ? 8 : 4, nstate = opt_states(&e->m->train.opt);
+  P(e, "/* ---- the mesh: parameters, checkpoints and the step's reductions ----\n"
+       " * Stage %d of %d holds its parameters' shards; init and checkpoints go\n"
+       " * through the whole model's full tensors (gparams), so a checkpoint is\n"
+       " * the same file under any plan. */\n", e->stage, e->nstages);
+  P(e, "static CgModel gmodel_of(void) {\n"
+       "  CgModel gm = model;\n"
+       "  gm.params = gparams;\n"
+       "  gm.nparams = NGLOBAL;\n"
+       "  gm.arena_bytes = gm.persistent_bytes = GLOBAL_BYTES;\n"
+       "  return gm;\n}\n\n");
+  P(e, "static void init_params(uint64_t seed) {\n"
+       "  CgModel gm = gmodel_of();\n"
+       "  unsigned char *full = calloc(1, GLOBAL_BYTES);\n"
+       "  if (!full) rt_mesh_fail(&mesh, \"out of memory for the full parameters (%%lld bytes)\", GLOBAL_BYTES);\n"
+       "  cg_init_params(&gm, full, seed);\n"
+       "  for (int i = 0; i < NGLOBAL; i++)\n"
+       "    if (local_of[i] >= 0)\n"
+       "      rt_shard_extract(&shards[i], &mesh, full + gparams[i].offset, arena + params[local_of[i]].offset, %d);\n"
+       "  free(full);\n}\n\n", es);
+  P(e, "static int load_checkpoint(const char *path, long *step, int *weights_only) {\n"
+       "  CgModel gm = gmodel_of();\n"
+       "  unsigned char *full = calloc(1, GLOBAL_BYTES);\n"
+       "  if (!full) return rt_errorf(RT_ERR_NOMEM, \"out of memory for the full parameters\");\n"
+       "  int rc = cg_ckpt_load(&gm, full, path, step, weights_only);\n"
+       "  for (int i = 0; rc == RT_OK && i < NGLOBAL; i++)\n"
+       "    for (int k = 0; local_of[i] >= 0 && k < CG_SLOTS; k++)\n"
+       "      if (cg_param_slot(&params[local_of[i]], k) >= 0)\n"
+       "        rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k),\n"
+       "                         arena + cg_param_slot(&params[local_of[i]], k), %d);\n", es);
+  if (e->zero)
+    P(e, "  /* ZeRO-1: this rank's chunk of each moment, through a flat copy laid out\n"
+         "   * like the stage's parameters */\n"
+         "  unsigned char *flat = rc == RT_OK ? calloc(1, (size_t)ZERO_CHUNK * DP * %d) : NULL;\n"
+         "  if (rc == RT_OK && !flat) rc = rt_errorf(RT_ERR_NOMEM, \"out of memory for the optimizer state\");\n"
+         "  for (int k = 0; rc == RT_OK && k < %d; k++) {\n"
+         "    for (int i = 0; i < NGLOBAL; i++)\n"
+         "      if (local_of[i] >= 0 && gparams[i].opt >= 0)\n"
+         "        rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k + 1), flat + params[local_of[i]].offset, %d);\n"
+         "    memcpy(arena + OPT_OFFSET + (size_t)k * ZERO_CHUNK * %d, flat + (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK * %d, (size_t)ZERO_CHUNK * %d);\n"
+         "  }\n"
+         "  free(flat);\n", es, nstate, es, es, es, es);
+  P(e, "  free(full);\n  return rc;\n}\n\n");
+  P(e, "/* Every stage's tensors gathered on rank 0, which writes the whole model. */\n"
+       "static int save_checkpoint(long steps_done) {\n"
+       "  CgModel gm = gmodel_of();\n"
+       "  unsigned char *full = rank == 0 ? calloc(1, GLOBAL_BYTES) : NULL;\n"
+       "  if (!all_ok(rank != 0 || full || rt_errorf(RT_ERR_NOMEM, \"out of memory for the checkpoint\") == RT_OK)) return 0;\n");
+  if (e->zero)
+    P(e, "  /* ZeRO-1: the moments' chunks gathered over dp into flat copies laid out\n"
+         "   * like the stage's parameters */\n"
+         "  unsigned char *flat = calloc(%d, (size_t)ZERO_CHUNK * DP * %d);\n"
+         "  if (!flat) rt_mesh_fail(&mesh, \"out of memory for the optimizer state\");\n"
+         "  for (int k = 0; k < %d; k++)\n"
+         "    rt_check(rt_gather_flat(&mesh, RT_AX_DP, arena + OPT_OFFSET + (size_t)k * ZERO_CHUNK * %d, ZERO_CHUNK,\n"
+         "                            flat + (size_t)k * ZERO_CHUNK * DP * %d, %d));\n",
+      nstate, es, nstate, es, es, es);
+  P(e, "  for (int i = 0; i < NGLOBAL; i++)\n"
+       "    for (int k = 0; k < CG_SLOTS; k++) {\n"
+       "      if (cg_param_slot(&gparams[i], k) < 0) continue;\n"
+       "      const unsigned char *mine = NULL;  /* this rank's piece, if its stage holds it */\n"
+       "      if (local_of[i] >= 0)\n");
+  if (e->zero)
+    P(e, "        mine = k ? flat + (size_t)(k - 1) * ZERO_CHUNK * DP * %d + params[local_of[i]].offset\n"
+         "                 : arena + params[local_of[i]].offset;\n", es);
+  else
+    P(e, "        mine = arena + cg_param_slot(&params[local_of[i]], k);\n");
+  P(e, "      rt_check(rt_shard_gather(&shards[i], &mesh, mine, full ? full + cg_param_slot(&gparams[i], k) : NULL, %d));\n"
+       "    }\n", es);
+  if (e->zero) P(e, "  free(flat);\n");
+  P(e, "  int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);\n"
+       "  free(full);\n"
+       "  if (ok && rank == 0 && !args.quiet) printf(\"saved:    %%s (step %%ld)\\n\", args.save, steps_done);\n"
+       "  return ok;\n}\n\n");
+  P(e, "/* After the microbatches: gradients summed over tp for replicated parameters\n"
+       " * used on sequence shards, over the first and last stage for a tied\n"
+       " * embedding, then over the data-parallel ranks. */\n"
+       "static void sync_gradients(void) {\n");
+  for (int i = 0; i < g->params.len; i++) {
+    Value *p = g->params.data[i];
+    if (!p->grad || !(p->grad_partial & (1u << AX_TP))) continue;
+    P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, root(p->grad)),
+      numel(p), es, p->name);
+  }
+  for (int i = 0; i < g->params.len; i++) {
+    Value *p = g->params.data[i];
+    if (!p->grad || !p->pp_shared) continue;
+    P(e, "  rt_allreduce(&mesh, RT_AX_EMBED, %s, %" PRId64 ", %d);  // %s, tied: stages 0 and %d\n",
+      ref(e, root(p->grad)), numel(p), es, p->name, e->nstages - 1);
+  }
+  if (e->zero)
+    P(e, "  /* ZeRO-1: each rank receives the sum of its own chunk only */\n"
+         "  rt_reduce_scatter_dim(&mesh, RT_AX_DP, F(GSHARD_OFFSET), F(GRADS_OFFSET), 1, ZERO_CHUNK, %d, NULL);\n", es);
+  else
+    P(e, "  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
+  P(e, "}\n\n");
+  P(e, "/* The last stage has the loss (the same on its tp ranks): its mean over dp. */\n"
+       "static double mean_loss(double loss) {\n"
+       "  int mine = STAGE == PP - 1 && mesh.coord[RT_AX_TP] == 0;\n"
+       "  return rt_mesh_sum_double(&mesh, RT_AX_WORLD, mine ? loss : 0.0) / DP;\n}\n\n");
+  if (e->zero)
+    P(e, "/* The global norm of the summed gradients (before the 1/DP mean): each rank\n"
+         " * holds the sums of its chunk of its stage's parameters. */\n"
+         "static double grad_norm(void) {\n"
+         "  const size_t lo = (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK, hi = lo + ZERO_CHUNK;\n"
+         "  double ss = 0;\n"
+         "  for (int i = 0; i < NPARAMS; i++) {\n"
+         "    size_t a = params[i].offset / sizeof(%s), b = a + params[i].numel;\n"
+         "    if (params[i].grad < 0 || b <= lo || a >= hi) continue;\n"
+         "    if (a < lo) a = lo;\n"
+         "    if (b > hi) b = hi;\n"
+         "    ss += norm_w[i] * rt_sumsq%s(F(GSHARD_OFFSET) + (a - lo), b - a);\n"
+         "  }\n"
+         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss));\n}\n\n", R, e->S);
+  else
+    P(e, "/* The global norm of the summed gradients (before the 1/DP mean): the dp\n"
+         " * ranks hold the same sums, so those of dp rank 0 over every stage and tp rank. */\n"
+         "static double grad_norm(void) {\n"
+         "  double ss = 0;\n"
+         "  for (int i = 0; i < NPARAMS && mesh.coord[RT_AX_DP] == 0; i++)\n"
+         "    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq%s(F(params[i].grad), params[i].numel);\n"
+         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss));\n}\n\n", e->S);
+}
+
 /* The pieces of main() that differ between one rank and a mesh. */
 static void emit_step_support(Emit *e) {
+  if (e->pp) {
+    emit_step_support_pp(e);
+    return;
+  }
   Graph *g = e->g;
   const char *R = e->R;
   int es = e->f64 ? 8 : 4;
@@ -1469,7 +1765,7 @@ static void emit_comms(Emit *e) {
        "\n"
        "static void comm_init(int *argc, char ***argv) {\n"
        "#ifdef SHARDC_MPI\n"
-       "  mpiCheck(MPI_Init(argc, argv));\n"
+       "%s"
        "  mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));\n"
        "  mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));\n"
        "#else\n"
@@ -1498,7 +1794,11 @@ static void emit_comms(Emit *e) {
        "    else fprintf(stderr, \"train: error: %%s\\n\", rt_last_error());\n"
        "  }\n"
        "  return v[0];\n"
-       "}\n\n");
+       "}\n\n",
+    e->pp ? "  int started = 0;  /* by the launcher, to find this rank's stage */\n"
+            "  mpiCheck(MPI_Initialized(&started));\n"
+            "  if (!started) mpiCheck(MPI_Init(argc, argv));\n"
+          : "  mpiCheck(MPI_Init(argc, argv));\n");
 }
 
 /* The first step compares the bytes this rank sent with the plan's. */
@@ -1516,6 +1816,110 @@ static const char *const comm_check_text =
     "        fflush(stdout);\n"
     "      }\n"
     "      if (counted != COMM_BYTES && getenv(\"SHARDC_STRICT_COMM\"))\n"
+    "        rt_mesh_fail(&mesh, \"sent %llu bytes in step 1, the plan says %llu\", counted, (unsigned long long)COMM_BYTES);\n"
+    "    }\n"
+    "    rt_mesh_reset_counts(&mesh);\n";
+
+/* A pipeline stage's microbatches: the schedule's forwards and backwards in
+ * order, each in its microbatch's stash slot; activations arrive from the
+ * previous stage before a forward and leave for the next after it,
+ * gradients the other way round.  Sends are non-blocking from the slot,
+ * which is reused only once they were delivered. */
+static void emit_run_pipeline(Emit *e) {
+  Graph *g = e->g;
+  const Plan *p = &e->m->train.plan;
+  int mb = p->mb > 0 ? p->mb : 1, es = e->f64 ? 8 : 4;
+  PipeSched ps;
+  char err[256];
+  if (sched_build(&ps, p->schedule, p->pp, mb, 1, err, sizeof err)) {
+    diag_fatal_noloc("%s", err);
+    return;
+  }
+  int r = e->stage, n = ps.n[r];
+  P(e, "/* This stage's part of the %s schedule: forward (1) or backward (0) of a\n"
+       " * microbatch, in order. */\n", sched_name(p->schedule));
+  P(e, "static const struct { signed char fwd; short mb; } order[%d] = {", n);
+  for (int i = 0; i < n; i++)
+    P(e, "%s{%d, %d},", i % 8 ? " " : "\n    ", ps.act[r][i].fwd, ps.act[r][i].mb);
+  P(e, "\n};\n\n");
+  sched_free(&ps);
+  bool first = r == 0, last = r == e->nstages - 1;
+  Value *ra = g->recv_act, *sa = g->send_act;
+  Value *dsend = ra ? ra->grad : NULL, *drecv = sa ? sa->grad : NULL;
+  P(e, "static MPI_Request sent[SLOTS][2];  /* activation, gradient in flight from each slot */\n\n");
+  P(e, "static double run_microbatches(long step, int with_backward) {\n");
+  P(e, "  if (with_backward) memset(arena + GRADS_OFFSET, 0, GRADS_BYTES);\n");
+  P(e, "  const int stride = RANKS / PP;  /* world ranks between neighbouring stages */\n");
+  if (first && last) P(e, "  (void)stride;\n");
+  P(e, "  double loss = 0;\n");
+  P(e, "  for (int k = 0; k < SLOTS; k++) sent[k][0] = sent[k][1] = MPI_REQUEST_NULL;\n");
+  P(e, "  for (int a = 0; a < %d; a++) {\n", n);
+  P(e, "    const int k = order[a].mb, slot = k %% SLOTS;\n"
+       "    const int row0 = mesh.coord[RT_AX_DP] * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;\n"
+       "    stash = arena + STASH_OFFSET + (size_t)slot * STASH_BYTES;\n"
+       "    if (order[a].fwd) {\n"
+       "      rt_waitall(&mesh, 2, sent[slot]);  /* the slot's last messages were delivered */\n"
+       "      // %s, %s\n"
+       "      rt_check(cg_data_batch(&data, step, row0, MICROBATCH, %s, %s));\n",
+    vname(e->in0), vname(e->in1), ref(e, e->in0), ref(e, e->in1));
+  if (!first)
+    P(e, "      rt_recv(&mesh, rank - stride, 2 * k, %s, %" PRId64 ", %d);  // %s from stage %d\n",
+      ref(e, ra), numel(ra), es, vname(ra), r - 1);
+  P(e, "      loss += forward(step, row0);\n");
+  if (!last)
+    P(e, "      rt_isend(&mesh, rank + stride, 2 * k, %s, %" PRId64 ", %d, &sent[slot][0]);  // %s to stage %d\n",
+      ref(e, sa), numel(sa), es, vname(sa), r + 1);
+  P(e, "    } else if (with_backward) {\n");
+  if (!last)
+    P(e, "      rt_recv(&mesh, rank + stride, 2 * k + 1, %s, %" PRId64 ", %d);  // %s from stage %d\n",
+      ref(e, drecv), numel(drecv), es, vname(drecv), r + 1);
+  P(e, "      backward(step, row0);\n");
+  if (!first && dsend)
+    P(e, "      rt_isend(&mesh, rank - stride, 2 * k + 1, %s, %" PRId64 ", %d, &sent[slot][1]);  // %s to stage %d\n",
+      ref(e, dsend), numel(dsend), es, vname(dsend), r - 1);
+  P(e, "    }\n  }\n");
+  P(e, "  for (int k = 0; k < SLOTS; k++) rt_waitall(&mesh, 2, sent[k]);\n");
+  P(e, "  return loss / MICROBATCHES;\n}\n\n");
+}
+
+/* The first step compares the arena's high-water mark with the plan. */
+static const char *const mem_check_text =
+    "    if (measure && say) {\n"
+    "      char a[32], b[32];\n"
+    "      cg_commas(a, sizeof a, ARENA_BYTES);\n"
+    "      cg_commas(b, sizeof b, measured);\n"
+    "      printf(\"memory:   planned peak %s bytes per rank, measured %s (highest arena byte \"\n"
+    "             \"written in step %ld)%s\\n\", a, b, step + 1,\n"
+    "             measured == ARENA_BYTES ? \"\" : \"  MISMATCH\");\n"
+    "      fflush(stdout);\n"
+    "    }\n";
+
+/* A pipeline's first step: every stage's planned and measured peak and
+ * bytes sent (those of its dp 0, tp 0 rank), and any rank that differs. */
+static const char *const pp_measure_text =
+    "    if (measure) {\n"
+    "      unsigned long long counted = rt_mesh_total_bytes(&mesh);\n"
+    "      int off = measured != ARENA_BYTES, coff = counted != COMM_BYTES;\n"
+    "      int head = mesh.coord[RT_AX_DP] == 0 && mesh.coord[RT_AX_TP] == 0;\n"
+    "      double bad = rt_mesh_sum_double(&mesh, RT_AX_WORLD, off), cbad = rt_mesh_sum_double(&mesh, RT_AX_WORLD, coff);\n"
+    "      char line[4][2048];\n"
+    "      int len[4] = {0, 0, 0, 0};\n"
+    "      for (int s = 0; s < PP; s++) {\n"
+    "        double v[4] = {ARENA_BYTES, measured, COMM_BYTES, counted};\n"
+    "        for (int j = 0; j < 4; j++) {\n"
+    "          char c[32];\n"
+    "          cg_commas(c, sizeof c, (unsigned long long)rt_mesh_sum_double(&mesh, RT_AX_WORLD, head && STAGE == s ? v[j] : 0));\n"
+    "          if (len[j] < (int)sizeof line[j] - 40) len[j] += snprintf(line[j] + len[j], sizeof line[j] - len[j], \"%s%s\", s ? \" / \" : \"\", c);\n"
+    "        }\n"
+    "      }\n"
+    "      if (say) {\n"
+    "        printf(\"memory:   planned peak per rank by stage %s bytes, measured %s (highest arena byte \"\n"
+    "               \"written in step %ld)%s\\n\", line[0], line[1], step + 1, bad ? \"  MISMATCH\" : \"\");\n"
+    "        printf(\"comm:     planned %s bytes sent per rank per step by stage, counted %s%s\\n\", line[2], line[3],\n"
+    "               cbad ? \"  MISMATCH\" : \"\");\n"
+    "        fflush(stdout);\n"
+    "      }\n"
+    "      if (coff && getenv(\"SHARDC_STRICT_COMM\"))\n"
     "        rt_mesh_fail(&mesh, \"sent %llu bytes in step 1, the plan says %llu\", counted, (unsigned long long)COMM_BYTES);\n"
     "    }\n"
     "    rt_mesh_reset_counts(&mesh);\n";
@@ -1559,6 +1963,9 @@ static void emit_main(Emit *e) {
       e->classes);
   P(e, "static CgArgs args;\nstatic CgData data;\n\n");
 
+  if (e->pp)
+    emit_run_pipeline(e);
+  else {
   P(e, "/* Forward (and backward) of this rank's microbatches of one step: the mean\n"
        " * loss.  Parameter gradients accumulate over the microbatches. */\n");
   P(e, "static double run_microbatches(long step, int with_backward) {\n");
@@ -1573,11 +1980,16 @@ static void emit_main(Emit *e) {
   P(e, "    loss += forward(step, row0);\n");
   P(e, "    if (with_backward) backward(step, row0);\n");
   P(e, "  }\n  return loss / MICROBATCHES;\n}\n\n");
-
+  }
   emit_step_support(e);
 
 
-  P(e, "int main(int argc, char **argv) {\n");
+  if (e->pp)
+    P(e, "/* Stage %d's main: the launcher's main() calls it on the ranks of stage %d. */\n"
+         "int shardc_stage%d_main(int argc, char **argv);\n"
+         "int shardc_stage%d_main(int argc, char **argv) {\n", e->stage, e->stage, e->stage, e->stage);
+  else
+    P(e, "int main(int argc, char **argv) {\n");
   P(e, "  cg_blas_setup(argc, argv);\n");
   P(e, "  comm_init(&argc, &argv);\n");
   P(e, "  int rc = cg_args_parse(&args, &model, argc, argv, rank == 0);\n");
@@ -1597,7 +2009,8 @@ static void emit_main(Emit *e) {
   P(e, "    return comm_finish(1);\n  }\n");
   if (e->dist)
     P(e, "  /* --gradcheck runs the data-parallel plan's program on one rank */\n"
-         "  if (!all_ok(rt_mesh_init(&mesh, args.gradcheck ? 1 : DP, TP, 0, 1, 1) == RT_OK)) return comm_finish(1);\n");
+         "  if (!all_ok(rt_mesh_init(&mesh, args.gradcheck ? 1 : DP, TP, 0, 1, %s) == RT_OK)) return comm_finish(1);\n",
+      e->pp ? "PP" : "1");
   P(e, "  cg_set_threads(world);\n"
        "  RtArena *mem = NULL;\n"
        "  if (!all_ok(cg_arena_create(&mem, &model) == RT_OK)) return comm_finish(1);\n"
@@ -1669,16 +2082,7 @@ static void emit_main(Emit *e) {
        "    double lr = cg_lr(&model, step);\n"
        "    optimizer_step(step + 1, lr, rt_clip_scale(norm, %s) / DP);\n"
        "    double ms = rt_ms_since(t0), tps = tokens_per_step / (ms / 1e3);\n"
-       "    if (measure && say) {\n"
-       "      char a[32], b[32];\n"
-       "      cg_commas(a, sizeof a, ARENA_BYTES);\n"
-       "      cg_commas(b, sizeof b, measured);\n"
-       "      printf(\"memory:   planned peak %%s bytes per rank, measured %%s (highest arena byte \"\n"
-       "             \"written in step %%ld)%%s\\n\", a, b, step + 1,\n"
-       "             measured == ARENA_BYTES ? \"\" : \"  MISMATCH\");\n"
-       "      fflush(stdout);\n"
-       "    }\n"
-       "%s"
+       "%s%s"
        "    if (!all_ok(rank != 0 || rt_metrics_log(&log, step + 1, loss, lr, ms, tps) == RT_OK))\n"
        "      return comm_finish(1);\n"
        "    rt_progress_step(&progress, step + 1, loss, tps);\n"
@@ -1697,13 +2101,58 @@ static void emit_main(Emit *e) {
        "  rt_arena_destroy(mem);\n"
        "  return comm_finish(0);\n"
        "}\n",
-    clip, e->dist ? comm_check_text : "");
+    clip, e->pp ? pp_measure_text : mem_check_text, e->pp ? "" : e->dist ? comm_check_text : "");
 }
 
 int cg_emit_cpu(FILE *out, Module *m) { return cg_emit_cpu_opts(out, m, NULL); }
 
+static int emit_program(FILE *out, Module *m, const CgOptions *opt);
+
+/* A pipeline: one file holding every stage's program, each compiled on its
+ * own (-DSHARDC_STAGE=s, its main renamed), and the launcher's main, which
+ * starts MPI and runs the stage of this rank (pp is the outermost axis). */
+static int emit_pipeline(FILE *out, Module *m, const CgOptions *opt) {
+  int S = m->nstages, rc = 0;
+  const Plan *p = &m->train.plan;
+  fprintf(out, "/* model.c — %d pipeline stages (%s), each a program of its own below.\n"
+               " * shardc build compiles this file once per stage with -DSHARDC_STAGE=s and\n"
+               " * once without, for the launcher. */\n\n", S, sched_name(p->schedule));
+  for (int s = 0; s < S && !rc; s++) {
+    fprintf(out, "#if defined(SHARDC_STAGE) && SHARDC_STAGE == %d\n", s);
+    stage_select(m, s);
+    rc = emit_program(out, m, opt);
+    fprintf(out, "#endif  /* stage %d */\n\n", s);
+  }
+  stage_select(m, -1);
+  int ndev = m->train.mesh->ndev;
+  fprintf(out, "#ifndef SHARDC_STAGE\n"
+               "/* ---- the launcher: this rank's stage is its pp coordinate ---- */\n"
+               "#include <stdio.h>\n#include <mpi.h>\n\n#include \"rt_codegen_support.h\"\n\n");
+  for (int s = 0; s < S; s++) fprintf(out, "int shardc_stage%d_main(int argc, char **argv);\n", s);
+  fprintf(out, "\nint main(int argc, char **argv) {\n"
+               "  cg_blas_setup(argc, argv);  /* may run the program again: before MPI */\n"
+               "  int rank = 0, world = 1;\n"
+               "  if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {\n"
+               "    fprintf(stderr, \"train: error: MPI_Init failed\\n\");\n"
+               "    return 1;\n  }\n"
+               "  MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n"
+               "  MPI_Comm_size(MPI_COMM_WORLD, &world);\n"
+               "  /* on a wrong world size stage 0's program says what to run */\n"
+               "  int stage = world == %d ? rank / %d : 0;\n"
+               "  switch (stage) {\n", ndev, ndev / p->pp);
+  for (int s = 0; s < S; s++)
+    fprintf(out, "  case %d: return shardc_stage%d_main(argc, argv);\n", s, s);
+  fprintf(out, "  }\n  return 1;\n}\n#endif\n");
+  return rc || ferror(out) ? -1 : 0;
+}
+
 int cg_emit_cpu_opts(FILE *out, Module *m, const CgOptions *opt) {
   if (cg_check(m, "cpu")) return -1;
+  if (m->nstages > 1) return emit_pipeline(out, m, opt);
+  return emit_program(out, m, opt);
+}
+
+static int emit_program(FILE *out, Module *m, const CgOptions *opt) {
   Emit e = {0};
   e.o = out;
   e.m = m;
@@ -1716,7 +2165,10 @@ int cg_emit_cpu_opts(FILE *out, Module *m, const CgOptions *opt) {
   e.dist = cg_needs_mpi(m);
   e.tp = m->train.plan.tp;
   e.zero = e.dist && m->train.plan.zero >= 1 && m->train.plan.dp > 1;
-  if (e.dist && e.f64 && e.tp > 1) {
+  e.pp = m->nstages > 1;
+  e.stage = e.g->stage;
+  e.nstages = m->nstages;
+  if (e.dist && e.f64 && (e.tp > 1 || e.pp)) {
     diag_fatal_noloc("--precision=fp64 builds are for single-rank gradient checks; build with "
                      "--mesh 1 --strategy dp=1, or in fp32");
     return -1;

@@ -56,8 +56,9 @@ static const char *usage_build =
     "libshardrt and BLAS into DIR/train.  DIR defaults to out/MODEL_NAME.\n"
     "Run DIR/train --help for its flags (--steps, --seed, --data, --load, --save,\n"
     "--save-every, --log, --quiet); launch it with mpirun -np MESH_SIZE.\n"
-    "fp32 plans with dp=N, mb=N, zero=1, tp=N and sp=megatron, in any mix, are\n"
-    "implemented so far (pipeline, ring attention and tp2d are not yet).\n"
+    "fp32 plans with dp=N, mb=N, zero=1, tp=N, sp=megatron and pp=N with\n"
+    "schedule=gpipe|1f1b, in any mix, are implemented so far (interleaved\n"
+    "pipelines, ring attention and tp2d are not yet).\n"
     "\n"
     "  -o DIR               output directory (created if missing)\n"
     "  --precision=fp64     build in double precision (for gradient checks:\n"
@@ -155,6 +156,18 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
   return 0;
 }
 
+/* The IR; with pipeline stages, each stage's graph after the other. */
+static void print_ir(Module *m) {
+  if (m->nstages <= 1) {
+    ir_print(stdout, m->graph);
+    return;
+  }
+  for (int s = 0; s < m->nstages; s++) {
+    printf("# pipeline stage %d of %d: %s\n", s, m->nstages, m->stage_desc[s]);
+    ir_print(stdout, m->stages[s]);
+  }
+}
+
 static int run(Opts *o) {
   if (o->list_passes) {
     for (int i = 0; i < pass_count; i++) printf("%-8s %s\n", pass_list[i].name, pass_list[i].summary);
@@ -210,7 +223,7 @@ static int run(Opts *o) {
       return 2;
     }
 #endif
-    if (i == dump_idx) ir_print(stdout, m->graph);
+    if (i == dump_idx) print_ir(m);
   }
   if (o->time_report) {
     double t3 = now_ms();
@@ -234,7 +247,7 @@ static int run(Opts *o) {
   if (o->emit && !strcmp(o->emit, "c"))
     return cg_emit_cpu_opts(stdout, m, &cgo) ? 1 : 0;
   if (o->emit && !strcmp(o->emit, "ir"))
-    ir_print(stdout, m->graph);
+    print_ir(m);
   else
     report_plan(stdout, m, "");
   return 0;

@@ -42,7 +42,16 @@ typedef struct MemPlan {
    * zero_chunk elements; each rank keeps the summed gradients and the
    * optimizer state of its own chunk only, at these offsets. */
   int64_t zero_chunk, zero_gshard_offset, zero_opt_offset;
+  /* A pipeline stage: values held from a microbatch's forward to its
+   * backward (and messages in flight) live in one of `slots` stash slots of
+   * stash_bytes each, at stash_offset + slot * stash_bytes, after the
+   * transient region; slots = the most microbatches in flight on the stage
+   * under the schedule. */
+  int64_t stash_offset, stash_bytes;
+  int slots;
 } MemPlan;
+
+enum { MAX_STAGES = 64 };
 
 typedef struct Module {
   Program *prog;
@@ -53,6 +62,14 @@ typedef struct Module {
   TrainCfg train;
   Graph *graph;           /* the lowered model (NULL if there is none) */
   MemPlan mem;            /* filled by the memplan pass */
+  /* Pipeline (plan pp > 1): the stage graphs cut from the whole forward
+   * graph (kept in `whole`), one memory plan each; the passes after
+   * "stage" run once per stage with graph/mem set to it. */
+  Graph *whole;
+  int nstages;
+  Graph *stages[MAX_STAGES];
+  MemPlan stage_mem[MAX_STAGES];
+  const char *stage_desc[MAX_STAGES];   /* "embed, blocks.0-1" */
   bool planned;
 } Module;
 

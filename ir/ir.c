@@ -441,6 +441,17 @@ static Value *new_value(Graph *g, Role role, SrcLoc loc) {
   return v;
 }
 
+Value *ir_value_copy(Graph *g, const Value *v) {
+  Value *c = new_value(g, v->role, v->loc);
+  int id = c->id;
+  *c = *v;
+  c->id = id;
+  c->def = NULL;
+  c->grad = c->grad_of = c->alias = NULL;
+  c->nuses = 0;
+  return c;
+}
+
 Value *ir_scratch(Graph *g, int64_t bytes, SrcLoc loc) {
   Value *v = new_value(g, ROLE_ACT, loc);
   int64_t n = (bytes + 3) / 4;
@@ -457,6 +468,16 @@ static Node *new_node(Graph *g, OpKind op, SrcLoc loc, const char *scope) {
   n->scope = scope;
   n->nout = 1;
   return n;
+}
+
+Node *ir_node_copy(Graph *g, const Node *n) {
+  Node *c = new_node(g, n->op, n->loc, n->scope);
+  int id = c->id;
+  *c = *n;
+  c->id = id;
+  c->scratch = NULL;
+  vec_push(&g->nodes, c);
+  return c;
 }
 
 static void set_single_out(Node *n, Value *v) {
@@ -731,7 +752,7 @@ int ir_verify(Graph *g) {
         if (!n->bwd) bad = "has a missing output";
         continue;
       }
-      if (n->bwd || n->op == OP_FILL) {
+      if (n->bwd || n->op == OP_FILL || n->op == OP_RECV) {
         if (o->role != ROLE_GRAD) bad = "accumulates into a value that is not a gradient";
         else last_write[o->id] = i;
       } else {
@@ -755,7 +776,7 @@ int ir_verify(Graph *g) {
                  i, first_read[i], last_write[i]);
       errors++;
     }
-  if (g->loss && (g->loss->shape.ndim != 0)) {
+  if (g->loss && !g->pipe_out && (g->loss->shape.ndim != 0)) {
     diag_error(g->loss->loc, "internal: loss is not a scalar");
     errors++;
   }

@@ -109,6 +109,13 @@ typedef struct Value {
   int nuses;
   /* Parameters: weight decay applies (matrices yes, norms/biases no). */
   bool decay;
+  /* Pipeline stage graphs: held in the stash slot of its microbatch (live
+   * from forward into backward, or sent and not yet delivered); parameters:
+   * index in the whole model's parameter list, and whether another stage
+   * holds a copy too (a tied embedding: gradients summed over EMBED). */
+  bool stash;
+  bool pp_shared;
+  int gidx;
   const char *init;     /* parameter init: "normal", "normal_scaled", "ones", "zeros" */
 } Value;
 
@@ -143,6 +150,13 @@ typedef struct Graph {
   PtrVec inputs;        /* Value* with ROLE_INPUT */
   Value *loss;          /* scalar the model returns */
   int nfwd;             /* nodes [0, nfwd) are the forward pass; then backward */
+  /* A pipeline stage (nstages > 1): its index; the activation received from
+   * the previous stage (an input node, not in inputs) and the one sent to
+   * the next.  A stage before the last has pipe_out set and loss ==
+   * send_act: its gradient is received (OP_RECV), not seeded with 1/mb. */
+  int stage, nstages;
+  Value *recv_act, *send_act;
+  bool pipe_out;
   const char *symname[8];
   int64_t symval[8];
   int nsym;
@@ -177,6 +191,12 @@ Node *ir_add(Graph *g, OpKind op, Value **in, int nin, const Attrs *a, SrcLoc lo
              const char *scope, const char *what);
 /* A working buffer of at least `bytes` (f32 elements) for one node. */
 Value *ir_scratch(Graph *g, int64_t bytes, SrcLoc loc);
+/* A copy of v in g (new id; def, grad, alias and uses cleared): for the
+ * pipeline pass's stage graphs. */
+Value *ir_value_copy(Graph *g, const Value *v);
+/* A copy of n appended to g (new id, no scratch); its in/outs still point
+ * at the original values until the caller maps them. */
+Node *ir_node_copy(Graph *g, const Node *n);
 /* The gradient value of v (created on first use, ROLE_GRAD). */
 Value *ir_grad(Graph *g, Value *v);
 /* Append a backward node accumulating into outs[0..nout) (entries may be

@@ -191,7 +191,8 @@ int pass_autodiff(Module *m) {
     for (int k = 0; k < n->nin; k++) fwd_uses[n->in[k]->id]++;
     for (int j = 0; j < n->nout; j++) {
       Value *v = n->outs[j];
-      bool need = n->op == OP_PARAM;
+      /* a pipeline stage's received activation: its gradient goes back */
+      bool need = n->op == OP_PARAM || (g->recv_act && v == g->recv_act);
       for (int k = 0; k < n->nin; k++) need |= needs[n->in[k]->id];
       /* Side outputs (norm statistics, attention's lse) carry no gradient. */
       needs[v->id] = need && is_float(v) && (j == 0 || n->op == OP_PARAM);
@@ -201,14 +202,16 @@ int pass_autodiff(Module *m) {
     diag_warning(g->loss->loc, "the loss does not depend on any parameter");
     return 0;
   }
-  /* Seed: d(mean loss over mb microbatches)/d(loss of one) = 1/mb. */
+  /* Seed: d(mean loss over mb microbatches)/d(loss of one) = 1/mb; before
+   * the last pipeline stage, the gradient of the sent activation, received
+   * from the next stage. */
   Value *dl = G(g, g->loss);
   Node *seed_at = g->loss->def;
   Attrs a = {0};
   int mb = m->train.plan.mb > 0 ? m->train.plan.mb : 1;
   a.f[0] = 1.0 / mb;
   Value *outs[1] = {dl};
-  Node *seed = ir_add_bwd(g, OP_FILL, NULL, 0, outs, &a, seed_at);
+  Node *seed = ir_add_bwd(g, g->pipe_out ? OP_RECV : OP_FILL, NULL, 0, outs, &a, seed_at);
   if (!seed) return -1;
   seed->bwd = false; /* a fill sets its output */
   for (int i = g->nfwd - 1; i >= 0; i--) {

@@ -12,6 +12,7 @@
 
 #include "passes.h"
 #include "runtime/dist_formulas.h"
+#include "schedule.h"
 
 enum { ALIGN = 64 };
 
@@ -159,6 +160,21 @@ int pass_memplan(Module *m) {
     v->live_end = nn - 1;
   }
   if (g->loss) root(g->loss)->live_end = nn - 1;
+  if (g->recv_act) {
+    root(g->recv_act)->live_start = 0;
+    root(g->recv_act)->live_end = nn - 1;
+  }
+  /* A pipeline stage keeps what its backward reads of a microbatch's
+   * forward in that microbatch's stash slot, and the messages it sends
+   * (activation, input gradient) there until they are delivered. */
+  bool staged = g->nstages > 1;
+  for (int i = 0; i < g->values.len; i++) {
+    Value *v = g->values.data[i];
+    v->stash = staged && !v->alias && v->role != ROLE_PARAM && v->live_start >= 0 &&
+               v->live_start < g->nfwd && v->live_end >= g->nfwd;
+  }
+  if (staged && g->send_act) root(g->send_act)->stash = true;
+  if (staged && g->recv_act && g->recv_act->grad) root(g->recv_act->grad)->stash = true;
 
   /* Persistent: parameters, then their gradients, then optimizer state. */
   int64_t off = 0;
@@ -221,7 +237,7 @@ transient:;
   PtrVec *dies = arena_alloc(sizeof(PtrVec) * (size_t)(nn + 1));
   for (int i = 0; i < g->values.len; i++) {
     Value *v = g->values.data[i];
-    if (v->alias || v->persistent || v->live_start < 0) continue;
+    if (v->alias || v->persistent || v->live_start < 0 || v->stash) continue;
     if (v->role == ROLE_PARAM) continue;
     vec_push(&born[v->live_start], v);
     vec_push(&dies[v->live_end], v);
@@ -245,12 +261,34 @@ transient:;
       mp->peak_node = i;
     }
   }
+  mp->transient_peak = peak;
+  mp->arena_bytes = mp->persistent_bytes + peak;
+  if (staged) {
+    /* Stash slots after the transient region; offsets are those of slot 0. */
+    mp->stash_offset = mp->arena_bytes;
+    for (int i = 0; i < g->values.len; i++) {
+      Value *v = g->values.data[i];
+      if (!v->stash) continue;
+      v->offset = mp->stash_offset + mp->stash_bytes;
+      mp->stash_bytes += align_up(bytes_of(v));
+      if (v->role == ROLE_INPUT) mp->input_bytes += align_up(bytes_of(v));
+      mp->nbuffers++;
+    }
+    PipeSched ps;
+    char err[256];
+    int mb = plan->mb > 0 ? plan->mb : 1;
+    if (sched_build(&ps, plan->schedule, plan->pp, mb, g->nstages / plan->pp, err, sizeof err)) {
+      diag_error(sema_plan_key_loc(&m->train, PLAN_SCHED), "%s", err);
+      return -1;
+    }
+    mp->slots = ps.inflight[g->stage % plan->pp][g->stage / plan->pp];
+    sched_free(&ps);
+    mp->arena_bytes += mp->slots * mp->stash_bytes;
+  }
   for (int i = 0; i < g->values.len; i++) {
     Value *v = g->values.data[i];
     if (v->alias) v->offset = root(v)->offset;
   }
-  mp->transient_peak = peak;
-  mp->arena_bytes = mp->persistent_bytes + peak;
   m->planned = true;
   return 0;
 }

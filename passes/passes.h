@@ -20,6 +20,13 @@ int pass_shard(Module *m);
 int pass_autodiff(Module *m);
 int pass_memplan(Module *m);
 int pass_commcheck(Module *m);
+int pass_stage(Module *m);
+/* Pipeline (Module.nstages > 1): points m->graph and m->mem at stage s, or
+ * back at the whole model for s < 0; per_stage runs fn once per stage so
+ * (each stage's memory plan kept in m->stage_mem) and returns to the whole
+ * model.  Both do nothing else without stages. */
+void stage_select(Module *m, int s);
+int per_stage(Module *m, int (*fn)(Module *m));
 /* Optimizer-state tensors per parameter: AdamW 2 (m, v), SGD with momentum 1. */
 int opt_states(const Optimizer *o);
 

@@ -4,6 +4,7 @@
 
 #include "passes.h"
 #include "runtime/dist_formulas.h"
+#include "schedule.h"
 
 void report_commas(char *buf, int cap, int64_t n) {
   char tmp[32];
@@ -29,6 +30,54 @@ static const char *human_bytes(double b) {
   }
   snprintf(s, 32, i ? "%.2f %s" : "%.0f %s", b, u[i]);
   return s;
+}
+
+static void comm_line(FILE *out, const Module *m, const char *pf, const char *what) {
+  uint64_t ax[AX_COUNT];
+  uint64_t total = plan_comm_bytes(m, ax);
+  char c[32];
+  report_commas(c, sizeof c, (int64_t)total);
+  fprintf(out, "%s%s%s bytes sent per rank per step", pf, what, c);
+  const char *sep = " (";
+  for (int k = 0; k < AX_COUNT; k++)
+    if (ax[k]) {
+      report_commas(c, sizeof c, (int64_t)ax[k]);
+      fprintf(out, "%s%s %s", sep, ir_axis_name(k), c);
+      sep = ", ";
+    }
+  fprintf(out, "%s\n", *sep == ',' ? ")" : "");
+}
+
+/* A pipeline: the schedule, then per stage its layers, memory (with the
+ * stash slots) and communication. */
+static void report_stages(FILE *out, Module *m, const char *pf) {
+  const Plan *p = &m->train.plan;
+  Graph *sel = m->graph;
+  MemPlan keep = m->mem;
+  fprintf(out, "%spipeline: %d stages, %s schedule, %d microbatches per step; activations of a "
+               "microbatch wait in a stash slot from its forward to its backward\n",
+          pf, m->nstages,
+          p->schedule == SCHED_GPIPE ? "GPipe" : p->schedule == SCHED_1F1B ? "1F1B" : "interleaved",
+          p->mb);
+  for (int s = 0; s < m->nstages; s++) {
+    stage_select(m, s);
+    const MemPlan *mp = &m->mem;
+    const Graph *g = m->graph;
+    char a[32], st[32];
+    report_commas(a, sizeof a, mp->arena_bytes);
+    report_commas(st, sizeof st, mp->stash_bytes);
+    fprintf(out, "%sstage %d:  %s; %d params, %d nodes\n", pf, s, m->stage_desc[s],
+            g->params.len, g->nodes.len);
+    fprintf(out, "%s  memory: %s bytes per rank (%s): params %s, grads %s, optimizer %s, "
+                 "activations %s at node %d, stash %d slot%s x %s bytes\n",
+            pf, a, human_bytes((double)mp->arena_bytes), human_bytes((double)mp->param_bytes),
+            human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
+            human_bytes((double)mp->transient_peak), mp->peak_node, mp->slots,
+            mp->slots == 1 ? "" : "s", st);
+    comm_line(out, m, pf, "  comm:   ");
+  }
+  m->graph = sel;
+  m->mem = keep;
 }
 
 void report_plan(FILE *out, const Module *m, const char *pf) {
@@ -69,7 +118,7 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
             t->precision == DT_F32 ? "fp32" : t->precision == DT_BF16 ? "bf16" : "fp16",
             (long long)t->seed);
   }
-  const Graph *g = m->graph;
+  const Graph *g = m->nstages > 1 ? m->whole : m->graph;
   if (!g) return;
   int64_t np = ir_param_count(g);
   report_commas(num, sizeof num, np);
@@ -82,7 +131,9 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
           f, (long long)tokens, 3 * f * (t->plan.mb ? t->plan.mb : 1) * t->plan.dp);
   fprintf(out, "%sgraph:    %d nodes (%d forward), %d values\n", pf, g->nodes.len,
           g->nfwd ? g->nfwd : g->nodes.len, g->values.len);
-  if (m->planned) {
+  if (m->planned && m->nstages > 1) {
+    report_stages(out, (Module *)m, pf);
+  } else if (m->planned) {
     const MemPlan *mp = &m->mem;
     char a[32];
     report_commas(a, sizeof a, mp->arena_bytes);
@@ -91,8 +142,8 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
             pf, a, human_bytes((double)mp->arena_bytes), human_bytes((double)mp->param_bytes),
             human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
             human_bytes((double)mp->transient_peak), mp->peak_node);
-    if (p->pp > 1 || p->sp > 1 || p->tp2d > 1)
-      fprintf(out, "%s          (pp, sp=ring and tp2d are not applied by the passes yet: the memory "
+    if (p->sp > 1 || p->tp2d > 1)
+      fprintf(out, "%s          (sp=ring and tp2d are not applied by the passes yet: the memory "
                    "and communication shown leave them out)\n", pf);
     uint64_t ax[AX_COUNT];
     uint64_t total = plan_comm_bytes(m, ax);
@@ -121,10 +172,27 @@ int plan_collectives(const Module *m, PlanColl **out) {
   const Plan *p = &m->train.plan;
   int mb = p->mb > 0 ? p->mb : 1, n = 0, ncomm = 0;
   for (int i = 0; i < g->nodes.len; i++) ncomm += ir_comm_axis(g->nodes.data[i], NULL) >= 0;
-  PlanColl *c = arena_alloc(sizeof(PlanColl) * (size_t)(ncomm * mb + g->params.len + 4));
+  PlanColl *c = arena_alloc(sizeof(PlanColl) * (size_t)(ncomm * mb + 2 * g->params.len + 4 * mb + 4));
 #define ADD(ax, o, b, cnt, w) c[n++] = (PlanColl){(ax), (o), (b), (cnt), (w)}
-  for (int k = 0; k < mb; k++)
-    for (int i = 0; i < g->nodes.len; i++) {
+  /* A pipeline stage runs its microbatches' forwards and backwards in the
+   * schedule's order, with the activation and gradient messages around them. */
+  PipeSched ps = {0};
+  bool staged = g->nstages > 1;
+  int r = g->stage, last = g->nstages - 1;
+  if (staged) {
+    char err[256];
+    if (sched_build(&ps, p->schedule, p->pp, mb, 1, err, sizeof err)) return 0;
+  }
+  for (int a = 0; a < (staged ? ps.n[r] : 2 * mb); a++) {
+    int k = staged ? ps.act[r][a].mb : a / 2;
+    bool fwd = staged ? ps.act[r][a].fwd != 0 : a % 2 == 0;
+    if (staged && fwd && r > 0)
+      ADD(AX_PP, "recv", (uint64_t)ir_numel(&g->recv_act->shape) * 4, false,
+          arena_printf("activation of microbatch %d from stage %d", k + 1, r - 1));
+    if (staged && !fwd && r < last)
+      ADD(AX_PP, "recv", (uint64_t)ir_numel(&g->send_act->shape) * 4, false,
+          arena_printf("gradient of microbatch %d from stage %d", k + 1, r + 1));
+    for (int i = fwd ? 0 : g->nfwd; i < (fwd ? g->nfwd : g->nodes.len); i++) {
       const Node *nd = g->nodes.data[i];
       int ax = ir_comm_axis(nd, NULL);
       /* tp_copy and shard only move data locally; their adjoints are nodes too */
@@ -135,12 +203,26 @@ int plan_collectives(const Module *m, PlanColl **out) {
                        ir_axis_name(ax), nd->scope && *nd->scope ? nd->scope : "model",
                        i < g->nfwd ? "forward" : "backward", k + 1));
     }
+    if (staged && fwd && r < last)
+      ADD(AX_PP, "send", (uint64_t)ir_numel(&g->send_act->shape) * 4, true,
+          arena_printf("activation of microbatch %d to stage %d", k + 1, r + 1));
+    if (staged && !fwd && r > 0 && g->recv_act->grad)
+      ADD(AX_PP, "send", (uint64_t)ir_numel(&g->recv_act->shape) * 4, true,
+          arena_printf("gradient of microbatch %d to stage %d", k + 1, r - 1));
+  }
+  sched_free(&ps);
   /* the step (codegen's sync_gradients, mean_loss, grad_norm, optimizer_step) */
   for (int i = 0; i < g->params.len && p->tp > 1; i++) {
     const Value *v = g->params.data[i];
     if (v->grad && (v->grad_partial & (1u << AX_TP)))
       ADD(AX_TP, "all_reduce", rt_vol_allreduce((uint64_t)ir_numel(&v->shape) * 4, p->tp), true,
           arena_printf("gradient of %s over tp", v->name));
+  }
+  for (int i = 0; i < g->params.len && staged; i++) {
+    const Value *v = g->params.data[i];
+    if (v->grad && v->pp_shared)
+      ADD(AX_EMBED, "all_reduce", rt_vol_allreduce((uint64_t)ir_numel(&v->shape) * 4, 2), true,
+          arena_printf("gradient of %s (tied) over the first and last stage", v->name));
   }
   bool zero = m->mem.zero_chunk > 0;
   if (zero)
@@ -149,8 +231,8 @@ int plan_collectives(const Module *m, PlanColl **out) {
   else
     ADD(AX_DP, "all_reduce", rt_vol_allreduce((uint64_t)m->mem.grad_bytes, p->dp), true,
         "gradient all-reduce over dp");
-  ADD(AX_DP, "sum (loss)", 8, false, "loss sum over dp");
-  ADD(zero ? AX_WORLD : AX_TP, "sum (norm)", 8, false, "gradient norm sum");
+  ADD(staged ? AX_WORLD : AX_DP, "sum (loss)", 8, false, staged ? "loss sum over all ranks" : "loss sum over dp");
+  ADD(zero || staged ? AX_WORLD : AX_TP, "sum (norm)", 8, false, "gradient norm sum");
   if (zero)
     ADD(AX_DP, "all_gather", rt_vol_allgather((uint64_t)m->mem.param_bytes, p->dp), true,
         "ZeRO-1 parameter all-gather over dp");

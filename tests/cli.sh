@@ -61,16 +61,19 @@ expect emit-c-zero2 1 'strategy zero=2 \(gradient and parameter sharding; zero=1
 expect emit-c-ring 1 'strategy sp=ring \(ring attention\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy sp=ring:2,dp=2
 expect emit-c-tp2d 1 'strategy tp2d=2x2 \(2D tensor parallelism\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp2d=2x2
 expect emit-c-fp64-tp 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp=4 --precision=fp64
-expect emit-c-pp 1 'strategy pp=2 \(pipeline parallelism\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2
+expect emit-c-interleaved 1 'strategy schedule=interleaved \(pipeline chunks; gpipe and 1f1b run\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2,schedule=interleaved:2
+expect pp-too-deep 1 'pp=8 needs 8 pipeline stages but model gpt has only 5 places to cut it \(between layers, where one activation crosses\); use pp=6 or less' -- "$bin" compile samples/gpt.shard --mesh 8 --strategy pp=8
+expect plan-pp 0 '^stage 3:  blocks.3, model ops; 27.8% of the FLOPs' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=1f1b
+expect plan-pp-stash 0 'stash 4 slots x 2,369,536 bytes' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=gpipe
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu or cuda' -- "$bin" compile samples/gpt.shard --target=tpu
-expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, autodiff, memplan, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
+expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, memplan, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
 expect dump-lower 0 '^graph gpt \{' -- "$bin" compile samples/gpt.shard --dump-after=lower
 expect list-passes 0 '^shape ' -- "$bin" compile --list-passes
 expect mesh-missing-value 1 '--mesh needs a value' -- "$bin" check samples/gpt.shard --mesh
 expect build-help 0 'usage: shardc build' -- "$bin" build --help
 expect build-cuda 1 'CUDA code generator is not available yet' -- "$bin" build samples/gpt.shard --target cuda -o "$tmp/cuda"
-expect build-pp 1 'strategy pp=2 \(pipeline parallelism\) is not implemented yet' -- "$bin" build samples/gpt.shard --strategy dp=2,pp=2 -o "$tmp/pp"
+expect build-pp 1 'strategy schedule=interleaved \(pipeline chunks' -- "$bin" build samples/gpt.shard --strategy dp=2,pp=2,schedule=interleaved:2 -o "$tmp/pp"
 expect explore-unavailable 1 "'explore' is not available yet" -- "$bin" explore samples/gpt.shard
 
 # The command line wins over the train block.

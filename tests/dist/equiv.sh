@@ -28,6 +28,7 @@ check() {
   local d="$tmp/$s-$2-${3//[=,]/_}"
   build "$s" "$d" --mesh "$n" --strategy "$st" || return
   train "$d" --steps $STEPS --log "$d.jsonl" --save "$d.st"
+  printf '%s\n' "$out" >"$d.out"
   if [ $rc -ne 0 ]; then bad "$s $st: exit $rc: $out"; return; fi
   if grep -q MISMATCH <<<"$out" || ! grep -q "^memory:   planned" <<<"$out" ||
      ! grep -q "^comm:     planned" <<<"$out"; then
@@ -57,11 +58,20 @@ reference gpt && {
   check gpt 4 dp=4,zero=1
   check gpt 4 tp=2,dp=2,zero=1
   check gpt 8 tp=2,sp=megatron,dp=4,zero=1
+  # pipelines: alone, with each other strategy, 3D and 4D on 8 ranks
+  check gpt 2 pp=2,schedule=gpipe
+  check gpt 2 pp=2,schedule=1f1b
+  check gpt 4 pp=4,schedule=1f1b
+  check gpt 4 pp=2,tp=2
+  check gpt 4 pp=2,dp=2,zero=1
+  check gpt 8 tp=2,pp=2,dp=2
+  check gpt 8 tp=2,sp=megatron,pp=2,dp=2
 }
 reference llama && {
   check llama 2 tp=2
   check llama 4 tp=2,dp=2
   check llama 4 tp=2,sp=megatron,dp=2
+  check llama 4 pp=2,tp=2
 }
 
 # Memory shrinks as theory says: tp=4 holds a quarter of every split
@@ -75,6 +85,19 @@ if [ -f "$tmp/gpt-4-dp_4_zero_1/model.c" ] && [ -f "$tmp/gpt-4-dp_4/model.c" ] &
   echo "  memory: $cmp"
 else
   bad "memory shrink: ${cmp:-programs missing}"
+fi
+
+# Pipeline memory: GPipe holds all 4 microbatches' activations on each of
+# the 2 stages, 1F1B at most pp - stage; measured peaks equal the plans.
+g="$tmp/gpt-2-pp_2_schedule_gpipe" f="$tmp/gpt-2-pp_2_schedule_1f1b"
+if [ -f "$g.out" ] && [ -f "$f.out" ] &&
+   "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=gpipe >"$g.plan" 2>&1 &&
+   "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b >"$f.plan" 2>&1 &&
+   cmp=$(tests/dist/pipemem.py "$g.plan" "$g.out" "$f.plan" "$f.out" 2 4); then
+  ok
+  echo "  pipeline memory: $cmp"
+else
+  bad "pipeline memory: ${cmp:-runs missing}"
 fi
 
 # Resharding: save at step 5 under tp=2,dp=2, resume under tp=4 with
@@ -106,6 +129,21 @@ if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
     echo "  reshard dp=4,zero=1 -> tp=4,dp=2 at step 5: $cmp"
   else
     bad "reshard zero: $cmp"
+  fi
+fi
+# ... and out of a pipeline with ZeRO-1 into tensor + data parallelism.
+d1="$tmp/gpt-4-pp_2_dp_2_zero_1" d2="$tmp/gpt-4-tp_2_dp_2"
+if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
+  train "$d1" --steps 5 --quiet --log "$tmp/rp.jsonl" --save "$tmp/rp5.st"
+  [ $rc -eq 0 ] || bad "reshard pp: first half: $out"
+  train "$d2" --steps $STEPS --quiet --load "$tmp/rp5.st" --log "$tmp/rp.jsonl" --save "$tmp/rp.st"
+  if [ $rc -ne 0 ]; then
+    bad "reshard pp: resume: $out"
+  elif cmp=$(tests/dist/compare.py "$tmp/gpt-ref.jsonl" "$tmp/rp.jsonl" "$tmp/gpt-ref.st" "$tmp/rp.st"); then
+    ok
+    echo "  reshard pp=2,dp=2,zero=1 -> tp=2,dp=2 at step 5: $cmp"
+  else
+    bad "reshard pp: $cmp"
   fi
 fi
 finish

@@ -1,0 +1,305 @@
+/* stage.c — pipeline parallelism: the forward graph cut into pp stages.
+ *
+ * Runs after the shard pass (so a stage holds tp-local shapes and its
+ * collectives) and before autodiff.  A cut may only fall between two layers
+ * (the nodes on either side belong to different top-level scopes, e.g.
+ * "blocks.1" and "blocks.2", or the embedding and the first block) where
+ * exactly one activation crosses it: the residual stream, which the stage
+ * sends to the next one per microbatch, and whose gradient comes back.  The
+ * pp-1 cuts minimise the largest stage's FLOPs (forward and backward are
+ * proportional per op), so stages hold whole layers, balanced.
+ *
+ * Each stage becomes a graph of its own (Module.stages): its nodes, copies
+ * of the parameters it uses (a parameter used in two stages, a tied
+ * embedding, is held by both and its gradients are summed over the EMBED
+ * communicator), both data inputs (each stage loads its microbatch's
+ * tokens and targets), the received activation (recv_act, an input node)
+ * and, before the last stage, the sent one (send_act) as its "loss": autodiff
+ * seeds its gradient with the one received (OP_RECV) instead of 1/mb.
+ */
+#include <string.h>
+
+#include "passes.h"
+#include "schedule.h"
+
+/* The layer a node belongs to: its scope up to the repeat index
+ * ("blocks.3.attn" -> "blocks.3"), or the first component. */
+static const char *layer_of(const Node *n, char *buf, int cap) {
+  const char *s = n->scope ? n->scope : "";
+  const char *dot = strchr(s, '.');
+  int len = dot ? (int)(dot - s) : (int)strlen(s);
+  if (dot && dot[1] >= '0' && dot[1] <= '9') {
+    const char *e = dot + 1;
+    while (*e >= '0' && *e <= '9') e++;
+    len = (int)(e - s);
+  }
+  if (len >= cap) len = cap - 1;
+  memcpy(buf, s, (size_t)len);
+  buf[len] = 0;
+  return buf;
+}
+
+static bool is_leaf(const Node *n) { return n->op == OP_PARAM || n->op == OP_INPUT; }
+
+typedef struct Cut {
+  int at;          /* nodes [0, at) before it */
+  Value *v;        /* the one activation crossing it */
+  double before;   /* FLOPs of the nodes before it */
+} Cut;
+
+/* Value copies for one stage: map[old id] (NULL: not yet in the stage). */
+static Value *stage_value(Graph *sg, Value **map, Value *v) {
+  if (map[v->id]) return map[v->id];
+  Value *c = ir_value_copy(sg, v);
+  map[v->id] = c;
+  if (v->role == ROLE_PARAM) {
+    Node *n = ir_node_copy(sg, v->def);
+    n->out = n->outs[0] = c;
+    c->def = n;
+    vec_push(&sg->params, c);
+  }
+  return c;
+}
+
+static Graph *build_stage(Module *m, int s, int lo, int hi, Value *recv, Value *send,
+                          const bool *shared) {
+  Graph *g = m->graph;
+  Graph *sg = ir_graph_new(g->model);
+  memcpy(sg->symname, g->symname, sizeof g->symname);
+  memcpy(sg->symval, g->symval, sizeof g->symval);
+  sg->nsym = g->nsym;
+  sg->stage = s;
+  sg->nstages = m->nstages;
+  Value **map = arena_alloc(sizeof(Value *) * (size_t)(g->values.len + 1));
+  /* Both data inputs, first, in their order. */
+  for (int i = 0; i < g->inputs.len; i++) {
+    Value *v = g->inputs.data[i];
+    Value *c = ir_input(sg, v->name, v->shape, v->dtype, v->loc);
+    c->shard = v->shard;
+    map[v->id] = c;
+  }
+  if (recv) {
+    Value *c = ir_input(sg, NULL, recv->shape, recv->dtype, recv->loc);
+    sg->inputs.len--; /* received, not loaded */
+    c->shard = recv->shard;
+    sg->recv_act = c;
+    map[recv->id] = c;
+  }
+  for (int i = lo; i < hi; i++) {
+    Node *n = g->nodes.data[i];
+    if (is_leaf(n)) continue;
+    Value *in[IR_MAXIN];
+    for (int k = 0; k < n->nin; k++) {
+      Value *v = n->in[k];
+      if (!map[v->id] && v->role != ROLE_PARAM) {
+        diag_error(n->loc, "internal: pipeline stage %d uses value %d from another stage", s, v->id);
+        return NULL;
+      }
+      in[k] = stage_value(sg, map, v);
+      if (v->role == ROLE_PARAM) in[k]->pp_shared = shared[v->id];
+    }
+    Node *c = ir_node_copy(sg, n);
+    for (int k = 0; k < n->nin; k++) {
+      c->in[k] = in[k];
+      in[k]->nuses++;
+    }
+    for (int j = 0; j < n->nout; j++) {
+      Value *o = n->outs[j];
+      if (!o) continue;
+      Value *co = ir_value_copy(sg, o);
+      co->def = c;
+      c->outs[j] = co;
+      map[o->id] = co;
+    }
+    c->out = c->outs[0];
+    for (int j = 0; j < n->nout; j++) {
+      Value *o = n->outs[j];
+      if (o && o->alias) c->outs[j]->alias = map[o->alias->id];
+    }
+  }
+  if (send) {
+    sg->send_act = sg->loss = map[send->id];
+    sg->pipe_out = true;
+  } else {
+    sg->loss = map[g->loss->id];
+  }
+  sg->nfwd = 0;
+  return sg;
+}
+
+int pass_stage(Module *m) {
+  Graph *g = m->graph;
+  Plan *p = &m->train.plan;
+  if (!g || p->pp <= 1) return 0;
+  int S = p->pp * (p->schedule == SCHED_INTERLEAVED && p->vchunks > 1 ? p->vchunks : 1);
+  if (S > MAX_STAGES) {
+    diag_error(sema_plan_key_loc(&m->train, PLAN_PP), "pipeline of %d stages: at most %d are supported", S, MAX_STAGES);
+    return -1;
+  }
+  int n = g->nodes.len, nv = g->values.len;
+  int *def_at = arena_alloc(sizeof(int) * (size_t)nv), *last = arena_alloc(sizeof(int) * (size_t)nv);
+  for (int i = 0; i < nv; i++) def_at[i] = last[i] = -1;
+  for (int i = 0; i < n; i++) {
+    Node *nd = g->nodes.data[i];
+    for (int j = 0; j < nd->nout; j++)
+      if (nd->outs[j]) def_at[nd->outs[j]->id] = i;
+    for (int k = 0; k < nd->nin; k++) last[nd->in[k]->id] = i;
+  }
+  /* Candidate cuts: a change of layer with one activation crossing. */
+  Cut *cuts = arena_alloc(sizeof(Cut) * (size_t)(n + 2));
+  int ncut = 0;
+  double flops = 0;
+  char prev[128] = "", cur[128];
+  bool have_prev = false;
+  for (int i = 0; i < n; i++) {
+    Node *nd = g->nodes.data[i];
+    if (!is_leaf(nd)) {
+      layer_of(nd, cur, sizeof cur);
+      if (have_prev && strcmp(prev, cur)) {
+        Value *cross = NULL;
+        int count = 0;
+        for (int k = 0; k < nv; k++) {
+          Value *v = g->values.data[k];
+          if (v->role == ROLE_PARAM || v->role == ROLE_INPUT || def_at[k] < 0) continue;
+          if (def_at[k] < i && last[k] >= i) count++, cross = v;
+        }
+        if (count == 1 && cross->dtype == DT_F32 && !cross->alias)
+          cuts[ncut++] = (Cut){i, cross, flops};
+      }
+      memcpy(prev, cur, sizeof prev);
+      have_prev = true;
+    }
+    flops += ir_ops[nd->op].flops(nd);
+  }
+  double total = flops;
+  if (ncut < S - 1) {
+    diag_error(sema_plan_key_loc(&m->train, PLAN_PP),
+               "pp=%d needs %d pipeline stages but model %s has only %d places to cut it (between "
+               "layers, where one activation crosses); use pp=%d or less",
+               p->pp, S, g->model, ncut, ncut + 1);
+    return -1;
+  }
+  /* best[k][j]: the smallest largest-stage FLOPs of k+1 stages whose last
+   * cut is cuts[j]; choose the pp-1 cuts by dynamic programming. */
+  double *best = arena_alloc(sizeof(double) * (size_t)S * (size_t)(ncut + 1));
+  int *from = arena_alloc(sizeof(int) * (size_t)S * (size_t)(ncut + 1));
+#define B(k, j) best[(size_t)(k) * (size_t)(ncut + 1) + (size_t)(j)]
+#define FR(k, j) from[(size_t)(k) * (size_t)(ncut + 1) + (size_t)(j)]
+  for (int j = 0; j < ncut; j++) B(0, j) = cuts[j].before, FR(0, j) = -1;
+  for (int k = 1; k < S - 1; k++)
+    for (int j = 0; j < ncut; j++) {
+      B(k, j) = -1;
+      for (int i = 0; i < j; i++) {
+        if (B(k - 1, i) < 0) continue;
+        double seg = cuts[j].before - cuts[i].before;
+        double c = seg > B(k - 1, i) ? seg : B(k - 1, i);
+        if (B(k, j) < 0 || c < B(k, j)) B(k, j) = c, FR(k, j) = i;
+      }
+    }
+  int bestj = -1;
+  double bestc = -1;
+  for (int j = 0; j < ncut; j++) {
+    if (B(S - 2, j) < 0) continue;
+    double seg = total - cuts[j].before;
+    double c = seg > B(S - 2, j) ? seg : B(S - 2, j);
+    if (bestc < 0 || c < bestc) bestc = c, bestj = j;
+  }
+  int chosen[MAX_STAGES];
+  for (int k = S - 2, j = bestj; k >= 0; j = FR(k, j), k--) chosen[k] = j;
+#undef B
+#undef FR
+  /* Which stages use each parameter. */
+  int bound[MAX_STAGES + 1];
+  bound[0] = 0;
+  for (int k = 0; k < S - 1; k++) bound[k + 1] = cuts[chosen[k]].at;
+  bound[S] = n;
+  bool *shared = arena_alloc(sizeof(bool) * (size_t)nv);
+  int *first = arena_alloc(sizeof(int) * (size_t)nv);
+  for (int i = 0; i < nv; i++) first[i] = -1;
+  for (int i = 0; i < g->params.len; i++) ((Value *)g->params.data[i])->gidx = i;
+  for (int s = 0; s < S; s++)
+    for (int i = bound[s]; i < bound[s + 1]; i++) {
+      Node *nd = g->nodes.data[i];
+      if (is_leaf(nd)) continue;
+      for (int k = 0; k < nd->nin; k++) {
+        Value *v = nd->in[k];
+        if (v->role != ROLE_PARAM) continue;
+        if (first[v->id] < 0) {
+          first[v->id] = s;
+        } else if (first[v->id] != s) {
+          if (first[v->id] != 0 || s != S - 1) {
+            diag_error(nd->loc,
+                       "parameter %s is used by pipeline stages %d and %d: only the first and last "
+                       "stage may share one (a tied embedding); choose another pp",
+                       v->name, first[v->id], s);
+            return -1;
+          }
+          shared[v->id] = true;
+        }
+      }
+    }
+  m->whole = g;
+  g->nfwd = n; /* all forward: autodiff runs on the stages */
+  m->nstages = S;
+  for (int s = 0; s < S; s++) {
+    Value *recv = s ? cuts[chosen[s - 1]].v : NULL;
+    Value *send = s < S - 1 ? cuts[chosen[s]].v : NULL;
+    Graph *sg = build_stage(m, s, bound[s], bound[s + 1], recv, send, shared);
+    if (!sg) return -1;
+    m->stages[s] = sg;
+    /* "embed .. blocks.1": the first and last layer of the stage */
+    /* the first and last layer; ops outside any layer (embedding, head) as "model ops" */
+    char a[128] = "", b[128] = "", l[128];
+    bool top_a = false, top_b = false;
+    for (int i = bound[s]; i < bound[s + 1]; i++) {
+      if (is_leaf(g->nodes.data[i])) continue;
+      layer_of(g->nodes.data[i], l, sizeof l);
+      if (!*l) {
+        if (*a) top_b = true;
+        else top_a = true;
+        continue;
+      }
+      if (!*a) memcpy(a, l, sizeof a);
+      memcpy(b, l, sizeof b);
+      top_b = false;
+    }
+    if (!*a) strcpy(a, "model ops"), top_a = top_b = false;
+    if (!*b) strcpy(b, a);
+
+    double f = 0;
+    for (int i = bound[s]; i < bound[s + 1]; i++)
+      f += ir_ops[((Node *)g->nodes.data[i])->op].flops(g->nodes.data[i]);
+    m->stage_desc[s] = arena_printf("%s%s%s%s%s; %.1f%% of the FLOPs", top_a ? "model ops, " : "", a,
+                                    strcmp(a, b) ? " .. " : "", strcmp(a, b) ? b : "",
+                                    top_b ? ", model ops" : "", 100 * f / total);
+  }
+  return 0;
+}
+
+/* Points the module at stage s (graph and memory plan), or back at the
+ * whole model (s < 0; memory plan of stage 0). */
+void stage_select(Module *m, int s) {
+  if (m->nstages <= 1) return;
+  if (s < 0) {
+    m->graph = m->whole;
+    m->mem = m->stage_mem[0];
+  } else {
+    m->graph = m->stages[s];
+    m->mem = m->stage_mem[s];
+  }
+}
+
+int per_stage(Module *m, int (*fn)(Module *m)) {
+  if (m->nstages <= 1) return fn(m);
+  for (int s = 0; s < m->nstages; s++) {
+    stage_select(m, s);
+    int rc = fn(m);
+    m->stage_mem[s] = m->mem;
+    if (rc) {
+      stage_select(m, -1);
+      return rc;
+    }
+  }
+  stage_select(m, -1);
+  return 0;
+}
