@@ -488,7 +488,6 @@ int cg_check(Module *m, const char *target) {
   if (cond) nw += snprintf(what + nw, sizeof what - (size_t)nw, "%s", nw ? ", " : ""), \
             nw += snprintf(what + nw, sizeof what - (size_t)nw, __VA_ARGS__)
   NOT_YET(p->tp2d > 1, "tp2d=%dx%d (2D tensor parallelism)", p->tp2d, p->tp2d);
-  NOT_YET(p->sp_kind == SP_RING && p->sp > 1 && p->zero >= 1, "zero=%d with sp=ring", p->zero);
   NOT_YET(p->pp > 1, "pp=%d (pipeline parallelism)", p->pp);
   NOT_YET(p->zero > 1, "zero=%d (gradient and parameter sharding; zero=1 runs)", p->zero);
   NOT_YET(p->recompute != RECOMPUTE_NONE, "recompute=%s",
@@ -1474,6 +1473,9 @@ static void emit_step_support(Emit *e) {
     P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, root(p->grad)),
       numel(p), es, p->name);
   }
+  if (e->zero && e->ring)
+    P(e, "  /* sp=ring: summed over the sequence shards first */\n"
+         "  rt_allreduce(&mesh, RT_AX_SP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
   if (e->zero)
     P(e, "  /* ZeRO-1: each rank receives the sum of its own chunk only */\n"
          "  rt_reduce_scatter_dim(&mesh, RT_AX_DP, F(GSHARD_OFFSET), F(GRADS_OFFSET), 1, ZERO_CHUNK, %d, NULL);\n", es);
@@ -1502,7 +1504,8 @@ static void emit_step_support(Emit *e) {
          "    if (b > hi) b = hi;\n"
          "    ss += norm_w[i] * rt_sumsq%s(F(GSHARD_OFFSET) + (a - lo), b - a);\n"
          "  }\n"
-         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss));\n}\n\n", R, e->S);
+         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss)%s);\n}\n\n", R, e->S,
+      e->ring ? " / SP  /* every sp rank holds the same chunk */" : "");
   else
     P(e, "/* The global norm of the summed gradients (before the 1/DP mean). */\n"
          "static double grad_norm(void) {\n"

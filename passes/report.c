@@ -149,7 +149,7 @@ int plan_collectives(const Module *m, PlanColl **out) {
     int R = ir_ring_size(nd);
     ncomm += R > 1 ? 8 * R : ir_comm_axis(nd, NULL) >= 0;
   }
-  PlanColl *c = arena_alloc(sizeof(PlanColl) * (size_t)(ncomm * mb + g->params.len + 4));
+  PlanColl *c = arena_alloc(sizeof(PlanColl) * (size_t)(ncomm * mb + g->params.len + 8));
 #define ADD(ax, o, b, cnt, w) c[n++] = (PlanColl){(ax), (o), (b), (cnt), (w), 0, 0}
   for (int k = 0; k < mb; k++)
     for (int i = 0; i < g->nodes.len; i++) {
@@ -178,6 +178,9 @@ int plan_collectives(const Module *m, PlanColl **out) {
   /* sp=ring: gradients and losses are partial over the sequence shards too */
   int ring = p->sp_kind == SP_RING && p->sp > 1, data = ring ? AX_DATA : AX_DP;
   int nd = p->dp * (ring ? p->sp : 1);
+  if (zero && ring)
+    ADD(AX_SP, "all_reduce", rt_vol_allreduce((uint64_t)m->mem.grad_bytes, p->sp), true,
+        "gradient all-reduce over sp before ZeRO-1");
   if (zero)
     ADD(AX_DP, "reduce_scatter", rt_vol_reduce_scatter((uint64_t)m->mem.grad_bytes, p->dp), true,
         "ZeRO-1 gradient reduce-scatter over dp");

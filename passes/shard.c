@@ -595,8 +595,9 @@ static void ring_node(RingS *r, Node *n) {
   for (int k = 0; k < n->nin && d < 0; k++) d = seq_dim(n->in[k]);
   if (n->op == OP_INPUT) {
     Value *v = n->out;
-    if (v->shape.ndim < 2) {
-      ring_fail(r, n, "input %s has no sequence dim to split", v->name);
+    if (v->shape.ndim < 2 || v->shape.d[1].sym < 0) {
+      ring_fail(r, n, "input %s has no sequence dim to split (ring attention needs inputs "
+                      "such as tokens: i32[B, T])", v->name);
       return;
     }
     v->shape.d[1].n /= r->sp;

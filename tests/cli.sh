@@ -58,7 +58,15 @@ expect commcheck-bytes 1 'communication check failed .*rank 2 issues all_reduce 
 expect commcheck-hang 1 'communication check failed .*(deadlock|blocked|waits)' -- env SHARDC_DEBUG_BREAK_COMM=drop:0:1 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
 expect commcheck-spec 1 'SHARDC_DEBUG_BREAK_COMM' -- env SHARDC_DEBUG_BREAK_COMM=frob:1 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
 expect emit-c-zero2 1 'strategy zero=2 \(gradient and parameter sharding; zero=1 runs\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=2
-expect emit-c-ring 1 'strategy sp=ring \(ring attention\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy sp=ring:2,dp=2
+# Ring attention (sp=ring:N): the ring's messages are in the plan's volume and
+# in the communication check (a receive whose tag the send does not carry);
+# models without a sequence, and dropout, are refused.
+expect emit-c-ring 0 'rt_ring_attention_forward_f32\(mesh.comm\[RT_AX_SP\]' -- "$bin" compile samples/gpt.shard --emit=c --strategy sp=ring:2,dp=2
+expect plan-ring 0 '^comm: .*\(sp 4,194,304, data 5,005,824\)' -- "$bin" compile samples/gpt.shard --emit=plan --strategy sp=ring:2,dp=2
+expect commcheck-ring 1 'communication check failed .*rank 0 sends 65536 bytes with tag 1 \(node 20 ring attention send of K .* but rank 1 receives 65536 bytes with tag 0' -- env SHARDC_DEBUG_BREAK_COMM=tag:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy sp=ring:2 --emit=plan
+expect ring-no-sequence 1 'ring attention \(sp=ring:2\): input x has no sequence dim to split' -- "$bin" compile samples/mlp.shard --mesh 2 --strategy sp=ring:2 --emit=c
+sed 's/causal = true)/causal = true, dropout = 0.1)/' samples/gpt.shard >"$tmp/dropout.shard"
+expect ring-dropout 1 'ring attention \(sp=ring:2\): dropout is not implemented yet with ring attention' -- "$bin" compile "$tmp/dropout.shard" --mesh 2 --strategy sp=ring:2 --emit=c
 expect emit-c-tp2d 1 'strategy tp2d=2x2 \(2D tensor parallelism\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp2d=2x2
 expect emit-c-fp64-tp 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp=4 --precision=fp64
 expect emit-c-pp 1 'strategy pp=2 \(pipeline parallelism\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2
