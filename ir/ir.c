@@ -811,20 +811,20 @@ static void print_attrs(FILE *out, const Node *n) {
     break;
   case OP_ROPE:
   case OP_ROPE_BWD:
-    if (n->op == OP_ROPE || n->a.i[0]) fprintf(out, " {theta=%.9g", n->a.f[0]);
-    if (n->a.i[0])
-      fprintf(out, "%spositions from %s", n->op == OP_ROPE ? ", " : "",
-              ir_axis_name((int)n->a.i[1]));
-    if (n->op == OP_ROPE || n->a.i[0]) fputc('}', out);
+    /* a backward op shows its attributes only when sp=ring changed them */
+    if (n->op == OP_ROPE_BWD && !n->a.i[0]) break;
+    fprintf(out, " {theta=%.9g", n->a.f[0]);
+    if (n->a.i[0]) fprintf(out, ", positions from %s", ir_axis_name((int)n->a.i[1]));
+    fputc('}', out);
     break;
   case OP_ATTENTION:
   case OP_ATTENTION_BWD:
-    if (n->op == OP_ATTENTION || ir_ring_size(n) > 1)
-      fprintf(out, " {causal=%s", n->a.i[0] ? "true" : "false");
+    if (n->op == OP_ATTENTION_BWD && ir_ring_size(n) <= 1) break;
+    fprintf(out, " {causal=%s", n->a.i[0] ? "true" : "false");
     if (ir_ring_size(n) > 1)
       fprintf(out, ", ring over %s(%d), bytes=%" PRIu64, ir_axis_name((int)n->a.i[2]),
               (int)n->a.i[1], ir_comm_bytes(n));
-    if (n->op == OP_ATTENTION || ir_ring_size(n) > 1) fputc('}', out);
+    fputc('}', out);
     break;
   case OP_SLICE:
     fprintf(out, " {start=%" PRId64 ", len=%" PRId64 "}", n->a.i[0], n->a.i[1]);
