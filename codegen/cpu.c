@@ -423,14 +423,15 @@ static void emit_ring_attention(Emit *e, Node *n) {
   const char *ax = rt_axis((int)n->a.i[2]);
   P(e, "  // ring over %d sp ranks: K, V %stravel; scratch %s\n", (int)n->a.i[1],
     fwd ? "" : "(and dK, dV) ", shape_of(e, n->scratch));
+  P(e, "  rt_ring_attention_%s%s(mesh.comm[%s], &mesh.bytes[%s],\n      ", fwd ? "forward" : "backward",
+    e->S, ax, ax);
   if (fwd)
-    P(e, "  rt_ring_attention_forward%s(mesh.comm[%s], &mesh.bytes[%s], %s, %s, %s, %s, %s,\n      ",
-      e->S, ax, ax, ref(e, n->out), ref(e, n->outs[1]), ref(e, x[0]), ref(e, x[1]), ref(e, x[2]));
+    P(e, "%s, %s, %s, %s, %s,\n      ", ref(e, n->out), ref(e, n->outs[1]), ref(e, x[0]),
+      ref(e, x[1]), ref(e, x[2]));
   else
-    P(e, "  rt_ring_attention_backward%s(mesh.comm[%s], &mesh.bytes[%s], %s, %s, %s,\n      %s, %s, %s, "
-         "%s, %s, %s, ",
-      e->S, ax, ax, ref(e, n->outs[0]), ref(e, n->outs[1]), ref(e, n->outs[2]), ref(e, x[0]),
-      ref(e, x[1]), ref(e, x[2]), ref(e, x[3]), ref(e, x[4]), ref(e, x[5]));
+    P(e, "%s, %s, %s, %s, %s, %s, %s, %s, %s,\n      ", ref(e, n->outs[0]), ref(e, n->outs[1]),
+      ref(e, n->outs[2]), ref(e, x[0]), ref(e, x[1]), ref(e, x[2]), ref(e, x[3]), ref(e, x[4]),
+      ref(e, x[5]));
   P(e, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s);\n", q->d[0].n,
     q->d[1].n, q->d[2].n, k->d[2].n, q->d[3].n, n->a.i[0] ? 1 : 0, ref(e, n->scratch));
 }
@@ -1126,7 +1127,8 @@ static void emit_prelude(Emit *e) {
   int mb = p->mb > 0 ? p->mb : 1;
   P(e, "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
        "#include <string.h>\n#include <unistd.h>\n\n#include \"rt_codegen_support.h\"\n#include \"shardrt.h\"\n"
-       "#ifdef SHARDC_MPI\n#include <mpi.h>\n#endif\n%s\n", e->ring ? "#include \"dist.h\"\n#include \"dist_ring.h\"\n" : e->dist ? "#include \"dist.h\"\n" : "");
+       "#ifdef SHARDC_MPI\n#include <mpi.h>\n#endif\n%s%s\n", e->dist ? "#include \"dist.h\"\n" : "",
+    e->ring ? "#include \"dist_ring.h\"\n" : "");
   if (e->data == DATA_TOKENS) {
     P(e, "/* Training text when --data is not given (`shardc build` passes an absolute path). */\n");
     P(e, "#ifndef DEFAULT_DATA\n#define DEFAULT_DATA \"%s\"\n#endif\n\n", display_data(m));
@@ -1504,8 +1506,9 @@ static void emit_step_support(Emit *e) {
          "    if (b > hi) b = hi;\n"
          "    ss += norm_w[i] * rt_sumsq%s(F(GSHARD_OFFSET) + (a - lo), b - a);\n"
          "  }\n"
+         "%s"
          "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss)%s);\n}\n\n", R, e->S,
-      e->ring ? " / SP  /* every sp rank holds the same chunk */" : "");
+      e->ring ? "  /* every sp rank holds the same chunk */\n" : "", e->ring ? " / SP" : "");
   else
     P(e, "/* The global norm of the summed gradients (before the 1/DP mean). */\n"
          "static double grad_norm(void) {\n"
