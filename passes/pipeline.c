@@ -6,7 +6,7 @@ static int pass_lower(Module *m) { return 0; /* done by sema_run; listed for --d
 const Pass pass_list[] = {
     {"lower", "AST -> IR: inline layers, lower builtins, infer shapes", pass_lower},
     {"shape", "re-derive and verify every shape and dtype", pass_shape},
-    {"shard", "tensor parallelism: sharding specs, local shapes, collectives", pass_shard},
+    {"shard", "tensor parallelism and ring sequence parallelism: sharding specs, local shapes, collectives", pass_shard},
     {"autodiff", "append the backward pass: accumulating gradient ops, seeded with 1/mb", pass_autodiff},
     {"memplan", "liveness and static arena offsets; exact planned peak bytes per rank", pass_memplan},
     {"commcheck", "prove every rank issues matching collectives in a deadlock-free order", pass_commcheck},

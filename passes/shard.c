@@ -1,5 +1,6 @@
-/* shard.c — tensor parallelism: sharding specs per value, per-op rules,
- * and the communication that makes every rank's graph compute its share.
+/* shard.c — tensor parallelism (and sp=ring, at the end): sharding specs per
+ * value, per-op rules, and the communication that makes every rank's graph
+ * compute its share.
  *
  * Runs on the forward graph before autodiff and rewrites it in place into
  * the graph of ONE rank of the tp axis: every value gets its local shape and
