@@ -72,6 +72,7 @@ typedef struct Emit {
   /* distributed: the program runs on a mesh of ranks (runtime/dist.h) */
   bool dist;
   int tp;
+  int ring;             /* sp=ring: the sequence shards (ranks of the sp axis), else 0 */
   bool zero;            /* ZeRO-1: optimizer state and summed gradients in dp chunks */
   /* pipeline: this program is stage `stage` of nstages (Graph.stage); the
    * values in stash slots are addressed from `stash` (FS/IS) */
@@ -408,7 +409,7 @@ static int data_roles(Emit *e, char *err, int cap) {
       int64_t v1 = t->role == ROLE_PARAM ? t->gshape.d[0].n : t->shape.d[0].n;
       int64_t v2 = last_dim(cb->in[0]) * (cb->a.i[1] ? cb->a.i[2] : 1);
       e->vocab = (int)(v1 < v2 ? v1 : v2);
-      e->seq = (int)a->shape.d[1].n;
+      e->seq = (int)a->shape.d[1].n * (e->ring > 1 ? e->ring : 1); /* the whole row */
       return 0;
     }
     if (!is_int(a) && is_int(b) && a->shape.ndim == 2 && b->shape.ndim == 1 && cb &&
@@ -426,6 +427,49 @@ static int data_roles(Emit *e, char *err, int cap) {
            "an embedding and a cross_entropy) nor (x: f32[B,K], labels: i32[B])",
            vname(ins[0]), vname(ins[1]));
   return -1;
+}
+
+/* ---- sp=ring: the pieces of the program that differ (passes/shard.c) ---- */
+
+static int ring_size(const Module *m) {
+  const Plan *p = &m->train.plan;
+  return p->sp_kind == SP_RING && p->sp > 1 ? p->sp : 0;
+}
+
+/* The first position of this rank's sequence chunk, for rotary embeddings. */
+static const char *rope_t0(Emit *e, const Node *n, const Shape *s) {
+  if (!n->a.i[0]) return "0";
+  return arena_printf("mesh.coord[%s] * %" PRId64, rt_axis((int)n->a.i[1]), s->d[1].n);
+}
+
+/* Ring attention over the sp communicator; its bytes go to the mesh's count. */
+static void emit_ring_attention(Emit *e, Node *n) {
+  Value **x = n->in;
+  bool fwd = n->op == OP_ATTENTION;
+  const Shape *q = &x[fwd ? 0 : 1]->shape, *k = &x[fwd ? 1 : 2]->shape;
+  const char *ax = rt_axis((int)n->a.i[2]);
+  P(e, "  // ring over %d sp ranks: K, V %stravel; scratch %s\n", (int)n->a.i[1],
+    fwd ? "" : "(and dK, dV) ", shape_of(e, n->scratch));
+  P(e, "  rt_ring_attention_%s%s(mesh.comm[%s], &mesh.bytes[%s],\n      ", fwd ? "forward" : "backward",
+    e->S, ax, ax);
+  if (fwd)
+    P(e, "%s, %s, %s, %s, %s,\n      ", ref(e, n->out), ref(e, n->outs[1]), ref(e, x[0]),
+      ref(e, x[1]), ref(e, x[2]));
+  else
+    P(e, "%s, %s, %s, %s, %s, %s, %s, %s, %s,\n      ", ref(e, n->outs[0]), ref(e, n->outs[1]),
+      ref(e, n->outs[2]), ref(e, x[0]), ref(e, x[1]), ref(e, x[2]), ref(e, x[3]), ref(e, x[4]),
+      ref(e, x[5]));
+  P(e, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s);\n", q->d[0].n,
+    q->d[1].n, q->d[2].n, k->d[2].n, q->d[3].n, n->a.i[0] ? 1 : 0, ref(e, n->scratch));
+}
+
+/* This rank's rows and, under sp=ring, its chunk of their tokens. */
+static const char *data_batch_call(Emit *e) {
+  if (!e->ring)
+    return arena_printf("cg_data_batch(&data, step, row0, MICROBATCH, %s, %s)", ref(e, e->in0),
+                        ref(e, e->in1));
+  return arena_printf("cg_data_batch_cols(&data, step, row0, MICROBATCH, mesh.coord[RT_AX_SP] * "
+                      "(SEQ / SP), SEQ / SP, %s, %s)", ref(e, e->in0), ref(e, e->in1));
 }
 
 /* ---- support checks ---- */
@@ -469,7 +513,6 @@ int cg_check(Module *m, const char *target) {
   if (cond) nw += snprintf(what + nw, sizeof what - (size_t)nw, "%s", nw ? ", " : ""), \
             nw += snprintf(what + nw, sizeof what - (size_t)nw, __VA_ARGS__)
   NOT_YET(p->tp2d > 1, "tp2d=%dx%d (2D tensor parallelism)", p->tp2d, p->tp2d);
-  NOT_YET(p->sp > 1 || p->sp_kind == SP_RING, "sp=ring (ring attention)");
   NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED, "schedule=interleaved (pipeline "
           "chunks; gpipe and 1f1b run)");
   NOT_YET(p->zero > 1, "zero=%d (gradient and parameter sharding; zero=1 runs)", p->zero);
@@ -515,6 +558,7 @@ static int check_graph(Module *m) {
   Emit e = {0};
   e.m = m;
   e.g = g;
+  e.ring = ring_size(m);
   char err[512];
   if (data_roles(&e, err, sizeof err)) {
     diag_fatal_noloc("the cpu code generator has no data loader for model '%s': %s", g->model, err);
@@ -885,13 +929,18 @@ static void emit_fwd(Emit *e, Node *n, int i) {
   case OP_ROPE: {
     const Shape *s = &x[0]->shape;
     comment(e, &n, 1);
-    P(e, "  rt_rope_forward%s(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %.9g, 0);\n",
-      S, ref(e, y), ref(e, x[0]), s->d[0].n, s->d[1].n, s->d[2].n, s->d[3].n, n->a.f[0]);
+    P(e, "  rt_rope_forward%s(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %.9g, %s);\n",
+      S, ref(e, y), ref(e, x[0]), s->d[0].n, s->d[1].n, s->d[2].n, s->d[3].n, n->a.f[0],
+      rope_t0(e, n, s));
     return;
   }
   case OP_ATTENTION: {
     const Shape *q = &x[0]->shape, *k = &x[1]->shape;
     comment(e, &n, 1);
+    if (ir_ring_size(n) > 1) {
+      emit_ring_attention(e, n);
+      return;
+    }
     P(e, "  rt_attention_forward%s(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
          ", %" PRId64 ", %" PRId64 ", %d);\n",
       S, ref(e, y), ref(e, n->outs[1]), ref(e, x[0]), ref(e, x[1]), ref(e, x[2]), q->d[0].n,
@@ -1010,12 +1059,17 @@ static void emit_bwd(Emit *e, Node *n, int i) {
     return;
   case OP_ROPE_BWD: {
     const Shape *s = &x[1]->shape;
-    P(e, "  rt_rope_backward%s(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %.9g, 0);\n",
-      S, ref(e, d[0]), ref(e, x[0]), s->d[0].n, s->d[1].n, s->d[2].n, s->d[3].n, n->a.f[0]);
+    P(e, "  rt_rope_backward%s(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %.9g, %s);\n",
+      S, ref(e, d[0]), ref(e, x[0]), s->d[0].n, s->d[1].n, s->d[2].n, s->d[3].n, n->a.f[0],
+      rope_t0(e, n, s));
     return;
   }
   case OP_ATTENTION_BWD: {
     const Shape *q = &x[1]->shape, *k = &x[2]->shape;
+    if (ir_ring_size(n) > 1) {
+      emit_ring_attention(e, n);
+      return;
+    }
     P(e, "  rt_attention_backward%s(%s, %s, %s,\n      %s, %s, %s, %s, %s, %s, %" PRId64
          ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);\n",
       S, ref(e, d[0]), ref(e, d[1]), ref(e, d[2]), ref(e, x[0]), ref(e, x[1]), ref(e, x[2]),
@@ -1121,7 +1175,8 @@ static void emit_prelude(Emit *e) {
   int mb = p->mb > 0 ? p->mb : 1;
   P(e, "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
        "#include <string.h>\n#include <unistd.h>\n\n#include \"rt_codegen_support.h\"\n#include \"shardrt.h\"\n"
-       "#ifdef SHARDC_MPI\n#include <mpi.h>\n#endif\n%s\n", e->dist ? "#include \"dist.h\"\n" : "");
+       "#ifdef SHARDC_MPI\n#include <mpi.h>\n#endif\n%s%s\n", e->dist ? "#include \"dist.h\"\n" : "",
+    e->ring ? "#include \"dist_ring.h\"\n" : "");
   if (e->data == DATA_TOKENS) {
     P(e, "/* Training text when --data is not given (`shardc build` passes an absolute path). */\n");
     P(e, "#ifndef DEFAULT_DATA\n#define DEFAULT_DATA \"%s\"\n#endif\n\n", display_data(m));
@@ -1140,6 +1195,7 @@ static void emit_prelude(Emit *e) {
   DEF("DP", "data-parallel ranks, each on its own rows", "%d", p->dp);
   if (e->dist) {
     DEF("TP", "tensor-parallel ranks, each on its shards of the layers", "%d", p->tp);
+    if (e->ring) DEF("SP", "ring attention: sequence shards, each on SEQ / SP tokens of a row", "%d", e->ring);
     DEF("COMM_BYTES", "planned bytes sent per rank per step", "%" PRIu64 "ULL",
         plan_comm_bytes(m, NULL) * (uint64_t)e->scale);
   }
@@ -1715,13 +1771,24 @@ static void emit_step_support(Emit *e) {
     P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, root(p->grad)),
       numel(p), es, p->name);
   }
+  if (e->zero && e->ring)
+    P(e, "  /* sp=ring: summed over the sequence shards first */\n"
+         "  rt_allreduce(&mesh, RT_AX_SP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
   if (e->zero)
     P(e, "  /* ZeRO-1: each rank receives the sum of its own chunk only */\n"
          "  rt_reduce_scatter_dim(&mesh, RT_AX_DP, F(GSHARD_OFFSET), F(GRADS_OFFSET), 1, ZERO_CHUNK, %d, NULL);\n", es);
+  else if (e->ring)
+    P(e, "  /* sp=ring: every parameter's gradient is partial over the sequence shards too\n"
+         "   * (each backward was seeded with 1/SP): summed over dp x sp */\n"
+         "  rt_allreduce(&mesh, RT_AX_DATA, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
   else
     P(e, "  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
   P(e, "}\n\n");
-  P(e, "static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }\n\n");
+  if (e->ring)
+    P(e, "/* Each rank's loss is the mean over its tokens, the same number on every rank. */\n"
+         "static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DATA, loss) / (DP * SP); }\n\n");
+  else
+    P(e, "static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }\n\n");
   if (e->zero)
     P(e, "/* The global norm of the summed gradients (before the 1/DP mean): each rank\n"
          " * holds the sums of its chunk. */\n"
@@ -1735,7 +1802,9 @@ static void emit_step_support(Emit *e) {
          "    if (b > hi) b = hi;\n"
          "    ss += norm_w[i] * rt_sumsq%s(F(GSHARD_OFFSET) + (a - lo), b - a);\n"
          "  }\n"
-         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss));\n}\n\n", R, e->S);
+         "%s"
+         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss)%s);\n}\n\n", R, e->S,
+      e->ring ? "  /* every sp rank holds the same chunk */\n" : "", e->ring ? " / SP" : "");
   else
     P(e, "/* The global norm of the summed gradients (before the 1/DP mean). */\n"
          "static double grad_norm(void) {\n"
@@ -1975,8 +2044,7 @@ static void emit_main(Emit *e) {
   P(e, "    int row0 = %s * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;\n",
     e->dist ? "mesh.coord[RT_AX_DP]" : "rank");
   P(e, "    // %s, %s\n", vname(e->in0), vname(e->in1));
-  P(e, "    rt_check(cg_data_batch(&data, step, row0, MICROBATCH, %s, %s));\n", ref(e, e->in0),
-    ref(e, e->in1));
+  P(e, "    rt_check(%s);\n", data_batch_call(e));
   P(e, "    loss += forward(step, row0);\n");
   P(e, "    if (with_backward) backward(step, row0);\n");
   P(e, "  }\n  return loss / MICROBATCHES;\n}\n\n");
@@ -2009,8 +2077,8 @@ static void emit_main(Emit *e) {
   P(e, "    return comm_finish(1);\n  }\n");
   if (e->dist)
     P(e, "  /* --gradcheck runs the data-parallel plan's program on one rank */\n"
-         "  if (!all_ok(rt_mesh_init(&mesh, args.gradcheck ? 1 : DP, TP, 0, 1, %s) == RT_OK)) return comm_finish(1);\n",
-      e->pp ? "PP" : "1");
+         "  if (!all_ok(rt_mesh_init(&mesh, args.gradcheck ? 1 : DP, TP, 0, %s, %s) == RT_OK)) return comm_finish(1);\n",
+      e->ring ? "SP" : "1", e->pp ? "PP" : "1");
   P(e, "  cg_set_threads(world);\n"
        "  RtArena *mem = NULL;\n"
        "  if (!all_ok(cg_arena_create(&mem, &model) == RT_OK)) return comm_finish(1);\n"
@@ -2164,11 +2232,12 @@ static int emit_program(FILE *out, Module *m, const CgOptions *opt) {
   e.nn = e.g->nodes.len;
   e.dist = cg_needs_mpi(m);
   e.tp = m->train.plan.tp;
+  e.ring = ring_size(m);
   e.zero = e.dist && m->train.plan.zero >= 1 && m->train.plan.dp > 1;
   e.pp = m->nstages > 1;
   e.stage = e.g->stage;
   e.nstages = m->nstages;
-  if (e.dist && e.f64 && (e.tp > 1 || e.pp)) {
+  if (e.dist && e.f64 && (e.tp > 1 || e.ring > 1 || e.pp)) {
     diag_fatal_noloc("--precision=fp64 builds are for single-rank gradient checks; build with "
                      "--mesh 1 --strategy dp=1, or in fp32");
     return -1;

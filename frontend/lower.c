@@ -637,7 +637,7 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
   case B_ATTENTION: {
     BIND("x", "heads", "kv_heads", "causal", "bias", "rope", "rope_theta", "dropout", "name");
     int64_t h, hk;
-    bool causal, bias, rope;
+    bool causal = false, bias = false, rope = false; /* set by want_bool; gcc -O3 cannot tell */
     double theta, drop;
     if (!want_tensor(call, &a, 0, names, true) || !want_int(call, &a, 1, names, -1, 1, &h))
       return false;

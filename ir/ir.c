@@ -623,6 +623,9 @@ int ir_comm_axis(const Node *n, int *group) {
   } else if ((n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) && n->a.i[1]) {
     ax = (int)n->a.i[3];
     P = (int)n->a.i[2];
+  } else if (ir_ring_size(n) > 1) {
+    ax = (int)n->a.i[2];
+    P = (int)n->a.i[1];
   }
   if (group) *group = P;
   return ax;
@@ -634,6 +637,14 @@ void ir_dim_split(const Shape *s, int d, int P, int64_t *outer, int64_t *inner) 
   for (int k = d; k < s->ndim; k++) in *= s->d[k].n;
   *outer = o;
   *inner = in / P;
+}
+
+int ir_ring_size(const Node *n) {
+  return (n->op == OP_ATTENTION || n->op == OP_ATTENTION_BWD) && n->a.ni >= 3 ? (int)n->a.i[1] : 0;
+}
+
+int64_t ir_ring_kv(const Node *n) {
+  return ir_numel(&n->in[n->op == OP_ATTENTION ? 1 : 2]->shape);
 }
 
 uint64_t ir_comm_bytes(const Node *n) {
@@ -659,6 +670,13 @@ uint64_t ir_comm_bytes(const Node *n) {
       return rt_vol_vp_xent_bwd((size_t)(ir_numel(l) / l->d[l->ndim - 1].n), (int)n->a.i[2]);
     }
     return 0;
+  case OP_ATTENTION:
+  case OP_ATTENTION_BWD: {
+    int R = ir_ring_size(n), es = ir_dtype_size(n->in[0]->dtype);
+    if (R <= 1) return 0;
+    size_t kv = (size_t)ir_ring_kv(n);
+    return n->op == OP_ATTENTION ? rt_vol_ring_fwd(kv, es, R) : rt_vol_ring_bwd(kv, es, R);
+  }
   default:
     return 0;
   }
@@ -813,10 +831,21 @@ static void print_attrs(FILE *out, const Node *n) {
     fprintf(out, " {eps=%.9g}", n->a.f[0]);
     break;
   case OP_ROPE:
-    fprintf(out, " {theta=%.9g}", n->a.f[0]);
+  case OP_ROPE_BWD:
+    /* a backward op shows its attributes only when sp=ring changed them */
+    if (n->op == OP_ROPE_BWD && !n->a.i[0]) break;
+    fprintf(out, " {theta=%.9g", n->a.f[0]);
+    if (n->a.i[0]) fprintf(out, ", positions from %s", ir_axis_name((int)n->a.i[1]));
+    fputc('}', out);
     break;
   case OP_ATTENTION:
-    fprintf(out, " {causal=%s}", n->a.i[0] ? "true" : "false");
+  case OP_ATTENTION_BWD:
+    if (n->op == OP_ATTENTION_BWD && ir_ring_size(n) <= 1) break;
+    fprintf(out, " {causal=%s", n->a.i[0] ? "true" : "false");
+    if (ir_ring_size(n) > 1)
+      fprintf(out, ", ring over %s(%d), bytes=%" PRIu64, ir_axis_name((int)n->a.i[2]),
+              (int)n->a.i[1], ir_comm_bytes(n));
+    fputc('}', out);
     break;
   case OP_SLICE:
     fprintf(out, " {start=%" PRId64 ", len=%" PRId64 "}", n->a.i[0], n->a.i[1]);

@@ -209,9 +209,14 @@ Node *ir_add_bwd(Graph *g, OpKind op, Value **in, int nin, Value **outs, const A
 uint64_t ir_comm_bytes(const Node *n);
 /* Whether op is a communication op (its i[2] names the mesh axis). */
 bool ir_is_comm(OpKind op);
-/* The mesh axis a node communicates over (a collective, or a vocab-parallel
- * cross-entropy), -1 for none; *group gets the ranks in the group. */
+/* The mesh axis a node communicates over (a collective, a vocab-parallel
+ * cross-entropy or a ring attention), -1 for none; *group gets the ranks in the group. */
 int ir_comm_axis(const Node *n, int *group);
+/* Ring attention (sp=ring): an attention or attention_bwd node whose i1 is
+ * the ring's ranks and i2 its mesh axis; 0 otherwise.  ir_ring_kv: the
+ * elements of one K (or V) block that travels the ring. */
+int ir_ring_size(const Node *n);
+int64_t ir_ring_kv(const Node *n);
 /* A collective along dim d of the full shape s over P ranks: the rows before
  * d (outer) and the elements of one rank's chunk per outer row (inner). */
 void ir_dim_split(const Shape *s, int d, int P, int64_t *outer, int64_t *inner);

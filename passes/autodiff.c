@@ -202,14 +202,16 @@ int pass_autodiff(Module *m) {
     diag_warning(g->loss->loc, "the loss does not depend on any parameter");
     return 0;
   }
-  /* Seed: d(mean loss over mb microbatches)/d(loss of one) = 1/mb; before
-   * the last pipeline stage, the gradient of the sent activation, received
-   * from the next stage. */
+  /* Seed: d(mean loss over mb microbatches)/d(loss of one) = 1/mb.  Under
+   * sp=ring the loss is a mean over 1/sp of a row's tokens, and the step
+   * sums gradients over the sp ranks: 1/(mb·sp).  Before the last pipeline
+   * stage: the gradient of the sent activation, received from the next stage. */
   Value *dl = G(g, g->loss);
   Node *seed_at = g->loss->def;
   Attrs a = {0};
   int mb = m->train.plan.mb > 0 ? m->train.plan.mb : 1;
-  a.f[0] = 1.0 / mb;
+  const Plan *pl = &m->train.plan;
+  a.f[0] = 1.0 / (mb * (pl->sp_kind == SP_RING && pl->sp > 1 ? pl->sp : 1));
   Value *outs[1] = {dl};
   Node *seed = ir_add_bwd(g, g->pipe_out ? OP_RECV : OP_FILL, NULL, 0, outs, &a, seed_at);
   if (!seed) return -1;

@@ -104,6 +104,17 @@ static int64_t scratch_bytes(const Node *n) {
     ir_dim_split(&full->shape, (int)n->a.i[0], P, &outer, &inner);
     return (int64_t)rt_scratch_dim_collective((size_t)outer, (size_t)inner, P) * esize;
   }
+  case OP_ATTENTION:
+  case OP_ATTENTION_BWD: {
+    if (ir_ring_size(n) <= 1) return 0;
+    const Shape *q = &n->in[n->op == OP_ATTENTION ? 0 : 1]->shape;
+    const Shape *k = &n->in[n->op == OP_ATTENTION ? 1 : 2]->shape;
+    size_t B = (size_t)q->d[0].n, Tl = (size_t)q->d[1].n, H = (size_t)q->d[2].n;
+    size_t Hkv = (size_t)k->d[2].n, D = (size_t)q->d[3].n;
+    size_t el = n->op == OP_ATTENTION ? rt_scratch_ring_fwd(B, Tl, H, Hkv, D)
+                                      : rt_scratch_ring_bwd(B, Tl, H, Hkv, D);
+    return (int64_t)el * ir_dtype_size(n->in[0]->dtype);
+  }
   case OP_CROSS_ENTROPY:
   case OP_CROSS_ENTROPY_BWD:
     if (n->a.i[1]) {

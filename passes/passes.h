@@ -34,13 +34,20 @@ int opt_states(const Optimizer *o);
 void report_plan(FILE *out, const Module *m, const char *prefix);
 /* One collective of a training step: its mesh axis, op, bytes sent per rank
  * (runtime/dist_formulas.h), whether the runtime counts it (control sums are
- * not) and what it is, for messages. */
+ * not) and what it is, for messages.  Ring attention's point-to-point
+ * messages are entries too: ring +1 a non-blocking send to the next rank of
+ * the axis (counted), -1 a blocking receive from the previous one (not
+ * counted), both with the message's tag; ring 0 is a collective. */
 typedef struct PlanColl {
   int axis;
   const char *op;
   uint64_t bytes;
   bool counted;
   const char *what;
+  /* point-to-point: ring > 0 a send to the next rank on the sp ring, < 0 a
+   * receive from the previous; pipe +1/-1 a message to or from the next/
+   * previous pipeline stage (op "send" or "recv"); tag as the program's */
+  int ring, tag, pipe;
 } PlanColl;
 /* The collectives one rank issues in one training step, in order; the
  * plan's communication volume and the communication check both come from

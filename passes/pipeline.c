@@ -5,12 +5,13 @@ static int pass_lower(Module *m) { return 0; /* done by sema_run; listed for --d
 /* After "stage", each stage graph goes through the passes on its own. */
 static int autodiff_stages(Module *m) { return per_stage(m, pass_autodiff); }
 static int memplan_stages(Module *m) { return per_stage(m, pass_memplan); }
-static int commcheck_stages(Module *m) { return per_stage(m, pass_commcheck); }
+/* The communication check looks at every stage's program at once. */
+static int commcheck_stages(Module *m) { return pass_commcheck(m); }
 
 const Pass pass_list[] = {
     {"lower", "AST -> IR: inline layers, lower builtins, infer shapes", pass_lower},
     {"shape", "re-derive and verify every shape and dtype", pass_shape},
-    {"shard", "tensor parallelism: sharding specs, local shapes, collectives", pass_shard},
+    {"shard", "tensor parallelism and ring sequence parallelism: sharding specs, local shapes, collectives", pass_shard},
     {"pipeline", "cut the forward graph into stages between layers, balanced by FLOPs (pp > 1)", pass_stage},
     {"autodiff", "append the backward pass: accumulating gradient ops, seeded with 1/mb", autodiff_stages},
     {"memplan", "liveness and static arena offsets; exact planned peak bytes per rank", memplan_stages},

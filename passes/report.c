@@ -127,6 +127,7 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
   double f = ir_flops(g);
   int64_t tokens = 1;
   for (int i = 0; i < g->nsym; i++) tokens *= g->symval[i];
+  if (p->sp_kind == SP_RING && p->sp > 1) tokens /= p->sp; /* this rank's chunk of the sequence */
   fprintf(out, "%sflops:    %.4g forward per microbatch (%lld tokens); %.4g per step fwd+bwd\n", pf,
           f, (long long)tokens, 3 * f * (t->plan.mb ? t->plan.mb : 1) * t->plan.dp);
   fprintf(out, "%sgraph:    %d nodes (%d forward), %d values\n", pf, g->nodes.len,
@@ -142,8 +143,8 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
             pf, a, human_bytes((double)mp->arena_bytes), human_bytes((double)mp->param_bytes),
             human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
             human_bytes((double)mp->transient_peak), mp->peak_node);
-    if (p->sp > 1 || p->tp2d > 1)
-      fprintf(out, "%s          (sp=ring and tp2d are not applied by the passes yet: the memory "
+    if (p->tp2d > 1)
+      fprintf(out, "%s          (tp2d is not applied by the passes yet: the memory "
                    "and communication shown leave them out)\n", pf);
     uint64_t ax[AX_COUNT];
     uint64_t total = plan_comm_bytes(m, ax);
@@ -163,6 +164,29 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
   }
 }
 
+/* Ring attention's messages in the order runtime/dist_ring.c posts them
+ * (sends are non-blocking, each step waits for its receives): forward,
+ * P-1 steps passing (K, V) on; backward, P steps passing (dK, dV) on,
+ * the first P-1 with (K, V) too.  Returns the entries written. */
+static int ring_messages(const Node *nd, PlanColl *c, int i, int k, bool fwd) {
+  static const char *const name[4] = {"K", "V", "dK", "dV"};
+  int P = ir_ring_size(nd), ax = (int)nd->a.i[2], n = 0;
+  uint64_t b = (uint64_t)ir_ring_kv(nd) * (uint64_t)ir_dtype_size(nd->in[0]->dtype);
+  for (int s = 0; s < (fwd ? P - 1 : P); s++)
+    for (int dir = 1; dir >= -1; dir -= 2)
+      for (int t = 0; t < 4; t++) {
+        if (fwd ? t >= 2 : t < 2 && s == P - 1) continue;
+        c[n++] = (PlanColl){ax, dir > 0 ? "send" : "recv", b, dir > 0,
+                            arena_printf("node %d ring attention %s %s of step %d over %s (%s), "
+                                         "%s of microbatch %d",
+                                         i, dir > 0 ? "send of" : "receive of", name[t], s + 1,
+                                         ir_axis_name(ax), nd->scope && *nd->scope ? nd->scope : "model",
+                                         fwd ? "forward" : "backward", k + 1),
+                            dir, t, 0};
+      }
+  return n;
+}
+
 /* One step of one rank, in issue order: the graph's communication for each
  * microbatch, then the step's (passes.h PlanColl). */
 int plan_collectives(const Module *m, PlanColl **out) {
@@ -171,9 +195,14 @@ int plan_collectives(const Module *m, PlanColl **out) {
   if (!g || !m->planned || !m->train.mesh || m->train.mesh->ndev <= 1) return 0;
   const Plan *p = &m->train.plan;
   int mb = p->mb > 0 ? p->mb : 1, n = 0, ncomm = 0;
-  for (int i = 0; i < g->nodes.len; i++) ncomm += ir_comm_axis(g->nodes.data[i], NULL) >= 0;
-  PlanColl *c = arena_alloc(sizeof(PlanColl) * (size_t)(ncomm * mb + 2 * g->params.len + 4 * mb + 4));
-#define ADD(ax, o, b, cnt, w) c[n++] = (PlanColl){(ax), (o), (b), (cnt), (w)}
+  for (int i = 0; i < g->nodes.len; i++) {
+    const Node *nd = g->nodes.data[i];
+    int R = ir_ring_size(nd);
+    ncomm += R > 1 ? 8 * R : ir_comm_axis(nd, NULL) >= 0;
+  }
+  PlanColl *c = arena_alloc(sizeof(PlanColl) * (size_t)(ncomm * mb + 2 * g->params.len + 4 * mb + 8));
+#define ADD(ax, o, b, cnt, w) c[n++] = (PlanColl){(ax), (o), (b), (cnt), (w), 0, 0, 0}
+#define PIPE(dir, tg) (c[n - 1].pipe = (dir), c[n - 1].tag = (tg))
   /* A pipeline stage runs its microbatches' forwards and backwards in the
    * schedule's order, with the activation and gradient messages around them. */
   PipeSched ps = {0};
@@ -186,29 +215,41 @@ int plan_collectives(const Module *m, PlanColl **out) {
   for (int a = 0; a < (staged ? ps.n[r] : 2 * mb); a++) {
     int k = staged ? ps.act[r][a].mb : a / 2;
     bool fwd = staged ? ps.act[r][a].fwd != 0 : a % 2 == 0;
-    if (staged && fwd && r > 0)
+    if (staged && fwd && r > 0) {
       ADD(AX_PP, "recv", (uint64_t)ir_numel(&g->recv_act->shape) * 4, false,
           arena_printf("activation of microbatch %d from stage %d", k + 1, r - 1));
-    if (staged && !fwd && r < last)
+      PIPE(-1, 2 * k);
+    }
+    if (staged && !fwd && r < last) {
       ADD(AX_PP, "recv", (uint64_t)ir_numel(&g->send_act->shape) * 4, false,
           arena_printf("gradient of microbatch %d from stage %d", k + 1, r + 1));
+      PIPE(1, 2 * k + 1);
+    }
     for (int i = fwd ? 0 : g->nfwd; i < (fwd ? g->nfwd : g->nodes.len); i++) {
       const Node *nd = g->nodes.data[i];
       int ax = ir_comm_axis(nd, NULL);
       /* tp_copy and shard only move data locally; their adjoints are nodes too */
       if (ax < 0 || nd->op == OP_TP_COPY || nd->op == OP_SHARD) continue;
+      if (ir_ring_size(nd) > 1) {
+        n += ring_messages(nd, c + n, i, k, i < g->nfwd);
+        continue;
+      }
       bool xent = nd->op == OP_CROSS_ENTROPY || nd->op == OP_CROSS_ENTROPY_BWD;
       ADD(ax, xent ? "vocab-parallel cross-entropy" : ir_ops[nd->op].name, ir_comm_bytes(nd), true,
           arena_printf("node %d %s over %s (%s), %s of microbatch %d", i, ir_ops[nd->op].name,
                        ir_axis_name(ax), nd->scope && *nd->scope ? nd->scope : "model",
                        i < g->nfwd ? "forward" : "backward", k + 1));
     }
-    if (staged && fwd && r < last)
+    if (staged && fwd && r < last) {
       ADD(AX_PP, "send", (uint64_t)ir_numel(&g->send_act->shape) * 4, true,
           arena_printf("activation of microbatch %d to stage %d", k + 1, r + 1));
-    if (staged && !fwd && r > 0 && g->recv_act->grad)
+      PIPE(1, 2 * k);
+    }
+    if (staged && !fwd && r > 0 && g->recv_act->grad) {
       ADD(AX_PP, "send", (uint64_t)ir_numel(&g->recv_act->shape) * 4, true,
           arena_printf("gradient of microbatch %d to stage %d", k + 1, r - 1));
+      PIPE(-1, 2 * k + 1);
+    }
   }
   sched_free(&ps);
   /* the step (codegen's sync_gradients, mean_loss, grad_norm, optimizer_step) */
@@ -225,18 +266,28 @@ int plan_collectives(const Module *m, PlanColl **out) {
           arena_printf("gradient of %s (tied) over the first and last stage", v->name));
   }
   bool zero = m->mem.zero_chunk > 0;
+  /* sp=ring: gradients and losses are partial over the sequence shards too */
+  int ring = p->sp_kind == SP_RING && p->sp > 1, data = ring ? AX_DATA : AX_DP;
+  int nd = p->dp * (ring ? p->sp : 1);
+  if (zero && ring)
+    ADD(AX_SP, "all_reduce", rt_vol_allreduce((uint64_t)m->mem.grad_bytes, p->sp), true,
+        "gradient all-reduce over sp before ZeRO-1");
   if (zero)
     ADD(AX_DP, "reduce_scatter", rt_vol_reduce_scatter((uint64_t)m->mem.grad_bytes, p->dp), true,
         "ZeRO-1 gradient reduce-scatter over dp");
   else
-    ADD(AX_DP, "all_reduce", rt_vol_allreduce((uint64_t)m->mem.grad_bytes, p->dp), true,
-        "gradient all-reduce over dp");
-  ADD(staged ? AX_WORLD : AX_DP, "sum (loss)", 8, false, staged ? "loss sum over all ranks" : "loss sum over dp");
+    ADD(data, "all_reduce", rt_vol_allreduce((uint64_t)m->mem.grad_bytes, nd), true,
+        ring ? "gradient all-reduce over dp x sp" : "gradient all-reduce over dp");
+  if (staged)
+    ADD(AX_WORLD, "sum (loss)", 8, false, "loss sum over all ranks");
+  else
+    ADD(data, "sum (loss)", 8, false, ring ? "loss sum over dp x sp" : "loss sum over dp");
   ADD(zero || staged ? AX_WORLD : AX_TP, "sum (norm)", 8, false, "gradient norm sum");
   if (zero)
     ADD(AX_DP, "all_gather", rt_vol_allgather((uint64_t)m->mem.param_bytes, p->dp), true,
         "ZeRO-1 parameter all-gather over dp");
 #undef ADD
+#undef PIPE
   *out = c;
   return n;
 }

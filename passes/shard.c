@@ -1,5 +1,6 @@
-/* shard.c — tensor parallelism: sharding specs per value, per-op rules,
- * and the communication that makes every rank's graph compute its share.
+/* shard.c — tensor parallelism (and sp=ring, at the end): sharding specs per
+ * value, per-op rules, and the communication that makes every rank's graph
+ * compute its share.
  *
  * Runs on the forward graph before autodiff and rewrites it in place into
  * the graph of ONE rank of the tp axis: every value gets its local shape and
@@ -33,6 +34,8 @@
 #include <string.h>
 
 #include "passes.h"
+
+static int shard_tp(Module *m);
 
 typedef struct S {
   Graph *g;
@@ -468,10 +471,256 @@ static void prefer_vocab_parallel(S *s) {
   }
 }
 
+/* ---- sp=ring: the sequence split over the sp axis ----
+ *
+ * After the tp rewrite (if any), every activation that depends on the data
+ * holds this rank's contiguous chunk of the sequence: rank coord r of the sp
+ * axis holds tokens [r·T/N, (r+1)·T/N).  Token-wise ops run unchanged on the
+ * chunk; attention becomes ring attention over sp (i1 = N, i2 = the axis),
+ * rotary embeddings take their positions from the chunk's start, and a
+ * replicated tensor added along the sequence (learned positions) is read
+ * through a shard node (its gradient lands in this rank's rows).  Every
+ * parameter's gradient is then partial over sp: the step sums it over the
+ * data ranks (dp x sp), and the loss, a mean over this rank's tokens,
+ * averages over them. */
+
+typedef struct RingS {
+  Graph *g;
+  int sp;
+  bool failed;
+} RingS;
+
+enum { SPB = 1u << AX_SP };
+
+static void ring_fail(RingS *r, const Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void ring_fail(RingS *r, const Node *n, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  diag_error(n->loc, "ring attention (sp=ring:%d): %s", r->sp, msg);
+  r->failed = true;
+}
+
+/* The dim of v split over sp (its sequence), -1 for none. */
+static int seq_dim(const Value *v) {
+  for (int d = 0; d < v->shape.ndim; d++)
+    if (v->shard.axis[d] == AX_SP) return d;
+  return -1;
+}
+
+static void set_seq(Value *v, int d) {
+  if (d >= 0 && d < v->shape.ndim) v->shard.axis[d] = AX_SP;
+}
+
+static void ring_reshape_node(RingS *r, Node *n) {
+  char err[256];
+  if (ir_ops[n->op].shape(n, err, sizeof err))
+    ring_fail(r, n, "internal: %s: %s", ir_ops[n->op].name, err);
+}
+
+/* v (not split over sp) cut to this rank's chunk of its dim d. */
+static Value *ring_shard(RingS *r, Value *v, int d, const Node *at) {
+  if (v->shape.d[d].n % r->sp) {
+    ring_fail(r, at, "%s has %lld rows along the sequence, not divisible by %d",
+              v->name ? v->name : "an operand", (long long)v->shape.d[d].n, r->sp);
+    return NULL;
+  }
+  Attrs a = {0};
+  a.i[0] = d;
+  a.i[1] = r->sp;
+  a.i[2] = AX_SP;
+  a.ni = 3;
+  Node *c = ir_add(r->g, OP_SHARD, &v, 1, &a, at->loc, at->scope, "shard");
+  if (!c) {
+    r->failed = true;
+    return NULL;
+  }
+  c->out->shard = v->shard;
+  c->out->shard.gpartial = 0;
+  set_seq(c->out, d);
+  return c->out;
+}
+
+/* Binary ops with broadcasting: an operand that is whole along the other's
+ * sequence dim is cut to the chunk. */
+static void ring_binary(RingS *r, Node *n) {
+  int nd = n->out->shape.ndim, d = -1;
+  for (int k = 0; k < 2; k++) {
+    int sd = seq_dim(n->in[k]);
+    if (sd >= 0) d = sd + nd - n->in[k]->shape.ndim;
+  }
+  for (int k = 0; k < 2 && d >= 0; k++) {
+    Value *v = n->in[k];
+    int want = d - (nd - v->shape.ndim);
+    if (want < 0 || seq_dim(v) == want) continue;
+    if (seq_dim(v) >= 0) {
+      ring_fail(r, n, "%s of tensors split along different dims", ir_ops[n->op].name);
+      return;
+    }
+    if (v->shape.d[want].n == 1) continue; /* broadcast along the sequence */
+    n->in[k] = ring_shard(r, v, want, n);
+    if (!n->in[k]) return;
+  }
+  ring_reshape_node(r, n);
+  set_seq(n->out, d);
+}
+
+static void ring_reshape(RingS *r, Node *n, int d) {
+  Value *x = n->in[0];
+  int64_t pre = 1, p2 = 1;
+  for (int k = 0; k < d; k++) pre *= x->shape.d[k].n;
+  int e = -1;
+  for (int k = 0; k < n->a.ni; k++) {
+    if (p2 == pre && n->a.i[k] == x->shape.d[d].n * r->sp) {
+      e = k;
+      break;
+    }
+    p2 *= n->a.i[k];
+  }
+  if (e < 0) {
+    ring_fail(r, n, "reshape cannot keep the sequence dim %d split", d);
+    return;
+  }
+  n->a.i[e] /= r->sp;
+  Value *al = n->out->alias;
+  n->out->alias = NULL;
+  ring_reshape_node(r, n);
+  n->out->alias = al;
+  set_seq(n->out, e);
+}
+
+static void ring_node(RingS *r, Node *n) {
+  int d = -1;
+  for (int k = 0; k < n->nin && d < 0; k++) d = seq_dim(n->in[k]);
+  if (n->op == OP_INPUT) {
+    Value *v = n->out;
+    if (v->shape.ndim < 2 || v->shape.d[1].sym < 0) {
+      ring_fail(r, n, "input %s has no sequence dim to split (ring attention needs inputs "
+                      "such as tokens: i32[B, T])", v->name);
+      return;
+    }
+    v->shape.d[1].n /= r->sp;
+    set_seq(v, 1);
+    return;
+  }
+  if (d < 0) return; /* parameters and what is computed from them alone */
+  int last = n->in[0]->shape.ndim - 1;
+  switch (n->op) {
+  case OP_ADD:
+  case OP_SUB:
+  case OP_MUL:
+    ring_binary(r, n);
+    return;
+  case OP_DROPOUT:
+    if (n->a.f[0] > 0) {
+      ring_fail(r, n, "dropout is not implemented yet with ring attention (its mask would "
+                      "differ from the single-device run); use p = 0");
+      return;
+    }
+    break;
+  case OP_SOFTMAX:
+  case OP_SLICE:
+  case OP_MATMUL:
+  case OP_LAYERNORM:
+  case OP_RMSNORM:
+    if (d == last) {
+      ring_fail(r, n, "%s along the sequence", ir_ops[n->op].name);
+      return;
+    }
+    break;
+  case OP_MAP:
+    for (int k = 0; k < n->nin; k++)
+      if (seq_dim(n->in[k]) != d || !ir_shape_eq(&n->in[k]->shape, &n->in[0]->shape)) {
+        ring_fail(r, n, "imported function on operands split differently");
+        return;
+      }
+    break;
+  case OP_ROPE:
+    if (d != 1) break;
+    n->a.i[0] = 1; /* positions start at this rank's chunk */
+    n->a.i[1] = AX_SP;
+    n->a.ni = 2;
+    break;
+  case OP_ATTENTION:
+    for (int k = 0; k < 3; k++)
+      if (seq_dim(n->in[k]) != 1) {
+        ring_fail(r, n, "attention operands must all be split along the sequence");
+        return;
+      }
+    n->a.i[1] = r->sp;
+    n->a.i[2] = AX_SP;
+    n->a.ni = 3;
+    ring_reshape_node(r, n);
+    set_seq(n->outs[0], 1);
+    set_seq(n->outs[1], 2); /* lse [B, H, T] */
+    return;
+  case OP_RESHAPE:
+    ring_reshape(r, n, d);
+    return;
+  case OP_GATHER:
+    if (seq_dim(n->in[1]) != d || seq_dim(n->in[0]) >= 0) {
+      ring_fail(r, n, "embedding table split along the sequence");
+      return;
+    }
+    break;
+  case OP_CROSS_ENTROPY:
+    if (seq_dim(n->in[0]) != seq_dim(n->in[1])) {
+      ring_fail(r, n, "logits and targets split differently");
+      return;
+    }
+    ring_reshape_node(r, n); /* a mean over this rank's tokens */
+    return;
+  case OP_SCALE:
+  case OP_GELU:
+  case OP_RELU:
+  case OP_SILU:
+  case OP_ALLREDUCE:
+  case OP_ALLGATHER:
+  case OP_ALLGATHER_G:
+  case OP_REDUCE_SCATTER:
+  case OP_TP_COPY:
+    if ((ir_is_comm(n->op) && n->op != OP_ALLREDUCE && n->op != OP_TP_COPY && n->a.i[0] == d)) {
+      ring_fail(r, n, "%s along the sequence", ir_ops[n->op].name);
+      return;
+    }
+    break;
+  default:
+    ring_fail(r, n, "internal: no ring rule for %s", ir_ops[n->op].name);
+    return;
+  }
+  ring_reshape_node(r, n);
+  for (int j = 0; j < n->nout; j++) set_seq(n->outs[j], d);
+}
+
+static int shard_ring(Graph *g, int sp) {
+  RingS r = {g, sp, false};
+  PtrVec old = g->nodes;
+  memset(&g->nodes, 0, sizeof g->nodes);
+  for (int i = 0; i < old.len && !r.failed; i++) {
+    Node *n = old.data[i];
+    ring_node(&r, n);
+    vec_push(&g->nodes, n);
+  }
+  if (r.failed) return -1;
+  for (int i = 0; i < g->params.len; i++) ((Value *)g->params.data[i])->grad_partial |= SPB;
+  for (int i = 0; i < g->nodes.len; i++) ((Node *)g->nodes.data[i])->id = i;
+  return 0;
+}
+
 int pass_shard(Module *m) {
   Graph *g = m->graph;
   const Plan *p = &m->train.plan;
-  if (!g || p->tp <= 1 || g->nfwd) return 0;
+  if (!g || g->nfwd) return 0;
+  if (p->tp > 1 && shard_tp(m)) return -1;
+  if (p->sp_kind == SP_RING && p->sp > 1) return shard_ring(g, p->sp);
+  return 0;
+}
+
+static int shard_tp(Module *m) {
+  Graph *g = m->graph;
+  const Plan *p = &m->train.plan;
   S s = {0};
   s.g = g;
   s.tp = p->tp;

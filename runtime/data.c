@@ -163,20 +163,28 @@ static uint64_t permute(uint64_t i, uint64_t n, uint64_t seed, uint64_t epoch) {
 
 int rt_data_batch(const RtData *d, long step, int row0, int nrows, int32_t *inputs,
                   int32_t *targets) {
+  return rt_data_batch_cols(d, step, row0, nrows, 0, d->T, inputs, targets);
+}
+
+int rt_data_batch_cols(const RtData *d, long step, int row0, int nrows, int t0, int tn,
+                       int32_t *inputs, int32_t *targets) {
   if (step < 0 || row0 < 0 || nrows < 0 || row0 + nrows > d->B)
     return rt_errorf(RT_ERR_ARG, "%s: batch rows [%d, %d) of step %ld are outside the batch of %d",
                      d->path, row0, row0 + nrows, step, d->B);
+  if (t0 < 0 || tn < 0 || t0 + tn > d->T)
+    return rt_errorf(RT_ERR_ARG, "%s: token columns [%d, %d) are outside the sequence of %d",
+                     d->path, t0, t0 + tn, d->T);
   int T = d->T, tb = d->tok_bytes;
   for (int r = 0; r < nrows; r++) {
     uint64_t g = (uint64_t)step * (uint64_t)d->B + (uint64_t)(row0 + r);
     uint64_t epoch = g / d->nwin, i = g % d->nwin;
     uint64_t w = d->shuffle ? permute(i, d->nwin, d->seed, epoch) : i;
-    const unsigned char *p = d->tokens + (size_t)w * T * tb;
-    for (int t = 0; t < T; t++) {
+    const unsigned char *p = d->tokens + ((size_t)w * T + (size_t)t0) * tb;
+    for (int t = 0; t < tn; t++) {
       if (inputs)
-        inputs[(size_t)r * T + t] = (int32_t)rd_le(p + (size_t)t * tb, tb);
+        inputs[(size_t)r * tn + t] = (int32_t)rd_le(p + (size_t)t * tb, tb);
       if (targets)
-        targets[(size_t)r * T + t] = (int32_t)rd_le(p + (size_t)(t + 1) * tb, tb);
+        targets[(size_t)r * tn + t] = (int32_t)rd_le(p + (size_t)(t + 1) * tb, tb);
     }
   }
   return RT_OK;

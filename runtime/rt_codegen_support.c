@@ -340,6 +340,14 @@ int cg_data_batch(const CgData *d, long step, int row0, int nrows, void *in0, vo
   return RT_OK;
 }
 
+int cg_data_batch_cols(const CgData *d, long step, int row0, int nrows, int t0, int tn,
+                       void *in0, void *in1) {
+  const CgModel *m = d->m;
+  if (m->data != CG_DATA_TOKENS)
+    return rt_errorf(RT_ERR_ARG, "a sequence shard of the data needs token data");
+  return rt_data_batch_cols(&d->tok, step, row0, nrows, t0, tn, in0, in1);
+}
+
 void cg_data_close(CgData *d) {
   if (d->m && d->m->data == CG_DATA_TOKENS)
     rt_data_close(&d->tok);

@@ -136,6 +136,10 @@ int cg_data_open(CgData *d, const CgModel *m, const char *path, uint64_t seed);
 /* Rows [row0, row0+nrows) of global batch `step`: tokens/targets (nrows,T)
  * int32, or x (nrows,K) float or double and labels (nrows) int32. */
 int cg_data_batch(const CgData *d, long step, int row0, int nrows, void *in0, void *in1);
+/* Token columns [t0, t0+tn) of those rows (this rank's sequence shard under
+ * sp=ring): tokens/targets (nrows,tn). Token data only. */
+int cg_data_batch_cols(const CgData *d, long step, int row0, int nrows, int t0, int tn,
+                       void *in0, void *in1);
 void cg_data_close(CgData *d);
 /* One line describing the data ("samples/data/x.txt: 123456 tokens (text bytes)"). */
 void cg_data_describe(const CgData *d, char *buf, size_t cap);

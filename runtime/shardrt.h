@@ -325,6 +325,10 @@ int rt_data_open(RtData *d, const char *path, int format, int vocab, int B, int 
 /* inputs, targets are (nrows,T): rows [row0, row0+nrows) of global batch step. */
 int rt_data_batch(const RtData *d, long step, int row0, int nrows,
                   int32_t *inputs, int32_t *targets);
+/* Columns [t0, t0+tn) of those rows (a sequence shard: sp=ring): inputs,
+ * targets are (nrows,tn), token t0+t of each row and its successor. */
+int rt_data_batch_cols(const RtData *d, long step, int row0, int nrows, int t0, int tn,
+                       int32_t *inputs, int32_t *targets);
 void rt_data_close(RtData *d);
 
 /* ---------------------------------------------------------------------------

@@ -56,9 +56,20 @@ expect commcheck-ok 0 '^comm: ' -- "$bin" compile samples/gpt.shard --strategy t
 expect commcheck-drop 1 'communication check failed .*communicator 1 \(ranks 2,3\): rank 2 issues all_reduce .* but rank 3 issues' -- env SHARDC_DEBUG_BREAK_COMM=drop:3:0 "$bin" compile samples/gpt.shard --strategy tp=2,dp=2 --emit=plan
 expect commcheck-bytes 1 'communication check failed .*rank 2 issues all_reduce of 262144 bytes .* but rank 3 issues all_reduce of 131072 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:2:5 "$bin" compile samples/gpt.shard --strategy tp=2,dp=2 --emit=plan
 expect commcheck-hang 1 'communication check failed .*(deadlock|blocked|waits)' -- env SHARDC_DEBUG_BREAK_COMM=drop:0:1 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
+expect commcheck-pp-hang 1 'communication check failed for strategy on 2 ranks: deadlock: 2 ranks can never finish: rank 0 waits at event 0 in recv of 131072 bytes with tag 1 from rank 1 \(gradient of microbatch 1 from stage 1\)' -- env SHARDC_DEBUG_BREAK_COMM=swap:0:1,swap:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b
+expect commcheck-pp-order 1 'send/recv mismatch in the 1st message from rank 1 to rank 0: rank 1 sends 131072 bytes with tag 3 \(gradient of microbatch 2 to stage 0\) but rank 0 receives 131072 bytes with tag 1' -- env SHARDC_DEBUG_BREAK_COMM=drop:1:1 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b
+expect commcheck-pp-bytes 1 'rank 0 sends 262144 bytes with tag 0 \(activation of microbatch 1 to stage 1\) but rank 1 receives 131072 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2
 expect commcheck-spec 1 'SHARDC_DEBUG_BREAK_COMM' -- env SHARDC_DEBUG_BREAK_COMM=frob:1 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
 expect emit-c-zero2 1 'strategy zero=2 \(gradient and parameter sharding; zero=1 runs\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=2
-expect emit-c-ring 1 'strategy sp=ring \(ring attention\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy sp=ring:2,dp=2
+# Ring attention (sp=ring:N): the ring's messages are in the plan's volume and
+# in the communication check (a receive whose tag the send does not carry);
+# models without a sequence, and dropout, are refused.
+expect emit-c-ring 0 'rt_ring_attention_forward_f32\(mesh.comm\[RT_AX_SP\]' -- "$bin" compile samples/gpt.shard --emit=c --strategy sp=ring:2,dp=2
+expect plan-ring 0 '^comm: .*\(sp 4,194,304, data 5,005,824\)' -- "$bin" compile samples/gpt.shard --emit=plan --strategy sp=ring:2,dp=2
+expect commcheck-ring 1 'communication check failed .*rank 0 sends 65536 bytes with tag 1 \(node 20 ring attention send of K .* but rank 1 receives 65536 bytes with tag 0' -- env SHARDC_DEBUG_BREAK_COMM=tag:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy sp=ring:2 --emit=plan
+expect ring-no-sequence 1 'ring attention \(sp=ring:2\): input x has no sequence dim to split' -- "$bin" compile samples/mlp.shard --mesh 2 --strategy sp=ring:2 --emit=c
+sed 's/causal = true)/causal = true, dropout = 0.1)/' samples/gpt.shard >"$tmp/dropout.shard"
+expect ring-dropout 1 'ring attention \(sp=ring:2\): dropout is not implemented yet with ring attention' -- "$bin" compile "$tmp/dropout.shard" --mesh 2 --strategy sp=ring:2 --emit=c
 expect emit-c-tp2d 1 'strategy tp2d=2x2 \(2D tensor parallelism\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp2d=2x2
 expect emit-c-fp64-tp 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp=4 --precision=fp64
 expect emit-c-interleaved 1 'strategy schedule=interleaved \(pipeline chunks; gpipe and 1f1b run\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2,schedule=interleaved:2

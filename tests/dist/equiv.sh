@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Distributed equivalence (issue 4): every strategy and combination that the
-# cpu target runs trains the tiny GPT and the tiny llama for 10 steps on 2, 4
-# or 8 MPI ranks, and must give the single-rank run's per-step losses within
+# cpu target runs (dp, zero=1, tp, sp=megatron, sp=ring) trains the tiny GPT
+# and the tiny llama for 10 steps on 2, 4 or 8 MPI ranks, and must give the single-rank run's per-step losses within
 # 1e-5 relative and its final checkpoint (parameters and optimizer state,
 # gathered from the shards) within 1e-5.  Each run also checks its memory
 # plan (planned peak == measured high-water mark on every rank) and its
@@ -66,12 +66,19 @@ reference gpt && {
   check gpt 4 pp=2,dp=2,zero=1
   check gpt 8 tp=2,pp=2,dp=2
   check gpt 8 tp=2,sp=megatron,pp=2,dp=2
+  check gpt 2 sp=ring:2
+  check gpt 4 dp=2,sp=ring:2
+  check gpt 4 sp=ring:4
+  check gpt 4 tp=2,sp=ring:2
+  check gpt 4 dp=2,sp=ring:2,zero=1
 }
 reference llama && {
   check llama 2 tp=2
   check llama 4 tp=2,dp=2
   check llama 4 tp=2,sp=megatron,dp=2
   check llama 4 pp=2,tp=2
+  check llama 2 sp=ring:2
+  check llama 4 tp=2,sp=ring:2
 }
 
 # Memory shrinks as theory says: tp=4 holds a quarter of every split
@@ -115,6 +122,21 @@ if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
     echo "  reshard tp=2,dp=2 -> tp=4,sp=megatron at step 5: $cmp"
   else
     bad "reshard: $cmp"
+  fi
+fi
+# Ring attention: save under dp x sp, resume with the sequence in 4 shards.
+d1="$tmp/gpt-4-dp_2_sp_ring:2" d2="$tmp/gpt-4-sp_ring:4"
+if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
+  train "$d1" --steps 5 --quiet --log "$tmp/rr.jsonl" --save "$tmp/rr5.st"
+  [ $rc -eq 0 ] || bad "reshard ring: first half: $out"
+  train "$d2" --steps $STEPS --quiet --load "$tmp/rr5.st" --log "$tmp/rr.jsonl" --save "$tmp/rr.st"
+  if [ $rc -ne 0 ]; then
+    bad "reshard ring: resume: $out"
+  elif cmp=$(tests/dist/compare.py "$tmp/gpt-ref.jsonl" "$tmp/rr.jsonl" "$tmp/gpt-ref.st" "$tmp/rr.st"); then
+    ok
+    echo "  reshard dp=2,sp=ring:2 -> sp=ring:4 at step 5: $cmp"
+  else
+    bad "reshard ring: $cmp"
   fi
 fi
 d1="$tmp/gpt-4-dp_4_zero_1" d2="$tmp/gpt-8-tp_4_dp_2"

@@ -136,6 +136,17 @@ static void test_shuffle(const char *dir) {
   ASSERT(0, memcmp(all, part, sizeof all));
   ASSERT_FAILS(RT_ERR_ARG, rt_data_batch(&d, 3, 4, 3, part, NULL), "shuf.bin",
                "rows [4, 7) of step 3 are outside the batch of 6");
+  // a sequence shard's columns are those columns of the whole rows, targets too
+  int32_t tall[6 * 5], cin[6 * 2], ctg[6 * 2];
+  ASSERT_OK(rt_data_batch(&d, 3, 0, 6, all, tall));
+  ASSERT_OK(rt_data_batch_cols(&d, 3, 0, 6, 3, 2, cin, ctg));
+  int cols_ok = 1;
+  for (int r = 0; r < 6; r++)
+    for (int t = 0; t < 2; t++)
+      cols_ok &= cin[r * 2 + t] == all[r * 5 + 3 + t] && ctg[r * 2 + t] == tall[r * 5 + 3 + t];
+  ASSERT_TRUE(cols_ok);
+  ASSERT_FAILS(RT_ERR_ARG, rt_data_batch_cols(&d, 3, 0, 6, 4, 2, cin, NULL), "shuf.bin",
+               "token columns [4, 6) are outside the sequence of 5");
   rt_data_close(&d);
 }
 

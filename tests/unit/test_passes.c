@@ -3,6 +3,7 @@
  * no two buffers that are live at the same node overlap in the arena, and
  * the persistent sizes follow from the parameter count. */
 #include "passes.h"
+#include "runtime/dist_formulas.h"
 #include "test.h"
 
 static Value *root(Value *v) {
@@ -11,6 +12,38 @@ static Value *root(Value *v) {
 }
 
 static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+/* sp=ring: every attention is a ring over sp with the runtime's scratch, and
+ * the plan's sp volume is the ring's (runtime/dist_formulas.h) per microbatch;
+ * the step sums gradients over dp x sp. */
+static void check_ring(Module *m, int sp) {
+  Graph *g = m->graph;
+  uint64_t vol = 0;
+  int rings = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = g->nodes.data[i];
+    if (n->op != OP_ATTENTION && n->op != OP_ATTENTION_BWD) continue;
+    ASSERT(sp, ir_ring_size(n));
+    ASSERT(AX_SP, ir_comm_axis(n, NULL));
+    bool fwd = n->op == OP_ATTENTION;
+    const Shape *q = &n->in[fwd ? 0 : 1]->shape, *k = &n->in[fwd ? 1 : 2]->shape;
+    size_t B = q->d[0].n, Tl = q->d[1].n, H = q->d[2].n, Hkv = k->d[2].n, D = q->d[3].n;
+    size_t kv = B * Tl * Hkv * D;
+    ASSERT(1, n->scratch != NULL);
+    if (n->scratch)
+      ASSERT((int64_t)(4 * (fwd ? rt_scratch_ring_fwd(B, Tl, H, Hkv, D)
+                                : rt_scratch_ring_bwd(B, Tl, H, Hkv, D))),
+             ir_numel(&n->scratch->shape) * ir_dtype_size(n->scratch->dtype));
+    vol += fwd ? rt_vol_ring_fwd(kv, 4, sp) : rt_vol_ring_bwd(kv, 4, sp);
+    rings++;
+  }
+  ASSERT(1, rings >= 2);
+  uint64_t ax[AX_COUNT];
+  plan_comm_bytes(m, ax);
+  ASSERT(vol * (uint64_t)m->train.plan.mb, ax[AX_SP]);
+  ASSERT(rt_vol_allreduce((uint64_t)m->mem.grad_bytes, m->train.plan.dp * sp), ax[AX_DATA]);
+  ASSERT(0, ax[AX_DP]);
+}
 
 static void check_sample(const char *path) {
   diag_reset();
@@ -32,10 +65,14 @@ static void check_sample(const char *path) {
     ASSERT(1, pv->grad != NULL);
     if (pv->grad) ASSERT(1, ir_shape_eq(&pv->shape, &pv->grad->shape));
   }
-  /* the backward seeds the loss gradient with 1/mb */
+  /* the backward seeds the loss gradient with 1/mb (1/(mb·sp) under sp=ring:
+   * the loss is a mean over 1/sp of the tokens, summed over the sp ranks) */
+  const Plan *pl = &m->train.plan;
+  int ring = pl->sp_kind == SP_RING && pl->sp > 1 ? pl->sp : 1;
   Node *seed = g->nodes.data[g->nfwd];
   ASSERT(OP_FILL, seed->op);
-  ASSERT_NEAR(1.0 / m->train.plan.mb, seed->a.f[0], 1e-12);
+  ASSERT_NEAR(1.0 / (pl->mb * ring), seed->a.f[0], 1e-12);
+  if (ring > 1) check_ring(m, ring);
 
   /* persistent sizes: params, grads, AdamW's m and v (64-byte aligned each) */
   int64_t pb = 0;
@@ -83,7 +120,8 @@ static void check_sample(const char *path) {
 int main(void) {
   diag_set_quiet_warnings(1);
   const char *samples[] = {"../samples/mlp.shard", "../samples/gpt.shard", "../samples/llama.shard",
-                           "../samples/mish.shard", "golden/gqa_rope.shard"};
+                           "../samples/mish.shard", "golden/gqa_rope.shard",
+                           "golden/ring.shard"};
   for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++) check_sample(samples[i]);
   TEST_MAIN_END();
 }
