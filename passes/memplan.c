@@ -103,6 +103,8 @@ static int64_t scratch_bytes(const Node *n) {
     ir_dim_split(&full->shape, (int)n->a.i[0], P, &outer, &inner);
     return (int64_t)rt_scratch_dim_collective((size_t)outer, (size_t)inner, P) * esize;
   }
+  case OP_GRAD_REDUCE_SCATTER:   /* the chunk, reduced before it is added */
+    return ir_numel(&n->out->shape) * esize;
   case OP_CROSS_ENTROPY:
   case OP_CROSS_ENTROPY_BWD:
     if (n->a.i[1]) {
@@ -162,6 +164,7 @@ int pass_memplan(Module *m) {
 
   /* Persistent: parameters, then their gradients, then optimizer state. */
   int64_t off = 0;
+  if (zero_memplan(m, &off)) goto transient;   /* gradient buckets, ZeRO-2/3 (zero.c) */
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     p->persistent = true;
@@ -247,7 +250,7 @@ transient:;
   }
   for (int i = 0; i < g->values.len; i++) {
     Value *v = g->values.data[i];
-    if (v->alias) v->offset = root(v)->offset;
+    if (v->alias) v->offset = root(v)->offset + ir_view_off(v);
   }
   mp->transient_peak = peak;
   mp->arena_bytes = mp->persistent_bytes + peak;
