@@ -908,7 +908,8 @@ static void emit_bucket_reduce(Emit *e, Node *n) {
   }
   int q = 0;
   for (int i = e->g->nfwd; i < n->id; i++) q += ((Node *)e->g->nodes.data[i])->op == OP_GRAD_ALLREDUCE;
-  P(e, "  if (last_microbatch)  // bucket %d: overlaps the rest of the backward\n", k);
+  P(e, "  if (last_microbatch)  // bucket %s: overlaps the rest of the backward\n",
+    ((Bucket *)e->g->buckets.data[k])->name);
   P(e, "    rt_iallreduce(&mesh, RT_AX_DP, %s, %" PRId64 ", %d, &grad_req[%d]);\n", ref(e, n->in[0]),
     numel(n->in[0]), es, q);
 }

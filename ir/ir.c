@@ -843,6 +843,9 @@ static void print_attrs(FILE *out, const Node *n) {
             (int)n->a.i[1]);
   bytes:
     if (ir_comm_bytes(n)) fprintf(out, ", bytes=%" PRIu64, ir_comm_bytes(n));
+    /* a ZeRO / gradient bucket's collective (passes/zero.c) */
+    if (n->op == OP_GRAD_ALLREDUCE || n->op == OP_GRAD_REDUCE_SCATTER || n->in[0]->role == ROLE_OPTSTATE)
+      fprintf(out, ", bucket=%s", n->scope ? n->scope : "?");
     fputc('}', out);
     break;
   case OP_GATHER:

@@ -55,16 +55,24 @@ expect emit-c-cuda 1 'CUDA code generator is not available yet' -- "$bin" compil
 expect commcheck-ok 0 '^comm: ' -- "$bin" compile samples/gpt.shard --strategy tp=2,dp=2 --emit=plan
 expect commcheck-drop 1 'communication check failed .*communicator 1 \(ranks 2,3\): rank 2 issues all_reduce .* but rank 3 issues' -- env SHARDC_DEBUG_BREAK_COMM=drop:3:0 "$bin" compile samples/gpt.shard --strategy tp=2,dp=2 --emit=plan
 expect commcheck-bytes 1 'communication check failed .*rank 2 issues all_reduce of 262144 bytes .* but rank 3 issues all_reduce of 131072 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:2:5 "$bin" compile samples/gpt.shard --strategy tp=2,dp=2 --emit=plan
-expect commcheck-hang 1 'communication check failed .*(deadlock|blocked|waits)' -- env SHARDC_DEBUG_BREAK_COMM=drop:0:1 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
+# (event 7 of dp=4: the loss sum, after the 7 gradient buckets' all-reduces)
+expect commcheck-hang 1 'communication check failed .*(deadlock|blocked|waits)' -- env SHARDC_DEBUG_BREAK_COMM=drop:0:7 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
 expect commcheck-spec 1 'SHARDC_DEBUG_BREAK_COMM' -- env SHARDC_DEBUG_BREAK_COMM=frob:1 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
-expect emit-c-zero2 1 'strategy zero=2 \(gradient and parameter sharding; zero=1 runs\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=2
+# ZeRO-2/3 and dp gradient buckets (passes/zero.c): collectives in the backward's IR,
+# shards in the plan, and in the communication check.
+expect emit-c-zero2 0 'rt_reduce_scatter_acc\(&mesh, RT_AX_DP' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=2
+expect emit-c-dp-overlap 0 'rt_iallreduce\(&mesh, RT_AX_DP' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4
+expect emit-ir-zero2 0 '\+= grad_reduce_scatter %[0-9]+ \{dim=0, over=dp\(4\), bytes=[0-9]+, bucket=blocks\.3\}' -- "$bin" compile samples/gpt.shard --emit=ir --strategy dp=4,zero=2
+expect emit-ir-zero3 0 '= all_gather %[0-9]+ \{dim=0, over=dp\(4\), bytes=[0-9]+, bucket=embed\}' -- "$bin" compile samples/gpt.shard --emit=ir --strategy dp=4,zero=3
+expect plan-zero3 0 '^memory: .* params 814.75 KiB, grads 814.75 KiB, optimizer 1.59 MiB' -- "$bin" compile samples/gpt.shard --emit=plan --strategy dp=4,zero=3
+expect commcheck-zero3 1 'communication check failed .*all_gather' -- env SHARDC_DEBUG_BREAK_COMM=drop:3:0 "$bin" compile samples/gpt.shard --strategy dp=4,zero=3 --emit=plan
 expect emit-c-ring 1 'strategy sp=ring \(ring attention\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy sp=ring:2,dp=2
 expect emit-c-tp2d 1 'strategy tp2d=2x2 \(2D tensor parallelism\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp2d=2x2
 expect emit-c-fp64-tp 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp=4 --precision=fp64
 expect emit-c-pp 1 'strategy pp=2 \(pipeline parallelism\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu or cuda' -- "$bin" compile samples/gpt.shard --target=tpu
-expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, autodiff, memplan, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
+expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, autodiff, zero, memplan, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
 expect dump-lower 0 '^graph gpt \{' -- "$bin" compile samples/gpt.shard --dump-after=lower
 expect list-passes 0 '^shape ' -- "$bin" compile --list-passes
 expect mesh-missing-value 1 '--mesh needs a value' -- "$bin" check samples/gpt.shard --mesh
