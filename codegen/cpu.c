@@ -1176,6 +1176,18 @@ static void emit_dims(Emit *e, const Shape *s) {
   for (int k = 0; k < s->ndim; k++) P(e, "%s%" PRId64, k ? ", " : "", s->d[k].n);
 }
 
+/* A parameter's byte offset in the arena, or under ZeRO-3 (where only its
+ * bucket's chunk is stored) in the flat bucket layout. */
+static int64_t param_offset(Emit *e, const Value *p) {
+  if (e->zstage != 3) return off(e, p);
+  for (int k = 0; k < e->g->buckets.len; k++) {
+    const Bucket *b = e->g->buckets.data[k];
+    for (int j = 0; j < b->params.len; j++)
+      if (b->params.data[j] == p) return (b->flat + b->pos[j]) * 4 * e->scale;
+  }
+  return -1;
+}
+
 static void emit_params(Emit *e) {
   Graph *g = e->g;
   /* normal_scaled: std 0.02/sqrt(K), K = the number of normal_scaled tensors
@@ -1210,7 +1222,7 @@ static void emit_params(Emit *e) {
     char lit[64];
     cg_literal(lit, sizeof lit, std, 1);
     P(e, "}, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %s, %d},\n",
-      numel(p), off(e, p), gr, m1, m2, init, lit, p->decay ? 1 : 0);
+      numel(p), param_offset(e, p), gr, m1, m2, init, lit, p->decay ? 1 : 0);
   }
   P(e, "};\n\n");
   if (!e->dist) return;

@@ -93,15 +93,18 @@ static Node *comm_node(OpKind op, Value *in, Value *out, int dp, const Bucket *b
   return n;
 }
 
-/* Whether node n reads or writes anything stored in bucket b's copy `whole`. */
-static bool touches(const Node *n, const Value *whole, bool outputs) {
-  if (outputs) {
+enum { WRITES, TAKES, READS };
+
+/* Whether node n writes, takes as an operand (even for its shape only: the
+ * copy must be defined there) or reads anything stored in `whole`. */
+static bool touches(const Node *n, const Value *whole, int how) {
+  if (how == WRITES) {
     for (int j = 0; j < n->nout; j++)
       if (n->outs[j] && root(n->outs[j]) == whole) return true;
     return false;
   }
   for (int j = 0; j < n->nin; j++)
-    if (ir_reads_data(n, j) && root(n->in[j]) == whole) return true;
+    if (root(n->in[j]) == whole && (how == TAKES || ir_reads_data(n, j))) return true;
   return false;
 }
 
@@ -188,29 +191,21 @@ int pass_zero(Module *m) {
         for (int i = 0; i < nn; i++) {
           Node *n = g->nodes.data[i];
           for (int q = 0; q < n->nin; q++)
-            if (n->in[q] == p) n->in[q] = view[i >= g->nfwd];
+            /* a backward node that takes p for its shape only (a bias's
+             * add_bwd) keeps the forward's view: no gather for it */
+            if (n->in[q] == p) n->in[q] = view[i >= g->nfwd && ir_reads_data(n, q)];
         }
       }
       for (int d = 0; d < 2; d++) {
         int first = -1;
         for (int i = d ? g->nfwd : 0; i < (d ? nn : g->nfwd) && first < 0; i++)
-          if (touches(g->nodes.data[i], whole[d], false)) first = i;
-        if (first < 0) {
-          /* nothing reads its data (a bias seen only for its shape): the
-           * nodes keep the other direction's view */
-          for (int i = 0; i < nn; i++) {
-            Node *n = g->nodes.data[i];
-            for (int q = 0; q < n->nin; q++)
-              if (n->in[q]->alias == whole[d]) n->in[q] = param_view(g, n->in[q], whole[1 - d], n->in[q]->view_off);
-          }
-          continue;
-        }
-        vec_push(&before[first], comm_node(OP_ALLGATHER, b->pshard, whole[d], dp, b, false));
+          if (touches(g->nodes.data[i], whole[d], d ? READS : TAKES)) first = i;
+        if (first >= 0) vec_push(&before[first], comm_node(OP_ALLGATHER, b->pshard, whole[d], dp, b, false));
       }
     }
     int last = -1;
     for (int i = g->nfwd; i < nn; i++)
-      if (touches(g->nodes.data[i], b->grads, true)) last = i;
+      if (touches(g->nodes.data[i], b->grads, WRITES)) last = i;
     if (last < 0) continue;
     if (stage >= 2)
       vec_push(&after[last], comm_node(OP_GRAD_REDUCE_SCATTER, b->grads, b->gshard, dp, b, true));
@@ -282,8 +277,12 @@ int zero_memplan(Module *m, int64_t *end) {
     nshard += b->chunk;
     for (int j = 0; j < b->params.len; j++) {
       Value *p = b->params.data[j];
-      p->persistent = true;   /* stage 3: an offset in the flat layout, not the arena */
+      p->persistent = true;
       p->offset = (b->flat + b->pos[j]) * 4;
+      if (stage == 3) {   /* no storage of its own: nodes read views of the gathered bucket */
+        p->offset = -1;
+        p->live_start = p->live_end = -1;
+      }
     }
     if (stage == 3) {
       b->pshard->persistent = true;
