@@ -67,8 +67,7 @@ typedef struct Emit {
   /* distributed: the program runs on a mesh of ranks (runtime/dist.h) */
   bool dist;
   int tp;
-  bool zero;            /* ZeRO-1: optimizer state and summed gradients in dp chunks */
-  int zstage;           /* gradient buckets (passes/zero.c): 0 overlapped all-reduce, 2, 3; -1 none */
+  int zstage;           /* gradient buckets (passes/zero.c): the ZeRO stage, 0 for plain dp; -1 none */
 } Emit;
 
 static const char *rt_axis(int ax) {
@@ -453,8 +452,8 @@ int cg_check(Module *m, const char *target) {
 #undef NOT_YET
   if (nw) {
     plan_error(m, "strategy %s is not implemented yet by the cpu code generator: data "
-                  "parallelism (dp=N, mb=N), tensor parallelism (tp=N) and Megatron sequence "
-                  "parallelism (sp=megatron) run so far",
+                  "parallelism (dp=N, mb=N, zero=1|2|3), tensor parallelism (tp=N) and Megatron "
+                  "sequence parallelism (sp=megatron) run so far",
                what);
     return -1;
   }
@@ -888,30 +887,41 @@ static int bucket_index(Emit *e, const Node *n) {
   return -1;
 }
 
-/* The all-reduces the backward starts (one per bucket with gradients). */
+/* A bucket's collective started in the last microbatch without blocking
+ * (the plain dp all-reduce, ZeRO-1's reduce-scatter). */
+static bool overlapped(const Node *n) {
+  return n->op == OP_GRAD_ALLREDUCE || (n->op == OP_GRAD_REDUCE_SCATTER && n->a.i[3]);
+}
+
+/* The collectives the backward starts (one per bucket with gradients). */
 static int n_grad_reqs(Emit *e) {
   int q = 0;
-  for (int i = e->g->nfwd; i < e->nn; i++) q += ((Node *)e->g->nodes.data[i])->op == OP_GRAD_ALLREDUCE;
+  for (int i = e->g->nfwd; i < e->nn; i++) q += overlapped(e->g->nodes.data[i]);
   return q;
 }
 
 /* A gradient bucket's reduction (passes/zero.c): ZeRO-2/3 reduce-scatter
- * into this rank's gradient shard every microbatch; plain dp starts the
- * bucket's all-reduce in the last microbatch (sync_gradients waits). */
+ * into this rank's gradient shard every microbatch; plain dp (all-reduce)
+ * and ZeRO-1 (reduce-scatter) start it in the last microbatch without
+ * blocking (sync_gradients waits). */
 static void emit_bucket_reduce(Emit *e, Node *n) {
   int k = bucket_index(e, n), es = e->f64 ? 8 : 4;
   comment(e, &n, 1);
-  if (n->op == OP_GRAD_REDUCE_SCATTER) {
+  if (!overlapped(n)) {
     P(e, "  rt_reduce_scatter_acc(&mesh, RT_AX_DP, %s, %s, %" PRId64 ", %d, %s);\n", ref(e, n->out),
       ref(e, n->in[0]), numel(n->out), es, ref(e, n->scratch));
     return;
   }
   int q = 0;
-  for (int i = e->g->nfwd; i < n->id; i++) q += ((Node *)e->g->nodes.data[i])->op == OP_GRAD_ALLREDUCE;
+  for (int i = e->g->nfwd; i < n->id; i++) q += overlapped(e->g->nodes.data[i]);
   P(e, "  if (last_microbatch)  // bucket %s: overlaps the rest of the backward\n",
     ((Bucket *)e->g->buckets.data[k])->name);
-  P(e, "    rt_iallreduce(&mesh, RT_AX_DP, %s, %" PRId64 ", %d, &grad_req[%d]);\n", ref(e, n->in[0]),
-    numel(n->in[0]), es, q);
+  if (n->op == OP_GRAD_ALLREDUCE)
+    P(e, "    rt_iallreduce(&mesh, RT_AX_DP, %s, %" PRId64 ", %d, &grad_req[%d]);\n", ref(e, n->in[0]),
+      numel(n->in[0]), es, q);
+  else
+    P(e, "    rt_ireduce_scatter(&mesh, RT_AX_DP, %s, %s, %" PRId64 ", %d, &grad_req[%d]);\n",
+      ref(e, n->out), ref(e, n->in[0]), numel(n->out), es, q);
 }
 
 static void emit_bwd(Emit *e, Node *n, int i) {
@@ -1139,17 +1149,11 @@ static void emit_prelude(Emit *e) {
   }
   if (e->dist && e->data == DATA_TOKENS) DEF("VOCAB", "token ids are below it", "%d", e->vocab);
   if (e->zstage >= 0) DEF("NBUCKETS", "gradient buckets (one per layer)", "%d", e->g->buckets.len);
-  if (e->zstage >= 2) {
+  if (e->zstage >= 1) {
     DEF("ZSHARD", arena_printf("ZeRO-%d: elements of this rank's chunk of every bucket", e->zstage),
         "%" PRId64 "LL", mp->zero_chunk);
     DEF("GSHARD_OFFSET", "its summed gradients", "%" PRId64 "LL", mp->zero_gshard_offset * e->scale);
     DEF("OPT_OFFSET", "optimizer state of its chunks", "%" PRId64 "LL", mp->zero_opt_offset * e->scale);
-  }
-  if (e->zero) {
-    DEF("ZERO_CHUNK", "ZeRO-1: elements of the flat parameters per dp rank", "%" PRId64 "LL", mp->zero_chunk);
-    DEF("GSHARD_OFFSET", "this rank's chunk of the summed gradients", "%" PRId64 "LL",
-        mp->zero_gshard_offset * e->scale);
-    DEF("OPT_OFFSET", "optimizer state of this rank's chunk", "%" PRId64 "LL", mp->zero_opt_offset * e->scale);
   }
   DEF("MICROBATCHES", "forward+backward passes per step and rank", "%d", mb);
   DEF("MICROBATCH", "rows per pass", "%lld", (long long)t->microbatch);
@@ -1209,7 +1213,7 @@ static void emit_params(Emit *e) {
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     int64_t gr = p->grad ? off(e, p->grad) : -1;
-    bool sharded = e->zero || e->zstage >= 2;
+    bool sharded = e->zstage >= 1;
     int64_t m1 = p->grad && (adam || mom) && !sharded ? p->opt_offset * e->scale : -1;
     int64_t stride = (numel(p) * 4 + 63) / 64 * 64 * e->scale;
     int64_t m2 = p->grad && adam && !sharded ? m1 + stride : -1;
@@ -1274,16 +1278,16 @@ static void emit_params(Emit *e) {
   P(e, "\n};\n\n");
 }
 
-/* The gradient buckets (passes/zero.c) and, under ZeRO-2/3, their chunks. */
+/* The gradient buckets (passes/zero.c) and, under ZeRO, their chunks. */
 static void emit_zero_tables(Emit *e) {
   Graph *g = e->g;
   if (e->zstage < 0) return;
-  if (e->zstage == 0) {
-    P(e, "/* Gradient buckets: each one's all-reduce starts in the backward of the last\n"
+  if (e->zstage <= 1)
+    P(e, "/* Gradient buckets: each one's %s starts in the backward of the last\n"
          " * microbatch, right after its last gradient op; sync_gradients waits. */\n"
-         "static MPI_Request grad_req[%d];\n\n", n_grad_reqs(e) ? n_grad_reqs(e) : 1);
-    return;
-  }
+         "static MPI_Request grad_req[%d];\n\n", e->zstage ? "reduce-scatter" : "all-reduce",
+      n_grad_reqs(e) ? n_grad_reqs(e) : 1);
+  if (e->zstage == 0) return;
   P(e, "/* ZeRO-%d buckets (elements): the flat layout of the parameters, padded per\n"
        " * bucket to a multiple of 16·DP; rank r owns [flat + r·chunk, +chunk) of each,\n"
        " * at [shard, +chunk) of its %sgradient and optimizer-state shards. */\n"
@@ -1332,7 +1336,7 @@ static void emit_passes(Emit *e) {
   P(e, "/* ---- backward: the same microbatch; accumulates into gradients ---- */\n");
   P(e, "static void backward(long step, int row0) {\n");
   if (!e->dropout) P(e, "  (void)step;\n  (void)row0;\n");
-  if (e->zstage == 0)
+  if (e->zstage == 0 || e->zstage == 1)
     P(e, "  static long calls;  // once per microbatch: the last one starts the bucket all-reduces\n"
          "  const int last_microbatch = ++calls %% MICROBATCHES == 0;\n");
   for (int i = g->nfwd; i < e->nn; i++) {
@@ -1343,47 +1347,7 @@ static void emit_passes(Emit *e) {
   P(e, "}\n\n");
 }
 
-/* ZeRO-1: each rank updates the elements of its chunk [lo, lo + ZERO_CHUNK)
- * of the flat parameter range with its summed-gradient chunk and its
- * optimizer state, then the ranks all-gather the parameters. */
-static void emit_optimizer_zero(Emit *e) {
-  const Optimizer *o = &e->m->train.opt;
-  bool adam = !strcmp(o->kind, "adamw");
-  char lr_wd[64], b1[64], b2[64], eps[64], mo[64];
-  cg_literal(lr_wd, sizeof lr_wd, o->weight_decay, 1);
-  cg_literal(b1, sizeof b1, o->beta1, 1);
-  cg_literal(b2, sizeof b2, o->beta2, 1);
-  cg_literal(eps, sizeof eps, o->eps, 1);
-  cg_literal(mo, sizeof mo, o->momentum, 1);
-  const char *wd = o->weight_decay ? arena_printf("p->decay ? %s : 0.0", lr_wd) : "0.0";
-  int nstate = opt_states(o);
-  P(e, "/* ---- optimizer (ZeRO-1 over dp) ----\n"
-       " * %s on this rank's chunk of the flat parameters; its optimizer state\n"
-       " * holds ZERO_CHUNK elements per moment.  Then the parameters are all-gathered. */\n",
-    adam ? "AdamW (torch.optim.AdamW)" : "SGD (torch.optim.SGD)");
-  P(e, "static void optimizer_step(long t, double lr, double grad_scale) {\n");
-  if (!adam) P(e, "  (void)t;\n");
-  P(e, "  const size_t lo = (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK, hi = lo + ZERO_CHUNK;\n"
-       "  %s *g = F(GSHARD_OFFSET), *m1 = F(OPT_OFFSET);\n", e->R);
-  if (nstate == 2) P(e, "  %s *m2 = m1 + ZERO_CHUNK;\n", e->R);
-  P(e, "  for (int i = 0; i < NPARAMS; i++) {\n"
-       "    const CgParam *p = &params[i];\n"
-       "    size_t a = p->offset / sizeof(%s), b = a + p->numel;\n"
-       "    if (p->grad < 0 || b <= lo || a >= hi) continue;\n"
-       "    if (a < lo) a = lo;\n"
-       "    if (b > hi) b = hi;\n", e->R);
-  if (adam)
-    P(e, "    rt_adamw_step%s((%s *)arena + a, g + (a - lo), m1 + (a - lo), m2 + (a - lo), b - a, lr, %s, %s,\n"
-         "                    %s, %s, t, grad_scale);\n", e->S, e->R, b1, b2, eps, wd);
-  else
-    P(e, "    rt_sgd_step%s((%s *)arena + a, g + (a - lo), %s, b - a, lr, %s, %s, grad_scale);\n", e->S,
-      e->R, nstate ? "m1 + (a - lo)" : "NULL", mo, wd);
-  P(e, "  }\n"
-       "  rt_allgather_dim(&mesh, RT_AX_DP, arena, (%s *)arena + lo, 1, ZERO_CHUNK, %d, NULL);\n"
-       "}\n\n", e->R, e->f64 ? 8 : 4);
-}
-
-/* The loop header shared by the ZeRO-2/3 optimizer and gradient norm: for
+/* The loop header shared by the ZeRO optimizer and gradient norm: for
  * each parameter, the elements [a, z) of the flat layout in this rank's
  * chunk of its bucket, at s in the shard arrays. */
 static void emit_zero_chunk_loop(Emit *e) {
@@ -1398,8 +1362,8 @@ static void emit_zero_chunk_loop(Emit *e) {
        "    const size_t s = (size_t)b->shard + (a - lo);\n", e->R);
 }
 
-/* ZeRO-2/3: each rank updates its chunk of every bucket with its summed
- * gradient shard and its optimizer state; ZeRO-2 then all-gathers every
+/* ZeRO-1/2/3: each rank updates its chunk of every bucket with its summed
+ * gradient shard and its optimizer state; ZeRO-1/2 then all-gather every
  * bucket's parameters (ZeRO-3 gathers them layer by layer in the next
  * forward). */
 static void emit_optimizer_zero23(Emit *e) {
@@ -1418,7 +1382,7 @@ static void emit_optimizer_zero23(Emit *e) {
   P(e, "/* ---- optimizer (ZeRO-%d over dp) ----\n"
        " * %s on this rank's chunk of every bucket%s. */\n",
     e->zstage, adam ? "AdamW (torch.optim.AdamW)" : "SGD (torch.optim.SGD)",
-    e->zstage == 2 ? "; then each bucket's parameters are all-gathered" : " (its parameter shards)");
+    e->zstage <= 2 ? "; then each bucket's parameters are all-gathered" : " (its parameter shards)");
   P(e, "static void optimizer_step(long t, double lr, double grad_scale) {\n");
   if (!adam) P(e, "  (void)t;\n");
   P(e, "  %s *g = F(GSHARD_OFFSET), *m1 = F(OPT_OFFSET);\n", e->R);
@@ -1432,7 +1396,7 @@ static void emit_optimizer_zero23(Emit *e) {
     P(e, "    rt_sgd_step%s(%s, g + s, %s, z - a, lr, %s, %s, grad_scale);\n", e->S, par,
       nstate ? "m1 + s" : "NULL", mo, wd);
   P(e, "  }\n");
-  if (e->zstage == 2)
+  if (e->zstage <= 2)
     P(e, "  for (int k = 0; k < NBUCKETS; k++)\n"
          "    rt_allgather_dim(&mesh, RT_AX_DP, (%s *)arena + zbuckets[k].flat,\n"
          "                     (%s *)arena + zbuckets[k].flat + r * zbuckets[k].chunk, 1, zbuckets[k].chunk, %d, NULL);\n",
@@ -1441,11 +1405,7 @@ static void emit_optimizer_zero23(Emit *e) {
 }
 
 static void emit_optimizer(Emit *e) {
-  if (e->zero) {
-    emit_optimizer_zero(e);
-    return;
-  }
-  if (e->zstage >= 2) {
+  if (e->zstage >= 1) {
     emit_optimizer_zero23(e);
     return;
   }
@@ -1484,7 +1444,7 @@ static void emit_optimizer(Emit *e) {
   P(e, "  }\n}\n\n");
 }
 
-/* ZeRO-2/3: init and checkpoints go through the full tensors (gparams) and a
+/* ZeRO: init and checkpoints go through the full tensors (gparams) and a
  * flat copy of the bucket layout; the step's reductions are on the shards. */
 static void emit_step_support_zero23(Emit *e) {
   Graph *g = e->g;
@@ -1558,8 +1518,10 @@ static void emit_step_support_zero23(Emit *e) {
        "  if (ok && rank == 0 && !args.quiet) printf(\"saved:    %%s (step %%ld)\\n\", args.save, steps_done);\n"
        "  return ok;\n}\n\n", es);
   P(e, "/* The backward reduce-scattered each bucket into this rank's gradient shard\n"
-       " * (dp sums); gradients that are partial sums over tp are summed here. */\n"
-       "static void sync_gradients(void) {\n");
+       " * (dp sums%s); gradients that are partial sums over tp are summed here. */\n"
+       "static void sync_gradients(void) {\n", e->zstage == 1 ? ", started in the last microbatch" : "");
+  if (e->zstage == 1)
+    P(e, "  rt_waitall(&mesh, %d, grad_req);\n", n_grad_reqs(e));
   for (int k = 0; k < g->buckets.len; k++) {
     Bucket *b = g->buckets.data[k];
     if (b->tp_partial)
@@ -1598,7 +1560,7 @@ static void emit_step_support(Emit *e) {
       e->S, R);
     return;
   }
-  if (e->zstage >= 2) {
+  if (e->zstage >= 1) {
     emit_step_support_zero23(e);
     return;
   }
@@ -1629,18 +1591,6 @@ static void emit_step_support(Emit *e) {
        "      if (cg_param_slot(&params[i], k) >= 0)\n"
        "        rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k),\n"
        "                         arena + cg_param_slot(&params[i], k), %d);\n", es);
-  if (e->zero)
-    P(e, "  /* ZeRO-1: this rank's chunk of each moment, through a flat copy laid out\n"
-         "   * like the parameters */\n"
-         "  unsigned char *flat = rc == RT_OK ? calloc(1, (size_t)ZERO_CHUNK * DP * %d) : NULL;\n"
-         "  if (rc == RT_OK && !flat) rc = rt_errorf(RT_ERR_NOMEM, \"out of memory for the optimizer state\");\n"
-         "  for (int k = 0; rc == RT_OK && k < %d; k++) {\n"
-         "    for (int i = 0; i < NPARAMS; i++)\n"
-         "      if (gparams[i].opt >= 0)\n"
-         "        rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k + 1), flat + params[i].offset, %d);\n"
-         "    memcpy(arena + OPT_OFFSET + (size_t)k * ZERO_CHUNK * %d, flat + (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK * %d, (size_t)ZERO_CHUNK * %d);\n"
-         "  }\n"
-         "  free(flat);\n", es, opt_states(&e->m->train.opt), es, es, es, es);
   P(e, "  free(full);\n  return rc;\n}\n\n");
   P(e, "/* Gathered on rank 0, which writes the full tensors. */\n"
        "static int save_checkpoint(long steps_done) {\n"
@@ -1652,18 +1602,6 @@ static void emit_step_support(Emit *e) {
        "      if (cg_param_slot(&params[i], k) >= 0)\n"
        "        rt_check(rt_shard_gather(&shards[i], &mesh, arena + cg_param_slot(&params[i], k),\n"
        "                                 full ? full + cg_param_slot(&gparams[i], k) : NULL, %d));\n", es);
-  if (e->zero)
-    P(e, "  /* ZeRO-1: the moments' chunks gathered over dp into a flat copy laid out\n"
-         "   * like the parameters, then per tensor like them */\n"
-         "  unsigned char *flat = calloc(1, (size_t)ZERO_CHUNK * DP * %d);\n"
-         "  if (!flat) rt_mesh_fail(&mesh, \"out of memory for the optimizer state\");\n"
-         "  for (int k = 0; k < %d; k++) {\n"
-         "    rt_check(rt_gather_flat(&mesh, RT_AX_DP, arena + OPT_OFFSET + (size_t)k * ZERO_CHUNK * %d, ZERO_CHUNK, flat, %d));\n"
-         "    for (int i = 0; i < NPARAMS; i++)\n"
-         "      if (gparams[i].opt >= 0)\n"
-         "        rt_check(rt_shard_gather(&shards[i], &mesh, flat + params[i].offset, full ? full + cg_param_slot(&gparams[i], k + 1) : NULL, %d));\n"
-         "  }\n"
-         "  free(flat);\n", es, opt_states(&e->m->train.opt), es, es, es);
   P(e, "  int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);\n"
        "  free(full);\n"
        "  if (ok && rank == 0 && !args.quiet) printf(\"saved:    %%s (step %%ld)\\n\", args.save, steps_done);\n"
@@ -1680,34 +1618,16 @@ static void emit_step_support(Emit *e) {
     P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, p->grad),
       numel(p), es, p->name);
   }
-  if (e->zero)
-    P(e, "  /* ZeRO-1: each rank receives the sum of its own chunk only */\n"
-         "  rt_reduce_scatter_dim(&mesh, RT_AX_DP, F(GSHARD_OFFSET), F(GRADS_OFFSET), 1, ZERO_CHUNK, %d, NULL);\n", es);
-  else if (e->zstage < 0)
+  if (e->zstage < 0)
     P(e, "  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
   P(e, "}\n\n");
   P(e, "static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }\n\n");
-  if (e->zero)
-    P(e, "/* The global norm of the summed gradients (before the 1/DP mean): each rank\n"
-         " * holds the sums of its chunk. */\n"
-         "static double grad_norm(void) {\n"
-         "  const size_t lo = (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK, hi = lo + ZERO_CHUNK;\n"
-         "  double ss = 0;\n"
-         "  for (int i = 0; i < NPARAMS; i++) {\n"
-         "    size_t a = params[i].offset / sizeof(%s), b = a + params[i].numel;\n"
-         "    if (params[i].grad < 0 || b <= lo || a >= hi) continue;\n"
-         "    if (a < lo) a = lo;\n"
-         "    if (b > hi) b = hi;\n"
-         "    ss += norm_w[i] * rt_sumsq%s(F(GSHARD_OFFSET) + (a - lo), b - a);\n"
-         "  }\n"
-         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss));\n}\n\n", R, e->S);
-  else
     P(e, "/* The global norm of the summed gradients (before the 1/DP mean). */\n"
-         "static double grad_norm(void) {\n"
-         "  double ss = 0;\n"
-         "  for (int i = 0; i < NPARAMS; i++)\n"
-         "    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq%s(F(params[i].grad), params[i].numel);\n"
-         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_TP, ss));\n}\n\n", e->S);
+       "static double grad_norm(void) {\n"
+       "  double ss = 0;\n"
+       "  for (int i = 0; i < NPARAMS; i++)\n"
+       "    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq%s(F(params[i].grad), params[i].numel);\n"
+       "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_TP, ss));\n}\n\n", e->S);
 }
 
 static void emit_comms(Emit *e) {
@@ -1976,7 +1896,6 @@ int cg_emit_cpu_opts(FILE *out, Module *m, const CgOptions *opt) {
   e.nn = e.g->nodes.len;
   e.dist = cg_needs_mpi(m);
   e.tp = m->train.plan.tp;
-  e.zero = e.dist && m->train.plan.zero == 1 && m->train.plan.dp > 1;
   e.zstage = e.dist && e.g->buckets.len ? m->train.plan.zero : -1;
   if (e.dist && e.f64 && e.tp > 1) {
     diag_fatal_noloc("--precision=fp64 builds are for single-rank gradient checks; build with "

@@ -56,7 +56,7 @@ static const char *usage_build =
     "libshardrt and BLAS into DIR/train.  DIR defaults to out/MODEL_NAME.\n"
     "Run DIR/train --help for its flags (--steps, --seed, --data, --load, --save,\n"
     "--save-every, --log, --quiet); launch it with mpirun -np MESH_SIZE.\n"
-    "fp32 plans with dp=N, mb=N, zero=1, tp=N and sp=megatron, in any mix, are\n"
+    "fp32 plans with dp=N, mb=N, zero=1|2|3, tp=N and sp=megatron, in any mix, are\n"
     "implemented so far (pipeline, ring attention and tp2d are not yet).\n"
     "\n"
     "  -o DIR               output directory (created if missing)\n"

@@ -846,6 +846,8 @@ static void print_attrs(FILE *out, const Node *n) {
     /* a ZeRO / gradient bucket's collective (passes/zero.c) */
     if (n->op == OP_GRAD_ALLREDUCE || n->op == OP_GRAD_REDUCE_SCATTER || n->in[0]->role == ROLE_OPTSTATE)
       fprintf(out, ", bucket=%s", n->scope ? n->scope : "?");
+    if (n->op == OP_GRAD_ALLREDUCE || (n->op == OP_GRAD_REDUCE_SCATTER && n->a.i[3]))
+      fputs(", last microbatch, non-blocking", out);
     fputc('}', out);
     break;
   case OP_GATHER:

@@ -103,8 +103,8 @@ static int64_t scratch_bytes(const Node *n) {
     ir_dim_split(&full->shape, (int)n->a.i[0], P, &outer, &inner);
     return (int64_t)rt_scratch_dim_collective((size_t)outer, (size_t)inner, P) * esize;
   }
-  case OP_GRAD_REDUCE_SCATTER:   /* the chunk, reduced before it is added */
-    return ir_numel(&n->out->shape) * esize;
+  case OP_GRAD_REDUCE_SCATTER:   /* the chunk, reduced before it is added (not ZeRO-1's) */
+    return n->a.i[3] ? 0 : ir_numel(&n->out->shape) * esize;
   case OP_CROSS_ENTROPY:
   case OP_CROSS_ENTROPY_BWD:
     if (n->a.i[1]) {
@@ -164,7 +164,7 @@ int pass_memplan(Module *m) {
 
   /* Persistent: parameters, then their gradients, then optimizer state. */
   int64_t off = 0;
-  if (zero_memplan(m, &off)) goto transient;   /* gradient buckets, ZeRO-2/3 (zero.c) */
+  if (zero_memplan(m, &off)) goto transient;   /* gradient buckets, ZeRO (zero.c) */
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     p->persistent = true;
@@ -174,30 +174,6 @@ int pass_memplan(Module *m) {
   mp->param_bytes = off;
   const Optimizer *o = &m->train.opt;
   int nstate = opt_states(o);
-  const Plan *plan = &m->train.plan;
-  if (plan->zero >= 1 && plan->dp > 1) {
-    /* ZeRO-1: parameters and gradients as dp equal chunks of one flat
-     * range (a gradient at its parameter's offset + the region), then this
-     * rank's summed-gradient chunk and the optimizer state of its chunk. */
-    int64_t elems = (mp->param_bytes / 4 + plan->dp - 1) / plan->dp;
-    mp->zero_chunk = (elems + 15) / 16 * 16;
-    int64_t region = mp->zero_chunk * 4 * plan->dp;
-    mp->param_bytes = region;
-    for (int i = 0; i < g->params.len; i++) {
-      Value *p = g->params.data[i];
-      if (!p->grad) continue;
-      Value *d = root(p->grad);
-      d->persistent = true;
-      d->offset = p->offset + region;
-    }
-    mp->grad_bytes = region;
-    mp->zero_gshard_offset = 2 * region;
-    mp->zero_opt_offset = 2 * region + mp->zero_chunk * 4;
-    mp->optstate_bytes = nstate * mp->zero_chunk * 4;
-    mp->persistent_bytes = mp->zero_opt_offset + mp->optstate_bytes;
-    off = mp->persistent_bytes;
-    goto transient;
-  }
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     if (!p->grad) continue;

@@ -122,8 +122,8 @@ int plan_collectives(const Module *m, PlanColl **out) {
   int mb = p->mb > 0 ? p->mb : 1, n = 0, ncomm = 0;
   for (int i = 0; i < g->nodes.len; i++) ncomm += ir_comm_axis(g->nodes.data[i], NULL) >= 0;
   PlanColl *c = arena_alloc(sizeof(PlanColl) * (size_t)(ncomm * mb + g->params.len + 2 * g->buckets.len + 4));
-  /* gradient buckets (passes/zero.c): stage 0 all-reduces them in the last
-   * microbatch, 2 and 3 reduce-scatter them in every one */
+  /* gradient buckets (passes/zero.c): stages 0 and 1 all-reduce or
+   * reduce-scatter them in the last microbatch, 2 and 3 in every one */
   int stage = g->buckets.len ? p->zero : -1;
 #define ADD(ax, o, b, cnt, w) c[n++] = (PlanColl){(ax), (o), (b), (cnt), (w)}
   for (int k = 0; k < mb; k++)
@@ -132,7 +132,8 @@ int plan_collectives(const Module *m, PlanColl **out) {
       int ax = ir_comm_axis(nd, NULL);
       /* tp_copy and shard only move data locally; their adjoints are nodes too */
       if (ax < 0 || nd->op == OP_TP_COPY || nd->op == OP_SHARD) continue;
-      if (nd->op == OP_GRAD_ALLREDUCE && k != mb - 1) continue;
+      bool last_only = nd->op == OP_GRAD_ALLREDUCE || (nd->op == OP_GRAD_REDUCE_SCATTER && nd->a.i[3]);
+      if (last_only && k != mb - 1) continue;
       bool xent = nd->op == OP_CROSS_ENTROPY || nd->op == OP_CROSS_ENTROPY_BWD;
       ADD(ax, xent ? "vocab-parallel cross-entropy" : ir_ops[nd->op].name, ir_comm_bytes(nd), true,
           arena_printf("node %d %s over %s (%s), %s of microbatch %d", i, ir_ops[nd->op].name,
@@ -140,34 +141,27 @@ int plan_collectives(const Module *m, PlanColl **out) {
                        i < g->nfwd ? "forward" : "backward", k + 1));
     }
   /* the step (codegen's sync_gradients, mean_loss, grad_norm, optimizer_step) */
-  for (int i = 0; i < g->buckets.len && stage >= 2 && p->tp > 1; i++) {
+  for (int i = 0; i < g->buckets.len && stage >= 1 && p->tp > 1; i++) {
     const Bucket *b = g->buckets.data[i];
     if (b->tp_partial)
       ADD(AX_TP, "all_reduce", rt_vol_allreduce((uint64_t)b->chunk * 4, p->tp), true,
           arena_printf("gradient shard of bucket %s over tp", b->name));
   }
-  for (int i = 0; i < g->params.len && p->tp > 1 && stage < 2; i++) {
+  for (int i = 0; i < g->params.len && p->tp > 1 && stage < 1; i++) {
     const Value *v = g->params.data[i];
     if (v->grad && (v->grad_partial & (1u << AX_TP)))
       ADD(AX_TP, "all_reduce", rt_vol_allreduce((uint64_t)ir_numel(&v->shape) * 4, p->tp), true,
           arena_printf("gradient of %s over tp", v->name));
   }
-  bool zero = stage < 0 && m->mem.zero_chunk > 0;   /* ZeRO-1 */
-  if (zero)
-    ADD(AX_DP, "reduce_scatter", rt_vol_reduce_scatter((uint64_t)m->mem.grad_bytes, p->dp), true,
-        "ZeRO-1 gradient reduce-scatter over dp");
-  else if (stage < 0)
+  if (stage < 0)
     ADD(AX_DP, "all_reduce", rt_vol_allreduce((uint64_t)m->mem.grad_bytes, p->dp), true,
         "gradient all-reduce over dp");
   ADD(AX_DP, "sum (loss)", 8, false, "loss sum over dp");
-  ADD(zero || stage >= 2 ? AX_WORLD : AX_TP, "sum (norm)", 8, false, "gradient norm sum");
-  if (zero)
-    ADD(AX_DP, "all_gather", rt_vol_allgather((uint64_t)m->mem.param_bytes, p->dp), true,
-        "ZeRO-1 parameter all-gather over dp");
-  for (int i = 0; i < g->buckets.len && stage == 2; i++) {
+  ADD(stage >= 1 ? AX_WORLD : AX_TP, "sum (norm)", 8, false, "gradient norm sum");
+  for (int i = 0; i < g->buckets.len && (stage == 1 || stage == 2); i++) {
     const Bucket *b = g->buckets.data[i];
     ADD(AX_DP, "all_gather", rt_vol_allgather((uint64_t)b->numel * 4, p->dp), true,
-        arena_printf("ZeRO-2 parameter all-gather of bucket %s over dp", b->name));
+        arena_printf("ZeRO-%d parameter all-gather of bucket %s over dp", stage, b->name));
   }
 #undef ADD
   *out = c;

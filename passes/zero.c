@@ -11,6 +11,10 @@
  *   zero=0  grad_all_reduce: the bucket (persistent, as today's gradients)
  *           summed over dp, issued without blocking in the last microbatch
  *           and waited for before the optimizer (llm.c / PyTorch DDP).
+ *   zero=1  grad_reduce_scatter of the persistent bucket into the rank's
+ *           gradient shard, issued without blocking in the last microbatch
+ *           (waited for before the optimizer); parameters and optimizer
+ *           state as zero=2.
  *   zero=2  grad_reduce_scatter: the bucket is transient (born at its first
  *           gradient op, dead after the collective); each rank accumulates
  *           the sum of its 1/dp chunk into a persistent shard (Bucket.gshard)
@@ -23,8 +27,6 @@
  *           first use in the backward; the forward and backward nodes read
  *           views of those copies, so the plan frees each after its last use.
  *
- * zero=1 keeps one flat range (memplan, codegen's sync_gradients): its
- * gradients are reduced after the last microbatch, not bucketed.
  * The layout (offsets of parameters, shards and optimizer state) is placed
  * by zero_memplan, called from memplan.
  */
@@ -111,8 +113,7 @@ static bool touches(const Node *n, const Value *whole, int how) {
 int pass_zero(Module *m) {
   Graph *g = m->graph;
   const Plan *pl = &m->train.plan;
-  if (!g || !g->nfwd || pl->dp <= 1 || pl->zero == 1 || pl->pp > 1 || pl->sp > 1 ||
-      pl->tp2d > 1)
+  if (!g || !g->nfwd || pl->dp <= 1 || pl->pp > 1 || pl->sp > 1 || pl->tp2d > 1)
     return 0;
   int dp = pl->dp, stage = pl->zero;
   if (stage == 3)
@@ -129,7 +130,7 @@ int pass_zero(Module *m) {
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     if (!stage && !p->grad) continue;
-    bool partial = stage >= 2 && (p->grad_partial & (1u << AX_TP));
+    bool partial = stage >= 1 && (p->grad_partial & (1u << AX_TP));
     vec_push(&bucket_of(g, layer_key(p->name), partial)->params, p);
   }
   int64_t flat = 0, shard = 0;
@@ -141,10 +142,10 @@ int pass_zero(Module *m) {
       b->pos[j] = n;
       n += (ir_numel(&((Value *)b->params.data[j])->shape) + 15) / 16 * 16;
     }
-    if (stage >= 2) n = (n + 16 * dp - 1) / (16 * dp) * (16 * dp);
+    if (stage >= 1) n = (n + 16 * dp - 1) / (16 * dp) * (16 * dp);
     b->flat = flat;
     b->numel = n;
-    b->chunk = stage >= 2 ? n / dp : 0;
+    b->chunk = stage >= 1 ? n / dp : 0;
     b->shard = shard;
     flat += n;
     shard += b->chunk;
@@ -157,7 +158,7 @@ int pass_zero(Module *m) {
       p->grad->alias = b->grads;
       p->grad->view_off = b->pos[j] * 4;
     }
-    if (stage >= 2) {
+    if (stage >= 1) {
       Shape c = ir_shape(1, &b->chunk);
       b->gshard = ir_value(g, ROLE_GRAD, c, DT_F32, b->grads->loc);
       b->gshard->name = arena_printf("%s (gradient shard)", b->name);
@@ -207,9 +208,12 @@ int pass_zero(Module *m) {
     for (int i = g->nfwd; i < nn; i++)
       if (touches(g->nodes.data[i], b->grads, WRITES)) last = i;
     if (last < 0) continue;
-    if (stage >= 2)
-      vec_push(&after[last], comm_node(OP_GRAD_REDUCE_SCATTER, b->grads, b->gshard, dp, b, true));
-    else
+    if (stage >= 1) {
+      Node *rs = comm_node(OP_GRAD_REDUCE_SCATTER, b->grads, b->gshard, dp, b, true);
+      rs->a.i[3] = stage == 1;   /* ZeRO-1: once, in the last microbatch, without blocking */
+      rs->a.ni = 4;
+      vec_push(&after[last], rs);
+    } else
       vec_push(&after[last], comm_node(OP_GRAD_ALLREDUCE, b->grads, b->grads, dp, b, true));
   }
 
@@ -238,6 +242,7 @@ int pass_zero(Module *m) {
 /* The persistent part of the arena for a bucketed plan (memplan): 0 when
  * the plan has no buckets, else 1 with *end at its end.
  *   zero=0   [params | buckets of gradients | optimizer state per parameter]
+ *   zero=1   [params in the flat layout | buckets of gradients | gradient shards | optimizer state of the shards]
  *   zero=2   [params in the flat layout | gradient shards | optimizer state of the shards]
  *   zero=3   [parameter shards | gradient shards | optimizer state of the shards]
  * A shard array holds the rank's chunk of every bucket, in bucket order. */
@@ -291,14 +296,21 @@ int zero_memplan(Module *m, int64_t *end) {
   }
   mp->param_bytes = stage == 3 ? nshard * 4 : (((Bucket *)g->buckets.data[g->buckets.len - 1])->flat +
                                                ((Bucket *)g->buckets.data[g->buckets.len - 1])->numel) * 4;
+  int64_t full = 0;   /* zero=1: the buckets of gradients, whole */
+  for (int k = 0; k < g->buckets.len && stage == 1; k++) {
+    Bucket *b = g->buckets.data[k];
+    b->grads->persistent = true;
+    b->grads->offset = mp->param_bytes + b->flat * 4;
+    full += b->numel * 4;
+  }
   for (int k = 0; k < g->buckets.len; k++) {
     Bucket *b = g->buckets.data[k];
     b->gshard->persistent = true;
-    b->gshard->offset = mp->param_bytes + b->shard * 4;
+    b->gshard->offset = mp->param_bytes + full + b->shard * 4;
   }
-  mp->grad_bytes = nshard * 4;
+  mp->grad_bytes = full + nshard * 4;
   mp->zero_chunk = nshard;
-  mp->zero_gshard_offset = mp->param_bytes;
+  mp->zero_gshard_offset = mp->param_bytes + full;
   mp->zero_opt_offset = mp->param_bytes + mp->grad_bytes;
   mp->optstate_bytes = nstate * nshard * 4;
   mp->persistent_bytes = *end = mp->zero_opt_offset + mp->optstate_bytes;

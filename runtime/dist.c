@@ -291,6 +291,21 @@ void rt_reduce_scatter_acc(RtMesh *m, RtAxis ax, void *dst, const void *src, siz
   }
 }
 
+void rt_ireduce_scatter(RtMesh *m, RtAxis ax, void *dst, const void *src, size_t inner,
+                        int esize, MPI_Request *req) {
+  MPI_Comm c = axis_comm_(m, ax, "rt_ireduce_scatter");
+  MPI_Datatype dt = mpi_real_(m, esize, "rt_ireduce_scatter");
+  int P = m->size[ax];
+  count_(m, ax, rt_vol_reduce_scatter((uint64_t)P * inner * esize, P), 1);
+  *req = MPI_REQUEST_NULL;
+  if (P == 1) {
+    memcpy(dst, src, inner * esize);
+    return;
+  }
+  int cnt = mpi_count_(m, inner, "rt_ireduce_scatter");
+  MPI_CHECK(m, MPI_Ireduce_scatter_block, src, dst, cnt, dt, MPI_SUM, c, req);
+}
+
 void rt_iallreduce(RtMesh *m, RtAxis ax, void *buf, size_t n, int esize, MPI_Request *req) {
   MPI_Comm c = axis_comm_(m, ax, "rt_iallreduce");
   MPI_Datatype dt = mpi_real_(m, esize, "rt_iallreduce");

@@ -106,6 +106,11 @@ void rt_reduce_scatter_acc(RtMesh *m, RtAxis ax, void *dst, const void *src, siz
  * before.  MPI_REQUEST_NULL on a size-1 axis.  Data-parallel gradient
  * buckets overlapped with the backward. */
 void rt_iallreduce(RtMesh *m, RtAxis ax, void *buf, size_t n, int esize, MPI_Request *req);
+/* Non-blocking rt_reduce_scatter_dim with outer 1: dst (inner) WRITTEN with
+ * this rank's chunk of the sums of src (P·inner), counted when issued; *req
+ * completes it.  ZeRO-1 gradient buckets overlapped with the backward. */
+void rt_ireduce_scatter(RtMesh *m, RtAxis ax, void *dst, const void *src, size_t inner,
+                        int esize, MPI_Request *req);
 /* buf is (n), from the rank with coord root on the axis. */
 void rt_bcast(RtMesh *m, RtAxis ax, void *buf, size_t n, int esize, int root);
 

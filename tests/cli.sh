@@ -62,6 +62,8 @@ expect commcheck-spec 1 'SHARDC_DEBUG_BREAK_COMM' -- env SHARDC_DEBUG_BREAK_COMM
 # shards in the plan, and in the communication check.
 expect emit-c-zero2 0 'rt_reduce_scatter_acc\(&mesh, RT_AX_DP' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=2
 expect emit-c-dp-overlap 0 'rt_iallreduce\(&mesh, RT_AX_DP' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4
+expect emit-c-zero1-overlap 0 'rt_ireduce_scatter\(&mesh, RT_AX_DP' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=1
+expect emit-ir-zero1 0 '\+= grad_reduce_scatter %[0-9]+ \{dim=0, over=dp\(4\), bytes=[0-9]+, bucket=blocks\.0, last microbatch, non-blocking\}' -- "$bin" compile samples/gpt.shard --emit=ir --strategy dp=4,zero=1
 expect emit-ir-zero2 0 '\+= grad_reduce_scatter %[0-9]+ \{dim=0, over=dp\(4\), bytes=[0-9]+, bucket=blocks\.3\}' -- "$bin" compile samples/gpt.shard --emit=ir --strategy dp=4,zero=2
 expect emit-ir-zero3 0 '= all_gather %[0-9]+ \{dim=0, over=dp\(4\), bytes=[0-9]+, bucket=embed\}' -- "$bin" compile samples/gpt.shard --emit=ir --strategy dp=4,zero=3
 expect plan-zero3 0 '^memory: .* params 814.75 KiB, grads 814.75 KiB, optimizer 1.59 MiB' -- "$bin" compile samples/gpt.shard --emit=plan --strategy dp=4,zero=3
