@@ -1897,7 +1897,8 @@ int cg_emit_cpu_opts(FILE *out, Module *m, const CgOptions *opt) {
   e.dist = cg_needs_mpi(m);
   e.tp = m->train.plan.tp;
   e.zstage = e.dist && e.g->buckets.len ? m->train.plan.zero : -1;
-  if (e.dist && e.f64 && e.tp > 1) {
+  /* (--gradcheck runs one rank: a tp or ZeRO layout is not that rank's program) */
+  if (e.dist && e.f64 && (e.tp > 1 || e.zstage >= 1)) {
     diag_fatal_noloc("--precision=fp64 builds are for single-rank gradient checks; build with "
                      "--mesh 1 --strategy dp=1, or in fp32");
     return -1;
