@@ -914,7 +914,7 @@ static void emit_bucket_reduce(Emit *e, Node *n) {
   }
   int q = 0;
   for (int i = e->g->nfwd; i < n->id; i++) q += overlapped(e->g->nodes.data[i]);
-  P(e, "  if (last_microbatch)  // bucket %s: overlaps the rest of the backward\n",
+  P(e, "  if (last_microbatch) {  // bucket %s: overlaps the rest of the backward\n",
     ((Bucket *)e->g->buckets.data[k])->name);
   if (n->op == OP_GRAD_ALLREDUCE)
     P(e, "    rt_iallreduce(&mesh, RT_AX_DP, %s, %" PRId64 ", %d, &grad_req[%d]);\n", ref(e, n->in[0]),
@@ -922,6 +922,7 @@ static void emit_bucket_reduce(Emit *e, Node *n) {
   else
     P(e, "    rt_ireduce_scatter(&mesh, RT_AX_DP, %s, %s, %" PRId64 ", %d, &grad_req[%d]);\n",
       ref(e, n->out), ref(e, n->in[0]), numel(n->out), es, q);
+  P(e, "    rt_progress(&mesh, %d, grad_req);  // and the earlier buckets' go on\n  }\n", q + 1);
 }
 
 static void emit_bwd(Emit *e, Node *n, int i) {

@@ -377,6 +377,11 @@ void rt_waitall(RtMesh *m, int n, MPI_Request *reqs) {
   MPI_CHECK(m, MPI_Waitall, n, reqs, MPI_STATUSES_IGNORE);
 }
 
+void rt_progress(RtMesh *m, int n, MPI_Request *reqs) {
+  int done = 0;
+  MPI_CHECK(m, MPI_Testall, n, reqs, &done, MPI_STATUSES_IGNORE);
+}
+
 /* ---- vocab-parallel cross-entropy ----
  * Per-row pieces, written once per element type: the local max (NaNs
  * skipped, -inf for an empty slice), Σ exp(x - mx) in double, and the

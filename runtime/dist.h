@@ -124,6 +124,10 @@ void rt_isend(RtMesh *m, int peer, int tag, const void *buf, size_t n, int esize
 void rt_irecv(RtMesh *m, int peer, int tag, void *buf, size_t n, int esize,
               MPI_Request *req);
 void rt_waitall(RtMesh *m, int n, MPI_Request *reqs);
+/* Lets MPI advance the non-blocking collectives or transfers in reqs (most
+ * MPI libraries progress them only inside MPI calls); completed ones become
+ * MPI_REQUEST_NULL.  Never blocks. */
+void rt_progress(RtMesh *m, int n, MPI_Request *reqs);
 
 /* ---- vocab-parallel cross-entropy (Megatron) ----
  * logits is (N,Vl): columns [v0, v0+Vl) of the full (N,V) logits; targets

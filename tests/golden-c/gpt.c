@@ -575,8 +575,10 @@ static void backward(long step, int row0) {
   rt_layernorm_backward_f32(F(22427648), F(6673408), F(6673920), F(22560768), F(22296576), F(3336192), F(22558720), F(22559744), 256, 128);
   // gpt.shard:13 (ln)  %287 += grad_all_reduce %287
   // f32[256] -> f32[256]
-  if (last_microbatch)  // bucket ln: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket ln: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(6673408), 256, 4, &grad_req[0]);
+    rt_progress(&mesh, 1, grad_req);  // and the earlier buckets' go on
+  }
   // gpt.shard:6 (blocks.3)  d%142, _ += add_bwd d%157, %142, %156
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -640,8 +642,10 @@ static void backward(long step, int row0) {
   rt_layernorm_backward_f32(F(22427648), F(5880320), F(5880832), F(22558720), F(20060160), F(2543104), F(20322304), F(20323328), 256, 128);
   // gpt.shard:5 (blocks.3)  %286 += grad_all_reduce %286
   // f32[198272] -> f32[198272]
-  if (last_microbatch)  // bucket blocks.3: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket blocks.3: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(5880320), 198272, 4, &grad_req[1]);
+    rt_progress(&mesh, 2, grad_req);  // and the earlier buckets' go on
+  }
   // gpt.shard:6 (blocks.2)  d%104, _ += add_bwd d%119, %104, %118
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -705,8 +709,10 @@ static void backward(long step, int row0) {
   rt_layernorm_backward_f32(F(22689792), F(5087232), F(5087744), F(22822976), F(17823744), F(1750016), F(18085888), F(18086912), 256, 128);
   // gpt.shard:5 (blocks.2)  %285 += grad_all_reduce %285
   // f32[198272] -> f32[198272]
-  if (last_microbatch)  // bucket blocks.2: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket blocks.2: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(5087232), 198272, 4, &grad_req[2]);
+    rt_progress(&mesh, 3, grad_req);  // and the earlier buckets' go on
+  }
   // gpt.shard:6 (blocks.1)  d%66, _ += add_bwd d%81, %66, %80
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -770,8 +776,10 @@ static void backward(long step, int row0) {
   rt_layernorm_backward_f32(F(22954048), F(4294144), F(4294656), F(22822976), F(15587328), F(956928), F(15849472), F(15850496), 256, 128);
   // gpt.shard:5 (blocks.1)  %284 += grad_all_reduce %284
   // f32[198272] -> f32[198272]
-  if (last_microbatch)  // bucket blocks.1: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket blocks.1: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(4294144), 198272, 4, &grad_req[3]);
+    rt_progress(&mesh, 4, grad_req);  // and the earlier buckets' go on
+  }
   // gpt.shard:6 (blocks.0)  d%28, _ += add_bwd d%43, %28, %42
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -835,8 +843,10 @@ static void backward(long step, int row0) {
   rt_layernorm_backward_f32(F(22954048), F(3501056), F(3501568), F(22822976), F(13481984), F(163840), F(13613056), F(13614080), 256, 128);
   // gpt.shard:5 (blocks.0)  %283 += grad_all_reduce %283
   // f32[198272] -> f32[198272]
-  if (last_microbatch)  // bucket blocks.0: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket blocks.0: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(3501056), 198272, 4, &grad_req[4]);
+    rt_progress(&mesh, 5, grad_req);  // and the earlier buckets' go on
+  }
   // gpt.shard:11  _, d@pos.weight += add_bwd d%5, %3, @pos.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[T=64,128] -> f32[T=64,128]
   {
@@ -850,15 +860,19 @@ static void backward(long step, int row0) {
   }
   // gpt.shard:11 (pos)  %282 += grad_all_reduce %282
   // f32[8192] -> f32[8192]
-  if (last_microbatch)  // bucket pos: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket pos: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(3468288), 8192, 4, &grad_req[5]);
+    rt_progress(&mesh, 6, grad_req);  // and the earlier buckets' go on
+  }
   // gpt.shard:11  d@embed.weight += gather_bwd d%5, @embed.weight, $tokens
   // f32[B=4,T=64,128], f32[256,128], i32[B=4,T=64] -> f32[256,128]
   rt_embedding_backward_f32(F(3337216), F(22954048), I(13348864), 256, 128);
   // gpt.shard:11 (embed)  %281 += grad_all_reduce %281
   // f32[32768] -> f32[32768]
-  if (last_microbatch)  // bucket embed: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket embed: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(3337216), 32768, 4, &grad_req[6]);
+    rt_progress(&mesh, 7, grad_req);  // and the earlier buckets' go on
+  }
 }
 
 /* ---- optimizer ---- */

@@ -569,16 +569,20 @@ static void backward(long step, int row0) {
   rt_matmul_backward_f32(F(22696960), F(5940224), NULL, F(22959104), F(22434816), F(2904576), 256, 128, 256);
   // llama.shard:15 (lm_head)  %251 += grad_all_reduce %251
   // f32[32768] -> f32[32768]
-  if (last_microbatch)  // bucket lm_head: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket lm_head: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(5940224), 32768, 4, &grad_req[0]);
+    rt_progress(&mesh, 1, grad_req);  // and the earlier buckets' go on
+  }
   // llama.shard:15  d%127, d@norm.weight += rmsnorm_bwd d%129, %127, @norm.weight, %130
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
   memset(F(22434816), 0, 131072);  // d%127 starts here
   rt_rmsnorm_backward_f32(F(22434816), F(5939712), F(22696960), F(22565888), F(2904064), F(12603392), 256, 128);
   // llama.shard:15 (norm)  %250 += grad_all_reduce %250
   // f32[128] -> f32[128]
-  if (last_microbatch)  // bucket norm: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket norm: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(5939712), 128, 4, &grad_req[1]);
+    rt_progress(&mesh, 2, grad_req);  // and the earlier buckets' go on
+  }
   // llama.shard:8 (blocks.3)  d%115, _ += add_bwd d%127, %115, %126
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -666,8 +670,10 @@ static void backward(long step, int row0) {
   rt_rmsnorm_backward_f32(F(22696960), F(5246464), F(20141056), F(20009984), F(2210816), F(12601344), 256, 128);
   // llama.shard:6 (blocks.3)  %249 += grad_all_reduce %249
   // f32[173312] -> f32[173312]
-  if (last_microbatch)  // bucket blocks.3: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket blocks.3: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(5246464), 173312, 4, &grad_req[2]);
+    rt_progress(&mesh, 3, grad_req);  // and the earlier buckets' go on
+  }
   // llama.shard:8 (blocks.2)  d%84, _ += add_bwd d%96, %84, %95
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -755,8 +761,10 @@ static void backward(long step, int row0) {
   rt_rmsnorm_backward_f32(F(20009984), F(4553216), F(20141056), F(17454080), F(1517568), F(12591104), 256, 128);
   // llama.shard:6 (blocks.2)  %248 += grad_all_reduce %248
   // f32[173312] -> f32[173312]
-  if (last_microbatch)  // bucket blocks.2: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket blocks.2: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(4553216), 173312, 4, &grad_req[3]);
+    rt_progress(&mesh, 4, grad_req);  // and the earlier buckets' go on
+  }
   // llama.shard:8 (blocks.1)  d%53, _ += add_bwd d%65, %53, %64
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -844,8 +852,10 @@ static void backward(long step, int row0) {
   rt_rmsnorm_backward_f32(F(20313152), F(3859968), F(20444224), F(14865408), F(824320), F(12580864), 256, 128);
   // llama.shard:6 (blocks.1)  %247 += grad_all_reduce %247
   // f32[173312] -> f32[173312]
-  if (last_microbatch)  // bucket blocks.1: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket blocks.1: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(3859968), 173312, 4, &grad_req[4]);
+    rt_progress(&mesh, 5, grad_req);  // and the earlier buckets' go on
+  }
   // llama.shard:8 (blocks.0)  d%22, _ += add_bwd d%34, %22, %33
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -933,15 +943,19 @@ static void backward(long step, int row0) {
   rt_rmsnorm_backward_f32(F(20313152), F(3166720), F(20444224), F(12144640), F(131072), F(12406784), 256, 128);
   // llama.shard:6 (blocks.0)  %246 += grad_all_reduce %246
   // f32[173312] -> f32[173312]
-  if (last_microbatch)  // bucket blocks.0: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket blocks.0: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(3166720), 173312, 4, &grad_req[5]);
+    rt_progress(&mesh, 6, grad_req);  // and the earlier buckets' go on
+  }
   // llama.shard:13  d@embed.weight += gather_bwd d%3, @embed.weight, $tokens
   // f32[B=4,T=64,128], f32[256,128], i32[B=4,T=64] -> f32[256,128]
   rt_embedding_backward_f32(F(3035648), F(20313152), I(12142592), 256, 128);
   // llama.shard:13 (embed)  %245 += grad_all_reduce %245
   // f32[32768] -> f32[32768]
-  if (last_microbatch)  // bucket embed: overlaps the rest of the backward
+  if (last_microbatch) {  // bucket embed: overlaps the rest of the backward
     rt_iallreduce(&mesh, RT_AX_DP, F(3035648), 32768, 4, &grad_req[6]);
+    rt_progress(&mesh, 7, grad_req);  // and the earlier buckets' go on
+  }
 }
 
 /* ---- optimizer ---- */
