@@ -8,7 +8,7 @@ const Pass pass_list[] = {
     {"shape", "re-derive and verify every shape and dtype", pass_shape},
     {"shard", "tensor parallelism: sharding specs, local shapes, collectives", pass_shard},
     {"autodiff", "append the backward pass: accumulating gradient ops, seeded with 1/mb", pass_autodiff},
-    {"zero", "data-parallel gradient buckets reduced in the backward; ZeRO-2/3 shards and gathers", pass_zero},
+    {"zero", "data-parallel gradient buckets reduced in the backward; ZeRO-1/2/3 shards, ZeRO-3 gathers", pass_zero},
     {"memplan", "liveness and static arena offsets; exact planned peak bytes per rank", pass_memplan},
     {"commcheck", "prove every rank issues matching collectives in a deadlock-free order", pass_commcheck},
 };
