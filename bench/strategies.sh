@@ -10,9 +10,11 @@
 # bench/results/strategies-DATE.txt.
 #   bench/strategies.sh [STEPS [ROUNDS]]     (default 30 steps, 3 rounds)
 #
-# Strategies the code generator refuses (zero=2, pp, tp2d, sp=ring and
-# recompute so far) are listed under the table with shardc's message; any other build or run failure stops the
-# script with a nonzero status.
+# A pipeline's stages differ in memory and bytes sent: its row shows the
+# largest stage's numbers (each stage is checked against its own plan) and
+# the per-stage numbers follow the table.  Strategies the code generator
+# refuses are listed under the table with shardc's message; any other build
+# or run failure stops the script with a nonzero status.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 steps="${1:-30}"
@@ -35,9 +37,16 @@ strategies=(
   tp=4,sp=megatron
   tp=2,sp=megatron,dp=2
   tp=2,sp=megatron,dp=2,mb=2
+  dp=4,zero=1
+  pp=4,schedule=gpipe
+  pp=4,schedule=1f1b
+  pp=2,dp=2
+  pp=2,tp=2
+  sp=ring:4
+  sp=ring:2,dp=2
 )
 # Kept in the table when shardc builds them, listed as refused otherwise.
-optional=(dp=4,zero=1 dp=4,zero=2 pp=2,dp=2 tp2d=2x2 sp=ring:2,dp=2 dp=4,recompute=selective)
+optional=(dp=4,zero=2 dp=4,zero=3 tp2d=2x2 pp=2,dp=2,schedule=interleaved:2 dp=4,recompute=selective)
 
 if [ -x "$root/build/shardc" ]; then
   cmake --build "$root/build" -j"$cores" >/dev/null
@@ -70,6 +79,9 @@ build() {
   fail "shardc build --strategy $spec failed"
 }
 
+# The largest of "A / B / ..." (numbers with commas).
+stage_max() { tr -d ' ,' <<<"$1" | tr '/' '\n' | sort -n | tail -n 1; }
+
 # run SPEC DIR: trains once; appends steps first..STEPS' times to DIR/ms and
 # the final loss to DIR/loss, and after the first round writes DIR/row (the
 # plan, comm and memory lines' numbers, tab-separated).
@@ -87,6 +99,18 @@ run() {
   mem=$(sed -n 's/^memory: *planned peak \([0-9,]*\) bytes per rank, measured \([0-9,]*\) .*/\1 \2/p' "$txt" | tr -d ,)
   # comm:     planned A bytes sent per rank per step, counted B on rank 0 (C over all ranks)
   comm=$(sed -n 's/^comm: *planned \([0-9,]*\) bytes sent .*, counted \([0-9,]*\) on rank 0 (\([0-9]*\) over all ranks).*/\1 \2 \3/p' "$txt" | tr -d ,)
+  # a pipeline: "memory:   planned peak per rank by stage A / B bytes, measured A / B (...)"
+  # and "comm:     planned A / B bytes sent per rank per step by stage, counted A / B"
+  local pmem pcomm
+  pmem=$(sed -n 's/^memory: *planned peak per rank by stage \([0-9, /]*\) bytes, measured \([0-9, /]*\) (.*/\1|\2/p' "$txt")
+  pcomm=$(sed -n 's/^comm: *planned \([0-9, /]*\) bytes sent per rank per step by stage, counted \([0-9, /]*\).*/\1|\2/p' "$txt")
+  if [ -n "$pmem" ] && [ -n "$pcomm" ]; then
+    mem="$(stage_max "${pmem%%|*}") $(stage_max "${pmem#*|}")"
+    [ "$(tr -d ' ,' <<<"${pmem%%|*}")" = "$(tr -d ' ,' <<<"${pmem#*|}")" ] || mem="${mem% *} -1"
+    comm="$(stage_max "${pcomm%%|*}") $(stage_max "${pcomm#*|}") -"
+    [ "$(tr -d ' ,' <<<"${pcomm%%|*}")" = "$(tr -d ' ,' <<<"${pcomm#*|}")" ] || comm="${comm%% *} -1 -"
+    [ -f "$dir/stages" ] || echo "  $spec: per stage peak ${pmem#*|} bytes; sent ${pcomm#*|} bytes per rank per step" >"$dir/stages"
+  fi
   [ -n "$plan" ] && [ -n "$mem" ] && [ -n "$comm" ] || { cat "$txt" >&2; fail "$spec: no strategy/memory/comm line in the output"; }
   n=$(grep -c '"step"' "$log" || true)
   [ "$n" -eq "$steps" ] || fail "$spec: $log has $n steps, expected $steps"
@@ -112,17 +136,17 @@ for spec in "${strategies[@]}" "${optional[@]}"; do
     printf '  %-28s %s\n' "$spec" "$(sed -n 's/^shardc: error: //p' "$dir.err" | head -n 1)" >>"$tmp/refused"
     continue
   fi
-  built+=("$spec:$dir")
+  built+=("$spec|$dir")
 done
 for r in $(seq "$rounds"); do
-  for b in "${built[@]}"; do run "${b%%:*}" "${b#*:}"; done
+  for b in "${built[@]}"; do run "${b%%|*}" "${b#*|}"; done
 done
 
 # One row per strategy: spec, plan, median ms, comm/memory numbers, final
 # loss (and "differs" when the rounds disagree).
 : >"$tmp/rows"
 for b in "${built[@]}"; do
-  dir="${b#*:}"
+  dir="${b#*|}"
   ms=$(sort -g "$dir/ms" | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
   loss=$(head -n 1 "$dir/loss")
   [ "$(sort -u "$dir/loss" | wc -l)" -eq 1 ] || loss="$loss differs"
@@ -146,7 +170,8 @@ dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | wc 
     }
     {
       split($3, c, " ")   # comm planned, counted, all ranks; np; peak planned, measured
-      cok = c[1] != c[2] ? "MISMATCH" : (c[3] != c[4] * c[1] ? "RANKS?" : "ok")
+      # a pipeline ("-"): every stage against its own plan, no all-ranks sum
+      cok = c[1] != c[2] ? "MISMATCH" : (c[3] != "-" && c[3] != c[4] * c[1] ? "RANKS?" : "ok")
       mok = c[5] == c[6] ? "ok" : "MISMATCH"
       printf "%-28s %-28s %8.1f %12s %-8s %12s %12s %-8s %s\n",
              $1, $2, $4, commas(c[2]), cok, commas(c[5]), commas(c[6]), mok, $5
@@ -156,6 +181,11 @@ dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | wc 
       while (length(x) > 3) { s = "," substr(x, length(x) - 2) s; x = substr(x, 1, length(x) - 3) }
       return x s
     }' "$tmp/rows"
+  if cat "$tmp"/s*/stages >/dev/null 2>&1; then
+    echo
+    echo "pipelines (the row shows the largest stage; stage 0 / 1 / ...):"
+    for b in "${built[@]}"; do if [ -f "${b#*|}/stages" ]; then cat "${b#*|}/stages"; fi; done
+  fi
   if [ -s "$tmp/refused" ]; then
     echo
     echo "refused by shardc build (left out):"

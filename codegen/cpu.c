@@ -73,7 +73,7 @@ typedef struct Emit {
   bool dist;
   int tp;
   int ring;             /* sp=ring: the sequence shards (ranks of the sp axis), else 0 */
-  bool zero;            /* ZeRO-1: optimizer state and summed gradients in dp chunks */
+  int zstage;           /* gradient buckets (passes/zero.c): the ZeRO stage, 0 for plain dp; -1 none */
   /* pipeline: this program is stage `stage` of nstages (Graph.stage); the
    * values in stash slots are addressed from `stash` (FS/IS) */
   bool pp;
@@ -138,7 +138,7 @@ static const char *ref(Emit *e, const Value *v) {
 static const char *vname(const Value *v) {
   if (!v) return "_";
   const char *d = "";
-  if (v->role == ROLE_GRAD) {
+  if (v->role == ROLE_GRAD && v->grad_of) {
     d = "d";
     v = v->grad_of;
   }
@@ -515,14 +515,18 @@ int cg_check(Module *m, const char *target) {
   NOT_YET(p->tp2d > 1, "tp2d=%dx%d (2D tensor parallelism)", p->tp2d, p->tp2d);
   NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED, "schedule=interleaved (pipeline "
           "chunks; gpipe and 1f1b run)");
-  NOT_YET(p->zero > 1, "zero=%d (gradient and parameter sharding; zero=1 runs)", p->zero);
+  NOT_YET(p->pp > 1 && p->sp_kind == SP_RING && p->sp > 1, "sp=ring with pp (ring attention "
+          "inside pipeline stages)");
+  NOT_YET(p->zero >= 1 && p->sp_kind == SP_RING && p->sp > 1, "zero=%d with sp=ring (ZeRO with "
+          "ring attention)", p->zero);
   NOT_YET(p->recompute != RECOMPUTE_NONE, "recompute=%s",
           p->recompute == RECOMPUTE_FULL ? "full" : "selective");
 #undef NOT_YET
   if (nw) {
     plan_error(m, "strategy %s is not implemented yet by the cpu code generator: data "
-                  "parallelism (dp=N, mb=N, zero=1), tensor parallelism (tp=N), Megatron sequence "
-                  "parallelism (sp=megatron) and pipelines (pp=N, schedule=gpipe|1f1b) run so far",
+                  "parallelism (dp=N, mb=N, zero=1|2|3), tensor parallelism (tp=N), Megatron "
+                  "sequence parallelism (sp=megatron), ring attention (sp=ring:N) and pipelines "
+                  "(pp=N, schedule=gpipe|1f1b) run so far",
                what);
     return -1;
   }
@@ -654,18 +658,24 @@ static void comment(Emit *e, Node **ns, int count) {
 
 /* ---- zeroing transient gradients ---- */
 
-/* v is a transient gradient first written by node i. */
-static bool first_write(Emit *e, const Value *v, int i) {
+/* v's storage is a transient gradient first written by node i. */
+static bool starts_here(const Value *v, int i) {
   Value *r = root((Value *)v);
   return v && r->role == ROLE_GRAD && !r->persistent && r->live_start == i;
+}
+
+/* v is a transient gradient first written by node i, and all of it (not a
+ * parameter's gradient inside a bucket). */
+static bool first_write(Emit *e, const Value *v, int i) {
+  return starts_here(v, i) && !ir_view_off(v) && numel(v) == numel(root((Value *)v));
 }
 
 static void zero_outputs(Emit *e, Node *n, int i, bool *assigned) {
   for (int j = 0; j < n->nout; j++) {
     Value *v = n->outs[j];
-    if (!v || (assigned && assigned[j]) || !first_write(e, v, i)) continue;
+    if (!v || (assigned && assigned[j]) || !starts_here(v, i)) continue;
     bool dup = false;
-    for (int k = 0; k < j; k++) dup |= n->outs[k] == v;
+    for (int k = 0; k < j; k++) dup |= n->outs[k] && root(n->outs[k]) == root(v);
     if (dup) continue;
     Value *r = root(v);
     P(e, "  memset(%s, 0, %" PRId64 ");  // %s starts here\n", ref(e, r), nbytes(e, r), vname(v));
@@ -971,6 +981,51 @@ static void emit_fwd(Emit *e, Node *n, int i) {
   }
 }
 
+/* The bucket index of a gradient-bucket node's input. */
+static int bucket_index(Emit *e, const Node *n) {
+  for (int k = 0; k < e->g->buckets.len; k++)
+    if (((Bucket *)e->g->buckets.data[k])->grads == n->in[0]) return k;
+  return -1;
+}
+
+/* A bucket's collective started in the last microbatch without blocking
+ * (the plain dp all-reduce, ZeRO-1's reduce-scatter). */
+static bool overlapped(const Node *n) {
+  return n->op == OP_GRAD_ALLREDUCE || (n->op == OP_GRAD_REDUCE_SCATTER && n->a.i[3]);
+}
+
+/* The collectives the backward starts (one per bucket with gradients). */
+static int n_grad_reqs(Emit *e) {
+  int q = 0;
+  for (int i = e->g->nfwd; i < e->nn; i++) q += overlapped(e->g->nodes.data[i]);
+  return q;
+}
+
+/* A gradient bucket's reduction (passes/zero.c): ZeRO-2/3 reduce-scatter
+ * into this rank's gradient shard every microbatch; plain dp (all-reduce)
+ * and ZeRO-1 (reduce-scatter) start it in the last microbatch without
+ * blocking (sync_gradients waits). */
+static void emit_bucket_reduce(Emit *e, Node *n) {
+  int k = bucket_index(e, n), es = e->f64 ? 8 : 4;
+  comment(e, &n, 1);
+  if (!overlapped(n)) {
+    P(e, "  rt_reduce_scatter_acc(&mesh, RT_AX_DP, %s, %s, %" PRId64 ", %d, %s);\n", ref(e, n->out),
+      ref(e, n->in[0]), numel(n->out), es, ref(e, n->scratch));
+    return;
+  }
+  int q = 0;
+  for (int i = e->g->nfwd; i < n->id; i++) q += overlapped(e->g->nodes.data[i]);
+  P(e, "  if (last_microbatch) {  // bucket %s: overlaps the rest of the backward\n",
+    ((Bucket *)e->g->buckets.data[k])->name);
+  if (n->op == OP_GRAD_ALLREDUCE)
+    P(e, "    rt_iallreduce(&mesh, RT_AX_DP, %s, %" PRId64 ", %d, &grad_req[%d]);\n", ref(e, n->in[0]),
+      numel(n->in[0]), es, q);
+  else
+    P(e, "    rt_ireduce_scatter(&mesh, RT_AX_DP, %s, %s, %" PRId64 ", %d, &grad_req[%d]);\n",
+      ref(e, n->out), ref(e, n->in[0]), numel(n->out), es, q);
+  P(e, "    rt_progress(&mesh, %d, grad_req);  // and the earlier buckets' go on\n  }\n", q + 1);
+}
+
 static void emit_bwd(Emit *e, Node *n, int i) {
   Value **x = n->in, **d = n->outs;
   const char *S = e->S;
@@ -979,6 +1034,9 @@ static void emit_bwd(Emit *e, Node *n, int i) {
   case OP_RECV:
   case OP_ALLREDUCE: case OP_ALLGATHER: case OP_ALLGATHER_G: case OP_REDUCE_SCATTER: case OP_SHARD:
     emit_fwd(e, n, i);
+    return;
+  case OP_GRAD_ALLREDUCE: case OP_GRAD_REDUCE_SCATTER:
+    emit_bucket_reduce(e, n);
     return;
   case OP_ADD_BWD: case OP_SUB_BWD: case OP_MUL_BWD: case OP_SCALE_BWD: case OP_MAP_BWD:
     emit_bwd_loop(e, n, i);
@@ -1200,11 +1258,12 @@ static void emit_prelude(Emit *e) {
         plan_comm_bytes(m, NULL) * (uint64_t)e->scale);
   }
   if (e->dist && e->data == DATA_TOKENS) DEF("VOCAB", "token ids are below it", "%d", e->vocab);
-  if (e->zero) {
-    DEF("ZERO_CHUNK", "ZeRO-1: elements of the flat parameters per dp rank", "%" PRId64 "LL", mp->zero_chunk);
-    DEF("GSHARD_OFFSET", "this rank's chunk of the summed gradients", "%" PRId64 "LL",
-        mp->zero_gshard_offset * e->scale);
-    DEF("OPT_OFFSET", "optimizer state of this rank's chunk", "%" PRId64 "LL", mp->zero_opt_offset * e->scale);
+  if (e->zstage >= 0) DEF("NBUCKETS", "gradient buckets (one per layer)", "%d", e->g->buckets.len);
+  if (e->zstage >= 1) {
+    DEF("ZSHARD", arena_printf("ZeRO-%d: elements of this rank's chunk of every bucket", e->zstage),
+        "%" PRId64 "LL", mp->zero_chunk);
+    DEF("GSHARD_OFFSET", "its summed gradients", "%" PRId64 "LL", mp->zero_gshard_offset * e->scale);
+    DEF("OPT_OFFSET", "optimizer state of its chunks", "%" PRId64 "LL", mp->zero_opt_offset * e->scale);
   }
   DEF("MICROBATCHES", "forward+backward passes per step and rank", "%d", mb);
   DEF("MICROBATCH", "rows per pass", "%lld", (long long)t->microbatch);
@@ -1336,6 +1395,18 @@ static void emit_global_params_pp(Emit *e) {
   P(e, "\n};\n\n");
 }
 
+/* A parameter's byte offset in the arena, or under ZeRO-3 (where only its
+ * bucket's chunk is stored) in the flat bucket layout. */
+static int64_t param_offset(Emit *e, const Value *p) {
+  if (e->zstage != 3) return off(e, p);
+  for (int k = 0; k < e->g->buckets.len; k++) {
+    const Bucket *b = e->g->buckets.data[k];
+    for (int j = 0; j < b->params.len; j++)
+      if (b->params.data[j] == p) return (b->flat + b->pos[j]) * 4 * e->scale;
+  }
+  return -1;
+}
+
 static void emit_params(Emit *e) {
   Graph *g = e->g;
   /* normal_scaled: std 0.02/sqrt(K), K = the number of normal_scaled tensors
@@ -1357,10 +1428,11 @@ static void emit_params(Emit *e) {
   bool adam = !strcmp(o->kind, "adamw"), mom = !adam && o->momentum > 0;
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
-    int64_t gr = p->grad ? off(e, root(p->grad)) : -1;
-    int64_t m1 = p->grad && (adam || mom) && !e->zero ? p->opt_offset * e->scale : -1;
+    int64_t gr = p->grad ? off(e, p->grad) : -1;
+    bool sharded = e->zstage >= 1;
+    int64_t m1 = p->grad && (adam || mom) && !sharded ? p->opt_offset * e->scale : -1;
     int64_t stride = (numel(p) * 4 + 63) / 64 * 64 * e->scale;
-    int64_t m2 = p->grad && adam && !e->zero ? m1 + stride : -1;
+    int64_t m2 = p->grad && adam && !sharded ? m1 + stride : -1;
     const char *init = !strcmp(p->init, "ones") ? "CG_INIT_ONES"
                        : !strcmp(p->init, "zeros") ? "CG_INIT_ZEROS" : "CG_INIT_NORMAL";
     double std = !strcmp(p->init, "normal_scaled") ? 0.02 / sqrt((double)nscaled)
@@ -1370,7 +1442,7 @@ static void emit_params(Emit *e) {
     char lit[64];
     cg_literal(lit, sizeof lit, std, 1);
     P(e, "}, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %s, %d},\n",
-      numel(p), off(e, p), gr, m1, m2, init, lit, p->decay ? 1 : 0);
+      numel(p), param_offset(e, p), gr, m1, m2, init, lit, p->decay ? 1 : 0);
   }
   P(e, "};\n\n");
   if (e->pp) {
@@ -1426,6 +1498,41 @@ static void emit_params(Emit *e) {
   P(e, "\n};\n\n");
 }
 
+/* The gradient buckets (passes/zero.c) and, under ZeRO, their chunks. */
+static void emit_zero_tables(Emit *e) {
+  Graph *g = e->g;
+  if (e->zstage < 0) return;
+  if (e->zstage <= 1)
+    P(e, "/* Gradient buckets: each one's %s starts in the backward of the last\n"
+         " * microbatch, right after its last gradient op; sync_gradients waits. */\n"
+         "static MPI_Request grad_req[%d];\n\n", e->zstage ? "reduce-scatter" : "all-reduce",
+      n_grad_reqs(e) ? n_grad_reqs(e) : 1);
+  if (e->zstage == 0) return;
+  P(e, "/* ZeRO-%d buckets (elements): the flat layout of the parameters, padded per\n"
+       " * bucket to a multiple of 16·DP; rank r owns [flat + r·chunk, +chunk) of each,\n"
+       " * at [shard, +chunk) of its %sgradient and optimizer-state shards. */\n"
+       "static const CgBucket zbuckets[NBUCKETS] = {\n", e->zstage, e->zstage == 3 ? "parameter, " : "");
+  for (int k = 0; k < g->buckets.len; k++) {
+    Bucket *b = g->buckets.data[k];
+    P(e, "    {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "},  // %s\n", b->flat, b->numel,
+      b->chunk, b->shard, b->name);
+  }
+  P(e, "};\n#define ZFLAT %" PRId64 "LL  /* elements of the flat layout */\n",
+    g->buckets.len ? ((Bucket *)g->buckets.data[g->buckets.len - 1])->flat +
+                         ((Bucket *)g->buckets.data[g->buckets.len - 1])->numel : 0);
+  P(e, "/* The bucket of each parameter. */\nstatic const int zbucket_of[NPARAMS] = {");
+  for (int i = 0; i < g->params.len; i++) {
+    int kb = 0;
+    for (int k = 0; k < g->buckets.len; k++) {
+      Bucket *b = g->buckets.data[k];
+      for (int j = 0; j < b->params.len; j++)
+        if (b->params.data[j] == g->params.data[i]) kb = k;
+    }
+    P(e, "%s%d,", i % 16 ? " " : "\n    ", kb);
+  }
+  P(e, "\n};\n\n");
+}
+
 static void emit_passes(Emit *e) {
   Graph *g = e->g;
   if (e->nce) {
@@ -1452,6 +1559,9 @@ static void emit_passes(Emit *e) {
   P(e, "/* ---- backward: the same microbatch; accumulates into gradients ---- */\n");
   P(e, "static void backward(long step, int row0) {\n");
   if (!e->dropout) P(e, "  (void)step;\n  (void)row0;\n");
+  if (e->zstage == 0 || e->zstage == 1)
+    P(e, "  static long calls;  // once per microbatch: the last one starts the bucket all-reduces\n"
+         "  const int last_microbatch = ++calls %% MICROBATCHES == 0;\n");
   for (int i = g->nfwd; i < e->nn; i++) {
     Node *n = g->nodes.data[i];
     if (!emits_code(n) || e->skip[i]) continue;
@@ -1460,10 +1570,26 @@ static void emit_passes(Emit *e) {
   P(e, "}\n\n");
 }
 
-/* ZeRO-1: each rank updates the elements of its chunk [lo, lo + ZERO_CHUNK)
- * of the flat parameter range with its summed-gradient chunk and its
- * optimizer state, then the ranks all-gather the parameters. */
-static void emit_optimizer_zero(Emit *e) {
+/* The loop header shared by the ZeRO optimizer and gradient norm: for
+ * each parameter, the elements [a, z) of the flat layout in this rank's
+ * chunk of its bucket, at s in the shard arrays. */
+static void emit_zero_chunk_loop(Emit *e) {
+  P(e, "  const size_t r = (size_t)mesh.coord[RT_AX_DP];\n"
+       "  for (int i = 0; i < NPARAMS; i++) {\n"
+       "    const CgBucket *b = &zbuckets[zbucket_of[i]];\n"
+       "    const size_t lo = (size_t)b->flat + r * (size_t)b->chunk, hi = lo + (size_t)b->chunk;\n"
+       "    size_t a = params[i].offset / sizeof(%s), z = a + params[i].numel;\n"
+       "    if (params[i].grad < 0 || z <= lo || a >= hi) continue;\n"
+       "    if (a < lo) a = lo;\n"
+       "    if (z > hi) z = hi;\n"
+       "    const size_t s = (size_t)b->shard + (a - lo);\n", e->R);
+}
+
+/* ZeRO-1/2/3: each rank updates its chunk of every bucket with its summed
+ * gradient shard and its optimizer state; ZeRO-1/2 then all-gather every
+ * bucket's parameters (ZeRO-3 gathers them layer by layer in the next
+ * forward). */
+static void emit_optimizer_zero23(Emit *e) {
   const Optimizer *o = &e->m->train.opt;
   bool adam = !strcmp(o->kind, "adamw");
   char lr_wd[64], b1[64], b2[64], eps[64], mo[64];
@@ -1472,37 +1598,38 @@ static void emit_optimizer_zero(Emit *e) {
   cg_literal(b2, sizeof b2, o->beta2, 1);
   cg_literal(eps, sizeof eps, o->eps, 1);
   cg_literal(mo, sizeof mo, o->momentum, 1);
-  const char *wd = o->weight_decay ? arena_printf("p->decay ? %s : 0.0", lr_wd) : "0.0";
+  const char *wd = o->weight_decay ? arena_printf("params[i].decay ? %s : 0.0", lr_wd) : "0.0";
   int nstate = opt_states(o);
-  P(e, "/* ---- optimizer (ZeRO-1 over dp) ----\n"
-       " * %s on this rank's chunk of the flat parameters; its optimizer state\n"
-       " * holds ZERO_CHUNK elements per moment.  Then the parameters are all-gathered. */\n",
-    adam ? "AdamW (torch.optim.AdamW)" : "SGD (torch.optim.SGD)");
+  const char *par = e->zstage == 3 ? "(%s *)arena + s" : "(%s *)arena + a";
+  par = arena_printf(par, e->R);
+  P(e, "/* ---- optimizer (ZeRO-%d over dp) ----\n"
+       " * %s on this rank's chunk of every bucket%s. */\n",
+    e->zstage, adam ? "AdamW (torch.optim.AdamW)" : "SGD (torch.optim.SGD)",
+    e->zstage <= 2 ? "; then each bucket's parameters are all-gathered" : " (its parameter shards)");
   P(e, "static void optimizer_step(long t, double lr, double grad_scale) {\n");
   if (!adam) P(e, "  (void)t;\n");
-  P(e, "  const size_t lo = (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK, hi = lo + ZERO_CHUNK;\n"
-       "  %s *g = F(GSHARD_OFFSET), *m1 = F(OPT_OFFSET);\n", e->R);
-  if (nstate == 2) P(e, "  %s *m2 = m1 + ZERO_CHUNK;\n", e->R);
-  P(e, "  for (int i = 0; i < NPARAMS; i++) {\n"
-       "    const CgParam *p = &params[i];\n"
-       "    size_t a = p->offset / sizeof(%s), b = a + p->numel;\n"
-       "    if (p->grad < 0 || b <= lo || a >= hi) continue;\n"
-       "    if (a < lo) a = lo;\n"
-       "    if (b > hi) b = hi;\n", e->R);
+  P(e, "  %s *g = F(GSHARD_OFFSET), *m1 = F(OPT_OFFSET);\n", e->R);
+  if (nstate == 2) P(e, "  %s *m2 = m1 + ZSHARD;\n", e->R);
+  if (!nstate) P(e, "  (void)m1;\n");
+  emit_zero_chunk_loop(e);
   if (adam)
-    P(e, "    rt_adamw_step%s((%s *)arena + a, g + (a - lo), m1 + (a - lo), m2 + (a - lo), b - a, lr, %s, %s,\n"
-         "                    %s, %s, t, grad_scale);\n", e->S, e->R, b1, b2, eps, wd);
+    P(e, "    rt_adamw_step%s(%s, g + s, m1 + s, m2 + s, z - a, lr, %s, %s, %s, %s, t, grad_scale);\n",
+      e->S, par, b1, b2, eps, wd);
   else
-    P(e, "    rt_sgd_step%s((%s *)arena + a, g + (a - lo), %s, b - a, lr, %s, %s, grad_scale);\n", e->S,
-      e->R, nstate ? "m1 + (a - lo)" : "NULL", mo, wd);
-  P(e, "  }\n"
-       "  rt_allgather_dim(&mesh, RT_AX_DP, arena, (%s *)arena + lo, 1, ZERO_CHUNK, %d, NULL);\n"
-       "}\n\n", e->R, e->f64 ? 8 : 4);
+    P(e, "    rt_sgd_step%s(%s, g + s, %s, z - a, lr, %s, %s, grad_scale);\n", e->S, par,
+      nstate ? "m1 + s" : "NULL", mo, wd);
+  P(e, "  }\n");
+  if (e->zstage <= 2)
+    P(e, "  for (int k = 0; k < NBUCKETS; k++)\n"
+         "    rt_allgather_dim(&mesh, RT_AX_DP, (%s *)arena + zbuckets[k].flat,\n"
+         "                     (%s *)arena + zbuckets[k].flat + r * zbuckets[k].chunk, 1, zbuckets[k].chunk, %d, NULL);\n",
+      e->R, e->R, e->f64 ? 8 : 4);
+  P(e, "}\n\n");
 }
 
 static void emit_optimizer(Emit *e) {
-  if (e->zero) {
-    emit_optimizer_zero(e);
+  if (e->zstage >= 1) {
+    emit_optimizer_zero23(e);
     return;
   }
   const Optimizer *o = &e->m->train.opt;
@@ -1540,6 +1667,13 @@ static void emit_optimizer(Emit *e) {
   P(e, "  }\n}\n\n");
 }
 
+static void emit_mean_loss_pp(Emit *e) {
+  P(e, "/* The last stage has the loss (the same on its tp ranks): its mean over dp. */\n"
+       "static double mean_loss(double loss) {\n"
+       "  int mine = STAGE == PP - 1 && mesh.coord[RT_AX_TP] == 0;\n"
+       "  return rt_mesh_sum_double(&mesh, RT_AX_WORLD, mine ? loss : 0.0) / DP;\n}\n\n");
+}
+
 /* A pipeline stage: init and checkpoints through the whole model's full
  * tensors (each stage extracts what it holds; saving gathers every stage's
  * tensors on rank 0), and the step's reductions: tp-partial gradients, the
@@ -1547,7 +1681,7 @@ static void emit_optimizer(Emit *e) {
 static void emit_step_support_pp(Emit *e) {
   Graph *g = e->g;
   const char *R = e->R;
-  int es = e->f64 ? 8 : 4, nstate = opt_states(&e->m->train.opt);
+  int es = e->f64 ? 8 : 4;
   P(e, "/* ---- the mesh: parameters, checkpoints and the step's reductions ----\n"
        " * Stage %d of %d holds its parameters' shards; init and checkpoints go\n"
        " * through the whole model's full tensors (gparams), so a checkpoint is\n"
@@ -1577,46 +1711,20 @@ static void emit_step_support_pp(Emit *e) {
        "      if (cg_param_slot(&params[local_of[i]], k) >= 0)\n"
        "        rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k),\n"
        "                         arena + cg_param_slot(&params[local_of[i]], k), %d);\n", es);
-  if (e->zero)
-    P(e, "  /* ZeRO-1: this rank's chunk of each moment, through a flat copy laid out\n"
-         "   * like the stage's parameters */\n"
-         "  unsigned char *flat = rc == RT_OK ? calloc(1, (size_t)ZERO_CHUNK * DP * %d) : NULL;\n"
-         "  if (rc == RT_OK && !flat) rc = rt_errorf(RT_ERR_NOMEM, \"out of memory for the optimizer state\");\n"
-         "  for (int k = 0; rc == RT_OK && k < %d; k++) {\n"
-         "    for (int i = 0; i < NGLOBAL; i++)\n"
-         "      if (local_of[i] >= 0 && gparams[i].opt >= 0)\n"
-         "        rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k + 1), flat + params[local_of[i]].offset, %d);\n"
-         "    memcpy(arena + OPT_OFFSET + (size_t)k * ZERO_CHUNK * %d, flat + (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK * %d, (size_t)ZERO_CHUNK * %d);\n"
-         "  }\n"
-         "  free(flat);\n", es, nstate, es, es, es, es);
   P(e, "  free(full);\n  return rc;\n}\n\n");
   P(e, "/* Every stage's tensors gathered on rank 0, which writes the whole model. */\n"
        "static int save_checkpoint(long steps_done) {\n"
        "  CgModel gm = gmodel_of();\n"
        "  unsigned char *full = rank == 0 ? calloc(1, GLOBAL_BYTES) : NULL;\n"
        "  if (!all_ok(rank != 0 || full || rt_errorf(RT_ERR_NOMEM, \"out of memory for the checkpoint\") == RT_OK)) return 0;\n");
-  if (e->zero)
-    P(e, "  /* ZeRO-1: the moments' chunks gathered over dp into flat copies laid out\n"
-         "   * like the stage's parameters */\n"
-         "  unsigned char *flat = calloc(%d, (size_t)ZERO_CHUNK * DP * %d);\n"
-         "  if (!flat) rt_mesh_fail(&mesh, \"out of memory for the optimizer state\");\n"
-         "  for (int k = 0; k < %d; k++)\n"
-         "    rt_check(rt_gather_flat(&mesh, RT_AX_DP, arena + OPT_OFFSET + (size_t)k * ZERO_CHUNK * %d, ZERO_CHUNK,\n"
-         "                            flat + (size_t)k * ZERO_CHUNK * DP * %d, %d));\n",
-      nstate, es, nstate, es, es, es);
   P(e, "  for (int i = 0; i < NGLOBAL; i++)\n"
        "    for (int k = 0; k < CG_SLOTS; k++) {\n"
        "      if (cg_param_slot(&gparams[i], k) < 0) continue;\n"
        "      const unsigned char *mine = NULL;  /* this rank's piece, if its stage holds it */\n"
-       "      if (local_of[i] >= 0)\n");
-  if (e->zero)
-    P(e, "        mine = k ? flat + (size_t)(k - 1) * ZERO_CHUNK * DP * %d + params[local_of[i]].offset\n"
-         "                 : arena + params[local_of[i]].offset;\n", es);
-  else
-    P(e, "        mine = arena + cg_param_slot(&params[local_of[i]], k);\n");
+       "      if (local_of[i] >= 0)\n"
+       "        mine = arena + cg_param_slot(&params[local_of[i]], k);\n");
   P(e, "      rt_check(rt_shard_gather(&shards[i], &mesh, mine, full ? full + cg_param_slot(&gparams[i], k) : NULL, %d));\n"
        "    }\n", es);
-  if (e->zero) P(e, "  free(flat);\n");
   P(e, "  int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);\n"
        "  free(full);\n"
        "  if (ok && rank == 0 && !args.quiet) printf(\"saved:    %%s (step %%ld)\\n\", args.save, steps_done);\n"
@@ -1637,43 +1745,134 @@ static void emit_step_support_pp(Emit *e) {
     P(e, "  rt_allreduce(&mesh, RT_AX_EMBED, %s, %" PRId64 ", %d);  // %s, tied: stages 0 and %d\n",
       ref(e, root(p->grad)), numel(p), es, p->name, e->nstages - 1);
   }
-  if (e->zero)
-    P(e, "  /* ZeRO-1: each rank receives the sum of its own chunk only */\n"
-         "  rt_reduce_scatter_dim(&mesh, RT_AX_DP, F(GSHARD_OFFSET), F(GRADS_OFFSET), 1, ZERO_CHUNK, %d, NULL);\n", es);
-  else
-    P(e, "  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
+  P(e, "  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
   P(e, "}\n\n");
-  P(e, "/* The last stage has the loss (the same on its tp ranks): its mean over dp. */\n"
-       "static double mean_loss(double loss) {\n"
-       "  int mine = STAGE == PP - 1 && mesh.coord[RT_AX_TP] == 0;\n"
-       "  return rt_mesh_sum_double(&mesh, RT_AX_WORLD, mine ? loss : 0.0) / DP;\n}\n\n");
-  if (e->zero)
-    P(e, "/* The global norm of the summed gradients (before the 1/DP mean): each rank\n"
-         " * holds the sums of its chunk of its stage's parameters. */\n"
-         "static double grad_norm(void) {\n"
-         "  const size_t lo = (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK, hi = lo + ZERO_CHUNK;\n"
-         "  double ss = 0;\n"
-         "  for (int i = 0; i < NPARAMS; i++) {\n"
-         "    size_t a = params[i].offset / sizeof(%s), b = a + params[i].numel;\n"
-         "    if (params[i].grad < 0 || b <= lo || a >= hi) continue;\n"
-         "    if (a < lo) a = lo;\n"
-         "    if (b > hi) b = hi;\n"
-         "    ss += norm_w[i] * rt_sumsq%s(F(GSHARD_OFFSET) + (a - lo), b - a);\n"
-         "  }\n"
-         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss));\n}\n\n", R, e->S);
+  emit_mean_loss_pp(e);
+  P(e, "/* The global norm of the summed gradients (before the 1/DP mean): the dp\n"
+       " * ranks hold the same sums, so those of dp rank 0 over every stage and tp rank. */\n"
+       "static double grad_norm(void) {\n"
+       "  double ss = 0;\n"
+       "  for (int i = 0; i < NPARAMS && mesh.coord[RT_AX_DP] == 0; i++)\n"
+       "    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq%s(F(params[i].grad), params[i].numel);\n"
+       "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss));\n}\n\n", e->S);
+}
+
+/* ZeRO: init and checkpoints go through the full tensors (gparams) and a
+ * flat copy of the bucket layout; the step's reductions are on the shards. */
+static void emit_step_support_zero23(Emit *e) {
+  Graph *g = e->g;
+  int es = e->f64 ? 8 : 4, nstate = opt_states(&e->m->train.opt);
+  bool z3 = e->zstage == 3;
+  P(e, "/* ---- the mesh under ZeRO-%d: parameters, checkpoints and the step's reductions ----\n"
+       " * Full tensors (gparams) <-> the flat bucket layout (params[].offset) <-> this\n"
+       " * rank's %s, so a checkpoint is the same file under any plan. */\n", e->zstage,
+    z3 ? "chunks (parameters and optimizer state)" : "parameters and chunks of optimizer state");
+  P(e, "static CgModel gmodel_of(void) {\n"
+       "  CgModel gm = model;\n"
+       "  gm.params = gparams;\n%s"
+       "  gm.arena_bytes = gm.persistent_bytes = GLOBAL_BYTES;\n"
+       "  return gm;\n}\n\n", e->pp ? "  gm.nparams = NGLOBAL;  /* the whole model */\n" : "");
+  P(e, "/* slot 0: the parameters; 1, 2: the optimizer state, in this rank's storage */\n"
+       "static unsigned char *zero_slot(int k) {\n"
+       "  return k == 0 ? arena : arena + OPT_OFFSET + (size_t)(k - 1) * ZSHARD * %d;\n}\n\n", es);
+  P(e, "/* full (slot k of every tensor) -> this rank's storage of slot k */\n"
+       "static void zero_store(int k, const unsigned char *full, unsigned char *flat) {\n"
+       "  memset(flat, 0, (size_t)ZFLAT * %d);\n", es);
+  if (e->pp) /* the parameters this stage holds, from the whole model */
+    P(e, "  for (int j = 0; j < NGLOBAL; j++)\n"
+         "    if (local_of[j] >= 0 && cg_param_slot(&gparams[j], k) >= 0)\n"
+         "      rt_shard_extract(&shards[j], &mesh, full + cg_param_slot(&gparams[j], k), flat + params[local_of[j]].offset, %d);\n",
+      es);
   else
-    P(e, "/* The global norm of the summed gradients (before the 1/DP mean): the dp\n"
-         " * ranks hold the same sums, so those of dp rank 0 over every stage and tp rank. */\n"
-         "static double grad_norm(void) {\n"
-         "  double ss = 0;\n"
-         "  for (int i = 0; i < NPARAMS && mesh.coord[RT_AX_DP] == 0; i++)\n"
-         "    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq%s(F(params[i].grad), params[i].numel);\n"
-         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss));\n}\n\n", e->S);
+    P(e, "  for (int i = 0; i < NPARAMS; i++)\n"
+         "    if (cg_param_slot(&gparams[i], k) >= 0)\n"
+         "      rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k), flat + params[i].offset, %d);\n",
+      es);
+  if (z3)
+    P(e, "  cg_zero_take(zbuckets, NBUCKETS, mesh.coord[RT_AX_DP], flat, zero_slot(k), %d);\n}\n\n", es);
+  else
+    P(e, "  if (k == 0) memcpy(arena, flat, (size_t)ZFLAT * %d);\n"
+         "  else cg_zero_take(zbuckets, NBUCKETS, mesh.coord[RT_AX_DP], flat, zero_slot(k), %d);\n}\n\n",
+      es, es);
+  P(e, "static void init_params(uint64_t seed) {\n"
+       "  CgModel gm = gmodel_of();\n"
+       "  unsigned char *full = calloc(1, GLOBAL_BYTES), *flat = malloc((size_t)ZFLAT * %d);\n"
+       "  if (!full || !flat) rt_mesh_fail(&mesh, \"out of memory for the full parameters (%%lld bytes)\", GLOBAL_BYTES);\n"
+       "  cg_init_params(&gm, full, seed);\n"
+       "  zero_store(0, full, flat);\n"
+       "  free(flat);\n  free(full);\n}\n\n", es);
+  P(e, "static int load_checkpoint(const char *path, long *step, int *weights_only) {\n"
+       "  CgModel gm = gmodel_of();\n"
+       "  unsigned char *full = calloc(1, GLOBAL_BYTES), *flat = malloc((size_t)ZFLAT * %d);\n"
+       "  if (!full || !flat) {\n    free(full);\n    free(flat);\n"
+       "    return rt_errorf(RT_ERR_NOMEM, \"out of memory for the full parameters\");\n  }\n"
+       "  int rc = cg_ckpt_load(&gm, full, path, step, weights_only);\n"
+       "  for (int k = 0; rc == RT_OK && k <= %d; k++) zero_store(k, full, flat);\n"
+       "  free(flat);\n  free(full);\n  return rc;\n}\n\n", es, nstate);
+  P(e, "/* Each slot's chunks gathered over dp (not counted: checkpoint traffic) into\n"
+       " * the flat layout on dp rank 0, whose ranks hold every tp piece; rank 0\n"
+       " * writes the full tensors. */\n"
+       "static int save_checkpoint(long steps_done) {\n"
+       "  CgModel gm = gmodel_of();\n"
+       "  unsigned char *full = rank == 0 ? calloc(1, GLOBAL_BYTES) : NULL;\n"
+       "  unsigned char *flat = calloc(1, (size_t)ZFLAT * %d), *all = malloc((size_t)ZSHARD * DP * %d);\n"
+       "  if (!flat || !all) rt_mesh_fail(&mesh, \"out of memory for the checkpoint\");\n"
+       "  if (!all_ok(rank != 0 || full || rt_errorf(RT_ERR_NOMEM, \"out of memory for the checkpoint\") == RT_OK)) return 0;\n"
+       "  for (int k = 0; k <= %d; k++) {\n", es, es, nstate);
+  if (z3)
+    P(e, "    const unsigned char *src = flat;\n");
+  else
+    P(e, "    const unsigned char *src = k == 0 ? arena : flat;\n    if (k > 0) {\n");
+  P(e, "%s    rt_check(rt_gather_flat(&mesh, RT_AX_DP, zero_slot(k), ZSHARD, all, %d));\n"
+       "%s    if (mesh.coord[RT_AX_DP] == 0) cg_zero_put(zbuckets, NBUCKETS, DP, ZSHARD, all, flat, %d);\n%s",
+    z3 ? "" : "  ", es, z3 ? "" : "  ", es, z3 ? "" : "    }\n");
+  if (e->pp) /* every tensor of the model: the stage holding it sends its pieces */
+    P(e, "    for (int j = 0; j < NGLOBAL; j++)\n"
+         "      if (cg_param_slot(&gparams[j], k) >= 0)\n"
+         "        rt_check(rt_shard_gather(&shards[j], &mesh, local_of[j] >= 0 ? src + params[local_of[j]].offset : NULL,\n"
+         "                                 full ? full + cg_param_slot(&gparams[j], k) : NULL, %d));\n", es);
+  else
+    P(e, "    for (int i = 0; i < NPARAMS; i++)\n"
+         "      if (cg_param_slot(&gparams[i], k) >= 0)\n"
+         "        rt_check(rt_shard_gather(&shards[i], &mesh, src + params[i].offset,\n"
+         "                                 full ? full + cg_param_slot(&gparams[i], k) : NULL, %d));\n", es);
+  P(e, "  }\n"
+       "  free(all);\n  free(flat);\n"
+       "  int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);\n"
+       "  free(full);\n"
+       "  if (ok && rank == 0 && !args.quiet) printf(\"saved:    %%s (step %%ld)\\n\", args.save, steps_done);\n"
+       "  return ok;\n}\n\n");
+  P(e, "/* The backward reduce-scattered each bucket into this rank's gradient shard\n"
+       " * (dp sums%s); gradients that are partial sums over tp are summed here. */\n"
+       "static void sync_gradients(void) {\n", e->zstage == 1 ? ", started in the last microbatch" : "");
+  if (e->zstage == 1)
+    P(e, "  rt_waitall(&mesh, %d, grad_req);\n", n_grad_reqs(e));
+  for (int k = 0; k < g->buckets.len; k++) {
+    Bucket *b = g->buckets.data[k];
+    if (b->tp_partial)
+      P(e, "  rt_allreduce(&mesh, RT_AX_TP, F(GSHARD_OFFSET) + %" PRId64 ", %" PRId64 ", %d);  // %s\n",
+        b->shard, b->chunk, es, b->name);
+    if (b->tied)
+      P(e, "  rt_allreduce(&mesh, RT_AX_EMBED, F(GSHARD_OFFSET) + %" PRId64 ", %" PRId64 ", %d);  // %s: stages 0 and %d\n",
+        b->shard, b->chunk, es, b->name, e->nstages - 1);
+  }
+  P(e, "}\n\n");
+  if (e->pp)
+    emit_mean_loss_pp(e);
+  else
+    P(e, "static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }\n\n");
+  P(e, "/* The global norm of the summed gradients (before the 1/DP mean): each rank\n"
+       " * holds the sums of its chunks. */\n"
+       "static double grad_norm(void) {\n"
+       "  double ss = 0;\n");
+  emit_zero_chunk_loop(e);
+  P(e, "    ss += norm_w[i] * rt_sumsq%s(F(GSHARD_OFFSET) + s, z - a);\n  }\n"
+       "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss));\n}\n\n", e->S);
 }
 
 /* The pieces of main() that differ between one rank and a mesh. */
 static void emit_step_support(Emit *e) {
-  if (e->pp) {
+  if (e->pp && e->zstage < 1) {
     emit_step_support_pp(e);
     return;
   }
@@ -1694,6 +1893,10 @@ static void emit_step_support(Emit *e) {
          "static double grad_norm(void) {\n"
          "  return sqrt(rt_sumsq%s(F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s)));\n}\n\n",
       e->S, R);
+    return;
+  }
+  if (e->zstage >= 1) {
+    emit_step_support_zero23(e);
     return;
   }
   P(e, "/* ---- the mesh: parameters, checkpoints and the step's reductions ----\n"
@@ -1723,18 +1926,6 @@ static void emit_step_support(Emit *e) {
        "      if (cg_param_slot(&params[i], k) >= 0)\n"
        "        rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k),\n"
        "                         arena + cg_param_slot(&params[i], k), %d);\n", es);
-  if (e->zero)
-    P(e, "  /* ZeRO-1: this rank's chunk of each moment, through a flat copy laid out\n"
-         "   * like the parameters */\n"
-         "  unsigned char *flat = rc == RT_OK ? calloc(1, (size_t)ZERO_CHUNK * DP * %d) : NULL;\n"
-         "  if (rc == RT_OK && !flat) rc = rt_errorf(RT_ERR_NOMEM, \"out of memory for the optimizer state\");\n"
-         "  for (int k = 0; rc == RT_OK && k < %d; k++) {\n"
-         "    for (int i = 0; i < NPARAMS; i++)\n"
-         "      if (gparams[i].opt >= 0)\n"
-         "        rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k + 1), flat + params[i].offset, %d);\n"
-         "    memcpy(arena + OPT_OFFSET + (size_t)k * ZERO_CHUNK * %d, flat + (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK * %d, (size_t)ZERO_CHUNK * %d);\n"
-         "  }\n"
-         "  free(flat);\n", es, opt_states(&e->m->train.opt), es, es, es, es);
   P(e, "  free(full);\n  return rc;\n}\n\n");
   P(e, "/* Gathered on rank 0, which writes the full tensors. */\n"
        "static int save_checkpoint(long steps_done) {\n"
@@ -1746,18 +1937,6 @@ static void emit_step_support(Emit *e) {
        "      if (cg_param_slot(&params[i], k) >= 0)\n"
        "        rt_check(rt_shard_gather(&shards[i], &mesh, arena + cg_param_slot(&params[i], k),\n"
        "                                 full ? full + cg_param_slot(&gparams[i], k) : NULL, %d));\n", es);
-  if (e->zero)
-    P(e, "  /* ZeRO-1: the moments' chunks gathered over dp into a flat copy laid out\n"
-         "   * like the parameters, then per tensor like them */\n"
-         "  unsigned char *flat = calloc(1, (size_t)ZERO_CHUNK * DP * %d);\n"
-         "  if (!flat) rt_mesh_fail(&mesh, \"out of memory for the optimizer state\");\n"
-         "  for (int k = 0; k < %d; k++) {\n"
-         "    rt_check(rt_gather_flat(&mesh, RT_AX_DP, arena + OPT_OFFSET + (size_t)k * ZERO_CHUNK * %d, ZERO_CHUNK, flat, %d));\n"
-         "    for (int i = 0; i < NPARAMS; i++)\n"
-         "      if (gparams[i].opt >= 0)\n"
-         "        rt_check(rt_shard_gather(&shards[i], &mesh, flat + params[i].offset, full ? full + cg_param_slot(&gparams[i], k + 1) : NULL, %d));\n"
-         "  }\n"
-         "  free(flat);\n", es, opt_states(&e->m->train.opt), es, es, es);
   P(e, "  int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);\n"
        "  free(full);\n"
        "  if (ok && rank == 0 && !args.quiet) printf(\"saved:    %%s (step %%ld)\\n\", args.save, steps_done);\n"
@@ -1765,23 +1944,20 @@ static void emit_step_support(Emit *e) {
   P(e, "/* After the microbatches: gradients summed over the data-parallel ranks, and\n"
        " * over tp for replicated parameters used on sequence shards. */\n"
        "static void sync_gradients(void) {\n");
+  if (e->zstage == 0)
+    P(e, "  rt_waitall(&mesh, %d, grad_req);  // the buckets' all-reduces, started in the backward\n",
+      n_grad_reqs(e));
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     if (!p->grad || !(p->grad_partial & (1u << AX_TP))) continue;
-    P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, root(p->grad)),
+    P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, p->grad),
       numel(p), es, p->name);
   }
-  if (e->zero && e->ring)
-    P(e, "  /* sp=ring: summed over the sequence shards first */\n"
-         "  rt_allreduce(&mesh, RT_AX_SP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
-  if (e->zero)
-    P(e, "  /* ZeRO-1: each rank receives the sum of its own chunk only */\n"
-         "  rt_reduce_scatter_dim(&mesh, RT_AX_DP, F(GSHARD_OFFSET), F(GRADS_OFFSET), 1, ZERO_CHUNK, %d, NULL);\n", es);
-  else if (e->ring)
+  if (e->zstage < 0 && e->ring)
     P(e, "  /* sp=ring: every parameter's gradient is partial over the sequence shards too\n"
          "   * (each backward was seeded with 1/SP): summed over dp x sp */\n"
          "  rt_allreduce(&mesh, RT_AX_DATA, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
-  else
+  else if (e->zstage < 0)
     P(e, "  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
   P(e, "}\n\n");
   if (e->ring)
@@ -1789,29 +1965,12 @@ static void emit_step_support(Emit *e) {
          "static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DATA, loss) / (DP * SP); }\n\n");
   else
     P(e, "static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }\n\n");
-  if (e->zero)
-    P(e, "/* The global norm of the summed gradients (before the 1/DP mean): each rank\n"
-         " * holds the sums of its chunk. */\n"
-         "static double grad_norm(void) {\n"
-         "  const size_t lo = (size_t)mesh.coord[RT_AX_DP] * ZERO_CHUNK, hi = lo + ZERO_CHUNK;\n"
-         "  double ss = 0;\n"
-         "  for (int i = 0; i < NPARAMS; i++) {\n"
-         "    size_t a = params[i].offset / sizeof(%s), b = a + params[i].numel;\n"
-         "    if (params[i].grad < 0 || b <= lo || a >= hi) continue;\n"
-         "    if (a < lo) a = lo;\n"
-         "    if (b > hi) b = hi;\n"
-         "    ss += norm_w[i] * rt_sumsq%s(F(GSHARD_OFFSET) + (a - lo), b - a);\n"
-         "  }\n"
-         "%s"
-         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_WORLD, ss)%s);\n}\n\n", R, e->S,
-      e->ring ? "  /* every sp rank holds the same chunk */\n" : "", e->ring ? " / SP" : "");
-  else
-    P(e, "/* The global norm of the summed gradients (before the 1/DP mean). */\n"
-         "static double grad_norm(void) {\n"
-         "  double ss = 0;\n"
-         "  for (int i = 0; i < NPARAMS; i++)\n"
-         "    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq%s(F(params[i].grad), params[i].numel);\n"
-         "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_TP, ss));\n}\n\n", e->S);
+  P(e, "/* The global norm of the summed gradients (before the 1/DP mean). */\n"
+       "static double grad_norm(void) {\n"
+       "  double ss = 0;\n"
+       "  for (int i = 0; i < NPARAMS; i++)\n"
+       "    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq%s(F(params[i].grad), params[i].numel);\n"
+       "  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_TP, ss));\n}\n\n", e->S);
 }
 
 static void emit_comms(Emit *e) {
@@ -2233,11 +2392,12 @@ static int emit_program(FILE *out, Module *m, const CgOptions *opt) {
   e.dist = cg_needs_mpi(m);
   e.tp = m->train.plan.tp;
   e.ring = ring_size(m);
-  e.zero = e.dist && m->train.plan.zero >= 1 && m->train.plan.dp > 1;
+  e.zstage = e.dist && e.g->buckets.len ? m->train.plan.zero : -1;
   e.pp = m->nstages > 1;
   e.stage = e.g->stage;
   e.nstages = m->nstages;
-  if (e.dist && e.f64 && (e.tp > 1 || e.ring > 1 || e.pp)) {
+  /* (--gradcheck runs one rank: a tp, ring, pipeline or ZeRO layout is not that rank's program) */
+  if (e.dist && e.f64 && (e.tp > 1 || e.ring > 1 || e.pp || e.zstage >= 1)) {
     diag_fatal_noloc("--precision=fp64 builds are for single-rank gradient checks; build with "
                      "--mesh 1 --strategy dp=1, or in fp32");
     return -1;
@@ -2253,6 +2413,7 @@ static int emit_program(FILE *out, Module *m, const CgOptions *opt) {
   emit_header(&e);
   emit_prelude(&e);
   emit_params(&e);
+  emit_zero_tables(&e);
   emit_passes(&e);
   emit_optimizer(&e);
   emit_comms(&e);

@@ -38,9 +38,9 @@ typedef struct MemPlan {
   int64_t arena_bytes;        /* persistent + transient peak: the planned peak */
   int peak_node;              /* node index at which the transient peak is reached */
   int nbuffers;
-  /* ZeRO-1 (plan zero >= 1, dp > 1): the parameter region is dp chunks of
-   * zero_chunk elements; each rank keeps the summed gradients and the
-   * optimizer state of its own chunk only, at these offsets. */
+  /* ZeRO (plan zero >= 1, dp > 1; passes/zero.c): each rank keeps the
+   * summed gradients and the optimizer state of its chunk of every bucket
+   * only (zero_chunk elements in all), at these offsets. */
   int64_t zero_chunk, zero_gshard_offset, zero_opt_offset;
   /* A pipeline stage: values held from a microbatch's forward to its
    * backward (and messages in flight) live in one of `slots` stash slots of

@@ -268,7 +268,7 @@ static int shape_comm(Node *n, char *err, int errcap) {
   int64_t P = n->a.i[1], d = n->a.i[0];
   if (P < 1) FAIL("group of %" PRId64 " ranks", P);
   if (n->op == OP_ALLGATHER || n->op == OP_ALLGATHER_G || n->op == OP_REDUCE_SCATTER ||
-      n->op == OP_SHARD) {
+      n->op == OP_SHARD || n->op == OP_GRAD_REDUCE_SCATTER) {
     if (d < 0 || d >= s.ndim) FAIL("dim %" PRId64 " out of range", d);
     if (n->op == OP_ALLGATHER || n->op == OP_ALLGATHER_G) {
       s.d[d].n *= P;
@@ -452,6 +452,19 @@ Value *ir_value_copy(Graph *g, const Value *v) {
   return c;
 }
 
+Value *ir_value(Graph *g, Role role, Shape s, DType t, SrcLoc loc) {
+  Value *v = new_value(g, role, loc);
+  v->shape = s;
+  v->dtype = t;
+  return v;
+}
+
+int64_t ir_view_off(const Value *v) {
+  int64_t o = 0;
+  for (; v->alias; v = v->alias) o += v->view_off;
+  return o;
+}
+
 Value *ir_scratch(Graph *g, int64_t bytes, SrcLoc loc) {
   Value *v = new_value(g, ROLE_ACT, loc);
   int64_t n = (bytes + 3) / 4;
@@ -612,7 +625,8 @@ const char *ir_axis_name(int ax) {
 
 bool ir_is_comm(OpKind op) {
   return op == OP_ALLREDUCE || op == OP_ALLGATHER || op == OP_ALLGATHER_G ||
-         op == OP_REDUCE_SCATTER || op == OP_TP_COPY || op == OP_SHARD;
+         op == OP_REDUCE_SCATTER || op == OP_TP_COPY || op == OP_SHARD ||
+         op == OP_GRAD_ALLREDUCE || op == OP_GRAD_REDUCE_SCATTER;
 }
 
 int ir_comm_axis(const Node *n, int *group) {
@@ -652,11 +666,13 @@ uint64_t ir_comm_bytes(const Node *n) {
   uint64_t in = n->nin ? (uint64_t)ir_numel(&n->in[0]->shape) * (uint64_t)ir_dtype_size(n->in[0]->dtype) : 0;
   switch (n->op) {
   case OP_ALLREDUCE:
+  case OP_GRAD_ALLREDUCE:
     return rt_vol_allreduce(in, P);
   case OP_ALLGATHER:
   case OP_ALLGATHER_G:
     return rt_vol_allgather(in * (uint64_t)P, P);
   case OP_REDUCE_SCATTER:
+  case OP_GRAD_REDUCE_SCATTER:
     return rt_vol_reduce_scatter(in, P);
   case OP_CROSS_ENTROPY:
     if (n->a.i[1]) {
@@ -739,7 +755,16 @@ static int verify_shapes(Node *n, char *err, int errcap) {
   return rc;
 }
 
-/* Forward values are defined once, before use.  Gradients accumulate: every
+/* A view (a ZeRO-3 parameter inside its gathered bucket) is defined with
+ * its root. */
+static bool view_defined(const Value *v, const char *defined) {
+  if (!v->alias) return false;
+  while (v->alias) v = v->alias;
+  return defined[v->id];
+}
+
+/* Forward values are defined once, before use; persistent state (ROLE_OPTSTATE:
+ * ZeRO shards) is defined by the step.  Gradients accumulate: every
  * write to a gradient comes before every read of it (reverse order). */
 int ir_verify(Graph *g) {
   int errors = 0;
@@ -760,7 +785,7 @@ int ir_verify(Graph *g) {
         bad = "has a missing operand";
       } else if (in->role == ROLE_GRAD) {
         if (first_read[in->id] < 0) first_read[in->id] = i;
-      } else if (!defined[in->id]) {
+      } else if (!defined[in->id] && in->role != ROLE_OPTSTATE && !view_defined(in, defined)) {
         bad = "uses a value before its definition";
       }
     }
@@ -808,7 +833,7 @@ static void print_value_ref(FILE *out, const Value *v) {
     fputs("_", out);
     return;
   }
-  if (v->role == ROLE_GRAD) {
+  if (v->role == ROLE_GRAD && v->grad_of) {
     fputs("d", out);
     v = v->grad_of;
   }
@@ -855,6 +880,7 @@ static void print_attrs(FILE *out, const Node *n) {
     break;
   case OP_ALLREDUCE:
   case OP_TP_COPY:
+  case OP_GRAD_ALLREDUCE:
     fprintf(out, " {over=%s(%d)", ir_axis_name((int)n->a.i[2]), (int)n->a.i[1]);
     goto bytes;
   case OP_ALLGATHER:
@@ -862,10 +888,16 @@ static void print_attrs(FILE *out, const Node *n) {
   case OP_REDUCE_SCATTER:
   case OP_SHARD:
   case OP_SHARD_BWD:
+  case OP_GRAD_REDUCE_SCATTER:
     fprintf(out, " {dim=%d, over=%s(%d)", (int)n->a.i[0], ir_axis_name((int)n->a.i[2]),
             (int)n->a.i[1]);
   bytes:
     if (ir_comm_bytes(n)) fprintf(out, ", bytes=%" PRIu64, ir_comm_bytes(n));
+    /* a ZeRO / gradient bucket's collective (passes/zero.c) */
+    if (n->op == OP_GRAD_ALLREDUCE || n->op == OP_GRAD_REDUCE_SCATTER || n->in[0]->role == ROLE_OPTSTATE)
+      fprintf(out, ", bucket=%s", n->scope ? n->scope : "?");
+    if (n->op == OP_GRAD_ALLREDUCE || (n->op == OP_GRAD_REDUCE_SCATTER && n->a.i[3]))
+      fputs(", last microbatch, non-blocking", out);
     fputc('}', out);
     break;
   case OP_GATHER:

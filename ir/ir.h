@@ -90,6 +90,8 @@ typedef struct Value {
   struct Value *grad;   /* forward value: its gradient, once autodiff made one */
   struct Value *grad_of;/* gradient value: the forward value it belongs to */
   struct Value *alias;  /* shares storage with this value (a reshape is a view) */
+  int64_t view_off;     /* alias: byte offset of this view in the alias's storage
+                         * (a parameter or gradient inside a ZeRO bucket) */
   /* Memory plan: byte offset in the rank's arena (-1: none); the node
    * range [live_start, live_end] over which the storage is live; optimizer
    * state of a parameter at opt_offset. */
@@ -142,6 +144,23 @@ struct Node {
   Value *scratch;       /* working memory the kernel needs during this node, or NULL */
 };
 
+/* A bucket of parameters (passes/zero.c): one range of a flat layout whose
+ * gradients are reduced together as soon as the backward has produced them
+ * (and, under ZeRO-3, whose parameters are gathered together).  Sizes and
+ * offsets in elements; under ZeRO-2/3 numel is padded to a multiple of
+ * 16·dp and each dp rank owns chunk = numel/dp of it. */
+typedef struct Bucket {
+  const char *name;     /* "blocks.3", "embed", "blocks.3 (tp-partial)" */
+  PtrVec params;        /* Value* (ROLE_PARAM), in layout order */
+  int64_t *pos;         /* element offset of params[k] in the bucket */
+  int64_t flat, numel, chunk, shard;  /* in the flat layout; padded size; numel/dp; in the shards */
+  bool tp_partial;      /* its gradients are partial sums over tp (sp=megatron) */
+  bool tied;            /* a pipeline's tied embedding: summed over EMBED too */
+  Value *grads;         /* the bucket's gradients; the parameters' gradients are views */
+  Value *gshard;        /* ZeRO-2/3: this rank's chunk of the summed gradients */
+  Value *pshard;        /* ZeRO-3: this rank's chunk of the parameters */
+} Bucket;
+
 typedef struct Graph {
   const char *model;
   PtrVec nodes;         /* Node*, program order */
@@ -157,6 +176,7 @@ typedef struct Graph {
   int stage, nstages;
   Value *recv_act, *send_act;
   bool pipe_out;
+  PtrVec buckets;       /* Bucket*, from passes/zero.c (empty without data parallelism) */
   const char *symname[8];
   int64_t symval[8];
   int nsym;
@@ -189,6 +209,11 @@ Value *ir_input(Graph *g, const char *name, Shape s, DType t, SrcLoc loc);
  * "<what>: <message>" at loc and returns NULL. */
 Node *ir_add(Graph *g, OpKind op, Value **in, int nin, const Attrs *a, SrcLoc loc,
              const char *scope, const char *what);
+/* A value with no defining node yet (passes that rewrite the graph). */
+Value *ir_value(Graph *g, Role role, Shape s, DType t, SrcLoc loc);
+/* Byte offset of v's storage in its root's (the sum of view_off along the
+ * alias chain; 0 for a value that is its own root). */
+int64_t ir_view_off(const Value *v);
 /* A working buffer of at least `bytes` (f32 elements) for one node. */
 Value *ir_scratch(Graph *g, int64_t bytes, SrcLoc loc);
 /* A copy of v in g (new id; def, grad, alias and uses cleared): for the

@@ -115,6 +115,8 @@ static int64_t scratch_bytes(const Node *n) {
                                       : rt_scratch_ring_bwd(B, Tl, H, Hkv, D);
     return (int64_t)el * ir_dtype_size(n->in[0]->dtype);
   }
+  case OP_GRAD_REDUCE_SCATTER:   /* the chunk, reduced before it is added (not ZeRO-1's) */
+    return n->a.i[3] ? 0 : ir_numel(&n->out->shape) * esize;
   case OP_CROSS_ENTROPY:
   case OP_CROSS_ENTROPY_BWD:
     if (n->a.i[1]) {
@@ -175,20 +177,10 @@ int pass_memplan(Module *m) {
     root(g->recv_act)->live_start = 0;
     root(g->recv_act)->live_end = nn - 1;
   }
-  /* A pipeline stage keeps what its backward reads of a microbatch's
-   * forward in that microbatch's stash slot, and the messages it sends
-   * (activation, input gradient) there until they are delivered. */
-  bool staged = g->nstages > 1;
-  for (int i = 0; i < g->values.len; i++) {
-    Value *v = g->values.data[i];
-    v->stash = staged && !v->alias && v->role != ROLE_PARAM && v->live_start >= 0 &&
-               v->live_start < g->nfwd && v->live_end >= g->nfwd;
-  }
-  if (staged && g->send_act) root(g->send_act)->stash = true;
-  if (staged && g->recv_act && g->recv_act->grad) root(g->recv_act->grad)->stash = true;
 
   /* Persistent: parameters, then their gradients, then optimizer state. */
   int64_t off = 0;
+  if (zero_memplan(m, &off)) goto transient;   /* gradient buckets, ZeRO (zero.c) */
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     p->persistent = true;
@@ -198,30 +190,6 @@ int pass_memplan(Module *m) {
   mp->param_bytes = off;
   const Optimizer *o = &m->train.opt;
   int nstate = opt_states(o);
-  const Plan *plan = &m->train.plan;
-  if (plan->zero >= 1 && plan->dp > 1) {
-    /* ZeRO-1: parameters and gradients as dp equal chunks of one flat
-     * range (a gradient at its parameter's offset + the region), then this
-     * rank's summed-gradient chunk and the optimizer state of its chunk. */
-    int64_t elems = (mp->param_bytes / 4 + plan->dp - 1) / plan->dp;
-    mp->zero_chunk = (elems + 15) / 16 * 16;
-    int64_t region = mp->zero_chunk * 4 * plan->dp;
-    mp->param_bytes = region;
-    for (int i = 0; i < g->params.len; i++) {
-      Value *p = g->params.data[i];
-      if (!p->grad) continue;
-      Value *d = root(p->grad);
-      d->persistent = true;
-      d->offset = p->offset + region;
-    }
-    mp->grad_bytes = region;
-    mp->zero_gshard_offset = 2 * region;
-    mp->zero_opt_offset = 2 * region + mp->zero_chunk * 4;
-    mp->optstate_bytes = nstate * mp->zero_chunk * 4;
-    mp->persistent_bytes = mp->zero_opt_offset + mp->optstate_bytes;
-    off = mp->persistent_bytes;
-    goto transient;
-  }
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     if (!p->grad) continue;
@@ -241,6 +209,17 @@ int pass_memplan(Module *m) {
   mp->persistent_bytes = off;
 
 transient:;
+  /* A pipeline stage keeps what its backward reads of a microbatch's
+   * forward in that microbatch's stash slot, and the messages it sends
+   * (activation, input gradient) there until they are delivered. */
+  bool staged = g->nstages > 1;
+  for (int i = 0; i < g->values.len; i++) {
+    Value *v = g->values.data[i];
+    v->stash = staged && !v->alias && !v->persistent && v->role != ROLE_PARAM &&
+               v->live_start >= 0 && v->live_start < g->nfwd && v->live_end >= g->nfwd;
+  }
+  if (staged && g->send_act) root(g->send_act)->stash = true;
+  if (staged && g->recv_act && g->recv_act->grad) root(g->recv_act->grad)->stash = true;
 
   /* Transient: walk the schedule; free what died before node i, then place
    * what is born at i. */
@@ -287,6 +266,7 @@ transient:;
     }
     PipeSched ps;
     char err[256];
+    const Plan *plan = &m->train.plan;
     int mb = plan->mb > 0 ? plan->mb : 1;
     if (sched_build(&ps, plan->schedule, plan->pp, mb, g->nstages / plan->pp, err, sizeof err)) {
       diag_error(sema_plan_key_loc(&m->train, PLAN_SCHED), "%s", err);
@@ -298,7 +278,7 @@ transient:;
   }
   for (int i = 0; i < g->values.len; i++) {
     Value *v = g->values.data[i];
-    if (v->alias) v->offset = root(v)->offset;
+    if (v->alias) v->offset = root(v)->offset + ir_view_off(v);
   }
   m->planned = true;
   return 0;

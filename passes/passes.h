@@ -18,7 +18,11 @@ extern const int pass_count;
 int pass_shape(Module *m);
 int pass_shard(Module *m);
 int pass_autodiff(Module *m);
+int pass_zero(Module *m);
 int pass_memplan(Module *m);
+/* memplan's persistent layout for a plan with gradient buckets (zero.c):
+ * 1 with *end set, or 0 when the plan has none. */
+int zero_memplan(Module *m, int64_t *end);
 int pass_commcheck(Module *m);
 int pass_stage(Module *m);
 /* Pipeline (Module.nstages > 1): points m->graph and m->mem at stage s, or

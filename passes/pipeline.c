@@ -4,6 +4,7 @@
 static int pass_lower(Module *m) { return 0; /* done by sema_run; listed for --dump-after */ }
 /* After "stage", each stage graph goes through the passes on its own. */
 static int autodiff_stages(Module *m) { return per_stage(m, pass_autodiff); }
+static int zero_stages(Module *m) { return per_stage(m, pass_zero); }
 static int memplan_stages(Module *m) { return per_stage(m, pass_memplan); }
 /* The communication check looks at every stage's program at once. */
 static int commcheck_stages(Module *m) { return pass_commcheck(m); }
@@ -14,6 +15,7 @@ const Pass pass_list[] = {
     {"shard", "tensor parallelism and ring sequence parallelism: sharding specs, local shapes, collectives", pass_shard},
     {"pipeline", "cut the forward graph into stages between layers, balanced by FLOPs (pp > 1)", pass_stage},
     {"autodiff", "append the backward pass: accumulating gradient ops, seeded with 1/mb", autodiff_stages},
+    {"zero", "data-parallel gradient buckets reduced in the backward; ZeRO-1/2/3 shards, ZeRO-3 gathers", zero_stages},
     {"memplan", "liveness and static arena offsets; exact planned peak bytes per rank", memplan_stages},
     {"commcheck", "prove every rank issues matching collectives in a deadlock-free order", commcheck_stages},
 };

@@ -200,7 +200,11 @@ int plan_collectives(const Module *m, PlanColl **out) {
     int R = ir_ring_size(nd);
     ncomm += R > 1 ? 8 * R : ir_comm_axis(nd, NULL) >= 0;
   }
-  PlanColl *c = arena_alloc(sizeof(PlanColl) * (size_t)(ncomm * mb + 2 * g->params.len + 4 * mb + 8));
+  PlanColl *c = arena_alloc(sizeof(PlanColl) *
+                            (size_t)(ncomm * mb + 2 * g->params.len + 3 * g->buckets.len + 4 * mb + 8));
+  /* gradient buckets (passes/zero.c): stages 0 and 1 all-reduce or
+   * reduce-scatter them in the last microbatch, 2 and 3 in every one */
+  int stage = g->buckets.len ? p->zero : -1;
 #define ADD(ax, o, b, cnt, w) c[n++] = (PlanColl){(ax), (o), (b), (cnt), (w), 0, 0, 0}
 #define PIPE(dir, tg) (c[n - 1].pipe = (dir), c[n - 1].tag = (tg))
   /* A pipeline stage runs its microbatches' forwards and backwards in the
@@ -234,6 +238,8 @@ int plan_collectives(const Module *m, PlanColl **out) {
         n += ring_messages(nd, c + n, i, k, i < g->nfwd);
         continue;
       }
+      bool last_only = nd->op == OP_GRAD_ALLREDUCE || (nd->op == OP_GRAD_REDUCE_SCATTER && nd->a.i[3]);
+      if (last_only && k != mb - 1) continue;
       bool xent = nd->op == OP_CROSS_ENTROPY || nd->op == OP_CROSS_ENTROPY_BWD;
       ADD(ax, xent ? "vocab-parallel cross-entropy" : ir_ops[nd->op].name, ir_comm_bytes(nd), true,
           arena_printf("node %d %s over %s (%s), %s of microbatch %d", i, ir_ops[nd->op].name,
@@ -253,39 +259,43 @@ int plan_collectives(const Module *m, PlanColl **out) {
   }
   sched_free(&ps);
   /* the step (codegen's sync_gradients, mean_loss, grad_norm, optimizer_step) */
-  for (int i = 0; i < g->params.len && p->tp > 1; i++) {
+  for (int i = 0; i < g->buckets.len && stage >= 1; i++) {
+    const Bucket *b = g->buckets.data[i];
+    if (b->tp_partial && p->tp > 1)
+      ADD(AX_TP, "all_reduce", rt_vol_allreduce((uint64_t)b->chunk * 4, p->tp), true,
+          arena_printf("gradient shard of bucket %s over tp", b->name));
+    if (b->tied)
+      ADD(AX_EMBED, "all_reduce", rt_vol_allreduce((uint64_t)b->chunk * 4, 2), true,
+          arena_printf("gradient shard of bucket %s over the first and last stage", b->name));
+  }
+  for (int i = 0; i < g->params.len && p->tp > 1 && stage < 1; i++) {
     const Value *v = g->params.data[i];
     if (v->grad && (v->grad_partial & (1u << AX_TP)))
       ADD(AX_TP, "all_reduce", rt_vol_allreduce((uint64_t)ir_numel(&v->shape) * 4, p->tp), true,
           arena_printf("gradient of %s over tp", v->name));
   }
-  for (int i = 0; i < g->params.len && staged; i++) {
+  for (int i = 0; i < g->params.len && staged && stage < 1; i++) {
     const Value *v = g->params.data[i];
     if (v->grad && v->pp_shared)
       ADD(AX_EMBED, "all_reduce", rt_vol_allreduce((uint64_t)ir_numel(&v->shape) * 4, 2), true,
           arena_printf("gradient of %s (tied) over the first and last stage", v->name));
   }
-  bool zero = m->mem.zero_chunk > 0;
   /* sp=ring: gradients and losses are partial over the sequence shards too */
   int ring = p->sp_kind == SP_RING && p->sp > 1, data = ring ? AX_DATA : AX_DP;
   int nd = p->dp * (ring ? p->sp : 1);
-  if (zero && ring)
-    ADD(AX_SP, "all_reduce", rt_vol_allreduce((uint64_t)m->mem.grad_bytes, p->sp), true,
-        "gradient all-reduce over sp before ZeRO-1");
-  if (zero)
-    ADD(AX_DP, "reduce_scatter", rt_vol_reduce_scatter((uint64_t)m->mem.grad_bytes, p->dp), true,
-        "ZeRO-1 gradient reduce-scatter over dp");
-  else
+  if (stage < 0)
     ADD(data, "all_reduce", rt_vol_allreduce((uint64_t)m->mem.grad_bytes, nd), true,
         ring ? "gradient all-reduce over dp x sp" : "gradient all-reduce over dp");
   if (staged)
     ADD(AX_WORLD, "sum (loss)", 8, false, "loss sum over all ranks");
   else
     ADD(data, "sum (loss)", 8, false, ring ? "loss sum over dp x sp" : "loss sum over dp");
-  ADD(zero || staged ? AX_WORLD : AX_TP, "sum (norm)", 8, false, "gradient norm sum");
-  if (zero)
-    ADD(AX_DP, "all_gather", rt_vol_allgather((uint64_t)m->mem.param_bytes, p->dp), true,
-        "ZeRO-1 parameter all-gather over dp");
+  ADD(stage >= 1 || staged ? AX_WORLD : AX_TP, "sum (norm)", 8, false, "gradient norm sum");
+  for (int i = 0; i < g->buckets.len && (stage == 1 || stage == 2); i++) {
+    const Bucket *b = g->buckets.data[i];
+    ADD(AX_DP, "all_gather", rt_vol_allgather((uint64_t)b->numel * 4, p->dp), true,
+        arena_printf("ZeRO-%d parameter all-gather of bucket %s over dp", stage, b->name));
+  }
 #undef ADD
 #undef PIPE
   *out = c;

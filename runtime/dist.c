@@ -276,6 +276,48 @@ void rt_reduce_scatter_dim(RtMesh *m, RtAxis ax, void *dst, const void *src,
   MPI_CHECK(m, MPI_Reduce_scatter_block, send, dst, cnt, dt, MPI_SUM, c);
 }
 
+void rt_reduce_scatter_acc(RtMesh *m, RtAxis ax, void *dst, const void *src, size_t inner,
+                           int esize, void *scratch) {
+  if (!scratch) rt_mesh_fail(m, "rt_reduce_scatter_acc: needs scratch");
+  rt_reduce_scatter_dim(m, ax, scratch, src, 1, inner, esize, NULL);
+  if (esize == 4) {
+    float *d = dst;
+    const float *t = scratch;
+    for (size_t i = 0; i < inner; i++) d[i] += t[i];
+  } else {
+    double *d = dst;
+    const double *t = scratch;
+    for (size_t i = 0; i < inner; i++) d[i] += t[i];
+  }
+}
+
+void rt_ireduce_scatter(RtMesh *m, RtAxis ax, void *dst, const void *src, size_t inner,
+                        int esize, MPI_Request *req) {
+  MPI_Comm c = axis_comm_(m, ax, "rt_ireduce_scatter");
+  MPI_Datatype dt = mpi_real_(m, esize, "rt_ireduce_scatter");
+  int P = m->size[ax];
+  count_(m, ax, rt_vol_reduce_scatter((uint64_t)P * inner * esize, P), 1);
+  *req = MPI_REQUEST_NULL;
+  if (P == 1) {
+    memcpy(dst, src, inner * esize);
+    return;
+  }
+  int cnt = mpi_count_(m, inner, "rt_ireduce_scatter");
+  MPI_CHECK(m, MPI_Ireduce_scatter_block, src, dst, cnt, dt, MPI_SUM, c, req);
+}
+
+void rt_iallreduce(RtMesh *m, RtAxis ax, void *buf, size_t n, int esize, MPI_Request *req) {
+  MPI_Comm c = axis_comm_(m, ax, "rt_iallreduce");
+  MPI_Datatype dt = mpi_real_(m, esize, "rt_iallreduce");
+  int P = m->size[ax];
+  count_(m, ax, rt_vol_allreduce((uint64_t)n * esize, P), 1);
+  *req = MPI_REQUEST_NULL;
+  if (P == 1)
+    return;
+  int cnt = mpi_count_(m, n, "rt_iallreduce");
+  MPI_CHECK(m, MPI_Iallreduce, MPI_IN_PLACE, buf, cnt, dt, MPI_SUM, c, req);
+}
+
 void rt_bcast(RtMesh *m, RtAxis ax, void *buf, size_t n, int esize, int root) {
   MPI_Comm c = axis_comm_(m, ax, "rt_bcast");
   MPI_Datatype dt = mpi_real_(m, esize, "rt_bcast");
@@ -333,6 +375,11 @@ void rt_irecv(RtMesh *m, int peer, int tag, void *buf, size_t n, int esize,
 
 void rt_waitall(RtMesh *m, int n, MPI_Request *reqs) {
   MPI_CHECK(m, MPI_Waitall, n, reqs, MPI_STATUSES_IGNORE);
+}
+
+void rt_progress(RtMesh *m, int n, MPI_Request *reqs) {
+  int done = 0;
+  MPI_CHECK(m, MPI_Testall, n, reqs, &done, MPI_STATUSES_IGNORE);
 }
 
 /* ---- vocab-parallel cross-entropy ----

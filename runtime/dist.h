@@ -96,6 +96,21 @@ void rt_allgather_dim(RtMesh *m, RtAxis ax, void *dst, const void *src, size_t o
  * not alias src. scratch as for rt_allgather_dim. */
 void rt_reduce_scatter_dim(RtMesh *m, RtAxis ax, void *dst, const void *src,
                            size_t outer, size_t inner, int esize, void *scratch);
+/* src is (P·inner) partial sums, dst is (inner), ACCUMULATED: dst += Σ_ranks
+ * src[r·inner:(r+1)·inner] for this rank's coord r, through scratch (inner
+ * elements).  Counted as rt_reduce_scatter_dim (ZeRO-2/3 gradient buckets). */
+void rt_reduce_scatter_acc(RtMesh *m, RtAxis ax, void *dst, const void *src, size_t inner,
+                           int esize, void *scratch);
+/* Non-blocking rt_allreduce of buf (n, at most INT_MAX elements), counted
+ * when issued: *req completes it (rt_waitall); buf must not be touched
+ * before.  MPI_REQUEST_NULL on a size-1 axis.  Data-parallel gradient
+ * buckets overlapped with the backward. */
+void rt_iallreduce(RtMesh *m, RtAxis ax, void *buf, size_t n, int esize, MPI_Request *req);
+/* Non-blocking rt_reduce_scatter_dim with outer 1: dst (inner) WRITTEN with
+ * this rank's chunk of the sums of src (P·inner), counted when issued; *req
+ * completes it.  ZeRO-1 gradient buckets overlapped with the backward. */
+void rt_ireduce_scatter(RtMesh *m, RtAxis ax, void *dst, const void *src, size_t inner,
+                        int esize, MPI_Request *req);
 /* buf is (n), from the rank with coord root on the axis. */
 void rt_bcast(RtMesh *m, RtAxis ax, void *buf, size_t n, int esize, int root);
 
@@ -109,6 +124,10 @@ void rt_isend(RtMesh *m, int peer, int tag, const void *buf, size_t n, int esize
 void rt_irecv(RtMesh *m, int peer, int tag, void *buf, size_t n, int esize,
               MPI_Request *req);
 void rt_waitall(RtMesh *m, int n, MPI_Request *reqs);
+/* Lets MPI advance the non-blocking collectives or transfers in reqs (most
+ * MPI libraries progress them only inside MPI calls); completed ones become
+ * MPI_REQUEST_NULL.  Never blocks. */
+void rt_progress(RtMesh *m, int n, MPI_Request *reqs);
 
 /* ---- vocab-parallel cross-entropy (Megatron) ----
  * logits is (N,Vl): columns [v0, v0+Vl) of the full (N,V) logits; targets

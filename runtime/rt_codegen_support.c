@@ -663,6 +663,22 @@ int cg_gradcheck(const CgModel *m, unsigned char *arena, CgPassFn pass, int per_
 CG_RANGE_EMBED(float, f32)
 CG_RANGE_EMBED(double, f64)
 
+void cg_zero_take(const CgBucket *b, int nb, int r, const void *flat, void *shard, int esize) {
+  size_t es = (size_t)esize;
+  for (int i = 0; i < nb; i++)
+    memcpy((char *)shard + (size_t)b[i].shard * es,
+           (const char *)flat + (size_t)(b[i].flat + r * b[i].chunk) * es, (size_t)b[i].chunk * es);
+}
+
+void cg_zero_put(const CgBucket *b, int nb, int P, int64_t nshard, const void *all, void *flat,
+                 int esize) {
+  size_t es = (size_t)esize;
+  for (int r = 0; r < P; r++)
+    for (int i = 0; i < nb; i++)
+      memcpy((char *)flat + (size_t)(b[i].flat + r * b[i].chunk) * es,
+             (const char *)all + (size_t)(r * nshard + b[i].shard) * es, (size_t)b[i].chunk * es);
+}
+
 void cg_chunk_copy(void *dst, const void *src, size_t outer, size_t inner, int P, int r,
                    int esize) {
   size_t row = inner * (size_t)esize;

@@ -203,6 +203,18 @@ void cg_embedding_range_backward_f64(double *dtable, const double *dout,
 /* dst += src, n elements. */
 void cg_acc_f32(float *dst, const float *src, size_t n);
 void cg_acc_f64(double *dst, const double *src, size_t n);
+/* ZeRO-2/3 buckets (passes/zero.c): bucket b is elements [flat, flat+numel)
+ * of the flat parameter layout; rank r of P owns [flat + r·chunk, +chunk),
+ * stored at [shard, shard+chunk) of its shard arrays (all in elements). */
+typedef struct CgBucket {
+  int64_t flat, numel, chunk, shard;
+} CgBucket;
+/* shard = this rank's (r) chunks of every bucket of flat. */
+void cg_zero_take(const CgBucket *b, int nb, int r, const void *flat, void *shard, int esize);
+/* flat = every rank's chunks, from all = the P ranks' shard arrays of nshard
+ * elements each, concatenated in rank order (rt_gather_flat). */
+void cg_zero_put(const CgBucket *b, int nb, int P, int64_t nshard, const void *all, void *flat,
+                 int esize);
 /* src is [outer, P*inner]: dst [outer, inner] = chunk r of every row. */
 void cg_chunk_copy(void *dst, const void *src, size_t outer, size_t inner, int P, int r,
                    int esize);

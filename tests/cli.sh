@@ -55,12 +55,22 @@ expect emit-c-cuda 1 'CUDA code generator is not available yet' -- "$bin" compil
 expect commcheck-ok 0 '^comm: ' -- "$bin" compile samples/gpt.shard --strategy tp=2,dp=2 --emit=plan
 expect commcheck-drop 1 'communication check failed .*communicator 1 \(ranks 2,3\): rank 2 issues all_reduce .* but rank 3 issues' -- env SHARDC_DEBUG_BREAK_COMM=drop:3:0 "$bin" compile samples/gpt.shard --strategy tp=2,dp=2 --emit=plan
 expect commcheck-bytes 1 'communication check failed .*rank 2 issues all_reduce of 262144 bytes .* but rank 3 issues all_reduce of 131072 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:2:5 "$bin" compile samples/gpt.shard --strategy tp=2,dp=2 --emit=plan
-expect commcheck-hang 1 'communication check failed .*(deadlock|blocked|waits)' -- env SHARDC_DEBUG_BREAK_COMM=drop:0:1 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
+# (event 7 of dp=4: the loss sum, after the 7 gradient buckets' all-reduces)
+expect commcheck-hang 1 'communication check failed .*(deadlock|blocked|waits)' -- env SHARDC_DEBUG_BREAK_COMM=drop:0:7 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
+expect commcheck-spec 1 'SHARDC_DEBUG_BREAK_COMM' -- env SHARDC_DEBUG_BREAK_COMM=frob:1 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
+# ZeRO-2/3 and dp gradient buckets (passes/zero.c): collectives in the backward's IR,
+# shards in the plan, and in the communication check.
+expect emit-c-zero2 0 'rt_reduce_scatter_acc\(&mesh, RT_AX_DP' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=2
+expect emit-c-dp-overlap 0 'rt_iallreduce\(&mesh, RT_AX_DP' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4
+expect emit-c-zero1-overlap 0 'rt_ireduce_scatter\(&mesh, RT_AX_DP' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=1
+expect emit-ir-zero1 0 '\+= grad_reduce_scatter %[0-9]+ \{dim=0, over=dp\(4\), bytes=[0-9]+, bucket=blocks\.0, last microbatch, non-blocking\}' -- "$bin" compile samples/gpt.shard --emit=ir --strategy dp=4,zero=1
+expect emit-ir-zero2 0 '\+= grad_reduce_scatter %[0-9]+ \{dim=0, over=dp\(4\), bytes=[0-9]+, bucket=blocks\.3\}' -- "$bin" compile samples/gpt.shard --emit=ir --strategy dp=4,zero=2
+expect emit-ir-zero3 0 '= all_gather %[0-9]+ \{dim=0, over=dp\(4\), bytes=[0-9]+, bucket=embed\}' -- "$bin" compile samples/gpt.shard --emit=ir --strategy dp=4,zero=3
+expect plan-zero3 0 '^memory: .* params 814.75 KiB, grads 814.75 KiB, optimizer 1.59 MiB' -- "$bin" compile samples/gpt.shard --emit=plan --strategy dp=4,zero=3
+expect commcheck-zero3 1 'communication check failed .*all_gather' -- env SHARDC_DEBUG_BREAK_COMM=drop:3:0 "$bin" compile samples/gpt.shard --strategy dp=4,zero=3 --emit=plan
 expect commcheck-pp-hang 1 'communication check failed for strategy on 2 ranks: deadlock: 2 ranks can never finish: rank 0 waits at event 0 in recv of 131072 bytes with tag 1 from rank 1 \(gradient of microbatch 1 from stage 1\)' -- env SHARDC_DEBUG_BREAK_COMM=swap:0:1,swap:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b
 expect commcheck-pp-order 1 'send/recv mismatch in the 1st message from rank 1 to rank 0: rank 1 sends 131072 bytes with tag 3 \(gradient of microbatch 2 to stage 0\) but rank 0 receives 131072 bytes with tag 1' -- env SHARDC_DEBUG_BREAK_COMM=drop:1:1 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b
 expect commcheck-pp-bytes 1 'rank 0 sends 262144 bytes with tag 0 \(activation of microbatch 1 to stage 1\) but rank 1 receives 131072 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2
-expect commcheck-spec 1 'SHARDC_DEBUG_BREAK_COMM' -- env SHARDC_DEBUG_BREAK_COMM=frob:1 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
-expect emit-c-zero2 1 'strategy zero=2 \(gradient and parameter sharding; zero=1 runs\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=2
 # Ring attention (sp=ring:N): the ring's messages are in the plan's volume and
 # in the communication check (a receive whose tag the send does not carry);
 # models without a sequence, and dropout, are refused.
@@ -70,7 +80,9 @@ expect commcheck-ring 1 'communication check failed .*rank 0 sends 65536 bytes w
 expect ring-no-sequence 1 'ring attention \(sp=ring:2\): input x has no sequence dim to split' -- "$bin" compile samples/mlp.shard --mesh 2 --strategy sp=ring:2 --emit=c
 sed 's/causal = true)/causal = true, dropout = 0.1)/' samples/gpt.shard >"$tmp/dropout.shard"
 expect ring-dropout 1 'ring attention \(sp=ring:2\): dropout is not implemented yet with ring attention' -- "$bin" compile "$tmp/dropout.shard" --mesh 2 --strategy sp=ring:2 --emit=c
+expect ring-zero 1 'strategy zero=1 with sp=ring \(ZeRO with ring attention\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy sp=ring:2,dp=2,zero=1
 expect emit-c-tp2d 1 'strategy tp2d=2x2 \(2D tensor parallelism\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp2d=2x2
+expect emit-c-fp64-zero 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=2 --precision=fp64
 expect emit-c-fp64-tp 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp=4 --precision=fp64
 expect emit-c-interleaved 1 'strategy schedule=interleaved \(pipeline chunks; gpipe and 1f1b run\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2,schedule=interleaved:2
 expect pp-too-deep 1 'pp=8 needs 8 pipeline stages but model gpt has only 5 places to cut it \(between layers, where one activation crosses\); use pp=6 or less' -- "$bin" compile samples/gpt.shard --mesh 8 --strategy pp=8
@@ -78,7 +90,7 @@ expect plan-pp 0 '^stage 3:  blocks.3, model ops; 27.8% of the FLOPs' -- "$bin" 
 expect plan-pp-stash 0 'stash 4 slots x 2,369,536 bytes' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=gpipe
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu or cuda' -- "$bin" compile samples/gpt.shard --target=tpu
-expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, memplan, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
+expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, zero, memplan, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
 expect dump-lower 0 '^graph gpt \{' -- "$bin" compile samples/gpt.shard --dump-after=lower
 expect list-passes 0 '^shape ' -- "$bin" compile --list-passes
 expect mesh-missing-value 1 '--mesh needs a value' -- "$bin" check samples/gpt.shard --mesh

@@ -70,7 +70,12 @@ reference gpt && {
   check gpt 4 dp=2,sp=ring:2
   check gpt 4 sp=ring:4
   check gpt 4 tp=2,sp=ring:2
-  check gpt 4 dp=2,sp=ring:2,zero=1
+  check gpt 4 dp=4,zero=2
+  check gpt 4 dp=4,zero=3
+  check gpt 2 dp=2,zero=3
+  check gpt 4 tp=2,dp=2,zero=3
+  check gpt 4 tp=2,sp=megatron,dp=2,zero=2
+  check gpt 4 pp=2,dp=2,zero=3
 }
 reference llama && {
   check llama 2 tp=2
@@ -79,15 +84,20 @@ reference llama && {
   check llama 4 pp=2,tp=2
   check llama 2 sp=ring:2
   check llama 4 tp=2,sp=ring:2
+  check llama 2 dp=2,zero=3
+  check llama 4 tp=2,dp=2,zero=2
 }
 
 # Memory shrinks as theory says: tp=4 holds a quarter of every split
-# weight; ZeRO-1 at dp=4 a quarter of the optimizer state.
+# weight; ZeRO-1 at dp=4 a quarter of the optimizer state, ZeRO-2 also a
+# quarter of the gradients, ZeRO-3 also a quarter of the parameters.
 "$bin" compile samples/gpt.shard --mesh 1 --strategy dp=1 --emit=ir >"$tmp/ref.ir" 2>&1
 "$bin" compile samples/gpt.shard --mesh 4 --strategy tp=4 --emit=ir >"$tmp/tp4.ir" 2>&1
 if [ -f "$tmp/gpt-4-dp_4_zero_1/model.c" ] && [ -f "$tmp/gpt-4-dp_4/model.c" ] &&
+   [ -f "$tmp/gpt-4-dp_4_zero_2/model.c" ] && [ -f "$tmp/gpt-4-dp_4_zero_3/model.c" ] &&
    cmp=$(tests/dist/shrink.py "$tmp/ref.ir" "$tmp/tp4.ir" 4 "$tmp/gpt-ref/model.c" \
-         "$tmp/gpt-4-dp_4_zero_1/model.c" "$tmp/gpt-4-dp_4/model.c" 4); then
+         "$tmp/gpt-4-dp_4_zero_1/model.c" "$tmp/gpt-4-dp_4/model.c" 4 \
+         "$tmp/gpt-4-dp_4_zero_2/model.c" "$tmp/gpt-4-dp_4_zero_3/model.c"); then
   ok
   echo "  memory: $cmp"
 else
@@ -153,6 +163,26 @@ if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
     bad "reshard zero: $cmp"
   fi
 fi
+# ZeRO-3 checkpoints: saved under dp=4,zero=3 at step 5, resumed under plain
+# tp=2,dp=2; and saved under tp=2,dp=2 then resumed under tp=2,dp=2,zero=3.
+reshard() {
+  local d1="$1" d2="$2" what="$3"
+  [ -x "$d1/train" ] && [ -x "$d2/train" ] || { bad "reshard $what: programs missing"; return; }
+  train "$d1" --steps 5 --quiet --log "$tmp/r3.jsonl" --save "$tmp/r3-5.st"
+  [ $rc -eq 0 ] || { bad "reshard $what: first half: $out"; return; }
+  train "$d2" --steps $STEPS --quiet --load "$tmp/r3-5.st" --log "$tmp/r3.jsonl" --save "$tmp/r3.st"
+  if [ $rc -ne 0 ]; then
+    bad "reshard $what: resume: $out"
+  elif cmp=$(tests/dist/compare.py "$tmp/gpt-ref.jsonl" "$tmp/r3.jsonl" "$tmp/gpt-ref.st" "$tmp/r3.st"); then
+    ok
+    echo "  reshard $what at step 5: $cmp"
+  else
+    bad "reshard $what: $cmp"
+  fi
+  rm -f "$tmp/r3.jsonl"
+}
+reshard "$tmp/gpt-4-dp_4_zero_3" "$tmp/gpt-4-tp_2_dp_2" "dp=4,zero=3 -> tp=2,dp=2"
+reshard "$tmp/gpt-4-tp_2_dp_2" "$tmp/gpt-4-tp_2_dp_2_zero_3" "tp=2,dp=2 -> tp=2,dp=2,zero=3"
 # ... and out of a pipeline with ZeRO-1 into tensor + data parallelism.
 d1="$tmp/gpt-4-pp_2_dp_2_zero_1" d2="$tmp/gpt-4-tp_2_dp_2"
 if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then

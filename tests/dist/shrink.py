@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""shrink.py REF.ir TP.ir TP REF_MODEL.c ZERO_MODEL.c FULL_MODEL.c DP
+"""shrink.py REF.ir TP.ir TP REF_MODEL.c ZERO_MODEL.c FULL_MODEL.c DP [ZERO2_MODEL.c ZERO3_MODEL.c]
 
 Memory per rank shrinks as theory says:
 - under tp=TP every parameter the IR marks split holds exactly 1/TP of the
   single-rank tensor's elements, and the others are whole;
 - under zero=1 at dp=DP each rank's optimizer state is 1/DP of the plain
-  data-parallel program's (up to the 64-byte chunk padding)."""
+  data-parallel program's (up to the 64-byte chunk padding);
+- under zero=2 its gradients held across the step are 1/DP of the plain
+  program's, and under zero=3 its parameters too (up to the padding of each
+  bucket to 16·DP elements)."""
 import re
 import sys
 
@@ -23,10 +26,15 @@ def params(path):
     return out
 
 
-def optimizer_bytes(model_c):
+def persistent(model_c):
+    """(params, grads, optimizer) bytes of the arena's persistent part."""
     text = open(model_c).read()
     m = re.search(r"\(params ([\d,]+), grads ([\d,]+), optimizer\s*\*?\s*([\d,]+)\)", text)
-    return int(m.group(3).replace(",", ""))
+    return tuple(int(m.group(k).replace(",", "")) for k in (1, 2, 3))
+
+
+def optimizer_bytes(model_c):
+    return persistent(model_c)[2]
 
 
 def main():
@@ -45,8 +53,22 @@ def main():
     if abs(ratio - dp) > 0.01 * dp:
         print(f"optimizer state {zero_o} bytes under zero=1, {full_o} without: ratio {ratio:.3f}, expected {dp}")
         bad += 1
-    print(f"tp={tp}: {nsplit} of {len(ref)} parameters split, each exactly 1/{tp}; "
-          f"zero=1 at dp={dp}: optimizer state {zero_o:,} vs {full_o:,} bytes (1/{ratio:.3f})")
+    msg = (f"tp={tp}: {nsplit} of {len(ref)} parameters split, each exactly 1/{tp}; "
+           f"zero=1 at dp={dp}: optimizer state {zero_o:,} vs {full_o:,} bytes (1/{ratio:.3f})")
+    if len(sys.argv) > 9:
+        fp, fg, fo = persistent(sys.argv[6])
+        for path, stage in ((sys.argv[8], 2), (sys.argv[9], 3)):
+            p, g, o = persistent(path)
+            checks = [("gradients", g, fg), ("optimizer state", o, fo)]
+            if stage == 3:
+                checks.append(("parameters", p, fp))
+            for what, got, full in checks:
+                r = full / got
+                if abs(r - dp) > 0.01 * dp:
+                    print(f"{what} {got} bytes under zero={stage}, {full} without: ratio {r:.3f}, expected {dp}")
+                    bad += 1
+            msg += f"; zero={stage}: " + ", ".join(f"{w} {got:,} (1/{full / got:.3f})" for w, got, full in checks)
+    print(msg)
     return 1 if bad else 0
 
 

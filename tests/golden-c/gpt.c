@@ -12,12 +12,12 @@
  * steps:    300, precision fp32, seed 1337
  * params:   834,304 in 52 tensors (3.18 MiB fp32)
  * flops:    1.375e+09 forward per microbatch (256 tokens); 1.65e+10 per step fwd+bwd
- * graph:    217 nodes (143 forward), 281 values
- * memory:   23,347,264 bytes per rank (22.27 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.54 MiB at node 149
+ * graph:    224 nodes (143 forward), 288 values
+ * memory:   23,347,264 bytes per rank (22.27 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.54 MiB at node 150
  * comm:     5,005,824 bytes sent per rank per step (dp 5,005,824)
  *
  * Arena per rank: 23,347,264 bytes = persistent 13,348,864 (params 3,337,216, grads 3,337,216, optimizer
- * 6,674,432) + transient peak 9,998,400 (161 buffers, peak at node 149).
+ * 6,674,432) + transient peak 9,998,400 (161 buffers, peak at node 150).
  *
  * forward() and backward() run one microbatch as straight-line calls into
  * libshardrt on buffers at their planned arena offsets: F(offset) is a float
@@ -51,6 +51,7 @@
 #define TP               1           /* tensor-parallel ranks, each on its shards of the layers */
 #define COMM_BYTES       5005824ULL  /* planned bytes sent per rank per step */
 #define VOCAB            256         /* token ids are below it */
+#define NBUCKETS         7           /* gradient buckets (one per layer) */
 #define MICROBATCHES     1           /* forward+backward passes per step and rank */
 #define MICROBATCH       4           /* rows per pass */
 #define BATCH            16          /* rows per step over all ranks */
@@ -251,6 +252,10 @@ static const double norm_w[NPARAMS] = {
     1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
     1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
 };
+
+/* Gradient buckets: each one's all-reduce starts in the backward of the last
+ * microbatch, right after its last gradient op; sync_gradients waits. */
+static MPI_Request grad_req[7];
 
 /* Loss of each cross_entropy (in double) and the rows it averaged over. */
 static double ce_loss[1];
@@ -552,6 +557,8 @@ static double forward(long step, int row0) {
 static void backward(long step, int row0) {
   (void)step;
   (void)row0;
+  static long calls;  // once per microbatch: the last one starts the bucket all-reduces
+  const int last_microbatch = ++calls % MICROBATCHES == 0;
   // gpt.shard:14  d%164 = fill
   // () -> f32[]
   *F(22822976) = 1.0f;
@@ -566,6 +573,12 @@ static void backward(long step, int row0) {
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
   memset(F(22427648), 0, 131072);  // d%157 starts here
   rt_layernorm_backward_f32(F(22427648), F(6673408), F(6673920), F(22560768), F(22296576), F(3336192), F(22558720), F(22559744), 256, 128);
+  // gpt.shard:13 (ln)  %287 += grad_all_reduce %287
+  // f32[256] -> f32[256]
+  if (last_microbatch) {  // bucket ln: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(6673408), 256, 4, &grad_req[0]);
+    rt_progress(&mesh, 1, grad_req);  // and the earlier buckets' go on
+  }
   // gpt.shard:6 (blocks.3)  d%142, _ += add_bwd d%157, %142, %156
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -627,6 +640,12 @@ static void backward(long step, int row0) {
   // gpt.shard:5 (blocks.3)  d%119, d@blocks.3.ln_1.weight, d@blocks.3.ln_1.bias += layernorm_bwd d%122, %119, @blocks.3.ln_1.weight, %123, %124
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
   rt_layernorm_backward_f32(F(22427648), F(5880320), F(5880832), F(22558720), F(20060160), F(2543104), F(20322304), F(20323328), 256, 128);
+  // gpt.shard:5 (blocks.3)  %286 += grad_all_reduce %286
+  // f32[198272] -> f32[198272]
+  if (last_microbatch) {  // bucket blocks.3: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(5880320), 198272, 4, &grad_req[1]);
+    rt_progress(&mesh, 2, grad_req);  // and the earlier buckets' go on
+  }
   // gpt.shard:6 (blocks.2)  d%104, _ += add_bwd d%119, %104, %118
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -688,6 +707,12 @@ static void backward(long step, int row0) {
   // gpt.shard:5 (blocks.2)  d%81, d@blocks.2.ln_1.weight, d@blocks.2.ln_1.bias += layernorm_bwd d%84, %81, @blocks.2.ln_1.weight, %85, %86
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
   rt_layernorm_backward_f32(F(22689792), F(5087232), F(5087744), F(22822976), F(17823744), F(1750016), F(18085888), F(18086912), 256, 128);
+  // gpt.shard:5 (blocks.2)  %285 += grad_all_reduce %285
+  // f32[198272] -> f32[198272]
+  if (last_microbatch) {  // bucket blocks.2: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(5087232), 198272, 4, &grad_req[2]);
+    rt_progress(&mesh, 3, grad_req);  // and the earlier buckets' go on
+  }
   // gpt.shard:6 (blocks.1)  d%66, _ += add_bwd d%81, %66, %80
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -749,6 +774,12 @@ static void backward(long step, int row0) {
   // gpt.shard:5 (blocks.1)  d%43, d@blocks.1.ln_1.weight, d@blocks.1.ln_1.bias += layernorm_bwd d%46, %43, @blocks.1.ln_1.weight, %47, %48
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
   rt_layernorm_backward_f32(F(22954048), F(4294144), F(4294656), F(22822976), F(15587328), F(956928), F(15849472), F(15850496), 256, 128);
+  // gpt.shard:5 (blocks.1)  %284 += grad_all_reduce %284
+  // f32[198272] -> f32[198272]
+  if (last_microbatch) {  // bucket blocks.1: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(4294144), 198272, 4, &grad_req[3]);
+    rt_progress(&mesh, 4, grad_req);  // and the earlier buckets' go on
+  }
   // gpt.shard:6 (blocks.0)  d%28, _ += add_bwd d%43, %28, %42
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -810,6 +841,12 @@ static void backward(long step, int row0) {
   // gpt.shard:5 (blocks.0)  d%5, d@blocks.0.ln_1.weight, d@blocks.0.ln_1.bias += layernorm_bwd d%8, %5, @blocks.0.ln_1.weight, %9, %10
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
   rt_layernorm_backward_f32(F(22954048), F(3501056), F(3501568), F(22822976), F(13481984), F(163840), F(13613056), F(13614080), 256, 128);
+  // gpt.shard:5 (blocks.0)  %283 += grad_all_reduce %283
+  // f32[198272] -> f32[198272]
+  if (last_microbatch) {  // bucket blocks.0: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(3501056), 198272, 4, &grad_req[4]);
+    rt_progress(&mesh, 5, grad_req);  // and the earlier buckets' go on
+  }
   // gpt.shard:11  _, d@pos.weight += add_bwd d%5, %3, @pos.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[T=64,128] -> f32[T=64,128]
   {
@@ -821,9 +858,21 @@ static void backward(long step, int row0) {
         d4[j] += d5[i];
       }
   }
+  // gpt.shard:11 (pos)  %282 += grad_all_reduce %282
+  // f32[8192] -> f32[8192]
+  if (last_microbatch) {  // bucket pos: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(3468288), 8192, 4, &grad_req[5]);
+    rt_progress(&mesh, 6, grad_req);  // and the earlier buckets' go on
+  }
   // gpt.shard:11  d@embed.weight += gather_bwd d%5, @embed.weight, $tokens
   // f32[B=4,T=64,128], f32[256,128], i32[B=4,T=64] -> f32[256,128]
   rt_embedding_backward_f32(F(3337216), F(22954048), I(13348864), 256, 128);
+  // gpt.shard:11 (embed)  %281 += grad_all_reduce %281
+  // f32[32768] -> f32[32768]
+  if (last_microbatch) {  // bucket embed: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(3337216), 32768, 4, &grad_req[6]);
+    rt_progress(&mesh, 7, grad_req);  // and the earlier buckets' go on
+  }
 }
 
 /* ---- optimizer ---- */
@@ -898,8 +947,8 @@ static const char PLAN[] =
     "steps:    300, precision fp32, seed 1337\n"
     "params:   834,304 in 52 tensors (3.18 MiB fp32)\n"
     "flops:    1.375e+09 forward per microbatch (256 tokens); 1.65e+10 per step fwd+bwd\n"
-    "graph:    217 nodes (143 forward), 281 values\n"
-    "memory:   23,347,264 bytes per rank (22.27 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.54 MiB at node 149\n"
+    "graph:    224 nodes (143 forward), 288 values\n"
+    "memory:   23,347,264 bytes per rank (22.27 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.54 MiB at node 150\n"
     "comm:     5,005,824 bytes sent per rank per step (dp 5,005,824)\n";
 
 static const CgModel model = {
@@ -987,7 +1036,7 @@ static int save_checkpoint(long steps_done) {
 /* After the microbatches: gradients summed over the data-parallel ranks, and
  * over tp for replicated parameters used on sequence shards. */
 static void sync_gradients(void) {
-  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(float), 4);
+  rt_waitall(&mesh, 7, grad_req);  // the buckets' all-reduces, started in the backward
 }
 
 static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }

@@ -12,12 +12,12 @@
  * steps:    100, precision fp32, seed 1337
  * params:   758,912 in 31 tensors (2.90 MiB fp32)
  * flops:    1.225e+09 forward per microbatch (256 tokens); 7.35e+09 per step fwd+bwd
- * graph:    194 nodes (121 forward), 245 values
- * memory:   23,401,472 bytes per rank (22.32 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.74 MiB at node 127
+ * graph:    201 nodes (121 forward), 252 values
+ * memory:   23,401,472 bytes per rank (22.32 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.74 MiB at node 129
  * comm:     3,035,648 bytes sent per rank per step (dp 3,035,648)
  *
  * Arena per rank: 23,401,472 bytes = persistent 12,142,592 (params 3,035,648, grads 3,035,648, optimizer
- * 6,071,296) + transient peak 11,258,880 (167 buffers, peak at node 127).
+ * 6,071,296) + transient peak 11,258,880 (167 buffers, peak at node 129).
  *
  * forward() and backward() run one microbatch as straight-line calls into
  * libshardrt on buffers at their planned arena offsets: F(offset) is a float
@@ -51,6 +51,7 @@
 #define TP               1           /* tensor-parallel ranks, each on its shards of the layers */
 #define COMM_BYTES       3035648ULL  /* planned bytes sent per rank per step */
 #define VOCAB            256         /* token ids are below it */
+#define NBUCKETS         7           /* gradient buckets (one per layer) */
 #define MICROBATCHES     1           /* forward+backward passes per step and rank */
 #define MICROBATCH       4           /* rows per pass */
 #define BATCH            8           /* rows per step over all ranks */
@@ -185,6 +186,10 @@ static const double norm_w[NPARAMS] = {
     1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
     1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
 };
+
+/* Gradient buckets: each one's all-reduce starts in the backward of the last
+ * microbatch, right after its last gradient op; sync_gradients waits. */
+static MPI_Request grad_req[7];
 
 /* Loss of each cross_entropy (in double) and the rows it averaged over. */
 static double ce_loss[1];
@@ -550,6 +555,8 @@ static double forward(long step, int row0) {
 static void backward(long step, int row0) {
   (void)step;
   (void)row0;
+  static long calls;  // once per microbatch: the last one starts the bucket all-reduces
+  const int last_microbatch = ++calls % MICROBATCHES == 0;
   // llama.shard:16  d%133 = fill
   // () -> f32[]
   *F(20313152) = 1.0f;
@@ -560,10 +567,22 @@ static void backward(long step, int row0) {
   // f32[B=4,T=64,256], f32[B=4,T=64,128], f32[256,128] -> f32[B=4,T=64,128], f32[256,128]
   memset(F(22696960), 0, 131072);  // d%129 starts here
   rt_matmul_backward_f32(F(22696960), F(5940224), NULL, F(22959104), F(22434816), F(2904576), 256, 128, 256);
+  // llama.shard:15 (lm_head)  %251 += grad_all_reduce %251
+  // f32[32768] -> f32[32768]
+  if (last_microbatch) {  // bucket lm_head: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(5940224), 32768, 4, &grad_req[0]);
+    rt_progress(&mesh, 1, grad_req);  // and the earlier buckets' go on
+  }
   // llama.shard:15  d%127, d@norm.weight += rmsnorm_bwd d%129, %127, @norm.weight, %130
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
   memset(F(22434816), 0, 131072);  // d%127 starts here
   rt_rmsnorm_backward_f32(F(22434816), F(5939712), F(22696960), F(22565888), F(2904064), F(12603392), 256, 128);
+  // llama.shard:15 (norm)  %250 += grad_all_reduce %250
+  // f32[128] -> f32[128]
+  if (last_microbatch) {  // bucket norm: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(5939712), 128, 4, &grad_req[1]);
+    rt_progress(&mesh, 2, grad_req);  // and the earlier buckets' go on
+  }
   // llama.shard:8 (blocks.3)  d%115, _ += add_bwd d%127, %115, %126
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -649,6 +668,12 @@ static void backward(long step, int row0) {
   // llama.shard:6 (blocks.3)  d%96, d@blocks.3.norm_1.weight += rmsnorm_bwd d%98, %96, @blocks.3.norm_1.weight, %99
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
   rt_rmsnorm_backward_f32(F(22696960), F(5246464), F(20141056), F(20009984), F(2210816), F(12601344), 256, 128);
+  // llama.shard:6 (blocks.3)  %249 += grad_all_reduce %249
+  // f32[173312] -> f32[173312]
+  if (last_microbatch) {  // bucket blocks.3: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(5246464), 173312, 4, &grad_req[2]);
+    rt_progress(&mesh, 3, grad_req);  // and the earlier buckets' go on
+  }
   // llama.shard:8 (blocks.2)  d%84, _ += add_bwd d%96, %84, %95
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -734,6 +759,12 @@ static void backward(long step, int row0) {
   // llama.shard:6 (blocks.2)  d%65, d@blocks.2.norm_1.weight += rmsnorm_bwd d%67, %65, @blocks.2.norm_1.weight, %68
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
   rt_rmsnorm_backward_f32(F(20009984), F(4553216), F(20141056), F(17454080), F(1517568), F(12591104), 256, 128);
+  // llama.shard:6 (blocks.2)  %248 += grad_all_reduce %248
+  // f32[173312] -> f32[173312]
+  if (last_microbatch) {  // bucket blocks.2: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(4553216), 173312, 4, &grad_req[3]);
+    rt_progress(&mesh, 4, grad_req);  // and the earlier buckets' go on
+  }
   // llama.shard:8 (blocks.1)  d%53, _ += add_bwd d%65, %53, %64
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -819,6 +850,12 @@ static void backward(long step, int row0) {
   // llama.shard:6 (blocks.1)  d%34, d@blocks.1.norm_1.weight += rmsnorm_bwd d%36, %34, @blocks.1.norm_1.weight, %37
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
   rt_rmsnorm_backward_f32(F(20313152), F(3859968), F(20444224), F(14865408), F(824320), F(12580864), 256, 128);
+  // llama.shard:6 (blocks.1)  %247 += grad_all_reduce %247
+  // f32[173312] -> f32[173312]
+  if (last_microbatch) {  // bucket blocks.1: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(3859968), 173312, 4, &grad_req[4]);
+    rt_progress(&mesh, 5, grad_req);  // and the earlier buckets' go on
+  }
   // llama.shard:8 (blocks.0)  d%22, _ += add_bwd d%34, %22, %33
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -904,9 +941,21 @@ static void backward(long step, int row0) {
   // llama.shard:6 (blocks.0)  d%3, d@blocks.0.norm_1.weight += rmsnorm_bwd d%5, %3, @blocks.0.norm_1.weight, %6
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
   rt_rmsnorm_backward_f32(F(20313152), F(3166720), F(20444224), F(12144640), F(131072), F(12406784), 256, 128);
+  // llama.shard:6 (blocks.0)  %246 += grad_all_reduce %246
+  // f32[173312] -> f32[173312]
+  if (last_microbatch) {  // bucket blocks.0: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(3166720), 173312, 4, &grad_req[5]);
+    rt_progress(&mesh, 6, grad_req);  // and the earlier buckets' go on
+  }
   // llama.shard:13  d@embed.weight += gather_bwd d%3, @embed.weight, $tokens
   // f32[B=4,T=64,128], f32[256,128], i32[B=4,T=64] -> f32[256,128]
   rt_embedding_backward_f32(F(3035648), F(20313152), I(12142592), 256, 128);
+  // llama.shard:13 (embed)  %245 += grad_all_reduce %245
+  // f32[32768] -> f32[32768]
+  if (last_microbatch) {  // bucket embed: overlaps the rest of the backward
+    rt_iallreduce(&mesh, RT_AX_DP, F(3035648), 32768, 4, &grad_req[6]);
+    rt_progress(&mesh, 7, grad_req);  // and the earlier buckets' go on
+  }
 }
 
 /* ---- optimizer ---- */
@@ -981,8 +1030,8 @@ static const char PLAN[] =
     "steps:    100, precision fp32, seed 1337\n"
     "params:   758,912 in 31 tensors (2.90 MiB fp32)\n"
     "flops:    1.225e+09 forward per microbatch (256 tokens); 7.35e+09 per step fwd+bwd\n"
-    "graph:    194 nodes (121 forward), 245 values\n"
-    "memory:   23,401,472 bytes per rank (22.32 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.74 MiB at node 127\n"
+    "graph:    201 nodes (121 forward), 252 values\n"
+    "memory:   23,401,472 bytes per rank (22.32 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.74 MiB at node 129\n"
     "comm:     3,035,648 bytes sent per rank per step (dp 3,035,648)\n";
 
 static const CgModel model = {
@@ -1070,7 +1119,7 @@ static int save_checkpoint(long steps_done) {
 /* After the microbatches: gradients summed over the data-parallel ranks, and
  * over tp for replicated parameters used on sequence shards. */
 static void sync_gradients(void) {
-  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(float), 4);
+  rt_waitall(&mesh, 7, grad_req);  // the buckets' all-reduces, started in the backward
 }
 
 static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }

@@ -45,13 +45,17 @@ static void check_ring(Module *m, int sp) {
   ASSERT(0, ax[AX_DP]);
 }
 
-static void check_sample(const char *path) {
+
+/* strategy: NULL for the sample's own, else e.g. "dp=4,zero=3" on 4 ranks. */
+static void check_sample(const char *path, const char *strategy) {
   diag_reset();
   SrcFile *f = src_load(path);
   ASSERT(1, f != NULL);
   if (!f) return;
   Program *p = ast_parse(f);
   SemaOptions o = {0};
+  o.strategy = strategy;
+  if (strategy) o.mesh = "4";
   Module *m = p ? sema_run(p, &o) : NULL;
   ASSERT(0, diag_error_count());
   if (!m || !m->graph) return;
@@ -77,10 +81,26 @@ static void check_sample(const char *path) {
   /* persistent sizes: params, grads, AdamW's m and v (64-byte aligned each) */
   int64_t pb = 0;
   for (int i = 0; i < g->params.len; i++) pb += (bytes_of(g->params.data[i]) + 63) / 64 * 64;
-  ASSERT(pb, m->mem.param_bytes);
-  ASSERT(pb, m->mem.grad_bytes);
   int nstate = !strcmp(m->train.opt.kind, "adamw") ? 2 : m->train.opt.momentum > 0 ? 1 : 0;
-  ASSERT(nstate * pb, m->mem.optstate_bytes);
+  int zero = m->train.plan.zero, dp = m->train.plan.dp;
+  if (zero >= 2) {
+    /* ZeRO-2/3: the buckets pad the flat layout to 16·dp elements each; a
+     * rank keeps 1/dp of it as gradients (and ZeRO-3 as parameters) */
+    int64_t flat = 0;
+    for (int k = 0; k < g->buckets.len; k++) flat += ((Bucket *)g->buckets.data[k])->numel * 4;
+    ASSERT(1, flat >= pb && flat < pb + g->buckets.len * 64 * dp);
+    ASSERT(flat, m->mem.grad_bytes * dp);
+    ASSERT(zero == 3 ? flat / dp : flat, m->mem.param_bytes);
+    ASSERT(nstate * m->mem.grad_bytes, m->mem.optstate_bytes);
+    for (int i = 0; i < g->params.len; i++) {
+      Value *pv = g->params.data[i];
+      ASSERT(1, root(pv->grad) != pv->grad && !root(pv->grad)->persistent);
+    }
+  } else {
+    ASSERT(pb, m->mem.param_bytes);
+    ASSERT(pb, m->mem.grad_bytes);
+    ASSERT(nstate * pb, m->mem.optstate_bytes);
+  }
   ASSERT(m->mem.persistent_bytes + m->mem.transient_peak, m->mem.arena_bytes);
 
   /* no overlap between simultaneously live transient buffers; all inside the arena */
@@ -105,7 +125,7 @@ static void check_sample(const char *path) {
   /* aliases share their root's storage */
   for (int i = 0; i < g->values.len; i++) {
     Value *v = g->values.data[i];
-    if (v->alias) ASSERT(root(v)->offset, v->offset);
+    if (v->alias) ASSERT(root(v)->offset + ir_view_off(v), v->offset);
   }
   /* the peak is reached: some buffer ends exactly at the arena's top */
   int64_t top = m->mem.persistent_bytes;
@@ -122,6 +142,9 @@ int main(void) {
   const char *samples[] = {"../samples/mlp.shard", "../samples/gpt.shard", "../samples/llama.shard",
                            "../samples/mish.shard", "golden/gqa_rope.shard",
                            "golden/ring.shard"};
-  for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++) check_sample(samples[i]);
+  for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++) check_sample(samples[i], NULL);
+  check_sample("../samples/gpt.shard", "dp=4,zero=2");
+  check_sample("../samples/gpt.shard", "dp=4,zero=3");
+  check_sample("../samples/gpt.shard", "tp=2,dp=2,zero=3");
   TEST_MAIN_END();
 }

@@ -243,6 +243,40 @@ static void check_collectives(const Cfg *c, RtMesh *m) {
       CHECK(!bad, "bcast: %d wrong elements", bad);
       VOL(ax, rt_vol_bcast(n * esize, P), "bcast");
       total += rt_vol_bcast(n * esize, P);
+
+      // gradient buckets: non-blocking all-reduce and reduce-scatter, and the
+      // accumulating reduce-scatter (ZeRO)
+      MPI_Request req[2];
+      fill(buf, esize, n, m->rank, salt + 4);
+      rt_iallreduce(m, ax, buf, n, esize, &req[0]);
+      VOL(ax, rt_vol_allreduce(n * esize, P), "iallreduce");
+      total += rt_vol_allreduce(n * esize, P);
+      size_t inner = 3;
+      char rs[8 * 16], acc[8 * 16];
+      fill(ref, esize, P * inner, m->rank, salt + 5);
+      rt_ireduce_scatter(m, ax, rs, ref, inner, esize, &req[1]);
+      VOL(ax, rt_vol_reduce_scatter(P * inner * esize, P), "ireduce_scatter");
+      total += rt_vol_reduce_scatter(P * inner * esize, P);
+      rt_waitall(m, 2, req);
+      fill(acc, esize, inner, 0, salt + 6);
+      rt_reduce_scatter_acc(m, ax, acc, ref, inner, esize, scr);
+      VOL(ax, rt_vol_reduce_scatter(P * inner * esize, P), "reduce_scatter_acc");
+      total += rt_vol_reduce_scatter(P * inner * esize, P);
+      double worst = 0;
+      for (size_t i = 0; i < n; i++) {
+        double sa = 0;
+        for (int k = 0; k < P; k++)
+          sa += val(member(c, p, ax, k), i, salt + 4);
+        worst = fmax(worst, fabs(get(buf, esize, i) - sa));
+      }
+      for (size_t i = 0; i < inner; i++) {
+        double sr = 0;
+        for (int k = 0; k < P; k++)
+          sr += val(member(c, p, ax, k), r * inner + i, salt + 5);
+        worst = fmax(worst, fabs(get(rs, esize, i) - sr));
+        worst = fmax(worst, fabs(get(acc, esize, i) - (sr + val(0, i, salt + 6))));
+      }
+      CHECK(worst <= 1e-6, "iallreduce / ireduce_scatter / reduce_scatter_acc: off by %g", worst);
     }
     // control traffic: summed, not counted
     double s = 0;

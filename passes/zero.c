@@ -1,0 +1,324 @@
+/* zero.c — data-parallel gradient buckets and ZeRO-2/3 (Rajbhandari et al.
+ * 2020), as IR nodes in the backward (and under ZeRO-3 the forward).
+ *
+ * The parameters are grouped into buckets, one per layer ("blocks.3", and
+ * "embed", "pos", ... for the rest); under sp=megatron the gradients that
+ * are partial sums over tp go to a bucket of their own.  A bucket's
+ * gradients are one value (Bucket.grads) of which each parameter's gradient
+ * is a view, so a whole bucket is reduced in one collective right after the
+ * backward node that completes it:
+ *
+ *   zero=0  grad_all_reduce: the bucket (persistent, as today's gradients)
+ *           summed over dp, issued without blocking in the last microbatch
+ *           and waited for before the optimizer (llm.c / PyTorch DDP).
+ *   zero=1  grad_reduce_scatter of the persistent bucket into the rank's
+ *           gradient shard, issued without blocking in the last microbatch
+ *           (waited for before the optimizer); parameters and optimizer
+ *           state as zero=2.
+ *   zero=2  grad_reduce_scatter: the bucket is transient (born at its first
+ *           gradient op, dead after the collective); each rank accumulates
+ *           the sum of its 1/dp chunk into a persistent shard (Bucket.gshard)
+ *           every microbatch.  Parameters stay whole, in the flat bucket
+ *           layout; the optimizer updates the rank's chunks and all-gathers
+ *           each bucket.
+ *   zero=3  as zero=2, and the parameters are only the rank's chunks
+ *           (Bucket.pshard): all_gather into a transient copy of the bucket
+ *           right before its first use in the forward, and again before its
+ *           first use in the backward; the forward and backward nodes read
+ *           views of those copies, so the plan frees each after its last use.
+ *
+ * The layout (offsets of parameters, shards and optimizer state) is placed
+ * by zero_memplan, called from memplan.
+ */
+#include <string.h>
+
+#include "passes.h"
+
+/* "blocks.3.attn.qkv.weight" -> "blocks.3"; "embed.weight" -> "embed". */
+static const char *layer_key(const char *name) {
+  const char *dot = strchr(name, '.');
+  if (!dot) return name;
+  const char *p = dot + 1;
+  if (*p >= '0' && *p <= '9') {
+    while (*p >= '0' && *p <= '9') p++;
+    return arena_printf("%.*s", (int)(p - name), name);
+  }
+  return arena_printf("%.*s", (int)(dot - name), name);
+}
+
+static Value *root(Value *v) {
+  while (v->alias) v = v->alias;
+  return v;
+}
+
+static Bucket *bucket_of(Graph *g, const char *key, bool partial) {
+  for (int i = 0; i < g->buckets.len; i++) {
+    Bucket *b = g->buckets.data[i];
+    if (!strcmp(b->name, key) && b->tp_partial == partial) return b;
+  }
+  Bucket *b = arena_alloc(sizeof *b);
+  b->name = key;
+  b->tp_partial = partial;
+  vec_push(&g->buckets, b);
+  return b;
+}
+
+/* A view of p inside the gathered copy `whole` of its bucket, at byte off. */
+static Value *param_view(Graph *g, Value *p, Value *whole, int64_t off) {
+  Value *v = ir_value(g, ROLE_PARAM, p->shape, p->dtype, p->loc);
+  int id = v->id;
+  *v = *p;
+  v->id = id;
+  v->def = NULL;
+  v->grad = NULL;
+  v->nuses = 0;
+  v->alias = whole;
+  v->view_off = off;
+  return v;
+}
+
+static Node *comm_node(OpKind op, Value *in, Value *out, int dp, const Bucket *b, bool bwd) {
+  Node *n = arena_alloc(sizeof *n);
+  n->op = op;
+  n->in[0] = in;
+  n->nin = 1;
+  n->out = n->outs[0] = out;
+  n->nout = 1;
+  n->bwd = bwd;
+  n->a.i[0] = 0;
+  n->a.i[1] = dp;
+  n->a.i[2] = AX_DP;
+  n->a.ni = 3;
+  n->loc = ((Value *)b->params.data[0])->loc;
+  n->scope = b->name;
+  if (!bwd) out->def = n;
+  return n;
+}
+
+enum { WRITES, TAKES, READS };
+
+/* Whether node n writes, takes as an operand (even for its shape only: the
+ * copy must be defined there) or reads anything stored in `whole`. */
+static bool touches(const Node *n, const Value *whole, int how) {
+  if (how == WRITES) {
+    for (int j = 0; j < n->nout; j++)
+      if (n->outs[j] && root(n->outs[j]) == whole) return true;
+    return false;
+  }
+  for (int j = 0; j < n->nin; j++)
+    if (root(n->in[j]) == whole && (how == TAKES || ir_reads_data(n, j))) return true;
+  return false;
+}
+
+int pass_zero(Module *m) {
+  Graph *g = m->graph;
+  const Plan *pl = &m->train.plan;
+  /* (a pipeline's stages get buckets for ZeRO; their plain dp all-reduce
+   * runs after the schedule) */
+  if (!g || !g->nfwd || pl->dp <= 1 || (pl->pp > 1 && !pl->zero) || pl->sp > 1 || pl->tp2d > 1)
+    return 0;
+  int dp = pl->dp, stage = pl->zero;
+  if (stage == 3)
+    for (int i = 0; i < g->values.len; i++) {
+      Value *v = g->values.data[i];
+      if (v->alias && v->alias->role == ROLE_PARAM) {
+        diag_fatal_noloc("zero=3: parameter %s is used through a view (a reshape); gathering "
+                         "it per layer is not implemented: use zero=2", v->alias->name);
+        return -1;
+      }
+    }
+  /* Buckets in parameter order; zero=0 buckets hold only the parameters
+   * that have gradients (the others have no place in the gradient range). */
+  for (int i = 0; i < g->params.len; i++) {
+    Value *p = g->params.data[i];
+    if (!stage && !p->grad) continue;
+    bool partial = stage >= 1 && (p->grad_partial & (1u << AX_TP));
+    /* a pipeline's tied embedding alone: its shard is summed over EMBED */
+    const char *key = p->pp_shared ? arena_printf("%s (tied)", layer_key(p->name)) : layer_key(p->name);
+    Bucket *b = bucket_of(g, key, partial);
+    b->tied = p->pp_shared;
+    vec_push(&b->params, p);
+  }
+  int64_t flat = 0, shard = 0;
+  for (int k = 0; k < g->buckets.len; k++) {
+    Bucket *b = g->buckets.data[k];
+    b->pos = arena_alloc(sizeof(int64_t) * (size_t)b->params.len);
+    int64_t n = 0;
+    for (int j = 0; j < b->params.len; j++) {
+      b->pos[j] = n;
+      n += (ir_numel(&((Value *)b->params.data[j])->shape) + 15) / 16 * 16;
+    }
+    if (stage >= 1) n = (n + 16 * dp - 1) / (16 * dp) * (16 * dp);
+    b->flat = flat;
+    b->numel = n;
+    b->chunk = stage >= 1 ? n / dp : 0;
+    b->shard = shard;
+    flat += n;
+    shard += b->chunk;
+    Shape s = ir_shape(1, &n);
+    b->grads = ir_value(g, ROLE_GRAD, s, DT_F32, ((Value *)b->params.data[0])->loc);
+    b->grads->name = b->name;
+    for (int j = 0; j < b->params.len; j++) {
+      Value *p = b->params.data[j];
+      if (!p->grad) continue;
+      p->grad->alias = b->grads;
+      p->grad->view_off = b->pos[j] * 4;
+    }
+    if (stage >= 1) {
+      Shape c = ir_shape(1, &b->chunk);
+      b->gshard = ir_value(g, ROLE_GRAD, c, DT_F32, b->grads->loc);
+      b->gshard->name = arena_printf("%s (gradient shard)", b->name);
+    }
+    if (stage == 3) {
+      Shape c = ir_shape(1, &b->chunk);
+      b->pshard = ir_value(g, ROLE_OPTSTATE, c, DT_F32, b->grads->loc);
+      b->pshard->name = arena_printf("%s (parameter shard)", b->name);
+    }
+  }
+
+  /* Where the new nodes go: before[i] runs right before node i, after[i]
+   * right after it. */
+  int nn = g->nodes.len;
+  PtrVec *before = arena_alloc(sizeof(PtrVec) * (size_t)(nn + 1));
+  PtrVec *after = arena_alloc(sizeof(PtrVec) * (size_t)(nn + 1));
+  for (int k = 0; k < g->buckets.len; k++) {
+    Bucket *b = g->buckets.data[k];
+    if (stage == 3) {
+      /* Two gathered copies, one for each direction; nodes read views. */
+      Value *whole[2];
+      for (int d = 0; d < 2; d++) {
+        Shape s = ir_shape(1, &b->numel);
+        whole[d] = ir_value(g, ROLE_ACT, s, DT_F32, b->grads->loc);
+        whole[d]->name = arena_printf("%s (gathered for the %s)", b->name, d ? "backward" : "forward");
+      }
+      for (int j = 0; j < b->params.len; j++) {
+        Value *p = b->params.data[j];
+        Value *view[2] = {param_view(g, p, whole[0], b->pos[j] * 4),
+                          param_view(g, p, whole[1], b->pos[j] * 4)};
+        for (int i = 0; i < nn; i++) {
+          Node *n = g->nodes.data[i];
+          for (int q = 0; q < n->nin; q++)
+            /* a backward node that takes p for its shape only (a bias's
+             * add_bwd) keeps the forward's view: no gather for it */
+            if (n->in[q] == p) n->in[q] = view[i >= g->nfwd && ir_reads_data(n, q)];
+        }
+      }
+      for (int d = 0; d < 2; d++) {
+        int first = -1;
+        for (int i = d ? g->nfwd : 0; i < (d ? nn : g->nfwd) && first < 0; i++)
+          if (touches(g->nodes.data[i], whole[d], d ? READS : TAKES)) first = i;
+        if (first >= 0) vec_push(&before[first], comm_node(OP_ALLGATHER, b->pshard, whole[d], dp, b, false));
+      }
+    }
+    int last = -1;
+    for (int i = g->nfwd; i < nn; i++)
+      if (touches(g->nodes.data[i], b->grads, WRITES)) last = i;
+    if (last < 0) continue;
+    if (stage >= 1) {
+      Node *rs = comm_node(OP_GRAD_REDUCE_SCATTER, b->grads, b->gshard, dp, b, true);
+      rs->a.i[3] = stage == 1;   /* ZeRO-1: once, in the last microbatch, without blocking */
+      rs->a.ni = 4;
+      vec_push(&after[last], rs);
+    } else
+      vec_push(&after[last], comm_node(OP_GRAD_ALLREDUCE, b->grads, b->grads, dp, b, true));
+  }
+
+  /* The new schedule; node ids are schedule positions. */
+  PtrVec nodes = {0};
+  int *newid = arena_alloc(sizeof(int) * (size_t)(nn + 1));
+  int nfwd = -1;
+  for (int i = 0; i < nn; i++) {
+    if (i == g->nfwd) nfwd = nodes.len;
+    for (int k = 0; k < before[i].len; k++) vec_push(&nodes, before[i].data[k]);
+    newid[i] = nodes.len;
+    vec_push(&nodes, g->nodes.data[i]);
+    for (int k = 0; k < after[i].len; k++) vec_push(&nodes, after[i].data[k]);
+  }
+  if (nfwd < 0) nfwd = nodes.len;
+  for (int i = 0; i < nodes.len; i++) {
+    Node *n = nodes.data[i];
+    n->id = i;
+    if (n->op == OP_DROPOUT_BWD) n->a.i[1] = newid[n->a.i[1]];
+  }
+  g->nodes = nodes;
+  g->nfwd = nfwd;
+  return 0;
+}
+
+/* The persistent part of the arena for a bucketed plan (memplan): 0 when
+ * the plan has no buckets, else 1 with *end at its end.
+ *   zero=0   [params | buckets of gradients | optimizer state per parameter]
+ *   zero=1   [params in the flat layout | buckets of gradients | gradient shards | optimizer state of the shards]
+ *   zero=2   [params in the flat layout | gradient shards | optimizer state of the shards]
+ *   zero=3   [parameter shards | gradient shards | optimizer state of the shards]
+ * A shard array holds the rank's chunk of every bucket, in bucket order. */
+int zero_memplan(Module *m, int64_t *end) {
+  Graph *g = m->graph;
+  MemPlan *mp = &m->mem;
+  if (!g->buckets.len) return 0;
+  int stage = m->train.plan.zero, nstate = opt_states(&m->train.opt);
+  int64_t off = 0, nshard = 0;
+  if (stage == 0) {
+    for (int i = 0; i < g->params.len; i++) {
+      Value *p = g->params.data[i];
+      p->persistent = true;
+      p->offset = off;
+      off += (ir_numel(&p->shape) * 4 + 63) / 64 * 64;
+    }
+    mp->param_bytes = off;
+    for (int k = 0; k < g->buckets.len; k++) {
+      Bucket *b = g->buckets.data[k];
+      b->grads->persistent = true;
+      b->grads->offset = off;
+      off += b->numel * 4;
+    }
+    mp->grad_bytes = off - mp->param_bytes;
+    for (int i = 0; i < g->params.len && nstate; i++) {
+      Value *p = g->params.data[i];
+      if (!p->grad) continue;
+      p->opt_offset = off;
+      off += nstate * ((ir_numel(&p->shape) * 4 + 63) / 64 * 64);
+    }
+    mp->optstate_bytes = off - mp->param_bytes - mp->grad_bytes;
+    mp->persistent_bytes = *end = off;
+    return 1;
+  }
+  for (int k = 0; k < g->buckets.len; k++) {
+    Bucket *b = g->buckets.data[k];
+    nshard += b->chunk;
+    for (int j = 0; j < b->params.len; j++) {
+      Value *p = b->params.data[j];
+      p->persistent = true;
+      p->offset = (b->flat + b->pos[j]) * 4;
+      if (stage == 3) {   /* no storage of its own: nodes read views of the gathered bucket */
+        p->offset = -1;
+        p->live_start = p->live_end = -1;
+      }
+    }
+    if (stage == 3) {
+      b->pshard->persistent = true;
+      b->pshard->offset = b->shard * 4;
+    }
+  }
+  mp->param_bytes = stage == 3 ? nshard * 4 : (((Bucket *)g->buckets.data[g->buckets.len - 1])->flat +
+                                               ((Bucket *)g->buckets.data[g->buckets.len - 1])->numel) * 4;
+  int64_t full = 0;   /* zero=1: the buckets of gradients, whole */
+  for (int k = 0; k < g->buckets.len && stage == 1; k++) {
+    Bucket *b = g->buckets.data[k];
+    b->grads->persistent = true;
+    b->grads->offset = mp->param_bytes + b->flat * 4;
+    full += b->numel * 4;
+  }
+  for (int k = 0; k < g->buckets.len; k++) {
+    Bucket *b = g->buckets.data[k];
+    b->gshard->persistent = true;
+    b->gshard->offset = mp->param_bytes + full + b->shard * 4;
+  }
+  mp->grad_bytes = full + nshard * 4;
+  mp->zero_chunk = nshard;
+  mp->zero_gshard_offset = mp->param_bytes + full;
+  mp->zero_opt_offset = mp->param_bytes + mp->grad_bytes;
+  mp->optstate_bytes = nstate * nshard * 4;
+  mp->persistent_bytes = *end = mp->zero_opt_offset + mp->optstate_bytes;
+  return 1;
+}
