@@ -28,6 +28,7 @@ static const char *usage_check =
     "\n"
     "  --mesh NAME|SPEC     a mesh declared in the file, or N, NODESxPER_NODE, optionally :DEVICE\n"
     "  --strategy SPEC      e.g. dp=2,tp=2,sp=ring,pp=2,schedule=1f1b,mb=4,zero=1,recompute=selective\n"
+    "                       (pp=N:a+b+... gives each pipeline stage's number of layers)\n"
     "  --model NAME         the model to check when the file has several\n"
     "  -w                   do not print warnings\n"
     "  --time-report        print time per phase and peak memory to stderr\n";

@@ -282,6 +282,7 @@ typedef struct Mesh {
 } Mesh;
 
 typedef enum { SP_NONE, SP_MEGATRON, SP_RING } SpKind;
+enum { PLAN_MAXSTAGES = 64 };
 typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED } Schedule;
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
 
@@ -293,6 +294,9 @@ typedef struct Plan {
   SpKind sp_kind;
   Schedule schedule;
   int vchunks;           /* interleaved: virtual stages per device */
+  /* pp=N:a+b+...: layers of each stage (nstage_layers == 0: balanced by FLOPs) */
+  int stage_layers[PLAN_MAXSTAGES];
+  int nstage_layers;
   int mb;                /* microbatches per step (0 = from the train block) */
   int zero;
   Recompute recompute;

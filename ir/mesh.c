@@ -116,7 +116,31 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
       }
       p->given |= PLAN_SP;
     } else if (!strcmp(k, "pp")) {
-      if (parse_pos(k, v, &p->pp, err, errcap)) return -1;
+      /* pp=N, or pp=N:a+b+... with each stage's number of layers */
+      char num[32];
+      const char *colon = strchr(v, ':');
+      size_t len = colon ? (size_t)(colon - v) : strlen(v);
+      if (len >= sizeof num) ERR("pp must be N or N:L+L+... (layers per stage), got '%s'", v);
+      memcpy(num, v, len);
+      num[len] = 0;
+      if (parse_pos(k, num, &p->pp, err, errcap)) return -1;
+      p->nstage_layers = 0;
+      for (const char *c = colon ? colon + 1 : NULL; c;) {
+        char *end;
+        errno = 0;
+        long L = strtol(c, &end, 10);
+        if (errno || end == c || !isdigit((unsigned char)*c) || L < 1 || L > 100000 ||
+            (*end && *end != '+'))
+          ERR("pp=%s: the layers per stage must be positive numbers joined by '+', e.g. pp=2:3+1",
+              v);
+        if (p->nstage_layers == PLAN_MAXSTAGES)
+          ERR("pp=%s: at most %d stages", v, PLAN_MAXSTAGES);
+        p->stage_layers[p->nstage_layers++] = (int)L;
+        c = *end ? end + 1 : NULL;
+      }
+      if (colon && p->nstage_layers != p->pp)
+        ERR("pp=%s gives %d stage size%s for %d stages", v, p->nstage_layers,
+            p->nstage_layers == 1 ? "" : "s", p->pp);
       p->given |= PLAN_PP;
     } else if (!strcmp(k, "schedule")) {
       if (!strcmp(v, "gpipe")) {
@@ -239,6 +263,7 @@ void plan_str(const Plan *p, char *buf, int cap) {
   if (p->sp_kind == SP_RING) ADD(",sp=ring:%d", p->sp);
   if (p->pp > 1) {
     ADD(",pp=%d", p->pp);
+    for (int i = 0; i < p->nstage_layers; i++) ADD("%c%d", i ? '+' : ':', p->stage_layers[i]);
     if (p->schedule == SCHED_GPIPE) ADD(",schedule=gpipe");
     if (p->schedule == SCHED_1F1B) ADD(",schedule=1f1b");
     if (p->schedule == SCHED_INTERLEAVED) ADD(",schedule=interleaved:%d", p->vchunks);

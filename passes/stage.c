@@ -7,7 +7,9 @@
  * exactly one activation crosses it: the residual stream, which the stage
  * sends to the next one per microbatch, and whose gradient comes back.  The
  * pp-1 cuts minimise the largest stage's FLOPs (forward and backward are
- * proportional per op), so stages hold whole layers, balanced.
+ * proportional per op), so stages hold whole layers, balanced; or, with
+ * pp=N:a+b+..., stage s holds the next given number of layers (ops outside
+ * any layer, the embedding and the head, go with the first and last stage).
  *
  * Each stage becomes a graph of its own (Module.stages): its nodes, copies
  * of the parameters it uses (a parameter used in two stages, a tied
@@ -45,6 +47,7 @@ typedef struct Cut {
   int at;          /* nodes [0, at) before it */
   Value *v;        /* the one activation crossing it */
   double before;   /* FLOPs of the nodes before it */
+  int layers;      /* layers (named scopes such as blocks.3) that end before it */
 } Cut;
 
 /* Value copies for one stage: map[old id] (NULL: not yet in the stage). */
@@ -151,11 +154,13 @@ int pass_stage(Module *m) {
   double flops = 0;
   char prev[128] = "", cur[128];
   bool have_prev = false;
+  int nlayers = 0;
   for (int i = 0; i < n; i++) {
     Node *nd = g->nodes.data[i];
     if (!is_leaf(nd)) {
       layer_of(nd, cur, sizeof cur);
       if (have_prev && strcmp(prev, cur)) {
+        nlayers += *prev != 0;
         Value *cross = NULL;
         int count = 0;
         for (int k = 0; k < nv; k++) {
@@ -164,14 +169,40 @@ int pass_stage(Module *m) {
           if (def_at[k] < i && last[k] >= i) count++, cross = v;
         }
         if (count == 1 && cross->dtype == DT_F32 && !cross->alias)
-          cuts[ncut++] = (Cut){i, cross, flops};
+          cuts[ncut++] = (Cut){i, cross, flops, nlayers};
       }
       memcpy(prev, cur, sizeof prev);
       have_prev = true;
     }
     flops += ir_ops[nd->op].flops(nd);
   }
+  nlayers += *prev != 0;
   double total = flops;
+  int chosen[MAX_STAGES];
+  if (p->nstage_layers) {
+    /* pp=N:a+b+...: stage s ends after a + b + ... layers */
+    int want = 0;
+    for (int k = 0; k < p->nstage_layers; k++) want += p->stage_layers[k];
+    if (p->nstage_layers != S || want != nlayers) {
+      diag_error(sema_plan_key_loc(&m->train, PLAN_PP),
+                 "pp=%d: the stage sizes add up to %d layers, but model %s has %d", p->pp, want,
+                 g->model, nlayers);
+      return -1;
+    }
+    for (int k = 0, sum = 0; k < S - 1; k++) {
+      sum += p->stage_layers[k];
+      chosen[k] = -1;
+      for (int j = 0; j < ncut && chosen[k] < 0; j++)
+        if (cuts[j].layers == sum) chosen[k] = j;
+      if (chosen[k] < 0) {
+        diag_error(sema_plan_key_loc(&m->train, PLAN_PP),
+                   "pp: model %s cannot be cut after its first %d layers (more than one activation "
+                   "crosses there)", g->model, sum);
+        return -1;
+      }
+    }
+    goto cut;
+  }
   if (ncut < S - 1) {
     diag_error(sema_plan_key_loc(&m->train, PLAN_PP),
                "pp=%d needs %d pipeline stages but model %s has only %d places to cut it (between "
@@ -204,10 +235,10 @@ int pass_stage(Module *m) {
     double c = seg > B(S - 2, j) ? seg : B(S - 2, j);
     if (bestc < 0 || c < bestc) bestc = c, bestj = j;
   }
-  int chosen[MAX_STAGES];
   for (int k = S - 2, j = bestj; k >= 0; j = FR(k, j), k--) chosen[k] = j;
 #undef B
 #undef FR
+cut:;
   /* Which stages use each parameter. */
   int bound[MAX_STAGES + 1];
   bound[0] = 0;

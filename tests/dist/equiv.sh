@@ -61,6 +61,7 @@ reference gpt && {
   # pipelines: alone, with each other strategy, 3D and 4D on 8 ranks
   check gpt 2 pp=2,schedule=gpipe
   check gpt 2 pp=2,schedule=1f1b
+  check gpt 2 pp=2:3+1
   check gpt 4 pp=4,schedule=1f1b
   check gpt 4 pp=2,tp=2
   check gpt 4 pp=2,dp=2,zero=1
