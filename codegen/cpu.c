@@ -1731,21 +1731,26 @@ static void emit_step_support_pp(Emit *e) {
        "  return ok;\n}\n\n");
   P(e, "/* After the microbatches: gradients summed over tp for replicated parameters\n"
        " * used on sequence shards, over the first and last stage for a tied\n"
-       " * embedding, then over the data-parallel ranks. */\n"
-       "static void sync_gradients(void) {\n");
+       " * embedding, and over the data-parallel ranks%s. */\n"
+       "static void sync_gradients(void) {\n",
+    e->zstage == 0 ? " (per bucket, started in the last microbatch's backward)" : "");
+  if (e->zstage == 0)
+    P(e, "  rt_waitall(&mesh, %d, grad_req);  // the buckets' all-reduces, started in the backward\n",
+      n_grad_reqs(e));
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     if (!p->grad || !(p->grad_partial & (1u << AX_TP))) continue;
-    P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, root(p->grad)),
+    P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, p->grad),
       numel(p), es, p->name);
   }
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     if (!p->grad || !p->pp_shared) continue;
     P(e, "  rt_allreduce(&mesh, RT_AX_EMBED, %s, %" PRId64 ", %d);  // %s, tied: stages 0 and %d\n",
-      ref(e, root(p->grad)), numel(p), es, p->name, e->nstages - 1);
+      ref(e, p->grad), numel(p), es, p->name, e->nstages - 1);
   }
-  P(e, "  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
+  if (e->zstage < 0)
+    P(e, "  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
   P(e, "}\n\n");
   emit_mean_loss_pp(e);
   P(e, "/* The global norm of the summed gradients (before the 1/DP mean): the dp\n"

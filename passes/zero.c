@@ -113,9 +113,7 @@ static bool touches(const Node *n, const Value *whole, int how) {
 int pass_zero(Module *m) {
   Graph *g = m->graph;
   const Plan *pl = &m->train.plan;
-  /* (a pipeline's stages get buckets for ZeRO; their plain dp all-reduce
-   * runs after the schedule) */
-  if (!g || !g->nfwd || pl->dp <= 1 || (pl->pp > 1 && !pl->zero) || pl->sp > 1 || pl->tp2d > 1)
+  if (!g || !g->nfwd || pl->dp <= 1 || pl->sp > 1 || pl->tp2d > 1)
     return 0;
   int dp = pl->dp, stage = pl->zero;
   if (stage == 3)
