@@ -517,8 +517,6 @@ int cg_check(Module *m, const char *target) {
           "chunks; gpipe and 1f1b run)");
   NOT_YET(p->pp > 1 && p->sp_kind == SP_RING && p->sp > 1, "sp=ring with pp (ring attention "
           "inside pipeline stages)");
-  NOT_YET(p->zero >= 1 && p->sp_kind == SP_RING && p->sp > 1, "zero=%d with sp=ring (ZeRO with "
-          "ring attention)", p->zero);
   NOT_YET(p->recompute != RECOMPUTE_NONE, "recompute=%s",
           p->recompute == RECOMPUTE_FULL ? "full" : "selective");
 #undef NOT_YET
@@ -981,6 +979,10 @@ static void emit_fwd(Emit *e, Node *n, int i) {
   }
 }
 
+/* The communicator of the gradient buckets and ZeRO shards: the data
+ * ranks, dp or (under ring attention) dp x sp. */
+static const char *zax(const Emit *e) { return e->ring > 1 ? "RT_AX_DATA" : "RT_AX_DP"; }
+
 /* The bucket index of a gradient-bucket node's input. */
 static int bucket_index(Emit *e, const Node *n) {
   for (int k = 0; k < e->g->buckets.len; k++)
@@ -1009,7 +1011,7 @@ static void emit_bucket_reduce(Emit *e, Node *n) {
   int k = bucket_index(e, n), es = e->f64 ? 8 : 4;
   comment(e, &n, 1);
   if (!overlapped(n)) {
-    P(e, "  rt_reduce_scatter_acc(&mesh, RT_AX_DP, %s, %s, %" PRId64 ", %d, %s);\n", ref(e, n->out),
+    P(e, "  rt_reduce_scatter_acc(&mesh, %s, %s, %s, %" PRId64 ", %d, %s);\n", zax(e), ref(e, n->out),
       ref(e, n->in[0]), numel(n->out), es, ref(e, n->scratch));
     return;
   }
@@ -1018,10 +1020,10 @@ static void emit_bucket_reduce(Emit *e, Node *n) {
   P(e, "  if (last_microbatch) {  // bucket %s: overlaps the rest of the backward\n",
     ((Bucket *)e->g->buckets.data[k])->name);
   if (n->op == OP_GRAD_ALLREDUCE)
-    P(e, "    rt_iallreduce(&mesh, RT_AX_DP, %s, %" PRId64 ", %d, &grad_req[%d]);\n", ref(e, n->in[0]),
+    P(e, "    rt_iallreduce(&mesh, %s, %s, %" PRId64 ", %d, &grad_req[%d]);\n", zax(e), ref(e, n->in[0]),
       numel(n->in[0]), es, q);
   else
-    P(e, "    rt_ireduce_scatter(&mesh, RT_AX_DP, %s, %s, %" PRId64 ", %d, &grad_req[%d]);\n",
+    P(e, "    rt_ireduce_scatter(&mesh, %s, %s, %s, %" PRId64 ", %d, &grad_req[%d]);\n", zax(e),
       ref(e, n->out), ref(e, n->in[0]), numel(n->out), es, q);
   P(e, "    rt_progress(&mesh, %d, grad_req);  // and the earlier buckets' go on\n  }\n", q + 1);
 }
@@ -1262,6 +1264,8 @@ static void emit_prelude(Emit *e) {
   if (e->zstage >= 1) {
     DEF("ZSHARD", arena_printf("ZeRO-%d: elements of this rank's chunk of every bucket", e->zstage),
         "%" PRId64 "LL", mp->zero_chunk);
+    DEF("ZGROUP", e->ring > 1 ? "ranks sharing the chunks: dp x sp" : "ranks sharing the chunks: dp",
+        "%s", e->ring > 1 ? "(DP * SP)" : "DP");
     DEF("GSHARD_OFFSET", "its summed gradients", "%" PRId64 "LL", mp->zero_gshard_offset * e->scale);
     DEF("OPT_OFFSET", "optimizer state of its chunks", "%" PRId64 "LL", mp->zero_opt_offset * e->scale);
   }
@@ -1574,7 +1578,7 @@ static void emit_passes(Emit *e) {
  * each parameter, the elements [a, z) of the flat layout in this rank's
  * chunk of its bucket, at s in the shard arrays. */
 static void emit_zero_chunk_loop(Emit *e) {
-  P(e, "  const size_t r = (size_t)mesh.coord[RT_AX_DP];\n"
+  P(e, "  const size_t r = (size_t)mesh.coord[%s];\n"
        "  for (int i = 0; i < NPARAMS; i++) {\n"
        "    const CgBucket *b = &zbuckets[zbucket_of[i]];\n"
        "    const size_t lo = (size_t)b->flat + r * (size_t)b->chunk, hi = lo + (size_t)b->chunk;\n"
@@ -1582,7 +1586,7 @@ static void emit_zero_chunk_loop(Emit *e) {
        "    if (params[i].grad < 0 || z <= lo || a >= hi) continue;\n"
        "    if (a < lo) a = lo;\n"
        "    if (z > hi) z = hi;\n"
-       "    const size_t s = (size_t)b->shard + (a - lo);\n", e->R);
+       "    const size_t s = (size_t)b->shard + (a - lo);\n", zax(e), e->R);
 }
 
 /* ZeRO-1/2/3: each rank updates its chunk of every bucket with its summed
@@ -1621,9 +1625,9 @@ static void emit_optimizer_zero23(Emit *e) {
   P(e, "  }\n");
   if (e->zstage <= 2)
     P(e, "  for (int k = 0; k < NBUCKETS; k++)\n"
-         "    rt_allgather_dim(&mesh, RT_AX_DP, (%s *)arena + zbuckets[k].flat,\n"
+         "    rt_allgather_dim(&mesh, %s, (%s *)arena + zbuckets[k].flat,\n"
          "                     (%s *)arena + zbuckets[k].flat + r * zbuckets[k].chunk, 1, zbuckets[k].chunk, %d, NULL);\n",
-      e->R, e->R, e->f64 ? 8 : 4);
+      zax(e), e->R, e->R, e->f64 ? 8 : 4);
   P(e, "}\n\n");
 }
 
@@ -1794,11 +1798,11 @@ static void emit_step_support_zero23(Emit *e) {
          "      rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k), flat + params[i].offset, %d);\n",
       es);
   if (z3)
-    P(e, "  cg_zero_take(zbuckets, NBUCKETS, mesh.coord[RT_AX_DP], flat, zero_slot(k), %d);\n}\n\n", es);
+    P(e, "  cg_zero_take(zbuckets, NBUCKETS, mesh.coord[%s], flat, zero_slot(k), %d);\n}\n\n", zax(e), es);
   else
     P(e, "  if (k == 0) memcpy(arena, flat, (size_t)ZFLAT * %d);\n"
-         "  else cg_zero_take(zbuckets, NBUCKETS, mesh.coord[RT_AX_DP], flat, zero_slot(k), %d);\n}\n\n",
-      es, es);
+         "  else cg_zero_take(zbuckets, NBUCKETS, mesh.coord[%s], flat, zero_slot(k), %d);\n}\n\n",
+      es, zax(e), es);
   P(e, "static void init_params(uint64_t seed) {\n"
        "  CgModel gm = gmodel_of();\n"
        "  unsigned char *full = calloc(1, GLOBAL_BYTES), *flat = malloc((size_t)ZFLAT * %d);\n"
@@ -1820,7 +1824,7 @@ static void emit_step_support_zero23(Emit *e) {
        "static int save_checkpoint(long steps_done) {\n"
        "  CgModel gm = gmodel_of();\n"
        "  unsigned char *full = rank == 0 ? calloc(1, GLOBAL_BYTES) : NULL;\n"
-       "  unsigned char *flat = calloc(1, (size_t)ZFLAT * %d), *all = malloc((size_t)ZSHARD * DP * %d);\n"
+       "  unsigned char *flat = calloc(1, (size_t)ZFLAT * %d), *all = malloc((size_t)ZSHARD * ZGROUP * %d);\n"
        "  if (!flat || !all) rt_mesh_fail(&mesh, \"out of memory for the checkpoint\");\n"
        "  if (!all_ok(rank != 0 || full || rt_errorf(RT_ERR_NOMEM, \"out of memory for the checkpoint\") == RT_OK)) return 0;\n"
        "  for (int k = 0; k <= %d; k++) {\n", es, es, nstate);
@@ -1828,9 +1832,9 @@ static void emit_step_support_zero23(Emit *e) {
     P(e, "    const unsigned char *src = flat;\n");
   else
     P(e, "    const unsigned char *src = k == 0 ? arena : flat;\n    if (k > 0) {\n");
-  P(e, "%s    rt_check(rt_gather_flat(&mesh, RT_AX_DP, zero_slot(k), ZSHARD, all, %d));\n"
-       "%s    if (mesh.coord[RT_AX_DP] == 0) cg_zero_put(zbuckets, NBUCKETS, DP, ZSHARD, all, flat, %d);\n%s",
-    z3 ? "" : "  ", es, z3 ? "" : "  ", es, z3 ? "" : "    }\n");
+  P(e, "%s    rt_check(rt_gather_flat(&mesh, %s, zero_slot(k), ZSHARD, all, %d));\n"
+       "%s    if (mesh.coord[%s] == 0) cg_zero_put(zbuckets, NBUCKETS, ZGROUP, ZSHARD, all, flat, %d);\n%s",
+    z3 ? "" : "  ", zax(e), es, z3 ? "" : "  ", zax(e), es, z3 ? "" : "    }\n");
   if (e->pp) /* every tensor of the model: the stage holding it sends its pieces */
     P(e, "    for (int j = 0; j < NGLOBAL; j++)\n"
          "      if (cg_param_slot(&gparams[j], k) >= 0)\n"
@@ -1864,6 +1868,9 @@ static void emit_step_support_zero23(Emit *e) {
   P(e, "}\n\n");
   if (e->pp)
     emit_mean_loss_pp(e);
+  else if (e->ring)
+    P(e, "/* Each rank's loss is the mean over its tokens, the same number on every rank. */\n"
+         "static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DATA, loss) / (DP * SP); }\n\n");
   else
     P(e, "static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }\n\n");
   P(e, "/* The global norm of the summed gradients (before the 1/DP mean): each rank\n"

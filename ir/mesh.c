@@ -239,7 +239,8 @@ int plan_resolve_keys(Plan *p, int ndev, char *err, int errcap, unsigned *keys) 
     ERRK(0, "strategy %s uses %ld devices but the mesh has %d (dp*tp*tp2d^2*sp*pp must equal it)",
          s, total, ndev);
   }
-  if (p->zero > 0 && p->dp < 2 && (p->given & PLAN_ZERO))
+  /* ZeRO shards over the ranks that split the data: dp, and the ring's sp */
+  if (p->zero > 0 && p->dp * (p->sp_kind == SP_RING ? p->sp : 1) < 2 && (p->given & PLAN_ZERO))
     ERRK(PLAN_ZERO, "zero=%d shards over the data-parallel axis, which has size 1", p->zero);
   return 0;
 }

@@ -293,8 +293,9 @@ int plan_collectives(const Module *m, PlanColl **out) {
   ADD(stage >= 1 || staged ? AX_WORLD : AX_TP, "sum (norm)", 8, false, "gradient norm sum");
   for (int i = 0; i < g->buckets.len && (stage == 1 || stage == 2); i++) {
     const Bucket *b = g->buckets.data[i];
-    ADD(AX_DP, "all_gather", rt_vol_allgather((uint64_t)b->numel * 4, p->dp), true,
-        arena_printf("ZeRO-%d parameter all-gather of bucket %s over dp", stage, b->name));
+    ADD(data, "all_gather", rt_vol_allgather((uint64_t)b->numel * 4, nd), true,
+        arena_printf("ZeRO-%d parameter all-gather of bucket %s over %s", stage, b->name,
+                     ring ? "dp x sp" : "dp"));
   }
 #undef ADD
 #undef PIPE

@@ -77,6 +77,10 @@ static Value *param_view(Graph *g, Value *p, Value *whole, int64_t off) {
   return v;
 }
 
+/* The data-parallel group the buckets are reduced and sharded over: dp, or
+ * dp x sp under ring attention (every rank of it holds whole parameters). */
+static int zaxis = AX_DP;
+
 static Node *comm_node(OpKind op, Value *in, Value *out, int dp, const Bucket *b, bool bwd) {
   Node *n = arena_alloc(sizeof *n);
   n->op = op;
@@ -87,7 +91,7 @@ static Node *comm_node(OpKind op, Value *in, Value *out, int dp, const Bucket *b
   n->bwd = bwd;
   n->a.i[0] = 0;
   n->a.i[1] = dp;
-  n->a.i[2] = AX_DP;
+  n->a.i[2] = zaxis;
   n->a.ni = 3;
   n->loc = ((Value *)b->params.data[0])->loc;
   n->scope = b->name;
@@ -113,9 +117,10 @@ static bool touches(const Node *n, const Value *whole, int how) {
 int pass_zero(Module *m) {
   Graph *g = m->graph;
   const Plan *pl = &m->train.plan;
-  if (!g || !g->nfwd || pl->dp <= 1 || pl->sp > 1 || pl->tp2d > 1)
-    return 0;
-  int dp = pl->dp, stage = pl->zero;
+  bool ring = pl->sp_kind == SP_RING && pl->sp > 1;
+  int dp = pl->dp * (ring ? pl->sp : 1), stage = pl->zero;
+  if (!g || !g->nfwd || dp <= 1 || pl->tp2d > 1) return 0;
+  zaxis = ring ? AX_DATA : AX_DP;
   if (stage == 3)
     for (int i = 0; i < g->values.len; i++) {
       Value *v = g->values.data[i];

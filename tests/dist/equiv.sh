@@ -71,6 +71,8 @@ reference gpt && {
   check gpt 4 dp=2,sp=ring:2
   check gpt 4 sp=ring:4
   check gpt 4 tp=2,sp=ring:2
+  check gpt 4 dp=2,sp=ring:2,zero=1
+  check gpt 4 sp=ring:4,zero=3
   check gpt 4 dp=4,zero=2
   check gpt 4 dp=4,zero=3
   check gpt 2 dp=2,zero=3
