@@ -1678,6 +1678,22 @@ static void emit_mean_loss_pp(Emit *e) {
        "  return rt_mesh_sum_double(&mesh, RT_AX_WORLD, mine ? loss : 0.0) / DP;\n}\n\n");
 }
 
+/* The start of sync_gradients without ZeRO shards: wait for the buckets'
+ * all-reduces, then sum over tp the gradients of replicated parameters
+ * used on sequence shards. */
+static void emit_sync_start(Emit *e) {
+  Graph *g = e->g;
+  if (e->zstage == 0)
+    P(e, "  rt_waitall(&mesh, %d, grad_req);  // the buckets' all-reduces, started in the backward\n",
+      n_grad_reqs(e));
+  for (int i = 0; i < g->params.len; i++) {
+    Value *p = g->params.data[i];
+    if (!p->grad || !(p->grad_partial & (1u << AX_TP))) continue;
+    P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, p->grad),
+      numel(p), e->f64 ? 8 : 4, p->name);
+  }
+}
+
 /* A pipeline stage: init and checkpoints through the whole model's full
  * tensors (each stage extracts what it holds; saving gathers every stage's
  * tensors on rank 0), and the step's reductions: tp-partial gradients, the
@@ -1738,15 +1754,7 @@ static void emit_step_support_pp(Emit *e) {
        " * embedding, and over the data-parallel ranks%s. */\n"
        "static void sync_gradients(void) {\n",
     e->zstage == 0 ? " (per bucket, started in the last microbatch's backward)" : "");
-  if (e->zstage == 0)
-    P(e, "  rt_waitall(&mesh, %d, grad_req);  // the buckets' all-reduces, started in the backward\n",
-      n_grad_reqs(e));
-  for (int i = 0; i < g->params.len; i++) {
-    Value *p = g->params.data[i];
-    if (!p->grad || !(p->grad_partial & (1u << AX_TP))) continue;
-    P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, p->grad),
-      numel(p), es, p->name);
-  }
+  emit_sync_start(e);
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     if (!p->grad || !p->pp_shared) continue;
@@ -1888,7 +1896,6 @@ static void emit_step_support(Emit *e) {
     emit_step_support_pp(e);
     return;
   }
-  Graph *g = e->g;
   const char *R = e->R;
   int es = e->f64 ? 8 : 4;
   if (!e->dist) {
@@ -1956,15 +1963,7 @@ static void emit_step_support(Emit *e) {
   P(e, "/* After the microbatches: gradients summed over the data-parallel ranks, and\n"
        " * over tp for replicated parameters used on sequence shards. */\n"
        "static void sync_gradients(void) {\n");
-  if (e->zstage == 0)
-    P(e, "  rt_waitall(&mesh, %d, grad_req);  // the buckets' all-reduces, started in the backward\n",
-      n_grad_reqs(e));
-  for (int i = 0; i < g->params.len; i++) {
-    Value *p = g->params.data[i];
-    if (!p->grad || !(p->grad_partial & (1u << AX_TP))) continue;
-    P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, p->grad),
-      numel(p), es, p->name);
-  }
+  emit_sync_start(e);
   if (e->zstage < 0 && e->ring)
     P(e, "  /* sp=ring: every parameter's gradient is partial over the sequence shards too\n"
          "   * (each backward was seeded with 1/SP): summed over dp x sp */\n"

@@ -146,21 +146,7 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
     if (p->tp2d > 1)
       fprintf(out, "%s          (tp2d is not applied by the passes yet: the memory "
                    "and communication shown leave them out)\n", pf);
-    uint64_t ax[AX_COUNT];
-    uint64_t total = plan_comm_bytes(m, ax);
-    if (t->mesh && t->mesh->ndev > 1) {
-      char c[32];
-      report_commas(c, sizeof c, (int64_t)total);
-      fprintf(out, "%scomm:     %s bytes sent per rank per step", pf, c);
-      const char *sep = " (";
-      for (int k = 0; k < AX_COUNT; k++)
-        if (ax[k]) {
-          report_commas(c, sizeof c, (int64_t)ax[k]);
-          fprintf(out, "%s%s %s", sep, ir_axis_name(k), c);
-          sep = ", ";
-        }
-      fprintf(out, "%s\n", *sep == ',' ? ")" : "");
-    }
+    if (t->mesh && t->mesh->ndev > 1) comm_line(out, m, pf, "comm:     ");
   }
 }
 

@@ -120,54 +120,8 @@ else
   bad "pipeline memory: ${cmp:-runs missing}"
 fi
 
-# Resharding: save at step 5 under tp=2,dp=2, resume under tp=4 with
-# Megatron-SP (and from ZeRO-1 to plain dp); the result must be the
-# single-rank run's.
-d1="$tmp/gpt-4-tp_2_dp_2" d2="$tmp/gpt-4-tp_4_sp_megatron"
-if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
-  train "$d1" --steps 5 --quiet --log "$tmp/rs.jsonl" --save "$tmp/rs5.st"
-  [ $rc -eq 0 ] || bad "reshard: first half: $out"
-  train "$d2" --steps $STEPS --quiet --load "$tmp/rs5.st" --log "$tmp/rs.jsonl" --save "$tmp/rs.st"
-  if [ $rc -ne 0 ]; then
-    bad "reshard: resume: $out"
-  elif cmp=$(tests/dist/compare.py "$tmp/gpt-ref.jsonl" "$tmp/rs.jsonl" "$tmp/gpt-ref.st" "$tmp/rs.st"); then
-    ok
-    echo "  reshard tp=2,dp=2 -> tp=4,sp=megatron at step 5: $cmp"
-  else
-    bad "reshard: $cmp"
-  fi
-fi
-# Ring attention: save under dp x sp, resume with the sequence in 4 shards.
-d1="$tmp/gpt-4-dp_2_sp_ring:2" d2="$tmp/gpt-4-sp_ring:4"
-if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
-  train "$d1" --steps 5 --quiet --log "$tmp/rr.jsonl" --save "$tmp/rr5.st"
-  [ $rc -eq 0 ] || bad "reshard ring: first half: $out"
-  train "$d2" --steps $STEPS --quiet --load "$tmp/rr5.st" --log "$tmp/rr.jsonl" --save "$tmp/rr.st"
-  if [ $rc -ne 0 ]; then
-    bad "reshard ring: resume: $out"
-  elif cmp=$(tests/dist/compare.py "$tmp/gpt-ref.jsonl" "$tmp/rr.jsonl" "$tmp/gpt-ref.st" "$tmp/rr.st"); then
-    ok
-    echo "  reshard dp=2,sp=ring:2 -> sp=ring:4 at step 5: $cmp"
-  else
-    bad "reshard ring: $cmp"
-  fi
-fi
-d1="$tmp/gpt-4-dp_4_zero_1" d2="$tmp/gpt-8-tp_4_dp_2"
-if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
-  train "$d1" --steps 5 --quiet --log "$tmp/rz.jsonl" --save "$tmp/rz5.st"
-  [ $rc -eq 0 ] || bad "reshard zero: first half: $out"
-  train "$d2" --steps $STEPS --quiet --load "$tmp/rz5.st" --log "$tmp/rz.jsonl" --save "$tmp/rz.st"
-  if [ $rc -ne 0 ]; then
-    bad "reshard zero: resume: $out"
-  elif cmp=$(tests/dist/compare.py "$tmp/gpt-ref.jsonl" "$tmp/rz.jsonl" "$tmp/gpt-ref.st" "$tmp/rz.st"); then
-    ok
-    echo "  reshard dp=4,zero=1 -> tp=4,dp=2 at step 5: $cmp"
-  else
-    bad "reshard zero: $cmp"
-  fi
-fi
-# ZeRO-3 checkpoints: saved under dp=4,zero=3 at step 5, resumed under plain
-# tp=2,dp=2; and saved under tp=2,dp=2 then resumed under tp=2,dp=2,zero=3.
+# reshard DIR1 DIR2 WHAT: DIR1 trains 5 steps and saves; DIR2 resumes from
+# that checkpoint to step 10; the result must be the single-rank run's.
 reshard() {
   local d1="$1" d2="$2" what="$3"
   [ -x "$d1/train" ] && [ -x "$d2/train" ] || { bad "reshard $what: programs missing"; return; }
@@ -184,21 +138,19 @@ reshard() {
   fi
   rm -f "$tmp/r3.jsonl"
 }
+
+# Resharding: save at step 5 under tp=2,dp=2, resume under tp=4 with
+# Megatron-SP (and from ZeRO-1 to plain dp); the result must be the
+# single-rank run's.
+reshard "$tmp/gpt-4-tp_2_dp_2" "$tmp/gpt-4-tp_4_sp_megatron" "tp=2,dp=2 -> tp=4,sp=megatron"
+# Ring attention: save under dp x sp, resume with the sequence in 4 shards.
+reshard "$tmp/gpt-4-dp_2_sp_ring:2" "$tmp/gpt-4-sp_ring:4" "dp=2,sp=ring:2 -> sp=ring:4"
+reshard "$tmp/gpt-4-dp_4_zero_1" "$tmp/gpt-8-tp_4_dp_2" "dp=4,zero=1 -> tp=4,dp=2"
+# ZeRO-3 checkpoints: saved under dp=4,zero=3 at step 5, resumed under plain
+# tp=2,dp=2; and saved under tp=2,dp=2 then resumed under tp=2,dp=2,zero=3.
 reshard "$tmp/gpt-4-dp_4_zero_3" "$tmp/gpt-4-tp_2_dp_2" "dp=4,zero=3 -> tp=2,dp=2"
 reshard "$tmp/gpt-4-tp_2_dp_2" "$tmp/gpt-4-tp_2_dp_2_zero_3" "tp=2,dp=2 -> tp=2,dp=2,zero=3"
 # ... and out of a pipeline with ZeRO-1 into tensor + data parallelism.
-d1="$tmp/gpt-4-pp_2_dp_2_zero_1" d2="$tmp/gpt-4-tp_2_dp_2"
-if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
-  train "$d1" --steps 5 --quiet --log "$tmp/rp.jsonl" --save "$tmp/rp5.st"
-  [ $rc -eq 0 ] || bad "reshard pp: first half: $out"
-  train "$d2" --steps $STEPS --quiet --load "$tmp/rp5.st" --log "$tmp/rp.jsonl" --save "$tmp/rp.st"
-  if [ $rc -ne 0 ]; then
-    bad "reshard pp: resume: $out"
-  elif cmp=$(tests/dist/compare.py "$tmp/gpt-ref.jsonl" "$tmp/rp.jsonl" "$tmp/gpt-ref.st" "$tmp/rp.st"); then
-    ok
-    echo "  reshard pp=2,dp=2,zero=1 -> tp=2,dp=2 at step 5: $cmp"
-  else
-    bad "reshard pp: $cmp"
-  fi
-fi
+reshard "$tmp/gpt-4-pp_2_dp_2_zero_1" "$tmp/gpt-4-tp_2_dp_2" "pp=2,dp=2,zero=1 -> tp=2,dp=2"
+reshard "$tmp/gpt-4-tp_2_dp_2" "$tmp/gpt-4-pp_4_schedule_1f1b" "tp=2,dp=2 -> pp=4,schedule=1f1b"
 finish
