@@ -1289,7 +1289,11 @@ static void emit_prelude(Emit *e) {
         "%d", mp->slots);
   }
 #undef DEF
-  if (e->dropout)
+  if (e->dropout && e->pp) /* node ids restart in every stage */
+    P(e, "/* Dropout masks: site = stage and forward node, then the element's global\n"
+         " * index (a pipeline draws other masks than one rank does). */\n"
+         "#define DROPOUT_SITE(node) (((uint64_t)STAGE << 56) | ((uint64_t)(node) << 40))\n");
+  else if (e->dropout)
     P(e, "/* Dropout masks: site = forward node, then the element's global index. */\n"
          "#define DROPOUT_SITE(node) ((uint64_t)(node) << 40)\n");
   P(e, "\nstatic unsigned char *arena;\n");

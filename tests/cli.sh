@@ -90,6 +90,8 @@ expect plan-pp-layers 0 '^stage 0:  model ops, blocks.0 .. blocks.2; 72.2% of th
 expect pp-layers-sum 1 'pp=2: the stage sizes add up to 5 layers, but model gpt has 4' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:2+3
 expect pp-layers-count 1 'pp=2:4 gives 1 stage size for 2 stages' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:4
 expect pp-layers-bad 1 'the layers per stage must be positive numbers joined by' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:0+4
+sed 's/causal = true)/causal = true, dropout = 0.1)/' samples/gpt.shard >"$tmp/pp-dropout.shard"
+expect pp-dropout 0 'define DROPOUT_SITE\(node\) \(\(\(uint64_t\)STAGE << 56\)' -- "$bin" compile "$tmp/pp-dropout.shard" --mesh 2 --strategy pp=2 --emit=c
 expect plan-pp-stash 0 'stash 4 slots x 2,369,536 bytes' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=gpipe
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu or cuda' -- "$bin" compile samples/gpt.shard --target=tpu
