@@ -816,59 +816,53 @@ static void emit_bwd_loop(Emit *e, Node *n, int i) {
 /* ---- kernel calls ---- */
 
 /* 2D tensor parallelism: a SUMMA matmul (runtime/dist_summa.h), forward
- * (y = x·wᵀ) or backward (dx, dw accumulate; the bias add is its own node). */
+ * (y = x·wᵀ) or backward (dx, dw accumulate; the bias add is its own node),
+ * one line per argument group. */
 static void emit_summa(Emit *e, Node *n) {
   bool fwd = n->op == OP_MATMUL;
   Value *x = n->in[fwd ? 0 : 1], *w = n->in[fwd ? 1 : 2];
   const char *row = rt_axis((int)n->a.i[1]), *col = rt_axis((int)n->a.i[2]);
-  P(e, "  rt_summa_%s%s(mesh.comm[%s], mesh.comm[%s], &mesh.bytes[%s], &mesh.bytes[%s],\n", fwd ? "forward" : "backward",
-    e->S, row, col, row, col);
+  const char *fn = arena_printf("rt_summa_%s%s(", fwd ? "forward" : "backward", e->S);
+  int ind = 2 + (int)strlen(fn);
+  P(e, "  %smesh.comm[%s], mesh.comm[%s],\n", fn, row, col);
+  P(e, "%*s&mesh.bytes[%s], &mesh.bytes[%s],\n", ind, "", row, col);
   if (fwd)
-    P(e, "                    %s, %s, %s, NULL,", ref(e, n->out), ref(e, x), ref(e, w));
+    P(e, "%*s%s, %s, %s, NULL,\n", ind, "", ref(e, n->out), ref(e, x), ref(e, w));
   else
-    P(e, "                    %s, %s, NULL, %s, %s, %s,", n->outs[0] ? ref(e, n->outs[0]) : "NULL",
-      n->outs[1] ? ref(e, n->outs[1]) : "NULL", ref(e, n->in[0]), ref(e, x), ref(e, w));
-  P(e, " %" PRId64 ", %" PRId64 ", %" PRId64 ", %s);\n", rows(x), last_dim(x), w->shape.d[0].n,
-    ref(e, n->scratch));
+    P(e, "%*s%s, %s, NULL, %s, %s, %s,\n", ind, "", ref(e, n->outs[0]), ref(e, n->outs[1]),
+      ref(e, n->in[0]), ref(e, x), ref(e, w));
+  P(e, "%*s%" PRId64 ", %" PRId64 ", %" PRId64 ", %s);\n", ind, "", rows(x), last_dim(x),
+    w->shape.d[0].n, ref(e, n->scratch));
 }
 
 /* A layernorm / rmsnorm with the channels split over a mesh axis (the grid
- * row): statistics all-reduced per row (runtime/dist_summa.h). */
+ * row): statistics all-reduced per row (runtime/dist_summa.h).  Lines:
+ * communicator; outputs; inputs; sizes and scratch. */
 static void emit_norm_split(Emit *e, Node *n) {
-  const char *ax = rt_axis((int)n->a.i[1]), *S = e->S;
   Value **x = n->in, **d = n->outs;
-  switch (n->op) {
-  case OP_LAYERNORM:
-    P(e, "  rt_layernorm_split_forward%s(mesh.comm[%s], &mesh.bytes[%s], %s, %s, %s, %s, %s, %s,\n"
-         "                                 %" PRId64 ", %" PRId64 ", %" PRId64 ", %.9g, (double *)%s);\n",
-      S, ax, ax, ref(e, d[0]), ref(e, d[1]), ref(e, d[2]), ref(e, x[0]), ref(e, x[1]), ref(e, x[2]),
-      rows(x[0]), last_dim(x[0]), n->a.i[2], n->a.f[0], ref(e, n->scratch));
-    return;
-  case OP_RMSNORM:
-    P(e, "  rt_rmsnorm_split_forward%s(mesh.comm[%s], &mesh.bytes[%s], %s, %s, %s, %s,\n"
-         "                               %" PRId64 ", %" PRId64 ", %" PRId64 ", %.9g, (double *)%s);\n",
-      S, ax, ax, ref(e, d[0]), ref(e, d[1]), ref(e, x[0]), ref(e, x[1]), rows(x[0]), last_dim(x[0]),
-      n->a.i[2], n->a.f[0], ref(e, n->scratch));
-    return;
-  case OP_LAYERNORM_BWD:
-    P(e, "  rt_layernorm_split_backward%s(mesh.comm[%s], &mesh.bytes[%s], %s, %s, %s,\n"
-         "                                  %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
-         ", (double *)%s);\n",
-      S, ax, ax, d[0] ? ref(e, d[0]) : "NULL", d[1] ? ref(e, d[1]) : "NULL",
-      d[2] ? ref(e, d[2]) : "NULL", ref(e, x[0]), ref(e, x[1]), ref(e, x[2]), ref(e, x[3]),
-      ref(e, x[4]), rows(x[1]), last_dim(x[1]), n->a.i[2], ref(e, n->scratch));
-    return;
-  case OP_RMSNORM_BWD:
-    P(e, "  rt_rmsnorm_split_backward%s(mesh.comm[%s], &mesh.bytes[%s], %s, %s,\n"
-         "                                %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
-         ", (double *)%s);\n",
-      S, ax, ax, d[0] ? ref(e, d[0]) : "NULL", d[1] ? ref(e, d[1]) : "NULL", ref(e, x[0]),
-      ref(e, x[1]), ref(e, x[2]), ref(e, x[3]), rows(x[1]), last_dim(x[1]), n->a.i[2],
-      ref(e, n->scratch));
-    return;
-  default:
-    P(e, "  #error \"no split-norm code for op %s\"\n", ir_ops[n->op].name);
-  }
+  const char *ax = rt_axis((int)n->a.i[1]);
+  bool ln = n->op == OP_LAYERNORM || n->op == OP_LAYERNORM_BWD;
+  bool fwd = n->op == OP_LAYERNORM || n->op == OP_RMSNORM;
+  const char *fn = arena_printf("rt_%s_split_%s%s(", ln ? "layernorm" : "rmsnorm",
+                                fwd ? "forward" : "backward", e->S);
+  int ind = 2 + (int)strlen(fn);
+  const Value *xin = x[fwd ? 0 : 1];
+  P(e, "  %smesh.comm[%s], &mesh.bytes[%s],\n", fn, ax, ax);
+  if (fwd && ln)
+    P(e, "%*s%s, %s, %s,\n%*s%s, %s, %s,\n", ind, "", ref(e, d[0]), ref(e, d[1]), ref(e, d[2]),
+      ind, "", ref(e, x[0]), ref(e, x[1]), ref(e, x[2]));
+  else if (fwd)
+    P(e, "%*s%s, %s,\n%*s%s, %s,\n", ind, "", ref(e, d[0]), ref(e, d[1]), ind, "", ref(e, x[0]),
+      ref(e, x[1]));
+  else if (ln)
+    P(e, "%*s%s, %s, %s,\n%*s%s, %s, %s, %s, %s,\n", ind, "", ref(e, d[0]), ref(e, d[1]),
+      ref(e, d[2]), ind, "", ref(e, x[0]), ref(e, x[1]), ref(e, x[2]), ref(e, x[3]), ref(e, x[4]));
+  else
+    P(e, "%*s%s, %s,\n%*s%s, %s, %s, %s,\n", ind, "", ref(e, d[0]), ref(e, d[1]), ind, "",
+      ref(e, x[0]), ref(e, x[1]), ref(e, x[2]), ref(e, x[3]));
+  P(e, "%*s%" PRId64 ", %" PRId64 ", %" PRId64 ", ", ind, "", rows(xin), last_dim(xin), n->a.i[2]);
+  if (fwd) P(e, "%.9g, ", n->a.f[0]);
+  P(e, "(double *)%s);\n", ref(e, n->scratch));
 }
 
 static void emit_fwd(Emit *e, Node *n, int i) {
@@ -888,6 +882,7 @@ static void emit_fwd(Emit *e, Node *n, int i) {
     return;
   case OP_MATMUL: {
     if (ir_summa_q(n)) {
+      comment(e, &n, 1);
       emit_summa(e, n);
       return;
     }
@@ -1539,8 +1534,9 @@ static void emit_params(Emit *e) {
   P(e, "static const double norm_w[NPARAMS] = {");
   for (int i = 0; i < g->params.len; i++) {
     bool split = split_dim_of(g->params.data[i]) >= 0;
-    int holders = e->q ? holders2d(e, g->params.data[i]) : split ? 1 : e->tp;
-    P(e, "%s%s", i % 8 ? " " : "\n    ", holders == 1 ? "1.0," : arena_printf("1.0 / %d,", holders));
+    int holders = e->q ? holders2d(e, g->params.data[i]) : e->tp;
+    P(e, "%s%s", i % 8 ? " " : "\n    ",
+      split && holders == 1 ? "1.0," : arena_printf("1.0 / %d,", holders));
   }
   P(e, "\n};\n\n");
 }

@@ -985,7 +985,9 @@ void ir_print(FILE *out, const Graph *g) {
       for (int d = 0; d < v->shape.ndim; d++)
         if (v->shard.axis[d] >= 0)
           fprintf(out, " split(%d over %s%s)", d, ir_axis_name(v->shard.axis[d]),
-                  v->shard.nseg > 1 ? ", segments" : "");
+                  v->shard.nseg > 1 && (v->shard.axis[d] == AX_TP || v->shard.axis[d] == AX_TPR)
+                      ? ", segments"
+                      : "");
       if (v->grad_partial)
         for (int ax = 0; ax < AX_COUNT; ax++)
           if (v->grad_partial & (1u << ax)) fprintf(out, " grad-partial(%s)", ir_axis_name(ax));

@@ -281,14 +281,11 @@ static void rule_binary2(S2 *s, Node *n) {
       fail2(s, n, "%s of operands split differently over %s", ir_ops[n->op].name, ir_axis_name(ax));
       return;
     }
-    if (da < 0) continue;
+    if (da < 0 || db >= 0) continue;
     if (da >= off && b->shape.d[da - off].n != 1) {
-      if (db < 0) {
-        fail2(s, n, "%s: the second operand is not split over %s like the first",
-              ir_ops[n->op].name, ir_axis_name(ax));
-        return;
-      }
-      continue;
+      fail2(s, n, "%s: the second operand is not split over %s like the first",
+            ir_ops[n->op].name, ir_axis_name(ax));
+      return;
     }
     /* b broadcasts along a dim split over ax: its gradient sums over ax */
     if (b->role != ROLE_PARAM) {

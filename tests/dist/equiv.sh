@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Distributed equivalence (issue 4): every strategy and combination that the
-# cpu target runs (dp, zero=1, tp, sp=megatron, sp=ring) trains the tiny GPT
+# cpu target runs (dp, zero=1, tp, tp2d, sp=megatron, sp=ring, pp) trains the tiny GPT
 # and the tiny llama for 10 steps on 2, 4 or 8 MPI ranks, and must give the single-rank run's per-step losses within
 # 1e-5 relative and its final checkpoint (parameters and optimizer state,
 # gathered from the shards) within 1e-5.  Each run also checks its memory
@@ -71,6 +71,10 @@ reference gpt && {
   check gpt 4 sp=ring:4
   check gpt 4 tp=2,sp=ring:2
   check gpt 4 dp=2,sp=ring:2,zero=1
+  # 2D tensor parallelism (Optimus: SUMMA on a 2x2 grid), alone and with dp
+  check gpt 4 tp2d=2x2
+  check gpt 8 tp2d=2x2,dp=2
+  check gpt 8 tp2d=2x2,dp=2,zero=1
 }
 reference llama && {
   check llama 2 tp=2
@@ -79,6 +83,7 @@ reference llama && {
   check llama 4 pp=2,tp=2
   check llama 2 sp=ring:2
   check llama 4 tp=2,sp=ring:2
+  check llama 4 tp2d=2x2
 }
 
 # Memory shrinks as theory says: tp=4 holds a quarter of every split
@@ -92,6 +97,17 @@ if [ -f "$tmp/gpt-4-dp_4_zero_1/model.c" ] && [ -f "$tmp/gpt-4-dp_4/model.c" ] &
   echo "  memory: $cmp"
 else
   bad "memory shrink: ${cmp:-programs missing}"
+fi
+
+# tp2d=2x2: every matrix 1/4 per rank, every vector 1/2; activations shrink.
+"$bin" compile samples/gpt.shard --mesh 4 --strategy tp2d=2x2 --emit=ir >"$tmp/tp2d.ir" 2>&1
+"$bin" compile samples/gpt.shard --mesh 1 --strategy dp=1 --emit=plan >"$tmp/ref.plan" 2>&1
+"$bin" compile samples/gpt.shard --mesh 4 --strategy tp2d=2x2 --emit=plan >"$tmp/tp2d.plan" 2>&1
+if cmp=$(tests/dist/shrink2d.py "$tmp/ref.ir" "$tmp/tp2d.ir" 2 "$tmp/ref.plan" "$tmp/tp2d.plan"); then
+  ok
+  echo "  memory: $cmp"
+else
+  bad "memory shrink (tp2d): $cmp"
 fi
 
 # Pipeline memory: GPipe holds all 4 microbatches' activations on each of
@@ -139,6 +155,25 @@ if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
     bad "reshard ring: $cmp"
   fi
 fi
+# 2D tensor parallelism: save on the 2x2 grid, resume under tp=4; and from
+# ZeRO-1 (its flat moments) into the grid with dp.
+for pair in "gpt-4-tp2d_2x2 gpt-4-tp_4" "gpt-4-dp_4_zero_1 gpt-8-tp2d_2x2_dp_2"; do
+  set -- $pair
+  d1="$tmp/$1" d2="$tmp/$2"
+  [ -x "$d1/train" ] && [ -x "$d2/train" ] || { bad "reshard $1 -> $2: programs missing"; continue; }
+  train "$d1" --steps 5 --quiet --log "$tmp/r2.jsonl" --save "$tmp/r2_5.st"
+  [ $rc -eq 0 ] || bad "reshard $1: first half: $out"
+  train "$d2" --steps $STEPS --quiet --load "$tmp/r2_5.st" --log "$tmp/r2.jsonl" --save "$tmp/r2.st"
+  if [ $rc -ne 0 ]; then
+    bad "reshard $1 -> $2: resume: $out"
+  elif cmp=$(tests/dist/compare.py "$tmp/gpt-ref.jsonl" "$tmp/r2.jsonl" "$tmp/gpt-ref.st" "$tmp/r2.st"); then
+    ok
+    echo "  reshard ${1#gpt-?-} -> ${2#gpt-?-} at step 5: $cmp"
+  else
+    bad "reshard $1 -> $2: $cmp"
+  fi
+  rm -f "$tmp/r2.jsonl"
+done
 d1="$tmp/gpt-4-dp_4_zero_1" d2="$tmp/gpt-8-tp_4_dp_2"
 if [ -x "$d1/train" ] && [ -x "$d2/train" ]; then
   train "$d1" --steps 5 --quiet --log "$tmp/rz.jsonl" --save "$tmp/rz5.st"
