@@ -421,7 +421,7 @@ static int data_roles(Emit *e, char *err, int cap) {
       e->in0 = a;
       e->in1 = b;
       e->features = (int)a->shape.d[1].n;
-      e->classes = (int)last_dim(cb->in[0]);
+      e->classes = (int)(last_dim(cb->in[0]) * (cb->a.i[1] ? cb->a.i[2] : 1)); /* all, if vocab-parallel */
       e->seq = 1;
       return 0;
     }
@@ -1021,9 +1021,11 @@ static void emit_fwd(Emit *e, Node *n, int i) {
     if (n->a.i[1]) {
       int64_t vl = last_dim(x[0]);
       P(e, "  rt_check(rt_vp_crossentropy_forward%s(&mesh, %s, &ce_loss[%d], %s, %s, %" PRId64
-           ", %" PRId64 ", mesh.coord[%s] * %" PRId64 ", VOCAB, (double *)%s));\n",
+           ", %" PRId64 ", mesh.coord[%s] * %" PRId64 ", %s, (double *)%s));\n",
         S, rt_axis((int)n->a.i[3]), s, ref(e, x[0]), ref(e, x[1]), rows(x[0]), vl,
-        rt_axis((int)n->a.i[3]), vl, ref(e, n->scratch));
+        rt_axis((int)n->a.i[3]), vl,
+        e->data == DATA_TOKENS ? "VOCAB" : arena_printf("%" PRId64, vl * n->a.i[2]), /* classes */
+        ref(e, n->scratch));
       P(e, "  ce_rows[%d] = %" PRId64 ";\n", s, rows(x[0]));
       P(e, "  *%s = (%s)ce_loss[%d];\n", ref(e, y), e->R, s);
       return;
@@ -1534,9 +1536,9 @@ static void emit_params(Emit *e) {
   P(e, "static const double norm_w[NPARAMS] = {");
   for (int i = 0; i < g->params.len; i++) {
     bool split = split_dim_of(g->params.data[i]) >= 0;
-    int holders = e->q ? holders2d(e, g->params.data[i]) : e->tp;
+    int holders = e->q ? holders2d(e, g->params.data[i]) : split ? 1 : e->tp;
     P(e, "%s%s", i % 8 ? " " : "\n    ",
-      split && holders == 1 ? "1.0," : arena_printf("1.0 / %d,", holders));
+      (e->q || split) && holders == 1 ? "1.0," : arena_printf("1.0 / %d,", holders));
   }
   P(e, "\n};\n\n");
 }

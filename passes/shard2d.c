@@ -20,7 +20,10 @@
  *                           all-reduced over the grid row (split norms)
  *   vocabulary [V, C]       the embedding table (tied or not) and any
  *                           projection read only by the cross-entropy: V
- *                           over TPC, C over TPR.
+ *                           over TPC, C over TPR.  (A projection with a bias
+ *                           stays SUMMA; its logits are all-gathered over
+ *                           TPC along the rows and the cross-entropy runs
+ *                           vocab-parallel over TPR.)
  *
  * The embedding is vocab-parallel down the column: every rank gathers the
  * rows of its vocabulary block for all tokens (channels block c), the result
@@ -455,16 +458,29 @@ static void rule_gather2(S2 *s, Node *n) {
   n->out->shard.partial = CB;
 }
 
+/* Logits [.., V/q] whole along the rows, the vocabulary over one grid axis:
+ * the head's (over TPC), or the block layout's (a projection with a bias,
+ * over TPR) after an all-gather of the rows over TPC (gradient: the own
+ * rows, every rank of the column computing the same). */
 static void rule_xent2(S2 *s, Node *n) {
   Value *l = n->in[0];
   int last = l->shape.ndim - 1;
-  if (dim_of(l, AX_TPC) != last || dim_of(l, AX_TPR) >= 0 || l->shard.partial || !whole(n->in[1])) {
-    fail2(s, n, "the cross-entropy needs logits from a projection to the vocabulary");
+  if (is_act(l) && l->shard.nseg <= 1) {
+    l = comm2(s, OP_ALLGATHER, l, 0, AX_TPC, n);
+    if (!l) return;
+    clear(l);
+    l->shard.axis[last] = AX_TPR;
+    n->in[0] = l;
+  }
+  int ax = dim_of(l, AX_TPC) == last ? AX_TPC : dim_of(l, AX_TPR) == last ? AX_TPR : -1;
+  if (ax < 0 || dim_of(l, ax == AX_TPC ? AX_TPR : AX_TPC) >= 0 || l->shard.partial ||
+      !whole(n->in[1])) {
+    fail2(s, n, "the cross-entropy needs logits split only over the vocabulary");
     return;
   }
   n->a.i[1] = 1;
   n->a.i[2] = s->q;
-  n->a.i[3] = AX_TPC;
+  n->a.i[3] = ax;
   n->a.ni = 4;
   reshape2(s, n);
   clear(n->out);

@@ -86,6 +86,10 @@ reference llama && {
   check llama 4 tp2d=2x2
 }
 
+# The classifier (bias on its logits: SUMMA, then an all-gather of the rows
+# and a cross-entropy split over the classes).
+reference mlp && check mlp 4 tp2d=2x2
+
 # Memory shrinks as theory says: tp=4 holds a quarter of every split
 # weight; ZeRO-1 at dp=4 a quarter of the optimizer state.
 "$bin" compile samples/gpt.shard --mesh 1 --strategy dp=1 --emit=ir >"$tmp/ref.ir" 2>&1
