@@ -132,8 +132,8 @@ static Value *comm2(S2 *s, OpKind op, Value *v, int dim, int ax, const Node *at)
 
 static bool divisible(S2 *s, const Node *at, const Value *v, int d, const char *what) {
   if (v->shape.d[d].n % s->q == 0) return true;
-  fail2(s, at, "%s %s has %lld %s, not divisible by %d", v->name ? "tensor" : "the",
-        v->name ? v->name : "operand", (long long)v->shape.d[d].n, what, s->q);
+  fail2(s, at, "%s has %lld %s, not divisible by %d", v->name ? v->name : "an operand",
+        (long long)v->shape.d[d].n, what, s->q);
   return false;
 }
 
@@ -490,7 +490,11 @@ static void rule_xent2(S2 *s, Node *n) {
 static void post2(S2 *s, Node *n) {
   Value *y = n->out, *r = NULL;
   if (n->op == OP_GATHER) {
-    if (!divisible(s, n, y, 0, "rows (the batch per microbatch)")) return;
+    if (y->shape.d[0].n % s->q) {
+      fail2(s, n, "a microbatch of %lld rows cannot be split over the %d grid rows (tp-col); "
+                  "use a microbatch that %d divides", (long long)y->shape.d[0].n, s->q, s->q);
+      return;
+    }
     r = comm2(s, OP_REDUCE_SCATTER, y, 0, AX_TPC, n);
     if (r) set_act(r, NULL);
   } else if (n->op == OP_MATMUL && (y->shard.partial & RB)) {
