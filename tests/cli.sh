@@ -80,6 +80,8 @@ expect commcheck-tp2d 1 'communication check failed .*communicator 15 \(ranks 2,
 expect tp2d-pp 1 'strategy tp2d=2x2 with pp=2 \(2D tensor parallelism in a pipeline\) is not implemented yet' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=c --strategy tp2d=2x2,pp=2
 expect tp2d-ring 1 'strategy tp2d=2x2 with sp \(the grid already splits the rows\) is not implemented yet' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=c --strategy tp2d=2x2,sp=ring:2
 expect tp2d-dropout 1 '2D tensor parallelism \(tp2d=2x2\): dropout is not implemented yet' -- "$bin" compile "$tmp/dropout.shard" --mesh 4 --strategy tp2d=2x2 --emit=c
+sed 's/batch = 16, seq = ctx, microbatch = 4/batch = 12, seq = ctx, microbatch = 3/' samples/gpt.shard >"$tmp/mb3.shard"
+expect tp2d-microbatch 1 '2D tensor parallelism \(tp2d=2x2\): a microbatch of 3 rows cannot be split over the 2 grid rows' -- "$bin" compile "$tmp/mb3.shard" --mesh 4 --strategy tp2d=2x2 --emit=c
 expect tp2d-kv-heads 1 'attention: key/value heads 2 cannot be split over tp2d=4' -- "$bin" compile samples/llama.shard --mesh 16 --strategy tp2d=4x4 --emit=c
 expect emit-c-fp64-tp 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp=4 --precision=fp64
 expect emit-c-interleaved 1 'strategy schedule=interleaved \(pipeline chunks; gpipe and 1f1b run\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2,schedule=interleaved:2
