@@ -72,6 +72,7 @@ typedef struct Emit {
   /* distributed: the program runs on a mesh of ranks (runtime/dist.h) */
   bool dist;
   int tp;
+  int q;               /* tp2d: the grid side (tp = q*q), else 0 */
   int ring;             /* sp=ring: the sequence shards (ranks of the sp axis), else 0 */
   int zstage;           /* gradient buckets (passes/zero.c): the ZeRO stage, 0 for plain dp; -1 none */
   /* pipeline: this program is stage `stage` of nstages (Graph.stage); the
@@ -208,6 +209,7 @@ static bool is_loop_op(OpKind op) {
 /* Forward matmul whose product goes only into a bias add right after it. */
 static Node *find_bias(Emit *e, Node *mm) {
   Value *y = mm->out;
+  if (ir_summa_q(mm)) return NULL; /* SUMMA: the bias gradient is summed per step (tp-col) */
   if (y == e->g->loss || e->fwd_reads[y->id] != 1 || e->reads[y->id] != 1) return NULL;
   Node *a = e->fwd_reader[y->id];
   if (a->op != OP_ADD || a->in[0] != y || a->in[1] == y) return NULL;
@@ -230,6 +232,7 @@ static Node *find_dbias(Emit *e, Node *n) {
   if (j >= e->nn) return NULL;
   Node *mb = e->g->nodes.data[j];
   if (mb->op != OP_MATMUL_BWD || mb->in[0] != n->in[0] || !n->fwd || !mb->fwd) return NULL;
+  if (ir_summa_q(mb)) return NULL;
   if (mb->fwd->out != n->fwd->in[0] || db->shape.d[0].n != last_dim(mb->in[0])) return NULL;
   if (e->dbias[mb->id]) return NULL;
   return mb;
@@ -418,7 +421,7 @@ static int data_roles(Emit *e, char *err, int cap) {
       e->in0 = a;
       e->in1 = b;
       e->features = (int)a->shape.d[1].n;
-      e->classes = (int)last_dim(cb->in[0]);
+      e->classes = (int)(last_dim(cb->in[0]) * (cb->a.i[1] ? cb->a.i[2] : 1)); /* all, if vocab-parallel */
       e->seq = 1;
       return 0;
     }
@@ -512,7 +515,12 @@ int cg_check(Module *m, const char *target) {
 #define NOT_YET(cond, ...)                                                               \
   if (cond) nw += snprintf(what + nw, sizeof what - (size_t)nw, "%s", nw ? ", " : ""), \
             nw += snprintf(what + nw, sizeof what - (size_t)nw, __VA_ARGS__)
-  NOT_YET(p->tp2d > 1, "tp2d=%dx%d (2D tensor parallelism)", p->tp2d, p->tp2d);
+  NOT_YET(p->tp2d > 1 && p->pp > 1, "tp2d=%dx%d with pp=%d (2D tensor parallelism in a "
+          "pipeline)", p->tp2d, p->tp2d, p->pp);
+  NOT_YET(p->tp2d > 1 && p->sp > 1, "tp2d=%dx%d with sp (the grid already splits the rows)",
+          p->tp2d, p->tp2d);
+  NOT_YET(p->tp2d > 1 && p->zero >= 1, "tp2d=%dx%d with zero=%d (ZeRO buckets over the 2D grid)",
+          p->tp2d, p->tp2d, p->zero);
   NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED, "schedule=interleaved (pipeline "
           "chunks; gpipe and 1f1b run)");
   NOT_YET(p->pp > 1 && p->sp_kind == SP_RING && p->sp > 1, "sp=ring with pp (ring attention "
@@ -522,7 +530,7 @@ int cg_check(Module *m, const char *target) {
 #undef NOT_YET
   if (nw) {
     plan_error(m, "strategy %s is not implemented yet by the cpu code generator: data "
-                  "parallelism (dp=N, mb=N, zero=1|2|3), tensor parallelism (tp=N), Megatron "
+                  "parallelism (dp=N, mb=N, zero=1|2|3), tensor parallelism (tp=N, tp2d=QxQ), Megatron "
                   "sequence parallelism (sp=megatron), ring attention (sp=ring:N) and pipelines "
                   "(pp=N, schedule=gpipe|1f1b) run so far",
                what);
@@ -816,6 +824,56 @@ static void emit_bwd_loop(Emit *e, Node *n, int i) {
 
 /* ---- kernel calls ---- */
 
+/* 2D tensor parallelism: a SUMMA matmul (runtime/dist_summa.h), forward
+ * (y = x·wᵀ) or backward (dx, dw accumulate; the bias add is its own node),
+ * one line per argument group. */
+static void emit_summa(Emit *e, Node *n) {
+  bool fwd = n->op == OP_MATMUL;
+  Value *x = n->in[fwd ? 0 : 1], *w = n->in[fwd ? 1 : 2];
+  const char *row = rt_axis((int)n->a.i[1]), *col = rt_axis((int)n->a.i[2]);
+  const char *fn = arena_printf("rt_summa_%s%s(", fwd ? "forward" : "backward", e->S);
+  int ind = 2 + (int)strlen(fn);
+  P(e, "  %smesh.comm[%s], mesh.comm[%s],\n", fn, row, col);
+  P(e, "%*s&mesh.bytes[%s], &mesh.bytes[%s],\n", ind, "", row, col);
+  if (fwd)
+    P(e, "%*s%s, %s, %s, NULL,\n", ind, "", ref(e, n->out), ref(e, x), ref(e, w));
+  else
+    P(e, "%*s%s, %s, NULL, %s, %s, %s,\n", ind, "", ref(e, n->outs[0]), ref(e, n->outs[1]),
+      ref(e, n->in[0]), ref(e, x), ref(e, w));
+  P(e, "%*s%" PRId64 ", %" PRId64 ", %" PRId64 ", %s);\n", ind, "", rows(x), last_dim(x),
+    w->shape.d[0].n, ref(e, n->scratch));
+}
+
+/* A layernorm / rmsnorm with the channels split over a mesh axis (the grid
+ * row): statistics all-reduced per row (runtime/dist_summa.h).  Lines:
+ * communicator; outputs; inputs; sizes and scratch. */
+static void emit_norm_split(Emit *e, Node *n) {
+  Value **x = n->in, **d = n->outs;
+  const char *ax = rt_axis((int)n->a.i[1]);
+  bool ln = n->op == OP_LAYERNORM || n->op == OP_LAYERNORM_BWD;
+  bool fwd = n->op == OP_LAYERNORM || n->op == OP_RMSNORM;
+  const char *fn = arena_printf("rt_%s_split_%s%s(", ln ? "layernorm" : "rmsnorm",
+                                fwd ? "forward" : "backward", e->S);
+  int ind = 2 + (int)strlen(fn);
+  const Value *xin = x[fwd ? 0 : 1];
+  P(e, "  %smesh.comm[%s], &mesh.bytes[%s],\n", fn, ax, ax);
+  if (fwd && ln)
+    P(e, "%*s%s, %s, %s,\n%*s%s, %s, %s,\n", ind, "", ref(e, d[0]), ref(e, d[1]), ref(e, d[2]),
+      ind, "", ref(e, x[0]), ref(e, x[1]), ref(e, x[2]));
+  else if (fwd)
+    P(e, "%*s%s, %s,\n%*s%s, %s,\n", ind, "", ref(e, d[0]), ref(e, d[1]), ind, "", ref(e, x[0]),
+      ref(e, x[1]));
+  else if (ln)
+    P(e, "%*s%s, %s, %s,\n%*s%s, %s, %s, %s, %s,\n", ind, "", ref(e, d[0]), ref(e, d[1]),
+      ref(e, d[2]), ind, "", ref(e, x[0]), ref(e, x[1]), ref(e, x[2]), ref(e, x[3]), ref(e, x[4]));
+  else
+    P(e, "%*s%s, %s,\n%*s%s, %s, %s, %s,\n", ind, "", ref(e, d[0]), ref(e, d[1]), ind, "",
+      ref(e, x[0]), ref(e, x[1]), ref(e, x[2]), ref(e, x[3]));
+  P(e, "%*s%" PRId64 ", %" PRId64 ", %" PRId64 ", ", ind, "", rows(xin), last_dim(xin), n->a.i[2]);
+  if (fwd) P(e, "%.9g, ", n->a.f[0]);
+  P(e, "(double *)%s);\n", ref(e, n->scratch));
+}
+
 static void emit_fwd(Emit *e, Node *n, int i) {
   Value **x = n->in, *y = n->out;
   const char *S = e->S;
@@ -832,6 +890,11 @@ static void emit_fwd(Emit *e, Node *n, int i) {
     P(e, "  /* %s: received from stage %d before backward() */\n", ref(e, y), e->stage + 1);
     return;
   case OP_MATMUL: {
+    if (ir_summa_q(n)) {
+      comment(e, &n, 1);
+      emit_summa(e, n);
+      return;
+    }
     Node *a = e->bias[i];
     Node *ns[2] = {n, a};
     comment(e, ns, a ? 2 : 1);
@@ -857,7 +920,9 @@ static void emit_fwd(Emit *e, Node *n, int i) {
   }
   case OP_LAYERNORM:
     comment(e, &n, 1);
-    if (n->a.f[0] == 1e-5)
+    if (ir_norm_split(n))
+      emit_norm_split(e, n);
+    else if (n->a.f[0] == 1e-5)
       P(e, "  rt_layernorm_forward%s(%s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ");\n", S,
         ref(e, y), ref(e, n->outs[1]), ref(e, n->outs[2]), ref(e, x[0]), ref(e, x[1]),
         ref(e, x[2]), rows(x[0]), last_dim(x[0]));
@@ -868,6 +933,10 @@ static void emit_fwd(Emit *e, Node *n, int i) {
     return;
   case OP_RMSNORM:
     comment(e, &n, 1);
+    if (ir_norm_split(n)) {
+      emit_norm_split(e, n);
+      return;
+    }
     P(e, "  rt_rmsnorm_forward%s(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %.9g);\n", S, ref(e, y),
       ref(e, n->outs[1]), ref(e, x[0]), ref(e, x[1]), rows(x[0]), last_dim(x[0]), n->a.f[0]);
     return;
@@ -961,9 +1030,11 @@ static void emit_fwd(Emit *e, Node *n, int i) {
     if (n->a.i[1]) {
       int64_t vl = last_dim(x[0]);
       P(e, "  rt_check(rt_vp_crossentropy_forward%s(&mesh, %s, &ce_loss[%d], %s, %s, %" PRId64
-           ", %" PRId64 ", mesh.coord[%s] * %" PRId64 ", VOCAB, (double *)%s));\n",
+           ", %" PRId64 ", mesh.coord[%s] * %" PRId64 ", %s, (double *)%s));\n",
         S, rt_axis((int)n->a.i[3]), s, ref(e, x[0]), ref(e, x[1]), rows(x[0]), vl,
-        rt_axis((int)n->a.i[3]), vl, ref(e, n->scratch));
+        rt_axis((int)n->a.i[3]), vl,
+        e->data == DATA_TOKENS ? "VOCAB" : arena_printf("%" PRId64, vl * n->a.i[2]), /* classes */
+        ref(e, n->scratch));
       P(e, "  ce_rows[%d] = %" PRId64 ";\n", s, rows(x[0]));
       P(e, "  *%s = (%s)ce_loss[%d];\n", ref(e, y), e->R, s);
       return;
@@ -1057,6 +1128,14 @@ static void emit_bwd(Emit *e, Node *n, int i) {
     comment(e, &n, 1);
   }
   if (n->op != OP_CROSS_ENTROPY_BWD || n->a.i[1]) zero_outputs(e, n, i, NULL);
+  if (ir_summa_q(n)) {
+    emit_summa(e, n);
+    return;
+  }
+  if (ir_norm_split(n)) {
+    emit_norm_split(e, n);
+    return;
+  }
   switch (n->op) {
   case OP_MATMUL_BWD: {
     Value *db = e->dbias[i];
@@ -1235,8 +1314,8 @@ static void emit_prelude(Emit *e) {
   int mb = p->mb > 0 ? p->mb : 1;
   P(e, "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
        "#include <string.h>\n#include <unistd.h>\n\n#include \"rt_codegen_support.h\"\n#include \"shardrt.h\"\n"
-       "#ifdef SHARDC_MPI\n#include <mpi.h>\n#endif\n%s%s\n", e->dist ? "#include \"dist.h\"\n" : "",
-    e->ring ? "#include \"dist_ring.h\"\n" : "");
+       "#ifdef SHARDC_MPI\n#include <mpi.h>\n#endif\n%s%s%s\n", e->dist ? "#include \"dist.h\"\n" : "",
+    e->ring ? "#include \"dist_ring.h\"\n" : "", e->q ? "#include \"dist_summa.h\"\n" : "");
   if (e->data == DATA_TOKENS) {
     P(e, "/* Training text when --data is not given (`shardc build` passes an absolute path). */\n");
     P(e, "#ifndef DEFAULT_DATA\n#define DEFAULT_DATA \"%s\"\n#endif\n\n", display_data(m));
@@ -1254,7 +1333,8 @@ static void emit_prelude(Emit *e) {
       "%d", ndev);
   DEF("DP", "data-parallel ranks, each on its own rows", "%d", p->dp);
   if (e->dist) {
-    DEF("TP", "tensor-parallel ranks, each on its shards of the layers", "%d", p->tp);
+    DEF("TP", "tensor-parallel ranks, each on its shards of the layers", "%d", e->tp);
+    if (e->q) DEF("Q", "tp2d: the q x q grid of the TP ranks (SUMMA)", "%d", e->q);
     if (e->ring) DEF("SP", "ring attention: sequence shards, each on SEQ / SP tokens of a row", "%d", e->ring);
     DEF("COMM_BYTES", "planned bytes sent per rank per step", "%" PRIu64 "ULL",
         plan_comm_bytes(m, NULL) * (uint64_t)e->scale);
@@ -1328,6 +1408,38 @@ static void emit_shard(Emit *e, const Value *p, int pp_owner) {
   else
     P(e, "%" PRId64, p->gshape.d[d].n);
   P(e, "}}}, %d},  // %s\n", pp_owner, p->name);
+}
+
+/* tp2d: parameter p's RtShard, with up to two splits (the grid row's
+ * segments, if any, belong to its tp-row split). */
+static void emit_shard2d(Emit *e, const Value *p) {
+  P(e, "    {%d, {", p->gshape.ndim);
+  emit_dims(e, &p->gshape);
+  int ns = 0;
+  for (int d = 0; d < p->shape.ndim; d++) ns += p->shard.axis[d] >= 0;
+  P(e, "}, %d, {", ns);
+  if (!ns) P(e, "{0}");
+  for (int d = 0, k = 0; d < p->shape.ndim; d++) {
+    int ax = p->shard.axis[d];
+    if (ax < 0) continue;
+    bool segs = ax == AX_TPR && p->shard.nseg > 1;
+    P(e, "%s{%d, %s, %d, {", k++ ? ", " : "", d, rt_axis(ax), segs ? p->shard.nseg : 1);
+    if (segs)
+      for (int j = 0; j < p->shard.nseg; j++) P(e, "%s%" PRId64, j ? ", " : "", p->shard.seg[j]);
+    else
+      P(e, "%" PRId64, p->gshape.d[d].n);
+    P(e, "}}");
+  }
+  P(e, "}, -1},  // %s\n", p->name);
+}
+
+/* tp2d: how many grid ranks hold the same elements of p (q per axis it is
+ * not split over), its gradient's weight in the global norm being 1/that. */
+static int holders2d(Emit *e, const Value *p) {
+  int h = 1;
+  if (!memchr(p->shard.axis, AX_TPR, IR_MAXDIM)) h *= e->q;
+  if (!memchr(p->shard.axis, AX_TPC, IR_MAXDIM)) h *= e->q;
+  return h;
 }
 
 /* A pipeline stage: the whole model's parameters as full tensors (init,
@@ -1465,6 +1577,10 @@ static void emit_params(Emit *e) {
   P(e, "static const RtShard shards[NPARAMS] = {\n");
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
+    if (e->q) {
+      emit_shard2d(e, p);
+      continue;
+    }
     P(e, "    {%d, {", p->gshape.ndim);
     emit_dims(e, &p->gshape);
     int d = split_dim_of(p);
@@ -1501,7 +1617,9 @@ static void emit_params(Emit *e) {
   P(e, "static const double norm_w[NPARAMS] = {");
   for (int i = 0; i < g->params.len; i++) {
     bool split = split_dim_of(g->params.data[i]) >= 0;
-    P(e, "%s%s", i % 8 ? " " : "\n    ", split ? "1.0," : arena_printf("1.0 / %d,", e->tp));
+    int holders = e->q ? holders2d(e, g->params.data[i]) : split ? 1 : e->tp;
+    P(e, "%s%s", i % 8 ? " " : "\n    ",
+      (e->q || split) && holders == 1 ? "1.0," : arena_printf("1.0 / %d,", holders));
   }
   P(e, "\n};\n\n");
 }
@@ -1683,8 +1801,8 @@ static void emit_mean_loss_pp(Emit *e) {
 }
 
 /* The start of sync_gradients without ZeRO shards: wait for the buckets'
- * all-reduces, then sum over tp the gradients of replicated parameters
- * used on sequence shards. */
+ * all-reduces, then sum the gradients of replicated parameters used on
+ * split activations over tp (or the 2D grid's rows and columns). */
 static void emit_sync_start(Emit *e) {
   Graph *g = e->g;
   if (e->zstage == 0)
@@ -1692,9 +1810,11 @@ static void emit_sync_start(Emit *e) {
       n_grad_reqs(e));
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
-    if (!p->grad || !(p->grad_partial & (1u << AX_TP))) continue;
-    P(e, "  rt_allreduce(&mesh, RT_AX_TP, %s, %" PRId64 ", %d);  // %s\n", ref(e, p->grad),
-      numel(p), e->f64 ? 8 : 4, p->name);
+    static const int gax[3] = {AX_TP, AX_TPR, AX_TPC}; /* report.c's order */
+    for (int a = 0; a < 3; a++)
+      if (p->grad && (p->grad_partial & (1u << gax[a])))
+        P(e, "  rt_allreduce(&mesh, %s, %s, %" PRId64 ", %d);  // %s\n", rt_axis(gax[a]),
+          ref(e, p->grad), numel(p), e->f64 ? 8 : 4, p->name);
   }
 }
 
@@ -2251,8 +2371,8 @@ static void emit_main(Emit *e) {
   P(e, "    return comm_finish(1);\n  }\n");
   if (e->dist)
     P(e, "  /* --gradcheck runs the data-parallel plan's program on one rank */\n"
-         "  if (!all_ok(rt_mesh_init(&mesh, args.gradcheck ? 1 : DP, TP, 0, %s, %s) == RT_OK)) return comm_finish(1);\n",
-      e->ring ? "SP" : "1", e->pp ? "PP" : "1");
+         "  if (!all_ok(rt_mesh_init(&mesh, args.gradcheck ? 1 : DP, TP, %s, %s, %s) == RT_OK)) return comm_finish(1);\n",
+      e->q ? "Q" : "0", e->ring ? "SP" : "1", e->pp ? "PP" : "1");
   P(e, "  cg_set_threads(world);\n"
        "  RtArena *mem = NULL;\n"
        "  if (!all_ok(cg_arena_create(&mem, &model) == RT_OK)) return comm_finish(1);\n"
@@ -2405,7 +2525,8 @@ static int emit_program(FILE *out, Module *m, const CgOptions *opt) {
   e.scale = e.f64 ? 2 : 1;
   e.nn = e.g->nodes.len;
   e.dist = cg_needs_mpi(m);
-  e.tp = m->train.plan.tp;
+  e.tp = m->train.plan.tp * m->train.plan.tp2d * m->train.plan.tp2d;
+  e.q = m->train.plan.tp2d > 1 ? m->train.plan.tp2d : 0;
   e.ring = ring_size(m);
   e.zstage = e.dist && e.g->buckets.len ? m->train.plan.zero : -1;
   e.pp = m->nstages > 1;

@@ -587,7 +587,8 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
     if (!check_split(c, a.loc[1], what, vocab, "vocabulary", p->tp, "tp", PLAN_TP,
                      arena_printf("pad the vocabulary to a multiple of %d (e.g. %lld)", p->tp * 64,
                                   (long long)((vocab + p->tp * 64 - 1) / (p->tp * 64) *
-                                              (p->tp * 64)))))
+                                              (p->tp * 64)))) ||
+        !check_split(c, a.loc[1], what, vocab, "vocabulary", p->tp2d, "tp2d", PLAN_TP2D, NULL))
       return false;
     Value *w = param(c, comp, "weight", shp2(vocab, dim), loc, true, "normal");
     if (!w) return false;
@@ -676,6 +677,7 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
         !check_split(c, a.given[2] ? a.loc[2] : a.loc[1], what, hk, "key/value heads", p->tp, "tp",
                      PLAN_TP, NULL) ||
         !check_split(c, loc, what, C, "features", p->tp2d, "tp2d", PLAN_TP2D, NULL) ||
+        !check_split(c, a.loc[1], what, hk, "key/value heads", p->tp2d, "tp2d", PLAN_TP2D, NULL) ||
         !check_split(c, loc, what, x->shape.d[1].n, "sequence length", p->sp, "sp", PLAN_SP, NULL) ||
         !check_split(c, loc, what, x->shape.d[1].n, "sequence length",
                      p->sp_kind == SP_MEGATRON ? p->tp : 1, "tp (sp=megatron)", PLAN_TP, NULL))

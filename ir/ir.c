@@ -640,6 +640,9 @@ int ir_comm_axis(const Node *n, int *group) {
   } else if (ir_ring_size(n) > 1) {
     ax = (int)n->a.i[2];
     P = (int)n->a.i[1];
+  } else if (ir_norm_split(n) > 1 && ir_comm_bytes(n)) {
+    ax = (int)n->a.i[1];
+    P = (int)n->a.i[0];
   }
   if (group) *group = P;
   return ax;
@@ -651,6 +654,18 @@ void ir_dim_split(const Shape *s, int d, int P, int64_t *outer, int64_t *inner) 
   for (int k = d; k < s->ndim; k++) in *= s->d[k].n;
   *outer = o;
   *inner = in / P;
+}
+
+int ir_summa_q(const Node *n) {
+  return (n->op == OP_MATMUL || n->op == OP_MATMUL_BWD) && n->a.ni >= 3 && n->a.i[0] > 1
+             ? (int)n->a.i[0]
+             : 0;
+}
+
+int ir_norm_split(const Node *n) {
+  bool norm = n->op == OP_LAYERNORM || n->op == OP_LAYERNORM_BWD || n->op == OP_RMSNORM ||
+              n->op == OP_RMSNORM_BWD;
+  return norm && n->a.ni >= 2 && n->a.i[0] > 1 ? (int)n->a.i[0] : 0;
 }
 
 int ir_ring_size(const Node *n) {
@@ -686,6 +701,34 @@ uint64_t ir_comm_bytes(const Node *n) {
       return rt_vol_vp_xent_bwd((size_t)(ir_numel(l) / l->d[l->ndim - 1].n), (int)n->a.i[2]);
     }
     return 0;
+  case OP_MATMUL:
+  case OP_MATMUL_BWD: {
+    int q = ir_summa_q(n);
+    if (!q) return 0;
+    const Value *x = n->in[n->op == OP_MATMUL ? 0 : 1], *w = n->in[n->op == OP_MATMUL ? 1 : 2];
+    uint64_t es = (uint64_t)ir_dtype_size(x->dtype);
+    uint64_t xb = (uint64_t)ir_numel(&x->shape) * es, wb = (uint64_t)ir_numel(&w->shape) * es;
+    if (n->op == OP_MATMUL) return rt_vol_summa_fwd(xb, wb, q);
+    /* runtime/dist_summa.h: dX costs the W broadcasts and dX reduces, dW the
+     * X broadcasts and dW reduces (no dbias: a bias add is its own node) */
+    uint64_t b = 0;
+    if (n->outs[0]) b += (uint64_t)q * (rt_vol_bcast(wb, q) + rt_vol_reduce(xb, q));
+    if (n->outs[1]) b += (uint64_t)q * (rt_vol_bcast(xb, q) + rt_vol_reduce(wb, q));
+    return b;
+  }
+  case OP_LAYERNORM:
+  case OP_LAYERNORM_BWD:
+  case OP_RMSNORM:
+  case OP_RMSNORM_BWD: {
+    int Pn = ir_norm_split(n);
+    if (!Pn) return 0;
+    bool fwd = n->op == OP_LAYERNORM || n->op == OP_RMSNORM;
+    const Shape *s = &n->in[fwd ? 0 : 1]->shape;
+    size_t N = (size_t)(ir_numel(s) / s->d[s->ndim - 1].n);
+    if (n->op == OP_RMSNORM) return rt_vol_rms_split_fwd(N, Pn);
+    if (n->op == OP_RMSNORM_BWD) return n->outs[0] ? rt_vol_rms_split_bwd(N, Pn) : 0;
+    return fwd ? rt_vol_ln_split_fwd(N, Pn) : n->outs[0] ? rt_vol_ln_split_bwd(N, Pn) : 0;
+  }
   case OP_ATTENTION:
   case OP_ATTENTION_BWD: {
     int R = ir_ring_size(n), es = ir_dtype_size(n->in[0]->dtype);
@@ -853,7 +896,23 @@ static void print_attrs(FILE *out, const Node *n) {
     break;
   case OP_LAYERNORM:
   case OP_RMSNORM:
-    fprintf(out, " {eps=%.9g}", n->a.f[0]);
+    fprintf(out, " {eps=%.9g", n->a.f[0]);
+    if (ir_norm_split(n))
+      fprintf(out, ", channels over %s(%d), bytes=%" PRIu64, ir_axis_name((int)n->a.i[1]),
+              (int)n->a.i[0], ir_comm_bytes(n));
+    fputc('}', out);
+    break;
+  case OP_LAYERNORM_BWD:
+  case OP_RMSNORM_BWD:
+    if (ir_norm_split(n))
+      fprintf(out, " {channels over %s(%d), bytes=%" PRIu64 "}", ir_axis_name((int)n->a.i[1]),
+              (int)n->a.i[0], ir_comm_bytes(n));
+    break;
+  case OP_MATMUL:
+  case OP_MATMUL_BWD:
+    if (ir_summa_q(n))
+      fprintf(out, " {summa %dx%d over %s, %s, bytes=%" PRIu64 "}", ir_summa_q(n), ir_summa_q(n),
+              ir_axis_name((int)n->a.i[1]), ir_axis_name((int)n->a.i[2]), ir_comm_bytes(n));
     break;
   case OP_ROPE:
   case OP_ROPE_BWD:
@@ -958,7 +1017,9 @@ void ir_print(FILE *out, const Graph *g) {
       for (int d = 0; d < v->shape.ndim; d++)
         if (v->shard.axis[d] >= 0)
           fprintf(out, " split(%d over %s%s)", d, ir_axis_name(v->shard.axis[d]),
-                  v->shard.nseg > 1 ? ", segments" : "");
+                  v->shard.nseg > 1 && (v->shard.axis[d] == AX_TP || v->shard.axis[d] == AX_TPR)
+                      ? ", segments"
+                      : "");
       if (v->grad_partial)
         for (int ax = 0; ax < AX_COUNT; ax++)
           if (v->grad_partial & (1u << ax)) fprintf(out, " grad-partial(%s)", ir_axis_name(ax));

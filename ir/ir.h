@@ -242,6 +242,13 @@ int ir_comm_axis(const Node *n, int *group);
  * elements of one K (or V) block that travels the ring. */
 int ir_ring_size(const Node *n);
 int64_t ir_ring_kv(const Node *n);
+/* 2D tensor parallelism (tp2d): a matmul or matmul_bwd run as SUMMA on a
+ * q x q grid (i0 = q, i1 = the grid-row axis, i2 = the grid-column axis;
+ * runtime/dist_summa.h) returns q, any other node 0.  ir_norm_split: a
+ * layernorm or rmsnorm (or its backward) with the channels split over a
+ * mesh axis (i0 = its P ranks, i1 = the axis; eps stays in f0) returns P. */
+int ir_summa_q(const Node *n);
+int ir_norm_split(const Node *n);
 /* A collective along dim d of the full shape s over P ranks: the rows before
  * d (outer) and the elements of one rank's chunk per outer row (inner). */
 void ir_dim_split(const Shape *s, int d, int P, int64_t *outer, int64_t *inner);

@@ -23,6 +23,7 @@
 typedef struct Build {
   CommProgram p;
   int dp, sp, tp, pp;
+  int q;   /* tp2d: the grid side (tp = q*q), else 0 */
 } Build;
 
 /* Communicator instance ids (rank = ((pp_i*dp + dp_i)*sp + sp_i)*tp + t,
@@ -45,6 +46,13 @@ static int comm_id(const Build *b, int axis, int rank) {
     return q * stage + base_data + t;
   case AX_EMBED:
     return b->pp * stage + rr;
+  case AX_TPR: /* tp2d: after the world, one per grid row, then one per column */
+  case AX_TPC: {
+    int world = b->pp * stage + (b->pp > 1 ? per : 0), grid = (q * b->dp + d) * b->sp + s;
+    int ngrids = b->pp * b->dp * b->sp, qq = b->q > 0 ? b->q : 1;
+    if (axis == AX_TPR) return world + 1 + grid * qq + t / qq;
+    return world + 1 + ngrids * qq + grid * qq + t % qq;
+  }
   default: /* the world (after the EMBED pairs when there is a pipeline) */
     return b->pp * stage + (b->pp > 1 ? per : 0);
   }
@@ -63,7 +71,8 @@ static int check_program(Module *m) {
   Build b = {0};
   b.dp = pl->dp;
   b.sp = pl->sp_kind == SP_RING ? pl->sp : 1;
-  b.tp = pl->tp;
+  b.tp = pl->tp * pl->tp2d * pl->tp2d;
+  b.q = pl->tp2d > 1 ? pl->tp2d : 0;
   b.pp = m->nstages > 1 ? m->nstages : 1;
   int per = b.dp * b.sp * b.tp, nr = per * b.pp;
   /* each stage's list (the whole model's without a pipeline) */
@@ -77,15 +86,16 @@ static int check_program(Module *m) {
   b.p.nranks = nr;
   b.p.n = arena_alloc(sizeof(int) * (size_t)nr);
   b.p.ev = arena_alloc(sizeof(CommEvent *) * (size_t)nr);
-  b.p.ncomms = comm_id(&b, AX_WORLD, 0) + 1;
+  b.p.ncomms = comm_id(&b, AX_WORLD, 0) + 1 + (b.q ? 2 * b.pp * b.dp * b.sp * b.q : 0);
   b.p.comm_size = arena_alloc(sizeof(int) * (size_t)b.p.ncomms);
   b.p.comm_members = arena_alloc(sizeof(int *) * (size_t)b.p.ncomms);
   for (int c = 0; c < b.p.ncomms; c++) b.p.comm_members[c] = arena_alloc(sizeof(int) * (size_t)nr);
   for (int r = 0; r < nr; r++) { /* ascending rank order: members come out sorted */
-    static const int axes[6] = {AX_TP, AX_DP, AX_SP, AX_DATA, AX_EMBED, AX_WORLD};
+    static const int axes[8] = {AX_TP, AX_DP, AX_SP, AX_DATA, AX_EMBED, AX_WORLD, AX_TPR, AX_TPC};
     int q = r / per;
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 8; k++) {
       if (axes[k] == AX_EMBED && (b.pp == 1 || (q != 0 && q != b.pp - 1))) continue;
+      if ((axes[k] == AX_TPR || axes[k] == AX_TPC) && !b.q) continue;
       int c = comm_id(&b, axes[k], r);
       b.p.comm_members[c][b.p.comm_size[c]++] = r;
     }
@@ -129,9 +139,7 @@ static int check_program(Module *m) {
 }
 
 int pass_commcheck(Module *m) {
-  const Plan *pl = &m->train.plan;
   if (!m->graph || !m->planned || !m->train.mesh || m->train.mesh->ndev <= 1) return 0;
-  if (pl->tp2d > 1) return 0; /* not generated yet */
   if (m->nstages <= 1 && !m->graph->nfwd) return 0;
   return check_program(m);
 }

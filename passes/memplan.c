@@ -117,6 +117,26 @@ static int64_t scratch_bytes(const Node *n) {
   }
   case OP_GRAD_REDUCE_SCATTER:   /* the chunk, reduced before it is added (not ZeRO-1's) */
     return n->a.i[3] ? 0 : ir_numel(&n->out->shape) * esize;
+  case OP_MATMUL:
+  case OP_MATMUL_BWD: {
+    if (!ir_summa_q(n)) return 0;
+    bool fwd = n->op == OP_MATMUL;
+    size_t xe = (size_t)ir_numel(&n->in[fwd ? 0 : 1]->shape);
+    size_t we = (size_t)ir_numel(&n->in[fwd ? 1 : 2]->shape);
+    return (int64_t)(fwd ? rt_scratch_summa_fwd(xe, we) : rt_scratch_summa_bwd(xe, we)) *
+           ir_dtype_size(n->in[0]->dtype);
+  }
+  case OP_LAYERNORM:
+  case OP_LAYERNORM_BWD:
+  case OP_RMSNORM:
+  case OP_RMSNORM_BWD: {
+    if (!ir_norm_split(n)) return 0;
+    const Shape *x = &n->in[n->op == OP_LAYERNORM || n->op == OP_RMSNORM ? 0 : 1]->shape;
+    size_t N = (size_t)(ir_numel(x) / x->d[x->ndim - 1].n);
+    return (int64_t)(n->op == OP_LAYERNORM || n->op == OP_LAYERNORM_BWD
+                         ? rt_scratch_ln_split_bytes(N)
+                         : rt_scratch_rms_split_bytes(N));
+  }
   case OP_CROSS_ENTROPY:
   case OP_CROSS_ENTROPY_BWD:
     if (n->a.i[1]) {

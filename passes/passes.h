@@ -17,6 +17,8 @@ extern const int pass_count;
 
 int pass_shape(Module *m);
 int pass_shard(Module *m);
+/* 2D tensor parallelism (tp2d=QxQ, shard2d.c): run by pass_shard. */
+int shard_tp2d(Module *m);
 int pass_autodiff(Module *m);
 int pass_zero(Module *m);
 int pass_memplan(Module *m);

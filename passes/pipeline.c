@@ -12,7 +12,7 @@ static int commcheck_stages(Module *m) { return pass_commcheck(m); }
 const Pass pass_list[] = {
     {"lower", "AST -> IR: inline layers, lower builtins, infer shapes", pass_lower},
     {"shape", "re-derive and verify every shape and dtype", pass_shape},
-    {"shard", "tensor parallelism and ring sequence parallelism: sharding specs, local shapes, collectives", pass_shard},
+    {"shard", "tensor parallelism (1D, and 2D on a q x q grid) and ring sequence parallelism: sharding specs, local shapes, collectives", pass_shard},
     {"pipeline", "cut the forward graph into stages between layers, balanced by FLOPs (pp > 1)", pass_stage},
     {"autodiff", "append the backward pass: accumulating gradient ops, seeded with 1/mb", autodiff_stages},
     {"zero", "data-parallel gradient buckets reduced in the backward; ZeRO-1/2/3 shards, ZeRO-3 gathers", zero_stages},

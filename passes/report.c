@@ -143,9 +143,6 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
             pf, a, human_bytes((double)mp->arena_bytes), human_bytes((double)mp->param_bytes),
             human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
             human_bytes((double)mp->transient_peak), mp->peak_node);
-    if (p->tp2d > 1)
-      fprintf(out, "%s          (tp2d is not applied by the passes yet: the memory "
-                   "and communication shown leave them out)\n", pf);
     if (t->mesh && t->mesh->ndev > 1) comm_line(out, m, pf, "comm:     ");
   }
 }
@@ -173,6 +170,41 @@ static int ring_messages(const Node *nd, PlanColl *c, int i, int k, bool fwd) {
   return n;
 }
 
+/* A SUMMA matmul's collectives in runtime/dist_summa.c's order: forward,
+ * for each k < q a broadcast of an X block along the grid row, then one of
+ * a W block down the column; backward, for each l < q the dX part (a W
+ * block down the column, a dX partial reduced along the row) when dX is
+ * needed, then the dW part (an X block along the row, a dW partial reduced
+ * down the column).  Returns the entries written. */
+static int summa_messages(const Node *nd, PlanColl *c, int i, int k) {
+  int q = ir_summa_q(nd), row = (int)nd->a.i[1], col = (int)nd->a.i[2], n = 0;
+  bool fwd = nd->op == OP_MATMUL;
+  const Value *x = nd->in[fwd ? 0 : 1], *w = nd->in[fwd ? 1 : 2];
+  uint64_t es = (uint64_t)ir_dtype_size(x->dtype);
+  uint64_t xb = (uint64_t)ir_numel(&x->shape) * es, wb = (uint64_t)ir_numel(&w->shape) * es;
+  const char *what = arena_printf("node %d summa %dx%d (%s), %s of microbatch %d", i, q, q,
+                                  nd->scope && *nd->scope ? nd->scope : "model",
+                                  fwd ? "forward" : "backward", k + 1);
+#define MSG(ax, o, b) c[n++] = (PlanColl){(ax), (o), (b), true, what, 0, 0, 0}
+  for (int l = 0; l < q; l++) {
+    if (fwd) {
+      MSG(row, "broadcast", rt_vol_bcast(xb, q));
+      MSG(col, "broadcast", rt_vol_bcast(wb, q));
+      continue;
+    }
+    if (nd->outs[0]) {
+      MSG(col, "broadcast", rt_vol_bcast(wb, q));
+      MSG(row, "reduce", rt_vol_reduce(xb, q));
+    }
+    if (nd->outs[1]) {
+      MSG(row, "broadcast", rt_vol_bcast(xb, q));
+      MSG(col, "reduce", rt_vol_reduce(wb, q));
+    }
+  }
+#undef MSG
+  return n;
+}
+
 /* One step of one rank, in issue order: the graph's communication for each
  * microbatch, then the step's (passes.h PlanColl). */
 int plan_collectives(const Module *m, PlanColl **out) {
@@ -184,10 +216,10 @@ int plan_collectives(const Module *m, PlanColl **out) {
   for (int i = 0; i < g->nodes.len; i++) {
     const Node *nd = g->nodes.data[i];
     int R = ir_ring_size(nd);
-    ncomm += R > 1 ? 8 * R : ir_comm_axis(nd, NULL) >= 0;
+    ncomm += R > 1 ? 8 * R : ir_summa_q(nd) ? 4 * ir_summa_q(nd) : ir_comm_axis(nd, NULL) >= 0;
   }
   PlanColl *c = arena_alloc(sizeof(PlanColl) *
-                            (size_t)(ncomm * mb + 2 * g->params.len + 3 * g->buckets.len + 4 * mb + 8));
+                            (size_t)(ncomm * mb + 4 * g->params.len + 3 * g->buckets.len + 4 * mb + 8));
   /* gradient buckets (passes/zero.c): stages 0 and 1 all-reduce or
    * reduce-scatter them in the last microbatch, 2 and 3 in every one */
   int stage = g->buckets.len ? p->zero : -1;
@@ -217,6 +249,10 @@ int plan_collectives(const Module *m, PlanColl **out) {
     }
     for (int i = fwd ? 0 : g->nfwd; i < (fwd ? g->nfwd : g->nodes.len); i++) {
       const Node *nd = g->nodes.data[i];
+      if (ir_summa_q(nd)) {
+        n += summa_messages(nd, c + n, i, k);
+        continue;
+      }
       int ax = ir_comm_axis(nd, NULL);
       /* tp_copy and shard only move data locally; their adjoints are nodes too */
       if (ax < 0 || nd->op == OP_TP_COPY || nd->op == OP_SHARD) continue;
@@ -254,11 +290,16 @@ int plan_collectives(const Module *m, PlanColl **out) {
       ADD(AX_EMBED, "all_reduce", rt_vol_allreduce((uint64_t)b->chunk * 4, 2), true,
           arena_printf("gradient shard of bucket %s over the first and last stage", b->name));
   }
-  for (int i = 0; i < g->params.len && p->tp > 1 && stage < 1; i++) {
+  /* replicated parameters used on split activations: over tp (1D), or
+   * over the grid row and column (2D; codegen's sync_gradients order) */
+  static const int gax[3] = {AX_TP, AX_TPR, AX_TPC};
+  for (int i = 0; i < g->params.len && (p->tp > 1 || p->tp2d > 1) && stage < 1; i++) {
     const Value *v = g->params.data[i];
-    if (v->grad && (v->grad_partial & (1u << AX_TP)))
-      ADD(AX_TP, "all_reduce", rt_vol_allreduce((uint64_t)ir_numel(&v->shape) * 4, p->tp), true,
-          arena_printf("gradient of %s over tp", v->name));
+    for (int a = 0; a < 3 && v->grad; a++)
+      if (v->grad_partial & (1u << gax[a]))
+        ADD(gax[a], "all_reduce",
+            rt_vol_allreduce((uint64_t)ir_numel(&v->shape) * 4, gax[a] == AX_TP ? p->tp : p->tp2d),
+            true, arena_printf("gradient of %s over %s", v->name, ir_axis_name(gax[a])));
   }
   for (int i = 0; i < g->params.len && staged && stage < 1; i++) {
     const Value *v = g->params.data[i];

@@ -102,5 +102,10 @@ static inline size_t rt_scratch_summa_bwd(size_t xe, size_t we) { return 2 * xe 
 static inline uint64_t rt_vol_ln_split_fwd(size_t N, int P) { return rt_vol_allreduce(2 * N * sizeof(double), P); }
 static inline uint64_t rt_vol_ln_split_bwd(size_t N, int P) { return rt_vol_allreduce(2 * N * sizeof(double), P); }
 static inline size_t rt_scratch_ln_split_bytes(size_t N) { return 2 * N * sizeof(double); }
+/* RMSNorm the same way: forward all-reduces Σx² per row, backward
+ * Σ w·dy·x per row; N doubles each. */
+static inline uint64_t rt_vol_rms_split_fwd(size_t N, int P) { return rt_vol_allreduce(N * sizeof(double), P); }
+static inline uint64_t rt_vol_rms_split_bwd(size_t N, int P) { return rt_vol_allreduce(N * sizeof(double), P); }
+static inline size_t rt_scratch_rms_split_bytes(size_t N) { return N * sizeof(double); }
 
 #endif

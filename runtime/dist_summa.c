@@ -224,4 +224,66 @@ void FN(rt_layernorm_split_backward)(MPI_Comm comm, uint64_t *bytes, REAL *dx, R
   }
 }
 
+// out, x are (N,Cl), rstd (N) or NULL, w (Cl); scratch (N doubles): each
+// row's Σx² over all C channels
+void FN(rt_rmsnorm_split_forward)(MPI_Comm comm, uint64_t *bytes, REAL *out, REAL *rstd,
+                                  const REAL *x, const REAL *w, int N, int Cl, int C,
+                                  double eps, double *scratch) {
+  int P;
+  MPI_Comm_size(comm, &P);
+  RT_OMP_FOR((size_t)N * Cl)
+  for (int n = 0; n < N; n++) {
+    const REAL *xr = x + (size_t)n * Cl;
+    double ss = 0;
+    for (int c = 0; c < Cl; c++)
+      ss += (double)xr[c] * xr[c];
+    scratch[n] = ss;
+  }
+  rt_allreduce_(scratch, (size_t)N, MPI_DOUBLE, sizeof(double), comm);
+  *bytes += rt_vol_rms_split_fwd((size_t)N, P);
+  RT_OMP_FOR((size_t)N * Cl)
+  for (int n = 0; n < N; n++) {
+    const REAL *xr = x + (size_t)n * Cl;
+    REAL *y = out + (size_t)n * Cl;
+    REAL s = (REAL)(1 / sqrt(scratch[n] / C + eps));
+    for (int c = 0; c < Cl; c++)
+      y[c] = xr[c] * s * w[c];
+    if (rstd)
+      rstd[n] = s;
+  }
+}
+
+// dx, dout, x are (N,Cl), dw, w (Cl), rstd (N); scratch (N doubles): each
+// row's Σ w·dy·x over all C channels
+void FN(rt_rmsnorm_split_backward)(MPI_Comm comm, uint64_t *bytes, REAL *dx, REAL *dw,
+                                   const REAL *dout, const REAL *x, const REAL *w,
+                                   const REAL *rstd, int N, int Cl, int C, double *scratch) {
+  if (dw) // column sums over the local rows: the single-device kernel's
+    FN(rt_rmsnorm_backward)(NULL, dw, dout, x, w, rstd, N, Cl);
+  if (!dx)
+    return;
+  int P;
+  MPI_Comm_size(comm, &P);
+  RT_OMP_FOR((size_t)N * Cl)
+  for (int n = 0; n < N; n++) {
+    const REAL *xr = x + (size_t)n * Cl, *dy = dout + (size_t)n * Cl;
+    double a = 0;
+    for (int c = 0; c < Cl; c++)
+      a += (double)(w[c] * dy[c]) * xr[c];
+    scratch[n] = a;
+  }
+  rt_allreduce_(scratch, (size_t)N, MPI_DOUBLE, sizeof(double), comm);
+  *bytes += rt_vol_rms_split_bwd((size_t)N, P);
+  RT_OMP_FOR((size_t)N * Cl)
+  for (int n = 0; n < N; n++) {
+    const REAL *xr = x + (size_t)n * Cl, *dy = dout + (size_t)n * Cl;
+    REAL *d = dx + (size_t)n * Cl;
+    REAL s = rstd[n];
+    // dx = s·(dnorm - norm·mean(dnorm·norm)), norm = x·s, dnorm = w·dy
+    REAL dn_n_mean = (REAL)(scratch[n] * s / C);
+    for (int c = 0; c < Cl; c++)
+      d[c] += s * (w[c] * dy[c] - xr[c] * s * dn_n_mean);
+  }
+}
+
 #endif

@@ -75,6 +75,21 @@ void rt_layernorm_split_backward_f32(MPI_Comm comm, uint64_t *bytes, float *dx, 
                                      const float *w, const float *mean, const float *rstd,
                                      int N, int Cl, int C, double *scratch);
 
+/* RMSNorm over C = P·Cl channels split over comm: x, out (N,Cl); w (Cl);
+ * rstd (N) or NULL, the full-row statistic, the same on every rank. One
+ * all-reduce of each row's Σx² in double (rt_vol_rms_split_fwd).
+ * scratch: rt_scratch_rms_split_bytes(N) bytes. */
+void rt_rmsnorm_split_forward_f32(MPI_Comm comm, uint64_t *bytes, float *out, float *rstd,
+                                  const float *x, const float *w, int N, int Cl, int C,
+                                  double eps, double *scratch);
+/* dout, x (N,Cl); rstd (N) from the forward. dx (N,Cl), dw (Cl) ACCUMULATE,
+ * either NULL; dw is this rank's sum over its N rows only. dx needs one
+ * all-reduce of each row's Σ w·dy·x in double (rt_vol_rms_split_bwd); with
+ * dx == NULL nothing is communicated. */
+void rt_rmsnorm_split_backward_f32(MPI_Comm comm, uint64_t *bytes, float *dx, float *dw,
+                                   const float *dout, const float *x, const float *w,
+                                   const float *rstd, int N, int Cl, int C, double *scratch);
+
 /* The same over double. */
 void rt_summa_forward_f64(MPI_Comm row, MPI_Comm col, uint64_t *bytes_row,
                           uint64_t *bytes_col, double *y, const double *x, const double *w,
@@ -92,5 +107,12 @@ void rt_layernorm_split_backward_f64(MPI_Comm comm, uint64_t *bytes, double *dx,
                                      const double *x, const double *w, const double *mean,
                                      const double *rstd, int N, int Cl, int C,
                                      double *scratch);
+
+void rt_rmsnorm_split_forward_f64(MPI_Comm comm, uint64_t *bytes, double *out, double *rstd,
+                                  const double *x, const double *w, int N, int Cl, int C,
+                                  double eps, double *scratch);
+void rt_rmsnorm_split_backward_f64(MPI_Comm comm, uint64_t *bytes, double *dx, double *dw,
+                                   const double *dout, const double *x, const double *w,
+                                   const double *rstd, int N, int Cl, int C, double *scratch);
 
 #endif

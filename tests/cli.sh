@@ -80,8 +80,21 @@ expect commcheck-ring 1 'communication check failed .*rank 0 sends 65536 bytes w
 expect ring-no-sequence 1 'ring attention \(sp=ring:2\): input x has no sequence dim to split' -- "$bin" compile samples/mlp.shard --mesh 2 --strategy sp=ring:2 --emit=c
 sed 's/causal = true)/causal = true, dropout = 0.1)/' samples/gpt.shard >"$tmp/dropout.shard"
 expect ring-dropout 1 'ring attention \(sp=ring:2\): dropout is not implemented yet with ring attention' -- "$bin" compile "$tmp/dropout.shard" --mesh 2 --strategy sp=ring:2 --emit=c
-expect emit-c-tp2d 1 'strategy tp2d=2x2 \(2D tensor parallelism\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp2d=2x2
+# 2D tensor parallelism (tp2d=QxQ): SUMMA and split-norm calls, the grid's
+# axes in the plan's volume and in the communication check; refused with pp,
+# sp and dropout.
+expect emit-c-tp2d 0 'rt_summa_forward_f32\(mesh.comm\[RT_AX_TPR\], mesh.comm\[RT_AX_TPC\]' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp2d=2x2
+expect emit-c-tp2d-norm 0 'rt_rmsnorm_split_backward_f32\(mesh.comm\[RT_AX_TPR\]' -- "$bin" compile samples/llama.shard --mesh 4 --emit=c --strategy tp2d=2x2
+expect plan-tp2d 0 '^comm: .*\(dp 849,408, tp-row 5,840,896, tp-col 5,031,424\)' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=plan --strategy tp2d=2x2,dp=2
+expect commcheck-tp2d 1 'communication check failed .*communicator 15 \(ranks 2,3\): rank 2 issues broadcast of 32768 bytes \(node 11 summa 2x2 \(blocks.0.attn\), forward of microbatch 1\) but rank 3 issues broadcast of 16384 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:2:2 "$bin" compile samples/gpt.shard --strategy tp2d=2x2 --emit=plan
+expect tp2d-pp 1 'strategy tp2d=2x2 with pp=2 \(2D tensor parallelism in a pipeline\) is not implemented yet' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=c --strategy tp2d=2x2,pp=2
+expect tp2d-ring 1 'strategy tp2d=2x2 with sp \(the grid already splits the rows\) is not implemented yet' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=c --strategy tp2d=2x2,sp=ring:2
+expect tp2d-dropout 1 '2D tensor parallelism \(tp2d=2x2\): dropout is not implemented yet' -- "$bin" compile "$tmp/dropout.shard" --mesh 4 --strategy tp2d=2x2 --emit=c
+sed 's/batch = 16, seq = ctx, microbatch = 4/batch = 12, seq = ctx, microbatch = 3/' samples/gpt.shard >"$tmp/mb3.shard"
+expect tp2d-microbatch 1 '2D tensor parallelism \(tp2d=2x2\): a microbatch of 3 rows cannot be split over the 2 grid rows' -- "$bin" compile "$tmp/mb3.shard" --mesh 4 --strategy tp2d=2x2 --emit=c
+expect tp2d-kv-heads 1 'attention: key/value heads 2 cannot be split over tp2d=4' -- "$bin" compile samples/llama.shard --mesh 16 --strategy tp2d=4x4 --emit=c
 expect emit-c-fp64-zero 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=2 --precision=fp64
+expect tp2d-zero 1 'strategy tp2d=2x2 with zero=1 \(ZeRO buckets over the 2D grid\) is not implemented yet' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=c --strategy tp2d=2x2,dp=2,zero=1
 expect emit-c-fp64-tp 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp=4 --precision=fp64
 expect emit-c-interleaved 1 'strategy schedule=interleaved \(pipeline chunks; gpipe and 1f1b run\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2,schedule=interleaved:2
 expect pp-too-deep 1 'pp=8 needs 8 pipeline stages but model gpt has only 5 places to cut it \(between layers, where one activation crosses\); use pp=6 or less' -- "$bin" compile samples/gpt.shard --mesh 8 --strategy pp=8

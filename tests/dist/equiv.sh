@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Distributed equivalence (issue 4): every strategy and combination that the
-# cpu target runs (dp, zero=1, tp, sp=megatron, sp=ring) trains the tiny GPT
+# cpu target runs (dp, zero=1, tp, tp2d, sp=megatron, sp=ring, pp) trains the tiny GPT
 # and the tiny llama for 10 steps on 2, 4 or 8 MPI ranks, and must give the single-rank run's per-step losses within
 # 1e-5 relative and its final checkpoint (parameters and optimizer state,
 # gathered from the shards) within 1e-5.  Each run also checks its memory
@@ -79,6 +79,9 @@ reference gpt && {
   check gpt 4 tp=2,dp=2,zero=3
   check gpt 4 tp=2,sp=megatron,dp=2,zero=2
   check gpt 4 pp=2,dp=2,zero=3
+  # 2D tensor parallelism (Optimus: SUMMA on a 2x2 grid), alone and with dp
+  check gpt 4 tp2d=2x2
+  check gpt 8 tp2d=2x2,dp=2
 }
 reference llama && {
   check llama 2 tp=2
@@ -89,7 +92,12 @@ reference llama && {
   check llama 4 tp=2,sp=ring:2
   check llama 2 dp=2,zero=3
   check llama 4 tp=2,dp=2,zero=2
+  check llama 4 tp2d=2x2
 }
+
+# The classifier (bias on its logits: SUMMA, then an all-gather of the rows
+# and a cross-entropy split over the classes).
+reference mlp && check mlp 4 tp2d=2x2
 
 # Memory shrinks as theory says: tp=4 holds a quarter of every split
 # weight; ZeRO-1 at dp=4 a quarter of the optimizer state, ZeRO-2 also a
@@ -105,6 +113,17 @@ if [ -f "$tmp/gpt-4-dp_4_zero_1/model.c" ] && [ -f "$tmp/gpt-4-dp_4/model.c" ] &
   echo "  memory: $cmp"
 else
   bad "memory shrink: ${cmp:-programs missing}"
+fi
+
+# tp2d=2x2: every matrix 1/4 per rank, every vector 1/2; activations shrink.
+"$bin" compile samples/gpt.shard --mesh 4 --strategy tp2d=2x2 --emit=ir >"$tmp/tp2d.ir" 2>&1
+"$bin" compile samples/gpt.shard --mesh 1 --strategy dp=1 --emit=plan >"$tmp/ref.plan" 2>&1
+"$bin" compile samples/gpt.shard --mesh 4 --strategy tp2d=2x2 --emit=plan >"$tmp/tp2d.plan" 2>&1
+if cmp=$(tests/dist/shrink2d.py "$tmp/ref.ir" "$tmp/tp2d.ir" 2 "$tmp/ref.plan" "$tmp/tp2d.plan"); then
+  ok
+  echo "  memory: $cmp"
+else
+  bad "memory shrink (tp2d): $cmp"
 fi
 
 # Pipeline memory: GPipe holds all 4 microbatches' activations on each of
@@ -150,6 +169,10 @@ reshard "$tmp/gpt-4-dp_4_zero_1" "$tmp/gpt-8-tp_4_dp_2" "dp=4,zero=1 -> tp=4,dp=
 # tp=2,dp=2; and saved under tp=2,dp=2 then resumed under tp=2,dp=2,zero=3.
 reshard "$tmp/gpt-4-dp_4_zero_3" "$tmp/gpt-4-tp_2_dp_2" "dp=4,zero=3 -> tp=2,dp=2"
 reshard "$tmp/gpt-4-tp_2_dp_2" "$tmp/gpt-4-tp_2_dp_2_zero_3" "tp=2,dp=2 -> tp=2,dp=2,zero=3"
+# 2D tensor parallelism: save on the 2x2 grid, resume under tp=4; and from
+# ZeRO-1 (its flat moments) into the grid with dp.
+reshard "$tmp/gpt-4-tp2d_2x2" "$tmp/gpt-4-tp_4" "tp2d=2x2 -> tp=4"
+reshard "$tmp/gpt-4-dp_4_zero_1" "$tmp/gpt-8-tp2d_2x2_dp_2" "dp=4,zero=1 -> tp2d=2x2,dp=2"
 # ... and out of a pipeline with ZeRO-1 into tensor + data parallelism.
 reshard "$tmp/gpt-4-pp_2_dp_2_zero_1" "$tmp/gpt-4-tp_2_dp_2" "pp=2,dp=2,zero=1 -> tp=2,dp=2"
 reshard "$tmp/gpt-4-tp_2_dp_2" "$tmp/gpt-4-pp_4_schedule_1f1b" "tp=2,dp=2 -> pp=4,schedule=1f1b"

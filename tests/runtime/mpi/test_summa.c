@@ -1,7 +1,7 @@
-/* test_summa.c — SUMMA linear layers and split-channel layernorm on a q×q
+/* test_summa.c — SUMMA linear layers and split-channel layernorm and rmsnorm on a q×q
  * grid (np = q², else exit 77) against the single-device kernels on the
  * full tensors, which every rank builds from the same seeds: each rank's
- * blocks of y, dx, dw, dbias, the layernorm's out, mean, rstd, dx, dw, db,
+ * blocks of y, dx, dw, dbias, the norms' out, mean, rstd, dx, dw, db,
  * the bytes counted per communicator against dist_formulas.h, scratch
  * bounds (guard elements after the planned size) and run-to-run equality.
  * Gradients start non-zero (they accumulate); y starts non-zero (written).
@@ -92,6 +92,10 @@ int main(int argc, char **argv) {
   test_ln_f32(row, q, i, j, 7, 48, 10.0, 1e-5); // mean 10, std 0.29: cancellation
   test_ln_f64(row, q, i, j, 4, 5, 0.0, 1e-12);
   test_ln_f64(row, q, i, j, 7, 48, 10.0, 1e-12);
+  test_rms_f32(row, q, i, j, 4, 5, 0.0, 1e-5);
+  test_rms_f32(row, q, i, j, 7, 48, 3.0, 1e-5);
+  test_rms_f64(row, q, i, j, 4, 5, 0.0, 1e-12);
+  test_rms_f64(row, q, i, j, 7, 48, 3.0, 1e-12);
 
   int failed = g_failures > 0, any;
   MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -273,6 +277,53 @@ static void FN(test_ln)(MPI_Comm row, int q, int i, int j, int R, int Cl, double
   free(X), free(Wt), free(Bt), free(DO), free(DX), free(DW), free(DB), free(OUT), free(MEAN);
   free(RSTD), free(dx), free(dw), free(db), free(x), free(dout), free(out), free(mean);
   free(rstd), free(scr), free(outwant), free(dxwant);
+}
+
+// rmsnorm the same way: (q·R, q·Cl), rows block i, channel block j
+static void FN(test_rms)(MPI_Comm row, int q, int i, int j, int R, int Cl, double offset,
+                         double tol) {
+  int C = q * Cl, NR = q * R;
+  double eps = 1e-6;
+  size_t n = (size_t)NR * C, le = (size_t)R * Cl, r0 = (size_t)i * R;
+  REAL *X = FN(rand_)(n, 21, offset - 0.5, offset + 0.5), *Wt = FN(rand_)((size_t)C, 22, 0.5, 1.5);
+  REAL *DO = FN(rand_)(n, 24, -1, 1), *DX = FN(rand_)(n, 25, -1, 1);
+  REAL *DW = FN(rand_)((size_t)C, 26, -1, 1);
+  REAL *OUT = xmalloc(n * sizeof(REAL)), *RSTD = xmalloc(NR * sizeof(REAL));
+  REAL *dx = FN(block_)(DX, C, i * R, j * Cl, R, Cl), *dw = FN(copy_)(DW + (size_t)j * Cl, (size_t)Cl);
+  FN(rt_rmsnorm_forward)(OUT, RSTD, X, Wt, NR, C, eps);
+  FN(rt_rmsnorm_backward)(DX + r0 * C, DW, DO + r0 * C, X + r0 * C, Wt, RSTD + r0, R, C);
+  REAL *x = FN(block_)(X, C, i * R, j * Cl, R, Cl), *dout = FN(block_)(DO, C, i * R, j * Cl, R, Cl);
+  REAL *out = xmalloc(le * sizeof(REAL)), *rstd = xmalloc(R * sizeof(REAL));
+  size_t sd = rt_scratch_rms_split_bytes((size_t)R) / sizeof(double);
+  double *scr = xmalloc((sd + GUARD) * sizeof(double));
+  for (size_t k = 0; k < sd + GUARD; k++)
+    scr[k] = SENTINEL;
+
+  uint64_t bytes = 5;
+  FN(rt_rmsnorm_split_forward)(row, &bytes, out, rstd, x, Wt + (size_t)j * Cl, R, Cl, C, eps, scr);
+  REAL *outwant = FN(block_)(OUT, C, i * R, j * Cl, R, Cl);
+  CHECK_CLOSE(out, outwant, le, tol);
+  CHECK_CLOSE(rstd, RSTD + r0, (size_t)R, tol);
+  CHECK_U64(5 + rt_vol_rms_split_fwd((size_t)R, q), bytes);
+
+  bytes = 5;
+  FN(rt_rmsnorm_split_backward)(row, &bytes, dx, dw, dout, x, Wt + (size_t)j * Cl, rstd, R, Cl,
+                                C, scr);
+  REAL *dxwant = FN(block_)(DX, C, i * R, j * Cl, R, Cl);
+  CHECK_CLOSE(dx, dxwant, le, tol);
+  CHECK_CLOSE(dw, DW + (size_t)j * Cl, (size_t)Cl, tol);
+  CHECK_U64(5 + rt_vol_rms_split_bwd((size_t)R, q), bytes);
+  bytes = 0; // without dx: no communication
+  FN(rt_rmsnorm_split_backward)(row, &bytes, NULL, dw, dout, x, Wt + (size_t)j * Cl, rstd, R, Cl,
+                                C, scr);
+  CHECK_U64(0, bytes);
+  int guard = 1;
+  for (size_t k = sd; k < sd + GUARD; k++)
+    guard &= scr[k] == SENTINEL;
+  CHECK(guard, "rmsnorm scratch overrun (%s)", "planned size");
+
+  free(X), free(Wt), free(DO), free(DX), free(DW), free(OUT), free(RSTD), free(dx), free(dw);
+  free(x), free(dout), free(out), free(rstd), free(scr), free(outwant), free(dxwant);
 }
 
 #undef CHECK_CLOSE
