@@ -44,9 +44,13 @@ strategies=(
   pp=2,tp=2
   sp=ring:4
   sp=ring:2,dp=2
+  sp=ring:2,dp=2,zero=1
+  dp=4,zero=2
+  dp=4,zero=3
+  tp2d=2x2
 )
 # Kept in the table when shardc builds them, listed as refused otherwise.
-optional=(dp=4,zero=2 dp=4,zero=3 tp2d=2x2 pp=2,dp=2,schedule=interleaved:2 dp=4,recompute=selective)
+optional=(pp=2,dp=2,schedule=interleaved:2 dp=4,recompute=selective)
 
 if [ -x "$root/build/shardc" ]; then
   cmake --build "$root/build" -j"$cores" >/dev/null
@@ -165,7 +169,7 @@ dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | wc 
   echo
   awk -F'\t' '
     BEGIN {
-      printf "%-28s %-28s %8s %12s %-8s %12s %12s %-8s %s\n",
+      printf "%-28s %-36s %8s %12s %-8s %12s %12s %-8s %s\n",
              "--strategy", "plan", "step ms", "comm B/step", "", "peak plan", "peak meas", "", "final loss"
     }
     {
@@ -173,7 +177,7 @@ dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | wc 
       # a pipeline ("-"): every stage against its own plan, no all-ranks sum
       cok = c[1] != c[2] ? "MISMATCH" : (c[3] != "-" && c[3] != c[4] * c[1] ? "RANKS?" : "ok")
       mok = c[5] == c[6] ? "ok" : "MISMATCH"
-      printf "%-28s %-28s %8.1f %12s %-8s %12s %12s %-8s %s\n",
+      printf "%-28s %-36s %8.1f %12s %-8s %12s %12s %-8s %s\n",
              $1, $2, $4, commas(c[2]), cok, commas(c[5]), commas(c[6]), mok, $5
     }
     function commas(x,   s) {
