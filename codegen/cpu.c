@@ -515,8 +515,6 @@ int cg_check(Module *m, const char *target) {
 #define NOT_YET(cond, ...)                                                               \
   if (cond) nw += snprintf(what + nw, sizeof what - (size_t)nw, "%s", nw ? ", " : ""), \
             nw += snprintf(what + nw, sizeof what - (size_t)nw, __VA_ARGS__)
-  NOT_YET(p->tp2d > 1 && p->pp > 1, "tp2d=%dx%d with pp=%d (2D tensor parallelism in a "
-          "pipeline)", p->tp2d, p->tp2d, p->pp);
   NOT_YET(p->tp2d > 1 && p->sp > 1, "tp2d=%dx%d with sp (the grid already splits the rows)",
           p->tp2d, p->tp2d);
   NOT_YET(p->tp2d > 1 && p->zero >= 1, "tp2d=%dx%d with zero=%d (ZeRO buckets over the 2D grid)",
@@ -1412,7 +1410,7 @@ static void emit_shard(Emit *e, const Value *p, int pp_owner) {
 
 /* tp2d: parameter p's RtShard, with up to two splits (the grid row's
  * segments, if any, belong to its tp-row split). */
-static void emit_shard2d(Emit *e, const Value *p) {
+static void emit_shard2d(Emit *e, const Value *p, int pp_owner) {
   P(e, "    {%d, {", p->gshape.ndim);
   emit_dims(e, &p->gshape);
   int ns = 0;
@@ -1430,7 +1428,7 @@ static void emit_shard2d(Emit *e, const Value *p) {
       P(e, "%" PRId64, p->gshape.d[d].n);
     P(e, "}}");
   }
-  P(e, "}, -1},  // %s\n", p->name);
+  P(e, "}, %d},  // %s\n", pp_owner, p->name);
 }
 
 /* tp2d: how many grid ranks hold the same elements of p (q per axis it is
@@ -1468,7 +1466,11 @@ static void emit_global_params_pp(Emit *e) {
        " * where this stage keeps it (-1: another stage). */\n");
   P(e, "#define NGLOBAL %d\n", ng);
   P(e, "static const RtShard shards[NGLOBAL] = {\n");
-  for (int i = 0; i < ng; i++) emit_shard(e, rep[i], owner[i]);
+  for (int i = 0; i < ng; i++)
+    if (e->q)
+      emit_shard2d(e, rep[i], owner[i]);
+    else
+      emit_shard(e, rep[i], owner[i]);
   P(e, "};\n\n");
   P(e, "static const int local_of[NGLOBAL] = {");
   for (int i = 0; i < ng; i++) P(e, "%s%d,", i % 16 ? " " : "\n    ", local[i]);
@@ -1509,7 +1511,8 @@ static void emit_global_params_pp(Emit *e) {
   for (int i = 0; i < g->params.len; i++) {
     Value *q = g->params.data[i];
     bool split = split_dim_of(q) >= 0;
-    const char *w8 = q->pp_shared && e->stage > 0 ? "0.0," : split ? "1.0," : arena_printf("1.0 / %d,", e->tp);
+    int holders = e->q ? holders2d(e, q) : split ? 1 : e->tp;
+    const char *w8 = q->pp_shared && e->stage > 0 ? "0.0," : holders == 1 ? "1.0," : arena_printf("1.0 / %d,", holders);
     P(e, "%s%s", i % 8 ? " " : "\n    ", w8);
   }
   P(e, "\n};\n\n");
@@ -1578,7 +1581,7 @@ static void emit_params(Emit *e) {
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     if (e->q) {
-      emit_shard2d(e, p);
+      emit_shard2d(e, p, -1);
       continue;
     }
     P(e, "    {%d, {", p->gshape.ndim);

@@ -81,13 +81,13 @@ expect ring-no-sequence 1 'ring attention \(sp=ring:2\): input x has no sequence
 sed 's/causal = true)/causal = true, dropout = 0.1)/' samples/gpt.shard >"$tmp/dropout.shard"
 expect ring-dropout 1 'ring attention \(sp=ring:2\): dropout is not implemented yet with ring attention' -- "$bin" compile "$tmp/dropout.shard" --mesh 2 --strategy sp=ring:2 --emit=c
 # 2D tensor parallelism (tp2d=QxQ): SUMMA and split-norm calls, the grid's
-# axes in the plan's volume and in the communication check; refused with pp,
-# sp and dropout.
+# axes in the plan's volume and in the communication check; in pipeline
+# stages; refused with sp, ZeRO and dropout.
 expect emit-c-tp2d 0 'rt_summa_forward_f32\(mesh.comm\[RT_AX_TPR\], mesh.comm\[RT_AX_TPC\]' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp2d=2x2
 expect emit-c-tp2d-norm 0 'rt_rmsnorm_split_backward_f32\(mesh.comm\[RT_AX_TPR\]' -- "$bin" compile samples/llama.shard --mesh 4 --emit=c --strategy tp2d=2x2
 expect plan-tp2d 0 '^comm: .*\(dp 849,408, tp-row 5,840,896, tp-col 5,031,424\)' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=plan --strategy tp2d=2x2,dp=2
 expect commcheck-tp2d 1 'communication check failed .*communicator 15 \(ranks 2,3\): rank 2 issues broadcast of 32768 bytes \(node 11 summa 2x2 \(blocks.0.attn\), forward of microbatch 1\) but rank 3 issues broadcast of 16384 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:2:2 "$bin" compile samples/gpt.shard --strategy tp2d=2x2 --emit=plan
-expect tp2d-pp 1 'strategy tp2d=2x2 with pp=2 \(2D tensor parallelism in a pipeline\) is not implemented yet' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=c --strategy tp2d=2x2,pp=2
+expect tp2d-pp 0 '^stage 1:  blocks.2 .. blocks.3, model ops' -- "$bin" compile samples/gpt.shard --mesh 8 --strategy tp2d=2x2,pp=2
 expect tp2d-ring 1 'strategy tp2d=2x2 with sp \(the grid already splits the rows\) is not implemented yet' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=c --strategy tp2d=2x2,sp=ring:2
 expect tp2d-dropout 1 '2D tensor parallelism \(tp2d=2x2\): dropout is not implemented yet' -- "$bin" compile "$tmp/dropout.shard" --mesh 4 --strategy tp2d=2x2 --emit=c
 sed 's/batch = 16, seq = ctx, microbatch = 4/batch = 12, seq = ctx, microbatch = 3/' samples/gpt.shard >"$tmp/mb3.shard"

@@ -82,6 +82,7 @@ reference gpt && {
   # 2D tensor parallelism (Optimus: SUMMA on a 2x2 grid), alone and with dp
   check gpt 4 tp2d=2x2
   check gpt 8 tp2d=2x2,dp=2
+  check gpt 8 tp2d=2x2,pp=2
 }
 reference llama && {
   check llama 2 tp=2
