@@ -40,6 +40,7 @@ strategies=(
   dp=4,zero=1
   pp=4,schedule=gpipe
   pp=4,schedule=1f1b
+  pp=2,dp=2,schedule=interleaved:2
   pp=2,dp=2
   pp=2,tp=2
   sp=ring:4
@@ -50,7 +51,7 @@ strategies=(
   tp2d=2x2
 )
 # Kept in the table when shardc builds them, listed as refused otherwise.
-optional=(pp=2,dp=2,schedule=interleaved:2 dp=4,recompute=selective)
+optional=(dp=4,recompute=selective)
 
 if [ -x "$root/build/shardc" ]; then
   cmake --build "$root/build" -j"$cores" >/dev/null

@@ -159,7 +159,8 @@ int cg_build(Module *m, const char *dir, const CgOptions *opt) {
   if (extra) push_words(&argv, extra);
   /* A pipeline's stages: model.c compiled once per stage into an object. */
   int flags = argv.len;
-  for (int st = 0; st < m->nstages && m->nstages > 1; st++) {
+  int nsec = m->nstages > 1 ? m->train.plan.pp : 0; /* one program per pipeline rank */
+  for (int st = 0; st < nsec; st++) {
     PtrVec one = {0};
     for (int i = 0; i < flags; i++) vec_push(&one, argv.data[i]);
     const char *obj = arena_printf("%s/stage%d.o", dir, st);
@@ -181,8 +182,7 @@ int cg_build(Module *m, const char *dir, const CgOptions *opt) {
   vec_push(&argv, "-o");
   vec_push(&argv, (char *)bin);
   vec_push(&argv, (char *)src);
-  for (int st = 0; st < m->nstages && m->nstages > 1; st++)
-    vec_push(&argv, arena_printf("%s/stage%d.o", dir, st));
+  for (int st = 0; st < nsec; st++) vec_push(&argv, arena_printf("%s/stage%d.o", dir, st));
   if (mpi) vec_push(&argv, SHARDC_RUNTIME_MPI_LIB);
   vec_push(&argv, SHARDC_RUNTIME_LIB);
   push_words(&argv, SHARDC_BLAS_LIB);

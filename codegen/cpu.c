@@ -79,6 +79,12 @@ typedef struct Emit {
    * values in stash slots are addressed from `stash` (FS/IS) */
   bool pp;
   int stage, nstages;
+  /* interleaved: this pipeline rank's chunks (virtual stages c*pp + stage)
+   * and the suffix of the chunk's forward/backward being emitted */
+  int nchunks;
+  const char *sfx;
+  Graph **chunk_g;      /* the chunks' graphs */
+  int64_t *sbase;       /* the chunks' stash slots in the arena (relocated offsets) */
 } Emit;
 
 static const char *rt_axis(int ax) {
@@ -134,6 +140,19 @@ static const char *ref(Emit *e, const Value *v) {
                         off(e, v) - e->m->mem.stash_offset * e->scale);
   return arena_printf("%s(%" PRId64 ")", is_int(v) ? "I" : "F", off(e, v));
 }
+
+/* ref() of a value of an interleaved rank's chunk c (stash values relative
+ * to that chunk's slot). */
+static int64_t chunk_sbase(Emit *e, int c);
+static const char *chunk_ref(Emit *e, const Value *v, int c) {
+  int64_t keep = e->m->mem.stash_offset;
+  e->m->mem.stash_offset = chunk_sbase(e, c);
+  const char *s = ref(e, v);
+  e->m->mem.stash_offset = keep;
+  return s;
+}
+
+static int64_t chunk_sbase(Emit *e, int c) { return e->sbase[c]; }
 
 /* The IR's name of a value: %14, @embed.weight, $tokens, d%14, d@embed.weight. */
 static const char *vname(const Value *v) {
@@ -519,8 +538,8 @@ int cg_check(Module *m, const char *target) {
           p->tp2d, p->tp2d);
   NOT_YET(p->tp2d > 1 && p->zero >= 1, "tp2d=%dx%d with zero=%d (ZeRO buckets over the 2D grid)",
           p->tp2d, p->tp2d, p->zero);
-  NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED, "schedule=interleaved (pipeline "
-          "chunks; gpipe and 1f1b run)");
+  NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED && p->zero >= 1, "zero=%d with "
+          "schedule=interleaved (ZeRO for pipeline chunks)", p->zero);
   NOT_YET(p->pp > 1 && p->sp_kind == SP_RING && p->sp > 1, "sp=ring with pp (ring attention "
           "inside pipeline stages)");
   NOT_YET(p->recompute != RECOMPUTE_NONE, "recompute=%s",
@@ -530,7 +549,7 @@ int cg_check(Module *m, const char *target) {
     plan_error(m, "strategy %s is not implemented yet by the cpu code generator: data "
                   "parallelism (dp=N, mb=N, zero=1|2|3), tensor parallelism (tp=N, tp2d=QxQ), Megatron "
                   "sequence parallelism (sp=megatron), ring attention (sp=ring:N) and pipelines "
-                  "(pp=N, schedule=gpipe|1f1b) run so far",
+                  "(pp=N, schedule=gpipe|1f1b|interleaved:V) run so far",
                what);
     return -1;
   }
@@ -1357,7 +1376,11 @@ static void emit_prelude(Emit *e) {
   DEF("GRADS_OFFSET", "all parameter gradients, one range", "%" PRId64 "LL",
       mp->param_bytes * e->scale);
   DEF("GRADS_BYTES", "", "%" PRId64 "LL", mp->grad_bytes * e->scale);
-  if (e->pp) {
+  if (e->pp && e->nchunks) {
+    DEF("PP", "pipeline ranks, each with VCHUNKS stages", "%d", p->pp);
+    DEF("VCHUNKS", arena_printf("chunks per rank (%s)", sched_name(p->schedule)), "%d", e->nchunks);
+    DEF("STAGE", "this program's pipeline rank", "%d", e->stage);
+  } else if (e->pp) {
     DEF("PP", "pipeline stages, one per pp rank", "%d", e->nstages);
     DEF("STAGE", "this program's stage", "%d", e->stage);
     DEF("STASH_OFFSET", "the stash slots: a microbatch's forward values", "%" PRId64 "LL",
@@ -1455,10 +1478,12 @@ static void emit_global_params_pp(Emit *e) {
     Graph *sg = m->stages[s];
     for (int i = 0; i < sg->params.len; i++) {
       Value *q = sg->params.data[i];
-      owner[q->gidx] = s;
+      owner[q->gidx] = s % m->train.plan.pp; /* the pipeline rank (interleaved: of chunk s / pp) */
       grad[q->gidx] |= q->grad != NULL;
       rep[q->gidx] = q;
       if (sg == e->g) local[q->gidx] = i;
+      for (int j = 0; e->nchunks && j < e->g->params.len; j++) /* a chunk's: in the rank's list */
+        if (e->g->params.data[j] == q) local[q->gidx] = j;
     }
   }
   P(e, "/* The whole model (every stage): NGLOBAL parameters, the sharding of each\n"
@@ -1670,7 +1695,7 @@ static void emit_passes(Emit *e) {
   }
   if (e->dropout) P(e, "static uint64_t seed;  /* --seed */\n");
   P(e, "\n/* ---- forward: one microbatch; row0 is its first row in the global batch ---- */\n");
-  P(e, "static double forward(long step, int row0) {\n");
+  P(e, "static double forward%s(long step, int row0) {\n", e->sfx ? e->sfx : "");
   if (!e->dropout) P(e, "  (void)step;\n  (void)row0;\n");
   for (int i = 0; i < g->nfwd; i++) {
     Node *n = g->nodes.data[i];
@@ -1686,7 +1711,7 @@ static void emit_passes(Emit *e) {
   else
     P(e, "  return *%s;\n}\n\n", ref(e, g->loss));
   P(e, "/* ---- backward: the same microbatch; accumulates into gradients ---- */\n");
-  P(e, "static void backward(long step, int row0) {\n");
+  P(e, "static void backward%s(long step, int row0) {\n", e->sfx ? e->sfx : "");
   if (!e->dropout) P(e, "  (void)step;\n  (void)row0;\n");
   if (e->zstage == 0 || e->zstage == 1)
     P(e, "  static long calls;  // once per microbatch: the last one starts the bucket all-reduces\n"
@@ -1888,7 +1913,10 @@ static void emit_step_support_pp(Emit *e) {
     P(e, "  rt_allreduce(&mesh, RT_AX_EMBED, %s, %" PRId64 ", %d);  // %s, tied: stages 0 and %d\n",
       ref(e, p->grad), numel(p), es, p->name, e->nstages - 1);
   }
-  if (e->zstage < 0)
+  for (int c = 0; c < e->nchunks; c++) /* interleaved: each chunk's range */
+    P(e, "  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET_%d), GRADS_BYTES_%d / sizeof(%s), %d);\n", c, c,
+      R, es);
+  if (e->zstage < 0 && !e->nchunks)
     P(e, "  rt_allreduce(&mesh, RT_AX_DP, F(GRADS_OFFSET), GRADS_BYTES / sizeof(%s), %d);\n", R, es);
   P(e, "}\n\n");
   emit_mean_loss_pp(e);
@@ -2290,6 +2318,94 @@ static const char *const pp_measure_text =
     "    }\n"
     "    rt_mesh_reset_counts(&mesh);\n";
 
+/* An interleaved pipeline rank: the schedule's actions name a microbatch and
+ * a chunk (virtual stage c*PP + STAGE); each runs in that chunk's stash slot,
+ * receiving from and sending to virtual stages vs -+ 1 (the previous and
+ * next pipeline rank, wrapping around to the neighbouring chunk), tagged
+ * 2 (k S + the lower stage) + (1 for a gradient) as in the plan. */
+static void emit_run_chunks(Emit *e) {
+  const Plan *p = &e->m->train.plan;
+  int mb = p->mb > 0 ? p->mb : 1, es = e->f64 ? 8 : 4, v = e->nchunks, r = e->stage;
+  int S = e->nstages, pp = p->pp;
+  PipeSched ps;
+  char err[256];
+  if (sched_build(&ps, p->schedule, pp, mb, v, err, sizeof err)) {
+    diag_fatal_noloc("%s", err);
+    return;
+  }
+  int n = ps.n[r];
+  Graph *keep = e->g;
+  P(e, "/* This rank's part of the %s schedule: forward (1) or backward (0) of a\n"
+       " * microbatch of a chunk, in order. */\n", sched_name(p->schedule));
+  P(e, "static const struct { signed char fwd; short mb; signed char chunk; } order[%d] = {", n);
+  for (int i = 0; i < n; i++)
+    P(e, "%s{%d, %d, %d},", i % 6 ? " " : "\n    ", ps.act[r][i].fwd, ps.act[r][i].mb, ps.act[r][i].chunk);
+  P(e, "\n};\n\n");
+  sched_free(&ps);
+  int maxslots = 1;
+  for (int c = 0; c < v; c++) {
+    const MemPlan *cm = &e->m->stage_mem[c * pp + r];
+    if (cm->slots > maxslots) maxslots = cm->slots;
+  }
+  int k0 = e->in0 == e->chunk_g[0]->inputs.data[0] ? 0 : 1;
+  P(e, "static MPI_Request sent[%d][%d][2];  /* per chunk and slot: activation, gradient in flight */\n\n",
+    v, maxslots);
+  P(e, "static double run_microbatches(long step, int with_backward) {\n");
+  for (int c = 0; c < v; c++)
+    P(e, "  if (with_backward) memset(arena + GRADS_OFFSET_%d, 0, GRADS_BYTES_%d);\n", c, c);
+  P(e, "  const int stride = RANKS / PP;  /* world ranks between neighbouring pipeline ranks */\n"
+       "  const int prev = STAGE > 0 ? rank - stride : rank + (PP - 1) * stride;\n"
+       "  const int next = STAGE < PP - 1 ? rank + stride : rank - (PP - 1) * stride;\n"
+       "  double loss = 0;\n"
+       "  for (int c = 0; c < %d; c++)\n"
+       "    for (int k = 0; k < %d; k++) sent[c][k][0] = sent[c][k][1] = MPI_REQUEST_NULL;\n", v, maxslots);
+  P(e, "  for (int a = 0; a < %d; a++) {\n"
+       "    const int k = order[a].mb, c = order[a].chunk;\n"
+       "    const int row0 = mesh.coord[RT_AX_DP] * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;\n"
+       "    switch (c * 2 + !order[a].fwd) {\n", n);
+  for (int c = 0; c < v; c++) {
+    Graph *g = e->chunk_g[c];
+    const MemPlan *cm = &e->m->stage_mem[c * pp + r];
+    int vs = c * pp + r;
+    Value *ra = g->recv_act, *sa = g->send_act;
+    Value *dsend = ra ? ra->grad : NULL, *drecv = sa ? sa->grad : NULL;
+    e->g = g;
+    (void)cm;
+    P(e, "    case %d: {  // forward of stage %d\n"
+         "      const int slot = k %% SLOTS_%d;\n"
+         "      stash = arena + STASH_OFFSET_%d + (size_t)slot * STASH_BYTES_%d;\n"
+         "      rt_waitall(&mesh, 2, sent[%d][slot]);\n", 2 * c, vs, c, c, c, c);
+    Value *in0 = g->inputs.data[k0], *in1 = g->inputs.data[1 - k0];
+    P(e, "      rt_check(cg_data_batch(&data, step, row0, MICROBATCH, %s, %s));\n", chunk_ref(e, in0, c),
+      chunk_ref(e, in1, c));
+    if (vs > 0)
+      P(e, "      rt_recv(&mesh, %s, 2 * (k * %d + %d), %s, %" PRId64 ", %d);  // from stage %d\n",
+        "prev", S, vs - 1, chunk_ref(e, ra, c), numel(ra), es, vs - 1);
+    P(e, "      loss += forward_c%d(step, row0);\n", c);
+    if (vs < S - 1)
+      P(e, "      rt_isend(&mesh, next, 2 * (k * %d + %d), %s, %" PRId64 ", %d, &sent[%d][slot][0]);  // to stage %d\n",
+        S, vs, chunk_ref(e, sa, c), numel(sa), es, c, vs + 1);
+    P(e, "      break;\n    }\n");
+    P(e, "    case %d: {  // backward of stage %d\n"
+         "      if (!with_backward) break;\n"
+         "      const int slot = k %% SLOTS_%d;\n"
+         "      stash = arena + STASH_OFFSET_%d + (size_t)slot * STASH_BYTES_%d;\n", 2 * c + 1, vs, c, c, c);
+    if (vs < S - 1)
+      P(e, "      rt_recv(&mesh, next, 2 * (k * %d + %d) + 1, %s, %" PRId64 ", %d);  // from stage %d\n",
+        S, vs, chunk_ref(e, drecv, c), numel(drecv), es, vs + 1);
+    P(e, "      backward_c%d(step, row0);\n", c);
+    if (vs > 0 && dsend)
+      P(e, "      rt_isend(&mesh, prev, 2 * (k * %d + %d) + 1, %s, %" PRId64 ", %d, &sent[%d][slot][1]);  // to stage %d\n",
+        S, vs - 1, chunk_ref(e, dsend, c), numel(dsend), es, c, vs - 1);
+    P(e, "      break;\n    }\n");
+  }
+  P(e, "    }\n  }\n");
+  P(e, "  for (int c = 0; c < %d; c++)\n"
+       "    for (int k = 0; k < %d; k++) rt_waitall(&mesh, 2, sent[c][k]);\n", v, maxslots);
+  P(e, "  return loss / MICROBATCHES;\n}\n\n");
+  e->g = keep;
+}
+
 static void emit_main(Emit *e) {
   Module *m = e->m;
   const TrainCfg *t = &m->train;
@@ -2329,7 +2445,9 @@ static void emit_main(Emit *e) {
       e->classes);
   P(e, "static CgArgs args;\nstatic CgData data;\n\n");
 
-  if (e->pp)
+  if (e->nchunks)
+    emit_run_chunks(e);
+  else if (e->pp)
     emit_run_pipeline(e);
   else {
   P(e, "/* Forward (and backward) of this rank's microbatches of one step: the mean\n"
@@ -2472,6 +2590,7 @@ static void emit_main(Emit *e) {
 int cg_emit_cpu(FILE *out, Module *m) { return cg_emit_cpu_opts(out, m, NULL); }
 
 static int emit_program(FILE *out, Module *m, const CgOptions *opt);
+static int emit_program_chunks(FILE *out, Module *m, const CgOptions *opt, int r);
 
 /* A pipeline: one file holding every stage's program, each compiled on its
  * own (-DSHARDC_STAGE=s, its main renamed), and the launcher's main, which
@@ -2479,13 +2598,15 @@ static int emit_program(FILE *out, Module *m, const CgOptions *opt);
 static int emit_pipeline(FILE *out, Module *m, const CgOptions *opt) {
   int S = m->nstages, rc = 0;
   const Plan *p = &m->train.plan;
-  fprintf(out, "/* model.c — %d pipeline stages (%s), each a program of its own below.\n"
-               " * shardc build compiles this file once per stage with -DSHARDC_STAGE=s and\n"
-               " * once without, for the launcher. */\n\n", S, sched_name(p->schedule));
-  for (int s = 0; s < S && !rc; s++) {
+  fprintf(out, "/* model.c — %d pipeline stages (%s) on %d pipeline ranks, one program per\n"
+               " * rank below (interleaved: each with its chunks).  shardc build compiles this\n"
+               " * file once per rank with -DSHARDC_STAGE=r and once without, for the\n"
+               " * launcher. */\n\n", S, sched_name(p->schedule), p->pp);
+  int v = S / p->pp;
+  for (int s = 0; s < p->pp && !rc; s++) {
     fprintf(out, "#if defined(SHARDC_STAGE) && SHARDC_STAGE == %d\n", s);
     stage_select(m, s);
-    rc = emit_program(out, m, opt);
+    rc = v > 1 ? emit_program_chunks(out, m, opt, s) : emit_program(out, m, opt);
     fprintf(out, "#endif  /* stage %d */\n\n", s);
   }
   stage_select(m, -1);
@@ -2493,7 +2614,7 @@ static int emit_pipeline(FILE *out, Module *m, const CgOptions *opt) {
   fprintf(out, "#ifndef SHARDC_STAGE\n"
                "/* ---- the launcher: this rank's stage is its pp coordinate ---- */\n"
                "#include <stdio.h>\n#include <mpi.h>\n\n#include \"rt_codegen_support.h\"\n\n");
-  for (int s = 0; s < S; s++) fprintf(out, "int shardc_stage%d_main(int argc, char **argv);\n", s);
+  for (int s = 0; s < p->pp; s++) fprintf(out, "int shardc_stage%d_main(int argc, char **argv);\n", s);
   fprintf(out, "\nint main(int argc, char **argv) {\n"
                "  cg_blas_setup(argc, argv);  /* may run the program again: before MPI */\n"
                "  int rank = 0, world = 1;\n"
@@ -2505,7 +2626,7 @@ static int emit_pipeline(FILE *out, Module *m, const CgOptions *opt) {
                "  /* on a wrong world size stage 0's program says what to run */\n"
                "  int stage = world == %d ? rank / %d : 0;\n"
                "  switch (stage) {\n", ndev, ndev / p->pp);
-  for (int s = 0; s < S; s++)
+  for (int s = 0; s < p->pp; s++)
     fprintf(out, "  case %d: return shardc_stage%d_main(argc, argv);\n", s, s);
   fprintf(out, "  }\n  return 1;\n}\n#endif\n");
   return rc || ferror(out) ? -1 : 0;
@@ -2515,6 +2636,135 @@ int cg_emit_cpu_opts(FILE *out, Module *m, const CgOptions *opt) {
   if (cg_check(m, "cpu")) return -1;
   if (m->nstages > 1) return emit_pipeline(out, m, opt);
   return emit_program(out, m, opt);
+}
+
+/* An interleaved pipeline rank r: its chunks (virtual stages c*pp + r) in
+ * one program.  Their memory plans are laid side by side in one arena,
+ *   [persistent of chunk 0 | of chunk 1 | ... | one transient region (the
+ *    largest chunk's: one action runs at a time) | stash slots of chunk 0 | ...],
+ * so their values are relocated first; each chunk has its own forward_cC
+ * and backward_cC, the parameter tables and the step cover all of them. */
+static int emit_program_chunks(FILE *out, Module *m, const CgOptions *opt, int r) {
+  const Plan *p = &m->train.plan;
+  int v = m->nstages / p->pp;
+  if (v < 2 || v > SCHED_MAXV) {
+    diag_fatal_noloc("internal: %d pipeline chunks per rank", v);
+    return -1;
+  }
+  Graph *cg[SCHED_MAXV] = {0};
+  MemPlan *cm[SCHED_MAXV] = {0};
+  int64_t pbase[SCHED_MAXV], sbase[SCHED_MAXV], tbase = 0, tsize = 0;
+  MemPlan all = {0};
+  for (int c = 0; c < v; c++) {
+    cg[c] = m->stages[c * p->pp + r];
+    cm[c] = &m->stage_mem[c * p->pp + r];
+    pbase[c] = tbase;
+    tbase += cm[c]->persistent_bytes;
+    if (cm[c]->transient_peak > tsize) tsize = cm[c]->transient_peak;
+    all.param_bytes += cm[c]->param_bytes;
+    all.grad_bytes += cm[c]->grad_bytes;
+    all.optstate_bytes += cm[c]->optstate_bytes;
+    all.input_bytes += cm[c]->input_bytes;
+    all.nbuffers += cm[c]->nbuffers;
+  }
+  int64_t top = tbase + tsize;
+  for (int c = 0; c < v; c++) {
+    sbase[c] = top;
+    top += cm[c]->slots * cm[c]->stash_bytes;
+  }
+  all.persistent_bytes = tbase;
+  all.transient_peak = tsize;
+  all.arena_bytes = top;
+  /* relocate: persistent, transient and stash values keep their place in
+   * their region */
+  for (int c = 0; c < v; c++)
+    for (int i = 0; i < cg[c]->values.len; i++) {
+      Value *x = cg[c]->values.data[i];
+      Value *rt = x;
+      while (rt->alias) rt = rt->alias;
+      x->chunk = (int16_t)c;
+      if (x->opt_offset >= 0) x->opt_offset += pbase[c];
+      if (x->offset < 0) continue;
+      if (rt->stash)
+        x->offset = x->offset - cm[c]->stash_offset + sbase[c];
+      else if (x->offset < cm[c]->persistent_bytes)
+        x->offset += pbase[c];
+      else
+        x->offset = x->offset - cm[c]->persistent_bytes + tbase;
+    }
+  /* the chunks' parameters as one list */
+  Graph *pg = ir_graph_new(cg[0]->model);
+  for (int c = 0; c < v; c++)
+    for (int i = 0; i < cg[c]->params.len; i++) vec_push(&pg->params, cg[c]->params.data[i]);
+  pg->stage = r;
+  pg->nstages = m->nstages;
+  MemPlan keep = m->mem;
+  m->mem = all;
+  Emit e = {0};
+  e.o = out;
+  e.m = m;
+  e.g = cg[0];
+  e.f64 = opt && opt->f64;
+  e.R = e.f64 ? "double" : "float";
+  e.S = e.f64 ? "_f64" : "_f32";
+  e.scale = e.f64 ? 2 : 1;
+  e.dist = true;
+  e.tp = p->tp * p->tp2d * p->tp2d;
+  e.q = p->tp2d > 1 ? p->tp2d : 0;
+  e.ring = ring_size(m);
+  e.zstage = -1;
+  e.pp = true;
+  e.stage = r;
+  e.nstages = m->nstages;
+  e.nchunks = v;
+  e.sbase = arena_alloc(sizeof(int64_t) * (size_t)v);
+  for (int c = 0; c < v; c++) e.sbase[c] = sbase[c];
+  char err[512];
+  if (data_roles(&e, err, sizeof err)) return -1;
+  for (int c = 0; c < v; c++) {
+    e.g = cg[c];
+    e.nn = cg[c]->nodes.len;
+    e.nce = 0;
+    analyse(&e);
+    if (e.dropout) {
+      diag_fatal_noloc("dropout is not implemented yet with schedule=interleaved (the chunks of "
+                       "a rank would draw the same masks); use gpipe or 1f1b");
+      return -1;
+    }
+  }
+  e.g = pg;
+  e.nn = 0;
+  emit_header(&e);
+  emit_prelude(&e);
+  P(&e, "/* The chunks' places in the arena: stash slots, and gradients (one range each). */\n");
+  for (int c = 0; c < v; c++) {
+    P(&e, "#define STASH_OFFSET_%d %" PRId64 "LL  /* stage %d */\n", c, sbase[c] * e.scale, c * p->pp + r);
+    P(&e, "#define STASH_BYTES_%d %" PRId64 "LL\n", c, cm[c]->stash_bytes * e.scale);
+    P(&e, "#define SLOTS_%d %d\n", c, cm[c]->slots);
+    P(&e, "#define GRADS_OFFSET_%d %" PRId64 "LL\n", c, (pbase[c] + cm[c]->param_bytes) * e.scale);
+    P(&e, "#define GRADS_BYTES_%d %" PRId64 "LL\n", c, cm[c]->grad_bytes * e.scale);
+  }
+  P(&e, "\n");
+  emit_params(&e);
+  for (int c = 0; c < v; c++) {
+    e.g = cg[c];
+    e.nn = cg[c]->nodes.len;
+    e.nce = 0;
+    analyse(&e);
+    e.sfx = arena_printf("_c%d", c);
+    m->mem.stash_offset = sbase[c];
+    P(&e, "/* ======== chunk %d: pipeline stage %d ======== */\n", c, c * p->pp + r);
+    emit_passes(&e);
+  }
+  e.sfx = NULL;
+  e.g = pg;
+  e.nn = 0;
+  emit_optimizer(&e);
+  emit_comms(&e);
+  e.chunk_g = cg;
+  emit_main(&e);
+  m->mem = keep;
+  return ferror(out) ? -1 : 0;
 }
 
 static int emit_program(FILE *out, Module *m, const CgOptions *opt) {

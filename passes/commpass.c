@@ -73,7 +73,7 @@ static int check_program(Module *m) {
   b.sp = pl->sp_kind == SP_RING ? pl->sp : 1;
   b.tp = pl->tp * pl->tp2d * pl->tp2d;
   b.q = pl->tp2d > 1 ? pl->tp2d : 0;
-  b.pp = m->nstages > 1 ? m->nstages : 1;
+  b.pp = m->nstages > 1 ? pl->pp : 1; /* pipeline ranks (each runs its chunks) */
   int per = b.dp * b.sp * b.tp, nr = per * b.pp;
   /* each stage's list (the whole model's without a pipeline) */
   PlanColl *coll[MAX_STAGES];

@@ -66,15 +66,36 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
     char a[32], st[32];
     report_commas(a, sizeof a, mp->arena_bytes);
     report_commas(st, sizeof st, mp->stash_bytes);
-    fprintf(out, "%sstage %d:  %s; %d params, %d nodes\n", pf, s, m->stage_desc[s],
-            g->params.len, g->nodes.len);
+    int v = m->nstages / p->pp;
+    fprintf(out, "%sstage %d:  %s; %d params, %d nodes%s\n", pf, s, m->stage_desc[s],
+            g->params.len, g->nodes.len,
+            v > 1 ? arena_printf(" (pipeline rank %d, chunk %d)", s % p->pp, s / p->pp) : "");
     fprintf(out, "%s  memory: %s bytes per rank (%s): params %s, grads %s, optimizer %s, "
                  "activations %s at node %d, stash %d slot%s x %s bytes\n",
             pf, a, human_bytes((double)mp->arena_bytes), human_bytes((double)mp->param_bytes),
             human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
             human_bytes((double)mp->transient_peak), mp->peak_node, mp->slots,
             mp->slots == 1 ? "" : "s", st);
-    comm_line(out, m, pf, "  comm:   ");
+    comm_line(out, m, pf, v > 1 ? "  comm:   (its pipeline rank's) " : "  comm:   ");
+  }
+  /* interleaved: a rank holds its chunks side by side with one transient
+   * region (codegen's arena layout) */
+  for (int r = 0; m->nstages > p->pp && r < p->pp; r++) {
+    int64_t pers = 0, trans = 0, stash = 0;
+    for (int s = r; s < m->nstages; s += p->pp) {
+      const MemPlan *mp = &m->stage_mem[s];
+      pers += mp->persistent_bytes;
+      if (mp->transient_peak > trans) trans = mp->transient_peak;
+      stash += mp->slots * mp->stash_bytes;
+    }
+    char a[32], b[32], c[32], d[32];
+    report_commas(a, sizeof a, pers + trans + stash);
+    report_commas(b, sizeof b, pers);
+    report_commas(c, sizeof c, trans);
+    report_commas(d, sizeof d, stash);
+    fprintf(out, "%srank %d:   memory %s bytes per rank (%s): persistent %s + transient %s (the "
+                 "largest chunk's) + stash slots %s\n",
+            pf, r, a, human_bytes((double)(pers + trans + stash)), b, c, d);
   }
   m->graph = sel;
   m->mem = keep;
@@ -206,49 +227,63 @@ static int summa_messages(const Node *nd, PlanColl *c, int i, int k) {
 }
 
 /* One step of one rank, in issue order: the graph's communication for each
- * microbatch, then the step's (passes.h PlanColl). */
+ * microbatch, then the step's (passes.h PlanColl).  A pipeline rank runs its
+ * stage graph (its chunks' graphs, interleaved) in the schedule's order. */
 int plan_collectives(const Module *m, PlanColl **out) {
   const Graph *g = m->graph;
   *out = NULL;
   if (!g || !m->planned || !m->train.mesh || m->train.mesh->ndev <= 1) return 0;
   const Plan *p = &m->train.plan;
-  int mb = p->mb > 0 ? p->mb : 1, n = 0, ncomm = 0;
-  for (int i = 0; i < g->nodes.len; i++) {
-    const Node *nd = g->nodes.data[i];
-    int R = ir_ring_size(nd);
-    ncomm += R > 1 ? 8 * R : ir_summa_q(nd) ? 4 * ir_summa_q(nd) : ir_comm_axis(nd, NULL) >= 0;
+  bool staged = g->nstages > 1;
+  int S = staged ? g->nstages : 1, v = staged ? S / p->pp : 1, r = staged ? g->stage % p->pp : 0;
+  /* the rank's chunks: virtual stages c*pp + r */
+  const Graph *gs[MAX_STAGES];
+  const MemPlan *mps[MAX_STAGES];
+  for (int c = 0; c < v; c++) {
+    gs[c] = v > 1 ? m->stages[c * p->pp + r] : g;
+    mps[c] = v > 1 ? &m->stage_mem[c * p->pp + r] : &m->mem;
   }
-  PlanColl *c = arena_alloc(sizeof(PlanColl) *
-                            (size_t)(ncomm * mb + 4 * g->params.len + 3 * g->buckets.len + 4 * mb + 8));
+  int mb = p->mb > 0 ? p->mb : 1, n = 0, cap = 8;
+  for (int c = 0; c < v; c++) {
+    for (int i = 0; i < gs[c]->nodes.len; i++) {
+      const Node *nd = gs[c]->nodes.data[i];
+      int R = ir_ring_size(nd);
+      cap += mb * (R > 1 ? 8 * R : ir_summa_q(nd) ? 4 * ir_summa_q(nd) : ir_comm_axis(nd, NULL) >= 0);
+    }
+    cap += 4 * gs[c]->params.len + 3 * gs[c]->buckets.len + 4 * mb + 2;
+  }
+  PlanColl *c = arena_alloc(sizeof(PlanColl) * (size_t)cap);
   /* gradient buckets (passes/zero.c): stages 0 and 1 all-reduce or
    * reduce-scatter them in the last microbatch, 2 and 3 in every one */
   int stage = g->buckets.len ? p->zero : -1;
 #define ADD(ax, o, b, cnt, w) c[n++] = (PlanColl){(ax), (o), (b), (cnt), (w), 0, 0, 0}
-#define PIPE(dir, tg) (c[n - 1].pipe = (dir), c[n - 1].tag = (tg))
+#define PIPE(dst, tg) (c[n - 1].pipe = (dst) % p->pp - r, c[n - 1].tag = (tg))
   /* A pipeline stage runs its microbatches' forwards and backwards in the
-   * schedule's order, with the activation and gradient messages around them. */
+   * schedule's order, with the activation and gradient messages around them:
+   * to and from virtual stages vs +- 1, tagged 2 (k S + the lower stage) +
+   * (1 for a gradient). */
   PipeSched ps = {0};
-  bool staged = g->nstages > 1;
-  int r = g->stage, last = g->nstages - 1;
   if (staged) {
     char err[256];
-    if (sched_build(&ps, p->schedule, p->pp, mb, 1, err, sizeof err)) return 0;
+    if (sched_build(&ps, p->schedule, p->pp, mb, v, err, sizeof err)) return 0;
   }
   for (int a = 0; a < (staged ? ps.n[r] : 2 * mb); a++) {
-    int k = staged ? ps.act[r][a].mb : a / 2;
+    int k = staged ? ps.act[r][a].mb : a / 2, ch = staged ? ps.act[r][a].chunk : 0;
     bool fwd = staged ? ps.act[r][a].fwd != 0 : a % 2 == 0;
-    if (staged && fwd && r > 0) {
-      ADD(AX_PP, "recv", (uint64_t)ir_numel(&g->recv_act->shape) * 4, false,
-          arena_printf("activation of microbatch %d from stage %d", k + 1, r - 1));
-      PIPE(-1, 2 * k);
+    const Graph *cg = gs[ch];
+    int vs = ch * p->pp + r;
+    if (staged && fwd && vs > 0) {
+      ADD(AX_PP, "recv", (uint64_t)ir_numel(&cg->recv_act->shape) * 4, false,
+          arena_printf("activation of microbatch %d from stage %d", k + 1, vs - 1));
+      PIPE(vs - 1, 2 * (k * S + vs - 1));
     }
-    if (staged && !fwd && r < last) {
-      ADD(AX_PP, "recv", (uint64_t)ir_numel(&g->send_act->shape) * 4, false,
-          arena_printf("gradient of microbatch %d from stage %d", k + 1, r + 1));
-      PIPE(1, 2 * k + 1);
+    if (staged && !fwd && vs < S - 1) {
+      ADD(AX_PP, "recv", (uint64_t)ir_numel(&cg->send_act->shape) * 4, false,
+          arena_printf("gradient of microbatch %d from stage %d", k + 1, vs + 1));
+      PIPE(vs + 1, 2 * (k * S + vs) + 1);
     }
-    for (int i = fwd ? 0 : g->nfwd; i < (fwd ? g->nfwd : g->nodes.len); i++) {
-      const Node *nd = g->nodes.data[i];
+    for (int i = fwd ? 0 : cg->nfwd; i < (fwd ? cg->nfwd : cg->nodes.len); i++) {
+      const Node *nd = cg->nodes.data[i];
       if (ir_summa_q(nd)) {
         n += summa_messages(nd, c + n, i, k);
         continue;
@@ -257,26 +292,27 @@ int plan_collectives(const Module *m, PlanColl **out) {
       /* tp_copy and shard only move data locally; their adjoints are nodes too */
       if (ax < 0 || nd->op == OP_TP_COPY || nd->op == OP_SHARD) continue;
       if (ir_ring_size(nd) > 1) {
-        n += ring_messages(nd, c + n, i, k, i < g->nfwd);
+        n += ring_messages(nd, c + n, i, k, i < cg->nfwd);
         continue;
       }
       bool last_only = nd->op == OP_GRAD_ALLREDUCE || (nd->op == OP_GRAD_REDUCE_SCATTER && nd->a.i[3]);
       if (last_only && k != mb - 1) continue;
       bool xent = nd->op == OP_CROSS_ENTROPY || nd->op == OP_CROSS_ENTROPY_BWD;
       ADD(ax, xent ? "vocab-parallel cross-entropy" : ir_ops[nd->op].name, ir_comm_bytes(nd), true,
-          arena_printf("node %d %s over %s (%s), %s of microbatch %d", i, ir_ops[nd->op].name,
+          arena_printf("node %d %s over %s (%s), %s of microbatch %d%s", i, ir_ops[nd->op].name,
                        ir_axis_name(ax), nd->scope && *nd->scope ? nd->scope : "model",
-                       i < g->nfwd ? "forward" : "backward", k + 1));
+                       i < cg->nfwd ? "forward" : "backward", k + 1,
+                       v > 1 ? arena_printf(" of stage %d", vs) : ""));
     }
-    if (staged && fwd && r < last) {
-      ADD(AX_PP, "send", (uint64_t)ir_numel(&g->send_act->shape) * 4, true,
-          arena_printf("activation of microbatch %d to stage %d", k + 1, r + 1));
-      PIPE(1, 2 * k);
+    if (staged && fwd && vs < S - 1) {
+      ADD(AX_PP, "send", (uint64_t)ir_numel(&cg->send_act->shape) * 4, true,
+          arena_printf("activation of microbatch %d to stage %d", k + 1, vs + 1));
+      PIPE(vs + 1, 2 * (k * S + vs));
     }
-    if (staged && !fwd && r > 0 && g->recv_act->grad) {
-      ADD(AX_PP, "send", (uint64_t)ir_numel(&g->recv_act->shape) * 4, true,
-          arena_printf("gradient of microbatch %d to stage %d", k + 1, r - 1));
-      PIPE(-1, 2 * k + 1);
+    if (staged && !fwd && vs > 0 && cg->recv_act->grad) {
+      ADD(AX_PP, "send", (uint64_t)ir_numel(&cg->recv_act->shape) * 4, true,
+          arena_printf("gradient of microbatch %d to stage %d", k + 1, vs - 1));
+      PIPE(vs - 1, 2 * (k * S + vs - 1) + 1);
     }
   }
   sched_free(&ps);
@@ -293,25 +329,27 @@ int plan_collectives(const Module *m, PlanColl **out) {
   /* replicated parameters used on split activations: over tp (1D), or
    * over the grid row and column (2D; codegen's sync_gradients order) */
   static const int gax[3] = {AX_TP, AX_TPR, AX_TPC};
-  for (int i = 0; i < g->params.len && (p->tp > 1 || p->tp2d > 1) && stage < 1; i++) {
-    const Value *v = g->params.data[i];
-    for (int a = 0; a < 3 && v->grad; a++)
-      if (v->grad_partial & (1u << gax[a]))
-        ADD(gax[a], "all_reduce",
-            rt_vol_allreduce((uint64_t)ir_numel(&v->shape) * 4, gax[a] == AX_TP ? p->tp : p->tp2d),
-            true, arena_printf("gradient of %s over %s", v->name, ir_axis_name(gax[a])));
-  }
-  for (int i = 0; i < g->params.len && staged && stage < 1; i++) {
-    const Value *v = g->params.data[i];
-    if (v->grad && v->pp_shared)
-      ADD(AX_EMBED, "all_reduce", rt_vol_allreduce((uint64_t)ir_numel(&v->shape) * 4, 2), true,
-          arena_printf("gradient of %s (tied) over the first and last stage", v->name));
-  }
+  for (int ch = 0; ch < v; ch++)
+    for (int i = 0; i < gs[ch]->params.len && (p->tp > 1 || p->tp2d > 1) && stage < 1; i++) {
+      const Value *pv = gs[ch]->params.data[i];
+      for (int a = 0; a < 3 && pv->grad; a++)
+        if (pv->grad_partial & (1u << gax[a]))
+          ADD(gax[a], "all_reduce",
+              rt_vol_allreduce((uint64_t)ir_numel(&pv->shape) * 4, gax[a] == AX_TP ? p->tp : p->tp2d),
+              true, arena_printf("gradient of %s over %s", pv->name, ir_axis_name(gax[a])));
+    }
+  for (int ch = 0; ch < v; ch++)
+    for (int i = 0; i < gs[ch]->params.len && staged && stage < 1; i++) {
+      const Value *pv = gs[ch]->params.data[i];
+      if (pv->grad && pv->pp_shared)
+        ADD(AX_EMBED, "all_reduce", rt_vol_allreduce((uint64_t)ir_numel(&pv->shape) * 4, 2), true,
+            arena_printf("gradient of %s (tied) over the first and last stage", pv->name));
+    }
   /* sp=ring: gradients and losses are partial over the sequence shards too */
   int ring = p->sp_kind == SP_RING && p->sp > 1, data = ring ? AX_DATA : AX_DP;
   int nd = p->dp * (ring ? p->sp : 1);
-  if (stage < 0)
-    ADD(data, "all_reduce", rt_vol_allreduce((uint64_t)m->mem.grad_bytes, nd), true,
+  for (int ch = 0; ch < v && stage < 0; ch++)
+    ADD(data, "all_reduce", rt_vol_allreduce((uint64_t)mps[ch]->grad_bytes, nd), true,
         ring ? "gradient all-reduce over dp x sp" : "gradient all-reduce over dp");
   if (staged)
     ADD(AX_WORLD, "sum (loss)", 8, false, "loss sum over all ranks");

@@ -119,7 +119,9 @@ int pass_zero(Module *m) {
   const Plan *pl = &m->train.plan;
   bool ring = pl->sp_kind == SP_RING && pl->sp > 1;
   int dp = pl->dp * (ring ? pl->sp : 1), stage = pl->zero;
-  if (!g || !g->nfwd || dp <= 1 || pl->tp2d > 1) return 0;
+  /* (interleaved pipeline chunks reduce their gradients after the schedule) */
+  bool chunks = pl->pp > 1 && pl->schedule == SCHED_INTERLEAVED;
+  if (!g || !g->nfwd || dp <= 1 || pl->tp2d > 1 || chunks) return 0;
   zaxis = ring ? AX_DATA : AX_DP;
   if (stage == 3)
     for (int i = 0; i < g->values.len; i++) {

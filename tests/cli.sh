@@ -69,7 +69,7 @@ expect emit-ir-zero3 0 '= all_gather %[0-9]+ \{dim=0, over=dp\(4\), bytes=[0-9]+
 expect plan-zero3 0 '^memory: .* params 814.75 KiB, grads 814.75 KiB, optimizer 1.59 MiB' -- "$bin" compile samples/gpt.shard --emit=plan --strategy dp=4,zero=3
 expect commcheck-zero3 1 'communication check failed .*all_gather' -- env SHARDC_DEBUG_BREAK_COMM=drop:3:0 "$bin" compile samples/gpt.shard --strategy dp=4,zero=3 --emit=plan
 expect commcheck-pp-hang 1 'communication check failed for strategy on 2 ranks: deadlock: 2 ranks can never finish: rank 0 waits at event 0 in recv of 131072 bytes with tag 1 from rank 1 \(gradient of microbatch 1 from stage 1\)' -- env SHARDC_DEBUG_BREAK_COMM=swap:0:1,swap:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b
-expect commcheck-pp-order 1 'send/recv mismatch in the 1st message from rank 1 to rank 0: rank 1 sends 131072 bytes with tag 3 \(gradient of microbatch 2 to stage 0\) but rank 0 receives 131072 bytes with tag 1' -- env SHARDC_DEBUG_BREAK_COMM=drop:1:1 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b
+expect commcheck-pp-order 1 'send/recv mismatch in the 1st message from rank 1 to rank 0: rank 1 sends 131072 bytes with tag 5 \(gradient of microbatch 2 to stage 0\) but rank 0 receives 131072 bytes with tag 1' -- env SHARDC_DEBUG_BREAK_COMM=drop:1:1 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b
 expect commcheck-pp-bytes 1 'rank 0 sends 262144 bytes with tag 0 \(activation of microbatch 1 to stage 1\) but rank 1 receives 131072 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2
 # Ring attention (sp=ring:N): the ring's messages are in the plan's volume and
 # in the communication check (a receive whose tag the send does not carry);
@@ -96,7 +96,9 @@ expect tp2d-kv-heads 1 'attention: key/value heads 2 cannot be split over tp2d=4
 expect emit-c-fp64-zero 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=2 --precision=fp64
 expect tp2d-zero 1 'strategy tp2d=2x2 with zero=1 \(ZeRO buckets over the 2D grid\) is not implemented yet' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=c --strategy tp2d=2x2,dp=2,zero=1
 expect emit-c-fp64-tp 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp=4 --precision=fp64
-expect emit-c-interleaved 1 'strategy schedule=interleaved \(pipeline chunks; gpipe and 1f1b run\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2,schedule=interleaved:2
+expect emit-c-interleaved 0 'static void backward_c1\(long step, int row0\)' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2,schedule=interleaved:2
+expect plan-interleaved 0 '^rank 0:   memory 22,790,144 bytes per rank .*persistent 7,000,064 \+ transient 1,310,720 \(the largest chunk.s\) \+ stash slots 14,479,360' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=interleaved:2
+expect interleaved-zero 1 'strategy zero=1 with schedule=interleaved \(ZeRO for pipeline chunks\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2,schedule=interleaved:2,zero=1
 expect pp-too-deep 1 'pp=8 needs 8 pipeline stages but model gpt has only 5 places to cut it \(between layers, where one activation crosses\); use pp=6 or less' -- "$bin" compile samples/gpt.shard --mesh 8 --strategy pp=8
 expect plan-pp 0 '^stage 3:  blocks.3, model ops; 27.8% of the FLOPs' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=1f1b
 expect plan-pp-layers 0 '^stage 0:  model ops, blocks.0 .. blocks.2; 72.2% of the FLOPs' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:3+1
@@ -114,7 +116,7 @@ expect list-passes 0 '^shape ' -- "$bin" compile --list-passes
 expect mesh-missing-value 1 '--mesh needs a value' -- "$bin" check samples/gpt.shard --mesh
 expect build-help 0 'usage: shardc build' -- "$bin" build --help
 expect build-cuda 1 'CUDA code generator is not available yet' -- "$bin" build samples/gpt.shard --target cuda -o "$tmp/cuda"
-expect build-pp 1 'strategy schedule=interleaved \(pipeline chunks' -- "$bin" build samples/gpt.shard --strategy dp=2,pp=2,schedule=interleaved:2 -o "$tmp/pp"
+expect build-pp 1 'strategy zero=1 with schedule=interleaved' -- "$bin" build samples/gpt.shard --strategy dp=2,pp=2,schedule=interleaved:2,zero=1 -o "$tmp/pp"
 expect explore-unavailable 1 "'explore' is not available yet" -- "$bin" explore samples/gpt.shard
 
 # The command line wins over the train block.

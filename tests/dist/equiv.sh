@@ -62,6 +62,8 @@ reference gpt && {
   check gpt 2 pp=2,schedule=gpipe
   check gpt 2 pp=2,schedule=1f1b
   check gpt 2 pp=2:3+1
+  check gpt 2 pp=2,schedule=interleaved:2
+  check gpt 4 pp=2,dp=2,schedule=interleaved:2
   check gpt 4 pp=4,schedule=1f1b
   check gpt 4 pp=2,tp=2
   check gpt 4 pp=2,dp=2,zero=1
@@ -89,6 +91,7 @@ reference llama && {
   check llama 4 tp=2,dp=2
   check llama 4 tp=2,sp=megatron,dp=2
   check llama 4 pp=2,tp=2
+  check llama 4 pp=2,tp=2,schedule=interleaved:2
   check llama 2 sp=ring:2
   check llama 4 tp=2,sp=ring:2
   check llama 2 dp=2,zero=3
