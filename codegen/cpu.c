@@ -2288,6 +2288,22 @@ static const char *const mem_check_text =
     "      fflush(stdout);\n"
     "    }\n";
 
+/* On a mesh every rank compares its own high-water mark (the same plan on
+ * every rank); rank 0 reports how many differ. */
+static const char *const mesh_mem_check_text =
+    "    if (measure) {\n"
+    "      double off = rt_mesh_sum_double(&mesh, RT_AX_WORLD, measured != ARENA_BYTES);\n"
+    "      if (say) {\n"
+    "        char a[32], b[32];\n"
+    "        cg_commas(a, sizeof a, ARENA_BYTES);\n"
+    "        cg_commas(b, sizeof b, measured);\n"
+    "        printf(\"memory:   planned peak %s bytes per rank, measured %s on rank 0 (highest arena byte \"\n"
+    "               \"written in step %ld)%s\\n\", a, b, step + 1, off ? \"  MISMATCH\" : \"\");\n"
+    "        if (off) printf(\"          %.0f rank(s) measured another peak\\n\", off);\n"
+    "        fflush(stdout);\n"
+    "      }\n"
+    "    }\n";
+
 /* A pipeline's first step: every stage's planned and measured peak and
  * bytes sent (those of its dp 0, tp 0 rank), and any rank that differs. */
 static const char *const pp_measure_text =
@@ -2584,7 +2600,8 @@ static void emit_main(Emit *e) {
        "  rt_arena_destroy(mem);\n"
        "  return comm_finish(0);\n"
        "}\n",
-    clip, e->pp ? pp_measure_text : mem_check_text, e->pp ? "" : e->dist ? comm_check_text : "");
+    clip, e->pp ? pp_measure_text : e->dist ? mesh_mem_check_text : mem_check_text,
+    e->pp ? "" : e->dist ? comm_check_text : "");
 }
 
 int cg_emit_cpu(FILE *out, Module *m) { return cg_emit_cpu_opts(out, m, NULL); }

@@ -974,6 +974,20 @@ static void print_attrs(FILE *out, const Node *n) {
   }
 }
 
+/* A pipeline stage's messages to its neighbours, after the node that ends
+ * the forward (the activation) and the backward (the input's gradient). */
+static void print_pipe_send(FILE *out, const Graph *g, int i) {
+  if (g->nstages <= 1) return;
+  const Value *x = NULL;
+  int to = 0;
+  if (i == g->nfwd - 1 && g->send_act) x = g->send_act, to = g->stage + 1;
+  if (i == g->nodes.len - 1 && g->recv_act && g->recv_act->grad) x = g->recv_act->grad, to = g->stage - 1;
+  if (!x) return;
+  fprintf(out, "  send ");
+  print_value_ref(out, x);
+  fprintf(out, " {to stage %d, bytes=%" PRId64 "}\n", to, ir_numel(&x->shape) * ir_dtype_size(x->dtype));
+}
+
 void ir_print(FILE *out, const Graph *g) {
   fprintf(out, "graph %s {\n", g->model);
   if (g->nsym) {
@@ -1008,6 +1022,12 @@ void ir_print(FILE *out, const Graph *g) {
     const Node *n = g->nodes.data[i];
     const Value *v = n->out;
     if (n->op == OP_INPUT || n->op == OP_PARAM) ir_shape_str(g, v, sh, sizeof sh);
+    if (n->op == OP_INPUT && g->recv_act && v == g->recv_act) {
+      /* a pipeline stage's activation, from the previous stage */
+      fprintf(out, "  %%%d = recv {from stage %d, bytes=%" PRId64 "} : %s\n", v->id, g->stage - 1,
+              ir_numel(&v->shape) * ir_dtype_size(v->dtype), sh);
+      continue;
+    }
     if (n->op == OP_INPUT) {
       fprintf(out, "  input $%s : %s\n", v->name, sh);
       continue;
@@ -1036,7 +1056,11 @@ void ir_print(FILE *out, const Graph *g) {
       fputs(j ? ", " : " ", out);
       print_value_ref(out, n->in[j]);
     }
-    print_attrs(out, n);
+    if (n->op == OP_RECV) /* a pipeline stage's output gradient, from the next stage */
+      fprintf(out, " {from stage %d, bytes=%" PRId64 "}", g->stage + 1,
+              ir_numel(&n->out->shape) * ir_dtype_size(n->out->dtype));
+    else
+      print_attrs(out, n);
     const char *sep = " : ";
     for (int j = 0; j < n->nout; j++) {
       if (!n->outs[j]) continue;
@@ -1049,6 +1073,7 @@ void ir_print(FILE *out, const Graph *g) {
       fprintf(out, "  # %s:%d", base ? base + 1 : n->loc.file->path, n->loc.line);
     }
     fputc('\n', out);
+    print_pipe_send(out, g, i);
   }
   if (g->loss) {
     fprintf(out, "  return ");

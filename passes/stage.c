@@ -83,7 +83,8 @@ static Graph *build_stage(Module *m, int s, int lo, int hi, Value *recv, Value *
   }
   if (recv) {
     Value *c = ir_input(sg, NULL, recv->shape, recv->dtype, recv->loc);
-    sg->inputs.len--; /* received, not loaded */
+    sg->inputs.len--; /* received, not loaded: an activation */
+    c->role = ROLE_ACT;
     c->shard = recv->shard;
     sg->recv_act = c;
     map[recv->id] = c;

@@ -1133,14 +1133,17 @@ int main(int argc, char **argv) {
     double lr = cg_lr(&model, step);
     optimizer_step(step + 1, lr, rt_clip_scale(norm, 1.0) / DP);
     double ms = rt_ms_since(t0), tps = tokens_per_step / (ms / 1e3);
-    if (measure && say) {
-      char a[32], b[32];
-      cg_commas(a, sizeof a, ARENA_BYTES);
-      cg_commas(b, sizeof b, measured);
-      printf("memory:   planned peak %s bytes per rank, measured %s (highest arena byte "
-             "written in step %ld)%s\n", a, b, step + 1,
-             measured == ARENA_BYTES ? "" : "  MISMATCH");
-      fflush(stdout);
+    if (measure) {
+      double off = rt_mesh_sum_double(&mesh, RT_AX_WORLD, measured != ARENA_BYTES);
+      if (say) {
+        char a[32], b[32];
+        cg_commas(a, sizeof a, ARENA_BYTES);
+        cg_commas(b, sizeof b, measured);
+        printf("memory:   planned peak %s bytes per rank, measured %s on rank 0 (highest arena byte "
+               "written in step %ld)%s\n", a, b, step + 1, off ? "  MISMATCH" : "");
+        if (off) printf("          %.0f rank(s) measured another peak\n", off);
+        fflush(stdout);
+      }
     }
     if (measure) {
       unsigned long long counted = rt_mesh_total_bytes(&mesh);
