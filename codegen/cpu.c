@@ -536,8 +536,6 @@ int cg_check(Module *m, const char *target) {
             nw += snprintf(what + nw, sizeof what - (size_t)nw, __VA_ARGS__)
   NOT_YET(p->tp2d > 1 && p->sp > 1, "tp2d=%dx%d with sp (the grid already splits the rows)",
           p->tp2d, p->tp2d);
-  NOT_YET(p->tp2d > 1 && p->zero >= 1, "tp2d=%dx%d with zero=%d (ZeRO buckets over the 2D grid)",
-          p->tp2d, p->tp2d, p->zero);
   NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED && p->zero >= 1, "zero=%d with "
           "schedule=interleaved (ZeRO for pipeline chunks)", p->zero);
   NOT_YET(p->pp > 1 && p->sp_kind == SP_RING && p->sp > 1, "sp=ring with pp (ring attention "
@@ -2021,9 +2019,11 @@ static void emit_step_support_zero23(Emit *e) {
     P(e, "  rt_waitall(&mesh, %d, grad_req);\n", n_grad_reqs(e));
   for (int k = 0; k < g->buckets.len; k++) {
     Bucket *b = g->buckets.data[k];
-    if (b->tp_partial)
-      P(e, "  rt_allreduce(&mesh, RT_AX_TP, F(GSHARD_OFFSET) + %" PRId64 ", %" PRId64 ", %d);  // %s\n",
-        b->shard, b->chunk, es, b->name);
+    static const int gax[3] = {AX_TP, AX_TPR, AX_TPC}; /* report.c's order */
+    for (int a = 0; a < 3; a++)
+      if (b->partial & (1u << gax[a]))
+        P(e, "  rt_allreduce(&mesh, %s, F(GSHARD_OFFSET) + %" PRId64 ", %" PRId64 ", %d);  // %s\n",
+          rt_axis(gax[a]), b->shard, b->chunk, es, b->name);
     if (b->tied)
       P(e, "  rt_allreduce(&mesh, RT_AX_EMBED, F(GSHARD_OFFSET) + %" PRId64 ", %" PRId64 ", %d);  // %s: stages 0 and %d\n",
         b->shard, b->chunk, es, b->name, e->nstages - 1);

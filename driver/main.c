@@ -60,7 +60,7 @@ static const char *usage_build =
     "fp32 plans with dp=N, mb=N, zero=1|2|3, tp=N, tp2d=QxQ (2D tensor\n"
     "parallelism), sp=megatron, sp=ring:N and pp=N with schedule=gpipe|1f1b|\n"
     "interleaved:V, in any mix, are implemented so far (not yet: ZeRO with\n"
-    "interleaved pipelines or tp2d, tp2d with sp).\n"
+    "interleaved pipelines, tp2d with sp).\n"
     "\n"
     "  -o DIR               output directory (created if missing)\n"
     "  --precision=fp64     build in double precision (for gradient checks:\n"

@@ -155,7 +155,8 @@ typedef struct Bucket {
   PtrVec params;        /* Value* (ROLE_PARAM), in layout order */
   int64_t *pos;         /* element offset of params[k] in the bucket */
   int64_t flat, numel, chunk, shard;  /* in the flat layout; padded size; numel/dp; in the shards */
-  bool tp_partial;      /* its gradients are partial sums over tp (sp=megatron) */
+  bool tp_partial;      /* its gradients are partial sums over tp (sp=megatron) or the 2D grid */
+  uint32_t partial;     /* over which of AX_TP, AX_TPR, AX_TPC (1 << axis) */
   bool tied;            /* a pipeline's tied embedding: summed over EMBED too */
   Value *grads;         /* the bucket's gradients; the parameters' gradients are views */
   Value *gshard;        /* ZeRO-2/3: this rank's chunk of the summed gradients */

@@ -319,9 +319,12 @@ int plan_collectives(const Module *m, PlanColl **out) {
   /* the step (codegen's sync_gradients, mean_loss, grad_norm, optimizer_step) */
   for (int i = 0; i < g->buckets.len && stage >= 1; i++) {
     const Bucket *b = g->buckets.data[i];
-    if (b->tp_partial && p->tp > 1)
-      ADD(AX_TP, "all_reduce", rt_vol_allreduce((uint64_t)b->chunk * 4, p->tp), true,
-          arena_printf("gradient shard of bucket %s over tp", b->name));
+    static const int bax[3] = {AX_TP, AX_TPR, AX_TPC};
+    for (int a = 0; a < 3; a++)
+      if (b->partial & (1u << bax[a]))
+        ADD(bax[a], "all_reduce",
+            rt_vol_allreduce((uint64_t)b->chunk * 4, bax[a] == AX_TP ? p->tp : p->tp2d), true,
+            arena_printf("gradient shard of bucket %s over %s", b->name, ir_axis_name(bax[a])));
     if (b->tied)
       ADD(AX_EMBED, "all_reduce", rt_vol_allreduce((uint64_t)b->chunk * 4, 2), true,
           arena_printf("gradient shard of bucket %s over the first and last stage", b->name));

@@ -3,7 +3,8 @@
  *
  * The parameters are grouped into buckets, one per layer ("blocks.3", and
  * "embed", "pos", ... for the rest); under sp=megatron the gradients that
- * are partial sums over tp go to a bucket of their own.  A bucket's
+ * are partial sums over tp (or the 2D grid's rows or columns) go to a
+ * bucket of their own, one per set of axes.  A bucket's
  * gradients are one value (Bucket.grads) of which each parameter's gradient
  * is a view, so a whole bucket is reduced in one collective right after the
  * backward node that completes it:
@@ -51,14 +52,15 @@ static Value *root(Value *v) {
   return v;
 }
 
-static Bucket *bucket_of(Graph *g, const char *key, bool partial) {
+static Bucket *bucket_of(Graph *g, const char *key, uint32_t partial) {
   for (int i = 0; i < g->buckets.len; i++) {
     Bucket *b = g->buckets.data[i];
-    if (!strcmp(b->name, key) && b->tp_partial == partial) return b;
+    if (!strcmp(b->name, key) && b->partial == partial) return b;
   }
   Bucket *b = arena_alloc(sizeof *b);
   b->name = key;
-  b->tp_partial = partial;
+  b->tp_partial = partial != 0;
+  b->partial = partial;
   vec_push(&g->buckets, b);
   return b;
 }
@@ -121,7 +123,7 @@ int pass_zero(Module *m) {
   int dp = pl->dp * (ring ? pl->sp : 1), stage = pl->zero;
   /* (interleaved pipeline chunks reduce their gradients after the schedule) */
   bool chunks = pl->pp > 1 && pl->schedule == SCHED_INTERLEAVED;
-  if (!g || !g->nfwd || dp <= 1 || pl->tp2d > 1 || chunks) return 0;
+  if (!g || !g->nfwd || dp <= 1 || chunks) return 0;
   zaxis = ring ? AX_DATA : AX_DP;
   if (stage == 3)
     for (int i = 0; i < g->values.len; i++) {
@@ -137,7 +139,8 @@ int pass_zero(Module *m) {
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
     if (!stage && !p->grad) continue;
-    bool partial = stage >= 1 && (p->grad_partial & (1u << AX_TP));
+    /* gradients partial over tp or the 2D grid: a bucket per set of axes */
+    uint32_t partial = stage >= 1 ? p->grad_partial & ((1u << AX_TP) | (1u << AX_TPR) | (1u << AX_TPC)) : 0;
     /* a pipeline's tied embedding alone: its shard is summed over EMBED */
     const char *key = p->pp_shared ? arena_printf("%s (tied)", layer_key(p->name)) : layer_key(p->name);
     Bucket *b = bucket_of(g, key, partial);

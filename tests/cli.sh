@@ -82,7 +82,8 @@ sed 's/causal = true)/causal = true, dropout = 0.1)/' samples/gpt.shard >"$tmp/d
 expect ring-dropout 1 'ring attention \(sp=ring:2\): dropout is not implemented yet with ring attention' -- "$bin" compile "$tmp/dropout.shard" --mesh 2 --strategy sp=ring:2 --emit=c
 # 2D tensor parallelism (tp2d=QxQ): SUMMA and split-norm calls, the grid's
 # axes in the plan's volume and in the communication check; in pipeline
-# stages; refused with sp, ZeRO and dropout.
+# stages and with ZeRO (grid-partial gradients in buckets of their own);
+# refused with sp and dropout.
 expect emit-c-tp2d 0 'rt_summa_forward_f32\(mesh.comm\[RT_AX_TPR\], mesh.comm\[RT_AX_TPC\]' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp2d=2x2
 expect emit-c-tp2d-norm 0 'rt_rmsnorm_split_backward_f32\(mesh.comm\[RT_AX_TPR\]' -- "$bin" compile samples/llama.shard --mesh 4 --emit=c --strategy tp2d=2x2
 expect plan-tp2d 0 '^comm: .*\(dp 849,408, tp-row 5,840,896, tp-col 5,031,424\)' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=plan --strategy tp2d=2x2,dp=2
@@ -94,7 +95,7 @@ sed 's/batch = 16, seq = ctx, microbatch = 4/batch = 12, seq = ctx, microbatch =
 expect tp2d-microbatch 1 '2D tensor parallelism \(tp2d=2x2\): a microbatch of 3 rows cannot be split over the 2 grid rows' -- "$bin" compile "$tmp/mb3.shard" --mesh 4 --strategy tp2d=2x2 --emit=c
 expect tp2d-kv-heads 1 'attention: key/value heads 2 cannot be split over tp2d=4' -- "$bin" compile samples/llama.shard --mesh 16 --strategy tp2d=4x4 --emit=c
 expect emit-c-fp64-zero 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=2 --precision=fp64
-expect tp2d-zero 1 'strategy tp2d=2x2 with zero=1 \(ZeRO buckets over the 2D grid\) is not implemented yet' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=c --strategy tp2d=2x2,dp=2,zero=1
+expect tp2d-zero 0 'rt_allreduce\(&mesh, RT_AX_TPC, F\(GSHARD_OFFSET\)' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=c --strategy tp2d=2x2,dp=2,zero=2
 expect emit-c-fp64-tp 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp=4 --precision=fp64
 expect emit-c-interleaved 0 'static void backward_c1\(long step, int row0\)' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2,schedule=interleaved:2
 expect plan-interleaved 0 '^rank 0:   memory 22,790,144 bytes per rank .*persistent 7,000,064 \+ transient 1,310,720 \(the largest chunk.s\) \+ stash slots 14,479,360' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=interleaved:2

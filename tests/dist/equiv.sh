@@ -85,6 +85,7 @@ reference gpt && {
   check gpt 4 tp2d=2x2
   check gpt 8 tp2d=2x2,dp=2
   check gpt 8 tp2d=2x2,pp=2
+  check gpt 8 tp2d=2x2,dp=2,zero=3
 }
 reference llama && {
   check llama 2 tp=2
