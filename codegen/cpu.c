@@ -2217,8 +2217,9 @@ static const char *const comm_check_text =
 /* A pipeline stage's microbatches: the schedule's forwards and backwards in
  * order, each in its microbatch's stash slot; activations arrive from the
  * previous stage before a forward and leave for the next after it,
- * gradients the other way round.  Sends are non-blocking from the slot,
- * which is reused only once they were delivered. */
+ * gradients the other way round, tagged 2 (k S + the lower stage) + (1 for
+ * a gradient) as in the plan and its check.  Sends are non-blocking from the
+ * slot, which is reused only once they were delivered. */
 static void emit_run_pipeline(Emit *e) {
   Graph *g = e->g;
   const Plan *p = &e->m->train.plan;
@@ -2257,20 +2258,20 @@ static void emit_run_pipeline(Emit *e) {
        "      rt_check(cg_data_batch(&data, step, row0, MICROBATCH, %s, %s));\n",
     vname(e->in0), vname(e->in1), ref(e, e->in0), ref(e, e->in1));
   if (!first)
-    P(e, "      rt_recv(&mesh, rank - stride, 2 * k, %s, %" PRId64 ", %d);  // %s from stage %d\n",
-      ref(e, ra), numel(ra), es, vname(ra), r - 1);
+    P(e, "      rt_recv(&mesh, rank - stride, 2 * (k * %d + %d), %s, %" PRId64 ", %d);  // %s from stage %d\n",
+      e->nstages, r - 1, ref(e, ra), numel(ra), es, vname(ra), r - 1);
   P(e, "      loss += forward(step, row0);\n");
   if (!last)
-    P(e, "      rt_isend(&mesh, rank + stride, 2 * k, %s, %" PRId64 ", %d, &sent[slot][0]);  // %s to stage %d\n",
-      ref(e, sa), numel(sa), es, vname(sa), r + 1);
+    P(e, "      rt_isend(&mesh, rank + stride, 2 * (k * %d + %d), %s, %" PRId64 ", %d, &sent[slot][0]);  // %s to stage %d\n",
+      e->nstages, r, ref(e, sa), numel(sa), es, vname(sa), r + 1);
   P(e, "    } else if (with_backward) {\n");
   if (!last)
-    P(e, "      rt_recv(&mesh, rank + stride, 2 * k + 1, %s, %" PRId64 ", %d);  // %s from stage %d\n",
-      ref(e, drecv), numel(drecv), es, vname(drecv), r + 1);
+    P(e, "      rt_recv(&mesh, rank + stride, 2 * (k * %d + %d) + 1, %s, %" PRId64 ", %d);  // %s from stage %d\n",
+      e->nstages, r, ref(e, drecv), numel(drecv), es, vname(drecv), r + 1);
   P(e, "      backward(step, row0);\n");
   if (!first && dsend)
-    P(e, "      rt_isend(&mesh, rank - stride, 2 * k + 1, %s, %" PRId64 ", %d, &sent[slot][1]);  // %s to stage %d\n",
-      ref(e, dsend), numel(dsend), es, vname(dsend), r - 1);
+    P(e, "      rt_isend(&mesh, rank - stride, 2 * (k * %d + %d) + 1, %s, %" PRId64 ", %d, &sent[slot][1]);  // %s to stage %d\n",
+      e->nstages, r - 1, ref(e, dsend), numel(dsend), es, vname(dsend), r - 1);
   P(e, "    }\n  }\n");
   P(e, "  for (int k = 0; k < SLOTS; k++) rt_waitall(&mesh, 2, sent[k]);\n");
   P(e, "  return loss / MICROBATCHES;\n}\n\n");
