@@ -184,7 +184,13 @@ int pass_stage(Module *m) {
     /* pp=N:a+b+...: stage s ends after a + b + ... layers */
     int want = 0;
     for (int k = 0; k < p->nstage_layers; k++) want += p->stage_layers[k];
-    if (p->nstage_layers != S || want != nlayers) {
+    if (p->nstage_layers != S) {
+      diag_error(sema_plan_key_loc(&m->train, PLAN_PP),
+                 "pp=%d: %d stage sizes for %d stages (interleaved chunks take no explicit sizes "
+                 "yet)", p->pp, p->nstage_layers, S);
+      return -1;
+    }
+    if (want != nlayers) {
       diag_error(sema_plan_key_loc(&m->train, PLAN_PP),
                  "pp=%d: the stage sizes add up to %d layers, but model %s has %d", p->pp, want,
                  g->model, nlayers);
@@ -207,8 +213,10 @@ int pass_stage(Module *m) {
   if (ncut < S - 1) {
     diag_error(sema_plan_key_loc(&m->train, PLAN_PP),
                "pp=%d needs %d pipeline stages but model %s has only %d places to cut it (between "
-               "layers, where one activation crosses); use pp=%d or less",
-               p->pp, S, g->model, ncut, ncut + 1);
+               "layers, where one activation crosses); use %s",
+               p->pp, S, g->model, ncut,
+               S > p->pp ? "fewer interleaved chunks or a smaller pp"
+                         : arena_printf("pp=%d or less", ncut + 1));
     return -1;
   }
   /* best[k][j]: the smallest largest-stage FLOPs of k+1 stages whose last
