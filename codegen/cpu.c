@@ -1388,7 +1388,12 @@ static void emit_prelude(Emit *e) {
         "%d", mp->slots);
   }
 #undef DEF
-  if (e->dropout && e->pp) /* node ids restart in every stage */
+  if (e->dropout && e->nchunks) /* node ids restart in every stage; the executor sets it */
+    P(e, "/* Dropout masks: site = stage (of the chunk being run) and forward node, then\n"
+         " * the element's global index (a pipeline draws other masks than one rank). */\n"
+         "static int dropout_stage;\n"
+         "#define DROPOUT_SITE(node) (((uint64_t)dropout_stage << 56) | ((uint64_t)(node) << 40))\n");
+  else if (e->dropout && e->pp) /* node ids restart in every stage */
     P(e, "/* Dropout masks: site = stage and forward node, then the element's global\n"
          " * index (a pipeline draws other masks than one rank does). */\n"
          "#define DROPOUT_SITE(node) (((uint64_t)STAGE << 56) | ((uint64_t)(node) << 40))\n");
@@ -1691,7 +1696,8 @@ static void emit_passes(Emit *e) {
     P(e, "/* Loss of each cross_entropy (in double) and the rows it averaged over. */\n");
     P(e, "static double ce_loss[%d];\nstatic int ce_rows[%d];\n", e->nce, e->nce);
   }
-  if (e->dropout) P(e, "static uint64_t seed;  /* --seed */\n");
+  if (e->dropout && (!e->nchunks || !strcmp(e->sfx, "_c0"))) /* once per program */
+    P(e, "static uint64_t seed;  /* --seed */\n");
   P(e, "\n/* ---- forward: one microbatch; row0 is its first row in the global batch ---- */\n");
   P(e, "static double forward%s(long step, int row0) {\n", e->sfx ? e->sfx : "");
   if (!e->dropout) P(e, "  (void)step;\n  (void)row0;\n");
@@ -2398,6 +2404,7 @@ static void emit_run_chunks(Emit *e) {
     if (vs > 0)
       P(e, "      rt_recv(&mesh, %s, 2 * (k * %d + %d), %s, %" PRId64 ", %d);  // from stage %d\n",
         "prev", S, vs - 1, chunk_ref(e, ra, c), numel(ra), es, vs - 1);
+    if (e->dropout) P(e, "      dropout_stage = %d;\n", vs);
     P(e, "      loss += forward_c%d(step, row0);\n", c);
     if (vs < S - 1)
       P(e, "      rt_isend(&mesh, next, 2 * (k * %d + %d), %s, %" PRId64 ", %d, &sent[%d][slot][0]);  // to stage %d\n",
@@ -2410,6 +2417,7 @@ static void emit_run_chunks(Emit *e) {
     if (vs < S - 1)
       P(e, "      rt_recv(&mesh, next, 2 * (k * %d + %d) + 1, %s, %" PRId64 ", %d);  // from stage %d\n",
         S, vs, chunk_ref(e, drecv, c), numel(drecv), es, vs + 1);
+    if (e->dropout) P(e, "      dropout_stage = %d;\n", vs);
     P(e, "      backward_c%d(step, row0);\n", c);
     if (vs > 0 && dsend)
       P(e, "      rt_isend(&mesh, prev, 2 * (k * %d + %d) + 1, %s, %" PRId64 ", %d, &sent[%d][slot][1]);  // to stage %d\n",
@@ -2744,11 +2752,6 @@ static int emit_program_chunks(FILE *out, Module *m, const CgOptions *opt, int r
     e.nn = cg[c]->nodes.len;
     e.nce = 0;
     analyse(&e);
-    if (e.dropout) {
-      diag_fatal_noloc("dropout is not implemented yet with schedule=interleaved (the chunks of "
-                       "a rank would draw the same masks); use gpipe or 1f1b");
-      return -1;
-    }
   }
   e.g = pg;
   e.nn = 0;

@@ -111,6 +111,7 @@ expect pp-layers-count 1 'pp=2:4 gives 1 stage size for 2 stages' -- "$bin" comp
 expect pp-layers-bad 1 'the layers per stage must be positive numbers joined by' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:0+4
 sed 's/causal = true)/causal = true, dropout = 0.1)/' samples/gpt.shard >"$tmp/pp-dropout.shard"
 expect pp-dropout 0 'define DROPOUT_SITE\(node\) \(\(\(uint64_t\)STAGE << 56\)' -- "$bin" compile "$tmp/pp-dropout.shard" --mesh 2 --strategy pp=2 --emit=c
+expect interleaved-dropout 0 'dropout_stage = 3;' -- "$bin" compile "$tmp/pp-dropout.shard" --mesh 2 --strategy pp=2,schedule=interleaved:2 --emit=c
 expect ir-pp-send 0 '^  send d%2 \{to stage 0, bytes=131072\}' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2 --emit=ir
 expect ir-pp-recv 0 '^  %2 = recv \{from stage 0, bytes=131072\} : f32\[B=4,T=64,128\]' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2 --emit=ir
 expect plan-pp-stash 0 'stash 4 slots x 2,369,536 bytes' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=gpipe
