@@ -129,30 +129,20 @@ static int64_t nbytes(Emit *e, const Value *v) { return numel(v) * (is_int(v) ? 
 /* Arena byte offset of v's storage in the emitted program. */
 static int64_t off(Emit *e, const Value *v) { return v->offset * e->scale; }
 
-/* "F(1234)", "I(1234)" or "NULL"; in a pipeline stage's stash slot
- * "FS(64)", "IS(64)" (from the slot of the microbatch being run). */
-static const char *ref(Emit *e, const Value *v) {
+/* "F(1234)", "I(1234)" or "NULL"; a value in a pipeline stage's stash slot
+ * "FS(64)", "IS(64)": relative to stash_base, the slot region of its stage
+ * (the slot of the microbatch being run is chosen at run time). */
+static const char *ref_at(Emit *e, const Value *v, int64_t stash_base) {
   if (!v) return "NULL";
   const Value *r = v;
   while (r->alias) r = r->alias;
   if (e->pp && r->stash)
     return arena_printf("%s(%" PRId64 ")", is_int(v) ? "IS" : "FS",
-                        off(e, v) - e->m->mem.stash_offset * e->scale);
+                        off(e, v) - stash_base * e->scale);
   return arena_printf("%s(%" PRId64 ")", is_int(v) ? "I" : "F", off(e, v));
 }
 
-/* ref() of a value of an interleaved rank's chunk c (stash values relative
- * to that chunk's slot). */
-static int64_t chunk_sbase(Emit *e, int c);
-static const char *chunk_ref(Emit *e, const Value *v, int c) {
-  int64_t keep = e->m->mem.stash_offset;
-  e->m->mem.stash_offset = chunk_sbase(e, c);
-  const char *s = ref(e, v);
-  e->m->mem.stash_offset = keep;
-  return s;
-}
-
-static int64_t chunk_sbase(Emit *e, int c) { return e->sbase[c]; }
+static const char *ref(Emit *e, const Value *v) { return ref_at(e, v, e->m->mem.stash_offset); }
 
 /* The IR's name of a value: %14, @embed.weight, $tokens, d%14, d@embed.weight. */
 static const char *vname(const Value *v) {
@@ -979,11 +969,6 @@ static void emit_fwd(Emit *e, Node *n, int i) {
     P(e, "  rt_check(rt_embedding_forward%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
       S, ref(e, y), ref(e, x[1]), ref(e, x[0]), numel(x[1]), x[0]->shape.d[0].n, last_dim(x[0]));
     return;
-  case OP_TP_COPY:
-    comment(e, &n, 1);
-    P(e, "  memcpy(%s, %s, %" PRId64 ");  // not a view in the plan: a copy\n", ref(e, y),
-      ref(e, x[0]), nbytes(e, y));
-    return;
   case OP_ALLREDUCE:
     comment(e, &n, 1);
     if (off(e, y) != off(e, x[0]))
@@ -1008,6 +993,7 @@ static void emit_fwd(Emit *e, Node *n, int i) {
         outer, inner, e->f64 ? 8 : 4, n->scratch ? ref(e, n->scratch) : "NULL");
     return;
   }
+  case OP_TP_COPY:
   case OP_RESHAPE:
     comment(e, &n, 1);
     P(e, "  memcpy(%s, %s, %" PRId64 ");  // not a view in the plan: a copy\n", ref(e, y),
@@ -1417,26 +1403,10 @@ static void emit_dims(Emit *e, const Shape *s) {
 }
 
 
-/* The sharding of parameter p (RtShard) for a C initializer, after "{". */
+/* Parameter p's RtShard (dist.h) as a C initializer row: its full shape and
+ * 0, 1 (tp) or 2 (the tp2d grid's row and column) split dims; the segments of
+ * a fused q,k,v weight belong to its tp or tp-row split. */
 static void emit_shard(Emit *e, const Value *p, int pp_owner) {
-  P(e, "    {%d, {", p->gshape.ndim);
-  emit_dims(e, &p->gshape);
-  int d = split_dim_of(p);
-  if (d < 0) {
-    P(e, "}, 0, {{0}}, %d},  // %s\n", pp_owner, p->name);
-    return;
-  }
-  P(e, "}, 1, {{%d, %s, %d, {", d, rt_axis(p->shard.axis[d]), p->shard.nseg > 1 ? p->shard.nseg : 1);
-  if (p->shard.nseg > 1)
-    for (int k = 0; k < p->shard.nseg; k++) P(e, "%s%" PRId64, k ? ", " : "", p->shard.seg[k]);
-  else
-    P(e, "%" PRId64, p->gshape.d[d].n);
-  P(e, "}}}, %d},  // %s\n", pp_owner, p->name);
-}
-
-/* tp2d: parameter p's RtShard, with up to two splits (the grid row's
- * segments, if any, belong to its tp-row split). */
-static void emit_shard2d(Emit *e, const Value *p, int pp_owner) {
   P(e, "    {%d, {", p->gshape.ndim);
   emit_dims(e, &p->gshape);
   int ns = 0;
@@ -1446,7 +1416,7 @@ static void emit_shard2d(Emit *e, const Value *p, int pp_owner) {
   for (int d = 0, k = 0; d < p->shape.ndim; d++) {
     int ax = p->shard.axis[d];
     if (ax < 0) continue;
-    bool segs = ax == AX_TPR && p->shard.nseg > 1;
+    bool segs = (ax == AX_TP || ax == AX_TPR) && p->shard.nseg > 1;
     P(e, "%s{%d, %s, %d, {", k++ ? ", " : "", d, rt_axis(ax), segs ? p->shard.nseg : 1);
     if (segs)
       for (int j = 0; j < p->shard.nseg; j++) P(e, "%s%" PRId64, j ? ", " : "", p->shard.seg[j]);
@@ -1457,13 +1427,72 @@ static void emit_shard2d(Emit *e, const Value *p, int pp_owner) {
   P(e, "}, %d},  // %s\n", pp_owner, p->name);
 }
 
-/* tp2d: how many grid ranks hold the same elements of p (q per axis it is
- * not split over), its gradient's weight in the global norm being 1/that. */
-static int holders2d(Emit *e, const Value *p) {
+/* How many tp ranks hold the same elements of p: 1 when it is split over tp,
+ * else tp; on the tp2d grid q per axis it is not split over. */
+static int holders(Emit *e, const Value *p) {
+  if (!e->q) return split_dim_of(p) >= 0 ? 1 : e->tp;
   int h = 1;
   if (!memchr(p->shard.axis, AX_TPR, IR_MAXDIM)) h *= e->q;
   if (!memchr(p->shard.axis, AX_TPC, IR_MAXDIM)) h *= e->q;
   return h;
+}
+
+/* p's gradient's weight in the global norm, a C initializer: 1 / its
+ * holders, or 0 for the last pipeline stage's copy of a tied embedding. */
+static const char *norm_weight(Emit *e, const Value *p) {
+  int h = holders(e, p);
+  return p->pp_shared && e->stage > 0 ? "0.0," : h == 1 ? "1.0," : arena_printf("1.0 / %d,", h);
+}
+
+/* The CgParam init kind and std of p (normal_scaled: 0.02/sqrt(nscaled)). */
+static const char *init_kind(const Value *p) {
+  return !strcmp(p->init, "ones") ? "CG_INIT_ONES"
+         : !strcmp(p->init, "zeros") ? "CG_INIT_ZEROS" : "CG_INIT_NORMAL";
+}
+static const char *init_std(const Value *p, int nscaled) {
+  double std = !strcmp(p->init, "normal_scaled") ? 0.02 / sqrt((double)nscaled)
+               : !strcmp(p->init, "normal") ? 0.02 : 0;
+  char lit[64];
+  cg_literal(lit, sizeof lit, std, 1);
+  return arena_strdup(lit);
+}
+static int count_scaled(const Graph *g) {
+  int n = 0;
+  for (int i = 0; i < g->params.len; i++) {
+    const Value *p = g->params.data[i];
+    n += p->init && !strcmp(p->init, "normal_scaled");
+  }
+  return n;
+}
+
+/* The full tensors of ps[0..n) (init, checkpoints) as `gparams`, packed in a
+ * buffer of GLOBAL_BYTES with optimizer slots where grad[i]; init fields
+ * refer to params[i] when `refs` (the same order), else are literals. */
+static void emit_gparams(Emit *e, Value *const *ps, const bool *grad, int n, const char *count,
+                         bool refs) {
+  const Optimizer *o = &e->m->train.opt;
+  bool adam = !strcmp(o->kind, "adamw"), mom = !adam && o->momentum > 0;
+  int nscaled = count_scaled(e->pp ? e->m->whole : e->g);
+  int64_t goff = 0;
+  P(e, "/* Full tensors (init, checkpoints): offsets in a buffer of GLOBAL_BYTES. */\n");
+  P(e, "static CgParam gparams[%s] = {\n", count);
+  for (int i = 0; i < n; i++) {
+    const Value *p = ps[i];
+    int64_t ne = ir_numel(&p->gshape), sz = (ne * 4 + 63) / 64 * 64 * e->scale;
+    int64_t o0 = goff, o1 = -1, o2 = -1;
+    goff += sz;
+    if (grad[i] && (adam || mom)) o1 = goff, goff += sz;
+    if (grad[i] && adam) o2 = goff, goff += sz;
+    P(e, "    {\"%s\", %d, {", p->name, p->gshape.ndim);
+    emit_dims(e, &p->gshape);
+    if (refs)
+      P(e, "}, %" PRId64 ", %" PRId64 ", -1, %" PRId64 ", %" PRId64 ", params[%d].init, "
+           "params[%d].std, params[%d].decay},\n", ne, o0, o1, o2, i, i, i);
+    else
+      P(e, "}, %" PRId64 ", %" PRId64 ", -1, %" PRId64 ", %" PRId64 ", %s, %s, %d},\n", ne, o0, o1,
+        o2, init_kind(p), init_std(p, nscaled), p->decay ? 1 : 0);
+  }
+  P(e, "};\n#define GLOBAL_BYTES %" PRId64 "LL\n\n", goff);
 }
 
 /* A pipeline stage: the whole model's parameters as full tensors (init,
@@ -1494,55 +1523,18 @@ static void emit_global_params_pp(Emit *e) {
        " * where this stage keeps it (-1: another stage). */\n");
   P(e, "#define NGLOBAL %d\n", ng);
   P(e, "static const RtShard shards[NGLOBAL] = {\n");
-  for (int i = 0; i < ng; i++)
-    if (e->q)
-      emit_shard2d(e, rep[i], owner[i]);
-    else
-      emit_shard(e, rep[i], owner[i]);
+  for (int i = 0; i < ng; i++) emit_shard(e, rep[i], owner[i]);
   P(e, "};\n\n");
   P(e, "static const int local_of[NGLOBAL] = {");
   for (int i = 0; i < ng; i++) P(e, "%s%d,", i % 16 ? " " : "\n    ", local[i]);
   P(e, "\n};\n\n");
-  const Optimizer *o = &m->train.opt;
-  bool adam = !strcmp(o->kind, "adamw"), mom = !adam && o->momentum > 0;
-  int nscaled = 0;
-  for (int i = 0; i < ng; i++) {
-    Value *p = w->params.data[i];
-    nscaled += p->init && !strcmp(p->init, "normal_scaled");
-  }
-  int64_t goff = 0;
-  P(e, "/* Full tensors (init, checkpoints): offsets in a buffer of GLOBAL_BYTES. */\n");
-  P(e, "static CgParam gparams[NGLOBAL] = {\n");
-  for (int i = 0; i < ng; i++) {
-    Value *p = w->params.data[i];
-    int64_t n = ir_numel(&p->gshape), sz = (n * 4 + 63) / 64 * 64 * e->scale;
-    int64_t o0 = goff, o1 = -1, o2 = -1;
-    goff += sz;
-    if (grad[i] && (adam || mom)) o1 = goff, goff += sz;
-    if (grad[i] && adam) o2 = goff, goff += sz;
-    const char *init = !strcmp(p->init, "ones") ? "CG_INIT_ONES"
-                       : !strcmp(p->init, "zeros") ? "CG_INIT_ZEROS" : "CG_INIT_NORMAL";
-    double std = !strcmp(p->init, "normal_scaled") ? 0.02 / sqrt((double)nscaled)
-                 : !strcmp(p->init, "normal") ? 0.02 : 0;
-    char lit[64];
-    cg_literal(lit, sizeof lit, std, 1);
-    P(e, "    {\"%s\", %d, {", p->name, p->gshape.ndim);
-    emit_dims(e, &p->gshape);
-    P(e, "}, %" PRId64 ", %" PRId64 ", -1, %" PRId64 ", %" PRId64 ", %s, %s, %d},\n", n, o0, o1, o2,
-      init, lit, p->decay ? 1 : 0);
-  }
-  P(e, "};\n#define GLOBAL_BYTES %" PRId64 "LL\n\n", goff);
+  emit_gparams(e, (Value *const *)w->params.data, grad, ng, "NGLOBAL", false);
   Graph *g = e->g;
   P(e, "/* Weight of each gradient in the global norm: 1 / the tp ranks holding the\n"
        " * same elements; 0 for the last stage's copy of a tied embedding. */\n");
   P(e, "static const double norm_w[NPARAMS] = {");
-  for (int i = 0; i < g->params.len; i++) {
-    Value *q = g->params.data[i];
-    bool split = split_dim_of(q) >= 0;
-    int holders = e->q ? holders2d(e, q) : split ? 1 : e->tp;
-    const char *w8 = q->pp_shared && e->stage > 0 ? "0.0," : holders == 1 ? "1.0," : arena_printf("1.0 / %d,", holders);
-    P(e, "%s%s", i % 8 ? " " : "\n    ", w8);
-  }
+  for (int i = 0; i < g->params.len; i++)
+    P(e, "%s%s", i % 8 ? " " : "\n    ", norm_weight(e, g->params.data[i]));
   P(e, "\n};\n\n");
 }
 
@@ -1562,12 +1554,7 @@ static void emit_params(Emit *e) {
   Graph *g = e->g;
   /* normal_scaled: std 0.02/sqrt(K), K = the number of normal_scaled tensors
    * (the residual projections: two per layer, so 0.02/sqrt(2·layers), GPT-2). */
-  int nscaled = 0;
-  Graph *all = e->pp ? e->m->whole : g; /* a stage scales like the whole model */
-  for (int i = 0; i < all->params.len; i++) {
-    Value *p = all->params.data[i];
-    nscaled += p->init && !strcmp(p->init, "normal_scaled");
-  }
+  int nscaled = count_scaled(e->pp ? e->m->whole : g); /* a stage scales like the whole model */
   P(e, "/* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the\n"
        " * tensor, its gradient and optimizer state (-1: none), init, std, decay.");
   if (nscaled)
@@ -1584,16 +1571,10 @@ static void emit_params(Emit *e) {
     int64_t m1 = p->grad && (adam || mom) && !sharded ? p->opt_offset * e->scale : -1;
     int64_t stride = (numel(p) * 4 + 63) / 64 * 64 * e->scale;
     int64_t m2 = p->grad && adam && !sharded ? m1 + stride : -1;
-    const char *init = !strcmp(p->init, "ones") ? "CG_INIT_ONES"
-                       : !strcmp(p->init, "zeros") ? "CG_INIT_ZEROS" : "CG_INIT_NORMAL";
-    double std = !strcmp(p->init, "normal_scaled") ? 0.02 / sqrt((double)nscaled)
-                 : !strcmp(p->init, "normal") ? 0.02 : 0;
     P(e, "    {\"%s\", %d, {", p->name, p->shape.ndim);
     emit_dims(e, &p->shape);
-    char lit[64];
-    cg_literal(lit, sizeof lit, std, 1);
     P(e, "}, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %s, %d},\n",
-      numel(p), param_offset(e, p), gr, m1, m2, init, lit, p->decay ? 1 : 0);
+      numel(p), param_offset(e, p), gr, m1, m2, init_kind(p), init_std(p, nscaled), p->decay ? 1 : 0);
   }
   P(e, "};\n\n");
   if (e->pp) {
@@ -1606,52 +1587,16 @@ static void emit_params(Emit *e) {
   P(e, "/* Sharding of each parameter (dist.h RtShard): its full shape, the dim split\n"
        " * over tp (with segments: a fused q,k,v weight), every pipeline stage. */\n");
   P(e, "static const RtShard shards[NPARAMS] = {\n");
-  for (int i = 0; i < g->params.len; i++) {
-    Value *p = g->params.data[i];
-    if (e->q) {
-      emit_shard2d(e, p, -1);
-      continue;
-    }
-    P(e, "    {%d, {", p->gshape.ndim);
-    emit_dims(e, &p->gshape);
-    int d = split_dim_of(p);
-    if (d < 0) {
-      P(e, "}, 0, {{0}}, -1},  // %s\n", p->name);
-      continue;
-    }
-    P(e, "}, 1, {{%d, %s, %d, {", d, rt_axis(p->shard.axis[d]), p->shard.nseg > 1 ? p->shard.nseg : 1);
-    if (p->shard.nseg > 1)
-      for (int k = 0; k < p->shard.nseg; k++) P(e, "%s%" PRId64, k ? ", " : "", p->shard.seg[k]);
-    else
-      P(e, "%" PRId64, p->gshape.d[d].n);
-    P(e, "}}}, -1},  // %s\n", p->name);
-  }
+  for (int i = 0; i < g->params.len; i++) emit_shard(e, g->params.data[i], -1);
   P(e, "};\n\n");
-  int64_t goff = 0;
-  P(e, "/* Full tensors (init, checkpoints): offsets in a buffer of GLOBAL_BYTES. */\n");
-  P(e, "static CgParam gparams[NPARAMS] = {\n");
-  for (int i = 0; i < g->params.len; i++) {
-    Value *p = g->params.data[i];
-    int64_t n = ir_numel(&p->gshape), sz = (n * 4 + 63) / 64 * 64 * e->scale;
-    int64_t o0 = goff, o1 = -1, o2 = -1;
-    goff += sz;
-    if (p->grad && (adam || mom)) o1 = goff, goff += sz;
-    if (p->grad && adam) o2 = goff, goff += sz;
-    P(e, "    {\"%s\", %d, {", p->name, p->gshape.ndim);
-    emit_dims(e, &p->gshape);
-    P(e, "}, %" PRId64 ", %" PRId64 ", -1, %" PRId64 ", %" PRId64 ", params[%d].init, "
-         "params[%d].std, params[%d].decay},\n", n, o0, o1, o2, i, i, i);
-  }
-  P(e, "};\n#define GLOBAL_BYTES %" PRId64 "LL\n\n", goff);
+  bool *grad = arena_alloc(sizeof(bool) * (size_t)(g->params.len + 1));
+  for (int i = 0; i < g->params.len; i++) grad[i] = ((Value *)g->params.data[i])->grad != NULL;
+  emit_gparams(e, (Value *const *)g->params.data, grad, g->params.len, "NPARAMS", true);
   P(e, "/* Weight of each gradient in the global norm: 1 / the tp ranks holding the\n"
        " * same elements (a replicated tensor is counted once). */\n");
   P(e, "static const double norm_w[NPARAMS] = {");
-  for (int i = 0; i < g->params.len; i++) {
-    bool split = split_dim_of(g->params.data[i]) >= 0;
-    int holders = e->q ? holders2d(e, g->params.data[i]) : split ? 1 : e->tp;
-    P(e, "%s%s", i % 8 ? " " : "\n    ",
-      (e->q || split) && holders == 1 ? "1.0," : arena_printf("1.0 / %d,", holders));
-  }
+  for (int i = 0; i < g->params.len; i++)
+    P(e, "%s%s", i % 8 ? " " : "\n    ", norm_weight(e, g->params.data[i]));
   P(e, "\n};\n\n");
 }
 
@@ -1825,6 +1770,17 @@ static void emit_optimizer(Emit *e) {
   P(e, "  }\n}\n\n");
 }
 
+/* gmodel_of(): the model as full tensors (gparams in a buffer of
+ * GLOBAL_BYTES; a pipeline stage's: the whole model's). */
+static void emit_gmodel_of(Emit *e) {
+  P(e, "/* The model as full tensors (gparams in a buffer of GLOBAL_BYTES). */\n"
+       "static CgModel gmodel_of(void) {\n"
+       "  CgModel gm = model;\n"
+       "  gm.params = gparams;\n%s"
+       "  gm.arena_bytes = gm.persistent_bytes = GLOBAL_BYTES;\n"
+       "  return gm;\n}\n\n", e->pp ? "  gm.nparams = NGLOBAL;  /* the whole model */\n" : "");
+}
+
 static void emit_mean_loss_pp(Emit *e) {
   P(e, "/* The last stage has the loss (the same on its tp ranks): its mean over dp. */\n"
        "static double mean_loss(double loss) {\n"
@@ -1862,12 +1818,7 @@ static void emit_step_support_pp(Emit *e) {
        " * Stage %d of %d holds its parameters' shards; init and checkpoints go\n"
        " * through the whole model's full tensors (gparams), so a checkpoint is\n"
        " * the same file under any plan. */\n", e->stage, e->nstages);
-  P(e, "static CgModel gmodel_of(void) {\n"
-       "  CgModel gm = model;\n"
-       "  gm.params = gparams;\n"
-       "  gm.nparams = NGLOBAL;\n"
-       "  gm.arena_bytes = gm.persistent_bytes = GLOBAL_BYTES;\n"
-       "  return gm;\n}\n\n");
+  emit_gmodel_of(e);
   P(e, "static void init_params(uint64_t seed) {\n"
        "  CgModel gm = gmodel_of();\n"
        "  unsigned char *full = calloc(1, GLOBAL_BYTES);\n"
@@ -1943,11 +1894,7 @@ static void emit_step_support_zero23(Emit *e) {
        " * Full tensors (gparams) <-> the flat bucket layout (params[].offset) <-> this\n"
        " * rank's %s, so a checkpoint is the same file under any plan. */\n", e->zstage,
     z3 ? "chunks (parameters and optimizer state)" : "parameters and chunks of optimizer state");
-  P(e, "static CgModel gmodel_of(void) {\n"
-       "  CgModel gm = model;\n"
-       "  gm.params = gparams;\n%s"
-       "  gm.arena_bytes = gm.persistent_bytes = GLOBAL_BYTES;\n"
-       "  return gm;\n}\n\n", e->pp ? "  gm.nparams = NGLOBAL;  /* the whole model */\n" : "");
+  emit_gmodel_of(e);
   P(e, "/* slot 0: the parameters; 1, 2: the optimizer state, in this rank's storage */\n"
        "static unsigned char *zero_slot(int k) {\n"
        "  return k == 0 ? arena : arena + OPT_OFFSET + (size_t)(k - 1) * ZSHARD * %d;\n}\n\n", es);
@@ -2082,12 +2029,7 @@ static void emit_step_support(Emit *e) {
   P(e, "/* ---- the mesh: parameters, checkpoints and the step's reductions ----\n"
        " * Every rank holds its shards; init and checkpoints go through the full\n"
        " * tensors (gparams), so a checkpoint is the same file under any plan. */\n");
-  P(e, "/* The model as full tensors (gparams in a buffer of GLOBAL_BYTES). */\n"
-       "static CgModel gmodel_of(void) {\n"
-       "  CgModel gm = model;\n"
-       "  gm.params = gparams;\n"
-       "  gm.arena_bytes = gm.persistent_bytes = GLOBAL_BYTES;\n"
-       "  return gm;\n}\n\n");
+  emit_gmodel_of(e);
   P(e, "static void init_params(uint64_t seed) {\n"
        "  CgModel gm = gmodel_of();\n"
        "  unsigned char *full = calloc(1, GLOBAL_BYTES);\n"
@@ -2399,16 +2341,16 @@ static void emit_run_chunks(Emit *e) {
          "      stash = arena + STASH_OFFSET_%d + (size_t)slot * STASH_BYTES_%d;\n"
          "      rt_waitall(&mesh, 2, sent[%d][slot]);\n", 2 * c, vs, c, c, c, c);
     Value *in0 = g->inputs.data[k0], *in1 = g->inputs.data[1 - k0];
-    P(e, "      rt_check(cg_data_batch(&data, step, row0, MICROBATCH, %s, %s));\n", chunk_ref(e, in0, c),
-      chunk_ref(e, in1, c));
+    P(e, "      rt_check(cg_data_batch(&data, step, row0, MICROBATCH, %s, %s));\n", ref_at(e, in0, e->sbase[c]),
+      ref_at(e, in1, e->sbase[c]));
     if (vs > 0)
       P(e, "      rt_recv(&mesh, %s, 2 * (k * %d + %d), %s, %" PRId64 ", %d);  // from stage %d\n",
-        "prev", S, vs - 1, chunk_ref(e, ra, c), numel(ra), es, vs - 1);
+        "prev", S, vs - 1, ref_at(e, ra, e->sbase[c]), numel(ra), es, vs - 1);
     if (e->dropout) P(e, "      dropout_stage = %d;\n", vs);
     P(e, "      loss += forward_c%d(step, row0);\n", c);
     if (vs < S - 1)
       P(e, "      rt_isend(&mesh, next, 2 * (k * %d + %d), %s, %" PRId64 ", %d, &sent[%d][slot][0]);  // to stage %d\n",
-        S, vs, chunk_ref(e, sa, c), numel(sa), es, c, vs + 1);
+        S, vs, ref_at(e, sa, e->sbase[c]), numel(sa), es, c, vs + 1);
     P(e, "      break;\n    }\n");
     P(e, "    case %d: {  // backward of stage %d\n"
          "      if (!with_backward) break;\n"
@@ -2416,12 +2358,12 @@ static void emit_run_chunks(Emit *e) {
          "      stash = arena + STASH_OFFSET_%d + (size_t)slot * STASH_BYTES_%d;\n", 2 * c + 1, vs, c, c, c);
     if (vs < S - 1)
       P(e, "      rt_recv(&mesh, next, 2 * (k * %d + %d) + 1, %s, %" PRId64 ", %d);  // from stage %d\n",
-        S, vs, chunk_ref(e, drecv, c), numel(drecv), es, vs + 1);
+        S, vs, ref_at(e, drecv, e->sbase[c]), numel(drecv), es, vs + 1);
     if (e->dropout) P(e, "      dropout_stage = %d;\n", vs);
     P(e, "      backward_c%d(step, row0);\n", c);
     if (vs > 0 && dsend)
       P(e, "      rt_isend(&mesh, prev, 2 * (k * %d + %d) + 1, %s, %" PRId64 ", %d, &sent[%d][slot][1]);  // to stage %d\n",
-        S, vs - 1, chunk_ref(e, dsend, c), numel(dsend), es, c, vs - 1);
+        S, vs - 1, ref_at(e, dsend, e->sbase[c]), numel(dsend), es, c, vs - 1);
     P(e, "      break;\n    }\n");
   }
   P(e, "    }\n  }\n");
@@ -2708,7 +2650,6 @@ static int emit_program_chunks(FILE *out, Module *m, const CgOptions *opt, int r
       Value *x = cg[c]->values.data[i];
       Value *rt = x;
       while (rt->alias) rt = rt->alias;
-      x->chunk = (int16_t)c;
       if (x->opt_offset >= 0) x->opt_offset += pbase[c];
       if (x->offset < 0) continue;
       if (rt->stash)

@@ -118,7 +118,6 @@ typedef struct Value {
   bool stash;
   bool pp_shared;
   int gidx;
-  int16_t chunk;        /* interleaved pipeline: the rank's chunk holding it */
   const char *init;     /* parameter init: "normal", "normal_scaled", "ones", "zeros" */
 } Value;
 

@@ -181,10 +181,10 @@ static CgParam gparams[NPARAMS] = {
 /* Weight of each gradient in the global norm: 1 / the tp ranks holding the
  * same elements (a replicated tensor is counted once). */
 static const double norm_w[NPARAMS] = {
-    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
-    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
-    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
-    1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1, 1.0 / 1,
+    1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
+    1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
+    1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
+    1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
 };
 
 /* Gradient buckets: each one's all-reduce starts in the backward of the last
