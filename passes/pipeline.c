@@ -2,21 +2,19 @@
 #include "passes.h"
 
 static int pass_lower(Module *m) { return 0; /* done by sema_run; listed for --dump-after */ }
-/* After "stage", each stage graph goes through the passes on its own. */
+/* After "pipeline", each stage graph goes through these passes on its own. */
 static int autodiff_stages(Module *m) { return per_stage(m, pass_autodiff); }
 static int zero_stages(Module *m) { return per_stage(m, pass_zero); }
 static int memplan_stages(Module *m) { return per_stage(m, pass_memplan); }
-/* The communication check looks at every stage's program at once. */
-static int commcheck_stages(Module *m) { return pass_commcheck(m); }
 
 const Pass pass_list[] = {
     {"lower", "AST -> IR: inline layers, lower builtins, infer shapes", pass_lower},
     {"shape", "re-derive and verify every shape and dtype", pass_shape},
     {"shard", "tensor parallelism (1D, and 2D on a q x q grid) and ring sequence parallelism: sharding specs, local shapes, collectives", pass_shard},
-    {"pipeline", "cut the forward graph into stages between layers, balanced by FLOPs (pp > 1)", pass_stage},
+    {"pipeline", "cut the forward graph into stages between layers, balanced by FLOPs or pp=N:a+b+... (pp > 1)", pass_stage},
     {"autodiff", "append the backward pass: accumulating gradient ops, seeded with 1/mb", autodiff_stages},
     {"zero", "data-parallel gradient buckets reduced in the backward; ZeRO-1/2/3 shards, ZeRO-3 gathers", zero_stages},
     {"memplan", "liveness and static arena offsets; exact planned peak bytes per rank", memplan_stages},
-    {"commcheck", "prove every rank issues matching collectives in a deadlock-free order", commcheck_stages},
+    {"commcheck", "prove every rank issues matching collectives in a deadlock-free order", pass_commcheck},  /* every stage at once */
 };
 const int pass_count = sizeof pass_list / sizeof pass_list[0];
