@@ -8,6 +8,7 @@
 
 #include "cg.h"
 #include "passes.h"
+#include "sema.h"
 
 static const char *usage_main =
     "usage: shardc <command> [options] MODEL.shard\n"
@@ -207,7 +208,7 @@ static int run(Opts *o) {
   Program *prog = ast_parse(f);
   double t1 = now_ms();
   if (!prog || diag_error_count()) return 1;
-  Module *m = sema_run(prog, &o->sema);
+  Module *m = frontend_run(prog, &o->sema);
   double t2 = now_ms();
   if (!m || diag_error_count()) return 1;
   if (!m->graph) {

@@ -5,35 +5,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "builtins.h"
 #include "sema.h"
 
-/* ---- builtins ---- */
-
-typedef enum {
-  B_LINEAR, B_EMBEDDING, B_POSITIONAL, B_LAYERNORM, B_RMSNORM, B_ATTENTION, B_MLP,
-  B_GELU, B_RELU, B_SILU, B_SWIGLU, B_SOFTMAX, B_DROPOUT, B_CROSS_ENTROPY, B_COUNT
-} Builtin;
-
-static const struct {
-  const char *name;
-  const char *pname;   /* parameter-path component; NULL if it has no parameters */
-} builtins[B_COUNT] = {
-    [B_LINEAR] = {"linear", "linear"},       [B_EMBEDDING] = {"embedding", "embed"},
-    [B_POSITIONAL] = {"positional", "pos"},  [B_LAYERNORM] = {"layernorm", "ln"},
-    [B_RMSNORM] = {"rmsnorm", "norm"},       [B_ATTENTION] = {"attention", "attn"},
-    [B_MLP] = {"mlp", "mlp"},                [B_GELU] = {"gelu", NULL},
-    [B_RELU] = {"relu", NULL},               [B_SILU] = {"silu", NULL},
-    [B_SWIGLU] = {"swiglu", NULL},           [B_SOFTMAX] = {"softmax", NULL},
-    [B_DROPOUT] = {"dropout", NULL},         [B_CROSS_ENTROPY] = {"cross_entropy", NULL},
-};
-
-static int builtin_id(const char *name) {
-  for (int i = 0; i < B_COUNT; i++)
-    if (!strcmp(builtins[i].name, name)) return i;
-  return -1;
-}
-
-bool lower_is_builtin(const char *name) { return builtin_id(name) >= 0; }
 
 /* ---- interpreter values ---- */
 

@@ -1,5 +1,6 @@
 /* sema.c — declarations, constants, `use` imports, meshes, the train block
  * and the plan.  Lowering of the model body lives in lower.c. */
+#include "builtins.h"
 #include "sema.h"
 
 #include <math.h>
@@ -794,6 +795,7 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
     }
     if (t->model) info_of(t->model)->used = true;
   }
+  t->model_name = t->model ? t->model->name : NULL;
 
   /* mesh */
   Arg *mesh = find_item(it, "mesh");
@@ -966,6 +968,7 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   } else if (!t->microbatch) {
     t->microbatch = t->batch;
   }
+  for (int k = 0; k < PLAN_NKEYS; k++) t->key_loc[k] = sema_plan_key_loc(t, 1u << k);
   return 0;
 }
 
@@ -981,6 +984,7 @@ static const char *dirname_of(const char *path) {
 Module *sema_run(Program *prog, const SemaOptions *opt) {
   Module *m = arena_alloc(sizeof *m);
   m->prog = prog;
+  m->source = prog->file->path;
   m->base_dir = dirname_of(prog->file->path);
   infos = (PtrVec){0};
   by_name = (StrMap){0};
@@ -1007,7 +1011,7 @@ Module *sema_run(Program *prog, const SemaOptions *opt) {
                 kind_name(prev->kind));
       continue;
     }
-    if (lower_is_builtin(d->name)) {
+    if (builtin_exists(d->name)) {
       diag_error(d->name_loc, "'%s' is a builtin layer and cannot be redefined", d->name);
       continue;
     }
@@ -1050,18 +1054,18 @@ Module *sema_run(Program *prog, const SemaOptions *opt) {
   }
   if (diag_error_count()) return m;
 
-  if (check_train(m, train, opt) == 0 && m->train.model) lower_model(m);
-
-  /* Unused declarations are warnings, after everything had its chance to
-   * use them. */
-  if (!diag_error_count()) {
-    for (int i = 0; i < m->decls.len; i++) {
-      DeclInfo *in = infos.data[i];
-      Decl *d = in->d;
-      if (in->used || d->kind == D_MODEL) continue;
-      if (d->kind == D_MESH && (!train || m->train.mesh == in->mesh)) continue;
-      diag_warning(d->name_loc, "%s '%s' is never used", kind_name(d->kind), d->name);
-    }
-  }
+  if (check_train(m, train, opt) == 0 && m->train.model) m->lowerable = true;
   return m;
+}
+
+/* Unused declarations are warnings, after everything (lowering included)
+ * had its chance to use them. */
+void sema_warn_unused(Module *m) {
+  for (int i = 0; i < m->decls.len && !diag_error_count(); i++) {
+    DeclInfo *in = infos.data[i];
+    Decl *d = in->d;
+    if (in->used || d->kind == D_MODEL) continue;
+    if (d->kind == D_MESH && (!m->train.decl || m->train.mesh == in->mesh)) continue;
+    diag_warning(d->name_loc, "%s '%s' is never used", kind_name(d->kind), d->name);
+  }
 }

@@ -312,7 +312,7 @@ typedef struct Plan {
 } Plan;
 
 enum { PLAN_DP = 1, PLAN_TP = 2, PLAN_TP2D = 4, PLAN_SP = 8, PLAN_PP = 16, PLAN_SCHED = 32,
-       PLAN_MB = 64, PLAN_ZERO = 128, PLAN_RECOMPUTE = 256 };
+       PLAN_MB = 64, PLAN_ZERO = 128, PLAN_RECOMPUTE = 256, PLAN_NKEYS = 9 };
 
 void plan_default(Plan *p);
 /* Parses "dp=2,tp=2,sp=ring,pp=2,schedule=1f1b,mb=4,zero=1,recompute=selective"

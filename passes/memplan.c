@@ -150,10 +150,6 @@ static int64_t scratch_bytes(const Node *n) {
   }
 }
 
-int opt_states(const Optimizer *o) {
-  return !o->kind ? 0 : !strcmp(o->kind, "adamw") ? 2 : o->momentum > 0 ? 1 : 0;
-}
-
 static void touch(Value *v, int i) {
   Value *r = root(v);
   if (r->live_start < 0 || i < r->live_start) r->live_start = i;
@@ -289,7 +285,7 @@ transient:;
     const Plan *plan = &m->train.plan;
     int mb = plan->mb > 0 ? plan->mb : 1;
     if (sched_build(&ps, plan->schedule, plan->pp, mb, g->nstages / plan->pp, err, sizeof err)) {
-      diag_error(sema_plan_key_loc(&m->train, PLAN_SCHED), "%s", err);
+      diag_error(plan_key_loc(&m->train, PLAN_SCHED), "%s", err);
       return -1;
     }
     mp->slots = ps.inflight[g->stage % plan->pp][g->stage / plan->pp];

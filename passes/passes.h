@@ -3,7 +3,7 @@
 #ifndef SHARDC_PASSES_H
 #define SHARDC_PASSES_H
 
-#include "sema.h"
+#include "module.h"
 
 typedef struct Pass {
   const char *name;
@@ -33,8 +33,6 @@ int pass_stage(Module *m);
  * model.  Both do nothing else without stages. */
 void stage_select(Module *m, int s);
 int per_stage(Module *m, int (*fn)(Module *m));
-/* Optimizer-state tensors per parameter: AdamW 2 (m, v), SGD with momentum 1. */
-int opt_states(const Optimizer *o);
 
 /* Human-readable plan summary (--emit=plan, and the header of generated code). */
 void report_plan(FILE *out, const Module *m, const char *prefix);

@@ -106,8 +106,8 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
   const Mesh *me = t->mesh;
   const Plan *p = &t->plan;
   char spec[256], num[64];
-  fprintf(out, "%ssource:   %s\n", pf, m->prog->file->path);
-  if (t->model) fprintf(out, "%smodel:    %s\n", pf, t->model->name);
+  fprintf(out, "%ssource:   %s\n", pf, m->source);
+  if (t->model_name) fprintf(out, "%smodel:    %s\n", pf, t->model_name);
   if (me)
     fprintf(out, "%smesh:     %s = %d x %s (%d node%s x %d), intra %.0f GB/s, inter %.0f GB/s, %s per device\n",
             pf, me->name, me->ndev, me->device->name, me->nodes, me->nodes == 1 ? "" : "s",

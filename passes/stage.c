@@ -137,7 +137,7 @@ int pass_stage(Module *m) {
   if (!g || p->pp <= 1) return 0;
   int S = p->pp * (p->schedule == SCHED_INTERLEAVED && p->vchunks > 1 ? p->vchunks : 1);
   if (S > MAX_STAGES) {
-    diag_error(sema_plan_key_loc(&m->train, PLAN_PP), "pipeline of %d stages: at most %d are supported", S, MAX_STAGES);
+    diag_error(plan_key_loc(&m->train, PLAN_PP), "pipeline of %d stages: at most %d are supported", S, MAX_STAGES);
     return -1;
   }
   int n = g->nodes.len, nv = g->values.len;
@@ -185,13 +185,13 @@ int pass_stage(Module *m) {
     int want = 0;
     for (int k = 0; k < p->nstage_layers; k++) want += p->stage_layers[k];
     if (p->nstage_layers != S) {
-      diag_error(sema_plan_key_loc(&m->train, PLAN_PP),
+      diag_error(plan_key_loc(&m->train, PLAN_PP),
                  "pp=%d: %d stage sizes for %d stages (interleaved chunks take no explicit sizes "
                  "yet)", p->pp, p->nstage_layers, S);
       return -1;
     }
     if (want != nlayers) {
-      diag_error(sema_plan_key_loc(&m->train, PLAN_PP),
+      diag_error(plan_key_loc(&m->train, PLAN_PP),
                  "pp=%d: the stage sizes add up to %d layers, but model %s has %d", p->pp, want,
                  g->model, nlayers);
       return -1;
@@ -202,7 +202,7 @@ int pass_stage(Module *m) {
       for (int j = 0; j < ncut && chosen[k] < 0; j++)
         if (cuts[j].layers == sum) chosen[k] = j;
       if (chosen[k] < 0) {
-        diag_error(sema_plan_key_loc(&m->train, PLAN_PP),
+        diag_error(plan_key_loc(&m->train, PLAN_PP),
                    "pp: model %s cannot be cut after its first %d layers (more than one activation "
                    "crosses there)", g->model, sum);
         return -1;
@@ -211,7 +211,7 @@ int pass_stage(Module *m) {
     goto cut;
   }
   if (ncut < S - 1) {
-    diag_error(sema_plan_key_loc(&m->train, PLAN_PP),
+    diag_error(plan_key_loc(&m->train, PLAN_PP),
                "pp=%d needs %d pipeline stages but model %s has only %d places to cut it (between "
                "layers, where one activation crosses); use %s",
                p->pp, S, g->model, ncut,

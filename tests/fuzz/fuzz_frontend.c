@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "passes.h"
+#include "sema.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -23,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Program *p = ast_parse(f);
     if (p && !diag_error_count()) {
       SemaOptions o = {0};
-      Module *m = sema_run(p, &o);
+      Module *m = frontend_run(p, &o);
       if (m && !diag_error_count())
         for (int i = 0; i < pass_count; i++)
           if (pass_list[i].run(m)) break;

@@ -1,6 +1,7 @@
 /* test_frontend.c — parsing, constants, parameter naming and lowering of
  * small programs held in strings. */
 #include "passes.h"
+#include "sema.h"
 #include "test.h"
 
 static Module *compile(const char *text) {
@@ -9,7 +10,7 @@ static Module *compile(const char *text) {
   Program *p = ast_parse(f);
   if (!p || diag_error_count()) return NULL;
   SemaOptions o = {0};
-  Module *m = sema_run(p, &o);
+  Module *m = frontend_run(p, &o);
   if (!m || diag_error_count()) return NULL;
   return m;
 }

@@ -3,6 +3,7 @@
  * no two buffers that are live at the same node overlap in the arena, and
  * the persistent sizes follow from the parameter count. */
 #include "passes.h"
+#include "sema.h"
 #include "runtime/dist_formulas.h"
 #include "test.h"
 
@@ -56,7 +57,7 @@ static void check_sample(const char *path, const char *strategy) {
   SemaOptions o = {0};
   o.strategy = strategy;
   if (strategy) o.mesh = "4";
-  Module *m = p ? sema_run(p, &o) : NULL;
+  Module *m = p ? frontend_run(p, &o) : NULL;
   ASSERT(0, diag_error_count());
   if (!m || !m->graph) return;
   for (int i = 0; i < pass_count; i++) ASSERT(0, pass_list[i].run(m));

@@ -3,6 +3,7 @@
  * sizes, the keys a strategy error is about, expression spans.  (The
  * messages printed on the way are the corpus's business.) */
 #include "passes.h"
+#include "sema.h"
 #include "test.h"
 
 static Module *compile_with(const char *text, const char *mesh, const char *strategy) {
@@ -13,7 +14,7 @@ static Module *compile_with(const char *text, const char *mesh, const char *stra
   SemaOptions o = {0};
   o.mesh = mesh;
   o.strategy = strategy;
-  Module *m = sema_run(p, &o);
+  Module *m = frontend_run(p, &o);
   if (!m || diag_error_count()) return NULL;
   return m;
 }
