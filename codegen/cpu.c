@@ -2621,44 +2621,13 @@ static int emit_program_chunks(FILE *out, Module *m, const CgOptions *opt, int r
   }
   Graph *cg[SCHED_MAXV] = {0};
   MemPlan *cm[SCHED_MAXV] = {0};
-  int64_t pbase[SCHED_MAXV], sbase[SCHED_MAXV], tbase = 0, tsize = 0;
-  MemPlan all = {0};
-  for (int c = 0; c < v; c++) {
+  int64_t sbase[SCHED_MAXV];
+  for (int c = 0; c < v; c++) {   /* relocated into the rank's arena by memplan */
     cg[c] = m->stages[c * p->pp + r];
     cm[c] = &m->stage_mem[c * p->pp + r];
-    pbase[c] = tbase;
-    tbase += cm[c]->persistent_bytes;
-    if (cm[c]->transient_peak > tsize) tsize = cm[c]->transient_peak;
-    all.param_bytes += cm[c]->param_bytes;
-    all.grad_bytes += cm[c]->grad_bytes;
-    all.optstate_bytes += cm[c]->optstate_bytes;
-    all.input_bytes += cm[c]->input_bytes;
-    all.nbuffers += cm[c]->nbuffers;
+    sbase[c] = cm[c]->stash_offset;
   }
-  int64_t top = tbase + tsize;
-  for (int c = 0; c < v; c++) {
-    sbase[c] = top;
-    top += cm[c]->slots * cm[c]->stash_bytes;
-  }
-  all.persistent_bytes = tbase;
-  all.transient_peak = tsize;
-  all.arena_bytes = top;
-  /* relocate: persistent, transient and stash values keep their place in
-   * their region */
-  for (int c = 0; c < v; c++)
-    for (int i = 0; i < cg[c]->values.len; i++) {
-      Value *x = cg[c]->values.data[i];
-      Value *rt = x;
-      while (rt->alias) rt = rt->alias;
-      if (x->opt_offset >= 0) x->opt_offset += pbase[c];
-      if (x->offset < 0) continue;
-      if (rt->stash)
-        x->offset = x->offset - cm[c]->stash_offset + sbase[c];
-      else if (x->offset < cm[c]->persistent_bytes)
-        x->offset += pbase[c];
-      else
-        x->offset = x->offset - cm[c]->persistent_bytes + tbase;
-    }
+  MemPlan all = m->rank_mem[r];
   /* the chunks' parameters as one list */
   Graph *pg = ir_graph_new(cg[0]->model);
   for (int c = 0; c < v; c++)
@@ -2703,7 +2672,7 @@ static int emit_program_chunks(FILE *out, Module *m, const CgOptions *opt, int r
     P(&e, "#define STASH_OFFSET_%d %" PRId64 "LL  /* stage %d */\n", c, sbase[c] * e.scale, c * p->pp + r);
     P(&e, "#define STASH_BYTES_%d %" PRId64 "LL\n", c, cm[c]->stash_bytes * e.scale);
     P(&e, "#define SLOTS_%d %d\n", c, cm[c]->slots);
-    P(&e, "#define GRADS_OFFSET_%d %" PRId64 "LL\n", c, (pbase[c] + cm[c]->param_bytes) * e.scale);
+    P(&e, "#define GRADS_OFFSET_%d %" PRId64 "LL\n", c, (cm[c]->base + cm[c]->param_bytes) * e.scale);
     P(&e, "#define GRADS_BYTES_%d %" PRId64 "LL\n", c, cm[c]->grad_bytes * e.scale);
   }
   P(&e, "\n");

@@ -65,6 +65,9 @@ typedef struct MemPlan {
    * under the schedule. */
   int64_t stash_offset, stash_bytes;
   int slots;
+  /* An interleaved chunk: where its persistent part starts in its pipeline
+   * rank's arena (Module.rank_mem); 0 otherwise. */
+  int64_t base;
 } MemPlan;
 
 enum { MAX_STAGES = 64 };
@@ -87,6 +90,15 @@ typedef struct Module {
   Graph *stages[MAX_STAGES];
   MemPlan stage_mem[MAX_STAGES];
   const char *stage_desc[MAX_STAGES];   /* "embed, blocks.0-1" */
+  /* Each pipeline rank's arena (memplan; rank 0 alone without a pipeline):
+   * interleaved, its chunks (virtual stages c*pp + r) side by side,
+   *   [persistent of chunk 0 | of chunk 1 | ... | one transient region (the
+   *    largest chunk's: one action runs at a time) | stash slots of chunk 0 | ...],
+   * the chunks' values relocated there; else the stage's own plan. */
+  MemPlan rank_mem[MAX_STAGES];
+  /* The per-rank programs (passes/program.c), one per pipeline rank. */
+  struct RankProg *rprog[MAX_STAGES];
+  int nrprog;
   bool lowerable;        /* sema found the train block sound and a model to lower */
   bool planned;
 } Module;

@@ -299,3 +299,65 @@ transient:;
   m->planned = true;
   return 0;
 }
+
+/* The pipeline ranks' arenas (Module.rank_mem).  Without interleaving a
+ * rank's arena is its stage's plan.  Interleaved, rank r holds chunks
+ * c = 0..v-1 (virtual stages c*pp + r) in one arena: their persistent parts
+ * one after the other, one transient region as large as the largest
+ * chunk's (one action runs at a time), then every chunk's stash slots; each
+ * chunk's values are relocated into it. */
+static void layout_ranks(Module *m) {
+  const Plan *p = &m->train.plan;
+  int pp = m->nstages > 1 ? p->pp : 1, v = m->nstages > 1 ? m->nstages / pp : 1;
+  if (m->nstages <= 1) {
+    m->rank_mem[0] = m->mem;
+    return;
+  }
+  for (int r = 0; r < pp; r++) {
+    MemPlan *all = &m->rank_mem[r];
+    memset(all, 0, sizeof *all);
+    if (v == 1) {
+      *all = m->stage_mem[r];
+      continue;
+    }
+    int64_t tbase = 0, tsize = 0;
+    for (int c = 0; c < v; c++) {
+      MemPlan *cm = &m->stage_mem[c * pp + r];
+      cm->base = tbase;
+      tbase += cm->persistent_bytes;
+      if (cm->transient_peak > tsize) tsize = cm->transient_peak;
+      all->param_bytes += cm->param_bytes;
+      all->grad_bytes += cm->grad_bytes;
+      all->optstate_bytes += cm->optstate_bytes;
+      all->input_bytes += cm->input_bytes;
+      all->nbuffers += cm->nbuffers;
+    }
+    int64_t top = tbase + tsize;
+    for (int c = 0; c < v; c++) {
+      MemPlan *cm = &m->stage_mem[c * pp + r];
+      Graph *g = m->stages[c * pp + r];
+      for (int i = 0; i < g->values.len; i++) {
+        Value *x = g->values.data[i];
+        if (x->opt_offset >= 0) x->opt_offset += cm->base;
+        if (x->offset < 0) continue;
+        if (root(x)->stash)
+          x->offset = x->offset - cm->stash_offset + top;
+        else if (x->offset < cm->persistent_bytes)
+          x->offset += cm->base;
+        else
+          x->offset = x->offset - cm->persistent_bytes + tbase;
+      }
+      cm->stash_offset = top;
+      top += cm->slots * cm->stash_bytes;
+    }
+    all->persistent_bytes = tbase;
+    all->transient_peak = tsize;
+    all->arena_bytes = top;
+  }
+}
+
+int pass_memplan_all(Module *m) {
+  int rc = per_stage(m, pass_memplan);
+  if (!rc) layout_ranks(m);
+  return rc;
+}

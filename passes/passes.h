@@ -22,6 +22,8 @@ int shard_tp2d(Module *m);
 int pass_autodiff(Module *m);
 int pass_zero(Module *m);
 int pass_memplan(Module *m);
+/* memplan on every stage, then the pipeline ranks' arenas (Module.rank_mem). */
+int pass_memplan_all(Module *m);
 /* memplan's persistent layout for a plan with gradient buckets (zero.c):
  * 1 with *end set, or 0 when the plan has none. */
 int zero_memplan(Module *m, int64_t *end);

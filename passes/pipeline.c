@@ -5,7 +5,6 @@ static int pass_lower(Module *m) { return 0; /* done by sema_run; listed for --d
 /* After "pipeline", each stage graph goes through these passes on its own. */
 static int autodiff_stages(Module *m) { return per_stage(m, pass_autodiff); }
 static int zero_stages(Module *m) { return per_stage(m, pass_zero); }
-static int memplan_stages(Module *m) { return per_stage(m, pass_memplan); }
 
 const Pass pass_list[] = {
     {"lower", "AST -> IR: inline layers, lower builtins, infer shapes", pass_lower},
@@ -14,7 +13,7 @@ const Pass pass_list[] = {
     {"pipeline", "cut the forward graph into stages between layers, balanced by FLOPs or pp=N:a+b+... (pp > 1)", pass_stage},
     {"autodiff", "append the backward pass: accumulating gradient ops, seeded with 1/mb", autodiff_stages},
     {"zero", "data-parallel gradient buckets reduced in the backward; ZeRO-1/2/3 shards, ZeRO-3 gathers", zero_stages},
-    {"memplan", "liveness and static arena offsets; exact planned peak bytes per rank", memplan_stages},
+    {"memplan", "liveness and static arena offsets; exact planned peak bytes per rank", pass_memplan_all},
     {"commcheck", "prove every rank issues matching collectives in a deadlock-free order", pass_commcheck},  /* every stage at once */
 };
 const int pass_count = sizeof pass_list / sizeof pass_list[0];

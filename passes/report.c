@@ -79,23 +79,18 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
     comm_line(out, m, pf, v > 1 ? "  comm:   (its pipeline rank's) " : "  comm:   ");
   }
   /* interleaved: a rank holds its chunks side by side with one transient
-   * region (codegen's arena layout) */
+   * region (memplan's layout of the rank's arena) */
   for (int r = 0; m->nstages > p->pp && r < p->pp; r++) {
-    int64_t pers = 0, trans = 0, stash = 0;
-    for (int s = r; s < m->nstages; s += p->pp) {
-      const MemPlan *mp = &m->stage_mem[s];
-      pers += mp->persistent_bytes;
-      if (mp->transient_peak > trans) trans = mp->transient_peak;
-      stash += mp->slots * mp->stash_bytes;
-    }
+    const MemPlan *rm = &m->rank_mem[r];
+    int64_t stash = rm->arena_bytes - rm->persistent_bytes - rm->transient_peak;
     char a[32], b[32], c[32], d[32];
-    report_commas(a, sizeof a, pers + trans + stash);
-    report_commas(b, sizeof b, pers);
-    report_commas(c, sizeof c, trans);
+    report_commas(a, sizeof a, rm->arena_bytes);
+    report_commas(b, sizeof b, rm->persistent_bytes);
+    report_commas(c, sizeof c, rm->transient_peak);
     report_commas(d, sizeof d, stash);
     fprintf(out, "%srank %d:   memory %s bytes per rank (%s): persistent %s + transient %s (the "
                  "largest chunk's) + stash slots %s\n",
-            pf, r, a, human_bytes((double)(pers + trans + stash)), b, c, d);
+            pf, r, a, human_bytes((double)rm->arena_bytes), b, c, d);
   }
   m->graph = sel;
   m->mem = keep;

@@ -1,0 +1,210 @@
+/* rankprog.h — the per-rank program: what one rank of the mesh runs in one
+ * training step, as straight-line instruction lists over byte offsets in
+ * its arena.  Built after the memory plan (passes/program.c); the
+ * communication check, the plan report and every code printer read it and
+ * nothing else decides what runs where.
+ *
+ * A RankProg is one pipeline rank's program (without a pipeline: the only
+ * one; every rank of the mesh runs its pipeline rank's program on its own
+ * coordinates).  It holds one or more chunks (interleaved pipelines: the
+ * virtual stages c*pp + r), each with a forward and a backward block of one
+ * microbatch; the schedule (which chunk's forward or backward of which
+ * microbatch runs when); and the step that follows the microbatches
+ * (gradient reductions, the loss and gradient-norm sums, the optimizer,
+ * ZeRO's parameter gathers).
+ *
+ * Operands are PRefs: an IR value (for names, shapes and dtype) at a byte
+ * offset, either in the arena or in the stash slot of the microbatch being
+ * run (pipelines; the slot is chosen at run time).  Offsets and byte counts
+ * are in the program's element size (scale 2 for f64 gradient-check builds).
+ */
+#ifndef SHARDC_RANKPROG_H
+#define SHARDC_RANKPROG_H
+
+#include "module.h"
+#include "sexpr.h"
+
+typedef struct PRef {
+  const Value *v;     /* NULL: no operand */
+  int64_t off;        /* bytes from the arena, or from the stash slot when stash */
+  bool stash;
+} PRef;
+
+/* A fused elementwise loop: for i < n (or rows x inner with broadcast
+ * operands), out[k] op[k] expr[k], with operands read at i (or at j, the
+ * position within a row, when bcast). */
+typedef struct PLoopArg {
+  PRef r;
+  bool bcast;
+} PLoopArg;
+
+typedef struct PLoop {
+  PLoopArg *in;       /* SX_ARG k of the expressions is in[k] */
+  int nin;
+  PLoopArg *out;
+  const char **op;    /* "=", "+=", "-=" */
+  SExpr **expr;
+  int nout;
+  int64_t n, inner;   /* elements; the broadcast operands' size (0: none) */
+} PLoop;
+
+typedef enum {
+  PI_LOAD,      /* the microbatch's data: out[0], out[1] = the model's two inputs (ring: its columns) */
+  PI_RECV,      /* blocking receive from virtual stage peer_vs into out[0] (count elements) */
+  PI_SEND,      /* non-blocking send of in[0] to virtual stage peer_vs, from the stash slot */
+  PI_SEED,      /* the loss gradient: out[0] = value (a fill), or (received) a note */
+  PI_ZERO,      /* out[0] = 0 (bytes): a transient gradient, right before its first writer */
+  PI_COPY,      /* out[0] = in[0] (bytes): a reshape or tp_copy the plan gave its own buffer */
+  PI_KERNEL,    /* node n as one runtime call (possibly with communication, see comm) */
+  PI_LOOP,      /* a fused elementwise loop (forward chain, or one backward node) */
+  PI_COLL,      /* a collective node: all_reduce, all_gather / reduce_scatter along a dim */
+  PI_BUCKET,    /* a gradient bucket's reduction (passes/zero.c) */
+} PInstrKind;
+
+/* What an instruction sends and receives, for the check and the report. */
+typedef enum {
+  PC_NONE,
+  PC_COLL,      /* one collective on axis: op, bytes (sent per rank) */
+  PC_RING,      /* ring attention's messages (runtime/dist_ring.c order) */
+  PC_SUMMA,     /* SUMMA's broadcasts and reduces (runtime/dist_summa.c order) */
+  PC_P2P,       /* a pipeline message (PI_SEND / PI_RECV) */
+} PCommKind;
+
+typedef struct PComm {
+  PCommKind kind;
+  int axis;
+  const char *op;     /* PC_COLL: "all_reduce", "vocab-parallel cross-entropy", ... */
+  uint64_t bytes;     /* PC_COLL and PC_P2P: bytes of the call (sent, for the counted ones) */
+  bool last_mb;       /* issued only in the last microbatch (overlapped bucket reductions) */
+} PComm;
+
+typedef struct PInstr {
+  PInstrKind kind;
+  const Node *n;          /* the IR node (KERNEL, COLL, BUCKET, SEED, COPY; LOOP: the first) */
+  const Node **nodes;     /* every node this instruction runs, in order (comments) */
+  int nnodes;
+  PRef in[IR_MAXIN], out[IR_MAXOUT], scratch;
+  PComm comm;
+  int64_t bytes;          /* ZERO, COPY */
+  int64_t count;          /* RECV, SEND: elements */
+  /* KERNEL */
+  PRef bias;              /* matmul: the bias of a fused add (out[0] is the add's output) */
+  PRef dbias;             /* matmul_bwd: the bias gradient it also sums */
+  bool assign;            /* writes its output (=) instead of accumulating: the first contribution */
+  int ce_slot;            /* cross_entropy(_bwd): the slot of its loss and row count */
+  uint64_t site;          /* dropout(_bwd): the mask site, before the row offset */
+  int64_t row_elems;      /* dropout(_bwd): elements per microbatch row */
+  /* LOOP */
+  PLoop *loop;
+  /* SEED: the fill value (recv: received, nothing to run) */
+  double value;
+  bool received;
+  /* RECV, SEND: peer virtual stage, tag 2 (mb S + lower) + grad, request slot */
+  int peer_vs, lower_vs;
+  bool grad;
+  /* BUCKET */
+  int bucket;             /* index in the graph's buckets */
+  int req;                /* overlapped: its request among the step's (-1: blocking) */
+} PInstr;
+
+typedef struct PBlock {
+  PInstr *ins;
+  int n, cap;
+} PBlock;
+
+/* One chunk: a (virtual) pipeline stage's graph, or the whole model. */
+typedef struct PChunk {
+  Graph *g;
+  const MemPlan *mem;
+  int vs;                 /* virtual stage (c*pp + r), 0 without a pipeline */
+  PBlock fwd, bwd;
+  int nce;                /* cross_entropy slots */
+  bool dropout;
+  /* forward's result: the loss from ce slot loss_slot, or from loss (a
+   * value), or nothing (a stage before the last: it sends its activation) */
+  int loss_slot;
+  PRef loss;
+  int64_t grads_off, grads_bytes;   /* the chunk's parameter gradients, one range */
+  int64_t stash_off, stash_bytes;   /* its stash slots (pipelines) */
+  int slots;
+  /* fusion counts, for the header */
+  int nbias, ndbias, nchains, nchained;
+} PChunk;
+
+/* The step after the microbatches (runtime/rt_train.h runs the same list). */
+typedef enum {
+  PS_WAIT,        /* wait for the count overlapped bucket reductions */
+  PS_ALLREDUCE,   /* count elements at off summed over axis */
+  PS_LOSS,        /* the mean loss: summed over axis, divided by div; mode PL_* */
+  PS_NORM,        /* the gradient norm; mode PN_* */
+  PS_OPTIMIZER,   /* the update; mode PO_* */
+  PS_ALLGATHER,   /* ZeRO-1/2: bucket `count`'s parameters all-gathered over axis */
+} PStepKind;
+
+enum { PL_SUM = 0, PL_LAST_STAGE = 1 };
+enum { PN_RANGE = 0, PN_PARAMS = 1, PN_PARAMS_DP0 = 2, PN_ZERO = 3 };
+enum { PO_PARAMS = 0, PO_ZERO = 1 };
+
+typedef struct PStep {
+  PStepKind kind;
+  int axis, mode;
+  int64_t off, count;
+  double div;
+  const char *what;       /* for comments and messages */
+} PStep;
+
+/* One action of the schedule: chunk c's forward or backward of microbatch mb. */
+typedef struct PAct {
+  bool fwd;
+  int mb, chunk;
+} PAct;
+
+typedef struct RankProg {
+  const Module *m;
+  int rank;               /* pipeline rank (0 without a pipeline) */
+  int pp, nstages;        /* pipeline ranks and (virtual) stages; 1 and 1 without */
+  int scale;              /* offsets and bytes multiplied (2: f64) */
+  PChunk *chunk;
+  int nchunks;
+  PAct *sched;
+  int nsched;
+  int mb;                 /* microbatches per step */
+  PStep *step;
+  int nstep, capstep;
+  int nreq;               /* overlapped bucket reductions per step */
+  const MemPlan *mem;     /* the rank's whole arena (interleaved: all its chunks) */
+  int zero;               /* ZeRO stage with buckets, -1 without buckets */
+  int zaxis;              /* the axis of the buckets and ZeRO shards: dp, or data (dp x sp) */
+} RankProg;
+
+/* ---- passes/program.c ---- */
+
+/* Builds m->prog[r] for every pipeline rank r (scale 1 or 2); 0 or reports. */
+int prog_build(Module *m, int scale);
+/* The --emit=program text of every pipeline rank's program. */
+void prog_print(FILE *out, const Module *m);
+/* The IR's name of a value: %14, @embed.weight, $tokens, d%14, d@embed.weight. */
+const char *prog_vname(const Value *v);
+
+/* One communication event of a rank in one step, in issue order: a
+ * collective (peer -1) on axis, or a pipeline or ring message to or from
+ * peer (for PC_P2P a virtual stage, for PC_RING +1 next / -1 previous on the
+ * axis).  `what` names the instruction for errors. */
+typedef struct PEvent {
+  enum { PE_COLL, PE_SEND, PE_RECV } kind;
+  int axis;
+  const char *op;
+  uint64_t bytes;
+  bool counted;
+  int peer, tag;
+  bool pipe;
+  const char *what;
+} PEvent;
+
+/* The events of one step of p, in order (allocated in the compiler arena). */
+int prog_events(const RankProg *p, PEvent **out);
+/* Bytes one rank of p sends per step (counted events), per axis when
+ * per_axis (AX_COUNT entries) is given. */
+uint64_t prog_comm_bytes(const RankProg *p, uint64_t *per_axis);
+
+#endif
