@@ -53,7 +53,6 @@ typedef enum {
   PI_RECV,      /* blocking receive from virtual stage peer_vs into out[0] (count elements) */
   PI_SEND,      /* non-blocking send of in[0] to virtual stage peer_vs, from the stash slot */
   PI_SEED,      /* the loss gradient: out[0] = value (a fill), or (received) a note */
-  PI_ZERO,      /* out[0] = 0 (bytes): a transient gradient, right before its first writer */
   PI_COPY,      /* out[0] = in[0] (bytes): a reshape or tp_copy the plan gave its own buffer */
   PI_KERNEL,    /* node n as one runtime call (possibly with communication, see comm) */
   PI_LOOP,      /* a fused elementwise loop (forward chain, or one backward node) */
@@ -85,7 +84,12 @@ typedef struct PInstr {
   int nnodes;
   PRef in[IR_MAXIN], out[IR_MAXOUT], scratch;
   PComm comm;
-  int64_t bytes;          /* ZERO, COPY */
+  /* transient gradients cleared first (KERNEL, LOOP): the first writer */
+  PRef zero[IR_MAXOUT];
+  int64_t zero_bytes[IR_MAXOUT];
+  const Value *zero_of[IR_MAXOUT];
+  int nzero;
+  int64_t bytes;          /* COPY */
   int64_t count;          /* RECV, SEND: elements */
   /* KERNEL */
   PRef bias;              /* matmul: the bias of a fused add (out[0] is the add's output) */
@@ -153,6 +157,36 @@ typedef struct PStep {
   const char *what;       /* for comments and messages */
 } PStep;
 
+/* A parameter this rank holds: its local tensor and where its gradient and
+ * optimizer state are (bytes; -1: none). */
+typedef struct PParam {
+  const Value *v;
+  int64_t offset, grad, opt, opt2;
+  int init;               /* PINIT_* */
+  double std;
+  double norm_w;          /* its gradient's weight in the global norm: 1 / the ranks holding
+                           * the same elements (0: a pipeline's second copy of a tied embedding) */
+  int bucket;             /* ZeRO: its bucket */
+} PParam;
+
+enum { PINIT_ZEROS = 0, PINIT_ONES = 1, PINIT_NORMAL = 2 };
+
+/* A whole-model tensor (init and checkpoints go through full tensors, so a
+ * checkpoint is the same file under every plan): its place in a buffer of
+ * global_bytes, with optimizer slots when it has a gradient somewhere. */
+typedef struct PGlobal {
+  const Value *v;         /* a holder's copy: name, full shape (gshape), split */
+  int64_t offset, opt, opt2;
+  int init;
+  double std;
+  int owner;              /* the pipeline rank holding it (the first of two: a tied
+                           * embedding); -1 without a pipeline */
+  int local;              /* its index in this rank's params, -1: another rank's */
+} PGlobal;
+
+/* The model's data inputs and where they come from. */
+enum { PDATA_NONE, PDATA_TOKENS, PDATA_SYNTH };
+
 /* One action of the schedule: chunk c's forward or backward of microbatch mb. */
 typedef struct PAct {
   bool fwd;
@@ -173,8 +207,25 @@ typedef struct RankProg {
   int nstep, capstep;
   int nreq;               /* overlapped bucket reductions per step */
   const MemPlan *mem;     /* the rank's whole arena (interleaved: all its chunks) */
+  bool dist;              /* runs on a mesh of several ranks */
+  /* the tensors */
+  PParam *param;
+  int nparam;
+  PGlobal *global;        /* mesh programs: the whole model */
+  int nglobal;
+  int64_t global_bytes;
+  int nscaled;            /* normal_scaled tensors: std 0.02 / sqrt(nscaled) */
+  /* gradient buckets (passes/zero.c) and ZeRO */
   int zero;               /* ZeRO stage with buckets, -1 without buckets */
   int zaxis;              /* the axis of the buckets and ZeRO shards: dp, or data (dp x sp) */
+  const PtrVec *buckets;  /* Bucket* of the graph */
+  int64_t zflat;          /* elements of the flat layout */
+  int zgroup;             /* ranks sharing the shards */
+  int64_t zshard, gshard_off, zopt_off;   /* elements per rank; byte offsets */
+  /* data */
+  int data;               /* PDATA_* */
+  int vocab, seq, features, classes;
+  int ring;               /* sp=ring: the sequence shards, else 0 */
 } RankProg;
 
 /* ---- passes/program.c ---- */

@@ -38,31 +38,18 @@ int per_stage(Module *m, int (*fn)(Module *m));
 
 /* Human-readable plan summary (--emit=plan, and the header of generated code). */
 void report_plan(FILE *out, const Module *m, const char *prefix);
-/* One collective of a training step: its mesh axis, op, bytes sent per rank
- * (runtime/dist_formulas.h), whether the runtime counts it (control sums are
- * not) and what it is, for messages.  Ring attention's point-to-point
- * messages are entries too: ring +1 a non-blocking send to the next rank of
- * the axis (counted), -1 a blocking receive from the previous one (not
- * counted), both with the message's tag; ring 0 is a collective. */
-typedef struct PlanColl {
-  int axis;
-  const char *op;
-  uint64_t bytes;
-  bool counted;
-  const char *what;
-  /* point-to-point: ring > 0 a send to the next rank on the sp ring, < 0 a
-   * receive from the previous; pipe +1/-1 a message to or from the next/
-   * previous pipeline stage (op "send" or "recv"); tag as the program's */
-  int ring, tag, pipe;
-} PlanColl;
-/* The collectives one rank issues in one training step, in order; the
- * plan's communication volume and the communication check both come from
- * this list.  0 for a single-rank plan. */
-int plan_collectives(const Module *m, PlanColl **out);
-/* Bytes each rank sends per training step under the plan (the runtime's
- * counting convention, runtime/dist_formulas.h); per mesh axis when
- * per_axis (AX_COUNT entries) is given. */
+/* Bytes each rank of the selected stage's pipeline rank (the whole model's
+ * without a pipeline) sends per training step under the plan: the counted
+ * events of its program (the runtime's counting convention,
+ * runtime/dist_formulas.h); per mesh axis when per_axis (AX_COUNT entries)
+ * is given. */
 uint64_t plan_comm_bytes(const Module *m, uint64_t *per_axis);
+/* The per-rank programs (program.c): ir/rankprog.h. */
+int pass_program(Module *m);
+/* Every rank's communication events of one step, on the mesh's
+ * communicators (commpass.c), for the check; returns the ranks. */
+struct CommProgram;
+int comm_program(const Module *m, struct CommProgram *out);
 /* "124,439,808" */
 void report_commas(char *buf, int cap, int64_t n);
 

@@ -14,6 +14,7 @@ const Pass pass_list[] = {
     {"autodiff", "append the backward pass: accumulating gradient ops, seeded with 1/mb", autodiff_stages},
     {"zero", "data-parallel gradient buckets reduced in the backward; ZeRO-1/2/3 shards, ZeRO-3 gathers", zero_stages},
     {"memplan", "liveness and static arena offsets; exact planned peak bytes per rank", pass_memplan_all},
-    {"commcheck", "prove every rank issues matching collectives in a deadlock-free order", pass_commcheck},  /* every stage at once */
+    {"program", "lower each pipeline rank to its per-rank program: fused instructions over arena offsets, the schedule, the step", pass_program},
+    {"commcheck", "prove, on the programs, that every rank issues matching collectives and messages in a deadlock-free order", pass_commcheck},  /* every rank at once */
 };
 const int pass_count = sizeof pass_list / sizeof pass_list[0];

@@ -1,0 +1,808 @@
+/* program.c — the per-rank program (ir/rankprog.h): the scheduled graphs,
+ * the plan and the memory plan lowered, per pipeline rank, into straight-line
+ * instruction lists over arena offsets.  Everything a printer, the
+ * communication check or the plan report needs is decided here:
+ * - operands: every value's byte offset, in the arena or in the stash slot
+ *   of the microbatch being run (pipelines);
+ * - fusion (fuse.c): bias adds into matmuls, bias gradients into their
+ *   matmul's backward, elementwise chains into loops; backward elementwise
+ *   ops as one loop producing every input gradient;
+ * - a transient gradient is zeroed right before its first writer, or
+ *   written (=) by that writer when it covers the whole buffer;
+ * - the microbatch's data, the pipeline messages around each forward and
+ *   backward (to and from virtual stages vs -+ 1, tagged 2 (k S + the lower
+ *   stage) + (1 for a gradient)), gradient buckets started in the last
+ *   microbatch;
+ * - the schedule of each pipeline rank (passes/schedule.c);
+ * - the step: gradient reductions, the loss and gradient-norm sums, the
+ *   optimizer, ZeRO's parameter gathers;
+ * - the tensor tables: parameters, the whole model's full tensors for init
+ *   and checkpoints, norm weights, buckets.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cg.h"
+#include "fuse.h"
+#include "passes.h"
+#include "rankprog.h"
+#include "runtime/dist_formulas.h"
+#include "schedule.h"
+
+typedef struct B {
+  Module *m;
+  RankProg *p;
+  PChunk *c;
+  Fusion *f;
+  int scale;
+  bool staged;
+} B;
+
+static Value *root(Value *v) {
+  while (v && v->alias) v = v->alias;
+  return v;
+}
+
+static int64_t numel(const Value *v) { return ir_numel(&v->shape); }
+
+/* Bytes of v's data in the program (int32 stays 4 bytes in f64 builds). */
+static int64_t nbytes(const B *b, const Value *v) {
+  return numel(v) * (v->dtype == DT_I32 ? 4 : 4 * b->scale);
+}
+
+static PRef ref(const B *b, const Value *v) {
+  PRef r = {0};
+  if (!v) return r;
+  r.v = v;
+  r.off = v->offset * b->scale;
+  if (b->staged && root((Value *)v)->stash) {
+    r.off -= b->c->stash_off;
+    r.stash = true;
+  }
+  return r;
+}
+
+const char *prog_vname(const Value *v) {
+  if (!v) return "_";
+  const char *d = "";
+  if (v->role == ROLE_GRAD && v->grad_of) {
+    d = "d";
+    v = v->grad_of;
+  }
+  if (v->role == ROLE_PARAM) return arena_printf("%s@%s", d, v->name);
+  if (v->role == ROLE_INPUT) return arena_printf("%s$%s", d, v->name);
+  return arena_printf("%s%%%d", d, v->id);
+}
+
+static PInstr *add(PBlock *bl, PInstrKind k, const Node *n) {
+  if (bl->n == bl->cap) {
+    int cap = bl->cap ? 2 * bl->cap : 64;
+    PInstr *ins = arena_alloc(sizeof(PInstr) * (size_t)cap);
+    if (bl->n) memcpy(ins, bl->ins, sizeof(PInstr) * (size_t)bl->n);
+    bl->ins = ins;
+    bl->cap = cap;
+  }
+  PInstr *in = &bl->ins[bl->n++];
+  memset(in, 0, sizeof *in);
+  in->kind = k;
+  in->n = n;
+  in->ce_slot = -1;
+  in->req = -1;
+  if (n) {
+    in->nodes = arena_alloc(sizeof(Node *) * 2);
+    in->nodes[0] = n;
+    in->nnodes = 1;
+  }
+  return in;
+}
+
+/* The node's operands and outputs as refs. */
+static void operands(const B *b, PInstr *in, const Node *n) {
+  for (int k = 0; k < n->nin; k++) in->in[k] = ref(b, n->in[k]);
+  for (int j = 0; j < n->nout; j++) in->out[j] = ref(b, n->outs[j]);
+  if (n->scratch) in->scratch = ref(b, n->scratch);
+}
+
+static void comm(PInstr *in, PCommKind kind, int axis, const char *op, uint64_t bytes) {
+  in->comm = (PComm){kind, axis, op, bytes, false};
+}
+
+/* ---- zeroing transient gradients ---- */
+
+/* v's storage is a transient gradient first written by node i. */
+static bool starts_here(const Value *v, int i) {
+  Value *r = root((Value *)v);
+  return v && r->role == ROLE_GRAD && !r->persistent && r->live_start == i;
+}
+
+/* v is a transient gradient first written by node i, and all of it (not a
+ * parameter's gradient inside a bucket). */
+static bool first_write(const Value *v, int i) {
+  return starts_here(v, i) && !ir_view_off(v) && numel(v) == numel(root((Value *)v));
+}
+
+/* in->zero: the outputs of n the instruction must clear first. */
+static void zero_outputs(const B *b, PInstr *in, const Node *n, int i, const bool *assigned) {
+  for (int j = 0; j < n->nout; j++) {
+    Value *v = n->outs[j];
+    if (!v || (assigned && assigned[j]) || !starts_here(v, i)) continue;
+    bool dup = false;
+    for (int k = 0; k < j; k++) dup |= n->outs[k] && root(n->outs[k]) == root(v);
+    if (dup) continue;
+    Value *r = root(v);
+    in->zero[in->nzero] = ref(b, r);
+    in->zero_bytes[in->nzero] = nbytes(b, r);
+    in->zero_of[in->nzero++] = v;
+  }
+}
+
+/* ---- elementwise loops ---- */
+
+typedef struct Loop {
+  PLoopArg in[FUSE_MAX_LOOP];
+  int nin;
+  PLoopArg out[FUSE_MAX_LOOP];
+  const char *op[FUSE_MAX_LOOP];
+  SExpr *expr[FUSE_MAX_LOOP];
+  int nout;
+  int64_t n, inner;
+} Loop;
+
+static SExpr *loop_arg(const B *b, Loop *L, Value *v, bool bcast) {
+  for (int i = 0; i < L->nin; i++)
+    if (L->in[i].r.v == v && L->in[i].bcast == bcast) return sx_arg(i);
+  L->in[L->nin].r = ref(b, v);
+  L->in[L->nin].bcast = bcast;
+  return sx_arg(L->nin++);
+}
+
+static void loop_out(const B *b, Loop *L, Value *v, const char *op, bool bcast, SExpr *x) {
+  L->out[L->nout].r = ref(b, v);
+  L->out[L->nout].bcast = bcast;
+  L->op[L->nout] = op;
+  L->expr[L->nout++] = x;
+}
+
+static PLoop *loop_copy(const Loop *L) {
+  PLoop *p = arena_alloc(sizeof *p);
+  p->nin = L->nin;
+  p->nout = L->nout;
+  p->n = L->n;
+  p->inner = L->inner;
+  p->in = arena_alloc(sizeof(PLoopArg) * (size_t)(L->nin + 1));
+  p->out = arena_alloc(sizeof(PLoopArg) * (size_t)(L->nout + 1));
+  p->op = arena_alloc(sizeof(char *) * (size_t)(L->nout + 1));
+  p->expr = arena_alloc(sizeof(SExpr *) * (size_t)(L->nout + 1));
+  memcpy(p->in, L->in, sizeof(PLoopArg) * (size_t)L->nin);
+  memcpy(p->out, L->out, sizeof(PLoopArg) * (size_t)L->nout);
+  memcpy(p->op, L->op, sizeof(char *) * (size_t)L->nout);
+  memcpy(p->expr, L->expr, sizeof(SExpr *) * (size_t)L->nout);
+  return p;
+}
+
+/* Forward: a chain of elementwise nodes as one loop. */
+static void chain_loop(B *b, PBlock *bl, Node **ch, int len) {
+  Loop L = {0};
+  L.n = numel(ch[0]->out);
+  SExpr *prev = NULL;
+  for (int k = 0; k < len; k++) {
+    Node *c = ch[k];
+    SExpr *ops[IR_MAXIN];
+    for (int i = 0; i < c->nin; i++)
+      ops[i] = k > 0 && c->in[i] == ch[k - 1]->out
+                   ? prev
+                   : loop_arg(b, &L, c->in[i], numel(c->in[i]) != L.n);
+    int64_t bc = fuse_bcast_of(c);
+    if (bc) L.inner = bc;
+    prev = cg_op_expr(c, ops);
+    if (fuse_chain_stored(b->f, ch, len, k)) loop_out(b, &L, c->out, "=", false, prev);
+  }
+  PInstr *in = add(bl, PI_LOOP, ch[0]);
+  in->nodes = arena_alloc(sizeof(Node *) * (size_t)len);
+  memcpy(in->nodes, ch, sizeof(Node *) * (size_t)len);
+  in->nnodes = len;
+  in->loop = loop_copy(&L);
+}
+
+/* Backward elementwise ops: every input gradient in one loop. */
+static void bwd_loop(B *b, PBlock *bl, Node *n, int i) {
+  Loop L = {0};
+  Value *dy = n->in[0];
+  L.n = numel(dy);
+  SExpr *gdy = loop_arg(b, &L, dy, false);
+  int nx = n->op == OP_MAP_BWD ? n->nin - 1 : n->op == OP_SCALE_BWD ? 1 : 2;
+  SExpr *x[IR_MAXIN];
+  for (int k = 0; k < nx; k++) {
+    Value *v = n->in[k + 1];
+    bool bc = numel(v) != L.n;
+    if (bc) L.inner = numel(v);
+    x[k] = n->op == OP_MUL_BWD || n->op == OP_MAP_BWD ? loop_arg(b, &L, v, bc) : NULL;
+  }
+  bool assigned[IR_MAXOUT] = {0};
+  for (int k = 0; k < n->nout && k < nx; k++) {
+    Value *d = n->outs[k];
+    if (!d) continue;
+    bool bc = numel(d) != L.n;
+    SExpr *g;
+    switch (n->op) {
+    case OP_ADD_BWD: g = gdy; break;
+    case OP_SUB_BWD: g = k == 0 ? gdy : sx_un(SX_NEG, gdy); break;
+    case OP_MUL_BWD: g = sx_bin(SX_MUL, gdy, x[1 - k]); break;
+    case OP_SCALE_BWD: g = sx_bin(SX_MUL, gdy, sx_const(n->a.f[0])); break;
+    default: g = sx_bin(SX_MUL, gdy, cg_fn_expr(n->a.fn, k, x)); break;
+    }
+    bool dup = false;
+    for (int j = 0; j < k; j++) dup |= n->outs[j] == d;
+    const char *op = "+=";
+    if (!bc && !dup && first_write(d, i)) {
+      op = "=";
+      assigned[k] = true;
+    } else if (n->op == OP_SUB_BWD && k == 1) {
+      op = "-=";
+      g = gdy;
+    }
+    loop_out(b, &L, d, op, bc, g);
+  }
+  PInstr *in = add(bl, PI_LOOP, n);
+  zero_outputs(b, in, n, i, assigned);
+  in->loop = loop_copy(&L);
+}
+
+/* ---- one node ---- */
+
+static void kernel_comm(PInstr *in, const Node *n) {
+  if (ir_summa_q(n)) {
+    comm(in, PC_SUMMA, (int)n->a.i[1], "summa", ir_comm_bytes(n));
+  } else if (ir_ring_size(n) > 1) {
+    comm(in, PC_RING, (int)n->a.i[2], "ring attention", ir_comm_bytes(n));
+  } else {
+    int ax = ir_comm_axis(n, NULL);
+    if (ax < 0 || n->op == OP_SHARD) return;   /* a shard only copies this rank's chunk */
+    bool xent = n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD;
+    comm(in, PC_COLL, ax, xent ? "vocab-parallel cross-entropy" : ir_ops[n->op].name,
+         ir_comm_bytes(n));
+  }
+}
+
+/* Dropout's mask site: the forward node, and in a pipeline the (virtual)
+ * stage too (node ids restart in every stage), then the element's global
+ * index (row0 times the elements of a row, added at run time). */
+static void dropout_site(B *b, PInstr *in, int64_t node, const Value *x) {
+  in->site = (uint64_t)node << 40;
+  if (b->staged) in->site |= (uint64_t)b->c->vs << 56;
+  const Graph *g = b->c->g;
+  int64_t rows = g->inputs.len ? ((const Value *)g->inputs.data[0])->shape.d[0].n : 1;
+  in->row_elems = numel(x) / (rows ? rows : 1);
+}
+
+static void node_fwd(B *b, PBlock *bl, Node *n, int i) {
+  PInstr *in;
+  switch (n->op) {
+  case OP_FILL:
+  case OP_RECV:
+    in = add(bl, PI_SEED, n);
+    in->out[0] = ref(b, n->out);
+    in->value = n->a.f[0];
+    in->received = n->op == OP_RECV;
+    return;
+  case OP_MATMUL: {
+    Node *a = ir_summa_q(n) ? NULL : b->f->bias[i];
+    in = add(bl, PI_KERNEL, n);
+    operands(b, in, n);
+    kernel_comm(in, n);
+    if (a) {
+      in->nodes[in->nnodes++] = a;
+      in->out[0] = ref(b, a->out);
+      in->bias = ref(b, a->in[1]);
+    }
+    return;
+  }
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_SCALE: case OP_GELU: case OP_RELU:
+  case OP_SILU: case OP_MAP: {
+    Node *ch[FUSE_MAX_CHAIN];
+    int len = fuse_chain(b->f, n, ch);
+    if (len == 1 && (n->op == OP_GELU || n->op == OP_RELU || n->op == OP_SILU)) {
+      in = add(bl, PI_KERNEL, n);
+      operands(b, in, n);
+      return;
+    }
+    chain_loop(b, bl, ch, len);
+    return;
+  }
+  case OP_ALLREDUCE:
+  case OP_ALLGATHER:
+  case OP_ALLGATHER_G:
+  case OP_REDUCE_SCATTER:
+    in = add(bl, PI_COLL, n);
+    operands(b, in, n);
+    comm(in, PC_COLL, (int)n->a.i[2], ir_ops[n->op].name, ir_comm_bytes(n));
+    return;
+  case OP_TP_COPY:
+  case OP_RESHAPE:
+    in = add(bl, PI_COPY, n);
+    operands(b, in, n);
+    in->bytes = nbytes(b, n->out);
+    return;
+  case OP_DROPOUT:
+    in = add(bl, PI_KERNEL, n);
+    operands(b, in, n);
+    dropout_site(b, in, n->id, n->out);
+    b->c->dropout = true;
+    return;
+  case OP_CROSS_ENTROPY:
+    in = add(bl, PI_KERNEL, n);
+    operands(b, in, n);
+    kernel_comm(in, n);
+    in->ce_slot = b->c->nce++;
+    return;
+  default:
+    in = add(bl, PI_KERNEL, n);
+    operands(b, in, n);
+    kernel_comm(in, n);
+    return;
+  }
+}
+
+/* A bucket's collective started in the last microbatch without blocking
+ * (the plain dp all-reduce, ZeRO-1's reduce-scatter). */
+static bool overlapped(const Node *n) {
+  return n->op == OP_GRAD_ALLREDUCE || (n->op == OP_GRAD_REDUCE_SCATTER && n->a.i[3]);
+}
+
+static void node_bwd(B *b, PBlock *bl, Node *n, int i) {
+  PInstr *in;
+  switch (n->op) {
+  case OP_FILL: /* and the adjoints' collectives: forward ops writing new buffers */
+  case OP_RECV:
+  case OP_ALLREDUCE: case OP_ALLGATHER: case OP_ALLGATHER_G: case OP_REDUCE_SCATTER: case OP_SHARD:
+    node_fwd(b, bl, n, i);
+    return;
+  case OP_GRAD_ALLREDUCE:
+  case OP_GRAD_REDUCE_SCATTER:
+    in = add(bl, PI_BUCKET, n);
+    operands(b, in, n);
+    comm(in, PC_COLL, (int)n->a.i[2], ir_ops[n->op].name, ir_comm_bytes(n));
+    for (int k = 0; k < b->c->g->buckets.len; k++)
+      if (((Bucket *)b->c->g->buckets.data[k])->grads == n->in[0]) in->bucket = k;
+    if (overlapped(n)) {
+      in->req = b->p->nreq++;
+      in->comm.last_mb = true;
+    }
+    return;
+  case OP_ADD_BWD: case OP_SUB_BWD: case OP_MUL_BWD: case OP_SCALE_BWD: case OP_MAP_BWD:
+    bwd_loop(b, bl, n, i);
+    return;
+  default:
+    break;
+  }
+  in = add(bl, PI_KERNEL, n);
+  operands(b, in, n);
+  kernel_comm(in, n);
+  if (n->op == OP_MATMUL_BWD && b->f->dbias[i]) {
+    /* the bias gradient of the add after this matmul, summed by the same call */
+    in->nodes[0] = b->f->dbias_node[i];
+    in->nodes[in->nnodes++] = n;
+    in->dbias = ref(b, b->f->dbias[i]);
+  }
+  if (n->op != OP_CROSS_ENTROPY_BWD || n->a.i[1]) zero_outputs(b, in, n, i, NULL);
+  if (n->op == OP_DROPOUT_BWD) dropout_site(b, in, n->a.i[1], n->in[0]);
+  if (n->op == OP_CROSS_ENTROPY_BWD) {
+    /* the slot of its forward node */
+    for (int k = 0; k < b->c->fwd.n; k++)
+      if (b->c->fwd.ins[k].n == n->fwd) in->ce_slot = b->c->fwd.ins[k].ce_slot;
+    in->assign = !n->a.i[1] && first_write(n->outs[0], i);
+  }
+}
+
+/* ---- data ---- */
+
+static Node *reader_of(Graph *g, Value *v, OpKind op, int slot) {
+  for (int i = 0; i < g->nfwd; i++) {
+    Node *n = g->nodes.data[i];
+    if (n->op == op && n->nin > slot && n->in[slot] == v) return n;
+  }
+  return NULL;
+}
+
+/* Which inputs are tokens/targets (a language model) or x/labels (a
+ * classifier on the synthetic task): the index of the first of the two in
+ * g->inputs, or -1 (p->data stays PDATA_NONE). */
+static int data_roles(RankProg *p, Graph *g) {
+  if (g->inputs.len != 2) return -1;
+  for (int k = 0; k < 2; k++) {
+    Value *a = g->inputs.data[k], *b = g->inputs.data[1 - k];
+    Node *ga = reader_of(g, a, OP_GATHER, 1), *cb = reader_of(g, b, OP_CROSS_ENTROPY, 1);
+    if (a->dtype == DT_I32 && b->dtype == DT_I32 && a->shape.ndim == 2 &&
+        ir_shape_eq(&a->shape, &b->shape) && ga && cb) {
+      p->data = PDATA_TOKENS;
+      /* the full vocabulary (tables and logits may be vocab-parallel shards) */
+      const Value *t = ga->in[0], *l = cb->in[0];
+      int64_t v1 = t->role == ROLE_PARAM ? t->gshape.d[0].n : t->shape.d[0].n;
+      int64_t v2 = l->shape.d[l->shape.ndim - 1].n * (cb->a.i[1] ? cb->a.i[2] : 1);
+      p->vocab = (int)(v1 < v2 ? v1 : v2);
+      p->seq = (int)a->shape.d[1].n * (p->ring > 1 ? p->ring : 1); /* the whole row */
+      return k;
+    }
+    if (a->dtype != DT_I32 && b->dtype == DT_I32 && a->shape.ndim == 2 && b->shape.ndim == 1 &&
+        cb && a->shape.d[0].n == b->shape.d[0].n) {
+      const Value *l = cb->in[0];
+      p->data = PDATA_SYNTH;
+      p->features = (int)a->shape.d[1].n;
+      p->classes = (int)(l->shape.d[l->shape.ndim - 1].n * (cb->a.i[1] ? cb->a.i[2] : 1));
+      p->seq = 1;
+      return k;
+    }
+  }
+  return -1;
+}
+
+/* ---- a chunk's blocks ---- */
+
+static void pipe_msg(B *b, PBlock *bl, PInstrKind k, Value *v, int peer, int lower, bool grad) {
+  PInstr *in = add(bl, k, NULL);
+  if (k == PI_RECV) in->out[0] = ref(b, v);
+  else in->in[0] = ref(b, v);
+  in->count = numel(v);
+  in->peer_vs = peer;
+  in->lower_vs = lower;
+  in->grad = grad;
+  comm(in, PC_P2P, AX_PP, k == PI_RECV ? "recv" : "send", (uint64_t)nbytes(b, v));
+}
+
+static void build_chunk(B *b, int k0) {
+  PChunk *c = b->c;
+  Graph *g = c->g;
+  int S = b->p->nstages, vs = c->vs;
+  b->f = fuse_analyse(g);
+  c->nbias = b->f->nbias;
+  c->ndbias = b->f->ndbias;
+  c->nchains = b->f->nchains;
+  c->nchained = b->f->nchained;
+  if (b->p->data != PDATA_NONE) {
+    PInstr *ld = add(&c->fwd, PI_LOAD, NULL);
+    ld->out[0] = ref(b, g->inputs.data[k0]);
+    ld->out[1] = ref(b, g->inputs.data[1 - k0]);
+  }
+  if (b->staged && vs > 0) pipe_msg(b, &c->fwd, PI_RECV, g->recv_act, vs - 1, vs - 1, false);
+  for (int i = 0; i < g->nfwd; i++) {
+    Node *n = g->nodes.data[i];
+    if (fuse_emits_code(n) && !b->f->skip[i]) node_fwd(b, &c->fwd, n, i);
+  }
+  if (b->staged && vs < S - 1) pipe_msg(b, &c->fwd, PI_SEND, g->send_act, vs + 1, vs, false);
+  if (b->staged && vs < S - 1) pipe_msg(b, &c->bwd, PI_RECV, g->send_act->grad, vs + 1, vs, true);
+  for (int i = g->nfwd; i < g->nodes.len; i++) {
+    Node *n = g->nodes.data[i];
+    if (fuse_emits_code(n) && !b->f->skip[i]) node_bwd(b, &c->bwd, n, i);
+  }
+  if (b->staged && vs > 0 && g->recv_act->grad)
+    pipe_msg(b, &c->bwd, PI_SEND, g->recv_act->grad, vs - 1, vs - 1, true);
+  /* the forward's result */
+  c->loss_slot = -1;
+  Node *ld = g->loss->def;
+  if (!g->pipe_out && ld && ld->op == OP_CROSS_ENTROPY) {
+    for (int k = 0; k < c->fwd.n; k++)
+      if (c->fwd.ins[k].n == ld) c->loss_slot = c->fwd.ins[k].ce_slot;
+  } else if (!g->pipe_out) {
+    c->loss = ref(b, g->loss);
+  }
+}
+
+/* ---- tensor tables ---- */
+
+static int init_kind(const Value *p) {
+  return !strcmp(p->init, "ones") ? PINIT_ONES : !strcmp(p->init, "zeros") ? PINIT_ZEROS : PINIT_NORMAL;
+}
+
+/* normal_scaled: std 0.02/sqrt(K), K = the number of normal_scaled tensors
+ * (the residual projections: two per layer, so 0.02/sqrt(2·layers), GPT-2). */
+static double init_std(const Value *p, int nscaled) {
+  return !strcmp(p->init, "normal_scaled") ? 0.02 / sqrt((double)nscaled)
+         : !strcmp(p->init, "normal")      ? 0.02
+                                           : 0;
+}
+
+static int count_scaled(const Graph *g) {
+  int n = 0;
+  for (int i = 0; i < g->params.len; i++) {
+    const Value *p = g->params.data[i];
+    n += p->init && !strcmp(p->init, "normal_scaled");
+  }
+  return n;
+}
+
+/* How many tp ranks hold the same elements of p: 1 when it is split over tp,
+ * else tp; on the tp2d grid q per axis it is not split over. */
+static int holders(const Plan *pl, const Value *p) {
+  if (pl->tp2d <= 1) {
+    for (int d = 0; d < p->shape.ndim; d++)
+      if (p->shard.axis[d] >= 0) return 1;
+    return pl->tp;
+  }
+  int h = 1;
+  if (!memchr(p->shard.axis, AX_TPR, IR_MAXDIM)) h *= pl->tp2d;
+  if (!memchr(p->shard.axis, AX_TPC, IR_MAXDIM)) h *= pl->tp2d;
+  return h;
+}
+
+/* A parameter's byte offset in the arena, or under ZeRO-3 (where only its
+ * bucket's chunk is stored) in the flat bucket layout. */
+static int64_t param_offset(const B *b, const Graph *g, const Value *p) {
+  if (b->p->zero != 3) return p->offset * b->scale;
+  for (int k = 0; k < g->buckets.len; k++) {
+    const Bucket *bk = g->buckets.data[k];
+    for (int j = 0; j < bk->params.len; j++)
+      if (bk->params.data[j] == p) return (bk->flat + bk->pos[j]) * 4 * b->scale;
+  }
+  return -1;
+}
+
+static void param_table(B *b, PtrVec *ps) {
+  RankProg *p = b->p;
+  const Optimizer *o = &b->m->train.opt;
+  bool adam = o->kind && !strcmp(o->kind, "adamw"), mom = !adam && o->momentum > 0;
+  const Plan *pl = &b->m->train.plan;
+  Graph *g0 = p->chunk[0].g;
+  p->nparam = ps->len;
+  p->param = arena_alloc(sizeof(PParam) * (size_t)(ps->len + 1));
+  for (int i = 0; i < ps->len; i++) {
+    Value *v = ps->data[i];
+    PParam *q = &p->param[i];
+    bool sharded = p->zero >= 1;
+    int64_t stride = (numel(v) * 4 + 63) / 64 * 64 * b->scale;
+    q->v = v;
+    q->offset = param_offset(b, g0, v);
+    q->grad = v->grad ? v->grad->offset * b->scale : -1;
+    q->opt = v->grad && (adam || mom) && !sharded ? v->opt_offset * b->scale : -1;
+    q->opt2 = v->grad && adam && !sharded ? q->opt + stride : -1;
+    q->init = init_kind(v);
+    q->std = init_std(v, p->nscaled);
+    int h = holders(pl, v);
+    q->norm_w = v->pp_shared && p->rank > 0 ? 0.0 : 1.0 / h;
+    q->bucket = 0;
+    for (int k = 0; k < g0->buckets.len && p->zero >= 0; k++) {
+      const Bucket *bk = g0->buckets.data[k];
+      for (int j = 0; j < bk->params.len; j++)
+        if (bk->params.data[j] == v) q->bucket = k;
+    }
+  }
+}
+
+/* The full tensors of the whole model: for init and checkpoints, with the
+ * pipeline rank holding each and where this rank keeps it. */
+static void global_table(B *b) {
+  RankProg *p = b->p;
+  Module *m = b->m;
+  const Optimizer *o = &m->train.opt;
+  bool adam = o->kind && !strcmp(o->kind, "adamw"), mom = !adam && o->momentum > 0;
+  Graph *w = m->nstages > 1 ? m->whole : m->graph;
+  int ng = w->params.len;
+  p->nglobal = ng;
+  p->global = arena_alloc(sizeof(PGlobal) * (size_t)(ng + 1));
+  bool *grad = arena_alloc(sizeof(bool) * (size_t)(ng + 1));
+  for (int i = 0; i < ng; i++) p->global[i].owner = p->global[i].local = -1;
+  if (m->nstages > 1) {
+    for (int s = m->nstages - 1; s >= 0; s--) {
+      Graph *sg = m->stages[s];
+      for (int i = 0; i < sg->params.len; i++) {
+        Value *q = sg->params.data[i];
+        PGlobal *gl = &p->global[q->gidx];
+        gl->owner = s % m->train.plan.pp; /* the pipeline rank (interleaved: of chunk s / pp) */
+        grad[q->gidx] |= q->grad != NULL;
+        gl->v = q;
+        for (int j = 0; j < p->nparam; j++)
+          if (p->param[j].v == q) gl->local = j;
+      }
+    }
+  } else {
+    for (int i = 0; i < ng; i++) {
+      Value *q = w->params.data[i];
+      p->global[i].v = q;
+      p->global[i].local = i;
+      grad[i] = q->grad != NULL;
+    }
+  }
+  int64_t goff = 0;
+  for (int i = 0; i < ng; i++) {
+    PGlobal *gl = &p->global[i];
+    int64_t ne = ir_numel(&gl->v->gshape), sz = (ne * 4 + 63) / 64 * 64 * b->scale;
+    gl->offset = goff;
+    gl->opt = gl->opt2 = -1;
+    goff += sz;
+    if (grad[i] && (adam || mom)) gl->opt = goff, goff += sz;
+    if (grad[i] && adam) gl->opt2 = goff, goff += sz;
+    gl->init = init_kind(gl->v);
+    gl->std = init_std(gl->v, p->nscaled);
+  }
+  p->global_bytes = goff;
+}
+
+/* ---- the step ---- */
+
+static PStep *step(RankProg *p, PStepKind k, int axis, const char *what) {
+  if (p->nstep == p->capstep) {
+    int cap = p->capstep ? 2 * p->capstep : 32;
+    PStep *s = arena_alloc(sizeof(PStep) * (size_t)cap);
+    if (p->nstep) memcpy(s, p->step, sizeof(PStep) * (size_t)p->nstep);
+    p->step = s;
+    p->capstep = cap;
+  }
+  PStep *s = &p->step[p->nstep++];
+  memset(s, 0, sizeof *s);
+  s->kind = k;
+  s->axis = axis;
+  s->what = what;
+  return s;
+}
+
+static void step_allreduce(RankProg *p, int axis, int64_t off, int64_t count, const char *what) {
+  PStep *s = step(p, PS_ALLREDUCE, axis, what);
+  s->off = off;
+  s->count = count;
+}
+
+/* Gradients of replicated parameters used on split activations: summed over
+ * tp (1D), or over the grid row and column (2D). */
+static void sync_partial(const B *b) {
+  static const int gax[3] = {AX_TP, AX_TPR, AX_TPC};
+  RankProg *p = b->p;
+  for (int i = 0; i < p->nparam; i++) {
+    const Value *v = p->param[i].v;
+    for (int a = 0; a < 3; a++)
+      if (v->grad && (v->grad_partial & (1u << gax[a])))
+        step_allreduce(p, gax[a], p->param[i].grad, numel(v),
+                       arena_printf("gradient of %s over %s", v->name, ir_axis_name(gax[a])));
+  }
+}
+
+static void build_step(B *b) {
+  RankProg *p = b->p;
+  const Plan *pl = &b->m->train.plan;
+  const MemPlan *mp = p->mem;
+  int es = 4 * b->scale;
+  int data = p->ring > 1 ? AX_DATA : AX_DP;
+  double nd = p->ring > 1 ? (double)pl->dp * pl->sp : pl->dp;
+  if (!p->dist) {
+    PStep *s = step(p, PS_NORM, AX_WORLD, "gradient norm");
+    s->mode = PN_RANGE;
+    s->off = mp->param_bytes * b->scale;
+    s->count = mp->grad_bytes * b->scale / es;
+    step(p, PS_OPTIMIZER, AX_WORLD, "optimizer")->mode = PO_PARAMS;
+    return;
+  }
+  if (p->zero == 0 || p->zero == 1) step(p, PS_WAIT, p->zaxis, "the buckets' reductions")->count = p->nreq;
+  if (p->zero >= 1) {
+    /* the backward reduce-scattered each bucket into this rank's gradient
+     * shard; gradients that are partial sums over tp are summed here */
+    static const int gax[3] = {AX_TP, AX_TPR, AX_TPC};
+    for (int k = 0; k < p->buckets->len; k++) {
+      const Bucket *bk = p->buckets->data[k];
+      for (int a = 0; a < 3; a++)
+        if (bk->partial & (1u << gax[a]))
+          step_allreduce(p, gax[a], p->gshard_off + bk->shard * es, bk->chunk,
+                         arena_printf("gradient shard of bucket %s over %s", bk->name,
+                                      ir_axis_name(gax[a])));
+      if (bk->tied)
+        step_allreduce(p, AX_EMBED, p->gshard_off + bk->shard * es, bk->chunk,
+                       arena_printf("gradient shard of bucket %s over the first and last stage",
+                                    bk->name));
+    }
+  } else {
+    sync_partial(b);
+    for (int i = 0; i < p->nparam && b->staged; i++) {
+      const Value *v = p->param[i].v;
+      if (v->grad && v->pp_shared)
+        step_allreduce(p, AX_EMBED, p->param[i].grad, numel(v),
+                       arena_printf("gradient of %s (tied) over the first and last stage", v->name));
+    }
+    for (int c = 0; c < p->nchunks && p->zero < 0; c++)
+      step_allreduce(p, b->staged ? AX_DP : data, p->chunk[c].grads_off,
+                     p->chunk[c].grads_bytes / es,
+                     p->ring > 1 ? "gradient all-reduce over dp x sp" : "gradient all-reduce over dp");
+  }
+  PStep *s = step(p, PS_LOSS, b->staged ? AX_WORLD : data,
+                  b->staged ? "loss sum over all ranks"
+                  : p->ring > 1 ? "loss sum over dp x sp" : "loss sum over dp");
+  s->mode = b->staged ? PL_LAST_STAGE : PL_SUM;
+  s->div = b->staged ? pl->dp : nd;
+  s = step(p, PS_NORM, p->zero >= 1 || b->staged ? AX_WORLD : AX_TP, "gradient norm sum");
+  s->mode = p->zero >= 1 ? PN_ZERO : b->staged ? PN_PARAMS_DP0 : PN_PARAMS;
+  step(p, PS_OPTIMIZER, AX_WORLD, "optimizer")->mode = p->zero >= 1 ? PO_ZERO : PO_PARAMS;
+  for (int k = 0; (p->zero == 1 || p->zero == 2) && k < p->buckets->len; k++) {
+    const Bucket *bk = p->buckets->data[k];
+    s = step(p, PS_ALLGATHER, p->zaxis,
+             arena_printf("ZeRO-%d parameter all-gather of bucket %s over %s", p->zero, bk->name,
+                          p->ring > 1 ? "dp x sp" : "dp"));
+    s->count = k;
+  }
+}
+
+/* ---- a pipeline rank's program ---- */
+
+static RankProg *build_rank(Module *m, int r, int scale) {
+  const Plan *pl = &m->train.plan;
+  bool staged = m->nstages > 1;
+  int pp = staged ? pl->pp : 1, v = staged ? m->nstages / pp : 1;
+  RankProg *p = arena_alloc(sizeof *p);
+  B b = {m, p, NULL, NULL, scale, staged};
+  p->m = m;
+  p->rank = r;
+  p->pp = pp;
+  p->nstages = staged ? m->nstages : 1;
+  p->scale = scale;
+  p->mb = pl->mb > 0 ? pl->mb : 1;
+  p->mem = &m->rank_mem[r];
+  p->dist = m->train.mesh && m->train.mesh->ndev > 1;
+  p->ring = pl->sp_kind == SP_RING && pl->sp > 1 ? pl->sp : 0;
+  p->zaxis = p->ring > 1 ? AX_DATA : AX_DP;
+  p->nscaled = count_scaled(staged ? m->whole : m->graph);
+  p->nchunks = v;
+  p->chunk = arena_alloc(sizeof(PChunk) * (size_t)v);
+  for (int c = 0; c < v; c++) {
+    PChunk *ch = &p->chunk[c];
+    int s = c * pp + r;
+    ch->g = staged ? m->stages[s] : m->graph;
+    ch->mem = staged ? &m->stage_mem[s] : &m->mem;
+    ch->vs = staged ? s : 0;
+    ch->grads_off = (ch->mem->base + ch->mem->param_bytes) * scale;
+    ch->grads_bytes = ch->mem->grad_bytes * scale;
+    ch->stash_off = ch->mem->stash_offset * scale;
+    ch->stash_bytes = ch->mem->stash_bytes * scale;
+    ch->slots = ch->mem->slots;
+  }
+  Graph *g0 = p->chunk[0].g;
+  p->zero = p->dist && g0->buckets.len ? pl->zero : -1;
+  p->buckets = &g0->buckets;
+  if (p->zero >= 1) {
+    const Bucket *last = g0->buckets.data[g0->buckets.len - 1];
+    p->zflat = last->flat + last->numel;
+    p->zgroup = pl->dp * (p->ring > 1 ? pl->sp : 1);
+    p->zshard = p->mem->zero_chunk;
+    p->gshard_off = p->mem->zero_gshard_offset * scale;
+    p->zopt_off = p->mem->zero_opt_offset * scale;
+  }
+  int k0 = data_roles(p, staged ? m->whole : m->graph);
+  for (int c = 0; c < v; c++) {
+    b.c = &p->chunk[c];
+    build_chunk(&b, k0 < 0 ? 0 : k0);
+  }
+  /* the schedule: each microbatch's forward then backward, or the pipeline's */
+  if (staged) {
+    PipeSched ps;
+    char err[256];
+    if (sched_build(&ps, pl->schedule, pp, p->mb, v, err, sizeof err)) {
+      diag_error(plan_key_loc(&m->train, PLAN_SCHED), "%s", err);
+      return NULL;
+    }
+    p->nsched = ps.n[r];
+    p->sched = arena_alloc(sizeof(PAct) * (size_t)(p->nsched + 1));
+    for (int i = 0; i < p->nsched; i++)
+      p->sched[i] = (PAct){ps.act[r][i].fwd != 0, ps.act[r][i].mb, ps.act[r][i].chunk};
+    sched_free(&ps);
+  } else {
+    p->nsched = 2 * p->mb;
+    p->sched = arena_alloc(sizeof(PAct) * (size_t)p->nsched);
+    for (int i = 0; i < p->nsched; i++) p->sched[i] = (PAct){i % 2 == 0, i / 2, 0};
+  }
+  PtrVec ps = {0};
+  for (int c = 0; c < v; c++)
+    for (int i = 0; i < p->chunk[c].g->params.len; i++) vec_push(&ps, p->chunk[c].g->params.data[i]);
+  param_table(&b, &ps);
+  if (p->dist) global_table(&b);
+  build_step(&b);
+  return p;
+}
+
+int prog_build(Module *m, int scale) {
+  m->nrprog = 0;
+  if (!m->graph || !m->planned) return 0;
+  if (m->nstages <= 1 && (!m->graph->loss || !m->graph->nfwd)) return 0;
+  int pp = m->nstages > 1 ? m->train.plan.pp : 1;
+  for (int r = 0; r < pp; r++) {
+    m->rprog[r] = build_rank(m, r, scale);
+    if (!m->rprog[r]) return -1;
+  }
+  m->nrprog = pp;
+  return 0;
+}
+
+int pass_program(Module *m) { return prog_build(m, 1); }
