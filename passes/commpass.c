@@ -135,7 +135,7 @@ static void block_events(Ev *v, const RankProg *p, const PChunk *c, const PBlock
       e->bytes = in->comm.bytes;
       e->counted = send;
       e->peer = in->peer_vs;
-      e->tag = 2 * (k * S + in->lower_vs) + in->grad;
+      e->tag = rt_pipe_tag(k, S, in->lower_vs, in->grad);
       e->pipe = true;
       e->what = arena_printf("%s of microbatch %d %s stage %d: %s",
                              in->grad ? "gradient" : "activation", k + 1, send ? "to" : "from",

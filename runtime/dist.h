@@ -43,12 +43,9 @@
 #include <stdint.h>
 
 #include "dist_formulas.h"
+#include "dist_types.h"
 #include "shardrt.h"
 
-typedef enum {
-  RT_AX_WORLD, RT_AX_DP, RT_AX_TP, RT_AX_TPR, RT_AX_TPC, RT_AX_SP, RT_AX_PP,
-  RT_AX_DATA, RT_AX_EMBED, RT_AX_COUNT
-} RtAxis;
 
 typedef struct RtMesh {
   int rank, world;
@@ -158,16 +155,7 @@ void rt_vp_crossentropy_backward_acc_f64(RtMesh *m, RtAxis ax, double *dlogits,
 
 /* ---- sharded tensors (init, checkpoints) ---- */
 
-typedef struct RtShard {
-  int ndim; int64_t shape[6];            /* the global tensor */
-  int nsplit;                            /* 0, 1 or 2 */
-  struct { int dim; int axis; int nseg; int64_t seg[4]; } split[2];
-  /* dim is split over mesh axis `axis` (an RtAxis: RT_AX_TP, RT_AX_TPR, RT_AX_TPC); along it the
-   * tensor is nseg consecutive segments of global sizes seg[0..nseg) (nseg 1: seg[0] = shape[dim]);
-   * each segment is split evenly over the axis and rank coord r holds piece r of every segment,
-   * concatenated in segment order (a fused q,k,v weight keeps its q, k and v parts per rank). */
-  int pp_owner;                          /* pp stage (coord) holding the tensor; -1: every stage */
-} RtShard;
+/* RtShard (dist_types.h): a tensor's full shape and its splits over the mesh axes. */
 
 /* RT_ERR_ARG when the spec is inconsistent with itself or the mesh (ndim,
  * split dims and axes, segments not summing to the dim or not divisible by

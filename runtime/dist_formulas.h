@@ -36,6 +36,14 @@ static inline uint64_t rt_vol_reduce(uint64_t n, int P) {
   return P > 1 ? (uint64_t)(P - 1) * n / (uint64_t)P : 0;
 }
 
+/* Pipeline messages: microbatch mb crossing the boundary between virtual
+ * stages lower and lower + 1 (of S), its activation (grad 0) going up or
+ * its gradient (grad 1) coming back, carry this tag; the program builder
+ * (passes/program.c), the check and the runtime's driver all use it. */
+static inline int rt_pipe_tag(int mb, int S, int lower, int grad) {
+  return 2 * (mb * S + lower) + grad;
+}
+
 /* ---- scratch (elements of the tensor type) the distributed kernels need,
  * planned in the arena by the compiler ---- */
 
