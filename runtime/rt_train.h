@@ -97,8 +97,9 @@ enum {
   RT_STEP_WAIT,        /* wait for the nreq overlapped bucket reductions */
   RT_STEP_ALLREDUCE,   /* count elements at byte off summed over axis (counted) */
   RT_STEP_LOSS,        /* loss = Σ over axis (mode RT_LOSS_*) / div */
-  RT_STEP_NORM,        /* the gradient norm (mode RT_NORM_*), over axis */
-  RT_STEP_OPTIMIZER,   /* the update (mode RT_OPT_*): after the loss and norm checks */
+  RT_STEP_NORM,        /* the gradient norm (mode RT_NORM_*), over axis, then / dp */
+  RT_STEP_OPTIMIZER,   /* the update (mode RT_UPDATE_*) with grad_scale rt_clip_scale(norm,
+                        * clip) / dp: after the check that loss and norm are finite */
   RT_STEP_ALLGATHER,   /* ZeRO-1/2: bucket `count`'s parameters all-gathered over axis */
 };
 /* LOSS: every rank's microbatch mean; or only the last pipeline stage's
@@ -215,14 +216,17 @@ void rt_load_batch(RtPass *p, void *in0, void *in1);
  * Pipeline messages between virtual stages: peer_vs's pipeline rank is
  * peer_vs % pp (interleaved schedules wrap around between the last and the
  * first rank); tag 2 (mb·S + lower_vs) + grad (dist_formulas.h rt_pipe_tag).
- * A send is non-blocking from the stash slot, which the driver reuses only
- * once the slot's messages were delivered. */
+ * n counts elements (float, or double in f64 programs).  A send is
+ * non-blocking from the stash slot, which the driver reuses only once the
+ * slot's messages were delivered. */
 void rt_pipe_recv(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t n);
 void rt_pipe_send(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf, size_t n);
 /* Overlapped gradient-bucket reductions, started in the last microbatch
  * (request req of the step's nreq; RT_STEP_WAIT completes them): an
  * all-reduce of buf (n) in place, or a reduce-scatter of src (P·n) into dst
- * (n); each also lets MPI progress the earlier ones. */
+ * (n); each also lets MPI progress the earlier ones.  Called in an earlier
+ * microbatch (p->last_mb 0) they do nothing, so a backward may call them
+ * every time. */
 void rt_bucket_allreduce(RtPass *p, int req, RtAxis ax, void *buf, size_t n);
 void rt_bucket_reduce_scatter(RtPass *p, int req, RtAxis ax, void *dst, const void *src, size_t n);
 

@@ -1,0 +1,1050 @@
+/* train.c — the training driver of generated programs (rt_train.h).
+ *
+ * One source, two libraries: compiled as is into libshardrt_train, it runs
+ * one rank (a program planned for several is refused); compiled with
+ * RT_TRAIN_MPI into libshardrt_train_mpi, it starts MPI, builds the mesh
+ * and runs any rank of any plan.  Everything a program does around its
+ * forward and backward is here, in the order generated programs did it
+ * before the driver existed, so that their losses, checkpoints and every
+ * printed line stay what they were:
+ *
+ *   flags, launch checks, mesh, threads, arena, parameters (init, --load),
+ *   data, [--gradcheck], metrics, plan and data lines, then per step:
+ *   microbatches (forward/backward, pipeline messages), the step table
+ *   (reductions, loss, norm, finite check, optimizer, all-gathers), the
+ *   first step's memory and communication checks, metrics, progress,
+ *   --save-every; at the end --save and the summary.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "train_internal.h"
+#ifdef RT_TRAIN_MPI
+#include "dist.h"
+#endif
+
+struct RtTrainer {
+  const RtProgram *pg;   /* this rank's program */
+  RtTrainArgs args;
+  int rank, world;
+  int es;                /* element size: 4 (float) or 8 (double) */
+  RtArena *mem;
+  unsigned char *arena;
+  RtTrainData data;
+  RtMetrics log;
+  struct RtMesh *mesh;   /* NULL on one rank */
+#ifdef RT_TRAIN_MPI
+  RtMesh mesh_store;
+  int mpi_started;       /* MPI_Init was ours: MPI_Finalize is too */
+  MPI_Request *reqs;     /* nreq overlapped bucket reductions */
+  MPI_Request *sent;     /* pipelines: [chunk][slot][activation, gradient] sends in flight */
+  int maxslots;
+  int chunk, slot;       /* the pipeline action being run */
+#endif
+};
+
+typedef struct RtTrainer Trainer;
+
+/* ---------------------------------------------------------------------------
+ * The world: MPI or one rank
+ */
+
+#ifdef RT_TRAIN_MPI
+static void mpi_check(int err, const char *call, int line) {
+  if (err == MPI_SUCCESS)
+    return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(err, msg, &len);
+  fprintf(stderr, "train: MPI error at %s:%d: %s: %s\n", __FILE__, line, call, msg);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+#define MPI_OK(call) mpi_check((call), #call, __LINE__)
+#endif
+
+/* Frees what the run holds and ends MPI; returns status (the exit code). */
+static int finish(Trainer *t, int status) {
+  rt_metrics_close(&t->log);
+  rt_train_data_close(&t->data);
+  if (t->mem)
+    rt_arena_destroy(t->mem);
+  t->mem = NULL;
+  t->arena = NULL;
+#ifdef RT_TRAIN_MPI
+  free(t->reqs);
+  free(t->sent);
+  t->reqs = t->sent = NULL;
+  if (t->mesh)
+    rt_mesh_free(t->mesh);
+  t->mesh = NULL;
+  if (t->mpi_started)
+    MPI_Finalize();
+  t->mpi_started = 0;
+#endif
+  return status;
+}
+
+/* A collective decision: every rank learns whether all ranks are fine.  A
+ * failing rank prints its error (only rank 0's when rank 0 failed too). */
+static int all_ok(Trainer *t, int ok) {
+  int v[2] = {ok, t->rank == 0 ? ok : 1};
+#ifdef RT_TRAIN_MPI
+  MPI_OK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+#endif
+  if (!ok && (t->rank == 0 || v[1])) {
+    if (t->rank)
+      fprintf(stderr, "train: error: rank %d: %s\n", t->rank, rt_last_error());
+    else
+      fprintf(stderr, "train: error: %s\n", rt_last_error());
+  }
+  return v[0];
+}
+
+/* This rank's index on a mesh axis (0 on one rank). */
+static int coord(const Trainer *t, RtAxis ax) {
+#ifdef RT_TRAIN_MPI
+  if (t->mesh)
+    return t->mesh->coord[ax];
+#endif
+  (void)t;
+  (void)ax;
+  return 0;
+}
+
+/* Σ x over a mesh axis (x on one rank). */
+static double sum_over(Trainer *t, int ax, double x) {
+#ifdef RT_TRAIN_MPI
+  if (t->mesh)
+    return rt_mesh_sum_double(t->mesh, (RtAxis)ax, x);
+#endif
+  (void)t;
+  (void)ax;
+  return x;
+}
+
+/* A failure no rank can report cleanly: stops the job. */
+static void fail(Trainer *t, const char *msg) __attribute__((noreturn));
+static void fail(Trainer *t, const char *msg) {
+#ifdef RT_TRAIN_MPI
+  if (t->mesh)
+    rt_mesh_fail(t->mesh, "%s", msg);
+#endif
+  (void)t;
+  fprintf(stderr, "train: error: %s\n", msg);
+  exit(1);
+}
+
+/* ---------------------------------------------------------------------------
+ * Tables
+ */
+
+/* Optimizer state tensors per parameter: AdamW m and v, SGD momentum. */
+static int opt_states(const RtProgram *pg) {
+  return pg->opt == RT_OPT_ADAMW ? 2 : pg->momentum > 0 ? 1 : 0;
+}
+
+/* What the tables must hold for the driver to run them at all; a
+ * generated program always passes. NULL when fine. */
+static const char *check_tables(const RtProgram *const *progs, int nprogs) {
+  static char msg[256];
+  if (nprogs < 1 || !progs || !progs[0])
+    return "no program";
+  for (int r = 0; r < nprogs; r++) {
+    const RtProgram *pg = progs[r];
+    if (!pg)
+      return "a pipeline rank without a program";
+#define BAD(...) (snprintf(msg, sizeof msg, __VA_ARGS__), msg)
+    if (pg->rank != r || (nprogs > 1 && pg->pp != nprogs))
+      return BAD("program %d of %d says pipeline rank %d of %d", r, nprogs, pg->rank, pg->pp);
+    if (pg->ranks < 1 || pg->pp < 1 || pg->ranks % pg->pp || pg->mb < 1 || pg->microbatch < 1)
+      return BAD("pipeline rank %d: %d ranks, pp %d, %d microbatches of %d rows", r, pg->ranks,
+                 pg->pp, pg->mb, pg->microbatch);
+    if (pg->nchunks < 1 || (!pg->order && pg->nchunks != 1) || (pg->order && pg->norder < 1))
+      return BAD("pipeline rank %d: %d chunks, %d scheduled actions", r, pg->nchunks,
+                 pg->norder);
+    for (int c = 0; c < pg->nchunks; c++)
+      if (!pg->chunks[c].forward || !pg->chunks[c].backward || (pg->order && pg->chunks[c].slots < 1))
+        return BAD("pipeline rank %d: chunk %d lacks its forward, backward or stash slots", r, c);
+    for (int a = 0; a < pg->norder; a++)
+      if (pg->order[a].chunk < 0 || pg->order[a].chunk >= pg->nchunks || pg->order[a].mb < 0 ||
+          pg->order[a].mb >= pg->mb)
+        return BAD("pipeline rank %d: action %d runs microbatch %d of chunk %d", r, a,
+                   pg->order[a].mb, pg->order[a].chunk);
+    if (pg->ranks > 1 && pg->nglobal > 0 && !pg->shards)
+      return BAD("pipeline rank %d: full tensors without their shards", r);
+    if (pg->zero >= 1 && (pg->ranks < 2 || !pg->buckets || !pg->bucket_of))
+      return BAD("pipeline rank %d: ZeRO-%d without a mesh or buckets", r, pg->zero);
+    for (int s = 0; s < pg->nstep; s++)
+      if (pg->step[s].kind == RT_STEP_ALLGATHER &&
+          (pg->step[s].count < 0 || pg->step[s].count >= pg->nbuckets))
+        return BAD("pipeline rank %d: all-gather of bucket %lld of %d", r,
+                   (long long)pg->step[s].count, pg->nbuckets);
+#undef BAD
+  }
+  return NULL;
+}
+
+/* ---------------------------------------------------------------------------
+ * Parameters and checkpoints.  One rank: on params directly.  A mesh:
+ * through the full tensors (global), of which each rank extracts its
+ * pieces and rank 0 gathers and writes them, so a checkpoint is the same
+ * file under any plan.  ZeRO: full tensors <-> the flat bucket layout
+ * (params[].offset) <-> this rank's chunks.
+ */
+
+static void print_saved(const Trainer *t, long steps_done) {
+  printf("saved:    %s (step %ld)\n", t->args.save, steps_done);
+}
+
+#ifdef RT_TRAIN_MPI
+
+/* Index in params of global tensor i (-1: another pipeline rank's). */
+static int local_of(const RtProgram *pg, int i) { return pg->local_of ? pg->local_of[i] : i; }
+
+static void mesh_init_params(Trainer *t, uint64_t seed) {
+  const RtProgram *pg = t->pg;
+  unsigned char *full = calloc(1, pg->global_bytes);
+  if (!full)
+    rt_mesh_fail(t->mesh, "out of memory for the full parameters (%lld bytes)",
+                 (long long)pg->global_bytes);
+  rt_params_init(pg, pg->global, pg->nglobal, full, seed);
+  for (int i = 0; i < pg->nglobal; i++)
+    if (local_of(pg, i) >= 0)
+      rt_shard_extract(&pg->shards[i], t->mesh, full + pg->global[i].offset,
+                       t->arena + pg->params[local_of(pg, i)].offset, t->es);
+  free(full);
+}
+
+static int mesh_load(Trainer *t, const char *path, long *step, int *weights_only) {
+  const RtProgram *pg = t->pg;
+  unsigned char *full = calloc(1, pg->global_bytes);
+  if (!full)
+    return rt_errorf(RT_ERR_NOMEM, "out of memory for the full parameters");
+  int rc = rt_ckpt_load(pg, pg->global, pg->nglobal, full, path, step, weights_only);
+  for (int i = 0; rc == RT_OK && i < pg->nglobal; i++) {
+    int l = local_of(pg, i);
+    for (int k = 0; l >= 0 && k < RT_SLOTS; k++)
+      if (rt_param_slot(&pg->params[l], k) >= 0 && rt_param_slot(&pg->global[i], k) >= 0)
+        rt_shard_extract(&pg->shards[i], t->mesh, full + rt_param_slot(&pg->global[i], k),
+                         t->arena + rt_param_slot(&pg->params[l], k), t->es);
+  }
+  free(full);
+  return rc;
+}
+
+/* Every slot of every full tensor gathered on rank 0 from the ranks holding
+ * its pieces (not counted: checkpoint traffic), which writes the file. */
+static int mesh_save(Trainer *t, long steps_done) {
+  const RtProgram *pg = t->pg;
+  unsigned char *full = t->rank == 0 ? calloc(1, pg->global_bytes) : NULL;
+  if (!all_ok(t, t->rank != 0 || full ||
+                     rt_errorf(RT_ERR_NOMEM, "out of memory for the checkpoint") == RT_OK))
+    return 0;
+  for (int i = 0; i < pg->nglobal; i++)
+    for (int k = 0; k < RT_SLOTS; k++) {
+      int64_t g = rt_param_slot(&pg->global[i], k);
+      if (g < 0)
+        continue;
+      int l = local_of(pg, i);
+      const unsigned char *mine = NULL; /* this rank's piece, if it holds the tensor */
+      if (l >= 0 && rt_param_slot(&pg->params[l], k) >= 0)
+        mine = t->arena + rt_param_slot(&pg->params[l], k);
+      rt_check(rt_shard_gather(&pg->shards[i], t->mesh, mine, full ? full + g : NULL, t->es));
+    }
+  int ok = all_ok(t, t->rank != 0 || rt_ckpt_save(pg, pg->global, pg->nglobal, full, steps_done,
+                                                  t->args.save) == RT_OK);
+  free(full);
+  if (ok && t->rank == 0 && !t->args.quiet)
+    print_saved(t, steps_done);
+  return ok;
+}
+
+/* ZeRO slot k of this rank: 0 the parameters (ZeRO-1/2: the whole flat
+ * layout at the arena's start; ZeRO-3: its chunks there), 1 and 2 its
+ * chunks of optimizer state. */
+static unsigned char *zero_slot(const Trainer *t, int k) {
+  const RtProgram *pg = t->pg;
+  return k == 0 ? t->arena
+                : t->arena + pg->zopt_offset + (size_t)(k - 1) * (size_t)pg->zshard * (size_t)t->es;
+}
+
+/* full (slot k of every tensor) -> this rank's storage of slot k, through
+ * flat (zflat elements). */
+static void zero_store(Trainer *t, int k, const unsigned char *full, unsigned char *flat) {
+  const RtProgram *pg = t->pg;
+  size_t flat_bytes = (size_t)pg->zflat * (size_t)t->es;
+  memset(flat, 0, flat_bytes);
+  for (int j = 0; j < pg->nglobal; j++) {
+    int l = local_of(pg, j);
+    if (l >= 0 && rt_param_slot(&pg->global[j], k) >= 0)
+      rt_shard_extract(&pg->shards[j], t->mesh, full + rt_param_slot(&pg->global[j], k),
+                       flat + pg->params[l].offset, t->es);
+  }
+  if (pg->zero != 3 && k == 0)
+    memcpy(t->arena, flat, flat_bytes);
+  else
+    rt_zero_take(pg->buckets, pg->nbuckets, coord(t, (RtAxis)pg->zaxis), flat, zero_slot(t, k),
+                 t->es);
+}
+
+static void zero_init_params(Trainer *t, uint64_t seed) {
+  const RtProgram *pg = t->pg;
+  unsigned char *full = calloc(1, pg->global_bytes);
+  unsigned char *flat = malloc((size_t)pg->zflat * (size_t)t->es);
+  if (!full || !flat)
+    rt_mesh_fail(t->mesh, "out of memory for the full parameters (%lld bytes)",
+                 (long long)pg->global_bytes);
+  rt_params_init(pg, pg->global, pg->nglobal, full, seed);
+  zero_store(t, 0, full, flat);
+  free(flat);
+  free(full);
+}
+
+static int zero_load(Trainer *t, const char *path, long *step, int *weights_only) {
+  const RtProgram *pg = t->pg;
+  unsigned char *full = calloc(1, pg->global_bytes);
+  unsigned char *flat = malloc((size_t)pg->zflat * (size_t)t->es);
+  if (!full || !flat) {
+    free(full);
+    free(flat);
+    return rt_errorf(RT_ERR_NOMEM, "out of memory for the full parameters");
+  }
+  int rc = rt_ckpt_load(pg, pg->global, pg->nglobal, full, path, step, weights_only);
+  for (int k = 0; rc == RT_OK && k <= opt_states(pg); k++)
+    zero_store(t, k, full, flat);
+  free(flat);
+  free(full);
+  return rc;
+}
+
+/* Each slot's chunks gathered over the ZeRO group (not counted) into the
+ * flat layout on its coord 0, whose ranks hold every tp piece; rank 0
+ * writes the full tensors. */
+static int zero_save(Trainer *t, long steps_done) {
+  const RtProgram *pg = t->pg;
+  RtAxis zax = (RtAxis)pg->zaxis;
+  unsigned char *full = t->rank == 0 ? calloc(1, pg->global_bytes) : NULL;
+  unsigned char *flat = calloc(1, (size_t)pg->zflat * (size_t)t->es);
+  unsigned char *all = malloc((size_t)pg->zshard * (size_t)pg->zgroup * (size_t)t->es);
+  if (!flat || !all)
+    rt_mesh_fail(t->mesh, "out of memory for the checkpoint");
+  if (!all_ok(t, t->rank != 0 || full ||
+                     rt_errorf(RT_ERR_NOMEM, "out of memory for the checkpoint") == RT_OK)) {
+    free(all);
+    free(flat);
+    return 0;
+  }
+  for (int k = 0; k <= opt_states(pg); k++) {
+    /* ZeRO-1/2 hold every parameter: slot 0 is the arena's flat layout */
+    const unsigned char *src = pg->zero != 3 && k == 0 ? t->arena : flat;
+    if (pg->zero == 3 || k > 0) {
+      rt_check(rt_gather_flat(t->mesh, zax, zero_slot(t, k), (size_t)pg->zshard, all, t->es));
+      if (coord(t, zax) == 0)
+        rt_zero_put(pg->buckets, pg->nbuckets, pg->zgroup, pg->zshard, all, flat, t->es);
+    }
+    for (int j = 0; j < pg->nglobal; j++) {
+      int64_t g = rt_param_slot(&pg->global[j], k);
+      if (g < 0)
+        continue;
+      int l = local_of(pg, j);
+      rt_check(rt_shard_gather(&pg->shards[j], t->mesh, l >= 0 ? src + pg->params[l].offset : NULL,
+                               full ? full + g : NULL, t->es));
+    }
+  }
+  free(all);
+  free(flat);
+  int ok = all_ok(t, t->rank != 0 || rt_ckpt_save(pg, pg->global, pg->nglobal, full, steps_done,
+                                                  t->args.save) == RT_OK);
+  free(full);
+  if (ok && t->rank == 0 && !t->args.quiet)
+    print_saved(t, steps_done);
+  return ok;
+}
+
+#endif /* RT_TRAIN_MPI */
+
+static void init_params(Trainer *t, uint64_t seed) {
+  const RtProgram *pg = t->pg;
+#ifdef RT_TRAIN_MPI
+  if (t->mesh && pg->zero >= 1)
+    return zero_init_params(t, seed);
+  if (t->mesh)
+    return mesh_init_params(t, seed);
+#endif
+  rt_params_init(pg, pg->params, pg->nparams, t->arena, seed);
+}
+
+static int load_checkpoint(Trainer *t, const char *path, long *step, int *weights_only) {
+  const RtProgram *pg = t->pg;
+#ifdef RT_TRAIN_MPI
+  if (t->mesh && pg->zero >= 1)
+    return zero_load(t, path, step, weights_only);
+  if (t->mesh)
+    return mesh_load(t, path, step, weights_only);
+#endif
+  return rt_ckpt_load(pg, pg->params, pg->nparams, t->arena, path, step, weights_only);
+}
+
+/* Returns 1 when saved (every rank knows). */
+static int save_checkpoint(Trainer *t, long steps_done) {
+  const RtProgram *pg = t->pg;
+#ifdef RT_TRAIN_MPI
+  if (t->mesh && pg->zero >= 1)
+    return zero_save(t, steps_done);
+  if (t->mesh)
+    return mesh_save(t, steps_done);
+#endif
+  int ok = all_ok(t, rt_ckpt_save(pg, pg->params, pg->nparams, t->arena, steps_done,
+                                  t->args.save) == RT_OK);
+  if (ok && !t->args.quiet)
+    print_saved(t, steps_done);
+  return ok;
+}
+
+/* ---------------------------------------------------------------------------
+ * The microbatches of one step
+ */
+
+/* The first row of this rank's rows in the global batch (one rank: the
+ * launcher's rank, 0 unless --gradcheck runs under a launcher). */
+static int row_base(const Trainer *t) {
+  const RtProgram *pg = t->pg;
+  int dp_i = t->mesh ? coord(t, RT_AX_DP) : t->rank;
+  return dp_i * (pg->mb * pg->microbatch);
+}
+
+#ifdef RT_TRAIN_MPI
+static MPI_Request *sent_of(Trainer *t, int chunk, int slot) {
+  return &t->sent[((size_t)chunk * (size_t)t->maxslots + (size_t)slot) * 2];
+}
+#endif
+
+/* A pipeline rank's schedule: each action in its microbatch's stash slot
+ * of its chunk; a forward first waits until the slot's earlier messages
+ * (an activation up, a gradient down) were delivered, since it overwrites
+ * them.  The forward and backward receive and send (rt_pipe_*). */
+static double run_schedule(Trainer *t, RtPass *p, int with_backward) {
+  double loss = 0;
+#ifdef RT_TRAIN_MPI
+  const RtProgram *pg = t->pg;
+  size_t nsent = (size_t)pg->nchunks * (size_t)t->maxslots * 2;
+  for (size_t i = 0; i < nsent; i++)
+    t->sent[i] = MPI_REQUEST_NULL;
+  for (int a = 0; a < pg->norder; a++) {
+    const RtAct *act = &pg->order[a];
+    const RtChunk *c = &pg->chunks[act->chunk];
+    const int k = act->mb, slot = k % c->slots;
+    if (!act->fwd && !with_backward)
+      continue;
+    p->mb = k;
+    p->row0 = row_base(t) + k * pg->microbatch;
+    p->last_mb = k == pg->mb - 1;
+    p->stash = t->arena + c->stash_offset + (size_t)slot * (size_t)c->stash_bytes;
+    t->chunk = act->chunk;
+    t->slot = slot;
+    if (act->fwd) {
+      rt_waitall(t->mesh, 2, sent_of(t, act->chunk, slot));
+      loss += c->forward(p);
+    } else {
+      c->backward(p);
+    }
+  }
+  for (int c = 0; c < pg->nchunks; c++)
+    for (int k = 0; k < t->maxslots; k++)
+      rt_waitall(t->mesh, 2, sent_of(t, c, k));
+#else
+  (void)p;
+  (void)with_backward;
+  fail(t, "a pipeline schedule needs the MPI driver (libshardrt_train_mpi)");
+#endif
+  return loss;
+}
+
+/* Forward (and backward) of this rank's microbatches of one step: the mean
+ * loss.  Parameter gradients accumulate over the microbatches. */
+static double run_microbatches(Trainer *t, long step, int with_backward) {
+  const RtProgram *pg = t->pg;
+  for (int c = 0; with_backward && c < pg->nchunks; c++)
+    memset(t->arena + pg->chunks[c].grads_offset, 0, (size_t)pg->chunks[c].grads_bytes);
+  RtPass p = {.arena = t->arena, .step = step, .seed = t->args.seed, .mesh = t->mesh, .t = t};
+  double loss = 0;
+  if (pg->order) {
+    loss = run_schedule(t, &p, with_backward);
+  } else {
+    const RtChunk *c = &pg->chunks[0];
+    for (int k = 0; k < pg->mb; k++) {
+      p.mb = k;
+      p.row0 = row_base(t) + k * pg->microbatch;
+      p.last_mb = k == pg->mb - 1;
+      loss += c->forward(&p);
+      if (with_backward)
+        c->backward(&p);
+    }
+  }
+  return loss / pg->mb;
+}
+
+static double gradcheck_pass(void *ctx, long step, int with_backward) {
+  return run_microbatches(ctx, step, with_backward);
+}
+
+void rt_load_batch(RtPass *p, void *in0, void *in1) {
+  const Trainer *t = p->t;
+  const RtProgram *pg = t->pg;
+  if (pg->ring) {
+    int tn = pg->seq / pg->sp;
+    rt_check(rt_train_data_batch_cols(&t->data, p->step, p->row0, pg->microbatch,
+                                      coord(t, RT_AX_SP) * tn, tn, in0, in1));
+  } else {
+    rt_check(rt_train_data_batch(&t->data, p->step, p->row0, pg->microbatch, in0, in1));
+  }
+}
+
+#ifdef RT_TRAIN_MPI
+/* The world rank of virtual stage vs's pipeline rank (vs % pp) with this
+ * rank's dp, sp and tp coordinates: pp is the outermost axis. */
+static int pipe_peer(const Trainer *t, int vs) {
+  const RtProgram *pg = t->pg;
+  return t->rank + (vs % pg->pp - pg->rank) * (pg->ranks / pg->pp);
+}
+
+void rt_pipe_recv(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t n) {
+  Trainer *t = p->t;
+  rt_recv(t->mesh, pipe_peer(t, peer_vs), rt_pipe_tag(p->mb, t->pg->nstages, lower_vs, grad),
+          buf, n, t->es);
+}
+
+void rt_pipe_send(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf, size_t n) {
+  Trainer *t = p->t;
+  rt_isend(t->mesh, pipe_peer(t, peer_vs), rt_pipe_tag(p->mb, t->pg->nstages, lower_vs, grad),
+           buf, n, t->es, &sent_of(t, t->chunk, t->slot)[grad ? 1 : 0]);
+}
+
+static void check_req(Trainer *t, int req) {
+  if (req < 0 || req >= t->pg->nreq)
+    rt_mesh_fail(t->mesh, "internal: bucket reduction %d of %d", req, t->pg->nreq);
+}
+
+void rt_bucket_allreduce(RtPass *p, int req, RtAxis ax, void *buf, size_t n) {
+  Trainer *t = p->t;
+  if (!p->last_mb)
+    return;
+  check_req(t, req);
+  rt_iallreduce(t->mesh, ax, buf, n, t->es, &t->reqs[req]);
+  rt_progress(t->mesh, req + 1, t->reqs); /* and the earlier buckets' go on */
+}
+
+void rt_bucket_reduce_scatter(RtPass *p, int req, RtAxis ax, void *dst, const void *src,
+                              size_t n) {
+  Trainer *t = p->t;
+  if (!p->last_mb)
+    return;
+  check_req(t, req);
+  rt_ireduce_scatter(t->mesh, ax, dst, src, n, t->es, &t->reqs[req]);
+  rt_progress(t->mesh, req + 1, t->reqs);
+}
+#endif
+
+/* ---------------------------------------------------------------------------
+ * The step after the microbatches
+ */
+
+static double sumsq(const Trainer *t, const unsigned char *x, size_t n) {
+  return t->pg->f64 ? rt_sumsq_f64((const double *)x, n) : rt_sumsq_f32((const float *)x, n);
+}
+
+static double norm_weight(const RtProgram *pg, int i) { return pg->norm_w ? pg->norm_w[i] : 1.0; }
+
+/* Parameter i's elements [*a, *z) of the flat layout that lie in this
+ * rank's chunk (coord r of the ZeRO group) of its bucket, at *s in the
+ * shard arrays; 0 when none (or no gradient). */
+static int zero_range(const Trainer *t, int i, size_t r, size_t *a, size_t *z, size_t *s) {
+  const RtProgram *pg = t->pg;
+  const RtParam *p = &pg->params[i];
+  const RtBucket *b = &pg->buckets[pg->bucket_of[i]];
+  const size_t lo = (size_t)b->flat + r * (size_t)b->chunk, hi = lo + (size_t)b->chunk;
+  *a = p->offset / (size_t)t->es;
+  *z = *a + p->numel;
+  if (p->grad < 0 || *z <= lo || *a >= hi)
+    return 0;
+  if (*a < lo)
+    *a = lo;
+  if (*z > hi)
+    *z = hi;
+  *s = (size_t)b->shard + (*a - lo);
+  return 1;
+}
+
+/* The global norm of the summed gradients (before the 1/DP mean): Σ w·x²
+ * in parameter order, summed over the op's axis. */
+static double grad_norm(Trainer *t, const RtStepOp *op) {
+  const RtProgram *pg = t->pg;
+  double ss = 0;
+  switch (op->mode) {
+  case RT_NORM_RANGE:
+    return sqrt(sumsq(t, t->arena + op->off, (size_t)op->count));
+  case RT_NORM_PARAMS:
+  case RT_NORM_PARAMS_DP0: /* the dp ranks hold the same sums: count dp rank 0's */
+    for (int i = 0; i < pg->nparams && (op->mode == RT_NORM_PARAMS || coord(t, RT_AX_DP) == 0); i++)
+      if (pg->params[i].grad >= 0)
+        ss += norm_weight(pg, i) * sumsq(t, t->arena + pg->params[i].grad, pg->params[i].numel);
+    break;
+  case RT_NORM_ZERO: { /* each rank holds the sums of its chunks */
+    const size_t r = (size_t)coord(t, (RtAxis)pg->zaxis);
+    for (int i = 0; i < pg->nparams; i++) {
+      size_t a, z, s;
+      if (zero_range(t, i, r, &a, &z, &s))
+        ss += norm_weight(pg, i) *
+              sumsq(t, t->arena + pg->gshard_offset + s * (size_t)t->es, z - a);
+    }
+    break;
+  }
+  default:
+    fail(t, "internal: unknown gradient norm mode");
+  }
+  return sqrt(sum_over(t, op->axis, ss));
+}
+
+static void adamw(const Trainer *t, unsigned char *w, const unsigned char *g, unsigned char *m,
+                  unsigned char *v, size_t n, double lr, double wd, long step, double scale) {
+  const RtProgram *pg = t->pg;
+  if (pg->f64)
+    rt_adamw_step_f64((double *)w, (const double *)g, (double *)m, (double *)v, n, lr,
+                      pg->beta1, pg->beta2, pg->eps, wd, step, scale);
+  else
+    rt_adamw_step_f32((float *)w, (const float *)g, (float *)m, (float *)v, n, lr, pg->beta1,
+                      pg->beta2, pg->eps, wd, step, scale);
+}
+
+static void sgd(const Trainer *t, unsigned char *w, const unsigned char *g, unsigned char *mom,
+                size_t n, double lr, double wd, double scale) {
+  const RtProgram *pg = t->pg;
+  if (pg->f64)
+    rt_sgd_step_f64((double *)w, (const double *)g, (double *)mom, n, lr, pg->momentum, wd,
+                    scale);
+  else
+    rt_sgd_step_f32((float *)w, (const float *)g, (float *)mom, n, lr, pg->momentum, wd, scale);
+}
+
+/* AdamW (torch.optim.AdamW) or SGD (torch.optim.SGD) at 1-based step
+ * `step`; decoupled weight decay only where the table says so; grad_scale
+ * folds in clipping and the 1/dp mean. */
+static void optimizer_step(Trainer *t, const RtStepOp *op, long step, double lr,
+                           double grad_scale) {
+  const RtProgram *pg = t->pg;
+  unsigned char *A = t->arena;
+  const size_t es = (size_t)t->es;
+  if (op->mode == RT_UPDATE_PARAMS) {
+    for (int i = 0; i < pg->nparams; i++) {
+      const RtParam *p = &pg->params[i];
+      if (p->grad < 0)
+        continue;
+      double wd = p->decay ? pg->weight_decay : 0.0;
+      if (pg->opt == RT_OPT_ADAMW)
+        adamw(t, A + p->offset, A + p->grad, A + p->opt, A + p->opt2, p->numel, lr, wd, step,
+              grad_scale);
+      else
+        sgd(t, A + p->offset, A + p->grad, p->opt >= 0 ? A + p->opt : NULL, p->numel, lr, wd,
+            grad_scale);
+    }
+    return;
+  }
+  if (op->mode != RT_UPDATE_ZERO)
+    fail(t, "internal: unknown optimizer mode");
+  /* ZeRO: this rank's chunk of every bucket, with its summed gradient shard
+   * and its optimizer state; ZeRO-3 stores only its chunks of the
+   * parameters, ZeRO-1/2 the whole flat layout. */
+  unsigned char *g = A + pg->gshard_offset, *m1 = A + pg->zopt_offset;
+  unsigned char *m2 = m1 + (size_t)pg->zshard * es;
+  const size_t r = (size_t)coord(t, (RtAxis)pg->zaxis);
+  for (int i = 0; i < pg->nparams; i++) {
+    size_t a, z, s;
+    if (!zero_range(t, i, r, &a, &z, &s))
+      continue;
+    unsigned char *w = A + (pg->zero == 3 ? s : a) * es;
+    double wd = pg->params[i].decay ? pg->weight_decay : 0.0;
+    if (pg->opt == RT_OPT_ADAMW)
+      adamw(t, w, g + s * es, m1 + s * es, m2 + s * es, z - a, lr, wd, step, grad_scale);
+    else
+      sgd(t, w, g + s * es, opt_states(pg) ? m1 + s * es : NULL, z - a, lr, wd, grad_scale);
+  }
+}
+
+/* The step table from `from`: reductions, loss, norm, then (at the
+ * optimizer, or at the end) the finite check and the update.  Returns 0, or
+ * 1 after a non-finite loss or norm (reported; every rank sees the same). */
+static int run_step(Trainer *t, long step, double *loss, double *lr) {
+  const RtProgram *pg = t->pg;
+  double norm = 0;
+  int checked = 0;
+  for (int i = 0; i <= pg->nstep; i++) {
+    const RtStepOp *op = i < pg->nstep ? &pg->step[i] : NULL;
+    if (!checked && (!op || op->kind == RT_STEP_OPTIMIZER)) {
+      checked = 1;
+      if (!isfinite(*loss) || !isfinite(norm)) {
+        double x = isfinite(*loss) ? norm : *loss;
+        const char *save = t->args.save;
+        if (t->rank == 0)
+          fprintf(stderr,
+                  "train: error: step %ld: the %s is %s; stopping without saving%s%s%s; "
+                  "check the data, the learning rate and any checkpoint loaded\n",
+                  step + 1, isfinite(*loss) ? "gradient norm" : "loss", isnan(x) ? "NaN" : "infinite",
+                  save ? " (" : "", save ? save : "", save ? " keeps its last good state)" : "");
+        return 1;
+      }
+      *lr = rt_train_lr(pg, step);
+    }
+    if (!op)
+      break;
+    switch (op->kind) {
+    case RT_STEP_WAIT:
+#ifdef RT_TRAIN_MPI
+      if (t->mesh)
+        rt_waitall(t->mesh, pg->nreq, t->reqs);
+#endif
+      break;
+    case RT_STEP_ALLREDUCE:
+#ifdef RT_TRAIN_MPI
+      if (t->mesh)
+        rt_allreduce(t->mesh, (RtAxis)op->axis, t->arena + op->off, (size_t)op->count, t->es);
+#endif
+      break;
+    case RT_STEP_LOSS: {
+      int mine = op->mode == RT_LOSS_SUM ||
+                 (pg->rank == pg->pp - 1 && coord(t, RT_AX_TP) == 0);
+      *loss = sum_over(t, op->axis, mine ? *loss : 0.0) / op->div;
+      break;
+    }
+    case RT_STEP_NORM:
+      norm = grad_norm(t, op) / pg->dp;
+      break;
+    case RT_STEP_OPTIMIZER:
+      optimizer_step(t, op, step + 1, *lr, rt_clip_scale(norm, pg->clip) / pg->dp);
+      break;
+    case RT_STEP_ALLGATHER: {
+#ifdef RT_TRAIN_MPI
+      const RtBucket *b = &pg->buckets[op->count];
+      const size_t r = (size_t)coord(t, (RtAxis)op->axis), es = (size_t)t->es;
+      if (t->mesh)
+        rt_allgather_dim(t->mesh, (RtAxis)op->axis, t->arena + (size_t)b->flat * es,
+                         t->arena + ((size_t)b->flat + r * (size_t)b->chunk) * es, 1,
+                         (size_t)b->chunk, t->es, NULL);
+#endif
+      break;
+    }
+    default:
+      fail(t, "internal: unknown step operation");
+    }
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * The first step's checks: the arena's high-water mark against the plan,
+ * and the bytes each rank sent against the plan (SHARDC_STRICT_COMM: a
+ * difference stops the job).
+ */
+
+static void report_one_rank(const Trainer *t, long step, size_t measured, int say) {
+  const RtProgram *pg = t->pg;
+  if (!say)
+    return;
+  char a[32], b[32];
+  rt_commas(a, sizeof a, pg->arena_bytes);
+  rt_commas(b, sizeof b, measured);
+  printf("memory:   planned peak %s bytes per rank, measured %s (highest arena byte "
+         "written in step %ld)%s\n",
+         a, b, step + 1, measured == pg->arena_bytes ? "" : "  MISMATCH");
+  fflush(stdout);
+}
+
+#ifdef RT_TRAIN_MPI
+/* On a mesh every rank compares its own numbers (one plan for all); rank 0
+ * reports how many differ. */
+static void report_mesh(Trainer *t, long step, size_t measured, int say) {
+  const RtProgram *pg = t->pg;
+  double off = rt_mesh_sum_double(t->mesh, RT_AX_WORLD, measured != pg->arena_bytes);
+  if (say) {
+    char a[32], b[32];
+    rt_commas(a, sizeof a, pg->arena_bytes);
+    rt_commas(b, sizeof b, measured);
+    printf("memory:   planned peak %s bytes per rank, measured %s on rank 0 (highest arena byte "
+           "written in step %ld)%s\n",
+           a, b, step + 1, off ? "  MISMATCH" : "");
+    if (off)
+      printf("          %.0f rank(s) measured another peak\n", off);
+    fflush(stdout);
+  }
+  unsigned long long counted = rt_mesh_total_bytes(t->mesh);
+  /* every rank's count, for the line rank 0 prints */
+  double sum = rt_mesh_sum_double(t->mesh, RT_AX_WORLD, (double)counted);
+  if (say) {
+    char a[32], b[32];
+    rt_commas(a, sizeof a, pg->comm_bytes);
+    rt_commas(b, sizeof b, counted);
+    printf("comm:     planned %s bytes sent per rank per step, counted %s on rank 0 (%.0f over "
+           "all ranks)%s\n",
+           a, b, sum, counted == pg->comm_bytes ? "" : "  MISMATCH");
+    fflush(stdout);
+  }
+  if (counted != pg->comm_bytes && getenv("SHARDC_STRICT_COMM"))
+    rt_mesh_fail(t->mesh, "sent %llu bytes in step 1, the plan says %llu", counted,
+                 (unsigned long long)pg->comm_bytes);
+}
+
+/* A pipeline: every pipeline rank's planned and measured peak and bytes
+ * sent (those of its dp 0, tp 0 rank), and whether any rank differs. */
+static void report_pipeline(Trainer *t, long step, size_t measured, int say) {
+  const RtProgram *pg = t->pg;
+  unsigned long long counted = rt_mesh_total_bytes(t->mesh);
+  int off = measured != pg->arena_bytes, coff = counted != pg->comm_bytes;
+  int head = coord(t, RT_AX_DP) == 0 && coord(t, RT_AX_TP) == 0;
+  double bad = rt_mesh_sum_double(t->mesh, RT_AX_WORLD, off);
+  double cbad = rt_mesh_sum_double(t->mesh, RT_AX_WORLD, coff);
+  char line[4][2048];
+  int len[4] = {0, 0, 0, 0};
+  for (int s = 0; s < pg->pp; s++) {
+    double v[4] = {(double)pg->arena_bytes, (double)measured, (double)pg->comm_bytes,
+                   (double)counted};
+    for (int j = 0; j < 4; j++) {
+      char c[32];
+      rt_commas(c, sizeof c,
+                (unsigned long long)rt_mesh_sum_double(t->mesh, RT_AX_WORLD,
+                                                       head && pg->rank == s ? v[j] : 0));
+      if (len[j] < (int)sizeof line[j] - 40)
+        len[j] += snprintf(line[j] + len[j], sizeof line[j] - (size_t)len[j], "%s%s",
+                           s ? " / " : "", c);
+    }
+  }
+  if (say) {
+    printf("memory:   planned peak per rank by stage %s bytes, measured %s (highest arena byte "
+           "written in step %ld)%s\n",
+           line[0], line[1], step + 1, bad ? "  MISMATCH" : "");
+    printf("comm:     planned %s bytes sent per rank per step by stage, counted %s%s\n", line[2],
+           line[3], cbad ? "  MISMATCH" : "");
+    fflush(stdout);
+  }
+  if (coff && getenv("SHARDC_STRICT_COMM"))
+    rt_mesh_fail(t->mesh, "sent %llu bytes in step 1, the plan says %llu", counted,
+                 (unsigned long long)pg->comm_bytes);
+}
+#endif
+
+/* The measurement on the first step; every step restarts the counts. */
+static void first_step_checks(Trainer *t, long step, int measure, size_t measured, int say) {
+#ifdef RT_TRAIN_MPI
+  if (t->mesh) {
+    if (measure && t->pg->pp > 1)
+      report_pipeline(t, step, measured, say);
+    else if (measure)
+      report_mesh(t, step, measured, say);
+    rt_mesh_reset_counts(t->mesh);
+    return;
+  }
+#endif
+  if (measure)
+    report_one_rank(t, step, measured, say);
+}
+
+/* ---------------------------------------------------------------------------
+ * The run
+ */
+
+/* Launch: MPI (or the launcher's environment), this rank's program. */
+static int start(Trainer *t, const RtProgram *const *progs, int nprogs, int *argc,
+                 char ***argv) {
+#ifdef RT_TRAIN_MPI
+  int started = 0;
+  MPI_OK(MPI_Initialized(&started));
+  if (!started) {
+    if (MPI_Init(argc, argv) != MPI_SUCCESS) {
+      fprintf(stderr, "train: error: MPI_Init failed\n");
+      return 1;
+    }
+    t->mpi_started = 1;
+  }
+  MPI_OK(MPI_Comm_rank(MPI_COMM_WORLD, &t->rank));
+  MPI_OK(MPI_Comm_size(MPI_COMM_WORLD, &t->world));
+#else
+  (void)argc;
+  (void)argv;
+  t->world = rt_launcher_ranks(&t->rank); /* to refuse a launch on several ranks */
+#endif
+  const char *bad = check_tables(progs, nprogs);
+  if (bad) {
+    if (t->rank == 0)
+      fprintf(stderr, "train: error: internal: the program's tables are inconsistent: %s\n", bad);
+    return 1;
+  }
+  /* A pipeline rank's program by its pp coordinate (the outermost axis); on
+   * a wrong world size the first one says what to run. */
+  const RtProgram *pg = progs[0];
+  if (nprogs > 1 && t->world == pg->ranks)
+    pg = progs[t->rank / (pg->ranks / nprogs)];
+  t->pg = pg;
+  t->es = pg->f64 ? 8 : 4;
+  return 0;
+}
+
+/* The launch against the plan; then the mesh (--gradcheck runs the
+ * data-parallel plan's program on one rank). */
+static int check_launch(Trainer *t, char **argv) {
+  const RtProgram *pg = t->pg;
+#ifndef RT_TRAIN_MPI
+  if (pg->ranks > 1) {
+    if (t->rank == 0)
+      fprintf(stderr, "train: error: this program is planned for %d ranks (mesh %s: %s) but was "
+                      "linked with the one-rank driver (libshardrt_train); link "
+                      "libshardrt_train_mpi and run it as: mpirun -np %d %s ...\n",
+              pg->ranks, pg->mesh, pg->spec, pg->ranks, argv[0]);
+    return 0;
+  }
+#endif
+  if (t->world != pg->ranks && !t->args.gradcheck) {
+    if (t->rank == 0) {
+      if (pg->ranks > 1)
+        fprintf(stderr, "train: error: this program is planned for %d ranks (mesh %s: %s) but "
+                        "runs on %d; run it as: mpirun -np %d %s ...\n",
+                pg->ranks, pg->mesh, pg->spec, t->world, pg->ranks, argv[0]);
+      else
+        fprintf(stderr, "train: error: this program is planned for 1 rank but was launched on "
+                        "%d; run it directly: %s ...\n",
+                t->world, argv[0]);
+    }
+    return 0;
+  }
+#ifdef RT_TRAIN_MPI
+  if (pg->ranks > 1) {
+    int rc = rt_mesh_init(&t->mesh_store, t->args.gradcheck ? 1 : pg->dp, pg->tp, pg->q, pg->sp,
+                          pg->pp);
+    if (rc == RT_OK)
+      t->mesh = &t->mesh_store;
+    if (!all_ok(t, rc == RT_OK))
+      return 0;
+    int maxslots = 1;
+    for (int c = 0; c < pg->nchunks; c++)
+      if (pg->chunks[c].slots > maxslots)
+        maxslots = pg->chunks[c].slots;
+    t->maxslots = maxslots;
+    t->reqs = malloc(sizeof *t->reqs * (size_t)(pg->nreq > 0 ? pg->nreq : 1));
+    t->sent = malloc(sizeof *t->sent * (size_t)pg->nchunks * (size_t)maxslots * 2);
+    if (!all_ok(t, (t->reqs && t->sent) ||
+                       rt_errorf(RT_ERR_NOMEM, "out of memory for the requests") == RT_OK))
+      return 0;
+    for (int i = 0; i < (pg->nreq > 0 ? pg->nreq : 1); i++)
+      t->reqs[i] = MPI_REQUEST_NULL;
+  }
+#endif
+  return 1;
+}
+
+static void print_start(Trainer *t, long step, int weights_only) {
+  const RtProgram *pg = t->pg;
+  const RtTrainArgs *a = &t->args;
+  char d[512];
+  rt_train_data_describe(&t->data, d, sizeof d);
+  printf("%sdata:     %s\n", pg->plan, d);
+  if (a->load && weights_only)
+    printf("loaded:   %s (weights only: the optimizer starts from zero)\n", a->load);
+  else if (a->load)
+    printf("loaded:   %s (step %ld)\n", a->load, step);
+  printf("train:    steps %ld..%ld on %d rank%s, seed %llu\n", step + 1, a->steps, t->world,
+         t->world == 1 ? "" : "s", (unsigned long long)a->seed);
+  fflush(stdout);
+}
+
+/* The steps from `step` to --steps, then --save and the summary. */
+static int train(Trainer *t, long step, int say) {
+  const RtProgram *pg = t->pg;
+  const RtTrainArgs *a = &t->args;
+  RtProgress progress;
+  rt_progress_init(&progress, a->steps, (a->steps + 19) / 20, !say);
+  /* On stdout with the plan and the summary, in order; one line every few
+   * steps, except alone on a terminal (mpirun gives ranks a pseudo-tty). */
+  progress.out = stdout;
+  progress.tty = t->world == 1 && !getenv("OMPI_COMM_WORLD_SIZE") && isatty(fileno(stdout));
+  const double tokens_per_step = (double)pg->batch * pg->seq;
+  double first_loss = NAN, loss = NAN, t_start = rt_now();
+  const long first_step = step;
+  for (; step < a->steps; step++) {
+    double t0 = rt_now();
+    /* The first step also measures the arena's high-water mark: it starts
+     * with every transient byte poisoned (NaN) and finds the highest one
+     * written. */
+    const int measure = step == first_step;
+    if (measure)
+      rt_mem_poison(pg, t->arena);
+    loss = run_microbatches(t, step, 1);
+    size_t measured = measure ? rt_mem_highwater(pg, t->arena) : 0;
+    double lr = 0;
+    if (run_step(t, step, &loss, &lr))
+      return 1;
+    double ms = rt_ms_since(t0), tps = tokens_per_step / (ms / 1e3);
+    first_step_checks(t, step, measure, measured, say);
+    if (!all_ok(t, t->rank != 0 || rt_metrics_log(&t->log, step + 1, loss, lr, ms, tps) == RT_OK))
+      return 1;
+    rt_progress_step(&progress, step + 1, loss, tps);
+    if (isnan(first_loss))
+      first_loss = loss;
+    if (a->save && a->save_every && (step + 1) % a->save_every == 0 && step + 1 < a->steps &&
+        !save_checkpoint(t, step + 1))
+      return 1;
+  }
+  rt_progress_done(&progress);
+  if (a->save && !save_checkpoint(t, step))
+    return 1;
+  if (say)
+    printf("done:     steps %ld..%ld in %.1f s; loss %.4f -> %.4f\n", first_step + 1, step,
+           rt_ms_since(t_start) / 1e3, first_loss, loss);
+  if (!all_ok(t, t->rank != 0 || rt_metrics_close(&t->log) == RT_OK))
+    return 1;
+  return 0;
+}
+
+int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **argv) {
+  rt_blas_setup(argc, argv); /* may run the program again: before MPI */
+  Trainer tr, *t = &tr;
+  memset(t, 0, sizeof *t);
+  if (start(t, progs, nprogs, &argc, &argv))
+    return finish(t, 1);
+  const RtProgram *pg = t->pg;
+  int rc = rt_train_args_parse(&t->args, pg, argc, argv, t->rank == 0);
+  if (rc)
+    return finish(t, rc > 0 ? 0 : 2);
+  const RtTrainArgs *a = &t->args;
+  if (!check_launch(t, argv))
+    return finish(t, 1);
+  rt_train_threads(t->world);
+  t->mem = rt_arena_create(pg->arena_bytes + RT_GUARD_BYTES);
+  if (!all_ok(t, t->mem != NULL))
+    return finish(t, 1);
+  t->arena = t->mem->base;
+  init_params(t, a->seed);
+  long step = 0;
+  int weights_only = 0;
+  if (a->load && !all_ok(t, load_checkpoint(t, a->load, &step, &weights_only) == RT_OK))
+    return finish(t, 1);
+  if (a->save && !all_ok(t, t->rank != 0 || rt_ckpt_check_target(a->save) == RT_OK))
+    return finish(t, 1);
+  if (!all_ok(t, rt_train_data_open(&t->data, pg, a->data, a->seed) == RT_OK))
+    return finish(t, 1);
+  if (a->gradcheck)
+    return finish(t, rt_gradcheck(pg, t->arena, gradcheck_pass, t, a->gradcheck));
+  if (!all_ok(t, t->rank != 0 || rt_metrics_open(&t->log, a->log, a->load != NULL) == RT_OK))
+    return finish(t, 1);
+  int say = t->rank == 0 && !a->quiet;
+  if (say)
+    print_start(t, step, weights_only);
+  if (step >= a->steps) {
+    /* --steps 0 --save FILE writes the initial weights (for reference runs). */
+    if (a->save)
+      return finish(t, save_checkpoint(t, step) ? 0 : 1);
+    if (say)
+      printf("nothing to do: the checkpoint is at step %ld, --steps is %ld\n", step, a->steps);
+    return finish(t, 0);
+  }
+  return finish(t, train(t, step, say));
+}
