@@ -28,6 +28,12 @@
 #ifndef SHARDC_BLAS_LIB
 #define SHARDC_BLAS_LIB "-lopenblas"
 #endif
+#ifndef SHARDC_RUNTIME_TRAIN_LIB
+#define SHARDC_RUNTIME_TRAIN_LIB ""
+#endif
+#ifndef SHARDC_RUNTIME_TRAIN_MPI_LIB
+#define SHARDC_RUNTIME_TRAIN_MPI_LIB ""
+#endif
 #ifndef SHARDC_RUNTIME_LDFLAGS
 #define SHARDC_RUNTIME_LDFLAGS ""
 #endif
@@ -102,9 +108,33 @@ static int run_cmd(PtrVec *argv, char **output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-int cg_build(Module *m, const char *dir, const CgOptions *opt) {
-  if (cg_check(m, "cpu")) return -1;
+int cg_build(Module *m, const char *dir, const char *target, const CgOptions *opt) {
+  const Target *t = cg_target(target);
+  if (!t || cg_check(m, target, opt)) return -1;
+  if (mkdir_p(dir)) {
+    diag_fatal_noloc("cannot create output directory '%s': %s", dir, strerror(errno));
+    return -1;
+  }
+  const char *src = arena_printf("%s/model.c", dir);
+  FILE *f = fopen(src, "w");
+  if (!f) {
+    diag_fatal_noloc("cannot write '%s': %s", src, strerror(errno));
+    return -1;
+  }
+  int rc = cg_emit(f, m, target, opt);
+  if (fclose(f) && !rc) rc = -1;
+  if (rc) {
+    if (!diag_error_count()) diag_fatal_noloc("cannot write '%s': %s", src, strerror(errno));
+    return -1;
+  }
+  return t->build(m, dir, src);
+}
+
+/* C + libshardrt: model.c compiled and linked with cc, or mpicc for a mesh,
+ * against the runtime's driver (one rank or MPI), the runtime and BLAS. */
+int cg_build_cpu(Module *m, const char *dir, const char *src) {
   bool mpi = cg_needs_mpi(m);
+  const char *train_lib = mpi ? SHARDC_RUNTIME_TRAIN_MPI_LIB : SHARDC_RUNTIME_TRAIN_LIB;
   const char *cc = getenv("SHARDC_CC");
   if (!cc || !*cc) {
     cc = mpi ? "mpicc" : "cc";
@@ -118,10 +148,11 @@ int cg_build(Module *m, const char *dir, const CgOptions *opt) {
       return -1;
     }
   }
-  if (!*SHARDC_RUNTIME_LIB || access(SHARDC_RUNTIME_LIB, R_OK)) {
-    diag_fatal_noloc("the runtime library libshardrt is not built%s%s (build shardc's CMake "
-                     "project: cmake --build BUILD_DIR)",
-                     *SHARDC_RUNTIME_LIB ? ": missing " : "", SHARDC_RUNTIME_LIB);
+  if (!*SHARDC_RUNTIME_LIB || access(SHARDC_RUNTIME_LIB, R_OK) || !*train_lib ||
+      access(train_lib, R_OK)) {
+    const char *miss = !*SHARDC_RUNTIME_LIB || access(SHARDC_RUNTIME_LIB, R_OK) ? SHARDC_RUNTIME_LIB : train_lib;
+    diag_fatal_noloc("the runtime library is not built%s%s (build shardc's CMake project: cmake "
+                     "--build BUILD_DIR)", *miss ? ": missing " : "", miss);
     return -1;
   }
   if (mpi && (!*SHARDC_RUNTIME_MPI_LIB || access(SHARDC_RUNTIME_MPI_LIB, R_OK))) {
@@ -131,22 +162,7 @@ int cg_build(Module *m, const char *dir, const CgOptions *opt) {
                      SHARDC_RUNTIME_MPI_LIB);
     return -1;
   }
-  if (mkdir_p(dir)) {
-    diag_fatal_noloc("cannot create output directory '%s': %s", dir, strerror(errno));
-    return -1;
-  }
-  const char *src = arena_printf("%s/model.c", dir), *bin = arena_printf("%s/train", dir);
-  FILE *f = fopen(src, "w");
-  if (!f) {
-    diag_fatal_noloc("cannot write '%s': %s", src, strerror(errno));
-    return -1;
-  }
-  int rc = cg_emit_cpu_opts(f, m, opt);
-  if (fclose(f) && !rc) rc = -1;
-  if (rc) {
-    if (!diag_error_count()) diag_fatal_noloc("cannot write '%s': %s", src, strerror(errno));
-    return -1;
-  }
+  const char *bin = arena_printf("%s/train", dir);
   PtrVec argv = {0};
   push_words(&argv, cc);
   push_words(&argv, "-std=gnu11 -O2 -Wall");
@@ -157,32 +173,10 @@ int cg_build(Module *m, const char *dir, const CgOptions *opt) {
   push_words(&argv, SHARDC_RUNTIME_LDFLAGS);
   const char *extra = getenv("SHARDC_CFLAGS");
   if (extra) push_words(&argv, extra);
-  /* A pipeline's stages: model.c compiled once per stage into an object. */
-  int flags = argv.len;
-  int nsec = m->nstages > 1 ? m->train.plan.pp : 0; /* one program per pipeline rank */
-  for (int st = 0; st < nsec; st++) {
-    PtrVec one = {0};
-    for (int i = 0; i < flags; i++) vec_push(&one, argv.data[i]);
-    const char *obj = arena_printf("%s/stage%d.o", dir, st);
-    vec_push(&one, arena_printf("-DSHARDC_STAGE=%d", st));
-    vec_push(&one, "-c");
-    vec_push(&one, "-o");
-    vec_push(&one, (char *)obj);
-    vec_push(&one, (char *)src);
-    char *out = NULL;
-    int st_rc = run_cmd(&one, &out);
-    if (st_rc) {
-      fprintf(stderr, "shardc: error: the C compiler failed (%s %d) on stage %d of %s:\n",
-              st_rc < 0 ? "could not start," : "exit status", st_rc, st, src);
-      fprintf(stderr, "%s", out ? out : "");
-      return -1;
-    }
-    if (out && *out) fprintf(stderr, "shardc: warning: the C compiler said about %s (stage %d):\n%s", src, st, out);
-  }
   vec_push(&argv, "-o");
   vec_push(&argv, (char *)bin);
   vec_push(&argv, (char *)src);
-  for (int st = 0; st < nsec; st++) vec_push(&argv, arena_printf("%s/stage%d.o", dir, st));
+  vec_push(&argv, (char *)train_lib);
   if (mpi) vec_push(&argv, SHARDC_RUNTIME_MPI_LIB);
   vec_push(&argv, SHARDC_RUNTIME_LIB);
   push_words(&argv, SHARDC_BLAS_LIB);

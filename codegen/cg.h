@@ -1,14 +1,22 @@
-/* cg.h — code generators: the planned per-rank program written out as source
- * for a target.  Only the cpu target (C + libshardrt + MPI) exists so far.
+/* cg.h — code generators: the per-rank programs (ir/rankprog.h) written
+ * out as source for a target, linked against the runtime's training driver
+ * (runtime/rt_train.h).
  *
+ *   emit.c    what every target writes: the header with the plan, the tensor,
+ *             bucket, chunk, schedule and step tables, each chunk's
+ *             forward() and backward() walked instruction by instruction
+ *             (with provenance and shape comments), main()
+ *   cpu.c     the cpu target's record: how C + libshardrt + MPI spells a
+ *             buffer, a kernel call, a fused loop, a collective
  *   cexpr.c   scalar expressions (imported C functions, fused elementwise
  *             chains) as C statements with common subexpressions shared
- *   cpu.c     the cpu target: one self-contained, readable C file per model
+ *   build.c   `shardc build`: the file, then the C compiler
  */
 #ifndef SHARDC_CG_H
 #define SHARDC_CG_H
 
 #include "passes.h"
+#include "rankprog.h"
 
 typedef struct CgOptions {
   /* Emit double arithmetic and the _f64 kernels, every arena offset doubled
@@ -16,14 +24,59 @@ typedef struct CgOptions {
   int f64;
 } CgOptions;
 
-/* 0 when the generator for `target` ("cpu", "cuda") handles this module:
- * its plan, precision, ops and inputs; otherwise reports through diag what is
- * not implemented yet and returns -1. */
-int cg_check(Module *m, const char *target);
+typedef struct Target Target;
 
-/* One C file for the cpu target; 0 on success.  Deterministic text. */
-int cg_emit_cpu(FILE *out, Module *m);
-int cg_emit_cpu_opts(FILE *out, Module *m, const CgOptions *o);
+/* The state of one emission. */
+typedef struct Emit {
+  FILE *o;
+  const Module *m;
+  const Target *t;
+  const RankProg *p;      /* the pipeline rank being written */
+  const PChunk *c;        /* its chunk being written */
+  int f64;
+  const char *R;          /* element type: float or double */
+  const char *S;          /* kernel suffix: _f32 or _f64 */
+  int es;                 /* element bytes */
+  const char *pre;        /* symbol prefix of a pipeline rank's program: "" or "r1_" */
+  const char *sfx;        /* a chunk's function suffix: "" or "_c1" */
+} Emit;
+
+/* A target: how it spells what the program holds (QBE's struct Target,
+ * tinygrad's renderers).  Everything else is emit.c's. */
+struct Target {
+  const char *name;
+  /* What this target cannot generate for m yet: reports and returns -1. */
+  int (*check)(Module *m, const CgOptions *o);
+  /* Includes and buffer macros, after the header comment. */
+  void (*prelude)(Emit *e);
+  /* One instruction of a forward or backward block (its comment is written). */
+  void (*instr)(Emit *e, const PInstr *in);
+  /* How `shardc build` compiles the file. */
+  int (*build)(Module *m, const char *dir, const char *src);
+};
+
+extern const Target cg_target_cpu;
+
+/* The target called name ("cpu", "cuda"), or NULL after reporting that it
+ * is not generated yet. */
+const Target *cg_target(const char *name);
+/* 0 when `target` can generate m: its plan, precision, ops and inputs;
+ * otherwise reports what is not implemented and returns -1. */
+int cg_check(Module *m, const char *target, const CgOptions *o);
+/* The program for target; 0 on success.  Deterministic text. */
+int cg_emit(FILE *out, Module *m, const char *target, const CgOptions *o);
+
+/* ---- emit.c, for the targets ---- */
+void cg_printf(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "F(1234)", "I(1234)", "FS(64)" (stash-relative), "IS(64)", or "NULL". */
+const char *cg_ref(const Emit *e, PRef r);
+/* "RT_AX_TP" */
+const char *cg_axis(int ax);
+/* "f32[B=4,T=64,128]" */
+const char *cg_shape(const Emit *e, const Value *v);
+int64_t cg_numel(const Value *v);
+int64_t cg_rows(const Value *v);
+int64_t cg_last_dim(const Value *v);
 
 /* The data file a generated program reads by default: the train block's
  * `data` resolved against the model's directory, else the built-in text in
@@ -35,9 +88,11 @@ int cg_needs_mpi(const Module *m);
 /* ---- build.c ---- */
 
 /* `shardc build`: writes DIR/model.c (created with its parents) and compiles
- * it with cc, or mpicc when the plan has several ranks, against libshardrt
+ * it with cc, or mpicc when the plan has several ranks, against the runtime
  * into DIR/train.  Reports the compiler's output on failure.  0 on success. */
-int cg_build(Module *m, const char *dir, const CgOptions *o);
+int cg_build(Module *m, const char *dir, const char *target, const CgOptions *o);
+/* The cpu target's compile and link step (build.c). */
+int cg_build_cpu(Module *m, const char *dir, const char *src);
 
 /* ---- cexpr.c ---- */
 

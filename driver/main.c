@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cg.h"
+#include "rankprog.h"
 #include "passes.h"
 #include "sema.h"
 
@@ -36,12 +37,14 @@ static const char *usage_check =
 
 static const char *usage_compile =
     "usage: shardc compile MODEL.shard [-o DIR] [--target cpu|cuda] [--mesh NAME|SPEC]\n"
-    "                      [--strategy SPEC|auto] [--model NAME] [--emit=ir|plan|c]\n"
+    "                      [--strategy SPEC|auto] [--model NAME] [--emit=ir|program|plan|c]\n"
     "                      [--dump-after=PASS]\n"
     "\n"
     "  --emit=ir            print the IR after all passes\n"
+    "  --emit=program       print each pipeline rank's per-rank program: instructions over\n"
+    "                       arena offsets, its schedule and its step\n"
     "  --emit=plan          print the parallel plan summary (the default)\n"
-    "  --emit=c             print the generated C program (target cpu)\n"
+    "  --emit=c             print the generated program (target cpu: C)\n"
     "  --dump-after=PASS    print the IR after PASS (see --list-passes)\n"
     "  --list-passes        list the passes in pipeline order\n"
     "  -o DIR               output directory for generated code\n"
@@ -130,8 +133,8 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       if (!*v) return usage_error(usage, "%s needs a value", "--model");
       o->sema.model = v;
     } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--emit"))) {
-      if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c"))
-        return usage_error(usage, "--emit must be ir, plan or c, got '%s'", v);
+      if (strcmp(v, "ir") && strcmp(v, "program") && strcmp(v, "plan") && strcmp(v, "c"))
+        return usage_error(usage, "--emit must be ir, program, plan or c, got '%s'", v);
       o->emit = v;
     } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--dump-after"))) {
       o->dump_after = v;
@@ -241,15 +244,15 @@ static int run(Opts *o) {
   if (!strcmp(o->cmd, "check")) return 0;
   if (o->dump_after) return 0;
   CgOptions cgo = {.f64 = o->precision && !strcmp(o->precision, "fp64")};
-  bool gen = !strcmp(o->cmd, "build") || (o->emit && !strcmp(o->emit, "c"));
-  if (gen && cg_check(m, o->target ? o->target : "cpu")) return 1;
+  const char *target = o->target ? o->target : "cpu";
   if (!strcmp(o->cmd, "build")) {
     const char *dir = o->outdir ? o->outdir : arena_printf("out/%s", m->graph->model);
-    return cg_build(m, dir, &cgo) ? 1 : 0;
+    return cg_build(m, dir, target, &cgo) ? 1 : 0;
   }
-  if (o->emit && !strcmp(o->emit, "c"))
-    return cg_emit_cpu_opts(stdout, m, &cgo) ? 1 : 0;
-  if (o->emit && !strcmp(o->emit, "ir"))
+  if (o->emit && !strcmp(o->emit, "c")) return cg_emit(stdout, m, target, &cgo) ? 1 : 0;
+  if (o->emit && !strcmp(o->emit, "program"))
+    prog_print(stdout, m);
+  else if (o->emit && !strcmp(o->emit, "ir"))
     print_ir(m);
   else
     report_plan(stdout, m, "");

@@ -747,6 +747,37 @@ static void dp_note(TrainCfg *t, const SemaOptions *opt) {
   }
 }
 
+/* Mixes of strategies the per-rank program does not run yet: an error at
+ * the strategy, listing what does run. */
+static int check_support(TrainCfg *t) {
+  const Plan *p = &t->plan;
+  if (p->is_auto) return 0;
+  char what[256] = "";
+  int nw = 0;
+#define NOT_YET(cond, ...)                                                               \
+  if (cond) nw += snprintf(what + nw, sizeof what - (size_t)nw, "%s", nw ? ", " : ""), \
+            nw += snprintf(what + nw, sizeof what - (size_t)nw, __VA_ARGS__)
+  NOT_YET(p->tp2d > 1 && p->sp > 1, "tp2d=%dx%d with sp (the grid already splits the rows)",
+          p->tp2d, p->tp2d);
+  NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED && p->zero >= 1, "zero=%d with "
+          "schedule=interleaved (ZeRO for pipeline chunks)", p->zero);
+  NOT_YET(p->pp > 1 && p->sp_kind == SP_RING && p->sp > 1, "sp=ring with pp (ring attention "
+          "inside pipeline stages)");
+  NOT_YET(p->recompute != RECOMPUTE_NONE, "recompute=%s",
+          p->recompute == RECOMPUTE_FULL ? "full" : "selective");
+#undef NOT_YET
+  if (!nw) return 0;
+  const char *msg = "strategy %s is not implemented yet: data parallelism (dp=N, mb=N, "
+                    "zero=1|2|3), tensor parallelism (tp=N, tp2d=QxQ), Megatron sequence "
+                    "parallelism (sp=megatron), ring attention (sp=ring:N) and pipelines (pp=N, "
+                    "schedule=gpipe|1f1b|interleaved:V) run so far";
+  if (t->plan_loc.file)
+    diag_error(t->plan_loc, msg, what);
+  else
+    diag_fatal_noloc(msg, what);
+  return -1;
+}
+
 static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   TrainCfg *t = &m->train;
   PtrVec *it = d ? &d->items : &(PtrVec){0};
@@ -969,7 +1000,7 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
     t->microbatch = t->batch;
   }
   for (int k = 0; k < PLAN_NKEYS; k++) t->key_loc[k] = sema_plan_key_loc(t, 1u << k);
-  return 0;
+  return check_support(t);
 }
 
 /* ---- the whole program ---- */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Golden tests: the IR and plan text of every sample and tests/golden/*.shard
-# must match the checked-in files byte for byte.
+# Golden tests: the IR, plan and per-rank program text of every sample and
+# tests/golden/*.shard must match the checked-in files byte for byte.
 #   tests/golden.sh SHARDC [--update]
 set -uo pipefail
 bin="$1"
@@ -38,9 +38,10 @@ for f in samples/*.shard tests/golden/*.shard; do
   base=$(basename "$f" .shard)
   [ "$f" = "tests/golden/$base.shard" ] && pre="tests/golden/$base" || pre="tests/golden/sample-$base"
   check "$f plan" "$pre.plan" "$bin" compile "$f" --emit=plan
-  # The full IR of the 124M model is large and adds nothing the tiny one lacks.
+  # The full IR and program of the 124M model are large and add nothing the tiny one lacks.
   [ "$base" = "gpt2-124m" ] && continue
   check "$f ir" "$pre.ir" "$bin" compile "$f" --emit=ir
+  check "$f program" "$pre.program" "$bin" compile "$f" --emit=program
 done
 # --dump-after prints the IR after a named pass; the same text for every pass so far.
 check "dump-after=lower" tests/golden/dump-after-lower.ir "$bin" compile samples/mlp.shard --dump-after=lower

@@ -18,118 +18,107 @@
  *
  * Arena per rank: 23,347,264 bytes = persistent 13,348,864 (params 3,337,216, grads 3,337,216, optimizer
  * 6,674,432) + transient peak 9,998,400 (161 buffers, peak at node 150).
+ * Fused: 16 bias adds into matmuls, 16 bias gradients into matmul backward,
+ * 0 elementwise chains (0 ops) into single loops.
  *
- * forward() and backward() run one microbatch as straight-line calls into
- * libshardrt on buffers at their planned arena offsets: F(offset) is a float
- * buffer, I(offset) an int32 one.  Backward calls accumulate (+=) into
- * gradients.  Fused: 16 bias adds into matmuls, 16 bias gradients into matmul
- * backward, 0 elementwise chains (0 ops) into single loops; transient
- * gradients are zeroed right before their first writer (or written with =).
+ * forward() and backward() run one microbatch as straight-line calls on
+ * buffers at their planned arena offsets: F(offset) is a float buffer,
+ * I(offset) an int32 one.  Backward calls accumulate
+ * (+=) into gradients; transient gradients are zeroed right before their
+ * first writer (or written with =).  The runtime's driver (rt_train.h) runs
+ * the schedule, the step, init, checkpoints and metrics from the tables.
  */
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "rt_codegen_support.h"
-#include "shardrt.h"
-#ifdef SHARDC_MPI
-#include <mpi.h>
-#endif
+#include "rt_train.h"
 #include "dist.h"
+
+/* Buffers of the microbatch being run (RtPass *p). */
+#define F(off) ((float *)(p->arena + (off)))
+#define I(off) ((int32_t *)(p->arena + (off)))
 
 /* Training text when --data is not given (`shardc build` passes an absolute path). */
 #ifndef DEFAULT_DATA
 #define DEFAULT_DATA "samples/data/tales.txt"
 #endif
 
-/* ---- the plan ---- */
-#define RANKS            4           /* mesh laptop: launch with mpirun -np 4 */
-#define DP               4           /* data-parallel ranks, each on its own rows */
-#define TP               1           /* tensor-parallel ranks, each on its shards of the layers */
-#define COMM_BYTES       5005824ULL  /* planned bytes sent per rank per step */
-#define VOCAB            256         /* token ids are below it */
-#define NBUCKETS         7           /* gradient buckets (one per layer) */
-#define MICROBATCHES     1           /* forward+backward passes per step and rank */
-#define MICROBATCH       4           /* rows per pass */
-#define BATCH            16          /* rows per step over all ranks */
-#define SEQ              64          /* tokens per row */
-#define ARENA_BYTES      23347264LL  /* the planned peak per rank */
-#define PERSISTENT_BYTES 13348864LL  /* params, grads, optimizer state */
-#define GRADS_OFFSET     3337216LL   /* all parameter gradients, one range */
-#define GRADS_BYTES      3337216LL
+#define RANKS 4  /* mesh laptop: launch with mpirun -np 4 */
 
-static unsigned char *arena;
-#define F(off) ((float *)(arena + (off)))
-#define I(off) ((int32_t *)(arena + (off)))
+static const char PLAN[] =
+    "source:   samples/gpt.shard\n"
+    "model:    gpt\n"
+    "mesh:     laptop = 4 x cpu (1 node x 4), intra 10 GB/s, inter 25 GB/s, 14.90 GiB per device\n"
+    "strategy: dp=4 (from train block)\n"
+    "ranks:    rank = ((pp*4 + dp)*1 + sp)*1 + tp  (tp innermost)\n"
+    "batch:    16 sequences/step = dp 4 x microbatch 4 x 1 microbatch; seq 64\n"
+    "optim:    adamw lr=0.003 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=20 cosine min_lr=0 clip=1\n"
+    "steps:    300, precision fp32, seed 1337\n"
+    "params:   834,304 in 52 tensors (3.18 MiB fp32)\n"
+    "flops:    1.375e+09 forward per microbatch (256 tokens); 1.65e+10 per step fwd+bwd\n"
+    "graph:    224 nodes (143 forward), 288 values\n"
+    "memory:   23,347,264 bytes per rank (22.27 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.54 MiB at node 150\n"
+    "comm:     5,005,824 bytes sent per rank per step (dp 5,005,824)\n";
 
-/* The device mesh: this rank's coordinates and communicators (dist.h). */
-static RtMesh mesh;
-
-/* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the
- * tensor, its gradient and optimizer state (-1: none), init, std, decay.
- * normal_scaled init: std 0.02/sqrt(8), one term per residual projection. */
-#define NPARAMS 52
-static const CgParam params[NPARAMS] = {
-    {"embed.weight", 2, {256, 128}, 32768, 0, 3337216, 6674432, 6805504, CG_INIT_NORMAL, 0.02, 1},
-    {"pos.weight", 2, {64, 128}, 8192, 131072, 3468288, 6936576, 6969344, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.0.ln_1.weight", 1, {128}, 128, 163840, 3501056, 7002112, 7002624, CG_INIT_ONES, 0.0, 0},
-    {"blocks.0.ln_1.bias", 1, {128}, 128, 164352, 3501568, 7003136, 7003648, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.0.attn.qkv.weight", 2, {384, 128}, 49152, 164864, 3502080, 7004160, 7200768, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.0.attn.qkv.bias", 1, {384}, 384, 361472, 3698688, 7397376, 7398912, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.0.attn.proj.weight", 2, {128, 128}, 16384, 363008, 3700224, 7400448, 7465984, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.0.attn.proj.bias", 1, {128}, 128, 428544, 3765760, 7531520, 7532032, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.0.ln_2.weight", 1, {128}, 128, 429056, 3766272, 7532544, 7533056, CG_INIT_ONES, 0.0, 0},
-    {"blocks.0.ln_2.bias", 1, {128}, 128, 429568, 3766784, 7533568, 7534080, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.0.mlp.fc.weight", 2, {512, 128}, 65536, 430080, 3767296, 7534592, 7796736, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.0.mlp.fc.bias", 1, {512}, 512, 692224, 4029440, 8058880, 8060928, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.0.mlp.proj.weight", 2, {128, 512}, 65536, 694272, 4031488, 8062976, 8325120, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.0.mlp.proj.bias", 1, {128}, 128, 956416, 4293632, 8587264, 8587776, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.1.ln_1.weight", 1, {128}, 128, 956928, 4294144, 8588288, 8588800, CG_INIT_ONES, 0.0, 0},
-    {"blocks.1.ln_1.bias", 1, {128}, 128, 957440, 4294656, 8589312, 8589824, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.1.attn.qkv.weight", 2, {384, 128}, 49152, 957952, 4295168, 8590336, 8786944, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.1.attn.qkv.bias", 1, {384}, 384, 1154560, 4491776, 8983552, 8985088, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.1.attn.proj.weight", 2, {128, 128}, 16384, 1156096, 4493312, 8986624, 9052160, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.1.attn.proj.bias", 1, {128}, 128, 1221632, 4558848, 9117696, 9118208, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.1.ln_2.weight", 1, {128}, 128, 1222144, 4559360, 9118720, 9119232, CG_INIT_ONES, 0.0, 0},
-    {"blocks.1.ln_2.bias", 1, {128}, 128, 1222656, 4559872, 9119744, 9120256, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.1.mlp.fc.weight", 2, {512, 128}, 65536, 1223168, 4560384, 9120768, 9382912, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.1.mlp.fc.bias", 1, {512}, 512, 1485312, 4822528, 9645056, 9647104, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.1.mlp.proj.weight", 2, {128, 512}, 65536, 1487360, 4824576, 9649152, 9911296, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.1.mlp.proj.bias", 1, {128}, 128, 1749504, 5086720, 10173440, 10173952, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.2.ln_1.weight", 1, {128}, 128, 1750016, 5087232, 10174464, 10174976, CG_INIT_ONES, 0.0, 0},
-    {"blocks.2.ln_1.bias", 1, {128}, 128, 1750528, 5087744, 10175488, 10176000, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.2.attn.qkv.weight", 2, {384, 128}, 49152, 1751040, 5088256, 10176512, 10373120, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.2.attn.qkv.bias", 1, {384}, 384, 1947648, 5284864, 10569728, 10571264, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.2.attn.proj.weight", 2, {128, 128}, 16384, 1949184, 5286400, 10572800, 10638336, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.2.attn.proj.bias", 1, {128}, 128, 2014720, 5351936, 10703872, 10704384, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.2.ln_2.weight", 1, {128}, 128, 2015232, 5352448, 10704896, 10705408, CG_INIT_ONES, 0.0, 0},
-    {"blocks.2.ln_2.bias", 1, {128}, 128, 2015744, 5352960, 10705920, 10706432, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.2.mlp.fc.weight", 2, {512, 128}, 65536, 2016256, 5353472, 10706944, 10969088, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.2.mlp.fc.bias", 1, {512}, 512, 2278400, 5615616, 11231232, 11233280, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.2.mlp.proj.weight", 2, {128, 512}, 65536, 2280448, 5617664, 11235328, 11497472, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.2.mlp.proj.bias", 1, {128}, 128, 2542592, 5879808, 11759616, 11760128, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.3.ln_1.weight", 1, {128}, 128, 2543104, 5880320, 11760640, 11761152, CG_INIT_ONES, 0.0, 0},
-    {"blocks.3.ln_1.bias", 1, {128}, 128, 2543616, 5880832, 11761664, 11762176, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.3.attn.qkv.weight", 2, {384, 128}, 49152, 2544128, 5881344, 11762688, 11959296, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.3.attn.qkv.bias", 1, {384}, 384, 2740736, 6077952, 12155904, 12157440, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.3.attn.proj.weight", 2, {128, 128}, 16384, 2742272, 6079488, 12158976, 12224512, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.3.attn.proj.bias", 1, {128}, 128, 2807808, 6145024, 12290048, 12290560, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.3.ln_2.weight", 1, {128}, 128, 2808320, 6145536, 12291072, 12291584, CG_INIT_ONES, 0.0, 0},
-    {"blocks.3.ln_2.bias", 1, {128}, 128, 2808832, 6146048, 12292096, 12292608, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.3.mlp.fc.weight", 2, {512, 128}, 65536, 2809344, 6146560, 12293120, 12555264, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.3.mlp.fc.bias", 1, {512}, 512, 3071488, 6408704, 12817408, 12819456, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.3.mlp.proj.weight", 2, {128, 512}, 65536, 3073536, 6410752, 12821504, 13083648, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.3.mlp.proj.bias", 1, {128}, 128, 3335680, 6672896, 13345792, 13346304, CG_INIT_ZEROS, 0.0, 0},
-    {"ln.weight", 1, {128}, 128, 3336192, 6673408, 13346816, 13347328, CG_INIT_ONES, 0.0, 0},
-    {"ln.bias", 1, {128}, 128, 3336704, 6673920, 13347840, 13348352, CG_INIT_ZEROS, 0.0, 0},
+/* ---- the whole model as full tensors (init, checkpoints: the same file under any
+ * plan), at offsets in a buffer of 10011648 bytes, and how each is split ---- */
+#define NGLOBAL 52
+static const RtParam global[NGLOBAL] = {
+    {"embed.weight", 2, {256, 128}, 32768, 0, -1, 131072, 262144, RT_INIT_NORMAL, 0.02, 1},
+    {"pos.weight", 2, {64, 128}, 8192, 393216, -1, 425984, 458752, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.ln_1.weight", 1, {128}, 128, 491520, -1, 492032, 492544, RT_INIT_ONES, 0.0, 0},
+    {"blocks.0.ln_1.bias", 1, {128}, 128, 493056, -1, 493568, 494080, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.attn.qkv.weight", 2, {384, 128}, 49152, 494592, -1, 691200, 887808, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.attn.qkv.bias", 1, {384}, 384, 1084416, -1, 1085952, 1087488, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.attn.proj.weight", 2, {128, 128}, 16384, 1089024, -1, 1154560, 1220096, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.0.attn.proj.bias", 1, {128}, 128, 1285632, -1, 1286144, 1286656, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.ln_2.weight", 1, {128}, 128, 1287168, -1, 1287680, 1288192, RT_INIT_ONES, 0.0, 0},
+    {"blocks.0.ln_2.bias", 1, {128}, 128, 1288704, -1, 1289216, 1289728, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.mlp.fc.weight", 2, {512, 128}, 65536, 1290240, -1, 1552384, 1814528, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.mlp.fc.bias", 1, {512}, 512, 2076672, -1, 2078720, 2080768, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.mlp.proj.weight", 2, {128, 512}, 65536, 2082816, -1, 2344960, 2607104, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.0.mlp.proj.bias", 1, {128}, 128, 2869248, -1, 2869760, 2870272, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.ln_1.weight", 1, {128}, 128, 2870784, -1, 2871296, 2871808, RT_INIT_ONES, 0.0, 0},
+    {"blocks.1.ln_1.bias", 1, {128}, 128, 2872320, -1, 2872832, 2873344, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.attn.qkv.weight", 2, {384, 128}, 49152, 2873856, -1, 3070464, 3267072, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.1.attn.qkv.bias", 1, {384}, 384, 3463680, -1, 3465216, 3466752, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.attn.proj.weight", 2, {128, 128}, 16384, 3468288, -1, 3533824, 3599360, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.1.attn.proj.bias", 1, {128}, 128, 3664896, -1, 3665408, 3665920, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.ln_2.weight", 1, {128}, 128, 3666432, -1, 3666944, 3667456, RT_INIT_ONES, 0.0, 0},
+    {"blocks.1.ln_2.bias", 1, {128}, 128, 3667968, -1, 3668480, 3668992, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.mlp.fc.weight", 2, {512, 128}, 65536, 3669504, -1, 3931648, 4193792, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.1.mlp.fc.bias", 1, {512}, 512, 4455936, -1, 4457984, 4460032, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.mlp.proj.weight", 2, {128, 512}, 65536, 4462080, -1, 4724224, 4986368, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.1.mlp.proj.bias", 1, {128}, 128, 5248512, -1, 5249024, 5249536, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.2.ln_1.weight", 1, {128}, 128, 5250048, -1, 5250560, 5251072, RT_INIT_ONES, 0.0, 0},
+    {"blocks.2.ln_1.bias", 1, {128}, 128, 5251584, -1, 5252096, 5252608, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.2.attn.qkv.weight", 2, {384, 128}, 49152, 5253120, -1, 5449728, 5646336, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.2.attn.qkv.bias", 1, {384}, 384, 5842944, -1, 5844480, 5846016, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.2.attn.proj.weight", 2, {128, 128}, 16384, 5847552, -1, 5913088, 5978624, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.2.attn.proj.bias", 1, {128}, 128, 6044160, -1, 6044672, 6045184, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.2.ln_2.weight", 1, {128}, 128, 6045696, -1, 6046208, 6046720, RT_INIT_ONES, 0.0, 0},
+    {"blocks.2.ln_2.bias", 1, {128}, 128, 6047232, -1, 6047744, 6048256, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.2.mlp.fc.weight", 2, {512, 128}, 65536, 6048768, -1, 6310912, 6573056, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.2.mlp.fc.bias", 1, {512}, 512, 6835200, -1, 6837248, 6839296, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.2.mlp.proj.weight", 2, {128, 512}, 65536, 6841344, -1, 7103488, 7365632, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.2.mlp.proj.bias", 1, {128}, 128, 7627776, -1, 7628288, 7628800, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.3.ln_1.weight", 1, {128}, 128, 7629312, -1, 7629824, 7630336, RT_INIT_ONES, 0.0, 0},
+    {"blocks.3.ln_1.bias", 1, {128}, 128, 7630848, -1, 7631360, 7631872, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.3.attn.qkv.weight", 2, {384, 128}, 49152, 7632384, -1, 7828992, 8025600, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.3.attn.qkv.bias", 1, {384}, 384, 8222208, -1, 8223744, 8225280, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.3.attn.proj.weight", 2, {128, 128}, 16384, 8226816, -1, 8292352, 8357888, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.3.attn.proj.bias", 1, {128}, 128, 8423424, -1, 8423936, 8424448, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.3.ln_2.weight", 1, {128}, 128, 8424960, -1, 8425472, 8425984, RT_INIT_ONES, 0.0, 0},
+    {"blocks.3.ln_2.bias", 1, {128}, 128, 8426496, -1, 8427008, 8427520, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.3.mlp.fc.weight", 2, {512, 128}, 65536, 8428032, -1, 8690176, 8952320, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.3.mlp.fc.bias", 1, {512}, 512, 9214464, -1, 9216512, 9218560, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.3.mlp.proj.weight", 2, {128, 512}, 65536, 9220608, -1, 9482752, 9744896, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.3.mlp.proj.bias", 1, {128}, 128, 10007040, -1, 10007552, 10008064, RT_INIT_ZEROS, 0.0, 0},
+    {"ln.weight", 1, {128}, 128, 10008576, -1, 10009088, 10009600, RT_INIT_ONES, 0.0, 0},
+    {"ln.bias", 1, {128}, 128, 10010112, -1, 10010624, 10011136, RT_INIT_ZEROS, 0.0, 0},
 };
-
-/* Sharding of each parameter (dist.h RtShard): its full shape, the dim split
- * over tp (with segments: a fused q,k,v weight), every pipeline stage. */
-static const RtShard shards[NPARAMS] = {
+static const RtShard shards[NGLOBAL] = {
     {2, {256, 128}, 0, {{0}}, -1},  // embed.weight
     {2, {64, 128}, 0, {{0}}, -1},  // pos.weight
     {1, {128}, 0, {{0}}, -1},  // blocks.0.ln_1.weight
@@ -184,66 +173,67 @@ static const RtShard shards[NPARAMS] = {
     {1, {128}, 0, {{0}}, -1},  // ln.bias
 };
 
-/* Full tensors (init, checkpoints): offsets in a buffer of GLOBAL_BYTES. */
-static CgParam gparams[NPARAMS] = {
-    {"embed.weight", 2, {256, 128}, 32768, 0, -1, 131072, 262144, params[0].init, params[0].std, params[0].decay},
-    {"pos.weight", 2, {64, 128}, 8192, 393216, -1, 425984, 458752, params[1].init, params[1].std, params[1].decay},
-    {"blocks.0.ln_1.weight", 1, {128}, 128, 491520, -1, 492032, 492544, params[2].init, params[2].std, params[2].decay},
-    {"blocks.0.ln_1.bias", 1, {128}, 128, 493056, -1, 493568, 494080, params[3].init, params[3].std, params[3].decay},
-    {"blocks.0.attn.qkv.weight", 2, {384, 128}, 49152, 494592, -1, 691200, 887808, params[4].init, params[4].std, params[4].decay},
-    {"blocks.0.attn.qkv.bias", 1, {384}, 384, 1084416, -1, 1085952, 1087488, params[5].init, params[5].std, params[5].decay},
-    {"blocks.0.attn.proj.weight", 2, {128, 128}, 16384, 1089024, -1, 1154560, 1220096, params[6].init, params[6].std, params[6].decay},
-    {"blocks.0.attn.proj.bias", 1, {128}, 128, 1285632, -1, 1286144, 1286656, params[7].init, params[7].std, params[7].decay},
-    {"blocks.0.ln_2.weight", 1, {128}, 128, 1287168, -1, 1287680, 1288192, params[8].init, params[8].std, params[8].decay},
-    {"blocks.0.ln_2.bias", 1, {128}, 128, 1288704, -1, 1289216, 1289728, params[9].init, params[9].std, params[9].decay},
-    {"blocks.0.mlp.fc.weight", 2, {512, 128}, 65536, 1290240, -1, 1552384, 1814528, params[10].init, params[10].std, params[10].decay},
-    {"blocks.0.mlp.fc.bias", 1, {512}, 512, 2076672, -1, 2078720, 2080768, params[11].init, params[11].std, params[11].decay},
-    {"blocks.0.mlp.proj.weight", 2, {128, 512}, 65536, 2082816, -1, 2344960, 2607104, params[12].init, params[12].std, params[12].decay},
-    {"blocks.0.mlp.proj.bias", 1, {128}, 128, 2869248, -1, 2869760, 2870272, params[13].init, params[13].std, params[13].decay},
-    {"blocks.1.ln_1.weight", 1, {128}, 128, 2870784, -1, 2871296, 2871808, params[14].init, params[14].std, params[14].decay},
-    {"blocks.1.ln_1.bias", 1, {128}, 128, 2872320, -1, 2872832, 2873344, params[15].init, params[15].std, params[15].decay},
-    {"blocks.1.attn.qkv.weight", 2, {384, 128}, 49152, 2873856, -1, 3070464, 3267072, params[16].init, params[16].std, params[16].decay},
-    {"blocks.1.attn.qkv.bias", 1, {384}, 384, 3463680, -1, 3465216, 3466752, params[17].init, params[17].std, params[17].decay},
-    {"blocks.1.attn.proj.weight", 2, {128, 128}, 16384, 3468288, -1, 3533824, 3599360, params[18].init, params[18].std, params[18].decay},
-    {"blocks.1.attn.proj.bias", 1, {128}, 128, 3664896, -1, 3665408, 3665920, params[19].init, params[19].std, params[19].decay},
-    {"blocks.1.ln_2.weight", 1, {128}, 128, 3666432, -1, 3666944, 3667456, params[20].init, params[20].std, params[20].decay},
-    {"blocks.1.ln_2.bias", 1, {128}, 128, 3667968, -1, 3668480, 3668992, params[21].init, params[21].std, params[21].decay},
-    {"blocks.1.mlp.fc.weight", 2, {512, 128}, 65536, 3669504, -1, 3931648, 4193792, params[22].init, params[22].std, params[22].decay},
-    {"blocks.1.mlp.fc.bias", 1, {512}, 512, 4455936, -1, 4457984, 4460032, params[23].init, params[23].std, params[23].decay},
-    {"blocks.1.mlp.proj.weight", 2, {128, 512}, 65536, 4462080, -1, 4724224, 4986368, params[24].init, params[24].std, params[24].decay},
-    {"blocks.1.mlp.proj.bias", 1, {128}, 128, 5248512, -1, 5249024, 5249536, params[25].init, params[25].std, params[25].decay},
-    {"blocks.2.ln_1.weight", 1, {128}, 128, 5250048, -1, 5250560, 5251072, params[26].init, params[26].std, params[26].decay},
-    {"blocks.2.ln_1.bias", 1, {128}, 128, 5251584, -1, 5252096, 5252608, params[27].init, params[27].std, params[27].decay},
-    {"blocks.2.attn.qkv.weight", 2, {384, 128}, 49152, 5253120, -1, 5449728, 5646336, params[28].init, params[28].std, params[28].decay},
-    {"blocks.2.attn.qkv.bias", 1, {384}, 384, 5842944, -1, 5844480, 5846016, params[29].init, params[29].std, params[29].decay},
-    {"blocks.2.attn.proj.weight", 2, {128, 128}, 16384, 5847552, -1, 5913088, 5978624, params[30].init, params[30].std, params[30].decay},
-    {"blocks.2.attn.proj.bias", 1, {128}, 128, 6044160, -1, 6044672, 6045184, params[31].init, params[31].std, params[31].decay},
-    {"blocks.2.ln_2.weight", 1, {128}, 128, 6045696, -1, 6046208, 6046720, params[32].init, params[32].std, params[32].decay},
-    {"blocks.2.ln_2.bias", 1, {128}, 128, 6047232, -1, 6047744, 6048256, params[33].init, params[33].std, params[33].decay},
-    {"blocks.2.mlp.fc.weight", 2, {512, 128}, 65536, 6048768, -1, 6310912, 6573056, params[34].init, params[34].std, params[34].decay},
-    {"blocks.2.mlp.fc.bias", 1, {512}, 512, 6835200, -1, 6837248, 6839296, params[35].init, params[35].std, params[35].decay},
-    {"blocks.2.mlp.proj.weight", 2, {128, 512}, 65536, 6841344, -1, 7103488, 7365632, params[36].init, params[36].std, params[36].decay},
-    {"blocks.2.mlp.proj.bias", 1, {128}, 128, 7627776, -1, 7628288, 7628800, params[37].init, params[37].std, params[37].decay},
-    {"blocks.3.ln_1.weight", 1, {128}, 128, 7629312, -1, 7629824, 7630336, params[38].init, params[38].std, params[38].decay},
-    {"blocks.3.ln_1.bias", 1, {128}, 128, 7630848, -1, 7631360, 7631872, params[39].init, params[39].std, params[39].decay},
-    {"blocks.3.attn.qkv.weight", 2, {384, 128}, 49152, 7632384, -1, 7828992, 8025600, params[40].init, params[40].std, params[40].decay},
-    {"blocks.3.attn.qkv.bias", 1, {384}, 384, 8222208, -1, 8223744, 8225280, params[41].init, params[41].std, params[41].decay},
-    {"blocks.3.attn.proj.weight", 2, {128, 128}, 16384, 8226816, -1, 8292352, 8357888, params[42].init, params[42].std, params[42].decay},
-    {"blocks.3.attn.proj.bias", 1, {128}, 128, 8423424, -1, 8423936, 8424448, params[43].init, params[43].std, params[43].decay},
-    {"blocks.3.ln_2.weight", 1, {128}, 128, 8424960, -1, 8425472, 8425984, params[44].init, params[44].std, params[44].decay},
-    {"blocks.3.ln_2.bias", 1, {128}, 128, 8426496, -1, 8427008, 8427520, params[45].init, params[45].std, params[45].decay},
-    {"blocks.3.mlp.fc.weight", 2, {512, 128}, 65536, 8428032, -1, 8690176, 8952320, params[46].init, params[46].std, params[46].decay},
-    {"blocks.3.mlp.fc.bias", 1, {512}, 512, 9214464, -1, 9216512, 9218560, params[47].init, params[47].std, params[47].decay},
-    {"blocks.3.mlp.proj.weight", 2, {128, 512}, 65536, 9220608, -1, 9482752, 9744896, params[48].init, params[48].std, params[48].decay},
-    {"blocks.3.mlp.proj.bias", 1, {128}, 128, 10007040, -1, 10007552, 10008064, params[49].init, params[49].std, params[49].decay},
-    {"ln.weight", 1, {128}, 128, 10008576, -1, 10009088, 10009600, params[50].init, params[50].std, params[50].decay},
-    {"ln.bias", 1, {128}, 128, 10010112, -1, 10010624, 10011136, params[51].init, params[51].std, params[51].decay},
+/* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the
+ * tensor, its gradient and optimizer state (-1: none), init, std, decay.
+ * normal_scaled init: std 0.02/sqrt(8), one term per residual projection. */
+static const RtParam params[52] = {
+    {"embed.weight", 2, {256, 128}, 32768, 0, 3337216, 6674432, 6805504, RT_INIT_NORMAL, 0.02, 1},
+    {"pos.weight", 2, {64, 128}, 8192, 131072, 3468288, 6936576, 6969344, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.ln_1.weight", 1, {128}, 128, 163840, 3501056, 7002112, 7002624, RT_INIT_ONES, 0.0, 0},
+    {"blocks.0.ln_1.bias", 1, {128}, 128, 164352, 3501568, 7003136, 7003648, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.attn.qkv.weight", 2, {384, 128}, 49152, 164864, 3502080, 7004160, 7200768, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.attn.qkv.bias", 1, {384}, 384, 361472, 3698688, 7397376, 7398912, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.attn.proj.weight", 2, {128, 128}, 16384, 363008, 3700224, 7400448, 7465984, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.0.attn.proj.bias", 1, {128}, 128, 428544, 3765760, 7531520, 7532032, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.ln_2.weight", 1, {128}, 128, 429056, 3766272, 7532544, 7533056, RT_INIT_ONES, 0.0, 0},
+    {"blocks.0.ln_2.bias", 1, {128}, 128, 429568, 3766784, 7533568, 7534080, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.mlp.fc.weight", 2, {512, 128}, 65536, 430080, 3767296, 7534592, 7796736, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.mlp.fc.bias", 1, {512}, 512, 692224, 4029440, 8058880, 8060928, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.mlp.proj.weight", 2, {128, 512}, 65536, 694272, 4031488, 8062976, 8325120, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.0.mlp.proj.bias", 1, {128}, 128, 956416, 4293632, 8587264, 8587776, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.ln_1.weight", 1, {128}, 128, 956928, 4294144, 8588288, 8588800, RT_INIT_ONES, 0.0, 0},
+    {"blocks.1.ln_1.bias", 1, {128}, 128, 957440, 4294656, 8589312, 8589824, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.attn.qkv.weight", 2, {384, 128}, 49152, 957952, 4295168, 8590336, 8786944, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.1.attn.qkv.bias", 1, {384}, 384, 1154560, 4491776, 8983552, 8985088, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.attn.proj.weight", 2, {128, 128}, 16384, 1156096, 4493312, 8986624, 9052160, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.1.attn.proj.bias", 1, {128}, 128, 1221632, 4558848, 9117696, 9118208, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.ln_2.weight", 1, {128}, 128, 1222144, 4559360, 9118720, 9119232, RT_INIT_ONES, 0.0, 0},
+    {"blocks.1.ln_2.bias", 1, {128}, 128, 1222656, 4559872, 9119744, 9120256, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.mlp.fc.weight", 2, {512, 128}, 65536, 1223168, 4560384, 9120768, 9382912, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.1.mlp.fc.bias", 1, {512}, 512, 1485312, 4822528, 9645056, 9647104, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.mlp.proj.weight", 2, {128, 512}, 65536, 1487360, 4824576, 9649152, 9911296, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.1.mlp.proj.bias", 1, {128}, 128, 1749504, 5086720, 10173440, 10173952, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.2.ln_1.weight", 1, {128}, 128, 1750016, 5087232, 10174464, 10174976, RT_INIT_ONES, 0.0, 0},
+    {"blocks.2.ln_1.bias", 1, {128}, 128, 1750528, 5087744, 10175488, 10176000, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.2.attn.qkv.weight", 2, {384, 128}, 49152, 1751040, 5088256, 10176512, 10373120, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.2.attn.qkv.bias", 1, {384}, 384, 1947648, 5284864, 10569728, 10571264, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.2.attn.proj.weight", 2, {128, 128}, 16384, 1949184, 5286400, 10572800, 10638336, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.2.attn.proj.bias", 1, {128}, 128, 2014720, 5351936, 10703872, 10704384, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.2.ln_2.weight", 1, {128}, 128, 2015232, 5352448, 10704896, 10705408, RT_INIT_ONES, 0.0, 0},
+    {"blocks.2.ln_2.bias", 1, {128}, 128, 2015744, 5352960, 10705920, 10706432, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.2.mlp.fc.weight", 2, {512, 128}, 65536, 2016256, 5353472, 10706944, 10969088, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.2.mlp.fc.bias", 1, {512}, 512, 2278400, 5615616, 11231232, 11233280, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.2.mlp.proj.weight", 2, {128, 512}, 65536, 2280448, 5617664, 11235328, 11497472, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.2.mlp.proj.bias", 1, {128}, 128, 2542592, 5879808, 11759616, 11760128, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.3.ln_1.weight", 1, {128}, 128, 2543104, 5880320, 11760640, 11761152, RT_INIT_ONES, 0.0, 0},
+    {"blocks.3.ln_1.bias", 1, {128}, 128, 2543616, 5880832, 11761664, 11762176, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.3.attn.qkv.weight", 2, {384, 128}, 49152, 2544128, 5881344, 11762688, 11959296, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.3.attn.qkv.bias", 1, {384}, 384, 2740736, 6077952, 12155904, 12157440, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.3.attn.proj.weight", 2, {128, 128}, 16384, 2742272, 6079488, 12158976, 12224512, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.3.attn.proj.bias", 1, {128}, 128, 2807808, 6145024, 12290048, 12290560, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.3.ln_2.weight", 1, {128}, 128, 2808320, 6145536, 12291072, 12291584, RT_INIT_ONES, 0.0, 0},
+    {"blocks.3.ln_2.bias", 1, {128}, 128, 2808832, 6146048, 12292096, 12292608, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.3.mlp.fc.weight", 2, {512, 128}, 65536, 2809344, 6146560, 12293120, 12555264, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.3.mlp.fc.bias", 1, {512}, 512, 3071488, 6408704, 12817408, 12819456, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.3.mlp.proj.weight", 2, {128, 512}, 65536, 3073536, 6410752, 12821504, 13083648, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.3.mlp.proj.bias", 1, {128}, 128, 3335680, 6672896, 13345792, 13346304, RT_INIT_ZEROS, 0.0, 0},
+    {"ln.weight", 1, {128}, 128, 3336192, 6673408, 13346816, 13347328, RT_INIT_ONES, 0.0, 0},
+    {"ln.bias", 1, {128}, 128, 3336704, 6673920, 13347840, 13348352, RT_INIT_ZEROS, 0.0, 0},
 };
-#define GLOBAL_BYTES 10011648LL
 
 /* Weight of each gradient in the global norm: 1 / the tp ranks holding the
- * same elements (a replicated tensor is counted once). */
-static const double norm_w[NPARAMS] = {
+ * same elements. */
+static const double norm_w[52] = {
     1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
     1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
     1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
@@ -253,18 +243,14 @@ static const double norm_w[NPARAMS] = {
     1.0, 1.0, 1.0, 1.0,
 };
 
-/* Gradient buckets: each one's all-reduce starts in the backward of the last
- * microbatch, right after its last gradient op; sync_gradients waits. */
-static MPI_Request grad_req[7];
-
 /* Loss of each cross_entropy (in double) and the rows it averaged over. */
 static double ce_loss[1];
 static int ce_rows[1];
 
-/* ---- forward: one microbatch; row0 is its first row in the global batch ---- */
-static double forward(long step, int row0) {
-  (void)step;
-  (void)row0;
+/* ---- forward: one microbatch (p->row0 its first row in the global batch) ---- */
+static double forward(RtPass *p) {
+  // $tokens, $targets
+  rt_load_batch(p, I(13348864), I(13349888));
   // gpt.shard:11  %3 = gather @embed.weight, $tokens
   // f32[256,128], i32[B=4,T=64] -> f32[B=4,T=64,128]
   rt_check(rt_embedding_forward_f32(F(13350912), I(13348864), F(0), 256, 256, 128));
@@ -554,11 +540,7 @@ static double forward(long step, int row0) {
 }
 
 /* ---- backward: the same microbatch; accumulates into gradients ---- */
-static void backward(long step, int row0) {
-  (void)step;
-  (void)row0;
-  static long calls;  // once per microbatch: the last one starts the bucket all-reduces
-  const int last_microbatch = ++calls % MICROBATCHES == 0;
+static void backward(RtPass *p) {
   // gpt.shard:14  d%164 = fill
   // () -> f32[]
   *F(22822976) = 1.0f;
@@ -575,10 +557,8 @@ static void backward(long step, int row0) {
   rt_layernorm_backward_f32(F(22427648), F(6673408), F(6673920), F(22560768), F(22296576), F(3336192), F(22558720), F(22559744), 256, 128);
   // gpt.shard:13 (ln)  %287 += grad_all_reduce %287
   // f32[256] -> f32[256]
-  if (last_microbatch) {  // bucket ln: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(6673408), 256, 4, &grad_req[0]);
-    rt_progress(&mesh, 1, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket ln: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 0, RT_AX_DP, F(6673408), 256);
   // gpt.shard:6 (blocks.3)  d%142, _ += add_bwd d%157, %142, %156
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -642,10 +622,8 @@ static void backward(long step, int row0) {
   rt_layernorm_backward_f32(F(22427648), F(5880320), F(5880832), F(22558720), F(20060160), F(2543104), F(20322304), F(20323328), 256, 128);
   // gpt.shard:5 (blocks.3)  %286 += grad_all_reduce %286
   // f32[198272] -> f32[198272]
-  if (last_microbatch) {  // bucket blocks.3: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(5880320), 198272, 4, &grad_req[1]);
-    rt_progress(&mesh, 2, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket blocks.3: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 1, RT_AX_DP, F(5880320), 198272);
   // gpt.shard:6 (blocks.2)  d%104, _ += add_bwd d%119, %104, %118
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -709,10 +687,8 @@ static void backward(long step, int row0) {
   rt_layernorm_backward_f32(F(22689792), F(5087232), F(5087744), F(22822976), F(17823744), F(1750016), F(18085888), F(18086912), 256, 128);
   // gpt.shard:5 (blocks.2)  %285 += grad_all_reduce %285
   // f32[198272] -> f32[198272]
-  if (last_microbatch) {  // bucket blocks.2: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(5087232), 198272, 4, &grad_req[2]);
-    rt_progress(&mesh, 3, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket blocks.2: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 2, RT_AX_DP, F(5087232), 198272);
   // gpt.shard:6 (blocks.1)  d%66, _ += add_bwd d%81, %66, %80
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -776,10 +752,8 @@ static void backward(long step, int row0) {
   rt_layernorm_backward_f32(F(22954048), F(4294144), F(4294656), F(22822976), F(15587328), F(956928), F(15849472), F(15850496), 256, 128);
   // gpt.shard:5 (blocks.1)  %284 += grad_all_reduce %284
   // f32[198272] -> f32[198272]
-  if (last_microbatch) {  // bucket blocks.1: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(4294144), 198272, 4, &grad_req[3]);
-    rt_progress(&mesh, 4, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket blocks.1: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 3, RT_AX_DP, F(4294144), 198272);
   // gpt.shard:6 (blocks.0)  d%28, _ += add_bwd d%43, %28, %42
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -843,10 +817,8 @@ static void backward(long step, int row0) {
   rt_layernorm_backward_f32(F(22954048), F(3501056), F(3501568), F(22822976), F(13481984), F(163840), F(13613056), F(13614080), 256, 128);
   // gpt.shard:5 (blocks.0)  %283 += grad_all_reduce %283
   // f32[198272] -> f32[198272]
-  if (last_microbatch) {  // bucket blocks.0: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(3501056), 198272, 4, &grad_req[4]);
-    rt_progress(&mesh, 5, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket blocks.0: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 4, RT_AX_DP, F(3501056), 198272);
   // gpt.shard:11  _, d@pos.weight += add_bwd d%5, %3, @pos.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[T=64,128] -> f32[T=64,128]
   {
@@ -860,322 +832,48 @@ static void backward(long step, int row0) {
   }
   // gpt.shard:11 (pos)  %282 += grad_all_reduce %282
   // f32[8192] -> f32[8192]
-  if (last_microbatch) {  // bucket pos: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(3468288), 8192, 4, &grad_req[5]);
-    rt_progress(&mesh, 6, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket pos: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 5, RT_AX_DP, F(3468288), 8192);
   // gpt.shard:11  d@embed.weight += gather_bwd d%5, @embed.weight, $tokens
   // f32[B=4,T=64,128], f32[256,128], i32[B=4,T=64] -> f32[256,128]
   rt_embedding_backward_f32(F(3337216), F(22954048), I(13348864), 256, 128);
   // gpt.shard:11 (embed)  %281 += grad_all_reduce %281
   // f32[32768] -> f32[32768]
-  if (last_microbatch) {  // bucket embed: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(3337216), 32768, 4, &grad_req[6]);
-    rt_progress(&mesh, 7, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket embed: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 6, RT_AX_DP, F(3337216), 32768);
 }
 
-/* ---- optimizer ---- */
-/* AdamW (torch.optim.AdamW) on every parameter; decoupled weight decay only
- * where the table says so.  grad_scale folds in clipping and the 1/dp mean. */
-static void optimizer_step(long t, double lr, double grad_scale) {
-  for (int i = 0; i < NPARAMS; i++) {
-    const CgParam *p = &params[i];
-    rt_adamw_step_f32(F(p->offset), F(p->grad), F(p->opt), F(p->opt2), p->numel, lr, 0.9, 0.95,
-                    1e-08, p->decay ? 0.1 : 0.0, t, grad_scale);
-  }
-}
-
-/* ---- communication: MPI over the data-parallel ranks ---- */
-static int rank = 0, world = 1;
-
-#ifdef SHARDC_MPI
-#define mpiCheck(call)                                                       \
-  do {                                                                       \
-    int err_ = (call);                                                       \
-    if (err_ != MPI_SUCCESS) {                                               \
-      char msg_[MPI_MAX_ERROR_STRING];                                       \
-      int len_ = 0;                                                          \
-      MPI_Error_string(err_, msg_, &len_);                                   \
-      fprintf(stderr, "train: MPI error at %s:%d: %s\n", __FILE__, __LINE__, msg_); \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
-  } while (0)
-#endif
-
-static void comm_init(int *argc, char ***argv) {
-#ifdef SHARDC_MPI
-  mpiCheck(MPI_Init(argc, argv));
-  mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));
-#else
-  (void)argc;
-  (void)argv;
-  world = cg_launcher_ranks(&rank);  /* to refuse a launch on several ranks */
-#endif
-}
-
-static int comm_finish(int status) {
-#ifdef SHARDC_MPI
-  MPI_Finalize();
-#endif
-  return status;
-}
-
-/* A collective decision: every rank learns whether all ranks are fine.  A
- * failing rank prints its error (only rank 0's when rank 0 failed too). */
-static int all_ok(int ok) {
-  int v[2] = {ok, rank == 0 ? ok : 1};
-#ifdef SHARDC_MPI
-  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-#endif
-  if (!ok && (rank == 0 || v[1])) {
-    if (rank) fprintf(stderr, "train: error: rank %d: %s\n", rank, rt_last_error());
-    else fprintf(stderr, "train: error: %s\n", rt_last_error());
-  }
-  return v[0];
-}
-
-static const char PLAN[] =
-    "source:   samples/gpt.shard\n"
-    "model:    gpt\n"
-    "mesh:     laptop = 4 x cpu (1 node x 4), intra 10 GB/s, inter 25 GB/s, 14.90 GiB per device\n"
-    "strategy: dp=4 (from train block)\n"
-    "ranks:    rank = ((pp*4 + dp)*1 + sp)*1 + tp  (tp innermost)\n"
-    "batch:    16 sequences/step = dp 4 x microbatch 4 x 1 microbatch; seq 64\n"
-    "optim:    adamw lr=0.003 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=20 cosine min_lr=0 clip=1\n"
-    "steps:    300, precision fp32, seed 1337\n"
-    "params:   834,304 in 52 tensors (3.18 MiB fp32)\n"
-    "flops:    1.375e+09 forward per microbatch (256 tokens); 1.65e+10 per step fwd+bwd\n"
-    "graph:    224 nodes (143 forward), 288 values\n"
-    "memory:   23,347,264 bytes per rank (22.27 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.54 MiB at node 150\n"
-    "comm:     5,005,824 bytes sent per rank per step (dp 5,005,824)\n";
-
-static const CgModel model = {
-    .name = "gpt", .source = "samples/gpt.shard", .mesh = "laptop", .plan = PLAN, .f64 = 0,
-    .params = params, .nparams = NPARAMS,
-    .arena_bytes = ARENA_BYTES, .persistent_bytes = PERSISTENT_BYTES,
-    .grads_offset = GRADS_OFFSET, .grads_bytes = GRADS_BYTES,
-    .ranks = RANKS, .dp = DP, .mb = MICROBATCHES, .microbatch = MICROBATCH,
-    .batch = BATCH, .seq = SEQ, .steps = 300, .seed = 1337ull,
-    .opt = CG_OPT_ADAMW, .lr = 0.003, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-08,
-    .weight_decay = 0.1, .momentum = 0.0, .clip = 1.0, .min_lr_ratio = 0.0,
-    .warmup = 20, .cosine = 1,
-    .data = CG_DATA_TOKENS, .vocab = 256, .default_data = DEFAULT_DATA,
+/* The chunks: forward, backward, virtual stage, gradients (offset, bytes), stash
+ * slots (offset, bytes of one, how many). */
+static const RtChunk chunks[1] = {
+    {forward, backward, 0, 3337216, 3337216, 0, 0, 0},
 };
 
-static CgArgs args;
-static CgData data;
+/* The step after the microbatches: {op, axis, mode, byte offset, count, divisor}. */
+static const RtStepOp step[4] = {
+    {RT_STEP_WAIT, RT_AX_DP, 0, 0, 7, 0.0},  // the buckets' reductions
+    {RT_STEP_LOSS, RT_AX_DP, RT_LOSS_SUM, 0, 0, 4.0},  // loss sum over dp
+    {RT_STEP_NORM, RT_AX_TP, RT_NORM_PARAMS, 0, 0, 0.0},  // gradient norm sum
+    {RT_STEP_OPTIMIZER, RT_AX_WORLD, RT_UPDATE_PARAMS, 0, 0, 0.0},  // optimizer
+};
 
-/* Forward (and backward) of this rank's microbatches of one step: the mean
- * loss.  Parameter gradients accumulate over the microbatches. */
-static double run_microbatches(long step, int with_backward) {
-  if (with_backward) memset(arena + GRADS_OFFSET, 0, GRADS_BYTES);
-  double loss = 0;
-  for (int k = 0; k < MICROBATCHES; k++) {
-    int row0 = mesh.coord[RT_AX_DP] * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;
-    // $tokens, $targets
-    rt_check(cg_data_batch(&data, step, row0, MICROBATCH, I(13348864), I(13349888)));
-    loss += forward(step, row0);
-    if (with_backward) backward(step, row0);
-  }
-  return loss / MICROBATCHES;
-}
+static const RtProgram program = {
+    .name = "gpt", .source = "samples/gpt.shard", .mesh = "laptop", .spec = "dp=4",
+    .plan = PLAN, .f64 = 0,
+    .ranks = 4, .dp = 4, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
+    .mb = 1, .microbatch = 4, .batch = 16, .seq = 64,
+    .arena_bytes = 23347264, .persistent_bytes = 13348864, .comm_bytes = 5005824,
+    .params = params, .nparams = 52, .norm_w = norm_w,
+    .global = global, .nglobal = NGLOBAL, .global_bytes = 10011648, .shards = shards,
+    .zero = 0, .zaxis = RT_AX_DP, .nreq = 7,
+    .chunks = chunks, .nchunks = 1,
+    .step = step, .nstep = 4,
+    .steps = 300, .seed = 1337ull, .opt = RT_OPT_ADAMW, .lr = 0.003, .beta1 = 0.9, .beta2 = 0.95,
+    .eps = 1e-08, .weight_decay = 0.1, .momentum = 0.0, .clip = 1.0, .min_lr_ratio = 0.0,
+    .warmup = 20, .cosine = 1,
+    .data = RT_TRAIN_TOKENS, .vocab = 256, .default_data = DEFAULT_DATA,
+};
 
-/* ---- the mesh: parameters, checkpoints and the step's reductions ----
- * Every rank holds its shards; init and checkpoints go through the full
- * tensors (gparams), so a checkpoint is the same file under any plan. */
-/* The model as full tensors (gparams in a buffer of GLOBAL_BYTES). */
-static CgModel gmodel_of(void) {
-  CgModel gm = model;
-  gm.params = gparams;
-  gm.arena_bytes = gm.persistent_bytes = GLOBAL_BYTES;
-  return gm;
-}
+static const RtProgram *const programs[1] = {&program};
 
-static void init_params(uint64_t seed) {
-  CgModel gm = gmodel_of();
-  unsigned char *full = calloc(1, GLOBAL_BYTES);
-  if (!full) rt_mesh_fail(&mesh, "out of memory for the full parameters (%lld bytes)", GLOBAL_BYTES);
-  cg_init_params(&gm, full, seed);
-  for (int i = 0; i < NPARAMS; i++)
-    rt_shard_extract(&shards[i], &mesh, full + gparams[i].offset, arena + params[i].offset, 4);
-  free(full);
-}
-
-static int load_checkpoint(const char *path, long *step, int *weights_only) {
-  CgModel gm = gmodel_of();
-  unsigned char *full = calloc(1, GLOBAL_BYTES);
-  if (!full) return rt_errorf(RT_ERR_NOMEM, "out of memory for the full parameters");
-  int rc = cg_ckpt_load(&gm, full, path, step, weights_only);
-  for (int i = 0; rc == RT_OK && i < NPARAMS; i++)
-    for (int k = 0; k < CG_SLOTS; k++)
-      if (cg_param_slot(&params[i], k) >= 0)
-        rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k),
-                         arena + cg_param_slot(&params[i], k), 4);
-  free(full);
-  return rc;
-}
-
-/* Gathered on rank 0, which writes the full tensors. */
-static int save_checkpoint(long steps_done) {
-  CgModel gm = gmodel_of();
-  unsigned char *full = rank == 0 ? calloc(1, GLOBAL_BYTES) : NULL;
-  if (!all_ok(rank != 0 || full || rt_errorf(RT_ERR_NOMEM, "out of memory for the checkpoint") == RT_OK)) return 0;
-  for (int i = 0; i < NPARAMS; i++)
-    for (int k = 0; k < CG_SLOTS; k++)
-      if (cg_param_slot(&params[i], k) >= 0)
-        rt_check(rt_shard_gather(&shards[i], &mesh, arena + cg_param_slot(&params[i], k),
-                                 full ? full + cg_param_slot(&gparams[i], k) : NULL, 4));
-  int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);
-  free(full);
-  if (ok && rank == 0 && !args.quiet) printf("saved:    %s (step %ld)\n", args.save, steps_done);
-  return ok;
-}
-
-/* After the microbatches: gradients summed over the data-parallel ranks, and
- * over tp for replicated parameters used on sequence shards. */
-static void sync_gradients(void) {
-  rt_waitall(&mesh, 7, grad_req);  // the buckets' all-reduces, started in the backward
-}
-
-static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }
-
-/* The global norm of the summed gradients (before the 1/DP mean). */
-static double grad_norm(void) {
-  double ss = 0;
-  for (int i = 0; i < NPARAMS; i++)
-    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq_f32(F(params[i].grad), params[i].numel);
-  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_TP, ss));
-}
-
-int main(int argc, char **argv) {
-  cg_blas_setup(argc, argv);
-  comm_init(&argc, &argv);
-  int rc = cg_args_parse(&args, &model, argc, argv, rank == 0);
-  if (rc) return comm_finish(rc > 0 ? 0 : 2);
-  if (world != RANKS && !args.gradcheck) {
-    if (rank == 0)
-      fprintf(stderr, "train: error: this program is planned for %d ranks (mesh laptop: dp=4) but runs on %d; run it as: mpirun -np %d %s ...\n",
-              RANKS, world, RANKS, argv[0]);
-    return comm_finish(1);
-  }
-  /* --gradcheck runs the data-parallel plan's program on one rank */
-  if (!all_ok(rt_mesh_init(&mesh, args.gradcheck ? 1 : DP, TP, 0, 1, 1) == RT_OK)) return comm_finish(1);
-  cg_set_threads(world);
-  RtArena *mem = NULL;
-  if (!all_ok(cg_arena_create(&mem, &model) == RT_OK)) return comm_finish(1);
-  arena = mem->base;
-  init_params(args.seed);
-  long step = 0;
-  int weights_only = 0;
-  if (args.load &&
-      !all_ok(load_checkpoint(args.load, &step, &weights_only) == RT_OK))
-    return comm_finish(1);
-  if (args.save && !all_ok(rank != 0 || cg_ckpt_check_target(args.save) == RT_OK))
-    return comm_finish(1);
-  if (!all_ok(cg_data_open(&data, &model, args.data, args.seed) == RT_OK)) return comm_finish(1);
-  if (args.gradcheck) return comm_finish(cg_gradcheck(&model, arena, run_microbatches, args.gradcheck));
-  RtMetrics log = {0};
-  if (!all_ok(rank != 0 || rt_metrics_open(&log, args.log, args.load != NULL) == RT_OK))
-    return comm_finish(1);
-  int say = rank == 0 && !args.quiet;
-  if (say) {
-    char d[512];
-    cg_data_describe(&data, d, sizeof d);
-    printf("%sdata:     %s\n", PLAN, d);
-    if (args.load && weights_only)
-      printf("loaded:   %s (weights only: the optimizer starts from zero)\n", args.load);
-    else if (args.load)
-      printf("loaded:   %s (step %ld)\n", args.load, step);
-    printf("train:    steps %ld..%ld on %d rank%s, seed %llu\n", step + 1, args.steps, world,
-           world == 1 ? "" : "s", (unsigned long long)args.seed);
-    fflush(stdout);
-  }
-  if (step >= args.steps) {
-    /* --steps 0 --save FILE writes the initial weights (for reference runs). */
-    if (args.save) return comm_finish(save_checkpoint(step) ? 0 : 1);
-    if (say) printf("nothing to do: the checkpoint is at step %ld, --steps is %ld\n", step, args.steps);
-    return comm_finish(0);
-  }
-  RtProgress progress;
-  rt_progress_init(&progress, args.steps, (args.steps + 19) / 20, !say);
-  /* On stdout with the plan and the summary, in order; one line every few
-   * steps, except alone on a terminal (mpirun gives ranks a pseudo-tty). */
-  progress.out = stdout;
-  progress.tty = world == 1 && !getenv("OMPI_COMM_WORLD_SIZE") && isatty(fileno(stdout));
-  const double tokens_per_step = (double)BATCH * SEQ;
-  double first_loss = NAN, loss = NAN, t_start = rt_now();
-  const long first_step = step;
-  for (; step < args.steps; step++) {
-    double t0 = rt_now();
-    /* The first step also measures the arena's high-water mark: it starts
-     * with every transient byte poisoned (NaN) and finds the highest one
-     * written. */
-    const int measure = step == first_step;
-    if (measure) cg_mem_poison(&model, arena);
-    loss = run_microbatches(step, 1);
-    size_t measured = measure ? cg_mem_highwater(&model, arena) : 0;
-    // sum gradients and losses over the ranks
-    sync_gradients();
-    loss = mean_loss(loss);
-    double norm = grad_norm() / DP;
-    if (!isfinite(loss) || !isfinite(norm)) {
-      double x = isfinite(loss) ? norm : loss;
-      if (rank == 0)
-        fprintf(stderr, "train: error: step %ld: the %s is %s; stopping without saving%s%s%s; "
-                        "check the data, the learning rate and any checkpoint loaded\n",
-                step + 1, isfinite(loss) ? "gradient norm" : "loss", isnan(x) ? "NaN" : "infinite",
-                args.save ? " (" : "", args.save ? args.save : "",
-                args.save ? " keeps its last good state)" : "");
-      return comm_finish(1);
-    }
-    double lr = cg_lr(&model, step);
-    optimizer_step(step + 1, lr, rt_clip_scale(norm, 1.0) / DP);
-    double ms = rt_ms_since(t0), tps = tokens_per_step / (ms / 1e3);
-    if (measure) {
-      double off = rt_mesh_sum_double(&mesh, RT_AX_WORLD, measured != ARENA_BYTES);
-      if (say) {
-        char a[32], b[32];
-        cg_commas(a, sizeof a, ARENA_BYTES);
-        cg_commas(b, sizeof b, measured);
-        printf("memory:   planned peak %s bytes per rank, measured %s on rank 0 (highest arena byte "
-               "written in step %ld)%s\n", a, b, step + 1, off ? "  MISMATCH" : "");
-        if (off) printf("          %.0f rank(s) measured another peak\n", off);
-        fflush(stdout);
-      }
-    }
-    if (measure) {
-      unsigned long long counted = rt_mesh_total_bytes(&mesh);
-      /* every rank's count, for the line rank 0 prints */
-      double sum = rt_mesh_sum_double(&mesh, RT_AX_WORLD, (double)counted);
-      if (say) {
-        char a[32], b[32];
-        cg_commas(a, sizeof a, COMM_BYTES);
-        cg_commas(b, sizeof b, counted);
-        printf("comm:     planned %s bytes sent per rank per step, counted %s on rank 0 (%.0f over all ranks)%s\n",
-               a, b, sum, counted == COMM_BYTES ? "" : "  MISMATCH");
-        fflush(stdout);
-      }
-      if (counted != COMM_BYTES && getenv("SHARDC_STRICT_COMM"))
-        rt_mesh_fail(&mesh, "sent %llu bytes in step 1, the plan says %llu", counted, (unsigned long long)COMM_BYTES);
-    }
-    rt_mesh_reset_counts(&mesh);
-    if (!all_ok(rank != 0 || rt_metrics_log(&log, step + 1, loss, lr, ms, tps) == RT_OK))
-      return comm_finish(1);
-    rt_progress_step(&progress, step + 1, loss, tps);
-    if (isnan(first_loss)) first_loss = loss;
-    if (args.save && args.save_every && (step + 1) % args.save_every == 0 &&
-        step + 1 < args.steps && !save_checkpoint(step + 1))
-      return comm_finish(1);
-  }
-  rt_progress_done(&progress);
-  if (args.save && !save_checkpoint(step)) return comm_finish(1);
-  if (say)
-    printf("done:     steps %ld..%ld in %.1f s; loss %.4f -> %.4f\n", first_step + 1, step,
-           rt_ms_since(t_start) / 1e3, first_loss, loss);
-  if (!all_ok(rank != 0 || rt_metrics_close(&log) == RT_OK)) return comm_finish(1);
-  cg_data_close(&data);
-  rt_arena_destroy(mem);
-  return comm_finish(0);
-}
+int main(int argc, char **argv) { return rt_train_main(programs, 1, argc, argv); }

@@ -18,97 +18,86 @@
  *
  * Arena per rank: 23,401,472 bytes = persistent 12,142,592 (params 3,035,648, grads 3,035,648, optimizer
  * 6,071,296) + transient peak 11,258,880 (167 buffers, peak at node 129).
+ * Fused: 0 bias adds into matmuls, 0 bias gradients into matmul backward,
+ * 4 elementwise chains (8 ops) into single loops.
  *
- * forward() and backward() run one microbatch as straight-line calls into
- * libshardrt on buffers at their planned arena offsets: F(offset) is a float
- * buffer, I(offset) an int32 one.  Backward calls accumulate (+=) into
- * gradients.  Fused: 0 bias adds into matmuls, 0 bias gradients into matmul
- * backward, 4 elementwise chains (8 ops) into single loops; transient
- * gradients are zeroed right before their first writer (or written with =).
+ * forward() and backward() run one microbatch as straight-line calls on
+ * buffers at their planned arena offsets: F(offset) is a float buffer,
+ * I(offset) an int32 one.  Backward calls accumulate
+ * (+=) into gradients; transient gradients are zeroed right before their
+ * first writer (or written with =).  The runtime's driver (rt_train.h) runs
+ * the schedule, the step, init, checkpoints and metrics from the tables.
  */
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "rt_codegen_support.h"
-#include "shardrt.h"
-#ifdef SHARDC_MPI
-#include <mpi.h>
-#endif
+#include "rt_train.h"
 #include "dist.h"
+
+/* Buffers of the microbatch being run (RtPass *p). */
+#define F(off) ((float *)(p->arena + (off)))
+#define I(off) ((int32_t *)(p->arena + (off)))
 
 /* Training text when --data is not given (`shardc build` passes an absolute path). */
 #ifndef DEFAULT_DATA
 #define DEFAULT_DATA "samples/data/tales.txt"
 #endif
 
-/* ---- the plan ---- */
-#define RANKS            2           /* mesh laptop: launch with mpirun -np 2 */
-#define DP               2           /* data-parallel ranks, each on its own rows */
-#define TP               1           /* tensor-parallel ranks, each on its shards of the layers */
-#define COMM_BYTES       3035648ULL  /* planned bytes sent per rank per step */
-#define VOCAB            256         /* token ids are below it */
-#define NBUCKETS         7           /* gradient buckets (one per layer) */
-#define MICROBATCHES     1           /* forward+backward passes per step and rank */
-#define MICROBATCH       4           /* rows per pass */
-#define BATCH            8           /* rows per step over all ranks */
-#define SEQ              64          /* tokens per row */
-#define ARENA_BYTES      23401472LL  /* the planned peak per rank */
-#define PERSISTENT_BYTES 12142592LL  /* params, grads, optimizer state */
-#define GRADS_OFFSET     3035648LL   /* all parameter gradients, one range */
-#define GRADS_BYTES      3035648LL
+#define RANKS 2  /* mesh laptop: launch with mpirun -np 2 */
 
-static unsigned char *arena;
-#define F(off) ((float *)(arena + (off)))
-#define I(off) ((int32_t *)(arena + (off)))
+static const char PLAN[] =
+    "source:   samples/llama.shard\n"
+    "model:    llama\n"
+    "mesh:     laptop = 2 x cpu (1 node x 2), intra 10 GB/s, inter 25 GB/s, 14.90 GiB per device\n"
+    "strategy: dp=2 (from train block)\n"
+    "ranks:    rank = ((pp*2 + dp)*1 + sp)*1 + tp  (tp innermost)\n"
+    "batch:    8 sequences/step = dp 2 x microbatch 4 x 1 microbatch; seq 64\n"
+    "optim:    adamw lr=0.001 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=10 cosine min_lr=0 clip=1\n"
+    "steps:    100, precision fp32, seed 1337\n"
+    "params:   758,912 in 31 tensors (2.90 MiB fp32)\n"
+    "flops:    1.225e+09 forward per microbatch (256 tokens); 7.35e+09 per step fwd+bwd\n"
+    "graph:    201 nodes (121 forward), 252 values\n"
+    "memory:   23,401,472 bytes per rank (22.32 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.74 MiB at node 129\n"
+    "comm:     3,035,648 bytes sent per rank per step (dp 3,035,648)\n";
 
-/* The device mesh: this rank's coordinates and communicators (dist.h). */
-static RtMesh mesh;
-
-/* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the
- * tensor, its gradient and optimizer state (-1: none), init, std, decay.
- * normal_scaled init: std 0.02/sqrt(8), one term per residual projection. */
-#define NPARAMS 31
-static const CgParam params[NPARAMS] = {
-    {"embed.weight", 2, {256, 128}, 32768, 0, 3035648, 6071296, 6202368, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.0.norm_1.weight", 1, {128}, 128, 131072, 3166720, 6333440, 6333952, CG_INIT_ONES, 0.0, 0},
-    {"blocks.0.attn.qkv.weight", 2, {192, 128}, 24576, 131584, 3167232, 6334464, 6432768, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.0.attn.proj.weight", 2, {128, 128}, 16384, 229888, 3265536, 6531072, 6596608, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.0.norm_2.weight", 1, {128}, 128, 295424, 3331072, 6662144, 6662656, CG_INIT_ONES, 0.0, 0},
-    {"blocks.0.mlp.gate.weight", 2, {344, 128}, 44032, 295936, 3331584, 6663168, 6839296, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.0.mlp.up.weight", 2, {344, 128}, 44032, 472064, 3507712, 7015424, 7191552, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.0.mlp.down.weight", 2, {128, 344}, 44032, 648192, 3683840, 7367680, 7543808, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.1.norm_1.weight", 1, {128}, 128, 824320, 3859968, 7719936, 7720448, CG_INIT_ONES, 0.0, 0},
-    {"blocks.1.attn.qkv.weight", 2, {192, 128}, 24576, 824832, 3860480, 7720960, 7819264, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.1.attn.proj.weight", 2, {128, 128}, 16384, 923136, 3958784, 7917568, 7983104, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.1.norm_2.weight", 1, {128}, 128, 988672, 4024320, 8048640, 8049152, CG_INIT_ONES, 0.0, 0},
-    {"blocks.1.mlp.gate.weight", 2, {344, 128}, 44032, 989184, 4024832, 8049664, 8225792, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.1.mlp.up.weight", 2, {344, 128}, 44032, 1165312, 4200960, 8401920, 8578048, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.1.mlp.down.weight", 2, {128, 344}, 44032, 1341440, 4377088, 8754176, 8930304, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.2.norm_1.weight", 1, {128}, 128, 1517568, 4553216, 9106432, 9106944, CG_INIT_ONES, 0.0, 0},
-    {"blocks.2.attn.qkv.weight", 2, {192, 128}, 24576, 1518080, 4553728, 9107456, 9205760, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.2.attn.proj.weight", 2, {128, 128}, 16384, 1616384, 4652032, 9304064, 9369600, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.2.norm_2.weight", 1, {128}, 128, 1681920, 4717568, 9435136, 9435648, CG_INIT_ONES, 0.0, 0},
-    {"blocks.2.mlp.gate.weight", 2, {344, 128}, 44032, 1682432, 4718080, 9436160, 9612288, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.2.mlp.up.weight", 2, {344, 128}, 44032, 1858560, 4894208, 9788416, 9964544, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.2.mlp.down.weight", 2, {128, 344}, 44032, 2034688, 5070336, 10140672, 10316800, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.3.norm_1.weight", 1, {128}, 128, 2210816, 5246464, 10492928, 10493440, CG_INIT_ONES, 0.0, 0},
-    {"blocks.3.attn.qkv.weight", 2, {192, 128}, 24576, 2211328, 5246976, 10493952, 10592256, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.3.attn.proj.weight", 2, {128, 128}, 16384, 2309632, 5345280, 10690560, 10756096, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"blocks.3.norm_2.weight", 1, {128}, 128, 2375168, 5410816, 10821632, 10822144, CG_INIT_ONES, 0.0, 0},
-    {"blocks.3.mlp.gate.weight", 2, {344, 128}, 44032, 2375680, 5411328, 10822656, 10998784, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.3.mlp.up.weight", 2, {344, 128}, 44032, 2551808, 5587456, 11174912, 11351040, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.3.mlp.down.weight", 2, {128, 344}, 44032, 2727936, 5763584, 11527168, 11703296, CG_INIT_NORMAL, 0.0070710678118654745, 1},
-    {"norm.weight", 1, {128}, 128, 2904064, 5939712, 11879424, 11879936, CG_INIT_ONES, 0.0, 0},
-    {"lm_head.weight", 2, {256, 128}, 32768, 2904576, 5940224, 11880448, 12011520, CG_INIT_NORMAL, 0.02, 1},
+/* ---- the whole model as full tensors (init, checkpoints: the same file under any
+ * plan), at offsets in a buffer of 9106944 bytes, and how each is split ---- */
+#define NGLOBAL 31
+static const RtParam global[NGLOBAL] = {
+    {"embed.weight", 2, {256, 128}, 32768, 0, -1, 131072, 262144, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.norm_1.weight", 1, {128}, 128, 393216, -1, 393728, 394240, RT_INIT_ONES, 0.0, 0},
+    {"blocks.0.attn.qkv.weight", 2, {192, 128}, 24576, 394752, -1, 493056, 591360, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.attn.proj.weight", 2, {128, 128}, 16384, 689664, -1, 755200, 820736, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.0.norm_2.weight", 1, {128}, 128, 886272, -1, 886784, 887296, RT_INIT_ONES, 0.0, 0},
+    {"blocks.0.mlp.gate.weight", 2, {344, 128}, 44032, 887808, -1, 1063936, 1240064, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.mlp.up.weight", 2, {344, 128}, 44032, 1416192, -1, 1592320, 1768448, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.mlp.down.weight", 2, {128, 344}, 44032, 1944576, -1, 2120704, 2296832, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.1.norm_1.weight", 1, {128}, 128, 2472960, -1, 2473472, 2473984, RT_INIT_ONES, 0.0, 0},
+    {"blocks.1.attn.qkv.weight", 2, {192, 128}, 24576, 2474496, -1, 2572800, 2671104, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.1.attn.proj.weight", 2, {128, 128}, 16384, 2769408, -1, 2834944, 2900480, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.1.norm_2.weight", 1, {128}, 128, 2966016, -1, 2966528, 2967040, RT_INIT_ONES, 0.0, 0},
+    {"blocks.1.mlp.gate.weight", 2, {344, 128}, 44032, 2967552, -1, 3143680, 3319808, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.1.mlp.up.weight", 2, {344, 128}, 44032, 3495936, -1, 3672064, 3848192, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.1.mlp.down.weight", 2, {128, 344}, 44032, 4024320, -1, 4200448, 4376576, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.2.norm_1.weight", 1, {128}, 128, 4552704, -1, 4553216, 4553728, RT_INIT_ONES, 0.0, 0},
+    {"blocks.2.attn.qkv.weight", 2, {192, 128}, 24576, 4554240, -1, 4652544, 4750848, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.2.attn.proj.weight", 2, {128, 128}, 16384, 4849152, -1, 4914688, 4980224, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.2.norm_2.weight", 1, {128}, 128, 5045760, -1, 5046272, 5046784, RT_INIT_ONES, 0.0, 0},
+    {"blocks.2.mlp.gate.weight", 2, {344, 128}, 44032, 5047296, -1, 5223424, 5399552, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.2.mlp.up.weight", 2, {344, 128}, 44032, 5575680, -1, 5751808, 5927936, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.2.mlp.down.weight", 2, {128, 344}, 44032, 6104064, -1, 6280192, 6456320, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.3.norm_1.weight", 1, {128}, 128, 6632448, -1, 6632960, 6633472, RT_INIT_ONES, 0.0, 0},
+    {"blocks.3.attn.qkv.weight", 2, {192, 128}, 24576, 6633984, -1, 6732288, 6830592, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.3.attn.proj.weight", 2, {128, 128}, 16384, 6928896, -1, 6994432, 7059968, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.3.norm_2.weight", 1, {128}, 128, 7125504, -1, 7126016, 7126528, RT_INIT_ONES, 0.0, 0},
+    {"blocks.3.mlp.gate.weight", 2, {344, 128}, 44032, 7127040, -1, 7303168, 7479296, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.3.mlp.up.weight", 2, {344, 128}, 44032, 7655424, -1, 7831552, 8007680, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.3.mlp.down.weight", 2, {128, 344}, 44032, 8183808, -1, 8359936, 8536064, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"norm.weight", 1, {128}, 128, 8712192, -1, 8712704, 8713216, RT_INIT_ONES, 0.0, 0},
+    {"lm_head.weight", 2, {256, 128}, 32768, 8713728, -1, 8844800, 8975872, RT_INIT_NORMAL, 0.02, 1},
 };
-
-/* Sharding of each parameter (dist.h RtShard): its full shape, the dim split
- * over tp (with segments: a fused q,k,v weight), every pipeline stage. */
-static const RtShard shards[NPARAMS] = {
+static const RtShard shards[NGLOBAL] = {
     {2, {256, 128}, 0, {{0}}, -1},  // embed.weight
     {1, {128}, 0, {{0}}, -1},  // blocks.0.norm_1.weight
     {2, {192, 128}, 0, {{0}}, -1},  // blocks.0.attn.qkv.weight
@@ -142,63 +131,60 @@ static const RtShard shards[NPARAMS] = {
     {2, {256, 128}, 0, {{0}}, -1},  // lm_head.weight
 };
 
-/* Full tensors (init, checkpoints): offsets in a buffer of GLOBAL_BYTES. */
-static CgParam gparams[NPARAMS] = {
-    {"embed.weight", 2, {256, 128}, 32768, 0, -1, 131072, 262144, params[0].init, params[0].std, params[0].decay},
-    {"blocks.0.norm_1.weight", 1, {128}, 128, 393216, -1, 393728, 394240, params[1].init, params[1].std, params[1].decay},
-    {"blocks.0.attn.qkv.weight", 2, {192, 128}, 24576, 394752, -1, 493056, 591360, params[2].init, params[2].std, params[2].decay},
-    {"blocks.0.attn.proj.weight", 2, {128, 128}, 16384, 689664, -1, 755200, 820736, params[3].init, params[3].std, params[3].decay},
-    {"blocks.0.norm_2.weight", 1, {128}, 128, 886272, -1, 886784, 887296, params[4].init, params[4].std, params[4].decay},
-    {"blocks.0.mlp.gate.weight", 2, {344, 128}, 44032, 887808, -1, 1063936, 1240064, params[5].init, params[5].std, params[5].decay},
-    {"blocks.0.mlp.up.weight", 2, {344, 128}, 44032, 1416192, -1, 1592320, 1768448, params[6].init, params[6].std, params[6].decay},
-    {"blocks.0.mlp.down.weight", 2, {128, 344}, 44032, 1944576, -1, 2120704, 2296832, params[7].init, params[7].std, params[7].decay},
-    {"blocks.1.norm_1.weight", 1, {128}, 128, 2472960, -1, 2473472, 2473984, params[8].init, params[8].std, params[8].decay},
-    {"blocks.1.attn.qkv.weight", 2, {192, 128}, 24576, 2474496, -1, 2572800, 2671104, params[9].init, params[9].std, params[9].decay},
-    {"blocks.1.attn.proj.weight", 2, {128, 128}, 16384, 2769408, -1, 2834944, 2900480, params[10].init, params[10].std, params[10].decay},
-    {"blocks.1.norm_2.weight", 1, {128}, 128, 2966016, -1, 2966528, 2967040, params[11].init, params[11].std, params[11].decay},
-    {"blocks.1.mlp.gate.weight", 2, {344, 128}, 44032, 2967552, -1, 3143680, 3319808, params[12].init, params[12].std, params[12].decay},
-    {"blocks.1.mlp.up.weight", 2, {344, 128}, 44032, 3495936, -1, 3672064, 3848192, params[13].init, params[13].std, params[13].decay},
-    {"blocks.1.mlp.down.weight", 2, {128, 344}, 44032, 4024320, -1, 4200448, 4376576, params[14].init, params[14].std, params[14].decay},
-    {"blocks.2.norm_1.weight", 1, {128}, 128, 4552704, -1, 4553216, 4553728, params[15].init, params[15].std, params[15].decay},
-    {"blocks.2.attn.qkv.weight", 2, {192, 128}, 24576, 4554240, -1, 4652544, 4750848, params[16].init, params[16].std, params[16].decay},
-    {"blocks.2.attn.proj.weight", 2, {128, 128}, 16384, 4849152, -1, 4914688, 4980224, params[17].init, params[17].std, params[17].decay},
-    {"blocks.2.norm_2.weight", 1, {128}, 128, 5045760, -1, 5046272, 5046784, params[18].init, params[18].std, params[18].decay},
-    {"blocks.2.mlp.gate.weight", 2, {344, 128}, 44032, 5047296, -1, 5223424, 5399552, params[19].init, params[19].std, params[19].decay},
-    {"blocks.2.mlp.up.weight", 2, {344, 128}, 44032, 5575680, -1, 5751808, 5927936, params[20].init, params[20].std, params[20].decay},
-    {"blocks.2.mlp.down.weight", 2, {128, 344}, 44032, 6104064, -1, 6280192, 6456320, params[21].init, params[21].std, params[21].decay},
-    {"blocks.3.norm_1.weight", 1, {128}, 128, 6632448, -1, 6632960, 6633472, params[22].init, params[22].std, params[22].decay},
-    {"blocks.3.attn.qkv.weight", 2, {192, 128}, 24576, 6633984, -1, 6732288, 6830592, params[23].init, params[23].std, params[23].decay},
-    {"blocks.3.attn.proj.weight", 2, {128, 128}, 16384, 6928896, -1, 6994432, 7059968, params[24].init, params[24].std, params[24].decay},
-    {"blocks.3.norm_2.weight", 1, {128}, 128, 7125504, -1, 7126016, 7126528, params[25].init, params[25].std, params[25].decay},
-    {"blocks.3.mlp.gate.weight", 2, {344, 128}, 44032, 7127040, -1, 7303168, 7479296, params[26].init, params[26].std, params[26].decay},
-    {"blocks.3.mlp.up.weight", 2, {344, 128}, 44032, 7655424, -1, 7831552, 8007680, params[27].init, params[27].std, params[27].decay},
-    {"blocks.3.mlp.down.weight", 2, {128, 344}, 44032, 8183808, -1, 8359936, 8536064, params[28].init, params[28].std, params[28].decay},
-    {"norm.weight", 1, {128}, 128, 8712192, -1, 8712704, 8713216, params[29].init, params[29].std, params[29].decay},
-    {"lm_head.weight", 2, {256, 128}, 32768, 8713728, -1, 8844800, 8975872, params[30].init, params[30].std, params[30].decay},
+/* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the
+ * tensor, its gradient and optimizer state (-1: none), init, std, decay.
+ * normal_scaled init: std 0.02/sqrt(8), one term per residual projection. */
+static const RtParam params[31] = {
+    {"embed.weight", 2, {256, 128}, 32768, 0, 3035648, 6071296, 6202368, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.norm_1.weight", 1, {128}, 128, 131072, 3166720, 6333440, 6333952, RT_INIT_ONES, 0.0, 0},
+    {"blocks.0.attn.qkv.weight", 2, {192, 128}, 24576, 131584, 3167232, 6334464, 6432768, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.attn.proj.weight", 2, {128, 128}, 16384, 229888, 3265536, 6531072, 6596608, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.0.norm_2.weight", 1, {128}, 128, 295424, 3331072, 6662144, 6662656, RT_INIT_ONES, 0.0, 0},
+    {"blocks.0.mlp.gate.weight", 2, {344, 128}, 44032, 295936, 3331584, 6663168, 6839296, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.mlp.up.weight", 2, {344, 128}, 44032, 472064, 3507712, 7015424, 7191552, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.mlp.down.weight", 2, {128, 344}, 44032, 648192, 3683840, 7367680, 7543808, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.1.norm_1.weight", 1, {128}, 128, 824320, 3859968, 7719936, 7720448, RT_INIT_ONES, 0.0, 0},
+    {"blocks.1.attn.qkv.weight", 2, {192, 128}, 24576, 824832, 3860480, 7720960, 7819264, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.1.attn.proj.weight", 2, {128, 128}, 16384, 923136, 3958784, 7917568, 7983104, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.1.norm_2.weight", 1, {128}, 128, 988672, 4024320, 8048640, 8049152, RT_INIT_ONES, 0.0, 0},
+    {"blocks.1.mlp.gate.weight", 2, {344, 128}, 44032, 989184, 4024832, 8049664, 8225792, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.1.mlp.up.weight", 2, {344, 128}, 44032, 1165312, 4200960, 8401920, 8578048, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.1.mlp.down.weight", 2, {128, 344}, 44032, 1341440, 4377088, 8754176, 8930304, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.2.norm_1.weight", 1, {128}, 128, 1517568, 4553216, 9106432, 9106944, RT_INIT_ONES, 0.0, 0},
+    {"blocks.2.attn.qkv.weight", 2, {192, 128}, 24576, 1518080, 4553728, 9107456, 9205760, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.2.attn.proj.weight", 2, {128, 128}, 16384, 1616384, 4652032, 9304064, 9369600, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.2.norm_2.weight", 1, {128}, 128, 1681920, 4717568, 9435136, 9435648, RT_INIT_ONES, 0.0, 0},
+    {"blocks.2.mlp.gate.weight", 2, {344, 128}, 44032, 1682432, 4718080, 9436160, 9612288, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.2.mlp.up.weight", 2, {344, 128}, 44032, 1858560, 4894208, 9788416, 9964544, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.2.mlp.down.weight", 2, {128, 344}, 44032, 2034688, 5070336, 10140672, 10316800, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.3.norm_1.weight", 1, {128}, 128, 2210816, 5246464, 10492928, 10493440, RT_INIT_ONES, 0.0, 0},
+    {"blocks.3.attn.qkv.weight", 2, {192, 128}, 24576, 2211328, 5246976, 10493952, 10592256, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.3.attn.proj.weight", 2, {128, 128}, 16384, 2309632, 5345280, 10690560, 10756096, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"blocks.3.norm_2.weight", 1, {128}, 128, 2375168, 5410816, 10821632, 10822144, RT_INIT_ONES, 0.0, 0},
+    {"blocks.3.mlp.gate.weight", 2, {344, 128}, 44032, 2375680, 5411328, 10822656, 10998784, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.3.mlp.up.weight", 2, {344, 128}, 44032, 2551808, 5587456, 11174912, 11351040, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.3.mlp.down.weight", 2, {128, 344}, 44032, 2727936, 5763584, 11527168, 11703296, RT_INIT_NORMAL, 0.0070710678118654745, 1},
+    {"norm.weight", 1, {128}, 128, 2904064, 5939712, 11879424, 11879936, RT_INIT_ONES, 0.0, 0},
+    {"lm_head.weight", 2, {256, 128}, 32768, 2904576, 5940224, 11880448, 12011520, RT_INIT_NORMAL, 0.02, 1},
 };
-#define GLOBAL_BYTES 9106944LL
 
 /* Weight of each gradient in the global norm: 1 / the tp ranks holding the
- * same elements (a replicated tensor is counted once). */
-static const double norm_w[NPARAMS] = {
+ * same elements. */
+static const double norm_w[31] = {
     1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
     1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
     1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
     1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
 };
 
-/* Gradient buckets: each one's all-reduce starts in the backward of the last
- * microbatch, right after its last gradient op; sync_gradients waits. */
-static MPI_Request grad_req[7];
-
 /* Loss of each cross_entropy (in double) and the rows it averaged over. */
 static double ce_loss[1];
 static int ce_rows[1];
 
-/* ---- forward: one microbatch; row0 is its first row in the global batch ---- */
-static double forward(long step, int row0) {
-  (void)step;
-  (void)row0;
+/* ---- forward: one microbatch (p->row0 its first row in the global batch) ---- */
+static double forward(RtPass *p) {
+  // $tokens, $targets
+  rt_load_batch(p, I(12142592), I(12143616));
   // llama.shard:13  %3 = gather @embed.weight, $tokens
   // f32[256,128], i32[B=4,T=64] -> f32[B=4,T=64,128]
   rt_check(rt_embedding_forward_f32(F(12144640), I(12142592), F(0), 256, 256, 128));
@@ -552,11 +538,7 @@ static double forward(long step, int row0) {
 }
 
 /* ---- backward: the same microbatch; accumulates into gradients ---- */
-static void backward(long step, int row0) {
-  (void)step;
-  (void)row0;
-  static long calls;  // once per microbatch: the last one starts the bucket all-reduces
-  const int last_microbatch = ++calls % MICROBATCHES == 0;
+static void backward(RtPass *p) {
   // llama.shard:16  d%133 = fill
   // () -> f32[]
   *F(20313152) = 1.0f;
@@ -569,20 +551,16 @@ static void backward(long step, int row0) {
   rt_matmul_backward_f32(F(22696960), F(5940224), NULL, F(22959104), F(22434816), F(2904576), 256, 128, 256);
   // llama.shard:15 (lm_head)  %251 += grad_all_reduce %251
   // f32[32768] -> f32[32768]
-  if (last_microbatch) {  // bucket lm_head: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(5940224), 32768, 4, &grad_req[0]);
-    rt_progress(&mesh, 1, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket lm_head: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 0, RT_AX_DP, F(5940224), 32768);
   // llama.shard:15  d%127, d@norm.weight += rmsnorm_bwd d%129, %127, @norm.weight, %130
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
   memset(F(22434816), 0, 131072);  // d%127 starts here
   rt_rmsnorm_backward_f32(F(22434816), F(5939712), F(22696960), F(22565888), F(2904064), F(12603392), 256, 128);
   // llama.shard:15 (norm)  %250 += grad_all_reduce %250
   // f32[128] -> f32[128]
-  if (last_microbatch) {  // bucket norm: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(5939712), 128, 4, &grad_req[1]);
-    rt_progress(&mesh, 2, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket norm: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 1, RT_AX_DP, F(5939712), 128);
   // llama.shard:8 (blocks.3)  d%115, _ += add_bwd d%127, %115, %126
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -670,10 +648,8 @@ static void backward(long step, int row0) {
   rt_rmsnorm_backward_f32(F(22696960), F(5246464), F(20141056), F(20009984), F(2210816), F(12601344), 256, 128);
   // llama.shard:6 (blocks.3)  %249 += grad_all_reduce %249
   // f32[173312] -> f32[173312]
-  if (last_microbatch) {  // bucket blocks.3: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(5246464), 173312, 4, &grad_req[2]);
-    rt_progress(&mesh, 3, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket blocks.3: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 2, RT_AX_DP, F(5246464), 173312);
   // llama.shard:8 (blocks.2)  d%84, _ += add_bwd d%96, %84, %95
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -761,10 +737,8 @@ static void backward(long step, int row0) {
   rt_rmsnorm_backward_f32(F(20009984), F(4553216), F(20141056), F(17454080), F(1517568), F(12591104), 256, 128);
   // llama.shard:6 (blocks.2)  %248 += grad_all_reduce %248
   // f32[173312] -> f32[173312]
-  if (last_microbatch) {  // bucket blocks.2: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(4553216), 173312, 4, &grad_req[3]);
-    rt_progress(&mesh, 4, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket blocks.2: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 3, RT_AX_DP, F(4553216), 173312);
   // llama.shard:8 (blocks.1)  d%53, _ += add_bwd d%65, %53, %64
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -852,10 +826,8 @@ static void backward(long step, int row0) {
   rt_rmsnorm_backward_f32(F(20313152), F(3859968), F(20444224), F(14865408), F(824320), F(12580864), 256, 128);
   // llama.shard:6 (blocks.1)  %247 += grad_all_reduce %247
   // f32[173312] -> f32[173312]
-  if (last_microbatch) {  // bucket blocks.1: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(3859968), 173312, 4, &grad_req[4]);
-    rt_progress(&mesh, 5, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket blocks.1: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 4, RT_AX_DP, F(3859968), 173312);
   // llama.shard:8 (blocks.0)  d%22, _ += add_bwd d%34, %22, %33
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -943,322 +915,48 @@ static void backward(long step, int row0) {
   rt_rmsnorm_backward_f32(F(20313152), F(3166720), F(20444224), F(12144640), F(131072), F(12406784), 256, 128);
   // llama.shard:6 (blocks.0)  %246 += grad_all_reduce %246
   // f32[173312] -> f32[173312]
-  if (last_microbatch) {  // bucket blocks.0: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(3166720), 173312, 4, &grad_req[5]);
-    rt_progress(&mesh, 6, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket blocks.0: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 5, RT_AX_DP, F(3166720), 173312);
   // llama.shard:13  d@embed.weight += gather_bwd d%3, @embed.weight, $tokens
   // f32[B=4,T=64,128], f32[256,128], i32[B=4,T=64] -> f32[256,128]
   rt_embedding_backward_f32(F(3035648), F(20313152), I(12142592), 256, 128);
   // llama.shard:13 (embed)  %245 += grad_all_reduce %245
   // f32[32768] -> f32[32768]
-  if (last_microbatch) {  // bucket embed: overlaps the rest of the backward
-    rt_iallreduce(&mesh, RT_AX_DP, F(3035648), 32768, 4, &grad_req[6]);
-    rt_progress(&mesh, 7, grad_req);  // and the earlier buckets' go on
-  }
+  if (p->last_mb)  // bucket embed: overlaps the rest of the backward
+    rt_bucket_allreduce(p, 6, RT_AX_DP, F(3035648), 32768);
 }
 
-/* ---- optimizer ---- */
-/* AdamW (torch.optim.AdamW) on every parameter; decoupled weight decay only
- * where the table says so.  grad_scale folds in clipping and the 1/dp mean. */
-static void optimizer_step(long t, double lr, double grad_scale) {
-  for (int i = 0; i < NPARAMS; i++) {
-    const CgParam *p = &params[i];
-    rt_adamw_step_f32(F(p->offset), F(p->grad), F(p->opt), F(p->opt2), p->numel, lr, 0.9, 0.95,
-                    1e-08, p->decay ? 0.1 : 0.0, t, grad_scale);
-  }
-}
-
-/* ---- communication: MPI over the data-parallel ranks ---- */
-static int rank = 0, world = 1;
-
-#ifdef SHARDC_MPI
-#define mpiCheck(call)                                                       \
-  do {                                                                       \
-    int err_ = (call);                                                       \
-    if (err_ != MPI_SUCCESS) {                                               \
-      char msg_[MPI_MAX_ERROR_STRING];                                       \
-      int len_ = 0;                                                          \
-      MPI_Error_string(err_, msg_, &len_);                                   \
-      fprintf(stderr, "train: MPI error at %s:%d: %s\n", __FILE__, __LINE__, msg_); \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
-  } while (0)
-#endif
-
-static void comm_init(int *argc, char ***argv) {
-#ifdef SHARDC_MPI
-  mpiCheck(MPI_Init(argc, argv));
-  mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));
-#else
-  (void)argc;
-  (void)argv;
-  world = cg_launcher_ranks(&rank);  /* to refuse a launch on several ranks */
-#endif
-}
-
-static int comm_finish(int status) {
-#ifdef SHARDC_MPI
-  MPI_Finalize();
-#endif
-  return status;
-}
-
-/* A collective decision: every rank learns whether all ranks are fine.  A
- * failing rank prints its error (only rank 0's when rank 0 failed too). */
-static int all_ok(int ok) {
-  int v[2] = {ok, rank == 0 ? ok : 1};
-#ifdef SHARDC_MPI
-  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-#endif
-  if (!ok && (rank == 0 || v[1])) {
-    if (rank) fprintf(stderr, "train: error: rank %d: %s\n", rank, rt_last_error());
-    else fprintf(stderr, "train: error: %s\n", rt_last_error());
-  }
-  return v[0];
-}
-
-static const char PLAN[] =
-    "source:   samples/llama.shard\n"
-    "model:    llama\n"
-    "mesh:     laptop = 2 x cpu (1 node x 2), intra 10 GB/s, inter 25 GB/s, 14.90 GiB per device\n"
-    "strategy: dp=2 (from train block)\n"
-    "ranks:    rank = ((pp*2 + dp)*1 + sp)*1 + tp  (tp innermost)\n"
-    "batch:    8 sequences/step = dp 2 x microbatch 4 x 1 microbatch; seq 64\n"
-    "optim:    adamw lr=0.001 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=10 cosine min_lr=0 clip=1\n"
-    "steps:    100, precision fp32, seed 1337\n"
-    "params:   758,912 in 31 tensors (2.90 MiB fp32)\n"
-    "flops:    1.225e+09 forward per microbatch (256 tokens); 7.35e+09 per step fwd+bwd\n"
-    "graph:    201 nodes (121 forward), 252 values\n"
-    "memory:   23,401,472 bytes per rank (22.32 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.74 MiB at node 129\n"
-    "comm:     3,035,648 bytes sent per rank per step (dp 3,035,648)\n";
-
-static const CgModel model = {
-    .name = "llama", .source = "samples/llama.shard", .mesh = "laptop", .plan = PLAN, .f64 = 0,
-    .params = params, .nparams = NPARAMS,
-    .arena_bytes = ARENA_BYTES, .persistent_bytes = PERSISTENT_BYTES,
-    .grads_offset = GRADS_OFFSET, .grads_bytes = GRADS_BYTES,
-    .ranks = RANKS, .dp = DP, .mb = MICROBATCHES, .microbatch = MICROBATCH,
-    .batch = BATCH, .seq = SEQ, .steps = 100, .seed = 1337ull,
-    .opt = CG_OPT_ADAMW, .lr = 0.001, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-08,
-    .weight_decay = 0.1, .momentum = 0.0, .clip = 1.0, .min_lr_ratio = 0.0,
-    .warmup = 10, .cosine = 1,
-    .data = CG_DATA_TOKENS, .vocab = 256, .default_data = DEFAULT_DATA,
+/* The chunks: forward, backward, virtual stage, gradients (offset, bytes), stash
+ * slots (offset, bytes of one, how many). */
+static const RtChunk chunks[1] = {
+    {forward, backward, 0, 3035648, 3035648, 0, 0, 0},
 };
 
-static CgArgs args;
-static CgData data;
+/* The step after the microbatches: {op, axis, mode, byte offset, count, divisor}. */
+static const RtStepOp step[4] = {
+    {RT_STEP_WAIT, RT_AX_DP, 0, 0, 7, 0.0},  // the buckets' reductions
+    {RT_STEP_LOSS, RT_AX_DP, RT_LOSS_SUM, 0, 0, 2.0},  // loss sum over dp
+    {RT_STEP_NORM, RT_AX_TP, RT_NORM_PARAMS, 0, 0, 0.0},  // gradient norm sum
+    {RT_STEP_OPTIMIZER, RT_AX_WORLD, RT_UPDATE_PARAMS, 0, 0, 0.0},  // optimizer
+};
 
-/* Forward (and backward) of this rank's microbatches of one step: the mean
- * loss.  Parameter gradients accumulate over the microbatches. */
-static double run_microbatches(long step, int with_backward) {
-  if (with_backward) memset(arena + GRADS_OFFSET, 0, GRADS_BYTES);
-  double loss = 0;
-  for (int k = 0; k < MICROBATCHES; k++) {
-    int row0 = mesh.coord[RT_AX_DP] * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;
-    // $tokens, $targets
-    rt_check(cg_data_batch(&data, step, row0, MICROBATCH, I(12142592), I(12143616)));
-    loss += forward(step, row0);
-    if (with_backward) backward(step, row0);
-  }
-  return loss / MICROBATCHES;
-}
+static const RtProgram program = {
+    .name = "llama", .source = "samples/llama.shard", .mesh = "laptop", .spec = "dp=2",
+    .plan = PLAN, .f64 = 0,
+    .ranks = 2, .dp = 2, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
+    .mb = 1, .microbatch = 4, .batch = 8, .seq = 64,
+    .arena_bytes = 23401472, .persistent_bytes = 12142592, .comm_bytes = 3035648,
+    .params = params, .nparams = 31, .norm_w = norm_w,
+    .global = global, .nglobal = NGLOBAL, .global_bytes = 9106944, .shards = shards,
+    .zero = 0, .zaxis = RT_AX_DP, .nreq = 7,
+    .chunks = chunks, .nchunks = 1,
+    .step = step, .nstep = 4,
+    .steps = 100, .seed = 1337ull, .opt = RT_OPT_ADAMW, .lr = 0.001, .beta1 = 0.9, .beta2 = 0.95,
+    .eps = 1e-08, .weight_decay = 0.1, .momentum = 0.0, .clip = 1.0, .min_lr_ratio = 0.0,
+    .warmup = 10, .cosine = 1,
+    .data = RT_TRAIN_TOKENS, .vocab = 256, .default_data = DEFAULT_DATA,
+};
 
-/* ---- the mesh: parameters, checkpoints and the step's reductions ----
- * Every rank holds its shards; init and checkpoints go through the full
- * tensors (gparams), so a checkpoint is the same file under any plan. */
-/* The model as full tensors (gparams in a buffer of GLOBAL_BYTES). */
-static CgModel gmodel_of(void) {
-  CgModel gm = model;
-  gm.params = gparams;
-  gm.arena_bytes = gm.persistent_bytes = GLOBAL_BYTES;
-  return gm;
-}
+static const RtProgram *const programs[1] = {&program};
 
-static void init_params(uint64_t seed) {
-  CgModel gm = gmodel_of();
-  unsigned char *full = calloc(1, GLOBAL_BYTES);
-  if (!full) rt_mesh_fail(&mesh, "out of memory for the full parameters (%lld bytes)", GLOBAL_BYTES);
-  cg_init_params(&gm, full, seed);
-  for (int i = 0; i < NPARAMS; i++)
-    rt_shard_extract(&shards[i], &mesh, full + gparams[i].offset, arena + params[i].offset, 4);
-  free(full);
-}
-
-static int load_checkpoint(const char *path, long *step, int *weights_only) {
-  CgModel gm = gmodel_of();
-  unsigned char *full = calloc(1, GLOBAL_BYTES);
-  if (!full) return rt_errorf(RT_ERR_NOMEM, "out of memory for the full parameters");
-  int rc = cg_ckpt_load(&gm, full, path, step, weights_only);
-  for (int i = 0; rc == RT_OK && i < NPARAMS; i++)
-    for (int k = 0; k < CG_SLOTS; k++)
-      if (cg_param_slot(&params[i], k) >= 0)
-        rt_shard_extract(&shards[i], &mesh, full + cg_param_slot(&gparams[i], k),
-                         arena + cg_param_slot(&params[i], k), 4);
-  free(full);
-  return rc;
-}
-
-/* Gathered on rank 0, which writes the full tensors. */
-static int save_checkpoint(long steps_done) {
-  CgModel gm = gmodel_of();
-  unsigned char *full = rank == 0 ? calloc(1, GLOBAL_BYTES) : NULL;
-  if (!all_ok(rank != 0 || full || rt_errorf(RT_ERR_NOMEM, "out of memory for the checkpoint") == RT_OK)) return 0;
-  for (int i = 0; i < NPARAMS; i++)
-    for (int k = 0; k < CG_SLOTS; k++)
-      if (cg_param_slot(&params[i], k) >= 0)
-        rt_check(rt_shard_gather(&shards[i], &mesh, arena + cg_param_slot(&params[i], k),
-                                 full ? full + cg_param_slot(&gparams[i], k) : NULL, 4));
-  int ok = all_ok(rank != 0 || cg_ckpt_save(&gm, full, steps_done, args.save) == RT_OK);
-  free(full);
-  if (ok && rank == 0 && !args.quiet) printf("saved:    %s (step %ld)\n", args.save, steps_done);
-  return ok;
-}
-
-/* After the microbatches: gradients summed over the data-parallel ranks, and
- * over tp for replicated parameters used on sequence shards. */
-static void sync_gradients(void) {
-  rt_waitall(&mesh, 7, grad_req);  // the buckets' all-reduces, started in the backward
-}
-
-static double mean_loss(double loss) { return rt_mesh_sum_double(&mesh, RT_AX_DP, loss) / DP; }
-
-/* The global norm of the summed gradients (before the 1/DP mean). */
-static double grad_norm(void) {
-  double ss = 0;
-  for (int i = 0; i < NPARAMS; i++)
-    if (params[i].grad >= 0) ss += norm_w[i] * rt_sumsq_f32(F(params[i].grad), params[i].numel);
-  return sqrt(rt_mesh_sum_double(&mesh, RT_AX_TP, ss));
-}
-
-int main(int argc, char **argv) {
-  cg_blas_setup(argc, argv);
-  comm_init(&argc, &argv);
-  int rc = cg_args_parse(&args, &model, argc, argv, rank == 0);
-  if (rc) return comm_finish(rc > 0 ? 0 : 2);
-  if (world != RANKS && !args.gradcheck) {
-    if (rank == 0)
-      fprintf(stderr, "train: error: this program is planned for %d ranks (mesh laptop: dp=2) but runs on %d; run it as: mpirun -np %d %s ...\n",
-              RANKS, world, RANKS, argv[0]);
-    return comm_finish(1);
-  }
-  /* --gradcheck runs the data-parallel plan's program on one rank */
-  if (!all_ok(rt_mesh_init(&mesh, args.gradcheck ? 1 : DP, TP, 0, 1, 1) == RT_OK)) return comm_finish(1);
-  cg_set_threads(world);
-  RtArena *mem = NULL;
-  if (!all_ok(cg_arena_create(&mem, &model) == RT_OK)) return comm_finish(1);
-  arena = mem->base;
-  init_params(args.seed);
-  long step = 0;
-  int weights_only = 0;
-  if (args.load &&
-      !all_ok(load_checkpoint(args.load, &step, &weights_only) == RT_OK))
-    return comm_finish(1);
-  if (args.save && !all_ok(rank != 0 || cg_ckpt_check_target(args.save) == RT_OK))
-    return comm_finish(1);
-  if (!all_ok(cg_data_open(&data, &model, args.data, args.seed) == RT_OK)) return comm_finish(1);
-  if (args.gradcheck) return comm_finish(cg_gradcheck(&model, arena, run_microbatches, args.gradcheck));
-  RtMetrics log = {0};
-  if (!all_ok(rank != 0 || rt_metrics_open(&log, args.log, args.load != NULL) == RT_OK))
-    return comm_finish(1);
-  int say = rank == 0 && !args.quiet;
-  if (say) {
-    char d[512];
-    cg_data_describe(&data, d, sizeof d);
-    printf("%sdata:     %s\n", PLAN, d);
-    if (args.load && weights_only)
-      printf("loaded:   %s (weights only: the optimizer starts from zero)\n", args.load);
-    else if (args.load)
-      printf("loaded:   %s (step %ld)\n", args.load, step);
-    printf("train:    steps %ld..%ld on %d rank%s, seed %llu\n", step + 1, args.steps, world,
-           world == 1 ? "" : "s", (unsigned long long)args.seed);
-    fflush(stdout);
-  }
-  if (step >= args.steps) {
-    /* --steps 0 --save FILE writes the initial weights (for reference runs). */
-    if (args.save) return comm_finish(save_checkpoint(step) ? 0 : 1);
-    if (say) printf("nothing to do: the checkpoint is at step %ld, --steps is %ld\n", step, args.steps);
-    return comm_finish(0);
-  }
-  RtProgress progress;
-  rt_progress_init(&progress, args.steps, (args.steps + 19) / 20, !say);
-  /* On stdout with the plan and the summary, in order; one line every few
-   * steps, except alone on a terminal (mpirun gives ranks a pseudo-tty). */
-  progress.out = stdout;
-  progress.tty = world == 1 && !getenv("OMPI_COMM_WORLD_SIZE") && isatty(fileno(stdout));
-  const double tokens_per_step = (double)BATCH * SEQ;
-  double first_loss = NAN, loss = NAN, t_start = rt_now();
-  const long first_step = step;
-  for (; step < args.steps; step++) {
-    double t0 = rt_now();
-    /* The first step also measures the arena's high-water mark: it starts
-     * with every transient byte poisoned (NaN) and finds the highest one
-     * written. */
-    const int measure = step == first_step;
-    if (measure) cg_mem_poison(&model, arena);
-    loss = run_microbatches(step, 1);
-    size_t measured = measure ? cg_mem_highwater(&model, arena) : 0;
-    // sum gradients and losses over the ranks
-    sync_gradients();
-    loss = mean_loss(loss);
-    double norm = grad_norm() / DP;
-    if (!isfinite(loss) || !isfinite(norm)) {
-      double x = isfinite(loss) ? norm : loss;
-      if (rank == 0)
-        fprintf(stderr, "train: error: step %ld: the %s is %s; stopping without saving%s%s%s; "
-                        "check the data, the learning rate and any checkpoint loaded\n",
-                step + 1, isfinite(loss) ? "gradient norm" : "loss", isnan(x) ? "NaN" : "infinite",
-                args.save ? " (" : "", args.save ? args.save : "",
-                args.save ? " keeps its last good state)" : "");
-      return comm_finish(1);
-    }
-    double lr = cg_lr(&model, step);
-    optimizer_step(step + 1, lr, rt_clip_scale(norm, 1.0) / DP);
-    double ms = rt_ms_since(t0), tps = tokens_per_step / (ms / 1e3);
-    if (measure) {
-      double off = rt_mesh_sum_double(&mesh, RT_AX_WORLD, measured != ARENA_BYTES);
-      if (say) {
-        char a[32], b[32];
-        cg_commas(a, sizeof a, ARENA_BYTES);
-        cg_commas(b, sizeof b, measured);
-        printf("memory:   planned peak %s bytes per rank, measured %s on rank 0 (highest arena byte "
-               "written in step %ld)%s\n", a, b, step + 1, off ? "  MISMATCH" : "");
-        if (off) printf("          %.0f rank(s) measured another peak\n", off);
-        fflush(stdout);
-      }
-    }
-    if (measure) {
-      unsigned long long counted = rt_mesh_total_bytes(&mesh);
-      /* every rank's count, for the line rank 0 prints */
-      double sum = rt_mesh_sum_double(&mesh, RT_AX_WORLD, (double)counted);
-      if (say) {
-        char a[32], b[32];
-        cg_commas(a, sizeof a, COMM_BYTES);
-        cg_commas(b, sizeof b, counted);
-        printf("comm:     planned %s bytes sent per rank per step, counted %s on rank 0 (%.0f over all ranks)%s\n",
-               a, b, sum, counted == COMM_BYTES ? "" : "  MISMATCH");
-        fflush(stdout);
-      }
-      if (counted != COMM_BYTES && getenv("SHARDC_STRICT_COMM"))
-        rt_mesh_fail(&mesh, "sent %llu bytes in step 1, the plan says %llu", counted, (unsigned long long)COMM_BYTES);
-    }
-    rt_mesh_reset_counts(&mesh);
-    if (!all_ok(rank != 0 || rt_metrics_log(&log, step + 1, loss, lr, ms, tps) == RT_OK))
-      return comm_finish(1);
-    rt_progress_step(&progress, step + 1, loss, tps);
-    if (isnan(first_loss)) first_loss = loss;
-    if (args.save && args.save_every && (step + 1) % args.save_every == 0 &&
-        step + 1 < args.steps && !save_checkpoint(step + 1))
-      return comm_finish(1);
-  }
-  rt_progress_done(&progress);
-  if (args.save && !save_checkpoint(step)) return comm_finish(1);
-  if (say)
-    printf("done:     steps %ld..%ld in %.1f s; loss %.4f -> %.4f\n", first_step + 1, step,
-           rt_ms_since(t_start) / 1e3, first_loss, loss);
-  if (!all_ok(rank != 0 || rt_metrics_close(&log) == RT_OK)) return comm_finish(1);
-  cg_data_close(&data);
-  rt_arena_destroy(mem);
-  return comm_finish(0);
-}
+int main(int argc, char **argv) { return rt_train_main(programs, 1, argc, argv); }

@@ -17,91 +17,89 @@
  *
  * Arena per rank: 3,348,608 bytes = persistent 1,896,448 (params 474,112, grads 474,112, optimizer
  * 948,224) + transient peak 1,452,160 (87 buffers, peak at node 78).
+ * Fused: 8 bias adds into matmuls, 8 bias gradients into matmul backward,
+ * 0 elementwise chains (0 ops) into single loops.
  *
- * forward() and backward() run one microbatch as straight-line calls into
- * libshardrt on buffers at their planned arena offsets: F(offset) is a float
- * buffer, I(offset) an int32 one.  Backward calls accumulate (+=) into
- * gradients.  Fused: 8 bias adds into matmuls, 8 bias gradients into matmul
- * backward, 0 elementwise chains (0 ops) into single loops; transient
- * gradients are zeroed right before their first writer (or written with =).
+ * forward() and backward() run one microbatch as straight-line calls on
+ * buffers at their planned arena offsets: F(offset) is a float buffer,
+ * I(offset) an int32 one.  Backward calls accumulate
+ * (+=) into gradients; transient gradients are zeroed right before their
+ * first writer (or written with =).  The runtime's driver (rt_train.h) runs
+ * the schedule, the step, init, checkpoints and metrics from the tables.
  */
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "rt_codegen_support.h"
-#include "shardrt.h"
-#ifdef SHARDC_MPI
-#include <mpi.h>
-#endif
+#include "rt_train.h"
+
+/* Buffers of the microbatch being run (RtPass *p). */
+#define F(off) ((float *)(p->arena + (off)))
+#define I(off) ((int32_t *)(p->arena + (off)))
 
 /* Training text when --data is not given (`shardc build` passes an absolute path). */
 #ifndef DEFAULT_DATA
 #define DEFAULT_DATA "samples/data/tales.txt"
 #endif
 
-/* ---- the plan ---- */
-#define RANKS            1           /* mesh 1: launch with mpirun -np 1 */
-#define DP               1           /* data-parallel ranks, each on its own rows */
-#define MICROBATCHES     1           /* forward+backward passes per step and rank */
-#define MICROBATCH       4           /* rows per pass */
-#define BATCH            4           /* rows per step over all ranks */
-#define SEQ              32          /* tokens per row */
-#define ARENA_BYTES      3348608LL   /* the planned peak per rank */
-#define PERSISTENT_BYTES 1896448LL   /* params, grads, optimizer state */
-#define GRADS_OFFSET     474112LL    /* all parameter gradients, one range */
-#define GRADS_BYTES      474112LL
+#define RANKS 1  /* mesh 1: launch with mpirun -np 1 */
 
-static unsigned char *arena;
-#define F(off) ((float *)(arena + (off)))
-#define I(off) ((int32_t *)(arena + (off)))
+static const char PLAN[] =
+    "source:   samples/mish.shard\n"
+    "model:    gpt_mish\n"
+    "mesh:     1 = 1 x cpu (1 node x 1), intra 10 GB/s, inter 25 GB/s, 14.90 GiB per device\n"
+    "strategy: dp=1 (from default)\n"
+    "ranks:    rank = ((pp*1 + dp)*1 + sp)*1 + tp  (tp innermost)\n"
+    "batch:    4 sequences/step = dp 1 x microbatch 4 x 1 microbatch; seq 32\n"
+    "optim:    adamw lr=0.001 betas=(0.9, 0.999) eps=1e-08 weight_decay=0 warmup=0 cosine min_lr=0 clip=1\n"
+    "steps:    50, precision fp32, seed 1337\n"
+    "params:   118,528 in 28 tensors (463.00 KiB fp32)\n"
+    "flops:    9.73e+07 forward per microbatch (128 tokens); 2.919e+08 per step fwd+bwd\n"
+    "graph:    117 nodes (77 forward), 151 values\n"
+    "memory:   3,348,608 bytes per rank (3.19 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.38 MiB at node 78\n";
 
 /* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the
  * tensor, its gradient and optimizer state (-1: none), init, std, decay.
  * normal_scaled init: std 0.02/sqrt(4), one term per residual projection. */
-#define NPARAMS 28
-static const CgParam params[NPARAMS] = {
-    {"embed.weight", 2, {256, 64}, 16384, 0, 474112, 948224, 1013760, CG_INIT_NORMAL, 0.02, 1},
-    {"pos.weight", 2, {32, 64}, 2048, 65536, 539648, 1079296, 1087488, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.0.ln_1.weight", 1, {64}, 64, 73728, 547840, 1095680, 1095936, CG_INIT_ONES, 0.0, 0},
-    {"blocks.0.ln_1.bias", 1, {64}, 64, 73984, 548096, 1096192, 1096448, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.0.attn.qkv.weight", 2, {192, 64}, 12288, 74240, 548352, 1096704, 1145856, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.0.attn.qkv.bias", 1, {192}, 192, 123392, 597504, 1195008, 1195776, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.0.attn.proj.weight", 2, {64, 64}, 4096, 124160, 598272, 1196544, 1212928, CG_INIT_NORMAL, 0.01, 1},
-    {"blocks.0.attn.proj.bias", 1, {64}, 64, 140544, 614656, 1229312, 1229568, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.0.ln_2.weight", 1, {64}, 64, 140800, 614912, 1229824, 1230080, CG_INIT_ONES, 0.0, 0},
-    {"blocks.0.ln_2.bias", 1, {64}, 64, 141056, 615168, 1230336, 1230592, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.0.mlp.fc.weight", 2, {256, 64}, 16384, 141312, 615424, 1230848, 1296384, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.0.mlp.fc.bias", 1, {256}, 256, 206848, 680960, 1361920, 1362944, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.0.mlp.proj.weight", 2, {64, 256}, 16384, 207872, 681984, 1363968, 1429504, CG_INIT_NORMAL, 0.01, 1},
-    {"blocks.0.mlp.proj.bias", 1, {64}, 64, 273408, 747520, 1495040, 1495296, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.1.ln_1.weight", 1, {64}, 64, 273664, 747776, 1495552, 1495808, CG_INIT_ONES, 0.0, 0},
-    {"blocks.1.ln_1.bias", 1, {64}, 64, 273920, 748032, 1496064, 1496320, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.1.attn.qkv.weight", 2, {192, 64}, 12288, 274176, 748288, 1496576, 1545728, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.1.attn.qkv.bias", 1, {192}, 192, 323328, 797440, 1594880, 1595648, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.1.attn.proj.weight", 2, {64, 64}, 4096, 324096, 798208, 1596416, 1612800, CG_INIT_NORMAL, 0.01, 1},
-    {"blocks.1.attn.proj.bias", 1, {64}, 64, 340480, 814592, 1629184, 1629440, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.1.ln_2.weight", 1, {64}, 64, 340736, 814848, 1629696, 1629952, CG_INIT_ONES, 0.0, 0},
-    {"blocks.1.ln_2.bias", 1, {64}, 64, 340992, 815104, 1630208, 1630464, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.1.mlp.fc.weight", 2, {256, 64}, 16384, 341248, 815360, 1630720, 1696256, CG_INIT_NORMAL, 0.02, 1},
-    {"blocks.1.mlp.fc.bias", 1, {256}, 256, 406784, 880896, 1761792, 1762816, CG_INIT_ZEROS, 0.0, 0},
-    {"blocks.1.mlp.proj.weight", 2, {64, 256}, 16384, 407808, 881920, 1763840, 1829376, CG_INIT_NORMAL, 0.01, 1},
-    {"blocks.1.mlp.proj.bias", 1, {64}, 64, 473344, 947456, 1894912, 1895168, CG_INIT_ZEROS, 0.0, 0},
-    {"ln.weight", 1, {64}, 64, 473600, 947712, 1895424, 1895680, CG_INIT_ONES, 0.0, 0},
-    {"ln.bias", 1, {64}, 64, 473856, 947968, 1895936, 1896192, CG_INIT_ZEROS, 0.0, 0},
+static const RtParam params[28] = {
+    {"embed.weight", 2, {256, 64}, 16384, 0, 474112, 948224, 1013760, RT_INIT_NORMAL, 0.02, 1},
+    {"pos.weight", 2, {32, 64}, 2048, 65536, 539648, 1079296, 1087488, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.ln_1.weight", 1, {64}, 64, 73728, 547840, 1095680, 1095936, RT_INIT_ONES, 0.0, 0},
+    {"blocks.0.ln_1.bias", 1, {64}, 64, 73984, 548096, 1096192, 1096448, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.attn.qkv.weight", 2, {192, 64}, 12288, 74240, 548352, 1096704, 1145856, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.attn.qkv.bias", 1, {192}, 192, 123392, 597504, 1195008, 1195776, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.attn.proj.weight", 2, {64, 64}, 4096, 124160, 598272, 1196544, 1212928, RT_INIT_NORMAL, 0.01, 1},
+    {"blocks.0.attn.proj.bias", 1, {64}, 64, 140544, 614656, 1229312, 1229568, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.ln_2.weight", 1, {64}, 64, 140800, 614912, 1229824, 1230080, RT_INIT_ONES, 0.0, 0},
+    {"blocks.0.ln_2.bias", 1, {64}, 64, 141056, 615168, 1230336, 1230592, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.mlp.fc.weight", 2, {256, 64}, 16384, 141312, 615424, 1230848, 1296384, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.0.mlp.fc.bias", 1, {256}, 256, 206848, 680960, 1361920, 1362944, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.0.mlp.proj.weight", 2, {64, 256}, 16384, 207872, 681984, 1363968, 1429504, RT_INIT_NORMAL, 0.01, 1},
+    {"blocks.0.mlp.proj.bias", 1, {64}, 64, 273408, 747520, 1495040, 1495296, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.ln_1.weight", 1, {64}, 64, 273664, 747776, 1495552, 1495808, RT_INIT_ONES, 0.0, 0},
+    {"blocks.1.ln_1.bias", 1, {64}, 64, 273920, 748032, 1496064, 1496320, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.attn.qkv.weight", 2, {192, 64}, 12288, 274176, 748288, 1496576, 1545728, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.1.attn.qkv.bias", 1, {192}, 192, 323328, 797440, 1594880, 1595648, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.attn.proj.weight", 2, {64, 64}, 4096, 324096, 798208, 1596416, 1612800, RT_INIT_NORMAL, 0.01, 1},
+    {"blocks.1.attn.proj.bias", 1, {64}, 64, 340480, 814592, 1629184, 1629440, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.ln_2.weight", 1, {64}, 64, 340736, 814848, 1629696, 1629952, RT_INIT_ONES, 0.0, 0},
+    {"blocks.1.ln_2.bias", 1, {64}, 64, 340992, 815104, 1630208, 1630464, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.mlp.fc.weight", 2, {256, 64}, 16384, 341248, 815360, 1630720, 1696256, RT_INIT_NORMAL, 0.02, 1},
+    {"blocks.1.mlp.fc.bias", 1, {256}, 256, 406784, 880896, 1761792, 1762816, RT_INIT_ZEROS, 0.0, 0},
+    {"blocks.1.mlp.proj.weight", 2, {64, 256}, 16384, 407808, 881920, 1763840, 1829376, RT_INIT_NORMAL, 0.01, 1},
+    {"blocks.1.mlp.proj.bias", 1, {64}, 64, 473344, 947456, 1894912, 1895168, RT_INIT_ZEROS, 0.0, 0},
+    {"ln.weight", 1, {64}, 64, 473600, 947712, 1895424, 1895680, RT_INIT_ONES, 0.0, 0},
+    {"ln.bias", 1, {64}, 64, 473856, 947968, 1895936, 1896192, RT_INIT_ZEROS, 0.0, 0},
 };
 
 /* Loss of each cross_entropy (in double) and the rows it averaged over. */
 static double ce_loss[1];
 static int ce_rows[1];
 
-/* ---- forward: one microbatch; row0 is its first row in the global batch ---- */
-static double forward(long step, int row0) {
-  (void)step;
-  (void)row0;
+/* ---- forward: one microbatch (p->row0 its first row in the global batch) ---- */
+static double forward(RtPass *p) {
+  // $tokens, $targets
+  rt_load_batch(p, I(1896448), I(1896960));
   // mish.shard:15  %3 = gather @embed.weight, $tokens
   // f32[256,64], i32[B=4,T=32] -> f32[B=4,T=32,64]
   rt_check(rt_embedding_forward_f32(F(1897472), I(1896448), F(0), 128, 256, 64));
@@ -273,9 +271,7 @@ static double forward(long step, int row0) {
 }
 
 /* ---- backward: the same microbatch; accumulates into gradients ---- */
-static void backward(long step, int row0) {
-  (void)step;
-  (void)row0;
+static void backward(RtPass *p) {
   // mish.shard:18  d%88 = fill
   // () -> f32[]
   *F(3217472) = 1.0f;
@@ -446,237 +442,34 @@ static void backward(long step, int row0) {
   rt_embedding_backward_f32(F(474112), F(3217472), I(1896448), 128, 64);
 }
 
-/* ---- optimizer ---- */
-/* AdamW (torch.optim.AdamW) on every parameter; decoupled weight decay only
- * where the table says so.  grad_scale folds in clipping and the 1/dp mean. */
-static void optimizer_step(long t, double lr, double grad_scale) {
-  for (int i = 0; i < NPARAMS; i++) {
-    const CgParam *p = &params[i];
-    rt_adamw_step_f32(F(p->offset), F(p->grad), F(p->opt), F(p->opt2), p->numel, lr, 0.9, 0.999,
-                    1e-08, 0.0, t, grad_scale);
-  }
-}
-
-/* ---- communication: MPI over the data-parallel ranks ---- */
-static int rank = 0, world = 1;
-
-#ifdef SHARDC_MPI
-#define mpiCheck(call)                                                       \
-  do {                                                                       \
-    int err_ = (call);                                                       \
-    if (err_ != MPI_SUCCESS) {                                               \
-      char msg_[MPI_MAX_ERROR_STRING];                                       \
-      int len_ = 0;                                                          \
-      MPI_Error_string(err_, msg_, &len_);                                   \
-      fprintf(stderr, "train: MPI error at %s:%d: %s\n", __FILE__, __LINE__, msg_); \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
-  } while (0)
-#endif
-
-static void comm_init(int *argc, char ***argv) {
-#ifdef SHARDC_MPI
-  mpiCheck(MPI_Init(argc, argv));
-  mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));
-#else
-  (void)argc;
-  (void)argv;
-  world = cg_launcher_ranks(&rank);  /* to refuse a launch on several ranks */
-#endif
-}
-
-static int comm_finish(int status) {
-#ifdef SHARDC_MPI
-  MPI_Finalize();
-#endif
-  return status;
-}
-
-/* A collective decision: every rank learns whether all ranks are fine.  A
- * failing rank prints its error (only rank 0's when rank 0 failed too). */
-static int all_ok(int ok) {
-  int v[2] = {ok, rank == 0 ? ok : 1};
-#ifdef SHARDC_MPI
-  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-#endif
-  if (!ok && (rank == 0 || v[1])) {
-    if (rank) fprintf(stderr, "train: error: rank %d: %s\n", rank, rt_last_error());
-    else fprintf(stderr, "train: error: %s\n", rt_last_error());
-  }
-  return v[0];
-}
-
-static const char PLAN[] =
-    "source:   samples/mish.shard\n"
-    "model:    gpt_mish\n"
-    "mesh:     1 = 1 x cpu (1 node x 1), intra 10 GB/s, inter 25 GB/s, 14.90 GiB per device\n"
-    "strategy: dp=1 (from default)\n"
-    "ranks:    rank = ((pp*1 + dp)*1 + sp)*1 + tp  (tp innermost)\n"
-    "batch:    4 sequences/step = dp 1 x microbatch 4 x 1 microbatch; seq 32\n"
-    "optim:    adamw lr=0.001 betas=(0.9, 0.999) eps=1e-08 weight_decay=0 warmup=0 cosine min_lr=0 clip=1\n"
-    "steps:    50, precision fp32, seed 1337\n"
-    "params:   118,528 in 28 tensors (463.00 KiB fp32)\n"
-    "flops:    9.73e+07 forward per microbatch (128 tokens); 2.919e+08 per step fwd+bwd\n"
-    "graph:    117 nodes (77 forward), 151 values\n"
-    "memory:   3,348,608 bytes per rank (3.19 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.38 MiB at node 78\n";
-
-static const CgModel model = {
-    .name = "gpt_mish", .source = "samples/mish.shard", .mesh = "1", .plan = PLAN, .f64 = 0,
-    .params = params, .nparams = NPARAMS,
-    .arena_bytes = ARENA_BYTES, .persistent_bytes = PERSISTENT_BYTES,
-    .grads_offset = GRADS_OFFSET, .grads_bytes = GRADS_BYTES,
-    .ranks = RANKS, .dp = DP, .mb = MICROBATCHES, .microbatch = MICROBATCH,
-    .batch = BATCH, .seq = SEQ, .steps = 50, .seed = 1337ull,
-    .opt = CG_OPT_ADAMW, .lr = 0.001, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-08,
-    .weight_decay = 0.0, .momentum = 0.0, .clip = 1.0, .min_lr_ratio = 0.0,
-    .warmup = 0, .cosine = 1,
-    .data = CG_DATA_TOKENS, .vocab = 256, .default_data = DEFAULT_DATA,
+/* The chunks: forward, backward, virtual stage, gradients (offset, bytes), stash
+ * slots (offset, bytes of one, how many). */
+static const RtChunk chunks[1] = {
+    {forward, backward, 0, 474112, 474112, 0, 0, 0},
 };
 
-static CgArgs args;
-static CgData data;
+/* The step after the microbatches: {op, axis, mode, byte offset, count, divisor}. */
+static const RtStepOp step[2] = {
+    {RT_STEP_NORM, RT_AX_WORLD, RT_NORM_RANGE, 474112, 118528, 0.0},  // gradient norm
+    {RT_STEP_OPTIMIZER, RT_AX_WORLD, RT_UPDATE_PARAMS, 0, 0, 0.0},  // optimizer
+};
 
-/* Forward (and backward) of this rank's microbatches of one step: the mean
- * loss.  Parameter gradients accumulate over the microbatches. */
-static double run_microbatches(long step, int with_backward) {
-  if (with_backward) memset(arena + GRADS_OFFSET, 0, GRADS_BYTES);
-  double loss = 0;
-  for (int k = 0; k < MICROBATCHES; k++) {
-    int row0 = rank * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;
-    // $tokens, $targets
-    rt_check(cg_data_batch(&data, step, row0, MICROBATCH, I(1896448), I(1896960)));
-    loss += forward(step, row0);
-    if (with_backward) backward(step, row0);
-  }
-  return loss / MICROBATCHES;
-}
+static const RtProgram program = {
+    .name = "gpt_mish", .source = "samples/mish.shard", .mesh = "1", .spec = "dp=1",
+    .plan = PLAN, .f64 = 0,
+    .ranks = 1, .dp = 1, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
+    .mb = 1, .microbatch = 4, .batch = 4, .seq = 32,
+    .arena_bytes = 3348608, .persistent_bytes = 1896448, .comm_bytes = 0,
+    .params = params, .nparams = 28,
+    .zero = -1, .zaxis = RT_AX_DP, .nreq = 0,
+    .chunks = chunks, .nchunks = 1,
+    .step = step, .nstep = 2,
+    .steps = 50, .seed = 1337ull, .opt = RT_OPT_ADAMW, .lr = 0.001, .beta1 = 0.9, .beta2 = 0.999,
+    .eps = 1e-08, .weight_decay = 0.0, .momentum = 0.0, .clip = 1.0, .min_lr_ratio = 0.0,
+    .warmup = 0, .cosine = 1,
+    .data = RT_TRAIN_TOKENS, .vocab = 256, .default_data = DEFAULT_DATA,
+};
 
-/* ---- one rank: parameters, checkpoints and the step's reductions ---- */
-static void init_params(uint64_t seed) { cg_init_params(&model, arena, seed); }
+static const RtProgram *const programs[1] = {&program};
 
-static int load_checkpoint(const char *path, long *step, int *weights_only) {
-  return cg_ckpt_load(&model, arena, path, step, weights_only);
-}
-
-static int save_checkpoint(long steps_done) {
-  int ok = all_ok(cg_ckpt_save(&model, arena, steps_done, args.save) == RT_OK);
-  if (ok && !args.quiet) printf("saved:    %s (step %ld)\n", args.save, steps_done);
-  return ok;
-}
-
-static void sync_gradients(void) {}
-static double mean_loss(double loss) { return loss; }
-static double grad_norm(void) {
-  return sqrt(rt_sumsq_f32(F(GRADS_OFFSET), GRADS_BYTES / sizeof(float)));
-}
-
-int main(int argc, char **argv) {
-  cg_blas_setup(argc, argv);
-  comm_init(&argc, &argv);
-  int rc = cg_args_parse(&args, &model, argc, argv, rank == 0);
-  if (rc) return comm_finish(rc > 0 ? 0 : 2);
-  if (world != RANKS && !args.gradcheck) {
-    if (rank == 0)
-      fprintf(stderr, "train: error: this program is planned for 1 rank but was launched on %d; run it directly: %s ...\n",
-              world, argv[0]);
-    return comm_finish(1);
-  }
-  cg_set_threads(world);
-  RtArena *mem = NULL;
-  if (!all_ok(cg_arena_create(&mem, &model) == RT_OK)) return comm_finish(1);
-  arena = mem->base;
-  init_params(args.seed);
-  long step = 0;
-  int weights_only = 0;
-  if (args.load &&
-      !all_ok(load_checkpoint(args.load, &step, &weights_only) == RT_OK))
-    return comm_finish(1);
-  if (args.save && !all_ok(rank != 0 || cg_ckpt_check_target(args.save) == RT_OK))
-    return comm_finish(1);
-  if (!all_ok(cg_data_open(&data, &model, args.data, args.seed) == RT_OK)) return comm_finish(1);
-  if (args.gradcheck) return comm_finish(cg_gradcheck(&model, arena, run_microbatches, args.gradcheck));
-  RtMetrics log = {0};
-  if (!all_ok(rank != 0 || rt_metrics_open(&log, args.log, args.load != NULL) == RT_OK))
-    return comm_finish(1);
-  int say = rank == 0 && !args.quiet;
-  if (say) {
-    char d[512];
-    cg_data_describe(&data, d, sizeof d);
-    printf("%sdata:     %s\n", PLAN, d);
-    if (args.load && weights_only)
-      printf("loaded:   %s (weights only: the optimizer starts from zero)\n", args.load);
-    else if (args.load)
-      printf("loaded:   %s (step %ld)\n", args.load, step);
-    printf("train:    steps %ld..%ld on %d rank%s, seed %llu\n", step + 1, args.steps, world,
-           world == 1 ? "" : "s", (unsigned long long)args.seed);
-    fflush(stdout);
-  }
-  if (step >= args.steps) {
-    /* --steps 0 --save FILE writes the initial weights (for reference runs). */
-    if (args.save) return comm_finish(save_checkpoint(step) ? 0 : 1);
-    if (say) printf("nothing to do: the checkpoint is at step %ld, --steps is %ld\n", step, args.steps);
-    return comm_finish(0);
-  }
-  RtProgress progress;
-  rt_progress_init(&progress, args.steps, (args.steps + 19) / 20, !say);
-  /* On stdout with the plan and the summary, in order; one line every few
-   * steps, except alone on a terminal (mpirun gives ranks a pseudo-tty). */
-  progress.out = stdout;
-  progress.tty = world == 1 && !getenv("OMPI_COMM_WORLD_SIZE") && isatty(fileno(stdout));
-  const double tokens_per_step = (double)BATCH * SEQ;
-  double first_loss = NAN, loss = NAN, t_start = rt_now();
-  const long first_step = step;
-  for (; step < args.steps; step++) {
-    double t0 = rt_now();
-    /* The first step also measures the arena's high-water mark: it starts
-     * with every transient byte poisoned (NaN) and finds the highest one
-     * written. */
-    const int measure = step == first_step;
-    if (measure) cg_mem_poison(&model, arena);
-    loss = run_microbatches(step, 1);
-    size_t measured = measure ? cg_mem_highwater(&model, arena) : 0;
-    // sum gradients and losses over the ranks
-    sync_gradients();
-    loss = mean_loss(loss);
-    double norm = grad_norm() / DP;
-    if (!isfinite(loss) || !isfinite(norm)) {
-      double x = isfinite(loss) ? norm : loss;
-      if (rank == 0)
-        fprintf(stderr, "train: error: step %ld: the %s is %s; stopping without saving%s%s%s; "
-                        "check the data, the learning rate and any checkpoint loaded\n",
-                step + 1, isfinite(loss) ? "gradient norm" : "loss", isnan(x) ? "NaN" : "infinite",
-                args.save ? " (" : "", args.save ? args.save : "",
-                args.save ? " keeps its last good state)" : "");
-      return comm_finish(1);
-    }
-    double lr = cg_lr(&model, step);
-    optimizer_step(step + 1, lr, rt_clip_scale(norm, 1.0) / DP);
-    double ms = rt_ms_since(t0), tps = tokens_per_step / (ms / 1e3);
-    if (measure && say) {
-      char a[32], b[32];
-      cg_commas(a, sizeof a, ARENA_BYTES);
-      cg_commas(b, sizeof b, measured);
-      printf("memory:   planned peak %s bytes per rank, measured %s (highest arena byte "
-             "written in step %ld)%s\n", a, b, step + 1,
-             measured == ARENA_BYTES ? "" : "  MISMATCH");
-      fflush(stdout);
-    }
-    if (!all_ok(rank != 0 || rt_metrics_log(&log, step + 1, loss, lr, ms, tps) == RT_OK))
-      return comm_finish(1);
-    rt_progress_step(&progress, step + 1, loss, tps);
-    if (isnan(first_loss)) first_loss = loss;
-    if (args.save && args.save_every && (step + 1) % args.save_every == 0 &&
-        step + 1 < args.steps && !save_checkpoint(step + 1))
-      return comm_finish(1);
-  }
-  rt_progress_done(&progress);
-  if (args.save && !save_checkpoint(step)) return comm_finish(1);
-  if (say)
-    printf("done:     steps %ld..%ld in %.1f s; loss %.4f -> %.4f\n", first_step + 1, step,
-           rt_ms_since(t_start) / 1e3, first_loss, loss);
-  if (!all_ok(rank != 0 || rt_metrics_close(&log) == RT_OK)) return comm_finish(1);
-  cg_data_close(&data);
-  rt_arena_destroy(mem);
-  return comm_finish(0);
-}
+int main(int argc, char **argv) { return rt_train_main(programs, 1, argc, argv); }

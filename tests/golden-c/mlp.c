@@ -17,63 +17,61 @@
  *
  * Arena per rank: 1,196,096 bytes = persistent 1,020,096 (params 340,032, grads 340,032, optimizer
  * 340,032) + transient peak 176,000 (17 buffers, peak at node 20).
+ * Fused: 3 bias adds into matmuls, 3 bias gradients into matmul backward,
+ * 0 elementwise chains (0 ops) into single loops.
  *
- * forward() and backward() run one microbatch as straight-line calls into
- * libshardrt on buffers at their planned arena offsets: F(offset) is a float
- * buffer, I(offset) an int32 one.  Backward calls accumulate (+=) into
- * gradients.  Fused: 3 bias adds into matmuls, 3 bias gradients into matmul
- * backward, 0 elementwise chains (0 ops) into single loops; transient
- * gradients are zeroed right before their first writer (or written with =).
+ * forward() and backward() run one microbatch as straight-line calls on
+ * buffers at their planned arena offsets: F(offset) is a float buffer,
+ * I(offset) an int32 one.  Backward calls accumulate
+ * (+=) into gradients; transient gradients are zeroed right before their
+ * first writer (or written with =).  The runtime's driver (rt_train.h) runs
+ * the schedule, the step, init, checkpoints and metrics from the tables.
  */
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "rt_codegen_support.h"
-#include "shardrt.h"
-#ifdef SHARDC_MPI
-#include <mpi.h>
-#endif
+#include "rt_train.h"
 
-/* ---- the plan ---- */
-#define RANKS            1           /* mesh 1: launch with mpirun -np 1 */
-#define DP               1           /* data-parallel ranks, each on its own rows */
-#define MICROBATCHES     1           /* forward+backward passes per step and rank */
-#define MICROBATCH       32          /* rows per pass */
-#define BATCH            32          /* rows per step over all ranks */
-#define SEQ              1           /* tokens per row */
-#define ARENA_BYTES      1196096LL   /* the planned peak per rank */
-#define PERSISTENT_BYTES 1020096LL   /* params, grads, optimizer state */
-#define GRADS_OFFSET     340032LL    /* all parameter gradients, one range */
-#define GRADS_BYTES      340032LL
+/* Buffers of the microbatch being run (RtPass *p). */
+#define F(off) ((float *)(p->arena + (off)))
+#define I(off) ((int32_t *)(p->arena + (off)))
 
-static unsigned char *arena;
-#define F(off) ((float *)(arena + (off)))
-#define I(off) ((int32_t *)(arena + (off)))
+#define RANKS 1  /* mesh 1: launch with mpirun -np 1 */
+
+static const char PLAN[] =
+    "source:   samples/mlp.shard\n"
+    "model:    mlp3\n"
+    "mesh:     1 = 1 x cpu (1 node x 1), intra 10 GB/s, inter 25 GB/s, 14.90 GiB per device\n"
+    "strategy: dp=1 (from default)\n"
+    "ranks:    rank = ((pp*1 + dp)*1 + sp)*1 + tp  (tp innermost)\n"
+    "batch:    32 examples/step = dp 1 x microbatch 32 x 1 microbatch\n"
+    "optim:    sgd lr=0.05 momentum=0.9 weight_decay=0 warmup=0 cosine min_lr=0 clip=1\n"
+    "steps:    200, precision fp32, seed 1337\n"
+    "params:   85,002 in 6 tensors (332.04 KiB fp32)\n"
+    "flops:    1.632e+07 forward per microbatch (32 tokens); 4.897e+07 per step fwd+bwd\n"
+    "graph:    27 nodes (17 forward), 29 values\n"
+    "memory:   1,196,096 bytes per rank (1.14 MiB): params 332.06 KiB, grads 332.06 KiB, optimizer 332.06 KiB, activations+inputs 171.88 KiB at node 20\n";
 
 /* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the
  * tensor, its gradient and optimizer state (-1: none), init, std, decay. */
-#define NPARAMS 6
-static const CgParam params[NPARAMS] = {
-    {"dense_1.linear.weight", 2, {256, 64}, 16384, 0, 340032, 680064, -1, CG_INIT_NORMAL, 0.02, 1},
-    {"dense_1.linear.bias", 1, {256}, 256, 65536, 405568, 745600, -1, CG_INIT_ZEROS, 0.0, 0},
-    {"dense_2.linear.weight", 2, {256, 256}, 65536, 66560, 406592, 746624, -1, CG_INIT_NORMAL, 0.02, 1},
-    {"dense_2.linear.bias", 1, {256}, 256, 328704, 668736, 1008768, -1, CG_INIT_ZEROS, 0.0, 0},
-    {"linear.weight", 2, {10, 256}, 2560, 329728, 669760, 1009792, -1, CG_INIT_NORMAL, 0.02, 1},
-    {"linear.bias", 1, {10}, 10, 339968, 680000, 1020032, -1, CG_INIT_ZEROS, 0.0, 0},
+static const RtParam params[6] = {
+    {"dense_1.linear.weight", 2, {256, 64}, 16384, 0, 340032, 680064, -1, RT_INIT_NORMAL, 0.02, 1},
+    {"dense_1.linear.bias", 1, {256}, 256, 65536, 405568, 745600, -1, RT_INIT_ZEROS, 0.0, 0},
+    {"dense_2.linear.weight", 2, {256, 256}, 65536, 66560, 406592, 746624, -1, RT_INIT_NORMAL, 0.02, 1},
+    {"dense_2.linear.bias", 1, {256}, 256, 328704, 668736, 1008768, -1, RT_INIT_ZEROS, 0.0, 0},
+    {"linear.weight", 2, {10, 256}, 2560, 329728, 669760, 1009792, -1, RT_INIT_NORMAL, 0.02, 1},
+    {"linear.bias", 1, {10}, 10, 339968, 680000, 1020032, -1, RT_INIT_ZEROS, 0.0, 0},
 };
 
 /* Loss of each cross_entropy (in double) and the rows it averaged over. */
 static double ce_loss[1];
 static int ce_rows[1];
 
-/* ---- forward: one microbatch; row0 is its first row in the global batch ---- */
-static double forward(long step, int row0) {
-  (void)step;
-  (void)row0;
+/* ---- forward: one microbatch (p->row0 its first row in the global batch) ---- */
+static double forward(RtPass *p) {
+  // $x, $labels
+  rt_load_batch(p, F(1020096), I(1028288));
   // mlp.shard:6 (dense_1)  %3 = matmul $x, @dense_1.linear.weight; %5 = add %3, @dense_1.linear.bias
   // f32[B=32,64], f32[256,64], f32[256] -> f32[B=32,256]
   rt_matmul_forward_f32(F(1061184), F(1020096), F(0), F(65536), 32, 64, 256);
@@ -97,9 +95,7 @@ static double forward(long step, int row0) {
 }
 
 /* ---- backward: the same microbatch; accumulates into gradients ---- */
-static void backward(long step, int row0) {
-  (void)step;
-  (void)row0;
+static void backward(RtPass *p) {
   // mlp.shard:13  d%16 = fill
   // () -> f32[]
   *F(1159552) = 1.0f;
@@ -127,238 +123,34 @@ static void backward(long step, int row0) {
   rt_matmul_backward_f32(NULL, F(340032), F(405568), F(1028416), F(1020096), F(0), 32, 64, 256);
 }
 
-/* ---- optimizer ---- */
-/* SGD (torch.optim.SGD) with momentum 0.9; weight decay only where the table
- * says so.  grad_scale folds in clipping and the 1/dp mean. */
-static void optimizer_step(long t, double lr, double grad_scale) {
-  (void)t;
-  for (int i = 0; i < NPARAMS; i++) {
-    const CgParam *p = &params[i];
-    rt_sgd_step_f32(F(p->offset), F(p->grad), F(p->opt), p->numel, lr, 0.9,
-                  0.0, grad_scale);
-  }
-}
-
-/* ---- communication: MPI over the data-parallel ranks ---- */
-static int rank = 0, world = 1;
-
-#ifdef SHARDC_MPI
-#define mpiCheck(call)                                                       \
-  do {                                                                       \
-    int err_ = (call);                                                       \
-    if (err_ != MPI_SUCCESS) {                                               \
-      char msg_[MPI_MAX_ERROR_STRING];                                       \
-      int len_ = 0;                                                          \
-      MPI_Error_string(err_, msg_, &len_);                                   \
-      fprintf(stderr, "train: MPI error at %s:%d: %s\n", __FILE__, __LINE__, msg_); \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
-  } while (0)
-#endif
-
-static void comm_init(int *argc, char ***argv) {
-#ifdef SHARDC_MPI
-  mpiCheck(MPI_Init(argc, argv));
-  mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));
-#else
-  (void)argc;
-  (void)argv;
-  world = cg_launcher_ranks(&rank);  /* to refuse a launch on several ranks */
-#endif
-}
-
-static int comm_finish(int status) {
-#ifdef SHARDC_MPI
-  MPI_Finalize();
-#endif
-  return status;
-}
-
-/* A collective decision: every rank learns whether all ranks are fine.  A
- * failing rank prints its error (only rank 0's when rank 0 failed too). */
-static int all_ok(int ok) {
-  int v[2] = {ok, rank == 0 ? ok : 1};
-#ifdef SHARDC_MPI
-  mpiCheck(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-#endif
-  if (!ok && (rank == 0 || v[1])) {
-    if (rank) fprintf(stderr, "train: error: rank %d: %s\n", rank, rt_last_error());
-    else fprintf(stderr, "train: error: %s\n", rt_last_error());
-  }
-  return v[0];
-}
-
-static const char PLAN[] =
-    "source:   samples/mlp.shard\n"
-    "model:    mlp3\n"
-    "mesh:     1 = 1 x cpu (1 node x 1), intra 10 GB/s, inter 25 GB/s, 14.90 GiB per device\n"
-    "strategy: dp=1 (from default)\n"
-    "ranks:    rank = ((pp*1 + dp)*1 + sp)*1 + tp  (tp innermost)\n"
-    "batch:    32 examples/step = dp 1 x microbatch 32 x 1 microbatch\n"
-    "optim:    sgd lr=0.05 momentum=0.9 weight_decay=0 warmup=0 cosine min_lr=0 clip=1\n"
-    "steps:    200, precision fp32, seed 1337\n"
-    "params:   85,002 in 6 tensors (332.04 KiB fp32)\n"
-    "flops:    1.632e+07 forward per microbatch (32 tokens); 4.897e+07 per step fwd+bwd\n"
-    "graph:    27 nodes (17 forward), 29 values\n"
-    "memory:   1,196,096 bytes per rank (1.14 MiB): params 332.06 KiB, grads 332.06 KiB, optimizer 332.06 KiB, activations+inputs 171.88 KiB at node 20\n";
-
-static const CgModel model = {
-    .name = "mlp3", .source = "samples/mlp.shard", .mesh = "1", .plan = PLAN, .f64 = 0,
-    .params = params, .nparams = NPARAMS,
-    .arena_bytes = ARENA_BYTES, .persistent_bytes = PERSISTENT_BYTES,
-    .grads_offset = GRADS_OFFSET, .grads_bytes = GRADS_BYTES,
-    .ranks = RANKS, .dp = DP, .mb = MICROBATCHES, .microbatch = MICROBATCH,
-    .batch = BATCH, .seq = SEQ, .steps = 200, .seed = 1337ull,
-    .opt = CG_OPT_SGD, .lr = 0.05, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-08,
-    .weight_decay = 0.0, .momentum = 0.9, .clip = 1.0, .min_lr_ratio = 0.0,
-    .warmup = 0, .cosine = 1,
-    .data = CG_DATA_SYNTH, .features = 64, .classes = 10,
+/* The chunks: forward, backward, virtual stage, gradients (offset, bytes), stash
+ * slots (offset, bytes of one, how many). */
+static const RtChunk chunks[1] = {
+    {forward, backward, 0, 340032, 340032, 0, 0, 0},
 };
 
-static CgArgs args;
-static CgData data;
+/* The step after the microbatches: {op, axis, mode, byte offset, count, divisor}. */
+static const RtStepOp step[2] = {
+    {RT_STEP_NORM, RT_AX_WORLD, RT_NORM_RANGE, 340032, 85008, 0.0},  // gradient norm
+    {RT_STEP_OPTIMIZER, RT_AX_WORLD, RT_UPDATE_PARAMS, 0, 0, 0.0},  // optimizer
+};
 
-/* Forward (and backward) of this rank's microbatches of one step: the mean
- * loss.  Parameter gradients accumulate over the microbatches. */
-static double run_microbatches(long step, int with_backward) {
-  if (with_backward) memset(arena + GRADS_OFFSET, 0, GRADS_BYTES);
-  double loss = 0;
-  for (int k = 0; k < MICROBATCHES; k++) {
-    int row0 = rank * (MICROBATCHES * MICROBATCH) + k * MICROBATCH;
-    // $x, $labels
-    rt_check(cg_data_batch(&data, step, row0, MICROBATCH, F(1020096), I(1028288)));
-    loss += forward(step, row0);
-    if (with_backward) backward(step, row0);
-  }
-  return loss / MICROBATCHES;
-}
+static const RtProgram program = {
+    .name = "mlp3", .source = "samples/mlp.shard", .mesh = "1", .spec = "dp=1",
+    .plan = PLAN, .f64 = 0,
+    .ranks = 1, .dp = 1, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
+    .mb = 1, .microbatch = 32, .batch = 32, .seq = 1,
+    .arena_bytes = 1196096, .persistent_bytes = 1020096, .comm_bytes = 0,
+    .params = params, .nparams = 6,
+    .zero = -1, .zaxis = RT_AX_DP, .nreq = 0,
+    .chunks = chunks, .nchunks = 1,
+    .step = step, .nstep = 2,
+    .steps = 200, .seed = 1337ull, .opt = RT_OPT_SGD, .lr = 0.05, .beta1 = 0.9, .beta2 = 0.999,
+    .eps = 1e-08, .weight_decay = 0.0, .momentum = 0.9, .clip = 1.0, .min_lr_ratio = 0.0,
+    .warmup = 0, .cosine = 1,
+    .data = RT_TRAIN_SYNTH, .features = 64, .classes = 10,
+};
 
-/* ---- one rank: parameters, checkpoints and the step's reductions ---- */
-static void init_params(uint64_t seed) { cg_init_params(&model, arena, seed); }
+static const RtProgram *const programs[1] = {&program};
 
-static int load_checkpoint(const char *path, long *step, int *weights_only) {
-  return cg_ckpt_load(&model, arena, path, step, weights_only);
-}
-
-static int save_checkpoint(long steps_done) {
-  int ok = all_ok(cg_ckpt_save(&model, arena, steps_done, args.save) == RT_OK);
-  if (ok && !args.quiet) printf("saved:    %s (step %ld)\n", args.save, steps_done);
-  return ok;
-}
-
-static void sync_gradients(void) {}
-static double mean_loss(double loss) { return loss; }
-static double grad_norm(void) {
-  return sqrt(rt_sumsq_f32(F(GRADS_OFFSET), GRADS_BYTES / sizeof(float)));
-}
-
-int main(int argc, char **argv) {
-  cg_blas_setup(argc, argv);
-  comm_init(&argc, &argv);
-  int rc = cg_args_parse(&args, &model, argc, argv, rank == 0);
-  if (rc) return comm_finish(rc > 0 ? 0 : 2);
-  if (world != RANKS && !args.gradcheck) {
-    if (rank == 0)
-      fprintf(stderr, "train: error: this program is planned for 1 rank but was launched on %d; run it directly: %s ...\n",
-              world, argv[0]);
-    return comm_finish(1);
-  }
-  cg_set_threads(world);
-  RtArena *mem = NULL;
-  if (!all_ok(cg_arena_create(&mem, &model) == RT_OK)) return comm_finish(1);
-  arena = mem->base;
-  init_params(args.seed);
-  long step = 0;
-  int weights_only = 0;
-  if (args.load &&
-      !all_ok(load_checkpoint(args.load, &step, &weights_only) == RT_OK))
-    return comm_finish(1);
-  if (args.save && !all_ok(rank != 0 || cg_ckpt_check_target(args.save) == RT_OK))
-    return comm_finish(1);
-  if (!all_ok(cg_data_open(&data, &model, args.data, args.seed) == RT_OK)) return comm_finish(1);
-  if (args.gradcheck) return comm_finish(cg_gradcheck(&model, arena, run_microbatches, args.gradcheck));
-  RtMetrics log = {0};
-  if (!all_ok(rank != 0 || rt_metrics_open(&log, args.log, args.load != NULL) == RT_OK))
-    return comm_finish(1);
-  int say = rank == 0 && !args.quiet;
-  if (say) {
-    char d[512];
-    cg_data_describe(&data, d, sizeof d);
-    printf("%sdata:     %s\n", PLAN, d);
-    if (args.load && weights_only)
-      printf("loaded:   %s (weights only: the optimizer starts from zero)\n", args.load);
-    else if (args.load)
-      printf("loaded:   %s (step %ld)\n", args.load, step);
-    printf("train:    steps %ld..%ld on %d rank%s, seed %llu\n", step + 1, args.steps, world,
-           world == 1 ? "" : "s", (unsigned long long)args.seed);
-    fflush(stdout);
-  }
-  if (step >= args.steps) {
-    /* --steps 0 --save FILE writes the initial weights (for reference runs). */
-    if (args.save) return comm_finish(save_checkpoint(step) ? 0 : 1);
-    if (say) printf("nothing to do: the checkpoint is at step %ld, --steps is %ld\n", step, args.steps);
-    return comm_finish(0);
-  }
-  RtProgress progress;
-  rt_progress_init(&progress, args.steps, (args.steps + 19) / 20, !say);
-  /* On stdout with the plan and the summary, in order; one line every few
-   * steps, except alone on a terminal (mpirun gives ranks a pseudo-tty). */
-  progress.out = stdout;
-  progress.tty = world == 1 && !getenv("OMPI_COMM_WORLD_SIZE") && isatty(fileno(stdout));
-  const double tokens_per_step = (double)BATCH * SEQ;
-  double first_loss = NAN, loss = NAN, t_start = rt_now();
-  const long first_step = step;
-  for (; step < args.steps; step++) {
-    double t0 = rt_now();
-    /* The first step also measures the arena's high-water mark: it starts
-     * with every transient byte poisoned (NaN) and finds the highest one
-     * written. */
-    const int measure = step == first_step;
-    if (measure) cg_mem_poison(&model, arena);
-    loss = run_microbatches(step, 1);
-    size_t measured = measure ? cg_mem_highwater(&model, arena) : 0;
-    // sum gradients and losses over the ranks
-    sync_gradients();
-    loss = mean_loss(loss);
-    double norm = grad_norm() / DP;
-    if (!isfinite(loss) || !isfinite(norm)) {
-      double x = isfinite(loss) ? norm : loss;
-      if (rank == 0)
-        fprintf(stderr, "train: error: step %ld: the %s is %s; stopping without saving%s%s%s; "
-                        "check the data, the learning rate and any checkpoint loaded\n",
-                step + 1, isfinite(loss) ? "gradient norm" : "loss", isnan(x) ? "NaN" : "infinite",
-                args.save ? " (" : "", args.save ? args.save : "",
-                args.save ? " keeps its last good state)" : "");
-      return comm_finish(1);
-    }
-    double lr = cg_lr(&model, step);
-    optimizer_step(step + 1, lr, rt_clip_scale(norm, 1.0) / DP);
-    double ms = rt_ms_since(t0), tps = tokens_per_step / (ms / 1e3);
-    if (measure && say) {
-      char a[32], b[32];
-      cg_commas(a, sizeof a, ARENA_BYTES);
-      cg_commas(b, sizeof b, measured);
-      printf("memory:   planned peak %s bytes per rank, measured %s (highest arena byte "
-             "written in step %ld)%s\n", a, b, step + 1,
-             measured == ARENA_BYTES ? "" : "  MISMATCH");
-      fflush(stdout);
-    }
-    if (!all_ok(rank != 0 || rt_metrics_log(&log, step + 1, loss, lr, ms, tps) == RT_OK))
-      return comm_finish(1);
-    rt_progress_step(&progress, step + 1, loss, tps);
-    if (isnan(first_loss)) first_loss = loss;
-    if (args.save && args.save_every && (step + 1) % args.save_every == 0 &&
-        step + 1 < args.steps && !save_checkpoint(step + 1))
-      return comm_finish(1);
-  }
-  rt_progress_done(&progress);
-  if (args.save && !save_checkpoint(step)) return comm_finish(1);
-  if (say)
-    printf("done:     steps %ld..%ld in %.1f s; loss %.4f -> %.4f\n", first_step + 1, step,
-           rt_ms_since(t_start) / 1e3, first_loss, loss);
-  if (!all_ok(rank != 0 || rt_metrics_close(&log) == RT_OK)) return comm_finish(1);
-  cg_data_close(&data);
-  rt_arena_destroy(mem);
-  return comm_finish(0);
-}
+int main(int argc, char **argv) { return rt_train_main(programs, 1, argc, argv); }

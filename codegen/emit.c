@@ -1,0 +1,587 @@
+/* emit.c — what every target writes from the per-rank programs: one file
+ * holding, for each pipeline rank (one without a pipeline), its tables and
+ * each chunk's forward() and backward() of one microbatch, and a main()
+ * that hands them to the runtime's training driver (runtime/rt_train.h).
+ *
+ * Layout of the file: a header comment with the source, mesh, plan and
+ * memory plan; the target's prelude; the whole model's full tensors and
+ * their sharding (a mesh); per pipeline rank: its parameter table,
+ * forward_cC / backward_cC of every chunk as straight-line calls on buffers
+ * at their planned arena offsets (each with a model.shard:LINE comment, the
+ * IR statements it runs and their shapes), its buckets, chunks, schedule
+ * and step tables, and its RtProgram; main().  Symbols of pipeline rank r
+ * carry the prefix r<r>_, so one file holds the whole pipeline.
+ */
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cg.h"
+
+/* The built-in training text for token models without a `data` file. */
+#define CG_BUILTIN_DATA "samples/data/tales.txt"
+
+void cg_printf(Emit *e, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(e->o, fmt, ap);
+  va_end(ap);
+}
+#define P cg_printf
+
+const char *cg_axis(int ax) {
+  static const char *const n[AX_COUNT] = {"RT_AX_WORLD", "RT_AX_DP", "RT_AX_TP", "RT_AX_TPR",
+                                          "RT_AX_TPC", "RT_AX_SP", "RT_AX_PP", "RT_AX_DATA",
+                                          "RT_AX_EMBED"};
+  return ax >= 0 && ax < AX_COUNT ? n[ax] : "RT_AX_WORLD";
+}
+
+const char *cg_ref(const Emit *e, PRef r) {
+  if (!r.v) return "NULL";
+  bool i = r.v->dtype == DT_I32;
+  return arena_printf("%s%s(%" PRId64 ")", i ? "I" : "F", r.stash ? "S" : "", r.off);
+}
+
+int64_t cg_numel(const Value *v) { return ir_numel(&v->shape); }
+int64_t cg_last_dim(const Value *v) { return v->shape.ndim ? v->shape.d[v->shape.ndim - 1].n : 1; }
+int64_t cg_rows(const Value *v) {
+  int64_t l = cg_last_dim(v);
+  return cg_numel(v) / (l ? l : 1);
+}
+
+const char *cg_shape(const Emit *e, const Value *v) {
+  char buf[256];
+  ir_shape_str(e->c ? e->c->g : NULL, v, buf, sizeof buf);
+  return arena_strdup(buf);
+}
+
+int cg_needs_mpi(const Module *m) { return m->train.mesh && m->train.mesh->ndev > 1; }
+
+const char *cg_default_data(Module *m) {
+  const char *d = m->train.data;
+  char *path;
+  if (!d)
+    path = arena_printf("%s/%s", SHARDC_SOURCE_DIR, CG_BUILTIN_DATA);
+  else if (d[0] == '/' || !m->base_dir || !*m->base_dir || !strcmp(m->base_dir, "."))
+    path = arena_strdup(d);
+  else
+    path = arena_printf("%s/%s", m->base_dir, d);
+  if (path[0] != '/') {
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof cwd)) path = arena_printf("%s/%s", cwd, path);
+  }
+  return path;
+}
+
+/* ---- targets ---- */
+
+const Target *cg_target(const char *name) {
+  if (!name || !strcmp(name, "cpu")) return &cg_target_cpu;
+  diag_fatal_noloc("--target %s: code for this target is not generated yet (the CUDA target is "
+                   "roadmap step 5); use --target cpu", name);
+  return NULL;
+}
+
+static void plan_error(Module *m, const char *msg) {
+  if (m->train.plan_loc.file)
+    diag_error(m->train.plan_loc, "%s", msg);
+  else
+    diag_fatal_noloc("%s", msg);
+}
+
+/* What no target generates yet, whatever it is. */
+static int check_program(Module *m) {
+  const TrainCfg *t = &m->train;
+  if (!t->opt.kind) {
+    diag_fatal_noloc("code generation needs a train block with an optimizer");
+    return -1;
+  }
+  if (t->plan.is_auto) {
+    plan_error(m, arena_printf("strategy auto is not implemented yet (the plan search comes "
+                               "with 'shardc explore'); give an explicit strategy such as dp=%d",
+                               t->mesh ? t->mesh->ndev : 1));
+    return -1;
+  }
+  if (!m->nrprog) {
+    diag_fatal_noloc("the model has no loss to train (no backward pass was planned)");
+    return -1;
+  }
+  const RankProg *p = m->rprog[0];
+  const Graph *g = p->chunk[0].g;
+  if (p->data == PDATA_NONE) {
+    const Graph *w = m->nstages > 1 ? m->whole : m->graph;
+    const char *why =
+        w->inputs.len != 2
+            ? arena_printf("the model takes %d inputs", w->inputs.len)
+            : arena_printf("inputs %s and %s are neither (tokens, targets: i32[B,T] read by an "
+                           "embedding and a cross_entropy) nor (x: f32[B,K], labels: i32[B])",
+                           prog_vname(w->inputs.data[0]), prog_vname(w->inputs.data[1]));
+    diag_fatal_noloc("no data loader for model '%s': %s", g->model, why);
+    return -1;
+  }
+  const Value *in0 = g->inputs.data[0];
+  if (in0->shape.d[0].n != t->microbatch) {
+    diag_fatal_noloc("input %s has %lld rows, expected the microbatch %lld", prog_vname(in0),
+                     (long long)in0->shape.d[0].n, (long long)t->microbatch);
+    return -1;
+  }
+  return 0;
+}
+
+int cg_check(Module *m, const char *target, const CgOptions *o) {
+  const Target *t = cg_target(target);
+  if (!t) return -1;
+  if (check_program(m)) return -1;
+  return t->check(m, o);
+}
+
+/* ---- comments ---- */
+
+static const char *ir_stmt(const Node *n) {
+  char *s = arena_strdup("");
+  for (int j = 0; j < n->nout; j++) s = arena_printf("%s%s%s", s, j ? ", " : "", prog_vname(n->outs[j]));
+  s = arena_printf("%s %s %s", s, n->bwd ? "+=" : "=", ir_ops[n->op].name);
+  for (int j = 0; j < n->nin; j++) s = arena_printf("%s%s%s", s, j ? ", " : " ", prog_vname(n->in[j]));
+  return s;
+}
+
+static const char *where(const Node *n) {
+  const char *scope = n->scope;
+  if ((!scope || !*scope) && n->fwd) scope = n->fwd->scope;
+  if (!n->loc.file) return "(no source)";
+  const char *path = n->loc.file->path, *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  if (scope && *scope) return arena_printf("%s:%d (%s)", base, n->loc.line, scope);
+  return arena_printf("%s:%d", base, n->loc.line);
+}
+
+/* "// model.shard:LINE (scope)  <IR statements>" then "// <shapes in> -> <shapes out>" */
+static void comment(Emit *e, const PInstr *in) {
+  const Node *const *ns = in->nodes;
+  int count = in->nnodes;
+  if (in->kind == PI_KERNEL && in->dbias.v) {
+    /* a matmul_bwd that also sums its bias's gradient (the add_bwd first) */
+    const Node *n = ns[1];
+    P(e, "  // %s  %s; %s\n", where(n), ir_stmt(ns[0]), ir_stmt(n));
+    P(e, "  // %s, %s, %s -> %s, %s, %s\n", cg_shape(e, n->in[0]), cg_shape(e, n->in[1]),
+      cg_shape(e, n->in[2]), n->outs[0] ? cg_shape(e, n->outs[0]) : "_",
+      n->outs[1] ? cg_shape(e, n->outs[1]) : "_", cg_shape(e, in->dbias.v));
+    return;
+  }
+  P(e, "  // %s  ", where(ns[0]));
+  for (int i = 0; i < count; i++) P(e, "%s%s", i ? "; " : "", ir_stmt(ns[i]));
+  P(e, "\n  // ");
+  /* Shapes: the first node's inputs, then what the group writes last. */
+  const Node *n = ns[0];
+  if (!n->nin) P(e, "()");
+  for (int k = 0; k < n->nin; k++) P(e, "%s%s", k ? ", " : "", cg_shape(e, n->in[k]));
+  for (int i = 1; i < count; i++)
+    for (int k = 0; k < ns[i]->nin; k++) {
+      bool internal = ns[i]->in[k] == ns[i - 1]->out;
+      if (!internal) P(e, ", %s", cg_shape(e, ns[i]->in[k]));
+    }
+  P(e, " -> ");
+  const Node *l = ns[count - 1];
+  bool first = true;
+  for (int j = 0; j < l->nout; j++) {
+    if (!l->outs[j]) continue;
+    P(e, "%s%s", first ? "" : ", ", cg_shape(e, l->outs[j]));
+    first = false;
+  }
+  if (l->nout == 1 && !l->outs[0]) P(e, "_");
+  P(e, "\n");
+}
+
+/* ---- blocks ---- */
+
+static void block(Emit *e, const PBlock *bl) {
+  for (int j = 0; j < bl->n; j++) {
+    const PInstr *in = &bl->ins[j];
+    if (in->nnodes) comment(e, in);
+    for (int z = 0; z < in->nzero; z++)
+      P(e, "  memset(%s, 0, %" PRId64 ");  // %s starts here\n", cg_ref(e, in->zero[z]),
+        in->zero_bytes[z], prog_vname(in->zero_of[z]));
+    e->t->instr(e, in);
+  }
+}
+
+static void chunk_functions(Emit *e) {
+  const PChunk *c = e->c;
+  if (c->nce)
+    P(e, "/* Loss of each cross_entropy (in double) and the rows it averaged over. */\n"
+         "static double %sce_loss%s[%d];\nstatic int %sce_rows%s[%d];\n\n",
+      e->pre, e->sfx, c->nce, e->pre, e->sfx, c->nce);
+  P(e, "/* ---- forward: one microbatch (p->row0 its first row in the global batch) ---- */\n");
+  P(e, "static double %sforward%s(RtPass *p) {\n", e->pre, e->sfx);
+  block(e, &c->fwd);
+  const Graph *g = c->g;
+  if (g->pipe_out)
+    P(e, "  return 0;  /* %s goes to stage %d; the last stage has the loss */\n}\n\n",
+      prog_vname(g->send_act), c->vs + 1);
+  else if (c->loss_slot >= 0)
+    P(e, "  return %sce_loss%s[%d];\n}\n\n", e->pre, e->sfx, c->loss_slot);
+  else
+    P(e, "  return *%s;\n}\n\n", cg_ref(e, c->loss));
+  P(e, "/* ---- backward: the same microbatch; accumulates into gradients ---- */\n");
+  P(e, "static void %sbackward%s(RtPass *p) {\n", e->pre, e->sfx);
+  block(e, &c->bwd);
+  P(e, "}\n\n");
+}
+
+/* ---- tables ---- */
+
+static void dims(Emit *e, const Shape *s) {
+  for (int k = 0; k < s->ndim; k++) P(e, "%s%" PRId64, k ? ", " : "", s->d[k].n);
+}
+
+static const char *lit(double v) {
+  char b[64];
+  cg_literal(b, sizeof b, v, 1);
+  return arena_strdup(b);
+}
+
+static const char *init_name(int k) {
+  return k == PINIT_ONES ? "RT_INIT_ONES" : k == PINIT_ZEROS ? "RT_INIT_ZEROS" : "RT_INIT_NORMAL";
+}
+
+/* {"name", ndim, {shape}, numel, offset, grad, opt, opt2, init, std, decay} */
+static void param_row(Emit *e, const Value *v, const Shape *s, int64_t off, int64_t grad,
+                      int64_t opt, int64_t opt2, int init, double std) {
+  P(e, "    {\"%s\", %d, {", v->name, s->ndim);
+  dims(e, s);
+  P(e, "}, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %s, %d},\n",
+    ir_numel(s), off, grad, opt, opt2, init_name(init), lit(std), v->decay ? 1 : 0);
+}
+
+/* A tensor's sharding as a dist.h RtShard row: its full shape and 0, 1 (tp)
+ * or 2 (the tp2d grid's row and column) split dims; the segments of a fused
+ * q,k,v weight belong to its tp or tp-row split. */
+static void shard_row(Emit *e, const Value *p, int owner) {
+  P(e, "    {%d, {", p->gshape.ndim);
+  dims(e, &p->gshape);
+  int ns = 0;
+  for (int d = 0; d < p->shape.ndim; d++) ns += p->shard.axis[d] >= 0;
+  P(e, "}, %d, {", ns);
+  if (!ns) P(e, "{0}");
+  for (int d = 0, k = 0; d < p->shape.ndim; d++) {
+    int ax = p->shard.axis[d];
+    if (ax < 0) continue;
+    bool segs = (ax == AX_TP || ax == AX_TPR) && p->shard.nseg > 1;
+    P(e, "%s{%d, %s, %d, {", k++ ? ", " : "", d, cg_axis(ax), segs ? p->shard.nseg : 1);
+    if (segs)
+      for (int j = 0; j < p->shard.nseg; j++) P(e, "%s%" PRId64, j ? ", " : "", p->shard.seg[j]);
+    else
+      P(e, "%" PRId64, p->gshape.d[d].n);
+    P(e, "}}");
+  }
+  P(e, "}, %d},  // %s\n", owner, p->name);
+}
+
+/* The whole model's full tensors (every pipeline rank's, the same table). */
+static void global_tables(Emit *e, const RankProg *p) {
+  P(e, "/* ---- the whole model as full tensors (init, checkpoints: the same file under any\n"
+       " * plan), at offsets in a buffer of %" PRId64 " bytes, and how each is split%s ---- */\n",
+    p->global_bytes, p->pp > 1 ? "\n * (with the pipeline rank holding it)" : "");
+  P(e, "#define NGLOBAL %d\n", p->nglobal);
+  P(e, "static const RtParam global[NGLOBAL] = {\n");
+  for (int i = 0; i < p->nglobal; i++) {
+    const PGlobal *g = &p->global[i];
+    param_row(e, g->v, &g->v->gshape, g->offset, -1, g->opt, g->opt2, g->init, g->std);
+  }
+  P(e, "};\nstatic const RtShard shards[NGLOBAL] = {\n");
+  for (int i = 0; i < p->nglobal; i++) shard_row(e, p->global[i].v, p->pp > 1 ? p->global[i].owner : -1);
+  P(e, "};\n\n");
+}
+
+static void rank_tables(Emit *e) {
+  const RankProg *p = e->p;
+  const char *pre = e->pre;
+  P(e, "/* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the\n"
+       " * tensor, its gradient and optimizer state (-1: none), init, std, decay.");
+  if (p->nscaled)
+    P(e, "\n * normal_scaled init: std 0.02/sqrt(%d), one term per residual projection.", p->nscaled);
+  P(e, " */\n");
+  P(e, "static const RtParam %sparams[%d] = {\n", pre, p->nparam);
+  for (int i = 0; i < p->nparam; i++) {
+    const PParam *q = &p->param[i];
+    param_row(e, q->v, &q->v->shape, q->offset, q->grad, q->opt, q->opt2, q->init, q->std);
+  }
+  P(e, "};\n\n");
+  if (!p->dist) return;
+  P(e, "/* Weight of each gradient in the global norm: 1 / the tp ranks holding the\n"
+       " * same elements%s. */\n", p->pp > 1 ? "; 0 for the last stage's copy of a tied embedding" : "");
+  P(e, "static const double %snorm_w[%d] = {", pre, p->nparam);
+  for (int i = 0; i < p->nparam; i++) P(e, "%s%s,", i % 8 ? " " : "\n    ", lit(p->param[i].norm_w));
+  P(e, "\n};\n\n");
+  if (p->pp > 1) {
+    P(e, "/* Where this rank keeps each full tensor (-1: another pipeline rank). */\n");
+    P(e, "static const int %slocal_of[NGLOBAL] = {", pre);
+    for (int i = 0; i < p->nglobal; i++) P(e, "%s%d,", i % 16 ? " " : "\n    ", p->global[i].local);
+    P(e, "\n};\n\n");
+  }
+  if (p->zero < 1) return;
+  P(e, "/* ZeRO-%d buckets (elements): the flat layout of the parameters, padded per\n"
+       " * bucket to a multiple of 16·DP; rank r owns [flat + r·chunk, +chunk) of each,\n"
+       " * at [shard, +chunk) of its %sgradient and optimizer-state shards. */\n"
+       "static const RtBucket %sbuckets[%d] = {\n", p->zero, p->zero == 3 ? "parameter, " : "", pre,
+    p->buckets->len);
+  for (int k = 0; k < p->buckets->len; k++) {
+    const Bucket *b = p->buckets->data[k];
+    P(e, "    {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "},  // %s\n", b->flat, b->numel,
+      b->chunk, b->shard, b->name);
+  }
+  P(e, "};\n/* The bucket of each parameter. */\nstatic const int %sbucket_of[%d] = {", pre, p->nparam);
+  for (int i = 0; i < p->nparam; i++) P(e, "%s%d,", i % 16 ? " " : "\n    ", p->param[i].bucket);
+  P(e, "\n};\n\n");
+}
+
+static const char *sched_name(Schedule s) {
+  return s == SCHED_GPIPE ? "GPipe" : s == SCHED_1F1B ? "1F1B" : "interleaved 1F1B";
+}
+
+static void step_table(Emit *e) {
+  const RankProg *p = e->p;
+  static const char *const kind[] = {"RT_STEP_WAIT", "RT_STEP_ALLREDUCE", "RT_STEP_LOSS",
+                                     "RT_STEP_NORM", "RT_STEP_OPTIMIZER", "RT_STEP_ALLGATHER"};
+  static const char *const loss[] = {"RT_LOSS_SUM", "RT_LOSS_LAST_STAGE"};
+  static const char *const norm[] = {"RT_NORM_RANGE", "RT_NORM_PARAMS", "RT_NORM_PARAMS_DP0",
+                                     "RT_NORM_ZERO"};
+  static const char *const upd[] = {"RT_UPDATE_PARAMS", "RT_UPDATE_ZERO"};
+  P(e, "/* The step after the microbatches: {op, axis, mode, byte offset, count, divisor}. */\n");
+  P(e, "static const RtStepOp %sstep[%d] = {\n", e->pre, p->nstep);
+  for (int j = 0; j < p->nstep; j++) {
+    const PStep *s = &p->step[j];
+    const char *mode = s->kind == PS_LOSS   ? loss[s->mode]
+                       : s->kind == PS_NORM ? norm[s->mode]
+                       : s->kind == PS_OPTIMIZER ? upd[s->mode]
+                                                 : "0";
+    P(e, "    {%s, %s, %s, %" PRId64 ", %" PRId64 ", %s},  // %s\n", kind[s->kind], cg_axis(s->axis),
+      mode, s->off, s->count, lit(s->div), s->what);
+  }
+  P(e, "};\n\n");
+}
+
+static void chunk_table(Emit *e) {
+  const RankProg *p = e->p;
+  P(e, "/* The chunks: forward, backward, virtual stage, gradients (offset, bytes), stash\n"
+       " * slots (offset, bytes of one, how many). */\n");
+  P(e, "static const RtChunk %schunks[%d] = {\n", e->pre, p->nchunks);
+  for (int c = 0; c < p->nchunks; c++) {
+    const PChunk *ch = &p->chunk[c];
+    const char *sfx = p->nchunks > 1 ? arena_printf("_c%d", c) : "";
+    P(e, "    {%sforward%s, %sbackward%s, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d},\n",
+      e->pre, sfx, e->pre, sfx, ch->vs, ch->grads_off, ch->grads_bytes, ch->stash_off,
+      ch->stash_bytes, ch->slots);
+  }
+  P(e, "};\n\n");
+  if (p->pp <= 1) return;
+  P(e, "/* This rank's part of the %s schedule: forward (1) or backward (0) of a\n"
+       " * microbatch%s, in order. */\n", sched_name(p->m->train.plan.schedule),
+    p->nchunks > 1 ? " of a chunk" : "");
+  P(e, "static const RtAct %sorder[%d] = {", e->pre, p->nsched);
+  for (int i = 0; i < p->nsched; i++)
+    P(e, "%s{%d, %d, %d},", i % 6 ? " " : "\n    ", p->sched[i].fwd, p->sched[i].mb, p->sched[i].chunk);
+  P(e, "\n};\n\n");
+}
+
+static void program_struct(Emit *e) {
+  const RankProg *p = e->p;
+  const Module *m = e->m;
+  const TrainCfg *t = &m->train;
+  const Optimizer *o = &t->opt;
+  const Plan *pl = &t->plan;
+  const MemPlan *mp = p->mem;
+  const char *pre = e->pre;
+  char spec[256];
+  plan_str(pl, spec, sizeof spec);
+  bool cosine = !o->schedule || !strcmp(o->schedule, "cosine");
+  P(e, "static const RtProgram %sprogram = {\n", pre);
+  P(e, "    .name = \"%s\", .source = \"%s\", .mesh = \"%s\", .spec = \"%s\",\n", p->chunk[0].g->model,
+    m->source, t->mesh ? t->mesh->name : "-", spec);
+  P(e, "    .plan = PLAN, .f64 = %d,\n", e->f64);
+  P(e, "    .ranks = %d, .dp = %d, .tp = %d, .q = %d, .sp = %d, .pp = %d, .rank = %d, .nstages = %d, "
+       ".ring = %d,\n",
+    t->mesh ? t->mesh->ndev : 1, pl->dp, pl->tp * pl->tp2d * pl->tp2d, pl->tp2d > 1 ? pl->tp2d : 0,
+    p->ring > 1 ? p->ring : 1, p->pp, p->rank, p->nstages, p->ring > 1);
+  P(e, "    .mb = %d, .microbatch = %lld, .batch = %lld, .seq = %d,\n", p->mb,
+    (long long)t->microbatch, (long long)t->batch, p->seq);
+  P(e, "    .arena_bytes = %" PRId64 ", .persistent_bytes = %" PRId64 ", .comm_bytes = %" PRIu64 ",\n",
+    mp->arena_bytes * e->p->scale, mp->persistent_bytes * e->p->scale, prog_comm_bytes(p, NULL));
+  P(e, "    .params = %sparams, .nparams = %d,%s\n", pre, p->nparam,
+    p->dist ? arena_printf(" .norm_w = %snorm_w,", pre) : "");
+  if (p->dist)
+    P(e, "    .global = global, .nglobal = NGLOBAL, .global_bytes = %" PRId64 ", .shards = shards,%s\n",
+      p->global_bytes, p->pp > 1 ? arena_printf(" .local_of = %slocal_of,", pre) : "");
+  P(e, "    .zero = %d, .zaxis = %s, .nreq = %d,\n", p->zero, cg_axis(p->zaxis), p->nreq);
+  if (p->zero >= 1)
+    P(e, "    .buckets = %sbuckets, .nbuckets = %d, .bucket_of = %sbucket_of, .zflat = %" PRId64
+         ", .zgroup = %d,\n    .zshard = %" PRId64 ", .gshard_offset = %" PRId64 ", .zopt_offset = %" PRId64 ",\n",
+      pre, p->buckets->len, pre, p->zflat, p->zgroup, p->zshard, p->gshard_off, p->zopt_off);
+  P(e, "    .chunks = %schunks, .nchunks = %d,%s\n", pre, p->nchunks,
+    p->pp > 1 ? arena_printf(" .order = %sorder, .norder = %d,", pre, p->nsched) : "");
+  P(e, "    .step = %sstep, .nstep = %d,\n", pre, p->nstep);
+  P(e, "    .steps = %lld, .seed = %lluull, .opt = %s, .lr = %s, .beta1 = %s, .beta2 = %s,\n",
+    (long long)t->steps, (unsigned long long)t->seed,
+    strcmp(o->kind, "adamw") ? "RT_OPT_SGD" : "RT_OPT_ADAMW", lit(o->lr), lit(o->beta1),
+    lit(o->beta2));
+  P(e, "    .eps = %s, .weight_decay = %s, .momentum = %s, .clip = %s, .min_lr_ratio = %s,\n",
+    lit(o->eps), lit(o->weight_decay), lit(o->momentum), lit(o->clip), lit(o->min_lr_ratio));
+  P(e, "    .warmup = %d, .cosine = %d,\n", o->warmup, cosine ? 1 : 0);
+  if (p->data == PDATA_TOKENS)
+    P(e, "    .data = RT_TRAIN_TOKENS, .vocab = %d, .default_data = DEFAULT_DATA,\n};\n\n", p->vocab);
+  else
+    P(e, "    .data = RT_TRAIN_SYNTH, .features = %d, .classes = %d,\n};\n\n", p->features, p->classes);
+}
+
+/* ---- the file ---- */
+
+static void c_string(Emit *e, const char *name, const char *text) {
+  P(e, "static const char %s[] =\n", name);
+  const char *s = text;
+  while (*s) {
+    P(e, "    \"");
+    for (; *s && *s != '\n'; s++) {
+      if (*s == '"' || *s == '\\') P(e, "\\%c", *s);
+      else P(e, "%c", *s);
+    }
+    if (*s == '\n') {
+      P(e, "\\n");
+      s++;
+    }
+    P(e, "\"%s\n", *s ? "" : ";");
+  }
+  if (!*text) P(e, "    \"\";\n");
+}
+
+static char *plan_text(Module *m, const char *prefix) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return arena_strdup("");
+  report_plan(f, m, prefix);
+  fclose(f);
+  char *s = arena_strdup(buf ? buf : "");
+  free(buf);
+  return s;
+}
+
+static const char *commas(int64_t n) {
+  char b[64];
+  report_commas(b, sizeof b, n);
+  return arena_strdup(b);
+}
+
+static void header(Emit *e, Module *m) {
+  const RankProg *p = m->rprog[0];
+  int sc = p->scale;
+  P(e, "/* model.c — training program for model '%s' (%s), generated by shardc %s\n",
+    p->chunk[0].g->model, m->source, SHARDC_VERSION);
+  P(e, " * for the %s target%s.  Do not edit: regenerate with\n", e->t->name,
+    e->f64 ? " in f64 (gradient checks)" : "");
+  P(e, " *   shardc build %s%s\n", m->source, e->f64 ? " --precision=fp64" : "");
+  P(e, " *\n");
+  fputs(plan_text(m, " * "), e->o);
+  for (int r = 0; r < m->nrprog; r++) {
+    const RankProg *q = m->rprog[r];
+    const MemPlan *mp = q->mem;
+    int nb = 0, ndb = 0, nc = 0, nce = 0;
+    for (int c = 0; c < q->nchunks; c++) {
+      nb += q->chunk[c].nbias;
+      ndb += q->chunk[c].ndbias;
+      nc += q->chunk[c].nchains;
+      nce += q->chunk[c].nchained;
+    }
+    P(e, " *\n");
+    if (m->nrprog > 1) P(e, " * Pipeline rank %d (program r%d_program):\n", r, r);
+    P(e, " * Arena per rank: %s bytes = persistent %s (params %s, grads %s, optimizer\n",
+      commas(mp->arena_bytes * sc), commas(mp->persistent_bytes * sc),
+      commas(mp->param_bytes * sc), commas(mp->grad_bytes * sc));
+    P(e, " * %s) + transient peak %s (%d buffers, peak at node %d).\n",
+      commas(mp->optstate_bytes * sc), commas(mp->transient_peak * sc), mp->nbuffers,
+      mp->peak_node);
+    P(e, " * Fused: %d bias add%s into matmuls, %d bias gradient%s into matmul backward,\n"
+         " * %d elementwise chain%s (%d ops) into single loops.\n",
+      nb, nb == 1 ? "" : "s", ndb, ndb == 1 ? "" : "s", nc, nc == 1 ? "" : "s", nce);
+  }
+  P(e, " *\n");
+  P(e, " * forward() and backward() run one microbatch as straight-line calls on\n");
+  P(e, " * buffers at their planned arena offsets: F(offset) is a %s buffer,\n", e->R);
+  P(e, " * I(offset) an int32 one%s.  Backward calls accumulate\n",
+    m->nstages > 1 ? ", FS/IS in the microbatch's stash slot" : "");
+  P(e, " * (+=) into gradients; transient gradients are zeroed right before their\n");
+  P(e, " * first writer (or written with =).  The runtime's driver (rt_train.h) runs\n");
+  P(e, " * the schedule, the step, init, checkpoints and metrics from the tables.\n");
+  P(e, " */\n");
+}
+
+int cg_emit(FILE *out, Module *m, const char *target, const CgOptions *o) {
+  const Target *t = cg_target(target);
+  if (!t) return -1;
+  bool f64 = o && o->f64;
+  if (f64) {
+    /* (--gradcheck runs one rank: a tp, ring, pipeline or ZeRO layout is not that rank's program) */
+    const Plan *pl = &m->train.plan;
+    if (cg_needs_mpi(m) && (pl->tp * pl->tp2d * pl->tp2d > 1 || (pl->sp_kind == SP_RING && pl->sp > 1) ||
+                            m->nstages > 1 || (pl->zero >= 1 && pl->dp > 1))) {
+      diag_fatal_noloc("--precision=fp64 builds are for single-rank gradient checks; build with "
+                       "--mesh 1 --strategy dp=1, or in fp32");
+      return -1;
+    }
+    if (prog_build(m, 2)) return -1;
+  }
+  if (cg_check(m, target, o)) return -1;
+  Emit e = {0};
+  e.o = out;
+  e.m = m;
+  e.t = t;
+  e.f64 = f64;
+  e.R = f64 ? "double" : "float";
+  e.S = f64 ? "_f64" : "_f32";
+  e.es = f64 ? 8 : 4;
+  header(&e, m);
+  t->prelude(&e);
+  const RankProg *p0 = m->rprog[0];
+  if (p0->data == PDATA_TOKENS)
+    P(&e, "/* Training text when --data is not given (`shardc build` passes an absolute path). */\n"
+          "#ifndef DEFAULT_DATA\n#define DEFAULT_DATA \"%s\"\n#endif\n\n",
+      m->train.data ? m->train.data : CG_BUILTIN_DATA);
+  P(&e, "#define RANKS %d  /* mesh %s: launch with mpirun -np %d */\n\n",
+    m->train.mesh ? m->train.mesh->ndev : 1, m->train.mesh ? m->train.mesh->name : "-",
+    m->train.mesh ? m->train.mesh->ndev : 1);
+  c_string(&e, "PLAN", plan_text(m, ""));
+  P(&e, "\n");
+  if (p0->dist) global_tables(&e, p0);
+  for (int r = 0; r < m->nrprog; r++) {
+    e.p = m->rprog[r];
+    e.pre = m->nrprog > 1 ? arena_printf("r%d_", r) : "";
+    if (m->nrprog > 1)
+      P(&e, "/* ======== pipeline rank %d: stage%s %s ======== */\n\n", r,
+        e.p->nchunks > 1 ? "s" : "",
+        e.p->nchunks > 1 ? arena_printf("%d..%d by %d", r, r + (e.p->nchunks - 1) * e.p->pp, e.p->pp)
+                         : arena_printf("%d", r));
+    rank_tables(&e);
+    for (int c = 0; c < e.p->nchunks; c++) {
+      e.c = &e.p->chunk[c];
+      e.sfx = e.p->nchunks > 1 ? arena_printf("_c%d", c) : "";
+      if (e.p->nchunks > 1) P(&e, "/* ---- chunk %d: pipeline stage %d ---- */\n", c, e.c->vs);
+      chunk_functions(&e);
+    }
+    e.c = NULL;
+    chunk_table(&e);
+    step_table(&e);
+    program_struct(&e);
+  }
+  if (m->nrprog > 1) {
+    P(&e, "static const RtProgram *const programs[%d] = {", m->nrprog);
+    for (int r = 0; r < m->nrprog; r++) P(&e, "%s&r%d_program", r ? ", " : "", r);
+    P(&e, "};\n\n");
+  } else {
+    P(&e, "static const RtProgram *const programs[1] = {&program};\n\n");
+  }
+  P(&e, "int main(int argc, char **argv) { return rt_train_main(programs, %d, argc, argv); }\n",
+    m->nrprog);
+  return ferror(out) ? -1 : 0;
+}

@@ -1,0 +1,149 @@
+/* test_program.c — the per-rank program (passes/program.c) and the
+ * communication check on it (passes/commpass.c): a program is built for
+ * real strategies; its instructions follow the schedule and the plan (one
+ * load per forward, pipeline messages around each block, buckets started in
+ * the last microbatch only); the check passes on it; swapping two
+ * collectives on one rank is a deadlock whose message names both
+ * instructions; and the plan's bytes are the program's counted events. */
+#include "commcheck.h"
+#include "passes.h"
+#include "rankprog.h"
+#include "sema.h"
+#include "test.h"
+
+static Module *compile(const char *path, const char *mesh, const char *strategy) {
+  diag_reset();
+  SrcFile *f = src_load(path);
+  ASSERT(1, f != NULL);
+  if (!f) return NULL;
+  Program *p = ast_parse(f);
+  SemaOptions o = {0};
+  o.mesh = mesh;
+  o.strategy = strategy;
+  Module *m = p ? frontend_run(p, &o) : NULL;
+  ASSERT(0, diag_error_count());
+  if (!m || !m->graph) return NULL;
+  for (int i = 0; i < pass_count; i++) ASSERT(0, pass_list[i].run(m));
+  return m;
+}
+
+static int count(const PBlock *b, PInstrKind k) {
+  int n = 0;
+  for (int i = 0; i < b->n; i++) n += b->ins[i].kind == k;
+  return n;
+}
+
+/* The index of the step instruction of kind k, -1 for none. */
+static int step_of(const RankProg *p, PStepKind k) {
+  for (int j = 0; j < p->nstep; j++)
+    if (p->step[j].kind == k) return j;
+  return -1;
+}
+
+/* The event of rank r whose `what` names instruction `name`. */
+static int event_named(const CommProgram *cp, int r, const char *name) {
+  for (int i = 0; i < cp->n[r]; i++) {
+    const char *w = cp->ev[r][i].what, *at = w ? strstr(w, name) : NULL;
+    if (at && at[strlen(name)] == 0) return i;
+  }
+  return -1;
+}
+
+static void swap_events(CommProgram *cp, int r, int i, int j) {
+  CommEvent t = cp->ev[r][i];
+  cp->ev[r][i] = cp->ev[r][j];
+  cp->ev[r][j] = t;
+}
+
+/* ZeRO-1 on 4 data-parallel ranks: the loss is summed over dp, the norm over
+ * the world; rank 0 issuing them in the other order deadlocks. */
+static void test_swap_deadlock(void) {
+  Module *m = compile("../samples/gpt.shard", "4", "dp=4,zero=1");
+  if (!m) return;
+  ASSERT(1, m->nrprog);
+  const RankProg *p = m->rprog[0];
+  int loss = step_of(p, PS_LOSS), norm = step_of(p, PS_NORM);
+  ASSERT(1, loss >= 0 && norm >= 0);
+  CommProgram cp;
+  ASSERT(4, comm_program(m, &cp));
+  char err[4096];
+  ASSERT(0, commcheck(&cp, err, sizeof err));
+  char a[32], b[32];
+  snprintf(a, sizeof a, "instruction step.%d", loss);
+  snprintf(b, sizeof b, "instruction step.%d", norm);
+  int ia = event_named(&cp, 0, a), ib = event_named(&cp, 0, b);
+  ASSERT(1, ia >= 0 && ib >= 0);
+  if (ia < 0 || ib < 0) return;
+  swap_events(&cp, 0, ia, ib);
+  ASSERT(-1, commcheck(&cp, err, sizeof err));
+  ASSERT(1, strstr(err, "deadlock") != NULL);
+  ASSERT(1, strstr(err, a) != NULL);
+  ASSERT(1, strstr(err, b) != NULL);
+}
+
+/* Data parallelism: every forward loads its rows first; the buckets'
+ * all-reduces are started in the last microbatch only, one request each,
+ * and the step waits for all of them. */
+static void test_dp_program(void) {
+  Module *m = compile("../samples/gpt.shard", "4", "dp=4");
+  if (!m) return;
+  const RankProg *p = m->rprog[0];
+  ASSERT(1, p->nchunks);
+  const PChunk *c = &p->chunk[0];
+  ASSERT(PI_LOAD, c->fwd.ins[0].kind);
+  ASSERT(1, count(&c->fwd, PI_LOAD));
+  int nb = count(&c->bwd, PI_BUCKET);
+  ASSERT(c->g->buckets.len, nb);
+  ASSERT(nb, p->nreq);
+  for (int i = 0; i < c->bwd.n; i++)
+    if (c->bwd.ins[i].kind == PI_BUCKET) ASSERT(1, c->bwd.ins[i].comm.last_mb);
+  ASSERT(PS_WAIT, p->step[0].kind);
+  ASSERT(nb, p->step[0].count);
+  /* the schedule: forward then backward of each microbatch */
+  ASSERT(2 * p->mb, p->nsched);
+  for (int a = 0; a < p->nsched; a++) ASSERT(a % 2 == 0, p->sched[a].fwd);
+  /* the plan's bytes are the counted events, and each bucket is in them once per step */
+  PEvent *ev;
+  int n = prog_events(p, &ev), buckets = 0;
+  uint64_t sum = 0;
+  for (int i = 0; i < n; i++) {
+    if (ev[i].counted) sum += ev[i].bytes;
+    buckets += ev[i].op && !strcmp(ev[i].op, "grad_all_reduce");
+  }
+  ASSERT(nb, buckets);
+  ASSERT(sum, plan_comm_bytes(m, NULL));
+}
+
+/* A pipeline: stage 0 sends its activation after every forward and
+ * receives the gradient before every backward; stage 1 the other way round;
+ * the check proves the pair (and every collective) deadlock-free. */
+static void test_pipeline_program(void) {
+  Module *m = compile("../samples/gpt.shard", "2", "pp=2,schedule=1f1b");
+  if (!m) return;
+  ASSERT(2, m->nrprog);
+  const RankProg *p0 = m->rprog[0], *p1 = m->rprog[1];
+  const PBlock *f0 = &p0->chunk[0].fwd, *b0 = &p0->chunk[0].bwd;
+  const PBlock *f1 = &p1->chunk[0].fwd, *b1 = &p1->chunk[0].bwd;
+  ASSERT(PI_SEND, f0->ins[f0->n - 1].kind);
+  ASSERT(PI_RECV, b0->ins[0].kind);
+  ASSERT(0, count(f0, PI_RECV) + count(b0, PI_SEND));
+  ASSERT(PI_RECV, f1->ins[1].kind); /* after the load */
+  ASSERT(PI_SEND, b1->ins[b1->n - 1].kind);
+  ASSERT(0, count(f1, PI_SEND) + count(b1, PI_RECV));
+  ASSERT(1, f0->ins[f0->n - 1].peer_vs);
+  ASSERT(0, f1->ins[1].peer_vs);
+  /* 1F1B: stage 0 warms up with pp - 1 forwards */
+  ASSERT(1, p0->sched[0].fwd && p0->sched[1].fwd && !p0->sched[2].fwd);
+  CommProgram cp;
+  ASSERT(2, comm_program(m, &cp));
+  char err[4096];
+  ASSERT(0, commcheck(&cp, err, sizeof err));
+}
+
+int main(void) {
+  test_swap_deadlock();
+  test_dp_program();
+  test_pipeline_program();
+  printf("test_program: %d checks, %d failures\n", test_checks, test_failures);
+  return test_failures ? 1 : 0;
+}
