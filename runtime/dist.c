@@ -12,12 +12,7 @@
  * checkpoint messages): MPI counts are ints. */
 #define RT_MPI_CHUNK ((size_t)1 << 30)
 
-static const char *const rt_axis_names[RT_AX_COUNT] = {
-    "world", "dp", "tp", "tpr", "tpc", "sp", "pp", "data", "embed"};
-
-const char *rt_axis_name(RtAxis ax) {
-  return (unsigned)ax < RT_AX_COUNT ? rt_axis_names[ax] : "?";
-}
+const char *rt_axis_name(RtAxis ax) { return rt_axis_rt_name((int)ax); }
 
 /* ---- failing ---- */
 

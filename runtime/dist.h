@@ -42,13 +42,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dist_axes.h"
 #include "dist_formulas.h"
 #include "shardrt.h"
-
-typedef enum {
-  RT_AX_WORLD, RT_AX_DP, RT_AX_TP, RT_AX_TPR, RT_AX_TPC, RT_AX_SP, RT_AX_PP,
-  RT_AX_DATA, RT_AX_EMBED, RT_AX_COUNT
-} RtAxis;
 
 typedef struct RtMesh {
   int rank, world;
