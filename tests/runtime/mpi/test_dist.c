@@ -144,8 +144,9 @@ static void check_layout_members(const Cfg *c, RtMesh *m, int ax, const int *ran
   for (int w = 0, k = 0; w < m->world; w++) {
     int in = k < m->size[ax] && ranks[k] == w;
     k += in;
-    CHECK((g.color >= 0 && colors[w] == g.color) == in, "%s: rank %d has color %d, this rank %d, but is %s",
-          rt_axis_name(ax), w, colors[w], g.color, in ? "a member" : "not a member");
+    CHECK((g.color >= 0 && colors[w] == g.color) == in,
+          "%s: rank %d has color %d, this rank %d, but is %s", rt_axis_name(ax), w, colors[w],
+          g.color, in ? "a member" : "not a member");
   }
   if (ax == RT_AX_PP || ax == RT_AX_SP)
     for (int dir = -1; dir <= 1; dir += 2) {
