@@ -4,6 +4,7 @@
 
 #include "passes.h"
 #include "runtime/dist_formulas.h"
+#include "runtime/dist_orders.h"
 #include "schedule.h"
 
 void report_commas(char *buf, int cap, int64_t n) {
@@ -168,61 +169,55 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
   }
 }
 
-/* Ring attention's messages in the order runtime/dist_ring.c posts them
- * (sends are non-blocking, each step waits for its receives): forward,
- * P-1 steps passing (K, V) on; backward, P steps passing (dK, dV) on,
- * the first P-1 with (K, V) too.  Returns the entries written. */
+/* Ring attention's messages, as runtime/dist_ring.c issues them
+ * (runtime/dist_orders.h: sends are non-blocking, each step's receives
+ * block after its sends): forward, P-1 steps passing (K, V) on; backward,
+ * P steps passing (dK, dV) on, the first P-1 with (K, V) too.  Returns the
+ * entries written. */
 static int ring_messages(const Node *nd, PlanColl *c, int i, int k, bool fwd) {
-  static const char *const name[4] = {"K", "V", "dK", "dV"};
-  int P = ir_ring_size(nd), ax = (int)nd->a.i[2], n = 0;
-  uint64_t b = (uint64_t)ir_ring_kv(nd) * (uint64_t)ir_dtype_size(nd->in[0]->dtype);
-  for (int s = 0; s < (fwd ? P - 1 : P); s++)
-    for (int dir = 1; dir >= -1; dir -= 2)
-      for (int t = 0; t < 4; t++) {
-        if (fwd ? t >= 2 : t < 2 && s == P - 1) continue;
-        c[n++] = (PlanColl){ax, dir > 0 ? "send" : "recv", b, dir > 0,
-                            arena_printf("node %d ring attention %s %s of step %d over %s (%s), "
-                                         "%s of microbatch %d",
-                                         i, dir > 0 ? "send of" : "receive of", name[t], s + 1,
-                                         ir_axis_name(ax), nd->scope && *nd->scope ? nd->scope : "model",
-                                         fwd ? "forward" : "backward", k + 1),
-                            dir, t, 0};
-      }
+  static const char *const name[RT_RING_NBLOCKS] = {"K", "V", "dK", "dV"};
+  int ax = (int)nd->a.i[2];
+  RtRingCall call = {!fwd, ir_ring_size(nd), (size_t)ir_ring_kv(nd),
+                     ir_dtype_size(nd->in[0]->dtype)};
+  RtRingMsg *msg = arena_alloc(sizeof(RtRingMsg) * (size_t)rt_ring_msgs(&call, NULL));
+  int n = rt_ring_msgs(&call, msg);
+  for (int j = 0; j < n; j++) {
+    const RtRingMsg *g = &msg[j];
+    c[j] = (PlanColl){ax, g->send ? "send" : "recv", g->bytes, g->send,
+                      arena_printf("node %d ring attention %s %s of step %d over %s (%s), "
+                                   "%s of microbatch %d",
+                                   i, g->send ? "send of" : "receive of", name[g->block],
+                                   g->step + 1, ir_axis_name(ax),
+                                   nd->scope && *nd->scope ? nd->scope : "model",
+                                   fwd ? "forward" : "backward", k + 1),
+                      g->send ? 1 : -1, g->block, 0};
+  }
   return n;
 }
 
-/* A SUMMA matmul's collectives in runtime/dist_summa.c's order: forward,
- * for each k < q a broadcast of an X block along the grid row, then one of
- * a W block down the column; backward, for each l < q the dX part (a W
- * block down the column, a dX partial reduced along the row) when dX is
- * needed, then the dW part (an X block along the row, a dW partial reduced
- * down the column).  Returns the entries written. */
+/* A SUMMA matmul's collectives as runtime/dist_summa.c issues them
+ * (runtime/dist_orders.h): forward, for each k < q a broadcast of an X
+ * block along the grid row, then one of a W block down the column;
+ * backward, for each l < q the dX part (a W block down the column, a dX
+ * partial reduced along the row) when dX is needed, then the dW part (an X
+ * block along the row, a dW partial reduced down the column).  The
+ * generated call passes no bias gradient (the bias add is its own node).
+ * Returns the entries written. */
 static int summa_messages(const Node *nd, PlanColl *c, int i, int k) {
-  int q = ir_summa_q(nd), row = (int)nd->a.i[1], col = (int)nd->a.i[2], n = 0;
+  int q = ir_summa_q(nd), row = (int)nd->a.i[1], col = (int)nd->a.i[2];
   bool fwd = nd->op == OP_MATMUL;
   const Value *x = nd->in[fwd ? 0 : 1], *w = nd->in[fwd ? 1 : 2];
-  uint64_t es = (uint64_t)ir_dtype_size(x->dtype);
-  uint64_t xb = (uint64_t)ir_numel(&x->shape) * es, wb = (uint64_t)ir_numel(&w->shape) * es;
+  RtSummaCall call = {!fwd, q, !fwd && nd->outs[0], !fwd && nd->outs[1], 0,
+                      (size_t)ir_numel(&x->shape), (size_t)ir_numel(&w->shape), 0,
+                      ir_dtype_size(x->dtype)};
   const char *what = arena_printf("node %d summa %dx%d (%s), %s of microbatch %d", i, q, q,
                                   nd->scope && *nd->scope ? nd->scope : "model",
                                   fwd ? "forward" : "backward", k + 1);
-#define MSG(ax, o, b) c[n++] = (PlanColl){(ax), (o), (b), true, what, 0, 0, 0}
-  for (int l = 0; l < q; l++) {
-    if (fwd) {
-      MSG(row, "broadcast", rt_vol_bcast(xb, q));
-      MSG(col, "broadcast", rt_vol_bcast(wb, q));
-      continue;
-    }
-    if (nd->outs[0]) {
-      MSG(col, "broadcast", rt_vol_bcast(wb, q));
-      MSG(row, "reduce", rt_vol_reduce(xb, q));
-    }
-    if (nd->outs[1]) {
-      MSG(row, "broadcast", rt_vol_bcast(xb, q));
-      MSG(col, "reduce", rt_vol_reduce(wb, q));
-    }
-  }
-#undef MSG
+  RtSummaMsg *msg = arena_alloc(sizeof(RtSummaMsg) * (size_t)rt_summa_msgs(&call, NULL));
+  int n = rt_summa_msgs(&call, msg);
+  static const char *const op[3] = {"broadcast", "reduce", "all-reduce"};
+  for (int j = 0; j < n; j++)
+    c[j] = (PlanColl){msg[j].col ? col : row, op[msg[j].coll], msg[j].vol, true, what, 0, 0, 0};
   return n;
 }
 

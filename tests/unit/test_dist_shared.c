@@ -1,10 +1,14 @@
 /* test_dist_shared.c — the headers the compiler and the runtime share:
  * one axis list behind MeshAxis and RtAxis and both name printers
  * (runtime/dist_axes.h); the rank layout (runtime/dist_layout.h), whose
- * groups tests/runtime/mpi/test_dist.c also compares with what MPI builds. */
+ * groups tests/runtime/mpi/test_dist.c also compares with what MPI builds;
+ * the ring attention and SUMMA message orders (runtime/dist_orders.h)
+ * against the volumes of runtime/dist_formulas.h. */
 #include "ir.h"
 #include "runtime/dist_axes.h"
+#include "runtime/dist_formulas.h"
 #include "runtime/dist_layout.h"
+#include "runtime/dist_orders.h"
 #include "test.h"
 
 static void test_axes(void) {
@@ -111,8 +115,125 @@ static void test_layout(void) {
   ASSERT(1, rt_layout_pipe_peer(&L, 5, 1));
 }
 
+/* Ring attention: (P-1)·4 messages forward, (P-1)·8 + 4 backward, none on
+ * one rank; the sends' bytes are rt_vol_ring_fwd / rt_vol_ring_bwd; in each
+ * step every send comes before every receive and the blocks received are
+ * the blocks sent, in the same order (the previous rank runs the same
+ * list); only dK and dV wait for the compute. */
+static void check_ring(int bwd, int P, size_t kv, int esize) {
+  RtRingCall call = {bwd, P, kv, esize};
+  int n = rt_ring_msgs(&call, NULL);
+  ASSERT(P == 1 ? 0 : bwd ? (P - 1) * 8 + 4 : (P - 1) * 4, n);
+  RtRingMsg all[64];
+  ASSERT(n, rt_ring_msgs(&call, all));
+  uint64_t sent = 0;
+  int k = 0;
+  for (int s = 0; s < P; s++) {
+    RtRingMsg step[RT_RING_STEP_MAX];
+    int m = rt_ring_step(&call, s, step), sends = 0;
+    int blocks[2][RT_RING_NBLOCKS], nb[2] = {0, 0};
+    for (int i = 0; i < m; i++, k++) {
+      const RtRingMsg *g = &step[i];
+      ASSERT(1, g->step == all[k].step && g->send == all[k].send && g->block == all[k].block &&
+                    g->after == all[k].after && g->n == all[k].n && g->bytes == all[k].bytes);
+      ASSERT(s, g->step);
+      ASSERT(kv, g->n);
+      ASSERT((uint64_t)kv * (uint64_t)esize, g->bytes);
+      ASSERT(g->send && g->block >= RT_RING_DK, g->after);
+      ASSERT(1, bwd || g->block <= RT_RING_V);
+      if (g->send) {
+        ASSERT(i, sends++); /* sends first */
+        sent += g->bytes;
+      }
+      blocks[g->send][nb[g->send]++] = g->block;
+    }
+    ASSERT(nb[1], nb[0]);
+    for (int i = 0; i < nb[0] && i < nb[1]; i++) ASSERT(blocks[1][i], blocks[0][i]);
+  }
+  ASSERT(n, k);
+  ASSERT(bwd ? rt_vol_ring_bwd(kv, esize, P) : rt_vol_ring_fwd(kv, esize, P), sent);
+}
+
+/* SUMMA: 2q broadcasts forward; backward 2q collectives for each of dX and
+ * dW (and the bias all-reduce last); per communicator the volumes of
+ * dist_summa.h, in total rt_vol_summa_fwd / rt_vol_summa_bwd; each root is
+ * its step; each reduce follows, in its step, the broadcast its partial is
+ * computed from. */
+static void check_summa(int bwd, int q, int dx, int dw, int dbias, size_t xe, size_t we,
+                        size_t nb, int esize) {
+  RtSummaCall call = {bwd, q, dx, dw, dbias, xe, we, nb, esize};
+  int n = rt_summa_msgs(&call, NULL);
+  ASSERT(bwd ? 2 * q * (dx + dw) + dbias : 2 * q, n);
+  RtSummaMsg all[64];
+  ASSERT(n, rt_summa_msgs(&call, all));
+  uint64_t xb = (uint64_t)xe * (uint64_t)esize, wb = (uint64_t)we * (uint64_t)esize;
+  uint64_t vol[2] = {0, 0};
+  int k = 0;
+  for (int s = 0; s < q; s++) {
+    RtSummaMsg step[RT_SUMMA_STEP_MAX];
+    int m = rt_summa_step(&call, s, step);
+    bool have_x = false, have_w = false;
+    for (int i = 0; i < m; i++, k++) {
+      const RtSummaMsg *g = &step[i];
+      ASSERT(1, g->step == all[k].step && g->coll == all[k].coll && g->block == all[k].block &&
+                    g->col == all[k].col && g->root == all[k].root && g->n == all[k].n &&
+                    g->vol == all[k].vol);
+      ASSERT(s, g->step);
+      ASSERT(g->coll == RT_SUMMA_ALLREDUCE ? -1 : s, g->root);
+      vol[g->col] += g->vol;
+      switch (g->block) {
+      case RT_SUMMA_X: ASSERT(0, g->col); ASSERT(xe, g->n); have_x = true; break;
+      case RT_SUMMA_W: ASSERT(1, g->col); ASSERT(we, g->n); have_w = true; break;
+      case RT_SUMMA_DX: ASSERT(0, g->col); ASSERT(1, have_w && dx); break;
+      case RT_SUMMA_DW: ASSERT(1, g->col); ASSERT(1, have_x && dw); break;
+      default: ASSERT(RT_SUMMA_DB, g->block); ASSERT(1, dbias && s == q - 1); break;
+      }
+      ASSERT(g->block == RT_SUMMA_X || g->block == RT_SUMMA_W ? RT_SUMMA_BCAST
+             : g->block == RT_SUMMA_DB                       ? RT_SUMMA_ALLREDUCE
+                                                             : RT_SUMMA_REDUCE,
+             g->coll);
+    }
+  }
+  ASSERT(n, k);
+  if (!bwd) {
+    ASSERT(q * rt_vol_bcast(xb, q), vol[0]);
+    ASSERT(q * rt_vol_bcast(wb, q), vol[1]);
+    ASSERT(rt_vol_summa_fwd(xb, wb, q), vol[0] + vol[1]);
+    return;
+  }
+  ASSERT(dw * q * rt_vol_bcast(xb, q) + dx * q * rt_vol_reduce(xb, q), vol[0]);
+  ASSERT(dx * q * rt_vol_bcast(wb, q) + dw * q * rt_vol_reduce(wb, q) +
+             (dbias ? rt_vol_allreduce((uint64_t)nb * (uint64_t)esize, q) : 0),
+         vol[1]);
+  if (dx && dw && !dbias) ASSERT(rt_vol_summa_bwd(xb, wb, 0, q), vol[0] + vol[1]);
+}
+
+static void test_orders(void) {
+  for (int P = 1; P <= 6; P++)
+    for (int bwd = 0; bwd <= 1; bwd++) {
+      check_ring(bwd, P, 1536, 4);
+      check_ring(bwd, P, 7, 8);
+    }
+  for (int q = 1; q <= 4; q++) {
+    check_summa(0, q, 0, 0, 0, 96, 160, 0, 4);
+    check_summa(0, q, 0, 0, 0, 5, 3, 0, 8);
+    for (int mask = 0; mask < 8; mask++)
+      check_summa(1, q, mask & 1, mask >> 1 & 1, mask >> 2, 96, 160, 20, 4);
+  }
+  /* the forward of sp=ring:4 on samples/gpt.shard (32,768-byte blocks):
+   * step 1 sends K, V on and receives the next; the last step moves nothing */
+  RtRingCall call = {0, 4, 8192, 4};
+  RtRingMsg step[RT_RING_STEP_MAX];
+  ASSERT(4, rt_ring_step(&call, 0, step));
+  ASSERT(1, step[0].send && step[0].block == RT_RING_K && step[1].block == RT_RING_V);
+  ASSERT(1, !step[2].send && step[2].block == RT_RING_K && step[3].block == RT_RING_V);
+  ASSERT(32768, step[0].bytes);
+  ASSERT(0, rt_ring_step(&call, 3, step));
+}
+
 int main(void) {
   test_axes();
   test_layout();
+  test_orders();
   TEST_MAIN_END();
 }
