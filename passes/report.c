@@ -215,7 +215,7 @@ static int summa_messages(const Node *nd, PlanColl *c, int i, int k) {
                                   fwd ? "forward" : "backward", k + 1);
   RtSummaMsg *msg = arena_alloc(sizeof(RtSummaMsg) * (size_t)rt_summa_msgs(&call, NULL));
   int n = rt_summa_msgs(&call, msg);
-  static const char *const op[3] = {"broadcast", "reduce", "all-reduce"};
+  static const char *const op[3] = {"broadcast", "reduce", "all_reduce"};
   for (int j = 0; j < n; j++)
     c[j] = (PlanColl){msg[j].col ? col : row, op[msg[j].coll], msg[j].vol, true, what, 0, 0, 0};
   return n;

@@ -105,9 +105,6 @@ static void mesh_split_(RtMesh *m, RtAxis ax) {
   if (c == MPI_COMM_NULL) {
     m->size[ax] = 0;
     m->coord[ax] = -1;
-    if (g.color >= 0)
-      rt_mesh_fail(m, "mesh: no %s communicator, expected coord %d of %d", rt_axis_name(ax),
-                   g.key, g.size);
     return;
   }
   MPI_CHECK(m, MPI_Comm_set_errhandler, c, MPI_ERRORS_RETURN);

@@ -1,6 +1,6 @@
 /* dist_orders.h — the order of the messages ring attention and SUMMA issue,
- * shared by the runtime kernels (dist_ring.c and dist_summa.c post exactly
- * these, in this order) and the compiler (passes/report.c lays them out for
+ * shared by the runtime kernels (dist_ring.c and dist_summa.c issue exactly
+ * these, step by step) and the compiler (passes/report.c lays them out for
  * the communication check, which proves them deadlock-free).  Header-only,
  * no MPI.  Changing an order here changes both.
  *
@@ -26,10 +26,12 @@
  * the check a receive therefore blocks after every send of its step, which
  * is where the step lists it.  Forward: steps 0..P-2 pass (K, V) on.
  * Backward: steps 0..P-2 pass (K, V, dK, dV) on, step P-1 (dK, dV) home;
- * dK and dV are sent only after the step's compute has added to them.  One
- * rank (P = 1): nothing travels. */
+ * dK and dV are sent only after the step's compute has added to them
+ * (`after`); everything else is posted before it.  One rank (P = 1):
+ * nothing travels. */
 
-/* The travelling blocks; a block's message tag is its own. */
+/* The travelling blocks.  Each travels under a tag of its own: the
+ * runtime's RING_TAG + block, the check's the block. */
 typedef enum { RT_RING_K, RT_RING_V, RT_RING_DK, RT_RING_DV, RT_RING_NBLOCKS } RtRingBlock;
 
 enum { RT_RING_STEP_MAX = 2 * RT_RING_NBLOCKS };  /* messages in one step at most */
@@ -85,12 +87,12 @@ static inline int rt_ring_msgs(const RtRingCall *c, RtRingMsg *out) {
 /* ---- SUMMA (dist_summa.h) on a q×q grid: Y = X·Wᵀ in blocks ----
  *
  * Rank (i, j) holds X(i,j) (Mb,Kb) and W(j,i) (Nb,Kb).  Forward, step k:
- * X(i,k) is broadcast along the grid row from column k, then W(k,j) down
- * the column from row k; y += X(i,k)·W(k,j)ᵀ.  Backward, step l: the dX
- * part (when dX is wanted) broadcasts W(l,j) down the column from row l and
- * reduces dy·W along the row to column l; then the dW part (when dW is
- * wanted) broadcasts X(i,l) along the row from column l and reduces dyᵀ·X
- * down the column to row l.  A reduce sums the partial the step computes
+ * X(i,k) is broadcast along the grid row from column k, then W(j,k) down
+ * the column from row k; y += X(i,k)·W(j,k)ᵀ.  Backward, step l: the dX
+ * part (when dX is wanted) broadcasts W(j,l) down the column from row l and
+ * reduces dy·W(j,l) along the row to column l; then the dW part (when dW is
+ * wanted) broadcasts X(i,l) along the row from column l and reduces
+ * dyᵀ·X(i,l) down the column to row l.  A reduce sums the partial the step computes
  * from the step's broadcast block.  With dbias, the last step ends with an
  * all-reduce of the bias gradient down the column. */
 
@@ -103,8 +105,8 @@ enum { RT_SUMMA_STEP_MAX = 5 };  /* collectives in one step at most */
 typedef struct RtSummaCall {
   int bwd;          /* 0 forward, 1 backward */
   int q;            /* the grid's side */
-  int dx, dw, dbias;/* backward: which gradients are wanted */
-  size_t xe, we, nb;/* elements of an X block (Mb·Kb), a W block (Nb·Kb), the bias (Nb) */
+  int dx, dw, dbias; /* backward: which gradients are wanted */
+  size_t xe, we, nb; /* elements of an X block (Mb·Kb), a W block (Nb·Kb), the bias (Nb) */
   int esize;        /* bytes per element */
 } RtSummaCall;
 

@@ -153,7 +153,7 @@ void FN(rt_summa_backward)(MPI_Comm row, MPI_Comm col, uint64_t *bytes_row,
       MPI_Comm c = g->col ? col : row;
       int me = g->col ? i : j; // coord on c
       switch (g->block) {
-      case RT_SUMMA_W: // W(l,j), held by rank (l,j)
+      case RT_SUMMA_W: // W(j,l), held by rank (l,j)
         wl = FN(rt_bcast_block_)(w, wbuf, g->n, g->root, c);
         break;
       case RT_SUMMA_X: // X(i,l), held by rank (i,l)
