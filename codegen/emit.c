@@ -32,10 +32,14 @@ void cg_printf(Emit *e, const char *fmt, ...) {
 }
 #define P cg_printf
 
+/* The runtime's enumerator of mesh axis ax, from the one axis list
+ * (runtime/dist_axes.h, which MeshAxis follows). */
 const char *cg_axis(int ax) {
-  static const char *const n[AX_COUNT] = {"RT_AX_WORLD", "RT_AX_DP", "RT_AX_TP", "RT_AX_TPR",
-                                          "RT_AX_TPC", "RT_AX_SP", "RT_AX_PP", "RT_AX_DATA",
-                                          "RT_AX_EMBED"};
+  static const char *const n[AX_COUNT] = {
+#define CG_AX_NAME_(id, rt, ir) "RT_AX_" #id,
+      RT_AXES(CG_AX_NAME_)
+#undef CG_AX_NAME_
+  };
   return ax >= 0 && ax < AX_COUNT ? n[ax] : "RT_AX_WORLD";
 }
 

@@ -617,11 +617,13 @@ Node *ir_add_bwd(Graph *g, OpKind op, Value **in, int nin, Value **outs, const A
   return n;
 }
 
-const char *ir_axis_name(int ax) {
-  static const char *const names[AX_COUNT] = {"world", "dp", "tp", "tp-row", "tp-col",
-                                              "sp", "pp", "data", "embed"};
-  return ax >= 0 && ax < AX_COUNT ? names[ax] : "?";
-}
+/* MeshAxis is the runtime's list (runtime/dist_axes.h); codegen/cpu.c's
+ * rt_axis table and the axis-ordered printing below still spell its order. */
+_Static_assert(AX_WORLD == 0 && AX_DP == 1 && AX_TP == 2 && AX_TPR == 3 && AX_TPC == 4 &&
+                   AX_SP == 5 && AX_PP == 6 && AX_DATA == 7 && AX_EMBED == 8 && AX_COUNT == 9,
+               "the mesh axes were reordered: update codegen/cpu.c's rt_axis table");
+
+const char *ir_axis_name(int ax) { return rt_axis_ir_name(ax); }
 
 bool ir_is_comm(OpKind op) {
   return op == OP_ALLREDUCE || op == OP_ALLGATHER || op == OP_ALLGATHER_G ||

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "diag.h"
+#include "runtime/dist_axes.h"
 #include "sexpr.h"
 
 /* ---- op table ---- */
@@ -47,12 +48,16 @@ typedef struct Shape {
   Dim d[IR_MAXDIM];
 } Shape;
 
-/* Mesh axes, in the runtime's RtAxis order (runtime/dist.h): the world, the
- * plan's axes, the 2D grid's rows and columns, dp x sp together (DATA: the
- * ranks that split the batch) and the first and last pipeline stages
- * (EMBED: a tied embedding's two copies). */
+/* Mesh axes: the runtime's RtAxis list (runtime/dist_axes.h), AX_X being
+ * RT_AX_X: the world, the plan's axes, the 2D grid's rows and columns, dp x
+ * sp together (DATA: the ranks that split the batch) and the first and last
+ * pipeline stages (EMBED: a tied embedding's two copies).  Who shares each
+ * axis's communicator is runtime/dist_layout.h. */
 typedef enum {
-  AX_WORLD, AX_DP, AX_TP, AX_TPR, AX_TPC, AX_SP, AX_PP, AX_DATA, AX_EMBED, AX_COUNT
+#define IR_AX_ENUM_(id, rt, ir) AX_##id = RT_AX_##id,
+  RT_AXES(IR_AX_ENUM_)
+#undef IR_AX_ENUM_
+  AX_COUNT = RT_AX_COUNT
 } MeshAxis;
 const char *ir_axis_name(int ax);   /* "tp", "dp", ... */
 

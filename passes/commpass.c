@@ -22,6 +22,8 @@
 #include "passes.h"
 #include "rankprog.h"
 #include "runtime/dist_formulas.h"
+#include "runtime/dist_layout.h"
+#include "runtime/dist_orders.h"
 
 /* ---- a program's events ---- */
 
@@ -55,63 +57,53 @@ static void coll(Ev *v, int axis, const char *op, uint64_t bytes, bool counted, 
 }
 
 /* Ring attention's messages in the order runtime/dist_ring.c posts them
- * (sends are non-blocking, each step waits for its receives): forward,
- * P-1 steps passing (K, V) on; backward, P steps passing (dK, dV) on,
- * the first P-1 with (K, V) too. */
+ * (runtime/dist_orders.h: sends are non-blocking, each step's receives
+ * block after its sends): forward, P-1 steps passing (K, V) on; backward,
+ * P steps passing (dK, dV) on, the first P-1 with (K, V) too. */
 static void ring_messages(Ev *v, const Node *nd, int k, bool fwd, const char *where) {
-  static const char *const name[4] = {"K", "V", "dK", "dV"};
-  int P = ir_ring_size(nd), ax = (int)nd->a.i[2];
-  uint64_t b = (uint64_t)ir_ring_kv(nd) * (uint64_t)ir_dtype_size(nd->in[0]->dtype);
-  for (int s = 0; s < (fwd ? P - 1 : P); s++)
-    for (int dir = 1; dir >= -1; dir -= 2)
-      for (int t = 0; t < 4; t++) {
-        if (fwd ? t >= 2 : t < 2 && s == P - 1) continue;
-        PEvent *e = push(v);
-        e->kind = dir > 0 ? PE_SEND : PE_RECV;
-        e->axis = ax;
-        e->op = dir > 0 ? "send" : "recv";
-        e->bytes = b;
-        e->counted = dir > 0;
-        e->peer = dir;
-        e->tag = t;
-        e->what = arena_printf("node %d ring attention %s %s of step %d over %s (%s), %s of "
-                               "microbatch %d: %s",
-                               nd->id, dir > 0 ? "send of" : "receive of", name[t], s + 1,
-                               ir_axis_name(ax), nd->scope && *nd->scope ? nd->scope : "model",
-                               fwd ? "forward" : "backward", k + 1, where);
-      }
+  static const char *const name[RT_RING_NBLOCKS] = {"K", "V", "dK", "dV"};
+  int ax = (int)nd->a.i[2];
+  RtRingCall call = {!fwd, ir_ring_size(nd), (size_t)ir_ring_kv(nd), ir_dtype_size(nd->in[0]->dtype)};
+  RtRingMsg *msg = arena_alloc(sizeof(RtRingMsg) * (size_t)(rt_ring_msgs(&call, NULL) + 1));
+  int n = rt_ring_msgs(&call, msg);
+  for (int j = 0; j < n; j++) {
+    const RtRingMsg *g = &msg[j];
+    PEvent *e = push(v);
+    e->kind = g->send ? PE_SEND : PE_RECV;
+    e->axis = ax;
+    e->op = g->send ? "send" : "recv";
+    e->bytes = g->bytes;
+    e->counted = g->send;
+    e->peer = g->send ? 1 : -1;
+    e->tag = g->block;
+    e->what = arena_printf("node %d ring attention %s %s of step %d over %s (%s), %s of "
+                           "microbatch %d: %s",
+                           nd->id, g->send ? "send of" : "receive of", name[g->block], g->step + 1,
+                           ir_axis_name(ax), nd->scope && *nd->scope ? nd->scope : "model",
+                           fwd ? "forward" : "backward", k + 1, where);
+  }
 }
 
-/* A SUMMA matmul's collectives in runtime/dist_summa.c's order: forward,
- * for each l < q a broadcast of an X block along the grid row, then one of
- * a W block down the column; backward, for each l < q the dX part (a W
- * block down the column, a dX partial reduced along the row) when dX is
- * needed, then the dW part (an X block along the row, a dW partial reduced
- * down the column). */
+/* A SUMMA matmul's collectives in runtime/dist_summa.c's order
+ * (runtime/dist_orders.h): forward, for each k < q a broadcast of an X
+ * block along the grid row, then one of a W block down the column;
+ * backward, for each l < q the dX part when dX is needed, then the dW
+ * part.  The program passes no bias gradient (the bias add is its own
+ * instruction). */
 static void summa_messages(Ev *v, const Node *nd, int k, const char *where) {
+  static const char *const op[3] = {"broadcast", "reduce", "all_reduce"};
   int q = ir_summa_q(nd), row = (int)nd->a.i[1], col = (int)nd->a.i[2];
   bool fwd = nd->op == OP_MATMUL;
   const Value *x = nd->in[fwd ? 0 : 1], *w = nd->in[fwd ? 1 : 2];
-  uint64_t es = (uint64_t)ir_dtype_size(x->dtype);
-  uint64_t xb = (uint64_t)ir_numel(&x->shape) * es, wb = (uint64_t)ir_numel(&w->shape) * es;
+  RtSummaCall call = {!fwd, q, !fwd && nd->outs[0], !fwd && nd->outs[1], 0,
+                      (size_t)ir_numel(&x->shape), (size_t)ir_numel(&w->shape), 0,
+                      ir_dtype_size(x->dtype)};
   const char *what = arena_printf("node %d summa %dx%d (%s), %s of microbatch %d: %s", nd->id, q, q,
                                   nd->scope && *nd->scope ? nd->scope : "model",
                                   fwd ? "forward" : "backward", k + 1, where);
-  for (int l = 0; l < q; l++) {
-    if (fwd) {
-      coll(v, row, "broadcast", rt_vol_bcast(xb, q), true, what);
-      coll(v, col, "broadcast", rt_vol_bcast(wb, q), true, what);
-      continue;
-    }
-    if (nd->outs[0]) {
-      coll(v, col, "broadcast", rt_vol_bcast(wb, q), true, what);
-      coll(v, row, "reduce", rt_vol_reduce(xb, q), true, what);
-    }
-    if (nd->outs[1]) {
-      coll(v, row, "broadcast", rt_vol_bcast(xb, q), true, what);
-      coll(v, col, "reduce", rt_vol_reduce(wb, q), true, what);
-    }
-  }
+  RtSummaMsg *msg = arena_alloc(sizeof(RtSummaMsg) * (size_t)(rt_summa_msgs(&call, NULL) + 1));
+  int n = rt_summa_msgs(&call, msg);
+  for (int j = 0; j < n; j++) coll(v, msg[j].col ? col : row, op[msg[j].coll], msg[j].vol, true, what);
 }
 
 /* The events of block bl of chunk c, run for microbatch k. */
@@ -229,104 +221,97 @@ uint64_t prog_comm_bytes(const RankProg *p, uint64_t *per_axis) {
 
 /* ---- the mesh: communicators and peers ---- */
 
-typedef struct Build {
-  CommProgram p;
-  int dp, sp, tp, pp;
-  int q;   /* tp2d: the grid side (tp = q*q), else 0 */
-} Build;
+/* The communicators the check knows, numbered in this order (the numbers
+ * appear in its messages): per pipeline stage its tp, dp, sp and data
+ * groups, then the EMBED pairs (with a pipeline), the world, and on a 2D
+ * grid its rows and columns; within an axis in ascending order of their
+ * first rank.  Who is in each is runtime/dist_layout.h, as for the runtime's
+ * communicators; id[axis][color] is the number of a group (-1: none). */
+typedef struct Comms {
+  RtLayout L;
+  int *id[AX_COUNT];
+} Comms;
 
-/* Communicator instance ids (rank = ((pp_i*dp + dp_i)*sp + sp_i)*tp + t,
- * runtime/dist.h): per pipeline stage its tp, dp, sp and data groups; then
- * the EMBED pairs (first and last stage, one per dp, sp, tp coordinate);
- * then the world. */
-static int comm_id(const Build *b, int axis, int rank) {
-  int per = b->dp * b->sp * b->tp, q = rank / per, rr = rank % per;
-  int t = rr % b->tp, s = rr / b->tp % b->sp, d = rr / (b->tp * b->sp);
-  int base_dp = b->dp * b->sp, base_sp = base_dp + b->sp * b->tp,
-      base_data = base_sp + b->dp * b->tp, stage = base_data + b->tp;
-  switch (axis) {
-  case AX_TP:
-    return q * stage + d * b->sp + s;
-  case AX_DP:
-    return q * stage + base_dp + s * b->tp + t;
-  case AX_SP:
-    return q * stage + base_sp + d * b->tp + t;
-  case AX_DATA:
-    return q * stage + base_data + t;
-  case AX_EMBED:
-    return b->pp * stage + rr;
-  case AX_TPR: /* tp2d: after the world, one per grid row, then one per column */
-  case AX_TPC: {
-    int world = b->pp * stage + (b->pp > 1 ? per : 0), grid = (q * b->dp + d) * b->sp + s;
-    int ngrids = b->pp * b->dp * b->sp, qq = b->q > 0 ? b->q : 1;
-    if (axis == AX_TPR) return world + 1 + grid * qq + t / qq;
-    return world + 1 + ngrids * qq + grid * qq + t % qq;
+static void add_comm(CommProgram *p, Comms *cs, int axis, int rank) {
+  RtGroup g = rt_layout_group(&cs->L, axis, rank);
+  if (g.color < 0 || cs->id[axis][g.color] >= 0) return;
+  int c = cs->id[axis][g.color] = p->ncomms++;
+  p->comm_members[c] = arena_alloc(sizeof(int) * (size_t)g.size);
+  p->comm_size[c] = rt_layout_members(&cs->L, axis, rank, p->comm_members[c]);
+}
+
+static void number_comms(CommProgram *p, Comms *cs) {
+  const RtLayout *L = &cs->L;
+  /* at most 4 groups per rank's stage axes, the EMBED pairs, the world, the
+   * grid's rows and columns */
+  int nr = rt_layout_world(L), per = nr / L->pp, most = 4 * nr + per + 1 + 2 * nr;
+  p->ncomms = 0;
+  p->comm_size = arena_alloc(sizeof(int) * (size_t)most);
+  p->comm_members = arena_alloc(sizeof(int *) * (size_t)most);
+  for (int a = 0; a < AX_COUNT; a++) {
+    cs->id[a] = arena_alloc(sizeof(int) * (size_t)nr);
+    for (int r = 0; r < nr; r++) cs->id[a][r] = -1;
   }
-  default: /* the world (after the EMBED pairs when there is a pipeline) */
-    return b->pp * stage + (b->pp > 1 ? per : 0);
+  static const int stage_axes[4] = {AX_TP, AX_DP, AX_SP, AX_DATA};
+  for (int q = 0; q < L->pp; q++)
+    for (int k = 0; k < 4; k++)
+      for (int r = q * per; r < (q + 1) * per; r++) add_comm(p, cs, stage_axes[k], r);
+  static const int job_axes[4] = {AX_EMBED, AX_WORLD, AX_TPR, AX_TPC};
+  for (int k = 0; k < 4; k++) {
+    if (job_axes[k] == AX_EMBED && L->pp == 1) continue;
+    if ((job_axes[k] == AX_TPR || job_axes[k] == AX_TPC) && !L->q) continue;
+    for (int r = 0; r < nr; r++) add_comm(p, cs, job_axes[k], r);
   }
 }
 
-/* The rank dir (+1 next, -1 previous) steps away on the sp ring. */
-static int ring_peer(const Build *b, int rank, int dir) {
-  int per = b->dp * b->sp * b->tp, q = rank / per, rr = rank % per;
-  int t = rr % b->tp, s = rr / b->tp % b->sp, d = rr / (b->tp * b->sp);
-  s = (s + dir + b->sp) % b->sp;
-  return q * per + (d * b->sp + s) * b->tp + t;
+/* The number of rank's group on axis, -1 when it has none there (commcheck
+ * then reports the event). */
+static int comm_of(const Comms *cs, int axis, int rank) {
+  if (axis < 0 || axis >= AX_COUNT) return -1;
+  RtGroup g = rt_layout_group(&cs->L, axis, rank);
+  return g.color < 0 ? -1 : cs->id[axis][g.color];
 }
 
 int comm_program(const Module *m, CommProgram *out) {
   const Plan *pl = &m->train.plan;
-  Build b = {0};
-  b.dp = pl->dp;
-  b.sp = pl->sp_kind == SP_RING ? pl->sp : 1;
-  b.tp = pl->tp * pl->tp2d * pl->tp2d;
-  b.q = pl->tp2d > 1 ? pl->tp2d : 0;
-  b.pp = m->nstages > 1 ? pl->pp : 1; /* pipeline ranks (each runs its chunks) */
-  int per = b.dp * b.sp * b.tp, nr = per * b.pp;
+  Comms cs = {0};
+  cs.L.dp = pl->dp;
+  cs.L.sp = pl->sp_kind == SP_RING ? pl->sp : 1;
+  cs.L.tp = pl->tp * pl->tp2d * pl->tp2d;
+  cs.L.q = pl->tp2d > 1 ? pl->tp2d : 0;
+  cs.L.pp = m->nstages > 1 ? pl->pp : 1; /* pipeline ranks (each runs its chunks) */
+  int nr = rt_layout_world(&cs.L);
   PEvent *ev[MAX_STAGES];
   int nev[MAX_STAGES];
-  for (int q = 0; q < b.pp; q++) nev[q] = prog_events(m->rprog[q], &ev[q]);
-  b.p.nranks = nr;
-  b.p.n = arena_alloc(sizeof(int) * (size_t)nr);
-  b.p.ev = arena_alloc(sizeof(CommEvent *) * (size_t)nr);
-  b.p.ncomms = comm_id(&b, AX_WORLD, 0) + 1 + (b.q ? 2 * b.pp * b.dp * b.sp * b.q : 0);
-  b.p.comm_size = arena_alloc(sizeof(int) * (size_t)b.p.ncomms);
-  b.p.comm_members = arena_alloc(sizeof(int *) * (size_t)b.p.ncomms);
-  for (int c = 0; c < b.p.ncomms; c++) b.p.comm_members[c] = arena_alloc(sizeof(int) * (size_t)nr);
-  for (int r = 0; r < nr; r++) { /* ascending rank order: members come out sorted */
-    static const int axes[8] = {AX_TP, AX_DP, AX_SP, AX_DATA, AX_EMBED, AX_WORLD, AX_TPR, AX_TPC};
-    int q = r / per;
-    for (int k = 0; k < 8; k++) {
-      if (axes[k] == AX_EMBED && (b.pp == 1 || (q != 0 && q != b.pp - 1))) continue;
-      if ((axes[k] == AX_TPR || axes[k] == AX_TPC) && !b.q) continue;
-      int c = comm_id(&b, axes[k], r);
-      b.p.comm_members[c][b.p.comm_size[c]++] = r;
-    }
-  }
+  for (int q = 0; q < cs.L.pp; q++) nev[q] = prog_events(m->rprog[q], &ev[q]);
+  CommProgram p = {0};
+  p.nranks = nr;
+  p.n = arena_alloc(sizeof(int) * (size_t)nr);
+  p.ev = arena_alloc(sizeof(CommEvent *) * (size_t)nr);
+  number_comms(&p, &cs);
   /* Every rank of a pipeline rank runs its program: each collective on its
    * own rank's group of the axis, each ring message to or from its
    * neighbours on the sp ring, each pipeline message to or from the rank
    * with the same coordinates on the pipeline rank holding the peer stage. */
   for (int r = 0; r < nr; r++) {
-    int q = r / per;
-    b.p.ev[r] = arena_alloc(sizeof(CommEvent) * (size_t)(nev[q] + 1));
+    int q = rt_layout_coords(&cs.L, r).pp;
+    p.ev[r] = arena_alloc(sizeof(CommEvent) * (size_t)(nev[q] + 1));
     for (int i = 0; i < nev[q]; i++) {
       const PEvent *pe = &ev[q][i];
-      CommEvent *e = &b.p.ev[r][b.p.n[r]++];
+      CommEvent *e = &p.ev[r][p.n[r]++];
       e->kind = pe->kind == PE_SEND ? CEV_SEND : pe->kind == PE_RECV ? CEV_RECV : CEV_COLL;
-      e->comm = pe->kind == PE_COLL ? comm_id(&b, pe->axis, r) : 0;
+      e->comm = pe->kind == PE_COLL ? comm_of(&cs, pe->axis, r) : 0;
       e->op = pe->op;
       e->bytes = pe->bytes;
       e->what = pe->what;
       e->tag = pe->tag;
       if (pe->pipe)
-        e->peer = r + (pe->peer % b.pp - q) * per;
+        e->peer = rt_layout_pipe_peer(&cs.L, r, pe->peer % cs.L.pp - q);
       else if (pe->kind != PE_COLL)
-        e->peer = ring_peer(&b, r, pe->peer);
+        e->peer = rt_layout_ring_peer(&cs.L, r, pe->peer);
     }
   }
-  *out = b.p;
+  *out = p;
   return nr;
 }
 

@@ -12,12 +12,7 @@
  * checkpoint messages): MPI counts are ints. */
 #define RT_MPI_CHUNK ((size_t)1 << 30)
 
-static const char *const rt_axis_names[RT_AX_COUNT] = {
-    "world", "dp", "tp", "tpr", "tpc", "sp", "pp", "data", "embed"};
-
-const char *rt_axis_name(RtAxis ax) {
-  return (unsigned)ax < RT_AX_COUNT ? rt_axis_names[ax] : "?";
-}
+const char *rt_axis_name(RtAxis ax) { return rt_axis_rt_name((int)ax); }
 
 /* ---- failing ---- */
 
@@ -93,18 +88,19 @@ static void count_(RtMesh *m, RtAxis ax, uint64_t bytes, uint64_t calls) {
 
 /* ---- the mesh ---- */
 
-static int mesh_T_(const RtMesh *m) { return m->q > 0 ? m->q * m->q : m->tp; }
-
-// world rank of mesh coordinates (the layout in dist.h)
-static int mesh_rank_(const RtMesh *m, int pp_i, int dp_i, int sp_i, int t) {
-  return ((pp_i * m->dp + dp_i) * m->sp + sp_i) * mesh_T_(m) + t;
+static RtLayout mesh_layout_(const RtMesh *m) {
+  return (RtLayout){m->dp, m->tp, m->q, m->sp, m->pp};
 }
 
-// One axis communicator: split WORLD by color, ordered by key, which must
-// come out as the rank's coord (color MPI_UNDEFINED: none, size 0).
-static void mesh_split_(RtMesh *m, RtAxis ax, int color, int key, int want_size) {
+// One axis communicator: split WORLD by the layout's color, ordered by its
+// key, which must come out as the rank's coord in a group of the layout's
+// size (color -1: none, MPI_UNDEFINED).
+static void mesh_split_(RtMesh *m, RtAxis ax) {
+  RtLayout L = mesh_layout_(m);
+  RtGroup g = rt_layout_group(&L, ax, m->rank);
   MPI_Comm c;
-  MPI_CHECK(m, MPI_Comm_split, m->comm[RT_AX_WORLD], color, key, &c);
+  MPI_CHECK(m, MPI_Comm_split, m->comm[RT_AX_WORLD], g.color < 0 ? MPI_UNDEFINED : g.color,
+            g.key < 0 ? 0 : g.key, &c);
   m->comm[ax] = c;
   if (c == MPI_COMM_NULL) {
     m->size[ax] = 0;
@@ -114,9 +110,9 @@ static void mesh_split_(RtMesh *m, RtAxis ax, int color, int key, int want_size)
   MPI_CHECK(m, MPI_Comm_set_errhandler, c, MPI_ERRORS_RETURN);
   MPI_CHECK(m, MPI_Comm_size, c, &m->size[ax]);
   MPI_CHECK(m, MPI_Comm_rank, c, &m->coord[ax]);
-  if (m->size[ax] != want_size || m->coord[ax] != key)
+  if (m->size[ax] != g.size || m->coord[ax] != g.key)
     rt_mesh_fail(m, "mesh: %s communicator has coord %d of %d, expected %d of %d",
-                 rt_axis_name(ax), m->coord[ax], m->size[ax], key, want_size);
+                 rt_axis_name(ax), m->coord[ax], m->size[ax], g.key, g.size);
 }
 
 int rt_mesh_init(RtMesh *m, int dp, int tp, int q, int sp, int pp) {
@@ -137,39 +133,24 @@ int rt_mesh_init(RtMesh *m, int dp, int tp, int q, int sp, int pp) {
                      "MPI started %d", dp, tp, sp, pp, (long long)dp * tp * sp * pp,
                      m->world);
   m->dp = dp, m->tp = tp, m->q = q, m->sp = sp, m->pp = pp;
-  int T = tp, R = m->rank;
-  int t = R % T, sp_i = R / T % sp, dp_i = R / (T * sp) % dp, pp_i = R / (T * sp * dp);
-  int r = q > 0 ? t / q : 0, c = q > 0 ? t % q : 0;
+  RtLayout L = mesh_layout_(m);
+  RtCoords c = rt_layout_coords(&L, m->rank);
   // Coordinates first, so a failure below prints them.
-  m->coord[RT_AX_PP] = pp_i, m->coord[RT_AX_DP] = dp_i, m->coord[RT_AX_SP] = sp_i;
-  m->coord[RT_AX_TP] = t;
+  m->coord[RT_AX_PP] = c.pp, m->coord[RT_AX_DP] = c.dp, m->coord[RT_AX_SP] = c.sp;
+  m->coord[RT_AX_TP] = c.t;
 
+  // WORLD is a duplicate of MPI_COMM_WORLD (the layout's one group).
   MPI_Comm w;
   MPI_CHECK(m, MPI_Comm_dup, MPI_COMM_WORLD, &w);
   MPI_CHECK(m, MPI_Comm_set_errhandler, w, MPI_ERRORS_RETURN);
   m->comm[RT_AX_WORLD] = w;
-  m->size[RT_AX_WORLD] = m->world, m->coord[RT_AX_WORLD] = R;
+  m->size[RT_AX_WORLD] = m->world, m->coord[RT_AX_WORLD] = m->rank;
   MPI_CHECK(m, MPI_Comm_dup, w, &m->ckpt);
   MPI_CHECK(m, MPI_Comm_set_errhandler, m->ckpt, MPI_ERRORS_RETURN);
 
-  mesh_split_(m, RT_AX_DP, mesh_rank_(m, pp_i, 0, sp_i, t), dp_i, dp);
-  mesh_split_(m, RT_AX_TP, mesh_rank_(m, pp_i, dp_i, sp_i, 0), t, T);
-  if (q > 0) {
-    mesh_split_(m, RT_AX_TPR, R - c, c, q);
-    mesh_split_(m, RT_AX_TPC, R - r * q, r, q);
-  } else {
-    mesh_split_(m, RT_AX_TPR, R, 0, 1);
-    mesh_split_(m, RT_AX_TPC, R, 0, 1);
-  }
-  mesh_split_(m, RT_AX_SP, mesh_rank_(m, pp_i, dp_i, 0, t), sp_i, sp);
-  mesh_split_(m, RT_AX_PP, mesh_rank_(m, 0, dp_i, sp_i, t), pp_i, pp);
-  mesh_split_(m, RT_AX_DATA, mesh_rank_(m, pp_i, 0, 0, t), dp_i * sp + sp_i, dp * sp);
-  if (pp == 1)
-    mesh_split_(m, RT_AX_EMBED, R, 0, 1);
-  else if (pp_i == 0 || pp_i == pp - 1)
-    mesh_split_(m, RT_AX_EMBED, mesh_rank_(m, 0, dp_i, sp_i, t), pp_i == 0 ? 0 : 1, 2);
-  else
-    mesh_split_(m, RT_AX_EMBED, MPI_UNDEFINED, 0, 0);
+  for (int a = 0; a < RT_AX_COUNT; a++)
+    if (a != RT_AX_WORLD)
+      mesh_split_(m, (RtAxis)a);
   return RT_OK;
 }
 
@@ -723,7 +704,8 @@ int rt_shard_gather(const RtShard *s, RtMesh *m, const void *local, void *global
   int rc = rt_shard_check(s, m);
   if (rc != RT_OK)
     return rc;
-  int owner = s->pp_owner < 0 ? 0 : s->pp_owner, T = mesh_T_(m);
+  RtLayout L = mesh_layout_(m);
+  int owner = s->pp_owner < 0 ? 0 : s->pp_owner;
   size_t bytes = rt_shard_local_numel(s, m) * (size_t)esize;
   int coord[2] = {0, 0};
   if (m->rank != 0) {
@@ -736,10 +718,10 @@ int rt_shard_gather(const RtShard *s, RtMesh *m, const void *local, void *global
   if (!global)
     rt_mesh_fail(m, "rt_shard_gather: world rank 0 needs the full tensor's buffer");
   void *tmp = NULL;
-  for (int t = 0; t < T; t++) {
+  for (int t = 0; t < L.tp; t++) {
     if (!shard_holder_(s, m, t, coord))
       continue;
-    int peer = mesh_rank_(m, owner, 0, 0, t);
+    int peer = rt_layout_rank(&L, (RtCoords){owner, 0, 0, t});
     const void *piece = local;
     if (peer != 0) {
       if (!tmp && !(tmp = malloc(bytes ? bytes : 1)))

@@ -2,22 +2,12 @@
  * mesh and its communicators, counted collectives, pipeline point-to-point,
  * vocab-parallel cross-entropy and sharded tensors for init/checkpoints.
  *
- * Rank layout. A mesh of dp × T × sp × pp ranks, T = tp for 1D tensor
- * parallelism or q·q for a 2D (q×q grid) one:
- *   world rank = ((pp_i·dp + dp_i)·sp + sp_i)·T + t
- * with t = tp_i (1D) or r·q + c (2D, grid row r, column c): tp innermost,
- * so a tensor-parallel group is a block of consecutive ranks.
- *
- * Communicators (coord = this rank's index in each, size = its ranks):
- *   WORLD  every rank (a duplicate of MPI_COMM_WORLD); coord = world rank
- *   DP     vary dp_i                    TP     vary t (the whole tp group)
- *   TPR    2D: same row r, vary c; coord c (1D: size 1)
- *   TPC    2D: same column c, vary r; coord r (1D: size 1)
- *   SP     vary sp_i                    PP     vary pp_i
- *   DATA   vary dp_i and sp_i; coord dp_i·sp + sp_i, size dp·sp
- *   EMBED  pp > 1: the first and last stage sharing dp_i, sp_i, t (coord 0
- *          and 1); MPI_COMM_NULL, size 0, coord -1 on middle stages.
- *          pp == 1: this rank alone (size 1).
+ * Rank layout and communicators: dist_layout.h, shared with the compiler.
+ * rt_mesh_init splits one communicator per axis (RtAxis, dist_axes.h) from
+ * it: m->comm[ax] holds the rank's group, m->coord[ax] its key (coord) and
+ * m->size[ax] the group's size; WORLD is a duplicate of MPI_COMM_WORLD, and
+ * a rank without a group (EMBED on a middle pipeline stage) has
+ * MPI_COMM_NULL, size 0 and coord -1.
  *
  * Errors. Every communicator returns MPI errors (MPI_ERRORS_RETURN) and every
  * MPI call is checked: a failure prints
@@ -42,10 +32,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dist_axes.h"
 #include "dist_formulas.h"
+#include "dist_layout.h"
 #include "dist_types.h"
 #include "shardrt.h"
-
 
 typedef struct RtMesh {
   int rank, world;

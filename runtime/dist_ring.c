@@ -3,11 +3,13 @@
  * instantiated for float and double by including this file into itself, the
  * way kernels.c instantiates its k_*.inc templates.
  *
- * Transfers are nonblocking so a step's compute overlaps the next block's
- * transfer: at step s the receive into one scratch buffer and the send of
- * the block in hand (the caller's k, v at step 0, then the other buffer)
- * are posted before the compute and completed after it. The backward can
- * post dK, dV only once the step has added to them. */
+ * Which blocks travel at which step, and in which order, is
+ * dist_orders.h's rt_ring_step, the list the compiler's communication check
+ * proves deadlock-free: each step posts its messages (sends of the blocks
+ * in hand — the caller's k, v at step 0, then the other buffer —, receives
+ * into one scratch buffer) before the compute, those marked `after` (dK,
+ * dV) once the compute has added to them, and completes them all after it,
+ * so the compute overlaps the next blocks' transfer. */
 #ifndef RT_RING_TEMPLATE
 
 #include <limits.h>
@@ -15,20 +17,22 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dist_orders.h"
 #include "dist_ring.h"
 #include "rt_internal.h"
 
-/* Message tags on the caller's communicator, one per travelling tensor. */
-enum { RING_TAG_K = 0x5200, RING_TAG_V, RING_TAG_DK, RING_TAG_DV };
+/* Message tags on the caller's communicator: RING_TAG + the block
+ * (RtRingBlock). */
+enum { RING_TAG = 0x5200 };
 
 /* One call's view of the ring: this rank, its neighbours, the requests in
- * flight (at most four receives and four sends per step). */
+ * flight (one step's messages at most). */
 typedef struct {
   MPI_Comm comm;
   MPI_Datatype type;
   int esize, rank, P, next, prev, nreq;
   uint64_t *bytes;
-  MPI_Request req[8];
+  MPI_Request req[RT_RING_STEP_MAX];
 } Ring;
 
 // A failed MPI call ends the job: the other ranks of the ring would wait forever.
@@ -72,6 +76,33 @@ static void ring_send_(Ring *R, const void *buf, size_t n, int tag) {
 static void ring_recv_(Ring *R, void *buf, size_t n, int tag) {
   ring_check_(R, MPI_Irecv(buf, (int)n, R->type, R->prev, tag, R->comm, &R->req[R->nreq++]),
               "MPI_Irecv");
+}
+
+// Posts step s's messages (rt_ring_step) whose `after` is after: a send of
+// the block in hand out[block], a receive into in[block]. Returns the bit
+// set (1 << block) of the blocks received.
+static unsigned ring_post_(Ring *R, const RtRingCall *call, int s, int after,
+                           void *const *out, void *const *in) {
+  RtRingMsg msg[RT_RING_STEP_MAX];
+  int n = rt_ring_step(call, s, msg);
+  unsigned got = 0;
+  for (int i = 0; i < n; i++) {
+    const RtRingMsg *g = &msg[i];
+    if (g->after != after)
+      continue;
+    if (g->send ? !out[g->block] : !in[g->block]) {
+      fprintf(stderr, "rank %d: ring attention: step %d moves block %d, which the %s has not\n",
+              R->rank, s, g->block, call->bwd ? "backward" : "forward");
+      MPI_Abort(R->comm, 1);
+    }
+    if (g->send) {
+      ring_send_(R, out[g->block], g->n, RING_TAG + g->block);
+    } else {
+      ring_recv_(R, in[g->block], g->n, RING_TAG + g->block);
+      got |= 1u << g->block;
+    }
+  }
+  return got;
 }
 
 static void ring_wait_(Ring *R) {
@@ -134,25 +165,29 @@ void FN(rt_ring_attention_forward)(MPI_Comm comm, uint64_t *bytes, REAL *out, RE
   size_t kv = (size_t)B * Tl * Hkv * D;
   Ring R;
   ring_open_(&R, comm, bytes, RING_MPI_TYPE, (int)sizeof(REAL), kv);
+  RtRingCall call = {0, R.P, kv, (int)sizeof(REAL)};
   REAL *ob = scratch + 4 * kv, *lb = ob + (size_t)B * Tl * H * D;
-  const REAL *ck = k, *cv = v; // the block in hand, from rank (rank - s) mod P
+  // the blocks in hand (K, V), from rank (rank - s) mod P, only read (the
+  // caller's k, v at step 0); causal: passed on even when masked here, the
+  // same volume on every rank
+  void *hand[RT_RING_NBLOCKS] = {(void *)k, (void *)v, NULL, NULL};
   for (int s = 0; s < R.P; s++) {
     int src = (R.rank - s + R.P) % R.P;
-    REAL *nk = scratch + (size_t)(s & 1) * 2 * kv, *nv = nk + kv;
-    if (s < R.P - 1) { // pass it on even when masked here: same volume on every rank
-      ring_recv_(&R, nk, kv, RING_TAG_K);
-      ring_recv_(&R, nv, kv, RING_TAG_V);
-      ring_send_(&R, ck, kv, RING_TAG_K);
-      ring_send_(&R, cv, kv, RING_TAG_V);
-    }
+    REAL *nk = scratch + (size_t)(s & 1) * 2 * kv;
+    void *in[RT_RING_NBLOCKS] = {nk, nk + kv, NULL, NULL};
+    unsigned got = ring_post_(&R, &call, s, 0, hand, in);
+    const REAL *ck = hand[RT_RING_K], *cv = hand[RT_RING_V];
     if (s == 0) // the diagonal block: query t sees keys <= t, as on one device
       FN(rt_attention_forward)(out, lse, q, ck, cv, B, Tl, H, Hkv, D, causal);
     else if (!causal || src < R.rank) { // earlier tokens: unmasked
       FN(rt_attention_forward)(ob, lb, q, ck, cv, B, Tl, H, Hkv, D, 0);
       FN(ring_merge_)(out, lse, ob, lb, B, Tl, H, D);
     } // else later tokens, all masked
+    got |= ring_post_(&R, &call, s, 1, hand, in);
     ring_wait_(&R);
-    ck = nk, cv = nv;
+    for (int b = 0; b < RT_RING_NBLOCKS; b++)
+      if (got >> b & 1)
+        hand[b] = in[b];
   }
 }
 
@@ -170,33 +205,32 @@ void FN(rt_ring_attention_backward)(MPI_Comm comm, uint64_t *bytes, REAL *dq, RE
     FN(rt_attention_backward)(dq, dk, dv, dout, q, k, v, out, lse, B, Tl, H, Hkv, D, causal);
     return;
   }
-  // The block in hand; its dK, dV accumulate the contributions of the
-  // queries it has met. Step s receives into buffer s&1, so step 0's
-  // (zeroed) accumulators live in buffer 1.
-  const REAL *ck = k, *cv = v;
-  REAL *cdk = scratch + 4 * kv + 2 * kv, *cdv = cdk + kv;
-  memset(cdk, 0, 2 * kv * sizeof(REAL));
+  // The blocks in hand: K, V (only read; the caller's k, v at step 0) and
+  // their dK, dV accumulating the contributions of the queries they have
+  // met. Step s receives into buffer s&1, so step 0's (zeroed) accumulators
+  // live in buffer 1.
+  RtRingCall call = {1, R.P, kv, (int)sizeof(REAL)};
+  REAL *acc = scratch + 4 * kv + 2 * kv;
+  memset(acc, 0, 2 * kv * sizeof(REAL));
+  void *hand[RT_RING_NBLOCKS] = {(void *)k, (void *)v, acc, acc + kv};
   for (int s = 0; s < R.P; s++) {
     int src = (R.rank - s + R.P) % R.P;
     REAL *n = scratch + (size_t)(s & 1) * 4 * kv;
-    if (s < R.P - 1) {
-      ring_recv_(&R, n, kv, RING_TAG_K);
-      ring_recv_(&R, n + kv, kv, RING_TAG_V);
-      ring_send_(&R, ck, kv, RING_TAG_K);
-      ring_send_(&R, cv, kv, RING_TAG_V);
-    }
-    ring_recv_(&R, n + 2 * kv, kv, RING_TAG_DK); // after the last step: home
-    ring_recv_(&R, n + 3 * kv, kv, RING_TAG_DV);
+    void *in[RT_RING_NBLOCKS] = {n, n + kv, n + 2 * kv, n + 3 * kv};
+    unsigned got = ring_post_(&R, &call, s, 0, hand, in);
     // With the final out and lse, P = exp(S - lse) of each block is exact,
     // so its contributions simply add up (FlashAttention-2's backward).
     if (!causal || src <= R.rank)
-      FN(rt_attention_backward)(dq, cdk, cdv, dout, q, ck, cv, out, lse, B, Tl, H, Hkv, D,
+      FN(rt_attention_backward)(dq, hand[RT_RING_DK], hand[RT_RING_DV], dout, q,
+                                hand[RT_RING_K], hand[RT_RING_V], out, lse, B, Tl, H, Hkv, D,
                                 causal && src == R.rank);
-    ring_send_(&R, cdk, kv, RING_TAG_DK);
-    ring_send_(&R, cdv, kv, RING_TAG_DV);
+    got |= ring_post_(&R, &call, s, 1, hand, in);
     ring_wait_(&R);
-    ck = n, cv = n + kv, cdk = n + 2 * kv, cdv = n + 3 * kv;
+    for (int b = 0; b < RT_RING_NBLOCKS; b++)
+      if (got >> b & 1)
+        hand[b] = in[b];
   }
+  REAL *cdk = hand[RT_RING_DK], *cdv = hand[RT_RING_DV];
   // cdk, cdv now hold this rank's own block's sums from every rank's queries
   if (dk)
     FN(rt_axpy)(dk, cdk, 1, kv);

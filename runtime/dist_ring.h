@@ -16,7 +16,9 @@
  * Backward: from the final out and lse every block's contribution is exact
  * (FlashAttention-2); (K, V, dK, dV) travel P-1 times, dK and dV gathering
  * the contributions of every rank's queries, then one more hop brings them
- * home. dq, dk, dv ACCUMULATE (+=).
+ * home. dq, dk, dv ACCUMULATE (+=). The messages of one call, in order,
+ * are dist_orders.h's rt_ring_msgs, which the compiler's communication
+ * check also reads.
  *
  * Every rank of comm calls with the same B, Tl, H, Hkv, D, causal. scratch
  * holds rt_scratch_ring_fwd / rt_scratch_ring_bwd (dist_formulas.h)

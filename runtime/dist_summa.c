@@ -1,14 +1,30 @@
 /* dist_summa.c — SUMMA linear layers and split-channel layernorm over MPI
  * (see dist_summa.h). The file is its own template: the first pass below
  * includes it twice more with REAL = float (_f32) and REAL = double (_f64),
- * as kernels.c does with the k_*.inc files. */
+ * as kernels.c does with the k_*.inc files.
+ *
+ * SUMMA's broadcasts and reduces are issued in the order of dist_orders.h's
+ * rt_summa_step, the list the compiler's communication check proves
+ * deadlock-free: the kernels walk it, and each reduce sums the partial its
+ * step computes from the step's broadcast block. */
 #ifndef RT_DIST_SUMMA_TEMPLATE
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "dist_formulas.h"
+#include "dist_orders.h"
 #include "dist_summa.h"
 #include "rt_internal.h"
+
+// The order asked for a block this kernel has not got: the header and the
+// kernels disagree, and the other ranks would wait forever.
+static void summa_order_fail_(MPI_Comm comm, int step, const char *why) {
+  int me = -1;
+  MPI_Comm_rank(comm, &me);
+  fprintf(stderr, "rank %d of its grid row: summa: step %d: %s\n", me, step, why);
+  MPI_Abort(comm, 1);
+}
 
 /* MPI counts are ints: a collective on more elements goes in pieces. */
 #define RT_MPI_PIECE ((size_t)1 << 30)
@@ -90,11 +106,24 @@ void FN(rt_summa_forward)(MPI_Comm row, MPI_Comm col, uint64_t *bytes_row,
       memcpy(y + r * Nb, bias, (size_t)Nb * sizeof(REAL));
     beta = 1;
   }
+  RtSummaCall call = {0, q, 0, 0, 0, xe, we, 0, (int)sizeof(REAL)};
   for (int k = 0; k < q; k++) {
-    const REAL *xk = FN(rt_bcast_block_)(x, xbuf, xe, k, row);
-    const REAL *wk = FN(rt_bcast_block_)(w, wbuf, we, k, col);
-    *bytes_row += rt_vol_bcast(xe * sizeof(REAL), q);
-    *bytes_col += rt_vol_bcast(we * sizeof(REAL), q);
+    RtSummaMsg msg[RT_SUMMA_STEP_MAX];
+    int n = rt_summa_step(&call, k, msg);
+    const REAL *xk = NULL, *wk = NULL;
+    for (int i = 0; i < n; i++) {
+      const RtSummaMsg *g = &msg[i];
+      MPI_Comm c = g->col ? col : row;
+      if (g->coll != RT_SUMMA_BCAST || (g->block != RT_SUMMA_X && g->block != RT_SUMMA_W))
+        summa_order_fail_(row, g->step, "the forward only broadcasts X and W blocks");
+      if (g->block == RT_SUMMA_X)
+        xk = FN(rt_bcast_block_)(x, xbuf, g->n, g->root, c);
+      else
+        wk = FN(rt_bcast_block_)(w, wbuf, g->n, g->root, c);
+      *(g->col ? bytes_col : bytes_row) += g->vol;
+    }
+    if (!xk || !wk)
+      summa_order_fail_(row, k, "the step needs an X and a W block");
     // (Mb,Nb) += (Mb,Kb)·(Nb,Kb)ᵀ
     FN(rt_gemm)(0, 1, Mb, Nb, Kb, 1, xk, Kb, wk, Kb, beta, y, Nb);
     beta = 1;
@@ -113,32 +142,52 @@ void FN(rt_summa_backward)(MPI_Comm row, MPI_Comm col, uint64_t *bytes_row,
   MPI_Comm_rank(row, &j);
   size_t xe = (size_t)Mb * Kb, we = (size_t)Nb * Kb;
   REAL *xbuf = scratch, *wbuf = xbuf + xe, *tx = wbuf + we, *tw = tx + xe;
+  RtSummaCall call = {1, q, dx != NULL, dw != NULL, dbias != NULL, xe, we, (size_t)Nb,
+                      (int)sizeof(REAL)};
   for (int l = 0; l < q; l++) {
-    if (dx) { // dX(i,l) = Σ_j dY(i,j)·W(j,l); W(j,l) is held by rank (l,j)
-      const REAL *wl = FN(rt_bcast_block_)(w, wbuf, we, l, col);
-      FN(rt_gemm)(0, 0, Mb, Kb, Nb, 1, dy, Nb, wl, Kb, 0, tx, Kb); // (Mb,Nb)·(Nb,Kb)
-      rt_reduce_(tx, xe, MPI_REAL_T, sizeof(REAL), l, row);
-      if (j == l)
-        FN(rt_axpy)(dx, tx, 1, xe);
-      *bytes_col += rt_vol_bcast(we * sizeof(REAL), q);
-      *bytes_row += rt_vol_reduce(xe * sizeof(REAL), q);
+    RtSummaMsg msg[RT_SUMMA_STEP_MAX];
+    int n = rt_summa_step(&call, l, msg);
+    const REAL *xl = NULL, *wl = NULL; // this step's broadcast blocks
+    for (int k = 0; k < n; k++) {
+      const RtSummaMsg *g = &msg[k];
+      MPI_Comm c = g->col ? col : row;
+      int me = g->col ? i : j; // coord on c
+      switch (g->block) {
+      case RT_SUMMA_W: // W(j,l), held by rank (l,j)
+        wl = FN(rt_bcast_block_)(w, wbuf, g->n, g->root, c);
+        break;
+      case RT_SUMMA_X: // X(i,l), held by rank (i,l)
+        xl = FN(rt_bcast_block_)(x, xbuf, g->n, g->root, c);
+        break;
+      case RT_SUMMA_DX: // dX(i,l) = Σ_j dY(i,j)·W(j,l), kept by rank (i,l)
+        if (!wl || !dx)
+          summa_order_fail_(row, g->step, "a dX reduce needs dx and the step's W block");
+        FN(rt_gemm)(0, 0, Mb, Kb, Nb, 1, dy, Nb, wl, Kb, 0, tx, Kb); // (Mb,Nb)·(Nb,Kb)
+        rt_reduce_(tx, g->n, MPI_REAL_T, sizeof(REAL), g->root, c);
+        if (me == g->root)
+          FN(rt_axpy)(dx, tx, 1, g->n);
+        break;
+      case RT_SUMMA_DW: // dW(j,l) = Σ_i dY(i,j)ᵀ·X(i,l), kept by rank (l,j)
+        if (!xl || !dw)
+          summa_order_fail_(row, g->step, "a dW reduce needs dw and the step's X block");
+        FN(rt_gemm)(1, 0, Nb, Kb, Mb, 1, dy, Nb, xl, Kb, 0, tw, Kb); // (Mb,Nb)ᵀ·(Mb,Kb)
+        rt_reduce_(tw, g->n, MPI_REAL_T, sizeof(REAL), g->root, c);
+        if (me == g->root)
+          FN(rt_axpy)(dw, tw, 1, g->n);
+        break;
+      case RT_SUMMA_DB: // this block's column sums, then the column's: Nb <= Nb·Kb fits wbuf
+        if (!dbias)
+          summa_order_fail_(row, g->step, "a bias all-reduce needs dbias");
+        memset(wbuf, 0, g->n * sizeof(REAL));
+        FN(rt_matmul_backward)(NULL, NULL, wbuf, dy, x, w, Mb, Kb, Nb);
+        rt_allreduce_(wbuf, g->n, MPI_REAL_T, sizeof(REAL), c);
+        FN(rt_axpy)(dbias, wbuf, 1, g->n);
+        break;
+      default:
+        summa_order_fail_(row, g->step, "no such block");
+      }
+      *(g->col ? bytes_col : bytes_row) += g->vol;
     }
-    if (dw) { // dW(j,l) = Σ_i dY(i,j)ᵀ·X(i,l), kept by rank (l,j)
-      const REAL *xl = FN(rt_bcast_block_)(x, xbuf, xe, l, row);
-      FN(rt_gemm)(1, 0, Nb, Kb, Mb, 1, dy, Nb, xl, Kb, 0, tw, Kb); // (Mb,Nb)ᵀ·(Mb,Kb)
-      rt_reduce_(tw, we, MPI_REAL_T, sizeof(REAL), l, col);
-      if (i == l)
-        FN(rt_axpy)(dw, tw, 1, we);
-      *bytes_row += rt_vol_bcast(xe * sizeof(REAL), q);
-      *bytes_col += rt_vol_reduce(we * sizeof(REAL), q);
-    }
-  }
-  if (dbias) { // this block's column sums, then the column's: Nb <= Nb·Kb fits wbuf
-    memset(wbuf, 0, (size_t)Nb * sizeof(REAL));
-    FN(rt_matmul_backward)(NULL, NULL, wbuf, dy, x, w, Mb, Kb, Nb);
-    rt_allreduce_(wbuf, (size_t)Nb, MPI_REAL_T, sizeof(REAL), col);
-    FN(rt_axpy)(dbias, wbuf, 1, (size_t)Nb);
-    *bytes_col += rt_vol_allreduce((uint64_t)Nb * sizeof(REAL), q);
   }
 }
 

@@ -13,7 +13,8 @@
  *
  * Every rank of a grid row / column must make the same calls in the same
  * order with the same NULL-ness of optional pointers (the collectives pair
- * up). Byte counters are ADDED to: bytes sent per rank under the formulas
+ * up). The collectives of one call, in order, are dist_orders.h's
+ * rt_summa_msgs, which the compiler's communication check also reads. Byte counters are ADDED to: bytes sent per rank under the formulas
  * of dist_formulas.h, per communicator. MPI errors abort (the default
  * MPI_ERRORS_ARE_FATAL handler), so these functions return nothing.
  * Reductions are MPI_SUM over a fixed communicator and sizes, and local sums

@@ -6,11 +6,7 @@
 
 #include <stdint.h>
 
-/* The mesh axes, in the compiler's MeshAxis order (ir/ir.h). */
-typedef enum {
-  RT_AX_WORLD, RT_AX_DP, RT_AX_TP, RT_AX_TPR, RT_AX_TPC, RT_AX_SP, RT_AX_PP,
-  RT_AX_DATA, RT_AX_EMBED, RT_AX_COUNT
-} RtAxis;
+#include "dist_axes.h" /* RtAxis: the mesh axes, listed once with the compiler's MeshAxis */
 
 typedef struct RtShard {
   int ndim; int64_t shape[6];            /* the global tensor */

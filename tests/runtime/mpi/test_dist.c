@@ -1,6 +1,8 @@
 /* test_dist.c — the MPI layer (dist.h) at any world size: every mesh
  * dp×tp×sp×pp (and dp×q²×sp×pp) of the world is built and checked against
- * the layout formula, each collective against a serial sum computed on every
+ * the layout formula (recomputed here) and against dist_layout.h, the
+ * compiler's model of the same (sizes, keys, members, colors, pipeline and
+ * ring neighbours), each collective against a serial sum computed on every
  * rank, the counted volumes against dist_formulas.h, sharded tensors by
  * extract + gather, and vocab-parallel cross-entropy against the single-rank
  * kernels on the full logits.
@@ -118,6 +120,46 @@ static double get(const void *buf, int esize, size_t i) {
 
 /* ---- layout ---- */
 
+/* What MPI built agrees with dist_layout.h, the compiler's model: the
+ * group's size, this rank's key and the member list (ranks, from MPI, in
+ * coord order), and the colors, gathered from every rank, equal exactly on
+ * the members; the pipeline and ring neighbours are the PP and SP
+ * communicators' neighbours. Collective over WORLD (every rank, every
+ * axis). */
+static void check_layout_members(const Cfg *c, RtMesh *m, int ax, const int *ranks) {
+  RtLayout L = {c->dp, cfg_T(c), c->q, c->sp, c->pp};
+  RtGroup g = rt_layout_group(&L, ax, m->rank);
+  CHECK(g.size == m->size[ax] && g.key == m->coord[ax],
+        "%s: layout says coord %d of %d, MPI built %d of %d", rt_axis_name(ax), g.key, g.size,
+        m->coord[ax], m->size[ax]);
+  int *want = xmalloc(sizeof(int) * (size_t)m->world);
+  int n = rt_layout_members(&L, ax, m->rank, want);
+  CHECK(n == m->size[ax], "%s: layout lists %d members, MPI %d", rt_axis_name(ax), n,
+        m->size[ax]);
+  for (int k = 0; k < n && k < m->size[ax]; k++)
+    CHECK(want[k] == ranks[k], "%s: layout's member %d is rank %d, MPI's %d",
+          rt_axis_name(ax), k, want[k], ranks[k]);
+  int *colors = xmalloc(sizeof(int) * (size_t)m->world);
+  MPI_Allgather(&g.color, 1, MPI_INT, colors, 1, MPI_INT, MPI_COMM_WORLD);
+  for (int w = 0, k = 0; w < m->world; w++) {
+    int in = k < m->size[ax] && ranks[k] == w;
+    k += in;
+    CHECK((g.color >= 0 && colors[w] == g.color) == in,
+          "%s: rank %d has color %d, this rank %d, but is %s", rt_axis_name(ax), w, colors[w],
+          g.color, in ? "a member" : "not a member");
+  }
+  if (ax == RT_AX_PP || ax == RT_AX_SP)
+    for (int dir = -1; dir <= 1; dir += 2) {
+      int P = m->size[ax], k = ((m->coord[ax] + dir) % P + P) % P;
+      int peer = ax == RT_AX_PP ? rt_layout_pipe_peer(&L, m->rank, dir)
+                                : rt_layout_ring_peer(&L, m->rank, dir);
+      CHECK(peer == ranks[k], "%s neighbour %+d: layout says rank %d, the communicator %d",
+            rt_axis_name(ax), dir, peer, ranks[k]);
+    }
+  free(colors);
+  free(want);
+}
+
 static void check_layout(const Cfg *c, RtMesh *m) {
   group = G_LAYOUT;
   Pos p = pos_of(c, m->rank);
@@ -130,15 +172,17 @@ static void check_layout(const Cfg *c, RtMesh *m) {
           coord);
     CHECK((m->comm[ax] == MPI_COMM_NULL) == (size == 0), "%s communicator presence",
           rt_axis_name(ax));
-    if (m->comm[ax] == MPI_COMM_NULL)
-      continue;
-    // Who is in it, in coord order.
-    int *ranks = xmalloc(sizeof(int) * m->size[ax]);
-    MPI_Allgather(&m->rank, 1, MPI_INT, ranks, 1, MPI_INT, m->comm[ax]);
+    // Who is in it, in coord order (nobody without a communicator).
+    int *ranks = xmalloc(sizeof(int) * (size_t)m->size[ax]);
+    if (m->comm[ax] != MPI_COMM_NULL)
+      MPI_Allgather(&m->rank, 1, MPI_INT, ranks, 1, MPI_INT, m->comm[ax]);
     for (int k = 0; k < m->size[ax]; k++)
       CHECK(ranks[k] == member(c, p, ax, k), "%s member %d is rank %d, expected %d",
             rt_axis_name(ax), k, ranks[k], member(c, p, ax, k));
+    check_layout_members(c, m, ax, ranks);
     free(ranks);
+    if (m->comm[ax] == MPI_COMM_NULL)
+      continue;
     MPI_Errhandler eh;
     MPI_Comm_get_errhandler(m->comm[ax], &eh);
     CHECK(eh == MPI_ERRORS_RETURN, "%s errhandler is not MPI_ERRORS_RETURN",
