@@ -869,54 +869,37 @@ static SExpr *sx_punary(SxParser *P) {
   return sx_pprimary(P);
 }
 
-/* One left-associative level: operands from next, operators ops[] with
- * kinds kinds[] (NULL-terminated). */
-static SExpr *sx_plevel(SxParser *P, SExpr *(*next)(SxParser *), const char *const *ops,
-                        const SxKind *kinds) {
-  SExpr *e = next(P);
+/* The binary operators by precedence, loosest first; all left-associative.
+ * Longer spellings come first ("<=" before "<"). */
+static const struct {
+  const char *ops[5];
+  SxKind kinds[4];
+} sx_levels[] = {
+    {{"||"}, {SX_OR}},
+    {{"&&"}, {SX_AND}},
+    {{"==", "!="}, {SX_EQ, SX_NE}},
+    {{"<=", ">=", "<", ">"}, {SX_LE, SX_GE, SX_LT, SX_GT}},
+    {{"+", "-"}, {SX_ADD, SX_SUB}},
+    {{"*", "/"}, {SX_MUL, SX_DIV}},
+};
+enum { SX_NLEVELS = sizeof sx_levels / sizeof sx_levels[0] };
+
+/* or, and, eq, rel, add, mul: the operators of level lv and tighter. */
+static SExpr *sx_pbinary(SxParser *P, int lv) {
+  if (lv == SX_NLEVELS) return sx_punary(P);
+  SExpr *e = sx_pbinary(P, lv + 1);
   while (e) {
     int k = 0;
-    while (ops[k] && !sx_eat(P, ops[k])) k++;
-    if (!ops[k]) break;
-    SExpr *b = next(P);
-    e = b ? sx_bin(kinds[k], e, b) : NULL;
+    while (sx_levels[lv].ops[k] && !sx_eat(P, sx_levels[lv].ops[k])) k++;
+    if (!sx_levels[lv].ops[k]) break;
+    SExpr *b = sx_pbinary(P, lv + 1);
+    e = b ? sx_bin(sx_levels[lv].kinds[k], e, b) : NULL;
   }
   return e;
 }
 
-static SExpr *sx_pmul(SxParser *P) {
-  static const char *const ops[] = {"*", "/", NULL};
-  static const SxKind kinds[] = {SX_MUL, SX_DIV};
-  return sx_plevel(P, sx_punary, ops, kinds);
-}
-static SExpr *sx_padd(SxParser *P) {
-  static const char *const ops[] = {"+", "-", NULL};
-  static const SxKind kinds[] = {SX_ADD, SX_SUB};
-  return sx_plevel(P, sx_pmul, ops, kinds);
-}
-static SExpr *sx_prel(SxParser *P) {
-  static const char *const ops[] = {"<=", ">=", "<", ">", NULL};
-  static const SxKind kinds[] = {SX_LE, SX_GE, SX_LT, SX_GT};
-  return sx_plevel(P, sx_padd, ops, kinds);
-}
-static SExpr *sx_peq(SxParser *P) {
-  static const char *const ops[] = {"==", "!=", NULL};
-  static const SxKind kinds[] = {SX_EQ, SX_NE};
-  return sx_plevel(P, sx_prel, ops, kinds);
-}
-static SExpr *sx_pand(SxParser *P) {
-  static const char *const ops[] = {"&&", NULL};
-  static const SxKind kinds[] = {SX_AND};
-  return sx_plevel(P, sx_peq, ops, kinds);
-}
-static SExpr *sx_por(SxParser *P) {
-  static const char *const ops[] = {"||", NULL};
-  static const SxKind kinds[] = {SX_OR};
-  return sx_plevel(P, sx_pand, ops, kinds);
-}
-
 static SExpr *sx_pcond(SxParser *P) {
-  SExpr *c = sx_por(P);
+  SExpr *c = sx_pbinary(P, 0);
   if (!c || !sx_eat(P, "?")) return c;
   SExpr *a = sx_pcond(P);
   if (!a) return NULL;

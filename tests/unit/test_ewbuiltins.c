@@ -49,18 +49,24 @@ static void test_parse_values(void) {
 }
 
 static void test_parse_errors(void) {
-  ASSERT_STR("column 4: unexpected end", parse_error("x +"));
-  ASSERT_STR("column 1: unknown name 'foo'", parse_error("foo(x)"));
-  ASSERT_STR("column 1: unknown name 'y'", parse_error("y"));
-  ASSERT_STR("column 5: expected '(' after exp", parse_error("exp x"));
-  ASSERT_STR("column 6: expected ',' in the arguments of pow", parse_error("pow(x)"));
-  ASSERT_STR("column 7: expected ')' after the arguments of tanh", parse_error("tanh(x, x)"));
-  ASSERT_STR("column 3: expected ')'", parse_error("(x"));
-  ASSERT_STR("column 6: expected ':' of '?:'", parse_error("x ? 1"));
-  ASSERT_STR("column 3: unexpected 'x'", parse_error("x x"));
-  ASSERT_STR("column 4: malformed number", parse_error("1.5.2"));
-  ASSERT_STR("column 2: malformed number", parse_error("2e"));
-  ASSERT_STR("column 3: expected a number, an argument or a call", parse_error("x*)"));
+  static const struct {
+    const char *text, *msg;
+  } cases[] = {
+      {"x +", "column 4: unexpected end"},
+      {"foo(x)", "column 1: unknown name 'foo'"},
+      {"y", "column 1: unknown name 'y'"},
+      {"exp x", "column 5: expected '(' after exp"},
+      {"pow(x)", "column 6: expected ',' in the arguments of pow"},
+      {"tanh(x, x)", "column 7: expected ')' after the arguments of tanh"},
+      {"(x", "column 3: expected ')'"},
+      {"x ? 1", "column 6: expected ':' of '?:'"},
+      {"x x", "column 3: unexpected 'x'"},
+      {"1.5.2", "column 4: malformed number"},
+      {"2e", "column 2: malformed number"},
+      {"x*)", "column 3: expected a number, an argument or a call"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    ASSERT_STR(cases[i].msg, parse_error(cases[i].text));
 }
 
 /* d fn / d arg var against central differences at npts points of [lo, hi],
