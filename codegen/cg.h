@@ -96,12 +96,6 @@ int cg_build_cpu(Module *m, const char *dir, const char *src);
 
 /* ---- cexpr.c ---- */
 
-/* An elementwise forward op (add, sub, mul, scale, relu, gelu, silu, map) as
- * a scalar expression of its operands' expressions; NULL for other ops. */
-SExpr *cg_op_expr(const Node *n, SExpr *const *operands);
-/* `fn`'s body or derivative `which` (-1: body) with its arguments replaced
- * by args[0..nargs). */
-SExpr *cg_fn_expr(const ScalarFn *fn, int which, SExpr *const *args);
 /* Emits `lhs[k] ops[k] roots[k];` for k < n, with every subexpression used
  * more than once computed once into `const T tN` temporaries (T = float, or
  * double when f64).  argnames name SX_ARG k.  Math functions and literals in

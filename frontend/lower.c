@@ -35,7 +35,7 @@ static const char *lv_kind_name(const LVal *v) {
   case LV_TENSOR: return "a tensor";
   case LV_LAYER: return "a layer";
   case LV_BUILTIN: return "a builtin layer";
-  case LV_FN: return "an imported function";
+  case LV_FN: return v->fn->header ? "an imported function" : "a builtin function";
   case LV_TUPLE: return "a tuple";
   case LV_WORD: return "a word";
   }
@@ -70,6 +70,7 @@ typedef struct Ctx {
    * segments of its output dim, set by the builtins that know it. */
   int tph, tph_nseg;
   int64_t tph_seg[3];
+  ScalarFn *ewfn[EW_COUNT]; /* the builtin functions used so far */
 } Ctx;
 
 /* Unrolling limits: a model of thousands of transformer layers stays far
@@ -122,6 +123,7 @@ static void unknown_name(Ctx *c, Scope *s, Expr *e) {
     for (int i = 0; i < p->vars.len; i++) vec_push(&cands, (void *)((Var *)p->vars.data[i])->name);
   for (int i = 0; i < c->m->decls.len; i++) vec_push(&cands, (void *)((Decl *)c->m->decls.data[i])->name);
   for (int i = 0; i < B_COUNT; i++) vec_push(&cands, (void *)builtins[i].name);
+  for (int i = 0; i < EW_COUNT; i++) vec_push(&cands, (void *)ew_builtins[i].name);
   const char *sug = sema_suggest(e->str, (const char *const *)cands.data, cands.len);
   if (sug)
     diag_error(e->loc, "unknown name '%s'; did you mean '%s'?", e->str, sug);
@@ -1150,6 +1152,17 @@ static bool eval_ident(Ctx *c, Scope *s, Expr *e, LVal *out) {
     *out = (LVal){.k = LV_BUILTIN, .builtin = b, .loc = e->loc};
     return true;
   }
+  /* A builtin function is a scalar function like an imported one. */
+  int k = ew_builtin_id(e->str);
+  if (k >= 0) {
+    char err[256];
+    if (!c->ewfn[k] && !(c->ewfn[k] = ew_builtin_fn(k, err, sizeof err))) {
+      diag_error(e->loc, "internal: builtin '%s': %s", e->str, err);
+      return false;
+    }
+    *out = (LVal){.k = LV_FN, .fn = c->ewfn[k], .loc = e->loc};
+    return true;
+  }
   /* Bare words used as option values (e.g. `schedule = cosine`) are not
    * meaningful inside model bodies. */
   unknown_name(c, s, e);
@@ -1195,7 +1208,8 @@ static bool eval_call(Ctx *c, Scope *s, Expr *e, LVal *out) {
       Arg *a = e->args.data[i];
       LVal x;
       if (a->name) {
-        diag_error(a->loc, "imported function '%s' takes positional arguments only", fn->name);
+        diag_error(a->loc, "%s '%s' takes positional arguments only",
+                   fn->header ? "imported function" : "builtin function", fn->name);
         return false;
       }
       if (!eval(c, s, a->value, &x)) return false;

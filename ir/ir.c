@@ -418,9 +418,9 @@ static double flops_b_attn(const Node *n) {
 static double flops_b_xent(const Node *n) { return 3.0 * numel_in(n, 1); }
 
 const OpInfo ir_ops[OP_COUNT] = {
-#define OP(e, name, mn, mx, no, shape, flops) [OP_##e] = {name, mn, mx, no, shape, flops},
+#define OP(e, name, mn, mx, no, cls, bwd, shape, flops) \
+  [OP_##e] = {name, mn, mx, no, OPC_##cls, OP_##bwd, shape, flops},
 #include "ops.def"
-#undef OP
 };
 
 /* ---- graph ---- */
@@ -625,11 +625,7 @@ _Static_assert(AX_WORLD == 0 && AX_DP == 1 && AX_TP == 2 && AX_TPR == 3 && AX_TP
 
 const char *ir_axis_name(int ax) { return rt_axis_ir_name(ax); }
 
-bool ir_is_comm(OpKind op) {
-  return op == OP_ALLREDUCE || op == OP_ALLGATHER || op == OP_ALLGATHER_G ||
-         op == OP_REDUCE_SCATTER || op == OP_TP_COPY || op == OP_SHARD ||
-         op == OP_GRAD_ALLREDUCE || op == OP_GRAD_REDUCE_SCATTER;
-}
+bool ir_is_comm(OpKind op) { return ir_ops[op].cls == OPC_COMM || ir_ops[op].cls == OPC_BUCKET; }
 
 int ir_comm_axis(const Node *n, int *group) {
   int ax = -1, P = 1;
@@ -658,20 +654,21 @@ void ir_dim_split(const Shape *s, int d, int P, int64_t *outer, int64_t *inner) 
   *inner = in / P;
 }
 
+/* Whether n is of class c or its backward class b. */
+static bool of_class(const Node *n, OpClass c, OpClass b) {
+  return ir_ops[n->op].cls == c || ir_ops[n->op].cls == b;
+}
+
 int ir_summa_q(const Node *n) {
-  return (n->op == OP_MATMUL || n->op == OP_MATMUL_BWD) && n->a.ni >= 3 && n->a.i[0] > 1
-             ? (int)n->a.i[0]
-             : 0;
+  return of_class(n, OPC_MATMUL, OPC_B_MATMUL) && n->a.ni >= 3 && n->a.i[0] > 1 ? (int)n->a.i[0] : 0;
 }
 
 int ir_norm_split(const Node *n) {
-  bool norm = n->op == OP_LAYERNORM || n->op == OP_LAYERNORM_BWD || n->op == OP_RMSNORM ||
-              n->op == OP_RMSNORM_BWD;
-  return norm && n->a.ni >= 2 && n->a.i[0] > 1 ? (int)n->a.i[0] : 0;
+  return of_class(n, OPC_NORM, OPC_B_NORM) && n->a.ni >= 2 && n->a.i[0] > 1 ? (int)n->a.i[0] : 0;
 }
 
 int ir_ring_size(const Node *n) {
-  return (n->op == OP_ATTENTION || n->op == OP_ATTENTION_BWD) && n->a.ni >= 3 ? (int)n->a.i[1] : 0;
+  return of_class(n, OPC_ATTENTION, OPC_B_ATTENTION) && n->a.ni >= 3 ? (int)n->a.i[1] : 0;
 }
 
 int64_t ir_ring_kv(const Node *n) {

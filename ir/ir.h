@@ -17,11 +17,37 @@
 
 /* ---- op table ---- */
 typedef enum {
-#define OP(e, name, mn, mx, no, shape, flops) OP_##e,
+#define OP(e, name, mn, mx, no, cls, bwd, shape, flops) OP_##e,
 #include "ops.def"
-#undef OP
-  OP_COUNT
+  OP_COUNT,
+  OP_NONE = -1   /* ops.def's backward column: none */
 } OpKind;
+
+/* Op classes (ops.def's class column): ops of one class share their
+ * operand conventions, so the shard passes and autodiff write one rule per
+ * class.  Shapes: x [..., C]; P ranks of a mesh axis. */
+typedef enum {
+  OPC_LEAF,       /* no operands: a model input, parameter or gradient seed */
+  OPC_UNARY,      /* y = f(x) elementwise, y like x: scale, gelu, relu, silu, dropout */
+  OPC_BINARY,     /* y = a op b elementwise, b like a's trailing dims (broadcast) */
+  OPC_MAP,        /* y = f(x1..xn) elementwise, operands of one shape: a scalar function */
+  OPC_ROWWISE,    /* each row (the last dim) as a whole: softmax */
+  OPC_NORM,       /* x, weights [C] -> y, per-row statistics [...]: layernorm, rmsnorm */
+  OPC_MATMUL,     /* x [..., K] · W [N, K]ᵀ */
+  OPC_GATHER,     /* rows of a table [V, C] by integer ids */
+  OPC_VIEW,       /* the same storage in another shape: reshape */
+  OPC_SLICE,      /* a range of the last dim */
+  OPC_ROPE,       /* rotary position embedding of [B, T, H, D] */
+  OPC_ATTENTION,  /* q, k, v [B, T, H, D] -> o, lse */
+  OPC_LOSS,       /* logits, targets -> scalar: cross_entropy */
+  OPC_COMM,       /* a collective or local shard over mesh axis i2 (i0 dim, i1 P) */
+  OPC_BUCKET,     /* a data-parallel gradient bucket's collective (passes/zero.c) */
+  /* backward: the gradients of the class they name */
+  OPC_B_ACC,      /* t (or a chunk of it) accumulated into a gradient: acc, shard_bwd */
+  OPC_B_UNARY, OPC_B_BINARY, OPC_B_MAP, OPC_B_ROWWISE, OPC_B_NORM, OPC_B_MATMUL,
+  OPC_B_GATHER, OPC_B_SLICE, OPC_B_ROPE, OPC_B_ATTENTION, OPC_B_LOSS,
+  OPC_COUNT
+} OpClass;
 
 typedef enum { DT_F32, DT_F64, DT_BF16, DT_F16, DT_I32, DT_U16, DT_COUNT } DType;
 
@@ -191,6 +217,8 @@ typedef struct Graph {
 typedef struct OpInfo {
   const char *name;
   int min_in, max_in, nout;
+  OpClass cls;
+  OpKind bwd;            /* the backward op autodiff emits, OP_NONE for none */
   int (*shape)(Node *n, char *err, int errcap);
   double (*flops)(const Node *n);
 } OpInfo;

@@ -751,3 +751,185 @@ void sx_emit_c(FILE *out, SExpr **roots, const char *const *outs, int n,
   free(tempnum);
   free(E.order);
 }
+
+/* ---- parsing ----
+ *
+ *   cond    = or ("?" cond ":" cond)?
+ *   or      = and ("||" and)*
+ *   and     = eq ("&&" eq)*
+ *   eq      = rel (("==" | "!=") rel)*
+ *   rel     = add (("<" | "<=" | ">" | ">=") add)*
+ *   add     = mul (("+" | "-") mul)*
+ *   mul     = unary (("*" | "/") unary)*
+ *   unary   = ("-" | "+" | "!") unary | primary
+ *   primary = number | arg | fn "(" cond ("," cond)* ")" | "(" cond ")"
+ */
+
+typedef struct SxParser {
+  const char *text, *p;
+  const char *const *argnames;
+  int nargs;
+  char *err;
+  int errcap;
+  int failed;
+} SxParser;
+
+static const struct {
+  const char *name;
+  SxKind kind;
+  int nargs;
+} sx_calls[] = {
+    {"exp", SX_EXP, 1},   {"log", SX_LOG, 1},   {"tanh", SX_TANH, 1}, {"sqrt", SX_SQRT, 1},
+    {"sin", SX_SIN, 1},   {"cos", SX_COS, 1},   {"fabs", SX_ABS, 1},  {"erf", SX_ERF, 1},
+    {"pow", SX_POW, 2},   {"fmax", SX_MAX, 2},  {"fmin", SX_MIN, 2},
+};
+
+/* Reports the first error only; the parse unwinds returning NULL. */
+static SExpr *sx_perr(SxParser *P, const char *msg, const char *what) {
+  if (!P->failed)
+    snprintf(P->err, (size_t)P->errcap, "column %d: %s%s", (int)(P->p - P->text) + 1, msg, what);
+  P->failed = 1;
+  return NULL;
+}
+
+static void sx_skip(SxParser *P) {
+  while (*P->p == ' ' || *P->p == '\t') P->p++;
+}
+
+/* Consumes op (and not a longer operator starting with it: "<" not "<="). */
+static int sx_eat(SxParser *P, const char *op) {
+  sx_skip(P);
+  size_t n = strlen(op);
+  if (strncmp(P->p, op, n) != 0) return 0;
+  if (n == 1 && strchr("<>=!", op[0]) && P->p[1] == '=') return 0;
+  if (n == 1 && (op[0] == '&' || op[0] == '|') && P->p[1] == op[0]) return 0;
+  P->p += n;
+  return 1;
+}
+
+static int sx_isident(int c, int first) {
+  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!first && c >= '0' && c <= '9');
+}
+
+static SExpr *sx_pcond(SxParser *P);
+
+static SExpr *sx_pprimary(SxParser *P) {
+  sx_skip(P);
+  const char *s = P->p;
+  if ((*s >= '0' && *s <= '9') || (*s == '.' && s[1] >= '0' && s[1] <= '9')) {
+    char *end;
+    double v = strtod(s, &end);
+    P->p = end;
+    if (*P->p == 'f' || *P->p == 'F') P->p++;
+    if (sx_isident(*P->p, 0) || *P->p == '.') return sx_perr(P, "malformed number", "");
+    return sx_const(v);
+  }
+  if (*s == '(') {
+    P->p++;
+    SExpr *e = sx_pcond(P);
+    if (e && !sx_eat(P, ")")) return sx_perr(P, "expected ')'", "");
+    return e;
+  }
+  if (!sx_isident(*s, 1))
+    return sx_perr(P, *s ? "expected a number, an argument or a call" : "unexpected end", "");
+  size_t n = 1;
+  while (sx_isident(s[n], 0)) n++;
+  for (int i = 0; i < P->nargs; i++)
+    if (strlen(P->argnames[i]) == n && !strncmp(P->argnames[i], s, n)) {
+      P->p += n;
+      return sx_arg(i);
+    }
+  for (size_t k = 0; k < sizeof sx_calls / sizeof sx_calls[0]; k++) {
+    if (strlen(sx_calls[k].name) != n || strncmp(sx_calls[k].name, s, n)) continue;
+    P->p += n;
+    if (!sx_eat(P, "(")) return sx_perr(P, "expected '(' after ", sx_calls[k].name);
+    SExpr *a[2] = {NULL, NULL};
+    for (int i = 0; i < sx_calls[k].nargs; i++) {
+      if (i && !sx_eat(P, ",")) return sx_perr(P, "expected ',' in the arguments of ", sx_calls[k].name);
+      if (!(a[i] = sx_pcond(P))) return NULL;
+    }
+    if (!sx_eat(P, ")")) return sx_perr(P, "expected ')' after the arguments of ", sx_calls[k].name);
+    return sx_calls[k].nargs == 1 ? sx_un(sx_calls[k].kind, a[0]) : sx_bin(sx_calls[k].kind, a[0], a[1]);
+  }
+  char name[64];
+  snprintf(name, sizeof name, "%.*s'", (int)(n < 60 ? n : 60), s);
+  return sx_perr(P, "unknown name '", name);
+}
+
+static SExpr *sx_punary(SxParser *P) {
+  if (sx_eat(P, "-")) {
+    SExpr *a = sx_punary(P);
+    return a ? sx_un(SX_NEG, a) : NULL;
+  }
+  if (sx_eat(P, "!")) {
+    SExpr *a = sx_punary(P);
+    return a ? sx_un(SX_NOT, a) : NULL;
+  }
+  if (sx_eat(P, "+")) return sx_punary(P);
+  return sx_pprimary(P);
+}
+
+/* The binary operators by precedence, loosest first; all left-associative.
+ * Longer spellings come first ("<=" before "<"). */
+static const struct {
+  const char *ops[5];
+  SxKind kinds[4];
+} sx_levels[] = {
+    {{"||"}, {SX_OR}},
+    {{"&&"}, {SX_AND}},
+    {{"==", "!="}, {SX_EQ, SX_NE}},
+    {{"<=", ">=", "<", ">"}, {SX_LE, SX_GE, SX_LT, SX_GT}},
+    {{"+", "-"}, {SX_ADD, SX_SUB}},
+    {{"*", "/"}, {SX_MUL, SX_DIV}},
+};
+enum { SX_NLEVELS = sizeof sx_levels / sizeof sx_levels[0] };
+
+/* or, and, eq, rel, add, mul: the operators of level lv and tighter. */
+static SExpr *sx_pbinary(SxParser *P, int lv) {
+  if (lv == SX_NLEVELS) return sx_punary(P);
+  SExpr *e = sx_pbinary(P, lv + 1);
+  while (e) {
+    int k = 0;
+    while (sx_levels[lv].ops[k] && !sx_eat(P, sx_levels[lv].ops[k])) k++;
+    if (!sx_levels[lv].ops[k]) break;
+    SExpr *b = sx_pbinary(P, lv + 1);
+    e = b ? sx_bin(sx_levels[lv].kinds[k], e, b) : NULL;
+  }
+  return e;
+}
+
+static SExpr *sx_pcond(SxParser *P) {
+  SExpr *c = sx_pbinary(P, 0);
+  if (!c || !sx_eat(P, "?")) return c;
+  SExpr *a = sx_pcond(P);
+  if (!a) return NULL;
+  if (!sx_eat(P, ":")) return sx_perr(P, "expected ':' of '?:'", "");
+  SExpr *b = sx_pcond(P);
+  return b ? sx_select(c, a, b) : NULL;
+}
+
+SExpr *sx_parse(const char *text, const char *const *argnames, int nargs, char *err, int errcap) {
+  SxParser P = {text, text, argnames, nargs, err, errcap, 0};
+  SExpr *e = sx_pcond(&P);
+  sx_skip(&P);
+  if (e && *P.p) {
+    char c[3] = {*P.p, '\'', 0};
+    return sx_perr(&P, "unexpected '", c);
+  }
+  return e;
+}
+
+ScalarFn *sx_fn_parse(const char *name, const char *text, const char *const *argnames, int nargs,
+                      char *err, int errcap) {
+  SExpr *body = sx_parse(text, argnames, nargs, err, errcap);
+  if (!body) return NULL;
+  ScalarFn *fn = arena_alloc(sizeof *fn);
+  fn->name = name;
+  fn->nargs = nargs;
+  fn->argnames = arena_alloc(sizeof(char *) * (size_t)(nargs ? nargs : 1));
+  for (int i = 0; i < nargs; i++) fn->argnames[i] = argnames[i];
+  fn->body = body;
+  fn->dbody = arena_alloc(sizeof(SExpr *) * (size_t)(nargs ? nargs : 1));
+  for (int i = 0; i < nargs; i++) fn->dbody[i] = sx_diff(body, i);
+  return fn;
+}

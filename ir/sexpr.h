@@ -1,5 +1,6 @@
 /* sexpr.h — scalar expressions: bodies of C functions imported with
- * `use NAME from "file.h"`, their symbolic partial derivatives, evaluation
+ * `use NAME from "file.h"` and of the builtin elementwise functions
+ * (ir/ops.def's EW rows), their symbolic partial derivatives, evaluation
  * and C emission.  Expressions are hash-consed DAGs (structurally equal
  * subexpressions are one node), so shared subexpressions are kept shared
  * through differentiation and simplification.
@@ -34,10 +35,11 @@ typedef struct SExpr {
   unsigned id;           /* unique, dense per process: for CSE in emitters */
 } SExpr;
 
-/* A C scalar function imported from a header and its partial derivatives. */
+/* A scalar function (imported from a C header, or a builtin defined by an
+ * expression) and its partial derivatives. */
 typedef struct ScalarFn {
   const char *name;
-  const char *header;     /* path as resolved */
+  const char *header;     /* path as resolved; NULL for a builtin */
   int line;               /* line of the definition in the header */
   int nargs;
   const char **argnames;
@@ -72,6 +74,17 @@ void sx_print(FILE *out, const SExpr *e, const char *const *argnames);
  * Each line is prefixed with `indent`. */
 void sx_emit_c(FILE *out, SExpr **roots, const char *const *outs, int n,
                const char *const *argnames, const char *indent);
+
+/* Parses text, a C-like expression of the arguments argnames[0..nargs):
+ * numbers (1, 0.5, 1e-3, 2.0f), argument names, + - * / and unary - + !,
+ * < <= > >= == !=, && ||, ?: and the calls exp log tanh sqrt sin cos fabs
+ * erf (one argument) and pow fmax fmin (two), with C's precedence.  NULL
+ * with "column N: message" in err when it does not parse. */
+SExpr *sx_parse(const char *text, const char *const *argnames, int nargs, char *err, int errcap);
+/* The function `name` whose body is sx_parse(text, ...) with its partial
+ * derivatives (arena-allocated, header NULL); NULL with a message in err. */
+ScalarFn *sx_fn_parse(const char *name, const char *text, const char *const *argnames, int nargs,
+                      char *err, int errcap);
 
 /* Free every node (they live outside the arena so that hash-consing survives
  * arena_free_all()).  Only for long-running processes such as fuzzers: any

@@ -35,20 +35,35 @@ static bool emit(Graph *g, OpKind op, Value **in, int nin, Value **outs, const A
   return ir_add_bwd(g, op, in, nin, outs, a, fwd) != NULL;
 }
 
+/* Appends the backward of forward node n: by its class, which fixes what
+ * the backward op (ops.def's backward column) reads. */
 static bool backward(Graph *g, Node *n) {
   Value *dy = n->out->grad;
   Value **x = n->in;
   Value *o[IR_MAXOUT] = {0};
-  switch (n->op) {
-  case OP_MATMUL: {
-    Value *in[3] = {dy, x[0], x[1]};
-    o[0] = G(g, x[0]);
-    o[1] = G(g, x[1]);
-    return emit(g, OP_MATMUL_BWD, in, 3, o, &n->a, n);
+  OpKind b = ir_ops[n->op].bwd;
+  switch (ir_ops[n->op].cls) {
+  case OPC_UNARY:
+  case OPC_MAP:
+  case OPC_SLICE:
+  case OPC_ROPE:
+  case OPC_MATMUL:
+  case OPC_GATHER:
+  case OPC_LOSS: {
+    /* dy and the operands -> a gradient for each float operand (integer
+     * ids and targets have none) */
+    Value *in[IR_MAXIN];
+    in[0] = dy;
+    for (int i = 0; i < n->nin; i++) {
+      in[i + 1] = x[i];
+      o[i] = G(g, x[i]);
+    }
+    Attrs a = n->a;
+    /* Dropout's mask is a function of (seed, forward node, step): name the node. */
+    if (n->op == OP_DROPOUT) a.i[1] = n->id, a.ni = 2;
+    return emit(g, b, in, n->nin + 1, o, &a, n);
   }
-  case OP_ADD:
-  case OP_SUB:
-  case OP_MUL: {
+  case OPC_BINARY: {
     Value *in[3] = {dy, x[0], x[1]};
     /* An operand of an add (or the left of a sub) that has no other use and
      * the result's shape has exactly dy as its gradient: share dy's buffer
@@ -70,81 +85,48 @@ static bool backward(Graph *g, Node *n) {
       o[0] = G(g, x[0]);
       o[1] = G(g, x[1]);
     }
-    OpKind k = n->op == OP_ADD ? OP_ADD_BWD : n->op == OP_SUB ? OP_SUB_BWD : OP_MUL_BWD;
-    return emit(g, k, in, 3, o, &n->a, n);
+    return emit(g, b, in, 3, o, &n->a, n);
   }
-  case OP_SCALE:
-  case OP_GELU:
-  case OP_RELU:
-  case OP_SILU:
-  case OP_DROPOUT:
-  case OP_SLICE:
-  case OP_ROPE: {
-    static const OpKind bwd[OP_COUNT] = {
-        [OP_SCALE] = OP_SCALE_BWD, [OP_GELU] = OP_GELU_BWD,       [OP_RELU] = OP_RELU_BWD,
-        [OP_SILU] = OP_SILU_BWD,   [OP_DROPOUT] = OP_DROPOUT_BWD, [OP_SLICE] = OP_SLICE_BWD,
-        [OP_ROPE] = OP_ROPE_BWD,
-    };
-    Value *in[2] = {dy, x[0]};
-    o[0] = G(g, x[0]);
-    Attrs a = n->a;
-    /* Dropout's mask is a function of (seed, forward node, step): name the node. */
-    if (n->op == OP_DROPOUT) a.i[1] = n->id, a.ni = 2;
-    return emit(g, bwd[n->op], in, 2, o, &a, n);
-  }
-  case OP_SOFTMAX: {
+  case OPC_ROWWISE: {
+    /* dy and the output */
     Value *in[2] = {dy, n->out};
     o[0] = G(g, x[0]);
-    return emit(g, OP_SOFTMAX_BWD, in, 2, o, &n->a, n);
+    return emit(g, b, in, 2, o, &n->a, n);
   }
-  case OP_LAYERNORM: {
-    Value *in[5] = {dy, x[0], x[1], n->outs[1], n->outs[2]};
+  case OPC_NORM: {
+    /* dy, x, the weight and the statistics -> dx and the weights' gradients */
+    Value *in[IR_MAXIN] = {dy, x[0], x[1]};
+    for (int j = 1; j < n->nout; j++) in[2 + j] = n->outs[j];
+    for (int k = 0; k < n->nin; k++) o[k] = G(g, x[k]);
+    return emit(g, b, in, n->nout + 2, o, &n->a, n);
+  }
+  case OPC_ATTENTION: {
+    /* dy, q, k, v and the outputs (o, lse) -> dq, dk, dv */
+    Value *in[6] = {dy, x[0], x[1], x[2], n->outs[0], n->outs[1]};
     o[0] = G(g, x[0]);
     o[1] = G(g, x[1]);
     o[2] = G(g, x[2]);
-    return emit(g, OP_LAYERNORM_BWD, in, 5, o, &n->a, n);
+    return emit(g, b, in, 6, o, &n->a, n);
   }
-  case OP_RMSNORM: {
-    Value *in[4] = {dy, x[0], x[1], n->outs[1]};
-    o[0] = G(g, x[0]);
-    o[1] = G(g, x[1]);
-    return emit(g, OP_RMSNORM_BWD, in, 4, o, &n->a, n);
-  }
-  case OP_MAP: {
-    Value *in[IR_MAXIN];
-    in[0] = dy;
-    for (int i = 0; i < n->nin; i++) {
-      in[i + 1] = x[i];
-      o[i] = G(g, x[i]);
-    }
-    return emit(g, OP_MAP_BWD, in, n->nin + 1, o, &n->a, n);
-  }
-  case OP_GATHER: {
-    Value *in[3] = {dy, x[0], x[1]};
-    o[0] = G(g, x[0]);
-    return emit(g, OP_GATHER_BWD, in, 3, o, &n->a, n);
-  }
-  case OP_RESHAPE:
+  case OPC_VIEW:
     /* dy is a view of dx (see G): nothing to compute. */
     return true;
-  case OP_ALLREDUCE:
-  case OP_ALLGATHER:
-  case OP_ALLGATHER_G:
-  case OP_REDUCE_SCATTER:
-  case OP_TP_COPY: {
-    /* The adjoint collective into a new buffer, then accumulated:
-     * all-reduce <-> pass-through, all-gather -> own chunk (or, for a
-     * gathered input of a column-parallel op, reduce-scatter),
-     * reduce-scatter -> all-gather, tp_copy -> all-reduce. */
+  case OPC_COMM: {
+    /* The adjoint: an accumulating op (shard -> shard_bwd), or the adjoint
+     * collective into a new buffer, then accumulated: all-reduce <->
+     * pass-through, all-gather -> own chunk (or, for a gathered input of a
+     * column-parallel op, reduce-scatter), reduce-scatter -> all-gather,
+     * tp_copy -> all-reduce. */
     Value *dx = G(g, x[0]);
     if (!dx) return true;
     Value *t = dy;
-    if (n->op != OP_ALLREDUCE) {
-      OpKind k = n->op == OP_ALLGATHER     ? OP_SHARD
-                 : n->op == OP_ALLGATHER_G ? OP_REDUCE_SCATTER
-                 : n->op == OP_REDUCE_SCATTER ? OP_ALLGATHER
-                                              : OP_ALLREDUCE;
-      Node *c = ir_add(g, k, &dy, 1, &n->a, n->loc, n->scope, ir_ops[k].name);
+    if (b != OP_NONE && ir_ops[b].cls == OPC_B_ACC) {
+      Value *in[2] = {dy, x[0]};
+      o[0] = dx;
+      return emit(g, b, in, 2, o, &n->a, n);
+    }
+    if (b != OP_NONE) {
+      Node *c = ir_add(g, b, &dy, 1, &n->a, n->loc, n->scope, ir_ops[b].name);
       if (!c) return false;
       c->fwd = n;
       t = c->out;
@@ -152,23 +134,6 @@ static bool backward(Graph *g, Node *n) {
     Value *in[2] = {t, x[0]};
     o[0] = dx;
     return emit(g, OP_ACC, in, 2, o, &n->a, n);
-  }
-  case OP_SHARD: {
-    Value *in[2] = {dy, x[0]};
-    o[0] = G(g, x[0]);
-    return emit(g, OP_SHARD_BWD, in, 2, o, &n->a, n);
-  }
-  case OP_ATTENTION: {
-    Value *in[6] = {dy, x[0], x[1], x[2], n->outs[0], n->outs[1]};
-    o[0] = G(g, x[0]);
-    o[1] = G(g, x[1]);
-    o[2] = G(g, x[2]);
-    return emit(g, OP_ATTENTION_BWD, in, 6, o, &n->a, n);
-  }
-  case OP_CROSS_ENTROPY: {
-    Value *in[3] = {dy, x[0], x[1]};
-    o[0] = G(g, x[0]);
-    return emit(g, OP_CROSS_ENTROPY_BWD, in, 3, o, &n->a, n);
   }
   default:
     diag_error(n->loc, "internal: autodiff has no rule for %s", ir_ops[n->op].name);

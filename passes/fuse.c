@@ -8,6 +8,8 @@
  *   the chain is stored only when a later node reads it (the backward).
  * Fusion happens only between adjacent nodes whose buffers do not overlap,
  * so the memory plan's liveness stays valid.
+ * The elementwise ops' scalar expressions (fuse_op_expr) are here too: the
+ * program's loops are built from them and every target prints them.
  */
 #include "fuse.h"
 
@@ -43,14 +45,12 @@ bool fuse_overlaps(const Value *a, const Value *b) {
   return a0 < b1 && b0 < a1;
 }
 
+/* Elementwise ops the fused loops compute from a scalar expression
+ * (fuse_op_expr): the unary, binary and map classes, but dropout, whose mask
+ * needs its kernel. */
 bool fuse_is_loop_op(OpKind op) {
-  switch (op) {
-  case OP_ADD: case OP_SUB: case OP_MUL: case OP_SCALE: case OP_GELU: case OP_RELU:
-  case OP_SILU: case OP_MAP:
-    return true;
-  default:
-    return false;
-  }
+  OpClass c = ir_ops[op].cls;
+  return c == OPC_BINARY || c == OPC_MAP || (c == OPC_UNARY && op != OP_DROPOUT);
 }
 
 /* The next node after i that emits code (nn if none). */
@@ -223,4 +223,37 @@ Fusion *fuse_analyse(Graph *g) {
     }
   }
   return f;
+}
+
+/* ---- elementwise ops as scalar expressions ---- */
+
+SExpr *fuse_fn_expr(const ScalarFn *fn, int which, SExpr *const *args) {
+  SExpr *e = which < 0 ? fn->body : fn->dbody[which];
+  /* Two steps so an argument expression that mentions arg k is not rewritten
+   * again when arg k itself is replaced. */
+  enum { PLACEHOLDER = 1 << 20 };
+  for (int i = 0; i < fn->nargs; i++) e = sx_subst(e, sx_arg(i), sx_arg(PLACEHOLDER + i));
+  for (int i = 0; i < fn->nargs; i++) e = sx_subst(e, sx_arg(PLACEHOLDER + i), args[i]);
+  return e;
+}
+
+SExpr *fuse_op_expr(const Node *n, SExpr *const *in) {
+  SExpr *x = in[0], *zero = sx_const(0), *one = sx_const(1);
+  switch (n->op) {
+  case OP_ADD: return sx_bin(SX_ADD, in[0], in[1]);
+  case OP_SUB: return sx_bin(SX_SUB, in[0], in[1]);
+  case OP_MUL: return sx_bin(SX_MUL, in[0], in[1]);
+  case OP_SCALE: return sx_bin(SX_MUL, x, sx_const(n->a.f[0]));
+  case OP_RELU: return sx_select(sx_bin(SX_GT, x, zero), x, zero);
+  case OP_SILU: /* x·sigmoid(x) */
+    return sx_bin(SX_DIV, x, sx_bin(SX_ADD, one, sx_un(SX_EXP, sx_un(SX_NEG, x))));
+  case OP_GELU: { /* tanh approximation, as rt_gelu_forward */
+    SExpr *x3 = sx_bin(SX_MUL, sx_bin(SX_MUL, x, x), x);
+    SExpr *u = sx_bin(SX_MUL, sx_const(0.7978845608028654),
+                      sx_bin(SX_ADD, x, sx_bin(SX_MUL, sx_const(0.044715), x3)));
+    return sx_bin(SX_MUL, sx_bin(SX_MUL, sx_const(0.5), x), sx_bin(SX_ADD, one, sx_un(SX_TANH, u)));
+  }
+  case OP_MAP: return fuse_fn_expr(n->a.fn, -1, in);
+  default: return NULL;
+  }
 }

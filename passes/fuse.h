@@ -38,6 +38,12 @@ bool fuse_emits_code(const Node *n);
 /* Whether node n reads the data of input k (a view reads nothing). */
 bool fuse_reads_data(const Node *n, int k);
 bool fuse_is_loop_op(OpKind op);
+/* An elementwise forward op (add, sub, mul, scale, relu, gelu, silu, map) as
+ * a scalar expression of its operands' expressions; NULL for other ops. */
+SExpr *fuse_op_expr(const Node *n, SExpr *const *operands);
+/* `fn`'s body or derivative `which` (-1: body) with its arguments replaced
+ * by args[0..nargs). */
+SExpr *fuse_fn_expr(const ScalarFn *fn, int which, SExpr *const *args);
 /* The storage of a and b overlaps in the arena. */
 bool fuse_overlaps(const Value *a, const Value *b);
 

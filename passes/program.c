@@ -22,7 +22,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "cg.h"
 #include "fuse.h"
 #include "passes.h"
 #include "rankprog.h"
@@ -194,7 +193,7 @@ static void chain_loop(B *b, PBlock *bl, Node **ch, int len) {
                    : loop_arg(b, &L, c->in[i], numel(c->in[i]) != L.n);
     int64_t bc = fuse_bcast_of(c);
     if (bc) L.inner = bc;
-    prev = cg_op_expr(c, ops);
+    prev = fuse_op_expr(c, ops);
     if (fuse_chain_stored(b->f, ch, len, k)) loop_out(b, &L, c->out, "=", false, prev);
   }
   PInstr *in = add(bl, PI_LOOP, ch[0]);
@@ -229,7 +228,7 @@ static void bwd_loop(B *b, PBlock *bl, Node *n, int i) {
     case OP_SUB_BWD: g = k == 0 ? gdy : sx_un(SX_NEG, gdy); break;
     case OP_MUL_BWD: g = sx_bin(SX_MUL, gdy, x[1 - k]); break;
     case OP_SCALE_BWD: g = sx_bin(SX_MUL, gdy, sx_const(n->a.f[0])); break;
-    default: g = sx_bin(SX_MUL, gdy, cg_fn_expr(n->a.fn, k, x)); break;
+    default: g = sx_bin(SX_MUL, gdy, fuse_fn_expr(n->a.fn, k, x)); break;
     }
     bool dup = false;
     for (int j = 0; j < k; j++) dup |= n->outs[j] == d;

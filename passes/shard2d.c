@@ -46,56 +46,25 @@
  */
 #include <string.h>
 
-#include "passes.h"
+#include "shardrules.h"
 
 enum { L_NONE, L_LAST, L_SUMMA, L_VOCAB };
 enum { RB = 1u << AX_TPR, CB = 1u << AX_TPC };
 
 typedef struct S2 {
-  Graph *g;
-  int q;
-  size_t cap;
-  Value **repl;     /* value id -> the converted value its readers read */
+  Sharder sh;       /* first member: the rules receive &s->sh */
   int8_t *layout;   /* parameter value id -> L_* */
   bool *vocab_mm;   /* matmul output value id -> read only by a cross-entropy */
-  bool failed;
 } S2;
-
-static void fail2(S2 *s, const Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail2(S2 *s, const Node *n, const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  diag_error(n->loc, "2D tensor parallelism (tp2d=%dx%d): %s", s->q, s->q, msg);
-  s->failed = true;
-}
-
-static int dim_of(const Value *v, int ax) {
-  for (int d = 0; d < v->shape.ndim; d++)
-    if (v->shard.axis[d] == ax) return d;
-  return -1;
-}
-
-static void clear(Value *v) {
-  for (int d = 0; d < IR_MAXDIM; d++) v->shard.axis[d] = -1;
-  v->shard.partial = v->shard.gpartial = 0;
-  v->shard.nseg = 0;
-}
-
-static bool whole(const Value *v) {
-  return dim_of(v, AX_TPR) < 0 && dim_of(v, AX_TPC) < 0 && !v->shard.partial;
-}
 
 /* The activation block layout: batch over TPC, last dim over TPR. */
 static bool is_act(const Value *v) {
   int n = v->shape.ndim;
-  return n >= 2 && dim_of(v, AX_TPC) == 0 && dim_of(v, AX_TPR) == n - 1 && !v->shard.partial;
+  return n >= 2 && sh_dim(v, AX_TPC) == 0 && sh_dim(v, AX_TPR) == n - 1 && !v->shard.partial;
 }
 
 static void set_act(Value *v, const Value *seg_from) {
-  clear(v);
+  sh_clear(v);
   v->shard.axis[0] = AX_TPC;
   v->shard.axis[v->shape.ndim - 1] = AX_TPR;
   if (seg_from && seg_from->shard.nseg > 1) {
@@ -104,53 +73,20 @@ static void set_act(Value *v, const Value *seg_from) {
   }
 }
 
-static void reshape2(S2 *s, Node *n) {
-  char err[256];
-  if (ir_ops[n->op].shape(n, err, sizeof err)) fail2(s, n, "internal: %s: %s", ir_ops[n->op].name, err);
-}
-
-/* A communication node over axis ax of the grid converting v. */
-static Value *comm2(S2 *s, OpKind op, Value *v, int dim, int ax, const Node *at) {
-  if ((size_t)s->g->values.len + 4 >= s->cap) {
-    fail2(s, at, "internal: value table overflow");
-    return NULL;
-  }
-  Attrs a = {0};
-  a.i[0] = dim;
-  a.i[1] = s->q;
-  a.i[2] = ax;
-  a.ni = 3;
-  Node *n = ir_add(s->g, op, &v, 1, &a, at->loc, at->scope, ir_ops[op].name);
-  if (!n) {
-    s->failed = true;
-    return NULL;
-  }
-  n->out->shard = v->shard;
-  n->out->shard.partial = n->out->shard.gpartial = 0;
-  return n->out;
-}
-
-static bool divisible(S2 *s, const Node *at, const Value *v, int d, const char *what) {
-  if (v->shape.d[d].n % s->q == 0) return true;
-  fail2(s, at, "%s has %lld %s, not divisible by %d", v->name ? v->name : "an operand",
-        (long long)v->shape.d[d].n, what, s->q);
-  return false;
-}
-
 /* A whole activation cut to this rank's block (an input read by a linear
  * layer): local copies, the gradient lands in the own block. */
-static Value *to_act(S2 *s, Value *v, const Node *at) {
+static Value *to_act(Sharder *s, Value *v, const Node *at) {
   if (is_act(v)) return v;
-  if (!whole(v) || v->shape.ndim < 2) {
-    fail2(s, at, "an operand of %s is not in the [batch over tp-col, channels over tp-row] "
-                 "block layout", ir_ops[at->op].name);
+  if (!sh_whole(s, v) || v->shape.ndim < 2) {
+    sh_fail(s, at, "an operand of %s is not in the [batch over tp-col, channels over tp-row] "
+                   "block layout", ir_ops[at->op].name);
     return NULL;
   }
   int last = v->shape.ndim - 1;
-  if (!divisible(s, at, v, 0, "rows") || !divisible(s, at, v, last, "features")) return NULL;
-  Value *r = comm2(s, OP_SHARD, v, 0, AX_TPC, at);
+  if (!sh_divisible(s, at, v, 0, "rows") || !sh_divisible(s, at, v, last, "features")) return NULL;
+  Value *r = sh_comm(s, OP_SHARD, v, 0, AX_TPC, at);
   if (r) r->shard.axis[0] = AX_TPC;
-  if (r) r = comm2(s, OP_SHARD, r, last, AX_TPR, at);
+  if (r) r = sh_comm(s, OP_SHARD, r, last, AX_TPR, at);
   if (r) set_act(r, NULL);
   return r;
 }
@@ -160,10 +96,7 @@ static Value *to_act(S2 *s, Value *v, const Node *at) {
 static void param_layouts(S2 *s, const PtrVec *nodes) {
   for (int i = 0; i < nodes->len; i++) {
     Node *n = nodes->data[i];
-    if (n->op == OP_CROSS_ENTROPY) {
-      Node *mm = n->in[0]->def;
-      if (mm && mm->op == OP_MATMUL && n->in[0]->nuses == 1) s->vocab_mm[n->in[0]->id] = true;
-    }
+    if (n->op == OP_CROSS_ENTROPY && sh_vocab_matmul(n)) s->vocab_mm[n->in[0]->id] = true;
   }
   for (int i = 0; i < nodes->len; i++) {
     Node *n = nodes->data[i];
@@ -175,7 +108,7 @@ static void param_layouts(S2 *s, const PtrVec *nodes) {
       if (n->op == OP_MATMUL && k == 1)
         want = p->tph == TPH_VOCAB || s->vocab_mm[n->out->id] ? L_VOCAB : L_SUMMA;
       if (s->layout[p->id] && s->layout[p->id] != want) {
-        fail2(s, n, "parameter '%s' is used both as a vocabulary table and otherwise", p->name);
+        sh_fail(&s->sh, n, "parameter '%s' is used both as a vocabulary table and otherwise", p->name);
         return;
       }
       s->layout[p->id] = (int8_t)want;
@@ -183,277 +116,203 @@ static void param_layouts(S2 *s, const PtrVec *nodes) {
   }
 }
 
-static void split_param(S2 *s, const Node *at, Value *p, int d, int ax, bool segs) {
+static void split_param(Sharder *s, const Node *at, Value *p, int d, int ax, bool segs) {
   int nseg = segs && p->tph_nseg > 1 ? p->tph_nseg : 1;
-  for (int k = 0; k < nseg; k++) {
-    int64_t len = nseg > 1 ? p->tph_seg[k] : p->shape.d[d].n;
-    if (len % s->q) {
-      fail2(s, at, "parameter '%s' has %lld %s along dim %d, not divisible by %d", p->name,
-            (long long)len, nseg > 1 ? "rows in a segment" : "elements", d, s->q);
-      return;
-    }
+  int64_t len = sh_bad_segment(p, d, nseg, s->P);
+  if (len) {
+    sh_fail(s, at, "parameter '%s' has %lld %s along dim %d, not divisible by %d", p->name,
+            (long long)len, nseg > 1 ? "rows in a segment" : "elements", d, s->P);
+    return;
   }
-  p->shard.axis[d] = (int8_t)ax;
-  if (nseg > 1) {
-    p->shard.nseg = (int8_t)nseg;
-    for (int k = 0; k < nseg; k++) p->shard.seg[k] = p->tph_seg[k];
-  }
-  p->shape.d[d].n /= s->q;
+  sh_split_param(s, p, d, ax, nseg);
 }
 
-static void shard_param2(S2 *s, Node *n) {
+/* ---- per-class rules ---- */
+
+/* n runs over the grid row: i0 = q ranks, i1 = tp-row, and i2 (a SUMMA's
+ * column axis, a split norm's global channels). */
+static void over_row(Sharder *sh, Node *n, int64_t i2) {
+  n->a.i[0] = sh->P;
+  n->a.i[1] = AX_TPR;
+  n->a.i[2] = i2;
+  n->a.ni = 3;
+  sh_rerun(sh, n);
+}
+
+static void rule_leaf2(Sharder *sh, Node *n) {
+  S2 *s = (S2 *)sh;
   Value *p = n->out;
-  clear(p);
+  if (n->op != OP_PARAM) return;
+  sh_clear(p);
   int last = p->shape.ndim - 1;
   switch (s->layout[p->id]) {
   case L_SUMMA:
     if (p->shape.ndim != 2) {
-      fail2(s, n, "internal: matmul weight '%s' is not 2-D", p->name);
+      sh_fail(sh, n, "internal: matmul weight '%s' is not 2-D", p->name);
       return;
     }
-    split_param(s, n, p, 0, AX_TPR, p->tph == TPH_COL);
-    split_param(s, n, p, 1, AX_TPC, false);
+    split_param(sh, n, p, 0, AX_TPR, p->tph == TPH_COL);
+    split_param(sh, n, p, 1, AX_TPC, false);
     return;
   case L_VOCAB:
-    split_param(s, n, p, 0, AX_TPC, false);
-    split_param(s, n, p, 1, AX_TPR, false);
+    split_param(sh, n, p, 0, AX_TPC, false);
+    split_param(sh, n, p, 1, AX_TPR, false);
     return;
   case L_LAST:
-    split_param(s, n, p, last, AX_TPR, p->shape.ndim == 1 && p->tph == TPH_COL);
+    split_param(sh, n, p, last, AX_TPR, p->shape.ndim == 1 && p->tph == TPH_COL);
     return;
   default:
     return;
   }
 }
 
-/* ---- per-op rules ---- */
-
-static void copy_out(Node *n, const Value *from) {
-  for (int j = 0; j < n->nout; j++) {
-    n->outs[j]->shard = from->shard;
-    n->outs[j]->shard.partial = n->outs[j]->shard.gpartial = 0;
-  }
-}
-
-static void rule_matmul2(S2 *s, Node *n) {
+static void rule_matmul2(Sharder *sh, Node *n) {
+  S2 *s = (S2 *)sh;
   Value *w = n->in[1];
   int lay = w->role == ROLE_PARAM ? s->layout[w->id] : L_NONE;
-  Value *x = to_act(s, n->in[0], n);
+  Value *x = to_act(sh, n->in[0], n);
   if (!x) return;
   if (lay == L_SUMMA) {
     n->in[0] = x;
-    n->a.i[0] = s->q;
-    n->a.i[1] = AX_TPR;
-    n->a.i[2] = AX_TPC;
-    n->a.ni = 3;
-    reshape2(s, n);
+    over_row(sh, n, AX_TPC);
     set_act(n->out, w);
     return;
   }
   if (lay != L_VOCAB) {
-    fail2(s, n, "matmul by a computed operand (not a parameter)");
+    sh_fail(sh, n, "matmul by a computed operand (not a parameter)");
     return;
   }
   /* the head: all rows of channel block c, times the [V/q, C/q] block */
-  Value *xa = comm2(s, OP_ALLGATHER_G, x, 0, AX_TPC, n);
+  Value *xa = sh_comm(sh, OP_ALLGATHER_G, x, 0, AX_TPC, n);
   if (!xa) return;
-  clear(xa);
+  sh_clear(xa);
   xa->shard.axis[xa->shape.ndim - 1] = AX_TPR;
   xa->shard.gpartial = CB;
   n->in[0] = xa;
-  reshape2(s, n);
-  clear(n->out);
+  sh_rerun(sh, n);
+  sh_clear(n->out);
   n->out->shard.axis[n->out->shape.ndim - 1] = AX_TPC;
   n->out->shard.partial = RB;
 }
 
-static void rule_binary2(S2 *s, Node *n) {
+static void rule_binary2(Sharder *sh, Node *n) {
   Value *a = n->in[0], *b = n->in[1];
   if (a->shard.partial || b->shard.partial) {
-    fail2(s, n, "internal: %s of a pending partial sum", ir_ops[n->op].name);
+    sh_fail(sh, n, "internal: %s of a pending partial sum", ir_ops[n->op].name);
     return;
   }
-  if (a->shape.ndim == b->shape.ndim && b->role != ROLE_PARAM && !is_act(b) && is_act(a)) b = to_act(s, b, n);
-  if (a->shape.ndim == b->shape.ndim && a->role != ROLE_PARAM && !is_act(a) && b && is_act(b)) a = to_act(s, a, n);
+  if (a->shape.ndim == b->shape.ndim && b->role != ROLE_PARAM && !is_act(b) && is_act(a)) b = to_act(sh, b, n);
+  if (a->shape.ndim == b->shape.ndim && a->role != ROLE_PARAM && !is_act(a) && b && is_act(b)) a = to_act(sh, a, n);
   if (!a || !b) return;
   int off = a->shape.ndim - b->shape.ndim;
   static const int axes[2] = {AX_TPR, AX_TPC};
   for (int k = 0; k < 2; k++) {
-    int ax = axes[k], da = dim_of(a, ax), db = dim_of(b, ax);
+    int ax = axes[k], da = sh_dim(a, ax), db = sh_dim(b, ax);
     if (db >= 0 && db + off != da) {
-      fail2(s, n, "%s of operands split differently over %s", ir_ops[n->op].name, ir_axis_name(ax));
+      sh_fail(sh, n, "%s of operands split differently over %s", ir_ops[n->op].name, ir_axis_name(ax));
       return;
     }
     if (da < 0 || db >= 0) continue;
     if (da >= off && b->shape.d[da - off].n != 1) {
-      fail2(s, n, "%s: the second operand is not split over %s like the first",
-            ir_ops[n->op].name, ir_axis_name(ax));
+      sh_fail(sh, n, "%s: the second operand is not split over %s like the first",
+              ir_ops[n->op].name, ir_axis_name(ax));
       return;
     }
     /* b broadcasts along a dim split over ax: its gradient sums over ax */
     if (b->role != ROLE_PARAM) {
-      fail2(s, n, "%s broadcasting a computed operand along a split dim", ir_ops[n->op].name);
+      sh_fail(sh, n, "%s broadcasting a computed operand along a split dim", ir_ops[n->op].name);
       return;
     }
     b->grad_partial |= 1u << ax;
   }
-  if (a->shard.nseg != b->shard.nseg && b->shape.ndim > 0 && dim_of(b, AX_TPR) >= 0) {
-    fail2(s, n, "%s of tensors split in different segments", ir_ops[n->op].name);
+  if (a->shard.nseg != b->shard.nseg && b->shape.ndim > 0 && sh_dim(b, AX_TPR) >= 0) {
+    sh_fail(sh, n, "%s of tensors split in different segments", ir_ops[n->op].name);
     return;
   }
   n->in[0] = a;
   n->in[1] = b;
-  reshape2(s, n);
-  copy_out(n, a);
+  sh_rerun(sh, n);
+  sh_copy_spec(n, a);
 }
 
-static void rule_unary2(S2 *s, Node *n, bool rowwise) {
+/* Elementwise and row-wise ops run on the rank's block as it is: every
+ * operand in one spec, no pending sums; a row-wise op needs whole rows,
+ * which the block layout splits. */
+static void unary2(Sharder *sh, Node *n, bool rowwise) {
   Value *x = n->in[0];
   for (int k = 0; k < n->nin; k++) {
     Value *v = n->in[k];
     if (v->shard.partial || v->shard.gpartial) {
-      fail2(s, n, "internal: %s of a partial or gathered value", ir_ops[n->op].name);
+      sh_fail(sh, n, "internal: %s of a partial or gathered value", ir_ops[n->op].name);
       return;
     }
     if (k && (memcmp(v->shard.axis, x->shard.axis, sizeof x->shard.axis) ||
               !ir_shape_eq(&v->shape, &x->shape))) {
-      fail2(s, n, "imported function on operands split differently");
+      sh_fail(sh, n, "imported function on operands split differently");
       return;
     }
   }
-  if (rowwise && dim_of(x, AX_TPR) == x->shape.ndim - 1) {
-    fail2(s, n, "%s along the channels, which are split over the grid row, is not supported",
-          ir_ops[n->op].name);
+  if (rowwise && sh_dim(x, AX_TPR) == x->shape.ndim - 1) {
+    sh_fail(sh, n, "%s along the channels, which are split over the grid row, is not supported",
+            ir_ops[n->op].name);
     return;
   }
-  reshape2(s, n);
-  copy_out(n, x);
+  sh_rerun(sh, n);
+  sh_copy_spec(n, x);
 }
 
-static void rule_norm2(S2 *s, Node *n) {
-  Value *x = to_act(s, n->in[0], n);
+static void rule_elementwise2(Sharder *sh, Node *n) {
+  if (sh_dropout_ok(sh, n, "is not implemented yet under tensor parallelism")) unary2(sh, n, false);
+}
+
+static void rule_rowwise2(Sharder *sh, Node *n) { unary2(sh, n, true); }
+
+static void rule_norm2(Sharder *sh, Node *n) {
+  Value *x = to_act(sh, n->in[0], n);
   if (!x) return;
   n->in[0] = x;
   for (int k = 1; k < n->nin; k++) {
     Value *w = n->in[k];
-    if (w->shape.ndim != 1 || dim_of(w, AX_TPR) != 0) {
-      fail2(s, n, "norm weight '%s' must be a vector split over tp-row",
-            w->name ? w->name : "(computed)");
+    if (w->shape.ndim != 1 || sh_dim(w, AX_TPR) != 0) {
+      sh_fail(sh, n, "norm weight '%s' must be a vector split over tp-row",
+              w->name ? w->name : "(computed)");
       return;
     }
     if (w->role == ROLE_PARAM) w->grad_partial |= CB;
   }
-  int64_t C = x->shape.d[x->shape.ndim - 1].n * s->q;
-  n->a.i[0] = s->q;
-  n->a.i[1] = AX_TPR;
-  n->a.i[2] = C;
-  n->a.ni = 3;
-  reshape2(s, n);
+  over_row(sh, n, x->shape.d[x->shape.ndim - 1].n * sh->P);
   set_act(n->out, NULL);
   for (int j = 1; j < n->nout; j++) {
-    clear(n->outs[j]);
+    sh_clear(n->outs[j]);
     n->outs[j]->shard.axis[0] = AX_TPC; /* the statistics drop the channels */
   }
 }
 
-/* Each split dim of the input maps to the target dim with the same
- * leading product (on global sizes), which must divide by q. */
-static void rule_reshape2(S2 *s, Node *n) {
-  Value *x = n->in[0];
-  if (x->shard.nseg > 1) {
-    fail2(s, n, "cannot reshape a value split in segments");
-    return;
-  }
-  int64_t gdim[IR_MAXDIM];
-  for (int d = 0; d < x->shape.ndim; d++)
-    gdim[d] = x->shape.d[d].n * (x->shard.axis[d] == AX_TPR || x->shard.axis[d] == AX_TPC ? s->q : 1);
-  int8_t out_axis[IR_MAXDIM];
-  memset(out_axis, -1, sizeof out_axis);
-  for (int d = 0; d < x->shape.ndim; d++) {
-    int ax = x->shard.axis[d];
-    if (ax != AX_TPR && ax != AX_TPC) continue;
-    int64_t pre = 1, p2 = 1;
-    for (int k = 0; k < d; k++) pre *= gdim[k];
-    int e = -1;
-    for (int k = 0; k < n->a.ni; k++) {
-      if (p2 == pre && n->a.i[k] % s->q == 0) {
-        e = k;
-        break;
-      }
-      p2 *= n->a.i[k];
-    }
-    if (e < 0 || out_axis[e] >= 0) {
-      fail2(s, n, "reshape cannot keep dim %d split over %s", d, ir_axis_name(ax));
-      return;
-    }
-    out_axis[e] = (int8_t)ax;
-  }
-  for (int e = 0; e < n->a.ni; e++)
-    if (out_axis[e] >= 0) n->a.i[e] /= s->q;
-  Value *al = n->out->alias;
-  n->out->alias = NULL;
-  reshape2(s, n);
-  n->out->alias = al;
-  clear(n->out);
-  memcpy(n->out->shard.axis, out_axis, sizeof out_axis);
-}
-
-static void rule_slice2(S2 *s, Node *n) {
-  Value *x = n->in[0];
-  int last = x->shape.ndim - 1;
-  if (dim_of(x, AX_TPR) != last) {
-    reshape2(s, n);
-    copy_out(n, x);
-    return;
-  }
-  int64_t start = 0, lstart = 0;
-  int nseg = x->shard.nseg > 1 ? x->shard.nseg : 1;
-  for (int k = 0; k < nseg; k++) {
-    int64_t len = nseg > 1 ? x->shard.seg[k] : x->shape.d[last].n * s->q;
-    if (start == n->a.i[0] && len == n->a.i[1]) {
-      n->a.i[0] = lstart;
-      n->a.i[1] = len / s->q;
-      reshape2(s, n);
-      copy_out(n, x);
-      n->out->shard.nseg = 0;
-      return;
-    }
-    start += len;
-    lstart += len / s->q;
-  }
-  fail2(s, n, "slice [%lld, %lld) does not match a segment of its split input",
-        (long long)n->a.i[0], (long long)(n->a.i[0] + n->a.i[1]));
-}
-
-static void rule_attention2(S2 *s, Node *n) {
+static void rule_attention2(Sharder *sh, Node *n) {
   for (int k = 0; k < 3; k++) {
     const Value *v = n->in[k];
-    if (v->shape.ndim != 4 || dim_of(v, AX_TPC) != 0 || dim_of(v, AX_TPR) != 2 || v->shard.partial) {
-      fail2(s, n, "attention operands must be split by batch (tp-col) and heads (tp-row)");
+    if (v->shape.ndim != 4 || sh_dim(v, AX_TPC) != 0 || sh_dim(v, AX_TPR) != 2 || v->shard.partial) {
+      sh_fail(sh, n, "attention operands must be split by batch (tp-col) and heads (tp-row)");
       return;
     }
   }
-  reshape2(s, n);
-  clear(n->outs[0]);
+  sh_rerun(sh, n);
+  sh_clear(n->outs[0]);
   n->outs[0]->shard.axis[0] = AX_TPC;
   n->outs[0]->shard.axis[2] = AX_TPR;
-  clear(n->outs[1]); /* lse [B, H, T] */
+  sh_clear(n->outs[1]); /* lse [B, H, T] */
   n->outs[1]->shard.axis[0] = AX_TPC;
   n->outs[1]->shard.axis[1] = AX_TPR;
 }
 
-static void rule_gather2(S2 *s, Node *n) {
+static void rule_gather2(Sharder *sh, Node *n) {
+  S2 *s = (S2 *)sh;
   Value *t = n->in[0];
-  if (t->role != ROLE_PARAM || s->layout[t->id] != L_VOCAB || !whole(n->in[1])) {
-    fail2(s, n, "embedding lookups need a parameter table and whole token ids");
+  if (t->role != ROLE_PARAM || s->layout[t->id] != L_VOCAB || !sh_whole(sh, n->in[1])) {
+    sh_fail(sh, n, "embedding lookups need a parameter table and whole token ids");
     return;
   }
-  n->a.i[0] = 1;
-  n->a.i[1] = s->q;
-  n->a.i[2] = AX_TPC;
-  n->a.ni = 3;
-  reshape2(s, n);
-  clear(n->out);
+  sh_vocab_parallel(sh, n, AX_TPC);
   n->out->shard.axis[n->out->shape.ndim - 1] = AX_TPR;
   n->out->shard.partial = CB;
 }
@@ -462,131 +321,60 @@ static void rule_gather2(S2 *s, Node *n) {
  * the head's (over TPC), or the block layout's (a projection with a bias,
  * over TPR) after an all-gather of the rows over TPC (gradient: the own
  * rows, every rank of the column computing the same). */
-static void rule_xent2(S2 *s, Node *n) {
+static void rule_xent2(Sharder *sh, Node *n) {
   Value *l = n->in[0];
   int last = l->shape.ndim - 1;
   if (is_act(l) && l->shard.nseg <= 1) {
-    l = comm2(s, OP_ALLGATHER, l, 0, AX_TPC, n);
+    l = sh_comm(sh, OP_ALLGATHER, l, 0, AX_TPC, n);
     if (!l) return;
-    clear(l);
+    sh_clear(l);
     l->shard.axis[last] = AX_TPR;
     n->in[0] = l;
   }
-  int ax = dim_of(l, AX_TPC) == last ? AX_TPC : dim_of(l, AX_TPR) == last ? AX_TPR : -1;
-  if (ax < 0 || dim_of(l, ax == AX_TPC ? AX_TPR : AX_TPC) >= 0 || l->shard.partial ||
-      !whole(n->in[1])) {
-    fail2(s, n, "the cross-entropy needs logits split only over the vocabulary");
+  int ax = sh_dim(l, AX_TPC) == last ? AX_TPC : sh_dim(l, AX_TPR) == last ? AX_TPR : -1;
+  if (ax < 0 || sh_dim(l, ax == AX_TPC ? AX_TPR : AX_TPC) >= 0 || l->shard.partial ||
+      !sh_whole(sh, n->in[1])) {
+    sh_fail(sh, n, "the cross-entropy needs logits split only over the vocabulary");
     return;
   }
-  n->a.i[1] = 1;
-  n->a.i[2] = s->q;
-  n->a.i[3] = ax;
-  n->a.ni = 4;
-  reshape2(s, n);
-  clear(n->out);
+  sh_vocab_parallel(sh, n, ax);
 }
 
+static const TpRules tp2d_rules = {
+    .leaf = rule_leaf2, .elementwise = rule_elementwise2, .rowwise = rule_rowwise2, .view = sh_view,
+    .binary = rule_binary2, .norm = rule_norm2, .matmul = rule_matmul2,
+    .attention = rule_attention2, .gather = rule_gather2, .loss = rule_xent2, .channels = AX_TPR,
+};
+
 /* After node n is in the list: the conversion its readers need. */
-static void post2(S2 *s, Node *n) {
+static void post2(Sharder *sh, Node *n) {
   Value *y = n->out, *r = NULL;
   if (n->op == OP_GATHER) {
-    if (y->shape.d[0].n % s->q) {
-      fail2(s, n, "a microbatch of %lld rows cannot be split over the %d grid rows (tp-col); "
-                  "use a microbatch that %d divides", (long long)y->shape.d[0].n, s->q, s->q);
+    if (y->shape.d[0].n % sh->P) {
+      sh_fail(sh, n, "a microbatch of %lld rows cannot be split over the %d grid rows (tp-col); "
+                     "use a microbatch that %d divides", (long long)y->shape.d[0].n, sh->P, sh->P);
       return;
     }
-    r = comm2(s, OP_REDUCE_SCATTER, y, 0, AX_TPC, n);
+    r = sh_comm(sh, OP_REDUCE_SCATTER, y, 0, AX_TPC, n);
     if (r) set_act(r, NULL);
   } else if (n->op == OP_MATMUL && (y->shard.partial & RB)) {
-    r = comm2(s, OP_ALLREDUCE, y, 0, AX_TPR, n);
-    if (r) clear(r), r->shard.axis[r->shape.ndim - 1] = AX_TPC;
+    r = sh_comm(sh, OP_ALLREDUCE, y, 0, AX_TPR, n);
+    if (r) sh_clear(r), r->shard.axis[r->shape.ndim - 1] = AX_TPC;
   }
-  if (r) s->repl[y->id] = r;
+  if (r) sh->repl[y->id] = r;
 }
 
 int shard_tp2d(Module *m) {
   Graph *g = m->graph;
-  const Plan *p = &m->train.plan;
+  int q = m->train.plan.tp2d;
   S2 s = {0};
-  s.g = g;
-  s.q = p->tp2d;
-  s.cap = (size_t)g->values.len * 4 + 256;
-  s.repl = arena_alloc(sizeof(Value *) * s.cap);
-  s.layout = arena_alloc(s.cap);
-  s.vocab_mm = arena_alloc(sizeof(bool) * s.cap);
-  PtrVec old = g->nodes;
-  param_layouts(&s, &old);
-  if (s.failed) return -1;
-  memset(&g->nodes, 0, sizeof g->nodes);
-  for (int i = 0; i < old.len && !s.failed; i++) {
-    Node *n = old.data[i];
-    for (int k = 0; k < n->nin; k++)
-      if (s.repl[n->in[k]->id]) n->in[k] = s.repl[n->in[k]->id];
-    switch (n->op) {
-    case OP_INPUT:
-      break;
-    case OP_PARAM:
-      shard_param2(&s, n);
-      break;
-    case OP_MATMUL:
-      rule_matmul2(&s, n);
-      break;
-    case OP_ADD:
-    case OP_SUB:
-    case OP_MUL:
-      rule_binary2(&s, n);
-      break;
-    case OP_DROPOUT:
-      if (n->a.f[0] > 0) {
-        fail2(&s, n, "dropout is not implemented yet under tensor parallelism (its mask would "
-                     "differ from the single-device run); use p = 0");
-        break;
-      }
-      rule_unary2(&s, n, false);
-      break;
-    case OP_SCALE:
-    case OP_GELU:
-    case OP_RELU:
-    case OP_SILU:
-    case OP_ROPE:
-    case OP_MAP:
-      rule_unary2(&s, n, false);
-      break;
-    case OP_SOFTMAX:
-      rule_unary2(&s, n, true);
-      break;
-    case OP_LAYERNORM:
-    case OP_RMSNORM:
-      rule_norm2(&s, n);
-      break;
-    case OP_RESHAPE:
-      rule_reshape2(&s, n);
-      break;
-    case OP_SLICE:
-      rule_slice2(&s, n);
-      break;
-    case OP_ATTENTION:
-      rule_attention2(&s, n);
-      break;
-    case OP_GATHER:
-      rule_gather2(&s, n);
-      break;
-    case OP_CROSS_ENTROPY:
-      rule_xent2(&s, n);
-      break;
-    default:
-      fail2(&s, n, "no 2D sharding rule for %s", ir_ops[n->op].name);
-      break;
-    }
-    if (s.failed) break;
-    vec_push(&g->nodes, n);
-    post2(&s, n);
-  }
-  if (s.failed) return -1;
-  if (g->loss && !whole(g->loss)) {
-    diag_error(g->loss->loc, "internal: the loss is not replicated over the tp2d grid");
-    return -1;
-  }
-  for (int i = 0; i < g->nodes.len; i++) ((Node *)g->nodes.data[i])->id = i;
-  return 0;
+  s.sh = (Sharder){.g = g, .P = q, .axes = RB | CB, .tp = &tp2d_rules, .post = post2,
+                   .what = arena_printf("2D tensor parallelism (tp2d=%dx%d)", q, q)};
+  s.sh.cap = (size_t)g->values.len * 4 + 256;
+  s.sh.repl = arena_alloc(sizeof(Value *) * s.sh.cap);
+  s.layout = arena_alloc(s.sh.cap);
+  s.vocab_mm = arena_alloc(sizeof(bool) * s.sh.cap);
+  param_layouts(&s, &g->nodes);
+  if (s.sh.failed) return -1;
+  return sh_rewrite(&s.sh, sh_tp_rule);
 }

@@ -49,6 +49,23 @@ else
   bad "build ops: $out"
 fi
 
+# The builtin functions defined by an expression (ir/ops.def's EW rows), in
+# their golden model: each one's symbolic derivative in a whole program.
+mkdir -p "$tmp/ew"
+if out=$("$bin" build tests/golden/ew_builtins.shard -o "$tmp/ew" --precision=fp64 2>&1); then
+  out=$(timeout 300 "$tmp/ew/train" --gradcheck 4 2>&1)
+  rc=$?
+  echo "ew_builtins: $(tail -1 <<<"$out")"
+  if [ $rc -eq 0 ] && grep -q "0 mismatched.*: OK$" <<<"$out"; then
+    ok
+  else
+    bad "gradcheck ew_builtins (exit $rc)"
+    echo "$out" | tail -12
+  fi
+else
+  bad "build ew_builtins: $out"
+fi
+
 # Negative control: a compiler wrapper drops the input gradient of the final
 # layernorm's backward in the generated file (nothing reaches the blocks);
 # the check must notice.
