@@ -70,14 +70,20 @@ void arena_free_all(void) {
 
 size_t arena_bytes(void) { return total_bytes; }
 
-void vec_push(PtrVec *v, void *p) {
-  if (v->len == v->cap) {
-    int cap = v->cap ? v->cap * 2 : 8;
-    void **d = arena_alloc(sizeof(void *) * (size_t)cap);
-    if (v->len) memcpy(d, v->data, sizeof(void *) * (size_t)v->len);
-    v->data = d;
-    v->cap = cap;
+void *arena_grow(void *data, int n, int *cap, size_t es, int first) {
+  if (n == *cap) {
+    int c = *cap ? 2 * *cap : first;
+    void *d = arena_alloc(es * (size_t)c);
+    if (n) memcpy(d, data, es * (size_t)n);
+    data = d;
+    *cap = c;
   }
+  memset((char *)data + es * (size_t)n, 0, es);
+  return data;
+}
+
+void vec_push(PtrVec *v, void *p) {
+  v->data = arena_grow(v->data, v->len, &v->cap, sizeof(void *), 8);
   v->data[v->len++] = p;
 }
 

@@ -32,6 +32,11 @@ char *arena_strndup(const char *s, size_t n);
 char *arena_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void arena_free_all(void);
 size_t arena_bytes(void);                 /* bytes handed out so far */
+/* An arena array of n elements of es bytes (room for *cap) with room for
+ * one more: returns data, or a copy twice as large (first elements at
+ * least), and zeroes element n.  `a = arena_grow(a, n, &cap, sizeof *a, 64);
+ * T *x = &a[n++];` */
+void *arena_grow(void *data, int n, int *cap, size_t es, int first);
 
 /* Growable array of pointers (arena-backed). */
 typedef struct PtrVec {

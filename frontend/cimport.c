@@ -105,13 +105,7 @@ typedef struct CimpKids {
 
 static enum CXChildVisitResult cimp_kids_visit(CXCursor c, CXCursor parent, CXClientData d) {
   CimpKids *k = d;
-  if (k->n == k->cap) {
-    int cap = k->cap ? k->cap * 2 : 8;
-    CXCursor *nc = arena_alloc(sizeof(CXCursor) * (size_t)cap);
-    if (k->n) memcpy(nc, k->c, sizeof(CXCursor) * (size_t)k->n);
-    k->c = nc;
-    k->cap = cap;
-  }
+  k->c = arena_grow(k->c, k->n, &k->cap, sizeof *k->c, 8);
   k->c[k->n++] = c;
   return CXChildVisit_Continue;
 }
@@ -309,13 +303,7 @@ typedef struct CimpSlots {
 } CimpSlots;
 
 static void cimp_slot_push(CimpSlots *s, CXCursor c) {
-  if (s->n == s->cap) {
-    int cap = s->cap ? s->cap * 2 : 32;
-    CXCursor *nc = arena_alloc(sizeof(CXCursor) * (size_t)cap);
-    if (s->n) memcpy(nc, s->c, sizeof(CXCursor) * (size_t)s->n);
-    s->c = nc;
-    s->cap = cap;
-  }
+  s->c = arena_grow(s->c, s->n, &s->cap, sizeof *s->c, 32);
   s->c[s->n++] = c;
 }
 
@@ -471,13 +459,7 @@ static CimpVar *cimp_lookup(CimpState *S, CXCursor decl) {
 }
 
 static void cimp_define(CimpState *S, CXCursor decl, const char *name, SExpr *v) {
-  if (S->n == S->cap) {
-    int cap = S->cap ? S->cap * 2 : 8;
-    CimpVar *nv = arena_alloc(sizeof(CimpVar) * (size_t)cap);
-    if (S->n) memcpy(nv, S->vars, sizeof(CimpVar) * (size_t)S->n);
-    S->vars = nv;
-    S->cap = cap;
-  }
+  S->vars = arena_grow(S->vars, S->n, &S->cap, sizeof *S->vars, 8);
   CimpVar *var = &S->vars[S->n++];
   var->decl = decl;
   var->name = name;

@@ -33,16 +33,8 @@ typedef struct Ev {
 } Ev;
 
 static PEvent *push(Ev *v) {
-  if (v->n == v->cap) {
-    int cap = v->cap ? 2 * v->cap : 256;
-    PEvent *e = arena_alloc(sizeof(PEvent) * (size_t)cap);
-    if (v->n) memcpy(e, v->e, sizeof(PEvent) * (size_t)v->n);
-    v->e = e;
-    v->cap = cap;
-  }
-  PEvent *e = &v->e[v->n++];
-  memset(e, 0, sizeof *e);
-  return e;
+  v->e = arena_grow(v->e, v->n, &v->cap, sizeof *v->e, 256);
+  return &v->e[v->n++];
 }
 
 static void coll(Ev *v, int axis, const char *op, uint64_t bytes, bool counted, const char *what) {

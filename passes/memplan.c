@@ -37,13 +37,7 @@ typedef struct Alloc {
 } Alloc;
 
 static void free_push(Alloc *a, int at, Range r) {
-  if (a->nfree == a->cap) {
-    int cap = a->cap ? a->cap * 2 : 64;
-    Range *n = arena_alloc(sizeof(Range) * (size_t)cap);
-    if (a->nfree) memcpy(n, a->free, sizeof(Range) * (size_t)a->nfree);
-    a->free = n;
-    a->cap = cap;
-  }
+  a->free = arena_grow(a->free, a->nfree, &a->cap, sizeof *a->free, 64);
   memmove(&a->free[at + 1], &a->free[at], sizeof(Range) * (size_t)(a->nfree - at));
   a->free[at] = r;
   a->nfree++;

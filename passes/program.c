@@ -74,15 +74,8 @@ const char *prog_vname(const Value *v) {
 }
 
 static PInstr *add(PBlock *bl, PInstrKind k, const Node *n) {
-  if (bl->n == bl->cap) {
-    int cap = bl->cap ? 2 * bl->cap : 64;
-    PInstr *ins = arena_alloc(sizeof(PInstr) * (size_t)cap);
-    if (bl->n) memcpy(ins, bl->ins, sizeof(PInstr) * (size_t)bl->n);
-    bl->ins = ins;
-    bl->cap = cap;
-  }
+  bl->ins = arena_grow(bl->ins, bl->n, &bl->cap, sizeof *bl->ins, 64);
   PInstr *in = &bl->ins[bl->n++];
-  memset(in, 0, sizeof *in);
   in->kind = k;
   in->n = n;
   in->ce_slot = -1;
@@ -618,15 +611,8 @@ static void global_table(B *b) {
 /* ---- the step ---- */
 
 static PStep *step(RankProg *p, PStepKind k, int axis, const char *what) {
-  if (p->nstep == p->capstep) {
-    int cap = p->capstep ? 2 * p->capstep : 32;
-    PStep *s = arena_alloc(sizeof(PStep) * (size_t)cap);
-    if (p->nstep) memcpy(s, p->step, sizeof(PStep) * (size_t)p->nstep);
-    p->step = s;
-    p->capstep = cap;
-  }
+  p->step = arena_grow(p->step, p->nstep, &p->capstep, sizeof *p->step, 32);
   PStep *s = &p->step[p->nstep++];
-  memset(s, 0, sizeof *s);
   s->kind = k;
   s->axis = axis;
   s->what = what;
