@@ -23,7 +23,8 @@ static const char *usage_main =
     "Run 'shardc <command> --help' for a command's options.  'shardc --version' prints the version.\n";
 
 static const char *usage_check =
-    "usage: shardc check MODEL.shard [--mesh NAME|SPEC] [--strategy SPEC|auto] [--model NAME]\n"
+    "usage: shardc check MODEL.shard [--target cpu|cuda] [--mesh NAME|SPEC] [--strategy SPEC|auto]\n"
+    "                    [--model NAME]\n"
     "\n"
     "Parses MODEL.shard, checks names, shapes, meshes and the strategy, and reports\n"
     "diagnostics as file:line:col.  Exit 0 when clean, 1 on errors.\n"
@@ -32,6 +33,7 @@ static const char *usage_check =
     "  --strategy SPEC      e.g. dp=2,tp=2,sp=ring,pp=2,schedule=1f1b,mb=4,zero=1,recompute=selective\n"
     "                       (pp=N:a+b+... gives each pipeline stage's number of layers)\n"
     "  --model NAME         the model to check when the file has several\n"
+    "  --target cpu|cuda    code generator target (default cpu; cuda is not generated yet)\n"
     "  -w                   do not print warnings\n"
     "  --time-report        print time per phase and peak memory to stderr\n";
 
@@ -48,7 +50,6 @@ static const char *usage_compile =
     "  --dump-after=PASS    print the IR after PASS (see --list-passes)\n"
     "  --list-passes        list the passes in pipeline order\n"
     "  -o DIR               output directory for generated code\n"
-    "  --target cpu|cuda    code generator target (default cpu; cuda is not available yet)\n"
     "  --precision=fp64     with --emit=c: double arithmetic, for gradient checks\n"
     "  (and the options of 'shardc check')\n";
 
@@ -138,7 +139,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       o->emit = v;
     } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--dump-after"))) {
       o->dump_after = v;
-    } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--target"))) {
+    } else if ((v = flag_value(argc, argv, &i, "--target"))) {
       if (strcmp(v, "cpu") && strcmp(v, "cuda"))
         return usage_error(usage, "--target must be cpu or cuda, got '%s'", v);
       o->target = v;
@@ -194,9 +195,9 @@ static int run(Opts *o) {
       return 1;
     }
   }
-  if (o->target && !strcmp(o->target, "cuda") && o->emit && strcmp(o->emit, "ir")) {
-    /* Plans are target-independent; only code generation would differ. */
-  }
+  /* A target that generates nothing yet is refused before any work, by every
+   * command, from the one table of targets (codegen/emit.c). */
+  if (o->target && !cg_target(o->target)) return 1;
   diag_set_quiet_warnings(o->no_warn);
   double t0 = now_ms();
   SrcFile *f = src_load(o->file);

@@ -50,6 +50,11 @@ expect empty-compile 1 'declares no model' -- "$bin" compile "$tmp/empty.shard"
 expect emit-bad 1 '--emit must be ir, program, plan or c' -- "$bin" compile samples/gpt.shard --emit=asm
 expect emit-c 0 '^/\* model.c — training program for model .gpt.' -- "$bin" compile samples/gpt.shard --emit=c
 expect emit-c-cuda 1 '--target cuda: code for this target is not generated yet' -- "$bin" compile samples/gpt.shard --emit=c --target cuda
+# Every command refuses the target the same way, the plan included.
+expect plan-cuda 1 '--target cuda: code for this target is not generated yet' -- "$bin" compile samples/gpt.shard --target cuda
+expect check-cuda 1 '--target cuda: code for this target is not generated yet' -- "$bin" check samples/gpt.shard --target cuda
+expect check-cpu 0 '' -- "$bin" check samples/gpt.shard --target cpu
+expect target-bad 1 "--target must be cpu or cuda, got 'tpu'" -- "$bin" check samples/gpt.shard --target tpu
 # The communication check (passes/commpass.c): a broken per-rank program
 # (SHARDC_DEBUG_BREAK_COMM) is a compile error naming ranks and ops.
 expect commcheck-ok 0 '^comm: ' -- "$bin" compile samples/gpt.shard --strategy tp=2,dp=2 --emit=plan
