@@ -16,38 +16,39 @@ const char *rt_axis_name(RtAxis ax) { return rt_axis_rt_name((int)ax); }
 
 /* ---- failing ---- */
 
-static void mesh_prefix_(const RtMesh *m, FILE *f) {
-  if (!m) {
-    fprintf(f, "train");
-    return;
-  }
-  fprintf(f, "train: rank %d (pp=%d dp=%d sp=%d tp=%d)", m->rank, m->coord[RT_AX_PP],
-          m->coord[RT_AX_DP], m->coord[RT_AX_SP], m->coord[RT_AX_TP]);
-}
-
-void rt_mesh_fail(const RtMesh *m, const char *fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  mesh_prefix_(m, stderr);
-  fprintf(stderr, ": error: %s\n", msg);
+/* The failing rank's line is written by one write: under mpirun, stderr is
+ * unbuffered and forwarded per write, so a line printed in pieces can be
+ * split by another rank's output or by mpirun's own abort notice. */
+static void __attribute__((noreturn)) mesh_die_(const RtMesh *m, const char *what) {
+  char line[1400];
+  if (m)
+    snprintf(line, sizeof line, "train: rank %d (pp=%d dp=%d sp=%d tp=%d)%s\n", m->rank,
+             m->coord[RT_AX_PP], m->coord[RT_AX_DP], m->coord[RT_AX_SP], m->coord[RT_AX_TP], what);
+  else
+    snprintf(line, sizeof line, "train%s\n", what);
+  fputs(line, stderr);
   fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
   abort(); // MPI_Abort does not return; this keeps noreturn honest
 }
 
+void rt_mesh_fail(const RtMesh *m, const char *fmt, ...) {
+  char msg[1024], what[1100];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  snprintf(what, sizeof what, ": error: %s", msg);
+  mesh_die_(m, what);
+}
+
 static void __attribute__((noreturn)) mpi_fail_(const RtMesh *m, const char *call, int rc) {
-  char why[MPI_MAX_ERROR_STRING];
+  char why[MPI_MAX_ERROR_STRING], what[MPI_MAX_ERROR_STRING + 128];
   int len = 0;
   if (MPI_Error_string(rc, why, &len) != MPI_SUCCESS)
     snprintf(why, sizeof why, "error code %d", rc);
-  mesh_prefix_(m, stderr);
-  fprintf(stderr, ": MPI error in %s: %s\n", call, why);
-  fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  abort();
+  snprintf(what, sizeof what, ": MPI error in %s: %s", call, why);
+  mesh_die_(m, what);
 }
 
 // MPI_CHECK(m, MPI_Foo, args...): call MPI_Foo(args...), abort the job on error.
