@@ -75,6 +75,13 @@ reference gpt && {
   check gpt 4 tp=2,sp=ring:2
   check gpt 4 dp=2,sp=ring:2,zero=1
   check gpt 4 sp=ring:4,zero=3
+  # ring attention inside pipeline stages: the gradients summed over dp x sp,
+  # the last stage's loss averaged over its dp x sp ranks
+  check gpt 4 pp=2,sp=ring:2
+  check gpt 4 pp=2,sp=ring:2,schedule=interleaved:2
+  check gpt 4 pp=2,sp=ring:2,zero=1
+  check gpt 8 pp=2,sp=ring:2,dp=2
+  check gpt 8 pp=2,sp=ring:2,tp=2
   check gpt 4 dp=4,zero=2
   check gpt 4 dp=4,zero=3
   check gpt 2 dp=2,zero=3
@@ -95,6 +102,7 @@ reference llama && {
   check llama 4 pp=2,tp=2,schedule=interleaved:2
   check llama 2 sp=ring:2
   check llama 4 tp=2,sp=ring:2
+  check llama 4 pp=2,sp=ring:2
   check llama 2 dp=2,zero=3
   check llama 4 tp=2,dp=2,zero=2
   check llama 4 tp2d=2x2
@@ -169,6 +177,7 @@ reshard() {
 reshard "$tmp/gpt-4-tp_2_dp_2" "$tmp/gpt-4-tp_4_sp_megatron" "tp=2,dp=2 -> tp=4,sp=megatron"
 # Ring attention: save under dp x sp, resume with the sequence in 4 shards.
 reshard "$tmp/gpt-4-dp_2_sp_ring:2" "$tmp/gpt-4-sp_ring:4" "dp=2,sp=ring:2 -> sp=ring:4"
+reshard "$tmp/gpt-4-sp_ring:4" "$tmp/gpt-8-pp_2_sp_ring:2_dp_2" "sp=ring:4 -> pp=2,sp=ring:2,dp=2"
 reshard "$tmp/gpt-4-dp_4_zero_1" "$tmp/gpt-8-tp_4_dp_2" "dp=4,zero=1 -> tp=4,dp=2"
 # ZeRO-3 checkpoints: saved under dp=4,zero=3 at step 5, resumed under plain
 # tp=2,dp=2; and saved under tp=2,dp=2 then resumed under tp=2,dp=2,zero=3.
