@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Distributed equivalence (issue 4): every strategy and combination that the
-# cpu target runs (dp, zero=1, tp, tp2d, sp=megatron, sp=ring, pp) trains the tiny GPT
-# and the tiny llama for 10 steps on 2, 4 or 8 MPI ranks, and must give the single-rank run's per-step losses within
+# cpu target runs (dp, zero=1, tp, tp2d, sp=megatron, sp=ring, pp) trains the
+# tiny GPT, the tiny llama, the classifier and a GPT whose tied head has a bias
+# for 10 steps on 2, 4 or 8 MPI ranks, and must give the single-rank run's per-step losses within
 # 1e-5 relative and its final checkpoint (parameters and optimizer state,
 # gathered from the shards) within 1e-5.  Each run also checks its memory
 # plan (planned peak == measured high-water mark on every rank) and its
@@ -106,6 +107,14 @@ reference llama && {
   check llama 2 dp=2,zero=3
   check llama 4 tp=2,dp=2,zero=2
   check llama 4 tp2d=2x2
+}
+
+# A tied head with a bias (tests/dist/tiedbias.shard): on the grid the bias
+# is split over the vocabulary like the head's logits (down the grid column).
+reference tiedbias && {
+  check tiedbias 4 tp2d=2x2
+  check tiedbias 8 tp2d=2x2,pp=2
+  check tiedbias 4 tp=2,sp=megatron,dp=2
 }
 
 # The classifier (bias on its logits: SUMMA, then an all-gather of the rows
