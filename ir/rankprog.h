@@ -147,6 +147,8 @@ typedef enum {
 
 enum { PL_SUM = 0, PL_LAST_STAGE = 1 };
 enum { PN_RANGE = 0, PN_PARAMS = 1, PN_PARAMS_DP0 = 2, PN_ZERO = 3 };
+/* PN_PARAMS_DP0: on data rank 0 only (dp 0, and sp 0 under ring attention): a
+ * pipeline's data ranks hold the same reduced gradients. */
 enum { PO_PARAMS = 0, PO_ZERO = 1 };
 
 typedef struct PStep {

@@ -680,7 +680,7 @@ static void build_step(B *b) {
                        arena_printf("gradient of %s (tied) over the first and last stage", v->name));
     }
     for (int c = 0; c < p->nchunks && p->zero < 0; c++)
-      step_allreduce(p, b->staged ? AX_DP : data, p->chunk[c].grads_off,
+      step_allreduce(p, data, p->chunk[c].grads_off,
                      p->chunk[c].grads_bytes / es,
                      p->ring > 1 ? "gradient all-reduce over dp x sp" : "gradient all-reduce over dp");
   }
@@ -688,7 +688,7 @@ static void build_step(B *b) {
                   b->staged ? "loss sum over all ranks"
                   : p->ring > 1 ? "loss sum over dp x sp" : "loss sum over dp");
   s->mode = b->staged ? PL_LAST_STAGE : PL_SUM;
-  s->div = b->staged ? pl->dp : nd;
+  s->div = nd; /* the data ranks' means (a pipeline's last stage: on tp rank 0) */
   s = step(p, PS_NORM, p->zero >= 1 || b->staged ? AX_WORLD : AX_TP, "gradient norm sum");
   s->mode = p->zero >= 1 ? PN_ZERO : b->staged ? PN_PARAMS_DP0 : PN_PARAMS;
   step(p, PS_OPTIMIZER, AX_WORLD, "optimizer")->mode = p->zero >= 1 ? PO_ZERO : PO_PARAMS;

@@ -125,7 +125,7 @@ static void block(FILE *out, const RankProg *p, int c, const PBlock *bl, const c
 static void step_text(FILE *out, const RankProg *p) {
   static const char *const norm[] = {"sqrt of the sum of squares of the gradient range",
                                      "weighted sum of squares of every parameter's gradient",
-                                     "the same on dp rank 0 only",
+                                     "the same on data rank 0 (dp 0, sp 0) only",
                                      "weighted sum of squares of this rank's ZeRO chunks"};
   fprintf(out, "step:\n");
   for (int j = 0; j < p->nstep; j++) {

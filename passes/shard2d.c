@@ -24,6 +24,11 @@
  *                           stays SUMMA; its logits are all-gathered over
  *                           TPC along the rows and the cross-entropy runs
  *                           vocab-parallel over TPR.)
+ *   vocabulary bias [V]     the bias of a head whose weight is a vocabulary
+ *                           table (tied): V over TPC like the logits it is
+ *                           added to, replicated along the grid row; every
+ *                           rank of the row computes the same (complete)
+ *                           gradient from the all-reduced logits
  *
  * The embedding is vocab-parallel down the column: every rank gathers the
  * rows of its vocabulary block for all tokens (channels block c), the result
@@ -48,7 +53,7 @@
 
 #include "shardrules.h"
 
-enum { L_NONE, L_LAST, L_SUMMA, L_VOCAB };
+enum { L_NONE, L_LAST, L_SUMMA, L_VOCAB, L_VBIAS };
 enum { RB = 1u << AX_TPR, CB = 1u << AX_TPC };
 
 typedef struct S2 {
@@ -93,6 +98,14 @@ static Value *to_act(Sharder *s, Value *v, const Node *at) {
 
 /* ---- parameters ---- */
 
+/* Whether v is the head's logits: a matmul by a vocabulary table (whose
+ * layout is already known, the matmul coming first). */
+static bool vocab_logits(const S2 *s, const Value *v) {
+  const Node *mm = v->def;
+  return mm && mm->op == OP_MATMUL && mm->in[1]->role == ROLE_PARAM &&
+         s->layout[mm->in[1]->id] == L_VOCAB;
+}
+
 static void param_layouts(S2 *s, const PtrVec *nodes) {
   for (int i = 0; i < nodes->len; i++) {
     Node *n = nodes->data[i];
@@ -107,6 +120,8 @@ static void param_layouts(S2 *s, const PtrVec *nodes) {
       if (n->op == OP_GATHER && k == 0) want = L_VOCAB;
       if (n->op == OP_MATMUL && k == 1)
         want = p->tph == TPH_VOCAB || s->vocab_mm[n->out->id] ? L_VOCAB : L_SUMMA;
+      if (n->op == OP_ADD && k == 1 && p->shape.ndim == 1 && vocab_logits(s, n->in[0]))
+        want = L_VBIAS;
       if (s->layout[p->id] && s->layout[p->id] != want) {
         sh_fail(&s->sh, n, "parameter '%s' is used both as a vocabulary table and otherwise", p->name);
         return;
@@ -160,6 +175,9 @@ static void rule_leaf2(Sharder *sh, Node *n) {
     return;
   case L_LAST:
     split_param(sh, n, p, last, AX_TPR, p->shape.ndim == 1 && p->tph == TPH_COL);
+    return;
+  case L_VBIAS:
+    split_param(sh, n, p, 0, AX_TPC, false);
     return;
   default:
     return;

@@ -107,7 +107,8 @@ enum {
 enum { RT_LOSS_SUM = 0, RT_LOSS_LAST_STAGE = 1 };
 /* NORM: sqrt of Σ x² over the elements [off, off+count) (one rank); over
  * the parameters' gradients weighted by norm_w, summed over axis; the same
- * on dp rank 0 only (pipelines: the dp ranks hold the same sums); over this
+ * on data rank 0 only (pipelines: the data ranks, dp and under ring
+ * attention sp, hold the same sums); over this
  * rank's ZeRO chunks weighted by norm_w. */
 enum { RT_NORM_RANGE = 0, RT_NORM_PARAMS = 1, RT_NORM_PARAMS_DP0 = 2, RT_NORM_ZERO = 3 };
 /* OPTIMIZER: every parameter with a gradient; or this rank's chunk of

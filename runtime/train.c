@@ -587,8 +587,10 @@ static double grad_norm(Trainer *t, const RtStepOp *op) {
   case RT_NORM_RANGE:
     return sqrt(sumsq(t, t->arena + op->off, (size_t)op->count));
   case RT_NORM_PARAMS:
-  case RT_NORM_PARAMS_DP0: /* the dp ranks hold the same sums: count dp rank 0's */
-    for (int i = 0; i < pg->nparams && (op->mode == RT_NORM_PARAMS || coord(t, RT_AX_DP) == 0); i++)
+  case RT_NORM_PARAMS_DP0: /* the data ranks (dp, and sp under ring attention) hold the same
+                            * sums: count data rank 0's */
+    for (int i = 0; i < pg->nparams && (op->mode == RT_NORM_PARAMS || coord(t, RT_AX_DATA) == 0);
+         i++)
       if (pg->params[i].grad >= 0)
         ss += norm_weight(pg, i) * sumsq(t, t->arena + pg->params[i].grad, pg->params[i].numel);
     break;
@@ -796,12 +798,13 @@ static void report_mesh(Trainer *t, long step, size_t measured, int say) {
 }
 
 /* A pipeline: every pipeline rank's planned and measured peak and bytes
- * sent (those of its dp 0, tp 0 rank), and whether any rank differs. */
+ * sent (those of its data 0 (dp 0, sp 0), tp 0 rank), and whether any rank
+ * differs. */
 static void report_pipeline(Trainer *t, long step, size_t measured, int say) {
   const RtProgram *pg = t->pg;
   unsigned long long counted = rt_mesh_total_bytes(t->mesh);
   int off = measured != pg->arena_bytes, coff = counted != pg->comm_bytes;
-  int head = coord(t, RT_AX_DP) == 0 && coord(t, RT_AX_TP) == 0;
+  int head = coord(t, RT_AX_DATA) == 0 && coord(t, RT_AX_TP) == 0;
   double bad = rt_mesh_sum_double(t->mesh, RT_AX_WORLD, off);
   double cbad = rt_mesh_sum_double(t->mesh, RT_AX_WORLD, coff);
   char line[4][2048];

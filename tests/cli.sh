@@ -83,6 +83,12 @@ expect emit-c-ring 0 'rt_ring_attention_forward_f32\(p->mesh->comm\[RT_AX_SP\]' 
 expect plan-ring 0 '^comm: .*\(sp 4,194,304, data 5,005,824\)' -- "$bin" compile samples/gpt.shard --emit=plan --strategy sp=ring:2,dp=2
 expect commcheck-ring 1 'communication check failed .*rank 0 sends 65536 bytes with tag 1 \(node 20 ring attention send of K .* but rank 1 receives 65536 bytes with tag 0' -- env SHARDC_DEBUG_BREAK_COMM=tag:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy sp=ring:2 --emit=plan
 expect ring-no-sequence 1 'ring attention \(sp=ring:2\): input x has no sequence dim to split' -- "$bin" compile samples/mlp.shard --mesh 2 --strategy sp=ring:2 --emit=c
+# ... inside pipeline stages: the step sums the gradients over dp x sp and
+# averages the last stage's loss over them; the ring's messages are in the
+# check of the pipeline's programs.
+expect ring-pp-step 0 'step.1 +all_reduce over data: .*\(gradient all-reduce over dp x sp\)' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=2,sp=ring:2,schedule=interleaved:2 --emit=program
+expect ring-pp-loss 0 "loss: the last stage's \(tp rank 0\) summed over world / 4" -- "$bin" compile samples/gpt.shard --mesh 8 --strategy pp=2,sp=ring:2,dp=2 --emit=program
+expect commcheck-ring-pp 1 'communication check failed for strategy on 4 ranks: .*ring attention send of K of step 1 over sp \(blocks.0.attn\), forward of microbatch 1' -- env SHARDC_DEBUG_BREAK_COMM=tag:0:0 "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=2,sp=ring:2 --emit=plan
 sed 's/causal = true)/causal = true, dropout = 0.1)/' samples/gpt.shard >"$tmp/dropout.shard"
 expect ring-dropout 1 'ring attention \(sp=ring:2\): dropout is not implemented yet with ring attention' -- "$bin" compile "$tmp/dropout.shard" --mesh 2 --strategy sp=ring:2 --emit=c
 # 2D tensor parallelism (tp2d=QxQ): SUMMA and split-norm calls, the grid's
@@ -93,6 +99,7 @@ expect emit-c-tp2d 0 'rt_summa_forward_f32\(p->mesh->comm\[RT_AX_TPR\], p->mesh-
 expect emit-c-tp2d-norm 0 'rt_rmsnorm_split_backward_f32\(p->mesh->comm\[RT_AX_TPR\]' -- "$bin" compile samples/llama.shard --mesh 4 --emit=c --strategy tp2d=2x2
 expect plan-tp2d 0 '^comm: .*\(dp 849,408, tp-row 5,840,896, tp-col 5,031,424\)' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=plan --strategy tp2d=2x2,dp=2
 expect commcheck-tp2d 1 'communication check failed .*communicator 15 \(ranks 2,3\): rank 2 issues broadcast of 32768 bytes \(node 11 summa 2x2 \(blocks.0.attn\), forward of microbatch 1: instruction fwd.5\) but rank 3 issues broadcast of 16384 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:2:2 "$bin" compile samples/gpt.shard --strategy tp2d=2x2 --emit=plan
+expect tp2d-tied-bias 0 'param @linear.bias : f32\[128\] init=zeros split\(0 over tp-col\)' -- "$bin" compile tests/dist/tiedbias.shard --mesh 4 --strategy tp2d=2x2 --emit=ir
 expect tp2d-pp 0 '^stage 1:  blocks.2 .. blocks.3, model ops' -- "$bin" compile samples/gpt.shard --mesh 8 --strategy tp2d=2x2,pp=2
 expect tp2d-ring 1 'strategy tp2d=2x2 with sp \(the grid already splits the rows\) is not implemented yet' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=c --strategy tp2d=2x2,sp=ring:2
 expect tp2d-dropout 1 '2D tensor parallelism \(tp2d=2x2\): dropout is not implemented yet' -- "$bin" compile "$tmp/dropout.shard" --mesh 4 --strategy tp2d=2x2 --emit=c

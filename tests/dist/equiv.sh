@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Distributed equivalence (issue 4): every strategy and combination that the
-# cpu target runs (dp, zero=1, tp, tp2d, sp=megatron, sp=ring, pp) trains the tiny GPT
-# and the tiny llama for 10 steps on 2, 4 or 8 MPI ranks, and must give the single-rank run's per-step losses within
+# cpu target runs (dp, zero=1, tp, tp2d, sp=megatron, sp=ring, pp) trains the
+# tiny GPT, the tiny llama, the classifier and a GPT whose tied head has a bias
+# for 10 steps on 2, 4 or 8 MPI ranks, and must give the single-rank run's per-step losses within
 # 1e-5 relative and its final checkpoint (parameters and optimizer state,
 # gathered from the shards) within 1e-5.  Each run also checks its memory
 # plan (planned peak == measured high-water mark on every rank) and its
@@ -75,6 +76,13 @@ reference gpt && {
   check gpt 4 tp=2,sp=ring:2
   check gpt 4 dp=2,sp=ring:2,zero=1
   check gpt 4 sp=ring:4,zero=3
+  # ring attention inside pipeline stages: the gradients summed over dp x sp,
+  # the last stage's loss averaged over its dp x sp ranks
+  check gpt 4 pp=2,sp=ring:2
+  check gpt 4 pp=2,sp=ring:2,schedule=interleaved:2
+  check gpt 4 pp=2,sp=ring:2,zero=1
+  check gpt 8 pp=2,sp=ring:2,dp=2
+  check gpt 8 pp=2,sp=ring:2,tp=2
   check gpt 4 dp=4,zero=2
   check gpt 4 dp=4,zero=3
   check gpt 2 dp=2,zero=3
@@ -95,9 +103,18 @@ reference llama && {
   check llama 4 pp=2,tp=2,schedule=interleaved:2
   check llama 2 sp=ring:2
   check llama 4 tp=2,sp=ring:2
+  check llama 4 pp=2,sp=ring:2
   check llama 2 dp=2,zero=3
   check llama 4 tp=2,dp=2,zero=2
   check llama 4 tp2d=2x2
+}
+
+# A tied head with a bias (tests/dist/tiedbias.shard): on the grid the bias
+# is split over the vocabulary like the head's logits (down the grid column).
+reference tiedbias && {
+  check tiedbias 4 tp2d=2x2
+  check tiedbias 8 tp2d=2x2,pp=2
+  check tiedbias 4 tp=2,sp=megatron,dp=2
 }
 
 # The classifier (bias on its logits: SUMMA, then an all-gather of the rows
@@ -169,6 +186,7 @@ reshard() {
 reshard "$tmp/gpt-4-tp_2_dp_2" "$tmp/gpt-4-tp_4_sp_megatron" "tp=2,dp=2 -> tp=4,sp=megatron"
 # Ring attention: save under dp x sp, resume with the sequence in 4 shards.
 reshard "$tmp/gpt-4-dp_2_sp_ring:2" "$tmp/gpt-4-sp_ring:4" "dp=2,sp=ring:2 -> sp=ring:4"
+reshard "$tmp/gpt-4-sp_ring:4" "$tmp/gpt-8-pp_2_sp_ring:2_dp_2" "sp=ring:4 -> pp=2,sp=ring:2,dp=2"
 reshard "$tmp/gpt-4-dp_4_zero_1" "$tmp/gpt-8-tp_4_dp_2" "dp=4,zero=1 -> tp=4,dp=2"
 # ZeRO-3 checkpoints: saved under dp=4,zero=3 at step 5, resumed under plain
 # tp=2,dp=2; and saved under tp=2,dp=2 then resumed under tp=2,dp=2,zero=3.
