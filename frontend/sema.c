@@ -761,8 +761,6 @@ static int check_support(TrainCfg *t) {
           p->tp2d, p->tp2d);
   NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED && p->zero >= 1, "zero=%d with "
           "schedule=interleaved (ZeRO for pipeline chunks)", p->zero);
-  NOT_YET(p->recompute != RECOMPUTE_NONE, "recompute=%s",
-          p->recompute == RECOMPUTE_FULL ? "full" : "selective");
 #undef NOT_YET
   if (!nw) return 0;
   const char *msg = "strategy %s is not implemented yet: data parallelism (dp=N, mb=N, "

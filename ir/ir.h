@@ -173,6 +173,7 @@ struct Node {
   SrcLoc loc;           /* DSL call site */
   const char *scope;    /* parameter path prefix at the call, for provenance */
   Value *scratch;       /* working memory the kernel needs during this node, or NULL */
+  const Node *remat;    /* a recomputed copy (passes/recompute.c): the forward node it repeats */
 };
 
 /* A bucket of parameters (passes/zero.c): one range of a flat layout whose
@@ -340,7 +341,10 @@ typedef struct Plan {
   int nstage_layers;
   int mb;                /* microbatches per step (0 = from the train block) */
   int zero;
-  Recompute recompute;
+  Recompute recompute;   /* the strongest of stage_recompute when that is given */
+  /* recompute=a+b+...: each pipeline stage's policy (0: recompute for all) */
+  Recompute stage_recompute[PLAN_MAXSTAGES];
+  int nstage_recompute;
   unsigned given;        /* PLAN_* bits of keys set explicitly */
 } Plan;
 
@@ -348,6 +352,9 @@ enum { PLAN_DP = 1, PLAN_TP = 2, PLAN_TP2D = 4, PLAN_SP = 8, PLAN_PP = 16, PLAN_
        PLAN_MB = 64, PLAN_ZERO = 128, PLAN_RECOMPUTE = 256, PLAN_NKEYS = 9 };
 
 void plan_default(Plan *p);
+/* The recompute policy of pipeline stage `stage` (a virtual stage of an
+ * interleaved schedule: its device's). */
+Recompute plan_recompute_at(const Plan *p, int stage);
 /* Parses "dp=2,tp=2,sp=ring,pp=2,schedule=1f1b,mb=4,zero=1,recompute=selective"
  * (or "auto") into p, on top of what p holds.  Returns 0, or -1 with a
  * message in err. */

@@ -168,14 +168,25 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
       p->zero = v[0] - '0';
       p->given |= PLAN_ZERO;
     } else if (!strcmp(k, "recompute")) {
-      if (!strcmp(v, "none"))
-        p->recompute = RECOMPUTE_NONE;
-      else if (!strcmp(v, "selective"))
-        p->recompute = RECOMPUTE_SELECTIVE;
-      else if (!strcmp(v, "full"))
-        p->recompute = RECOMPUTE_FULL;
-      else
-        ERR("recompute must be none, selective or full, got '%s'", v);
+      /* one policy, or one per pipeline stage joined by '+' */
+      static const char *const names[] = {"none", "selective", "full"};
+      p->nstage_recompute = 0;
+      p->recompute = RECOMPUTE_NONE;
+      for (const char *c = v; c;) {
+        const char *e = strchr(c, '+');
+        size_t len = e ? (size_t)(e - c) : strlen(c);
+        int r = -1;
+        for (int q = 0; q < 3; q++)
+          if (len == strlen(names[q]) && !strncmp(c, names[q], len)) r = q;
+        if (r < 0)
+          ERR("recompute must be none, selective or full, or one of them per pipeline stage "
+              "joined by '+' (e.g. full+selective), got '%s'", v);
+        if (p->nstage_recompute == PLAN_MAXSTAGES) ERR("recompute=%s: at most %d stages", v, PLAN_MAXSTAGES);
+        p->stage_recompute[p->nstage_recompute++] = (Recompute)r;
+        if (r > (int)p->recompute) p->recompute = (Recompute)r;
+        c = e ? e + 1 : NULL;
+      }
+      if (p->nstage_recompute == 1) p->nstage_recompute = 0;
       p->given |= PLAN_RECOMPUTE;
     } else {
       ERR("unknown strategy key '%s' (keys: dp, tp, tp2d, sp, pp, schedule, mb, zero, recompute)", k);
@@ -239,6 +250,9 @@ int plan_resolve_keys(Plan *p, int ndev, char *err, int errcap, unsigned *keys) 
     ERRK(0, "strategy %s uses %ld devices but the mesh has %d (dp*tp*tp2d^2*sp*pp must equal it)",
          s, total, ndev);
   }
+  if (p->nstage_recompute && p->nstage_recompute != p->pp)
+    ERRK(PLAN_RECOMPUTE, "recompute gives %d policies (one per pipeline stage) but the plan has "
+         "%d stage%s", p->nstage_recompute, p->pp, p->pp == 1 ? "" : "s");
   /* ZeRO shards over the ranks that split the data: dp, and the ring's sp */
   if (p->zero > 0 && p->dp * (p->sp_kind == SP_RING ? p->sp : 1) < 2 && (p->given & PLAN_ZERO))
     ERRK(PLAN_ZERO, "zero=%d shards over the data-parallel axis, which has size 1", p->zero);
@@ -271,7 +285,18 @@ void plan_str(const Plan *p, char *buf, int cap) {
   }
   if (p->mb > 1) ADD(",mb=%d", p->mb);
   if (p->zero) ADD(",zero=%d", p->zero);
-  if (p->recompute == RECOMPUTE_SELECTIVE) ADD(",recompute=selective");
-  if (p->recompute == RECOMPUTE_FULL) ADD(",recompute=full");
+  static const char *const rnames[] = {"none", "selective", "full"};
+  if (p->nstage_recompute) {
+    for (int i = 0; i < p->nstage_recompute; i++) {
+      ADD("%s%s", i ? "+" : ",recompute=", rnames[p->stage_recompute[i]]);
+    }
+  } else if (p->recompute != RECOMPUTE_NONE) {
+    ADD(",recompute=%s", rnames[p->recompute]);
+  }
 #undef ADD
+}
+
+Recompute plan_recompute_at(const Plan *p, int stage) {
+  if (!p->nstage_recompute) return p->recompute;
+  return p->stage_recompute[(p->pp > 0 ? stage % p->pp : 0) % p->nstage_recompute];
 }

@@ -6,10 +6,12 @@
  * - a chain of elementwise forward ops (add/sub/mul with broadcasting, scale,
  *   relu, gelu, silu, imported scalar functions) is one loop; a value inside
  *   the chain is stored only when a later node reads it (the backward).
- * Fusion happens only between adjacent nodes whose buffers do not overlap,
- * so the memory plan's liveness stays valid.
- * The elementwise ops' scalar expressions (fuse_op_expr) are here too: the
- * program's loops are built from them and every target prints them.
+ * Fusion happens only between adjacent nodes.  It is decided from the graph
+ * alone: memplan asks fuse_windows first and keeps every input of a group
+ * alive to the group's end, so the overlap checks below never fire on a
+ * planned graph (they stay as the guard for a graph planned otherwise).
+ * A recomputed copy of forward nodes (Node.remat) fuses as its originals did
+ * and never further, so it computes the same numbers.
  */
 #include "fuse.h"
 
@@ -70,6 +72,7 @@ static Node *find_bias(Fusion *f, Node *mm) {
   Value *b = a->in[1];
   if (b->shape.ndim != 1 || b->shape.d[0].n != last_dim(y) || b->dtype == DT_I32) return NULL;
   if (next_code(f, mm->id) != a->id) return NULL;
+  if (mm->remat && (!a->remat || f->bias[mm->remat->id] != a->remat)) return NULL;
   for (int k = 0; k < 2; k++)
     if (fuse_overlaps(a->out, mm->in[k])) return NULL;
   if (fuse_overlaps(a->out, b)) return NULL;
@@ -145,6 +148,7 @@ static int find_chain(Fusion *f, Node *n, Node **ch) {
     if (v == f->g->loss || f->fwd_reads[v->id] != 1) break;
     Node *c = f->fwd_reader[v->id];
     if (!fuse_is_loop_op(c->op) || f->skip[c->id] || next_code(f, last->id) != c->id) break;
+    if (n->remat && (!c->remat || f->next[last->remat->id] != c->remat)) break;
     if (numel(c->out) != numel(n->out) || !full_operand(c, v)) break;
     int64_t b = fuse_bcast_of(c);
     if (b < 0 || (b && inner && b != inner)) break;
@@ -158,7 +162,7 @@ static int find_chain(Fusion *f, Node *n, Node **ch) {
 int fuse_chain(const Fusion *f, Node *n, Node **ch) {
   int len = f->chain_len[n->id] ? f->chain_len[n->id] : 1;
   ch[0] = n;
-  for (int k = 1; k < len; k++) ch[k] = f->fwd_reader[ch[k - 1]->out->id];
+  for (int k = 1; k < len; k++) ch[k] = f->next[ch[k - 1]->id];
   return len;
 }
 
@@ -175,6 +179,8 @@ Fusion *fuse_analyse(Graph *g) {
   f->dbias = arena_alloc(sizeof(Value *) * (size_t)(nn + 1));
   f->dbias_node = arena_alloc(sizeof(Node *) * (size_t)(nn + 1));
   f->chain_len = arena_alloc(sizeof(int) * (size_t)(nn + 1));
+  f->next = arena_alloc(sizeof(Node *) * (size_t)(nn + 1));
+  f->loop = arena_alloc(sizeof(bool) * (size_t)(nn + 1));
   for (int i = 0; i < nn; i++) {
     Node *n = g->nodes.data[i];
     for (int k = 0; k < n->nin; k++) {
@@ -183,15 +189,17 @@ Fusion *fuse_analyse(Graph *g) {
       for (int j = 0; j < k; j++) dup |= n->in[j] == v;
       if (dup) continue;
       if (fuse_reads_data(n, k)) f->reads[v->id]++;
-      if (i < g->nfwd) {
+      /* forward readers; a recomputed copy's only of the copies (so the
+       * forward's own chains stay as they are) */
+      if (i < g->nfwd || (n->remat && v->def && v->def->remat)) {
         f->fwd_reads[v->id]++;
         f->fwd_reader[v->id] = n;
       }
     }
   }
-  for (int i = 0; i < g->nfwd; i++) {
+  for (int i = 0; i < nn; i++) {
     Node *n = g->nodes.data[i];
-    if (f->skip[i]) continue;
+    if (f->skip[i] || (i >= g->nfwd && !n->remat)) continue;
     if (n->op == OP_MATMUL) {
       Node *a = find_bias(f, n);
       if (a) {
@@ -205,7 +213,12 @@ Fusion *fuse_analyse(Graph *g) {
     int len = find_chain(f, n, ch);
     if (len > 0) {
       f->chain_len[i] = len;
-      for (int k = 1; k < len; k++) f->skip[ch[k]->id] = true;
+      for (int k = 1; k < len; k++) {
+        f->skip[ch[k]->id] = true;
+        f->next[ch[k - 1]->id] = ch[k];
+      }
+      /* a copy of part of a forward chain computes as a loop, as it did */
+      f->loop[i] = n->remat && (f->chain_len[n->remat->id] > 1 || f->skip[n->remat->id]);
       if (len > 1) {
         f->nchains++;
         f->nchained += len;
@@ -223,6 +236,17 @@ Fusion *fuse_analyse(Graph *g) {
     }
   }
   return f;
+}
+
+void fuse_windows(Graph *g, int *last) {
+  Fusion *f = fuse_analyse(g);
+  for (int i = 0; i < f->nn; i++) last[i] = i;
+  for (int i = 0; i < f->nn; i++) {
+    if (f->bias[i]) last[i] = last[f->bias[i]->id] = f->bias[i]->id;
+    Node *ch[FUSE_MAX_CHAIN];
+    int len = f->chain_len[i] > 1 ? fuse_chain(f, g->nodes.data[i], ch) : 0;
+    for (int k = 0; k < len; k++) last[ch[k]->id] = ch[len - 1]->id;
+  }
 }
 
 /* ---- elementwise ops as scalar expressions ---- */

@@ -19,11 +19,20 @@ typedef struct Fusion {
   Value **dbias;        /* node id (matmul_bwd) -> the bias gradient it sums */
   Node **dbias_node;    /* node id (matmul_bwd) -> the add_bwd that asked for it */
   int *chain_len;       /* node id -> length of the elementwise chain it starts */
+  Node **next;          /* node id -> the next node of its chain, or NULL */
+  bool *loop;           /* node id -> a recomputed node that runs as a loop, as
+                         * its forward did inside a longer chain */
   int nbias, ndbias, nchains, nchained;
 } Fusion;
 
-/* Node ids must be schedule positions. */
+/* Node ids must be schedule positions.  Which nodes fuse depends on the
+ * graph alone: the memory plan keeps what a fused group reads alive until
+ * the group's last node (fuse_windows), so no buffer a group writes lands on
+ * one it still reads. */
 Fusion *fuse_analyse(Graph *g);
+/* For the memory plan, before any buffer is placed: last[i] = the position
+ * of the last node of the fused group that node i belongs to (i alone). */
+void fuse_windows(Graph *g, int *last);
 /* The chain that starts at n (its length; 1 when n runs alone). */
 int fuse_chain(const Fusion *f, Node *n, Node **ch);
 /* Whether the k-th value of a chain is written to memory (the last, the

@@ -10,6 +10,7 @@
  */
 #include <string.h>
 
+#include "fuse.h"
 #include "passes.h"
 #include "runtime/dist_formulas.h"
 #include "schedule.h"
@@ -162,6 +163,9 @@ int pass_memplan(Module *m) {
     v->live_start = -1;
     v->live_end = -1;
   }
+  /* What a fused group reads stays live to the group's last node (fuse.c). */
+  int *win = arena_alloc(sizeof(int) * (size_t)(nn + 1));
+  fuse_windows(g, win);
   for (int i = 0; i < nn; i++) {
     Node *n = g->nodes.data[i];
     int64_t sb = scratch_bytes(n);
@@ -172,7 +176,7 @@ int pass_memplan(Module *m) {
       touch(n->scratch, i);
     }
     for (int j = 0; j < n->nin; j++)
-      if (ir_reads_data(n, j)) touch(n->in[j], i);
+      if (ir_reads_data(n, j)) touch(n->in[j], win[i]);
     for (int j = 0; j < n->nout; j++)
       if (n->outs[j]) touch(n->outs[j], i);
   }

@@ -29,6 +29,11 @@ int pass_memplan_all(Module *m);
 int zero_memplan(Module *m, int64_t *end);
 int pass_commcheck(Module *m);
 int pass_stage(Module *m);
+/* The layer a node belongs to: its scope up to the repeat index
+ * ("blocks.3.attn" -> "blocks.3"), or the scope's first component. */
+const char *stage_layer_of(const Node *n, char *buf, int cap);
+/* Activation recompute on each stage (recompute.c). */
+int pass_recompute(Module *m);
 /* Pipeline (Module.nstages > 1): points m->graph and m->mem at stage s, or
  * back at the whole model for s < 0; per_stage runs fn once per stage so
  * (each stage's memory plan kept in m->stage_mem) and returns to the whole

@@ -293,7 +293,7 @@ static void node_fwd(B *b, PBlock *bl, Node *n, int i) {
   case OP_SILU: case OP_MAP: {
     Node *ch[FUSE_MAX_CHAIN];
     int len = fuse_chain(b->f, n, ch);
-    if (len == 1 && (n->op == OP_GELU || n->op == OP_RELU || n->op == OP_SILU)) {
+    if (len == 1 && (n->op == OP_GELU || n->op == OP_RELU || n->op == OP_SILU) && !b->f->loop[i]) {
       in = add(bl, PI_KERNEL, n);
       operands(b, in, n);
       return;
@@ -318,7 +318,7 @@ static void node_fwd(B *b, PBlock *bl, Node *n, int i) {
   case OP_DROPOUT:
     in = add(bl, PI_KERNEL, n);
     operands(b, in, n);
-    dropout_site(b, in, n->id, n->out);
+    dropout_site(b, in, (n->remat ? n->remat : n)->id, n->out);   /* a recompute: the forward's mask */
     b->c->dropout = true;
     return;
   case OP_CROSS_ENTROPY:
@@ -343,6 +343,10 @@ static bool overlapped(const Node *n) {
 
 static void node_bwd(B *b, PBlock *bl, Node *n, int i) {
   PInstr *in;
+  if (n->remat) { /* a recomputed forward node (passes/recompute.c) */
+    node_fwd(b, bl, n, i);
+    return;
+  }
   switch (n->op) {
   case OP_FILL: /* and the adjoints' collectives: forward ops writing new buffers */
   case OP_RECV:

@@ -26,7 +26,7 @@
 
 /* The layer a node belongs to: its scope up to the repeat index
  * ("blocks.3.attn" -> "blocks.3"), or the first component. */
-static const char *layer_of(const Node *n, char *buf, int cap) {
+const char *stage_layer_of(const Node *n, char *buf, int cap) {
   const char *s = n->scope ? n->scope : "";
   const char *dot = strchr(s, '.');
   int len = dot ? (int)(dot - s) : (int)strlen(s);
@@ -159,7 +159,7 @@ int pass_stage(Module *m) {
   for (int i = 0; i < n; i++) {
     Node *nd = g->nodes.data[i];
     if (!is_leaf(nd)) {
-      layer_of(nd, cur, sizeof cur);
+      stage_layer_of(nd, cur, sizeof cur);
       if (have_prev && strcmp(prev, cur)) {
         nlayers += *prev != 0;
         Value *cross = NULL;
@@ -293,7 +293,7 @@ cut:;
     bool top_a = false, top_b = false;
     for (int i = bound[s]; i < bound[s + 1]; i++) {
       if (is_leaf(g->nodes.data[i])) continue;
-      layer_of(g->nodes.data[i], l, sizeof l);
+      stage_layer_of(g->nodes.data[i], l, sizeof l);
       if (!*l) {
         if (*a) top_b = true;
         else top_a = true;

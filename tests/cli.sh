@@ -129,7 +129,7 @@ expect ir-pp-recv 0 '^  %2 = recv \{from stage 0, bytes=131072\} : f32\[B=4,T=64
 expect plan-pp-stash 0 'stash 4 slots x 2,369,536 bytes' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=gpipe
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu or cuda' -- "$bin" compile samples/gpt.shard --target=tpu
-expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, zero, memplan, program, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
+expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, recompute, zero, memplan, program, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
 expect dump-lower 0 '^graph gpt \{' -- "$bin" compile samples/gpt.shard --dump-after=lower
 expect list-passes 0 '^shape ' -- "$bin" compile --list-passes
 expect mesh-missing-value 1 '--mesh needs a value' -- "$bin" check samples/gpt.shard --mesh

@@ -32,3 +32,9 @@ add_test(NAME parity/torch COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/parity.sh $
 add_test(NAME dist/equiv
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/equiv.sh $<TARGET_FILE:shardc>)
 set_tests_properties(dist/equiv PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
+# Activation recompute (issue 12): selective and full train bit for bit as
+# the same plan without recompute, on a strategy of each kind (ALL=1 runs
+# the script on the whole matrix).
+add_test(NAME dist/recompute
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/recompute.sh $<TARGET_FILE:shardc>)
+set_tests_properties(dist/recompute PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)

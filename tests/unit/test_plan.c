@@ -40,6 +40,21 @@ int main(void) {
   ASSERT(0, parse_resolve("dp=4,zero=3,recompute=selective", 4, &p, err));
   ASSERT(3, p.zero);
   ASSERT(RECOMPUTE_SELECTIVE, p.recompute);
+  /* recompute per pipeline stage */
+  ASSERT(0, parse_resolve("pp=3,recompute=full+selective+none", 3, &p, err));
+  ASSERT(RECOMPUTE_FULL, p.recompute);
+  ASSERT(RECOMPUTE_FULL, plan_recompute_at(&p, 0));
+  ASSERT(RECOMPUTE_SELECTIVE, plan_recompute_at(&p, 1));
+  ASSERT(RECOMPUTE_NONE, plan_recompute_at(&p, 2));
+  ASSERT(RECOMPUTE_SELECTIVE, plan_recompute_at(&p, 4)); /* interleaved: virtual stage 4 is on device 1 */
+  plan_str(&p, s, sizeof s);
+  ASSERT_STR("dp=1,pp=3,schedule=1f1b,recompute=full+selective+none", s);
+  ASSERT(0, parse_resolve("recompute=full", 1, &p, err));
+  ASSERT(RECOMPUTE_FULL, plan_recompute_at(&p, 0));
+  ASSERT(-1, parse_resolve("pp=2,recompute=full+none+none", 2, &p, err));
+  ASSERT(1, strstr(err, "recompute gives 3 policies (one per pipeline stage) but the plan has 2 stages") != NULL);
+  ASSERT(-1, parse_resolve("pp=2,recompute=full+", 2, &p, err));
+  ASSERT(-1, parse_resolve("recompute=full+none", 1, &p, err));
   ASSERT(0, parse_resolve("auto", 16, &p, err));
   ASSERT(1, p.is_auto);
   ASSERT(0, parse_resolve("tp=2,sp=megatron", 2, &p, err));

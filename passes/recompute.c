@@ -1,0 +1,241 @@
+/* recompute.c — activation recompute (Chen et al. 2016; Korthikanti et al.
+ * 2022), on each stage graph after autodiff.
+ *
+ * A layer (a repeated scope such as "blocks.3") holds what its backward
+ * reads of its forward from the forward to the backward ("saved" values; in
+ * a pipeline, in the microbatch's stash slot).  Recompute drops some of
+ * them: copies of the forward nodes that make them run again right before
+ * the first backward node of the layer that reads one, and the backward
+ * reads the copies.  The copies are ordinary nodes of the schedule (Node.remat
+ * names the node each one repeats), so the memory plan places their buffers
+ * (the plan stays exact), the program prints them fused as the forward was,
+ * a dropout copy draws the forward's mask, and the communication check sees
+ * a copied collective.  Only the schedule changes, never an operation, so the
+ * numbers do not.
+ *
+ *   selective  the values that cheap ops make (norms, elementwise ops,
+ *              softmax, dropout, slices, rotary, views: O(elements), no
+ *              GEMM, no attention, no communication) from values that are
+ *              kept anyway; Korthikanti et al.'s attention core (scores,
+ *              softmax, dropout) is such a set when a model spells it out,
+ *              and the fused attention never stores it.
+ *   full       everything but what another layer's forward reads (the
+ *              layer's output, the next layer's input): the layer's forward
+ *              runs again before its backward.
+ * What no layer holds (the embedding, the head, the loss) is never dropped.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuse.h"
+#include "passes.h"
+
+typedef struct R {
+  Graph *g;
+  int nn, nv;
+  int *lid;          /* node -> layer (-1: none), forward nodes */
+  int *vlayer;       /* value -> layer of its defining forward node (-1) */
+  bool *saved;       /* a forward value some backward node reads */
+  bool *other;       /* read by a forward node of another layer (or nothing of a layer) */
+  bool *rep;         /* can be produced again by copies from kept values */
+  bool *drop;        /* dropped: the backward reads a copy */
+  Value **copy;      /* value -> its copy (NULL: none yet) */
+} R;
+
+static Value *root(Value *v) {
+  while (v->alias) v = v->alias;
+  return v;
+}
+
+/* Ops that selective recompute repeats: O(elements) work, no communication. */
+static bool cheap(const Node *n) {
+  if (fuse_is_view(n)) return true;
+  switch (ir_ops[n->op].cls) {
+  case OPC_UNARY: case OPC_BINARY: case OPC_MAP: case OPC_ROWWISE: case OPC_NORM:
+  case OPC_VIEW: case OPC_SLICE: case OPC_ROPE:
+    return true;
+  default:
+    return false;
+  }
+}
+
+static bool repeatable(const Node *n, Recompute how) {
+  if (n->op == OP_INPUT || n->op == OP_PARAM || n->op == OP_RECV || n->op == OP_FILL) return false;
+  if (ir_ops[n->op].cls == OPC_LOSS || ir_ops[n->op].cls == OPC_BUCKET) return false;
+  return how == RECOMPUTE_FULL || cheap(n);
+}
+
+/* Marks the layers' saved values and decides which to drop. */
+static void choose(R *r, Recompute how) {
+  Graph *g = r->g;
+  for (int i = 0; i < r->nn; i++) {
+    Node *n = g->nodes.data[i];
+    for (int k = 0; k < n->nin; k++) {
+      Value *v = n->in[k];
+      if (!ir_reads_data(n, k)) continue;
+      if (i >= g->nfwd) r->saved[v->id] = true;
+      else if (r->vlayer[v->id] >= 0 && r->lid[i] != r->vlayer[v->id]) r->other[v->id] = true;
+    }
+  }
+  if (g->loss) r->other[g->loss->id] = true;
+  if (g->send_act) r->other[g->send_act->id] = true;
+  /* In forward order: a value is repeatable when its node is and every
+   * value the node reads is outside the layer, kept, or repeatable. */
+  for (int i = 0; i < g->nfwd; i++) {
+    Node *n = g->nodes.data[i];
+    if (r->lid[i] < 0 || !repeatable(n, how)) continue;
+    bool ok = true;
+    for (int k = 0; k < n->nin && ok; k++) {
+      Value *u = n->in[k];
+      if (!fuse_reads_data(n, k) && !fuse_is_view(n)) continue;
+      if (r->vlayer[u->id] != r->lid[i]) continue;      /* the layer's input, a parameter */
+      ok = r->rep[u->id] || (r->saved[u->id] && !r->drop[u->id]);
+    }
+    if (!ok) continue;
+    for (int j = 0; j < n->nout; j++) {
+      Value *v = n->outs[j];
+      if (!v) continue;
+      r->rep[v->id] = true;
+      r->drop[v->id] = r->saved[v->id] && !r->other[v->id];
+    }
+  }
+  /* A view the backward keeps keeps its root: undo drops under kept views
+   * (and views of kept roots are not worth a copy). */
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int i = 0; i < r->nv; i++) {
+      Value *v = g->values.data[i];
+      if (!v->alias || r->vlayer[v->id] < 0) continue;
+      Value *rt = root(v);
+      if (r->saved[v->id] && !r->drop[v->id] && r->drop[rt->id]) {
+        r->drop[rt->id] = false;
+        changed = true;
+      }
+      if (r->drop[v->id] && !r->drop[rt->id] && r->vlayer[rt->id] >= 0) {
+        r->drop[v->id] = false;
+        changed = true;
+      }
+    }
+  }
+}
+
+/* The copy of value v for layer l's recompute segment: copies of the nodes
+ * that make it, first (depth first, so the segment stays in forward order
+ * after sorting by the originals' positions). */
+static Value *need(R *r, Value *v, PtrVec *seg) {
+  if (r->copy[v->id]) return r->copy[v->id];
+  Node *n = v->def;
+  Graph *g = r->g;
+  Node *c = ir_node_copy(g, n);
+  g->nodes.len--; /* placed by the caller */
+  c->remat = n;
+  c->bwd = false;
+  for (int k = 0; k < n->nin; k++) {
+    Value *u = n->in[k];
+    bool read = fuse_reads_data(n, k) || fuse_is_view(n);
+    /* from the layer: a dropped or repeatable (not kept) value comes from copies */
+    if (read && r->vlayer[u->id] == r->vlayer[v->id] && (r->drop[u->id] || !r->saved[u->id]))
+      c->in[k] = need(r, u, seg);
+  }
+  for (int j = 0; j < n->nout; j++) {
+    Value *o = n->outs[j];
+    if (!o) continue;
+    Value *co = ir_value_copy(g, o);
+    co->def = c;
+    co->name = NULL;
+    c->outs[j] = co;
+    r->copy[o->id] = co;
+  }
+  c->out = c->outs[0];
+  for (int j = 0; j < n->nout; j++) {
+    Value *o = n->outs[j];
+    if (o && o->alias) {
+      /* a view's copy is a view of its input's copy (or of the kept input) */
+      Value *a = r->copy[o->alias->id] ? r->copy[o->alias->id] : o->alias;
+      c->outs[j]->alias = a;
+    }
+  }
+  for (int k = 0; k < c->nin; k++) c->in[k]->nuses++;
+  vec_push(seg, c);
+  return r->copy[v->id];
+}
+
+static int by_orig(const void *a, const void *b) {
+  const Node *x = *(Node *const *)a, *y = *(Node *const *)b;
+  return x->remat->id - y->remat->id;
+}
+
+static int recompute_graph(Module *m) {
+  Graph *g = m->graph;
+  Recompute how = plan_recompute_at(&m->train.plan, g->nstages > 1 ? g->stage : 0);
+  if (!g || !g->nfwd || how == RECOMPUTE_NONE) return 0;
+  R r = {.g = g, .nn = g->nodes.len, .nv = g->values.len};
+  size_t nv1 = (size_t)r.nv + 1;
+  r.lid = arena_alloc(sizeof(int) * (size_t)(r.nn + 1));
+  r.vlayer = arena_alloc(sizeof(int) * nv1);
+  r.saved = arena_alloc(nv1);
+  r.other = arena_alloc(nv1);
+  r.rep = arena_alloc(nv1);
+  r.drop = arena_alloc(nv1);
+  r.copy = arena_alloc(sizeof(Value *) * nv1);
+  for (int i = 0; i < r.nv; i++) r.vlayer[i] = -1;
+  /* Layers: each repeated scope ("blocks.3") in order of appearance. */
+  StrMap layers = {0};
+  int nlayers = 0;   /* (only whether there are any) */
+  for (int i = 0; i < r.nn; i++) {
+    Node *n = g->nodes.data[i];
+    r.lid[i] = -1;
+    if (i >= g->nfwd || n->op == OP_PARAM || n->op == OP_INPUT) continue;
+    char buf[256];
+    const char *key = stage_layer_of(n, buf, sizeof buf);
+    if (!strchr(key, '.')) continue;   /* no repeat index: the embedding, the head */
+    intptr_t id = (intptr_t)strmap_get(&layers, key);
+    if (!id) {
+      id = ++nlayers;
+      strmap_put(&layers, arena_strdup(key), (void *)id);
+    }
+    r.lid[i] = (int)id - 1;
+    for (int j = 0; j < n->nout; j++)
+      if (n->outs[j]) r.vlayer[n->outs[j]->id] = r.lid[i];
+  }
+  if (!nlayers) return 0;
+  choose(&r, how);
+
+  /* A dropped value's copy goes right before the first backward node that
+   * reads it (with the copies it needs in turn), or before the bias
+   * gradient that this node's matmul_bwd sums (fuse.c pairs the two). */
+  PtrVec *before = arena_alloc(sizeof(PtrVec) * (size_t)(r.nn + 1));
+  bool *used = arena_alloc((size_t)r.nn + 1);
+  for (int i = g->nfwd; i < r.nn; i++) {
+    Node *n = g->nodes.data[i];
+    int at = i;
+    Node *p = i > g->nfwd ? g->nodes.data[i - 1] : NULL;
+    if (n->op == OP_MATMUL_BWD && p && p->op == OP_ADD_BWD && p->in[0] == n->in[0]) at = i - 1;
+    for (int k = 0; k < n->nin; k++) {
+      Value *v = n->in[k];
+      if (r.vlayer[v->id] < 0 || !r.drop[v->id]) continue;
+      n->in[k] = need(&r, v, &before[at]);
+      used[at] = true;
+    }
+  }
+  /* Each segment in the forward's order. */
+  for (int i = 0; i < r.nn; i++)
+    if (used[i]) qsort(before[i].data, (size_t)before[i].len, sizeof(void *), by_orig);
+  /* The new schedule; node ids are schedule positions (as zero.c keeps them). */
+  PtrVec nodes = {0};
+  int *newid = arena_alloc(sizeof(int) * (size_t)(r.nn + 1));
+  for (int i = 0; i < r.nn; i++) {
+    for (int k = 0; k < before[i].len; k++) vec_push(&nodes, before[i].data[k]);
+    newid[i] = nodes.len;
+    vec_push(&nodes, g->nodes.data[i]);
+  }
+  for (int i = 0; i < nodes.len; i++) {
+    Node *n = nodes.data[i];
+    n->id = i;
+    if (n->op == OP_DROPOUT_BWD) n->a.i[1] = newid[n->a.i[1]];
+  }
+  g->nodes = nodes;
+  return 0;
+}
+
+int pass_recompute(Module *m) { return per_stage(m, recompute_graph); }
