@@ -1,5 +1,4 @@
 /* main.c — the shardc driver: subcommands, flags, and the pass list. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,7 +201,7 @@ static int run(Opts *o) {
   double t0 = now_ms();
   SrcFile *f = src_load(o->file);
   if (!f) {
-    fprintf(stderr, "shardc: error: cannot open '%s': %s\n", o->file, strerror(errno));
+    fprintf(stderr, "shardc: error: cannot open '%s': %s\n", o->file, src_error());
     return 1;
   }
   if (memchr(f->text, 0, f->len)) {

@@ -19,11 +19,9 @@
 #include "sexpr.h"
 
 #include <clang-c/Index.h>
-#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #ifndef SHARDC_CLANG_RESOURCE_DIR
 #define SHARDC_CLANG_RESOURCE_DIR ""
@@ -1178,13 +1176,11 @@ static ScalarFn *cimp_import_tu(CXTranslationUnit tu, const char *header, const 
 ScalarFn *cimp_import(const char *header, const char *base_dir, const char *name,
                       SrcLoc use_loc) {
   const char *path = cimp_resolve(header, base_dir);
-  struct stat st;
-  if (stat(path, &st) != 0) {
-    diag_error(use_loc, "cannot open header '%s': %s", header, strerror(errno));
-    return NULL;
-  }
-  if (S_ISDIR(st.st_mode)) {
-    diag_error(use_loc, "cannot open header '%s': %s", header, strerror(EISDIR));
+  /* libclang reads whatever it is given (/dev/zero until it runs out of
+   * memory): the header must be a regular file within the source limit. */
+  const char *why = src_refusal(path);
+  if (why) {
+    diag_error(use_loc, "cannot open header '%s': %s", header, why);
     return NULL;
   }
 

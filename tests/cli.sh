@@ -41,7 +41,21 @@ expect no-input 1 'no input file' -- "$bin" check
 expect unknown-flag 1 "unknown option '--frob'" -- "$bin" check samples/gpt.shard --frob
 expect two-files 1 'more than one input file' -- "$bin" check samples/gpt.shard samples/mlp.shard
 expect missing-file 1 "cannot open 'nope.shard': No such file or directory" -- "$bin" check nope.shard
-expect directory 1 "cannot open 'samples'|is a directory" -- "$bin" check samples
+expect directory 1 "^shardc: error: cannot open 'samples': Is a directory$" -- "$bin" check samples
+# Input limits (base/diag.c src_load): only regular files of at most 4 MiB
+# are read, refused before the first byte (a FIFO would block, /dev/zero
+# never ends); the same for imported C headers, before libclang sees them.
+expect dev-zero 1 "^shardc: error: cannot open '/dev/zero': not a regular file \(a character device\)$" -- "$bin" check /dev/zero
+mkfifo "$tmp/fifo.shard"
+expect fifo 1 "cannot open '.*/fifo.shard': not a regular file \(a pipe\)$" -- "$bin" check "$tmp/fifo.shard"
+head -c 4194305 /dev/zero | tr '\0' ' ' >"$tmp/big.shard"
+expect too-large 1 "cannot open '.*/big.shard': too large: 4194305 bytes \(limit is 4 MiB\)$" -- "$bin" check "$tmp/big.shard"
+# (the mlp sample padded with blanks to exactly the limit)
+{ cat samples/mlp.shard; head -c $((4194304 - $(wc -c <samples/mlp.shard))) /dev/zero | tr '\0' ' '; } >"$tmp/limit.shard"
+expect at-limit 0 '' -- "$bin" check "$tmp/limit.shard"
+cp "$tmp/big.shard" "$tmp/big.h"
+printf 'use mish from "big.h"\n' >"$tmp/use-big.shard"
+expect header-too-large 1 "use-big.shard:1:15: error: cannot open header 'big.h': too large: 4194305 bytes \(limit is 4 MiB\)$" -- "$bin" check "$tmp/use-big.shard"
 printf 'const a = 1\0junk' >"$tmp/nul.shard"
 expect nul-byte 1 'contains a NUL byte' -- "$bin" check "$tmp/nul.shard"
 : >"$tmp/empty.shard"
