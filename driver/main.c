@@ -25,8 +25,9 @@ static const char *usage_check =
     "usage: shardc check MODEL.shard [--target cpu|cuda] [--mesh NAME|SPEC] [--strategy SPEC|auto]\n"
     "                    [--model NAME]\n"
     "\n"
-    "Parses MODEL.shard, checks names, shapes, meshes and the strategy, and reports\n"
-    "diagnostics as file:line:col.  Exit 0 when clean, 1 on errors.\n"
+    "Parses MODEL.shard, checks names, shapes, meshes and the strategy, runs the passes\n"
+    "and reports as file:line:col every error 'shardc build' would give for the same\n"
+    "target and flags, short of the C compiler's own.  Exit 0 when clean, 1 on errors.\n"
     "\n"
     "  --mesh NAME|SPEC     a mesh declared in the file, or N, NODESxPER_NODE, optionally :DEVICE\n"
     "  --strategy SPEC      e.g. dp=2,tp=2,sp=ring,pp=2,schedule=1f1b,mb=4,zero=1,recompute=selective\n"
@@ -214,9 +215,12 @@ static int run(Opts *o) {
   Module *m = frontend_run(prog, &o->sema);
   double t2 = now_ms();
   if (!m || diag_error_count()) return 1;
+  /* check reports what build would, for the same target and flags, short
+   * of the C compiler's own errors: no model, then the passes, then what
+   * the code generator refuses (cg_check). */
   if (!m->graph) {
-    if (!strcmp(o->cmd, "check")) return 0;
-    fprintf(stderr, "shardc: error: '%s' declares no model to compile\n", o->file);
+    fprintf(stderr, "shardc: error: '%s' declares no model to %s\n", o->file,
+            strcmp(o->cmd, "check") ? "compile" : "check");
     return 1;
   }
   for (int i = 0; i < pass_count; i++) {
@@ -241,10 +245,10 @@ static int run(Opts *o) {
             t1 - t0, t2 - t1, t3 - t2, t3 - t0, m->graph->nodes.len, ru.ru_maxrss / 1024.0,
             arena_bytes() / 1048576.0);
   }
-  if (!strcmp(o->cmd, "check")) return 0;
-  if (o->dump_after) return 0;
   CgOptions cgo = {.f64 = o->precision && !strcmp(o->precision, "fp64")};
   const char *target = o->target ? o->target : "cpu";
+  if (!strcmp(o->cmd, "check")) return cg_check(m, target, &cgo) ? 1 : 0;
+  if (o->dump_after) return 0;
   if (!strcmp(o->cmd, "build")) {
     const char *dir = o->outdir ? o->outdir : arena_printf("out/%s", m->graph->model);
     return cg_build(m, dir, target, &cgo) ? 1 : 0;

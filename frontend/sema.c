@@ -892,6 +892,7 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
       rc = -1;
     } else {
       t->precision = (DType)dt;
+      t->precision_loc = v->loc;
     }
   }
   Arg *da = find_item(it, "data");

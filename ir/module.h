@@ -29,6 +29,7 @@ typedef struct TrainCfg {
   int64_t steps, seed;
   Optimizer opt;
   DType precision;
+  SrcLoc precision_loc;   /* the `precision` item's value, or none */
   const char *data;       /* default data file, may be NULL */
   Plan plan;
   SrcLoc plan_loc;        /* where the strategy was given (item or none) */

@@ -59,7 +59,12 @@ expect header-too-large 1 "use-big.shard:1:15: error: cannot open header 'big.h'
 printf 'const a = 1\0junk' >"$tmp/nul.shard"
 expect nul-byte 1 'contains a NUL byte' -- "$bin" check "$tmp/nul.shard"
 : >"$tmp/empty.shard"
-expect empty-check 0 '' -- "$bin" check "$tmp/empty.shard"
+# check reports every error build would (but the C compiler's): no model,
+# strategy auto, a precision the target does not generate.
+expect empty-check 1 "^shardc: error: '.*/empty.shard' declares no model to check$" -- "$bin" check "$tmp/empty.shard"
+expect check-auto 1 'strategy auto is not implemented yet' -- "$bin" check samples/gpt.shard --strategy auto
+expect check-bf16 1 'gpt2-124m.shard:26:15: error: precision bf16 is not implemented yet by the cpu code generator' -- "$bin" check samples/gpt2-124m.shard
+expect build-bf16 1 'gpt2-124m.shard:26:15: error: precision bf16 is not implemented yet by the cpu code generator' -- "$bin" build samples/gpt2-124m.shard -o "$tmp/bf16"
 expect empty-compile 1 'declares no model' -- "$bin" compile "$tmp/empty.shard"
 expect emit-bad 1 '--emit must be ir, program, plan or c' -- "$bin" compile samples/gpt.shard --emit=asm
 expect emit-c 0 '^/\* model.c — training program for model .gpt.' -- "$bin" compile samples/gpt.shard --emit=c
