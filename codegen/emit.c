@@ -534,7 +534,7 @@ int cg_emit(FILE *out, Module *m, const char *target, const CgOptions *o) {
                        "--mesh 1 --strategy dp=1, or in fp32");
       return -1;
     }
-    if (prog_build(m, 2)) return -1;
+    if (prog_build(m, 2) || plan_memory_check(m, 2)) return -1;
   }
   if (cg_check(m, target, o)) return -1;
   Emit e = {0};

@@ -23,7 +23,7 @@ static const char *usage_main =
 
 static const char *usage_check =
     "usage: shardc check MODEL.shard [--target cpu|cuda] [--mesh NAME|SPEC] [--strategy SPEC|auto]\n"
-    "                    [--model NAME]\n"
+    "                    [--model NAME] [--no-memory-check]\n"
     "\n"
     "Parses MODEL.shard, checks names, shapes, meshes and the strategy, runs the passes\n"
     "and reports as file:line:col every error 'shardc build' would give for the same\n"
@@ -34,6 +34,8 @@ static const char *usage_check =
     "                       (pp=N:a+b+... gives each pipeline stage's number of layers)\n"
     "  --model NAME         the model to check when the file has several\n"
     "  --target cpu|cuda    code generator target (default cpu; cuda is not generated yet)\n"
+    "  --no-memory-check    accept a plan whose planned peak on a rank exceeds the device's\n"
+    "                       memory (the mesh's memory = SIZE, or the device catalog's)\n"
     "  -w                   do not print warnings\n"
     "  --time-report        print time per phase and peak memory to stderr\n";
 
@@ -55,7 +57,7 @@ static const char *usage_compile =
 
 static const char *usage_build =
     "usage: shardc build MODEL.shard [-o DIR] [--target cpu] [--mesh NAME|SPEC]\n"
-    "                    [--strategy SPEC] [--model NAME] [--precision=fp64]\n"
+    "                    [--strategy SPEC] [--model NAME] [--precision=fp64] [--no-memory-check]\n"
     "\n"
     "Compiles MODEL.shard, writes the training program DIR/model.c and builds it\n"
     "with the system C compiler (mpicc when the plan has several ranks) against\n"
@@ -83,6 +85,7 @@ typedef struct Opts {
   const char *precision;
   SemaOptions sema;
   int list_passes;
+  int no_memory_check;
   int no_warn;
   int time_report;
 } Opts;
@@ -124,6 +127,8 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       o->time_report = 1;
     } else if (!strcmp(a, "--list-passes")) {
       o->list_passes = 1;
+    } else if (!strcmp(a, "--no-memory-check")) {
+      o->no_memory_check = 1;
     } else if ((v = flag_value(argc, argv, &i, "--mesh"))) {
       if (!*v) return usage_error(usage, "%s needs a value", "--mesh");
       o->sema.mesh = v;
@@ -215,6 +220,7 @@ static int run(Opts *o) {
   Module *m = frontend_run(prog, &o->sema);
   double t2 = now_ms();
   if (!m || diag_error_count()) return 1;
+  m->no_memory_check = o->no_memory_check;
   /* check reports what build would, for the same target and flags, short
    * of the C compiler's own errors: no model, then the passes, then what
    * the code generator refuses (cg_check). */

@@ -320,6 +320,7 @@ typedef struct Mesh {
   const DeviceSpec *device;
   double intra_bw, inter_bw;   /* bytes/s */
   double mem_bytes;            /* per device */
+  SrcLoc mem_loc;              /* its `memory =` value, or none (the catalog's) */
 } Mesh;
 
 typedef enum { SP_NONE, SP_MEGATRON, SP_RING } SpKind;

@@ -20,6 +20,7 @@ typedef struct Optimizer {
 
 typedef struct TrainCfg {
   Decl *decl;             /* NULL when there is no train block */
+  SrcLoc loc;             /* its `train` keyword, or none */
   Decl *model;
   const char *model_name; /* its name */
   Mesh *mesh;
@@ -100,6 +101,7 @@ typedef struct Module {
   /* The per-rank programs (passes/program.c), one per pipeline rank. */
   struct RankProg *rprog[MAX_STAGES];
   int nrprog;
+  bool no_memory_check;  /* --no-memory-check: plans larger than the device pass (memcheck.c) */
   bool lowerable;        /* sema found the train block sound and a model to lower */
   bool planned;
 } Module;

@@ -52,5 +52,11 @@ struct CommProgram;
 int comm_program(const Module *m, struct CommProgram *out);
 /* "124,439,808" */
 void report_commas(char *buf, int cap, int64_t n);
+/* "22.27 MiB" (an arena string) */
+const char *report_size(double bytes);
+/* The memory check (memcheck.c, run by the memplan pass): an error when a
+ * pipeline rank's planned peak, times scale (2 for f64 programs), exceeds
+ * the mesh device's memory, unless Module.no_memory_check.  0 when it fits. */
+int plan_memory_check(Module *m, int scale);
 
 #endif

@@ -33,6 +33,8 @@ static const char *human_bytes(double b) {
   return s;
 }
 
+const char *report_size(double bytes) { return arena_strdup(human_bytes(bytes)); }
+
 static void comm_line(FILE *out, const Module *m, const char *pf, const char *what) {
   uint64_t ax[AX_COUNT];
   uint64_t total = plan_comm_bytes(m, ax);

@@ -150,6 +150,18 @@ expect build-cuda 1 '--target cuda: code for this target is not generated yet' -
 expect build-pp 1 'strategy zero=1 with schedule=interleaved' -- "$bin" build samples/gpt.shard --strategy dp=2,pp=2,schedule=interleaved:2,zero=1 -o "$tmp/pp"
 expect explore-unavailable 1 "'explore' is not available yet" -- "$bin" explore samples/gpt.shard
 
+# The memory check (passes/memcheck.c): check, compile and build refuse a
+# plan larger than the device (tests/diag/memory_*.shard for the messages);
+# --no-memory-check lets it through; a --mesh device's catalog memory counts.
+sed 's/mesh laptop { devices = 4, device = cpu }/mesh laptop { devices = 4, device = cpu, memory = 1 MiB }/' samples/gpt.shard >"$tmp/small-mem.shard"
+expect memory-check 1 'small-mem.shard:24:14: error: the plan does not fit in device memory: every rank needs 23,347,264 bytes \(22.27 MiB\), but a device of mesh .laptop. \(cpu\) has 1,048,576 bytes \(1.00 MiB\)' -- "$bin" check "$tmp/small-mem.shard"
+expect memory-compile 1 'does not fit in device memory' -- "$bin" compile "$tmp/small-mem.shard" --emit=plan
+expect memory-build 1 'does not fit in device memory' -- "$bin" build "$tmp/small-mem.shard" -o "$tmp/small-mem"
+expect memory-no-check 0 '' -- "$bin" check "$tmp/small-mem.shard" --no-memory-check
+expect memory-no-check-plan 0 '^memory:   23,347,264 bytes per rank' -- "$bin" compile "$tmp/small-mem.shard" --no-memory-check
+expect memory-cli-mesh 1 "gpt2-124m.shard:27:14: error: the plan does not fit in device memory: every rank needs 18,959,487,104 bytes \(17.66 GiB\), but a device of mesh '8' \(cpu\) has 16,000,000,000 bytes \(14.90 GiB\)" -- "$bin" check samples/gpt2-124m.shard --mesh 8
+expect memory-fits-h100 1 '^samples/gpt2-124m.shard:26:15: error: precision bf16' -- "$bin" check samples/gpt2-124m.shard --mesh 8:H100_SXM
+
 # The command line wins over the train block.
 expect strategy-override 0 'strategy: dp=2,tp=2,mb=2 \(from --strategy\)' -- "$bin" compile samples/gpt.shard --strategy dp=2,tp=2
 expect strategy-eq-form 0 'strategy: dp=1,tp=4,mb=4 \(from --strategy\)' -- "$bin" compile samples/gpt.shard --strategy=tp=4
