@@ -83,6 +83,11 @@ typedef struct Module {
   PtrVec fns;             /* ScalarFn* */
   TrainCfg train;
   Graph *graph;           /* the lowered model (NULL if there is none) */
+  /* The whole model's forward FLOPs of one microbatch and its tokens (rows
+   * x seq), counted by the shape pass before any sharding: the base of the
+   * model FLOPs (passes/report.c plan_flops). */
+  double fwd_flops;
+  int64_t fwd_tokens;
   MemPlan mem;            /* filled by the memplan pass */
   /* Pipeline (plan pp > 1): the stage graphs cut from the whole forward
    * graph (kept in `whole`), one memory plan each; the passes after

@@ -162,6 +162,14 @@ expect memory-no-check-plan 0 '^memory:   23,347,264 bytes per rank' -- "$bin" c
 expect memory-cli-mesh 1 "gpt2-124m.shard:27:14: error: the plan does not fit in device memory: every rank needs 18,959,487,104 bytes \(17.66 GiB\), but a device of mesh '8' \(cpu\) has 16,000,000,000 bytes \(14.90 GiB\)" -- "$bin" check samples/gpt2-124m.shard --mesh 8
 expect memory-fits-h100 1 '^samples/gpt2-124m.shard:26:15: error: precision bf16' -- "$bin" check samples/gpt2-124m.shard --mesh 8:H100_SXM
 
+# FLOPs (passes/report.c plan_flops; tests/unit/test_flops.c against the
+# closed form): model FLOPs from the forward nodes of the whole model, the
+# same under any strategy (not 3x the forward-and-backward graph), and the
+# hardware FLOPs as run.
+expect plan-flops-dp 0 '^flops:    model 5.536e\+09 per step = 3 x 4.613e\+08 forward per microbatch \(256 tokens\) x 4 microbatches \(dp 4 x mb 1\)' -- "$bin" compile samples/gpt.shard --emit=plan
+expect plan-flops-tp 0 '^flops:    model 5.536e\+09 per step' -- "$bin" compile samples/gpt.shard --emit=plan --strategy tp=4
+expect plan-flops-hw 0 '^          hardware 5.501e\+09 per step, 1.375e\+09 on the busiest rank .*; device peak 1e\+11 FLOP/s \(cpu, fp32\)' -- "$bin" compile samples/gpt.shard --emit=plan
+
 # The command line wins over the train block.
 expect strategy-override 0 'strategy: dp=2,tp=2,mb=2 \(from --strategy\)' -- "$bin" compile samples/gpt.shard --strategy dp=2,tp=2
 expect strategy-eq-form 0 'strategy: dp=1,tp=4,mb=4 \(from --strategy\)' -- "$bin" compile samples/gpt.shard --strategy=tp=4
