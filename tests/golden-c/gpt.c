@@ -865,6 +865,7 @@ static const RtProgram program = {
     .ranks = 4, .dp = 4, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 4, .batch = 16, .seq = 64,
     .arena_bytes = 23347264, .persistent_bytes = 13348864, .comm_bytes = 5005824,
+    .model_flops = 5.53608806e+09, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 52, .norm_w = norm_w,
     .global = global, .nglobal = NGLOBAL, .global_bytes = 10011648, .shards = shards,
     .zero = 0, .zaxis = RT_AX_DP, .nreq = 7,

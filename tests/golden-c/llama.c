@@ -948,6 +948,7 @@ static const RtProgram program = {
     .ranks = 2, .dp = 2, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 4, .batch = 8, .seq = 64,
     .arena_bytes = 23401472, .persistent_bytes = 12142592, .comm_bytes = 3035648,
+    .model_flops = 2.45774746e+09, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 31, .norm_w = norm_w,
     .global = global, .nglobal = NGLOBAL, .global_bytes = 9106944, .shards = shards,
     .zero = 0, .zaxis = RT_AX_DP, .nreq = 7,

@@ -462,6 +462,7 @@ static const RtProgram program = {
     .ranks = 1, .dp = 1, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 4, .batch = 4, .seq = 32,
     .arena_bytes = 3348608, .persistent_bytes = 1896448, .comm_bytes = 0,
+    .model_flops = 97787904, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 28,
     .zero = -1, .zaxis = RT_AX_DP, .nreq = 0,
     .chunks = chunks, .nchunks = 1,

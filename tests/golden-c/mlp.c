@@ -143,6 +143,7 @@ static const RtProgram program = {
     .ranks = 1, .dp = 1, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 32, .batch = 32, .seq = 1,
     .arena_bytes = 1196096, .persistent_bytes = 1020096, .comm_bytes = 0,
+    .model_flops = 16324224, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 6,
     .zero = -1, .zaxis = RT_AX_DP, .nreq = 0,
     .chunks = chunks, .nchunks = 1,
