@@ -72,7 +72,8 @@ static const char *hints(const Module *m, const char *top) {
 int plan_memory_check(Module *m, int scale) {
   const TrainCfg *t = &m->train;
   const Mesh *me = t->mesh;
-  if (m->no_memory_check || !me || !m->planned || me->mem_bytes <= 0) return 0;
+  /* (strategy auto has no plan to hold to the device yet) */
+  if (m->no_memory_check || !me || !m->planned || me->mem_bytes <= 0 || t->plan.is_auto) return 0;
   int pp = m->nstages > 1 ? t->plan.pp : 1, worst = 0, over = 0;
   for (int r = 0; r < pp; r++) {
     if ((double)m->rank_mem[r].arena_bytes * scale > me->mem_bytes) over++;
