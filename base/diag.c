@@ -2,9 +2,13 @@
 #include "diag.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- arena ---- */
 
@@ -122,44 +126,80 @@ void strmap_put(StrMap *m, const char *key, void *val) {
 
 /* ---- source files ---- */
 
+static const char *src_why;
+
+const char *src_error(void) { return src_why ? src_why : "unknown error"; }
+
+static const char *file_kind(mode_t m) {
+  return S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+       : S_ISFIFO(m) ? "a pipe" : S_ISSOCK(m) ? "a socket" : "a special file";
+}
+
+/* The refusal for a file of this type and size, or NULL. */
+static const char *refuse_stat(const struct stat *st) {
+  if (S_ISDIR(st->st_mode)) return strerror(EISDIR);
+  if (!S_ISREG(st->st_mode))
+    return arena_printf("not a regular file (%s)", file_kind(st->st_mode));
+  if ((uintmax_t)st->st_size > SRC_MAX_BYTES)
+    return arena_printf("too large: %jd bytes (limit is " SRC_MAX_DESC ")", (intmax_t)st->st_size);
+  return NULL;
+}
+
+const char *src_refusal(const char *path) {
+  struct stat st;
+  if (stat(path, &st)) return strerror(errno);
+  return refuse_stat(&st);
+}
+
+/* Reads at most SRC_MAX_BYTES of a regular file, checked before the first
+ * read (a FIFO is never opened: opening one would wait for a writer) and
+ * again on the open file (it may have been replaced or may grow). */
 SrcFile *src_load(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 4096, len = 0;
-  char *buf = malloc(cap);
-  if (!buf) {
-    fclose(f);
-    errno = ENOMEM;
+  if ((src_why = src_refusal(path))) return NULL;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0) {
+    src_why = strerror(errno);
     return NULL;
   }
+  if (fstat(fd, &st) || (src_why = refuse_stat(&st))) {
+    if (!src_why) src_why = strerror(errno);
+    close(fd);
+    return NULL;
+  }
+  size_t cap = (size_t)st.st_size + 1, len = 0;
+  char *buf = arena_alloc(cap + 1);
   for (;;) {
-    if (len + 1 >= cap) {
-      cap *= 2;
-      char *nb = realloc(buf, cap);
-      if (!nb) {
-        free(buf);
-        fclose(f);
-        errno = ENOMEM;
+    ssize_t n = read(fd, buf + len, cap - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      src_why = strerror(errno);
+      close(fd);
+      return NULL;
+    }
+    if (n == 0) break;
+    len += (size_t)n;
+    if (len == cap) {
+      /* it grew since fstat */
+      if (cap > SRC_MAX_BYTES) {
+        src_why = arena_printf("too large: more than %u bytes (limit is " SRC_MAX_DESC ")",
+                               SRC_MAX_BYTES);
+        close(fd);
         return NULL;
       }
+      size_t ncap = 2 * cap < SRC_MAX_BYTES + 1 ? 2 * cap : SRC_MAX_BYTES + 1;
+      char *nb = arena_alloc(ncap + 1);
+      memcpy(nb, buf, len);
       buf = nb;
+      cap = ncap;
     }
-    size_t n = fread(buf + len, 1, cap - len - 1, f);
-    if (n == 0) break;
-    len += n;
   }
-  int err = ferror(f);
-  fclose(f);
-  if (err) {
-    free(buf);
-    errno = EIO;
-    return NULL;
-  }
+  close(fd);
+  buf[len] = 0;
   SrcFile *sf = arena_alloc(sizeof *sf);
   sf->path = arena_strdup(path);
-  sf->text = arena_strndup(buf, len);
+  sf->text = buf;
   sf->len = len;
-  free(buf);
   return sf;
 }
 

@@ -55,7 +55,19 @@ void *strmap_get(const StrMap *m, const char *key);
 void strmap_put(StrMap *m, const char *key, void *val);   /* replaces */
 
 /* ---- source files ---- */
-SrcFile *src_load(const char *path);      /* NULL (and errno) on failure */
+/* The largest .shard file or imported C header shardc reads.  Models are a
+ * few kilobytes; the limit refuses /dev/zero or a data file named by mistake
+ * before any of it is read (docs/language.md). */
+#define SRC_MAX_BYTES (4u << 20)
+#define SRC_MAX_DESC "4 MiB"
+/* Why path cannot be read as a source file, without reading it: "No such
+ * file or directory" (strerror), "Is a directory", "not a regular file (a
+ * character device)", "too large: N bytes (limit is 4 MiB)"; NULL when it
+ * can be. */
+const char *src_refusal(const char *path);
+/* NULL on failure; src_error() then says why (as src_refusal). */
+SrcFile *src_load(const char *path);
+const char *src_error(void);
 SrcFile *src_from_string(const char *name, const char *text);
 
 /* ---- diagnostics ---- */

@@ -59,7 +59,9 @@ for m in repeat unrolled distinct; do
   f="$tmp/$m.shard"
   best=""
   for run in 1 2 3 4 5; do
-    line=$("$bin" compile "$f" --time-report -w 2>&1 >/dev/null | grep '^time:')
+    # (a 1,000-layer GPT-2 needs 508 GiB per device: the memory check would
+    # refuse it, and this measures the compiler, not a plan to run)
+    line=$("$bin" compile "$f" --time-report -w --no-memory-check 2>&1 >/dev/null | grep '^time:')
     total=$(sed -E 's/.*total ([0-9.]+) ms.*/\1/' <<<"$line")
     if [ -z "$best" ] || awk -v a="$total" -v b="$best" 'BEGIN{exit !(a<b)}'; then
       best=$total

@@ -19,8 +19,13 @@ static const char *R(const Emit *e, PRef r) { return cg_ref(e, r); }
 static int check(Module *m, const CgOptions *o) {
   const TrainCfg *t = &m->train;
   if (t->precision != DT_F32) {
-    diag_fatal_noloc("precision %s is not implemented yet by the cpu code generator (only fp32)",
-                     t->precision == DT_BF16 ? "bf16" : t->precision == DT_F16 ? "fp16" : "?");
+    const char *msg = arena_printf(
+        "precision %s is not implemented yet by the cpu code generator (only fp32)",
+        t->precision == DT_BF16 ? "bf16" : t->precision == DT_F16 ? "fp16" : "?");
+    if (t->precision_loc.file)
+      diag_error(t->precision_loc, "%s", msg);
+    else
+      diag_fatal_noloc("%s", msg);
     return -1;
   }
   for (int s = 0; s < (m->nstages > 1 ? m->nstages : 1); s++) {

@@ -414,6 +414,10 @@ static void program_struct(Emit *e) {
     (long long)t->microbatch, (long long)t->batch, p->seq);
   P(e, "    .arena_bytes = %" PRId64 ", .persistent_bytes = %" PRId64 ", .comm_bytes = %" PRIu64 ",\n",
     mp->arena_bytes * e->p->scale, mp->persistent_bytes * e->p->scale, prog_comm_bytes(p, NULL));
+  PlanFlops fl;
+  plan_flops(m, &fl);
+  P(e, "    .model_flops = %.9g, .peak_flops = %.9g,  /* for MFU: model FLOPs per step, device peak FLOP/s */\n",
+    fl.model, fl.peak);
   P(e, "    .params = %sparams, .nparams = %d,%s\n", pre, p->nparam,
     p->dist ? arena_printf(" .norm_w = %snorm_w,", pre) : "");
   if (p->dist)
@@ -534,7 +538,7 @@ int cg_emit(FILE *out, Module *m, const char *target, const CgOptions *o) {
                        "--mesh 1 --strategy dp=1, or in fp32");
       return -1;
     }
-    if (prog_build(m, 2)) return -1;
+    if (prog_build(m, 2) || plan_memory_check(m, 2)) return -1;
   }
   if (cg_check(m, target, o)) return -1;
   Emit e = {0};

@@ -1,5 +1,4 @@
 /* main.c — the shardc driver: subcommands, flags, and the pass list. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,16 +23,19 @@ static const char *usage_main =
 
 static const char *usage_check =
     "usage: shardc check MODEL.shard [--target cpu|cuda] [--mesh NAME|SPEC] [--strategy SPEC|auto]\n"
-    "                    [--model NAME]\n"
+    "                    [--model NAME] [--no-memory-check]\n"
     "\n"
-    "Parses MODEL.shard, checks names, shapes, meshes and the strategy, and reports\n"
-    "diagnostics as file:line:col.  Exit 0 when clean, 1 on errors.\n"
+    "Parses MODEL.shard, checks names, shapes, meshes and the strategy, runs the passes\n"
+    "and reports as file:line:col every error 'shardc build' would give for the same\n"
+    "target and flags, short of the C compiler's own.  Exit 0 when clean, 1 on errors.\n"
     "\n"
     "  --mesh NAME|SPEC     a mesh declared in the file, or N, NODESxPER_NODE, optionally :DEVICE\n"
     "  --strategy SPEC      e.g. dp=2,tp=2,sp=ring,pp=2,schedule=1f1b,mb=4,zero=1,recompute=selective\n"
     "                       (pp=N:a+b+... gives each pipeline stage's number of layers)\n"
     "  --model NAME         the model to check when the file has several\n"
     "  --target cpu|cuda    code generator target (default cpu; cuda is not generated yet)\n"
+    "  --no-memory-check    accept a plan whose planned peak on a rank exceeds the device's\n"
+    "                       memory (the mesh's memory = SIZE, or the device catalog's)\n"
     "  -w                   do not print warnings\n"
     "  --time-report        print time per phase and peak memory to stderr\n";
 
@@ -55,7 +57,7 @@ static const char *usage_compile =
 
 static const char *usage_build =
     "usage: shardc build MODEL.shard [-o DIR] [--target cpu] [--mesh NAME|SPEC]\n"
-    "                    [--strategy SPEC] [--model NAME] [--precision=fp64]\n"
+    "                    [--strategy SPEC] [--model NAME] [--precision=fp64] [--no-memory-check]\n"
     "\n"
     "Compiles MODEL.shard, writes the training program DIR/model.c and builds it\n"
     "with the system C compiler (mpicc when the plan has several ranks) against\n"
@@ -84,6 +86,7 @@ typedef struct Opts {
   const char *precision;
   SemaOptions sema;
   int list_passes;
+  int no_memory_check;
   int no_warn;
   int time_report;
 } Opts;
@@ -125,6 +128,8 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       o->time_report = 1;
     } else if (!strcmp(a, "--list-passes")) {
       o->list_passes = 1;
+    } else if (!strcmp(a, "--no-memory-check")) {
+      o->no_memory_check = 1;
     } else if ((v = flag_value(argc, argv, &i, "--mesh"))) {
       if (!*v) return usage_error(usage, "%s needs a value", "--mesh");
       o->sema.mesh = v;
@@ -203,7 +208,7 @@ static int run(Opts *o) {
   double t0 = now_ms();
   SrcFile *f = src_load(o->file);
   if (!f) {
-    fprintf(stderr, "shardc: error: cannot open '%s': %s\n", o->file, strerror(errno));
+    fprintf(stderr, "shardc: error: cannot open '%s': %s\n", o->file, src_error());
     return 1;
   }
   if (memchr(f->text, 0, f->len)) {
@@ -216,9 +221,13 @@ static int run(Opts *o) {
   Module *m = frontend_run(prog, &o->sema);
   double t2 = now_ms();
   if (!m || diag_error_count()) return 1;
+  m->no_memory_check = o->no_memory_check;
+  /* check reports what build would, for the same target and flags, short
+   * of the C compiler's own errors: no model, then the passes, then what
+   * the code generator refuses (cg_check). */
   if (!m->graph) {
-    if (!strcmp(o->cmd, "check")) return 0;
-    fprintf(stderr, "shardc: error: '%s' declares no model to compile\n", o->file);
+    fprintf(stderr, "shardc: error: '%s' declares no model to %s\n", o->file,
+            strcmp(o->cmd, "check") ? "compile" : "check");
     return 1;
   }
   for (int i = 0; i < pass_count; i++) {
@@ -243,10 +252,10 @@ static int run(Opts *o) {
             t1 - t0, t2 - t1, t3 - t2, t3 - t0, m->graph->nodes.len, ru.ru_maxrss / 1024.0,
             arena_bytes() / 1048576.0);
   }
-  if (!strcmp(o->cmd, "check")) return 0;
-  if (o->dump_after) return 0;
   CgOptions cgo = {.f64 = o->precision && !strcmp(o->precision, "fp64")};
   const char *target = o->target ? o->target : "cpu";
+  if (!strcmp(o->cmd, "check")) return cg_check(m, target, &cgo) ? 1 : 0;
+  if (o->dump_after) return 0;
   if (!strcmp(o->cmd, "build")) {
     const char *dir = o->outdir ? o->outdir : arena_printf("out/%s", m->graph->model);
     return cg_build(m, dir, target, &cgo) ? 1 : 0;

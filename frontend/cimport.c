@@ -19,7 +19,6 @@
 #include "sexpr.h"
 
 #include <clang-c/Index.h>
-#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1091,6 +1090,52 @@ static const char *cimp_resolve(const char *header, const char *base_dir) {
   return arena_printf("%s%s%s", base_dir, base_dir[n - 1] == '/' ? "" : "/", header);
 }
 
+/* The files a header includes by a quoted name (or an absolute path) must
+ * pass the source limits too, checked before libclang reads any of them:
+ * `#include "/dev/zero"` would otherwise run it out of memory.  Follows
+ * quoted includes found next to their includer, depth-first, each file once;
+ * <system> headers are trusted.  0, or -1 after reporting. */
+static int cimp_check_includes(const char *path, StrMap *seen, int depth) {
+  if (depth > 32 || strmap_get(seen, path)) return 0;
+  strmap_put(seen, path, (void *)path);
+  SrcFile *f = src_load(path);
+  if (!f) return 0;   /* the includer itself was checked by its own includer */
+  const char *dir = strrchr(path, '/');
+  char *base = dir ? arena_strndup(path, (size_t)(dir - path)) : ".";
+  int line = 1;
+  for (const char *p = f->text; *p; line++) {
+    const char *e = strchr(p, '\n');
+    if (!e) e = p + strlen(p);
+    const char *q = p;
+    while (q < e && (*q == ' ' || *q == '\t')) q++;
+    if (q < e && *q == '#') {
+      q++;
+      while (q < e && (*q == ' ' || *q == '\t')) q++;
+      if (e - q > 7 && !strncmp(q, "include", 7)) {
+        const char *o = q + 7;
+        while (o < e && (*o == ' ' || *o == '\t')) o++;
+        char close = o < e && *o == '"' ? '"' : o < e && *o == '<' ? '>' : 0;
+        const char *c = close ? memchr(o + 1, close, (size_t)(e - o - 1)) : NULL;
+        if (c) {
+          char *name = arena_strndup(o + 1, (size_t)(c - o - 1));
+          const char *inc = name[0] == '/' ? name : close == '"' ? cimp_resolve(name, base) : NULL;
+          struct stat st;
+          if (inc && !stat(inc, &st)) {
+            const char *why = src_refusal(inc);
+            if (why) {
+              diag_error_at_path(path, line, (int)(o - p) + 1, "cannot include '%s': %s", name, why);
+              return -1;
+            }
+            if (cimp_check_includes(inc, seen, depth + 1)) return -1;
+          }
+        }
+      }
+    }
+    p = *e ? e + 1 : e;
+  }
+  return 0;
+}
+
 /* libclang's first error, reported where it points. */
 static int cimp_parse_errors(CXTranslationUnit tu, const char *header, const char *name,
                              SrcLoc use_loc) {
@@ -1178,13 +1223,15 @@ static ScalarFn *cimp_import_tu(CXTranslationUnit tu, const char *header, const 
 ScalarFn *cimp_import(const char *header, const char *base_dir, const char *name,
                       SrcLoc use_loc) {
   const char *path = cimp_resolve(header, base_dir);
-  struct stat st;
-  if (stat(path, &st) != 0) {
-    diag_error(use_loc, "cannot open header '%s': %s", header, strerror(errno));
+  /* libclang reads whatever it is given (/dev/zero until it runs out of
+   * memory): the header must be a regular file within the source limit. */
+  const char *why = src_refusal(path);
+  if (why) {
+    diag_error(use_loc, "cannot open header '%s': %s", header, why);
     return NULL;
   }
-  if (S_ISDIR(st.st_mode)) {
-    diag_error(use_loc, "cannot open header '%s': %s", header, strerror(EISDIR));
+  if (cimp_check_includes(path, &(StrMap){0}, 0)) {
+    diag_note(use_loc, "while importing '%s' from '%s'", name, header);
     return NULL;
   }
 

@@ -419,7 +419,10 @@ static Mesh *check_mesh(Module *m, Decl *d) {
   if ((r = num_item(m, it, "inter", &v, 1e6, 1e15, "a bandwidth such as 50 GB/s")) < 0) return NULL;
   if (r) me->inter_bw = v;
   if ((r = num_item(m, it, "memory", &v, 1e6, 1e15, "a size such as 80 GB")) < 0) return NULL;
-  if (r) me->mem_bytes = v;
+  if (r) {
+    me->mem_bytes = v;
+    me->mem_loc = find_item(it, "memory")->value->loc;
+  }
   Arg *inter = find_item(it, "inter");
   if (inter && me->nodes == 1)
     diag_warning(inter->loc, "'inter' is unused: mesh '%s' has a single node", d->name);
@@ -778,6 +781,7 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   TrainCfg *t = &m->train;
   PtrVec *it = d ? &d->items : &(PtrVec){0};
   t->decl = d;
+  if (d) t->loc = d->loc;
   if (d && check_items(it, train_keys, N_TRAIN_KEYS, "train", false)) return -1;
   int rc = 0;
 
@@ -888,6 +892,7 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
       rc = -1;
     } else {
       t->precision = (DType)dt;
+      t->precision_loc = v->loc;
     }
   }
   Arg *da = find_item(it, "data");

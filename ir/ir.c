@@ -764,12 +764,19 @@ int64_t ir_param_count(const Graph *g) {
   return total;
 }
 
-double ir_flops(const Graph *g) {
+double ir_node_flops(const Node *n) {
+  double f = ir_ops[n->op].flops(n);
+  /* SUMMA multiplies q blocks of the contraction dim into each output block;
+   * a ring attention's queries meet every one of the ring's key blocks. */
+  if (ir_summa_q(n) > 1) f *= ir_summa_q(n);
+  if (ir_ring_size(n) > 1) f *= ir_ring_size(n);
+  return f;
+}
+
+double ir_flops(const Graph *g, bool fwd_only) {
+  int end = fwd_only && g->nfwd ? g->nfwd : g->nodes.len;
   double f = 0;
-  for (int i = 0; i < g->nodes.len; i++) {
-    const Node *n = g->nodes.data[i];
-    f += ir_ops[n->op].flops(n);
-  }
+  for (int i = 0; i < end; i++) f += ir_node_flops(g->nodes.data[i]);
   return f;
 }
 

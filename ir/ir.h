@@ -293,7 +293,12 @@ void ir_dim_split(const Shape *s, int d, int P, int64_t *outer, int64_t *inner);
 bool ir_reads_data(const Node *n, int k);
 
 int64_t ir_param_count(const Graph *g);
-double ir_flops(const Graph *g);   /* forward FLOPs of one pass */
+/* The FLOPs one rank runs for node n: the op table's rule on its local
+ * shapes, times q for a SUMMA matmul and times the ring's size for a ring
+ * attention (the blocks that travel to it).  ir_flops: summed over g's nodes
+ * (fwd_only: over its forward pass [0, nfwd), all nodes before autodiff). */
+double ir_node_flops(const Node *n);
+double ir_flops(const Graph *g, bool fwd_only);
 
 /* Checks structure and re-runs every shape rule; returns 0 or reports. */
 int ir_verify(Graph *g);
@@ -321,6 +326,7 @@ typedef struct Mesh {
   const DeviceSpec *device;
   double intra_bw, inter_bw;   /* bytes/s */
   double mem_bytes;            /* per device */
+  SrcLoc mem_loc;              /* its `memory =` value, or none (the catalog's) */
 } Mesh;
 
 typedef enum { SP_NONE, SP_MEGATRON, SP_RING } SpKind;

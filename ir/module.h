@@ -20,6 +20,7 @@ typedef struct Optimizer {
 
 typedef struct TrainCfg {
   Decl *decl;             /* NULL when there is no train block */
+  SrcLoc loc;             /* its `train` keyword, or none */
   Decl *model;
   const char *model_name; /* its name */
   Mesh *mesh;
@@ -29,6 +30,7 @@ typedef struct TrainCfg {
   int64_t steps, seed;
   Optimizer opt;
   DType precision;
+  SrcLoc precision_loc;   /* the `precision` item's value, or none */
   const char *data;       /* default data file, may be NULL */
   Plan plan;
   SrcLoc plan_loc;        /* where the strategy was given (item or none) */
@@ -81,6 +83,11 @@ typedef struct Module {
   PtrVec fns;             /* ScalarFn* */
   TrainCfg train;
   Graph *graph;           /* the lowered model (NULL if there is none) */
+  /* The whole model's forward FLOPs of one microbatch and its tokens (rows
+   * x seq), counted by the shape pass before any sharding: the base of the
+   * model FLOPs (passes/report.c plan_flops). */
+  double fwd_flops;
+  int64_t fwd_tokens;
   MemPlan mem;            /* filled by the memplan pass */
   /* Pipeline (plan pp > 1): the stage graphs cut from the whole forward
    * graph (kept in `whole`), one memory plan each; the passes after
@@ -99,6 +106,7 @@ typedef struct Module {
   /* The per-rank programs (passes/program.c), one per pipeline rank. */
   struct RankProg *rprog[MAX_STAGES];
   int nrprog;
+  bool no_memory_check;  /* --no-memory-check: plans larger than the device pass (memcheck.c) */
   bool lowerable;        /* sema found the train block sound and a model to lower */
   bool planned;
 } Module;

@@ -356,6 +356,7 @@ static void layout_ranks(Module *m) {
 
 int pass_memplan_all(Module *m) {
   int rc = per_stage(m, pass_memplan);
-  if (!rc) layout_ranks(m);
-  return rc;
+  if (rc) return rc;
+  layout_ranks(m);
+  return plan_memory_check(m, 1);
 }

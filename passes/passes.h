@@ -55,7 +55,24 @@ int pass_program(Module *m);
  * communicators (commpass.c), for the check; returns the ranks. */
 struct CommProgram;
 int comm_program(const Module *m, struct CommProgram *out);
+/* FLOPs of one training step (report.c).  model: 3 x the whole model's
+ * forward FLOPs of a microbatch (Module.fwd_flops) x its microbatches on all
+ * data-parallel ranks, the same under every strategy and without recompute
+ * (the numerator of MFU); hw: every node every rank runs, recompute and the
+ * work tensor parallelism replicates included; hw_rank: the busiest rank's
+ * share; peak: the mesh device's FLOP/s at the plan's precision (the
+ * catalog, ir/mesh.c), 0 without a mesh. */
+typedef struct PlanFlops {
+  double model, hw, hw_rank, peak;
+} PlanFlops;
+void plan_flops(const Module *m, PlanFlops *f);
 /* "124,439,808" */
 void report_commas(char *buf, int cap, int64_t n);
+/* "22.27 MiB" (an arena string) */
+const char *report_size(double bytes);
+/* The memory check (memcheck.c, run by the memplan pass): an error when a
+ * pipeline rank's planned peak, times scale (2 for f64 programs), exceeds
+ * the mesh device's memory, unless Module.no_memory_check.  0 when it fits. */
+int plan_memory_check(Module *m, int scale);
 
 #endif

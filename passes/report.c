@@ -33,6 +33,8 @@ static const char *human_bytes(double b) {
   return s;
 }
 
+const char *report_size(double bytes) { return arena_strdup(human_bytes(bytes)); }
+
 static void comm_line(FILE *out, const Module *m, const char *pf, const char *what) {
   uint64_t ax[AX_COUNT];
   uint64_t total = plan_comm_bytes(m, ax);
@@ -141,12 +143,25 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
   report_commas(num, sizeof num, np);
   fprintf(out, "%sparams:   %s in %d tensors (%s fp32)\n", pf, num, g->params.len,
           human_bytes((double)np * 4));
-  double f = ir_flops(g);
-  int64_t tokens = 1;
-  for (int i = 0; i < g->nsym; i++) tokens *= g->symval[i];
-  if (p->sp_kind == SP_RING && p->sp > 1) tokens /= p->sp; /* this rank's chunk of the sequence */
-  fprintf(out, "%sflops:    %.4g forward per microbatch (%lld tokens); %.4g per step fwd+bwd\n", pf,
-          f, (long long)tokens, 3 * f * (t->plan.mb ? t->plan.mb : 1) * t->plan.dp);
+  if (m->fwd_flops > 0) {
+    PlanFlops fl;
+    plan_flops(m, &fl);
+    int mb = p->mb ? p->mb : 1;
+    fprintf(out, "%sflops:    model %.4g per step = 3 x %.4g forward per microbatch (%lld %s) x "
+                 "%d microbatch%s (dp %d x mb %d)\n",
+            pf, fl.model, m->fwd_flops, (long long)m->fwd_tokens, t->seq ? "tokens" : "examples",
+            p->dp * mb, p->dp * mb == 1 ? "" : "es", p->dp, mb);
+    if (fl.hw > 0)
+      fprintf(out, "%s          hardware %.4g per step, %.4g on the busiest rank (as run: forward, "
+                   "backward, recompute)%s\n",
+              pf, fl.hw, fl.hw_rank,
+              fl.peak > 0 ? arena_printf("; device peak %.4g FLOP/s (%s, %s)", fl.peak,
+                                         me->device->name,
+                                         t->precision == DT_F32    ? "fp32"
+                                         : t->precision == DT_BF16 ? "bf16"
+                                                                   : "fp16")
+                          : "");
+  }
   fprintf(out, "%sgraph:    %d nodes (%d forward), %d values\n", pf, g->nodes.len,
           g->nfwd ? g->nfwd : g->nodes.len, g->values.len);
   if (m->planned && m->nstages > 1) {
@@ -161,6 +176,30 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
             human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
             human_bytes((double)mp->transient_peak), mp->peak_node);
     if (t->mesh && t->mesh->ndev > 1) comm_line(out, m, pf, "comm:     ");
+  }
+}
+
+void plan_flops(const Module *m, PlanFlops *f) {
+  const TrainCfg *t = &m->train;
+  const Plan *p = &t->plan;
+  memset(f, 0, sizeof *f);
+  int mb = p->mb ? p->mb : 1, ndev = t->mesh ? t->mesh->ndev : 1;
+  f->model = 3 * m->fwd_flops * mb * p->dp;
+  if (t->mesh)
+    f->peak = t->precision == DT_F32 ? t->mesh->device->flops_fp32 : t->mesh->device->flops_bf16;
+  if (!m->planned) return;
+  /* every node of a pipeline rank's chunks (the one graph without stages),
+   * once per microbatch; the ranks of a pipeline rank run the same */
+  int pp = m->nstages > 1 ? p->pp : 1;
+  for (int r = 0; r < pp; r++) {
+    double fr = 0;
+    if (m->nstages > 1)
+      for (int s = r; s < m->nstages; s += pp) fr += ir_flops(m->stages[s], false);
+    else
+      fr = ir_flops(m->graph, false);
+    fr *= mb;
+    f->hw += fr * (ndev / pp);
+    if (fr > f->hw_rank) f->hw_rank = fr;
   }
 }
 

@@ -24,7 +24,7 @@ static void put_num(FILE *f, const char *fmt, double x) {
 }
 
 int rt_metrics_log(RtMetrics *m, long step, double loss, double lr, double step_ms,
-                   double tokens_per_s) {
+                   double tokens_per_s, double model_tflops, double mfu) {
   if (!m->f)
     return RT_OK;
   fprintf(m->f, "{\"step\":%ld,\"loss\":", step);
@@ -35,6 +35,10 @@ int rt_metrics_log(RtMetrics *m, long step, double loss, double lr, double step_
   put_num(m->f, "%.6g", step_ms);
   fputs(",\"tokens_per_s\":", m->f);
   put_num(m->f, "%.0f", tokens_per_s);
+  fputs(",\"model_tflops_per_device\":", m->f);
+  put_num(m->f, "%.4g", model_tflops);
+  fputs(",\"mfu\":", m->f);
+  put_num(m->f, "%.4g", mfu);
   fputs("}\n", m->f);
   if (fflush(m->f) != 0 || ferror(m->f))
     return rt_errorf(RT_ERR_IO, "metrics log: write failed: %s", strerror(errno));
@@ -81,7 +85,8 @@ static void fmt_rate(char *buf, size_t cap, double r) {
     snprintf(buf, cap, "%.0f", r);
 }
 
-void rt_progress_step(RtProgress *p, long step, double loss, double tokens_per_s) {
+void rt_progress_step(RtProgress *p, long step, double loss, double tokens_per_s,
+                      double model_tflops, double mfu) {
   if (p->quiet)
     return;
   double now = rt_now();
@@ -97,8 +102,14 @@ void rt_progress_step(RtProgress *p, long step, double loss, double tokens_per_s
   double remaining = (double)(p->total - step);
   fmt_duration(eta, sizeof eta, done > 0 ? (now - p->t_first) / done * remaining : NAN);
   fmt_rate(rate, sizeof rate, tokens_per_s);
-  fprintf(p->out, "%sstep %ld/%ld | loss %.4f | %s tok/s | ETA %s%s", p->tty ? "\r" : "",
-          step, p->total, loss, rate, eta, p->tty ? "\033[K" : "\n");
+  char fl[64] = "", mf[32] = "";
+  if (isfinite(model_tflops))
+    snprintf(fl, sizeof fl, model_tflops >= 1 ? " | %.1f TFLOP/s/dev" : " | %.1f GFLOP/s/dev",
+             model_tflops >= 1 ? model_tflops : model_tflops * 1e3);
+  if (isfinite(mfu))
+    snprintf(mf, sizeof mf, " | MFU %.1f%%", 100 * mfu);
+  fprintf(p->out, "%sstep %ld/%ld | loss %.4f | %s tok/s%s%s | ETA %s%s", p->tty ? "\r" : "",
+          step, p->total, loss, rate, fl, mf, eta, p->tty ? "\033[K" : "\n");
   p->drawn = p->tty;
   if (p->tty && last) {
     fputc('\n', p->out);

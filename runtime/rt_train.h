@@ -140,6 +140,10 @@ typedef struct RtProgram {
   size_t arena_bytes;      /* the planned peak per rank */
   size_t persistent_bytes; /* params, grads, optimizer state: transient buffers follow */
   uint64_t comm_bytes;     /* bytes sent per rank per step, planned */
+  /* throughput: the model FLOPs of one step on all ranks (no recompute) and
+   * a device's peak FLOP/s at the plan's precision (0: unknown), for the
+   * FLOP/s and MFU of the progress line and the metrics log */
+  double model_flops, peak_flops;
   /* this rank's parameters */
   const RtParam *params;
   int nparams;

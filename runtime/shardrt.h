@@ -342,10 +342,13 @@ typedef struct RtMetrics {
 /* path NULL: logging off (every call is a no-op). append: keep old lines. */
 int rt_metrics_open(RtMetrics *m, const char *path, int append);
 /* One line, flushed:
- * {"step":1,"loss":4.17,"lr":0.0006,"step_ms":12.3,"tokens_per_s":10400}
- * loss %.9g, lr %.6g, step_ms %.6g, tokens_per_s %.0f; non-finite -> null. */
+ * {"step":1,"loss":4.17,"lr":0.0006,"step_ms":12.3,"tokens_per_s":10400,
+ *  "model_tflops_per_device":0.0421,"mfu":0.421}
+ * loss %.9g, lr %.6g, step_ms %.6g, tokens_per_s %.0f, model_tflops_per_device
+ * (model FLOPs, no recompute, per second and device, in 10^12) and mfu (that
+ * over the device's peak, a fraction) %.4g; non-finite (unknown) -> null. */
 int rt_metrics_log(RtMetrics *m, long step, double loss, double lr, double step_ms,
-                   double tokens_per_s);
+                   double tokens_per_s, double model_tflops, double mfu);
 int rt_metrics_close(RtMetrics *m);
 
 typedef struct RtProgress {
@@ -360,8 +363,11 @@ typedef struct RtProgress {
 } RtProgress;
 
 void rt_progress_init(RtProgress *p, long total_steps, long every, int quiet);
-/* "step 12/200 | loss 4.1700 | 10.4k tok/s | ETA 1m23s" (step is 1-based). */
-void rt_progress_step(RtProgress *p, long step, double loss, double tokens_per_s);
+/* "step 12/200 | loss 4.1700 | 10.4k tok/s | 42.1 GFLOP/s/dev | MFU 42.1% | ETA 1m23s"
+ * (step is 1-based; model FLOP/s per device and MFU as rt_metrics_log's, each
+ * left out when not finite). */
+void rt_progress_step(RtProgress *p, long step, double loss, double tokens_per_s,
+                      double model_tflops, double mfu);
 /* Ends a \r line with a newline. */
 void rt_progress_done(RtProgress *p);
 

@@ -986,10 +986,15 @@ static int train(Trainer *t, long step, int say) {
     if (run_step(t, step, &loss, &lr))
       return 1;
     double ms = rt_ms_since(t0), tps = tokens_per_step / (ms / 1e3);
+    /* model FLOP/s per device and MFU (the plan's count, passes/report.c) */
+    double fps = pg->model_flops / (ms / 1e3) / t->world;
+    double tflops = pg->model_flops > 0 ? fps / 1e12 : NAN;
+    double mfu = pg->model_flops > 0 && pg->peak_flops > 0 ? fps / pg->peak_flops : NAN;
     first_step_checks(t, step, measure, measured, say);
-    if (!all_ok(t, t->rank != 0 || rt_metrics_log(&t->log, step + 1, loss, lr, ms, tps) == RT_OK))
+    if (!all_ok(t, t->rank != 0 || rt_metrics_log(&t->log, step + 1, loss, lr, ms, tps, tflops,
+                                                  mfu) == RT_OK))
       return 1;
-    rt_progress_step(&progress, step + 1, loss, tps);
+    rt_progress_step(&progress, step + 1, loss, tps, tflops, mfu);
     if (isnan(first_loss))
       first_loss = loss;
     if (a->save && a->save_every && (step + 1) % a->save_every == 0 && step + 1 < a->steps &&

@@ -41,11 +41,30 @@ expect no-input 1 'no input file' -- "$bin" check
 expect unknown-flag 1 "unknown option '--frob'" -- "$bin" check samples/gpt.shard --frob
 expect two-files 1 'more than one input file' -- "$bin" check samples/gpt.shard samples/mlp.shard
 expect missing-file 1 "cannot open 'nope.shard': No such file or directory" -- "$bin" check nope.shard
-expect directory 1 "cannot open 'samples'|is a directory" -- "$bin" check samples
+expect directory 1 "^shardc: error: cannot open 'samples': Is a directory$" -- "$bin" check samples
+# Input limits (base/diag.c src_load): only regular files of at most 4 MiB
+# are read, refused before the first byte (a FIFO would block, /dev/zero
+# never ends); the same for imported C headers, before libclang sees them.
+expect dev-zero 1 "^shardc: error: cannot open '/dev/zero': not a regular file \(a character device\)$" -- "$bin" check /dev/zero
+mkfifo "$tmp/fifo.shard"
+expect fifo 1 "cannot open '.*/fifo.shard': not a regular file \(a pipe\)$" -- "$bin" check "$tmp/fifo.shard"
+head -c 4194305 /dev/zero | tr '\0' ' ' >"$tmp/big.shard"
+expect too-large 1 "cannot open '.*/big.shard': too large: 4194305 bytes \(limit is 4 MiB\)$" -- "$bin" check "$tmp/big.shard"
+# (the mlp sample padded with blanks to exactly the limit)
+{ cat samples/mlp.shard; head -c $((4194304 - $(wc -c <samples/mlp.shard))) /dev/zero | tr '\0' ' '; } >"$tmp/limit.shard"
+expect at-limit 0 '' -- "$bin" check "$tmp/limit.shard"
+cp "$tmp/big.shard" "$tmp/big.h"
+printf 'use mish from "big.h"\n' >"$tmp/use-big.shard"
+expect header-too-large 1 "use-big.shard:1:15: error: cannot open header 'big.h': too large: 4194305 bytes \(limit is 4 MiB\)$" -- "$bin" check "$tmp/use-big.shard"
 printf 'const a = 1\0junk' >"$tmp/nul.shard"
 expect nul-byte 1 'contains a NUL byte' -- "$bin" check "$tmp/nul.shard"
 : >"$tmp/empty.shard"
-expect empty-check 0 '' -- "$bin" check "$tmp/empty.shard"
+# check reports every error build would (but the C compiler's): no model,
+# strategy auto, a precision the target does not generate.
+expect empty-check 1 "^shardc: error: '.*/empty.shard' declares no model to check$" -- "$bin" check "$tmp/empty.shard"
+expect check-auto 1 'strategy auto is not implemented yet' -- "$bin" check samples/gpt.shard --strategy auto
+expect check-bf16 1 'gpt2-124m.shard:26:15: error: precision bf16 is not implemented yet by the cpu code generator' -- "$bin" check samples/gpt2-124m.shard
+expect build-bf16 1 'gpt2-124m.shard:26:15: error: precision bf16 is not implemented yet by the cpu code generator' -- "$bin" build samples/gpt2-124m.shard -o "$tmp/bf16"
 expect empty-compile 1 'declares no model' -- "$bin" compile "$tmp/empty.shard"
 expect emit-bad 1 '--emit must be ir, program, plan or c' -- "$bin" compile samples/gpt.shard --emit=asm
 expect emit-c 0 '^/\* model.c — training program for model .gpt.' -- "$bin" compile samples/gpt.shard --emit=c
@@ -137,6 +156,26 @@ expect build-help 0 'usage: shardc build' -- "$bin" build --help
 expect build-cuda 1 '--target cuda: code for this target is not generated yet' -- "$bin" build samples/gpt.shard --target cuda -o "$tmp/cuda"
 expect build-pp 1 'strategy zero=1 with schedule=interleaved' -- "$bin" build samples/gpt.shard --strategy dp=2,pp=2,schedule=interleaved:2,zero=1 -o "$tmp/pp"
 expect explore-unavailable 1 "'explore' is not available yet" -- "$bin" explore samples/gpt.shard
+
+# The memory check (passes/memcheck.c): check, compile and build refuse a
+# plan larger than the device (tests/diag/memory_*.shard for the messages);
+# --no-memory-check lets it through; a --mesh device's catalog memory counts.
+sed 's/mesh laptop { devices = 4, device = cpu }/mesh laptop { devices = 4, device = cpu, memory = 1 MiB }/' samples/gpt.shard >"$tmp/small-mem.shard"
+expect memory-check 1 'small-mem.shard:24:14: error: the plan does not fit in device memory: every rank needs 23,347,264 bytes \(22.27 MiB\), but a device of mesh .laptop. \(cpu\) has 1,048,576 bytes \(1.00 MiB\)' -- "$bin" check "$tmp/small-mem.shard"
+expect memory-compile 1 'does not fit in device memory' -- "$bin" compile "$tmp/small-mem.shard" --emit=plan
+expect memory-build 1 'does not fit in device memory' -- "$bin" build "$tmp/small-mem.shard" -o "$tmp/small-mem"
+expect memory-no-check 0 '' -- "$bin" check "$tmp/small-mem.shard" --no-memory-check
+expect memory-no-check-plan 0 '^memory:   23,347,264 bytes per rank' -- "$bin" compile "$tmp/small-mem.shard" --no-memory-check
+expect memory-cli-mesh 1 "gpt2-124m.shard:27:14: error: the plan does not fit in device memory: every rank needs 18,959,487,104 bytes \(17.66 GiB\), but a device of mesh '8' \(cpu\) has 16,000,000,000 bytes \(14.90 GiB\)" -- "$bin" check samples/gpt2-124m.shard --mesh 8
+expect memory-fits-h100 1 '^samples/gpt2-124m.shard:26:15: error: precision bf16' -- "$bin" check samples/gpt2-124m.shard --mesh 8:H100_SXM
+
+# FLOPs (passes/report.c plan_flops; tests/unit/test_flops.c against the
+# closed form): model FLOPs from the forward nodes of the whole model, the
+# same under any strategy (not 3x the forward-and-backward graph), and the
+# hardware FLOPs as run.
+expect plan-flops-dp 0 '^flops:    model 5.536e\+09 per step = 3 x 4.613e\+08 forward per microbatch \(256 tokens\) x 4 microbatches \(dp 4 x mb 1\)' -- "$bin" compile samples/gpt.shard --emit=plan
+expect plan-flops-tp 0 '^flops:    model 5.536e\+09 per step' -- "$bin" compile samples/gpt.shard --emit=plan --strategy tp=4
+expect plan-flops-hw 0 '^          hardware 5.501e\+09 per step, 1.375e\+09 on the busiest rank .*; device peak 1e\+11 FLOP/s \(cpu, fp32\)' -- "$bin" compile samples/gpt.shard --emit=plan
 
 # The command line wins over the train block.
 expect strategy-override 0 'strategy: dp=2,tp=2,mb=2 \(from --strategy\)' -- "$bin" compile samples/gpt.shard --strategy dp=2,tp=2

@@ -33,6 +33,9 @@ done
 # The f64 variant used by the gradient checks: double types, _f64 kernels,
 # every arena offset doubled.
 check "mish fp64" tests/golden-c/mish-f64.c samples/mish.shard --precision=fp64
+# The generated program stays readable: the MLP in at most 200 lines.
+n=$("$bin" compile samples/mlp.shard --emit=c | wc -l)
+[ "$n" -le 200 ] && ok || bad "samples/mlp.shard gives $n lines of C (at most 200)"
 # Twice the same input, twice the same text.
 a=$("$bin" compile samples/gpt.shard --emit=c | md5sum)
 b=$("$bin" compile samples/gpt.shard --emit=c | md5sum)

@@ -38,8 +38,14 @@ build mlp "$tmp/mlp" && {
   memory mlp
   r=$(falls "$tmp/mlp.jsonl" 0.3) && { ok; echo "mlp: $r"; } || bad "mlp: the loss does not fall: $r"
   [ "$(losses "$tmp/mlp.jsonl" | wc -l)" = 150 ] && ok || bad "mlp: not 150 JSONL lines"
-  grep -qE '^\{"step":1,"loss":[0-9.]+,"lr":[0-9.e-]+,"step_ms":[0-9.e+-]+,"tokens_per_s":[0-9]+\}$' \
+  # (the contract's keys first; then the model FLOP/s per device, in 10^12,
+  # and MFU against the cpu device's 1e11 FLOP/s peak, from the plan's count)
+  grep -qE '^\{"step":1,"loss":[0-9.]+,"lr":[0-9.e-]+,"step_ms":[0-9.e+-]+,"tokens_per_s":[0-9]+,"model_tflops_per_device":[0-9.e+-]+,"mfu":[0-9.e+-]+\}$' \
     "$tmp/mlp.jsonl" && ok || bad "mlp: JSONL line format: $(head -1 "$tmp/mlp.jsonl")"
+  # model_tflops_per_device = 16324224 FLOPs per step / step_ms / 1e9; mfu = that / 0.1
+  awk -F'[:,}]' 'NR > 1 { ms = $8; t = $12; m = $14; want = 16324224 / (ms / 1e3) / 1e12
+      if (t < want * 0.99 || t > want * 1.01 || m < t / 0.1 * 0.99 || m > t / 0.1 * 1.01) bad = 1 }
+      END { exit bad }' "$tmp/mlp.jsonl" && ok || bad "mlp: model_tflops_per_device or mfu disagree with step_ms: $(sed -n 2p "$tmp/mlp.jsonl")"
 }
 
 build gpt "$tmp/gpt" && {
@@ -49,7 +55,8 @@ build gpt "$tmp/gpt" && {
   r=$(falls "$tmp/gpt.jsonl" 0.5) && { ok; echo "gpt: $r"; } || bad "gpt: the loss does not fall: $r"
   grep -q "^strategy: dp=4" <<<"$out" && grep -q "^data: .*tales.txt" <<<"$out" && ok ||
     bad "gpt: no plan or data line at start"
-  grep -qE "^step 12/12 \| loss [0-9.]+ \|" <<<"$out" && ok || bad "gpt: no progress line"
+  grep -qE "^step 12/12 \| loss [0-9.]+ \| [0-9.]+k? tok/s \| [0-9.]+ [GT]FLOP/s/dev \| MFU [0-9.]+% \| ETA " <<<"$out" && ok ||
+    bad "gpt: no progress line with FLOP/s and MFU: $(grep '^step' <<<"$out" | tail -1)"
   # --quiet prints nothing on success
   train "$tmp/gpt" --steps 1 --quiet
   [ $rc -eq 0 ] && [ -z "$out" ] && ok || bad "gpt --quiet printed: $out"

@@ -11,7 +11,8 @@
  * optim:    adamw lr=0.001 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=10 cosine min_lr=0 clip=1
  * steps:    100, precision fp32, seed 1337
  * params:   758,912 in 31 tensors (2.90 MiB fp32)
- * flops:    1.225e+09 forward per microbatch (256 tokens); 7.35e+09 per step fwd+bwd
+ * flops:    model 2.458e+09 per step = 3 x 4.096e+08 forward per microbatch (256 tokens) x 2 microbatches (dp 2 x mb 1)
+ *           hardware 2.45e+09 per step, 1.225e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)
  * graph:    201 nodes (121 forward), 252 values
  * memory:   23,401,472 bytes per rank (22.32 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.74 MiB at node 129
  * comm:     3,035,648 bytes sent per rank per step (dp 3,035,648)
@@ -56,7 +57,8 @@ static const char PLAN[] =
     "optim:    adamw lr=0.001 betas=(0.9, 0.95) eps=1e-08 weight_decay=0.1 warmup=10 cosine min_lr=0 clip=1\n"
     "steps:    100, precision fp32, seed 1337\n"
     "params:   758,912 in 31 tensors (2.90 MiB fp32)\n"
-    "flops:    1.225e+09 forward per microbatch (256 tokens); 7.35e+09 per step fwd+bwd\n"
+    "flops:    model 2.458e+09 per step = 3 x 4.096e+08 forward per microbatch (256 tokens) x 2 microbatches (dp 2 x mb 1)\n"
+    "          hardware 2.45e+09 per step, 1.225e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)\n"
     "graph:    201 nodes (121 forward), 252 values\n"
     "memory:   23,401,472 bytes per rank (22.32 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.74 MiB at node 129\n"
     "comm:     3,035,648 bytes sent per rank per step (dp 3,035,648)\n";
@@ -946,6 +948,7 @@ static const RtProgram program = {
     .ranks = 2, .dp = 2, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 4, .batch = 8, .seq = 64,
     .arena_bytes = 23401472, .persistent_bytes = 12142592, .comm_bytes = 3035648,
+    .model_flops = 2.45774746e+09, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 31, .norm_w = norm_w,
     .global = global, .nglobal = NGLOBAL, .global_bytes = 9106944, .shards = shards,
     .zero = 0, .zaxis = RT_AX_DP, .nreq = 7,

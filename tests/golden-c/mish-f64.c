@@ -11,7 +11,8 @@
  * optim:    adamw lr=0.001 betas=(0.9, 0.999) eps=1e-08 weight_decay=0 warmup=0 cosine min_lr=0 clip=1
  * steps:    50, precision fp32, seed 1337
  * params:   118,528 in 28 tensors (463.00 KiB fp32)
- * flops:    9.73e+07 forward per microbatch (128 tokens); 2.919e+08 per step fwd+bwd
+ * flops:    model 9.779e+07 per step = 3 x 3.26e+07 forward per microbatch (128 tokens) x 1 microbatch (dp 1 x mb 1)
+ *           hardware 9.73e+07 per step, 9.73e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)
  * graph:    117 nodes (77 forward), 151 values
  * memory:   3,348,608 bytes per rank (3.19 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.38 MiB at node 78
  *
@@ -54,7 +55,8 @@ static const char PLAN[] =
     "optim:    adamw lr=0.001 betas=(0.9, 0.999) eps=1e-08 weight_decay=0 warmup=0 cosine min_lr=0 clip=1\n"
     "steps:    50, precision fp32, seed 1337\n"
     "params:   118,528 in 28 tensors (463.00 KiB fp32)\n"
-    "flops:    9.73e+07 forward per microbatch (128 tokens); 2.919e+08 per step fwd+bwd\n"
+    "flops:    model 9.779e+07 per step = 3 x 3.26e+07 forward per microbatch (128 tokens) x 1 microbatch (dp 1 x mb 1)\n"
+    "          hardware 9.73e+07 per step, 9.73e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)\n"
     "graph:    117 nodes (77 forward), 151 values\n"
     "memory:   3,348,608 bytes per rank (3.19 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.38 MiB at node 78\n";
 
@@ -460,6 +462,7 @@ static const RtProgram program = {
     .ranks = 1, .dp = 1, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 4, .batch = 4, .seq = 32,
     .arena_bytes = 6697216, .persistent_bytes = 3792896, .comm_bytes = 0,
+    .model_flops = 97787904, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 28,
     .zero = -1, .zaxis = RT_AX_DP, .nreq = 0,
     .chunks = chunks, .nchunks = 1,

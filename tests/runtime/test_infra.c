@@ -182,20 +182,23 @@ static void test_metrics(const char *dir) {
   snprintf(path, sizeof path, "%s/log.jsonl", dir);
   RtMetrics m;
   ASSERT_OK(rt_metrics_open(&m, path, 0));
-  ASSERT_OK(rt_metrics_log(&m, 1, 4.17, 0.0006, 12.3, 10400));
-  ASSERT_OK(rt_metrics_log(&m, 2, 3.1415926535, 6e-4 / 7, 9.87654321, 1234567.8));
-  ASSERT_OK(rt_metrics_log(&m, 3, NAN, 1e-3, 1, INFINITY));
+  ASSERT_OK(rt_metrics_log(&m, 1, 4.17, 0.0006, 12.3, 10400, 0.0421, 0.421));
+  ASSERT_OK(rt_metrics_log(&m, 2, 3.1415926535, 6e-4 / 7, 9.87654321, 1234567.8, 312.34567, 0.31583));
+  ASSERT_OK(rt_metrics_log(&m, 3, NAN, 1e-3, 1, INFINITY, NAN, NAN));
   ASSERT_OK(rt_metrics_close(&m));
-  ASSERT_STR("{\"step\":1,\"loss\":4.17,\"lr\":0.0006,\"step_ms\":12.3,\"tokens_per_s\":10400}\n"
-             "{\"step\":2,\"loss\":3.14159265,\"lr\":8.57143e-05,\"step_ms\":9.87654,\"tokens_per_s\":1234568}\n"
-             "{\"step\":3,\"loss\":null,\"lr\":0.001,\"step_ms\":1,\"tokens_per_s\":null}\n",
+  ASSERT_STR("{\"step\":1,\"loss\":4.17,\"lr\":0.0006,\"step_ms\":12.3,\"tokens_per_s\":10400,"
+             "\"model_tflops_per_device\":0.0421,\"mfu\":0.421}\n"
+             "{\"step\":2,\"loss\":3.14159265,\"lr\":8.57143e-05,\"step_ms\":9.87654,\"tokens_per_s\":1234568,"
+             "\"model_tflops_per_device\":312.3,\"mfu\":0.3158}\n"
+             "{\"step\":3,\"loss\":null,\"lr\":0.001,\"step_ms\":1,\"tokens_per_s\":null,"
+             "\"model_tflops_per_device\":null,\"mfu\":null}\n",
              slurp(path));
   ASSERT_OK(rt_metrics_open(&m, path, 1)); // append keeps the old lines
-  ASSERT_OK(rt_metrics_log(&m, 4, 2.5, 0, 0, 0));
+  ASSERT_OK(rt_metrics_log(&m, 4, 2.5, 0, 0, 0, 0, 0));
   ASSERT_OK(rt_metrics_close(&m));
   ASSERT_TRUE(strstr(slurp(path), "\"step\":1,") && strstr(slurp(path), "{\"step\":4,\"loss\":2.5,"));
   ASSERT_OK(rt_metrics_open(&m, NULL, 0)); // logging off
-  ASSERT_OK(rt_metrics_log(&m, 1, 1, 1, 1, 1));
+  ASSERT_OK(rt_metrics_log(&m, 1, 1, 1, 1, 1, 1, 1));
   ASSERT_OK(rt_metrics_close(&m));
   snprintf(path, sizeof path, "%s/no/such/dir/log.jsonl", dir);
   ASSERT_FAILS(RT_ERR_IO, rt_metrics_open(&m, path, 0), "no/such/dir/log.jsonl",
@@ -210,7 +213,7 @@ static void test_progress(const char *dir) {
   rt_progress_init(&p, 10, 4, 0);
   p.out = f, p.tty = 0; // a log file: a line every 4 steps and at the end
   for (int s = 1; s <= 10; s++)
-    rt_progress_step(&p, s, 4.0 / s, 12345);
+    rt_progress_step(&p, s, 4.0 / s, 12345, 0.0421, 0.421);
   rt_progress_done(&p);
   fclose(f);
   char *txt = slurp(path);
@@ -218,7 +221,7 @@ static void test_progress(const char *dir) {
   for (char *c = txt; *c; c++)
     lines += *c == '\n';
   ASSERT(3, lines); // steps 4, 8, 10
-  ASSERT_TRUE(strstr(txt, "step 4/10 | loss 1.0000 | 12.3k tok/s | ETA ") == txt);
+  ASSERT_TRUE(strstr(txt, "step 4/10 | loss 1.0000 | 12.3k tok/s | 42.1 GFLOP/s/dev | MFU 42.1% | ETA ") == txt);
   ASSERT_TRUE(strstr(txt, "step 10/10 | loss 0.4000") != NULL);
   ASSERT_TRUE(strchr(txt, '\r') == NULL);
 
@@ -226,17 +229,24 @@ static void test_progress(const char *dir) {
   rt_progress_init(&p, 3, 100, 0);
   p.out = f, p.tty = 1; // a terminal: one line redrawn with \r every step
   for (int s = 1; s <= 2; s++)
-    rt_progress_step(&p, s, 1.0, 2e6);
+    rt_progress_step(&p, s, 1.0, 2e6, 312.3, 0.3158);
   rt_progress_done(&p);
   fclose(f);
   txt = slurp(path);
-  ASSERT_TRUE(strncmp(txt, "\rstep 1/3 | loss 1.0000 | 2.00M tok/s | ETA ?\033[K\rstep 2/3", 54) == 0);
+  ASSERT_TRUE(strncmp(txt, "\rstep 1/3 | loss 1.0000 | 2.00M tok/s | 312.3 TFLOP/s/dev | MFU 31.6% | ETA ?\033[K\rstep 2/3", 89) == 0);
   ASSERT('\n', txt[strlen(txt) - 1]);
+
+  f = fopen(path, "w");
+  rt_progress_init(&p, 1, 1, 0);
+  p.out = f, p.tty = 0; // no FLOP count or no peak: those fields are left out
+  rt_progress_step(&p, 1, 1.0, 12345, NAN, NAN);
+  fclose(f);
+  ASSERT_TRUE(strstr(slurp(path), "step 1/1 | loss 1.0000 | 12.3k tok/s | ETA ") == slurp(path));
 
   f = fopen(path, "w");
   rt_progress_init(&p, 3, 1, 1);
   p.out = f; // quiet prints nothing
-  rt_progress_step(&p, 1, 1.0, 1);
+  rt_progress_step(&p, 1, 1.0, 1, NAN, NAN);
   rt_progress_done(&p);
   fclose(f);
   ASSERT_STR("", slurp(path));
