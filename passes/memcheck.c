@@ -63,7 +63,10 @@ static const char *hints(const Module *m, const char *top) {
       HINT("schedule=1f1b keeps at most pp microbatches in flight (GPipe keeps all %d)", p->mb);
     HINT("tp=N (with sp=megatron)%s%s split the activations across devices",
          p->pp == 1 && p->tp2d == 1 ? ", sp=ring:N" : "", stash ? "" : " or pp=N");
-    HINT("recompute (not generated yet)");
+    if (p->recompute != RECOMPUTE_FULL || p->nstage_recompute)
+      HINT("%s reruns forward ops in the backward instead of holding their outputs",
+           p->recompute == RECOMPUTE_NONE ? "recompute=selective (norms, activations) or full (whole layers)"
+                                          : "recompute=full (whole layers)");
   }
 #undef HINT
   return h;

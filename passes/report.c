@@ -99,6 +99,8 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
   m->mem = keep;
 }
 
+static void recompute_line(FILE *out, const Module *m, const char *pf);
+
 void report_plan(FILE *out, const Module *m, const char *pf) {
   const TrainCfg *t = &m->train;
   const Mesh *me = t->mesh;
@@ -162,6 +164,7 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
                                                                    : "fp16")
                           : "");
   }
+  if (m->planned && p->recompute != RECOMPUTE_NONE) recompute_line(out, m, pf);
   fprintf(out, "%sgraph:    %d nodes (%d forward), %d values\n", pf, g->nodes.len,
           g->nfwd ? g->nfwd : g->nodes.len, g->values.len);
   if (m->planned && m->nstages > 1) {
@@ -176,6 +179,49 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
             human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
             human_bytes((double)mp->transient_peak), mp->peak_node);
     if (t->mesh && t->mesh->ndev > 1) comm_line(out, m, pf, "comm:     ");
+  }
+}
+
+/* What recompute (passes/recompute.c) runs again on one pipeline rank (the
+ * model without a pipeline), per microbatch: copied nodes, their FLOPs, and
+ * the bytes they make instead of holding them. */
+static void recompute_cost(const Module *m, int r, int *nodes, double *flops, int64_t *bytes) {
+  *nodes = 0, *flops = 0, *bytes = 0;
+  int pp = m->nstages > 1 ? m->train.plan.pp : 1;
+  for (int s = r; s < (m->nstages > 1 ? m->nstages : 1); s += pp) {
+    const Graph *g = m->nstages > 1 ? m->stages[s] : m->graph;
+    for (int i = 0; i < g->nodes.len; i++) {
+      const Node *n = g->nodes.data[i];
+      if (!n->remat) continue;
+      ++*nodes;
+      *flops += ir_node_flops(n);
+      for (int j = 0; j < n->nout; j++)
+        if (n->outs[j] && !n->outs[j]->alias)
+          *bytes += ir_numel(&n->outs[j]->shape) * ir_dtype_size(n->outs[j]->dtype);
+    }
+  }
+}
+
+static void recompute_line(FILE *out, const Module *m, const char *pf) {
+  const Plan *p = &m->train.plan;
+  static const char *const names[] = {"none", "selective", "full"};
+  int pp = m->nstages > 1 ? p->pp : 1, mb = p->mb ? p->mb : 1;
+  for (int r = 0; r < pp; r++) {
+    int nodes;
+    double flops, all = 0;
+    int64_t bytes;
+    recompute_cost(m, r, &nodes, &flops, &bytes);
+    if (m->nstages > 1)
+      for (int s = r; s < m->nstages; s += pp) all += ir_flops(m->stages[s], false);
+    else
+      all = ir_flops(m->graph, false);
+    char b[32];
+    report_commas(b, sizeof b, bytes);
+    fprintf(out, "%srecompute: %s%s: %d nodes run again per microbatch (%s bytes, %s, of outputs); "
+                 "+%.4g FLOPs per step on a rank (%.1f%% of its %.4g)\n",
+            pf, names[plan_recompute_at(p, r)], pp > 1 ? arena_printf(" (pipeline rank %d)", r) : "",
+            nodes, b, human_bytes((double)bytes), flops * mb, all > 0 ? 100.0 * flops / all : 0.0,
+            all * mb);
   }
 }
 

@@ -165,6 +165,10 @@ expect memory-check 1 'small-mem.shard:24:14: error: the plan does not fit in de
 expect memory-compile 1 'does not fit in device memory' -- "$bin" compile "$tmp/small-mem.shard" --emit=plan
 expect memory-build 1 'does not fit in device memory' -- "$bin" build "$tmp/small-mem.shard" -o "$tmp/small-mem"
 expect memory-no-check 0 '' -- "$bin" check "$tmp/small-mem.shard" --no-memory-check
+# 21 MiB devices: the plain plan (22.27 MiB) does not fit, recompute does.
+sed 's/mesh laptop { devices = 4, device = cpu }/mesh laptop { devices = 4, device = cpu, memory = 21 MiB }/' samples/gpt.shard >"$tmp/mid-mem.shard"
+expect memory-recompute-hint 1 'recompute=selective \(norms, activations\) or full \(whole layers\)' -- "$bin" check "$tmp/mid-mem.shard"
+expect memory-recompute-fits 0 '^memory:   20,314,112 bytes per rank' -- "$bin" compile "$tmp/mid-mem.shard" --strategy dp=4,recompute=selective
 expect memory-no-check-plan 0 '^memory:   23,347,264 bytes per rank' -- "$bin" compile "$tmp/small-mem.shard" --no-memory-check
 expect memory-cli-mesh 1 "gpt2-124m.shard:27:14: error: the plan does not fit in device memory: every rank needs 18,959,487,104 bytes \(17.66 GiB\), but a device of mesh '8' \(cpu\) has 16,000,000,000 bytes \(14.90 GiB\)" -- "$bin" check samples/gpt2-124m.shard --mesh 8
 expect memory-fits-h100 1 '^samples/gpt2-124m.shard:26:15: error: precision bf16' -- "$bin" check samples/gpt2-124m.shard --mesh 8:H100_SXM
