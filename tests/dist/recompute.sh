@@ -61,9 +61,10 @@ check() {
 
 if [ "${ALL:-0}" = 1 ]; then
   # every check of the equivalence matrix
-  while read -r s n st; do
+  # (fd 3: mpirun reads standard input)
+  while read -r s n st <&3; do
     check "$s" "$n" "$st"
-  done < <(sed -n 's/^ *check \([a-z0-9]*\) \([0-9]*\) \([^ ]*\)$/\1 \2 \3/p' tests/dist/equiv.sh)
+  done 3< <(sed -n 's/^ *check \([a-z0-9]*\) \([0-9]*\) \([^ ]*\)$/\1 \2 \3/p' tests/dist/equiv.sh)
 else
   check gpt 1 dp=1
   check mish 1 dp=1
