@@ -493,6 +493,55 @@ Node *ir_node_copy(Graph *g, const Node *n) {
   return c;
 }
 
+Graph *ir_graph_clone(const Graph *g) {
+  Graph *c = arena_alloc(sizeof *c);
+  *c = *g;
+  memset(&c->nodes, 0, sizeof c->nodes);
+  memset(&c->values, 0, sizeof c->values);
+  memset(&c->params, 0, sizeof c->params);
+  memset(&c->inputs, 0, sizeof c->inputs);
+  memset(&c->buckets, 0, sizeof c->buckets);
+  int nv = g->values.len, nn = g->nodes.len;
+  Value **vm = arena_alloc(sizeof(Value *) * (size_t)(nv + 1));
+  Node **nm = arena_alloc(sizeof(Node *) * (size_t)(nn + 1));
+#define V(x) ((x) ? vm[(x)->id] : NULL)
+#define N(x) ((x) ? nm[(x)->id] : NULL)
+  for (int i = 0; i < nv; i++) {
+    vm[i] = arena_alloc(sizeof(Value));
+    *vm[i] = *(Value *)g->values.data[i];
+    vec_push(&c->values, vm[i]);
+  }
+  for (int i = 0; i < nn; i++) {
+    nm[i] = arena_alloc(sizeof(Node));
+    *nm[i] = *(Node *)g->nodes.data[i];
+    vec_push(&c->nodes, nm[i]);
+  }
+  for (int i = 0; i < nv; i++) {
+    Value *v = vm[i];
+    v->def = N(v->def);
+    v->grad = V(v->grad);
+    v->grad_of = V(v->grad_of);
+    v->alias = V(v->alias);
+  }
+  for (int i = 0; i < nn; i++) {
+    Node *n = nm[i];
+    for (int k = 0; k < n->nin; k++) n->in[k] = V(n->in[k]);
+    for (int j = 0; j < n->nout; j++) n->outs[j] = V(n->outs[j]);
+    n->out = n->outs[0];
+    n->fwd = N(n->fwd);
+    n->remat = N(n->remat);
+    n->scratch = V(n->scratch);
+  }
+  for (int i = 0; i < g->params.len; i++) vec_push(&c->params, V((Value *)g->params.data[i]));
+  for (int i = 0; i < g->inputs.len; i++) vec_push(&c->inputs, V((Value *)g->inputs.data[i]));
+  c->loss = V(g->loss);
+  c->recv_act = V(g->recv_act);
+  c->send_act = V(g->send_act);
+#undef V
+#undef N
+  return c;
+}
+
 static void set_single_out(Node *n, Value *v) {
   n->out = n->outs[0] = v;
   v->def = n;

@@ -210,6 +210,7 @@ typedef struct Graph {
   Value *recv_act, *send_act;
   bool pipe_out;
   PtrVec buckets;       /* Bucket*, from passes/zero.c (empty without data parallelism) */
+  const char *recompute_desc;   /* recompute=auto: what it chose and why (passes/recompute.c) */
   const char *symname[8];
   int64_t symval[8];
   int nsym;
@@ -257,6 +258,9 @@ Value *ir_value_copy(Graph *g, const Value *v);
 /* A copy of n appended to g (new id, no scratch); its in/outs still point
  * at the original values until the caller maps them. */
 Node *ir_node_copy(Graph *g, const Node *n);
+/* A deep copy of g (its values and nodes, same ids); the buckets are not
+ * copied (for passes that try a transformation on a copy: recompute=auto). */
+Graph *ir_graph_clone(const Graph *g);
 /* The gradient value of v (created on first use, ROLE_GRAD). */
 Value *ir_grad(Graph *g, Value *v);
 /* Append a backward node accumulating into outs[0..nout) (entries may be
@@ -332,7 +336,7 @@ typedef struct Mesh {
 typedef enum { SP_NONE, SP_MEGATRON, SP_RING } SpKind;
 enum { PLAN_MAXSTAGES = 64 };
 typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED } Schedule;
-typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_AUTO } Recompute;
 
 /* A parallel plan.  Sizes multiply to the mesh size:
  * dp * tp * tp2d^2 * sp (ring) * pp == ndev. */

@@ -169,17 +169,17 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
       p->given |= PLAN_ZERO;
     } else if (!strcmp(k, "recompute")) {
       /* one policy, or one per pipeline stage joined by '+' */
-      static const char *const names[] = {"none", "selective", "full"};
+      static const char *const names[] = {"none", "selective", "full", "auto"};
       p->nstage_recompute = 0;
       p->recompute = RECOMPUTE_NONE;
       for (const char *c = v; c;) {
         const char *e = strchr(c, '+');
         size_t len = e ? (size_t)(e - c) : strlen(c);
         int r = -1;
-        for (int q = 0; q < 3; q++)
+        for (int q = 0; q < 4; q++)
           if (len == strlen(names[q]) && !strncmp(c, names[q], len)) r = q;
         if (r < 0)
-          ERR("recompute must be none, selective or full, or one of them per pipeline stage "
+          ERR("recompute must be none, selective, full or auto, or one of them per pipeline stage "
               "joined by '+' (e.g. full+selective), got '%s'", v);
         if (p->nstage_recompute == PLAN_MAXSTAGES) ERR("recompute=%s: at most %d stages", v, PLAN_MAXSTAGES);
         p->stage_recompute[p->nstage_recompute++] = (Recompute)r;
@@ -285,7 +285,7 @@ void plan_str(const Plan *p, char *buf, int cap) {
   }
   if (p->mb > 1) ADD(",mb=%d", p->mb);
   if (p->zero) ADD(",zero=%d", p->zero);
-  static const char *const rnames[] = {"none", "selective", "full"};
+  static const char *const rnames[] = {"none", "selective", "full", "auto"};
   if (p->nstage_recompute) {
     for (int i = 0; i < p->nstage_recompute; i++) {
       ADD("%s%s", i ? "+" : ",recompute=", rnames[p->stage_recompute[i]]);

@@ -63,7 +63,9 @@ static const char *hints(const Module *m, const char *top) {
       HINT("schedule=1f1b keeps at most pp microbatches in flight (GPipe keeps all %d)", p->mb);
     HINT("tp=N (with sp=megatron)%s%s split the activations across devices",
          p->pp == 1 && p->tp2d == 1 ? ", sp=ring:N" : "", stash ? "" : " or pp=N");
-    if (p->recompute != RECOMPUTE_FULL || p->nstage_recompute)
+    if (p->recompute == RECOMPUTE_AUTO)
+      HINT("(recompute=auto recomputes all it can already)");
+    else if (p->recompute != RECOMPUTE_FULL || p->nstage_recompute)
       HINT("%s reruns forward ops in the backward instead of holding their outputs",
            p->recompute == RECOMPUTE_NONE ? "recompute=selective (norms, activations) or full (whole layers)"
                                           : "recompute=full (whole layers)");

@@ -60,13 +60,14 @@ static bool cheap(const Node *n) {
 }
 
 static bool repeatable(const Node *n, Recompute how) {
+  if (how == RECOMPUTE_NONE) return false;
   if (n->op == OP_INPUT || n->op == OP_PARAM || n->op == OP_RECV || n->op == OP_FILL) return false;
   if (ir_ops[n->op].cls == OPC_LOSS || ir_ops[n->op].cls == OPC_BUCKET) return false;
   return how == RECOMPUTE_FULL || cheap(n);
 }
 
 /* Marks the layers' saved values and decides which to drop. */
-static void choose(R *r, Recompute how) {
+static void choose(R *r, const Recompute *how) {
   Graph *g = r->g;
   for (int i = 0; i < r->nn; i++) {
     Node *n = g->nodes.data[i];
@@ -83,7 +84,7 @@ static void choose(R *r, Recompute how) {
    * value the node reads is outside the layer, kept, or repeatable. */
   for (int i = 0; i < g->nfwd; i++) {
     Node *n = g->nodes.data[i];
-    if (r->lid[i] < 0 || !repeatable(n, how)) continue;
+    if (r->lid[i] < 0 || !repeatable(n, how[r->lid[i]])) continue;
     bool ok = true;
     for (int k = 0; k < n->nin && ok; k++) {
       Value *u = n->in[k];
@@ -165,10 +166,35 @@ static int by_orig(const void *a, const void *b) {
   return x->remat->id - y->remat->id;
 }
 
-static int recompute_graph(Module *m) {
-  Graph *g = m->graph;
-  Recompute how = plan_recompute_at(&m->train.plan, g->nstages > 1 ? g->stage : 0);
-  if (!g || !g->nfwd || how == RECOMPUTE_NONE) return 0;
+/* The layers of g's forward: each repeated scope ("blocks.3") in order of
+ * appearance; lid[node] and vlayer[value] (-1: none), names[layer]. */
+static int find_layers(R *r, const char ***names) {
+  Graph *g = r->g;
+  StrMap layers = {0};
+  PtrVec nv = {0};
+  for (int i = 0; i < r->nv; i++) r->vlayer[i] = -1;
+  for (int i = 0; i < r->nn; i++) {
+    Node *n = g->nodes.data[i];
+    r->lid[i] = -1;
+    if (i >= g->nfwd || n->op == OP_PARAM || n->op == OP_INPUT) continue;
+    char buf[256];
+    const char *key = stage_layer_of(n, buf, sizeof buf);
+    if (!strchr(key, '.')) continue;   /* no repeat index: the embedding, the head */
+    intptr_t id = (intptr_t)strmap_get(&layers, key);
+    if (!id) {
+      vec_push(&nv, arena_strdup(key));
+      id = nv.len;
+      strmap_put(&layers, nv.data[id - 1], (void *)id);
+    }
+    r->lid[i] = (int)id - 1;
+    for (int j = 0; j < n->nout; j++)
+      if (n->outs[j]) r->vlayer[n->outs[j]->id] = r->lid[i];
+  }
+  if (names) *names = (const char **)nv.data;
+  return nv.len;
+}
+
+static R analyse(Graph *g) {
   R r = {.g = g, .nn = g->nodes.len, .nv = g->values.len};
   size_t nv1 = (size_t)r.nv + 1;
   r.lid = arena_alloc(sizeof(int) * (size_t)(r.nn + 1));
@@ -178,27 +204,13 @@ static int recompute_graph(Module *m) {
   r.rep = arena_alloc(nv1);
   r.drop = arena_alloc(nv1);
   r.copy = arena_alloc(sizeof(Value *) * nv1);
-  for (int i = 0; i < r.nv; i++) r.vlayer[i] = -1;
-  /* Layers: each repeated scope ("blocks.3") in order of appearance. */
-  StrMap layers = {0};
-  int nlayers = 0;   /* (only whether there are any) */
-  for (int i = 0; i < r.nn; i++) {
-    Node *n = g->nodes.data[i];
-    r.lid[i] = -1;
-    if (i >= g->nfwd || n->op == OP_PARAM || n->op == OP_INPUT) continue;
-    char buf[256];
-    const char *key = stage_layer_of(n, buf, sizeof buf);
-    if (!strchr(key, '.')) continue;   /* no repeat index: the embedding, the head */
-    intptr_t id = (intptr_t)strmap_get(&layers, key);
-    if (!id) {
-      id = ++nlayers;
-      strmap_put(&layers, arena_strdup(key), (void *)id);
-    }
-    r.lid[i] = (int)id - 1;
-    for (int j = 0; j < n->nout; j++)
-      if (n->outs[j]) r.vlayer[n->outs[j]->id] = r.lid[i];
-  }
-  if (!nlayers) return 0;
+  return r;
+}
+
+/* Recompute in g with policy how[layer]. */
+static void apply(Graph *g, const Recompute *how) {
+  R r = analyse(g);
+  if (!find_layers(&r, NULL)) return;
   choose(&r, how);
 
   /* A dropped value's copy goes right before the first backward node that
@@ -235,6 +247,88 @@ static int recompute_graph(Module *m) {
     if (n->op == OP_DROPOUT_BWD) n->a.i[1] = newid[n->a.i[1]];
   }
   g->nodes = nodes;
+}
+
+/* recompute=auto: the planned arena of this stage (after zero and memplan,
+ * as the real passes will plan it) with policies how[], on a copy of g. */
+static int64_t try_policies(Module *m, const Graph *g, const Recompute *how) {
+  Graph *c = ir_graph_clone(g);
+  apply(c, how);
+  Graph *keep = m->graph;
+  MemPlan keep_mem = m->mem;
+  bool keep_planned = m->planned;
+  m->graph = c;
+  int rc = pass_zero(m);
+  if (!rc) rc = pass_memplan(m);
+  int64_t bytes = rc ? -1 : m->mem.arena_bytes;
+  m->graph = keep;
+  m->mem = keep_mem;
+  m->planned = keep_planned;
+  return bytes;
+}
+
+/* "full for blocks.0 .. blocks.1, selective for blocks.2 .. blocks.3" */
+static const char *describe(const Recompute *how, const char **names, int n) {
+  static const char *const pol[] = {"none", "selective", "full"};
+  char *d = arena_strdup("");
+  for (int p = RECOMPUTE_FULL; p >= RECOMPUTE_NONE; p--)
+    for (int i = 0; i < n; i++) {
+      if (how[i] != (Recompute)p) continue;
+      int j = i;
+      while (j + 1 < n && how[j + 1] == (Recompute)p) j++;
+      d = arena_printf("%s%s%s for %s%s%s", d, *d ? ", " : "", pol[p], names[i],
+                       j > i ? " .. " : "", j > i ? names[j] : "");
+      i = j;
+    }
+  return d;
+}
+
+/* recompute=auto on one stage: the least recompute that fits the device
+ * (the mesh's memory; an interleaved rank's share per chunk): layers go
+ * to selective one by one, then to full one by one, each step planned
+ * exactly, until the stage fits.  Selective costs O(elements), full a
+ * layer's forward, so the FLOPs added are never more than selective's
+ * when selective fits, and never more than full's. */
+static void choose_auto(Module *m, Graph *g, Recompute *how, const char **names, int n) {
+  const Plan *p = &m->train.plan;
+  double budget = m->train.mesh ? m->train.mesh->mem_bytes : 0;
+  if (m->nstages > p->pp && p->pp > 0) budget /= m->nstages / p->pp;
+  for (int i = 0; i < n; i++) how[i] = RECOMPUTE_NONE;
+  int64_t b = try_policies(m, g, how);
+  int64_t none = b;
+  for (int level = RECOMPUTE_SELECTIVE; level <= RECOMPUTE_FULL && budget > 0; level++)
+    for (int i = 0; i < n && (b < 0 || (double)b > budget); i++) {
+      how[i] = (Recompute)level;
+      b = try_policies(m, g, how);
+    }
+  char nb[32], bb[32];
+  report_commas(nb, sizeof nb, none);
+  report_commas(bb, sizeof bb, b);
+  g->recompute_desc =
+      budget <= 0 ? "no device memory to fit: nothing recomputed"
+      : (double)none <= budget
+          ? arena_printf("the plan fits without recompute (%s bytes of %s)", nb,
+                         report_size(budget))
+          : arena_printf("%s: %s bytes (%s without) for a budget of %s%s", describe(how, names, n),
+                         bb, nb, report_size(budget),
+                         (double)b > budget ? "; does not fit even so" : "");
+}
+
+static int recompute_graph(Module *m) {
+  Graph *g = m->graph;
+  if (!g || !g->nfwd) return 0;
+  Recompute pol = plan_recompute_at(&m->train.plan, g->nstages > 1 ? g->stage : 0);
+  if (pol == RECOMPUTE_NONE) return 0;
+  R r = analyse(g);
+  const char **names;
+  int n = find_layers(&r, &names);
+  if (!n) return 0;
+  Recompute *how = arena_alloc(sizeof(Recompute) * (size_t)n);
+  if (pol == RECOMPUTE_AUTO)
+    choose_auto(m, g, how, names, n);
+  else
+    for (int i = 0; i < n; i++) how[i] = pol;
+  apply(g, how);
   return 0;
 }
 

@@ -204,7 +204,7 @@ static void recompute_cost(const Module *m, int r, int *nodes, double *flops, in
 
 static void recompute_line(FILE *out, const Module *m, const char *pf) {
   const Plan *p = &m->train.plan;
-  static const char *const names[] = {"none", "selective", "full"};
+  static const char *const names[] = {"none", "selective", "full", "auto"};
   int pp = m->nstages > 1 ? p->pp : 1, mb = p->mb ? p->mb : 1;
   for (int r = 0; r < pp; r++) {
     int nodes;
@@ -222,6 +222,12 @@ static void recompute_line(FILE *out, const Module *m, const char *pf) {
             pf, names[plan_recompute_at(p, r)], pp > 1 ? arena_printf(" (pipeline rank %d)", r) : "",
             nodes, b, human_bytes((double)bytes), flops * mb, all > 0 ? 100.0 * flops / all : 0.0,
             all * mb);
+    for (int s = r; s < (m->nstages > 1 ? m->nstages : 1); s += pp) {
+      const Graph *g = m->nstages > 1 ? m->stages[s] : m->graph;
+      if (g->recompute_desc)
+        fprintf(out, "%s           auto%s: %s\n", pf,
+                m->nstages > pp ? arena_printf(" (chunk %d)", s / pp) : "", g->recompute_desc);
+    }
   }
 }
 

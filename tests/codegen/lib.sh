@@ -30,12 +30,13 @@ need_mpi() {
 }
 
 # build SAMPLE DIR [shardc flags...]: shardc build samples/SAMPLE.shard -o DIR
-# (or tests/dist/SAMPLE.shard, a test model no sample covers)
+# (or tests/dist/SAMPLE.shard, a test model no sample covers, or a path)
 build() {
   local s="$1" dir="$2"
   shift 2
   local out src="samples/$s.shard"
   [ -f "$src" ] || src="tests/dist/$s.shard"
+  [ -f "$src" ] || src="$s"   # a path
   if ! out=$("$bin" build "$src" -o "$dir" "$@" 2>&1); then
     bad "build $s $*: $out"
     return 1

@@ -8,6 +8,9 @@
 #
 #   tests/dist/recompute.sh SHARDC          a strategy of each kind (CI)
 #   ALL=1 tests/dist/recompute.sh SHARDC    every strategy of tests/dist/equiv.sh
+# Then recompute=auto: under a device memory the plain plan exceeds it fits,
+# trains bit for bit as the plain plan, and adds no more FLOPs than
+# selective (where selective fits) or full.
 bin="$(realpath "$1")"
 source "$(dirname "$0")/../codegen/lib.sh"
 need_mpi
@@ -59,6 +62,42 @@ check() {
     "$s" "$st" "$n" "$mn" "$ms" "$mf"
 }
 
+# extra SPEC FILE: the recompute FLOPs per step the plan reports (0 without)
+extra() {
+  "$bin" compile "$2" --strategy "$1" 2>/dev/null |
+    sed -n 's/^recompute: .* +\([0-9.e+]*\) FLOPs per step.*/\1/p' | head -1
+}
+
+# auto_case MiB WHICH: gpt on 4 ranks (dp=4) with devices of MiB: the plain
+# plan does not fit; recompute=auto does, trains bit for bit as the plain
+# plan, and adds no more FLOPs than WHICH (selective when that fits, else full).
+auto_case() {
+  local mib="$1" which="$2" f="$tmp/gpt-$1.shard" d="$tmp/auto-$1"
+  sed "s/mesh laptop { devices = 4, device = cpu }/mesh laptop { devices = 4, device = cpu, memory = $mib MiB }/" \
+    samples/gpt.shard >"$f"
+  if "$bin" check "$f" --strategy dp=4 >/dev/null 2>&1; then
+    bad "auto $mib MiB: the plain plan fits; the case tests nothing"; return
+  fi
+  if [ "$which" = full ] && "$bin" check "$f" --strategy dp=4,recompute=selective >/dev/null 2>&1; then
+    bad "auto $mib MiB: selective fits; expected a budget only full meets"; return
+  fi
+  local a w
+  a=$(extra dp=4,recompute=auto "$f") w=$(extra "dp=4,recompute=$which" "$f")
+  if [ -z "$a" ] || [ -z "$w" ] || ! awk -v a="$a" -v w="$w" 'BEGIN { exit !(a > 0 && a <= w) }'; then
+    bad "auto $mib MiB: recompute=auto adds ${a:-?} FLOPs, $which ${w:-?}"; return
+  fi
+  build "$f" "$d" --strategy dp=4,recompute=auto || return
+  train "$d" --steps $STEPS --log "$d.jsonl" --save "$d.st"
+  if [ $rc -ne 0 ] || grep -q MISMATCH <<<"$out"; then bad "auto $mib MiB: $(tail -3 <<<"$out")"; return; fi
+  local ref="$tmp/gpt-4-dp_4-none"
+  sed -E 's/,"(step_ms|tokens_per_s|model_tflops_per_device|mfu)":[^,}]*//g' "$d.jsonl" >"$d.loss"
+  if ! cmp -s "$ref.loss" "$d.loss" || ! cmp -s "$ref.st" "$d.st"; then
+    bad "auto $mib MiB: the run differs from dp=4 without recompute"; return
+  fi
+  ok
+  echo "  auto     $mib MiB devices: fits, identical; +$a FLOPs per step (recompute=$which: +$w)"
+}
+
 if [ "${ALL:-0}" = 1 ]; then
   # every check of the equivalence matrix
   # (fd 3: mpirun reads standard input)
@@ -83,4 +122,8 @@ else
   check llama 4 tp=2,sp=ring:2
   check llama 4 pp=2,tp=2
 fi
+# recompute=auto under a budget (the dp=4 runs above are the reference)
+[ -f "$tmp/gpt-4-dp_4-none.st" ] || check gpt 4 dp=4
+auto_case 21 selective
+auto_case 19 full
 finish

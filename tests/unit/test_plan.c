@@ -51,6 +51,11 @@ int main(void) {
   ASSERT_STR("dp=1,pp=3,schedule=1f1b,recompute=full+selective+none", s);
   ASSERT(0, parse_resolve("recompute=full", 1, &p, err));
   ASSERT(RECOMPUTE_FULL, plan_recompute_at(&p, 0));
+  ASSERT(0, parse_resolve("pp=2,recompute=auto+none", 2, &p, err));
+  ASSERT(RECOMPUTE_AUTO, plan_recompute_at(&p, 0));
+  ASSERT(RECOMPUTE_NONE, plan_recompute_at(&p, 1));
+  plan_str(&p, s, sizeof s);
+  ASSERT_STR("dp=1,pp=2,schedule=1f1b,recompute=auto+none", s);
   ASSERT(-1, parse_resolve("pp=2,recompute=full+none+none", 2, &p, err));
   ASSERT(1, strstr(err, "recompute gives 3 policies (one per pipeline stage) but the plan has 2 stages") != NULL);
   ASSERT(-1, parse_resolve("pp=2,recompute=full+", 2, &p, err));
