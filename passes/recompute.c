@@ -78,6 +78,12 @@ static void choose(R *r, const Recompute *how) {
       else if (r->vlayer[v->id] >= 0 && r->lid[i] != r->vlayer[v->id]) r->other[v->id] = true;
     }
   }
+  /* what reads a view reads its root */
+  for (int i = 0; i < r->nv; i++) {
+    Value *v = g->values.data[i];
+    if (v->alias && r->saved[v->id]) r->saved[root(v)->id] = true;
+    if (v->alias && r->other[v->id]) r->other[root(v)->id] = true;
+  }
   if (g->loss) r->other[g->loss->id] = true;
   if (g->send_act) r->other[g->send_act->id] = true;
   /* In forward order: a value is repeatable when its node is and every
