@@ -944,7 +944,7 @@ static int check_launch(Trainer *t, char **argv) {
 static void print_start(Trainer *t, long step, int weights_only) {
   const RtProgram *pg = t->pg;
   const RtTrainArgs *a = &t->args;
-  char d[512];
+  char d[4608]; /* a path of up to PATH_MAX and the counts */
   rt_train_data_describe(&t->data, d, sizeof d);
   printf("%sdata:     %s\n", pg->plan, d);
   if (a->load && weights_only)

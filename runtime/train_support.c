@@ -362,8 +362,9 @@ void rt_train_data_describe(const RtTrainData *d, char *buf, size_t cap) {
   rt_commas(w, sizeof w, d->tok.nwin);
   const char *fmt = d->tok.format == RT_DATA_TEXT ? "text bytes"
                     : d->tok.format == RT_DATA_LLMC ? "llm.c tokens" : "uint16 tokens";
-  snprintf(buf, cap, "%s: %s tokens (%s), %s windows of %d, shuffled per epoch", d->tok.path, n,
-           fmt, w, pg->seq);
+  int len = snprintf(buf, cap, "%s: %s tokens (%s), %s windows of %d, shuffled per epoch",
+                     d->tok.path, n, fmt, w, pg->seq);
+  rt_mark_cut(buf, cap, len);
 }
 
 /* ---- checkpoints ---- */
