@@ -284,9 +284,14 @@ typedef struct RtStSpec {
 } RtStSpec;
 
 /* Check the file holds exactly these tensors (extra ones are an error unless
- * allow_extra): one RT_ERR_MISMATCH message lists every missing, extra and
- * wrong shape/dtype tensor. */
+ * allow_extra): one RT_ERR_MISMATCH message of a few lines counts the
+ * missing, extra and wrong shape/dtype tensors and names the first few of
+ * each. */
 int rt_st_check(const RtStFile *f, const RtStSpec *specs, int nspecs, int allow_extra);
+/* The same, with a line naming the model the file holds (its __metadata__
+ * "model", when recorded) and `model`, the one expected. */
+int rt_st_check_model(const RtStFile *f, const RtStSpec *specs, int nspecs, int allow_extra,
+                      const char *model);
 
 /* ---------------------------------------------------------------------------
  * data.c — token streams for training.

@@ -531,7 +531,7 @@ int rt_ckpt_load(const RtProgram *pg, const RtParam *ps, int np, unsigned char *
     rt_st_close(f);
     return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", path);
   }
-  rc = rt_st_check(f, s, n, 0);
+  rc = rt_st_check_model(f, s, n, 0, pg->name);
   long steps = 0;
   if (rc == RT_OK && with_opt) {
     if (!st || parse_long(st, 0, &steps))
