@@ -627,6 +627,12 @@ int rt_st_save(RtStWriter *w, const char *path) {
     return rt_errorf(RT_ERR_IO, "%s: %s of temporary file '%s' failed: %s (the existing file, if any, is unchanged)",
                      path, what, tmp, strerror(err ? err : EIO));
   }
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    unlink(tmp);
+    return rt_errorf(RT_ERR_IO, "%s: not saved: it exists and is not a regular file (a directory, "
+                     "FIFO or device), which the save would replace", path);
+  }
   if (rename(tmp, path) != 0) {
     err = errno;
     unlink(tmp);

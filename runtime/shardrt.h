@@ -224,8 +224,9 @@ int rt_dtype_parse(const char *s, RtDtype *dt); /* 0 on success, -1 unknown */
 
 /* Writer: collect tensors (data is borrowed until save), then save atomically:
  * write PATH.tmp.PID in the same directory, fflush, fsync, rename over PATH,
- * fsync the directory. On any failure the temp file is removed and an existing
- * PATH is left untouched. */
+ * fsync the directory. An existing PATH that is not a regular file (a
+ * directory, FIFO, device) is refused. On any failure the temp file is
+ * removed and an existing PATH is left untouched. */
 typedef struct RtStWriter RtStWriter;
 
 RtStWriter *rt_st_writer_new(void);

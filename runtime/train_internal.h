@@ -91,8 +91,10 @@ void rt_train_data_describe(const RtTrainData *d, char *buf, size_t cap);
  * slots (rt_param_slot).
  */
 
-/* Fails early when a checkpoint could not be created at path: creates and
- * removes the temporary file the save will use. */
+/* Fails early when a checkpoint could not be created at path: an existing
+ * path that is not a regular file (a directory, FIFO, device: the save's
+ * rename would replace it), or a directory where the temporary file cannot
+ * be created (it creates and removes it). */
 int rt_ckpt_check_target(const char *path);
 int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int n, const unsigned char *base,
                  long step, const char *path);

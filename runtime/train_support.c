@@ -424,10 +424,22 @@ static int ckpt_specs(const RtProgram *pg, const RtParam *ps, int np, RtStSpec *
   return n;
 }
 
+/* What a file that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode) {
+  return S_ISDIR(mode)    ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "a special file";
+}
+
 int rt_ckpt_check_target(const char *path) {
   struct stat st;
-  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-    return rt_errorf(RT_ERR_IO, "%s: cannot save a checkpoint there: it is a directory", path);
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return rt_errorf(RT_ERR_IO, "%s: cannot save a checkpoint there: it is %s%s", path,
+                     file_kind(st.st_mode),
+                     S_ISDIR(st.st_mode) ? "" : ", not a regular file (a save would replace it)");
   char tmp[4096];
   if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
     return rt_errorf(RT_ERR_ARG, "%s: path too long", path);

@@ -67,6 +67,21 @@ train "$m" --steps 2 --save "$tmp/no/such/dir/x.ckpt"
 expect_fail "--save into a missing directory" "no/such/dir/x.ckpt: cannot save a checkpoint there"
 train "$m" --steps 2 --save "$tmp"
 expect_fail "--save to a directory" "cannot save a checkpoint there: it is a directory"
+# Nor onto a FIFO or a device node (the save's rename would replace it: as
+# root, --save /dev/null replaced /dev/null), directly or through a link;
+# refused before training, the node left as it was.
+mkfifo "$tmp/fifo" && ln -s "$tmp/fifo" "$tmp/fifo.link"
+for target in fifo fifo.link; do
+  train "$m" --steps 2 --save "$tmp/$target"
+  expect_fail "--save to a FIFO ($target)" "$target: cannot save a checkpoint there: it is a FIFO, not a regular file \(a save would replace it\)"
+  ! grep -q "^train:    steps" <<<"$out" && [ -p "$tmp/fifo" ] && [ -L "$tmp/fifo.link" ] && ok ||
+    bad "--save to a FIFO ($target): trained, or the FIFO was replaced"
+done
+if mknod "$tmp/null" c 1 3 2>/dev/null; then     # needs root (CAP_MKNOD)
+  train "$m" --steps 2 --save "$tmp/null"
+  expect_fail "--save to a device" "null: cannot save a checkpoint there: it is a character device, not a regular file"
+  [ -c "$tmp/null" ] && ok || bad "--save to a device node replaced it"
+fi
 # A non-finite loss stops the run without touching the checkpoint.
 cp "$tmp/good.ckpt" "$tmp/run.ckpt"
 edit "$tmp/good.ckpt" "$tmp/inf.ckpt" poison ln.weight

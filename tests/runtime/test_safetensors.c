@@ -244,6 +244,17 @@ static void test_atomic(const char *dir) {
   snprintf(nodir, sizeof nodir, "%s/no/such/dir/x.safetensors", dir);
   ASSERT_FAILS(RT_ERR_IO, rt_st_save(w, nodir), "no/such/dir/x.safetensors");
 
+  // 5. the target is not a regular file: refused, left as it was (a
+  // rename would have replaced a FIFO or a device node, /dev/null as root)
+  char fifo[512];
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  ASSERT(0, mkfifo(fifo, 0644));
+  ASSERT_FAILS(RT_ERR_IO, rt_st_save(w, fifo), "fifo: not saved", "not a regular file");
+  ASSERT_TRUE(stat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", fifo, (long)getpid());
+  ASSERT(-1, stat(tmp, &st));
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", p, (long)getpid());
+
   // and a successful save replaces the file
   ASSERT_OK(rt_st_save(w, p));
   rt_st_writer_free(w);
