@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -596,6 +597,9 @@ int rt_st_save(RtStWriter *w, const char *path) {
     return rt_errorf(RT_ERR_IO, "%s: cannot create temporary file '%s': %s", path, tmp,
                      strerror(errno));
   }
+  /* Held until the file is closed: a live writer's temporary file is never
+   * taken for a stale one (rt_ckpt_remove_stale), on any machine. */
+  (void)flock(fd, LOCK_EX | LOCK_NB);
   FILE *f = fdopen(fd, "wb");
   if (!f) {
     int err = errno;

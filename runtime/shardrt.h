@@ -223,10 +223,11 @@ size_t rt_dtype_size(RtDtype dt);      /* bytes per element */
 int rt_dtype_parse(const char *s, RtDtype *dt); /* 0 on success, -1 unknown */
 
 /* Writer: collect tensors (data is borrowed until save), then save atomically:
- * write PATH.tmp.PID in the same directory, fflush, fsync, rename over PATH,
- * fsync the directory. An existing PATH that is not a regular file (a
- * directory, FIFO, device) is refused. On any failure the temp file is
- * removed and an existing PATH is left untouched. */
+ * write PATH.tmp.PID in the same directory (locked with flock while it is
+ * written), fflush, fsync, rename over PATH, fsync the directory. An existing
+ * PATH that is not a regular file (a directory, FIFO, device) is refused. On
+ * any failure the temp file is removed and an existing PATH is left
+ * untouched. */
 typedef struct RtStWriter RtStWriter;
 
 RtStWriter *rt_st_writer_new(void);

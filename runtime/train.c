@@ -1027,7 +1027,8 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
   int weights_only = 0;
   if (a->load && !all_ok(t, load_checkpoint(t, a->load, &step, &weights_only) == RT_OK))
     return finish(t, 1);
-  if (a->save && !all_ok(t, t->rank != 0 || rt_ckpt_check_target(a->save) == RT_OK))
+  if (a->save &&
+      !all_ok(t, t->rank != 0 || rt_ckpt_check_target(a->save, t->rank == 0 && !a->quiet) == RT_OK))
     return finish(t, 1);
   if (!all_ok(t, rt_train_data_open(&t->data, pg, a->data, a->seed) == RT_OK))
     return finish(t, 1);

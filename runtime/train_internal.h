@@ -94,8 +94,17 @@ void rt_train_data_describe(const RtTrainData *d, char *buf, size_t cap);
 /* Fails early when a checkpoint could not be created at path: an existing
  * path that is not a regular file (a directory, FIFO, device: the save's
  * rename would replace it), or a directory where the temporary file cannot
- * be created (it creates and removes it). */
-int rt_ckpt_check_target(const char *path);
+ * be created (it creates and removes it).  Before that it removes the
+ * temporary files of interrupted saves to path (rt_ckpt_remove_stale).
+ * Call once, before this process saves. */
+int rt_ckpt_check_target(const char *path, int say);
+/* Removes PATH.tmp.PID files (rt_st_save's temporaries) of processes that
+ * no longer exist on this machine (or of this process: its id was reused,
+ * it has not saved yet) and whose lock no process holds (rt_st_save locks
+ * its temporary file while writing it): a run killed in the middle of a
+ * save leaves one, as large as the checkpoint.  Each removal is printed on
+ * stdout when say is set; a failure to remove one is a warning on stderr. */
+void rt_ckpt_remove_stale(const char *path, int say);
 int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int n, const unsigned char *base,
                  long step, const char *path);
 /* Loads parameters and optimizer state and sets *step (steps done). A file

@@ -7,6 +7,8 @@
 #include <signal.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -434,12 +436,77 @@ static const char *file_kind(mode_t mode) {
                           : "a special file";
 }
 
-int rt_ckpt_check_target(const char *path) {
+/* Whether the temporary file name (in path's directory) was left by an
+ * interrupted save: PATH.tmp.PID (rt_st_save's name) of a process that no
+ * longer exists on this machine, or of this one (a reused id: this process
+ * has not saved yet), whose lock no process holds (a live writer holds
+ * one, on any machine). *pid: the id in its name. */
+static int stale_temp(const char *dir, const char *name, const char *base, char *full,
+                      size_t cap, long *pid, off_t *bytes) {
+  size_t nb = strlen(base);
+  if (strncmp(name, base, nb) || strncmp(name + nb, ".tmp.", 5))
+    return 0;
+  const char *digits = name + nb + 5;
+  char *end;
+  errno = 0;
+  long p = strtol(digits, &end, 10);
+  if (!*digits || *digits < '1' || *digits > '9' || *end || errno || p > INT_MAX)
+    return 0;
+  if ((size_t)snprintf(full, cap, "%s/%s", dir, name) >= cap)
+    return 0;
+  struct stat st;
+  if (lstat(full, &st) != 0 || !S_ISREG(st.st_mode))
+    return 0;
+  if (p != (long)getpid() && !(kill((pid_t)p, 0) != 0 && errno == ESRCH))
+    return 0;
+  int fd = open(full, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return 0;
+  int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd);
+  *pid = p;
+  *bytes = st.st_size;
+  return !held;
+}
+
+void rt_ckpt_remove_stale(const char *path, int say) {
+  const char *slash = strrchr(path, '/');
+  char dir[4096];
+  const char *base = slash ? slash + 1 : path;
+  if (!slash || slash == path)
+    snprintf(dir, sizeof dir, "%s", slash ? "/" : ".");
+  else if ((size_t)snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path) >= sizeof dir)
+    return;
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *e;
+  char full[8192];
+  while ((e = readdir(d))) {
+    long pid;
+    off_t bytes;
+    if (!stale_temp(dir, e->d_name, base, full, sizeof full, &pid, &bytes))
+      continue;
+    char n[32];
+    rt_commas(n, sizeof n, (unsigned long long)bytes);
+    if (unlink(full) != 0)
+      fprintf(stderr, "train: warning: cannot remove '%s', the temporary file of an interrupted "
+                      "save (process %ld no longer exists): %s\n", full, pid, strerror(errno));
+    else if (say)
+      printf("removed:  %s (%s bytes), the temporary file of an interrupted save (process %ld "
+             "no longer exists)\n", full, n, pid);
+  }
+  closedir(d);
+  fflush(stdout);
+}
+
+int rt_ckpt_check_target(const char *path, int say) {
   struct stat st;
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
     return rt_errorf(RT_ERR_IO, "%s: cannot save a checkpoint there: it is %s%s", path,
                      file_kind(st.st_mode),
                      S_ISDIR(st.st_mode) ? "" : ", not a regular file (a save would replace it)");
+  rt_ckpt_remove_stale(path, say);
   char tmp[4096];
   if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
     return rt_errorf(RT_ERR_ARG, "%s: path too long", path);

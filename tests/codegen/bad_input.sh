@@ -99,6 +99,21 @@ ls "$tmp"/run.ckpt.tmp.* >/dev/null 2>&1 && [ -s "$(ls "$tmp"/run.ckpt.tmp.* | h
 [ "$(md5sum <"$tmp/run.ckpt")" = "$sum" ] && ok || bad "a kill during --save damaged the previous checkpoint"
 train "$m" --steps 3 --load "$tmp/run.ckpt"
 [ $rc -eq 0 ] && grep -q "loaded:   .*run.ckpt (step 2)" <<<"$out" && ok || bad "the previous checkpoint no longer loads: $out"
+# The next save to that path removes the temporary file of the killed run
+# and says so; those of a live process (this shell) and of a writer holding
+# the file's lock (a process that exists elsewhere, as on another node)
+# stay.
+dead=$(ls "$tmp"/run.ckpt.tmp.* | head -1)
+dead_pid=${dead##*.}
+: >"$tmp/run.ckpt.tmp.$$"
+exec {lockfd}>"$tmp/run.ckpt.tmp.99999999" && flock "$lockfd"   # this shell holds the lock
+train "$m" --steps 3 --load "$tmp/run.ckpt" --save "$tmp/run.ckpt"
+[ $rc -eq 0 ] && grep -qE "^removed:  .*/run.ckpt.tmp.$dead_pid \([0-9,]+ bytes\), the temporary file of an interrupted save \(process $dead_pid no longer exists\)$" <<<"$out" &&
+  [ ! -e "$dead" ] && ok || bad "the killed save's temporary file was not removed, or not said: $out"
+[ "$(grep -c "^removed:" <<<"$out")" = 1 ] && [ -e "$tmp/run.ckpt.tmp.$$" ] &&
+  [ -e "$tmp/run.ckpt.tmp.99999999" ] && ok || bad "a live or locked temporary file was removed: $out"
+exec {lockfd}>&-
+rm -f "$tmp/run.ckpt.tmp.$$" "$tmp/run.ckpt.tmp.99999999"
 
 # ---- ranks ----
 build gpt "$tmp/gpt" && {
