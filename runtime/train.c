@@ -36,6 +36,10 @@ struct RtTrainer {
   RtTrainData data;
   RtMetrics log;
   struct RtMesh *mesh;   /* NULL on one rank */
+  int have_first;        /* first_loss is this run's first step's loss */
+  double first_loss;
+  long first_step;
+  int warned;            /* the divergence warning was printed */
 #ifdef RT_TRAIN_MPI
   RtMesh mesh_store;
   int mpi_started;       /* MPI_Init was ours: MPI_Finalize is too */
@@ -673,6 +677,53 @@ static void optimizer_step(Trainer *t, const RtStepOp *op, long step, double lr,
   }
 }
 
+/* Whether any rank says x (every rank learns it). */
+static int any_rank(Trainer *t, int x) {
+#ifdef RT_TRAIN_MPI
+  if (t->world > 1)
+    MPI_OK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+#endif
+  (void)t;
+  return x;
+}
+
+/* A loss above RT_DIVERGENCE_FACTOR times this run's first one (when that
+ * is positive): warned about once; with --stop-on-divergence an error that
+ * stops the run before this step's update, as a non-finite loss does.
+ * Returns 1 to stop; every rank stops alike. */
+static int diverging(Trainer *t, long step, double loss) {
+  if (!t->have_first) {
+    t->have_first = 1;
+    t->first_loss = loss;
+    t->first_step = step;
+    return 0;
+  }
+  const int stop = t->args.stop_on_divergence;
+  int over = t->first_loss > 0 && loss > RT_DIVERGENCE_FACTOR * t->first_loss;
+  if (stop)
+    over = any_rank(t, over); /* each rank's sum may round apart */
+  if (!over || (t->warned && !stop))
+    return 0;
+  t->warned = 1;
+  if (t->rank != 0)
+    return stop;
+  char what[160];
+  snprintf(what, sizeof what, "step %ld: the loss %.6g is over %d times its first value (%.6g at "
+           "step %ld)", step + 1, loss, RT_DIVERGENCE_FACTOR, t->first_loss, t->first_step + 1);
+  fflush(stdout);
+  if (isatty(fileno(stdout)) && isatty(fileno(stderr)))
+    fputc('\n', stderr); /* past the progress line */
+  const char *save = t->args.save;
+  if (stop)
+    fprintf(stderr, "train: error: %s: training diverged; stopping without saving%s%s%s; lower "
+                    "the learning rate\n", what, save ? " (" : "", save ? save : "",
+            save ? " keeps its last good state)" : "");
+  else
+    fprintf(stderr, "train: warning: %s: training is diverging; lower the learning rate, or pass "
+                    "--stop-on-divergence to stop such a run\n", what);
+  return stop;
+}
+
 /* The step table from `from`: reductions, loss, norm, then (at the
  * optimizer, or at the end) the finite check and the update.  Returns 0, or
  * 1 after a non-finite loss or norm (reported; every rank sees the same). */
@@ -695,6 +746,8 @@ static int run_step(Trainer *t, long step, double *loss, double *lr) {
                   save ? " (" : "", save ? save : "", save ? " keeps its last good state)" : "");
         return 1;
       }
+      if (diverging(t, step, *loss))
+        return 1;
       *lr = rt_train_lr(pg, step);
     }
     if (!op)

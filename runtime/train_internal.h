@@ -13,7 +13,8 @@
 
 /* ---------------------------------------------------------------------------
  * Flags:  --steps N --seed S --data FILE --load CKPT --save CKPT
- *         --save-every N --log FILE.jsonl --quiet --help --gradcheck N
+ *         --save-every N --log FILE.jsonl --quiet --stop-on-divergence
+ *         --help --gradcheck N
  */
 typedef struct RtTrainArgs {
   long steps;          /* train until this global step (default: the program's steps) */
@@ -21,8 +22,15 @@ typedef struct RtTrainArgs {
   const char *data, *load, *save, *log;
   long save_every;
   int quiet;
+  int stop_on_divergence; /* a diverging loss (RT_DIVERGENCE_FACTOR) is an error */
   int gradcheck;       /* --gradcheck N (testing, f64 builds): N entries per tensor */
 } RtTrainArgs;
+
+/* A loss above this many times its first value in a run is diverging: the
+ * driver warns once, and stops with --stop-on-divergence.  (The first
+ * loss of a language model is about ln(vocab), what guessing uniformly
+ * costs; ten times that is far worse than guessing.) */
+#define RT_DIVERGENCE_FACTOR 10
 
 /* Parses argv. Returns 0 to run, 1 after printing --help (exit 0), -1 after
  * printing a usage error (exit 2). Prints only when `print` is set (rank 0). */

@@ -48,7 +48,7 @@ static void usage(const RtProgram *pg, FILE *f) {
   rt_commas(np, sizeof np, count);
   fprintf(f,
           "usage: train [--steps N] [--seed S] [--data FILE] [--load CKPT] [--save CKPT]\n"
-          "             [--save-every N] [--log FILE.jsonl] [--quiet]\n"
+          "             [--save-every N] [--log FILE.jsonl] [--quiet] [--stop-on-divergence]\n"
           "\n"
           "Trains model '%s' from %s (%s parameters, %s) with the plan\n"
           "printed at start. ",
@@ -87,11 +87,17 @@ static void usage(const RtProgram *pg, FILE *f) {
           "                   when resuming with --load):\n"
           "                   {\"step\":1,\"loss\":4.17,\"lr\":0.0006,\"step_ms\":12.3,"
           "\"tokens_per_s\":10400}\n"
-          "  --quiet          print nothing but errors\n"
+          "  --quiet          print nothing but warnings and errors\n"
+          "  --stop-on-divergence\n"
+          "                   stop (exit 1, without saving) when the loss exceeds %d times\n"
+          "                   its first value in this run; without it that is a warning,\n"
+          "                   printed once, and training goes on\n"
           "  --help           print this help\n"
           "\n"
           "Exit status: 0 on success, 1 on a run-time error (bad data or checkpoint, a\n"
-          "non-finite loss, wrong number of ranks), 2 on a usage error.\n");
+          "non-finite loss, a diverging one with --stop-on-divergence, wrong number of\n"
+          "ranks), 2 on a usage error.\n",
+          RT_DIVERGENCE_FACTOR);
 }
 
 static int parse_long(const char *s, long lo, long *out) {
@@ -136,6 +142,8 @@ int rt_train_args_parse(RtTrainArgs *a, const RtProgram *pg, int argc, char **ar
       return 1;
     } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
       a->quiet = 1;
+    } else if (!strcmp(arg, "--stop-on-divergence")) {
+      a->stop_on_divergence = 1;
     } else if ((v = flag_value(argc, argv, &i, "--steps", &missing))) {
       if (parse_long(v, 0, &a->steps))
         bad = "--steps needs a whole number >= 0";

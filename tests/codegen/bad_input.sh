@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Bad input at run time: every case is a clear message naming the file,
 # tensor or step, a non-zero exit, and no existing checkpoint damaged,
-# including a SIGKILL in the middle of writing one.  Also the wrong number
-# of MPI ranks.
+# including a SIGKILL in the middle of writing one (whose temporary file the
+# next save removes), nor any FIFO or device node --save is pointed at.  A
+# diverging loss: a warning, or an error with --stop-on-divergence.  Also
+# the wrong number of MPI ranks.
 #   tests/codegen/bad_input.sh SHARDC
 bin="$1"
 source "$(dirname "$0")/lib.sh"
@@ -114,6 +116,25 @@ train "$m" --steps 3 --load "$tmp/run.ckpt" --save "$tmp/run.ckpt"
   [ -e "$tmp/run.ckpt.tmp.99999999" ] && ok || bad "a live or locked temporary file was removed: $out"
 exec {lockfd}>&-
 rm -f "$tmp/run.ckpt.tmp.$$" "$tmp/run.ckpt.tmp.99999999"
+
+# ---- divergence ----
+# AdamW at lr 10: the loss soon exceeds 10 times its first value. One
+# warning, and the run goes on; --stop-on-divergence stops it (exit 1)
+# without saving.
+sed 's/sgd(lr = 0.05, momentum = 0.9)/adamw(lr = 10)/' samples/mlp.shard >"$tmp/mlp_lr10.shard"
+if out=$("$bin" build "$tmp/mlp_lr10.shard" -o "$tmp/div" 2>&1); then
+  train "$tmp/div" --steps 20
+  [ $rc -eq 0 ] && [ "$(grep -c "warning" <<<"$out")" = 1 ] &&
+    grep -qE "^train: warning: step [0-9]+: the loss [0-9.e+]+ is over 10 times its first value \([0-9.]+ at step 1\): training is diverging; lower the learning rate, or pass --stop-on-divergence to stop such a run$" <<<"$out" &&
+    ok || bad "a diverging run: no single clear warning (exit $rc): $out"
+  train "$tmp/div" --steps 1 --save "$tmp/div.ckpt" --quiet
+  sum=$(md5sum <"$tmp/div.ckpt")
+  train "$tmp/div" --steps 20 --save "$tmp/div.ckpt" --stop-on-divergence
+  expect_fail "--stop-on-divergence" "^train: error: step [0-9]+: the loss .* is over 10 times its first value .*: training diverged; stopping without saving \(.*div.ckpt keeps its last good state\)"
+  [ "$(md5sum <"$tmp/div.ckpt")" = "$sum" ] && ok || bad "--stop-on-divergence changed the checkpoint"
+else
+  bad "build mlp at lr 10: $out"
+fi
 
 # ---- ranks ----
 build gpt "$tmp/gpt" && {
