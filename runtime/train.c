@@ -870,6 +870,8 @@ static void report_pipeline(Trainer *t, long step, size_t measured, int say) {
       if (len[j] < (int)sizeof line[j] - 40)
         len[j] += snprintf(line[j] + len[j], sizeof line[j] - (size_t)len[j], "%s%s",
                            s ? " / " : "", c);
+      else if (s == pg->pp - 1) /* the stages that did not fit: said, not dropped */
+        snprintf(line[j] + len[j], sizeof line[j] - (size_t)len[j], " / … (%d stages)", pg->pp);
     }
   }
   if (say) {
