@@ -20,12 +20,16 @@ const char *rt_axis_name(RtAxis ax) { return rt_axis_rt_name((int)ax); }
  * unbuffered and forwarded per write, so a line printed in pieces can be
  * split by another rank's output or by mpirun's own abort notice. */
 static void __attribute__((noreturn)) mesh_die_(const RtMesh *m, const char *what) {
-  char line[1400];
+  char line[4600];
+  int len;
   if (m)
-    snprintf(line, sizeof line, "train: rank %d (pp=%d dp=%d sp=%d tp=%d)%s\n", m->rank,
-             m->coord[RT_AX_PP], m->coord[RT_AX_DP], m->coord[RT_AX_SP], m->coord[RT_AX_TP], what);
+    len = snprintf(line, sizeof line - 1, "train: rank %d (pp=%d dp=%d sp=%d tp=%d)%s", m->rank,
+                   m->coord[RT_AX_PP], m->coord[RT_AX_DP], m->coord[RT_AX_SP],
+                   m->coord[RT_AX_TP], what);
   else
-    snprintf(line, sizeof line, "train%s\n", what);
+    len = snprintf(line, sizeof line - 1, "train%s", what);
+  rt_mark_cut(line, sizeof line - 1, len);
+  strcat(line, "\n");
   fputs(line, stderr);
   fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
@@ -33,11 +37,12 @@ static void __attribute__((noreturn)) mesh_die_(const RtMesh *m, const char *wha
 }
 
 void rt_mesh_fail(const RtMesh *m, const char *fmt, ...) {
-  char msg[1024], what[1100];
+  char msg[4200], what[4300]; /* room for any rt_last_error() */
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  int len = vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  rt_mark_cut(msg, sizeof msg, len);
   snprintf(what, sizeof what, ": error: %s", msg);
   mesh_die_(m, what);
 }

@@ -10,10 +10,21 @@ const char *rt_last_error(void) { return rt_errbuf; }
 
 void rt_clear_error(void) { rt_errbuf[0] = '\0'; }
 
+void rt_mark_cut(char *buf, size_t cap, int len) {
+  static const char mark[] = "…"; /* 3 bytes of UTF-8 */
+  if (len < 0 || (size_t)len < cap || cap < sizeof mark)
+    return;
+  size_t at = cap - sizeof mark;
+  while (at > 0 && ((unsigned char)buf[at] & 0xC0) == 0x80) /* not inside a character */
+    at--;
+  memcpy(buf + at, mark, sizeof mark);
+}
+
 int rt_errorf(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(rt_errbuf, sizeof rt_errbuf, fmt, ap);
+  int len = vsnprintf(rt_errbuf, sizeof rt_errbuf, fmt, ap);
   va_end(ap);
+  rt_mark_cut(rt_errbuf, sizeof rt_errbuf, len);
   return code;
 }

@@ -31,6 +31,10 @@
 int rt_blas_serial_begin(void);
 void rt_blas_serial_end(int prev);
 
+/* After len = snprintf(buf, cap, ...): a message that did not fit ends in
+ * "…" (cut on a character boundary), so no message is cut silently. */
+void rt_mark_cut(char *buf, size_t cap, int len);
+
 /* Salt for the dropout stream, so it never coincides with an init stream. */
 #define RT_DROPOUT_SALT 0xD50F7A11C0FFEE01ull
 

@@ -191,7 +191,8 @@ typedef struct RtProgram {
 
 /* Runs the training program: progs[r] is pipeline rank r's (nprogs of
  * them; one without a pipeline).  Parses the flags (--steps --seed --data
- * --load --save --save-every --log --quiet --help --gradcheck), checks the
+ * --load --save --save-every --log --quiet --stop-on-divergence --help
+ * --gradcheck), checks the
  * launch, trains, saves; returns the exit status (0, 1 run-time error, 2
  * usage error). */
 int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **argv);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -596,6 +597,9 @@ int rt_st_save(RtStWriter *w, const char *path) {
     return rt_errorf(RT_ERR_IO, "%s: cannot create temporary file '%s': %s", path, tmp,
                      strerror(errno));
   }
+  /* Held until the file is closed: a live writer's temporary file is never
+   * taken for a stale one (rt_ckpt_remove_stale), on any machine. */
+  (void)flock(fd, LOCK_EX | LOCK_NB);
   FILE *f = fdopen(fd, "wb");
   if (!f) {
     int err = errno;
@@ -626,6 +630,12 @@ int rt_st_save(RtStWriter *w, const char *path) {
     unlink(tmp);
     return rt_errorf(RT_ERR_IO, "%s: %s of temporary file '%s' failed: %s (the existing file, if any, is unchanged)",
                      path, what, tmp, strerror(err ? err : EIO));
+  }
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    unlink(tmp);
+    return rt_errorf(RT_ERR_IO, "%s: not saved: it exists and is not a regular file (a directory, "
+                     "FIFO or device), which the save would replace", path);
   }
   if (rename(tmp, path) != 0) {
     err = errno;
@@ -977,44 +987,93 @@ int rt_st_read_slice(const RtStFile *f, const char *name, RtDtype dtype, int ndi
   return RT_OK;
 }
 
-int rt_st_check(const RtStFile *f, const RtStSpec *specs, int nspecs, int allow_extra) {
+/* At most this many names per line of a mismatch message; the rest are counted. */
+#define RT_ST_LIST 5
+
+/* "  HEAD: 'a', 'b', 'c', 'd', 'e' and 7 more" */
+static void list_line(FILE *m, const char *head, const char *const *names, int n) {
+  fprintf(m, "\n  %s: ", head);
+  for (int i = 0; i < n && i < RT_ST_LIST; i++)
+    fprintf(m, "%s'%s'", i ? ", " : "", names[i]);
+  if (n > RT_ST_LIST)
+    fprintf(m, " and %d more", n - RT_ST_LIST);
+}
+
+int rt_st_check_model(const RtStFile *f, const RtStSpec *specs, int nspecs, int allow_extra,
+                      const char *model) {
+  const char **missing = calloc((size_t)nspecs + 1, sizeof *missing);
+  const char **extra = calloc((size_t)f->ntensors + 1, sizeof *extra);
   char *msg = NULL;
   size_t mlen = 0;
-  FILE *m = open_memstream(&msg, &mlen);
-  if (!m)
+  FILE *m = missing && extra ? open_memstream(&msg, &mlen) : NULL;
+  if (!m) {
+    free(missing);
+    free(extra);
     return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", f->path);
-  int nmissing = 0, nbad = 0, nextra = 0;
+  }
+  int nmissing = 0, nextra = 0, nbad = 0;
   for (int i = 0; i < nspecs; i++)
     if (!rt_st_find(f, specs[i].name))
-      fprintf(m, "%s'%s'", nmissing++ ? ", " : "; missing tensors: ", specs[i].name);
+      missing[nmissing++] = specs[i].name;
   for (int i = 0; i < f->ntensors && !allow_extra; i++) {
     int known = 0;
     for (int j = 0; j < nspecs && !known; j++)
       known = strcmp(specs[j].name, f->tensors[i].name) == 0;
     if (!known)
-      fprintf(m, "%s'%s'", nextra++ ? ", " : "; unexpected tensors: ", f->tensors[i].name);
+      extra[nextra++] = f->tensors[i].name;
+  }
+  fprintf(m, "%s: checkpoint does not match the model", f->path);
+  if (model) {
+    const char *theirs = rt_st_meta(f, "model");
+    if (theirs && !strcmp(theirs, model))
+      fprintf(m, "\n  model: '%s' in the file and in this program", model);
+    else if (theirs)
+      fprintf(m, "\n  model: '%s' in the file, '%s' in this program", theirs, model);
+    else
+      fprintf(m, "\n  model: not recorded in the file, '%s' in this program", model);
+  }
+  if (nmissing) {
+    char head[96];
+    snprintf(head, sizeof head, "missing tensors (%d of the %d expected)", nmissing,
+             nspecs);
+    list_line(m, head, missing, nmissing);
+  }
+  if (nextra) {
+    char head[96];
+    snprintf(head, sizeof head, "unexpected tensors (%d of the %d in the file)", nextra,
+             f->ntensors);
+    list_line(m, head, extra, nextra);
   }
   for (int i = 0; i < nspecs; i++) {
     const RtStTensor *t = rt_st_find(f, specs[i].name);
     if (!t)
       continue;
-    if (t->dtype != specs[i].dtype) {
-      fprintf(m, "; tensor '%s' has dtype %s, expected %s", t->name, rt_dtype_name(t->dtype),
-              rt_dtype_name(specs[i].dtype));
-      nbad++;
-    }
-    if (!same_shape(t->ndim, t->shape, specs[i].ndim, specs[i].shape)) {
+    int dtype = t->dtype != specs[i].dtype;
+    int shape = !same_shape(t->ndim, t->shape, specs[i].ndim, specs[i].shape);
+    if ((dtype || shape) && nbad++ < RT_ST_LIST) {
       char have[200], want[200];
       shape_str(have, sizeof have, t->ndim, t->shape);
       shape_str(want, sizeof want, specs[i].ndim, specs[i].shape);
-      fprintf(m, "; tensor '%s' has shape %s, expected %s", t->name, have, want);
-      nbad++;
+      fprintf(m, "\n  tensor '%s' has", t->name);
+      if (dtype)
+        fprintf(m, " dtype %s, expected %s%s", rt_dtype_name(t->dtype),
+                rt_dtype_name(specs[i].dtype), shape ? ";" : "");
+      if (shape)
+        fprintf(m, " shape %s, expected %s", have, want);
     }
   }
+  if (nbad > RT_ST_LIST)
+    fprintf(m, "\n  and %d more tensors of another dtype or shape", nbad - RT_ST_LIST);
   fclose(m);
   int rc = RT_OK;
   if (nmissing || nextra || nbad)
-    rc = rt_errorf(RT_ERR_MISMATCH, "%s: checkpoint does not match the model%s", f->path, msg);
+    rc = rt_errorf(RT_ERR_MISMATCH, "%s", msg);
   free(msg);
+  free(missing);
+  free(extra);
   return rc;
+}
+
+int rt_st_check(const RtStFile *f, const RtStSpec *specs, int nspecs, int allow_extra) {
+  return rt_st_check_model(f, specs, nspecs, allow_extra, NULL);
 }

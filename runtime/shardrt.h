@@ -223,9 +223,11 @@ size_t rt_dtype_size(RtDtype dt);      /* bytes per element */
 int rt_dtype_parse(const char *s, RtDtype *dt); /* 0 on success, -1 unknown */
 
 /* Writer: collect tensors (data is borrowed until save), then save atomically:
- * write PATH.tmp.PID in the same directory, fflush, fsync, rename over PATH,
- * fsync the directory. On any failure the temp file is removed and an existing
- * PATH is left untouched. */
+ * write PATH.tmp.PID in the same directory (locked with flock while it is
+ * written), fflush, fsync, rename over PATH, fsync the directory. An existing
+ * PATH that is not a regular file (a directory, FIFO, device) is refused. On
+ * any failure the temp file is removed and an existing PATH is left
+ * untouched. */
 typedef struct RtStWriter RtStWriter;
 
 RtStWriter *rt_st_writer_new(void);
@@ -284,9 +286,14 @@ typedef struct RtStSpec {
 } RtStSpec;
 
 /* Check the file holds exactly these tensors (extra ones are an error unless
- * allow_extra): one RT_ERR_MISMATCH message lists every missing, extra and
- * wrong shape/dtype tensor. */
+ * allow_extra): one RT_ERR_MISMATCH message of a few lines counts the
+ * missing, extra and wrong shape/dtype tensors and names the first few of
+ * each. */
 int rt_st_check(const RtStFile *f, const RtStSpec *specs, int nspecs, int allow_extra);
+/* The same, with a line naming the model the file holds (its __metadata__
+ * "model", when recorded) and `model`, the one expected. */
+int rt_st_check_model(const RtStFile *f, const RtStSpec *specs, int nspecs, int allow_extra,
+                      const char *model);
 
 /* ---------------------------------------------------------------------------
  * data.c — token streams for training.

@@ -36,6 +36,10 @@ struct RtTrainer {
   RtTrainData data;
   RtMetrics log;
   struct RtMesh *mesh;   /* NULL on one rank */
+  int have_first;        /* first_loss is this run's first step's loss */
+  double first_loss;
+  long first_step;
+  int warned;            /* the divergence warning was printed */
 #ifdef RT_TRAIN_MPI
   RtMesh mesh_store;
   int mpi_started;       /* MPI_Init was ours: MPI_Finalize is too */
@@ -675,6 +679,53 @@ static void optimizer_step(Trainer *t, const RtStepOp *op, long step, double lr,
   }
 }
 
+/* Whether any rank says x (every rank learns it). */
+static int any_rank(Trainer *t, int x) {
+#ifdef RT_TRAIN_MPI
+  if (t->world > 1)
+    MPI_OK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+#endif
+  (void)t;
+  return x;
+}
+
+/* A loss above RT_DIVERGENCE_FACTOR times this run's first one (when that
+ * is positive): warned about once; with --stop-on-divergence an error that
+ * stops the run before this step's update, as a non-finite loss does.
+ * Returns 1 to stop; every rank stops alike. */
+static int diverging(Trainer *t, long step, double loss) {
+  if (!t->have_first) {
+    t->have_first = 1;
+    t->first_loss = loss;
+    t->first_step = step;
+    return 0;
+  }
+  const int stop = t->args.stop_on_divergence;
+  int over = t->first_loss > 0 && loss > RT_DIVERGENCE_FACTOR * t->first_loss;
+  if (stop)
+    over = any_rank(t, over); /* each rank's sum may round apart */
+  if (!over || (t->warned && !stop))
+    return 0;
+  t->warned = 1;
+  if (t->rank != 0)
+    return stop;
+  char what[160];
+  snprintf(what, sizeof what, "step %ld: the loss %.6g is over %d times its first value (%.6g at "
+           "step %ld)", step + 1, loss, RT_DIVERGENCE_FACTOR, t->first_loss, t->first_step + 1);
+  fflush(stdout);
+  if (isatty(fileno(stdout)) && isatty(fileno(stderr)))
+    fputc('\n', stderr); /* past the progress line */
+  const char *save = t->args.save;
+  if (stop)
+    fprintf(stderr, "train: error: %s: training diverged; stopping without saving%s%s%s; lower "
+                    "the learning rate\n", what, save ? " (" : "", save ? save : "",
+            save ? " keeps its last good state)" : "");
+  else
+    fprintf(stderr, "train: warning: %s: training is diverging; lower the learning rate, or pass "
+                    "--stop-on-divergence to stop such a run\n", what);
+  return stop;
+}
+
 /* The step table from `from`: reductions, loss, norm, then (at the
  * optimizer, or at the end) the finite check and the update.  Returns 0, or
  * 1 after a non-finite loss or norm (reported; every rank sees the same). */
@@ -697,6 +748,8 @@ static int run_step(Trainer *t, long step, double *loss, double *lr) {
                   save ? " (" : "", save ? save : "", save ? " keeps its last good state)" : "");
         return 1;
       }
+      if (diverging(t, step, *loss))
+        return 1;
       *lr = rt_train_lr(pg, step);
     }
     if (!op)
@@ -820,6 +873,8 @@ static void report_pipeline(Trainer *t, long step, size_t measured, int say) {
       if (len[j] < (int)sizeof line[j] - 40)
         len[j] += snprintf(line[j] + len[j], sizeof line[j] - (size_t)len[j], "%s%s",
                            s ? " / " : "", c);
+      else if (s == pg->pp - 1) /* the stages that did not fit: said, not dropped */
+        snprintf(line[j] + len[j], sizeof line[j] - (size_t)len[j], " / … (%d stages)", pg->pp);
     }
   }
   if (say) {
@@ -947,7 +1002,7 @@ static int check_launch(Trainer *t, char **argv) {
 static void print_start(Trainer *t, long step, int weights_only) {
   const RtProgram *pg = t->pg;
   const RtTrainArgs *a = &t->args;
-  char d[512];
+  char d[4608]; /* a path of up to PATH_MAX and the counts */
   rt_train_data_describe(&t->data, d, sizeof d);
   printf("%sdata:     %s\n", pg->plan, d);
   if (a->load && weights_only)
@@ -1035,7 +1090,8 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
   int weights_only = 0;
   if (a->load && !all_ok(t, load_checkpoint(t, a->load, &step, &weights_only) == RT_OK))
     return finish(t, 1);
-  if (a->save && !all_ok(t, t->rank != 0 || rt_ckpt_check_target(a->save) == RT_OK))
+  if (a->save &&
+      !all_ok(t, t->rank != 0 || rt_ckpt_check_target(a->save, t->rank == 0 && !a->quiet) == RT_OK))
     return finish(t, 1);
   if (!all_ok(t, rt_train_data_open(&t->data, pg, a->data, a->seed) == RT_OK))
     return finish(t, 1);

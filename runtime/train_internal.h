@@ -13,7 +13,8 @@
 
 /* ---------------------------------------------------------------------------
  * Flags:  --steps N --seed S --data FILE --load CKPT --save CKPT
- *         --save-every N --log FILE.jsonl --quiet --help --gradcheck N
+ *         --save-every N --log FILE.jsonl --quiet --stop-on-divergence
+ *         --help --gradcheck N
  */
 typedef struct RtTrainArgs {
   long steps;          /* train until this global step (default: the program's steps) */
@@ -21,8 +22,15 @@ typedef struct RtTrainArgs {
   const char *data, *load, *save, *log;
   long save_every;
   int quiet;
+  int stop_on_divergence; /* a diverging loss (RT_DIVERGENCE_FACTOR) is an error */
   int gradcheck;       /* --gradcheck N (testing, f64 builds): N entries per tensor */
 } RtTrainArgs;
+
+/* A loss above this many times its first value in a run is diverging: the
+ * driver warns once, and stops with --stop-on-divergence.  (The first
+ * loss of a language model is about ln(vocab), what guessing uniformly
+ * costs; ten times that is far worse than guessing.) */
+#define RT_DIVERGENCE_FACTOR 10
 
 /* Parses argv. Returns 0 to run, 1 after printing --help (exit 0), -1 after
  * printing a usage error (exit 2). Prints only when `print` is set (rank 0). */
@@ -91,9 +99,20 @@ void rt_train_data_describe(const RtTrainData *d, char *buf, size_t cap);
  * slots (rt_param_slot).
  */
 
-/* Fails early when a checkpoint could not be created at path: creates and
- * removes the temporary file the save will use. */
-int rt_ckpt_check_target(const char *path);
+/* Fails early when a checkpoint could not be created at path: an existing
+ * path that is not a regular file (a directory, FIFO, device: the save's
+ * rename would replace it), or a directory where the temporary file cannot
+ * be created (it creates and removes it).  Before that it removes the
+ * temporary files of interrupted saves to path (rt_ckpt_remove_stale).
+ * Call once, before this process saves. */
+int rt_ckpt_check_target(const char *path, int say);
+/* Removes PATH.tmp.PID files (rt_st_save's temporaries) of processes that
+ * no longer exist on this machine (or of this process: its id was reused,
+ * it has not saved yet) and whose lock no process holds (rt_st_save locks
+ * its temporary file while writing it): a run killed in the middle of a
+ * save leaves one, as large as the checkpoint.  Each removal is printed on
+ * stdout when say is set; a failure to remove one is a warning on stderr. */
+void rt_ckpt_remove_stale(const char *path, int say);
 int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int n, const unsigned char *base,
                  long step, const char *path);
 /* Loads parameters and optimizer state and sets *step (steps done). A file

@@ -7,6 +7,8 @@
 #include <signal.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -46,7 +48,7 @@ static void usage(const RtProgram *pg, FILE *f) {
   rt_commas(np, sizeof np, count);
   fprintf(f,
           "usage: train [--steps N] [--seed S] [--data FILE] [--load CKPT] [--save CKPT]\n"
-          "             [--save-every N] [--log FILE.jsonl] [--quiet]\n"
+          "             [--save-every N] [--log FILE.jsonl] [--quiet] [--stop-on-divergence]\n"
           "\n"
           "Trains model '%s' from %s (%s parameters, %s) with the plan\n"
           "printed at start. ",
@@ -88,11 +90,17 @@ static void usage(const RtProgram *pg, FILE *f) {
           "                   \"model_tflops_per_device\":0.0421,\"mfu\":0.421} (model FLOPs,\n"
           "                   no recompute, per second and device in 10^12, and over the\n"
           "                   device's peak in the mesh's catalog)\n"
-          "  --quiet          print nothing but errors\n"
+          "  --quiet          print nothing but warnings and errors\n"
+          "  --stop-on-divergence\n"
+          "                   stop (exit 1, without saving) when the loss exceeds %d times\n"
+          "                   its first value in this run; without it that is a warning,\n"
+          "                   printed once, and training goes on\n"
           "  --help           print this help\n"
           "\n"
           "Exit status: 0 on success, 1 on a run-time error (bad data or checkpoint, a\n"
-          "non-finite loss, wrong number of ranks), 2 on a usage error.\n");
+          "non-finite loss, a diverging one with --stop-on-divergence, wrong number of\n"
+          "ranks), 2 on a usage error.\n",
+          RT_DIVERGENCE_FACTOR);
 }
 
 static int parse_long(const char *s, long lo, long *out) {
@@ -137,6 +145,8 @@ int rt_train_args_parse(RtTrainArgs *a, const RtProgram *pg, int argc, char **ar
       return 1;
     } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
       a->quiet = 1;
+    } else if (!strcmp(arg, "--stop-on-divergence")) {
+      a->stop_on_divergence = 1;
     } else if ((v = flag_value(argc, argv, &i, "--steps", &missing))) {
       if (parse_long(v, 0, &a->steps))
         bad = "--steps needs a whole number >= 0";
@@ -365,8 +375,9 @@ void rt_train_data_describe(const RtTrainData *d, char *buf, size_t cap) {
   rt_commas(w, sizeof w, d->tok.nwin);
   const char *fmt = d->tok.format == RT_DATA_TEXT ? "text bytes"
                     : d->tok.format == RT_DATA_LLMC ? "llm.c tokens" : "uint16 tokens";
-  snprintf(buf, cap, "%s: %s tokens (%s), %s windows of %d, shuffled per epoch", d->tok.path, n,
-           fmt, w, pg->seq);
+  int len = snprintf(buf, cap, "%s: %s tokens (%s), %s windows of %d, shuffled per epoch",
+                     d->tok.path, n, fmt, w, pg->seq);
+  rt_mark_cut(buf, cap, len);
 }
 
 /* ---- checkpoints ---- */
@@ -426,10 +437,87 @@ static int ckpt_specs(const RtProgram *pg, const RtParam *ps, int np, RtStSpec *
   return n;
 }
 
-int rt_ckpt_check_target(const char *path) {
+/* What a file that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode) {
+  return S_ISDIR(mode)    ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "a special file";
+}
+
+/* Whether the temporary file name (in path's directory) was left by an
+ * interrupted save: PATH.tmp.PID (rt_st_save's name) of a process that no
+ * longer exists on this machine, or of this one (a reused id: this process
+ * has not saved yet), whose lock no process holds (a live writer holds
+ * one, on any machine). *pid: the id in its name. */
+static int stale_temp(const char *dir, const char *name, const char *base, char *full,
+                      size_t cap, long *pid, off_t *bytes) {
+  size_t nb = strlen(base);
+  if (strncmp(name, base, nb) || strncmp(name + nb, ".tmp.", 5))
+    return 0;
+  const char *digits = name + nb + 5;
+  char *end;
+  errno = 0;
+  long p = strtol(digits, &end, 10);
+  if (!*digits || *digits < '1' || *digits > '9' || *end || errno || p > INT_MAX)
+    return 0;
+  if ((size_t)snprintf(full, cap, "%s/%s", dir, name) >= cap)
+    return 0;
   struct stat st;
-  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-    return rt_errorf(RT_ERR_IO, "%s: cannot save a checkpoint there: it is a directory", path);
+  if (lstat(full, &st) != 0 || !S_ISREG(st.st_mode))
+    return 0;
+  if (p != (long)getpid() && !(kill((pid_t)p, 0) != 0 && errno == ESRCH))
+    return 0;
+  int fd = open(full, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return 0;
+  int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd);
+  *pid = p;
+  *bytes = st.st_size;
+  return !held;
+}
+
+void rt_ckpt_remove_stale(const char *path, int say) {
+  const char *slash = strrchr(path, '/');
+  char dir[4096];
+  const char *base = slash ? slash + 1 : path;
+  if (!slash || slash == path)
+    snprintf(dir, sizeof dir, "%s", slash ? "/" : ".");
+  else if ((size_t)snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path) >= sizeof dir)
+    return;
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *e;
+  char full[8192];
+  while ((e = readdir(d))) {
+    long pid;
+    off_t bytes;
+    if (!stale_temp(dir, e->d_name, base, full, sizeof full, &pid, &bytes))
+      continue;
+    char n[32];
+    rt_commas(n, sizeof n, (unsigned long long)bytes);
+    if (unlink(full) != 0)
+      fprintf(stderr, "train: warning: cannot remove '%s', the temporary file of an interrupted "
+                      "save (process %ld no longer exists): %s\n", full, pid, strerror(errno));
+    else if (say)
+      printf("removed:  %s (%s bytes), the temporary file of an interrupted save (process %ld "
+             "no longer exists)\n", full, n, pid);
+  }
+  closedir(d);
+  fflush(stdout);
+}
+
+int rt_ckpt_check_target(const char *path, int say) {
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return rt_errorf(RT_ERR_IO, "%s: cannot save a checkpoint there: it is %s%s", path,
+                     file_kind(st.st_mode),
+                     S_ISDIR(st.st_mode) ? "" : ", not a regular file (a save would replace it)");
+  rt_ckpt_remove_stale(path, say);
   char tmp[4096];
   if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
     return rt_errorf(RT_ERR_ARG, "%s: path too long", path);
@@ -533,7 +621,7 @@ int rt_ckpt_load(const RtProgram *pg, const RtParam *ps, int np, unsigned char *
     rt_st_close(f);
     return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", path);
   }
-  rc = rt_st_check(f, s, n, 0);
+  rc = rt_st_check_model(f, s, n, 0, pg->name);
   long steps = 0;
   if (rc == RT_OK && with_opt) {
     if (!st || parse_long(st, 0, &steps))

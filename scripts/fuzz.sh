@@ -22,7 +22,9 @@ echo "fuzz: running for ${secs}s with ${jobs} job(s)"
 start=$(date +%s)
 set +e
 cd "$dir"
-ASAN_OPTIONS=detect_leaks=0 "$dir/fuzz_frontend" "$corpus" \
+# Leaks are findings too (the target frees its arena after every input).
+ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions="$root/tests/lsan.supp":print_suppressions=0 \
+  "$dir/fuzz_frontend" "$corpus" \
   -max_total_time="$secs" -timeout=25 -rss_limit_mb=2048 -max_len=8192 \
   -dict="$root/tests/fuzz/shard.dict" -close_fd_mask=2 \
   -artifact_prefix="$root/tests/fuzz/crashes/" -jobs="$jobs" -workers="$jobs" \

@@ -36,8 +36,10 @@ cd "$(dirname "$0")" || exit 2
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/shardc-diag.XXXXXX") || exit 2
 trap 'rm -rf "$tmp"' EXIT
-# Sanitizer builds: report leaks and UB as failures, never as noise.
+# Sanitizer builds: report leaks and UB as failures, never as noise (the
+# suppressions name third-party allocations only).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$(pwd)/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 passed=0

@@ -38,3 +38,13 @@ set_tests_properties(dist/equiv PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 add_test(NAME dist/recompute
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/recompute.sh $<TARGET_FILE:shardc>)
 set_tests_properties(dist/recompute PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
+
+# Sanitizer builds: every test reports leaks as well (LeakSanitizer), but
+# for the third-party allocations listed in tests/lsan.supp; the programs
+# the tests build and run under mpirun inherit it.
+if(SHARDC_SANITIZE)
+  get_property(SHARDC_ALL_TESTS DIRECTORY PROPERTY TESTS)
+  set_property(TEST ${SHARDC_ALL_TESTS} APPEND PROPERTY ENVIRONMENT
+    "ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0"
+    "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0")
+endif()

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Bad input at run time: every case is a clear message naming the file,
 # tensor or step, a non-zero exit, and no existing checkpoint damaged,
-# including a SIGKILL in the middle of writing one.  Also the wrong number
-# of MPI ranks.
+# including a SIGKILL in the middle of writing one (whose temporary file the
+# next save removes), nor any FIFO or device node --save is pointed at.  A
+# diverging loss: a warning, or an error with --stop-on-divergence.  Also
+# the wrong number of MPI ranks.
 #   tests/codegen/bad_input.sh SHARDC
 bin="$1"
 source "$(dirname "$0")/lib.sh"
@@ -38,20 +40,28 @@ train "$m" --steps 3 --load "$tmp/trunc.ckpt"
 expect_fail "truncated checkpoint" "trunc.ckpt"
 edit "$tmp/good.ckpt" "$tmp/drop.ckpt" drop blocks.1.mlp.fc.weight
 train "$m" --steps 3 --load "$tmp/drop.ckpt"
-expect_fail "missing tensor" "drop.ckpt: checkpoint does not match the model; missing tensors: 'blocks.1.mlp.fc.weight'"
+expect_fail "missing tensor" "^  missing tensors \(1 of the [0-9]+ expected\): 'blocks.1.mlp.fc.weight'$"
 edit "$tmp/good.ckpt" "$tmp/extra.ckpt" extra blocks.9.surprise
 train "$m" --steps 3 --load "$tmp/extra.ckpt"
-expect_fail "extra tensor" "extra.ckpt: .*unexpected tensors: 'blocks.9.surprise'"
+expect_fail "extra tensor" "^  unexpected tensors \(1 of the [0-9]+ in the file\): 'blocks.9.surprise'$"
 edit "$tmp/good.ckpt" "$tmp/shape.ckpt" reshape pos.weight
 train "$m" --steps 3 --load "$tmp/shape.ckpt"
-expect_fail "wrong shape" "shape.ckpt: .*tensor 'pos.weight' has shape \[2048\], expected \[32, ?64\]"
+expect_fail "wrong shape" "^  tensor 'pos.weight' has shape \[2048\], expected \[32, ?64\]$"
 edit "$tmp/good.ckpt" "$tmp/dtype.ckpt" dtype ln.bias
 train "$m" --steps 3 --load "$tmp/dtype.ckpt"
-expect_fail "wrong dtype" "dtype.ckpt: .*tensor 'ln.bias' has dtype F64, expected F32"
-# A checkpoint of another model: everything at once, in one message.
+expect_fail "wrong dtype" "^  tensor 'ln.bias' has dtype F64, expected F32(;|$)"
+expect_fail "the models of a mismatched checkpoint" "^  model: 'gpt_mish' in the file and in this program$"
+# A checkpoint of another model: both models, how many tensors are missing
+# and unexpected and the first few of each, in a few short lines (it was one
+# line of 4,110 bytes, cut mid-word by the error buffer).
 build mlp "$tmp/mlp" && {
   train "$tmp/mlp" --steps 1 --load "$tmp/good.ckpt"
-  expect_fail "another model's checkpoint" "good.ckpt: checkpoint does not match the model; missing tensors: .*unexpected tensors"
+  expect_fail "another model's checkpoint" "^train: error: .*good.ckpt: checkpoint does not match the model$"
+  expect_fail "another model's checkpoint: the models" "^  model: 'gpt_mish' in the file, 'mlp3' in this program$"
+  expect_fail "another model's checkpoint: missing" "^  missing tensors \(12 of the 12 expected\): 'dense_1.linear.weight', ('[a-z0-9_.]+', ){3}'[a-z0-9_.]+' and 7 more$"
+  expect_fail "another model's checkpoint: unexpected" "^  unexpected tensors \(84 of the 84 in the file\): ('[a-z0-9_.]+', ){4}'[a-z0-9_.]+' and 79 more$"
+  [ "$(wc -l <<<"$out")" -le 6 ] && ! grep -q '.\{300\}' <<<"$out" && ok ||
+    bad "another model's checkpoint: not a few short lines: $out"
 }
 
 # ---- saving ----
@@ -59,6 +69,21 @@ train "$m" --steps 2 --save "$tmp/no/such/dir/x.ckpt"
 expect_fail "--save into a missing directory" "no/such/dir/x.ckpt: cannot save a checkpoint there"
 train "$m" --steps 2 --save "$tmp"
 expect_fail "--save to a directory" "cannot save a checkpoint there: it is a directory"
+# Nor onto a FIFO or a device node (the save's rename would replace it: as
+# root, --save /dev/null replaced /dev/null), directly or through a link;
+# refused before training, the node left as it was.
+mkfifo "$tmp/fifo" && ln -s "$tmp/fifo" "$tmp/fifo.link"
+for target in fifo fifo.link; do
+  train "$m" --steps 2 --save "$tmp/$target"
+  expect_fail "--save to a FIFO ($target)" "$target: cannot save a checkpoint there: it is a FIFO, not a regular file \(a save would replace it\)"
+  ! grep -q "^train:    steps" <<<"$out" && [ -p "$tmp/fifo" ] && [ -L "$tmp/fifo.link" ] && ok ||
+    bad "--save to a FIFO ($target): trained, or the FIFO was replaced"
+done
+if mknod "$tmp/null" c 1 3 2>/dev/null; then     # needs root (CAP_MKNOD)
+  train "$m" --steps 2 --save "$tmp/null"
+  expect_fail "--save to a device" "null: cannot save a checkpoint there: it is a character device, not a regular file"
+  [ -c "$tmp/null" ] && ok || bad "--save to a device node replaced it"
+fi
 # A non-finite loss stops the run without touching the checkpoint.
 cp "$tmp/good.ckpt" "$tmp/run.ckpt"
 edit "$tmp/good.ckpt" "$tmp/inf.ckpt" poison ln.weight
@@ -76,6 +101,40 @@ ls "$tmp"/run.ckpt.tmp.* >/dev/null 2>&1 && [ -s "$(ls "$tmp"/run.ckpt.tmp.* | h
 [ "$(md5sum <"$tmp/run.ckpt")" = "$sum" ] && ok || bad "a kill during --save damaged the previous checkpoint"
 train "$m" --steps 3 --load "$tmp/run.ckpt"
 [ $rc -eq 0 ] && grep -q "loaded:   .*run.ckpt (step 2)" <<<"$out" && ok || bad "the previous checkpoint no longer loads: $out"
+# The next save to that path removes the temporary file of the killed run
+# and says so; those of a live process (this shell) and of a writer holding
+# the file's lock (a process that exists elsewhere, as on another node)
+# stay.
+dead=$(ls "$tmp"/run.ckpt.tmp.* | head -1)
+dead_pid=${dead##*.}
+: >"$tmp/run.ckpt.tmp.$$"
+exec {lockfd}>"$tmp/run.ckpt.tmp.99999999" && flock "$lockfd"   # this shell holds the lock
+train "$m" --steps 3 --load "$tmp/run.ckpt" --save "$tmp/run.ckpt"
+[ $rc -eq 0 ] && grep -qE "^removed:  .*/run.ckpt.tmp.$dead_pid \([0-9,]+ bytes\), the temporary file of an interrupted save \(process $dead_pid no longer exists\)$" <<<"$out" &&
+  [ ! -e "$dead" ] && ok || bad "the killed save's temporary file was not removed, or not said: $out"
+[ "$(grep -c "^removed:" <<<"$out")" = 1 ] && [ -e "$tmp/run.ckpt.tmp.$$" ] &&
+  [ -e "$tmp/run.ckpt.tmp.99999999" ] && ok || bad "a live or locked temporary file was removed: $out"
+exec {lockfd}>&-
+rm -f "$tmp/run.ckpt.tmp.$$" "$tmp/run.ckpt.tmp.99999999"
+
+# ---- divergence ----
+# AdamW at lr 10: the loss soon exceeds 10 times its first value. One
+# warning, and the run goes on; --stop-on-divergence stops it (exit 1)
+# without saving.
+sed 's/sgd(lr = 0.05, momentum = 0.9)/adamw(lr = 10)/' samples/mlp.shard >"$tmp/mlp_lr10.shard"
+if out=$("$bin" build "$tmp/mlp_lr10.shard" -o "$tmp/div" 2>&1); then
+  train "$tmp/div" --steps 20
+  [ $rc -eq 0 ] && [ "$(grep -c "warning" <<<"$out")" = 1 ] &&
+    grep -qE "^train: warning: step [0-9]+: the loss [0-9.e+]+ is over 10 times its first value \([0-9.]+ at step 1\): training is diverging; lower the learning rate, or pass --stop-on-divergence to stop such a run$" <<<"$out" &&
+    ok || bad "a diverging run: no single clear warning (exit $rc): $out"
+  train "$tmp/div" --steps 1 --save "$tmp/div.ckpt" --quiet
+  sum=$(md5sum <"$tmp/div.ckpt")
+  train "$tmp/div" --steps 20 --save "$tmp/div.ckpt" --stop-on-divergence
+  expect_fail "--stop-on-divergence" "^train: error: step [0-9]+: the loss .* is over 10 times its first value .*: training diverged; stopping without saving \(.*div.ckpt keeps its last good state\)"
+  [ "$(md5sum <"$tmp/div.ckpt")" = "$sum" ] && ok || bad "--stop-on-divergence changed the checkpoint"
+else
+  bad "build mlp at lr 10: $out"
+fi
 
 # ---- ranks ----
 build gpt "$tmp/gpt" && {

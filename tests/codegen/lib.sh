@@ -63,7 +63,7 @@ train() {
     out=$(timeout 300 "${MPIRUN[@]}" -np "$n" "$dir/train" "$@" 2>&1)
   fi
   rc=$?
-  if grep -qE "AddressSanitizer|runtime error:" <<<"$out"; then
+  if grep -qE "AddressSanitizer|LeakSanitizer|runtime error:" <<<"$out"; then
     bad "$dir/train $*: sanitizer report"
     echo "$out" | head -30
   fi

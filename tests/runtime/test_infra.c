@@ -164,6 +164,21 @@ static void test_errors(void) {
   ASSERT_STR("x 5", rt_last_error());
   rt_clear_error();
   ASSERT_STR("", rt_last_error());
+  /* a message longer than the buffer ends in "…", never cut silently, and
+   * never in the middle of a UTF-8 character */
+  static char longmsg[6000];
+  for (size_t i = 0; i + 2 < sizeof longmsg; i += 2)
+    memcpy(longmsg + i, "\xc3\xa9", 2); /* é */
+  rt_errorf(RT_ERR_IO, "start: %s", longmsg); /* odd: the cut falls inside an é */
+  size_t n = strlen(rt_last_error());
+  ASSERT_TRUE(n > 4000 && n < 4096);
+  ASSERT_TRUE(!strncmp(rt_last_error(), "start: \xc3\xa9", 9));
+  ASSERT_STR("\xc3\xa9\xe2\x80\xa6", rt_last_error() + n - 5); /* "é…" */
+  rt_errorf(RT_ERR_IO, "%4095s", "fits");
+  ASSERT(4095, strlen(rt_last_error()));
+  ASSERT_TRUE(!strstr(rt_last_error(), "\xe2\x80\xa6"));
+  rt_errorf(RT_ERR_IO, "%4096s", "cut");
+  ASSERT_TRUE(strstr(rt_last_error(), "\xe2\x80\xa6") != NULL);
 }
 
 static char *slurp(const char *path) {

@@ -105,10 +105,33 @@ static void test_roundtrip(const char *dir) {
       {"ids", RT_I32, 1, {3}},
       {"lm_head.weight", RT_F32, 2, {4, 4}},
   };
-  ASSERT_FAILS(RT_ERR_MISMATCH, rt_st_check(f, specs, 4, 0), "rt.safetensors",
-               "missing tensors: 'lm_head.weight'", "unexpected tensors: 'empty', 'scalar'",
-               "'a.double' has dtype F64, expected F32",
-               "'blocks.0.attn.qkv.weight' has shape [2, 3], expected [3, 2]");
+  ASSERT_FAILS(RT_ERR_MISMATCH, rt_st_check(f, specs, 4, 0),
+               "rt.safetensors: checkpoint does not match the model\n",
+               "\n  missing tensors (1 of the 4 expected): 'lm_head.weight'\n",
+               "\n  unexpected tensors (3 of the 6 in the file): 'empty', 'scalar', "
+               "'tokens \"quoted\"'\n",
+               "\n  tensor 'blocks.0.attn.qkv.weight' has shape [2, 3], expected [3, 2]\n",
+               "\n  tensor 'a.double' has dtype F64, expected F32");
+  // another model's file: the models, counts and the first few names, in a
+  // few lines that fit the message (a model's hundreds of names once made
+  // one line cut mid-word)
+  enum { NS = 300 };
+  static RtStSpec many[NS];
+  static char names[NS][48];
+  for (int i = 0; i < NS; i++) {
+    snprintf(names[i], sizeof names[i], "transformer.h.%d.attention.dense.weight", i);
+    many[i] = (RtStSpec){names[i], RT_F32, 1, {4}};
+  }
+  ASSERT_FAILS(RT_ERR_MISMATCH, rt_st_check_model(f, many, NS, 0, "gpt"),
+               "checkpoint does not match the model\n"
+               "  model: not recorded in the file, 'gpt' in this program\n"
+               "  missing tensors (300 of the 300 expected): 'transformer.h.0.attention.dense."
+               "weight', 'transformer.h.1.attention.dense.weight', 'transformer.h.2.attention."
+               "dense.weight', 'transformer.h.3.attention.dense.weight', 'transformer.h.4."
+               "attention.dense.weight' and 295 more\n"
+               "  unexpected tensors (6 of the 6 in the file): 'a.double', "
+               "'blocks.0.attn.qkv.weight', 'empty', 'ids', 'scalar' and 1 more");
+  ASSERT_TRUE(!strstr(rt_last_error(), "\xe2\x80\xa6")); /* not cut */
   RtStSpec good[] = {
       {"blocks.0.attn.qkv.weight", RT_F32, 2, {2, 3}},
       {"a.double", RT_F64, 1, {4}},
@@ -220,6 +243,17 @@ static void test_atomic(const char *dir) {
   char nodir[600];
   snprintf(nodir, sizeof nodir, "%s/no/such/dir/x.safetensors", dir);
   ASSERT_FAILS(RT_ERR_IO, rt_st_save(w, nodir), "no/such/dir/x.safetensors");
+
+  // 5. the target is not a regular file: refused, left as it was (a
+  // rename would have replaced a FIFO or a device node, /dev/null as root)
+  char fifo[512];
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  ASSERT(0, mkfifo(fifo, 0644));
+  ASSERT_FAILS(RT_ERR_IO, rt_st_save(w, fifo), "fifo: not saved", "not a regular file");
+  ASSERT_TRUE(stat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", fifo, (long)getpid());
+  ASSERT(-1, stat(tmp, &st));
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", p, (long)getpid());
 
   // and a successful save replaces the file
   ASSERT_OK(rt_st_save(w, p));

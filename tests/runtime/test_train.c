@@ -7,6 +7,7 @@
  *                       the synthetic task: the loss falls, --save/--load
  *                       resume bit-exactly, --steps 0 --save writes the
  *                       initial weights, flag errors exit 2, the NaN stop,
+ *                       the divergence warning and --stop-on-divergence,
  *                       the launch check, --gradcheck on an f64 program.
  *   rt_mpi_test_train   (libshardrt_train_mpi; RT_TEST_TRAIN_MPI) run as
  *                       `rt_mpi_test_train MPIRUN [FLAGS] -np`: the same
@@ -16,7 +17,8 @@
  *                       1F1B pipeline train like one rank with the full
  *                       batch (losses within 1e-6); each resumes
  *                       bit-exactly and writes the one-rank initial
- *                       checkpoint byte for byte.
+ *                       checkpoint byte for byte; a diverging dp=2 run
+ *                       stops on every rank with --stop-on-divergence.
  *
  * A child is this binary started as `self --child=VARIANT FLAGS...` (the
  * variant also goes into SHARDRT_TEST_TRAIN, so that a re-exec by
@@ -269,10 +271,11 @@ static void finish_arena(RtProgram *pg, size_t persistent) {
   pg->arena_bytes = top;
 }
 
-/* The linear classifier: one rank ("one", "f64", "nan", "sgd", "ref"), or
- * dp=2 ("dp2_range", "dp2_bucket", "zero1", "zero3"). */
+/* The linear classifier: one rank ("one", "f64", "nan", "sgd", "ref",
+ * "diverge": AdamW at lr 10), or dp=2 ("dp2_range", "dp2_bucket", "zero1",
+ * "zero3", "diverge2"). */
 static int linear_program(const char *v) {
-  int dp = !strncmp(v, "dp2", 3) || !strncmp(v, "zero", 4) ? 2 : 1;
+  int dp = !strncmp(v, "dp2", 3) || !strncmp(v, "zero", 4) || !strcmp(v, "diverge2") ? 2 : 1;
   L.zero = !strcmp(v, "zero1") ? 1 : !strcmp(v, "zero3") ? 3 : 0;
   L.bucket = !strcmp(v, "dp2_bucket");
   L.mb = dp == 2 ? 1 : 2;
@@ -283,6 +286,8 @@ static int linear_program(const char *v) {
          dp, dp, 1);
   if (!strcmp(v, "sgd"))
     pg->opt = RT_OPT_SGD, pg->momentum = 0.9, pg->lr = 0.2;
+  if (!strncmp(v, "diverge", 7))
+    pg->lr = 10, pg->cosine = 0;
   size_t es = (size_t)L.es;
   top = 0;
   RtParam *ps = params[0];
@@ -480,7 +485,8 @@ static int mlp_program(const char *v) {
 
 static int child_main(const char *v, int argc, char **argv) {
   static const char *const linear[] = {"one", "f64", "nan", "sgd", "ref", "dp2_range",
-                                       "dp2_bucket", "zero1", "zero3", NULL};
+                                       "dp2_bucket", "zero1", "zero3", "diverge", "diverge2",
+                                       NULL};
   memset(&L, 0, sizeof L);
   L.f64 = !strcmp(v, "f64");
   L.es = L.f64 ? 8 : 4;
@@ -733,6 +739,48 @@ static void check_initial(const char *name) {
   rt_st_close(f);
 }
 
+static int count_in(const char *needle, const char *hay) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+    n++;
+  return n;
+}
+
+/* AdamW at lr 10 (np ranks): the loss soon exceeds ten times its first
+ * value; one warning naming that step, and training goes on; with
+ * --stop-on-divergence an error that stops the run before it saves. */
+static void divergence(int np, const char *v) {
+  char flags[256], line[512];
+  snprintf(flags, sizeof flags, "--log @/%s.jsonl", v);
+  train(np, v, flags, NULL);
+  ASSERT_RC(0);
+  snprintf(flags, sizeof flags, "%s.jsonl", v);
+  Losses l = losses(flags);
+  int over = 0;
+  while (over < l.n && !(l.v[over] > 10 * l.v[0]))
+    over++;
+  ASSERT_TRUE(l.n == STEPS && over < l.n);
+  snprintf(line, sizeof line, "train: warning: step %d: the loss ", over + 1);
+  ASSERT_IN(line, R.err);
+  ASSERT_IN(" is over 10 times its first value (", R.err);
+  ASSERT_IN(" at step 1): training is diverging; lower the learning rate, or pass "
+            "--stop-on-divergence to stop such a run\n", R.err);
+  ASSERT(1, count_in("warning", R.err));
+  ASSERT_IN("done:     steps 1..12", R.out);
+  snprintf(flags, sizeof flags, "--stop-on-divergence --save @/%s.st", v);
+  train(np, v, flags, NULL);
+  ASSERT_RC(1);
+  snprintf(line, sizeof line, "train: error: step %d: the loss ", over + 1);
+  ASSERT_IN(line, R.err);
+  snprintf(line, sizeof line,
+           " at step 1): training diverged; stopping without saving (%s/%s.st keeps its last "
+           "good state); lower the learning rate\n", dir, v);
+  ASSERT_IN(line, R.err);
+  ASSERT_NOT_IN("saved:", R.out);
+  snprintf(flags, sizeof flags, "%s.st", v);
+  ASSERT_TRUE(access(at(flags), F_OK) != 0);
+}
+
 #ifndef RT_TEST_TRAIN_MPI
 static void one_rank_tests(void) {
   /* trains: the loss falls; the lines every run prints */
@@ -750,6 +798,8 @@ static void one_rank_tests(void) {
   ASSERT_IN("memory:   planned peak ", R.out);
   ASSERT_NOT_IN("MISMATCH", R.out);
   ASSERT_IN("done:     steps 1..3 in ", R.out);
+  ASSERT_NOT_IN("warning", R.err);
+  divergence(0, "diverge");
   /* SGD with momentum: its one state slot resumes too */
   train_and_resume(0, "sgd");
   /* --steps 0 --save: the initial weights */
@@ -780,6 +830,8 @@ static void one_rank_tests(void) {
   ASSERT_RC(0);
   ASSERT_IN("usage: train", R.out);
   ASSERT_IN("Trains model 'tiny' from test_train.c (36 parameters, f32)", R.out);
+  ASSERT_IN("  --stop-on-divergence\n", R.out);
+  ASSERT_IN("exceeds 10 times\n", R.out);
   /* a bad checkpoint and a save target that cannot be written */
   train(0, "one", "--load @/missing.st", NULL);
   ASSERT_RC(1);
@@ -843,6 +895,8 @@ static void mesh_tests(void) {
     ASSERT_RC(0);
     ASSERT_SAME_FILE(a, "ref0.st");
   }
+  /* every rank stops alike (no hang) */
+  divergence(2, "diverge2");
   train(1, "dp2_bucket", "", NULL);
   ASSERT_RC(1);
   ASSERT_IN("train: error: this program is planned for 2 ranks (mesh test: dp=2) but runs on 1; "

@@ -10,6 +10,11 @@
  *   mpirun -np N rt_mpi_test_dist            the checks (N = 1, 2, 4, 8, ...)
  *   mpirun -np 2 rt_mpi_test_dist --abort fail|mpi
  *                                            rank 1 dies (see run.sh)
+ *   mpirun -np 2 rt_mpi_test_dist --leak     a mesh never freed: under the
+ *                                            sanitizers LeakSanitizer must
+ *                                            report its communicators (the
+ *                                            suppressions hide Open MPI's
+ *                                            own allocations only)
  */
 #include <math.h>
 #include <stdio.h>
@@ -693,6 +698,12 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &np);
   if (argc == 3 && !strcmp(argv[1], "--abort")) {
     int rc = abort_test(argv[2]);
+    MPI_Finalize();
+    return rc;
+  }
+  if (argc == 2 && !strcmp(argv[1], "--leak")) {
+    RtMesh leaked;
+    int rc = rt_mesh_init(&leaked, 1, np, 0, 1, 1);
     MPI_Finalize();
     return rc;
   }
