@@ -219,7 +219,11 @@ int diag_error_count(void) { return n_errors; }
 int diag_warning_count(void) { return n_warnings; }
 void diag_reset(void) { n_errors = n_warnings = 0; }
 int diag_too_many(void) { return n_errors >= DIAG_MAX_ERRORS; }
-void diag_set_quiet_warnings(int quiet) { quiet_warnings = quiet; }
+int diag_set_quiet_warnings(int quiet) {
+  int was = quiet_warnings;
+  quiet_warnings = quiet;
+  return was;
+}
 
 int diag_utf8_decode(const unsigned char *s, size_t n, unsigned *cp) {
   int len = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3

@@ -91,6 +91,6 @@ void diag_reset(void);
 enum { DIAG_MAX_ERRORS = 50 };
 int diag_too_many(void);
 /* Suppress warnings (e.g. for generated inputs). */
-void diag_set_quiet_warnings(int quiet);
+int diag_set_quiet_warnings(int quiet);   /* returns the previous setting */
 
 #endif

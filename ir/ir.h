@@ -349,6 +349,7 @@ typedef struct Plan {
   /* pp=N:a+b+...: layers of each stage (nstage_layers == 0: balanced by FLOPs) */
   int stage_layers[PLAN_MAXSTAGES];
   int nstage_layers;
+  bool balance_memory;   /* pp=N:memory: cuts that minimise the largest stage's memory */
   int mb;                /* microbatches per step (0 = from the train block) */
   int zero;
   Recompute recompute;   /* the strongest of stage_recompute when that is given */

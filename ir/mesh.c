@@ -125,20 +125,22 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
       num[len] = 0;
       if (parse_pos(k, num, &p->pp, err, errcap)) return -1;
       p->nstage_layers = 0;
-      for (const char *c = colon ? colon + 1 : NULL; c;) {
+      p->balance_memory = colon && !strcmp(colon + 1, "memory");
+      for (const char *c = colon && !p->balance_memory ? colon + 1 : NULL; c;) {
         char *end;
         errno = 0;
         long L = strtol(c, &end, 10);
         if (errno || end == c || !isdigit((unsigned char)*c) || L < 1 || L > 100000 ||
             (*end && *end != '+'))
-          ERR("pp=%s: the layers per stage must be positive numbers joined by '+', e.g. pp=2:3+1",
+          ERR("pp=%s: the layers per stage must be positive numbers joined by '+', e.g. pp=2:3+1 "
+              "(or pp=N:memory)",
               v);
         if (p->nstage_layers == PLAN_MAXSTAGES)
           ERR("pp=%s: at most %d stages", v, PLAN_MAXSTAGES);
         p->stage_layers[p->nstage_layers++] = (int)L;
         c = *end ? end + 1 : NULL;
       }
-      if (colon && p->nstage_layers != p->pp)
+      if (colon && !p->balance_memory && p->nstage_layers != p->pp)
         ERR("pp=%s gives %d stage size%s for %d stages", v, p->nstage_layers,
             p->nstage_layers == 1 ? "" : "s", p->pp);
       p->given |= PLAN_PP;
@@ -279,6 +281,7 @@ void plan_str(const Plan *p, char *buf, int cap) {
   if (p->pp > 1) {
     ADD(",pp=%d", p->pp);
     for (int i = 0; i < p->nstage_layers; i++) ADD("%c%d", i ? '+' : ':', p->stage_layers[i]);
+    if (p->balance_memory) ADD(":memory");
     if (p->schedule == SCHED_GPIPE) ADD(",schedule=gpipe");
     if (p->schedule == SCHED_1F1B) ADD(",schedule=1f1b");
     if (p->schedule == SCHED_INTERLEAVED) ADD(",schedule=interleaved:%d", p->vchunks);

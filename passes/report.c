@@ -58,10 +58,11 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
   Graph *sel = m->graph;
   MemPlan keep = m->mem;
   fprintf(out, "%spipeline: %d stages, %s schedule, %d microbatches per step; activations of a "
-               "microbatch wait in a stash slot from its forward to its backward\n",
+               "microbatch wait in a stash slot from its forward to its backward; cuts %s\n",
           pf, m->nstages,
           p->schedule == SCHED_GPIPE ? "GPipe" : p->schedule == SCHED_1F1B ? "1F1B" : "interleaved",
-          p->mb);
+          p->mb,
+          m->stage_cuts_by ? arena_printf("balance %s", m->stage_cuts_by) : "as given (pp=N:a+b+...)");
   for (int s = 0; s < m->nstages; s++) {
     stage_select(m, s);
     const MemPlan *mp = &m->mem;

@@ -131,6 +131,91 @@ static Graph *build_stage(Module *m, int s, int lo, int hi, Value *recv, Value *
   return sg;
 }
 
+/* Memory of a stage, estimated before the stages exist (the exact plan
+ * comes from memplan once they do): what its parameters cost per rank
+ * (parameter, gradient and optimizer state, over ZeRO's shards), plus the
+ * activations its backward reads of one microbatch's forward times the
+ * microbatches it holds at once under the schedule.  The activations come
+ * from autodiff run on a copy of the whole forward graph: held[v] when a
+ * backward node reads forward value v. */
+typedef struct StageMem {
+  double *held_at;     /* prefix sums over node positions: held bytes defined before i */
+  int *pfirst, *plast; /* parameter id -> first and last node that reads it */
+  double per_param;    /* bytes per parameter byte: itself, gradient, optimizer state */
+  int slots[MAX_STAGES];
+  double budget;       /* device bytes (0: none) */
+} StageMem;
+
+static bool stage_mem_init(Module *m, StageMem *sm, int S) {
+  Graph *g = m->graph;
+  const Plan *p = &m->train.plan;
+  memset(sm, 0, sizeof *sm);
+  if (S != p->pp) return false;   /* (interleaved chunks: by FLOPs) */
+  Graph *c = ir_graph_clone(g);
+  m->graph = c;
+  int quiet = diag_set_quiet_warnings(1);
+  int rc = pass_autodiff(m);
+  diag_set_quiet_warnings(quiet);
+  m->graph = g;
+  if (rc || !c->nfwd) return false;
+  int n = g->nodes.len, nv = g->values.len;
+  bool *held = arena_alloc((size_t)c->values.len + 1);
+  for (int i = c->nfwd; i < c->nodes.len; i++) {
+    Node *nd = c->nodes.data[i];
+    for (int k = 0; k < nd->nin; k++) {
+      Value *v = nd->in[k];
+      while (v->alias) v = v->alias;
+      if (v->id < nv && ir_reads_data(nd, k)) held[v->id] = true;
+    }
+  }
+  sm->held_at = arena_alloc(sizeof(double) * (size_t)(n + 1));
+  sm->pfirst = arena_alloc(sizeof(int) * (size_t)nv);
+  sm->plast = arena_alloc(sizeof(int) * (size_t)nv);
+  for (int i = 0; i < nv; i++) sm->pfirst[i] = sm->plast[i] = -1;
+  for (int i = 0; i < n; i++) {
+    Node *nd = g->nodes.data[i];
+    double h = 0;
+    for (int j = 0; j < nd->nout; j++) {
+      Value *v = nd->outs[j];
+      if (v && held[v->id] && v->role != ROLE_PARAM && !v->alias)
+        h += (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype);
+    }
+    sm->held_at[i + 1] = sm->held_at[i] + h;
+    for (int k = 0; k < nd->nin; k++) {
+      Value *v = nd->in[k];
+      if (v->role != ROLE_PARAM) continue;
+      if (sm->pfirst[v->id] < 0) sm->pfirst[v->id] = i;
+      sm->plast[v->id] = i;
+    }
+  }
+  int dp = p->dp * (p->sp_kind == SP_RING ? p->sp : 1), z = p->zero;
+  double st = opt_states(&m->train.opt);
+  sm->per_param = (z >= 3 ? 1.0 / dp : 1) + (z >= 2 ? 1.0 / dp : 1) + (z >= 1 ? st / dp : st);
+  PipeSched ps;
+  char err[256];
+  int mb = p->mb > 0 ? p->mb : 1;
+  if (sched_build(&ps, p->schedule, p->pp, mb, 1, err, sizeof err)) return false;
+  for (int k = 0; k < S; k++) sm->slots[k] = ps.inflight[k][0];
+  sched_free(&ps);
+  sm->budget = m->train.mesh ? m->train.mesh->mem_bytes : 0;
+  return true;
+}
+
+/* Estimated bytes of stage k holding nodes [a, b). */
+static double stage_mem_of(const Module *m, const StageMem *sm, int k, int a, int b) {
+  const Graph *g = m->graph;
+  double par = 0;
+  for (int i = 0; i < g->params.len; i++) {
+    const Value *v = g->params.data[i];
+    int f = sm->pfirst[v->id], l = sm->plast[v->id];
+    if (f < 0) continue;
+    /* its first reader's stage holds it, and a last stage that reads it too (tied) */
+    if ((f >= a && f < b) || (l >= a && l < b && f < a && b == g->nodes.len))
+      par += (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype);
+  }
+  return par * sm->per_param + sm->slots[k] * (sm->held_at[b] - sm->held_at[a]);
+}
+
 int pass_stage(Module *m) {
   Graph *g = m->graph;
   Plan *p = &m->train.plan;
@@ -219,32 +304,49 @@ int pass_stage(Module *m) {
                          : arena_printf("pp=%d or less", ncut + 1));
     return -1;
   }
-  /* best[k][j]: the smallest largest-stage FLOPs of k+1 stages whose last
-   * cut is cuts[j]; choose the pp-1 cuts by dynamic programming. */
+  /* best[k][j]: the smallest largest-stage cost of k+1 stages whose last
+   * cut is cuts[j]; choose the pp-1 cuts by dynamic programming.  The cost
+   * of a stage is its FLOPs (time), infinite when its estimated memory
+   * exceeds the device's; when no cuts fit (or with pp=N:memory), its
+   * estimated memory. */
+  StageMem sm;
+  bool mem = stage_mem_init(m, &sm, S);
   double *best = arena_alloc(sizeof(double) * (size_t)S * (size_t)(ncut + 1));
   int *from = arena_alloc(sizeof(int) * (size_t)S * (size_t)(ncut + 1));
 #define B(k, j) best[(size_t)(k) * (size_t)(ncut + 1) + (size_t)(j)]
 #define FR(k, j) from[(size_t)(k) * (size_t)(ncut + 1) + (size_t)(j)]
-  for (int j = 0; j < ncut; j++) B(0, j) = cuts[j].before, FR(0, j) = -1;
-  for (int k = 1; k < S - 1; k++)
-    for (int j = 0; j < ncut; j++) {
-      B(k, j) = -1;
-      for (int i = 0; i < j; i++) {
-        if (B(k - 1, i) < 0) continue;
-        double seg = cuts[j].before - cuts[i].before;
-        double c = seg > B(k - 1, i) ? seg : B(k - 1, i);
-        if (B(k, j) < 0 || c < B(k, j)) B(k, j) = c, FR(k, j) = i;
+  for (int by = p->balance_memory ? 1 : 0; by < 2; by++) {
+    /* by 0: FLOPs within the memory; 1: memory */
+#define COST(k, a, b, fa, fb)                                                              \
+  (by ? stage_mem_of(m, &sm, k, a, b)                                                    \
+   : mem && sm.budget > 0 && stage_mem_of(m, &sm, k, a, b) > sm.budget ? 1e300 : (fb) - (fa))
+    if (by && !mem) break;
+    for (int j = 0; j < ncut; j++) B(0, j) = COST(0, 0, cuts[j].at, 0, cuts[j].before), FR(0, j) = -1;
+    for (int k = 1; k < S - 1; k++)
+      for (int j = 0; j < ncut; j++) {
+        B(k, j) = -1;
+        for (int i = 0; i < j; i++) {
+          if (B(k - 1, i) < 0) continue;
+          double seg = COST(k, cuts[i].at, cuts[j].at, cuts[i].before, cuts[j].before);
+          double c = seg > B(k - 1, i) ? seg : B(k - 1, i);
+          if (B(k, j) < 0 || c < B(k, j)) B(k, j) = c, FR(k, j) = i;
+        }
       }
+    int bestj = -1;
+    double bestc = -1;
+    for (int j = 0; j < ncut; j++) {
+      if (B(S - 2, j) < 0) continue;
+      double seg = COST(S - 1, cuts[j].at, n, cuts[j].before, total);
+      double c = seg > B(S - 2, j) ? seg : B(S - 2, j);
+      if (bestc < 0 || c < bestc) bestc = c, bestj = j;
     }
-  int bestj = -1;
-  double bestc = -1;
-  for (int j = 0; j < ncut; j++) {
-    if (B(S - 2, j) < 0) continue;
-    double seg = total - cuts[j].before;
-    double c = seg > B(S - 2, j) ? seg : B(S - 2, j);
-    if (bestc < 0 || c < bestc) bestc = c, bestj = j;
+#undef COST
+    for (int k = S - 2, j = bestj; k >= 0; j = FR(k, j), k--) chosen[k] = j;
+    m->stage_cuts_by = by ? "estimated memory" : mem && sm.budget > 0
+                                                     ? "FLOPs within the device memory"
+                                                     : "FLOPs";
+    if (by || bestc < 1e300) break;
   }
-  for (int k = S - 2, j = bestj; k >= 0; j = FR(k, j), k--) chosen[k] = j;
 #undef B
 #undef FR
 cut:;

@@ -169,6 +169,18 @@ expect memory-no-check 0 '' -- "$bin" check "$tmp/small-mem.shard" --no-memory-c
 sed 's/mesh laptop { devices = 4, device = cpu }/mesh laptop { devices = 4, device = cpu, memory = 21 MiB }/' samples/gpt.shard >"$tmp/mid-mem.shard"
 expect memory-recompute-hint 1 'recompute=selective \(norms, activations\) or full \(whole layers\)' -- "$bin" check "$tmp/mid-mem.shard"
 expect memory-recompute-fits 0 '^memory:   20,314,112 bytes per rank' -- "$bin" compile "$tmp/mid-mem.shard" --strategy dp=4,recompute=selective
+# Pipeline cuts (passes/stage.c): pp=N balances FLOPs within the device
+# memory, pp=N:memory the memory itself.  tests/dist/bigvocab.shard's
+# FLOP-balanced stage 0 needs 33,120,256 bytes; balanced for memory, 25,475,072.
+expect cuts-flops 0 'stage 0:  model ops, blocks.0 .. blocks.1; 15.5% of the FLOPs' -- "$bin" compile tests/dist/bigvocab.shard --strategy pp=4
+expect cuts-flops-mem 0 'memory: 33,120,256 bytes per rank' -- "$bin" compile tests/dist/bigvocab.shard --strategy pp=4
+expect cuts-memory 0 'cuts balance estimated memory' -- "$bin" compile tests/dist/bigvocab.shard --strategy pp=4:memory
+expect cuts-memory-stage0 0 'memory: 25,475,072 bytes per rank' -- "$bin" compile tests/dist/bigvocab.shard --strategy pp=4:memory
+expect cuts-memory-no33 1 '' -- sh -c "'$bin' compile tests/dist/bigvocab.shard --strategy pp=4:memory | grep -q 33,120,256"
+# On 28 MiB devices the FLOP-balanced cuts would not fit; pp=4 moves them.
+sed 's/mesh four { devices = 4, device = cpu }/mesh four { devices = 4, device = cpu, memory = 28 MiB }/' tests/dist/bigvocab.shard >"$tmp/bigvocab28.shard"
+expect cuts-within-memory 0 "cuts balance FLOPs within the device memory" -- "$bin" compile "$tmp/bigvocab28.shard" --strategy pp=4
+expect cuts-within-memory-plan 0 'stage 0:  model ops, blocks.0; 7.7% of the FLOPs' -- "$bin" compile "$tmp/bigvocab28.shard" --strategy pp=4
 expect memory-no-check-plan 0 '^memory:   23,347,264 bytes per rank' -- "$bin" compile "$tmp/small-mem.shard" --no-memory-check
 expect memory-cli-mesh 1 "gpt2-124m.shard:27:14: error: the plan does not fit in device memory: every rank needs 18,959,487,104 bytes \(17.66 GiB\), but a device of mesh '8' \(cpu\) has 16,000,000,000 bytes \(14.90 GiB\)" -- "$bin" check samples/gpt2-124m.shard --mesh 8
 expect memory-fits-h100 1 '^samples/gpt2-124m.shard:26:15: error: precision bf16' -- "$bin" check samples/gpt2-124m.shard --mesh 8:H100_SXM

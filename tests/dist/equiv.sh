@@ -120,6 +120,8 @@ reference tiedbias && {
 # The classifier (bias on its logits: SUMMA, then an all-gather of the rows
 # and a cross-entropy split over the classes).
 reference mlp && check mlp 4 tp2d=2x2
+# pipeline cuts balanced for memory (passes/stage.c): a large vocabulary
+reference bigvocab && check bigvocab 4 pp=4:memory
 
 # Memory shrinks as theory says: tp=4 holds a quarter of every split
 # weight; ZeRO-1 at dp=4 a quarter of the optimizer state, ZeRO-2 also a

@@ -40,6 +40,12 @@ int main(void) {
   ASSERT(0, parse_resolve("dp=4,zero=3,recompute=selective", 4, &p, err));
   ASSERT(3, p.zero);
   ASSERT(RECOMPUTE_SELECTIVE, p.recompute);
+  ASSERT(0, parse_resolve("pp=4:memory", 4, &p, err));
+  ASSERT(1, p.balance_memory);
+  ASSERT(0, p.nstage_layers);
+  plan_str(&p, s, sizeof s);
+  ASSERT_STR("dp=1,pp=4:memory,schedule=1f1b", s);
+  ASSERT(-1, parse_resolve("pp=4:mem", 4, &p, err));
   /* recompute per pipeline stage */
   ASSERT(0, parse_resolve("pp=3,recompute=full+selective+none", 3, &p, err));
   ASSERT(RECOMPUTE_FULL, p.recompute);
