@@ -1,4 +1,5 @@
 /* main.c — the shardc driver: subcommands, flags, and the pass list. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,7 @@ static const char *usage_main =
 
 static const char *usage_check =
     "usage: shardc check MODEL.shard [--target cpu|cuda] [--mesh NAME|SPEC] [--strategy SPEC|auto]\n"
-    "                    [--model NAME] [--no-memory-check]\n"
+    "                    [--model NAME] [--memory SIZE] [--no-memory-check]\n"
     "\n"
     "Parses MODEL.shard, checks names, shapes, meshes and the strategy, runs the passes\n"
     "and reports as file:line:col every error 'shardc build' would give for the same\n"
@@ -34,6 +35,8 @@ static const char *usage_check =
     "                       (pp=N:a+b+... gives each pipeline stage's number of layers)\n"
     "  --model NAME         the model to check when the file has several\n"
     "  --target cpu|cuda    code generator target (default cpu; cuda is not generated yet)\n"
+    "  --memory SIZE        each device's memory (80GB, 24GiB, 512MiB), instead of the mesh's:\n"
+    "                       the memory check and recompute=auto hold the plan to it\n"
     "  --no-memory-check    accept a plan whose planned peak on a rank exceeds the device's\n"
     "                       memory (the mesh's memory = SIZE, or the device catalog's)\n"
     "  -w                   do not print warnings\n"
@@ -97,6 +100,24 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* "80GB", "24 GiB", "512MiB", "1e9": bytes (1000- or 1024-based units). */
+static int parse_size(const char *v, double *out) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || end == v || !(x > 0) || x > 1e18) return -1;
+  while (*end == ' ') end++;
+  static const struct { const char *u; double f; } units[] = {
+      {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  for (size_t k = 0; k < sizeof units / sizeof units[0]; k++)
+    if (!strcmp(end, units[k].u)) {
+      *out = x * units[k].f;
+      return *out >= 1 ? 0 : -1;
+    }
+  return -1;
+}
+
 static int usage_error(const char *usage, const char *fmt, const char *arg) {
   fprintf(stderr, "shardc: error: ");
   fprintf(stderr, fmt, arg);
@@ -130,6 +151,9 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       o->list_passes = 1;
     } else if (!strcmp(a, "--no-memory-check")) {
       o->no_memory_check = 1;
+    } else if ((v = flag_value(argc, argv, &i, "--memory"))) {
+      if (parse_size(v, &o->sema.memory))
+        return usage_error(usage, "--memory needs a size such as 80GB, 24GiB or 512MiB, got '%s'", v);
     } else if ((v = flag_value(argc, argv, &i, "--mesh"))) {
       if (!*v) return usage_error(usage, "%s needs a value", "--mesh");
       o->sema.mesh = v;

@@ -856,6 +856,14 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   } else {
     t->mesh = mesh_from_spec(m, "1");
   }
+  if (opt->memory > 0 && t->mesh) {
+    Mesh *c = arena_alloc(sizeof *c);
+    *c = *t->mesh;
+    c->mem_bytes = opt->memory;
+    c->mem_loc = (SrcLoc){0};
+    c->mem_from_flag = true;
+    t->mesh = c;
+  }
 
   /* sizes */
   int64_t batch = int_item(m, it, "batch", 1, 1 << 24);

@@ -10,6 +10,7 @@ typedef struct SemaOptions {
   const char *mesh;       /* --mesh NAME|SPEC, or NULL */
   const char *strategy;   /* --strategy SPEC|auto, or NULL */
   const char *model;      /* --model NAME, or NULL */
+  double memory;          /* --memory SIZE: bytes per device (0: the mesh's) */
 } SemaOptions;
 
 /* The frontend: sema_run, then lower_model, then the warnings about unused

@@ -331,6 +331,7 @@ typedef struct Mesh {
   double intra_bw, inter_bw;   /* bytes/s */
   double mem_bytes;            /* per device */
   SrcLoc mem_loc;              /* its `memory =` value, or none (the catalog's) */
+  bool mem_from_flag;          /* mem_bytes comes from --memory */
 } Mesh;
 
 typedef enum { SP_NONE, SP_MEGATRON, SP_RING } SpKind;

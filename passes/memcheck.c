@@ -121,7 +121,9 @@ int plan_memory_check(Module *m, int scale) {
   else
     diag_fatal_noloc("%s", msg);
   diag_note((SrcLoc){0}, "it holds %s", parts);
-  if (me->mem_loc.file) {
+  if (me->mem_from_flag) {
+    diag_note((SrcLoc){0}, "--memory gives each device %s", report_size(me->mem_bytes));
+  } else if (me->mem_loc.file) {
     if (!same_loc(at, me->mem_loc))
       diag_note(me->mem_loc, "mesh '%s' gives each device %s here", me->name,
                 report_size(me->mem_bytes));

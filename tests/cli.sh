@@ -181,6 +181,12 @@ expect cuts-memory-no33 1 '' -- sh -c "'$bin' compile tests/dist/bigvocab.shard 
 sed 's/mesh four { devices = 4, device = cpu }/mesh four { devices = 4, device = cpu, memory = 28 MiB }/' tests/dist/bigvocab.shard >"$tmp/bigvocab28.shard"
 expect cuts-within-memory 0 "cuts balance FLOPs within the device memory" -- "$bin" compile "$tmp/bigvocab28.shard" --strategy pp=4
 expect cuts-within-memory-plan 0 'stage 0:  model ops, blocks.0; 7.7% of the FLOPs' -- "$bin" compile "$tmp/bigvocab28.shard" --strategy pp=4
+# --memory SIZE sets each device's memory for the check and recompute=auto.
+expect memory-flag 1 'note: --memory gives each device 1.00 MiB' -- "$bin" check samples/gpt.shard --memory 1MiB
+expect memory-flag-auto 0 'auto: selective for blocks.0 .. blocks.2, none for blocks.3: 20,441,088 bytes' -- "$bin" compile samples/gpt.shard --strategy dp=4,recompute=auto --memory 20MiB
+expect memory-flag-gb 0 '' -- "$bin" check samples/gpt.shard --memory "1 GB"
+expect memory-flag-bad 1 "--memory needs a size such as 80GB, 24GiB or 512MiB, got '12XB'" -- "$bin" check samples/gpt.shard --memory 12XB
+expect memory-flag-zero 1 "--memory needs a size" -- "$bin" check samples/gpt.shard --memory 0GB
 expect memory-no-check-plan 0 '^memory:   23,347,264 bytes per rank' -- "$bin" compile "$tmp/small-mem.shard" --no-memory-check
 expect memory-cli-mesh 1 "gpt2-124m.shard:27:14: error: the plan does not fit in device memory: every rank needs 18,959,487,104 bytes \(17.66 GiB\), but a device of mesh '8' \(cpu\) has 16,000,000,000 bytes \(14.90 GiB\)" -- "$bin" check samples/gpt2-124m.shard --mesh 8
 expect memory-fits-h100 1 '^samples/gpt2-124m.shard:26:15: error: precision bf16' -- "$bin" check samples/gpt2-124m.shard --mesh 8:H100_SXM
