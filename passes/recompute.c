@@ -47,9 +47,12 @@ static Value *root(Value *v) {
   return v;
 }
 
-/* Ops that selective recompute repeats: O(elements) work, no communication. */
+/* Ops that selective recompute repeats: O(elements) work, and Megatron
+ * sequence parallelism's all-gather of a norm's output before a linear
+ * (as Korthikanti et al. keep the sequence shards and gather again in the
+ * backward). */
 static bool cheap(const Node *n) {
-  if (fuse_is_view(n)) return true;
+  if (fuse_is_view(n) || n->op == OP_ALLGATHER_G) return true;
   switch (ir_ops[n->op].cls) {
   case OPC_UNARY: case OPC_BINARY: case OPC_MAP: case OPC_ROWWISE: case OPC_NORM:
   case OPC_VIEW: case OPC_SLICE: case OPC_ROPE:

@@ -21,11 +21,11 @@
  *     under SP);
  *   + without TP, the attention output is held twice (its reshape to
  *     [B, T, C] is a copy, the output projection's input): e·s·b·h;
- *   + under SP, the layernorms' outputs are held all-gathered, as the
- *     matmuls read them (Korthikanti keep the sequence shards and gather
- *     again in the backward): e·2·s·b·h·(1 − 1/t).
+ *   + under SP without recompute, the layernorms' outputs are held
+ *     all-gathered, as the matmuls read them: e·2·s·b·h·(1 − 1/t)
+ *     (selective gathers them again in the backward, as Korthikanti's SP).
  * shardc's selective also drops both layernorms' outputs and their
- * statistics and the GELU's output (8·s·b·h/t of Korthikanti's 34/t), and
+ * statistics and the GELU's output (12·s·b·h/t of Korthikanti's 34/t), and
  * its full recompute holds exactly Korthikanti's layer input (/t under SP).
  * fp32 only: the cpu target plans no 16-bit activations. */
 #include <string.h>
@@ -85,8 +85,7 @@ int main(void) {
   c[1].expect = e / 2 * (c[1].korthikanti - 2 * sbh - scores / t) + e * (a * s * b / t + 4 * s * b);
   c[2].expect = e / 2 * (c[2].korthikanti - 2 * sbh / t - scores / t) +
                 e * (a * s * b / t + 4 * s * b / t + 2 * sbh * (1 - 1 / t));
-  c[3].expect = e / 2 * (c[3].korthikanti - 2 * sbh / t - 8 * sbh / t) +
-                e * (a * s * b / t + 2 * sbh * (1 - 1 / t));
+  c[3].expect = e / 2 * (c[3].korthikanti - 2 * sbh / t - 12 * sbh / t) + e * (a * s * b / t);
   c[4].expect = e / 2 * c[4].korthikanti;
   c[5].expect = e / 2 * c[5].korthikanti / t;
   for (int i = 0; i < (int)(sizeof c / sizeof c[0]); i++) {
