@@ -606,9 +606,9 @@ Node *ir_add(Graph *g, OpKind op, Value **in, int nin, const Attrs *a, SrcLoc lo
     v->def = n;
     n->outs[i] = v;
   }
+  n->out = n->outs[0];
   /* A reshape of contiguous row-major data is a view: same storage. */
   if (op == OP_RESHAPE || op == OP_TP_COPY) n->out->alias = in[0];
-  n->out = n->outs[0];
   for (int i = 0; i < n->nin; i++) n->in[i]->nuses++;
   vec_push(&g->nodes, n);
   return n;

@@ -259,14 +259,11 @@ static void rule_elementwise(Sharder *sh, Node *n) {
 
 static void rule_rowwise(Sharder *sh, Node *n) { unary((S *)sh, n, true); }
 
-/* A reshape that keeps its input's split is a view of it here: ir_add
- * means every reshape to be one, but links the view on a temporary, so
- * outside 1D tensor parallelism a reshape stays a copy (the plans and
- * programs depend on that until it is fixed there). */
+/* A reshape that keeps its input's split is a view of it (as ir_add made
+ * every reshape). */
 static void rule_view(Sharder *sh, Node *n) {
-  bool split = split_dim(n->in[0]) >= 0;
   sh_view(sh, n);
-  if (split && !sh->failed) n->out->alias = n->in[0];
+  if (!sh->failed) n->out->alias = n->in[0];
 }
 
 static void rule_norm(Sharder *sh, Node *n) {

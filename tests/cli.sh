@@ -94,7 +94,7 @@ expect plan-zero3 0 '^memory: .* params 814.75 KiB, grads 814.75 KiB, optimizer 
 expect commcheck-zero3 1 'communication check failed .*all_gather' -- env SHARDC_DEBUG_BREAK_COMM=drop:3:0 "$bin" compile samples/gpt.shard --strategy dp=4,zero=3 --emit=plan
 expect commcheck-pp-hang 1 'communication check failed for strategy on 2 ranks: deadlock: 2 ranks can never finish: rank 0 waits at event 0 in recv of 131072 bytes with tag 1 from rank 1 \(gradient of microbatch 1 from stage 1: instruction bwd.0\)' -- env SHARDC_DEBUG_BREAK_COMM=swap:0:1,swap:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b
 expect commcheck-pp-order 1 'send/recv mismatch in the 1st message from rank 1 to rank 0: rank 1 sends 131072 bytes with tag 5 \(gradient of microbatch 2 to stage 0: instruction bwd.30\) but rank 0 receives 131072 bytes with tag 1 \(gradient of microbatch 1 from stage 1: instruction bwd.0\)' -- env SHARDC_DEBUG_BREAK_COMM=drop:1:1 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b
-expect commcheck-pp-bytes 1 'rank 0 sends 262144 bytes with tag 0 \(activation of microbatch 1 to stage 1: instruction fwd.37\) but rank 1 receives 131072 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2
+expect commcheck-pp-bytes 1 'rank 0 sends 262144 bytes with tag 0 \(activation of microbatch 1 to stage 1: instruction fwd.29\) but rank 1 receives 131072 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2
 # Ring attention (sp=ring:N): the ring's messages are in the plan's volume and
 # in the communication check (a receive whose tag the send does not carry);
 # models without a sequence, and dropout, are refused.
@@ -129,7 +129,7 @@ expect emit-c-fp64-zero 1 'fp64 builds are for single-rank gradient checks; buil
 expect tp2d-zero 0 '\{RT_STEP_ALLREDUCE, RT_AX_TPC, 0, [0-9]+, [0-9]+, 0.0\},  // gradient shard of bucket' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=c --strategy tp2d=2x2,dp=2,zero=2
 expect emit-c-fp64-tp 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp=4 --precision=fp64
 expect emit-c-interleaved 0 'static void r1_backward_c1\(RtPass \*p\)' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2,schedule=interleaved:2
-expect plan-interleaved 0 '^rank 0:   memory 22,790,144 bytes per rank .*persistent 7,000,064 \+ transient 1,310,720 \(the largest chunk.s\) \+ stash slots 14,479,360' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=interleaved:2
+expect plan-interleaved 0 '^rank 0:   memory 22,003,712 bytes per rank .*persistent 7,000,064 \+ transient 1,310,720 \(the largest chunk.s\) \+ stash slots 13,692,928' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=interleaved:2
 expect commcheck-interleaved 1 'deadlock: 2 ranks can never finish: rank 0 waits at event 0 in recv of 131072 bytes with tag 2 from rank 1 \(activation of microbatch 1 from stage 1: instruction c1.fwd.1\)' -- env SHARDC_DEBUG_BREAK_COMM=swap:0:1,swap:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=interleaved:2
 expect interleaved-sizes 1 'pp=2: 2 stage sizes for 4 stages \(interleaved chunks take no explicit sizes yet\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:2+2,schedule=interleaved:2
 expect interleaved-too-deep 1 'pp=4 needs 8 pipeline stages but model gpt has only 5 places to cut it .*use fewer interleaved chunks or a smaller pp' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=interleaved:2
@@ -161,34 +161,34 @@ expect explore-unavailable 1 "'explore' is not available yet" -- "$bin" explore 
 # plan larger than the device (tests/diag/memory_*.shard for the messages);
 # --no-memory-check lets it through; a --mesh device's catalog memory counts.
 sed 's/mesh laptop { devices = 4, device = cpu }/mesh laptop { devices = 4, device = cpu, memory = 1 MiB }/' samples/gpt.shard >"$tmp/small-mem.shard"
-expect memory-check 1 'small-mem.shard:24:14: error: the plan does not fit in device memory: every rank needs 23,347,264 bytes \(22.27 MiB\), but a device of mesh .laptop. \(cpu\) has 1,048,576 bytes \(1.00 MiB\)' -- "$bin" check "$tmp/small-mem.shard"
+expect memory-check 1 'small-mem.shard:24:14: error: the plan does not fit in device memory: every rank needs 22,822,976 bytes \(21.77 MiB\), but a device of mesh .laptop. \(cpu\) has 1,048,576 bytes \(1.00 MiB\)' -- "$bin" check "$tmp/small-mem.shard"
 expect memory-compile 1 'does not fit in device memory' -- "$bin" compile "$tmp/small-mem.shard" --emit=plan
 expect memory-build 1 'does not fit in device memory' -- "$bin" build "$tmp/small-mem.shard" -o "$tmp/small-mem"
 expect memory-no-check 0 '' -- "$bin" check "$tmp/small-mem.shard" --no-memory-check
-# 21 MiB devices: the plain plan (22.27 MiB) does not fit, recompute does.
+# 21 MiB devices: the plain plan (21.77 MiB) does not fit, recompute does.
 sed 's/mesh laptop { devices = 4, device = cpu }/mesh laptop { devices = 4, device = cpu, memory = 21 MiB }/' samples/gpt.shard >"$tmp/mid-mem.shard"
 expect memory-recompute-hint 1 'recompute=selective \(norms, activations\) or full \(whole layers\)' -- "$bin" check "$tmp/mid-mem.shard"
-expect memory-recompute-fits 0 '^memory:   20,314,112 bytes per rank' -- "$bin" compile "$tmp/mid-mem.shard" --strategy dp=4,recompute=selective
+expect memory-recompute-fits 0 '^memory:   20,039,680 bytes per rank' -- "$bin" compile "$tmp/mid-mem.shard" --strategy dp=4,recompute=selective
 # Pipeline cuts (passes/stage.c): pp=N balances FLOPs within the device
 # memory, pp=N:memory the memory itself.  tests/dist/bigvocab.shard's
-# FLOP-balanced stage 0 needs 33,120,256 bytes; balanced for memory, 25,475,072.
+# FLOP-balanced stage 0 needs 32,595,968 bytes; balanced for memory, 25,212,928.
 expect cuts-flops 0 'stage 0:  model ops, blocks.0 .. blocks.1; 15.5% of the FLOPs' -- "$bin" compile tests/dist/bigvocab.shard --strategy pp=4
-expect cuts-flops-mem 0 'memory: 33,120,256 bytes per rank' -- "$bin" compile tests/dist/bigvocab.shard --strategy pp=4
+expect cuts-flops-mem 0 'memory: 32,595,968 bytes per rank' -- "$bin" compile tests/dist/bigvocab.shard --strategy pp=4
 expect cuts-memory 0 'cuts balance estimated memory' -- "$bin" compile tests/dist/bigvocab.shard --strategy pp=4:memory
-expect cuts-memory-stage0 0 'memory: 25,475,072 bytes per rank' -- "$bin" compile tests/dist/bigvocab.shard --strategy pp=4:memory
-expect cuts-memory-no33 1 '' -- sh -c "'$bin' compile tests/dist/bigvocab.shard --strategy pp=4:memory | grep -q 33,120,256"
+expect cuts-memory-stage0 0 'memory: 25,212,928 bytes per rank' -- "$bin" compile tests/dist/bigvocab.shard --strategy pp=4:memory
+expect cuts-memory-no33 1 '' -- sh -c "'$bin' compile tests/dist/bigvocab.shard --strategy pp=4:memory | grep -q 32,595,968"
 # On 28 MiB devices the FLOP-balanced cuts would not fit; pp=4 moves them.
 sed 's/mesh four { devices = 4, device = cpu }/mesh four { devices = 4, device = cpu, memory = 28 MiB }/' tests/dist/bigvocab.shard >"$tmp/bigvocab28.shard"
 expect cuts-within-memory 0 "cuts balance FLOPs within the device memory" -- "$bin" compile "$tmp/bigvocab28.shard" --strategy pp=4
 expect cuts-within-memory-plan 0 'stage 0:  model ops, blocks.0; 7.7% of the FLOPs' -- "$bin" compile "$tmp/bigvocab28.shard" --strategy pp=4
 # --memory SIZE sets each device's memory for the check and recompute=auto.
 expect memory-flag 1 'note: --memory gives each device 1.00 MiB' -- "$bin" check samples/gpt.shard --memory 1MiB
-expect memory-flag-auto 0 'auto: selective for blocks.0 .. blocks.2, none for blocks.3: 20,441,088 bytes' -- "$bin" compile samples/gpt.shard --strategy dp=4,recompute=auto --memory 20MiB
+expect memory-flag-auto 0 'auto: selective for blocks.0 .. blocks.2, none for blocks.3: 20,301,824 bytes' -- "$bin" compile samples/gpt.shard --strategy dp=4,recompute=auto --memory 20MiB
 expect memory-flag-gb 0 '' -- "$bin" check samples/gpt.shard --memory "1 GB"
 expect memory-flag-bad 1 "--memory needs a size such as 80GB, 24GiB or 512MiB, got '12XB'" -- "$bin" check samples/gpt.shard --memory 12XB
 expect memory-flag-zero 1 "--memory needs a size" -- "$bin" check samples/gpt.shard --memory 0GB
-expect memory-no-check-plan 0 '^memory:   23,347,264 bytes per rank' -- "$bin" compile "$tmp/small-mem.shard" --no-memory-check
-expect memory-cli-mesh 1 "gpt2-124m.shard:27:14: error: the plan does not fit in device memory: every rank needs 18,959,487,104 bytes \(17.66 GiB\), but a device of mesh '8' \(cpu\) has 16,000,000,000 bytes \(14.90 GiB\)" -- "$bin" check samples/gpt2-124m.shard --mesh 8
+expect memory-no-check-plan 0 '^memory:   22,822,976 bytes per rank' -- "$bin" compile "$tmp/small-mem.shard" --no-memory-check
+expect memory-cli-mesh 1 "gpt2-124m.shard:27:14: error: the plan does not fit in device memory: every rank needs 18,355,507,328 bytes \(17.09 GiB\), but a device of mesh '8' \(cpu\) has 16,000,000,000 bytes \(14.90 GiB\)" -- "$bin" check samples/gpt2-124m.shard --mesh 8
 expect memory-fits-h100 1 '^samples/gpt2-124m.shard:26:15: error: precision bf16' -- "$bin" check samples/gpt2-124m.shard --mesh 8:H100_SXM
 
 # FLOPs (passes/report.c plan_flops; tests/unit/test_flops.c against the

@@ -14,11 +14,11 @@
  * flops:    model 5.536e+09 per step = 3 x 4.613e+08 forward per microbatch (256 tokens) x 4 microbatches (dp 4 x mb 1)
  *           hardware 5.501e+09 per step, 1.375e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)
  * graph:    224 nodes (143 forward), 288 values
- * memory:   23,347,264 bytes per rank (22.27 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.54 MiB at node 150
+ * memory:   22,822,976 bytes per rank (21.77 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.04 MiB at node 150
  * comm:     5,005,824 bytes sent per rank per step (dp 5,005,824)
  *
- * Arena per rank: 23,347,264 bytes = persistent 13,348,864 (params 3,337,216, grads 3,337,216, optimizer
- * 6,674,432) + transient peak 9,998,400 (161 buffers, peak at node 150).
+ * Arena per rank: 22,822,976 bytes = persistent 13,348,864 (params 3,337,216, grads 3,337,216, optimizer
+ * 6,674,432) + transient peak 9,474,112 (145 buffers, peak at node 150).
  * Fused: 16 bias adds into matmuls, 16 bias gradients into matmul backward,
  * 0 elementwise chains (0 ops) into single loops.
  *
@@ -60,7 +60,7 @@ static const char PLAN[] =
     "flops:    model 5.536e+09 per step = 3 x 4.613e+08 forward per microbatch (256 tokens) x 4 microbatches (dp 4 x mb 1)\n"
     "          hardware 5.501e+09 per step, 1.375e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)\n"
     "graph:    224 nodes (143 forward), 288 values\n"
-    "memory:   23,347,264 bytes per rank (22.27 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.54 MiB at node 150\n"
+    "memory:   22,822,976 bytes per rank (21.77 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.04 MiB at node 150\n"
     "comm:     5,005,824 bytes sent per rank per step (dp 5,005,824)\n";
 
 /* ---- the whole model as full tensors (init, checkpoints: the same file under any
@@ -277,267 +277,219 @@ static double forward(RtPass *p) {
   // gpt.shard:5 (blocks.0.attn)  %15 = slice %14
   // f32[B=4,T=64,384] -> f32[B=4,T=64,128]
   rt_slice_cols_forward_f32(F(13615104), F(14008320), 256, 384, 0, 128);
-  // gpt.shard:5 (blocks.0.attn)  %16 = reshape %15
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,4,32]
-  memcpy(F(13746176), F(13615104), 131072);  // not a view in the plan: a copy
   // gpt.shard:5 (blocks.0.attn)  %17 = slice %14
   // f32[B=4,T=64,384] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(13615104), F(14008320), 256, 384, 128, 128);
-  // gpt.shard:5 (blocks.0.attn)  %18 = reshape %17
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,4,32]
-  memcpy(F(13877248), F(13615104), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(13746176), F(14008320), 256, 384, 128, 128);
   // gpt.shard:5 (blocks.0.attn)  %19 = slice %14
   // f32[B=4,T=64,384] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(13615104), F(14008320), 256, 384, 256, 128);
-  // gpt.shard:5 (blocks.0.attn)  %20 = reshape %19
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,4,32]
-  memcpy(F(14008320), F(13615104), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(13877248), F(14008320), 256, 384, 256, 128);
   // gpt.shard:5 (blocks.0.attn)  %21, %22 = attention %16, %18, %20
   // f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32] -> f32[B=4,T=64,4,32], f32[B=4,4,T=64]
-  rt_attention_forward_f32(F(13615104), F(14139392), F(13746176), F(13877248), F(14008320), 4, 64, 4, 4, 32, 1);
-  // gpt.shard:5 (blocks.0.attn)  %23 = reshape %21
-  // f32[B=4,T=64,4,32] -> f32[B=4,T=64,128]
-  memcpy(F(14143488), F(13615104), 131072);  // not a view in the plan: a copy
+  rt_attention_forward_f32(F(14008320), F(14139392), F(13615104), F(13746176), F(13877248), 4, 64, 4, 4, 32, 1);
   // gpt.shard:5 (blocks.0.attn)  %25 = matmul %23, @blocks.0.attn.proj.weight; %27 = add %25, @blocks.0.attn.proj.bias
   // f32[B=4,T=64,128], f32[128,128], f32[128] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(14405632), F(14143488), F(363008), F(428544), 256, 128, 128);
+  rt_matmul_forward_f32(F(14274560), F(14008320), F(363008), F(428544), 256, 128, 128);
   // gpt.shard:5 (blocks.0)  %28 = add %5, %27
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
     const float *x5 = F(13481984);
-    const float *x27 = F(14405632);
-    float *x28 = F(14274560);
+    const float *x27 = F(14274560);
+    float *x28 = F(14143488);
     for (size_t i = 0; i < 32768; i++) {
       x28[i] = x5[i] + x27[i];
     }
   }
   // gpt.shard:6 (blocks.0)  %31, %32, %33 = layernorm %28, @blocks.0.ln_2.weight, @blocks.0.ln_2.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
-  rt_layernorm_forward_f32(F(14405632), F(14536704), F(14537728), F(14274560), F(429056), F(429568), 256, 128);
+  rt_layernorm_forward_f32(F(14274560), F(14405632), F(14406656), F(14143488), F(429056), F(429568), 256, 128);
   // gpt.shard:6 (blocks.0.mlp)  %35 = matmul %31, @blocks.0.mlp.fc.weight; %37 = add %35, @blocks.0.mlp.fc.bias
   // f32[B=4,T=64,128], f32[512,128], f32[512] -> f32[B=4,T=64,512]
-  rt_matmul_forward_f32(F(15063040), F(14405632), F(430080), F(692224), 256, 128, 512);
+  rt_matmul_forward_f32(F(14931968), F(14274560), F(430080), F(692224), 256, 128, 512);
   // gpt.shard:6 (blocks.0.mlp)  %38 = gelu %37
   // f32[B=4,T=64,512] -> f32[B=4,T=64,512]
-  rt_gelu_forward_f32(F(14538752), F(15063040), 131072);
+  rt_gelu_forward_f32(F(14407680), F(14931968), 131072);
   // gpt.shard:6 (blocks.0.mlp)  %40 = matmul %38, @blocks.0.mlp.proj.weight; %42 = add %40, @blocks.0.mlp.proj.bias
   // f32[B=4,T=64,512], f32[128,512], f32[128] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(15718400), F(14538752), F(694272), F(956416), 256, 512, 128);
+  rt_matmul_forward_f32(F(15587328), F(14407680), F(694272), F(956416), 256, 512, 128);
   // gpt.shard:6 (blocks.0)  %43 = add %28, %42
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x28 = F(14274560);
-    const float *x42 = F(15718400);
-    float *x43 = F(15587328);
+    const float *x28 = F(14143488);
+    const float *x42 = F(15587328);
+    float *x43 = F(15456256);
     for (size_t i = 0; i < 32768; i++) {
       x43[i] = x28[i] + x42[i];
     }
   }
   // gpt.shard:5 (blocks.1)  %46, %47, %48 = layernorm %43, @blocks.1.ln_1.weight, @blocks.1.ln_1.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
-  rt_layernorm_forward_f32(F(15718400), F(15849472), F(15850496), F(15587328), F(956928), F(957440), 256, 128);
+  rt_layernorm_forward_f32(F(15587328), F(15718400), F(15719424), F(15456256), F(956928), F(957440), 256, 128);
   // gpt.shard:5 (blocks.1.attn)  %50 = matmul %46, @blocks.1.attn.qkv.weight; %52 = add %50, @blocks.1.attn.qkv.bias
   // f32[B=4,T=64,128], f32[384,128], f32[384] -> f32[B=4,T=64,384]
-  rt_matmul_forward_f32(F(16244736), F(15718400), F(957952), F(1154560), 256, 128, 384);
+  rt_matmul_forward_f32(F(16113664), F(15587328), F(957952), F(1154560), 256, 128, 384);
   // gpt.shard:5 (blocks.1.attn)  %53 = slice %52
   // f32[B=4,T=64,384] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(15851520), F(16244736), 256, 384, 0, 128);
-  // gpt.shard:5 (blocks.1.attn)  %54 = reshape %53
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,4,32]
-  memcpy(F(15982592), F(15851520), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(15720448), F(16113664), 256, 384, 0, 128);
   // gpt.shard:5 (blocks.1.attn)  %55 = slice %52
   // f32[B=4,T=64,384] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(15851520), F(16244736), 256, 384, 128, 128);
-  // gpt.shard:5 (blocks.1.attn)  %56 = reshape %55
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,4,32]
-  memcpy(F(16113664), F(15851520), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(15851520), F(16113664), 256, 384, 128, 128);
   // gpt.shard:5 (blocks.1.attn)  %57 = slice %52
   // f32[B=4,T=64,384] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(15851520), F(16244736), 256, 384, 256, 128);
-  // gpt.shard:5 (blocks.1.attn)  %58 = reshape %57
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,4,32]
-  memcpy(F(16244736), F(15851520), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(15982592), F(16113664), 256, 384, 256, 128);
   // gpt.shard:5 (blocks.1.attn)  %59, %60 = attention %54, %56, %58
   // f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32] -> f32[B=4,T=64,4,32], f32[B=4,4,T=64]
-  rt_attention_forward_f32(F(15851520), F(16375808), F(15982592), F(16113664), F(16244736), 4, 64, 4, 4, 32, 1);
-  // gpt.shard:5 (blocks.1.attn)  %61 = reshape %59
-  // f32[B=4,T=64,4,32] -> f32[B=4,T=64,128]
-  memcpy(F(16379904), F(15851520), 131072);  // not a view in the plan: a copy
+  rt_attention_forward_f32(F(16113664), F(16244736), F(15720448), F(15851520), F(15982592), 4, 64, 4, 4, 32, 1);
   // gpt.shard:5 (blocks.1.attn)  %63 = matmul %61, @blocks.1.attn.proj.weight; %65 = add %63, @blocks.1.attn.proj.bias
   // f32[B=4,T=64,128], f32[128,128], f32[128] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(16642048), F(16379904), F(1156096), F(1221632), 256, 128, 128);
+  rt_matmul_forward_f32(F(16379904), F(16113664), F(1156096), F(1221632), 256, 128, 128);
   // gpt.shard:5 (blocks.1)  %66 = add %43, %65
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x43 = F(15587328);
-    const float *x65 = F(16642048);
-    float *x66 = F(16510976);
+    const float *x43 = F(15456256);
+    const float *x65 = F(16379904);
+    float *x66 = F(16248832);
     for (size_t i = 0; i < 32768; i++) {
       x66[i] = x43[i] + x65[i];
     }
   }
   // gpt.shard:6 (blocks.1)  %69, %70, %71 = layernorm %66, @blocks.1.ln_2.weight, @blocks.1.ln_2.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
-  rt_layernorm_forward_f32(F(16642048), F(16773120), F(16774144), F(16510976), F(1222144), F(1222656), 256, 128);
+  rt_layernorm_forward_f32(F(16379904), F(16510976), F(16512000), F(16248832), F(1222144), F(1222656), 256, 128);
   // gpt.shard:6 (blocks.1.mlp)  %73 = matmul %69, @blocks.1.mlp.fc.weight; %75 = add %73, @blocks.1.mlp.fc.bias
   // f32[B=4,T=64,128], f32[512,128], f32[512] -> f32[B=4,T=64,512]
-  rt_matmul_forward_f32(F(17299456), F(16642048), F(1223168), F(1485312), 256, 128, 512);
+  rt_matmul_forward_f32(F(17037312), F(16379904), F(1223168), F(1485312), 256, 128, 512);
   // gpt.shard:6 (blocks.1.mlp)  %76 = gelu %75
   // f32[B=4,T=64,512] -> f32[B=4,T=64,512]
-  rt_gelu_forward_f32(F(16775168), F(17299456), 131072);
+  rt_gelu_forward_f32(F(16513024), F(17037312), 131072);
   // gpt.shard:6 (blocks.1.mlp)  %78 = matmul %76, @blocks.1.mlp.proj.weight; %80 = add %78, @blocks.1.mlp.proj.bias
   // f32[B=4,T=64,512], f32[128,512], f32[128] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(17954816), F(16775168), F(1487360), F(1749504), 256, 512, 128);
+  rt_matmul_forward_f32(F(17692672), F(16513024), F(1487360), F(1749504), 256, 512, 128);
   // gpt.shard:6 (blocks.1)  %81 = add %66, %80
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x66 = F(16510976);
-    const float *x80 = F(17954816);
-    float *x81 = F(17823744);
+    const float *x66 = F(16248832);
+    const float *x80 = F(17692672);
+    float *x81 = F(17561600);
     for (size_t i = 0; i < 32768; i++) {
       x81[i] = x66[i] + x80[i];
     }
   }
   // gpt.shard:5 (blocks.2)  %84, %85, %86 = layernorm %81, @blocks.2.ln_1.weight, @blocks.2.ln_1.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
-  rt_layernorm_forward_f32(F(17954816), F(18085888), F(18086912), F(17823744), F(1750016), F(1750528), 256, 128);
+  rt_layernorm_forward_f32(F(17692672), F(17823744), F(17824768), F(17561600), F(1750016), F(1750528), 256, 128);
   // gpt.shard:5 (blocks.2.attn)  %88 = matmul %84, @blocks.2.attn.qkv.weight; %90 = add %88, @blocks.2.attn.qkv.bias
   // f32[B=4,T=64,128], f32[384,128], f32[384] -> f32[B=4,T=64,384]
-  rt_matmul_forward_f32(F(18481152), F(17954816), F(1751040), F(1947648), 256, 128, 384);
+  rt_matmul_forward_f32(F(18219008), F(17692672), F(1751040), F(1947648), 256, 128, 384);
   // gpt.shard:5 (blocks.2.attn)  %91 = slice %90
   // f32[B=4,T=64,384] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(18087936), F(18481152), 256, 384, 0, 128);
-  // gpt.shard:5 (blocks.2.attn)  %92 = reshape %91
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,4,32]
-  memcpy(F(18219008), F(18087936), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(17825792), F(18219008), 256, 384, 0, 128);
   // gpt.shard:5 (blocks.2.attn)  %93 = slice %90
   // f32[B=4,T=64,384] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(18087936), F(18481152), 256, 384, 128, 128);
-  // gpt.shard:5 (blocks.2.attn)  %94 = reshape %93
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,4,32]
-  memcpy(F(18350080), F(18087936), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(17956864), F(18219008), 256, 384, 128, 128);
   // gpt.shard:5 (blocks.2.attn)  %95 = slice %90
   // f32[B=4,T=64,384] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(18087936), F(18481152), 256, 384, 256, 128);
-  // gpt.shard:5 (blocks.2.attn)  %96 = reshape %95
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,4,32]
-  memcpy(F(18481152), F(18087936), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(18087936), F(18219008), 256, 384, 256, 128);
   // gpt.shard:5 (blocks.2.attn)  %97, %98 = attention %92, %94, %96
   // f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32] -> f32[B=4,T=64,4,32], f32[B=4,4,T=64]
-  rt_attention_forward_f32(F(18087936), F(18612224), F(18219008), F(18350080), F(18481152), 4, 64, 4, 4, 32, 1);
-  // gpt.shard:5 (blocks.2.attn)  %99 = reshape %97
-  // f32[B=4,T=64,4,32] -> f32[B=4,T=64,128]
-  memcpy(F(18616320), F(18087936), 131072);  // not a view in the plan: a copy
+  rt_attention_forward_f32(F(18219008), F(18350080), F(17825792), F(17956864), F(18087936), 4, 64, 4, 4, 32, 1);
   // gpt.shard:5 (blocks.2.attn)  %101 = matmul %99, @blocks.2.attn.proj.weight; %103 = add %101, @blocks.2.attn.proj.bias
   // f32[B=4,T=64,128], f32[128,128], f32[128] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(18878464), F(18616320), F(1949184), F(2014720), 256, 128, 128);
+  rt_matmul_forward_f32(F(18485248), F(18219008), F(1949184), F(2014720), 256, 128, 128);
   // gpt.shard:5 (blocks.2)  %104 = add %81, %103
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x81 = F(17823744);
-    const float *x103 = F(18878464);
-    float *x104 = F(18747392);
+    const float *x81 = F(17561600);
+    const float *x103 = F(18485248);
+    float *x104 = F(18354176);
     for (size_t i = 0; i < 32768; i++) {
       x104[i] = x81[i] + x103[i];
     }
   }
   // gpt.shard:6 (blocks.2)  %107, %108, %109 = layernorm %104, @blocks.2.ln_2.weight, @blocks.2.ln_2.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
-  rt_layernorm_forward_f32(F(18878464), F(19009536), F(19010560), F(18747392), F(2015232), F(2015744), 256, 128);
+  rt_layernorm_forward_f32(F(18485248), F(18616320), F(18617344), F(18354176), F(2015232), F(2015744), 256, 128);
   // gpt.shard:6 (blocks.2.mlp)  %111 = matmul %107, @blocks.2.mlp.fc.weight; %113 = add %111, @blocks.2.mlp.fc.bias
   // f32[B=4,T=64,128], f32[512,128], f32[512] -> f32[B=4,T=64,512]
-  rt_matmul_forward_f32(F(19535872), F(18878464), F(2016256), F(2278400), 256, 128, 512);
+  rt_matmul_forward_f32(F(19142656), F(18485248), F(2016256), F(2278400), 256, 128, 512);
   // gpt.shard:6 (blocks.2.mlp)  %114 = gelu %113
   // f32[B=4,T=64,512] -> f32[B=4,T=64,512]
-  rt_gelu_forward_f32(F(19011584), F(19535872), 131072);
+  rt_gelu_forward_f32(F(18618368), F(19142656), 131072);
   // gpt.shard:6 (blocks.2.mlp)  %116 = matmul %114, @blocks.2.mlp.proj.weight; %118 = add %116, @blocks.2.mlp.proj.bias
   // f32[B=4,T=64,512], f32[128,512], f32[128] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(20191232), F(19011584), F(2280448), F(2542592), 256, 512, 128);
+  rt_matmul_forward_f32(F(19798016), F(18618368), F(2280448), F(2542592), 256, 512, 128);
   // gpt.shard:6 (blocks.2)  %119 = add %104, %118
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x104 = F(18747392);
-    const float *x118 = F(20191232);
-    float *x119 = F(20060160);
+    const float *x104 = F(18354176);
+    const float *x118 = F(19798016);
+    float *x119 = F(19666944);
     for (size_t i = 0; i < 32768; i++) {
       x119[i] = x104[i] + x118[i];
     }
   }
   // gpt.shard:5 (blocks.3)  %122, %123, %124 = layernorm %119, @blocks.3.ln_1.weight, @blocks.3.ln_1.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
-  rt_layernorm_forward_f32(F(20191232), F(20322304), F(20323328), F(20060160), F(2543104), F(2543616), 256, 128);
+  rt_layernorm_forward_f32(F(19798016), F(19929088), F(19930112), F(19666944), F(2543104), F(2543616), 256, 128);
   // gpt.shard:5 (blocks.3.attn)  %126 = matmul %122, @blocks.3.attn.qkv.weight; %128 = add %126, @blocks.3.attn.qkv.bias
   // f32[B=4,T=64,128], f32[384,128], f32[384] -> f32[B=4,T=64,384]
-  rt_matmul_forward_f32(F(20717568), F(20191232), F(2544128), F(2740736), 256, 128, 384);
+  rt_matmul_forward_f32(F(20324352), F(19798016), F(2544128), F(2740736), 256, 128, 384);
   // gpt.shard:5 (blocks.3.attn)  %129 = slice %128
   // f32[B=4,T=64,384] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(20324352), F(20717568), 256, 384, 0, 128);
-  // gpt.shard:5 (blocks.3.attn)  %130 = reshape %129
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,4,32]
-  memcpy(F(20455424), F(20324352), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(19931136), F(20324352), 256, 384, 0, 128);
   // gpt.shard:5 (blocks.3.attn)  %131 = slice %128
   // f32[B=4,T=64,384] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(20324352), F(20717568), 256, 384, 128, 128);
-  // gpt.shard:5 (blocks.3.attn)  %132 = reshape %131
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,4,32]
-  memcpy(F(20586496), F(20324352), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(20062208), F(20324352), 256, 384, 128, 128);
   // gpt.shard:5 (blocks.3.attn)  %133 = slice %128
   // f32[B=4,T=64,384] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(20324352), F(20717568), 256, 384, 256, 128);
-  // gpt.shard:5 (blocks.3.attn)  %134 = reshape %133
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,4,32]
-  memcpy(F(20717568), F(20324352), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(20193280), F(20324352), 256, 384, 256, 128);
   // gpt.shard:5 (blocks.3.attn)  %135, %136 = attention %130, %132, %134
   // f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32] -> f32[B=4,T=64,4,32], f32[B=4,4,T=64]
-  rt_attention_forward_f32(F(20324352), F(20848640), F(20455424), F(20586496), F(20717568), 4, 64, 4, 4, 32, 1);
-  // gpt.shard:5 (blocks.3.attn)  %137 = reshape %135
-  // f32[B=4,T=64,4,32] -> f32[B=4,T=64,128]
-  memcpy(F(20852736), F(20324352), 131072);  // not a view in the plan: a copy
+  rt_attention_forward_f32(F(20324352), F(20455424), F(19931136), F(20062208), F(20193280), 4, 64, 4, 4, 32, 1);
   // gpt.shard:5 (blocks.3.attn)  %139 = matmul %137, @blocks.3.attn.proj.weight; %141 = add %139, @blocks.3.attn.proj.bias
   // f32[B=4,T=64,128], f32[128,128], f32[128] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(21114880), F(20852736), F(2742272), F(2807808), 256, 128, 128);
+  rt_matmul_forward_f32(F(20590592), F(20324352), F(2742272), F(2807808), 256, 128, 128);
   // gpt.shard:5 (blocks.3)  %142 = add %119, %141
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x119 = F(20060160);
-    const float *x141 = F(21114880);
-    float *x142 = F(20983808);
+    const float *x119 = F(19666944);
+    const float *x141 = F(20590592);
+    float *x142 = F(20459520);
     for (size_t i = 0; i < 32768; i++) {
       x142[i] = x119[i] + x141[i];
     }
   }
   // gpt.shard:6 (blocks.3)  %145, %146, %147 = layernorm %142, @blocks.3.ln_2.weight, @blocks.3.ln_2.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
-  rt_layernorm_forward_f32(F(21114880), F(21245952), F(21246976), F(20983808), F(2808320), F(2808832), 256, 128);
+  rt_layernorm_forward_f32(F(20590592), F(20721664), F(20722688), F(20459520), F(2808320), F(2808832), 256, 128);
   // gpt.shard:6 (blocks.3.mlp)  %149 = matmul %145, @blocks.3.mlp.fc.weight; %151 = add %149, @blocks.3.mlp.fc.bias
   // f32[B=4,T=64,128], f32[512,128], f32[512] -> f32[B=4,T=64,512]
-  rt_matmul_forward_f32(F(21772288), F(21114880), F(2809344), F(3071488), 256, 128, 512);
+  rt_matmul_forward_f32(F(21248000), F(20590592), F(2809344), F(3071488), 256, 128, 512);
   // gpt.shard:6 (blocks.3.mlp)  %152 = gelu %151
   // f32[B=4,T=64,512] -> f32[B=4,T=64,512]
-  rt_gelu_forward_f32(F(21248000), F(21772288), 131072);
+  rt_gelu_forward_f32(F(20723712), F(21248000), 131072);
   // gpt.shard:6 (blocks.3.mlp)  %154 = matmul %152, @blocks.3.mlp.proj.weight; %156 = add %154, @blocks.3.mlp.proj.bias
   // f32[B=4,T=64,512], f32[128,512], f32[128] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(22427648), F(21248000), F(3073536), F(3335680), 256, 512, 128);
+  rt_matmul_forward_f32(F(21903360), F(20723712), F(3073536), F(3335680), 256, 512, 128);
   // gpt.shard:6 (blocks.3)  %157 = add %142, %156
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x142 = F(20983808);
-    const float *x156 = F(22427648);
-    float *x157 = F(22296576);
+    const float *x142 = F(20459520);
+    const float *x156 = F(21903360);
+    float *x157 = F(21772288);
     for (size_t i = 0; i < 32768; i++) {
       x157[i] = x142[i] + x156[i];
     }
   }
   // gpt.shard:13  %160, %161, %162 = layernorm %157, @ln.weight, @ln.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
-  rt_layernorm_forward_f32(F(22427648), F(22558720), F(22559744), F(22296576), F(3336192), F(3336704), 256, 128);
+  rt_layernorm_forward_f32(F(21903360), F(22034432), F(22035456), F(21772288), F(3336192), F(3336704), 256, 128);
   // gpt.shard:13  %163 = matmul %160, @embed.weight
   // f32[B=4,T=64,128], f32[256,128] -> f32[B=4,T=64,256]
-  rt_matmul_forward_f32(F(22560768), F(22427648), F(0), NULL, 256, 128, 256);
+  rt_matmul_forward_f32(F(22036480), F(21903360), F(0), NULL, 256, 128, 256);
   // gpt.shard:14  %164 = cross_entropy %163, $targets
   // f32[B=4,T=64,256], i32[B=4,T=64] -> f32[]
-  rt_check(rt_crossentropy_forward_f32(&ce_loss[0], &ce_rows[0], NULL, NULL, F(22560768), I(13349888), 256, 256));
-  *F(22822912) = (float)ce_loss[0];
+  rt_check(rt_crossentropy_forward_f32(&ce_loss[0], &ce_rows[0], NULL, NULL, F(22036480), I(13349888), 256, 256));
+  *F(22298624) = (float)ce_loss[0];
   return ce_loss[0];
 }
 
@@ -545,18 +497,18 @@ static double forward(RtPass *p) {
 static void backward(RtPass *p) {
   // gpt.shard:14  d%164 = fill
   // () -> f32[]
-  *F(22822976) = 1.0f;
+  *F(22298688) = 1.0f;
   // gpt.shard:14  d%163 += cross_entropy_bwd d%164, %163, $targets
   // f32[], f32[B=4,T=64,256], i32[B=4,T=64] -> f32[B=4,T=64,256]
-  rt_crossentropy_backward_f32(F(22823040), F(22560768), NULL, I(13349888), 256, 256, *F(22822976), ce_rows[0]);  // writes: the first contribution
+  rt_crossentropy_backward_f32(F(22298752), F(22036480), NULL, I(13349888), 256, 256, *F(22298688), ce_rows[0]);  // writes: the first contribution
   // gpt.shard:13  d%160, d@embed.weight += matmul_bwd d%163, %160, @embed.weight
   // f32[B=4,T=64,256], f32[B=4,T=64,128], f32[256,128] -> f32[B=4,T=64,128], f32[256,128]
-  memset(F(22560768), 0, 131072);  // d%160 starts here
-  rt_matmul_backward_f32(F(22560768), F(3337216), NULL, F(22823040), F(22427648), F(0), 256, 128, 256);
+  memset(F(22036480), 0, 131072);  // d%160 starts here
+  rt_matmul_backward_f32(F(22036480), F(3337216), NULL, F(22298752), F(21903360), F(0), 256, 128, 256);
   // gpt.shard:13  d%157, d@ln.weight, d@ln.bias += layernorm_bwd d%160, %157, @ln.weight, %161, %162
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  memset(F(22427648), 0, 131072);  // d%157 starts here
-  rt_layernorm_backward_f32(F(22427648), F(6673408), F(6673920), F(22560768), F(22296576), F(3336192), F(22558720), F(22559744), 256, 128);
+  memset(F(21903360), 0, 131072);  // d%157 starts here
+  rt_layernorm_backward_f32(F(21903360), F(6673408), F(6673920), F(22036480), F(21772288), F(3336192), F(22034432), F(22035456), 256, 128);
   // gpt.shard:13 (ln)  %287 += grad_all_reduce %287
   // f32[256] -> f32[256]
   if (p->last_mb)  // bucket ln: overlaps the rest of the backward
@@ -564,64 +516,64 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.3)  d%142, _ += add_bwd d%157, %142, %156
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d157 = F(22427648);
-    float *d142 = F(22296576);
+    const float *d157 = F(21903360);
+    float *d142 = F(21772288);
     for (size_t i = 0; i < 32768; i++) {
       d142[i] = d157[i];
     }
   }
   // gpt.shard:6 (blocks.3.mlp)  _, d@blocks.3.mlp.proj.bias += add_bwd d%157, %154, @blocks.3.mlp.proj.bias; d%152, d@blocks.3.mlp.proj.weight += matmul_bwd d%157, %152, @blocks.3.mlp.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,512], f32[128,512] -> f32[B=4,T=64,512], f32[128,512], f32[128]
-  memset(F(22822976), 0, 524288);  // d%152 starts here
-  rt_matmul_backward_f32(F(22822976), F(6410752), F(6672896), F(22427648), F(21248000), F(3073536), 256, 512, 128);
+  memset(F(22298688), 0, 524288);  // d%152 starts here
+  rt_matmul_backward_f32(F(22298688), F(6410752), F(6672896), F(21903360), F(20723712), F(3073536), 256, 512, 128);
   // gpt.shard:6 (blocks.3.mlp)  d%151 += gelu_bwd d%152, %151
   // f32[B=4,T=64,512], f32[B=4,T=64,512] -> f32[B=4,T=64,512]
-  memset(F(21248000), 0, 524288);  // d%151 starts here
-  rt_gelu_backward_f32(F(21248000), F(21772288), F(22822976), 131072);
+  memset(F(20723712), 0, 524288);  // d%151 starts here
+  rt_gelu_backward_f32(F(20723712), F(21248000), F(22298688), 131072);
   // gpt.shard:6 (blocks.3.mlp)  _, d@blocks.3.mlp.fc.bias += add_bwd d%151, %149, @blocks.3.mlp.fc.bias; d%145, d@blocks.3.mlp.fc.weight += matmul_bwd d%151, %145, @blocks.3.mlp.fc.weight
   // f32[B=4,T=64,512], f32[B=4,T=64,128], f32[512,128] -> f32[B=4,T=64,128], f32[512,128], f32[512]
-  memset(F(22427648), 0, 131072);  // d%145 starts here
-  rt_matmul_backward_f32(F(22427648), F(6146560), F(6408704), F(21248000), F(21114880), F(2809344), 256, 128, 512);
+  memset(F(21903360), 0, 131072);  // d%145 starts here
+  rt_matmul_backward_f32(F(21903360), F(6146560), F(6408704), F(20723712), F(20590592), F(2809344), 256, 128, 512);
   // gpt.shard:6 (blocks.3)  d%142, d@blocks.3.ln_2.weight, d@blocks.3.ln_2.bias += layernorm_bwd d%145, %142, @blocks.3.ln_2.weight, %146, %147
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_f32(F(22296576), F(6145536), F(6146048), F(22427648), F(20983808), F(2808320), F(21245952), F(21246976), 256, 128);
+  rt_layernorm_backward_f32(F(21772288), F(6145536), F(6146048), F(21903360), F(20459520), F(2808320), F(20721664), F(20722688), 256, 128);
   // gpt.shard:5 (blocks.3)  d%119, _ += add_bwd d%142, %119, %141
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d142 = F(22296576);
-    float *d119 = F(22427648);
+    const float *d142 = F(21772288);
+    float *d119 = F(21903360);
     for (size_t i = 0; i < 32768; i++) {
       d119[i] = d142[i];
     }
   }
   // gpt.shard:5 (blocks.3.attn)  _, d@blocks.3.attn.proj.bias += add_bwd d%142, %139, @blocks.3.attn.proj.bias; d%137, d@blocks.3.attn.proj.weight += matmul_bwd d%142, %137, @blocks.3.attn.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128], f32[128,128], f32[128]
-  memset(F(22558720), 0, 131072);  // d%137 starts here
-  rt_matmul_backward_f32(F(22558720), F(6079488), F(6145024), F(22296576), F(20852736), F(2742272), 256, 128, 128);
+  memset(F(22034432), 0, 131072);  // d%137 starts here
+  rt_matmul_backward_f32(F(22034432), F(6079488), F(6145024), F(21772288), F(20324352), F(2742272), 256, 128, 128);
   // gpt.shard:5 (blocks.3.attn)  d%130, d%132, d%134 += attention_bwd d%135, %130, %132, %134, %135, %136
   // f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,4,T=64] -> f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32]
-  memset(F(22689792), 0, 131072);  // d%130 starts here
-  memset(F(22822976), 0, 131072);  // d%132 starts here
-  memset(F(22954048), 0, 131072);  // d%134 starts here
-  rt_attention_backward_f32(F(22689792), F(22822976), F(22954048),
-      F(22558720), F(20455424), F(20586496), F(20717568), F(20324352), F(20848640), 4, 64, 4, 4, 32, 1);
+  memset(F(22165504), 0, 131072);  // d%130 starts here
+  memset(F(22298688), 0, 131072);  // d%132 starts here
+  memset(F(22429760), 0, 131072);  // d%134 starts here
+  rt_attention_backward_f32(F(22165504), F(22298688), F(22429760),
+      F(22034432), F(19931136), F(20062208), F(20193280), F(20324352), F(20455424), 4, 64, 4, 4, 32, 1);
   // gpt.shard:5 (blocks.3.attn)  d%128 += slice_bwd d%133, %128
   // f32[B=4,T=64,128], f32[B=4,T=64,384] -> f32[B=4,T=64,384]
-  memset(F(20324352), 0, 393216);  // d%128 starts here
-  rt_slice_cols_backward_f32(F(20324352), F(22954048), 256, 384, 256, 128);
+  memset(F(19931136), 0, 393216);  // d%128 starts here
+  rt_slice_cols_backward_f32(F(19931136), F(22429760), 256, 384, 256, 128);
   // gpt.shard:5 (blocks.3.attn)  d%128 += slice_bwd d%131, %128
   // f32[B=4,T=64,128], f32[B=4,T=64,384] -> f32[B=4,T=64,384]
-  rt_slice_cols_backward_f32(F(20324352), F(22822976), 256, 384, 128, 128);
+  rt_slice_cols_backward_f32(F(19931136), F(22298688), 256, 384, 128, 128);
   // gpt.shard:5 (blocks.3.attn)  d%128 += slice_bwd d%129, %128
   // f32[B=4,T=64,128], f32[B=4,T=64,384] -> f32[B=4,T=64,384]
-  rt_slice_cols_backward_f32(F(20324352), F(22689792), 256, 384, 0, 128);
+  rt_slice_cols_backward_f32(F(19931136), F(22165504), 256, 384, 0, 128);
   // gpt.shard:5 (blocks.3.attn)  _, d@blocks.3.attn.qkv.bias += add_bwd d%128, %126, @blocks.3.attn.qkv.bias; d%122, d@blocks.3.attn.qkv.weight += matmul_bwd d%128, %122, @blocks.3.attn.qkv.weight
   // f32[B=4,T=64,384], f32[B=4,T=64,128], f32[384,128] -> f32[B=4,T=64,128], f32[384,128], f32[384]
-  memset(F(22558720), 0, 131072);  // d%122 starts here
-  rt_matmul_backward_f32(F(22558720), F(5881344), F(6077952), F(20324352), F(20191232), F(2544128), 256, 128, 384);
+  memset(F(22034432), 0, 131072);  // d%122 starts here
+  rt_matmul_backward_f32(F(22034432), F(5881344), F(6077952), F(19931136), F(19798016), F(2544128), 256, 128, 384);
   // gpt.shard:5 (blocks.3)  d%119, d@blocks.3.ln_1.weight, d@blocks.3.ln_1.bias += layernorm_bwd d%122, %119, @blocks.3.ln_1.weight, %123, %124
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_f32(F(22427648), F(5880320), F(5880832), F(22558720), F(20060160), F(2543104), F(20322304), F(20323328), 256, 128);
+  rt_layernorm_backward_f32(F(21903360), F(5880320), F(5880832), F(22034432), F(19666944), F(2543104), F(19929088), F(19930112), 256, 128);
   // gpt.shard:5 (blocks.3)  %286 += grad_all_reduce %286
   // f32[198272] -> f32[198272]
   if (p->last_mb)  // bucket blocks.3: overlaps the rest of the backward
@@ -629,64 +581,64 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.2)  d%104, _ += add_bwd d%119, %104, %118
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d119 = F(22427648);
-    float *d104 = F(22558720);
+    const float *d119 = F(21903360);
+    float *d104 = F(22034432);
     for (size_t i = 0; i < 32768; i++) {
       d104[i] = d119[i];
     }
   }
   // gpt.shard:6 (blocks.2.mlp)  _, d@blocks.2.mlp.proj.bias += add_bwd d%119, %116, @blocks.2.mlp.proj.bias; d%114, d@blocks.2.mlp.proj.weight += matmul_bwd d%119, %114, @blocks.2.mlp.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,512], f32[128,512] -> f32[B=4,T=64,512], f32[128,512], f32[128]
-  memset(F(22822976), 0, 524288);  // d%114 starts here
-  rt_matmul_backward_f32(F(22822976), F(5617664), F(5879808), F(22427648), F(19011584), F(2280448), 256, 512, 128);
+  memset(F(22298688), 0, 524288);  // d%114 starts here
+  rt_matmul_backward_f32(F(22298688), F(5617664), F(5879808), F(21903360), F(18618368), F(2280448), 256, 512, 128);
   // gpt.shard:6 (blocks.2.mlp)  d%113 += gelu_bwd d%114, %113
   // f32[B=4,T=64,512], f32[B=4,T=64,512] -> f32[B=4,T=64,512]
-  memset(F(19011584), 0, 524288);  // d%113 starts here
-  rt_gelu_backward_f32(F(19011584), F(19535872), F(22822976), 131072);
+  memset(F(18618368), 0, 524288);  // d%113 starts here
+  rt_gelu_backward_f32(F(18618368), F(19142656), F(22298688), 131072);
   // gpt.shard:6 (blocks.2.mlp)  _, d@blocks.2.mlp.fc.bias += add_bwd d%113, %111, @blocks.2.mlp.fc.bias; d%107, d@blocks.2.mlp.fc.weight += matmul_bwd d%113, %107, @blocks.2.mlp.fc.weight
   // f32[B=4,T=64,512], f32[B=4,T=64,128], f32[512,128] -> f32[B=4,T=64,128], f32[512,128], f32[512]
-  memset(F(22689792), 0, 131072);  // d%107 starts here
-  rt_matmul_backward_f32(F(22689792), F(5353472), F(5615616), F(19011584), F(18878464), F(2016256), 256, 128, 512);
+  memset(F(22165504), 0, 131072);  // d%107 starts here
+  rt_matmul_backward_f32(F(22165504), F(5353472), F(5615616), F(18618368), F(18485248), F(2016256), 256, 128, 512);
   // gpt.shard:6 (blocks.2)  d%104, d@blocks.2.ln_2.weight, d@blocks.2.ln_2.bias += layernorm_bwd d%107, %104, @blocks.2.ln_2.weight, %108, %109
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_f32(F(22558720), F(5352448), F(5352960), F(22689792), F(18747392), F(2015232), F(19009536), F(19010560), 256, 128);
+  rt_layernorm_backward_f32(F(22034432), F(5352448), F(5352960), F(22165504), F(18354176), F(2015232), F(18616320), F(18617344), 256, 128);
   // gpt.shard:5 (blocks.2)  d%81, _ += add_bwd d%104, %81, %103
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d104 = F(22558720);
-    float *d81 = F(22689792);
+    const float *d104 = F(22034432);
+    float *d81 = F(22165504);
     for (size_t i = 0; i < 32768; i++) {
       d81[i] = d104[i];
     }
   }
   // gpt.shard:5 (blocks.2.attn)  _, d@blocks.2.attn.proj.bias += add_bwd d%104, %101, @blocks.2.attn.proj.bias; d%99, d@blocks.2.attn.proj.weight += matmul_bwd d%104, %99, @blocks.2.attn.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128], f32[128,128], f32[128]
-  memset(F(22822976), 0, 131072);  // d%99 starts here
-  rt_matmul_backward_f32(F(22822976), F(5286400), F(5351936), F(22558720), F(18616320), F(1949184), 256, 128, 128);
+  memset(F(22298688), 0, 131072);  // d%99 starts here
+  rt_matmul_backward_f32(F(22298688), F(5286400), F(5351936), F(22034432), F(18219008), F(1949184), 256, 128, 128);
   // gpt.shard:5 (blocks.2.attn)  d%92, d%94, d%96 += attention_bwd d%97, %92, %94, %96, %97, %98
   // f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,4,T=64] -> f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32]
-  memset(F(22954048), 0, 131072);  // d%92 starts here
-  memset(F(23085120), 0, 131072);  // d%94 starts here
-  memset(F(23216192), 0, 131072);  // d%96 starts here
-  rt_attention_backward_f32(F(22954048), F(23085120), F(23216192),
-      F(22822976), F(18219008), F(18350080), F(18481152), F(18087936), F(18612224), 4, 64, 4, 4, 32, 1);
+  memset(F(22429760), 0, 131072);  // d%92 starts here
+  memset(F(22560832), 0, 131072);  // d%94 starts here
+  memset(F(22691904), 0, 131072);  // d%96 starts here
+  rt_attention_backward_f32(F(22429760), F(22560832), F(22691904),
+      F(22298688), F(17825792), F(17956864), F(18087936), F(18219008), F(18350080), 4, 64, 4, 4, 32, 1);
   // gpt.shard:5 (blocks.2.attn)  d%90 += slice_bwd d%95, %90
   // f32[B=4,T=64,128], f32[B=4,T=64,384] -> f32[B=4,T=64,384]
-  memset(F(18087936), 0, 393216);  // d%90 starts here
-  rt_slice_cols_backward_f32(F(18087936), F(23216192), 256, 384, 256, 128);
+  memset(F(17825792), 0, 393216);  // d%90 starts here
+  rt_slice_cols_backward_f32(F(17825792), F(22691904), 256, 384, 256, 128);
   // gpt.shard:5 (blocks.2.attn)  d%90 += slice_bwd d%93, %90
   // f32[B=4,T=64,128], f32[B=4,T=64,384] -> f32[B=4,T=64,384]
-  rt_slice_cols_backward_f32(F(18087936), F(23085120), 256, 384, 128, 128);
+  rt_slice_cols_backward_f32(F(17825792), F(22560832), 256, 384, 128, 128);
   // gpt.shard:5 (blocks.2.attn)  d%90 += slice_bwd d%91, %90
   // f32[B=4,T=64,128], f32[B=4,T=64,384] -> f32[B=4,T=64,384]
-  rt_slice_cols_backward_f32(F(18087936), F(22954048), 256, 384, 0, 128);
+  rt_slice_cols_backward_f32(F(17825792), F(22429760), 256, 384, 0, 128);
   // gpt.shard:5 (blocks.2.attn)  _, d@blocks.2.attn.qkv.bias += add_bwd d%90, %88, @blocks.2.attn.qkv.bias; d%84, d@blocks.2.attn.qkv.weight += matmul_bwd d%90, %84, @blocks.2.attn.qkv.weight
   // f32[B=4,T=64,384], f32[B=4,T=64,128], f32[384,128] -> f32[B=4,T=64,128], f32[384,128], f32[384]
-  memset(F(22822976), 0, 131072);  // d%84 starts here
-  rt_matmul_backward_f32(F(22822976), F(5088256), F(5284864), F(18087936), F(17954816), F(1751040), 256, 128, 384);
+  memset(F(22298688), 0, 131072);  // d%84 starts here
+  rt_matmul_backward_f32(F(22298688), F(5088256), F(5284864), F(17825792), F(17692672), F(1751040), 256, 128, 384);
   // gpt.shard:5 (blocks.2)  d%81, d@blocks.2.ln_1.weight, d@blocks.2.ln_1.bias += layernorm_bwd d%84, %81, @blocks.2.ln_1.weight, %85, %86
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_f32(F(22689792), F(5087232), F(5087744), F(22822976), F(17823744), F(1750016), F(18085888), F(18086912), 256, 128);
+  rt_layernorm_backward_f32(F(22165504), F(5087232), F(5087744), F(22298688), F(17561600), F(1750016), F(17823744), F(17824768), 256, 128);
   // gpt.shard:5 (blocks.2)  %285 += grad_all_reduce %285
   // f32[198272] -> f32[198272]
   if (p->last_mb)  // bucket blocks.2: overlaps the rest of the backward
@@ -694,64 +646,64 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.1)  d%66, _ += add_bwd d%81, %66, %80
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d81 = F(22689792);
-    float *d66 = F(22822976);
+    const float *d81 = F(22165504);
+    float *d66 = F(22298688);
     for (size_t i = 0; i < 32768; i++) {
       d66[i] = d81[i];
     }
   }
   // gpt.shard:6 (blocks.1.mlp)  _, d@blocks.1.mlp.proj.bias += add_bwd d%81, %78, @blocks.1.mlp.proj.bias; d%76, d@blocks.1.mlp.proj.weight += matmul_bwd d%81, %76, @blocks.1.mlp.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,512], f32[128,512] -> f32[B=4,T=64,512], f32[128,512], f32[128]
-  memset(F(17823744), 0, 524288);  // d%76 starts here
-  rt_matmul_backward_f32(F(17823744), F(4824576), F(5086720), F(22689792), F(16775168), F(1487360), 256, 512, 128);
+  memset(F(17561600), 0, 524288);  // d%76 starts here
+  rt_matmul_backward_f32(F(17561600), F(4824576), F(5086720), F(22165504), F(16513024), F(1487360), 256, 512, 128);
   // gpt.shard:6 (blocks.1.mlp)  d%75 += gelu_bwd d%76, %75
   // f32[B=4,T=64,512], f32[B=4,T=64,512] -> f32[B=4,T=64,512]
-  memset(F(16775168), 0, 524288);  // d%75 starts here
-  rt_gelu_backward_f32(F(16775168), F(17299456), F(17823744), 131072);
+  memset(F(16513024), 0, 524288);  // d%75 starts here
+  rt_gelu_backward_f32(F(16513024), F(17037312), F(17561600), 131072);
   // gpt.shard:6 (blocks.1.mlp)  _, d@blocks.1.mlp.fc.bias += add_bwd d%75, %73, @blocks.1.mlp.fc.bias; d%69, d@blocks.1.mlp.fc.weight += matmul_bwd d%75, %69, @blocks.1.mlp.fc.weight
   // f32[B=4,T=64,512], f32[B=4,T=64,128], f32[512,128] -> f32[B=4,T=64,128], f32[512,128], f32[512]
-  memset(F(22954048), 0, 131072);  // d%69 starts here
-  rt_matmul_backward_f32(F(22954048), F(4560384), F(4822528), F(16775168), F(16642048), F(1223168), 256, 128, 512);
+  memset(F(22429760), 0, 131072);  // d%69 starts here
+  rt_matmul_backward_f32(F(22429760), F(4560384), F(4822528), F(16513024), F(16379904), F(1223168), 256, 128, 512);
   // gpt.shard:6 (blocks.1)  d%66, d@blocks.1.ln_2.weight, d@blocks.1.ln_2.bias += layernorm_bwd d%69, %66, @blocks.1.ln_2.weight, %70, %71
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_f32(F(22822976), F(4559360), F(4559872), F(22954048), F(16510976), F(1222144), F(16773120), F(16774144), 256, 128);
+  rt_layernorm_backward_f32(F(22298688), F(4559360), F(4559872), F(22429760), F(16248832), F(1222144), F(16510976), F(16512000), 256, 128);
   // gpt.shard:5 (blocks.1)  d%43, _ += add_bwd d%66, %43, %65
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d66 = F(22822976);
-    float *d43 = F(22954048);
+    const float *d66 = F(22298688);
+    float *d43 = F(22429760);
     for (size_t i = 0; i < 32768; i++) {
       d43[i] = d66[i];
     }
   }
   // gpt.shard:5 (blocks.1.attn)  _, d@blocks.1.attn.proj.bias += add_bwd d%66, %63, @blocks.1.attn.proj.bias; d%61, d@blocks.1.attn.proj.weight += matmul_bwd d%66, %61, @blocks.1.attn.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128], f32[128,128], f32[128]
-  memset(F(23085120), 0, 131072);  // d%61 starts here
-  rt_matmul_backward_f32(F(23085120), F(4493312), F(4558848), F(22822976), F(16379904), F(1156096), 256, 128, 128);
+  memset(F(22560832), 0, 131072);  // d%61 starts here
+  rt_matmul_backward_f32(F(22560832), F(4493312), F(4558848), F(22298688), F(16113664), F(1156096), 256, 128, 128);
   // gpt.shard:5 (blocks.1.attn)  d%54, d%56, d%58 += attention_bwd d%59, %54, %56, %58, %59, %60
   // f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,4,T=64] -> f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32]
-  memset(F(22822976), 0, 131072);  // d%54 starts here
-  memset(F(23216192), 0, 131072);  // d%56 starts here
-  memset(F(16379904), 0, 131072);  // d%58 starts here
-  rt_attention_backward_f32(F(22822976), F(23216192), F(16379904),
-      F(23085120), F(15982592), F(16113664), F(16244736), F(15851520), F(16375808), 4, 64, 4, 4, 32, 1);
+  memset(F(22298688), 0, 131072);  // d%54 starts here
+  memset(F(22691904), 0, 131072);  // d%56 starts here
+  memset(F(16248832), 0, 131072);  // d%58 starts here
+  rt_attention_backward_f32(F(22298688), F(22691904), F(16248832),
+      F(22560832), F(15720448), F(15851520), F(15982592), F(16113664), F(16244736), 4, 64, 4, 4, 32, 1);
   // gpt.shard:5 (blocks.1.attn)  d%52 += slice_bwd d%57, %52
   // f32[B=4,T=64,128], f32[B=4,T=64,384] -> f32[B=4,T=64,384]
-  memset(F(15851520), 0, 393216);  // d%52 starts here
-  rt_slice_cols_backward_f32(F(15851520), F(16379904), 256, 384, 256, 128);
+  memset(F(15720448), 0, 393216);  // d%52 starts here
+  rt_slice_cols_backward_f32(F(15720448), F(16248832), 256, 384, 256, 128);
   // gpt.shard:5 (blocks.1.attn)  d%52 += slice_bwd d%55, %52
   // f32[B=4,T=64,128], f32[B=4,T=64,384] -> f32[B=4,T=64,384]
-  rt_slice_cols_backward_f32(F(15851520), F(23216192), 256, 384, 128, 128);
+  rt_slice_cols_backward_f32(F(15720448), F(22691904), 256, 384, 128, 128);
   // gpt.shard:5 (blocks.1.attn)  d%52 += slice_bwd d%53, %52
   // f32[B=4,T=64,128], f32[B=4,T=64,384] -> f32[B=4,T=64,384]
-  rt_slice_cols_backward_f32(F(15851520), F(22822976), 256, 384, 0, 128);
+  rt_slice_cols_backward_f32(F(15720448), F(22298688), 256, 384, 0, 128);
   // gpt.shard:5 (blocks.1.attn)  _, d@blocks.1.attn.qkv.bias += add_bwd d%52, %50, @blocks.1.attn.qkv.bias; d%46, d@blocks.1.attn.qkv.weight += matmul_bwd d%52, %46, @blocks.1.attn.qkv.weight
   // f32[B=4,T=64,384], f32[B=4,T=64,128], f32[384,128] -> f32[B=4,T=64,128], f32[384,128], f32[384]
-  memset(F(22822976), 0, 131072);  // d%46 starts here
-  rt_matmul_backward_f32(F(22822976), F(4295168), F(4491776), F(15851520), F(15718400), F(957952), 256, 128, 384);
+  memset(F(22298688), 0, 131072);  // d%46 starts here
+  rt_matmul_backward_f32(F(22298688), F(4295168), F(4491776), F(15720448), F(15587328), F(957952), 256, 128, 384);
   // gpt.shard:5 (blocks.1)  d%43, d@blocks.1.ln_1.weight, d@blocks.1.ln_1.bias += layernorm_bwd d%46, %43, @blocks.1.ln_1.weight, %47, %48
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_f32(F(22954048), F(4294144), F(4294656), F(22822976), F(15587328), F(956928), F(15849472), F(15850496), 256, 128);
+  rt_layernorm_backward_f32(F(22429760), F(4294144), F(4294656), F(22298688), F(15456256), F(956928), F(15718400), F(15719424), 256, 128);
   // gpt.shard:5 (blocks.1)  %284 += grad_all_reduce %284
   // f32[198272] -> f32[198272]
   if (p->last_mb)  // bucket blocks.1: overlaps the rest of the backward
@@ -759,64 +711,64 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.0)  d%28, _ += add_bwd d%43, %28, %42
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d43 = F(22954048);
-    float *d28 = F(22822976);
+    const float *d43 = F(22429760);
+    float *d28 = F(22298688);
     for (size_t i = 0; i < 32768; i++) {
       d28[i] = d43[i];
     }
   }
   // gpt.shard:6 (blocks.0.mlp)  _, d@blocks.0.mlp.proj.bias += add_bwd d%43, %40, @blocks.0.mlp.proj.bias; d%38, d@blocks.0.mlp.proj.weight += matmul_bwd d%43, %38, @blocks.0.mlp.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,512], f32[128,512] -> f32[B=4,T=64,512], f32[128,512], f32[128]
-  memset(F(15587328), 0, 524288);  // d%38 starts here
-  rt_matmul_backward_f32(F(15587328), F(4031488), F(4293632), F(22954048), F(14538752), F(694272), 256, 512, 128);
+  memset(F(15456256), 0, 524288);  // d%38 starts here
+  rt_matmul_backward_f32(F(15456256), F(4031488), F(4293632), F(22429760), F(14407680), F(694272), 256, 512, 128);
   // gpt.shard:6 (blocks.0.mlp)  d%37 += gelu_bwd d%38, %37
   // f32[B=4,T=64,512], f32[B=4,T=64,512] -> f32[B=4,T=64,512]
-  memset(F(14538752), 0, 524288);  // d%37 starts here
-  rt_gelu_backward_f32(F(14538752), F(15063040), F(15587328), 131072);
+  memset(F(14407680), 0, 524288);  // d%37 starts here
+  rt_gelu_backward_f32(F(14407680), F(14931968), F(15456256), 131072);
   // gpt.shard:6 (blocks.0.mlp)  _, d@blocks.0.mlp.fc.bias += add_bwd d%37, %35, @blocks.0.mlp.fc.bias; d%31, d@blocks.0.mlp.fc.weight += matmul_bwd d%37, %31, @blocks.0.mlp.fc.weight
   // f32[B=4,T=64,512], f32[B=4,T=64,128], f32[512,128] -> f32[B=4,T=64,128], f32[512,128], f32[512]
-  memset(F(22954048), 0, 131072);  // d%31 starts here
-  rt_matmul_backward_f32(F(22954048), F(3767296), F(4029440), F(14538752), F(14405632), F(430080), 256, 128, 512);
+  memset(F(22429760), 0, 131072);  // d%31 starts here
+  rt_matmul_backward_f32(F(22429760), F(3767296), F(4029440), F(14407680), F(14274560), F(430080), 256, 128, 512);
   // gpt.shard:6 (blocks.0)  d%28, d@blocks.0.ln_2.weight, d@blocks.0.ln_2.bias += layernorm_bwd d%31, %28, @blocks.0.ln_2.weight, %32, %33
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_f32(F(22822976), F(3766272), F(3766784), F(22954048), F(14274560), F(429056), F(14536704), F(14537728), 256, 128);
+  rt_layernorm_backward_f32(F(22298688), F(3766272), F(3766784), F(22429760), F(14143488), F(429056), F(14405632), F(14406656), 256, 128);
   // gpt.shard:5 (blocks.0)  d%5, _ += add_bwd d%28, %5, %27
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d28 = F(22822976);
-    float *d5 = F(22954048);
+    const float *d28 = F(22298688);
+    float *d5 = F(22429760);
     for (size_t i = 0; i < 32768; i++) {
       d5[i] = d28[i];
     }
   }
   // gpt.shard:5 (blocks.0.attn)  _, d@blocks.0.attn.proj.bias += add_bwd d%28, %25, @blocks.0.attn.proj.bias; d%23, d@blocks.0.attn.proj.weight += matmul_bwd d%28, %23, @blocks.0.attn.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128], f32[128,128], f32[128]
-  memset(F(23085120), 0, 131072);  // d%23 starts here
-  rt_matmul_backward_f32(F(23085120), F(3700224), F(3765760), F(22822976), F(14143488), F(363008), 256, 128, 128);
+  memset(F(22560832), 0, 131072);  // d%23 starts here
+  rt_matmul_backward_f32(F(22560832), F(3700224), F(3765760), F(22298688), F(14008320), F(363008), 256, 128, 128);
   // gpt.shard:5 (blocks.0.attn)  d%16, d%18, d%20 += attention_bwd d%21, %16, %18, %20, %21, %22
   // f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,4,T=64] -> f32[B=4,T=64,4,32], f32[B=4,T=64,4,32], f32[B=4,T=64,4,32]
-  memset(F(22822976), 0, 131072);  // d%16 starts here
-  memset(F(23216192), 0, 131072);  // d%18 starts here
+  memset(F(22298688), 0, 131072);  // d%16 starts here
+  memset(F(22691904), 0, 131072);  // d%18 starts here
   memset(F(14143488), 0, 131072);  // d%20 starts here
-  rt_attention_backward_f32(F(22822976), F(23216192), F(14143488),
-      F(23085120), F(13746176), F(13877248), F(14008320), F(13615104), F(14139392), 4, 64, 4, 4, 32, 1);
+  rt_attention_backward_f32(F(22298688), F(22691904), F(14143488),
+      F(22560832), F(13615104), F(13746176), F(13877248), F(14008320), F(14139392), 4, 64, 4, 4, 32, 1);
   // gpt.shard:5 (blocks.0.attn)  d%14 += slice_bwd d%19, %14
   // f32[B=4,T=64,128], f32[B=4,T=64,384] -> f32[B=4,T=64,384]
   memset(F(13615104), 0, 393216);  // d%14 starts here
   rt_slice_cols_backward_f32(F(13615104), F(14143488), 256, 384, 256, 128);
   // gpt.shard:5 (blocks.0.attn)  d%14 += slice_bwd d%17, %14
   // f32[B=4,T=64,128], f32[B=4,T=64,384] -> f32[B=4,T=64,384]
-  rt_slice_cols_backward_f32(F(13615104), F(23216192), 256, 384, 128, 128);
+  rt_slice_cols_backward_f32(F(13615104), F(22691904), 256, 384, 128, 128);
   // gpt.shard:5 (blocks.0.attn)  d%14 += slice_bwd d%15, %14
   // f32[B=4,T=64,128], f32[B=4,T=64,384] -> f32[B=4,T=64,384]
-  rt_slice_cols_backward_f32(F(13615104), F(22822976), 256, 384, 0, 128);
+  rt_slice_cols_backward_f32(F(13615104), F(22298688), 256, 384, 0, 128);
   // gpt.shard:5 (blocks.0.attn)  _, d@blocks.0.attn.qkv.bias += add_bwd d%14, %12, @blocks.0.attn.qkv.bias; d%8, d@blocks.0.attn.qkv.weight += matmul_bwd d%14, %8, @blocks.0.attn.qkv.weight
   // f32[B=4,T=64,384], f32[B=4,T=64,128], f32[384,128] -> f32[B=4,T=64,128], f32[384,128], f32[384]
-  memset(F(22822976), 0, 131072);  // d%8 starts here
-  rt_matmul_backward_f32(F(22822976), F(3502080), F(3698688), F(13615104), F(13350912), F(164864), 256, 128, 384);
+  memset(F(22298688), 0, 131072);  // d%8 starts here
+  rt_matmul_backward_f32(F(22298688), F(3502080), F(3698688), F(13615104), F(13350912), F(164864), 256, 128, 384);
   // gpt.shard:5 (blocks.0)  d%5, d@blocks.0.ln_1.weight, d@blocks.0.ln_1.bias += layernorm_bwd d%8, %5, @blocks.0.ln_1.weight, %9, %10
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_f32(F(22954048), F(3501056), F(3501568), F(22822976), F(13481984), F(163840), F(13613056), F(13614080), 256, 128);
+  rt_layernorm_backward_f32(F(22429760), F(3501056), F(3501568), F(22298688), F(13481984), F(163840), F(13613056), F(13614080), 256, 128);
   // gpt.shard:5 (blocks.0)  %283 += grad_all_reduce %283
   // f32[198272] -> f32[198272]
   if (p->last_mb)  // bucket blocks.0: overlaps the rest of the backward
@@ -824,7 +776,7 @@ static void backward(RtPass *p) {
   // gpt.shard:11  _, d@pos.weight += add_bwd d%5, %3, @pos.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[T=64,128] -> f32[T=64,128]
   {
-    const float *d5 = F(22954048);
+    const float *d5 = F(22429760);
     float *d4 = F(3468288);
     for (size_t r = 0; r < 4; r++)
       for (size_t j = 0; j < 8192; j++) {
@@ -838,7 +790,7 @@ static void backward(RtPass *p) {
     rt_bucket_allreduce(p, 5, RT_AX_DP, F(3468288), 8192);
   // gpt.shard:11  d@embed.weight += gather_bwd d%5, @embed.weight, $tokens
   // f32[B=4,T=64,128], f32[256,128], i32[B=4,T=64] -> f32[256,128]
-  rt_embedding_backward_f32(F(3337216), F(22954048), I(13348864), 256, 128);
+  rt_embedding_backward_f32(F(3337216), F(22429760), I(13348864), 256, 128);
   // gpt.shard:11 (embed)  %281 += grad_all_reduce %281
   // f32[32768] -> f32[32768]
   if (p->last_mb)  // bucket embed: overlaps the rest of the backward
@@ -864,7 +816,7 @@ static const RtProgram program = {
     .plan = PLAN, .f64 = 0,
     .ranks = 4, .dp = 4, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 4, .batch = 16, .seq = 64,
-    .arena_bytes = 23347264, .persistent_bytes = 13348864, .comm_bytes = 5005824,
+    .arena_bytes = 22822976, .persistent_bytes = 13348864, .comm_bytes = 5005824,
     .model_flops = 5.53608806e+09, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 52, .norm_w = norm_w,
     .global = global, .nglobal = NGLOBAL, .global_bytes = 10011648, .shards = shards,

@@ -14,11 +14,11 @@
  * flops:    model 2.458e+09 per step = 3 x 4.096e+08 forward per microbatch (256 tokens) x 2 microbatches (dp 2 x mb 1)
  *           hardware 2.45e+09 per step, 1.225e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)
  * graph:    201 nodes (121 forward), 252 values
- * memory:   23,401,472 bytes per rank (22.32 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.74 MiB at node 129
+ * memory:   22,909,952 bytes per rank (21.85 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.27 MiB at node 129
  * comm:     3,035,648 bytes sent per rank per step (dp 3,035,648)
  *
- * Arena per rank: 23,401,472 bytes = persistent 12,142,592 (params 3,035,648, grads 3,035,648, optimizer
- * 6,071,296) + transient peak 11,258,880 (167 buffers, peak at node 129).
+ * Arena per rank: 22,909,952 bytes = persistent 12,142,592 (params 3,035,648, grads 3,035,648, optimizer
+ * 6,071,296) + transient peak 10,767,360 (151 buffers, peak at node 129).
  * Fused: 0 bias adds into matmuls, 0 bias gradients into matmul backward,
  * 4 elementwise chains (8 ops) into single loops.
  *
@@ -60,7 +60,7 @@ static const char PLAN[] =
     "flops:    model 2.458e+09 per step = 3 x 4.096e+08 forward per microbatch (256 tokens) x 2 microbatches (dp 2 x mb 1)\n"
     "          hardware 2.45e+09 per step, 1.225e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)\n"
     "graph:    201 nodes (121 forward), 252 values\n"
-    "memory:   23,401,472 bytes per rank (22.32 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.74 MiB at node 129\n"
+    "memory:   22,909,952 bytes per rank (21.85 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.27 MiB at node 129\n"
     "comm:     3,035,648 bytes sent per rank per step (dp 3,035,648)\n";
 
 /* ---- the whole model as full tensors (init, checkpoints: the same file under any
@@ -199,62 +199,50 @@ static double forward(RtPass *p) {
   // llama.shard:6 (blocks.0.attn)  %9 = slice %8
   // f32[B=4,T=64,192] -> f32[B=4,T=64,128]
   rt_slice_cols_forward_f32(F(12604416), F(12407808), 256, 192, 0, 128);
-  // llama.shard:6 (blocks.0.attn)  %10 = reshape %9
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,8,16]
-  memcpy(F(12735488), F(12604416), 131072);  // not a view in the plan: a copy
   // llama.shard:6 (blocks.0.attn)  %11 = rope %10
   // f32[B=4,T=64,8,16] -> f32[B=4,T=64,8,16]
-  rt_rope_forward_f32(F(12604416), F(12735488), 4, 64, 8, 16, 10000, 0);
+  rt_rope_forward_f32(F(12735488), F(12604416), 4, 64, 8, 16, 10000, 0);
   // llama.shard:6 (blocks.0.attn)  %12 = slice %8
   // f32[B=4,T=64,192] -> f32[B=4,T=64,32]
   rt_slice_cols_forward_f32(F(12866560), F(12407808), 256, 192, 128, 32);
-  // llama.shard:6 (blocks.0.attn)  %13 = reshape %12
-  // f32[B=4,T=64,32] -> f32[B=4,T=64,2,16]
-  memcpy(F(12899328), F(12866560), 32768);  // not a view in the plan: a copy
   // llama.shard:6 (blocks.0.attn)  %14 = rope %13
   // f32[B=4,T=64,2,16] -> f32[B=4,T=64,2,16]
-  rt_rope_forward_f32(F(12866560), F(12899328), 4, 64, 2, 16, 10000, 0);
+  rt_rope_forward_f32(F(12899328), F(12866560), 4, 64, 2, 16, 10000, 0);
   // llama.shard:6 (blocks.0.attn)  %15 = slice %8
   // f32[B=4,T=64,192] -> f32[B=4,T=64,32]
   rt_slice_cols_forward_f32(F(12932096), F(12407808), 256, 192, 160, 32);
-  // llama.shard:6 (blocks.0.attn)  %16 = reshape %15
-  // f32[B=4,T=64,32] -> f32[B=4,T=64,2,16]
-  memcpy(F(12407808), F(12932096), 32768);  // not a view in the plan: a copy
   // llama.shard:6 (blocks.0.attn)  %17, %18 = attention %11, %14, %16
   // f32[B=4,T=64,8,16], f32[B=4,T=64,2,16], f32[B=4,T=64,2,16] -> f32[B=4,T=64,8,16], f32[B=4,8,T=64]
-  rt_attention_forward_f32(F(12440576), F(12571648), F(12604416), F(12866560), F(12407808), 4, 64, 8, 2, 16, 1);
-  // llama.shard:6 (blocks.0.attn)  %19 = reshape %17
-  // f32[B=4,T=64,8,16] -> f32[B=4,T=64,128]
-  memcpy(F(12932096), F(12440576), 131072);  // not a view in the plan: a copy
+  rt_attention_forward_f32(F(12407808), F(12538880), F(12735488), F(12899328), F(12932096), 4, 64, 8, 2, 16, 1);
   // llama.shard:6 (blocks.0.attn)  %21 = matmul %19, @blocks.0.attn.proj.weight
   // f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(13063168), F(12932096), F(229888), NULL, 256, 128, 128);
+  rt_matmul_forward_f32(F(12964864), F(12407808), F(229888), NULL, 256, 128, 128);
   // llama.shard:6 (blocks.0)  %22 = add %3, %21
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
     const float *x3 = F(12144640);
-    const float *x21 = F(13063168);
-    float *x22 = F(13194240);
+    const float *x21 = F(12964864);
+    float *x22 = F(13095936);
     for (size_t i = 0; i < 32768; i++) {
       x22[i] = x3[i] + x21[i];
     }
   }
   // llama.shard:8 (blocks.0)  %24, %25 = rmsnorm %22, @blocks.0.norm_2.weight
   // f32[B=4,T=64,128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64]
-  rt_rmsnorm_forward_f32(F(13063168), F(12579840), F(13194240), F(295424), 256, 128, 1e-06);
+  rt_rmsnorm_forward_f32(F(12964864), F(12547072), F(13095936), F(295424), 256, 128, 1e-06);
   // llama.shard:8 (blocks.0.mlp)  %27 = matmul %24, @blocks.0.mlp.gate.weight
   // f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,344]
-  rt_matmul_forward_f32(F(13325312), F(13063168), F(295936), NULL, 256, 128, 344);
+  rt_matmul_forward_f32(F(13227008), F(12964864), F(295936), NULL, 256, 128, 344);
   // llama.shard:8 (blocks.0.mlp)  %29 = matmul %24, @blocks.0.mlp.up.weight
   // f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,344]
-  rt_matmul_forward_f32(F(13677568), F(13063168), F(472064), NULL, 256, 128, 344);
+  rt_matmul_forward_f32(F(13579264), F(12964864), F(472064), NULL, 256, 128, 344);
   // llama.shard:8 (blocks.0.mlp)  %30 = silu %27; %31 = mul %30, %29
   // f32[B=4,T=64,344], f32[B=4,T=64,344] -> f32[B=4,T=64,344]
   {
-    const float *x27 = F(13325312);
-    const float *x29 = F(13677568);
-    float *x30 = F(14029824);
-    float *x31 = F(14382080);
+    const float *x27 = F(13227008);
+    const float *x29 = F(13579264);
+    float *x30 = F(13931520);
+    float *x31 = F(14283776);
     for (size_t i = 0; i < 88064; i++) {
       const float t0 = x27[i] / (1.0f + expf(-x27[i]));
       x30[i] = t0;
@@ -263,82 +251,70 @@ static double forward(RtPass *p) {
   }
   // llama.shard:8 (blocks.0.mlp)  %33 = matmul %31, @blocks.0.mlp.down.weight
   // f32[B=4,T=64,344], f32[128,344] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(14734336), F(14382080), F(648192), NULL, 256, 344, 128);
+  rt_matmul_forward_f32(F(14636032), F(14283776), F(648192), NULL, 256, 344, 128);
   // llama.shard:8 (blocks.0)  %34 = add %22, %33
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x22 = F(13194240);
-    const float *x33 = F(14734336);
-    float *x34 = F(14865408);
+    const float *x22 = F(13095936);
+    const float *x33 = F(14636032);
+    float *x34 = F(14767104);
     for (size_t i = 0; i < 32768; i++) {
       x34[i] = x22[i] + x33[i];
     }
   }
   // llama.shard:6 (blocks.1)  %36, %37 = rmsnorm %34, @blocks.1.norm_1.weight
   // f32[B=4,T=64,128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64]
-  rt_rmsnorm_forward_f32(F(14734336), F(12580864), F(14865408), F(824320), 256, 128, 1e-06);
+  rt_rmsnorm_forward_f32(F(14636032), F(12548096), F(14767104), F(824320), 256, 128, 1e-06);
   // llama.shard:6 (blocks.1.attn)  %39 = matmul %36, @blocks.1.attn.qkv.weight
   // f32[B=4,T=64,128], f32[192,128] -> f32[B=4,T=64,192]
-  rt_matmul_forward_f32(F(14996480), F(14734336), F(824832), NULL, 256, 128, 192);
+  rt_matmul_forward_f32(F(14898176), F(14636032), F(824832), NULL, 256, 128, 192);
   // llama.shard:6 (blocks.1.attn)  %40 = slice %39
   // f32[B=4,T=64,192] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(15193088), F(14996480), 256, 192, 0, 128);
-  // llama.shard:6 (blocks.1.attn)  %41 = reshape %40
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,8,16]
-  memcpy(F(15324160), F(15193088), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(15094784), F(14898176), 256, 192, 0, 128);
   // llama.shard:6 (blocks.1.attn)  %42 = rope %41
   // f32[B=4,T=64,8,16] -> f32[B=4,T=64,8,16]
-  rt_rope_forward_f32(F(15193088), F(15324160), 4, 64, 8, 16, 10000, 0);
+  rt_rope_forward_f32(F(15225856), F(15094784), 4, 64, 8, 16, 10000, 0);
   // llama.shard:6 (blocks.1.attn)  %43 = slice %39
   // f32[B=4,T=64,192] -> f32[B=4,T=64,32]
-  rt_slice_cols_forward_f32(F(15455232), F(14996480), 256, 192, 128, 32);
-  // llama.shard:6 (blocks.1.attn)  %44 = reshape %43
-  // f32[B=4,T=64,32] -> f32[B=4,T=64,2,16]
-  memcpy(F(15488000), F(15455232), 32768);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(12549120), F(14898176), 256, 192, 128, 32);
   // llama.shard:6 (blocks.1.attn)  %45 = rope %44
   // f32[B=4,T=64,2,16] -> f32[B=4,T=64,2,16]
-  rt_rope_forward_f32(F(15455232), F(15488000), 4, 64, 2, 16, 10000, 0);
+  rt_rope_forward_f32(F(15356928), F(12549120), 4, 64, 2, 16, 10000, 0);
   // llama.shard:6 (blocks.1.attn)  %46 = slice %39
   // f32[B=4,T=64,192] -> f32[B=4,T=64,32]
-  rt_slice_cols_forward_f32(F(15520768), F(14996480), 256, 192, 160, 32);
-  // llama.shard:6 (blocks.1.attn)  %47 = reshape %46
-  // f32[B=4,T=64,32] -> f32[B=4,T=64,2,16]
-  memcpy(F(14996480), F(15520768), 32768);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(15389696), F(14898176), 256, 192, 160, 32);
   // llama.shard:6 (blocks.1.attn)  %48, %49 = attention %42, %45, %47
   // f32[B=4,T=64,8,16], f32[B=4,T=64,2,16], f32[B=4,T=64,2,16] -> f32[B=4,T=64,8,16], f32[B=4,8,T=64]
-  rt_attention_forward_f32(F(15029248), F(12581888), F(15193088), F(15455232), F(14996480), 4, 64, 8, 2, 16, 1);
-  // llama.shard:6 (blocks.1.attn)  %50 = reshape %48
-  // f32[B=4,T=64,8,16] -> f32[B=4,T=64,128]
-  memcpy(F(15520768), F(15029248), 131072);  // not a view in the plan: a copy
+  rt_attention_forward_f32(F(14898176), F(12581888), F(15225856), F(15356928), F(15389696), 4, 64, 8, 2, 16, 1);
   // llama.shard:6 (blocks.1.attn)  %52 = matmul %50, @blocks.1.attn.proj.weight
   // f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(15651840), F(15520768), F(923136), NULL, 256, 128, 128);
+  rt_matmul_forward_f32(F(15422464), F(14898176), F(923136), NULL, 256, 128, 128);
   // llama.shard:6 (blocks.1)  %53 = add %34, %52
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x34 = F(14865408);
-    const float *x52 = F(15651840);
-    float *x53 = F(15782912);
+    const float *x34 = F(14767104);
+    const float *x52 = F(15422464);
+    float *x53 = F(15553536);
     for (size_t i = 0; i < 32768; i++) {
       x53[i] = x34[i] + x52[i];
     }
   }
   // llama.shard:8 (blocks.1)  %55, %56 = rmsnorm %53, @blocks.1.norm_2.weight
   // f32[B=4,T=64,128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64]
-  rt_rmsnorm_forward_f32(F(15651840), F(12590080), F(15782912), F(988672), 256, 128, 1e-06);
+  rt_rmsnorm_forward_f32(F(15422464), F(12590080), F(15553536), F(988672), 256, 128, 1e-06);
   // llama.shard:8 (blocks.1.mlp)  %58 = matmul %55, @blocks.1.mlp.gate.weight
   // f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,344]
-  rt_matmul_forward_f32(F(15913984), F(15651840), F(989184), NULL, 256, 128, 344);
+  rt_matmul_forward_f32(F(15684608), F(15422464), F(989184), NULL, 256, 128, 344);
   // llama.shard:8 (blocks.1.mlp)  %60 = matmul %55, @blocks.1.mlp.up.weight
   // f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,344]
-  rt_matmul_forward_f32(F(16266240), F(15651840), F(1165312), NULL, 256, 128, 344);
+  rt_matmul_forward_f32(F(16036864), F(15422464), F(1165312), NULL, 256, 128, 344);
   // llama.shard:8 (blocks.1.mlp)  %61 = silu %58; %62 = mul %61, %60
   // f32[B=4,T=64,344], f32[B=4,T=64,344] -> f32[B=4,T=64,344]
   {
-    const float *x58 = F(15913984);
-    const float *x60 = F(16266240);
-    float *x61 = F(16618496);
-    float *x62 = F(16970752);
+    const float *x58 = F(15684608);
+    const float *x60 = F(16036864);
+    float *x61 = F(16389120);
+    float *x62 = F(16741376);
     for (size_t i = 0; i < 88064; i++) {
       const float t0 = x58[i] / (1.0f + expf(-x58[i]));
       x61[i] = t0;
@@ -347,82 +323,70 @@ static double forward(RtPass *p) {
   }
   // llama.shard:8 (blocks.1.mlp)  %64 = matmul %62, @blocks.1.mlp.down.weight
   // f32[B=4,T=64,344], f32[128,344] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(17323008), F(16970752), F(1341440), NULL, 256, 344, 128);
+  rt_matmul_forward_f32(F(17093632), F(16741376), F(1341440), NULL, 256, 344, 128);
   // llama.shard:8 (blocks.1)  %65 = add %53, %64
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x53 = F(15782912);
-    const float *x64 = F(17323008);
-    float *x65 = F(17454080);
+    const float *x53 = F(15553536);
+    const float *x64 = F(17093632);
+    float *x65 = F(17224704);
     for (size_t i = 0; i < 32768; i++) {
       x65[i] = x53[i] + x64[i];
     }
   }
   // llama.shard:6 (blocks.2)  %67, %68 = rmsnorm %65, @blocks.2.norm_1.weight
   // f32[B=4,T=64,128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64]
-  rt_rmsnorm_forward_f32(F(17323008), F(12591104), F(17454080), F(1517568), 256, 128, 1e-06);
+  rt_rmsnorm_forward_f32(F(17093632), F(12591104), F(17224704), F(1517568), 256, 128, 1e-06);
   // llama.shard:6 (blocks.2.attn)  %70 = matmul %67, @blocks.2.attn.qkv.weight
   // f32[B=4,T=64,128], f32[192,128] -> f32[B=4,T=64,192]
-  rt_matmul_forward_f32(F(17585152), F(17323008), F(1518080), NULL, 256, 128, 192);
+  rt_matmul_forward_f32(F(17355776), F(17093632), F(1518080), NULL, 256, 128, 192);
   // llama.shard:6 (blocks.2.attn)  %71 = slice %70
   // f32[B=4,T=64,192] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(17781760), F(17585152), 256, 192, 0, 128);
-  // llama.shard:6 (blocks.2.attn)  %72 = reshape %71
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,8,16]
-  memcpy(F(17912832), F(17781760), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(17552384), F(17355776), 256, 192, 0, 128);
   // llama.shard:6 (blocks.2.attn)  %73 = rope %72
   // f32[B=4,T=64,8,16] -> f32[B=4,T=64,8,16]
-  rt_rope_forward_f32(F(17781760), F(17912832), 4, 64, 8, 16, 10000, 0);
+  rt_rope_forward_f32(F(17683456), F(17552384), 4, 64, 8, 16, 10000, 0);
   // llama.shard:6 (blocks.2.attn)  %74 = slice %70
   // f32[B=4,T=64,192] -> f32[B=4,T=64,32]
-  rt_slice_cols_forward_f32(F(15160320), F(17585152), 256, 192, 128, 32);
-  // llama.shard:6 (blocks.2.attn)  %75 = reshape %74
-  // f32[B=4,T=64,32] -> f32[B=4,T=64,2,16]
-  memcpy(F(18043904), F(15160320), 32768);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(15029248), F(17355776), 256, 192, 128, 32);
   // llama.shard:6 (blocks.2.attn)  %76 = rope %75
   // f32[B=4,T=64,2,16] -> f32[B=4,T=64,2,16]
-  rt_rope_forward_f32(F(15160320), F(18043904), 4, 64, 2, 16, 10000, 0);
+  rt_rope_forward_f32(F(15062016), F(15029248), 4, 64, 2, 16, 10000, 0);
   // llama.shard:6 (blocks.2.attn)  %77 = slice %70
   // f32[B=4,T=64,192] -> f32[B=4,T=64,32]
-  rt_slice_cols_forward_f32(F(18076672), F(17585152), 256, 192, 160, 32);
-  // llama.shard:6 (blocks.2.attn)  %78 = reshape %77
-  // f32[B=4,T=64,32] -> f32[B=4,T=64,2,16]
-  memcpy(F(17585152), F(18076672), 32768);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(17814528), F(17355776), 256, 192, 160, 32);
   // llama.shard:6 (blocks.2.attn)  %79, %80 = attention %73, %76, %78
   // f32[B=4,T=64,8,16], f32[B=4,T=64,2,16], f32[B=4,T=64,2,16] -> f32[B=4,T=64,8,16], f32[B=4,8,T=64]
-  rt_attention_forward_f32(F(17617920), F(12592128), F(17781760), F(15160320), F(17585152), 4, 64, 8, 2, 16, 1);
-  // llama.shard:6 (blocks.2.attn)  %81 = reshape %79
-  // f32[B=4,T=64,8,16] -> f32[B=4,T=64,128]
-  memcpy(F(18076672), F(17617920), 131072);  // not a view in the plan: a copy
+  rt_attention_forward_f32(F(17355776), F(12592128), F(17683456), F(15062016), F(17814528), 4, 64, 8, 2, 16, 1);
   // llama.shard:6 (blocks.2.attn)  %83 = matmul %81, @blocks.2.attn.proj.weight
   // f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(18207744), F(18076672), F(1616384), NULL, 256, 128, 128);
+  rt_matmul_forward_f32(F(17847296), F(17355776), F(1616384), NULL, 256, 128, 128);
   // llama.shard:6 (blocks.2)  %84 = add %65, %83
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x65 = F(17454080);
-    const float *x83 = F(18207744);
-    float *x84 = F(18338816);
+    const float *x65 = F(17224704);
+    const float *x83 = F(17847296);
+    float *x84 = F(17978368);
     for (size_t i = 0; i < 32768; i++) {
       x84[i] = x65[i] + x83[i];
     }
   }
   // llama.shard:8 (blocks.2)  %86, %87 = rmsnorm %84, @blocks.2.norm_2.weight
   // f32[B=4,T=64,128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64]
-  rt_rmsnorm_forward_f32(F(18207744), F(12600320), F(18338816), F(1681920), 256, 128, 1e-06);
+  rt_rmsnorm_forward_f32(F(17847296), F(12600320), F(17978368), F(1681920), 256, 128, 1e-06);
   // llama.shard:8 (blocks.2.mlp)  %89 = matmul %86, @blocks.2.mlp.gate.weight
   // f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,344]
-  rt_matmul_forward_f32(F(18469888), F(18207744), F(1682432), NULL, 256, 128, 344);
+  rt_matmul_forward_f32(F(18109440), F(17847296), F(1682432), NULL, 256, 128, 344);
   // llama.shard:8 (blocks.2.mlp)  %91 = matmul %86, @blocks.2.mlp.up.weight
   // f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,344]
-  rt_matmul_forward_f32(F(18822144), F(18207744), F(1858560), NULL, 256, 128, 344);
+  rt_matmul_forward_f32(F(18461696), F(17847296), F(1858560), NULL, 256, 128, 344);
   // llama.shard:8 (blocks.2.mlp)  %92 = silu %89; %93 = mul %92, %91
   // f32[B=4,T=64,344], f32[B=4,T=64,344] -> f32[B=4,T=64,344]
   {
-    const float *x89 = F(18469888);
-    const float *x91 = F(18822144);
-    float *x92 = F(19174400);
-    float *x93 = F(19526656);
+    const float *x89 = F(18109440);
+    const float *x91 = F(18461696);
+    float *x92 = F(18813952);
+    float *x93 = F(19166208);
     for (size_t i = 0; i < 88064; i++) {
       const float t0 = x89[i] / (1.0f + expf(-x89[i]));
       x92[i] = t0;
@@ -431,82 +395,70 @@ static double forward(RtPass *p) {
   }
   // llama.shard:8 (blocks.2.mlp)  %95 = matmul %93, @blocks.2.mlp.down.weight
   // f32[B=4,T=64,344], f32[128,344] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(19878912), F(19526656), F(2034688), NULL, 256, 344, 128);
+  rt_matmul_forward_f32(F(19518464), F(19166208), F(2034688), NULL, 256, 344, 128);
   // llama.shard:8 (blocks.2)  %96 = add %84, %95
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x84 = F(18338816);
-    const float *x95 = F(19878912);
-    float *x96 = F(20009984);
+    const float *x84 = F(17978368);
+    const float *x95 = F(19518464);
+    float *x96 = F(19649536);
     for (size_t i = 0; i < 32768; i++) {
       x96[i] = x84[i] + x95[i];
     }
   }
   // llama.shard:6 (blocks.3)  %98, %99 = rmsnorm %96, @blocks.3.norm_1.weight
   // f32[B=4,T=64,128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64]
-  rt_rmsnorm_forward_f32(F(19878912), F(12601344), F(20009984), F(2210816), 256, 128, 1e-06);
+  rt_rmsnorm_forward_f32(F(19518464), F(12601344), F(19649536), F(2210816), 256, 128, 1e-06);
   // llama.shard:6 (blocks.3.attn)  %101 = matmul %98, @blocks.3.attn.qkv.weight
   // f32[B=4,T=64,128], f32[192,128] -> f32[B=4,T=64,192]
-  rt_matmul_forward_f32(F(20141056), F(19878912), F(2211328), NULL, 256, 128, 192);
+  rt_matmul_forward_f32(F(19780608), F(19518464), F(2211328), NULL, 256, 128, 192);
   // llama.shard:6 (blocks.3.attn)  %102 = slice %101
   // f32[B=4,T=64,192] -> f32[B=4,T=64,128]
-  rt_slice_cols_forward_f32(F(20337664), F(20141056), 256, 192, 0, 128);
-  // llama.shard:6 (blocks.3.attn)  %103 = reshape %102
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,8,16]
-  memcpy(F(20468736), F(20337664), 131072);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(19977216), F(19780608), 256, 192, 0, 128);
   // llama.shard:6 (blocks.3.attn)  %104 = rope %103
   // f32[B=4,T=64,8,16] -> f32[B=4,T=64,8,16]
-  rt_rope_forward_f32(F(20337664), F(20468736), 4, 64, 8, 16, 10000, 0);
+  rt_rope_forward_f32(F(20108288), F(19977216), 4, 64, 8, 16, 10000, 0);
   // llama.shard:6 (blocks.3.attn)  %105 = slice %101
   // f32[B=4,T=64,192] -> f32[B=4,T=64,32]
-  rt_slice_cols_forward_f32(F(17748992), F(20141056), 256, 192, 128, 32);
-  // llama.shard:6 (blocks.3.attn)  %106 = reshape %105
-  // f32[B=4,T=64,32] -> f32[B=4,T=64,2,16]
-  memcpy(F(20599808), F(17748992), 32768);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(17486848), F(19780608), 256, 192, 128, 32);
   // llama.shard:6 (blocks.3.attn)  %107 = rope %106
   // f32[B=4,T=64,2,16] -> f32[B=4,T=64,2,16]
-  rt_rope_forward_f32(F(17748992), F(20599808), 4, 64, 2, 16, 10000, 0);
+  rt_rope_forward_f32(F(17519616), F(17486848), 4, 64, 2, 16, 10000, 0);
   // llama.shard:6 (blocks.3.attn)  %108 = slice %101
   // f32[B=4,T=64,192] -> f32[B=4,T=64,32]
-  rt_slice_cols_forward_f32(F(20632576), F(20141056), 256, 192, 160, 32);
-  // llama.shard:6 (blocks.3.attn)  %109 = reshape %108
-  // f32[B=4,T=64,32] -> f32[B=4,T=64,2,16]
-  memcpy(F(20141056), F(20632576), 32768);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(20239360), F(19780608), 256, 192, 160, 32);
   // llama.shard:6 (blocks.3.attn)  %110, %111 = attention %104, %107, %109
   // f32[B=4,T=64,8,16], f32[B=4,T=64,2,16], f32[B=4,T=64,2,16] -> f32[B=4,T=64,8,16], f32[B=4,8,T=64]
-  rt_attention_forward_f32(F(20173824), F(20304896), F(20337664), F(17748992), F(20141056), 4, 64, 8, 2, 16, 1);
-  // llama.shard:6 (blocks.3.attn)  %112 = reshape %110
-  // f32[B=4,T=64,8,16] -> f32[B=4,T=64,128]
-  memcpy(F(20632576), F(20173824), 131072);  // not a view in the plan: a copy
+  rt_attention_forward_f32(F(19780608), F(19911680), F(20108288), F(17519616), F(20239360), 4, 64, 8, 2, 16, 1);
   // llama.shard:6 (blocks.3.attn)  %114 = matmul %112, @blocks.3.attn.proj.weight
   // f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(20763648), F(20632576), F(2309632), NULL, 256, 128, 128);
+  rt_matmul_forward_f32(F(20272128), F(19780608), F(2309632), NULL, 256, 128, 128);
   // llama.shard:6 (blocks.3)  %115 = add %96, %114
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x96 = F(20009984);
-    const float *x114 = F(20763648);
-    float *x115 = F(20894720);
+    const float *x96 = F(19649536);
+    const float *x114 = F(20272128);
+    float *x115 = F(20403200);
     for (size_t i = 0; i < 32768; i++) {
       x115[i] = x96[i] + x114[i];
     }
   }
   // llama.shard:8 (blocks.3)  %117, %118 = rmsnorm %115, @blocks.3.norm_2.weight
   // f32[B=4,T=64,128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64]
-  rt_rmsnorm_forward_f32(F(20763648), F(12602368), F(20894720), F(2375168), 256, 128, 1e-06);
+  rt_rmsnorm_forward_f32(F(20272128), F(12602368), F(20403200), F(2375168), 256, 128, 1e-06);
   // llama.shard:8 (blocks.3.mlp)  %120 = matmul %117, @blocks.3.mlp.gate.weight
   // f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,344]
-  rt_matmul_forward_f32(F(21025792), F(20763648), F(2375680), NULL, 256, 128, 344);
+  rt_matmul_forward_f32(F(20534272), F(20272128), F(2375680), NULL, 256, 128, 344);
   // llama.shard:8 (blocks.3.mlp)  %122 = matmul %117, @blocks.3.mlp.up.weight
   // f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,344]
-  rt_matmul_forward_f32(F(21378048), F(20763648), F(2551808), NULL, 256, 128, 344);
+  rt_matmul_forward_f32(F(20886528), F(20272128), F(2551808), NULL, 256, 128, 344);
   // llama.shard:8 (blocks.3.mlp)  %123 = silu %120; %124 = mul %123, %122
   // f32[B=4,T=64,344], f32[B=4,T=64,344] -> f32[B=4,T=64,344]
   {
-    const float *x120 = F(21025792);
-    const float *x122 = F(21378048);
-    float *x123 = F(21730304);
-    float *x124 = F(22082560);
+    const float *x120 = F(20534272);
+    const float *x122 = F(20886528);
+    float *x123 = F(21238784);
+    float *x124 = F(21591040);
     for (size_t i = 0; i < 88064; i++) {
       const float t0 = x120[i] / (1.0f + expf(-x120[i]));
       x123[i] = t0;
@@ -515,27 +467,27 @@ static double forward(RtPass *p) {
   }
   // llama.shard:8 (blocks.3.mlp)  %126 = matmul %124, @blocks.3.mlp.down.weight
   // f32[B=4,T=64,344], f32[128,344] -> f32[B=4,T=64,128]
-  rt_matmul_forward_f32(F(22434816), F(22082560), F(2727936), NULL, 256, 344, 128);
+  rt_matmul_forward_f32(F(21943296), F(21591040), F(2727936), NULL, 256, 344, 128);
   // llama.shard:8 (blocks.3)  %127 = add %115, %126
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *x115 = F(20894720);
-    const float *x126 = F(22434816);
-    float *x127 = F(22565888);
+    const float *x115 = F(20403200);
+    const float *x126 = F(21943296);
+    float *x127 = F(22074368);
     for (size_t i = 0; i < 32768; i++) {
       x127[i] = x115[i] + x126[i];
     }
   }
   // llama.shard:15  %129, %130 = rmsnorm %127, @norm.weight
   // f32[B=4,T=64,128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64]
-  rt_rmsnorm_forward_f32(F(22434816), F(12603392), F(22565888), F(2904064), 256, 128, 1e-06);
+  rt_rmsnorm_forward_f32(F(21943296), F(12603392), F(22074368), F(2904064), 256, 128, 1e-06);
   // llama.shard:15  %132 = matmul %129, @lm_head.weight
   // f32[B=4,T=64,128], f32[256,128] -> f32[B=4,T=64,256]
-  rt_matmul_forward_f32(F(22696960), F(22434816), F(2904576), NULL, 256, 128, 256);
+  rt_matmul_forward_f32(F(22205440), F(21943296), F(2904576), NULL, 256, 128, 256);
   // llama.shard:16  %133 = cross_entropy %132, $targets
   // f32[B=4,T=64,256], i32[B=4,T=64] -> f32[]
-  rt_check(rt_crossentropy_forward_f32(&ce_loss[0], &ce_rows[0], NULL, NULL, F(22696960), I(12143616), 256, 256));
-  *F(20313088) = (float)ce_loss[0];
+  rt_check(rt_crossentropy_forward_f32(&ce_loss[0], &ce_rows[0], NULL, NULL, F(22205440), I(12143616), 256, 256));
+  *F(19919872) = (float)ce_loss[0];
   return ce_loss[0];
 }
 
@@ -543,22 +495,22 @@ static double forward(RtPass *p) {
 static void backward(RtPass *p) {
   // llama.shard:16  d%133 = fill
   // () -> f32[]
-  *F(20313152) = 1.0f;
+  *F(19919936) = 1.0f;
   // llama.shard:16  d%132 += cross_entropy_bwd d%133, %132, $targets
   // f32[], f32[B=4,T=64,256], i32[B=4,T=64] -> f32[B=4,T=64,256]
-  rt_crossentropy_backward_f32(F(22959104), F(22696960), NULL, I(12143616), 256, 256, *F(20313152), ce_rows[0]);  // writes: the first contribution
+  rt_crossentropy_backward_f32(F(22467584), F(22205440), NULL, I(12143616), 256, 256, *F(19919936), ce_rows[0]);  // writes: the first contribution
   // llama.shard:15  d%129, d@lm_head.weight += matmul_bwd d%132, %129, @lm_head.weight
   // f32[B=4,T=64,256], f32[B=4,T=64,128], f32[256,128] -> f32[B=4,T=64,128], f32[256,128]
-  memset(F(22696960), 0, 131072);  // d%129 starts here
-  rt_matmul_backward_f32(F(22696960), F(5940224), NULL, F(22959104), F(22434816), F(2904576), 256, 128, 256);
+  memset(F(22205440), 0, 131072);  // d%129 starts here
+  rt_matmul_backward_f32(F(22205440), F(5940224), NULL, F(22467584), F(21943296), F(2904576), 256, 128, 256);
   // llama.shard:15 (lm_head)  %251 += grad_all_reduce %251
   // f32[32768] -> f32[32768]
   if (p->last_mb)  // bucket lm_head: overlaps the rest of the backward
     rt_bucket_allreduce(p, 0, RT_AX_DP, F(5940224), 32768);
   // llama.shard:15  d%127, d@norm.weight += rmsnorm_bwd d%129, %127, @norm.weight, %130
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
-  memset(F(22434816), 0, 131072);  // d%127 starts here
-  rt_rmsnorm_backward_f32(F(22434816), F(5939712), F(22696960), F(22565888), F(2904064), F(12603392), 256, 128);
+  memset(F(21943296), 0, 131072);  // d%127 starts here
+  rt_rmsnorm_backward_f32(F(21943296), F(5939712), F(22205440), F(22074368), F(2904064), F(12603392), 256, 128);
   // llama.shard:15 (norm)  %250 += grad_all_reduce %250
   // f32[128] -> f32[128]
   if (p->last_mb)  // bucket norm: overlaps the rest of the backward
@@ -566,24 +518,24 @@ static void backward(RtPass *p) {
   // llama.shard:8 (blocks.3)  d%115, _ += add_bwd d%127, %115, %126
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d127 = F(22434816);
-    float *d115 = F(22565888);
+    const float *d127 = F(21943296);
+    float *d115 = F(22074368);
     for (size_t i = 0; i < 32768; i++) {
       d115[i] = d127[i];
     }
   }
   // llama.shard:8 (blocks.3.mlp)  d%124, d@blocks.3.mlp.down.weight += matmul_bwd d%127, %124, @blocks.3.mlp.down.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,344], f32[128,344] -> f32[B=4,T=64,344], f32[128,344]
-  memset(F(22696960), 0, 352256);  // d%124 starts here
-  rt_matmul_backward_f32(F(22696960), F(5763584), NULL, F(22434816), F(22082560), F(2727936), 256, 344, 128);
+  memset(F(22205440), 0, 352256);  // d%124 starts here
+  rt_matmul_backward_f32(F(22205440), F(5763584), NULL, F(21943296), F(21591040), F(2727936), 256, 344, 128);
   // llama.shard:8 (blocks.3.mlp)  d%123, d%122 += mul_bwd d%124, %123, %122
   // f32[B=4,T=64,344], f32[B=4,T=64,344], f32[B=4,T=64,344] -> f32[B=4,T=64,344], f32[B=4,T=64,344]
   {
-    const float *d124 = F(22696960);
-    const float *x123 = F(21730304);
-    const float *x122 = F(21378048);
-    float *d123 = F(22082560);
-    float *d122 = F(23049216);
+    const float *d124 = F(22205440);
+    const float *x123 = F(21238784);
+    const float *x122 = F(20886528);
+    float *d123 = F(21591040);
+    float *d122 = F(22557696);
     for (size_t i = 0; i < 88064; i++) {
       d123[i] = d124[i] * x122[i];
       d122[i] = d124[i] * x123[i];
@@ -591,63 +543,63 @@ static void backward(RtPass *p) {
   }
   // llama.shard:8 (blocks.3.mlp)  d%120 += silu_bwd d%123, %120
   // f32[B=4,T=64,344], f32[B=4,T=64,344] -> f32[B=4,T=64,344]
-  memset(F(22696960), 0, 352256);  // d%120 starts here
-  rt_silu_backward_f32(F(22696960), F(21025792), F(22082560), 88064);
+  memset(F(22205440), 0, 352256);  // d%120 starts here
+  rt_silu_backward_f32(F(22205440), F(20534272), F(21591040), 88064);
   // llama.shard:8 (blocks.3.mlp)  d%117, d@blocks.3.mlp.up.weight += matmul_bwd d%122, %117, @blocks.3.mlp.up.weight
   // f32[B=4,T=64,344], f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,128], f32[344,128]
-  memset(F(21025792), 0, 131072);  // d%117 starts here
-  rt_matmul_backward_f32(F(21025792), F(5587456), NULL, F(23049216), F(20763648), F(2551808), 256, 128, 344);
+  memset(F(20534272), 0, 131072);  // d%117 starts here
+  rt_matmul_backward_f32(F(20534272), F(5587456), NULL, F(22557696), F(20272128), F(2551808), 256, 128, 344);
   // llama.shard:8 (blocks.3.mlp)  d%117, d@blocks.3.mlp.gate.weight += matmul_bwd d%120, %117, @blocks.3.mlp.gate.weight
   // f32[B=4,T=64,344], f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,128], f32[344,128]
-  rt_matmul_backward_f32(F(21025792), F(5411328), NULL, F(22696960), F(20763648), F(2375680), 256, 128, 344);
+  rt_matmul_backward_f32(F(20534272), F(5411328), NULL, F(22205440), F(20272128), F(2375680), 256, 128, 344);
   // llama.shard:8 (blocks.3)  d%115, d@blocks.3.norm_2.weight += rmsnorm_bwd d%117, %115, @blocks.3.norm_2.weight, %118
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
-  rt_rmsnorm_backward_f32(F(22565888), F(5410816), F(21025792), F(20894720), F(2375168), F(12602368), 256, 128);
+  rt_rmsnorm_backward_f32(F(22074368), F(5410816), F(20534272), F(20403200), F(2375168), F(12602368), 256, 128);
   // llama.shard:6 (blocks.3)  d%96, _ += add_bwd d%115, %96, %114
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d115 = F(22565888);
-    float *d96 = F(22696960);
+    const float *d115 = F(22074368);
+    float *d96 = F(22205440);
     for (size_t i = 0; i < 32768; i++) {
       d96[i] = d115[i];
     }
   }
   // llama.shard:6 (blocks.3.attn)  d%112, d@blocks.3.attn.proj.weight += matmul_bwd d%115, %112, @blocks.3.attn.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128], f32[128,128]
-  memset(F(22828032), 0, 131072);  // d%112 starts here
-  rt_matmul_backward_f32(F(22828032), F(5345280), NULL, F(22565888), F(20632576), F(2309632), 256, 128, 128);
+  memset(F(22336512), 0, 131072);  // d%112 starts here
+  rt_matmul_backward_f32(F(22336512), F(5345280), NULL, F(22074368), F(19780608), F(2309632), 256, 128, 128);
   // llama.shard:6 (blocks.3.attn)  d%104, d%107, d%109 += attention_bwd d%110, %104, %107, %109, %110, %111
   // f32[B=4,T=64,8,16], f32[B=4,T=64,8,16], f32[B=4,T=64,2,16], f32[B=4,T=64,2,16], f32[B=4,T=64,8,16], f32[B=4,8,T=64] -> f32[B=4,T=64,8,16], f32[B=4,T=64,2,16], f32[B=4,T=64,2,16]
-  memset(F(22959104), 0, 131072);  // d%104 starts here
-  memset(F(23090176), 0, 32768);  // d%107 starts here
-  memset(F(23122944), 0, 32768);  // d%109 starts here
-  rt_attention_backward_f32(F(22959104), F(23090176), F(23122944),
-      F(22828032), F(20337664), F(17748992), F(20141056), F(20173824), F(20304896), 4, 64, 8, 2, 16, 1);
+  memset(F(22467584), 0, 131072);  // d%104 starts here
+  memset(F(19919936), 0, 32768);  // d%107 starts here
+  memset(F(22598656), 0, 32768);  // d%109 starts here
+  rt_attention_backward_f32(F(22467584), F(19919936), F(22598656),
+      F(22336512), F(20108288), F(17519616), F(20239360), F(19780608), F(19911680), 4, 64, 8, 2, 16, 1);
   // llama.shard:6 (blocks.3.attn)  d%101 += slice_bwd d%108, %101
   // f32[B=4,T=64,32], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  memset(F(23155712), 0, 196608);  // d%101 starts here
-  rt_slice_cols_backward_f32(F(23155712), F(23122944), 256, 192, 160, 32);
+  memset(F(22631424), 0, 196608);  // d%101 starts here
+  rt_slice_cols_backward_f32(F(22631424), F(22598656), 256, 192, 160, 32);
   // llama.shard:6 (blocks.3.attn)  d%106 += rope_bwd d%107, %106
   // f32[B=4,T=64,2,16], f32[B=4,T=64,2,16] -> f32[B=4,T=64,2,16]
-  memset(F(17748992), 0, 32768);  // d%106 starts here
-  rt_rope_backward_f32(F(17748992), F(23090176), 4, 64, 2, 16, 10000, 0);
+  memset(F(17519616), 0, 32768);  // d%106 starts here
+  rt_rope_backward_f32(F(17519616), F(19919936), 4, 64, 2, 16, 10000, 0);
   // llama.shard:6 (blocks.3.attn)  d%101 += slice_bwd d%105, %101
   // f32[B=4,T=64,32], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  rt_slice_cols_backward_f32(F(23155712), F(17748992), 256, 192, 128, 32);
+  rt_slice_cols_backward_f32(F(22631424), F(17519616), 256, 192, 128, 32);
   // llama.shard:6 (blocks.3.attn)  d%103 += rope_bwd d%104, %103
   // f32[B=4,T=64,8,16], f32[B=4,T=64,8,16] -> f32[B=4,T=64,8,16]
-  memset(F(22828032), 0, 131072);  // d%103 starts here
-  rt_rope_backward_f32(F(22828032), F(22959104), 4, 64, 8, 16, 10000, 0);
+  memset(F(22336512), 0, 131072);  // d%103 starts here
+  rt_rope_backward_f32(F(22336512), F(22467584), 4, 64, 8, 16, 10000, 0);
   // llama.shard:6 (blocks.3.attn)  d%101 += slice_bwd d%102, %101
   // f32[B=4,T=64,128], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  rt_slice_cols_backward_f32(F(23155712), F(22828032), 256, 192, 0, 128);
+  rt_slice_cols_backward_f32(F(22631424), F(22336512), 256, 192, 0, 128);
   // llama.shard:6 (blocks.3.attn)  d%98, d@blocks.3.attn.qkv.weight += matmul_bwd d%101, %98, @blocks.3.attn.qkv.weight
   // f32[B=4,T=64,192], f32[B=4,T=64,128], f32[192,128] -> f32[B=4,T=64,128], f32[192,128]
-  memset(F(20141056), 0, 131072);  // d%98 starts here
-  rt_matmul_backward_f32(F(20141056), F(5246976), NULL, F(23155712), F(19878912), F(2211328), 256, 128, 192);
+  memset(F(19780608), 0, 131072);  // d%98 starts here
+  rt_matmul_backward_f32(F(19780608), F(5246976), NULL, F(22631424), F(19518464), F(2211328), 256, 128, 192);
   // llama.shard:6 (blocks.3)  d%96, d@blocks.3.norm_1.weight += rmsnorm_bwd d%98, %96, @blocks.3.norm_1.weight, %99
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
-  rt_rmsnorm_backward_f32(F(22696960), F(5246464), F(20141056), F(20009984), F(2210816), F(12601344), 256, 128);
+  rt_rmsnorm_backward_f32(F(22205440), F(5246464), F(19780608), F(19649536), F(2210816), F(12601344), 256, 128);
   // llama.shard:6 (blocks.3)  %249 += grad_all_reduce %249
   // f32[173312] -> f32[173312]
   if (p->last_mb)  // bucket blocks.3: overlaps the rest of the backward
@@ -655,24 +607,24 @@ static void backward(RtPass *p) {
   // llama.shard:8 (blocks.2)  d%84, _ += add_bwd d%96, %84, %95
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d96 = F(22696960);
-    float *d84 = F(19878912);
+    const float *d96 = F(22205440);
+    float *d84 = F(19518464);
     for (size_t i = 0; i < 32768; i++) {
       d84[i] = d96[i];
     }
   }
   // llama.shard:8 (blocks.2.mlp)  d%93, d@blocks.2.mlp.down.weight += matmul_bwd d%96, %93, @blocks.2.mlp.down.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,344], f32[128,344] -> f32[B=4,T=64,344], f32[128,344]
-  memset(F(22828032), 0, 352256);  // d%93 starts here
-  rt_matmul_backward_f32(F(22828032), F(5070336), NULL, F(22696960), F(19526656), F(2034688), 256, 344, 128);
+  memset(F(22336512), 0, 352256);  // d%93 starts here
+  rt_matmul_backward_f32(F(22336512), F(5070336), NULL, F(22205440), F(19166208), F(2034688), 256, 344, 128);
   // llama.shard:8 (blocks.2.mlp)  d%92, d%91 += mul_bwd d%93, %92, %91
   // f32[B=4,T=64,344], f32[B=4,T=64,344], f32[B=4,T=64,344] -> f32[B=4,T=64,344], f32[B=4,T=64,344]
   {
-    const float *d93 = F(22828032);
-    const float *x92 = F(19174400);
-    const float *x91 = F(18822144);
-    float *d92 = F(19526656);
-    float *d91 = F(20313152);
+    const float *d93 = F(22336512);
+    const float *x92 = F(18813952);
+    const float *x91 = F(18461696);
+    float *d92 = F(19166208);
+    float *d91 = F(19919936);
     for (size_t i = 0; i < 88064; i++) {
       d92[i] = d93[i] * x91[i];
       d91[i] = d93[i] * x92[i];
@@ -680,63 +632,63 @@ static void backward(RtPass *p) {
   }
   // llama.shard:8 (blocks.2.mlp)  d%89 += silu_bwd d%92, %89
   // f32[B=4,T=64,344], f32[B=4,T=64,344] -> f32[B=4,T=64,344]
-  memset(F(18822144), 0, 352256);  // d%89 starts here
-  rt_silu_backward_f32(F(18822144), F(18469888), F(19526656), 88064);
+  memset(F(18461696), 0, 352256);  // d%89 starts here
+  rt_silu_backward_f32(F(18461696), F(18109440), F(19166208), 88064);
   // llama.shard:8 (blocks.2.mlp)  d%86, d@blocks.2.mlp.up.weight += matmul_bwd d%91, %86, @blocks.2.mlp.up.weight
   // f32[B=4,T=64,344], f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,128], f32[344,128]
-  memset(F(20009984), 0, 131072);  // d%86 starts here
-  rt_matmul_backward_f32(F(20009984), F(4894208), NULL, F(20313152), F(18207744), F(1858560), 256, 128, 344);
+  memset(F(19649536), 0, 131072);  // d%86 starts here
+  rt_matmul_backward_f32(F(19649536), F(4894208), NULL, F(19919936), F(17847296), F(1858560), 256, 128, 344);
   // llama.shard:8 (blocks.2.mlp)  d%86, d@blocks.2.mlp.gate.weight += matmul_bwd d%89, %86, @blocks.2.mlp.gate.weight
   // f32[B=4,T=64,344], f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,128], f32[344,128]
-  rt_matmul_backward_f32(F(20009984), F(4718080), NULL, F(18822144), F(18207744), F(1682432), 256, 128, 344);
+  rt_matmul_backward_f32(F(19649536), F(4718080), NULL, F(18461696), F(17847296), F(1682432), 256, 128, 344);
   // llama.shard:8 (blocks.2)  d%84, d@blocks.2.norm_2.weight += rmsnorm_bwd d%86, %84, @blocks.2.norm_2.weight, %87
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
-  rt_rmsnorm_backward_f32(F(19878912), F(4717568), F(20009984), F(18338816), F(1681920), F(12600320), 256, 128);
+  rt_rmsnorm_backward_f32(F(19518464), F(4717568), F(19649536), F(17978368), F(1681920), F(12600320), 256, 128);
   // llama.shard:6 (blocks.2)  d%65, _ += add_bwd d%84, %65, %83
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d84 = F(19878912);
-    float *d65 = F(20009984);
+    const float *d84 = F(19518464);
+    float *d65 = F(19649536);
     for (size_t i = 0; i < 32768; i++) {
       d65[i] = d84[i];
     }
   }
   // llama.shard:6 (blocks.2.attn)  d%81, d@blocks.2.attn.proj.weight += matmul_bwd d%84, %81, @blocks.2.attn.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128], f32[128,128]
-  memset(F(20141056), 0, 131072);  // d%81 starts here
-  rt_matmul_backward_f32(F(20141056), F(4652032), NULL, F(19878912), F(18076672), F(1616384), 256, 128, 128);
+  memset(F(19780608), 0, 131072);  // d%81 starts here
+  rt_matmul_backward_f32(F(19780608), F(4652032), NULL, F(19518464), F(17355776), F(1616384), 256, 128, 128);
   // llama.shard:6 (blocks.2.attn)  d%73, d%76, d%78 += attention_bwd d%79, %73, %76, %78, %79, %80
   // f32[B=4,T=64,8,16], f32[B=4,T=64,8,16], f32[B=4,T=64,2,16], f32[B=4,T=64,2,16], f32[B=4,T=64,8,16], f32[B=4,8,T=64] -> f32[B=4,T=64,8,16], f32[B=4,T=64,2,16], f32[B=4,T=64,2,16]
-  memset(F(18076672), 0, 131072);  // d%73 starts here
-  memset(F(17748992), 0, 32768);  // d%76 starts here
-  memset(F(20272128), 0, 32768);  // d%78 starts here
-  rt_attention_backward_f32(F(18076672), F(17748992), F(20272128),
-      F(20141056), F(17781760), F(15160320), F(17585152), F(17617920), F(12592128), 4, 64, 8, 2, 16, 1);
+  memset(F(17847296), 0, 131072);  // d%73 starts here
+  memset(F(17486848), 0, 32768);  // d%76 starts here
+  memset(F(17519616), 0, 32768);  // d%78 starts here
+  rt_attention_backward_f32(F(17847296), F(17486848), F(17519616),
+      F(19780608), F(17683456), F(15062016), F(17814528), F(17355776), F(12592128), 4, 64, 8, 2, 16, 1);
   // llama.shard:6 (blocks.2.attn)  d%70 += slice_bwd d%77, %70
   // f32[B=4,T=64,32], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  memset(F(18207744), 0, 196608);  // d%70 starts here
-  rt_slice_cols_backward_f32(F(18207744), F(20272128), 256, 192, 160, 32);
+  memset(F(17978368), 0, 196608);  // d%70 starts here
+  rt_slice_cols_backward_f32(F(17978368), F(17519616), 256, 192, 160, 32);
   // llama.shard:6 (blocks.2.attn)  d%75 += rope_bwd d%76, %75
   // f32[B=4,T=64,2,16], f32[B=4,T=64,2,16] -> f32[B=4,T=64,2,16]
-  memset(F(15160320), 0, 32768);  // d%75 starts here
-  rt_rope_backward_f32(F(15160320), F(17748992), 4, 64, 2, 16, 10000, 0);
+  memset(F(15062016), 0, 32768);  // d%75 starts here
+  rt_rope_backward_f32(F(15062016), F(17486848), 4, 64, 2, 16, 10000, 0);
   // llama.shard:6 (blocks.2.attn)  d%70 += slice_bwd d%74, %70
   // f32[B=4,T=64,32], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  rt_slice_cols_backward_f32(F(18207744), F(15160320), 256, 192, 128, 32);
+  rt_slice_cols_backward_f32(F(17978368), F(15062016), 256, 192, 128, 32);
   // llama.shard:6 (blocks.2.attn)  d%72 += rope_bwd d%73, %72
   // f32[B=4,T=64,8,16], f32[B=4,T=64,8,16] -> f32[B=4,T=64,8,16]
-  memset(F(20141056), 0, 131072);  // d%72 starts here
-  rt_rope_backward_f32(F(20141056), F(18076672), 4, 64, 8, 16, 10000, 0);
+  memset(F(19780608), 0, 131072);  // d%72 starts here
+  rt_rope_backward_f32(F(19780608), F(17847296), 4, 64, 8, 16, 10000, 0);
   // llama.shard:6 (blocks.2.attn)  d%70 += slice_bwd d%71, %70
   // f32[B=4,T=64,128], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  rt_slice_cols_backward_f32(F(18207744), F(20141056), 256, 192, 0, 128);
+  rt_slice_cols_backward_f32(F(17978368), F(19780608), 256, 192, 0, 128);
   // llama.shard:6 (blocks.2.attn)  d%67, d@blocks.2.attn.qkv.weight += matmul_bwd d%70, %67, @blocks.2.attn.qkv.weight
   // f32[B=4,T=64,192], f32[B=4,T=64,128], f32[192,128] -> f32[B=4,T=64,128], f32[192,128]
-  memset(F(20141056), 0, 131072);  // d%67 starts here
-  rt_matmul_backward_f32(F(20141056), F(4553728), NULL, F(18207744), F(17323008), F(1518080), 256, 128, 192);
+  memset(F(19780608), 0, 131072);  // d%67 starts here
+  rt_matmul_backward_f32(F(19780608), F(4553728), NULL, F(17978368), F(17093632), F(1518080), 256, 128, 192);
   // llama.shard:6 (blocks.2)  d%65, d@blocks.2.norm_1.weight += rmsnorm_bwd d%67, %65, @blocks.2.norm_1.weight, %68
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
-  rt_rmsnorm_backward_f32(F(20009984), F(4553216), F(20141056), F(17454080), F(1517568), F(12591104), 256, 128);
+  rt_rmsnorm_backward_f32(F(19649536), F(4553216), F(19780608), F(17224704), F(1517568), F(12591104), 256, 128);
   // llama.shard:6 (blocks.2)  %248 += grad_all_reduce %248
   // f32[173312] -> f32[173312]
   if (p->last_mb)  // bucket blocks.2: overlaps the rest of the backward
@@ -744,24 +696,24 @@ static void backward(RtPass *p) {
   // llama.shard:8 (blocks.1)  d%53, _ += add_bwd d%65, %53, %64
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d65 = F(20009984);
-    float *d53 = F(20141056);
+    const float *d65 = F(19649536);
+    float *d53 = F(19780608);
     for (size_t i = 0; i < 32768; i++) {
       d53[i] = d65[i];
     }
   }
   // llama.shard:8 (blocks.1.mlp)  d%62, d@blocks.1.mlp.down.weight += matmul_bwd d%65, %62, @blocks.1.mlp.down.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,344], f32[128,344] -> f32[B=4,T=64,344], f32[128,344]
-  memset(F(17323008), 0, 352256);  // d%62 starts here
-  rt_matmul_backward_f32(F(17323008), F(4377088), NULL, F(20009984), F(16970752), F(1341440), 256, 344, 128);
+  memset(F(17093632), 0, 352256);  // d%62 starts here
+  rt_matmul_backward_f32(F(17093632), F(4377088), NULL, F(19649536), F(16741376), F(1341440), 256, 344, 128);
   // llama.shard:8 (blocks.1.mlp)  d%61, d%60 += mul_bwd d%62, %61, %60
   // f32[B=4,T=64,344], f32[B=4,T=64,344], f32[B=4,T=64,344] -> f32[B=4,T=64,344], f32[B=4,T=64,344]
   {
-    const float *d62 = F(17323008);
-    const float *x61 = F(16618496);
-    const float *x60 = F(16266240);
-    float *d61 = F(16970752);
-    float *d60 = F(17675264);
+    const float *d62 = F(17093632);
+    const float *x61 = F(16389120);
+    const float *x60 = F(16036864);
+    float *d61 = F(16741376);
+    float *d60 = F(17445888);
     for (size_t i = 0; i < 88064; i++) {
       d61[i] = d62[i] * x60[i];
       d60[i] = d62[i] * x61[i];
@@ -769,63 +721,63 @@ static void backward(RtPass *p) {
   }
   // llama.shard:8 (blocks.1.mlp)  d%58 += silu_bwd d%61, %58
   // f32[B=4,T=64,344], f32[B=4,T=64,344] -> f32[B=4,T=64,344]
-  memset(F(17323008), 0, 352256);  // d%58 starts here
-  rt_silu_backward_f32(F(17323008), F(15913984), F(16970752), 88064);
+  memset(F(17093632), 0, 352256);  // d%58 starts here
+  rt_silu_backward_f32(F(17093632), F(15684608), F(16741376), 88064);
   // llama.shard:8 (blocks.1.mlp)  d%55, d@blocks.1.mlp.up.weight += matmul_bwd d%60, %55, @blocks.1.mlp.up.weight
   // f32[B=4,T=64,344], f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,128], f32[344,128]
-  memset(F(15913984), 0, 131072);  // d%55 starts here
-  rt_matmul_backward_f32(F(15913984), F(4200960), NULL, F(17675264), F(15651840), F(1165312), 256, 128, 344);
+  memset(F(15684608), 0, 131072);  // d%55 starts here
+  rt_matmul_backward_f32(F(15684608), F(4200960), NULL, F(17445888), F(15422464), F(1165312), 256, 128, 344);
   // llama.shard:8 (blocks.1.mlp)  d%55, d@blocks.1.mlp.gate.weight += matmul_bwd d%58, %55, @blocks.1.mlp.gate.weight
   // f32[B=4,T=64,344], f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,128], f32[344,128]
-  rt_matmul_backward_f32(F(15913984), F(4024832), NULL, F(17323008), F(15651840), F(989184), 256, 128, 344);
+  rt_matmul_backward_f32(F(15684608), F(4024832), NULL, F(17093632), F(15422464), F(989184), 256, 128, 344);
   // llama.shard:8 (blocks.1)  d%53, d@blocks.1.norm_2.weight += rmsnorm_bwd d%55, %53, @blocks.1.norm_2.weight, %56
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
-  rt_rmsnorm_backward_f32(F(20141056), F(4024320), F(15913984), F(15782912), F(988672), F(12590080), 256, 128);
+  rt_rmsnorm_backward_f32(F(19780608), F(4024320), F(15684608), F(15553536), F(988672), F(12590080), 256, 128);
   // llama.shard:6 (blocks.1)  d%34, _ += add_bwd d%53, %34, %52
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d53 = F(20141056);
-    float *d34 = F(20313152);
+    const float *d53 = F(19780608);
+    float *d34 = F(19919936);
     for (size_t i = 0; i < 32768; i++) {
       d34[i] = d53[i];
     }
   }
   // llama.shard:6 (blocks.1.attn)  d%50, d@blocks.1.attn.proj.weight += matmul_bwd d%53, %50, @blocks.1.attn.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128], f32[128,128]
-  memset(F(20444224), 0, 131072);  // d%50 starts here
-  rt_matmul_backward_f32(F(20444224), F(3958784), NULL, F(20141056), F(15520768), F(923136), 256, 128, 128);
+  memset(F(20051008), 0, 131072);  // d%50 starts here
+  rt_matmul_backward_f32(F(20051008), F(3958784), NULL, F(19780608), F(14898176), F(923136), 256, 128, 128);
   // llama.shard:6 (blocks.1.attn)  d%42, d%45, d%47 += attention_bwd d%48, %42, %45, %47, %48, %49
   // f32[B=4,T=64,8,16], f32[B=4,T=64,8,16], f32[B=4,T=64,2,16], f32[B=4,T=64,2,16], f32[B=4,T=64,8,16], f32[B=4,8,T=64] -> f32[B=4,T=64,8,16], f32[B=4,T=64,2,16], f32[B=4,T=64,2,16]
-  memset(F(20575296), 0, 131072);  // d%42 starts here
-  memset(F(15160320), 0, 32768);  // d%45 starts here
-  memset(F(20706368), 0, 32768);  // d%47 starts here
-  rt_attention_backward_f32(F(20575296), F(15160320), F(20706368),
-      F(20444224), F(15193088), F(15455232), F(14996480), F(15029248), F(12581888), 4, 64, 8, 2, 16, 1);
+  memset(F(20182080), 0, 131072);  // d%42 starts here
+  memset(F(15029248), 0, 32768);  // d%45 starts here
+  memset(F(15062016), 0, 32768);  // d%47 starts here
+  rt_attention_backward_f32(F(20182080), F(15029248), F(15062016),
+      F(20051008), F(15225856), F(15356928), F(15389696), F(14898176), F(12581888), 4, 64, 8, 2, 16, 1);
   // llama.shard:6 (blocks.1.attn)  d%39 += slice_bwd d%46, %39
   // f32[B=4,T=64,32], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  memset(F(20739136), 0, 196608);  // d%39 starts here
-  rt_slice_cols_backward_f32(F(20739136), F(20706368), 256, 192, 160, 32);
+  memset(F(20313152), 0, 196608);  // d%39 starts here
+  rt_slice_cols_backward_f32(F(20313152), F(15062016), 256, 192, 160, 32);
   // llama.shard:6 (blocks.1.attn)  d%44 += rope_bwd d%45, %44
   // f32[B=4,T=64,2,16], f32[B=4,T=64,2,16] -> f32[B=4,T=64,2,16]
-  memset(F(15455232), 0, 32768);  // d%44 starts here
-  rt_rope_backward_f32(F(15455232), F(15160320), 4, 64, 2, 16, 10000, 0);
+  memset(F(15062016), 0, 32768);  // d%44 starts here
+  rt_rope_backward_f32(F(15062016), F(15029248), 4, 64, 2, 16, 10000, 0);
   // llama.shard:6 (blocks.1.attn)  d%39 += slice_bwd d%43, %39
   // f32[B=4,T=64,32], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  rt_slice_cols_backward_f32(F(20739136), F(15455232), 256, 192, 128, 32);
+  rt_slice_cols_backward_f32(F(20313152), F(15062016), 256, 192, 128, 32);
   // llama.shard:6 (blocks.1.attn)  d%41 += rope_bwd d%42, %41
   // f32[B=4,T=64,8,16], f32[B=4,T=64,8,16] -> f32[B=4,T=64,8,16]
-  memset(F(20444224), 0, 131072);  // d%41 starts here
-  rt_rope_backward_f32(F(20444224), F(20575296), 4, 64, 8, 16, 10000, 0);
+  memset(F(20051008), 0, 131072);  // d%41 starts here
+  rt_rope_backward_f32(F(20051008), F(20182080), 4, 64, 8, 16, 10000, 0);
   // llama.shard:6 (blocks.1.attn)  d%39 += slice_bwd d%40, %39
   // f32[B=4,T=64,128], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  rt_slice_cols_backward_f32(F(20739136), F(20444224), 256, 192, 0, 128);
+  rt_slice_cols_backward_f32(F(20313152), F(20051008), 256, 192, 0, 128);
   // llama.shard:6 (blocks.1.attn)  d%36, d@blocks.1.attn.qkv.weight += matmul_bwd d%39, %36, @blocks.1.attn.qkv.weight
   // f32[B=4,T=64,192], f32[B=4,T=64,128], f32[192,128] -> f32[B=4,T=64,128], f32[192,128]
-  memset(F(20444224), 0, 131072);  // d%36 starts here
-  rt_matmul_backward_f32(F(20444224), F(3860480), NULL, F(20739136), F(14734336), F(824832), 256, 128, 192);
+  memset(F(20051008), 0, 131072);  // d%36 starts here
+  rt_matmul_backward_f32(F(20051008), F(3860480), NULL, F(20313152), F(14636032), F(824832), 256, 128, 192);
   // llama.shard:6 (blocks.1)  d%34, d@blocks.1.norm_1.weight += rmsnorm_bwd d%36, %34, @blocks.1.norm_1.weight, %37
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
-  rt_rmsnorm_backward_f32(F(20313152), F(3859968), F(20444224), F(14865408), F(824320), F(12580864), 256, 128);
+  rt_rmsnorm_backward_f32(F(19919936), F(3859968), F(20051008), F(14767104), F(824320), F(12548096), 256, 128);
   // llama.shard:6 (blocks.1)  %247 += grad_all_reduce %247
   // f32[173312] -> f32[173312]
   if (p->last_mb)  // bucket blocks.1: overlaps the rest of the backward
@@ -833,24 +785,24 @@ static void backward(RtPass *p) {
   // llama.shard:8 (blocks.0)  d%22, _ += add_bwd d%34, %22, %33
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d34 = F(20313152);
-    float *d22 = F(20444224);
+    const float *d34 = F(19919936);
+    float *d22 = F(20051008);
     for (size_t i = 0; i < 32768; i++) {
       d22[i] = d34[i];
     }
   }
   // llama.shard:8 (blocks.0.mlp)  d%31, d@blocks.0.mlp.down.weight += matmul_bwd d%34, %31, @blocks.0.mlp.down.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,344], f32[128,344] -> f32[B=4,T=64,344], f32[128,344]
-  memset(F(20575296), 0, 352256);  // d%31 starts here
-  rt_matmul_backward_f32(F(20575296), F(3683840), NULL, F(20313152), F(14382080), F(648192), 256, 344, 128);
+  memset(F(20182080), 0, 352256);  // d%31 starts here
+  rt_matmul_backward_f32(F(20182080), F(3683840), NULL, F(19919936), F(14283776), F(648192), 256, 344, 128);
   // llama.shard:8 (blocks.0.mlp)  d%30, d%29 += mul_bwd d%31, %30, %29
   // f32[B=4,T=64,344], f32[B=4,T=64,344], f32[B=4,T=64,344] -> f32[B=4,T=64,344], f32[B=4,T=64,344]
   {
-    const float *d31 = F(20575296);
-    const float *x30 = F(14029824);
-    const float *x29 = F(13677568);
-    float *d30 = F(20927552);
-    float *d29 = F(21279808);
+    const float *d31 = F(20182080);
+    const float *x30 = F(13931520);
+    const float *x29 = F(13579264);
+    float *d30 = F(20534336);
+    float *d29 = F(20886592);
     for (size_t i = 0; i < 88064; i++) {
       d30[i] = d31[i] * x29[i];
       d29[i] = d31[i] * x30[i];
@@ -858,70 +810,70 @@ static void backward(RtPass *p) {
   }
   // llama.shard:8 (blocks.0.mlp)  d%27 += silu_bwd d%30, %27
   // f32[B=4,T=64,344], f32[B=4,T=64,344] -> f32[B=4,T=64,344]
-  memset(F(20575296), 0, 352256);  // d%27 starts here
-  rt_silu_backward_f32(F(20575296), F(13325312), F(20927552), 88064);
+  memset(F(20182080), 0, 352256);  // d%27 starts here
+  rt_silu_backward_f32(F(20182080), F(13227008), F(20534336), 88064);
   // llama.shard:8 (blocks.0.mlp)  d%24, d@blocks.0.mlp.up.weight += matmul_bwd d%29, %24, @blocks.0.mlp.up.weight
   // f32[B=4,T=64,344], f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,128], f32[344,128]
-  memset(F(20313152), 0, 131072);  // d%24 starts here
-  rt_matmul_backward_f32(F(20313152), F(3507712), NULL, F(21279808), F(13063168), F(472064), 256, 128, 344);
+  memset(F(19919936), 0, 131072);  // d%24 starts here
+  rt_matmul_backward_f32(F(19919936), F(3507712), NULL, F(20886592), F(12964864), F(472064), 256, 128, 344);
   // llama.shard:8 (blocks.0.mlp)  d%24, d@blocks.0.mlp.gate.weight += matmul_bwd d%27, %24, @blocks.0.mlp.gate.weight
   // f32[B=4,T=64,344], f32[B=4,T=64,128], f32[344,128] -> f32[B=4,T=64,128], f32[344,128]
-  rt_matmul_backward_f32(F(20313152), F(3331584), NULL, F(20575296), F(13063168), F(295936), 256, 128, 344);
+  rt_matmul_backward_f32(F(19919936), F(3331584), NULL, F(20182080), F(12964864), F(295936), 256, 128, 344);
   // llama.shard:8 (blocks.0)  d%22, d@blocks.0.norm_2.weight += rmsnorm_bwd d%24, %22, @blocks.0.norm_2.weight, %25
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
-  rt_rmsnorm_backward_f32(F(20444224), F(3331072), F(20313152), F(13194240), F(295424), F(12579840), 256, 128);
+  rt_rmsnorm_backward_f32(F(20051008), F(3331072), F(19919936), F(13095936), F(295424), F(12547072), 256, 128);
   // llama.shard:6 (blocks.0)  d%3, _ += add_bwd d%22, %3, %21
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d22 = F(20444224);
-    float *d3 = F(20313152);
+    const float *d22 = F(20051008);
+    float *d3 = F(19919936);
     for (size_t i = 0; i < 32768; i++) {
       d3[i] = d22[i];
     }
   }
   // llama.shard:6 (blocks.0.attn)  d%19, d@blocks.0.attn.proj.weight += matmul_bwd d%22, %19, @blocks.0.attn.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128], f32[128,128]
-  memset(F(20575296), 0, 131072);  // d%19 starts here
-  rt_matmul_backward_f32(F(20575296), F(3265536), NULL, F(20444224), F(12932096), F(229888), 256, 128, 128);
+  memset(F(20182080), 0, 131072);  // d%19 starts here
+  rt_matmul_backward_f32(F(20182080), F(3265536), NULL, F(20051008), F(12407808), F(229888), 256, 128, 128);
   // llama.shard:6 (blocks.0.attn)  d%11, d%14, d%16 += attention_bwd d%17, %11, %14, %16, %17, %18
   // f32[B=4,T=64,8,16], f32[B=4,T=64,8,16], f32[B=4,T=64,2,16], f32[B=4,T=64,2,16], f32[B=4,T=64,8,16], f32[B=4,8,T=64] -> f32[B=4,T=64,8,16], f32[B=4,T=64,2,16], f32[B=4,T=64,2,16]
-  memset(F(20444224), 0, 131072);  // d%11 starts here
-  memset(F(20706368), 0, 32768);  // d%14 starts here
-  memset(F(20739136), 0, 32768);  // d%16 starts here
-  rt_attention_backward_f32(F(20444224), F(20706368), F(20739136),
-      F(20575296), F(12604416), F(12866560), F(12407808), F(12440576), F(12571648), 4, 64, 8, 2, 16, 1);
+  memset(F(20051008), 0, 131072);  // d%11 starts here
+  memset(F(12547072), 0, 32768);  // d%14 starts here
+  memset(F(20313152), 0, 32768);  // d%16 starts here
+  rt_attention_backward_f32(F(20051008), F(12547072), F(20313152),
+      F(20182080), F(12735488), F(12899328), F(12932096), F(12407808), F(12538880), 4, 64, 8, 2, 16, 1);
   // llama.shard:6 (blocks.0.attn)  d%8 += slice_bwd d%15, %8
   // f32[B=4,T=64,32], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  memset(F(12407808), 0, 196608);  // d%8 starts here
-  rt_slice_cols_backward_f32(F(12407808), F(20739136), 256, 192, 160, 32);
+  memset(F(20345920), 0, 196608);  // d%8 starts here
+  rt_slice_cols_backward_f32(F(20345920), F(20313152), 256, 192, 160, 32);
   // llama.shard:6 (blocks.0.attn)  d%13 += rope_bwd d%14, %13
   // f32[B=4,T=64,2,16], f32[B=4,T=64,2,16] -> f32[B=4,T=64,2,16]
-  memset(F(12866560), 0, 32768);  // d%13 starts here
-  rt_rope_backward_f32(F(12866560), F(20706368), 4, 64, 2, 16, 10000, 0);
+  memset(F(12735488), 0, 32768);  // d%13 starts here
+  rt_rope_backward_f32(F(12735488), F(12547072), 4, 64, 2, 16, 10000, 0);
   // llama.shard:6 (blocks.0.attn)  d%8 += slice_bwd d%12, %8
   // f32[B=4,T=64,32], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  rt_slice_cols_backward_f32(F(12407808), F(12866560), 256, 192, 128, 32);
+  rt_slice_cols_backward_f32(F(20345920), F(12735488), 256, 192, 128, 32);
   // llama.shard:6 (blocks.0.attn)  d%10 += rope_bwd d%11, %10
   // f32[B=4,T=64,8,16], f32[B=4,T=64,8,16] -> f32[B=4,T=64,8,16]
-  memset(F(12604416), 0, 131072);  // d%10 starts here
-  rt_rope_backward_f32(F(12604416), F(20444224), 4, 64, 8, 16, 10000, 0);
+  memset(F(20182080), 0, 131072);  // d%10 starts here
+  rt_rope_backward_f32(F(20182080), F(20051008), 4, 64, 8, 16, 10000, 0);
   // llama.shard:6 (blocks.0.attn)  d%8 += slice_bwd d%9, %8
   // f32[B=4,T=64,128], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  rt_slice_cols_backward_f32(F(12407808), F(12604416), 256, 192, 0, 128);
+  rt_slice_cols_backward_f32(F(20345920), F(20182080), 256, 192, 0, 128);
   // llama.shard:6 (blocks.0.attn)  d%5, d@blocks.0.attn.qkv.weight += matmul_bwd d%8, %5, @blocks.0.attn.qkv.weight
   // f32[B=4,T=64,192], f32[B=4,T=64,128], f32[192,128] -> f32[B=4,T=64,128], f32[192,128]
-  memset(F(20444224), 0, 131072);  // d%5 starts here
-  rt_matmul_backward_f32(F(20444224), F(3167232), NULL, F(12407808), F(12275712), F(131584), 256, 128, 192);
+  memset(F(20051008), 0, 131072);  // d%5 starts here
+  rt_matmul_backward_f32(F(20051008), F(3167232), NULL, F(20345920), F(12275712), F(131584), 256, 128, 192);
   // llama.shard:6 (blocks.0)  d%3, d@blocks.0.norm_1.weight += rmsnorm_bwd d%5, %3, @blocks.0.norm_1.weight, %6
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128]
-  rt_rmsnorm_backward_f32(F(20313152), F(3166720), F(20444224), F(12144640), F(131072), F(12406784), 256, 128);
+  rt_rmsnorm_backward_f32(F(19919936), F(3166720), F(20051008), F(12144640), F(131072), F(12406784), 256, 128);
   // llama.shard:6 (blocks.0)  %246 += grad_all_reduce %246
   // f32[173312] -> f32[173312]
   if (p->last_mb)  // bucket blocks.0: overlaps the rest of the backward
     rt_bucket_allreduce(p, 5, RT_AX_DP, F(3166720), 173312);
   // llama.shard:13  d@embed.weight += gather_bwd d%3, @embed.weight, $tokens
   // f32[B=4,T=64,128], f32[256,128], i32[B=4,T=64] -> f32[256,128]
-  rt_embedding_backward_f32(F(3035648), F(20313152), I(12142592), 256, 128);
+  rt_embedding_backward_f32(F(3035648), F(19919936), I(12142592), 256, 128);
   // llama.shard:13 (embed)  %245 += grad_all_reduce %245
   // f32[32768] -> f32[32768]
   if (p->last_mb)  // bucket embed: overlaps the rest of the backward
@@ -947,7 +899,7 @@ static const RtProgram program = {
     .plan = PLAN, .f64 = 0,
     .ranks = 2, .dp = 2, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 4, .batch = 8, .seq = 64,
-    .arena_bytes = 23401472, .persistent_bytes = 12142592, .comm_bytes = 3035648,
+    .arena_bytes = 22909952, .persistent_bytes = 12142592, .comm_bytes = 3035648,
     .model_flops = 2.45774746e+09, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 31, .norm_w = norm_w,
     .global = global, .nglobal = NGLOBAL, .global_bytes = 9106944, .shards = shards,

@@ -14,10 +14,10 @@
  * flops:    model 9.779e+07 per step = 3 x 3.26e+07 forward per microbatch (128 tokens) x 1 microbatch (dp 1 x mb 1)
  *           hardware 9.73e+07 per step, 9.73e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)
  * graph:    117 nodes (77 forward), 151 values
- * memory:   3,348,608 bytes per rank (3.19 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.38 MiB at node 78
+ * memory:   3,283,072 bytes per rank (3.13 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.32 MiB at node 78
  *
- * Arena per rank: 6,697,216 bytes = persistent 3,792,896 (params 948,224, grads 948,224, optimizer
- * 1,896,448) + transient peak 2,904,320 (87 buffers, peak at node 78).
+ * Arena per rank: 6,566,144 bytes = persistent 3,792,896 (params 948,224, grads 948,224, optimizer
+ * 1,896,448) + transient peak 2,773,248 (79 buffers, peak at node 78).
  * Fused: 8 bias adds into matmuls, 8 bias gradients into matmul backward,
  * 0 elementwise chains (0 ops) into single loops.
  *
@@ -58,7 +58,7 @@ static const char PLAN[] =
     "flops:    model 9.779e+07 per step = 3 x 3.26e+07 forward per microbatch (128 tokens) x 1 microbatch (dp 1 x mb 1)\n"
     "          hardware 9.73e+07 per step, 9.73e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)\n"
     "graph:    117 nodes (77 forward), 151 values\n"
-    "memory:   3,348,608 bytes per rank (3.19 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.38 MiB at node 78\n";
+    "memory:   3,283,072 bytes per rank (3.13 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.32 MiB at node 78\n";
 
 /* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the
  * tensor, its gradient and optimizer state (-1: none), init, std, decay.
@@ -126,149 +126,125 @@ static double forward(RtPass *p) {
   // mish.shard:9 (blocks.0.attn)  %15 = slice %14
   // f32[B=4,T=32,192] -> f32[B=4,T=32,64]
   rt_slice_cols_forward_f64(F(3928064), F(4124672), 128, 192, 0, 64);
-  // mish.shard:9 (blocks.0.attn)  %16 = reshape %15
-  // f32[B=4,T=32,64] -> f32[B=4,T=32,4,16]
-  memcpy(F(3993600), F(3928064), 65536);  // not a view in the plan: a copy
   // mish.shard:9 (blocks.0.attn)  %17 = slice %14
   // f32[B=4,T=32,192] -> f32[B=4,T=32,64]
-  rt_slice_cols_forward_f64(F(3928064), F(4124672), 128, 192, 64, 64);
-  // mish.shard:9 (blocks.0.attn)  %18 = reshape %17
-  // f32[B=4,T=32,64] -> f32[B=4,T=32,4,16]
-  memcpy(F(4059136), F(3928064), 65536);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f64(F(3993600), F(4124672), 128, 192, 64, 64);
   // mish.shard:9 (blocks.0.attn)  %19 = slice %14
   // f32[B=4,T=32,192] -> f32[B=4,T=32,64]
-  rt_slice_cols_forward_f64(F(3928064), F(4124672), 128, 192, 128, 64);
-  // mish.shard:9 (blocks.0.attn)  %20 = reshape %19
-  // f32[B=4,T=32,64] -> f32[B=4,T=32,4,16]
-  memcpy(F(4124672), F(3928064), 65536);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f64(F(4059136), F(4124672), 128, 192, 128, 64);
   // mish.shard:9 (blocks.0.attn)  %21, %22 = attention %16, %18, %20
   // f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16] -> f32[B=4,T=32,4,16], f32[B=4,4,T=32]
-  rt_attention_forward_f64(F(3928064), F(4190208), F(3993600), F(4059136), F(4124672), 4, 32, 4, 4, 16, 1);
-  // mish.shard:9 (blocks.0.attn)  %23 = reshape %21
-  // f32[B=4,T=32,4,16] -> f32[B=4,T=32,64]
-  memcpy(F(4194304), F(3928064), 65536);  // not a view in the plan: a copy
+  rt_attention_forward_f64(F(4124672), F(4190208), F(3928064), F(3993600), F(4059136), 4, 32, 4, 4, 16, 1);
   // mish.shard:9 (blocks.0.attn)  %25 = matmul %23, @blocks.0.attn.proj.weight; %27 = add %25, @blocks.0.attn.proj.bias
   // f32[B=4,T=32,64], f32[64,64], f32[64] -> f32[B=4,T=32,64]
-  rt_matmul_forward_f64(F(4325376), F(4194304), F(248320), F(281088), 128, 64, 64);
+  rt_matmul_forward_f64(F(4259840), F(4124672), F(248320), F(281088), 128, 64, 64);
   // mish.shard:9 (blocks.0)  %28 = add %5, %27
   // f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
     const double *x5 = F(3860480);
-    const double *x27 = F(4325376);
-    double *x28 = F(4259840);
+    const double *x27 = F(4259840);
+    double *x28 = F(4194304);
     for (size_t i = 0; i < 8192; i++) {
       x28[i] = x5[i] + x27[i];
     }
   }
   // mish.shard:10 (blocks.0)  %31, %32, %33 = layernorm %28, @blocks.0.ln_2.weight, @blocks.0.ln_2.bias
   // f32[B=4,T=32,64], f32[64], f32[64] -> f32[B=4,T=32,64], f32[B=4,T=32], f32[B=4,T=32]
-  rt_layernorm_forward_f64(F(4325376), F(4390912), F(4391936), F(4259840), F(281600), F(282112), 128, 64);
+  rt_layernorm_forward_f64(F(4259840), F(4325376), F(4326400), F(4194304), F(281600), F(282112), 128, 64);
   // mish.shard:10 (blocks.0.mlp)  %35 = matmul %31, @blocks.0.mlp.fc.weight; %37 = add %35, @blocks.0.mlp.fc.bias
   // f32[B=4,T=32,64], f32[256,64], f32[256] -> f32[B=4,T=32,256]
-  rt_matmul_forward_f64(F(4655104), F(4325376), F(282624), F(413696), 128, 64, 256);
+  rt_matmul_forward_f64(F(4589568), F(4259840), F(282624), F(413696), 128, 64, 256);
   // mish.shard:10 (blocks.0.mlp)  %38 = map %37
   // f32[B=4,T=32,256] -> f32[B=4,T=32,256]
   {
-    const double *x37 = F(4655104);
-    double *x38 = F(4392960);
+    const double *x37 = F(4589568);
+    double *x38 = F(4327424);
     for (size_t i = 0; i < 32768; i++) {
       x38[i] = x37[i] * tanh(log(1.0 + exp(x37[i])));
     }
   }
   // mish.shard:10 (blocks.0.mlp)  %40 = matmul %38, @blocks.0.mlp.proj.weight; %42 = add %40, @blocks.0.mlp.proj.bias
   // f32[B=4,T=32,256], f32[64,256], f32[64] -> f32[B=4,T=32,64]
-  rt_matmul_forward_f64(F(4982784), F(4392960), F(415744), F(546816), 128, 256, 64);
+  rt_matmul_forward_f64(F(4917248), F(4327424), F(415744), F(546816), 128, 256, 64);
   // mish.shard:10 (blocks.0)  %43 = add %28, %42
   // f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const double *x28 = F(4259840);
-    const double *x42 = F(4982784);
-    double *x43 = F(4917248);
+    const double *x28 = F(4194304);
+    const double *x42 = F(4917248);
+    double *x43 = F(4851712);
     for (size_t i = 0; i < 8192; i++) {
       x43[i] = x28[i] + x42[i];
     }
   }
   // mish.shard:9 (blocks.1)  %46, %47, %48 = layernorm %43, @blocks.1.ln_1.weight, @blocks.1.ln_1.bias
   // f32[B=4,T=32,64], f32[64], f32[64] -> f32[B=4,T=32,64], f32[B=4,T=32], f32[B=4,T=32]
-  rt_layernorm_forward_f64(F(4982784), F(5048320), F(5049344), F(4917248), F(547328), F(547840), 128, 64);
+  rt_layernorm_forward_f64(F(4917248), F(4982784), F(4983808), F(4851712), F(547328), F(547840), 128, 64);
   // mish.shard:9 (blocks.1.attn)  %50 = matmul %46, @blocks.1.attn.qkv.weight; %52 = add %50, @blocks.1.attn.qkv.bias
   // f32[B=4,T=32,64], f32[192,64], f32[192] -> f32[B=4,T=32,192]
-  rt_matmul_forward_f64(F(5246976), F(4982784), F(548352), F(646656), 128, 64, 192);
+  rt_matmul_forward_f64(F(5181440), F(4917248), F(548352), F(646656), 128, 64, 192);
   // mish.shard:9 (blocks.1.attn)  %53 = slice %52
   // f32[B=4,T=32,192] -> f32[B=4,T=32,64]
-  rt_slice_cols_forward_f64(F(5050368), F(5246976), 128, 192, 0, 64);
-  // mish.shard:9 (blocks.1.attn)  %54 = reshape %53
-  // f32[B=4,T=32,64] -> f32[B=4,T=32,4,16]
-  memcpy(F(5115904), F(5050368), 65536);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f64(F(4984832), F(5181440), 128, 192, 0, 64);
   // mish.shard:9 (blocks.1.attn)  %55 = slice %52
   // f32[B=4,T=32,192] -> f32[B=4,T=32,64]
-  rt_slice_cols_forward_f64(F(5050368), F(5246976), 128, 192, 64, 64);
-  // mish.shard:9 (blocks.1.attn)  %56 = reshape %55
-  // f32[B=4,T=32,64] -> f32[B=4,T=32,4,16]
-  memcpy(F(5181440), F(5050368), 65536);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f64(F(5050368), F(5181440), 128, 192, 64, 64);
   // mish.shard:9 (blocks.1.attn)  %57 = slice %52
   // f32[B=4,T=32,192] -> f32[B=4,T=32,64]
-  rt_slice_cols_forward_f64(F(5050368), F(5246976), 128, 192, 128, 64);
-  // mish.shard:9 (blocks.1.attn)  %58 = reshape %57
-  // f32[B=4,T=32,64] -> f32[B=4,T=32,4,16]
-  memcpy(F(5246976), F(5050368), 65536);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f64(F(5115904), F(5181440), 128, 192, 128, 64);
   // mish.shard:9 (blocks.1.attn)  %59, %60 = attention %54, %56, %58
   // f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16] -> f32[B=4,T=32,4,16], f32[B=4,4,T=32]
-  rt_attention_forward_f64(F(5050368), F(5312512), F(5115904), F(5181440), F(5246976), 4, 32, 4, 4, 16, 1);
-  // mish.shard:9 (blocks.1.attn)  %61 = reshape %59
-  // f32[B=4,T=32,4,16] -> f32[B=4,T=32,64]
-  memcpy(F(5316608), F(5050368), 65536);  // not a view in the plan: a copy
+  rt_attention_forward_f64(F(5181440), F(5246976), F(4984832), F(5050368), F(5115904), 4, 32, 4, 4, 16, 1);
   // mish.shard:9 (blocks.1.attn)  %63 = matmul %61, @blocks.1.attn.proj.weight; %65 = add %63, @blocks.1.attn.proj.bias
   // f32[B=4,T=32,64], f32[64,64], f32[64] -> f32[B=4,T=32,64]
-  rt_matmul_forward_f64(F(5447680), F(5316608), F(648192), F(680960), 128, 64, 64);
+  rt_matmul_forward_f64(F(5316608), F(5181440), F(648192), F(680960), 128, 64, 64);
   // mish.shard:9 (blocks.1)  %66 = add %43, %65
   // f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const double *x43 = F(4917248);
-    const double *x65 = F(5447680);
-    double *x66 = F(5382144);
+    const double *x43 = F(4851712);
+    const double *x65 = F(5316608);
+    double *x66 = F(5251072);
     for (size_t i = 0; i < 8192; i++) {
       x66[i] = x43[i] + x65[i];
     }
   }
   // mish.shard:10 (blocks.1)  %69, %70, %71 = layernorm %66, @blocks.1.ln_2.weight, @blocks.1.ln_2.bias
   // f32[B=4,T=32,64], f32[64], f32[64] -> f32[B=4,T=32,64], f32[B=4,T=32], f32[B=4,T=32]
-  rt_layernorm_forward_f64(F(5447680), F(5513216), F(5514240), F(5382144), F(681472), F(681984), 128, 64);
+  rt_layernorm_forward_f64(F(5316608), F(5382144), F(5383168), F(5251072), F(681472), F(681984), 128, 64);
   // mish.shard:10 (blocks.1.mlp)  %73 = matmul %69, @blocks.1.mlp.fc.weight; %75 = add %73, @blocks.1.mlp.fc.bias
   // f32[B=4,T=32,64], f32[256,64], f32[256] -> f32[B=4,T=32,256]
-  rt_matmul_forward_f64(F(5777408), F(5447680), F(682496), F(813568), 128, 64, 256);
+  rt_matmul_forward_f64(F(5646336), F(5316608), F(682496), F(813568), 128, 64, 256);
   // mish.shard:10 (blocks.1.mlp)  %76 = map %75
   // f32[B=4,T=32,256] -> f32[B=4,T=32,256]
   {
-    const double *x75 = F(5777408);
-    double *x76 = F(5515264);
+    const double *x75 = F(5646336);
+    double *x76 = F(5384192);
     for (size_t i = 0; i < 32768; i++) {
       x76[i] = x75[i] * tanh(log(1.0 + exp(x75[i])));
     }
   }
   // mish.shard:10 (blocks.1.mlp)  %78 = matmul %76, @blocks.1.mlp.proj.weight; %80 = add %78, @blocks.1.mlp.proj.bias
   // f32[B=4,T=32,256], f32[64,256], f32[64] -> f32[B=4,T=32,64]
-  rt_matmul_forward_f64(F(6105088), F(5515264), F(815616), F(946688), 128, 256, 64);
+  rt_matmul_forward_f64(F(5974016), F(5384192), F(815616), F(946688), 128, 256, 64);
   // mish.shard:10 (blocks.1)  %81 = add %66, %80
   // f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const double *x66 = F(5382144);
-    const double *x80 = F(6105088);
-    double *x81 = F(6039552);
+    const double *x66 = F(5251072);
+    const double *x80 = F(5974016);
+    double *x81 = F(5908480);
     for (size_t i = 0; i < 8192; i++) {
       x81[i] = x66[i] + x80[i];
     }
   }
   // mish.shard:17  %84, %85, %86 = layernorm %81, @ln.weight, @ln.bias
   // f32[B=4,T=32,64], f32[64], f32[64] -> f32[B=4,T=32,64], f32[B=4,T=32], f32[B=4,T=32]
-  rt_layernorm_forward_f64(F(6105088), F(6170624), F(6171648), F(6039552), F(947200), F(947712), 128, 64);
+  rt_layernorm_forward_f64(F(5974016), F(6039552), F(6040576), F(5908480), F(947200), F(947712), 128, 64);
   // mish.shard:17  %87 = matmul %84, @embed.weight
   // f32[B=4,T=32,64], f32[256,64] -> f32[B=4,T=32,256]
-  rt_matmul_forward_f64(F(6172672), F(6105088), F(0), NULL, 128, 64, 256);
+  rt_matmul_forward_f64(F(6041600), F(5974016), F(0), NULL, 128, 64, 256);
   // mish.shard:18  %88 = cross_entropy %87, $targets
   // f32[B=4,T=32,256], i32[B=4,T=32] -> f32[]
-  rt_check(rt_crossentropy_forward_f64(&ce_loss[0], &ce_rows[0], NULL, NULL, F(6172672), I(3793920), 128, 256));
-  *F(6434816) = (double)ce_loss[0];
+  rt_check(rt_crossentropy_forward_f64(&ce_loss[0], &ce_rows[0], NULL, NULL, F(6041600), I(3793920), 128, 256));
+  *F(6303744) = (double)ce_loss[0];
   return ce_loss[0];
 }
 
@@ -276,37 +252,37 @@ static double forward(RtPass *p) {
 static void backward(RtPass *p) {
   // mish.shard:18  d%88 = fill
   // () -> f32[]
-  *F(6434944) = 1.0;
+  *F(6303872) = 1.0;
   // mish.shard:18  d%87 += cross_entropy_bwd d%88, %87, $targets
   // f32[], f32[B=4,T=32,256], i32[B=4,T=32] -> f32[B=4,T=32,256]
-  rt_crossentropy_backward_f64(F(6435072), F(6172672), NULL, I(3793920), 128, 256, *F(6434944), ce_rows[0]);  // writes: the first contribution
+  rt_crossentropy_backward_f64(F(6304000), F(6041600), NULL, I(3793920), 128, 256, *F(6303872), ce_rows[0]);  // writes: the first contribution
   // mish.shard:17  d%84, d@embed.weight += matmul_bwd d%87, %84, @embed.weight
   // f32[B=4,T=32,256], f32[B=4,T=32,64], f32[256,64] -> f32[B=4,T=32,64], f32[256,64]
-  memset(F(6172672), 0, 65536);  // d%84 starts here
-  rt_matmul_backward_f64(F(6172672), F(948224), NULL, F(6435072), F(6105088), F(0), 128, 64, 256);
+  memset(F(6041600), 0, 65536);  // d%84 starts here
+  rt_matmul_backward_f64(F(6041600), F(948224), NULL, F(6304000), F(5974016), F(0), 128, 64, 256);
   // mish.shard:17  d%81, d@ln.weight, d@ln.bias += layernorm_bwd d%84, %81, @ln.weight, %85, %86
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64], f32[B=4,T=32], f32[B=4,T=32] -> f32[B=4,T=32,64], f32[64], f32[64]
-  memset(F(6105088), 0, 65536);  // d%81 starts here
-  rt_layernorm_backward_f64(F(6105088), F(1895424), F(1895936), F(6172672), F(6039552), F(947200), F(6170624), F(6171648), 128, 64);
+  memset(F(5974016), 0, 65536);  // d%81 starts here
+  rt_layernorm_backward_f64(F(5974016), F(1895424), F(1895936), F(6041600), F(5908480), F(947200), F(6039552), F(6040576), 128, 64);
   // mish.shard:10 (blocks.1)  d%66, _ += add_bwd d%81, %66, %80
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const double *d81 = F(6105088);
-    double *d66 = F(6039552);
+    const double *d81 = F(5974016);
+    double *d66 = F(5908480);
     for (size_t i = 0; i < 8192; i++) {
       d66[i] = d81[i];
     }
   }
   // mish.shard:10 (blocks.1.mlp)  _, d@blocks.1.mlp.proj.bias += add_bwd d%81, %78, @blocks.1.mlp.proj.bias; d%76, d@blocks.1.mlp.proj.weight += matmul_bwd d%81, %76, @blocks.1.mlp.proj.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,256], f32[64,256] -> f32[B=4,T=32,256], f32[64,256], f32[64]
-  memset(F(6434944), 0, 262144);  // d%76 starts here
-  rt_matmul_backward_f64(F(6434944), F(1763840), F(1894912), F(6105088), F(5515264), F(815616), 128, 256, 64);
+  memset(F(6303872), 0, 262144);  // d%76 starts here
+  rt_matmul_backward_f64(F(6303872), F(1763840), F(1894912), F(5974016), F(5384192), F(815616), 128, 256, 64);
   // mish.shard:10 (blocks.1.mlp)  d%75 += map_bwd d%76, %75
   // f32[B=4,T=32,256], f32[B=4,T=32,256] -> f32[B=4,T=32,256]
   {
-    const double *d76 = F(6434944);
-    const double *x75 = F(5777408);
-    double *d75 = F(5515264);
+    const double *d76 = F(6303872);
+    const double *x75 = F(5646336);
+    double *d75 = F(5384192);
     for (size_t i = 0; i < 32768; i++) {
       const double t0 = exp(x75[i]);
       const double t1 = 1.0 + t0;
@@ -316,67 +292,67 @@ static void backward(RtPass *p) {
   }
   // mish.shard:10 (blocks.1.mlp)  _, d@blocks.1.mlp.fc.bias += add_bwd d%75, %73, @blocks.1.mlp.fc.bias; d%69, d@blocks.1.mlp.fc.weight += matmul_bwd d%75, %69, @blocks.1.mlp.fc.weight
   // f32[B=4,T=32,256], f32[B=4,T=32,64], f32[256,64] -> f32[B=4,T=32,64], f32[256,64], f32[256]
-  memset(F(5777408), 0, 65536);  // d%69 starts here
-  rt_matmul_backward_f64(F(5777408), F(1630720), F(1761792), F(5515264), F(5447680), F(682496), 128, 64, 256);
+  memset(F(5646336), 0, 65536);  // d%69 starts here
+  rt_matmul_backward_f64(F(5646336), F(1630720), F(1761792), F(5384192), F(5316608), F(682496), 128, 64, 256);
   // mish.shard:10 (blocks.1)  d%66, d@blocks.1.ln_2.weight, d@blocks.1.ln_2.bias += layernorm_bwd d%69, %66, @blocks.1.ln_2.weight, %70, %71
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64], f32[B=4,T=32], f32[B=4,T=32] -> f32[B=4,T=32,64], f32[64], f32[64]
-  rt_layernorm_backward_f64(F(6039552), F(1629696), F(1630208), F(5777408), F(5382144), F(681472), F(5513216), F(5514240), 128, 64);
+  rt_layernorm_backward_f64(F(5908480), F(1629696), F(1630208), F(5646336), F(5251072), F(681472), F(5382144), F(5383168), 128, 64);
   // mish.shard:9 (blocks.1)  d%43, _ += add_bwd d%66, %43, %65
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const double *d66 = F(6039552);
-    double *d43 = F(6434944);
+    const double *d66 = F(5908480);
+    double *d43 = F(6303872);
     for (size_t i = 0; i < 8192; i++) {
       d43[i] = d66[i];
     }
   }
   // mish.shard:9 (blocks.1.attn)  _, d@blocks.1.attn.proj.bias += add_bwd d%66, %63, @blocks.1.attn.proj.bias; d%61, d@blocks.1.attn.proj.weight += matmul_bwd d%66, %61, @blocks.1.attn.proj.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64,64] -> f32[B=4,T=32,64], f32[64,64], f32[64]
-  memset(F(6500480), 0, 65536);  // d%61 starts here
-  rt_matmul_backward_f64(F(6500480), F(1596416), F(1629184), F(6039552), F(5316608), F(648192), 128, 64, 64);
+  memset(F(6369408), 0, 65536);  // d%61 starts here
+  rt_matmul_backward_f64(F(6369408), F(1596416), F(1629184), F(5908480), F(5181440), F(648192), 128, 64, 64);
   // mish.shard:9 (blocks.1.attn)  d%54, d%56, d%58 += attention_bwd d%59, %54, %56, %58, %59, %60
   // f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,4,T=32] -> f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16]
-  memset(F(6566016), 0, 65536);  // d%54 starts here
-  memset(F(6631552), 0, 65536);  // d%56 starts here
-  memset(F(5316608), 0, 65536);  // d%58 starts here
-  rt_attention_backward_f64(F(6566016), F(6631552), F(5316608),
-      F(6500480), F(5115904), F(5181440), F(5246976), F(5050368), F(5312512), 4, 32, 4, 4, 16, 1);
+  memset(F(6434944), 0, 65536);  // d%54 starts here
+  memset(F(6500480), 0, 65536);  // d%56 starts here
+  memset(F(5251072), 0, 65536);  // d%58 starts here
+  rt_attention_backward_f64(F(6434944), F(6500480), F(5251072),
+      F(6369408), F(4984832), F(5050368), F(5115904), F(5181440), F(5246976), 4, 32, 4, 4, 16, 1);
   // mish.shard:9 (blocks.1.attn)  d%52 += slice_bwd d%57, %52
   // f32[B=4,T=32,64], f32[B=4,T=32,192] -> f32[B=4,T=32,192]
-  memset(F(5050368), 0, 196608);  // d%52 starts here
-  rt_slice_cols_backward_f64(F(5050368), F(5316608), 128, 192, 128, 64);
+  memset(F(4984832), 0, 196608);  // d%52 starts here
+  rt_slice_cols_backward_f64(F(4984832), F(5251072), 128, 192, 128, 64);
   // mish.shard:9 (blocks.1.attn)  d%52 += slice_bwd d%55, %52
   // f32[B=4,T=32,64], f32[B=4,T=32,192] -> f32[B=4,T=32,192]
-  rt_slice_cols_backward_f64(F(5050368), F(6631552), 128, 192, 64, 64);
+  rt_slice_cols_backward_f64(F(4984832), F(6500480), 128, 192, 64, 64);
   // mish.shard:9 (blocks.1.attn)  d%52 += slice_bwd d%53, %52
   // f32[B=4,T=32,64], f32[B=4,T=32,192] -> f32[B=4,T=32,192]
-  rt_slice_cols_backward_f64(F(5050368), F(6566016), 128, 192, 0, 64);
+  rt_slice_cols_backward_f64(F(4984832), F(6434944), 128, 192, 0, 64);
   // mish.shard:9 (blocks.1.attn)  _, d@blocks.1.attn.qkv.bias += add_bwd d%52, %50, @blocks.1.attn.qkv.bias; d%46, d@blocks.1.attn.qkv.weight += matmul_bwd d%52, %46, @blocks.1.attn.qkv.weight
   // f32[B=4,T=32,192], f32[B=4,T=32,64], f32[192,64] -> f32[B=4,T=32,64], f32[192,64], f32[192]
-  memset(F(6500480), 0, 65536);  // d%46 starts here
-  rt_matmul_backward_f64(F(6500480), F(1496576), F(1594880), F(5050368), F(4982784), F(548352), 128, 64, 192);
+  memset(F(6369408), 0, 65536);  // d%46 starts here
+  rt_matmul_backward_f64(F(6369408), F(1496576), F(1594880), F(4984832), F(4917248), F(548352), 128, 64, 192);
   // mish.shard:9 (blocks.1)  d%43, d@blocks.1.ln_1.weight, d@blocks.1.ln_1.bias += layernorm_bwd d%46, %43, @blocks.1.ln_1.weight, %47, %48
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64], f32[B=4,T=32], f32[B=4,T=32] -> f32[B=4,T=32,64], f32[64], f32[64]
-  rt_layernorm_backward_f64(F(6434944), F(1495552), F(1496064), F(6500480), F(4917248), F(547328), F(5048320), F(5049344), 128, 64);
+  rt_layernorm_backward_f64(F(6303872), F(1495552), F(1496064), F(6369408), F(4851712), F(547328), F(4982784), F(4983808), 128, 64);
   // mish.shard:10 (blocks.0)  d%28, _ += add_bwd d%43, %28, %42
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const double *d43 = F(6434944);
-    double *d28 = F(6500480);
+    const double *d43 = F(6303872);
+    double *d28 = F(6369408);
     for (size_t i = 0; i < 8192; i++) {
       d28[i] = d43[i];
     }
   }
   // mish.shard:10 (blocks.0.mlp)  _, d@blocks.0.mlp.proj.bias += add_bwd d%43, %40, @blocks.0.mlp.proj.bias; d%38, d@blocks.0.mlp.proj.weight += matmul_bwd d%43, %38, @blocks.0.mlp.proj.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,256], f32[64,256] -> f32[B=4,T=32,256], f32[64,256], f32[64]
-  memset(F(4917248), 0, 262144);  // d%38 starts here
-  rt_matmul_backward_f64(F(4917248), F(1363968), F(1495040), F(6434944), F(4392960), F(415744), 128, 256, 64);
+  memset(F(4851712), 0, 262144);  // d%38 starts here
+  rt_matmul_backward_f64(F(4851712), F(1363968), F(1495040), F(6303872), F(4327424), F(415744), 128, 256, 64);
   // mish.shard:10 (blocks.0.mlp)  d%37 += map_bwd d%38, %37
   // f32[B=4,T=32,256], f32[B=4,T=32,256] -> f32[B=4,T=32,256]
   {
-    const double *d38 = F(4917248);
-    const double *x37 = F(4655104);
-    double *d37 = F(4392960);
+    const double *d38 = F(4851712);
+    const double *x37 = F(4589568);
+    double *d37 = F(4327424);
     for (size_t i = 0; i < 32768; i++) {
       const double t0 = exp(x37[i]);
       const double t1 = 1.0 + t0;
@@ -386,52 +362,52 @@ static void backward(RtPass *p) {
   }
   // mish.shard:10 (blocks.0.mlp)  _, d@blocks.0.mlp.fc.bias += add_bwd d%37, %35, @blocks.0.mlp.fc.bias; d%31, d@blocks.0.mlp.fc.weight += matmul_bwd d%37, %31, @blocks.0.mlp.fc.weight
   // f32[B=4,T=32,256], f32[B=4,T=32,64], f32[256,64] -> f32[B=4,T=32,64], f32[256,64], f32[256]
-  memset(F(6434944), 0, 65536);  // d%31 starts here
-  rt_matmul_backward_f64(F(6434944), F(1230848), F(1361920), F(4392960), F(4325376), F(282624), 128, 64, 256);
+  memset(F(6303872), 0, 65536);  // d%31 starts here
+  rt_matmul_backward_f64(F(6303872), F(1230848), F(1361920), F(4327424), F(4259840), F(282624), 128, 64, 256);
   // mish.shard:10 (blocks.0)  d%28, d@blocks.0.ln_2.weight, d@blocks.0.ln_2.bias += layernorm_bwd d%31, %28, @blocks.0.ln_2.weight, %32, %33
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64], f32[B=4,T=32], f32[B=4,T=32] -> f32[B=4,T=32,64], f32[64], f32[64]
-  rt_layernorm_backward_f64(F(6500480), F(1229824), F(1230336), F(6434944), F(4259840), F(281600), F(4390912), F(4391936), 128, 64);
+  rt_layernorm_backward_f64(F(6369408), F(1229824), F(1230336), F(6303872), F(4194304), F(281600), F(4325376), F(4326400), 128, 64);
   // mish.shard:9 (blocks.0)  d%5, _ += add_bwd d%28, %5, %27
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const double *d28 = F(6500480);
-    double *d5 = F(6434944);
+    const double *d28 = F(6369408);
+    double *d5 = F(6303872);
     for (size_t i = 0; i < 8192; i++) {
       d5[i] = d28[i];
     }
   }
   // mish.shard:9 (blocks.0.attn)  _, d@blocks.0.attn.proj.bias += add_bwd d%28, %25, @blocks.0.attn.proj.bias; d%23, d@blocks.0.attn.proj.weight += matmul_bwd d%28, %23, @blocks.0.attn.proj.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64,64] -> f32[B=4,T=32,64], f32[64,64], f32[64]
-  memset(F(6566016), 0, 65536);  // d%23 starts here
-  rt_matmul_backward_f64(F(6566016), F(1196544), F(1229312), F(6500480), F(4194304), F(248320), 128, 64, 64);
+  memset(F(6434944), 0, 65536);  // d%23 starts here
+  rt_matmul_backward_f64(F(6434944), F(1196544), F(1229312), F(6369408), F(4124672), F(248320), 128, 64, 64);
   // mish.shard:9 (blocks.0.attn)  d%16, d%18, d%20 += attention_bwd d%21, %16, %18, %20, %21, %22
   // f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,4,T=32] -> f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16]
-  memset(F(6500480), 0, 65536);  // d%16 starts here
-  memset(F(6631552), 0, 65536);  // d%18 starts here
+  memset(F(6369408), 0, 65536);  // d%16 starts here
+  memset(F(6500480), 0, 65536);  // d%18 starts here
   memset(F(4194304), 0, 65536);  // d%20 starts here
-  rt_attention_backward_f64(F(6500480), F(6631552), F(4194304),
-      F(6566016), F(3993600), F(4059136), F(4124672), F(3928064), F(4190208), 4, 32, 4, 4, 16, 1);
+  rt_attention_backward_f64(F(6369408), F(6500480), F(4194304),
+      F(6434944), F(3928064), F(3993600), F(4059136), F(4124672), F(4190208), 4, 32, 4, 4, 16, 1);
   // mish.shard:9 (blocks.0.attn)  d%14 += slice_bwd d%19, %14
   // f32[B=4,T=32,64], f32[B=4,T=32,192] -> f32[B=4,T=32,192]
   memset(F(3928064), 0, 196608);  // d%14 starts here
   rt_slice_cols_backward_f64(F(3928064), F(4194304), 128, 192, 128, 64);
   // mish.shard:9 (blocks.0.attn)  d%14 += slice_bwd d%17, %14
   // f32[B=4,T=32,64], f32[B=4,T=32,192] -> f32[B=4,T=32,192]
-  rt_slice_cols_backward_f64(F(3928064), F(6631552), 128, 192, 64, 64);
+  rt_slice_cols_backward_f64(F(3928064), F(6500480), 128, 192, 64, 64);
   // mish.shard:9 (blocks.0.attn)  d%14 += slice_bwd d%15, %14
   // f32[B=4,T=32,64], f32[B=4,T=32,192] -> f32[B=4,T=32,192]
-  rt_slice_cols_backward_f64(F(3928064), F(6500480), 128, 192, 0, 64);
+  rt_slice_cols_backward_f64(F(3928064), F(6369408), 128, 192, 0, 64);
   // mish.shard:9 (blocks.0.attn)  _, d@blocks.0.attn.qkv.bias += add_bwd d%14, %12, @blocks.0.attn.qkv.bias; d%8, d@blocks.0.attn.qkv.weight += matmul_bwd d%14, %8, @blocks.0.attn.qkv.weight
   // f32[B=4,T=32,192], f32[B=4,T=32,64], f32[192,64] -> f32[B=4,T=32,64], f32[192,64], f32[192]
-  memset(F(6500480), 0, 65536);  // d%8 starts here
-  rt_matmul_backward_f64(F(6500480), F(1096704), F(1195008), F(3928064), F(3794944), F(148480), 128, 64, 192);
+  memset(F(6369408), 0, 65536);  // d%8 starts here
+  rt_matmul_backward_f64(F(6369408), F(1096704), F(1195008), F(3928064), F(3794944), F(148480), 128, 64, 192);
   // mish.shard:9 (blocks.0)  d%5, d@blocks.0.ln_1.weight, d@blocks.0.ln_1.bias += layernorm_bwd d%8, %5, @blocks.0.ln_1.weight, %9, %10
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64], f32[B=4,T=32], f32[B=4,T=32] -> f32[B=4,T=32,64], f32[64], f32[64]
-  rt_layernorm_backward_f64(F(6434944), F(1095680), F(1096192), F(6500480), F(3860480), F(147456), F(3926016), F(3927040), 128, 64);
+  rt_layernorm_backward_f64(F(6303872), F(1095680), F(1096192), F(6369408), F(3860480), F(147456), F(3926016), F(3927040), 128, 64);
   // mish.shard:15  _, d@pos.weight += add_bwd d%5, %3, @pos.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[T=32,64] -> f32[T=32,64]
   {
-    const double *d5 = F(6434944);
+    const double *d5 = F(6303872);
     double *d4 = F(1079296);
     for (size_t r = 0; r < 4; r++)
       for (size_t j = 0; j < 2048; j++) {
@@ -441,7 +417,7 @@ static void backward(RtPass *p) {
   }
   // mish.shard:15  d@embed.weight += gather_bwd d%5, @embed.weight, $tokens
   // f32[B=4,T=32,64], f32[256,64], i32[B=4,T=32] -> f32[256,64]
-  rt_embedding_backward_f64(F(948224), F(6434944), I(3792896), 128, 64);
+  rt_embedding_backward_f64(F(948224), F(6303872), I(3792896), 128, 64);
 }
 
 /* The chunks: forward, backward, virtual stage, gradients (offset, bytes), stash
@@ -461,7 +437,7 @@ static const RtProgram program = {
     .plan = PLAN, .f64 = 1,
     .ranks = 1, .dp = 1, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 4, .batch = 4, .seq = 32,
-    .arena_bytes = 6697216, .persistent_bytes = 3792896, .comm_bytes = 0,
+    .arena_bytes = 6566144, .persistent_bytes = 3792896, .comm_bytes = 0,
     .model_flops = 97787904, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 28,
     .zero = -1, .zaxis = RT_AX_DP, .nreq = 0,

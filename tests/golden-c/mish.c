@@ -14,10 +14,10 @@
  * flops:    model 9.779e+07 per step = 3 x 3.26e+07 forward per microbatch (128 tokens) x 1 microbatch (dp 1 x mb 1)
  *           hardware 9.73e+07 per step, 9.73e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)
  * graph:    117 nodes (77 forward), 151 values
- * memory:   3,348,608 bytes per rank (3.19 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.38 MiB at node 78
+ * memory:   3,283,072 bytes per rank (3.13 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.32 MiB at node 78
  *
- * Arena per rank: 3,348,608 bytes = persistent 1,896,448 (params 474,112, grads 474,112, optimizer
- * 948,224) + transient peak 1,452,160 (87 buffers, peak at node 78).
+ * Arena per rank: 3,283,072 bytes = persistent 1,896,448 (params 474,112, grads 474,112, optimizer
+ * 948,224) + transient peak 1,386,624 (79 buffers, peak at node 78).
  * Fused: 8 bias adds into matmuls, 8 bias gradients into matmul backward,
  * 0 elementwise chains (0 ops) into single loops.
  *
@@ -58,7 +58,7 @@ static const char PLAN[] =
     "flops:    model 9.779e+07 per step = 3 x 3.26e+07 forward per microbatch (128 tokens) x 1 microbatch (dp 1 x mb 1)\n"
     "          hardware 9.73e+07 per step, 9.73e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)\n"
     "graph:    117 nodes (77 forward), 151 values\n"
-    "memory:   3,348,608 bytes per rank (3.19 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.38 MiB at node 78\n";
+    "memory:   3,283,072 bytes per rank (3.13 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.32 MiB at node 78\n";
 
 /* ---- parameters: DSL name, shape, elements, arena offsets (bytes) of the
  * tensor, its gradient and optimizer state (-1: none), init, std, decay.
@@ -126,149 +126,125 @@ static double forward(RtPass *p) {
   // mish.shard:9 (blocks.0.attn)  %15 = slice %14
   // f32[B=4,T=32,192] -> f32[B=4,T=32,64]
   rt_slice_cols_forward_f32(F(1964032), F(2062336), 128, 192, 0, 64);
-  // mish.shard:9 (blocks.0.attn)  %16 = reshape %15
-  // f32[B=4,T=32,64] -> f32[B=4,T=32,4,16]
-  memcpy(F(1996800), F(1964032), 32768);  // not a view in the plan: a copy
   // mish.shard:9 (blocks.0.attn)  %17 = slice %14
   // f32[B=4,T=32,192] -> f32[B=4,T=32,64]
-  rt_slice_cols_forward_f32(F(1964032), F(2062336), 128, 192, 64, 64);
-  // mish.shard:9 (blocks.0.attn)  %18 = reshape %17
-  // f32[B=4,T=32,64] -> f32[B=4,T=32,4,16]
-  memcpy(F(2029568), F(1964032), 32768);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(1996800), F(2062336), 128, 192, 64, 64);
   // mish.shard:9 (blocks.0.attn)  %19 = slice %14
   // f32[B=4,T=32,192] -> f32[B=4,T=32,64]
-  rt_slice_cols_forward_f32(F(1964032), F(2062336), 128, 192, 128, 64);
-  // mish.shard:9 (blocks.0.attn)  %20 = reshape %19
-  // f32[B=4,T=32,64] -> f32[B=4,T=32,4,16]
-  memcpy(F(2062336), F(1964032), 32768);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(2029568), F(2062336), 128, 192, 128, 64);
   // mish.shard:9 (blocks.0.attn)  %21, %22 = attention %16, %18, %20
   // f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16] -> f32[B=4,T=32,4,16], f32[B=4,4,T=32]
-  rt_attention_forward_f32(F(1964032), F(2095104), F(1996800), F(2029568), F(2062336), 4, 32, 4, 4, 16, 1);
-  // mish.shard:9 (blocks.0.attn)  %23 = reshape %21
-  // f32[B=4,T=32,4,16] -> f32[B=4,T=32,64]
-  memcpy(F(2097152), F(1964032), 32768);  // not a view in the plan: a copy
+  rt_attention_forward_f32(F(2062336), F(2095104), F(1964032), F(1996800), F(2029568), 4, 32, 4, 4, 16, 1);
   // mish.shard:9 (blocks.0.attn)  %25 = matmul %23, @blocks.0.attn.proj.weight; %27 = add %25, @blocks.0.attn.proj.bias
   // f32[B=4,T=32,64], f32[64,64], f32[64] -> f32[B=4,T=32,64]
-  rt_matmul_forward_f32(F(2162688), F(2097152), F(124160), F(140544), 128, 64, 64);
+  rt_matmul_forward_f32(F(2129920), F(2062336), F(124160), F(140544), 128, 64, 64);
   // mish.shard:9 (blocks.0)  %28 = add %5, %27
   // f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
     const float *x5 = F(1930240);
-    const float *x27 = F(2162688);
-    float *x28 = F(2129920);
+    const float *x27 = F(2129920);
+    float *x28 = F(2097152);
     for (size_t i = 0; i < 8192; i++) {
       x28[i] = x5[i] + x27[i];
     }
   }
   // mish.shard:10 (blocks.0)  %31, %32, %33 = layernorm %28, @blocks.0.ln_2.weight, @blocks.0.ln_2.bias
   // f32[B=4,T=32,64], f32[64], f32[64] -> f32[B=4,T=32,64], f32[B=4,T=32], f32[B=4,T=32]
-  rt_layernorm_forward_f32(F(2162688), F(2195456), F(2195968), F(2129920), F(140800), F(141056), 128, 64);
+  rt_layernorm_forward_f32(F(2129920), F(2162688), F(2163200), F(2097152), F(140800), F(141056), 128, 64);
   // mish.shard:10 (blocks.0.mlp)  %35 = matmul %31, @blocks.0.mlp.fc.weight; %37 = add %35, @blocks.0.mlp.fc.bias
   // f32[B=4,T=32,64], f32[256,64], f32[256] -> f32[B=4,T=32,256]
-  rt_matmul_forward_f32(F(2327552), F(2162688), F(141312), F(206848), 128, 64, 256);
+  rt_matmul_forward_f32(F(2294784), F(2129920), F(141312), F(206848), 128, 64, 256);
   // mish.shard:10 (blocks.0.mlp)  %38 = map %37
   // f32[B=4,T=32,256] -> f32[B=4,T=32,256]
   {
-    const float *x37 = F(2327552);
-    float *x38 = F(2196480);
+    const float *x37 = F(2294784);
+    float *x38 = F(2163712);
     for (size_t i = 0; i < 32768; i++) {
       x38[i] = x37[i] * tanhf(logf(1.0f + expf(x37[i])));
     }
   }
   // mish.shard:10 (blocks.0.mlp)  %40 = matmul %38, @blocks.0.mlp.proj.weight; %42 = add %40, @blocks.0.mlp.proj.bias
   // f32[B=4,T=32,256], f32[64,256], f32[64] -> f32[B=4,T=32,64]
-  rt_matmul_forward_f32(F(2491392), F(2196480), F(207872), F(273408), 128, 256, 64);
+  rt_matmul_forward_f32(F(2458624), F(2163712), F(207872), F(273408), 128, 256, 64);
   // mish.shard:10 (blocks.0)  %43 = add %28, %42
   // f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const float *x28 = F(2129920);
-    const float *x42 = F(2491392);
-    float *x43 = F(2458624);
+    const float *x28 = F(2097152);
+    const float *x42 = F(2458624);
+    float *x43 = F(2425856);
     for (size_t i = 0; i < 8192; i++) {
       x43[i] = x28[i] + x42[i];
     }
   }
   // mish.shard:9 (blocks.1)  %46, %47, %48 = layernorm %43, @blocks.1.ln_1.weight, @blocks.1.ln_1.bias
   // f32[B=4,T=32,64], f32[64], f32[64] -> f32[B=4,T=32,64], f32[B=4,T=32], f32[B=4,T=32]
-  rt_layernorm_forward_f32(F(2491392), F(2524160), F(2524672), F(2458624), F(273664), F(273920), 128, 64);
+  rt_layernorm_forward_f32(F(2458624), F(2491392), F(2491904), F(2425856), F(273664), F(273920), 128, 64);
   // mish.shard:9 (blocks.1.attn)  %50 = matmul %46, @blocks.1.attn.qkv.weight; %52 = add %50, @blocks.1.attn.qkv.bias
   // f32[B=4,T=32,64], f32[192,64], f32[192] -> f32[B=4,T=32,192]
-  rt_matmul_forward_f32(F(2623488), F(2491392), F(274176), F(323328), 128, 64, 192);
+  rt_matmul_forward_f32(F(2590720), F(2458624), F(274176), F(323328), 128, 64, 192);
   // mish.shard:9 (blocks.1.attn)  %53 = slice %52
   // f32[B=4,T=32,192] -> f32[B=4,T=32,64]
-  rt_slice_cols_forward_f32(F(2525184), F(2623488), 128, 192, 0, 64);
-  // mish.shard:9 (blocks.1.attn)  %54 = reshape %53
-  // f32[B=4,T=32,64] -> f32[B=4,T=32,4,16]
-  memcpy(F(2557952), F(2525184), 32768);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(2492416), F(2590720), 128, 192, 0, 64);
   // mish.shard:9 (blocks.1.attn)  %55 = slice %52
   // f32[B=4,T=32,192] -> f32[B=4,T=32,64]
-  rt_slice_cols_forward_f32(F(2525184), F(2623488), 128, 192, 64, 64);
-  // mish.shard:9 (blocks.1.attn)  %56 = reshape %55
-  // f32[B=4,T=32,64] -> f32[B=4,T=32,4,16]
-  memcpy(F(2590720), F(2525184), 32768);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(2525184), F(2590720), 128, 192, 64, 64);
   // mish.shard:9 (blocks.1.attn)  %57 = slice %52
   // f32[B=4,T=32,192] -> f32[B=4,T=32,64]
-  rt_slice_cols_forward_f32(F(2525184), F(2623488), 128, 192, 128, 64);
-  // mish.shard:9 (blocks.1.attn)  %58 = reshape %57
-  // f32[B=4,T=32,64] -> f32[B=4,T=32,4,16]
-  memcpy(F(2623488), F(2525184), 32768);  // not a view in the plan: a copy
+  rt_slice_cols_forward_f32(F(2557952), F(2590720), 128, 192, 128, 64);
   // mish.shard:9 (blocks.1.attn)  %59, %60 = attention %54, %56, %58
   // f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16] -> f32[B=4,T=32,4,16], f32[B=4,4,T=32]
-  rt_attention_forward_f32(F(2525184), F(2656256), F(2557952), F(2590720), F(2623488), 4, 32, 4, 4, 16, 1);
-  // mish.shard:9 (blocks.1.attn)  %61 = reshape %59
-  // f32[B=4,T=32,4,16] -> f32[B=4,T=32,64]
-  memcpy(F(2658304), F(2525184), 32768);  // not a view in the plan: a copy
+  rt_attention_forward_f32(F(2590720), F(2623488), F(2492416), F(2525184), F(2557952), 4, 32, 4, 4, 16, 1);
   // mish.shard:9 (blocks.1.attn)  %63 = matmul %61, @blocks.1.attn.proj.weight; %65 = add %63, @blocks.1.attn.proj.bias
   // f32[B=4,T=32,64], f32[64,64], f32[64] -> f32[B=4,T=32,64]
-  rt_matmul_forward_f32(F(2723840), F(2658304), F(324096), F(340480), 128, 64, 64);
+  rt_matmul_forward_f32(F(2658304), F(2590720), F(324096), F(340480), 128, 64, 64);
   // mish.shard:9 (blocks.1)  %66 = add %43, %65
   // f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const float *x43 = F(2458624);
-    const float *x65 = F(2723840);
-    float *x66 = F(2691072);
+    const float *x43 = F(2425856);
+    const float *x65 = F(2658304);
+    float *x66 = F(2625536);
     for (size_t i = 0; i < 8192; i++) {
       x66[i] = x43[i] + x65[i];
     }
   }
   // mish.shard:10 (blocks.1)  %69, %70, %71 = layernorm %66, @blocks.1.ln_2.weight, @blocks.1.ln_2.bias
   // f32[B=4,T=32,64], f32[64], f32[64] -> f32[B=4,T=32,64], f32[B=4,T=32], f32[B=4,T=32]
-  rt_layernorm_forward_f32(F(2723840), F(2756608), F(2757120), F(2691072), F(340736), F(340992), 128, 64);
+  rt_layernorm_forward_f32(F(2658304), F(2691072), F(2691584), F(2625536), F(340736), F(340992), 128, 64);
   // mish.shard:10 (blocks.1.mlp)  %73 = matmul %69, @blocks.1.mlp.fc.weight; %75 = add %73, @blocks.1.mlp.fc.bias
   // f32[B=4,T=32,64], f32[256,64], f32[256] -> f32[B=4,T=32,256]
-  rt_matmul_forward_f32(F(2888704), F(2723840), F(341248), F(406784), 128, 64, 256);
+  rt_matmul_forward_f32(F(2823168), F(2658304), F(341248), F(406784), 128, 64, 256);
   // mish.shard:10 (blocks.1.mlp)  %76 = map %75
   // f32[B=4,T=32,256] -> f32[B=4,T=32,256]
   {
-    const float *x75 = F(2888704);
-    float *x76 = F(2757632);
+    const float *x75 = F(2823168);
+    float *x76 = F(2692096);
     for (size_t i = 0; i < 32768; i++) {
       x76[i] = x75[i] * tanhf(logf(1.0f + expf(x75[i])));
     }
   }
   // mish.shard:10 (blocks.1.mlp)  %78 = matmul %76, @blocks.1.mlp.proj.weight; %80 = add %78, @blocks.1.mlp.proj.bias
   // f32[B=4,T=32,256], f32[64,256], f32[64] -> f32[B=4,T=32,64]
-  rt_matmul_forward_f32(F(3052544), F(2757632), F(407808), F(473344), 128, 256, 64);
+  rt_matmul_forward_f32(F(2987008), F(2692096), F(407808), F(473344), 128, 256, 64);
   // mish.shard:10 (blocks.1)  %81 = add %66, %80
   // f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const float *x66 = F(2691072);
-    const float *x80 = F(3052544);
-    float *x81 = F(3019776);
+    const float *x66 = F(2625536);
+    const float *x80 = F(2987008);
+    float *x81 = F(2954240);
     for (size_t i = 0; i < 8192; i++) {
       x81[i] = x66[i] + x80[i];
     }
   }
   // mish.shard:17  %84, %85, %86 = layernorm %81, @ln.weight, @ln.bias
   // f32[B=4,T=32,64], f32[64], f32[64] -> f32[B=4,T=32,64], f32[B=4,T=32], f32[B=4,T=32]
-  rt_layernorm_forward_f32(F(3052544), F(3085312), F(3085824), F(3019776), F(473600), F(473856), 128, 64);
+  rt_layernorm_forward_f32(F(2987008), F(3019776), F(3020288), F(2954240), F(473600), F(473856), 128, 64);
   // mish.shard:17  %87 = matmul %84, @embed.weight
   // f32[B=4,T=32,64], f32[256,64] -> f32[B=4,T=32,256]
-  rt_matmul_forward_f32(F(3086336), F(3052544), F(0), NULL, 128, 64, 256);
+  rt_matmul_forward_f32(F(3020800), F(2987008), F(0), NULL, 128, 64, 256);
   // mish.shard:18  %88 = cross_entropy %87, $targets
   // f32[B=4,T=32,256], i32[B=4,T=32] -> f32[]
-  rt_check(rt_crossentropy_forward_f32(&ce_loss[0], &ce_rows[0], NULL, NULL, F(3086336), I(1896960), 128, 256));
-  *F(3217408) = (float)ce_loss[0];
+  rt_check(rt_crossentropy_forward_f32(&ce_loss[0], &ce_rows[0], NULL, NULL, F(3020800), I(1896960), 128, 256));
+  *F(3151872) = (float)ce_loss[0];
   return ce_loss[0];
 }
 
@@ -276,37 +252,37 @@ static double forward(RtPass *p) {
 static void backward(RtPass *p) {
   // mish.shard:18  d%88 = fill
   // () -> f32[]
-  *F(3217472) = 1.0f;
+  *F(3151936) = 1.0f;
   // mish.shard:18  d%87 += cross_entropy_bwd d%88, %87, $targets
   // f32[], f32[B=4,T=32,256], i32[B=4,T=32] -> f32[B=4,T=32,256]
-  rt_crossentropy_backward_f32(F(3217536), F(3086336), NULL, I(1896960), 128, 256, *F(3217472), ce_rows[0]);  // writes: the first contribution
+  rt_crossentropy_backward_f32(F(3152000), F(3020800), NULL, I(1896960), 128, 256, *F(3151936), ce_rows[0]);  // writes: the first contribution
   // mish.shard:17  d%84, d@embed.weight += matmul_bwd d%87, %84, @embed.weight
   // f32[B=4,T=32,256], f32[B=4,T=32,64], f32[256,64] -> f32[B=4,T=32,64], f32[256,64]
-  memset(F(3086336), 0, 32768);  // d%84 starts here
-  rt_matmul_backward_f32(F(3086336), F(474112), NULL, F(3217536), F(3052544), F(0), 128, 64, 256);
+  memset(F(3020800), 0, 32768);  // d%84 starts here
+  rt_matmul_backward_f32(F(3020800), F(474112), NULL, F(3152000), F(2987008), F(0), 128, 64, 256);
   // mish.shard:17  d%81, d@ln.weight, d@ln.bias += layernorm_bwd d%84, %81, @ln.weight, %85, %86
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64], f32[B=4,T=32], f32[B=4,T=32] -> f32[B=4,T=32,64], f32[64], f32[64]
-  memset(F(3052544), 0, 32768);  // d%81 starts here
-  rt_layernorm_backward_f32(F(3052544), F(947712), F(947968), F(3086336), F(3019776), F(473600), F(3085312), F(3085824), 128, 64);
+  memset(F(2987008), 0, 32768);  // d%81 starts here
+  rt_layernorm_backward_f32(F(2987008), F(947712), F(947968), F(3020800), F(2954240), F(473600), F(3019776), F(3020288), 128, 64);
   // mish.shard:10 (blocks.1)  d%66, _ += add_bwd d%81, %66, %80
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const float *d81 = F(3052544);
-    float *d66 = F(3019776);
+    const float *d81 = F(2987008);
+    float *d66 = F(2954240);
     for (size_t i = 0; i < 8192; i++) {
       d66[i] = d81[i];
     }
   }
   // mish.shard:10 (blocks.1.mlp)  _, d@blocks.1.mlp.proj.bias += add_bwd d%81, %78, @blocks.1.mlp.proj.bias; d%76, d@blocks.1.mlp.proj.weight += matmul_bwd d%81, %76, @blocks.1.mlp.proj.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,256], f32[64,256] -> f32[B=4,T=32,256], f32[64,256], f32[64]
-  memset(F(3217472), 0, 131072);  // d%76 starts here
-  rt_matmul_backward_f32(F(3217472), F(881920), F(947456), F(3052544), F(2757632), F(407808), 128, 256, 64);
+  memset(F(3151936), 0, 131072);  // d%76 starts here
+  rt_matmul_backward_f32(F(3151936), F(881920), F(947456), F(2987008), F(2692096), F(407808), 128, 256, 64);
   // mish.shard:10 (blocks.1.mlp)  d%75 += map_bwd d%76, %75
   // f32[B=4,T=32,256], f32[B=4,T=32,256] -> f32[B=4,T=32,256]
   {
-    const float *d76 = F(3217472);
-    const float *x75 = F(2888704);
-    float *d75 = F(2757632);
+    const float *d76 = F(3151936);
+    const float *x75 = F(2823168);
+    float *d75 = F(2692096);
     for (size_t i = 0; i < 32768; i++) {
       const float t0 = expf(x75[i]);
       const float t1 = 1.0f + t0;
@@ -316,67 +292,67 @@ static void backward(RtPass *p) {
   }
   // mish.shard:10 (blocks.1.mlp)  _, d@blocks.1.mlp.fc.bias += add_bwd d%75, %73, @blocks.1.mlp.fc.bias; d%69, d@blocks.1.mlp.fc.weight += matmul_bwd d%75, %69, @blocks.1.mlp.fc.weight
   // f32[B=4,T=32,256], f32[B=4,T=32,64], f32[256,64] -> f32[B=4,T=32,64], f32[256,64], f32[256]
-  memset(F(2888704), 0, 32768);  // d%69 starts here
-  rt_matmul_backward_f32(F(2888704), F(815360), F(880896), F(2757632), F(2723840), F(341248), 128, 64, 256);
+  memset(F(2823168), 0, 32768);  // d%69 starts here
+  rt_matmul_backward_f32(F(2823168), F(815360), F(880896), F(2692096), F(2658304), F(341248), 128, 64, 256);
   // mish.shard:10 (blocks.1)  d%66, d@blocks.1.ln_2.weight, d@blocks.1.ln_2.bias += layernorm_bwd d%69, %66, @blocks.1.ln_2.weight, %70, %71
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64], f32[B=4,T=32], f32[B=4,T=32] -> f32[B=4,T=32,64], f32[64], f32[64]
-  rt_layernorm_backward_f32(F(3019776), F(814848), F(815104), F(2888704), F(2691072), F(340736), F(2756608), F(2757120), 128, 64);
+  rt_layernorm_backward_f32(F(2954240), F(814848), F(815104), F(2823168), F(2625536), F(340736), F(2691072), F(2691584), 128, 64);
   // mish.shard:9 (blocks.1)  d%43, _ += add_bwd d%66, %43, %65
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const float *d66 = F(3019776);
-    float *d43 = F(3217472);
+    const float *d66 = F(2954240);
+    float *d43 = F(3151936);
     for (size_t i = 0; i < 8192; i++) {
       d43[i] = d66[i];
     }
   }
   // mish.shard:9 (blocks.1.attn)  _, d@blocks.1.attn.proj.bias += add_bwd d%66, %63, @blocks.1.attn.proj.bias; d%61, d@blocks.1.attn.proj.weight += matmul_bwd d%66, %61, @blocks.1.attn.proj.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64,64] -> f32[B=4,T=32,64], f32[64,64], f32[64]
-  memset(F(3250240), 0, 32768);  // d%61 starts here
-  rt_matmul_backward_f32(F(3250240), F(798208), F(814592), F(3019776), F(2658304), F(324096), 128, 64, 64);
+  memset(F(3184704), 0, 32768);  // d%61 starts here
+  rt_matmul_backward_f32(F(3184704), F(798208), F(814592), F(2954240), F(2590720), F(324096), 128, 64, 64);
   // mish.shard:9 (blocks.1.attn)  d%54, d%56, d%58 += attention_bwd d%59, %54, %56, %58, %59, %60
   // f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,4,T=32] -> f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16]
-  memset(F(3283008), 0, 32768);  // d%54 starts here
-  memset(F(3315776), 0, 32768);  // d%56 starts here
-  memset(F(2658304), 0, 32768);  // d%58 starts here
-  rt_attention_backward_f32(F(3283008), F(3315776), F(2658304),
-      F(3250240), F(2557952), F(2590720), F(2623488), F(2525184), F(2656256), 4, 32, 4, 4, 16, 1);
+  memset(F(3217472), 0, 32768);  // d%54 starts here
+  memset(F(3250240), 0, 32768);  // d%56 starts here
+  memset(F(2625536), 0, 32768);  // d%58 starts here
+  rt_attention_backward_f32(F(3217472), F(3250240), F(2625536),
+      F(3184704), F(2492416), F(2525184), F(2557952), F(2590720), F(2623488), 4, 32, 4, 4, 16, 1);
   // mish.shard:9 (blocks.1.attn)  d%52 += slice_bwd d%57, %52
   // f32[B=4,T=32,64], f32[B=4,T=32,192] -> f32[B=4,T=32,192]
-  memset(F(2525184), 0, 98304);  // d%52 starts here
-  rt_slice_cols_backward_f32(F(2525184), F(2658304), 128, 192, 128, 64);
+  memset(F(2492416), 0, 98304);  // d%52 starts here
+  rt_slice_cols_backward_f32(F(2492416), F(2625536), 128, 192, 128, 64);
   // mish.shard:9 (blocks.1.attn)  d%52 += slice_bwd d%55, %52
   // f32[B=4,T=32,64], f32[B=4,T=32,192] -> f32[B=4,T=32,192]
-  rt_slice_cols_backward_f32(F(2525184), F(3315776), 128, 192, 64, 64);
+  rt_slice_cols_backward_f32(F(2492416), F(3250240), 128, 192, 64, 64);
   // mish.shard:9 (blocks.1.attn)  d%52 += slice_bwd d%53, %52
   // f32[B=4,T=32,64], f32[B=4,T=32,192] -> f32[B=4,T=32,192]
-  rt_slice_cols_backward_f32(F(2525184), F(3283008), 128, 192, 0, 64);
+  rt_slice_cols_backward_f32(F(2492416), F(3217472), 128, 192, 0, 64);
   // mish.shard:9 (blocks.1.attn)  _, d@blocks.1.attn.qkv.bias += add_bwd d%52, %50, @blocks.1.attn.qkv.bias; d%46, d@blocks.1.attn.qkv.weight += matmul_bwd d%52, %46, @blocks.1.attn.qkv.weight
   // f32[B=4,T=32,192], f32[B=4,T=32,64], f32[192,64] -> f32[B=4,T=32,64], f32[192,64], f32[192]
-  memset(F(3250240), 0, 32768);  // d%46 starts here
-  rt_matmul_backward_f32(F(3250240), F(748288), F(797440), F(2525184), F(2491392), F(274176), 128, 64, 192);
+  memset(F(3184704), 0, 32768);  // d%46 starts here
+  rt_matmul_backward_f32(F(3184704), F(748288), F(797440), F(2492416), F(2458624), F(274176), 128, 64, 192);
   // mish.shard:9 (blocks.1)  d%43, d@blocks.1.ln_1.weight, d@blocks.1.ln_1.bias += layernorm_bwd d%46, %43, @blocks.1.ln_1.weight, %47, %48
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64], f32[B=4,T=32], f32[B=4,T=32] -> f32[B=4,T=32,64], f32[64], f32[64]
-  rt_layernorm_backward_f32(F(3217472), F(747776), F(748032), F(3250240), F(2458624), F(273664), F(2524160), F(2524672), 128, 64);
+  rt_layernorm_backward_f32(F(3151936), F(747776), F(748032), F(3184704), F(2425856), F(273664), F(2491392), F(2491904), 128, 64);
   // mish.shard:10 (blocks.0)  d%28, _ += add_bwd d%43, %28, %42
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const float *d43 = F(3217472);
-    float *d28 = F(3250240);
+    const float *d43 = F(3151936);
+    float *d28 = F(3184704);
     for (size_t i = 0; i < 8192; i++) {
       d28[i] = d43[i];
     }
   }
   // mish.shard:10 (blocks.0.mlp)  _, d@blocks.0.mlp.proj.bias += add_bwd d%43, %40, @blocks.0.mlp.proj.bias; d%38, d@blocks.0.mlp.proj.weight += matmul_bwd d%43, %38, @blocks.0.mlp.proj.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,256], f32[64,256] -> f32[B=4,T=32,256], f32[64,256], f32[64]
-  memset(F(2458624), 0, 131072);  // d%38 starts here
-  rt_matmul_backward_f32(F(2458624), F(681984), F(747520), F(3217472), F(2196480), F(207872), 128, 256, 64);
+  memset(F(2425856), 0, 131072);  // d%38 starts here
+  rt_matmul_backward_f32(F(2425856), F(681984), F(747520), F(3151936), F(2163712), F(207872), 128, 256, 64);
   // mish.shard:10 (blocks.0.mlp)  d%37 += map_bwd d%38, %37
   // f32[B=4,T=32,256], f32[B=4,T=32,256] -> f32[B=4,T=32,256]
   {
-    const float *d38 = F(2458624);
-    const float *x37 = F(2327552);
-    float *d37 = F(2196480);
+    const float *d38 = F(2425856);
+    const float *x37 = F(2294784);
+    float *d37 = F(2163712);
     for (size_t i = 0; i < 32768; i++) {
       const float t0 = expf(x37[i]);
       const float t1 = 1.0f + t0;
@@ -386,52 +362,52 @@ static void backward(RtPass *p) {
   }
   // mish.shard:10 (blocks.0.mlp)  _, d@blocks.0.mlp.fc.bias += add_bwd d%37, %35, @blocks.0.mlp.fc.bias; d%31, d@blocks.0.mlp.fc.weight += matmul_bwd d%37, %31, @blocks.0.mlp.fc.weight
   // f32[B=4,T=32,256], f32[B=4,T=32,64], f32[256,64] -> f32[B=4,T=32,64], f32[256,64], f32[256]
-  memset(F(3217472), 0, 32768);  // d%31 starts here
-  rt_matmul_backward_f32(F(3217472), F(615424), F(680960), F(2196480), F(2162688), F(141312), 128, 64, 256);
+  memset(F(3151936), 0, 32768);  // d%31 starts here
+  rt_matmul_backward_f32(F(3151936), F(615424), F(680960), F(2163712), F(2129920), F(141312), 128, 64, 256);
   // mish.shard:10 (blocks.0)  d%28, d@blocks.0.ln_2.weight, d@blocks.0.ln_2.bias += layernorm_bwd d%31, %28, @blocks.0.ln_2.weight, %32, %33
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64], f32[B=4,T=32], f32[B=4,T=32] -> f32[B=4,T=32,64], f32[64], f32[64]
-  rt_layernorm_backward_f32(F(3250240), F(614912), F(615168), F(3217472), F(2129920), F(140800), F(2195456), F(2195968), 128, 64);
+  rt_layernorm_backward_f32(F(3184704), F(614912), F(615168), F(3151936), F(2097152), F(140800), F(2162688), F(2163200), 128, 64);
   // mish.shard:9 (blocks.0)  d%5, _ += add_bwd d%28, %5, %27
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
   {
-    const float *d28 = F(3250240);
-    float *d5 = F(3217472);
+    const float *d28 = F(3184704);
+    float *d5 = F(3151936);
     for (size_t i = 0; i < 8192; i++) {
       d5[i] = d28[i];
     }
   }
   // mish.shard:9 (blocks.0.attn)  _, d@blocks.0.attn.proj.bias += add_bwd d%28, %25, @blocks.0.attn.proj.bias; d%23, d@blocks.0.attn.proj.weight += matmul_bwd d%28, %23, @blocks.0.attn.proj.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64,64] -> f32[B=4,T=32,64], f32[64,64], f32[64]
-  memset(F(3283008), 0, 32768);  // d%23 starts here
-  rt_matmul_backward_f32(F(3283008), F(598272), F(614656), F(3250240), F(2097152), F(124160), 128, 64, 64);
+  memset(F(3217472), 0, 32768);  // d%23 starts here
+  rt_matmul_backward_f32(F(3217472), F(598272), F(614656), F(3184704), F(2062336), F(124160), 128, 64, 64);
   // mish.shard:9 (blocks.0.attn)  d%16, d%18, d%20 += attention_bwd d%21, %16, %18, %20, %21, %22
   // f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,4,T=32] -> f32[B=4,T=32,4,16], f32[B=4,T=32,4,16], f32[B=4,T=32,4,16]
-  memset(F(3250240), 0, 32768);  // d%16 starts here
-  memset(F(3315776), 0, 32768);  // d%18 starts here
+  memset(F(3184704), 0, 32768);  // d%16 starts here
+  memset(F(3250240), 0, 32768);  // d%18 starts here
   memset(F(2097152), 0, 32768);  // d%20 starts here
-  rt_attention_backward_f32(F(3250240), F(3315776), F(2097152),
-      F(3283008), F(1996800), F(2029568), F(2062336), F(1964032), F(2095104), 4, 32, 4, 4, 16, 1);
+  rt_attention_backward_f32(F(3184704), F(3250240), F(2097152),
+      F(3217472), F(1964032), F(1996800), F(2029568), F(2062336), F(2095104), 4, 32, 4, 4, 16, 1);
   // mish.shard:9 (blocks.0.attn)  d%14 += slice_bwd d%19, %14
   // f32[B=4,T=32,64], f32[B=4,T=32,192] -> f32[B=4,T=32,192]
   memset(F(1964032), 0, 98304);  // d%14 starts here
   rt_slice_cols_backward_f32(F(1964032), F(2097152), 128, 192, 128, 64);
   // mish.shard:9 (blocks.0.attn)  d%14 += slice_bwd d%17, %14
   // f32[B=4,T=32,64], f32[B=4,T=32,192] -> f32[B=4,T=32,192]
-  rt_slice_cols_backward_f32(F(1964032), F(3315776), 128, 192, 64, 64);
+  rt_slice_cols_backward_f32(F(1964032), F(3250240), 128, 192, 64, 64);
   // mish.shard:9 (blocks.0.attn)  d%14 += slice_bwd d%15, %14
   // f32[B=4,T=32,64], f32[B=4,T=32,192] -> f32[B=4,T=32,192]
-  rt_slice_cols_backward_f32(F(1964032), F(3250240), 128, 192, 0, 64);
+  rt_slice_cols_backward_f32(F(1964032), F(3184704), 128, 192, 0, 64);
   // mish.shard:9 (blocks.0.attn)  _, d@blocks.0.attn.qkv.bias += add_bwd d%14, %12, @blocks.0.attn.qkv.bias; d%8, d@blocks.0.attn.qkv.weight += matmul_bwd d%14, %8, @blocks.0.attn.qkv.weight
   // f32[B=4,T=32,192], f32[B=4,T=32,64], f32[192,64] -> f32[B=4,T=32,64], f32[192,64], f32[192]
-  memset(F(3250240), 0, 32768);  // d%8 starts here
-  rt_matmul_backward_f32(F(3250240), F(548352), F(597504), F(1964032), F(1897472), F(74240), 128, 64, 192);
+  memset(F(3184704), 0, 32768);  // d%8 starts here
+  rt_matmul_backward_f32(F(3184704), F(548352), F(597504), F(1964032), F(1897472), F(74240), 128, 64, 192);
   // mish.shard:9 (blocks.0)  d%5, d@blocks.0.ln_1.weight, d@blocks.0.ln_1.bias += layernorm_bwd d%8, %5, @blocks.0.ln_1.weight, %9, %10
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64], f32[B=4,T=32], f32[B=4,T=32] -> f32[B=4,T=32,64], f32[64], f32[64]
-  rt_layernorm_backward_f32(F(3217472), F(547840), F(548096), F(3250240), F(1930240), F(73728), F(1963008), F(1963520), 128, 64);
+  rt_layernorm_backward_f32(F(3151936), F(547840), F(548096), F(3184704), F(1930240), F(73728), F(1963008), F(1963520), 128, 64);
   // mish.shard:15  _, d@pos.weight += add_bwd d%5, %3, @pos.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[T=32,64] -> f32[T=32,64]
   {
-    const float *d5 = F(3217472);
+    const float *d5 = F(3151936);
     float *d4 = F(539648);
     for (size_t r = 0; r < 4; r++)
       for (size_t j = 0; j < 2048; j++) {
@@ -441,7 +417,7 @@ static void backward(RtPass *p) {
   }
   // mish.shard:15  d@embed.weight += gather_bwd d%5, @embed.weight, $tokens
   // f32[B=4,T=32,64], f32[256,64], i32[B=4,T=32] -> f32[256,64]
-  rt_embedding_backward_f32(F(474112), F(3217472), I(1896448), 128, 64);
+  rt_embedding_backward_f32(F(474112), F(3151936), I(1896448), 128, 64);
 }
 
 /* The chunks: forward, backward, virtual stage, gradients (offset, bytes), stash
@@ -461,7 +437,7 @@ static const RtProgram program = {
     .plan = PLAN, .f64 = 0,
     .ranks = 1, .dp = 1, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 4, .batch = 4, .seq = 32,
-    .arena_bytes = 3348608, .persistent_bytes = 1896448, .comm_bytes = 0,
+    .arena_bytes = 3283072, .persistent_bytes = 1896448, .comm_bytes = 0,
     .model_flops = 97787904, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 28,
     .zero = -1, .zaxis = RT_AX_DP, .nreq = 0,

@@ -19,8 +19,6 @@
  *   + the log-sum-exp, e·a·s·b (/t under TP);
  *   + the layernorms' statistics, 2 norms x (mean, rstd): e·4·s·b (/t
  *     under SP);
- *   + without TP, the attention output is held twice (its reshape to
- *     [B, T, C] is a copy, the output projection's input): e·s·b·h;
  *   + under SP without recompute, the layernorms' outputs are held
  *     all-gathered, as the matmuls read them: e·2·s·b·h·(1 − 1/t)
  *     (selective gathers them again in the backward, as Korthikanti's SP).
@@ -81,7 +79,7 @@ int main(void) {
       {"dp=1,recompute=full", "1", 2 * sbh, 0},
       {"tp=2,sp=megatron,recompute=full", "2", 2 * sbh, 0},
   };
-  c[0].expect = e / 2 * (c[0].korthikanti - 2 * sbh - scores) + e * (a * s * b + 4 * s * b + sbh);
+  c[0].expect = e / 2 * (c[0].korthikanti - 2 * sbh - scores) + e * (a * s * b + 4 * s * b);
   c[1].expect = e / 2 * (c[1].korthikanti - 2 * sbh - scores / t) + e * (a * s * b / t + 4 * s * b);
   c[2].expect = e / 2 * (c[2].korthikanti - 2 * sbh / t - scores / t) +
                 e * (a * s * b / t + 4 * s * b / t + 2 * sbh * (1 - 1 / t));
