@@ -241,7 +241,8 @@ static void apply(Graph *g, const Recompute *how) {
   }
   /* Each segment in the forward's order. */
   for (int i = 0; i < r.nn; i++)
-    if (used[i]) qsort(before[i].data, (size_t)before[i].len, sizeof(void *), by_orig);
+    if (used[i] && before[i].len > 1)
+      qsort(before[i].data, (size_t)before[i].len, sizeof(void *), by_orig);
   /* The new schedule; node ids are schedule positions (as zero.c keeps them). */
   PtrVec nodes = {0};
   int *newid = arena_alloc(sizeof(int) * (size_t)(r.nn + 1));
