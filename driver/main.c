@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cg.h"
+#include "cost.h"
 #include "rankprog.h"
 #include "passes.h"
 #include "sema.h"
@@ -48,6 +49,8 @@ static const char *usage_compile =
     "  --emit=plan          print the parallel plan summary (the default)\n"
     "  --emit=c             print the generated program (target cpu: C)\n"
     "  --dump-after=PASS    print the IR after PASS (see --list-passes)\n"
+    "  --profile FILE       the hardware model measured by 'shardc calibrate' (default: the\n"
+    "                       mesh's catalog figures), for the predicted times of --emit=plan\n"
     "  --list-passes        list the passes in pipeline order\n"
     "  -o DIR               output directory for generated code\n"
     "  --precision=fp64     with --emit=c: double arithmetic, for gradient checks\n"
@@ -81,6 +84,7 @@ typedef struct Opts {
   const char *emit;
   const char *dump_after;
   const char *precision;
+  const char *profile;    /* --profile FILE: calibrated hardware model */
   SemaOptions sema;
   int list_passes;
   int no_warn;
@@ -139,6 +143,9 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       o->emit = v;
     } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--dump-after"))) {
       o->dump_after = v;
+    } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--profile"))) {
+      if (!*v) return usage_error(usage, "%s needs a file", "--profile");
+      o->profile = v;
     } else if ((v = flag_value(argc, argv, &i, "--target"))) {
       if (strcmp(v, "cpu") && strcmp(v, "cuda"))
         return usage_error(usage, "--target must be cpu or cuda, got '%s'", v);
@@ -173,6 +180,19 @@ static void print_ir(Module *m) {
     printf("# pipeline stage %d of %d: %s\n", s, m->nstages, m->stage_desc[s]);
     ir_print(stdout, m->stages[s]);
   }
+}
+
+/* The hardware model of the plan's mesh and precision, from --profile when given. */
+static int hw_model(const Opts *o, const Module *m, HwModel *hw) {
+  cost_hw_from_mesh(hw, m->train.mesh, m->train.precision);
+  if (o->profile) {
+    char err[256];
+    if (cost_load_profile(hw, o->profile, err, sizeof err)) {
+      fprintf(stderr, "shardc: error: --profile %s: %s\n", o->profile, err);
+      return -1;
+    }
+  }
+  return 0;
 }
 
 static int run(Opts *o) {
@@ -255,8 +275,12 @@ static int run(Opts *o) {
     prog_print(stdout, m);
   else if (o->emit && !strcmp(o->emit, "ir"))
     print_ir(m);
-  else
+  else {
     report_plan(stdout, m, "");
+    HwModel hw;
+    if (hw_model(o, m, &hw)) return 1;
+    cost_report(stdout, m, &hw, "");
+  }
   return 0;
 }
 
