@@ -8,6 +8,7 @@
 
 #include "cg.h"
 #include "cost.h"
+#include "explore.h"
 #include "rankprog.h"
 #include "passes.h"
 #include "sema.h"
@@ -19,7 +20,8 @@ static const char *usage_main =
     "  check     parse and check a model; diagnostics only\n"
     "  compile   check, lower and run the passes; print IR or the plan\n"
     "  build     compile, then build the training program DIR/train with the C compiler\n"
-    "  explore   rank parallel plans by the cost model (not available yet)\n"
+    "  explore   rank parallel plans by the cost model (predicted step time, memory)\n"
+    "  calibrate measure this machine (GEMM, memory bandwidth, collectives) into a profile\n"
     "\n"
     "Run 'shardc <command> --help' for a command's options.  'shardc --version' prints the version.\n";
 
@@ -76,6 +78,22 @@ static const char *usage_build =
     "  SHARDC_CC, SHARDC_CFLAGS   override the C compiler, add flags\n"
     "  (and the options of 'shardc check')\n";
 
+static const char *usage_explore =
+    "usage: shardc explore MODEL.shard [--mesh NAME|SPEC] [--top K] [--strategy PARTIAL]\n"
+    "                      [--profile P.json] [--json] [--model NAME]\n"
+    "\n"
+    "Ranks parallel plans of MODEL.shard on the mesh by predicted step time (the cost\n"
+    "model, passes/cost.c, from the mesh's figures or a profile of 'shardc calibrate'),\n"
+    "with the memory of each pipeline stage; plans that do not fit are listed with the\n"
+    "reason.  A partial SPEC (--strategy tp=8,pp=8,recompute=full) fixes those keys and\n"
+    "searches the rest.\n"
+    "\n"
+    "  --top K              print the best K plans (default 10)\n"
+    "  --json               print the plans as a JSON array (strategy, step_time_s,\n"
+    "                       tokens_per_s, model_tflops_per_device, mfu, peak_mem_bytes,\n"
+    "                       mem_by_stage, feasible, reason)\n"
+    "  --generatable        only plans the code generator implements (what auto picks)\n";
+
 typedef struct Opts {
   const char *cmd;
   const char *file;
@@ -87,6 +105,7 @@ typedef struct Opts {
   const char *profile;    /* --profile FILE: calibrated hardware model */
   SemaOptions sema;
   int list_passes;
+  int top, json, generatable;
   int no_warn;
   int time_report;
 } Opts;
@@ -128,6 +147,16 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       o->time_report = 1;
     } else if (!strcmp(a, "--list-passes")) {
       o->list_passes = 1;
+    } else if (!strcmp(o->cmd, "explore") && (v = flag_value(argc, argv, &i, "--top"))) {
+      char *end;
+      long k = strtol(v, &end, 10);
+      if (!*v || *end || k < 1 || k > 10000)
+        return usage_error(usage, "--top must be a number from 1 to 10000, got '%s'", v);
+      o->top = (int)k;
+    } else if (!strcmp(o->cmd, "explore") && !strcmp(a, "--json")) {
+      o->json = 1;
+    } else if (!strcmp(o->cmd, "explore") && !strcmp(a, "--generatable")) {
+      o->generatable = 1;
     } else if ((v = flag_value(argc, argv, &i, "--mesh"))) {
       if (!*v) return usage_error(usage, "%s needs a value", "--mesh");
       o->sema.mesh = v;
@@ -191,6 +220,115 @@ static int hw_model(const Opts *o, const Module *m, HwModel *hw) {
       fprintf(stderr, "shardc: error: --profile %s: %s\n", o->profile, err);
       return -1;
     }
+  }
+  return 0;
+}
+
+static Module *load_module(const char *file, const SemaOptions *so) {
+  SrcFile *f = src_load(file);
+  if (!f) {
+    fprintf(stderr, "shardc: error: cannot open '%s': %s\n", file, strerror(errno));
+    return NULL;
+  }
+  if (memchr(f->text, 0, f->len)) {
+    fprintf(stderr, "shardc: error: '%s' contains a NUL byte; is it a text file?\n", file);
+    return NULL;
+  }
+  Program *prog = ast_parse(f);
+  if (!prog || diag_error_count()) return NULL;
+  Module *m = frontend_run(prog, so);
+  if (!m || diag_error_count()) return NULL;
+  if (!m->graph) {
+    fprintf(stderr, "shardc: error: '%s' declares no model to explore\n", file);
+    return NULL;
+  }
+  return m;
+}
+
+/* The model's single-device graph through autodiff: what the search reads. */
+static int model_shape(Module *m, ModelShape *ms) {
+  for (int i = 0; i < pass_count; i++) {
+    if (pass_list[i].run(m) || diag_error_count()) return -1;
+    if (!strcmp(pass_list[i].name, "autodiff")) break;
+  }
+  if (explore_model_shape(m, ms)) {
+    fprintf(stderr, "shardc: error: model %s has no repeated layers to plan over\n", m->graph->model);
+    return -1;
+  }
+  return 0;
+}
+
+static void json_plan(FILE *out, const PlanEval *e) {
+  fprintf(out, "{\"strategy\": \"%s\", \"microbatch\": %d, \"step_time_s\": %.6g, "
+               "\"tokens_per_s\": %.6g, \"model_tflops_per_device\": %.6g, \"mfu\": %.4g, "
+               "\"peak_mem_bytes\": %.0f, \"mem_by_stage\": [",
+          e->spec, e->b, e->step_s, e->tokens_per_s, e->tflops_per_device, e->mfu, e->peak_mem);
+  for (int k = 0; k < e->nstages; k++) fprintf(out, "%s%.0f", k ? ", " : "", e->mem_stage[k]);
+  fprintf(out, "], \"bytes_sent_per_rank\": %.0f, \"feasible\": %s", e->bytes_per_rank,
+          e->feasible ? "true" : "false");
+  if (!e->feasible) fprintf(out, ", \"reason\": \"%s\"", e->reason);
+  fputc('}', out);
+}
+
+/* Searches plans for m (a module compiled with strategy auto); *best gets the first. */
+static int search_plans(const Opts *o, Module *m, const Plan *fixed, bool generatable, PlanEval *out,
+                        int cap, int *n, long *evaluated, double *secs, HwModel *hw) {
+  ModelShape *ms = arena_alloc(sizeof *ms);
+  double t0 = now_ms();
+  if (model_shape(m, ms)) return -1;
+  if (hw_model(o, m, hw)) return -1;
+  ExploreOpts eo = {.fixed = fixed, .top = cap, .generatable = generatable};
+  *n = explore_search(ms, hw, m->train.mesh, &eo, out, cap, evaluated);
+  *secs = (now_ms() - t0) / 1e3;
+  return 0;
+}
+
+static int run_explore(Opts *o) {
+  Plan fixed;
+  plan_default(&fixed);
+  if (o->sema.strategy && strcmp(o->sema.strategy, "auto")) {
+    char err[256];
+    if (plan_parse_spec(o->sema.strategy, &fixed, err, sizeof err)) {
+      fprintf(stderr, "shardc: error: --strategy %s: %s\n", o->sema.strategy, err);
+      return 1;
+    }
+  }
+  SemaOptions so = o->sema;
+  so.strategy = "auto";
+  Module *m = load_module(o->file, &so);
+  if (!m) return 1;
+  int top = o->top ? o->top : 10;
+  PlanEval *pe = arena_alloc(sizeof *pe * (size_t)top);
+  int n;
+  long evaluated;
+  double secs;
+  HwModel hw;
+  if (search_plans(o, m, &fixed, o->generatable, pe, top, &n, &evaluated, &secs, &hw)) return 1;
+  if (o->json) {
+    printf("[");
+    for (int i = 0; i < n; i++) {
+      printf(i ? ",\n " : "");
+      json_plan(stdout, &pe[i]);
+    }
+    printf("]\n");
+    return 0;
+  }
+  const Mesh *me = m->train.mesh;
+  printf("model %s on mesh %s: %d x %s (%d node%s x %d); %s\n", m->graph->model, me->name, me->ndev,
+         me->device->name, me->nodes, me->nodes == 1 ? "" : "s", me->per_node, hw.source);
+  printf("%ld plans evaluated in %.3f s; best %d:\n\n", evaluated, secs, n);
+  printf("%-4s %-58s %4s %11s %12s %7s %6s %10s %12s  %s\n", "rank", "strategy", "mbs", "step", "tokens/s",
+         "TF/dev", "MFU", "peak mem", "sent/rank", "memory per stage (GB)");
+  for (int i = 0; i < n; i++) {
+    const PlanEval *e = &pe[i];
+    char stages[256] = "";
+    int len = 0;
+    for (int k = 0; k < e->nstages && len < 200; k++)
+      len += snprintf(stages + len, sizeof stages - (size_t)len, "%s%.1f", k ? " " : "", e->mem_stage[k] / 1e9);
+    if (e->nstages > 12) snprintf(stages + len, sizeof stages - (size_t)len, " ...");
+    printf("%-4d %-58s %4d %9.4g s %12.4g %7.1f %5.1f%% %7.2f GB %9.3g B  %s%s%s\n", i + 1, e->spec, e->b,
+           e->step_s, e->tokens_per_s, e->tflops_per_device, 100 * e->mfu, e->peak_mem / 1e9,
+           e->bytes_per_rank, stages, e->feasible ? "" : "  INFEASIBLE: ", e->feasible ? "" : e->reason);
   }
   return 0;
 }
@@ -307,13 +445,11 @@ int main(int argc, char **argv) {
   } else if (!strcmp(cmd, "build")) {
     if (parse_opts(argc, argv, &o, usage_build)) return 1;
   } else if (!strcmp(cmd, "explore")) {
-    if (argc > 2 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
-      printf("shardc %s: not available yet in this version.\n", cmd);
-      return 0;
-    }
-    fprintf(stderr, "shardc: error: '%s' is not available yet in this version (the code "
-                    "generator and cost model come next); use 'shardc compile'\n", cmd);
-    return 1;
+    if (parse_opts(argc, argv, &o, usage_explore)) return 1;
+    int rc = run_explore(&o);
+    fflush(stdout);
+    arena_free_all();
+    return rc;
   } else {
     fprintf(stderr, "shardc: error: unknown command '%s'\n%s", cmd, usage_main);
     return 1;

@@ -136,7 +136,11 @@ expect mesh-missing-value 1 '--mesh needs a value' -- "$bin" check samples/gpt.s
 expect build-help 0 'usage: shardc build' -- "$bin" build --help
 expect build-cuda 1 '--target cuda: code for this target is not generated yet' -- "$bin" build samples/gpt.shard --target cuda -o "$tmp/cuda"
 expect build-pp 1 'strategy zero=1 with schedule=interleaved' -- "$bin" build samples/gpt.shard --strategy dp=2,pp=2,schedule=interleaved:2,zero=1 -o "$tmp/pp"
-expect explore-unavailable 1 "'explore' is not available yet" -- "$bin" explore samples/gpt.shard
+expect explore-table 0 'plans evaluated in .* s; best' -- "$bin" explore samples/gpt.shard
+expect explore-json 0 '^\[\{"strategy": "dp=[0-9]+.*"step_time_s": .*"mem_by_stage": \[.*"feasible": true' -- "$bin" explore samples/gpt.shard --json --top 3
+expect explore-partial 0 '^1 +dp=2,tp=2' -- "$bin" explore samples/gpt.shard --strategy tp=2
+expect explore-infeasible 0 'INFEASIBLE: stage [0-9]+ needs [0-9.]+ GB > 80.0 GB' -- "$bin" explore bench/models/gpt3-175b.shard --mesh 4x8:A100_SXM --strategy tp=8,pp=4 --top 1
+expect explore-top-bad 1 '--top must be a number' -- "$bin" explore samples/gpt.shard --top 0
 
 # The command line wins over the train block.
 expect strategy-override 0 'strategy: dp=2,tp=2,mb=2 \(from --strategy\)' -- "$bin" compile samples/gpt.shard --strategy dp=2,tp=2
