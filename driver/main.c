@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "cg.h"
@@ -94,6 +96,16 @@ static const char *usage_explore =
     "                       mem_by_stage, feasible, reason)\n"
     "  --generatable        only plans the code generator implements (what auto picks)\n";
 
+static const char *usage_calibrate =
+    "usage: shardc calibrate [--np N] -o PROFILE.json\n"
+    "\n"
+    "Measures this machine under mpirun with N ranks (default 1) placed as training\n"
+    "programs place them: SGEMM throughput over shapes through the BLAS the programs\n"
+    "link, a memory-bound kernel's bandwidth, the cost of a kernel call, and\n"
+    "all-reduce, all-gather, reduce-scatter, broadcast and send/recv over message\n"
+    "sizes for groups of 2, 4, ... ranks.  Give the profile to explore, compile or\n"
+    "build with --profile PROFILE.json; it describes N ranks on this machine.\n";
+
 typedef struct Opts {
   const char *cmd;
   const char *file;
@@ -134,6 +146,81 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
   }
   return NULL;
 }
+
+static int run_calibrate(int argc, char **argv) {
+  int np = 1;
+  const char *outp = NULL;
+  for (int i = 2; i < argc; i++) {
+    const char *v;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(usage_calibrate, stdout);
+      return 0;
+    } else if ((v = flag_value(argc, argv, &i, "--np"))) {
+      char *end;
+      long k = strtol(v, &end, 10);
+      if (!*v || *end || k < 1 || k > 4096)
+        return usage_error(usage_calibrate, "--np must be a number of ranks from 1 to 4096, got '%s'", v);
+      np = (int)k;
+    } else if ((v = flag_value(argc, argv, &i, "-o"))) {
+      if (!*v) return usage_error(usage_calibrate, "%s needs a file", "-o");
+      outp = v;
+    } else {
+      return usage_error(usage_calibrate, "unknown option '%s'", argv[i]);
+    }
+  }
+  if (!outp) return usage_error(usage_calibrate, "%s", "no output file (-o PROFILE.json)");
+  if (!SHARDC_CALIB_BIN[0]) {
+    fprintf(stderr, "shardc: error: calibrate needs MPI; this shardc was built without it\n");
+    return 1;
+  }
+  char nps[16];
+  snprintf(nps, sizeof nps, "%d", np);
+  const char *args[16];
+  int k = 0;
+  args[k++] = "mpirun";
+  if (geteuid() == 0) args[k++] = "--allow-run-as-root";
+  args[k++] = "--oversubscribe";
+  args[k++] = "-np";
+  args[k++] = nps;
+  args[k++] = SHARDC_CALIB_BIN;
+  args[k++] = outp;
+  args[k] = NULL;
+  fprintf(stderr, "shardc calibrate: mpirun -np %d %s %s\n", np, SHARDC_CALIB_BIN, outp);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execvp("mpirun", (char *const *)args);
+    fprintf(stderr, "shardc: error: cannot run mpirun: %s\n", strerror(errno));
+    _exit(127);
+  }
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+    fprintf(stderr, "shardc: error: the microbenchmarks failed (mpirun exit %d)\n",
+            pid < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    return 1;
+  }
+  HwModel hw;
+  memset(&hw, 0, sizeof hw);
+  char err[256];
+  if (cost_load_profile(&hw, outp, err, sizeof err)) {
+    fprintf(stderr, "shardc: error: %s: %s\n", outp, err);
+    return 1;
+  }
+  printf("wrote %s: %d rank%s; SGEMM up to %.3g GFLOP/s per rank, memory-bound %.3g GB/s per rank, "
+         "call %.2g us",
+         outp, np, np == 1 ? "" : "s", hw.gemm.n ? hw.gemm.y[hw.gemm.n - 1] / 1e9 : 0,
+         hw.bw.n ? hw.bw.y[hw.bw.n - 1] / 1e9 : 0, hw.launch_s * 1e6);
+  for (int i = 0; i < hw.ncoll; i++)
+    if (!strcmp(hw.coll[i].op, "all_reduce") && hw.coll[i].nranks == np) {
+      const CostCurve *c = &hw.coll[i].t;
+      double S = c->x[c->n - 1];
+      printf(", all-reduce of %.0f MiB over %d ranks %.3g ms (bus %.3g GB/s)", S / 1048576, np,
+             c->y[c->n - 1] * 1e3, S / c->y[c->n - 1] * 2 * (np - 1) / np / 1e9);
+    }
+  printf("\n");
+  return 0;
+}
+
 
 static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
   for (int i = 2; i < argc; i++) {
@@ -444,6 +531,8 @@ int main(int argc, char **argv) {
     if (parse_opts(argc, argv, &o, usage_compile)) return 1;
   } else if (!strcmp(cmd, "build")) {
     if (parse_opts(argc, argv, &o, usage_build)) return 1;
+  } else if (!strcmp(cmd, "calibrate")) {
+    return run_calibrate(argc, argv);
   } else if (!strcmp(cmd, "explore")) {
     if (parse_opts(argc, argv, &o, usage_explore)) return 1;
     int rc = run_explore(&o);

@@ -140,6 +140,15 @@ expect explore-table 0 'plans evaluated in .* s; best' -- "$bin" explore samples
 expect explore-json 0 '^\[\{"strategy": "dp=[0-9]+.*"step_time_s": .*"mem_by_stage": \[.*"feasible": true' -- "$bin" explore samples/gpt.shard --json --top 3
 expect explore-partial 0 '^1 +dp=2,tp=2' -- "$bin" explore samples/gpt.shard --strategy tp=2
 expect explore-infeasible 0 'INFEASIBLE: stage [0-9]+ needs [0-9.]+ GB > 80.0 GB' -- "$bin" explore bench/models/gpt3-175b.shard --mesh 4x8:A100_SXM --strategy tp=8,pp=4 --top 1
+if command -v mpirun >/dev/null && [ -x "$(dirname "$bin")/shardc-calib" ]; then
+  SHARDC_CALIB_QUICK=1 expect calibrate 0 'wrote .*prof2.json: 2 ranks; SGEMM up to' -- "$bin" calibrate --np 2 -o "$tmp/prof2.json"
+  expect compile-profile 0 'predicted step .* \(profile .*prof2.json \(cpu, 2 ranks\)\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy dp=2 --profile "$tmp/prof2.json"
+  expect explore-profile 0 'profile .*prof2.json' -- "$bin" explore samples/gpt.shard --mesh 2 --profile "$tmp/prof2.json"
+fi
+echo '{"not": 1}' >"$tmp/bad.json"
+expect profile-bad 1 'not a shardc profile' -- "$bin" compile samples/gpt.shard --profile "$tmp/bad.json"
+expect profile-missing 1 'profile /nonexistent.json: cannot open it' -- "$bin" explore samples/gpt.shard --profile /nonexistent.json
+expect calibrate-no-out 1 'no output file' -- "$bin" calibrate --np 2
 expect explore-top-bad 1 '--top must be a number' -- "$bin" explore samples/gpt.shard --top 0
 
 # The command line wins over the train block.
