@@ -420,6 +420,39 @@ static int run_explore(Opts *o) {
   return 0;
 }
 
+/* strategy = auto: the best feasible plan the code generator implements,
+ * by the search's predicted step time; the module is then lowered again
+ * under that plan.  A plan the later checks refuse gives way to the next. */
+static Module *choose_auto(Opts *o, Module *m, PlanEval **chosen) {
+  enum { CANDS = 8 };
+  PlanEval *pe = arena_alloc(sizeof *pe * CANDS);
+  int n;
+  long evaluated;
+  double secs;
+  HwModel hw;
+  Plan fixed;
+  plan_default(&fixed);
+  if (search_plans(o, m, &fixed, true, pe, CANDS, &n, &evaluated, &secs, &hw)) return NULL;
+  for (int i = 0; i < n; i++) {
+    if (!pe[i].feasible) break;
+    SemaOptions so = o->sema;
+    so.strategy = pe[i].spec;
+    Module *m2 = load_module(o->file, &so);
+    if (!m2) {
+      diag_reset();
+      continue;
+    }
+    m2->train.plan_origin = arena_printf("auto: the best of %ld plans, predicted %.4g s/step, "
+                                         "%.4g tokens/s, %s", evaluated, pe[i].step_s,
+                                         pe[i].tokens_per_s, hw.source);
+    *chosen = &pe[i];
+    return m2;
+  }
+  fprintf(stderr, "shardc: error: strategy auto: no plan of the %ld evaluated fits and can be generated%s%s\n",
+          evaluated, n ? "; the closest: " : "", n ? arena_printf("%s (%s)", pe[0].spec, pe[0].reason) : "");
+  return NULL;
+}
+
 static int run(Opts *o) {
   if (o->list_passes) {
     for (int i = 0; i < pass_count; i++) printf("%-8s %s\n", pass_list[i].name, pass_list[i].summary);
@@ -465,6 +498,11 @@ static int run(Opts *o) {
     fprintf(stderr, "shardc: error: '%s' declares no model to compile\n", o->file);
     return 1;
   }
+  PlanEval *chosen = NULL;
+  if (m->train.plan.is_auto && strcmp(o->cmd, "check") && m->train.mesh) {
+    m = choose_auto(o, m, &chosen);
+    if (!m) return 1;
+  }
   for (int i = 0; i < pass_count; i++) {
     if (pass_list[i].run(m) || diag_error_count()) return 1;
 #ifdef SHARDC_DEBUG
@@ -493,7 +531,19 @@ static int run(Opts *o) {
   const char *target = o->target ? o->target : "cpu";
   if (!strcmp(o->cmd, "build")) {
     const char *dir = o->outdir ? o->outdir : arena_printf("out/%s", m->graph->model);
-    return cg_build(m, dir, target, &cgo) ? 1 : 0;
+    if (cg_build(m, dir, target, &cgo)) return 1;
+    if (chosen) {
+      /* strategy = auto: the choice and its predictions beside the program */
+      FILE *pj = fopen(arena_printf("%s/plan.json", dir), "w");
+      if (!pj) {
+        fprintf(stderr, "shardc: error: cannot write %s/plan.json: %s\n", dir, strerror(errno));
+        return 1;
+      }
+      json_plan(pj, chosen);
+      fputc('\n', pj);
+      fclose(pj);
+    }
+    return 0;
   }
   if (o->emit && !strcmp(o->emit, "c")) return cg_emit(stdout, m, target, &cgo) ? 1 : 0;
   if (o->emit && !strcmp(o->emit, "program"))

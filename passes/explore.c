@@ -138,7 +138,10 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
       add_op(i < first_at ? &ms->pre : &ms->post, n, nseq, hidden, colin, &ncol);
     else if (i > last_end)
       add_op(&ms->post, n, nseq, hidden, colin, &ncol);
-    if (n->op == OP_ATTENTION && !ms->heads) ms->heads = n->in[0]->shape.d[2].n;
+    if (n->op == OP_ATTENTION && !ms->heads) {
+      ms->heads = n->in[0]->shape.d[2].n;
+      ms->kv_heads = n->in[1]->shape.d[2].n;
+    }
     if (n->op == OP_GATHER && !ms->vocab) ms->vocab = n->in[0]->shape.d[0].n;
   }
   /* parameters */
@@ -603,6 +606,7 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, cons
       if (N % T) continue;
       /* divisibility: heads, hidden, vocab over the tensor-parallel ranks */
       if (ms->heads && ms->heads % (q > 1 ? q : t)) continue;
+      if (ms->kv_heads && ms->kv_heads % (q > 1 ? q : t)) continue;
       if (ms->hidden % (q > 1 ? q : t)) continue;
       if (ms->vocab && ms->vocab % T) continue;
       for (int spk = 0; spk < 3; spk++) {

@@ -37,7 +37,7 @@ typedef struct LayerModel {
 typedef struct ModelShape {
   const char *name;
   int layers;
-  int64_t seq, batch, hidden, heads, vocab;
+  int64_t seq, batch, hidden, heads, kv_heads, vocab;
   int elt;            /* activation bytes */
   int param_elt;      /* parameter, gradient bytes (memplan's) */
   int opt_states;     /* optimizer tensors per parameter */
