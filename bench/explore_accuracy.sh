@@ -35,7 +35,7 @@ for np in 4 8; do
   fi
   if [ "$np" = 4 ]; then plans=("${plans4[@]}"); else plans=("${plans8[@]}"); fi
   for s in "${plans[@]}"; do
-    d="$work/np$np-$(echo "$s" | tr ',=:' '_--')"
+    d="$work/np$np-$(echo "$s" | tr ',=:' '___')"
     pred=$("$bin" compile "$model" --mesh "$np" --strategy "$s" --profile "$prof" |
            sed -n 's/^cost: *predicted step \([0-9.]*\) \(m\?s\).*/\1 \2/p')
     pred_s=$(awk -v v="${pred% *}" -v u="${pred#* }" 'BEGIN { print (u == "ms" ? v / 1000 : v) }')

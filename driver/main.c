@@ -338,10 +338,7 @@ static int model_shape(Module *m, ModelShape *ms) {
     if (pass_list[i].run(m) || diag_error_count()) return -1;
     if (!strcmp(pass_list[i].name, "autodiff")) break;
   }
-  if (explore_model_shape(m, ms)) {
-    fprintf(stderr, "shardc: error: model %s has no repeated layers to plan over\n", m->graph->model);
-    return -1;
-  }
+  explore_model_shape(m, ms);
   return 0;
 }
 
@@ -370,6 +367,60 @@ static int search_plans(const Opts *o, Module *m, const Plan *fixed, bool genera
   return 0;
 }
 
+static int cmp_plan(const void *a, const void *b) {
+  const PlanEval *x = a, *y = b;
+  if (x->feasible != y->feasible) return x->feasible ? -1 : 1;
+  return x->step_s < y->step_s ? -1 : x->step_s > y->step_s;
+}
+
+/* Compiles plan e (no recompute: the memory plan does not model it yet) and
+ * replaces its figures by the compiled plan's; 1 when it did. */
+static int refine_plan(const Opts *o, PlanEval *e, const HwModel *hw) {
+  if (e->plan.recompute != RECOMPUTE_NONE) return 0;
+  SemaOptions so = o->sema;
+  so.strategy = e->spec;
+  int errs = diag_error_count();
+  Module *m = load_module(o->file, &so);
+  for (int i = 0; m && i < pass_count; i++)
+    if (pass_list[i].run(m) || diag_error_count() > errs) m = NULL;
+  if (!m) {
+    diag_reset();
+    return 0;
+  }
+  CostResult r;
+  if (cost_module(m, hw, &r)) return 0;
+  const Mesh *me = m->train.mesh;
+  int R = m->nrprog;
+  double peak = 0;
+  e->nstages = R;
+  for (int k = 0; k < R; k++) {
+    double b = (double)(m->nstages > 1 ? m->rank_mem[k].arena_bytes : m->mem.arena_bytes);
+    if (m->nstages > 1 && m->nstages == R) b = (double)m->stage_mem[k].arena_bytes;
+    e->mem_stage[k] = b;
+    if (b > peak) peak = b;
+  }
+  e->peak_mem = peak;
+  e->step_s = r.step_s;
+  e->tokens_per_s = r.tokens / r.step_s;
+  e->tflops_per_device = r.model_flops / r.step_s / me->ndev / 1e12;
+  e->mfu = r.model_flops / r.step_s / me->ndev / hw->peak;
+  double sent = 0;
+  for (int k = 0; k < R; k++)
+    if (r.stage[k].bytes > sent) sent = r.stage[k].bytes;
+  e->bytes_per_rank = sent;
+  e->feasible = peak <= me->mem_bytes;
+  if (!e->feasible) {
+    int w = 0;
+    for (int k = 0; k < R; k++)
+      if (e->mem_stage[k] > e->mem_stage[w]) w = k;
+    snprintf(e->reason, sizeof e->reason, "stage %d needs %.1f GB > %.1f GB", w, e->mem_stage[w] / 1e9,
+             me->mem_bytes / 1e9);
+  } else {
+    e->reason[0] = 0;
+  }
+  return 1;
+}
+
 static int run_explore(Opts *o) {
   Plan fixed;
   plan_default(&fixed);
@@ -391,6 +442,13 @@ static int run_explore(Opts *o) {
   double secs;
   HwModel hw;
   if (search_plans(o, m, &fixed, o->generatable, pe, top, &n, &evaluated, &secs, &hw)) return 1;
+  /* Small models: the shown plans compiled for real, their memory from the
+   * memory plan and their time from the per-rank programs (what
+   * --emit=plan predicts); re-ranked. */
+  int exact = 0;
+  if (m->graph->nodes.len <= 4000)
+    for (int i = 0; i < n; i++) exact += refine_plan(o, &pe[i], &hw);
+  qsort(pe, (size_t)n, sizeof *pe, cmp_plan);
   if (o->json) {
     printf("[");
     for (int i = 0; i < n; i++) {
@@ -403,7 +461,8 @@ static int run_explore(Opts *o) {
   const Mesh *me = m->train.mesh;
   printf("model %s on mesh %s: %d x %s (%d node%s x %d); %s\n", m->graph->model, me->name, me->ndev,
          me->device->name, me->nodes, me->nodes == 1 ? "" : "s", me->per_node, hw.source);
-  printf("%ld plans evaluated in %.3f s; best %d:\n\n", evaluated, secs, n);
+  printf("%ld plans evaluated in %.3f s; best %d%s:\n\n", evaluated, secs, n,
+         exact ? arena_printf(" (%d compiled: memory from the memory plan, time from the per-rank programs)", exact) : "");
   printf("%-4s %-58s %4s %11s %12s %7s %6s %10s %12s  %s\n", "rank", "strategy", "mbs", "step", "tokens/s",
          "TF/dev", "MFU", "peak mem", "sent/rank", "memory per stage (GB)");
   for (int i = 0; i < n; i++) {

@@ -118,10 +118,10 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     strcpy(prev, cur);
     last_end = i;
   }
-  if (!ms->layers) return -1;
-  /* hidden: the first layer's input width */
+  if (!ms->layers) first_at = nf; /* no repeated layers: every op before "the layers" */
+  /* hidden: the first layer's input width (the model input's without layers) */
   ms->hidden = 0;
-  for (int i = first_at; i < nf && !ms->hidden; i++) {
+  for (int i = ms->layers ? first_at : 0; i < nf && !ms->hidden; i++) {
     const Node *n = g->nodes.data[i];
     if (n->nin && n->in[0]->shape.ndim) ms->hidden = n->in[0]->shape.d[n->in[0]->shape.ndim - 1].n;
   }
@@ -604,6 +604,8 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, cons
       if (q > 1 && t > 1) continue;
       int T = t * q * q;
       if (N % T) continue;
+      /* without repeated layers only data parallelism is modelled */
+      if (!ms->layers && T > 1) continue;
       /* divisibility: heads, hidden, vocab over the tensor-parallel ranks */
       if (ms->heads && ms->heads % (q > 1 ? q : t)) continue;
       if (ms->kv_heads && ms->kv_heads % (q > 1 ? q : t)) continue;
@@ -612,6 +614,7 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, cons
       for (int spk = 0; spk < 3; spk++) {
         if (given & PLAN_SP && spk != (int)fx->sp_kind) continue;
         if (spk == SP_MEGATRON && (t < 2 || q > 1)) continue;
+        if (!ms->layers && spk != SP_NONE) continue;
         if (o->generatable && spk != SP_NONE && q > 1) continue;
         for (int r = 1; r <= (spk == SP_RING ? 16 : 1); r *= 2) {
           if (spk == SP_RING && r < 2) continue;
@@ -620,7 +623,7 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, cons
           for (int pp = 1; pp <= N / (T * r) && pp <= PLAN_MAXSTAGES; pp++) {
             if ((N / (T * r)) % pp) continue;
             if (given & PLAN_PP && pp != fx->pp) continue;
-            if (pp > ms->layers + 2) break;
+            if (pp > ms->layers + 2 || (pp > 1 && !ms->layers)) break;
             int dp = N / (T * r * pp);
             if (given & PLAN_DP && dp != fx->dp) continue;
             if (ms->batch % dp) continue;
