@@ -47,7 +47,17 @@ ms = [json.loads(l)["step_ms"] for l in open(sys.argv[1]) if l.strip()]
 print(statistics.median(ms[1:] if len(ms) > 1 else ms) / 1000)
 PY
 )
-    planned=$(sed -n 's/^memory: *planned peak \([0-9,]*\) bytes per rank, measured \([0-9,]*\).*/\1 \2/p' <<<"$out" | tr -d ,)
+    # "planned peak X bytes per rank, measured Y" or, for pipelines, "planned
+    # peak per rank by stage A / B bytes, measured C / D": the largest of each
+    planned=$(grep '^memory: *planned peak' <<<"$out" | python3 -c '
+import re, sys
+l = sys.stdin.read()
+m = re.search(r"planned peak (?:per rank by stage )?([0-9, /]+) bytes(?: per rank)?, measured ([0-9, /]+)", l)
+if m:
+    f = lambda s: max(int(x.replace(",", "")) for x in s.split("/") if x.strip())
+    print(f(m.group(1)), f(m.group(2)))
+else:
+    print("? ?")')
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$np" "$s" "$pred_s" "$meas_s" "${planned% *}" "${planned#* }" >>"$rows"
   done
 done

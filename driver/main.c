@@ -82,7 +82,7 @@ static const char *usage_build =
 
 static const char *usage_explore =
     "usage: shardc explore MODEL.shard [--mesh NAME|SPEC] [--top K] [--strategy PARTIAL]\n"
-    "                      [--profile P.json] [--json] [--model NAME]\n"
+    "                      [--profile P.json] [--json] [--report FILE.html] [--model NAME]\n"
     "\n"
     "Ranks parallel plans of MODEL.shard on the mesh by predicted step time (the cost\n"
     "model, passes/cost.c, from the mesh's figures or a profile of 'shardc calibrate'),\n"
@@ -94,7 +94,9 @@ static const char *usage_explore =
     "  --json               print the plans as a JSON array (strategy, step_time_s,\n"
     "                       tokens_per_s, model_tflops_per_device, mfu, peak_mem_bytes,\n"
     "                       mem_by_stage, feasible, reason)\n"
-    "  --generatable        only plans the code generator implements (what auto picks)\n";
+    "  --generatable        only plans the code generator implements (what auto picks)\n"
+    "  --report FILE.html   also write a report: the time-memory Pareto front, the best\n"
+    "                       plan's pipeline timeline, memory per stage by kind, time breakdown\n";
 
 static const char *usage_calibrate =
     "usage: shardc calibrate [--np N] -o PROFILE.json\n"
@@ -118,6 +120,7 @@ typedef struct Opts {
   SemaOptions sema;
   int list_passes;
   int top, json, generatable;
+  const char *report;     /* explore --report FILE.html */
   int no_warn;
   int time_report;
 } Opts;
@@ -240,6 +243,9 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       if (!*v || *end || k < 1 || k > 10000)
         return usage_error(usage, "--top must be a number from 1 to 10000, got '%s'", v);
       o->top = (int)k;
+    } else if (!strcmp(o->cmd, "explore") && (v = flag_value(argc, argv, &i, "--report"))) {
+      if (!*v) return usage_error(usage, "%s needs a file", "--report");
+      o->report = v;
     } else if (!strcmp(o->cmd, "explore") && !strcmp(a, "--json")) {
       o->json = 1;
     } else if (!strcmp(o->cmd, "explore") && !strcmp(a, "--generatable")) {
@@ -355,14 +361,24 @@ static void json_plan(FILE *out, const PlanEval *e) {
 }
 
 /* Searches plans for m (a module compiled with strategy auto); *best gets the first. */
+static ModelShape *last_shape;
+static ExplorePoint *points;
+static int npoints;
+
 static int search_plans(const Opts *o, Module *m, const Plan *fixed, bool generatable, PlanEval *out,
                         int cap, int *n, long *evaluated, double *secs, HwModel *hw) {
   ModelShape *ms = arena_alloc(sizeof *ms);
+  last_shape = ms;
   double t0 = now_ms();
   if (model_shape(m, ms)) return -1;
   if (hw_model(o, m, hw)) return -1;
   ExploreOpts eo = {.fixed = fixed, .top = cap, .generatable = generatable};
+  if (o->report) {
+    eo.cap_points = 1 << 18;
+    eo.points = points = arena_alloc(sizeof *points * (size_t)eo.cap_points);
+  }
   *n = explore_search(ms, hw, m->train.mesh, &eo, out, cap, evaluated);
+  npoints = eo.npoints;
   *secs = (now_ms() - t0) / 1e3;
   return 0;
 }
@@ -376,7 +392,11 @@ static int cmp_plan(const void *a, const void *b) {
 /* Compiles plan e (no recompute: the memory plan does not model it yet) and
  * replaces its figures by the compiled plan's; 1 when it did. */
 static int refine_plan(const Opts *o, PlanEval *e, const HwModel *hw) {
-  if (e->plan.recompute != RECOMPUTE_NONE) return 0;
+  const Plan *pl = &e->plan;
+  /* what the passes do not plan yet: recompute, ZeRO with interleaving, tp2d with sp */
+  if (pl->recompute != RECOMPUTE_NONE || (pl->zero && pl->schedule == SCHED_INTERLEAVED && pl->pp > 1) ||
+      (pl->tp2d > 1 && pl->sp_kind != SP_NONE))
+    return 0;
   SemaOptions so = o->sema;
   so.strategy = e->spec;
   int errs = diag_error_count();
@@ -397,6 +417,11 @@ static int refine_plan(const Opts *o, PlanEval *e, const HwModel *hw) {
     double b = (double)(m->nstages > 1 ? m->rank_mem[k].arena_bytes : m->mem.arena_bytes);
     if (m->nstages > 1 && m->nstages == R) b = (double)m->stage_mem[k].arena_bytes;
     e->mem_stage[k] = b;
+    const MemPlan *mp = m->nstages > 1 ? &m->stage_mem[k] : &m->mem;
+    e->mem_kind[k][0] = (double)mp->param_bytes;
+    e->mem_kind[k][1] = (double)mp->grad_bytes;
+    e->mem_kind[k][2] = (double)mp->optstate_bytes;
+    e->mem_kind[k][3] = b - (double)(mp->param_bytes + mp->grad_bytes + mp->optstate_bytes);
     if (b > peak) peak = b;
   }
   e->peak_mem = peak;
@@ -436,19 +461,48 @@ static int run_explore(Opts *o) {
   Module *m = load_module(o->file, &so);
   if (!m) return 1;
   int top = o->top ? o->top : 10;
-  PlanEval *pe = arena_alloc(sizeof *pe * (size_t)top);
+  /* small models: more candidates, each compiled, then the best `top` */
+  bool small = m->graph->nodes.len <= 4000;
+  int cap = small ? (top * 3 > 30 ? top * 3 : 30) : top;
+  PlanEval *pe = arena_alloc(sizeof *pe * (size_t)cap);
   int n;
   long evaluated;
   double secs;
   HwModel hw;
-  if (search_plans(o, m, &fixed, o->generatable, pe, top, &n, &evaluated, &secs, &hw)) return 1;
+  if (search_plans(o, m, &fixed, o->generatable, pe, cap, &n, &evaluated, &secs, &hw)) return 1;
   /* Small models: the shown plans compiled for real, their memory from the
    * memory plan and their time from the per-rank programs (what
    * --emit=plan predicts); re-ranked. */
   int exact = 0;
-  if (m->graph->nodes.len <= 4000)
-    for (int i = 0; i < n; i++) exact += refine_plan(o, &pe[i], &hw);
+  /* (within a second of compiling: a large model's plans stay the search's) */
+  double t_ref = now_ms();
+  if (small)
+    for (int i = 0; i < n && now_ms() - t_ref < 1000; i++) exact += refine_plan(o, &pe[i], &hw);
   qsort(pe, (size_t)n, sizeof *pe, cmp_plan);
+  if (n > top) n = top;
+  /* the train block's own plan (hand-tuned, e.g. a published one), for comparison */
+  PlanEval *ref = NULL;
+  if (!o->sema.strategy) {
+    SrcFile *f = src_load(o->file);
+    Program *prog = f ? ast_parse(f) : NULL;
+    Module *mr = prog ? sema_run(prog, &o->sema) : NULL;
+    if (mr && !diag_error_count() && !mr->train.plan.is_auto && mr->train.plan.given) {
+      ref = arena_alloc(sizeof *ref);
+      int b = (int)(mr->train.microbatch > 0 ? mr->train.microbatch : 1);
+      explore_eval(last_shape, &hw, m->train.mesh, &mr->train.plan, b, true, ref);
+      if (m->graph->nodes.len <= 4000) refine_plan(o, ref, &hw);
+    }
+    diag_reset();
+  }
+  if (o->report) {
+    FILE *rf = fopen(o->report, "w");
+    if (!rf) {
+      fprintf(stderr, "shardc: error: cannot write %s: %s\n", o->report, strerror(errno));
+      return 1;
+    }
+    explore_report_html(rf, last_shape, &hw, m->train.mesh, pe, n, points, npoints, ref);
+    fclose(rf);
+  }
   if (o->json) {
     printf("[");
     for (int i = 0; i < n; i++) {
@@ -465,16 +519,19 @@ static int run_explore(Opts *o) {
          exact ? arena_printf(" (%d compiled: memory from the memory plan, time from the per-rank programs)", exact) : "");
   printf("%-4s %-58s %4s %11s %12s %7s %6s %10s %12s  %s\n", "rank", "strategy", "mbs", "step", "tokens/s",
          "TF/dev", "MFU", "peak mem", "sent/rank", "memory per stage (GB)");
-  for (int i = 0; i < n; i++) {
-    const PlanEval *e = &pe[i];
+  for (int i = 0; i < n + (ref != NULL); i++) {
+    const PlanEval *e = i < n ? &pe[i] : ref;
+    if (i == n) printf("\nthe train block's plan:\n");
     char stages[256] = "";
     int len = 0;
     for (int k = 0; k < e->nstages && len < 200; k++)
       len += snprintf(stages + len, sizeof stages - (size_t)len, "%s%.1f", k ? " " : "", e->mem_stage[k] / 1e9);
     if (e->nstages > 12) snprintf(stages + len, sizeof stages - (size_t)len, " ...");
-    printf("%-4d %-58s %4d %9.4g s %12.4g %7.1f %5.1f%% %7.2f GB %9.3g B  %s%s%s\n", i + 1, e->spec, e->b,
+    printf(i < n ? "%-4d " : "-    ", i + 1);
+    printf("%-58s %4d %9.4g s %12.4g %7.1f %5.1f%% %7.2f GB %9.3g B  %s%s%s\n", e->spec, e->b,
            e->step_s, e->tokens_per_s, e->tflops_per_device, 100 * e->mfu, e->peak_mem / 1e9,
            e->bytes_per_rank, stages, e->feasible ? "" : "  INFEASIBLE: ", e->feasible ? "" : e->reason);
+    (void)0;
   }
   return 0;
 }

@@ -209,6 +209,7 @@ double explore_model_flops(const ModelShape *ms, bool full) {
 
 typedef struct LCost {
   double f, b;        /* forward, backward seconds per microbatch (with recompute) */
+  double gemm, attn, elem;  /* of which compute by kind, forward + backward */
   double comm_f, comm_b;
   double act;         /* bytes held per microbatch until its backward */
   double params;      /* local parameter elements */
@@ -245,6 +246,7 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
         K /= q;
         f = q * cost_gemm(hw, M, N, K);
         b = q * (cost_gemm(hw, M, K, N) + cost_gemm(hw, N, K, M));
+        c->gemm += f + b;
         double xb = M * K * elt, wb = K * N * elt;
         double cf = q * (coll_axis(hw, "broadcast", q, 1, xb) + coll_axis(hw, "broadcast", q, q, wb));
         double cb = 2 * cf;
@@ -257,6 +259,7 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
         if (o->split == TPH_ROW) K /= t;
         f = cost_gemm(hw, M, N, K);
         b = cost_gemm(hw, M, K, N) + cost_gemm(hw, N, K, M);
+        c->gemm += f + b;
         if (t > 1 && o->split == TPH_ROW) {
           /* g: all-reduce of the output (Megatron-SP: reduce-scatter, then
            * the next region's all-gather, the same bytes) */
@@ -284,6 +287,7 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
       double f = flops / rate + bl * H * cost_membound(hw, Tl * Tk * elt * 0.25, 5 * Tl * Tk) / 8 +
                  hw->launch_s;
       double b = 2 * f;
+      c->attn += f + b;
       if (r > 1) {
         double kv = bl * Tl * Hkv * D * elt;
         double cf = (r - 1) * coll_axis(hw, "p2p", 2, T, 2 * kv);
@@ -304,6 +308,7 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
       double e = o->elems * bseq / div;
       double f = cost_membound(hw, e * elt, o->flops * bseq / div);
       double b = 2 * f;
+      c->elem += f + b;
       if (q > 1 && o->H > 0) {
         double st = coll_axis(hw, "all_reduce", q, 1, rows / q * 16);
         f += st;
@@ -490,6 +495,19 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     if (tf[k] + tb[k] > tmax) tmax = tf[k] + tb[k];
     tsum += tf[k] + tb[k];
   }
+  memset(out->tf, 0, sizeof out->tf);
+  for (int k = 0; k < pp; k++) {
+    out->tf[k] = tf[k];
+    out->tb[k] = tb[k];
+  }
+  {
+    int nl0 = 0;
+    for (int c = 0; c < v; c++) nl0 += n[c * pp];
+    out->t_gemm = m * nl0 * lay->gemm;
+    out->t_attn = m * nl0 * lay->attn;
+    out->t_elem = m * nl0 * lay->elem;
+    out->t_comm = m * nl0 * (lay->comm_f + lay->comm_b);
+  }
   /* the microbatches through the pipeline: (m - 1) of the slowest rank,
    * plus one microbatch's way through every stage (fill and drain);
    * interleaved: the fill and drain over v chunks each 1/v of a rank */
@@ -521,6 +539,10 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     }
     double opt_elems = p->zero >= 1 && D > 1 ? prm[k] / D : prm[k];
     double opt = cost_membound(hw, 7 * opt_elems * 4, 12 * opt_elems);
+    if (k == 0) {
+      out->t_reduce = red;
+      out->t_opt = opt;
+    }
     if (red + opt > tail) tail = red + opt;
     /* memory: parameters, gradients, optimizer state (ZeRO shards them over
      * the data ranks), and the microbatches in flight */
@@ -538,12 +560,17 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
       if (inflight > m) inflight = m;
     }
     /* plus one layer's working set during its backward */
+    out->mem_kind[k][0] = prm[k] * ms->param_elt / zp;
+    out->mem_kind[k][1] = prm[k] * ms->param_elt / zg;
+    out->mem_kind[k][2] = prm[k] * ms->param_elt * ms->opt_states / zo;
+    out->mem_kind[k][3] = inflight * act[k] + lay->act + (k == pp - 1 ? post->act : 0);
     mem += inflight * act[k] + lay->act + (k == pp - 1 ? post->act : 0);
     out->mem_stage[k] = mem;
     if (mem > peak) peak = mem;
   }
   out->nstages = pp;
   out->step_s = pipe + tail;
+  out->t_bubble = pipe - m * (tf[0] + tb[0]);
   double tokens = (double)ms->batch * ms->seq;
   out->tokens_per_s = tokens / out->step_s;
   double mf = explore_model_flops(ms, false);
@@ -589,7 +616,7 @@ static void keep(PlanEval *out, int cap, int *n, const PlanEval *e) {
   }
 }
 
-int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, const ExploreOpts *o,
+int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, ExploreOpts *o,
                    PlanEval *out, int cap, long *evaluated) {
   int N = me->ndev, n = 0;
   long count = 0;
@@ -665,6 +692,8 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, cons
                       }
                       explore_eval(ms, hw, me, &p, b, true, e);
                       count++;
+                      if (o->points && o->npoints < o->cap_points)
+                        o->points[o->npoints++] = (ExplorePoint){(float)e->step_s, (float)e->peak_mem, e->feasible};
                       if (e->spec[0]) keep(out, cap, &n, e);
                     }
                   }

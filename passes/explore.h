@@ -61,7 +61,19 @@ typedef struct PlanEval {
   bool feasible;
   char reason[128];
   char spec[256];
+  /* for the report: per pipeline rank, forward and backward of one
+   * microbatch (all its chunks), memory by kind; the step's parts */
+  double tf[PLAN_MAXSTAGES], tb[PLAN_MAXSTAGES];
+  double mem_kind[PLAN_MAXSTAGES][4];   /* params, grads, optimizer, activations */
+  double t_gemm, t_attn, t_elem, t_comm;  /* per step on pipeline rank 0's layers */
+  double t_reduce, t_opt, t_bubble;
 } PlanEval;
+
+/* Every plan the search evaluates, for the report's time-memory scatter. */
+typedef struct ExplorePoint {
+  float step_s, peak_mem;
+  bool feasible;
+} ExplorePoint;
 
 /* Evaluates one resolved plan (microbatch b sequences). */
 void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const Plan *p, int b,
@@ -71,11 +83,20 @@ typedef struct ExploreOpts {
   const Plan *fixed;      /* keys given (fixed->given); NULL: search all */
   int top;
   bool generatable;       /* only plans the code generator can generate (strategy = auto) */
+  ExplorePoint *points;   /* when set: every evaluated plan, up to cap_points */
+  int cap_points, npoints;
 } ExploreOpts;
+
+/* The HTML report (explore --report): SVG drawings of the time-memory
+ * Pareto front of the plans evaluated, the best plan's pipeline timeline
+ * per rank, its memory per stage by kind and its time breakdown. */
+void explore_report_html(FILE *out, const ModelShape *ms, const HwModel *hw, const Mesh *me,
+                         const PlanEval *best, int nbest, const ExplorePoint *pts, int npts,
+                         const PlanEval *ref);
 
 /* Searches plans; fills the best `cap` (feasible first, by step time) into
  * out and returns how many; *evaluated gets the plans evaluated. */
-int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, const ExploreOpts *o,
+int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, ExploreOpts *o,
                    PlanEval *out, int cap, long *evaluated);
 
 /* Model FLOPs of one step (forward + backward, 3x forward), and with full

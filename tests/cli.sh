@@ -149,6 +149,21 @@ echo '{"not": 1}' >"$tmp/bad.json"
 expect profile-bad 1 'not a shardc profile' -- "$bin" compile samples/gpt.shard --profile "$tmp/bad.json"
 expect profile-missing 1 'profile /nonexistent.json: cannot open it' -- "$bin" explore samples/gpt.shard --profile /nonexistent.json
 expect calibrate-no-out 1 'no output file' -- "$bin" calibrate --np 2
+expect explore-report 0 'plans evaluated' -- "$bin" explore bench/models/gpt3-175b.shard --top 3 --report "$tmp/report.html"
+if command -v xmllint >/dev/null; then
+  if xmllint --noout "$tmp/report.html" 2>/dev/null &&
+     [ "$(xmllint --xpath 'count(//*[local-name()="svg"])' "$tmp/report.html")" = 4 ] &&
+     [ "$(xmllint --xpath 'count(//*[@id="pareto"]/*[local-name()="circle"])' "$tmp/report.html")" -gt 1000 ] &&
+     [ "$(xmllint --xpath 'count(//*[@id="timeline"]/*[@class="fwd"])' "$tmp/report.html")" -gt 100 ] &&
+     [ "$(xmllint --xpath 'count(//*[@id="memory"]/*[@class="mem-3"])' "$tmp/report.html")" -gt 1 ] &&
+     xmllint --xpath '//*[@id="trainplan"]' "$tmp/report.html" >/dev/null 2>&1 &&
+     xmllint --xpath '//*[@id="front"]/@points' "$tmp/report.html" >/dev/null 2>&1; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL: explore-report-xml: the report does not parse or lacks its drawings"
+    fail=$((fail + 1))
+  fi
+fi
 expect explore-top-bad 1 '--top must be a number' -- "$bin" explore samples/gpt.shard --top 0
 
 # The command line wins over the train block.
