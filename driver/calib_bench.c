@@ -31,9 +31,9 @@ static double window = 0.15;
 
 /* Time per call of `body` on every rank at once: a first call sizes the
  * repetitions to about 0.15 s (the same on every rank: the slowest's), then
- * three trials; each trial's time is the slowest rank's (ranks share cores:
- * time-slicing must average out, so a trial is many scheduler quanta),
- * and the median trial is kept. */
+ * three trials; a trial lasts from the first rank's start to the last
+ * rank's end (one node's monotonic clock: ranks sharing cores may start
+ * late, after others ran), and the median trial is kept. */
 static double med3(double a, double b, double c) {
   return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
 }
@@ -50,10 +50,12 @@ static double med3(double a, double b, double c) {
     double tr_[3];                                                                   \
     for (int k_ = 0; k_ < 3; k_++) {                                                 \
       MPI_Barrier(MPI_COMM_WORLD);                                                   \
-      double s_ = now();                                                             \
+      double s_ = now(), smin_;                                                      \
       for (int r_ = 0; r_ < reps_; r_++) { body; }                                   \
-      double e_ = (now() - s_) / reps_;                                              \
-      MPI_Allreduce(&e_, &tr_[k_], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);          \
+      double e_ = now(), emax_;                                                      \
+      MPI_Allreduce(&s_, &smin_, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);            \
+      MPI_Allreduce(&e_, &emax_, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);            \
+      tr_[k_] = (emax_ - smin_) / reps_;                                             \
     }                                                                                \
     (out) = med3(tr_[0], tr_[1], tr_[2]);                                            \
   } while (0)
@@ -85,8 +87,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "shardc calibrate: cannot write %s\n", argv[1]);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    fprintf(out, "{\"shardc_profile\": 1, \"device\": \"cpu\", \"np\": %d, \"threads\": %d,\n", world,
-            threads);
+    fprintf(out, "{\"shardc_profile\": 1, \"device\": \"cpu\", \"np\": %d, \"threads\": %d, \"cores\": %ld,\n",
+            world, threads, cores);
   }
   /* ---- GEMM over shapes: square and the skinny ones training runs ---- */
   enum { MAXD = 1024 };
@@ -104,7 +106,12 @@ int main(int argc, char **argv) {
     int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
     double fl = 2.0 * M * N * K, t;
     int reps = reps_for(fl, 2e10 / world);
-    TIME_ALL(reps, cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N), t);
+    /* the three layouts a linear runs: y = x·Wᵀ, dx = dy·W, dW = dyᵀ·x */
+    TIME_ALL(reps,
+             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
+             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, 1.0f, A, M, B, N, 0.0f, C, N), t);
+    t /= 3;
     if (i == 0) launch = t;
     gx[i] = fl;
     gy[i] = fl / (t > launch && i ? t - launch : t);
