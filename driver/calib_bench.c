@@ -95,6 +95,10 @@ int main(int argc, char **argv) {
   float *A = malloc(sizeof(float) * MAXD * MAXD * 4), *B = malloc(sizeof(float) * MAXD * MAXD * 4),
         *C = malloc(sizeof(float) * MAXD * MAXD * 4);
   for (long i = 0; i < (long)MAXD * MAXD * 4; i++) A[i] = B[i] = C[i] = 1e-3f * (float)(i % 7);
+  /* 64 MiB per rank, over the last-level cache of the whole socket */
+  enum { POOL = 16L << 20 };
+  float *pool = malloc(sizeof(float) * POOL);
+  for (long i = 0; i < POOL; i++) pool[i] = 1e-3f * (float)(i % 5);
   static const int shapes[][3] = {
       {1, 1, 1},       {8, 8, 8},       {16, 16, 16},     {32, 32, 32},     {64, 64, 64},
       {256, 64, 64},   {128, 128, 128}, {256, 128, 128},  {256, 256, 128},  {256, 256, 256},
@@ -106,11 +110,19 @@ int main(int argc, char **argv) {
     int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
     double fl = 2.0 * M * N * K, t;
     int reps = reps_for(fl, 2e10 / world);
-    /* the three layouts a linear runs: y = x·Wᵀ, dx = dy·W, dW = dyᵀ·x */
-    TIME_ALL(reps,
-             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
-             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
-             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, 1.0f, A, M, B, N, 0.0f, C, N), t);
+    /* the three layouts a linear runs: y = x·Wᵀ, dx = dy·W, dW = dyᵀ·x; the
+     * operands rotate through a pool larger than the caches, as a step's
+     * tensors do through its arena */
+    long slot = 0, need = (long)M * K + (long)K * N + (long)M * N;
+    long nslots = POOL / need > 1 ? POOL / need : 1;
+#define OPS_ (slot = (slot + 1) % nslots, pool + slot * need)
+    TIME_ALL(reps, float *a_ = OPS_; float *b_ = a_ + (long)M * K; float *c_ = b_ + (long)K * N;
+             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a_, K, b_, K, 0.0f, c_, N);
+             a_ = OPS_; b_ = a_ + (long)M * K; c_ = b_ + (long)K * N;
+             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a_, K, b_, N, 0.0f, c_, N);
+             a_ = OPS_; b_ = a_ + (long)M * K; c_ = b_ + (long)K * N;
+             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, 1.0f, a_, M, b_, N, 0.0f, c_, N), t);
+#undef OPS_
     t /= 3;
     if (i == 0) launch = t;
     gx[i] = fl;
@@ -208,6 +220,7 @@ int main(int argc, char **argv) {
     fclose(out);
   }
   free(A);
+  free(pool);
   free(B);
   free(C);
   free(sb);
