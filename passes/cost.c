@@ -492,21 +492,6 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
     if (r->stage[k].end_s > step) step = r->stage[k].end_s;
     busy += r->stage[k].busy_s;
   }
-  /* More ranks than cores (a profile measured so): a rank waiting in a
-   * bubble yields its core (Open MPI yields when oversubscribed), so the
-   * others run up to ranks/cores faster than profiled: the microbatches take
-   * at least the mean rank's busy time, and at least the simulated span
-   * at that speed-up. */
-  if (R > 1 && hw->cores > 0 && hw->profile_np > hw->cores) {
-    double s_max = (double)hw->profile_np / hw->cores, span = 0, tail = 0;
-    for (int k = 0; k < R; k++) {
-      if (clock[k] > span) span = clock[k];
-      if (r->stage[k].step_s > tail) tail = r->stage[k].step_s;
-    }
-    double mean = busy / R, fast = span / s_max;
-    step = (mean > fast ? mean : fast) + tail;
-    for (int k = 0; k < R; k++) r->stage[k].end_s = step;
-  }
   /* ranks leave the step together (the loss and norm sums synchronise them) */
   r->step_s = step;
   r->bubble_frac = step > 0 && R > 1 ? 1 - busy / (R * step) : 0;

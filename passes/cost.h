@@ -48,8 +48,7 @@ typedef struct HwModel {
   CostColl coll[COST_MAXCOLL];
   int ncoll;
   int profile_np;         /* ranks the profile's compute figures were measured with (0: none) */
-  int cores;              /* the profiled machine's cores (0: unknown); more ranks than cores:
-                           * a rank waiting in a pipeline bubble yields its core to the others */
+  int cores;              /* the profiled machine's cores (0: unknown) */
 } HwModel;
 
 /* The mesh's figures at a precision (DT_F32: tf32 on a device with tensor

@@ -520,11 +520,6 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     pipe = (m - 1) * tmax + tsum;
   double busy = 0;
   for (int k = 0; k < pp; k++) busy += m * (tf[k] + tb[k]);
-  /* more ranks than cores (cost_module's rule): bubbles lend their cores */
-  if (pp > 1 && hw->cores > 0 && hw->profile_np > hw->cores) {
-    double mean = busy / pp, fast = pipe * hw->cores / hw->profile_np;
-    pipe = mean > fast ? mean : fast;
-  }
   /* the step after the microbatches: gradient reduction over the data ranks
    * (overlapped with the last backward), the optimizer, ZeRO's gathers */
   double tail = 0, bytes_sent = 0;
