@@ -462,7 +462,9 @@ static int run_explore(Opts *o) {
   if (!m) return 1;
   int top = o->top ? o->top : 10;
   /* small models: more candidates, each compiled, then the best `top` */
-  bool small = m->graph->nodes.len <= 4000;
+  /* compiling a plan costs about nodes x ranks: small is a model of at most
+   * 4,000 nodes on at most 64 devices (a few milliseconds a plan) */
+  bool small = m->graph->nodes.len <= 4000 && m->train.mesh->ndev <= 64;
   int cap = small ? (top * 3 > 30 ? top * 3 : 30) : top;
   PlanEval *pe = arena_alloc(sizeof *pe * (size_t)cap);
   int n;
@@ -490,7 +492,7 @@ static int run_explore(Opts *o) {
       ref = arena_alloc(sizeof *ref);
       int b = (int)(mr->train.microbatch > 0 ? mr->train.microbatch : 1);
       explore_eval(last_shape, &hw, m->train.mesh, &mr->train.plan, b, true, ref);
-      if (m->graph->nodes.len <= 4000) refine_plan(o, ref, &hw);
+      if (small) refine_plan(o, ref, &hw);
     }
     diag_reset();
   }
