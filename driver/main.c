@@ -4,9 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "cg.h"
+#include "cost.h"
+#include "explore.h"
 #include "rankprog.h"
 #include "passes.h"
 #include "sema.h"
@@ -18,7 +22,8 @@ static const char *usage_main =
     "  check     parse and check a model; diagnostics only\n"
     "  compile   check, lower and run the passes; print IR or the plan\n"
     "  build     compile, then build the training program DIR/train with the C compiler\n"
-    "  explore   rank parallel plans by the cost model (not available yet)\n"
+    "  explore   rank parallel plans by the cost model (predicted step time, memory)\n"
+    "  calibrate measure this machine (GEMM, memory bandwidth, collectives) into a profile\n"
     "\n"
     "Run 'shardc <command> --help' for a command's options.  'shardc --version' prints the version.\n";
 
@@ -53,6 +58,8 @@ static const char *usage_compile =
     "  --emit=plan          print the parallel plan summary (the default)\n"
     "  --emit=c             print the generated program (target cpu: C)\n"
     "  --dump-after=PASS    print the IR after PASS (see --list-passes)\n"
+    "  --profile FILE       the hardware model measured by 'shardc calibrate' (default: the\n"
+    "                       mesh's catalog figures), for the predicted times of --emit=plan\n"
     "  --list-passes        list the passes in pipeline order\n"
     "  -o DIR               output directory for generated code\n"
     "  --precision=fp64     with --emit=c: double arithmetic, for gradient checks\n"
@@ -79,6 +86,34 @@ static const char *usage_build =
     "  SHARDC_CC, SHARDC_CFLAGS   override the C compiler, add flags\n"
     "  (and the options of 'shardc check')\n";
 
+static const char *usage_explore =
+    "usage: shardc explore MODEL.shard [--mesh NAME|SPEC] [--top K] [--strategy PARTIAL]\n"
+    "                      [--profile P.json] [--json] [--report FILE.html] [--model NAME]\n"
+    "\n"
+    "Ranks parallel plans of MODEL.shard on the mesh by predicted step time (the cost\n"
+    "model, passes/cost.c, from the mesh's figures or a profile of 'shardc calibrate'),\n"
+    "with the memory of each pipeline stage; plans that do not fit are listed with the\n"
+    "reason.  A partial SPEC (--strategy tp=8,pp=8,recompute=full) fixes those keys and\n"
+    "searches the rest.\n"
+    "\n"
+    "  --top K              print the best K plans (default 10)\n"
+    "  --json               print the plans as a JSON array (strategy, step_time_s,\n"
+    "                       tokens_per_s, model_tflops_per_device, mfu, peak_mem_bytes,\n"
+    "                       mem_by_stage, feasible, reason)\n"
+    "  --generatable        only plans the code generator implements (what auto picks)\n"
+    "  --report FILE.html   also write a report: the time-memory Pareto front, the best\n"
+    "                       plan's pipeline timeline, memory per stage by kind, time breakdown\n";
+
+static const char *usage_calibrate =
+    "usage: shardc calibrate [--np N] -o PROFILE.json\n"
+    "\n"
+    "Measures this machine under mpirun with N ranks (default 1) placed as training\n"
+    "programs place them: SGEMM throughput over shapes through the BLAS the programs\n"
+    "link, a memory-bound kernel's bandwidth, the cost of a kernel call, and\n"
+    "all-reduce, all-gather, reduce-scatter, broadcast and send/recv over message\n"
+    "sizes for groups of 2, 4, ... ranks.  Give the profile to explore, compile or\n"
+    "build with --profile PROFILE.json; it describes N ranks on this machine.\n";
+
 typedef struct Opts {
   const char *cmd;
   const char *file;
@@ -87,9 +122,12 @@ typedef struct Opts {
   const char *emit;
   const char *dump_after;
   const char *precision;
+  const char *profile;    /* --profile FILE: calibrated hardware model */
   SemaOptions sema;
   int list_passes;
   int no_memory_check;
+  int top, json, generatable;
+  const char *report;     /* explore --report FILE.html */
   int no_warn;
   int time_report;
 } Opts;
@@ -137,6 +175,81 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
   return NULL;
 }
 
+static int run_calibrate(int argc, char **argv) {
+  int np = 1;
+  const char *outp = NULL;
+  for (int i = 2; i < argc; i++) {
+    const char *v;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(usage_calibrate, stdout);
+      return 0;
+    } else if ((v = flag_value(argc, argv, &i, "--np"))) {
+      char *end;
+      long k = strtol(v, &end, 10);
+      if (!*v || *end || k < 1 || k > 4096)
+        return usage_error(usage_calibrate, "--np must be a number of ranks from 1 to 4096, got '%s'", v);
+      np = (int)k;
+    } else if ((v = flag_value(argc, argv, &i, "-o"))) {
+      if (!*v) return usage_error(usage_calibrate, "%s needs a file", "-o");
+      outp = v;
+    } else {
+      return usage_error(usage_calibrate, "unknown option '%s'", argv[i]);
+    }
+  }
+  if (!outp) return usage_error(usage_calibrate, "%s", "no output file (-o PROFILE.json)");
+  if (!SHARDC_CALIB_BIN[0]) {
+    fprintf(stderr, "shardc: error: calibrate needs MPI; this shardc was built without it\n");
+    return 1;
+  }
+  char nps[16];
+  snprintf(nps, sizeof nps, "%d", np);
+  const char *args[16];
+  int k = 0;
+  args[k++] = "mpirun";
+  if (geteuid() == 0) args[k++] = "--allow-run-as-root";
+  args[k++] = "--oversubscribe";
+  args[k++] = "-np";
+  args[k++] = nps;
+  args[k++] = SHARDC_CALIB_BIN;
+  args[k++] = outp;
+  args[k] = NULL;
+  fprintf(stderr, "shardc calibrate: mpirun -np %d %s %s\n", np, SHARDC_CALIB_BIN, outp);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execvp("mpirun", (char *const *)args);
+    fprintf(stderr, "shardc: error: cannot run mpirun: %s\n", strerror(errno));
+    _exit(127);
+  }
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+    fprintf(stderr, "shardc: error: the microbenchmarks failed (mpirun exit %d)\n",
+            pid < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    return 1;
+  }
+  HwModel hw;
+  memset(&hw, 0, sizeof hw);
+  char err[256];
+  if (cost_load_profile(&hw, outp, err, sizeof err)) {
+    fprintf(stderr, "shardc: error: %s: %s\n", outp, err);
+    return 1;
+  }
+  printf("wrote %s: %d rank%s; SGEMM up to %.3g GFLOP/s per rank, memory-bound %.3g GB/s per rank, "
+         "call %.2g us",
+         outp, np, np == 1 ? "" : "s", hw.gemm.n ? hw.gemm.y[hw.gemm.n - 1] / 1e9 : 0,
+         hw.bw.n ? hw.bw.y[hw.bw.n - 1] / 1e9 : 0, hw.launch_s * 1e6);
+  for (int i = 0; i < hw.ncoll; i++)
+    if (!strcmp(hw.coll[i].op, "all_reduce") && hw.coll[i].nranks == np) {
+      const CostCurve *c = &hw.coll[i].t;
+      double S = c->x[c->n - 1];
+      printf(", all-reduce of %.0f MiB over %d ranks %.3g ms (bus %.3g GB/s)", S / 1048576, np,
+             c->y[c->n - 1] * 1e3, S / c->y[c->n - 1] * 2 * (np - 1) / np / 1e9);
+    }
+  printf("\n");
+  return 0;
+}
+
+
 static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -154,6 +267,19 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
     } else if ((v = flag_value(argc, argv, &i, "--memory"))) {
       if (parse_size(v, &o->sema.memory))
         return usage_error(usage, "--memory needs a size such as 80GB, 24GiB or 512MiB, got '%s'", v);
+    } else if (!strcmp(o->cmd, "explore") && (v = flag_value(argc, argv, &i, "--top"))) {
+      char *end;
+      long k = strtol(v, &end, 10);
+      if (!*v || *end || k < 1 || k > 10000)
+        return usage_error(usage, "--top must be a number from 1 to 10000, got '%s'", v);
+      o->top = (int)k;
+    } else if (!strcmp(o->cmd, "explore") && (v = flag_value(argc, argv, &i, "--report"))) {
+      if (!*v) return usage_error(usage, "%s needs a file", "--report");
+      o->report = v;
+    } else if (!strcmp(o->cmd, "explore") && !strcmp(a, "--json")) {
+      o->json = 1;
+    } else if (!strcmp(o->cmd, "explore") && !strcmp(a, "--generatable")) {
+      o->generatable = 1;
     } else if ((v = flag_value(argc, argv, &i, "--mesh"))) {
       if (!*v) return usage_error(usage, "%s needs a value", "--mesh");
       o->sema.mesh = v;
@@ -169,6 +295,9 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       o->emit = v;
     } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--dump-after"))) {
       o->dump_after = v;
+    } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--profile"))) {
+      if (!*v) return usage_error(usage, "%s needs a file", "--profile");
+      o->profile = v;
     } else if ((v = flag_value(argc, argv, &i, "--target"))) {
       if (strcmp(v, "cpu") && strcmp(v, "cuda"))
         return usage_error(usage, "--target must be cpu or cuda, got '%s'", v);
@@ -203,6 +332,273 @@ static void print_ir(Module *m) {
     printf("# pipeline stage %d of %d: %s\n", s, m->nstages, m->stage_desc[s]);
     ir_print(stdout, m->stages[s]);
   }
+}
+
+/* The hardware model of the plan's mesh and precision, from --profile when given. */
+static int hw_model(const Opts *o, const Module *m, HwModel *hw) {
+  cost_hw_from_mesh(hw, m->train.mesh, m->train.precision);
+  if (o->profile) {
+    char err[256];
+    if (cost_load_profile(hw, o->profile, err, sizeof err)) {
+      fprintf(stderr, "shardc: error: --profile %s: %s\n", o->profile, err);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static Module *load_module(const char *file, const SemaOptions *so) {
+  SrcFile *f = src_load(file);
+  if (!f) {
+    fprintf(stderr, "shardc: error: cannot open '%s': %s\n", file, strerror(errno));
+    return NULL;
+  }
+  if (memchr(f->text, 0, f->len)) {
+    fprintf(stderr, "shardc: error: '%s' contains a NUL byte; is it a text file?\n", file);
+    return NULL;
+  }
+  Program *prog = ast_parse(f);
+  if (!prog || diag_error_count()) return NULL;
+  Module *m = frontend_run(prog, so);
+  if (!m || diag_error_count()) return NULL;
+  if (!m->graph) {
+    fprintf(stderr, "shardc: error: '%s' declares no model to explore\n", file);
+    return NULL;
+  }
+  return m;
+}
+
+/* The model's single-device graph through autodiff: what the search reads. */
+static int model_shape(Module *m, ModelShape *ms) {
+  for (int i = 0; i < pass_count; i++) {
+    if (pass_list[i].run(m) || diag_error_count()) return -1;
+    if (!strcmp(pass_list[i].name, "autodiff")) break;
+  }
+  explore_model_shape(m, ms);
+  return 0;
+}
+
+static void json_plan(FILE *out, const PlanEval *e) {
+  fprintf(out, "{\"strategy\": \"%s\", \"microbatch\": %d, \"step_time_s\": %.6g, "
+               "\"tokens_per_s\": %.6g, \"model_tflops_per_device\": %.6g, \"mfu\": %.4g, "
+               "\"peak_mem_bytes\": %.0f, \"mem_by_stage\": [",
+          e->spec, e->b, e->step_s, e->tokens_per_s, e->tflops_per_device, e->mfu, e->peak_mem);
+  for (int k = 0; k < e->nstages; k++) fprintf(out, "%s%.0f", k ? ", " : "", e->mem_stage[k]);
+  fprintf(out, "], \"bytes_sent_per_rank\": %.0f, \"feasible\": %s", e->bytes_per_rank,
+          e->feasible ? "true" : "false");
+  if (!e->feasible) fprintf(out, ", \"reason\": \"%s\"", e->reason);
+  fputc('}', out);
+}
+
+/* Searches plans for m (a module compiled with strategy auto); *best gets the first. */
+static ModelShape *last_shape;
+static ExplorePoint *points;
+static int npoints;
+
+static int search_plans(const Opts *o, Module *m, const Plan *fixed, bool generatable, PlanEval *out,
+                        int cap, int *n, long *evaluated, double *secs, HwModel *hw) {
+  ModelShape *ms = arena_alloc(sizeof *ms);
+  last_shape = ms;
+  double t0 = now_ms();
+  if (model_shape(m, ms)) return -1;
+  if (hw_model(o, m, hw)) return -1;
+  ExploreOpts eo = {.fixed = fixed, .top = cap, .generatable = generatable};
+  if (o->report) {
+    eo.cap_points = 1 << 18;
+    eo.points = points = arena_alloc(sizeof *points * (size_t)eo.cap_points);
+  }
+  *n = explore_search(ms, hw, m->train.mesh, &eo, out, cap, evaluated);
+  npoints = eo.npoints;
+  *secs = (now_ms() - t0) / 1e3;
+  return 0;
+}
+
+static int cmp_plan(const void *a, const void *b) {
+  const PlanEval *x = a, *y = b;
+  if (x->feasible != y->feasible) return x->feasible ? -1 : 1;
+  return x->step_s < y->step_s ? -1 : x->step_s > y->step_s;
+}
+
+/* Compiles plan e (no recompute: the memory plan does not model it yet) and
+ * replaces its figures by the compiled plan's; 1 when it did. */
+static int refine_plan(const Opts *o, PlanEval *e, const HwModel *hw) {
+  const Plan *pl = &e->plan;
+  /* what the passes do not plan yet: recompute, ZeRO with interleaving, tp2d with sp */
+  if (pl->recompute != RECOMPUTE_NONE || (pl->zero && pl->schedule == SCHED_INTERLEAVED && pl->pp > 1) ||
+      (pl->tp2d > 1 && pl->sp_kind != SP_NONE))
+    return 0;
+  SemaOptions so = o->sema;
+  so.strategy = e->spec;
+  int errs = diag_error_count();
+  Module *m = load_module(o->file, &so);
+  for (int i = 0; m && i < pass_count; i++)
+    if (pass_list[i].run(m) || diag_error_count() > errs) m = NULL;
+  if (!m) {
+    diag_reset();
+    return 0;
+  }
+  CostResult r;
+  if (cost_module(m, hw, &r)) return 0;
+  const Mesh *me = m->train.mesh;
+  int R = m->nrprog;
+  double peak = 0;
+  e->nstages = R;
+  for (int k = 0; k < R; k++) {
+    double b = (double)(m->nstages > 1 ? m->rank_mem[k].arena_bytes : m->mem.arena_bytes);
+    if (m->nstages > 1 && m->nstages == R) b = (double)m->stage_mem[k].arena_bytes;
+    e->mem_stage[k] = b;
+    const MemPlan *mp = m->nstages > 1 ? &m->stage_mem[k] : &m->mem;
+    e->mem_kind[k][0] = (double)mp->param_bytes;
+    e->mem_kind[k][1] = (double)mp->grad_bytes;
+    e->mem_kind[k][2] = (double)mp->optstate_bytes;
+    e->mem_kind[k][3] = b - (double)(mp->param_bytes + mp->grad_bytes + mp->optstate_bytes);
+    if (b > peak) peak = b;
+  }
+  e->peak_mem = peak;
+  e->step_s = r.step_s;
+  e->tokens_per_s = r.tokens / r.step_s;
+  e->tflops_per_device = r.model_flops / r.step_s / me->ndev / 1e12;
+  e->mfu = r.model_flops / r.step_s / me->ndev / hw->peak;
+  double sent = 0;
+  for (int k = 0; k < R; k++)
+    if (r.stage[k].bytes > sent) sent = r.stage[k].bytes;
+  e->bytes_per_rank = sent;
+  e->feasible = peak <= me->mem_bytes;
+  if (!e->feasible) {
+    int w = 0;
+    for (int k = 0; k < R; k++)
+      if (e->mem_stage[k] > e->mem_stage[w]) w = k;
+    snprintf(e->reason, sizeof e->reason, "stage %d needs %.1f GB > %.1f GB", w, e->mem_stage[w] / 1e9,
+             me->mem_bytes / 1e9);
+  } else {
+    e->reason[0] = 0;
+  }
+  return 1;
+}
+
+static int run_explore(Opts *o) {
+  Plan fixed;
+  plan_default(&fixed);
+  if (o->sema.strategy && strcmp(o->sema.strategy, "auto")) {
+    char err[256];
+    if (plan_parse_spec(o->sema.strategy, &fixed, err, sizeof err)) {
+      fprintf(stderr, "shardc: error: --strategy %s: %s\n", o->sema.strategy, err);
+      return 1;
+    }
+  }
+  SemaOptions so = o->sema;
+  so.strategy = "auto";
+  Module *m = load_module(o->file, &so);
+  if (!m) return 1;
+  int top = o->top ? o->top : 10;
+  /* small models: more candidates, each compiled, then the best `top` */
+  /* compiling a plan costs about nodes x ranks: small is a model of at most
+   * 4,000 nodes on at most 64 devices (a few milliseconds a plan) */
+  bool small = m->graph->nodes.len <= 4000 && m->train.mesh->ndev <= 64;
+  int cap = small ? (top * 3 > 30 ? top * 3 : 30) : top;
+  PlanEval *pe = arena_alloc(sizeof *pe * (size_t)cap);
+  int n;
+  long evaluated;
+  double secs;
+  HwModel hw;
+  if (search_plans(o, m, &fixed, o->generatable, pe, cap, &n, &evaluated, &secs, &hw)) return 1;
+  /* Small models: the shown plans compiled for real, their memory from the
+   * memory plan and their time from the per-rank programs (what
+   * --emit=plan predicts); re-ranked. */
+  int exact = 0;
+  /* (within a second of compiling: a large model's plans stay the search's) */
+  double t_ref = now_ms();
+  if (small)
+    for (int i = 0; i < n && now_ms() - t_ref < 1000; i++) exact += refine_plan(o, &pe[i], &hw);
+  qsort(pe, (size_t)n, sizeof *pe, cmp_plan);
+  if (n > top) n = top;
+  /* the train block's own plan (hand-tuned, e.g. a published one), for comparison */
+  PlanEval *ref = NULL;
+  if (!o->sema.strategy) {
+    SrcFile *f = src_load(o->file);
+    Program *prog = f ? ast_parse(f) : NULL;
+    Module *mr = prog ? sema_run(prog, &o->sema) : NULL;
+    if (mr && !diag_error_count() && !mr->train.plan.is_auto && mr->train.plan.given) {
+      ref = arena_alloc(sizeof *ref);
+      int b = (int)(mr->train.microbatch > 0 ? mr->train.microbatch : 1);
+      explore_eval(last_shape, &hw, m->train.mesh, &mr->train.plan, b, true, ref);
+      if (small) refine_plan(o, ref, &hw);
+    }
+    diag_reset();
+  }
+  if (o->report) {
+    FILE *rf = fopen(o->report, "w");
+    if (!rf) {
+      fprintf(stderr, "shardc: error: cannot write %s: %s\n", o->report, strerror(errno));
+      return 1;
+    }
+    explore_report_html(rf, last_shape, &hw, m->train.mesh, pe, n, points, npoints, ref);
+    fclose(rf);
+  }
+  if (o->json) {
+    printf("[");
+    for (int i = 0; i < n; i++) {
+      printf(i ? ",\n " : "");
+      json_plan(stdout, &pe[i]);
+    }
+    printf("]\n");
+    return 0;
+  }
+  const Mesh *me = m->train.mesh;
+  printf("model %s on mesh %s: %d x %s (%d node%s x %d); %s\n", m->graph->model, me->name, me->ndev,
+         me->device->name, me->nodes, me->nodes == 1 ? "" : "s", me->per_node, hw.source);
+  printf("%ld plans evaluated in %.3f s; best %d%s:\n\n", evaluated, secs, n,
+         exact ? arena_printf(" (%d compiled: memory from the memory plan, time from the per-rank programs)", exact) : "");
+  printf("%-4s %-58s %4s %11s %12s %7s %6s %10s %12s  %s\n", "rank", "strategy", "mbs", "step", "tokens/s",
+         "TF/dev", "MFU", "peak mem", "sent/rank", "memory per stage (GB)");
+  for (int i = 0; i < n + (ref != NULL); i++) {
+    const PlanEval *e = i < n ? &pe[i] : ref;
+    if (i == n) printf("\nthe train block's plan:\n");
+    char stages[256] = "";
+    int len = 0;
+    for (int k = 0; k < e->nstages && len < 200; k++)
+      len += snprintf(stages + len, sizeof stages - (size_t)len, "%s%.1f", k ? " " : "", e->mem_stage[k] / 1e9);
+    if (e->nstages > 12) snprintf(stages + len, sizeof stages - (size_t)len, " ...");
+    printf(i < n ? "%-4d " : "-    ", i + 1);
+    printf("%-58s %4d %9.4g s %12.4g %7.1f %5.1f%% %7.2f GB %9.3g B  %s%s%s\n", e->spec, e->b,
+           e->step_s, e->tokens_per_s, e->tflops_per_device, 100 * e->mfu, e->peak_mem / 1e9,
+           e->bytes_per_rank, stages, e->feasible ? "" : "  INFEASIBLE: ", e->feasible ? "" : e->reason);
+    (void)0;
+  }
+  return 0;
+}
+
+/* strategy = auto: the best feasible plan the code generator implements,
+ * by the search's predicted step time; the module is then lowered again
+ * under that plan.  A plan the later checks refuse gives way to the next. */
+static Module *choose_auto(Opts *o, Module *m, PlanEval **chosen) {
+  enum { CANDS = 8 };
+  PlanEval *pe = arena_alloc(sizeof *pe * CANDS);
+  int n;
+  long evaluated;
+  double secs;
+  HwModel hw;
+  Plan fixed;
+  plan_default(&fixed);
+  if (search_plans(o, m, &fixed, true, pe, CANDS, &n, &evaluated, &secs, &hw)) return NULL;
+  for (int i = 0; i < n; i++) {
+    if (!pe[i].feasible) break;
+    SemaOptions so = o->sema;
+    so.strategy = pe[i].spec;
+    Module *m2 = load_module(o->file, &so);
+    if (!m2) {
+      diag_reset();
+      continue;
+    }
+    m2->train.plan_origin = arena_printf("auto: the best of %ld plans, predicted %.4g s/step, "
+                                         "%.4g tokens/s, %s", evaluated, pe[i].step_s,
+                                         pe[i].tokens_per_s, hw.source);
+    *chosen = &pe[i];
+    return m2;
+  }
+  fprintf(stderr, "shardc: error: strategy auto: no plan of the %ld evaluated fits and can be generated%s%s\n",
+          evaluated, n ? "; the closest: " : "", n ? arena_printf("%s (%s)", pe[0].spec, pe[0].reason) : "");
+  return NULL;
 }
 
 static int run(Opts *o) {
@@ -254,6 +650,11 @@ static int run(Opts *o) {
             strcmp(o->cmd, "check") ? "compile" : "check");
     return 1;
   }
+  PlanEval *chosen = NULL;
+  if (m->train.plan.is_auto && strcmp(o->cmd, "check") && m->train.mesh) {
+    m = choose_auto(o, m, &chosen);
+    if (!m) return 1;
+  }
   for (int i = 0; i < pass_count; i++) {
     if (pass_list[i].run(m) || diag_error_count()) return 1;
 #ifdef SHARDC_DEBUG
@@ -282,15 +683,31 @@ static int run(Opts *o) {
   if (o->dump_after) return 0;
   if (!strcmp(o->cmd, "build")) {
     const char *dir = o->outdir ? o->outdir : arena_printf("out/%s", m->graph->model);
-    return cg_build(m, dir, target, &cgo) ? 1 : 0;
+    if (cg_build(m, dir, target, &cgo)) return 1;
+    if (chosen) {
+      /* strategy = auto: the choice and its predictions beside the program */
+      FILE *pj = fopen(arena_printf("%s/plan.json", dir), "w");
+      if (!pj) {
+        fprintf(stderr, "shardc: error: cannot write %s/plan.json: %s\n", dir, strerror(errno));
+        return 1;
+      }
+      json_plan(pj, chosen);
+      fputc('\n', pj);
+      fclose(pj);
+    }
+    return 0;
   }
   if (o->emit && !strcmp(o->emit, "c")) return cg_emit(stdout, m, target, &cgo) ? 1 : 0;
   if (o->emit && !strcmp(o->emit, "program"))
     prog_print(stdout, m);
   else if (o->emit && !strcmp(o->emit, "ir"))
     print_ir(m);
-  else
+  else {
     report_plan(stdout, m, "");
+    HwModel hw;
+    if (hw_model(o, m, &hw)) return 1;
+    cost_report(stdout, m, &hw, "");
+  }
   return 0;
 }
 
@@ -316,14 +733,14 @@ int main(int argc, char **argv) {
     if (parse_opts(argc, argv, &o, usage_compile)) return 1;
   } else if (!strcmp(cmd, "build")) {
     if (parse_opts(argc, argv, &o, usage_build)) return 1;
+  } else if (!strcmp(cmd, "calibrate")) {
+    return run_calibrate(argc, argv);
   } else if (!strcmp(cmd, "explore")) {
-    if (argc > 2 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
-      printf("shardc %s: not available yet in this version.\n", cmd);
-      return 0;
-    }
-    fprintf(stderr, "shardc: error: '%s' is not available yet in this version (the code "
-                    "generator and cost model come next); use 'shardc compile'\n", cmd);
-    return 1;
+    if (parse_opts(argc, argv, &o, usage_explore)) return 1;
+    int rc = run_explore(&o);
+    fflush(stdout);
+    arena_free_all();
+    return rc;
   } else {
     fprintf(stderr, "shardc: error: unknown command '%s'\n%s", cmd, usage_main);
     return 1;

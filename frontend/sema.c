@@ -4,6 +4,7 @@
 #include "sema.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 /* Per-declaration semantic state, kept beside the AST. */
@@ -345,8 +346,10 @@ static int num_item(Module *m, PtrVec *items, const char *key, double *out, doub
 
 /* ---- meshes ---- */
 
-static const char *const mesh_keys[] = {"devices", "nodes", "per_node", "device",
-                                        "intra", "inter", "memory"};
+static const char *const mesh_keys[] = {
+    "devices", "nodes", "per_node", "device", "intra", "inter", "memory", "peak_bf16", "peak_fp32",
+    "peak_tf32", "memory_bw", "launch_us", "intra_latency_us", "inter_latency_us", "link", "nics"};
+enum { NMESH_KEYS = sizeof mesh_keys / sizeof mesh_keys[0] };
 
 /* "unknown device 'H100_SMX'; did you mean 'H100_SXM'? (known: cpu, ...)" */
 static const char *unknown_device(const char *name) {
@@ -363,7 +366,7 @@ static const char *unknown_device(const char *name) {
 
 static Mesh *check_mesh(Module *m, Decl *d) {
   PtrVec *it = &d->items;
-  if (check_items(it, mesh_keys, 7, "mesh", false)) return NULL;
+  if (check_items(it, mesh_keys, NMESH_KEYS, "mesh", false)) return NULL;
   Mesh *me = arena_alloc(sizeof *me);
   me->name = d->name;
   me->loc = d->name_loc;
@@ -409,19 +412,48 @@ static Mesh *check_mesh(Module *m, Decl *d) {
       return NULL;
     }
   }
-  me->intra_bw = me->device->link_bw;
-  me->inter_bw = 25e9;
-  me->mem_bytes = me->device->mem_bytes;
-  double v;
-  int r;
-  if ((r = num_item(m, it, "intra", &v, 1e6, 1e15, "a bandwidth such as 450 GB/s")) < 0) return NULL;
-  if (r) me->intra_bw = v;
-  if ((r = num_item(m, it, "inter", &v, 1e6, 1e15, "a bandwidth such as 50 GB/s")) < 0) return NULL;
-  if (r) me->inter_bw = v;
-  if ((r = num_item(m, it, "memory", &v, 1e6, 1e15, "a size such as 80 GB")) < 0) return NULL;
-  if (r) {
-    me->mem_bytes = v;
-    me->mem_loc = find_item(it, "memory")->value->loc;
+  ir_mesh_defaults(me);
+  /* Every figure of the hardware model can be overridden (docs/language.md). */
+  static const struct {
+    const char *key;
+    size_t off;
+    double lo, hi, scale;
+    const char *what;
+  } figs[] = {
+      {"intra", offsetof(Mesh, intra_bw), 1e6, 1e15, 1, "a bandwidth such as 450 GB/s"},
+      {"inter", offsetof(Mesh, inter_bw), 1e6, 1e15, 1, "a bandwidth such as 50 GB/s"},
+      {"memory", offsetof(Mesh, mem_bytes), 1e6, 1e15, 1, "a size such as 80 GB"},
+      {"peak_bf16", offsetof(Mesh, peak_bf16), 1e6, 1e18, 1, "a rate such as 989 TF/s"},
+      {"peak_fp32", offsetof(Mesh, peak_fp32), 1e6, 1e18, 1, "a rate such as 67 TF/s"},
+      {"peak_tf32", offsetof(Mesh, peak_tf32), 1e6, 1e18, 1, "a rate such as 494 TF/s"},
+      {"memory_bw", offsetof(Mesh, mem_bw), 1e6, 1e15, 1, "a bandwidth such as 3350 GB/s"},
+      {"launch_us", offsetof(Mesh, launch_s), 0, 1e6, 1e-6, "microseconds such as 4"},
+      {"intra_latency_us", offsetof(Mesh, intra_lat), 0, 1e6, 1e-6, "microseconds such as 3"},
+      {"inter_latency_us", offsetof(Mesh, inter_lat), 0, 1e6, 1e-6, "microseconds such as 6"},
+  };
+  for (size_t k = 0; k < sizeof figs / sizeof figs[0]; k++) {
+    double v;
+    int r = num_item(m, it, figs[k].key, &v, figs[k].lo, figs[k].hi, figs[k].what);
+    if (r < 0) return NULL;
+    if (r) *(double *)((char *)me + figs[k].off) = v * figs[k].scale;
+    if (r && !strcmp(figs[k].key, "memory")) me->mem_loc = find_item(it, "memory")->value->loc;
+  }
+  int64_t nics = int_item(m, it, "nics", 1, 64);
+  if (nics < 0) return NULL;
+  if (nics) me->nics = (int)nics;
+  Arg *link = find_item(it, "link");
+  if (link) {
+    static const char *const kinds[] = {"nvswitch", "nvlink", "pcie", "shm"};
+    const char *v = link->value->kind == E_IDENT || link->value->kind == E_STRING ? link->value->str
+                                                                                  : NULL;
+    int ok = 0;
+    for (int k = 0; v && k < 4; k++) ok |= !strcmp(v, kinds[k]);
+    if (!ok) {
+      diag_error(link->value->loc, "'link' must be nvswitch, nvlink, pcie or shm, got %s",
+                 v ? arena_printf("'%s'", v) : expr_desc(link->value));
+      return NULL;
+    }
+    me->link = v;
   }
   Arg *inter = find_item(it, "inter");
   if (inter && me->nodes == 1)
@@ -476,9 +508,7 @@ static Mesh *mesh_from_spec(Module *m, const char *spec) {
   me->per_node = x ? (int)b : (int)a;
   me->ndev = (int)(a * b);
   me->device = dev;
-  me->intra_bw = dev->link_bw;
-  me->inter_bw = 25e9;
-  me->mem_bytes = dev->mem_bytes;
+  ir_mesh_defaults(me);
   return me;
 }
 

@@ -311,28 +311,51 @@ void ir_print(FILE *out, const Graph *g);
 
 /* ---- devices, meshes, plans ---- */
 
+/* A device model: what one rank's device computes and holds, and the
+ * default topology of the nodes it comes in (the cost model, passes/cost.c,
+ * reads these through the Mesh, whose block may override each figure). */
 typedef struct DeviceSpec {
   const char *name;
-  double flops_bf16;    /* dense peak, FLOP/s */
-  double flops_fp32;
+  double flops_bf16;    /* dense peak, FLOP/s (bf16/fp16 tensor cores) */
+  double flops_fp32;    /* plain fp32 (no tensor cores; a CPU core's FMA peak) */
+  double flops_tf32;    /* fp32 through tf32 tensor cores (0: none) */
   double mem_bytes;
   double mem_bw;        /* bytes/s */
-  double link_bw;       /* default intra-node link per device, bytes/s */
+  double launch_s;      /* fixed cost of one kernel call (launch, or a BLAS call's setup) */
+  /* default topology of a node of these devices */
+  int per_node;
+  const char *link;     /* intra-node link: "nvswitch", "nvlink", "pcie", "shm" */
+  double link_bw;       /* intra-node link per device, per direction, bytes/s */
+  double link_lat;      /* intra-node latency of one message, s */
+  double nic_bw;        /* one NIC port per direction, bytes/s */
+  double net_lat;       /* inter-node latency of one message, s */
+  int nics;             /* NIC ports per node */
 } DeviceSpec;
 
 const DeviceSpec *ir_device_lookup(const char *name);
 void ir_device_names(char *buf, int cap);   /* "cpu, A100_SXM, ..." for messages */
 
+/* A mesh: nodes of per_node devices, with the figures the cost model uses
+ * (the device's, overridden by the mesh block's keys). */
 typedef struct Mesh {
   const char *name;
   SrcLoc loc;
   int nodes, per_node, ndev;
   const DeviceSpec *device;
-  double intra_bw, inter_bw;   /* bytes/s */
+  double intra_bw, inter_bw;   /* bytes/s per device per direction */
   double mem_bytes;            /* per device */
   SrcLoc mem_loc;              /* its `memory =` value, or none (the catalog's) */
   bool mem_from_flag;          /* mem_bytes comes from --memory */
+  double peak_bf16, peak_fp32, peak_tf32;   /* FLOP/s */
+  double mem_bw, launch_s;
+  double intra_lat, inter_lat; /* s */
+  const char *link;
+  int nics;                    /* per node */
 } Mesh;
+
+/* Fills a mesh's figures from its device (inter: the node's NICs shared by
+ * its devices); the mesh block's keys then override them. */
+void ir_mesh_defaults(Mesh *me);
 
 typedef enum { SP_NONE, SP_MEGATRON, SP_RING } SpKind;
 enum { PLAN_MAXSTAGES = 64 };

@@ -10,17 +10,28 @@
 #define GB 1e9
 #define TF 1e12
 
-/* Datasheet numbers (REFERENCES.md): dense bf16 peak, fp32 (non-tensor-core
- * for CPUs), HBM size and bandwidth, NVLink bandwidth per direction. */
+#define US 1e-6
+
+/* Datasheet numbers (REFERENCES.md, vendor datasheets): dense peaks (bf16
+ * tensor core, plain fp32, tf32 tensor core), memory and its bandwidth, the
+ * launch cost of a kernel, then the node: devices, the intra-node link (per
+ * device per direction) and its latency, NIC ports (per direction) and the
+ * network's latency.  DGX A100: 8 HDR 200 Gb/s ports; DGX H100/H200: 8 NDR
+ * 400 Gb/s.  `cpu` is one core of this project's machine (AMD EPYC Zen 5,
+ * 2.6 GHz, AVX-512 with two 512-bit FMA pipes: 64 fp32 FLOP/cycle), ranks on
+ * one node exchanging messages through shared memory; `shardc calibrate`
+ * measures the real figures. */
 static const DeviceSpec devices[] = {
-    {"cpu", 0.2 * TF, 0.1 * TF, 16 * GB, 20 * GB, 10 * GB},
-    {"V100_SXM", 125 * TF, 15.7 * TF, 32 * GB, 900 * GB, 150 * GB},
-    {"A100_SXM", 312 * TF, 19.5 * TF, 80 * GB, 2000 * GB, 300 * GB},
-    {"A100_PCIE", 312 * TF, 19.5 * TF, 80 * GB, 1935 * GB, 32 * GB},
-    {"H100_SXM", 989 * TF, 67 * TF, 80 * GB, 3350 * GB, 450 * GB},
-    {"H100_PCIE", 756 * TF, 51 * TF, 80 * GB, 2000 * GB, 64 * GB},
-    {"H200_SXM", 989 * TF, 67 * TF, 141 * GB, 4800 * GB, 450 * GB},
-    {"RTX4090", 165 * TF, 82.6 * TF, 24 * GB, 1008 * GB, 32 * GB},
+    /* name            bf16       fp32        tf32      mem       mem_bw     launch   per link     link_bw  link_lat  nic_bw   net_lat  nics */
+    {"cpu",           0.33 * TF, 0.166 * TF, 0,        16 * GB,  20 * GB,   2 * US,  1, "shm",     10 * GB,  1 * US,  25 * GB, 20 * US, 1},
+    {"V100_SXM",      125 * TF,  15.7 * TF,  0,        32 * GB,  900 * GB,  5 * US,  8, "nvlink",  150 * GB, 3 * US,  12.5 * GB, 6 * US, 4},
+    {"A100_SXM",      312 * TF,  19.5 * TF,  156 * TF, 80 * GB,  2039 * GB, 4 * US,  8, "nvswitch", 300 * GB, 3 * US, 25 * GB, 6 * US, 8},
+    {"A100_SXM_40GB", 312 * TF,  19.5 * TF,  156 * TF, 40 * GB,  1555 * GB, 4 * US,  8, "nvswitch", 300 * GB, 3 * US, 25 * GB, 6 * US, 8},
+    {"A100_PCIE",     312 * TF,  19.5 * TF,  156 * TF, 80 * GB,  1935 * GB, 4 * US,  8, "pcie",    32 * GB,  5 * US,  25 * GB, 6 * US, 4},
+    {"H100_SXM",      989 * TF,  67 * TF,    494 * TF, 80 * GB,  3350 * GB, 3 * US,  8, "nvswitch", 450 * GB, 3 * US, 50 * GB, 5 * US, 8},
+    {"H100_PCIE",     756 * TF,  51 * TF,    378 * TF, 80 * GB,  2000 * GB, 3 * US,  8, "pcie",    64 * GB,  5 * US,  50 * GB, 5 * US, 4},
+    {"H200_SXM",      989 * TF,  67 * TF,    494 * TF, 141 * GB, 4800 * GB, 3 * US,  8, "nvswitch", 450 * GB, 3 * US, 50 * GB, 5 * US, 8},
+    {"RTX4090",       165 * TF,  82.6 * TF,  82.6 * TF, 24 * GB, 1008 * GB, 3 * US,  8, "pcie",    32 * GB,  5 * US,  12.5 * GB, 8 * US, 1},
 };
 
 const DeviceSpec *ir_device_lookup(const char *name) {
@@ -34,6 +45,23 @@ void ir_device_names(char *buf, int cap) {
   buf[0] = 0;
   for (size_t i = 0; i < sizeof devices / sizeof devices[0] && n < cap; i++)
     n += snprintf(buf + n, (size_t)(cap - n), "%s%s", i ? ", " : "", devices[i].name);
+}
+
+void ir_mesh_defaults(Mesh *me) {
+  const DeviceSpec *d = me->device;
+  me->mem_bytes = d->mem_bytes;
+  me->peak_bf16 = d->flops_bf16;
+  me->peak_fp32 = d->flops_fp32;
+  me->peak_tf32 = d->flops_tf32;
+  me->mem_bw = d->mem_bw;
+  me->launch_s = d->launch_s;
+  me->link = d->link;
+  me->intra_bw = d->link_bw;
+  me->intra_lat = d->link_lat;
+  me->nics = d->nics;
+  /* the catalog node's ports shared by its devices */
+  me->inter_bw = d->nic_bw * d->nics / d->per_node;
+  me->inter_lat = d->net_lat;
 }
 
 /* ---- plans ---- */

@@ -34,6 +34,9 @@ int pass_stage(Module *m);
 const char *stage_layer_of(const Node *n, char *buf, int cap);
 /* Activation recompute on each stage (recompute.c). */
 int pass_recompute(Module *m);
+/* The forward values of g (after autodiff, before recompute) that policy
+ * `how` drops for every layer: drop[value id] (for the cost model). */
+void recompute_dropped(Graph *g, Recompute how, bool *drop);
 /* Pipeline (Module.nstages > 1): points m->graph and m->mem at stage s, or
  * back at the whole model for s < 0; per_stage runs fn once per stage so
  * (each stage's memory plan kept in m->stage_mem) and returns to the whole

@@ -277,6 +277,15 @@ static int64_t try_policies(Module *m, const Graph *g, const Recompute *how) {
   return bytes;
 }
 
+void recompute_dropped(Graph *g, Recompute how, bool *drop) {
+  R r = analyse(g);
+  int n = find_layers(&r, NULL);
+  Recompute *lay = arena_alloc(sizeof(Recompute) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) lay[i] = how;
+  if (n) choose(&r, lay);
+  memcpy(drop, r.drop, (size_t)r.nv);
+}
+
 /* "full for blocks.0 .. blocks.1, selective for blocks.2 .. blocks.3" */
 static const char *describe(const Recompute *how, const char **names, int n) {
   static const char *const pol[] = {"none", "selective", "full"};

@@ -155,7 +155,35 @@ expect mesh-missing-value 1 '--mesh needs a value' -- "$bin" check samples/gpt.s
 expect build-help 0 'usage: shardc build' -- "$bin" build --help
 expect build-cuda 1 '--target cuda: code for this target is not generated yet' -- "$bin" build samples/gpt.shard --target cuda -o "$tmp/cuda"
 expect build-pp 1 'strategy zero=1 with schedule=interleaved' -- "$bin" build samples/gpt.shard --strategy dp=2,pp=2,schedule=interleaved:2,zero=1 -o "$tmp/pp"
-expect explore-unavailable 1 "'explore' is not available yet" -- "$bin" explore samples/gpt.shard
+expect explore-table 0 'plans evaluated in .* s; best' -- "$bin" explore samples/gpt.shard
+expect explore-json 0 '^\[\{"strategy": "dp=[0-9]+.*"step_time_s": .*"mem_by_stage": \[.*"feasible": true' -- "$bin" explore samples/gpt.shard --json --top 3
+expect explore-partial 0 '^1 +dp=2,tp=2' -- "$bin" explore samples/gpt.shard --strategy tp=2
+expect explore-infeasible 0 'INFEASIBLE: stage [0-9]+ needs [0-9.]+ GB > 80.0 GB' -- "$bin" explore bench/models/gpt3-175b.shard --mesh 4x8:A100_SXM --strategy tp=8,pp=4 --top 1
+if command -v mpirun >/dev/null && [ -x "$(dirname "$bin")/shardc-calib" ]; then
+  SHARDC_CALIB_QUICK=1 expect calibrate 0 'wrote .*prof2.json: 2 ranks; SGEMM up to' -- "$bin" calibrate --np 2 -o "$tmp/prof2.json"
+  expect compile-profile 0 'predicted step .* \(profile .*prof2.json \(cpu, 2 ranks\)\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy dp=2 --profile "$tmp/prof2.json"
+  expect explore-profile 0 'profile .*prof2.json' -- "$bin" explore samples/gpt.shard --mesh 2 --profile "$tmp/prof2.json"
+fi
+echo '{"not": 1}' >"$tmp/bad.json"
+expect profile-bad 1 'not a shardc profile' -- "$bin" compile samples/gpt.shard --profile "$tmp/bad.json"
+expect profile-missing 1 'profile /nonexistent.json: cannot open it' -- "$bin" explore samples/gpt.shard --profile /nonexistent.json
+expect calibrate-no-out 1 'no output file' -- "$bin" calibrate --np 2
+expect explore-report 0 'plans evaluated' -- "$bin" explore bench/models/gpt3-175b.shard --top 3 --report "$tmp/report.html"
+if command -v xmllint >/dev/null; then
+  if xmllint --noout "$tmp/report.html" 2>/dev/null &&
+     [ "$(xmllint --xpath 'count(//*[local-name()="svg"])' "$tmp/report.html")" = 4 ] &&
+     [ "$(xmllint --xpath 'count(//*[@id="pareto"]/*[local-name()="circle"])' "$tmp/report.html")" -gt 1000 ] &&
+     [ "$(xmllint --xpath 'count(//*[@id="timeline"]/*[@class="fwd"])' "$tmp/report.html")" -gt 100 ] &&
+     [ "$(xmllint --xpath 'count(//*[@id="memory"]/*[@class="mem-3"])' "$tmp/report.html")" -gt 1 ] &&
+     xmllint --xpath '//*[@id="trainplan"]' "$tmp/report.html" >/dev/null 2>&1 &&
+     xmllint --xpath '//*[@id="front"]/@points' "$tmp/report.html" >/dev/null 2>&1; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL: explore-report-xml: the report does not parse or lacks its drawings"
+    fail=$((fail + 1))
+  fi
+fi
+expect explore-top-bad 1 '--top must be a number' -- "$bin" explore samples/gpt.shard --top 0
 
 # The memory check (passes/memcheck.c): check, compile and build refuse a
 # plan larger than the device (tests/diag/memory_*.shard for the messages);
@@ -197,13 +225,13 @@ expect memory-fits-h100 1 '^samples/gpt2-124m.shard:26:15: error: precision bf16
 # hardware FLOPs as run.
 expect plan-flops-dp 0 '^flops:    model 5.536e\+09 per step = 3 x 4.613e\+08 forward per microbatch \(256 tokens\) x 4 microbatches \(dp 4 x mb 1\)' -- "$bin" compile samples/gpt.shard --emit=plan
 expect plan-flops-tp 0 '^flops:    model 5.536e\+09 per step' -- "$bin" compile samples/gpt.shard --emit=plan --strategy tp=4
-expect plan-flops-hw 0 '^          hardware 5.501e\+09 per step, 1.375e\+09 on the busiest rank .*; device peak 1e\+11 FLOP/s \(cpu, fp32\)' -- "$bin" compile samples/gpt.shard --emit=plan
+expect plan-flops-hw 0 '^          hardware 5.501e\+09 per step, 1.375e\+09 on the busiest rank .*; device peak 1.66e\+11 FLOP/s \(cpu, fp32\)' -- "$bin" compile samples/gpt.shard --emit=plan
 
 # The command line wins over the train block.
 expect strategy-override 0 'strategy: dp=2,tp=2,mb=2 \(from --strategy\)' -- "$bin" compile samples/gpt.shard --strategy dp=2,tp=2
 expect strategy-eq-form 0 'strategy: dp=1,tp=4,mb=4 \(from --strategy\)' -- "$bin" compile samples/gpt.shard --strategy=tp=4
 expect strategy-dp-inferred 0 'strategy: dp=2,pp=2,schedule=gpipe' -- "$bin" compile samples/gpt.shard --strategy pp=2,schedule=gpipe
-expect strategy-auto 0 'strategy: auto' -- "$bin" compile samples/gpt.shard --strategy auto
+expect strategy-auto 0 'strategy: dp=4.* \(from auto: the best of [0-9]+ plans, predicted' -- "$bin" compile samples/gpt.shard --strategy auto
 expect mesh-spec 0 'mesh:     2x4:H100_SXM = 8 x H100_SXM \(2 nodes x 4\)' -- "$bin" compile samples/gpt.shard --mesh 2x4:H100_SXM --strategy dp=2,tp=4
 expect mesh-spec-count 0 'strategy: dp=2,mb=2 ' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy dp=2
 expect mesh-microbatch 1 'microbatch 4 does not divide the per-rank batch 2 \(batch 16 / dp 8\)' -- "$bin" check samples/gpt.shard --mesh 8 --strategy dp=8

@@ -94,6 +94,9 @@ reference gpt && {
   check gpt 8 tp2d=2x2,dp=2
   check gpt 8 tp2d=2x2,pp=2
   check gpt 8 tp2d=2x2,dp=2,zero=3
+  # strategy = auto: the search's best plan the cpu target generates
+  check gpt 4 auto
+  check gpt 8 auto
 }
 reference llama && {
   check llama 2 tp=2
@@ -107,6 +110,7 @@ reference llama && {
   check llama 2 dp=2,zero=3
   check llama 4 tp=2,dp=2,zero=2
   check llama 4 tp2d=2x2
+  check llama 8 auto
 }
 
 # A tied head with a bias (tests/dist/tiedbias.shard): on the grid the bias

@@ -12,7 +12,7 @@
  * steps:    300, precision fp32, seed 1337
  * params:   834,304 in 52 tensors (3.18 MiB fp32)
  * flops:    model 5.536e+09 per step = 3 x 4.613e+08 forward per microbatch (256 tokens) x 4 microbatches (dp 4 x mb 1)
- *           hardware 5.501e+09 per step, 1.375e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)
+ *           hardware 5.501e+09 per step, 1.375e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)
  * graph:    224 nodes (143 forward), 288 values
  * memory:   22,822,976 bytes per rank (21.77 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.04 MiB at node 150
  * comm:     5,005,824 bytes sent per rank per step (dp 5,005,824)
@@ -58,7 +58,7 @@ static const char PLAN[] =
     "steps:    300, precision fp32, seed 1337\n"
     "params:   834,304 in 52 tensors (3.18 MiB fp32)\n"
     "flops:    model 5.536e+09 per step = 3 x 4.613e+08 forward per microbatch (256 tokens) x 4 microbatches (dp 4 x mb 1)\n"
-    "          hardware 5.501e+09 per step, 1.375e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)\n"
+    "          hardware 5.501e+09 per step, 1.375e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)\n"
     "graph:    224 nodes (143 forward), 288 values\n"
     "memory:   22,822,976 bytes per rank (21.77 MiB): params 3.18 MiB, grads 3.18 MiB, optimizer 6.37 MiB, activations+inputs 9.04 MiB at node 150\n"
     "comm:     5,005,824 bytes sent per rank per step (dp 5,005,824)\n";
@@ -817,7 +817,7 @@ static const RtProgram program = {
     .ranks = 4, .dp = 4, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 4, .batch = 16, .seq = 64,
     .arena_bytes = 22822976, .persistent_bytes = 13348864, .comm_bytes = 5005824,
-    .model_flops = 5.53608806e+09, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
+    .model_flops = 5.53608806e+09, .peak_flops = 1.66e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 52, .norm_w = norm_w,
     .global = global, .nglobal = NGLOBAL, .global_bytes = 10011648, .shards = shards,
     .zero = 0, .zaxis = RT_AX_DP, .nreq = 7,

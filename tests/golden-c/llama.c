@@ -12,7 +12,7 @@
  * steps:    100, precision fp32, seed 1337
  * params:   758,912 in 31 tensors (2.90 MiB fp32)
  * flops:    model 2.458e+09 per step = 3 x 4.096e+08 forward per microbatch (256 tokens) x 2 microbatches (dp 2 x mb 1)
- *           hardware 2.45e+09 per step, 1.225e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)
+ *           hardware 2.45e+09 per step, 1.225e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)
  * graph:    201 nodes (121 forward), 252 values
  * memory:   22,909,952 bytes per rank (21.85 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.27 MiB at node 129
  * comm:     3,035,648 bytes sent per rank per step (dp 3,035,648)
@@ -58,7 +58,7 @@ static const char PLAN[] =
     "steps:    100, precision fp32, seed 1337\n"
     "params:   758,912 in 31 tensors (2.90 MiB fp32)\n"
     "flops:    model 2.458e+09 per step = 3 x 4.096e+08 forward per microbatch (256 tokens) x 2 microbatches (dp 2 x mb 1)\n"
-    "          hardware 2.45e+09 per step, 1.225e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)\n"
+    "          hardware 2.45e+09 per step, 1.225e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)\n"
     "graph:    201 nodes (121 forward), 252 values\n"
     "memory:   22,909,952 bytes per rank (21.85 MiB): params 2.90 MiB, grads 2.90 MiB, optimizer 5.79 MiB, activations+inputs 10.27 MiB at node 129\n"
     "comm:     3,035,648 bytes sent per rank per step (dp 3,035,648)\n";
@@ -900,7 +900,7 @@ static const RtProgram program = {
     .ranks = 2, .dp = 2, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 4, .batch = 8, .seq = 64,
     .arena_bytes = 22909952, .persistent_bytes = 12142592, .comm_bytes = 3035648,
-    .model_flops = 2.45774746e+09, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
+    .model_flops = 2.45774746e+09, .peak_flops = 1.66e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 31, .norm_w = norm_w,
     .global = global, .nglobal = NGLOBAL, .global_bytes = 9106944, .shards = shards,
     .zero = 0, .zaxis = RT_AX_DP, .nreq = 7,

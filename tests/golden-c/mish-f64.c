@@ -12,7 +12,7 @@
  * steps:    50, precision fp32, seed 1337
  * params:   118,528 in 28 tensors (463.00 KiB fp32)
  * flops:    model 9.779e+07 per step = 3 x 3.26e+07 forward per microbatch (128 tokens) x 1 microbatch (dp 1 x mb 1)
- *           hardware 9.73e+07 per step, 9.73e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)
+ *           hardware 9.73e+07 per step, 9.73e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)
  * graph:    117 nodes (77 forward), 151 values
  * memory:   3,283,072 bytes per rank (3.13 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.32 MiB at node 78
  *
@@ -56,7 +56,7 @@ static const char PLAN[] =
     "steps:    50, precision fp32, seed 1337\n"
     "params:   118,528 in 28 tensors (463.00 KiB fp32)\n"
     "flops:    model 9.779e+07 per step = 3 x 3.26e+07 forward per microbatch (128 tokens) x 1 microbatch (dp 1 x mb 1)\n"
-    "          hardware 9.73e+07 per step, 9.73e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)\n"
+    "          hardware 9.73e+07 per step, 9.73e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)\n"
     "graph:    117 nodes (77 forward), 151 values\n"
     "memory:   3,283,072 bytes per rank (3.13 MiB): params 463.00 KiB, grads 463.00 KiB, optimizer 926.00 KiB, activations+inputs 1.32 MiB at node 78\n";
 
@@ -438,7 +438,7 @@ static const RtProgram program = {
     .ranks = 1, .dp = 1, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 4, .batch = 4, .seq = 32,
     .arena_bytes = 6566144, .persistent_bytes = 3792896, .comm_bytes = 0,
-    .model_flops = 97787904, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
+    .model_flops = 97787904, .peak_flops = 1.66e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 28,
     .zero = -1, .zaxis = RT_AX_DP, .nreq = 0,
     .chunks = chunks, .nchunks = 1,

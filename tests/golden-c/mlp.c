@@ -12,7 +12,7 @@
  * steps:    200, precision fp32, seed 1337
  * params:   85,002 in 6 tensors (332.04 KiB fp32)
  * flops:    model 1.632e+07 per step = 3 x 5.441e+06 forward per microbatch (32 examples) x 1 microbatch (dp 1 x mb 1)
- *           hardware 1.632e+07 per step, 1.632e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)
+ *           hardware 1.632e+07 per step, 1.632e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)
  * graph:    27 nodes (17 forward), 29 values
  * memory:   1,196,096 bytes per rank (1.14 MiB): params 332.06 KiB, grads 332.06 KiB, optimizer 332.06 KiB, activations+inputs 171.88 KiB at node 20
  *
@@ -51,7 +51,7 @@ static const char PLAN[] =
     "steps:    200, precision fp32, seed 1337\n"
     "params:   85,002 in 6 tensors (332.04 KiB fp32)\n"
     "flops:    model 1.632e+07 per step = 3 x 5.441e+06 forward per microbatch (32 examples) x 1 microbatch (dp 1 x mb 1)\n"
-    "          hardware 1.632e+07 per step, 1.632e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1e+11 FLOP/s (cpu, fp32)\n"
+    "          hardware 1.632e+07 per step, 1.632e+07 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)\n"
     "graph:    27 nodes (17 forward), 29 values\n"
     "memory:   1,196,096 bytes per rank (1.14 MiB): params 332.06 KiB, grads 332.06 KiB, optimizer 332.06 KiB, activations+inputs 171.88 KiB at node 20\n";
 
@@ -143,7 +143,7 @@ static const RtProgram program = {
     .ranks = 1, .dp = 1, .tp = 1, .q = 0, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 1, .microbatch = 32, .batch = 32, .seq = 1,
     .arena_bytes = 1196096, .persistent_bytes = 1020096, .comm_bytes = 0,
-    .model_flops = 16324224, .peak_flops = 1e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
+    .model_flops = 16324224, .peak_flops = 1.66e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 6,
     .zero = -1, .zaxis = RT_AX_DP, .nreq = 0,
     .chunks = chunks, .nchunks = 1,

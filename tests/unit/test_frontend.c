@@ -88,11 +88,36 @@ int main(void) {
     ASSERT_NEAR(300e9, me->intra_bw, 1);
     ASSERT_NEAR(25e9, me->inter_bw, 1);
     ASSERT_NEAR(40.0 * 1024 * 1024 * 1024, me->mem_bytes, 1);
+    ASSERT_NEAR(312e12, me->peak_bf16, 1);
+    ASSERT_NEAR(2039e9, me->mem_bw, 1);
     ASSERT(2, m->train.plan.dp);
     ASSERT(2, m->train.plan.tp);
     ASSERT(2, m->train.plan.mb); /* 8 / dp 2 / microbatch 2 */
     ASSERT(16, g->symval[1]);
     ASSERT(0, pass_shape(m));
+  }
+
+  /* Every figure of the hardware model can be overridden in the mesh block. */
+  m = compile(
+      "model m(x: f32[B, 8], y: i32[B]) { return cross_entropy(linear(x, 4), y) }\n"
+      "mesh h { nodes = 2, per_node = 4, device = H100_SXM, peak_bf16 = 500 TF/s, peak_fp32 = 30 TF/s,\n"
+      "         peak_tf32 = 200 TF/s, memory_bw = 2000 GB/s, launch_us = 7, intra_latency_us = 2,\n"
+      "         inter_latency_us = 9, link = pcie, nics = 2, intra = 64 GB/s, inter = 100 Gb/s }\n"
+      "train { model = m, mesh = h, batch = 8 }\n");
+  ASSERT(1, m && m->train.mesh);
+  if (m && m->train.mesh) {
+    Mesh *me = m->train.mesh;
+    ASSERT_NEAR(500e12, me->peak_bf16, 1);
+    ASSERT_NEAR(30e12, me->peak_fp32, 1);
+    ASSERT_NEAR(200e12, me->peak_tf32, 1);
+    ASSERT_NEAR(2000e9, me->mem_bw, 1);
+    ASSERT_NEAR(7e-6, me->launch_s, 1e-12);
+    ASSERT_NEAR(2e-6, me->intra_lat, 1e-12);
+    ASSERT_NEAR(9e-6, me->inter_lat, 1e-12);
+    ASSERT(1, !strcmp(me->link, "pcie"));
+    ASSERT(2, me->nics);
+    ASSERT_NEAR(64e9, me->intra_bw, 1);
+    ASSERT_NEAR(12.5e9, me->inter_bw, 1);
   }
 
   /* Errors: each of these must fail to compile. */

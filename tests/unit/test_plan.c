@@ -1,3 +1,4 @@
+#include <string.h>
 /* test_plan.c — strategy SPEC parsing and resolution against mesh sizes. */
 #include "ir.h"
 #include "test.h"
@@ -96,5 +97,16 @@ int main(void) {
   ASSERT(1, ir_device_lookup("H100_SXM") != NULL);
   ASSERT(1, ir_device_lookup("H100_SXM")->flops_bf16 == 989e12);
   ASSERT(1, ir_device_lookup("nope") == NULL);
+  ASSERT(1, ir_device_lookup("H200_SXM")->mem_bw == 4800e9);
+  ASSERT(1, ir_device_lookup("A100_SXM_40GB")->mem_bytes == 40e9);
+  ASSERT(1, ir_device_lookup("A100_SXM")->flops_tf32 == 156e12);
+  {
+    Mesh me = {.nodes = 4, .per_node = 8, .ndev = 32, .device = ir_device_lookup("H100_SXM")};
+    ir_mesh_defaults(&me);
+    ASSERT(1, me.inter_bw == 50e9);   /* 8 NDR ports for 8 GPUs */
+    ASSERT(1, me.intra_bw == 450e9);
+    ASSERT(1, !strcmp(me.link, "nvswitch"));
+    ASSERT(1, me.peak_bf16 == 989e12 && me.launch_s > 0 && me.inter_lat > me.intra_lat);
+  }
   TEST_MAIN_END();
 }

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Cost-model accuracy on this machine: for plans of bench/models/gpt-bench.shard
+# on 4 and 8 MPI ranks (dp, tp, tp2d, sp, pp with each schedule, ZeRO), the
+# predicted step time (shardc compile --emit=plan --profile, after shardc
+# calibrate --np N) against the measured one (the fastest step of steps
+# 2..STEPS of DIR/train: on a machine shared with other work the fastest
+# step is the least disturbed one, as calibrate keeps its fastest trial), and the planned peak memory per rank against the
+# runtime's measured high-water mark.  Prints a table, then MAPE and the
+# Spearman rank correlation.
+#   bench/explore_accuracy.sh [BUILD_DIR] [STEPS]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build="${1:-build}"
+steps="${2:-8}"
+bin="$build/shardc"
+unset OPENBLAS_CORETYPE   # what users get
+model=bench/models/gpt-bench.shard
+work=$(mktemp -d /tmp/shardc-acc.XXXXXX)
+mpi=(mpirun --oversubscribe)
+[ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
+
+plans4=("dp=4" "dp=2,tp=2" "tp=4" "dp=2,tp=2,sp=megatron" "tp2d=2x2" "dp=2,pp=2,mb=4"
+        "pp=4,mb=8" "dp=2,sp=ring:2" "dp=4,zero=2" "tp=2,pp=2,schedule=gpipe,mb=4"
+        "dp=2,pp=2,schedule=interleaved:2,mb=4" "dp=4,mb=4")
+plans8=("dp=8" "dp=2,tp=4" "dp=2,tp=2,pp=2,mb=4" "dp=2,tp2d=2x2" "dp=4,sp=ring:2,zero=1"
+        "dp=2,pp=4,mb=4")
+
+rows="$work/rows.tsv"
+: >"$rows"
+for np in 4 8; do
+  prof="$work/p$np.json"
+  if [ -n "${SHARDC_PROFILE_DIR:-}" ] && [ -f "$SHARDC_PROFILE_DIR/p$np.json" ]; then
+    cp "$SHARDC_PROFILE_DIR/p$np.json" "$prof"
+  else
+    "$bin" calibrate --np "$np" -o "$prof" >&2 || exit 1
+  fi
+  if [ "$np" = 4 ]; then plans=("${plans4[@]}"); else plans=("${plans8[@]}"); fi
+  for s in "${plans[@]}"; do
+    d="$work/np$np-$(echo "$s" | tr ',=:' '___')"
+    pred=$("$bin" compile "$model" --mesh "$np" --strategy "$s" --profile "$prof" |
+           sed -n 's/^cost: *predicted step \([0-9.]*\) \(m\?s\).*/\1 \2/p')
+    pred_s=$(awk -v v="${pred% *}" -v u="${pred#* }" 'BEGIN { print (u == "ms" ? v / 1000 : v) }')
+    "$bin" build "$model" --mesh "$np" --strategy "$s" -o "$d" >/dev/null 2>&1 || { echo "build failed: $s" >&2; continue; }
+    out=$("${mpi[@]}" -np "$np" "$d/train" --steps "$steps" --log "$d/log.jsonl" 2>&1)
+    meas_s=$(python3 - "$d/log.jsonl" <<'PY'
+import json, statistics, sys
+ms = [json.loads(l)["step_ms"] for l in open(sys.argv[1]) if l.strip()]
+print(min(ms[1:] if len(ms) > 1 else ms) / 1000)
+PY
+)
+    # "planned peak X bytes per rank, measured Y" or, for pipelines, "planned
+    # peak per rank by stage A / B bytes, measured C / D": the largest of each
+    planned=$(grep '^memory: *planned peak' <<<"$out" | python3 -c '
+import re, sys
+l = sys.stdin.read()
+m = re.search(r"planned peak (?:per rank by stage )?([0-9, /]+) bytes(?: per rank)?, measured ([0-9, /]+)", l)
+if m:
+    f = lambda s: max(int(x.replace(",", "")) for x in s.split("/") if x.strip())
+    print(f(m.group(1)), f(m.group(2)))
+else:
+    print("? ?")')
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$np" "$s" "$pred_s" "$meas_s" "${planned% *}" "${planned#* }" >>"$rows"
+  done
+done
+
+python3 - "$rows" <<'PY'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+print(f"{'ranks':>5}  {'strategy':<40} {'predicted':>10} {'measured':>10} {'error':>7}  {'planned peak':>13} {'measured peak':>13}")
+errs, pred, meas = [], [], []
+for np_, s, p, m, pm, mm in rows:
+    p, m = float(p), float(m)
+    e = (p - m) / m
+    errs.append(abs(e)); pred.append(p); meas.append(m)
+    same = "=" if pm == mm else "!="
+    print(f"{np_:>5}  {s:<40} {p*1e3:>8.0f}ms {m*1e3:>8.0f}ms {100*e:>+6.1f}%  {pm:>13} {same} {mm:>11}")
+def ranks(v):
+    order = sorted(range(len(v)), key=lambda i: v[i])
+    r = [0.0] * len(v)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return r
+def spearman(a, b):
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    ma, mb = sum(ra) / n, sum(rb) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = sum((x - ma) ** 2 for x in ra) ** 0.5
+    vb = sum((y - mb) ** 2 for y in rb) ** 0.5
+    return cov / (va * vb)
+n = len(rows)
+print(f"\n{n} plans: MAPE {100*sum(errs)/n:.1f}%, Spearman {spearman(pred, meas):.3f}; "
+      f"peak memory planned = measured on {sum(1 for r in rows if r[4] == r[5])} of {n}")
+for np_ in ("4", "8"):
+    idx = [i for i, r in enumerate(rows) if r[0] == np_]
+    if len(idx) > 1:
+        print(f"  {np_} ranks: MAPE {100*sum(errs[i] for i in idx)/len(idx):.1f}%, "
+              f"Spearman {spearman([pred[i] for i in idx], [meas[i] for i in idx]):.3f}")
+PY
+echo "(work files in $work)"

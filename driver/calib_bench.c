@@ -1,0 +1,230 @@
+/* calib_bench.c — the microbenchmarks behind `shardc calibrate`: run under
+ * mpirun with the ranks placed as training programs place them (every rank
+ * busy at once, threads per rank as the training driver sets them), it
+ * measures on every rank at once
+ *   - SGEMM throughput over shapes, through the BLAS the programs link;
+ *   - a memory-bound kernel's bandwidth over sizes;
+ *   - the cost of one kernel call;
+ *   - all-reduce, all-gather, reduce-scatter, broadcast and send/recv over
+ *     message sizes, for groups of 2, 4, ... consecutive ranks (all groups
+ *     at once, as a plan's tp or dp groups run);
+ * and rank 0 writes the profile (cost.h's format) to argv[1]. */
+#include <cblas.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+extern void openblas_set_num_threads(int) __attribute__((weak));
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int world, rank;
+/* seconds per trial (SHARDC_CALIB_QUICK: a few ms, for tests) */
+static double window = 0.15;
+
+/* Time per call of `body` on every rank at once: a first call sizes the
+ * repetitions to about 0.15 s (the same on every rank: the slowest's), then
+ * three trials; a trial lasts from the first rank's start to the last
+ * rank's end (one node's monotonic clock: ranks sharing cores may start
+ * late, after others ran), and the fastest trial is kept (the machine
+ * least disturbed by other work; the accuracy benchmark takes the fastest
+ * step alike). */
+#define TIME_ALL(reps_unused, body, out)                                              \
+  do {                                                                               \
+    (void)(reps_unused);                                                             \
+    MPI_Barrier(MPI_COMM_WORLD);                                                     \
+    double t0_ = now();                                                              \
+    body;                                                                            \
+    double d_ = now() - t0_, dmax_;                                                  \
+    MPI_Allreduce(&d_, &dmax_, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);              \
+    int reps_ = (int)(window / (dmax_ > 1e-7 ? dmax_ : 1e-7));                         \
+    reps_ = reps_ < 1 ? 1 : reps_ > 20000 ? 20000 : reps_;                           \
+    double tr_[3];                                                                   \
+    for (int k_ = 0; k_ < 3; k_++) {                                                 \
+      MPI_Barrier(MPI_COMM_WORLD);                                                   \
+      double s_ = now(), smin_;                                                      \
+      for (int r_ = 0; r_ < reps_; r_++) { body; }                                   \
+      double e_ = now(), emax_;                                                      \
+      MPI_Allreduce(&s_, &smin_, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);            \
+      MPI_Allreduce(&e_, &emax_, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);            \
+      tr_[k_] = (emax_ - smin_) / reps_;                                             \
+    }                                                                                \
+    (out) = fmin(tr_[0], fmin(tr_[1], tr_[2]));                                      \
+  } while (0)
+
+static int reps_for(double a, double b) { return (int)(a / b); }
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (getenv("SHARDC_CALIB_QUICK")) window = 0.003;
+  if (argc < 2) {
+    if (!rank) fprintf(stderr, "usage: mpirun -np N shardc-calib OUT.json\n");
+    MPI_Finalize();
+    return 1;
+  }
+  /* threads as runtime/train_support.c's rt_train_threads sets them */
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  int local = ls ? atoi(ls) : world;
+  int threads = cores > 0 && local > 0 ? (int)(cores / local) : 1;
+  if (threads < 1) threads = 1;
+  if (openblas_set_num_threads && !getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(threads);
+
+  FILE *out = NULL;
+  if (!rank) {
+    out = fopen(argv[1], "w");
+    if (!out) {
+      fprintf(stderr, "shardc calibrate: cannot write %s\n", argv[1]);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    fprintf(out, "{\"shardc_profile\": 1, \"device\": \"cpu\", \"np\": %d, \"threads\": %d, \"cores\": %ld,\n",
+            world, threads, cores);
+  }
+  /* ---- GEMM over shapes: square and the skinny ones training runs ---- */
+  enum { MAXD = 1024 };
+  float *A = malloc(sizeof(float) * MAXD * MAXD * 4), *B = malloc(sizeof(float) * MAXD * MAXD * 4),
+        *C = malloc(sizeof(float) * MAXD * MAXD * 4);
+  for (long i = 0; i < (long)MAXD * MAXD * 4; i++) A[i] = B[i] = C[i] = 1e-3f * (float)(i % 7);
+  /* 64 MiB per rank, over the last-level cache of the whole socket */
+  enum { POOL = 16L << 20 };
+  float *pool = malloc(sizeof(float) * POOL);
+  for (long i = 0; i < POOL; i++) pool[i] = 1e-3f * (float)(i % 5);
+  static const int shapes[][3] = {
+      {1, 1, 1},       {8, 8, 8},       {16, 16, 16},     {32, 32, 32},     {64, 64, 64},
+      {256, 64, 64},   {128, 128, 128}, {256, 128, 128},  {256, 256, 128},  {256, 256, 256},
+      {256, 512, 128}, {512, 384, 128}, {512, 512, 256},  {512, 512, 512},  {1024, 512, 512},
+      {1024, 1024, 512}, {1024, 1024, 1024}, {2048, 1024, 1024}};
+  int nsh = sizeof shapes / sizeof shapes[0];
+  double gx[32], gy[32], launch = 0;
+  for (int i = 0; i < nsh; i++) {
+    int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+    double fl = 2.0 * M * N * K, t;
+    int reps = reps_for(fl, 2e10 / world);
+    /* the three layouts a linear runs: y = x·Wᵀ, dx = dy·W, dW = dyᵀ·x; the
+     * operands rotate through a pool larger than the caches, as a step's
+     * tensors do through its arena */
+    long slot = 0, need = (long)M * K + (long)K * N + (long)M * N;
+    long nslots = POOL / need > 1 ? POOL / need : 1;
+#define OPS_ (slot = (slot + 1) % nslots, pool + slot * need)
+    TIME_ALL(reps, float *a_ = OPS_; float *b_ = a_ + (long)M * K; float *c_ = b_ + (long)K * N;
+             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a_, K, b_, K, 0.0f, c_, N);
+             a_ = OPS_; b_ = a_ + (long)M * K; c_ = b_ + (long)K * N;
+             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a_, K, b_, N, 0.0f, c_, N);
+             a_ = OPS_; b_ = a_ + (long)M * K; c_ = b_ + (long)K * N;
+             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, 1.0f, a_, M, b_, N, 0.0f, c_, N), t);
+#undef OPS_
+    t /= 3;
+    if (i == 0) launch = t;
+    gx[i] = fl;
+    gy[i] = fl / (t > launch && i ? t - launch : t);
+  }
+  if (!rank) {
+    /* a curve of rate by FLOPs: sorted, equal FLOPs merged */
+    fprintf(out, "\"launch_s\": %.6g,\n\"gemm\": [", launch);
+    int first = 1;
+    /* sort indices by flops */
+    int idx[32], n = 0;
+    for (int i = 1; i < nsh; i++) idx[n++] = i;
+    for (int a = 0; a < n; a++)
+      for (int b = a + 1; b < n; b++)
+        if (gx[idx[b]] < gx[idx[a]]) {
+          int t = idx[a];
+          idx[a] = idx[b];
+          idx[b] = t;
+        }
+    double last = 0;
+    for (int a = 0; a < n; a++) {
+      if (gx[idx[a]] <= last) continue;
+      fprintf(out, "%s[%.6g, %.6g]", first ? "" : ", ", gx[idx[a]], gy[idx[a]]);
+      first = 0;
+      last = gx[idx[a]];
+    }
+    fprintf(out, "],\n");
+  }
+  /* ---- memory-bound: y = a + s*b over sizes (3 streams) ---- */
+  if (!rank) fprintf(out, "\"bw\": [");
+  {
+    int first = 1;
+    for (long n = 1024; n <= (long)MAXD * MAXD * 4; n *= 4) {
+      double bytes = 3.0 * n * 4, t;
+      int reps = reps_for(bytes, 5e9 / world);
+      TIME_ALL(reps, for (long i = 0; i < n; i++) C[i] = A[i] + 0.5f * B[i], t);
+      if (!rank) {
+        fprintf(out, "%s[%.6g, %.6g]", first ? "" : ", ", bytes, bytes / t);
+        first = 0;
+      }
+    }
+  }
+  if (!rank) fprintf(out, "],\n\"coll\": [");
+  /* ---- collectives: groups of n consecutive ranks, all at once ---- */
+  int firstc = 1;
+  long maxb = 16L << 20;
+  char *sb = malloc((size_t)maxb), *rb = malloc((size_t)maxb);
+  memset(sb, 1, (size_t)maxb);
+  /* Collectives as a step meets them: after a stretch of compute on every
+   * rank (ranks sharing cores then arrive out of step and must be scheduled
+   * in), so each is timed behind a GEMM and the GEMM's own time taken off. */
+  const int GM = 192;
+  double tg;
+#define WORK cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, GM, GM, GM, 1.0f, A, GM, B, GM, 0.0f, C, GM)
+  TIME_ALL(0, WORK, tg);
+  for (int n = 2; n <= world; n *= 2) {
+    if (world % n) continue;
+    MPI_Comm g;
+    MPI_Comm_split(MPI_COMM_WORLD, rank / n, rank, &g);
+    static const char *ops[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "p2p"};
+    for (int o = 0; o < 5; o++) {
+      if (o == 4 && n != 2) continue;
+      if (!rank) fprintf(out, "%s{\"op\": \"%s\", \"n\": %d, \"t\": [", firstc ? "" : ",\n ", ops[o], n);
+      firstc = 0;
+      int first = 1;
+      for (long bytes = 64; bytes <= maxb; bytes *= 4) {
+        long cnt = bytes / 4;
+        double t;
+        int reps = reps_for((double)bytes, 1e9 / world);
+        if (reps > 200) reps = 200;
+        int gr;
+        MPI_Comm_rank(g, &gr);
+        switch (o) {
+        case 0: TIME_ALL(reps, WORK; MPI_Allreduce(sb, rb, (int)cnt, MPI_FLOAT, MPI_SUM, g), t); break;
+        case 1: TIME_ALL(reps, WORK; MPI_Allgather(sb, (int)(cnt / n), MPI_FLOAT, rb, (int)(cnt / n), MPI_FLOAT, g), t); break;
+        case 2: TIME_ALL(reps, WORK; MPI_Reduce_scatter_block(sb, rb, (int)(cnt / n), MPI_FLOAT, MPI_SUM, g), t); break;
+        case 3: TIME_ALL(reps, WORK; MPI_Bcast(sb, (int)cnt, MPI_FLOAT, 0, g), t); break;
+        default:
+          TIME_ALL(reps, WORK; MPI_Sendrecv(sb, (int)cnt, MPI_FLOAT, gr ^ 1, 7, rb, (int)cnt, MPI_FLOAT, gr ^ 1, 7, g, MPI_STATUS_IGNORE), t);
+          break;
+        }
+        t -= tg;
+        if (t < 1e-6) t = 1e-6;
+        if (!rank) {
+          fprintf(out, "%s[%ld, %.6g]", first ? "" : ", ", bytes, t);
+          first = 0;
+        }
+      }
+      if (!rank) fprintf(out, "]}");
+    }
+    MPI_Comm_free(&g);
+  }
+  if (!rank) {
+    fprintf(out, "]}\n");
+    fclose(out);
+  }
+  free(A);
+  free(pool);
+  free(B);
+  free(C);
+  free(sb);
+  free(rb);
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,852 @@
+/* cost.c — the cost model: kernels (roofline with efficiency curves),
+ * collectives (alpha-beta per algorithm), pipeline schedules (simulated
+ * action by action) and whole steps, over the per-rank programs.
+ * cost.h says what each entry computes; explore.c holds the search's fast
+ * evaluator, which uses the same formulas.  Memory comes from memplan. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+#include "passes.h"
+
+/* ---- hardware ---- */
+
+void cost_hw_from_mesh(HwModel *hw, const Mesh *me, DType prec) {
+  memset(hw, 0, sizeof *hw);
+  bool gpu = strcmp(me->device->name, "cpu") != 0;
+  bool half = prec == DT_BF16 || prec == DT_F16;
+  hw->peak = half ? me->peak_bf16 : me->peak_tf32 > 0 ? me->peak_tf32 : me->peak_fp32;
+  hw->elt = half ? 2 : prec == DT_F64 ? 8 : 4;
+  /* First principles, no fit to any paper: a large cuBLAS GEMM reaches
+   * 70-80% of the dense peak (790/989 TF/s measured on an H200); a
+   * device-to-device copy ~90% of HBM bandwidth (4.3/4.8 TB/s); NCCL's bus
+   * bandwidth ~80% of the link (370/450 GB/s on 8xH100).  A CPU core's
+   * OpenBLAS SGEMM reaches ~85% of its FMA peak, a streaming loop ~60% of
+   * the socket's bandwidth. */
+  hw->gemm_eff = gpu ? 0.78 : 0.85;
+  /* the GEMM dim at which efficiency halves: a tile's worth of rows (128 on
+   * tensor cores; a register block's on a CPU) */
+  hw->gemm_half = gpu ? 96 : 12;
+  hw->mem_bw = me->mem_bw;
+  hw->mem_eff = gpu ? 0.88 : 0.6;
+  hw->launch_s = me->launch_s;
+  hw->intra_bw = me->intra_bw;
+  hw->intra_lat = me->intra_lat;
+  hw->inter_bw = me->inter_bw;
+  hw->inter_lat = me->inter_lat;
+  hw->link_eff = gpu ? 0.8 : 0.7;
+  /* GPUs reduce buckets on their own stream (llm.c, DDP); MPI on a CPU
+   * progresses a nonblocking collective only inside MPI calls */
+  hw->overlap = gpu ? 0.9 : 0.0;
+  hw->per_node = me->per_node;
+  hw->nodes = me->nodes;
+  snprintf(hw->source, sizeof hw->source, "catalog %s, %s", me->device->name,
+           half ? "bf16" : hw->peak == me->peak_tf32 ? "tf32" : "fp32");
+}
+
+double cost_curve(const CostCurve *c, double x) {
+  if (c->n == 0) return 0;
+  if (c->n == 1 || x <= c->x[0]) return c->y[0];
+  if (x >= c->x[c->n - 1]) return c->y[c->n - 1];
+  int i = 1;
+  while (c->x[i] < x) i++;
+  double lx0 = log(c->x[i - 1]), lx1 = log(c->x[i]), f = (log(x) - lx0) / (lx1 - lx0);
+  return exp(log(c->y[i - 1]) + f * (log(c->y[i]) - log(c->y[i - 1])));
+}
+
+/* ---- kernels ---- */
+
+/* A dim's share of the efficiency: tiles are full once the dim reaches a
+ * few of them (wave and tile quantisation smoothed). */
+static double dim_eff(double x, double half) { return x / (x + half); }
+
+double cost_gemm(const HwModel *hw, double M, double N, double K) {
+  if (M <= 0 || N <= 0 || K <= 0) return 0;
+  double flops = 2 * M * N * K;
+  double rate;
+  if (hw->gemm.n) {
+    rate = cost_curve(&hw->gemm, flops);
+  } else {
+    /* the smallest dim limits a GEMM most; all three share the loss */
+    double e = dim_eff(M, hw->gemm_half) * dim_eff(N, hw->gemm_half) * dim_eff(K, hw->gemm_half);
+    rate = hw->peak * hw->gemm_eff * cbrt(e) * cbrt(e) * cbrt(e);
+  }
+  double bytes = (M * K + K * N + M * N) * hw->elt;
+  double t_mem = bytes / (hw->mem_bw * hw->mem_eff);
+  double t = flops / rate;
+  return (t > t_mem ? t : t_mem) + hw->launch_s;
+}
+
+double cost_membound(const HwModel *hw, double bytes, double flops) {
+  double bw = hw->bw.n ? cost_curve(&hw->bw, bytes) : hw->mem_bw * hw->mem_eff;
+  double t = bytes / bw, tf = flops / (hw->peak * 0.5);
+  return (t > tf ? t : tf) + hw->launch_s;
+}
+
+/* ---- collectives ---- */
+
+const char *cost_alg_name(CostAlg a) {
+  static const char *n[] = {"ring", "tree", "hierarchical", "p2p", "measured"};
+  return n[a];
+}
+
+static const CostColl *measured(const HwModel *hw, const char *op, int n) {
+  const CostColl *best = NULL;
+  for (int i = 0; i < hw->ncoll; i++) {
+    const CostColl *c = &hw->coll[i];
+    if (strcmp(c->op, op)) continue;
+    if (c->nranks == n) return c;
+  }
+  return best;
+}
+
+/* Ring steps' bytes factor and number of steps per op over n ranks. */
+static void ring_shape(const char *op, int n, double *vol, double *steps) {
+  if (!strcmp(op, "all_reduce")) {
+    *vol = 2.0 * (n - 1) / n;
+    *steps = 2.0 * (n - 1);
+  } else if (!strcmp(op, "broadcast")) {
+    *vol = 1; /* pipelined ring: the message once through every link */
+    *steps = n - 1;
+  } else if (!strcmp(op, "p2p")) {
+    *vol = 1;
+    *steps = 1;
+  } else { /* all_gather, reduce_scatter */
+    *vol = (double)(n - 1) / n;
+    *steps = n - 1;
+  }
+}
+
+double cost_coll(const HwModel *hw, const char *op, int n, int stride, double bytes, CostAlg *alg) {
+  if (alg) *alg = ALG_RING;
+  if (n <= 1 || bytes <= 0) return 0;
+  const CostColl *mc = measured(hw, op, n);
+  if (mc) {
+    if (alg) *alg = ALG_MEASURED;
+    return cost_curve(&mc->t, bytes);
+  }
+  /* Ranks fill nodes in order: a group of n ranks `stride` apart has k on
+   * each node it touches, spread over nn nodes. */
+  int P = hw->per_node > 0 ? hw->per_node : 1;
+  int k = stride >= P ? 1 : P / stride;
+  if (k > n) k = n;
+  int nn = (n + k - 1) / k;
+  double bi = hw->intra_bw * hw->link_eff, be = hw->inter_bw * hw->link_eff;
+  double ai = hw->intra_lat, ae = hw->inter_lat;
+  double vol, steps;
+  ring_shape(op, n, &vol, &steps);
+  if (!strcmp(op, "p2p")) {
+    if (alg) *alg = ALG_P2P;
+    return nn > 1 ? ae + bytes / be : ai + bytes / bi;
+  }
+  /* flat ring: every step waits for its slowest link */
+  double a = nn > 1 ? ae : ai, b = nn > 1 ? (be < bi ? be : bi) : bi;
+  double best = steps * a + vol * bytes / b;
+  CostAlg ba = ALG_RING;
+  /* tree (double binary tree; all-reduce and broadcast): log-depth latency,
+   * the message up and down once */
+  if (!strcmp(op, "all_reduce") || !strcmp(op, "broadcast")) {
+    double depth = ceil(log2((double)n));
+    double f = !strcmp(op, "all_reduce") ? 2 : 1;
+    double t = f * depth * a + f * bytes / b;
+    if (t < best) {
+      best = t;
+      ba = ALG_TREE;
+    }
+  }
+  /* hierarchical over nodes: intra-node reduce-scatter, inter-node ring on
+   * 1/k of the data (the k ranks of a node each over their own NIC share),
+   * intra-node all-gather */
+  if (nn > 1 && k > 1) {
+    double iv, is, ev, es;
+    ring_shape("reduce_scatter", k, &iv, &is);
+    ring_shape(op, nn, &ev, &es);
+    double intra = is * ai + iv * bytes / bi;
+    double inter = es * ae + ev * (bytes / k) / be;
+    double t = inter;
+    if (!strcmp(op, "all_reduce"))
+      t += 2 * intra;
+    else if (!strcmp(op, "broadcast"))
+      t += intra;
+    else
+      t = intra + es * ae + ev * bytes / (be * k);
+    if (t < best) {
+      best = t;
+      ba = ALG_HIER;
+    }
+  }
+  if (alg) *alg = ba;
+  return best;
+}
+
+/* ---- nodes ---- */
+
+double cost_node_flops(const Node *n) { return ir_ops[n->op].flops(n); }
+
+static double vbytes(const Value *v, int elt) {
+  return v ? (double)ir_numel(&v->shape) * (v->dtype == DT_I32 ? 4 : elt) : 0;
+}
+
+double cost_node(const HwModel *hw, const Node *n) {
+  int elt = hw->elt;
+  switch (n->op) {
+  case OP_MATMUL: {
+    double K = (double)n->in[1]->shape.d[1].n, N = (double)n->in[1]->shape.d[0].n;
+    double M = (double)ir_numel(&n->in[0]->shape) / K;
+    return cost_gemm(hw, M, N, K);
+  }
+  case OP_MATMUL_BWD: {
+    /* dx = dy·W, dW += dyᵀ·x: two GEMMs of the forward's size */
+    double N = (double)n->in[2]->shape.d[0].n, K = (double)n->in[2]->shape.d[1].n;
+    double M = (double)ir_numel(&n->in[0]->shape) / N;
+    return cost_gemm(hw, M, K, N) + cost_gemm(hw, N, K, M);
+  }
+  case OP_ATTENTION:
+  case OP_ATTENTION_BWD: {
+    /* blocked like FlashAttention: per (batch, head) GEMMs over T x T x D */
+    const Shape *q = &n->in[n->op == OP_ATTENTION ? 0 : 1]->shape;
+    double B = (double)q->d[0].n, T = (double)q->d[1].n, H = (double)q->d[2].n,
+           D = (double)q->d[3].n;
+    double flops = cost_node_flops(n);
+    double one = cost_gemm(hw, T, T, D) - hw->launch_s; /* QKᵀ of one head */
+    double rate = one > 0 ? 2 * T * T * D / one : hw->peak;
+    /* softmax work between the products: memory-bound over the scores,
+     * kept in cache by blocking, so a fraction of a pass */
+    double t = flops / rate + B * H * cost_membound(hw, T * T * elt * 0.25, 5 * T * T) / 8;
+    return t + hw->launch_s;
+  }
+  default: break;
+  }
+  if (ir_is_comm(n->op) || ir_ops[n->op].cls == OPC_BUCKET || ir_ops[n->op].cls == OPC_LEAF ||
+      ir_ops[n->op].cls == OPC_VIEW)
+    return 0;
+  double bytes = 0;
+  for (int i = 0; i < n->nin; i++)
+    if (ir_reads_data(n, i)) bytes += vbytes(n->in[i], elt);
+  for (int i = 0; i < n->nout; i++) bytes += vbytes(n->outs[i], elt);
+  return cost_membound(hw, bytes, cost_node_flops(n));
+}
+
+/* ---- a compiled plan ---- */
+
+void cost_axis_group(const Plan *p, int axis, int *size, int *stride) {
+  int T = p->tp * p->tp2d * p->tp2d, q = p->tp2d > 1 ? p->tp2d : 0;
+  int sp = p->sp_kind == SP_RING ? p->sp : 1;
+  *size = 1;
+  *stride = 1;
+  switch (axis) {
+  case AX_WORLD: *size = T * sp * p->dp * p->pp; break;
+  case AX_DP: *size = p->dp; *stride = T * sp; break;
+  case AX_TP: *size = T; break;
+  case AX_TPR: *size = q ? q : 1; break;
+  case AX_TPC: *size = q ? q : 1; *stride = q ? q : 1; break;
+  case AX_SP: *size = sp; *stride = T; break;
+  case AX_PP: *size = p->pp; *stride = T * sp * p->dp; break;
+  case AX_DATA: *size = p->dp * sp; *stride = T; break;
+  case AX_EMBED: *size = p->pp > 1 ? 2 : 1; *stride = T * sp * p->dp * (p->pp - 1); break;
+  default: break;
+  }
+}
+
+/* The time of a communication given its counted volume V (bytes sent per
+ * rank, runtime/dist_formulas.h) on an axis: the buffer size recovered
+ * from V for the collective's formula. */
+static double comm_time(const HwModel *hw, const Plan *p, const PComm *c, const Node *nd) {
+  int n, stride;
+  cost_axis_group(p, c->axis, &n, &stride);
+  if (n <= 1 && c->kind != PC_P2P) return 0;
+  double V = (double)c->bytes;
+  switch (c->kind) {
+  case PC_COLL: {
+    const char *op = c->op;
+    if (!strcmp(op, "all_reduce") || !strcmp(op, "grad_all_reduce") || strstr(op, "cross-entropy") ||
+        strstr(op, "norm"))
+      return cost_coll(hw, "all_reduce", n, stride, V * n / (2.0 * (n - 1)), NULL) *
+             (strstr(op, "cross-entropy") ? 2 : 1);
+    if (strstr(op, "gather"))
+      return cost_coll(hw, "all_gather", n, stride, V * n / (n - 1.0), NULL);
+    if (strstr(op, "scatter"))
+      return cost_coll(hw, "reduce_scatter", n, stride, V * n / (n - 1.0), NULL);
+    return cost_coll(hw, "all_reduce", n, stride, V * n / (2.0 * (n - 1)), NULL);
+  }
+  case PC_RING: {
+    /* P-1 steps (forward; backward 2(P-1)+1), each a send to the next and a
+     * receive from the previous rank at once */
+    double steps = nd && nd->op == OP_ATTENTION_BWD ? 2.0 * (n - 1) + 1 : n - 1.0;
+    return steps * cost_coll(hw, "p2p", 2, stride, V / steps, NULL);
+  }
+  case PC_SUMMA: {
+    /* 2q broadcasts (forward; 4q backward: broadcasts and reduces) */
+    double calls = nd && nd->op == OP_MATMUL_BWD ? 4.0 * n : 2.0 * n;
+    return calls * cost_coll(hw, "broadcast", n, stride, V / calls * n / (n - 1.0), NULL);
+  }
+  case PC_P2P: {
+    int pn, ps;
+    cost_axis_group(p, AX_PP, &pn, &ps);
+    return cost_coll(hw, "p2p", 2, ps, V, NULL);
+  }
+  default: return 0;
+  }
+}
+
+double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
+  const Plan *p = &m->train.plan;
+  double t = 0;
+  switch (in->kind) {
+  case PI_KERNEL:
+    t = in->n ? cost_node(hw, in->n) : 0;
+    /* SUMMA runs the local GEMM once per step of the q x q grid (the node's
+     * shapes are one step's blocks); ring attention once per K/V block that
+     * arrives, a causal mask skipping the blocks after its own (about
+     * (P+1)/2 of P) */
+    if (in->n && ir_summa_q(in->n) > 1) t = (t - hw->launch_s) * ir_summa_q(in->n) + hw->launch_s;
+    if (in->n && ir_ring_size(in->n) > 1) {
+      int P = ir_ring_size(in->n);
+      bool causal = in->n->a.i[0] != 0;
+      t = (t - hw->launch_s) * (causal ? (P + 1) / 2.0 : P) + hw->launch_s * P;
+    }
+    break;
+  case PI_LOOP: {
+    const PLoop *l = in->loop;
+    double bytes = 0, flops = 0;
+    for (int k = 0; l && k < l->nin; k++)
+      bytes += (l->in[k].bcast ? (double)l->inner : (double)l->n) * hw->elt;
+    for (int k = 0; l && k < l->nout; k++) bytes += (double)l->n * hw->elt * (strcmp(l->op[k], "=") ? 2 : 1);
+    for (int k = 0; k < in->nnodes; k++) flops += cost_node_flops(in->nodes[k]);
+    t = cost_membound(hw, bytes, flops);
+    break;
+  }
+  case PI_COPY: t = cost_membound(hw, 2.0 * (double)in->bytes, 0); break;
+  case PI_LOAD: t = hw->launch_s; break;
+  case PI_SEED: t = in->received ? 0 : hw->launch_s; break;
+  default: break;
+  }
+  /* zeroing the first writer's gradients */
+  for (int k = 0; k < in->nzero; k++) t += (double)in->zero_bytes[k] / (hw->mem_bw * hw->mem_eff);
+  /* communication: blocking inside the instruction (kernels with comm,
+   * collectives, receives; a send's transfer is charged to its receiver) */
+  if (in->comm.kind != PC_NONE && in->kind != PI_SEND && in->kind != PI_BUCKET)
+    t += comm_time(hw, p, &in->comm, in->n);
+  if (in->kind == PI_BUCKET) t += comm_time(hw, p, &in->comm, in->n);
+  return t;
+}
+
+/* One chunk's block: compute + blocking comm, and the asynchronous bucket
+ * reductions it starts (in the last microbatch). */
+static void block_time(const HwModel *hw, const Module *m, const PBlock *b, double *busy,
+                       double *comm, double *async, bool last) {
+  *busy = *comm = *async = 0;
+  for (int i = 0; i < b->n; i++) {
+    const PInstr *in = &b->ins[i];
+    double t = cost_instr(hw, m, in);
+    if (in->kind == PI_RECV) continue; /* waits are the simulation's */
+    if (in->kind == PI_BUCKET && in->req >= 0) {
+      if (last) *async += t;
+      continue;
+    }
+    if (in->comm.kind == PC_COLL || in->comm.kind == PC_RING || in->comm.kind == PC_SUMMA ||
+        in->kind == PI_BUCKET) {
+      double c = comm_time(hw, &m->train.plan, &in->comm, in->n);
+      *comm += c;
+    }
+    *busy += t;
+  }
+}
+
+static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, double *async_left) {
+  const Plan *p = &m->train.plan;
+  double t = 0;
+  int64_t nparam = 0;
+  for (int i = 0; i < rp->nparam; i++) nparam += ir_numel(&rp->param[i].v->shape);
+  for (int i = 0; i < rp->nstep; i++) {
+    const PStep *s = &rp->step[i];
+    int n, stride;
+    cost_axis_group(p, s->axis, &n, &stride);
+    switch (s->kind) {
+    case PS_WAIT:
+      t += *async_left;
+      *async_left = 0;
+      break;
+    case PS_ALLREDUCE:
+      t += cost_coll(hw, "all_reduce", n, stride, (double)s->count * hw->elt, NULL);
+      break;
+    case PS_LOSS:
+    case PS_NORM:
+      t += cost_coll(hw, "all_reduce", n, stride, 8, NULL) + hw->launch_s;
+      if (s->kind == PS_NORM) t += cost_membound(hw, (double)nparam * hw->elt, 2.0 * nparam);
+      break;
+    case PS_OPTIMIZER: {
+      /* AdamW reads param, grad, m, v and writes param, m, v: 7 passes,
+       * ZeRO: over the rank's shard only */
+      double np = s->mode == PO_ZERO && rp->zshard ? (double)rp->zshard : (double)nparam;
+      t += cost_membound(hw, 7 * np * 4, 12 * np);
+      break;
+    }
+    case PS_ALLGATHER: {
+      double bytes = rp->zshard ? (double)rp->zshard * n * hw->elt : 0;
+      t += cost_coll(hw, "all_gather", n, stride, bytes, NULL);
+      break;
+    }
+    }
+  }
+  return t;
+}
+
+int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
+  memset(r, 0, sizeof *r);
+  const Plan *p = &m->train.plan;
+  int R = m->nrprog;
+  if (R <= 0) return -1;
+  int M = p->mb > 0 ? p->mb : 1;
+  r->nstages = R;
+  /* per rank and chunk: forward, backward (last microbatch's separately:
+   * it starts the bucket reductions) */
+  double fwd[MAX_STAGES][8], bwd[MAX_STAGES][8], async[MAX_STAGES];
+  int nvs = 0;
+  for (int k = 0; k < R; k++) {
+    const RankProg *rp = m->rprog[k];
+    async[k] = 0;
+    for (int c = 0; c < rp->nchunks && c < 8; c++) {
+      double b, cm, as;
+      block_time(hw, m, &rp->chunk[c].fwd, &b, &cm, &as, false);
+      fwd[k][c] = b;
+      r->stage[k].fwd_s += b;
+      r->stage[k].comm_s += cm;
+      block_time(hw, m, &rp->chunk[c].bwd, &b, &cm, &as, true);
+      bwd[k][c] = b;
+      async[k] += as;
+      r->stage[k].bwd_s += b;
+      r->stage[k].comm_s += cm;
+      nvs++;
+    }
+  }
+  /* pipeline message time between neighbouring virtual stages */
+  double msg = 0;
+  if (R > 1) {
+    const RankProg *rp = m->rprog[0];
+    for (int i = 0; i < rp->chunk[0].fwd.n; i++)
+      if (rp->chunk[0].fwd.ins[i].kind == PI_SEND)
+        msg = comm_time(hw, p, &rp->chunk[0].fwd.ins[i].comm, NULL);
+  }
+  /* Simulate the schedule: each rank runs its actions in order; a forward
+   * waits for the previous virtual stage's forward of the microbatch, a
+   * backward for the next one's backward (messages take msg). */
+  int S = nvs;
+  double *fdone = calloc((size_t)(S * M + 1), sizeof(double)),
+         *bdone = calloc((size_t)(S * M + 1), sizeof(double));
+  bool *fset = calloc((size_t)(S * M + 1), 1), *bset = calloc((size_t)(S * M + 1), 1);
+  double clock[MAX_STAGES] = {0};
+  int pos[MAX_STAGES] = {0};
+  int remaining = 0;
+  for (int k = 0; k < R; k++) remaining += m->rprog[k]->nsched;
+  while (remaining > 0) {
+    bool progressed = false;
+    for (int k = 0; k < R; k++) {
+      const RankProg *rp = m->rprog[k];
+      while (pos[k] < rp->nsched) {
+        const PAct *a = &rp->sched[pos[k]];
+        int vs = rp->chunk[a->chunk].vs;
+        double ready = 0;
+        if (a->fwd && vs > 0) {
+          if (!fset[(vs - 1) * M + a->mb]) break;
+          ready = fdone[(vs - 1) * M + a->mb] + msg;
+        } else if (!a->fwd) {
+          if (vs < S - 1) {
+            if (!bset[(vs + 1) * M + a->mb]) break;
+            ready = bdone[(vs + 1) * M + a->mb] + msg;
+          }
+        }
+        double start = clock[k] > ready ? clock[k] : ready;
+        double d = a->fwd ? fwd[k][a->chunk] : bwd[k][a->chunk];
+        clock[k] = start + d;
+        if (a->fwd) {
+          fdone[vs * M + a->mb] = clock[k];
+          fset[vs * M + a->mb] = true;
+        } else {
+          bdone[vs * M + a->mb] = clock[k];
+          bset[vs * M + a->mb] = true;
+        }
+        r->stage[k].busy_s += d;
+        pos[k]++;
+        remaining--;
+        progressed = true;
+      }
+    }
+    if (!progressed) break; /* cannot happen for a schedule sched_build accepted */
+  }
+  free(fdone);
+  free(bdone);
+  free(fset);
+  free(bset);
+  /* the step: asynchronous bucket reductions (the part not hidden behind
+   * the last backward), then the step's list */
+  double step = 0, busy = 0;
+  for (int k = 0; k < R; k++) {
+    const RankProg *rp = m->rprog[k];
+    double left = async[k] * (1 - hw->overlap);
+    double st = step_time(hw, m, rp, &left);
+    r->stage[k].step_s = st + left;
+    r->stage[k].end_s = clock[k] + st + left;
+    r->stage[k].bytes = (double)prog_comm_bytes(rp, NULL);
+    if (r->stage[k].end_s > step) step = r->stage[k].end_s;
+    busy += r->stage[k].busy_s;
+  }
+  /* ranks leave the step together (the loss and norm sums synchronise them) */
+  r->step_s = step;
+  r->bubble_frac = step > 0 && R > 1 ? 1 - busy / (R * step) : 0;
+  /* model FLOPs of the whole mesh per step: each pipeline rank's chunks'
+   * local forward FLOPs, times the ranks splitting a layer's work (tp,
+   * tp2d's grid, the ring's sequence shards) and the data-parallel
+   * replicas, times 3 (forward + backward), per microbatch */
+  double f = 0;
+  for (int k = 0; k < R; k++)
+    for (int c = 0; c < m->rprog[k]->nchunks; c++) f += cost_model_flops_fwd(m->rprog[k]->chunk[c].g);
+  int split = p->tp * p->tp2d * p->tp2d * (p->sp_kind == SP_RING ? p->sp : 1);
+  r->model_flops = 3 * f * split * M * p->dp;
+  r->tokens = (double)m->train.batch * (m->train.seq > 0 ? (double)m->train.seq : 1);
+  return 0;
+}
+
+/* Forward FLOPs of the whole model for one microbatch, on the graph's
+ * (possibly sharded: then scaled back) shapes: matmuls and attention only,
+ * the convention of model FLOPs (Narayanan et al.; REFERENCES.md). */
+double cost_model_flops_fwd(const Graph *g) {
+  double f = 0;
+  for (int i = 0; i < (g->nfwd ? g->nfwd : g->nodes.len); i++) {
+    const Node *n = g->nodes.data[i];
+    if (n->op == OP_MATMUL || n->op == OP_ATTENTION) f += cost_node_flops(n);
+  }
+  return f;
+}
+
+/* ---- --emit=plan: predicted times ---- */
+
+static const char *opname(const PInstr *in) {
+  switch (in->kind) {
+  case PI_LOAD: return "load";
+  case PI_RECV: return "recv";
+  case PI_SEND: return "send";
+  case PI_SEED: return "seed";
+  case PI_COPY: return "copy";
+  case PI_LOOP: return "fused loop";
+  case PI_BUCKET: return in->req >= 0 ? "bucket reduction (overlapped)" : "bucket reduction";
+  default: return in->n ? ir_ops[in->n->op].name : "?";
+  }
+}
+
+static const char *ms(double s) {
+  static char buf[8][24];
+  static int k;
+  char *b = buf[k++ & 7];
+  if (s >= 1)
+    snprintf(b, 24, "%.3f s", s);
+  else if (s >= 1e-3)
+    snprintf(b, 24, "%.3f ms", s * 1e3);
+  else
+    snprintf(b, 24, "%.1f us", s * 1e6);
+  return b;
+}
+
+void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) {
+  CostResult r;
+  if (cost_module(m, hw, &r)) return;
+  const Plan *p = &m->train.plan;
+  int M = p->mb > 0 ? p->mb : 1;
+  fprintf(out, "%scost:     predicted step %s (%s), %.0f tokens/s, %.3g model FLOPs/step; "
+               "%.1f%% pipeline bubble\n",
+          pf, ms(r.step_s), hw->source, r.step_s > 0 ? r.tokens / r.step_s : 0, r.model_flops,
+          100 * r.bubble_frac);
+  int ndev = m->train.mesh ? m->train.mesh->ndev : 1;
+  if (r.step_s > 0)
+    fprintf(out, "%s          %.3g TFLOP/s per device model FLOPs, MFU %.1f%% of %.3g TFLOP/s peak\n", pf,
+            r.model_flops / r.step_s / ndev / 1e12, 100 * r.model_flops / r.step_s / ndev / hw->peak,
+            hw->peak / 1e12);
+  for (int k = 0; k < r.nstages; k++) {
+    const RankProg *rp = m->rprog[k];
+    fprintf(out, "%s  rank %d%s: forward %s + backward %s per microbatch (x%d; blocking comm %s), "
+                 "step tail %s, busy %s, ends %s\n",
+            pf, k, r.nstages > 1 ? " (pipeline)" : "", ms(r.stage[k].fwd_s), ms(r.stage[k].bwd_s), M,
+            ms(r.stage[k].comm_s), ms(r.stage[k].step_s), ms(r.stage[k].busy_s), ms(r.stage[k].end_s));
+    /* per op: count and predicted time over one microbatch, heaviest first */
+    enum { NOPS = 64 };
+    const char *name[NOPS];
+    double t[NOPS], c[NOPS];
+    int nops = 0;
+    for (int ch = 0; ch < rp->nchunks; ch++)
+      for (int d = 0; d < 2; d++) {
+        const PBlock *b = d ? &rp->chunk[ch].bwd : &rp->chunk[ch].fwd;
+        for (int i = 0; i < b->n; i++) {
+          const char *nm = opname(&b->ins[i]);
+          int j = 0;
+          while (j < nops && strcmp(name[j], nm)) j++;
+          if (j == nops) {
+            if (nops == NOPS) continue;
+            name[nops] = nm;
+            t[nops] = c[nops] = 0;
+            nops++;
+          }
+          t[j] += cost_instr(hw, m, &b->ins[i]);
+          c[j] += 1;
+        }
+      }
+    for (int a = 0; a < nops; a++)
+      for (int b = a + 1; b < nops; b++)
+        if (t[b] > t[a]) {
+          double x = t[a]; t[a] = t[b]; t[b] = x;
+          x = c[a]; c[a] = c[b]; c[b] = x;
+          const char *s = name[a]; name[a] = name[b]; name[b] = s;
+        }
+    double tot = 0;
+    for (int a = 0; a < nops; a++) tot += t[a];
+    for (int a = 0; a < nops; a++)
+      if (t[a] > 0)
+        fprintf(out, "%s    %-30s %4.0f x  %10s per microbatch  %5.1f%%\n", pf, name[a], c[a], ms(t[a]),
+                tot > 0 ? 100 * t[a] / tot : 0);
+  }
+}
+
+/* ---- profiles (shardc calibrate) ----
+ * {"shardc_profile": 1, "device": "cpu", "np": 4, "launch_s": 2e-06,
+ *  "gemm": [[flops, flop_per_s], ...], "bw": [[bytes, bytes_per_s], ...],
+ *  "coll": [{"op": "all_reduce", "n": 4, "t": [[bytes, seconds], ...]}, ...]}
+ * A small reader for this shape of JSON: objects, arrays, numbers, strings. */
+
+typedef struct JReader {
+  const char *s;
+  char *err;
+  int errcap;
+  int bad;
+} JReader;
+
+static void jws(JReader *j) {
+  while (*j->s == ' ' || *j->s == '\n' || *j->s == '\t' || *j->s == '\r') j->s++;
+}
+
+static int jfail(JReader *j, const char *what) {
+  if (!j->bad) snprintf(j->err, (size_t)j->errcap, "%s near '%.20s'", what, j->s);
+  j->bad = 1;
+  return -1;
+}
+
+static int jexpect(JReader *j, char c) {
+  jws(j);
+  if (*j->s != c) {
+    char w[32];
+    snprintf(w, sizeof w, "expected '%c'", c);
+    return jfail(j, w);
+  }
+  j->s++;
+  return 0;
+}
+
+static int jstring(JReader *j, char *out, int cap) {
+  if (jexpect(j, '"')) return -1;
+  int n = 0;
+  while (*j->s && *j->s != '"') {
+    if (n < cap - 1) out[n++] = *j->s;
+    j->s++;
+  }
+  out[n] = 0;
+  if (*j->s != '"') return jfail(j, "unterminated string");
+  j->s++;
+  return 0;
+}
+
+static int jnumber(JReader *j, double *v) {
+  jws(j);
+  char *end;
+  *v = strtod(j->s, &end);
+  if (end == j->s) return jfail(j, "expected a number");
+  j->s = end;
+  return 0;
+}
+
+static int jskip(JReader *j);
+
+/* [[x, y], ...] into a curve (x increasing) */
+static int jcurve(JReader *j, CostCurve *c) {
+  if (jexpect(j, '[')) return -1;
+  c->n = 0;
+  jws(j);
+  if (*j->s == ']') {
+    j->s++;
+    return 0;
+  }
+  for (;;) {
+    double x, y;
+    if (jexpect(j, '[') || jnumber(j, &x) || jexpect(j, ',') || jnumber(j, &y) || jexpect(j, ']'))
+      return -1;
+    if (!(x > 0 && y > 0)) return jfail(j, "curve points must be positive");
+    if (c->n && x <= c->x[c->n - 1]) return jfail(j, "curve points must be in increasing order");
+    if (c->n < COST_CURVE_MAX) {
+      c->x[c->n] = x;
+      c->y[c->n] = y;
+      c->n++;
+    }
+    jws(j);
+    if (*j->s == ',') {
+      j->s++;
+      continue;
+    }
+    return jexpect(j, ']');
+  }
+}
+
+static int jskip(JReader *j) {
+  jws(j);
+  char c = *j->s;
+  if (c == '"') {
+    char tmp[8];
+    return jstring(j, tmp, sizeof tmp);
+  }
+  if (c == '{' || c == '[') {
+    char close = c == '{' ? '}' : ']';
+    j->s++;
+    jws(j);
+    if (*j->s == close) {
+      j->s++;
+      return 0;
+    }
+    for (;;) {
+      if (c == '{') {
+        char k[8];
+        if (jstring(j, k, sizeof k) || jexpect(j, ':')) return -1;
+      }
+      if (jskip(j)) return -1;
+      jws(j);
+      if (*j->s == ',') {
+        j->s++;
+        continue;
+      }
+      return jexpect(j, close);
+    }
+  }
+  if (!strncmp(j->s, "true", 4) || !strncmp(j->s, "null", 4)) {
+    j->s += 4;
+    return 0;
+  }
+  if (!strncmp(j->s, "false", 5)) {
+    j->s += 5;
+    return 0;
+  }
+  double v;
+  return jnumber(j, &v);
+}
+
+static int jcoll(JReader *j, CostColl *c) {
+  if (jexpect(j, '{')) return -1;
+  memset(c, 0, sizeof *c);
+  for (;;) {
+    char key[32];
+    if (jstring(j, key, sizeof key) || jexpect(j, ':')) return -1;
+    double v;
+    if (!strcmp(key, "op")) {
+      if (jstring(j, c->op, sizeof c->op)) return -1;
+    } else if (!strcmp(key, "n")) {
+      if (jnumber(j, &v)) return -1;
+      c->nranks = (int)v;
+    } else if (!strcmp(key, "t")) {
+      if (jcurve(j, &c->t)) return -1;
+    } else if (jskip(j)) {
+      return -1;
+    }
+    jws(j);
+    if (*j->s == ',') {
+      j->s++;
+      continue;
+    }
+    return jexpect(j, '}');
+  }
+}
+
+int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(err, (size_t)errcap, "cannot open it");
+    return -1;
+  }
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  if (len <= 0 || len > (64 << 20)) {
+    fclose(f);
+    snprintf(err, (size_t)errcap, "not a profile (empty or over 64 MiB)");
+    return -1;
+  }
+  char *buf = malloc((size_t)len + 1);
+  size_t got = fread(buf, 1, (size_t)len, f);
+  fclose(f);
+  buf[got] = 0;
+  JReader j = {buf, err, errcap, 0};
+  HwModel h = *hw;
+  int version = 0;
+  char device[32] = "";
+  if (jexpect(&j, '{')) goto fail;
+  for (;;) {
+    char key[32];
+    double v;
+    if (jstring(&j, key, sizeof key) || jexpect(&j, ':')) goto fail;
+    if (!strcmp(key, "shardc_profile")) {
+      if (jnumber(&j, &v)) goto fail;
+      version = (int)v;
+    } else if (!strcmp(key, "device")) {
+      if (jstring(&j, device, sizeof device)) goto fail;
+    } else if (!strcmp(key, "np")) {
+      if (jnumber(&j, &v)) goto fail;
+      h.profile_np = (int)v;
+    } else if (!strcmp(key, "cores")) {
+      if (jnumber(&j, &v)) goto fail;
+      h.cores = (int)v;
+    } else if (!strcmp(key, "launch_s")) {
+      if (jnumber(&j, &v)) goto fail;
+      h.launch_s = v;
+    } else if (!strcmp(key, "gemm")) {
+      if (jcurve(&j, &h.gemm)) goto fail;
+    } else if (!strcmp(key, "bw")) {
+      if (jcurve(&j, &h.bw)) goto fail;
+    } else if (!strcmp(key, "coll")) {
+      if (jexpect(&j, '[')) goto fail;
+      h.ncoll = 0;
+      jws(&j);
+      if (*j.s == ']') {
+        j.s++;
+      } else {
+        for (;;) {
+          CostColl c;
+          if (jcoll(&j, &c)) goto fail;
+          if (h.ncoll < COST_MAXCOLL && c.t.n && c.nranks > 1) h.coll[h.ncoll++] = c;
+          jws(&j);
+          if (*j.s == ',') {
+            j.s++;
+            continue;
+          }
+          if (jexpect(&j, ']')) goto fail;
+          break;
+        }
+      }
+    } else if (jskip(&j)) {
+      goto fail;
+    }
+    jws(&j);
+    if (*j.s == ',') {
+      j.s++;
+      continue;
+    }
+    if (jexpect(&j, '}')) goto fail;
+    break;
+  }
+  free(buf);
+  if (version != 1) {
+    snprintf(err, (size_t)errcap, "not a shardc profile (no \"shardc_profile\": 1)");
+    return -1;
+  }
+  if (h.gemm.n) h.peak = h.gemm.y[h.gemm.n - 1] / h.gemm_eff; /* what MFU is measured against */
+  snprintf(h.source, sizeof h.source, "profile %s (%s, %d ranks)", path, device[0] ? device : "?",
+           h.profile_np);
+  *hw = h;
+  return 0;
+fail:
+  free(buf);
+  return -1;
+}

@@ -1,0 +1,120 @@
+/* cost.h — the cost model (passes/cost.c): predicted time of kernels,
+ * collectives, pipeline schedules and whole training steps, from a hardware
+ * model (the mesh's figures, or a profile measured by `shardc calibrate`).
+ * Memory is never estimated here: it comes from the memory plan.
+ *
+ * Two evaluators share the per-op and per-collective formulas:
+ *  - cost_module: a compiled plan, instruction by instruction over its
+ *    per-rank programs, the schedule simulated action by action (the times
+ *    `--emit=plan` prints);
+ *  - cost_layers + cost_eval: the search's, from one layer's graph and the
+ *    model's ops outside the layers, memoised, so a plan of a 175B model on
+ *    1,024 devices costs microseconds (explore.c).
+ */
+#ifndef SHARDC_COST_H
+#define SHARDC_COST_H
+
+#include "rankprog.h"
+
+/* A measured curve: y at x, x increasing; read by log-log interpolation. */
+enum { COST_CURVE_MAX = 48, COST_MAXCOLL = 48 };
+typedef struct CostCurve {
+  int n;
+  double x[COST_CURVE_MAX], y[COST_CURVE_MAX];
+} CostCurve;
+
+typedef struct CostColl {
+  char op[24];        /* "all_reduce", "all_gather", "reduce_scatter", "broadcast", "p2p" */
+  int nranks;
+  CostCurve t;        /* seconds vs bytes per rank */
+} CostColl;
+
+/* The hardware model one evaluation uses. */
+typedef struct HwModel {
+  char source[160];       /* "catalog H100_SXM, bf16" or "profile P.json (...)" */
+  double peak;            /* dense FLOP/s at the plan's precision */
+  double gemm_eff;        /* fraction of peak a large GEMM reaches */
+  double gemm_half;       /* a GEMM dim at which that dim alone halves the efficiency */
+  double mem_bw, mem_eff; /* memory-bound kernels: bandwidth and the fraction reached */
+  double launch_s;        /* per kernel call */
+  double intra_bw, intra_lat, inter_bw, inter_lat;
+  double link_eff;        /* bus bandwidth reached over a link's (NCCL: ~0.8) */
+  double overlap;         /* fraction of an asynchronous reduction hidden behind compute */
+  int per_node, nodes;
+  int elt;                /* bytes per element of the plan's precision */
+  /* a profile's measurements (n == 0: use the formulas) */
+  CostCurve gemm;         /* FLOP/s vs the FLOPs of one GEMM */
+  CostCurve bw;           /* bytes/s vs bytes one memory-bound kernel moves */
+  CostColl coll[COST_MAXCOLL];
+  int ncoll;
+  int profile_np;         /* ranks the profile's compute figures were measured with (0: none) */
+  int cores;              /* the profiled machine's cores (0: unknown) */
+} HwModel;
+
+/* The mesh's figures at a precision (DT_F32: tf32 on a device with tensor
+ * cores only when tf32 is set, else plain fp32). */
+void cost_hw_from_mesh(HwModel *hw, const Mesh *me, DType prec);
+/* Reads a profile written by `shardc calibrate` into hw (its measured
+ * curves replace the formulas).  0, or -1 with a message in err. */
+int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap);
+
+double cost_curve(const CostCurve *c, double x);
+
+/* Seconds of one GEMM [M,K]x[K,N] (FLOPs 2MNK), reading and writing elt-byte data. */
+double cost_gemm(const HwModel *hw, double M, double N, double K);
+/* Seconds of a memory-bound kernel moving `bytes` (with `flops` of arithmetic). */
+double cost_membound(const HwModel *hw, double bytes, double flops);
+
+/* Collective algorithms (alpha-beta; the slowest link bounds each phase). */
+typedef enum { ALG_RING, ALG_TREE, ALG_HIER, ALG_P2P, ALG_MEASURED } CostAlg;
+const char *cost_alg_name(CostAlg a);
+/* Seconds of collective `op` over n ranks spaced `stride` ranks apart on the
+ * mesh (ranks fill nodes in order), `bytes` per rank (the full buffer for
+ * all_reduce and broadcast, the gathered result for all_gather, the input
+ * for reduce_scatter); the fastest algorithm in *alg. */
+double cost_coll(const HwModel *hw, const char *op, int n, int stride, double bytes, CostAlg *alg);
+
+/* Seconds of one IR node run as a kernel (its FLOPs and bytes). */
+double cost_node(const HwModel *hw, const Node *n);
+/* Model FLOPs of the node (forward or backward rule of ops.def). */
+double cost_node_flops(const Node *n);
+
+/* ---- a compiled plan ---- */
+
+typedef struct CostStage {
+  double fwd_s, bwd_s;        /* one microbatch's forward and backward, per chunk summed */
+  double comm_s;              /* of which blocking communication */
+  double busy_s;              /* the rank's compute + blocking comm over the step */
+  double step_s;              /* the step's part after the microbatches (reductions, optimizer) */
+  double end_s;               /* when the rank finishes the step */
+  double bytes;               /* bytes sent per step */
+} CostStage;
+
+typedef struct CostResult {
+  double step_s;
+  double bubble_frac;         /* idle fraction of the pipeline ranks over the step */
+  double model_flops;         /* per step, whole mesh, no recompute */
+  double recompute_flops;     /* extra per step, whole mesh */
+  double tokens;              /* per step */
+  int nstages;
+  CostStage stage[MAX_STAGES];
+} CostResult;
+
+/* The step time of a compiled plan (after pass "program"), with per-
+ * instruction times in *times when times is non-NULL (cost_instr). */
+int cost_module(const Module *m, const HwModel *hw, CostResult *r);
+/* One instruction's predicted time, as cost_module counts it. */
+double cost_instr(const HwModel *hw, const Module *m, const PInstr *in);
+/* The rank group of an axis under a plan: size and stride in rank order. */
+void cost_axis_group(const Plan *p, int axis, int *size, int *stride);
+
+/* The predicted times beside the plan (--emit=plan): step, tokens/s, MFU,
+ * per pipeline rank its forward, backward and step, per op its time. */
+void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *prefix);
+
+/* Model FLOPs of one training step (forward + backward, no recompute) of the
+ * whole graph (the single-device graph of the model, after autodiff), per
+ * microbatch: 3x the forward's for matmuls and attention (Narayanan). */
+double cost_model_flops_fwd(const Graph *g);
+
+#endif

@@ -1,0 +1,726 @@
+/* explore.c — the strategy search (explore.h).  The model's single-device
+ * graph is read once into a ModelShape: one repeated layer's forward ops
+ * with their shapes per sequence, the ops before and after the layers, the
+ * parameters, and the activations the backward reads (the values the
+ * memory plan keeps from forward to backward).  A plan's per-layer cost
+ * applies the plan's splits to those shapes and the formulas of cost.c;
+ * it is memoised per (tp, tp2d, sp, microbatch, recompute), so the search
+ * over a 175B model on 1,024 devices takes well under a second. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "explore.h"
+#include "passes.h"
+
+/* ---- the model's shape ---- */
+
+/* "blocks.3.attn" -> "blocks.3" (stage.c's notion of a layer); "" outside. */
+static void layer_name(const Node *n, char *buf, int cap) {
+  const char *s = n->scope ? n->scope : "";
+  const char *dot = strchr(s, '.');
+  buf[0] = 0;
+  if (!dot || dot[1] < '0' || dot[1] > '9') return;
+  const char *e = dot + 1;
+  while (*e >= '0' && *e <= '9') e++;
+  int len = (int)(e - s) < cap - 1 ? (int)(e - s) : cap - 1;
+  memcpy(buf, s, (size_t)len);
+  buf[len] = 0;
+}
+
+static double numel(const Value *v) { return v ? (double)ir_numel(&v->shape) : 0; }
+
+static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Value **colin,
+                   int *ncolin) {
+  if (L->nop == LAYER_MAXOPS) return;
+  LOp o = {0};
+  o.flops = ir_ops[n->op].flops(n) / nseq;
+  switch (n->op) {
+  case OP_MATMUL: {
+    o.kind = LO_GEMM;
+    o.K = (double)n->in[1]->shape.d[1].n;
+    o.N = (double)n->in[1]->shape.d[0].n;
+    o.rows = numel(n->in[0]) / o.K / nseq;
+    o.split = n->in[1]->tph;
+    /* Megatron's f: one all-reduce in the backward per distinct input of
+     * column-parallel GEMMs (q,k,v fused; gate and up share theirs) */
+    if (o.split == TPH_COL || o.split == TPH_VOCAB) {
+      bool seen = false;
+      for (int k = 0; k < *ncolin; k++) seen |= colin[k] == n->in[0];
+      if (!seen && *ncolin < 16) colin[(*ncolin)++] = n->in[0];
+      o.elems = seen ? 0 : 1; /* marks the first column GEMM of an input */
+    }
+    L->fwd_flops += o.flops;
+    break;
+  }
+  case OP_ATTENTION: {
+    const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape;
+    o.kind = LO_ATTN;
+    o.rows = (double)q->d[1].n;
+    o.H = (double)q->d[2].n;
+    o.Hkv = (double)k->d[2].n;
+    o.D = (double)q->d[3].n;
+    L->fwd_flops += o.flops;
+    break;
+  }
+  case OP_GATHER:
+    o.kind = LO_GATHER;
+    o.elems = numel(n->out) / nseq;
+    o.rows = o.elems / hidden;
+    break;
+  case OP_CROSS_ENTROPY:
+    o.kind = LO_XENT;
+    o.elems = numel(n->in[0]) / nseq;
+    o.rows = numel(n->in[1]) / nseq;
+    break;
+  default: {
+    const OpInfo *oi = &ir_ops[n->op];
+    if (oi->cls == OPC_LEAF || oi->cls == OPC_VIEW || ir_is_comm(n->op)) return;
+    o.kind = LO_ELEM;
+    for (int i = 0; i < n->nin; i++)
+      if (ir_reads_data(n, i) && n->in[i]->role != ROLE_PARAM) o.elems += numel(n->in[i]) / nseq;
+    for (int i = 0; i < n->nout; i++) o.elems += numel(n->outs[i]) / nseq;
+    const Shape *s = &n->out->shape;
+    o.split = s->ndim > 0 && (double)s->d[s->ndim - 1].n != hidden;
+    o.H = oi->cls == OPC_NORM; /* a norm: tp2d all-reduces its row statistics */
+    break;
+  }
+  }
+  L->op[L->nop++] = o;
+}
+
+int explore_model_shape(const Module *m, ModelShape *ms) {
+  const Graph *g = m->graph;
+  memset(ms, 0, sizeof *ms);
+  ms->name = g->model;
+  ms->seq = m->train.seq > 0 ? m->train.seq : 1;
+  ms->batch = m->train.batch > 0 ? m->train.batch : 1;
+  ms->elt = m->train.precision == DT_F32 ? 4 : m->train.precision == DT_F64 ? 8 : 2;
+  ms->opt_states = opt_states(&m->train.opt);
+  if (m->train.microbatch > 0 && m->train.microbatch != m->train.batch) ms->fixed_b = (int)m->train.microbatch;
+  ms->param_elt = g->params.len ? ir_dtype_size(((Value *)g->params.data[0])->dtype) : 4;
+  double nseq = g->inputs.len ? (double)((Value *)g->inputs.data[0])->shape.d[0].n : 1;
+  if (nseq < 1) nseq = 1;
+  int nf = g->nfwd ? g->nfwd : g->nodes.len;
+  /* the first layer and how many there are */
+  char first[128] = "", cur[128], prev[128] = "";
+  int first_at = -1, last_end = -1;
+  for (int i = 0; i < nf; i++) {
+    const Node *n = g->nodes.data[i];
+    if (n->op == OP_PARAM || n->op == OP_INPUT) continue;
+    layer_name(n, cur, sizeof cur);
+    if (!cur[0]) continue;
+    if (!first[0]) {
+      strcpy(first, cur);
+      first_at = i;
+    }
+    if (strcmp(cur, prev)) ms->layers++;
+    strcpy(prev, cur);
+    last_end = i;
+  }
+  if (!ms->layers) first_at = nf; /* no repeated layers: every op before "the layers" */
+  /* hidden: the first layer's input width (the model input's without layers) */
+  ms->hidden = 0;
+  for (int i = ms->layers ? first_at : 0; i < nf && !ms->hidden; i++) {
+    const Node *n = g->nodes.data[i];
+    if (n->nin && n->in[0]->shape.ndim) ms->hidden = n->in[0]->shape.d[n->in[0]->shape.ndim - 1].n;
+  }
+  double hidden = (double)ms->hidden;
+  Value *colin[16];
+  int ncol = 0;
+  for (int i = 0; i < nf; i++) {
+    const Node *n = g->nodes.data[i];
+    if (n->op == OP_PARAM || n->op == OP_INPUT) continue;
+    layer_name(n, cur, sizeof cur);
+    if (!strcmp(cur, first))
+      add_op(&ms->layer, n, nseq, hidden, colin, &ncol);
+    else if (!cur[0])
+      add_op(i < first_at ? &ms->pre : &ms->post, n, nseq, hidden, colin, &ncol);
+    else if (i > last_end)
+      add_op(&ms->post, n, nseq, hidden, colin, &ncol);
+    if (n->op == OP_ATTENTION && !ms->heads) {
+      ms->heads = n->in[0]->shape.d[2].n;
+      ms->kv_heads = n->in[1]->shape.d[2].n;
+    }
+    if (n->op == OP_GATHER && !ms->vocab) ms->vocab = n->in[0]->shape.d[0].n;
+  }
+  /* parameters */
+  size_t flen = strlen(first);
+  for (int i = 0; i < g->params.len; i++) {
+    const Value *v = g->params.data[i];
+    double e = numel(v);
+    LayerModel *L = v->name && !strncmp(v->name, first, flen) && v->name[flen] == '.' ? &ms->layer
+                                                                                       : NULL;
+    if (!L && v->name) {
+      /* another layer's ("blocks.7.attn.qkv.weight"): counted by the first's */
+      Node tmp = {.scope = v->name};
+      layer_name(&tmp, cur, sizeof cur);
+      if (cur[0]) continue;
+    }
+    if (!L) {
+      /* outside the layers: with the pre ops when a pre op reads it */
+      bool pre = false;
+      for (int k = 0; k < first_at; k++) {
+        const Node *n = g->nodes.data[k];
+        for (int j = 0; j < n->nin; j++) pre |= n->in[j] == v;
+      }
+      L = pre ? &ms->pre : &ms->post;
+    }
+    L->params += e;
+    if (v->tph != TPH_NONE) L->params_split += e;
+  }
+  /* activations the backward reads, per sequence */
+  char *mark = calloc((size_t)g->values.len + 1, 1);
+  bool *sel = calloc((size_t)g->values.len + 1, 1);
+  if (g->nfwd) recompute_dropped((Graph *)g, RECOMPUTE_SELECTIVE, sel);
+  for (int i = nf; i < g->nodes.len; i++) {
+    const Node *n = g->nodes.data[i];
+    for (int k = 0; k < n->nin; k++) {
+      const Value *v = n->in[k];
+      if (!v || !ir_reads_data(n, k) || v->role == ROLE_PARAM || v->role == ROLE_INPUT) continue;
+      while (v->alias) v = v->alias;
+      if (!v->def || mark[v->id]) continue;
+      int at = -1;
+      for (int j = 0; j < nf && at < 0; j++)
+        if (g->nodes.data[j] == v->def) at = j;
+      if (at < 0) continue;
+      mark[v->id] = 1;
+      layer_name(v->def, cur, sizeof cur);
+      LayerModel *L = !strcmp(cur, first) ? &ms->layer : cur[0] ? NULL : at < first_at ? &ms->pre : &ms->post;
+      if (!L) continue;
+      double e = numel(v) / nseq;
+      const Shape *s = &v->shape;
+      bool split = v->def->op == OP_ATTENTION || (s->ndim && (double)s->d[s->ndim - 1].n != hidden);
+      L->saved += e;
+      if (split) L->saved_split += e;
+      if (v->def->op == OP_ATTENTION) L->saved_attn += e;
+      if (sel[v->id]) {
+        L->saved_sel += e;
+        if (split) L->saved_sel_split += e;
+        /* rerun: what its node reads and writes */
+        for (int q = 0; q < v->def->nin; q++)
+          if (ir_reads_data(v->def, q) && v->def->in[q]->role != ROLE_PARAM)
+            L->sel_elems += numel(v->def->in[q]) / nseq;
+        L->sel_elems += e;
+      }
+    }
+  }
+  free(mark);
+  free(sel);
+  ms->layer.input = (double)ms->seq * hidden;
+  return 0;
+}
+
+double explore_model_flops(const ModelShape *ms, bool full) {
+  double per = ms->layer.fwd_flops * ms->layers;
+  double outside = ms->pre.fwd_flops + ms->post.fwd_flops;
+  return (double)ms->batch * (3 * (per + outside) + (full ? per : 0));
+}
+
+/* ---- one plan ---- */
+
+typedef struct LCost {
+  double f, b;        /* forward, backward seconds per microbatch (with recompute) */
+  double gemm, attn, elem;  /* of which compute by kind, forward + backward */
+  double comm_f, comm_b;
+  double act;         /* bytes held per microbatch until its backward */
+  double params;      /* local parameter elements */
+} LCost;
+
+typedef struct Split {
+  int t, q, r;        /* tp, tp2d grid side, ring sp */
+  bool spm;           /* Megatron-SP */
+  int b;              /* sequences per microbatch */
+  Recompute rc;
+} Split;
+
+static double coll_axis(const HwModel *hw, const char *op, int n, int stride, double bytes) {
+  return cost_coll(hw, op, n, stride, bytes, NULL);
+}
+
+static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel *hw, const Split *s,
+                       bool is_layer, LCost *c) {
+  memset(c, 0, sizeof *c);
+  int t = s->t, q = s->q, r = s->r, T = t * q * q;
+  double elt = ms->elt, bseq = s->b;
+  for (int i = 0; i < L->nop; i++) {
+    const LOp *o = &L->op[i];
+    double rows = o->rows * bseq / r; /* this rank's tokens (ring: its chunk) */
+    switch (o->kind) {
+    case LO_GEMM: {
+      double M = rows, N = o->N, K = o->K, f, b;
+      if (q > 1) {
+        /* SUMMA on the q x q grid: q steps of blocks, broadcasts along the
+         * grid's rows and columns */
+        M /= q;
+        N /= q;
+        K /= q;
+        f = q * cost_gemm(hw, M, N, K);
+        b = q * (cost_gemm(hw, M, K, N) + cost_gemm(hw, N, K, M));
+        c->gemm += f + b;
+        double xb = M * K * elt, wb = K * N * elt;
+        double cf = q * (coll_axis(hw, "broadcast", q, 1, xb) + coll_axis(hw, "broadcast", q, q, wb));
+        double cb = 2 * cf;
+        c->comm_f += cf;
+        c->comm_b += cb;
+        f += cf;
+        b += cb;
+      } else {
+        if (o->split == TPH_COL || o->split == TPH_VOCAB) N /= t;
+        if (o->split == TPH_ROW) K /= t;
+        f = cost_gemm(hw, M, N, K);
+        b = cost_gemm(hw, M, K, N) + cost_gemm(hw, N, K, M);
+        c->gemm += f + b;
+        if (t > 1 && o->split == TPH_ROW) {
+          /* g: all-reduce of the output (Megatron-SP: reduce-scatter, then
+           * the next region's all-gather, the same bytes) */
+          double cf = coll_axis(hw, "all_reduce", t, 1, M * o->N * elt);
+          c->comm_f += cf;
+          f += cf;
+        }
+        if (t > 1 && (o->split == TPH_COL || o->split == TPH_VOCAB) && o->elems > 0) {
+          double cb = coll_axis(hw, "all_reduce", t, 1, M * o->K * elt);
+          c->comm_b += cb;
+          b += cb;
+        }
+      }
+      c->f += f;
+      c->b += b;
+      break;
+    }
+    case LO_ATTN: {
+      double H = o->H / (q > 1 ? q : t), Hkv = o->Hkv / (q > 1 ? q : t) > 1 ? o->Hkv / (q > 1 ? q : t) : 1;
+      double bl = q > 1 ? bseq / q : bseq, Tl = o->rows / r, Tk = o->rows, D = o->D;
+      if (bl < 1) bl = 1;
+      double one = cost_gemm(hw, Tl, Tk, D) - hw->launch_s;
+      double rate = one > 0 ? 2 * Tl * Tk * D / one : hw->peak;
+      double flops = 4 * bl * H * Tl * Tk * D;
+      double f = flops / rate + bl * H * cost_membound(hw, Tl * Tk * elt * 0.25, 5 * Tl * Tk) / 8 +
+                 hw->launch_s;
+      double b = 2 * f;
+      c->attn += f + b;
+      if (r > 1) {
+        double kv = bl * Tl * Hkv * D * elt;
+        double cf = (r - 1) * coll_axis(hw, "p2p", 2, T, 2 * kv);
+        double cb = (2 * (r - 1) + 1) * coll_axis(hw, "p2p", 2, T, 2 * kv);
+        c->comm_f += cf;
+        c->comm_b += cb;
+        f += cf;
+        b += cb;
+      }
+      c->f += f;
+      c->b += b;
+      break;
+    }
+    case LO_ELEM: {
+      double div = (double)q * q * r;
+      if (q == 1 && (o->split || s->spm)) div *= t;
+      double e = o->elems * bseq / div;
+      double f = cost_membound(hw, e * elt, o->flops * bseq / div);
+      double b = 2 * f;
+      c->elem += f + b;
+      if (q > 1 && o->H > 0) {
+        double st = coll_axis(hw, "all_reduce", q, 1, rows / q * 16);
+        f += st;
+        b += st;
+        c->comm_f += st;
+        c->comm_b += st;
+      }
+      c->f += f;
+      c->b += b;
+      break;
+    }
+    case LO_GATHER: {
+      double e = o->elems * bseq / (q * q * r);
+      double f = cost_membound(hw, 2 * e * elt, 0), b = 2 * f;
+      if (T > 1) { /* vocab-parallel: the partial rows all-reduced */
+        double cf = coll_axis(hw, "all_reduce", q > 1 ? q : t, q > 1 ? q : 1, e * (q > 1 ? 1 : 1) * elt);
+        f += cf;
+        c->comm_f += cf;
+      }
+      c->f += f;
+      c->b += b;
+      break;
+    }
+    case LO_XENT: {
+      double e = o->elems * bseq / (T * r);
+      double f = cost_membound(hw, 2 * e * elt, 5 * e), b = cost_membound(hw, 2 * e * elt, 3 * e);
+      if (T > 1) {
+        double rw = o->rows * bseq / r;
+        double cf = 2 * coll_axis(hw, "all_reduce", q > 1 ? q : t, q > 1 ? q : 1, rw * 16);
+        f += cf;
+        b += cf;
+        c->comm_f += cf;
+        c->comm_b += cf;
+      }
+      c->f += f;
+      c->b += b;
+      break;
+    }
+    }
+  }
+  /* recompute: the backward reruns the forward it dropped */
+  if (is_layer && s->rc == RECOMPUTE_FULL) c->b += c->f;
+  /* selective (passes/recompute.c): the norms and elementwise ops whose
+   * outputs it drops, memory-bound */
+  if (is_layer && s->rc == RECOMPUTE_SELECTIVE) {
+    double div = (double)q * q * r * (s->spm ? t : 1);
+    c->b += cost_membound(hw, L->sel_elems * bseq / div * elt, 0);
+  }
+  /* memory held per microbatch */
+  double div_split = (double)t * q * q * r, div_rep = (double)(s->spm ? t : 1) * q * q * r;
+  double act = (L->saved_split / div_split + (L->saved - L->saved_split) / div_rep) * bseq;
+  if (is_layer && s->rc == RECOMPUTE_FULL) act = L->input * bseq / div_rep;
+  if (is_layer && s->rc == RECOMPUTE_SELECTIVE)
+    act -= (L->saved_sel_split / div_split + (L->saved_sel - L->saved_sel_split) / div_rep) * bseq;
+  c->act = act * elt;
+  c->params = L->params_split / T + (L->params - L->params_split) / (q * q);
+}
+
+/* Memo of layer costs per split (the search revisits each many times). */
+enum { MEMO_CAP = 4096 };
+typedef struct Memo {
+  Split key[MEMO_CAP];
+  LCost val[MEMO_CAP][3];
+  int n;
+  const ModelShape *ms;
+  const HwModel *hw;
+} Memo;
+static Memo *memo;
+
+static const LCost *costs(const ModelShape *ms, const HwModel *hw, const Split *s) {
+  if (!memo) memo = calloc(1, sizeof *memo);
+  if (memo->ms != ms || memo->hw != hw) {
+    memo->n = 0;
+    memo->ms = ms;
+    memo->hw = hw;
+  }
+  for (int i = 0; i < memo->n; i++)
+    if (!memcmp(&memo->key[i], s, sizeof *s)) return memo->val[i];
+  static LCost tmp[3];
+  LCost *v = memo->n < MEMO_CAP ? memo->val[memo->n] : tmp;
+  layer_cost(&ms->pre, ms, hw, s, false, &v[0]);
+  layer_cost(&ms->layer, ms, hw, s, true, &v[1]);
+  layer_cost(&ms->post, ms, hw, s, false, &v[2]);
+  if (memo->n < MEMO_CAP) memo->key[memo->n++] = *s;
+  return v;
+}
+
+/* The layers of each stage minimising the slowest stage (min-max
+ * partition; the layers are alike, the first stage also runs the ops
+ * before them and the last the ops after): the smallest bottleneck T for
+ * which greedy filling places every layer, by bisection over the
+ * candidate bottlenecks.  Middle stages hold at least one layer. */
+static int partition(int L, int p, double c, double pre, double post, int *n) {
+  if (p == 1) {
+    n[0] = L;
+    return 0;
+  }
+  if (L < p - 2) return -1;
+  double lo = 0, hi = (L + 1) * c + pre + post;
+  for (int it = 0; it < 60; it++) {
+    double T = (lo + hi) / 2;
+    int placed = 0;
+    bool ok = true;
+    for (int s = 0; s < p; s++) {
+      double extra = s == 0 ? pre : s == p - 1 ? post : 0;
+      int k = c > 0 ? (int)floor((T - extra) / c + 1e-9) : L;
+      int minl = s == 0 || s == p - 1 ? 0 : 1;
+      if (k < minl) ok = false;
+      placed += k;
+    }
+    if (ok && placed >= L)
+      hi = T;
+    else
+      lo = T;
+  }
+  int left = L;
+  for (int s = 0; s < p; s++) {
+    double extra = s == 0 ? pre : s == p - 1 ? post : 0;
+    int k = c > 0 ? (int)floor((hi - extra) / c + 1e-9) : L;
+    int minrest = 0;
+    for (int j = s + 1; j < p; j++) minrest += j == p - 1 ? 0 : 1;
+    if (k > left - minrest) k = left - minrest;
+    if (k < 0) k = 0;
+    n[s] = k;
+    left -= k;
+  }
+  n[p - 1] += left;
+  return 0;
+}
+
+void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const Plan *p, int b,
+                  bool recompute_ok, PlanEval *out) {
+  (void)recompute_ok;
+  memset(out, 0, sizeof *out);
+  out->plan = *p;
+  out->b = b;
+  Plan pl = *p;
+  int q = p->tp2d > 1 ? p->tp2d : 1, r = p->sp_kind == SP_RING ? p->sp : 1, t = p->tp;
+  int T = t * q * q, D = p->dp * r, pp = p->pp, v = p->schedule == SCHED_INTERLEAVED ? p->vchunks : 1;
+  int m = p->mb > 0 ? p->mb : 1;
+  Split s = {t, q, r, p->sp_kind == SP_MEGATRON, b, p->recompute};
+  const LCost *lc = costs(ms, hw, &s);
+  const LCost *pre = &lc[0], *lay = &lc[1], *post = &lc[2];
+  /* pipeline messages: one activation per microbatch and boundary */
+  double msg_bytes = (double)b * ms->seq * ms->hidden * ms->elt / (r * q * q * (s.spm ? t : 1));
+  int st_stride = T * r * p->dp;
+  double msg = pp > 1 ? cost_coll(hw, "p2p", 2, st_stride, msg_bytes, NULL) : 0;
+  /* stage partition */
+  int n[PLAN_MAXSTAGES * 8];
+  int S = pp * v;
+  if (S > PLAN_MAXSTAGES * 8) S = PLAN_MAXSTAGES * 8;
+  if (p->nstage_layers == pp && v == 1) {
+    for (int k = 0; k < pp; k++) n[k] = p->stage_layers[k];
+  } else if (v > 1) {
+    for (int k = 0; k < S; k++) n[k] = ms->layers / S;
+  } else if (partition(ms->layers, pp, lay->f + lay->b, pre->f + pre->b, post->f + post->b, n)) {
+    snprintf(out->reason, sizeof out->reason, "pp=%d is more stages than the %d layers allow", pp,
+             ms->layers);
+    plan_str(&pl, out->spec, sizeof out->spec);
+    return;
+  }
+  if (v == 1) {
+    pl.nstage_layers = pp > 1 ? pp : 0;
+    for (int k = 0; k < pp && pp > 1; k++) pl.stage_layers[k] = n[k];
+  }
+  /* per pipeline rank: forward and backward of one microbatch over its chunks */
+  double tf[PLAN_MAXSTAGES], tb[PLAN_MAXSTAGES], prm[PLAN_MAXSTAGES], act[PLAN_MAXSTAGES];
+  double tmax = 0, tsum = 0;
+  for (int k = 0; k < pp; k++) {
+    tf[k] = tb[k] = prm[k] = act[k] = 0;
+    for (int c = 0; c < v; c++) {
+      int vs = c * pp + k, nl = n[vs];
+      tf[k] += nl * lay->f + (vs == 0 ? pre->f : 0) + (vs == S - 1 ? post->f : 0);
+      tb[k] += nl * lay->b + (vs == 0 ? pre->b : 0) + (vs == S - 1 ? post->b : 0);
+      prm[k] += nl * lay->params + (vs == 0 ? pre->params : 0) + (vs == S - 1 ? post->params : 0);
+      act[k] += nl * lay->act + (vs == 0 ? pre->act : 0) + (vs == S - 1 ? post->act : 0);
+      if (S > 1) {
+        tf[k] += msg * (vs > 0); /* the receiver waits for the message */
+        tb[k] += msg * (vs < S - 1);
+      }
+    }
+    /* ZeRO-3: each layer's parameters gathered before its forward and its backward */
+    if (p->zero == 3 && D > 1) {
+      int nl = 0;
+      for (int c = 0; c < v; c++) nl += n[c * pp + k];
+      double g = nl * cost_coll(hw, "all_gather", D, T, lay->params * ms->param_elt, NULL) * (1 - hw->overlap * 0.5);
+      tf[k] += g;
+      tb[k] += g;
+    }
+    if (tf[k] + tb[k] > tmax) tmax = tf[k] + tb[k];
+    tsum += tf[k] + tb[k];
+  }
+  memset(out->tf, 0, sizeof out->tf);
+  for (int k = 0; k < pp; k++) {
+    out->tf[k] = tf[k];
+    out->tb[k] = tb[k];
+  }
+  {
+    int nl0 = 0;
+    for (int c = 0; c < v; c++) nl0 += n[c * pp];
+    out->t_gemm = m * nl0 * lay->gemm;
+    out->t_attn = m * nl0 * lay->attn;
+    out->t_elem = m * nl0 * lay->elem;
+    out->t_comm = m * nl0 * (lay->comm_f + lay->comm_b);
+  }
+  /* the microbatches through the pipeline: (m - 1) of the slowest rank,
+   * plus one microbatch's way through every stage (fill and drain);
+   * interleaved: the fill and drain over v chunks each 1/v of a rank */
+  double pipe;
+  if (pp == 1)
+    pipe = m * tmax;
+  else if (v > 1)
+    pipe = m * tmax + (pp - 1) * tmax / v;
+  else
+    pipe = (m - 1) * tmax + tsum;
+  double busy = 0;
+  for (int k = 0; k < pp; k++) busy += m * (tf[k] + tb[k]);
+  /* the step after the microbatches: gradient reduction over the data ranks
+   * (overlapped with the last backward), the optimizer, ZeRO's gathers */
+  double tail = 0, bytes_sent = 0;
+  double peak = 0;
+  for (int k = 0; k < pp; k++) {
+    double red = 0, gbytes = prm[k] * ms->param_elt;
+    if (D > 1) {
+      if (p->zero >= 2)
+        red = cost_coll(hw, "reduce_scatter", D, T, gbytes, NULL);
+      else
+        red = cost_coll(hw, "all_reduce", D, T, gbytes, NULL);
+      double hidden_part = hw->overlap * red;
+      if (hidden_part > tb[k]) hidden_part = tb[k];
+      red -= hidden_part;
+      if (p->zero >= 1) red += cost_coll(hw, "all_gather", D, T, gbytes, NULL);
+      bytes_sent += 2.0 * (D - 1) / D * gbytes;
+    }
+    double opt_elems = p->zero >= 1 && D > 1 ? prm[k] / D : prm[k];
+    double opt = cost_membound(hw, 7 * opt_elems * 4, 12 * opt_elems);
+    if (k == 0) {
+      out->t_reduce = red;
+      out->t_opt = opt;
+    }
+    if (red + opt > tail) tail = red + opt;
+    /* memory: parameters, gradients, optimizer state (ZeRO shards them over
+     * the data ranks), and the microbatches in flight */
+    double zp = p->zero >= 3 && D > 1 ? D : 1, zg = p->zero >= 2 && D > 1 ? D : 1,
+           zo = p->zero >= 1 && D > 1 ? D : 1;
+    double mem = prm[k] * ms->param_elt * (1 / zp + 1 / zg) + prm[k] * ms->param_elt * ms->opt_states / zo;
+    double inflight = 1;
+    if (pp > 1) {
+      if (p->schedule == SCHED_GPIPE)
+        inflight = m;
+      else if (v > 1)
+        inflight = (2.0 * (pp - k - 1) + (v - 1) * pp + 1) / v;
+      else
+        inflight = pp - k < m ? pp - k : m;
+      if (inflight > m) inflight = m;
+    }
+    /* plus one layer's working set during its backward */
+    out->mem_kind[k][0] = prm[k] * ms->param_elt / zp;
+    out->mem_kind[k][1] = prm[k] * ms->param_elt / zg;
+    out->mem_kind[k][2] = prm[k] * ms->param_elt * ms->opt_states / zo;
+    out->mem_kind[k][3] = inflight * act[k] + lay->act + (k == pp - 1 ? post->act : 0);
+    mem += inflight * act[k] + lay->act + (k == pp - 1 ? post->act : 0);
+    out->mem_stage[k] = mem;
+    if (mem > peak) peak = mem;
+  }
+  out->nstages = pp;
+  out->step_s = pipe + tail;
+  out->t_bubble = pipe - m * (tf[0] + tb[0]);
+  double tokens = (double)ms->batch * ms->seq;
+  out->tokens_per_s = tokens / out->step_s;
+  double mf = explore_model_flops(ms, false);
+  out->tflops_per_device = mf / out->step_s / me->ndev / 1e12;
+  out->mfu = mf / out->step_s / me->ndev / hw->peak;
+  out->peak_mem = peak;
+  out->bytes_per_rank = bytes_sent;
+  (void)busy;
+  plan_str(&pl, out->spec, sizeof out->spec);
+  out->plan = pl;
+  out->feasible = true;
+  if (peak > me->mem_bytes) {
+    int worst = 0;
+    for (int k = 0; k < pp; k++)
+      if (out->mem_stage[k] > out->mem_stage[worst]) worst = k;
+    out->feasible = false;
+    snprintf(out->reason, sizeof out->reason, "stage %d needs %.1f GB > %.1f GB", worst,
+             out->mem_stage[worst] / 1e9, me->mem_bytes / 1e9);
+  }
+}
+
+/* ---- the search ---- */
+
+static int cmp_eval(const void *a, const void *b) {
+  const PlanEval *x = a, *y = b;
+  if (x->feasible != y->feasible) return x->feasible ? -1 : 1;
+  return x->step_s < y->step_s ? -1 : x->step_s > y->step_s;
+}
+
+static void keep(PlanEval *out, int cap, int *n, const PlanEval *e) {
+  if (*n < cap) {
+    out[(*n)++] = *e;
+  } else if (cmp_eval(e, &out[cap - 1]) < 0) {
+    out[cap - 1] = *e;
+  } else {
+    return;
+  }
+  /* insertion into the sorted list */
+  for (int i = *n - 1; i > 0 && cmp_eval(&out[i], &out[i - 1]) < 0; i--) {
+    PlanEval t = out[i];
+    out[i] = out[i - 1];
+    out[i - 1] = t;
+  }
+}
+
+int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, ExploreOpts *o,
+                   PlanEval *out, int cap, long *evaluated) {
+  int N = me->ndev, n = 0;
+  long count = 0;
+  const Plan *fx = o->fixed;
+  unsigned given = fx ? fx->given : 0;
+  PlanEval *e = malloc(sizeof *e);
+  for (int t = 1; t <= N && t <= 64; t *= 2) {
+    if (given & PLAN_TP && t != fx->tp) continue;
+    for (int q = 1; q <= 8; q++) {
+      if (q > 1 && (q & (q - 1))) continue;
+      if (given & PLAN_TP2D ? q != fx->tp2d : 0) continue;
+      if (q > 1 && t > 1) continue;
+      int T = t * q * q;
+      if (N % T) continue;
+      /* without repeated layers only data parallelism is modelled */
+      if (!ms->layers && T > 1) continue;
+      /* divisibility: heads, hidden, vocab over the tensor-parallel ranks */
+      if (ms->heads && ms->heads % (q > 1 ? q : t)) continue;
+      if (ms->kv_heads && ms->kv_heads % (q > 1 ? q : t)) continue;
+      if (ms->hidden % (q > 1 ? q : t)) continue;
+      if (ms->vocab && ms->vocab % T) continue;
+      for (int spk = 0; spk < 3; spk++) {
+        if (given & PLAN_SP && spk != (int)fx->sp_kind) continue;
+        if (spk == SP_MEGATRON && (t < 2 || q > 1)) continue;
+        if (!ms->layers && spk != SP_NONE) continue;
+        if (o->generatable && spk != SP_NONE && q > 1) continue;
+        for (int r = 1; r <= (spk == SP_RING ? 16 : 1); r *= 2) {
+          if (spk == SP_RING && r < 2) continue;
+          if (spk == SP_RING && (given & PLAN_SP) && fx->sp && r != fx->sp) continue;
+          if (N % (T * r) || ms->seq % r) continue;
+          for (int pp = 1; pp <= N / (T * r) && pp <= PLAN_MAXSTAGES; pp++) {
+            if ((N / (T * r)) % pp) continue;
+            if (given & PLAN_PP && pp != fx->pp) continue;
+            if (pp > ms->layers + 2 || (pp > 1 && !ms->layers)) break;
+            int dp = N / (T * r * pp);
+            if (given & PLAN_DP && dp != fx->dp) continue;
+            if (ms->batch % dp) continue;
+            int per_dp = (int)(ms->batch / dp);
+            for (int b = 1; b <= per_dp && b <= (ms->fixed_b > 64 ? ms->fixed_b : 64); b = b < ms->fixed_b && 2 * b > ms->fixed_b ? ms->fixed_b : 2 * b) {
+              if (per_dp % b) continue;
+              if (ms->fixed_b && b != ms->fixed_b) continue;
+              int m = per_dp / b;
+              if (given & PLAN_MB && m != fx->mb) continue;
+              for (int sc = 0; sc < 3; sc++) {
+                if (pp == 1 && sc != SCHED_1F1B) continue;
+                if (given & PLAN_SCHED && sc != (int)fx->schedule) continue;
+                for (int v = sc == SCHED_INTERLEAVED ? 2 : 1; v <= (sc == SCHED_INTERLEAVED ? 4 : 1); v *= 2) {
+                  if (sc == SCHED_INTERLEAVED && (m % pp || ms->layers % (pp * v))) continue;
+                  if ((given & PLAN_SCHED) && sc == SCHED_INTERLEAVED && v != fx->vchunks) continue;
+                  for (int z = 0; z <= 3; z++) {
+                    if (z > 0 && dp * r < 2) continue;
+                    if (given & PLAN_ZERO && z != fx->zero) continue;
+                    if (o->generatable && z > 0 && sc == SCHED_INTERLEAVED) continue;
+                    for (int rc = 0; rc < 3; rc++) {
+                      if (given & PLAN_RECOMPUTE && rc != (int)fx->recompute) continue;
+                      Plan p;
+                      plan_default(&p);
+                      p.dp = dp;
+                      p.tp = t;
+                      p.tp2d = q;
+                      p.sp_kind = (SpKind)spk;
+                      p.sp = r;
+                      p.pp = pp;
+                      p.schedule = (Schedule)sc;
+                      p.vchunks = v;
+                      p.mb = m;
+                      p.zero = z;
+                      p.recompute = (Recompute)rc;
+                      if (fx && fx->nstage_layers && pp == fx->pp) {
+                        p.nstage_layers = fx->nstage_layers;
+                        memcpy(p.stage_layers, fx->stage_layers, sizeof p.stage_layers);
+                      }
+                      explore_eval(ms, hw, me, &p, b, true, e);
+                      count++;
+                      if (o->points && o->npoints < o->cap_points)
+                        o->points[o->npoints++] = (ExplorePoint){(float)e->step_s, (float)e->peak_mem, e->feasible};
+                      if (e->spec[0]) keep(out, cap, &n, e);
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  free(e);
+  if (evaluated) *evaluated = count;
+  return n;
+}

@@ -1,0 +1,108 @@
+/* explore.h — the strategy search (passes/explore.c): a per-layer analytic
+ * cost built once from the model's single-device graph (one layer's ops and
+ * the ops outside the layers, with their shapes), evaluated for any plan in
+ * microseconds with the formulas of cost.c, memoised per layer shape; stage
+ * partitions by dynamic programming over layers; pruning by divisibility
+ * and memory. */
+#ifndef SHARDC_EXPLORE_H
+#define SHARDC_EXPLORE_H
+
+#include "cost.h"
+
+/* One forward op of a layer (or outside the layers), per sequence. */
+typedef enum { LO_GEMM, LO_ATTN, LO_ELEM, LO_GATHER, LO_XENT } LOpKind;
+typedef struct LOp {
+  LOpKind kind;
+  double rows;        /* rows per sequence (tokens) */
+  double N, K;        /* GEMM: out and in features */
+  int split;          /* GEMM: TPH_COL / TPH_ROW / TPH_VOCAB; ELEM: 1 when on split channels */
+  double H, Hkv, D;   /* attention heads, kv heads, head dim */
+  double elems;       /* ELEM, GATHER, XENT: elements per sequence moved (in + out) */
+  double flops;       /* per sequence */
+} LOp;
+
+enum { LAYER_MAXOPS = 96 };
+typedef struct LayerModel {
+  LOp op[LAYER_MAXOPS];
+  int nop;
+  double params;      /* elements */
+  double params_split;/* of which split over tp (matrices) */
+  double saved;       /* activation elements per sequence held for the backward */
+  double saved_split; /* of which on split channels (heads, MLP hidden) */
+  double saved_attn;  /* of which the attention's own */
+  double saved_sel, saved_sel_split;  /* of which selective recompute drops (passes/recompute.c) */
+  double sel_elems;   /* elements the ops it reruns read and write, per sequence */
+  double input;       /* the layer input, elements per sequence (kept by full recompute) */
+  double fwd_flops;   /* model FLOPs per sequence (matmul + attention), forward */
+} LayerModel;
+
+typedef struct ModelShape {
+  const char *name;
+  int layers;
+  int64_t seq, batch, hidden, heads, kv_heads, vocab;
+  int elt;            /* activation bytes */
+  int param_elt;      /* parameter, gradient bytes (memplan's) */
+  int opt_states;     /* optimizer tensors per parameter */
+  int fixed_b;        /* the train block's microbatch (sequences), 0: free */
+  LayerModel layer;   /* one repeated layer */
+  LayerModel pre, post;   /* ops before the first layer and after the last */
+} ModelShape;
+
+/* Builds the model's shape from a single-device compile (after autodiff):
+ * 0, or -1 when the graph has no repeated layers. */
+int explore_model_shape(const Module *m, ModelShape *ms);
+
+typedef struct PlanEval {
+  Plan plan;
+  int b;                  /* sequences per microbatch */
+  double step_s, tokens_per_s, tflops_per_device, mfu;
+  double peak_mem;        /* max over stages */
+  double mem_stage[PLAN_MAXSTAGES];
+  int nstages;
+  double bytes_per_rank;  /* sent per step */
+  bool feasible;
+  char reason[128];
+  char spec[256];
+  /* for the report: per pipeline rank, forward and backward of one
+   * microbatch (all its chunks), memory by kind; the step's parts */
+  double tf[PLAN_MAXSTAGES], tb[PLAN_MAXSTAGES];
+  double mem_kind[PLAN_MAXSTAGES][4];   /* params, grads, optimizer, activations */
+  double t_gemm, t_attn, t_elem, t_comm;  /* per step on pipeline rank 0's layers */
+  double t_reduce, t_opt, t_bubble;
+} PlanEval;
+
+/* Every plan the search evaluates, for the report's time-memory scatter. */
+typedef struct ExplorePoint {
+  float step_s, peak_mem;
+  bool feasible;
+} ExplorePoint;
+
+/* Evaluates one resolved plan (microbatch b sequences). */
+void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const Plan *p, int b,
+                  bool recompute_ok, PlanEval *out);
+
+typedef struct ExploreOpts {
+  const Plan *fixed;      /* keys given (fixed->given); NULL: search all */
+  int top;
+  bool generatable;       /* only plans the code generator can generate (strategy = auto) */
+  ExplorePoint *points;   /* when set: every evaluated plan, up to cap_points */
+  int cap_points, npoints;
+} ExploreOpts;
+
+/* The HTML report (explore --report): SVG drawings of the time-memory
+ * Pareto front of the plans evaluated, the best plan's pipeline timeline
+ * per rank, its memory per stage by kind and its time breakdown. */
+void explore_report_html(FILE *out, const ModelShape *ms, const HwModel *hw, const Mesh *me,
+                         const PlanEval *best, int nbest, const ExplorePoint *pts, int npts,
+                         const PlanEval *ref);
+
+/* Searches plans; fills the best `cap` (feasible first, by step time) into
+ * out and returns how many; *evaluated gets the plans evaluated. */
+int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, ExploreOpts *o,
+                   PlanEval *out, int cap, long *evaluated);
+
+/* Model FLOPs of one step (forward + backward, 3x forward), and with full
+ * recompute (4x the layers' forward). */
+double explore_model_flops(const ModelShape *ms, bool full_recompute);
+
+#endif
