@@ -493,7 +493,8 @@ static const char *const sgd_keys[] = {"lr", "momentum", "weight_decay", "warmup
 
 static const char *const shampoo_keys[] = {
     "lr", "betas", "epsilon", "weight_decay", "block", "precondition_every",
-    "start_preconditioning", "graft", "root", "graft_eps", "warmup", "schedule", "min_lr", "clip"};
+    "start_preconditioning", "graft", "root", "graft_eps", "spread", "warmup", "schedule", "min_lr",
+    "clip"};
 static const char *const adafactor_keys[] = {"lr", "beta1", "decay_rate", "eps",
                                              "clip_threshold", "weight_decay", "warmup",
                                              "schedule", "min_lr", "clip"};
@@ -559,6 +560,12 @@ static int check_blocked_optimizer(Module *m, Expr *e, Optimizer *o) {
     w = word_item(a, "root", roots, 2, o->kind);
     if (w == -2) return -1;
     if (w >= 0) o->root = w;
+    Arg *sp = find_item(a, "spread");
+    if (sp && sp->value->kind != E_BOOL) {
+      diag_error(sp->value->loc, "shampoo: spread must be true or false, got %s", expr_desc(sp->value));
+      return -1;
+    }
+    if (sp) o->no_spread = !sp->value->ival;
   } else {
     o->eps = 1e-30;
     o->beta1 = 0;
@@ -577,7 +584,7 @@ static int check_blocked_optimizer(Module *m, Expr *e, Optimizer *o) {
 static int check_optimizer(Module *m, Expr *e, Optimizer *o) {
   static const char *const kinds[] = {"adamw", "sgd", "shampoo", "adafactor"};
   static const char *const *const keys[] = {adamw_keys, sgd_keys, shampoo_keys, adafactor_keys};
-  static const int nkeys[] = {8, 7, 14, 10};
+  static const int nkeys[] = {8, 7, 15, 10};
   int kind = -1;
   for (int k = 0; e->kind == E_CALL && k < 4; k++)
     if (!strcmp(e->str, kinds[k])) kind = k;

@@ -25,6 +25,7 @@ typedef struct Optimizer {
    * update's RMS clipping, beta1 the optional momentum. */
   int block, precondition_every, start_preconditioning, graft, root;
   double graft_eps, decay_rate, clip_threshold;
+  bool no_spread;         /* shampoo spread = false: every data rank computes every block */
 } Optimizer;
 
 typedef struct TrainCfg {

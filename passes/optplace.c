@@ -95,7 +95,7 @@ bool optplace_active(const Module *m) {
   const Optimizer *o = &m->train.opt;
   int nd = p->dp * (p->sp_kind == SP_RING && p->sp > 1 ? p->sp : 1);
   int v = m->nstages > 1 ? m->nstages / p->pp : 1;
-  return o->kind && !strcmp(o->kind, "shampoo") && nd > 1 && v == 1 && p->zero == 0 &&
+  return o->kind && !strcmp(o->kind, "shampoo") && !o->no_spread && nd > 1 && v == 1 && p->zero == 0 &&
          m->train.mesh && m->train.mesh->ndev > 1;
 }
 

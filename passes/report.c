@@ -132,11 +132,12 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
     else if (!strcmp(o->kind, "shampoo"))
       fprintf(out, "%soptim:    shampoo lr=%g betas=(%g, %g) epsilon=%g weight_decay=%g block=%d "
                    "precondition_every=%d start_preconditioning=%d graft=%s root=%s graft_eps=%g "
-                   "warmup=%d %s min_lr=%g clip=%g\n",
+                   "spread=%s warmup=%d %s min_lr=%g clip=%g\n",
               pf, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->block,
               o->precondition_every, o->start_preconditioning,
               o->graft == 0 ? "adam" : o->graft == 1 ? "adagrad" : "sgd",
-              o->root == 0 ? "eigh" : "newton", o->graft_eps, o->warmup, o->schedule,
+              o->root == 0 ? "eigh" : "newton", o->graft_eps, o->no_spread ? "false" : "true",
+              o->warmup, o->schedule,
               o->lr * o->min_lr_ratio, o->clip);
     else if (!strcmp(o->kind, "adafactor"))
       fprintf(out, "%soptim:    adafactor lr=%g beta1=%g decay_rate=%g eps=%g clip_threshold=%g "
