@@ -6,7 +6,7 @@
 # and communication equal the plan.  A checkpoint saved at step 15 under one
 # plan and resumed under another reproduces the uninterrupted run.  Plans
 # Shampoo does not run yet (tensor-parallel shards, ZeRO) are refused at
-# compile time.
+# compile time.  Adafactor trains 10 steps under dp=2 and pp=2,dp=2 alike.
 #   tests/dist/shampoo.sh SHARDC
 bin="$(realpath "$1")"
 source "$(dirname "$0")/../codegen/lib.sh"
@@ -86,6 +86,20 @@ reshard() {  # RANKS1 STRATEGY1 RANKS2 STRATEGY2
 }
 reshard 2 dp=2 2 pp=2
 reshard 2 pp=2 4 dp=4
+
+# Adafactor: every rank updates its parameters whole
+S=gpt_adafactor
+STEPS=10
+rc=1
+build $S "$tmp/ref" --mesh 1 --strategy dp=1 &&
+  train "$tmp/ref" --steps $STEPS --quiet --log "$tmp/ref.jsonl" --save "$tmp/ref.st"
+if [ $rc -eq 0 ]; then
+  check 2 dp=2
+  check 4 pp=2,dp=2
+else
+  bad "adafactor reference run: $out"
+fi
+S=gpt_shampoo
 
 for st in tp=2 dp=2,zero=1; do
   out=$("$bin" compile tests/dist/$S.shard --mesh 2 --strategy $st --emit=c 2>&1)
