@@ -7,7 +7,8 @@
 #     Shampoo step, divided by precondition_every, with the blocks spread over
 #     the 4 data ranks (passes/optplace.c) and with every rank computing every
 #     root (spread = false);
-#  3. pp=4 (1f1b): a root-recompute step against an ordinary step;
+#  3. pp=4 (1f1b): a root-recompute step against an ordinary step (the roots
+#     fill the stages' waiting receives first);
 #  4. convergence: the tiny GPT (samples/gpt.shard) on the built-in text, 300
 #     steps, AdamW vs Shampoo (grafted on Adam) at the same learning-rate
 #     schedule; both loss curves go to bench/results/, with the first step
@@ -100,7 +101,7 @@ read -r _ p_ord p_root <<<"$(stats pp_shampoo 10 2)"
   echo
   echo "3. pp=4 (1f1b, mb=4): root-recompute step vs ordinary step"
   awk -v o="$p_ord" -v r="$p_root" 'BEGIN {
-    printf "   ordinary %.1f ms, root step %.1f ms: spike %+.1f%% (target < 10%%; each stage computes its roots in the optimizer step: they are not yet scheduled into the 1F1B bubbles)\n", o, r, 100 * (r / o - 1) }'
+    printf "   ordinary %.1f ms, root step %.1f ms: spike %+.1f%% (target < 10%%; each stage computes its roots while its pipeline receives wait, the rest at the start of its optimizer step)\n", o, r, 100 * (r / o - 1) }'
 } | tee "$tmp/tables.txt"
 
 # 4. convergence: 300 steps of the tiny GPT, one rank

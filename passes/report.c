@@ -202,7 +202,7 @@ static void shampoo_lines(FILE *out, const Module *m, const char *pf) {
       for (int k = 0; k < n; k++) fl += optplace_root_flops(o, &u[k]), nb += u[k].blocked;
       fprintf(out, "%sshampoo:  %severy rank computes all %d blocks of its parameters: roots "
                    "%.3g GFLOP per recomputation (%.3g ms at the device's fp32 peak), every %d "
-                   "steps from step %d, in the optimizer step\n",
+                   "steps from step %d, while pipeline receives wait and at the start of the optimizer step\n",
               pf, st, nb, fl / 1e9, peak > 0 ? fl / peak * 1e3 : 0.0, o->precondition_every,
               o->start_preconditioning);
       continue;
@@ -225,8 +225,8 @@ static void shampoo_lines(FILE *out, const Module *m, const char *pf) {
               pf, d, nb[d], fl[d] / 1e9, peak > 0 ? fl[d] / peak * 1e3 : 0.0);
     }
     fprintf(out, "%s            the slowest data rank's roots: %.3g of every rank computing every "
-                 "root (%.3g GFLOP); roots every %d steps from step %d, in the optimizer step "
-                 "after the gradient reduction; directions all-gathered over the data ranks "
+                 "root (%.3g GFLOP); roots every %d steps from step %d, while pipeline receives "
+                 "wait and at the start of the optimizer step; directions all-gathered over the data ranks "
                  "(%lld elements per rank)\n",
             pf, total > 0 ? worst / total : 0.0, total / 1e9, o->precondition_every,
             o->start_preconditioning, (long long)p->useg);

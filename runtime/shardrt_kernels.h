@@ -218,7 +218,8 @@ void RT_FN(rt_sgd_step)(RT_REAL *param, const RT_REAL *grad, RT_REAL *mom, size_
  * shape); grad is multiplied by grad_scale in place first; state is its
  * optimizer state, work the step's workspace (rt_shampoo_work for the
  * largest block of the program).  precondition: use the roots this step;
- * recompute: compute them first (from the factors just updated).
+ * recompute (rt_shampoo_step only): compute them first, from the factors
+ * before this step's update.
  * Returns RT_OK, or RT_ERR_NUMERIC when an eigendecomposition fails. */
 int RT_FN(rt_shampoo_step)(RT_REAL *param, RT_REAL *grad, RT_REAL *state, unsigned char *work,
                            int ndim, const int64_t *shape, const RtShampooArgs *a);
@@ -228,6 +229,11 @@ int RT_FN(rt_shampoo_step)(RT_REAL *param, RT_REAL *grad, RT_REAL *state, unsign
 int RT_FN(rt_shampoo_unit)(const RT_REAL *grad, RT_REAL *state, unsigned char *work, int ndim,
                            const int64_t *shape, int64_t bi, int64_t bj, RT_REAL *out,
                            const RtShampooArgs *a);
+/* The roots of block (bi, bj) from the factors as they are (nothing for an
+ * unblocked tensor). */
+int RT_FN(rt_shampoo_unit_roots)(RT_REAL *state, unsigned char *work, int ndim,
+                                 const int64_t *shape, int64_t bi, int64_t bj,
+                                 const RtShampooArgs *a);
 /* param's unit (bi, bj) = param·(1 - lr·wd) - lr·u. */
 void RT_FN(rt_shampoo_apply)(RT_REAL *param, const RT_REAL *u, int ndim, const int64_t *shape,
                              int64_t bi, int64_t bj, const RtShampooArgs *a);

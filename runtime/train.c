@@ -45,9 +45,14 @@ struct RtTrainer {
   int maxslots;
   int chunk, slot;       /* the pipeline action being run */
 #endif
+  /* Shampoo: this step recomputes the roots (from the factors of the steps
+   * before), units [0, roots_next) of this rank's already done */
+  int roots_due, roots_next;
 };
 
 typedef struct RtTrainer Trainer;
+
+static int roots_one(Trainer *t);
 
 /* ---------------------------------------------------------------------------
  * The world: MPI or one rank
@@ -565,8 +570,14 @@ static int pipe_peer(const Trainer *t, int vs) {
 
 void rt_pipe_recv(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t n) {
   Trainer *t = p->t;
-  rt_recv(t->mesh, pipe_peer(t, peer_vs), rt_pipe_tag(p->mb, t->pg->nstages, lower_vs, grad),
-          buf, n, t->es);
+  int peer = pipe_peer(t, peer_vs), tag = rt_pipe_tag(p->mb, t->pg->nstages, lower_vs, grad);
+  /* a bubble: Shampoo's due roots, one block at a time, until the message is there */
+  for (int flag = 0; t->roots_due;) {
+    MPI_OK(MPI_Iprobe(peer, tag, t->mesh->comm[RT_AX_WORLD], &flag, MPI_STATUS_IGNORE));
+    if (flag || !roots_one(t))
+      break;
+  }
+  rt_recv(t->mesh, peer, tag, buf, n, t->es);
 }
 
 void rt_pipe_send(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf, size_t n) {
@@ -690,9 +701,8 @@ static RtShampooArgs blocked_args(const Trainer *t, long step, double lr, double
                      .graft_eps = pg->graft_eps, .grad_scale = grad_scale,
                      .decay_rate = pg->decay_rate, .clip_threshold = pg->clip_threshold,
                      .t = step, .block = pg->block, .graft = pg->graft, .root = pg->root};
-  long s0 = step - 1;
-  a.precondition = pg->opt == RT_OPT_SHAMPOO && s0 >= pg->start_preconditioning;
-  a.recompute = a.precondition && (s0 - pg->start_preconditioning) % pg->precondition_every == 0;
+  a.precondition = pg->opt == RT_OPT_SHAMPOO && step - 1 >= pg->start_preconditioning;
+  a.recompute = 0; /* the roots are computed before, by roots_one */
   for (int i = 0; i < pg->nparams; i++) {
     int64_t e, k;
     if (pg->params[i].grad < 0)
@@ -706,12 +716,69 @@ static RtShampooArgs blocked_args(const Trainer *t, long step, double lr, double
   return a;
 }
 
+/* Shampoo's roots are recomputed at the 0-based steps start + k·every from
+ * the factors as the steps before left them, so any time between the end
+ * of the previous step's update and this step's directions will do: while a
+ * pipeline receive waits (rt_pipe_recv: the schedule's bubbles), and what is
+ * left at the start of the optimizer.  roots_begin marks a step's roots
+ * due; roots_one computes the next block's of this rank (under placement
+ * its data rank's units, else every block of its parameters), 0 when none
+ * is left. */
+static void roots_begin(Trainer *t, long s) {
+  const RtProgram *pg = t->pg;
+  t->roots_due = pg->opt == RT_OPT_SHAMPOO && s >= pg->start_preconditioning &&
+                 (s - pg->start_preconditioning) % pg->precondition_every == 0;
+  t->roots_next = 0;
+}
+
+static int roots_one(Trainer *t) {
+  const RtProgram *pg = t->pg;
+  if (!t->roots_due)
+    return 0;
+  int me = coord(t, RT_AX_DATA), k = 0;
+  for (int i = 0; i < pg->nparams; i++) {
+    const RtParam *p = &pg->params[i];
+    if (p->grad < 0 || !rt_shampoo_preconditioned(p->ndim, p->shape))
+      continue;
+    int64_t nbr = rt_shampoo_nblocks(p->shape[0], pg->block);
+    int64_t nbc = rt_shampoo_nblocks(p->shape[1], pg->block);
+    for (int64_t bi = 0; bi < nbr; bi++)
+      for (int64_t bj = 0; bj < nbc; bj++) {
+        if (pg->nunits) { /* placed: this data rank's units only */
+          int mine = 0;
+          for (int u = 0; u < pg->nunits; u++)
+            if (pg->units[u].param == i && pg->units[u].bi == bi && pg->units[u].bj == bj)
+              mine = pg->units[u].owner == me;
+          if (!mine)
+            continue;
+        }
+        if (k++ < t->roots_next)
+          continue;
+        RtShampooArgs a = blocked_args(t, 1, 0, 1);
+        int rc = pg->f64 ? rt_shampoo_unit_roots_f64((double *)(t->arena + p->opt),
+                                                     t->arena + pg->opt_work_offset, p->ndim,
+                                                     p->shape, bi, bj, &a)
+                         : rt_shampoo_unit_roots_f32((float *)(t->arena + p->opt),
+                                                     t->arena + pg->opt_work_offset, p->ndim,
+                                                     p->shape, bi, bj, &a);
+        if (rc != RT_OK)
+          fail(t, rt_last_error());
+        t->roots_next++;
+        return 1;
+      }
+  }
+  t->roots_due = 0;
+  return 0;
+}
+
 /* Shampoo or Adafactor on every parameter with a gradient, at 1-based step
  * `step` (docs/language.md; the state layout is rt_optim.h's). */
 static void blocked_step(Trainer *t, long step, double lr, double grad_scale) {
   const RtProgram *pg = t->pg;
   unsigned char *A = t->arena;
   RtShampooArgs a = blocked_args(t, step, lr, grad_scale);
+  while (roots_one(t))
+    ;
   for (int i = 0; i < pg->nparams; i++) {
     const RtParam *p = &pg->params[i];
     if (p->grad < 0)
@@ -746,6 +813,8 @@ static void placed_step(Trainer *t, long step, double lr, double grad_scale, int
   unsigned char *A = t->arena;
   RtShampooArgs a = blocked_args(t, step, lr, grad_scale);
   int me = coord(t, RT_AX_DATA);
+  while (roots_one(t))
+    ;
   for (int i = 0; i < pg->nparams; i++)
     if (pg->params[i].grad >= 0)
       rt_opt_scale_grad_f32((float *)(A + pg->params[i].grad), pg->params[i].numel, grad_scale);
@@ -1158,6 +1227,7 @@ static int train(Trainer *t, long step, int say) {
     const int measure = step == first_step;
     if (measure)
       rt_mem_poison(pg, t->arena);
+    roots_begin(t, step);
     loss = run_microbatches(t, step, 1);
     size_t measured = measure ? rt_mem_highwater(pg, t->arena) : 0;
     double lr = 0;

@@ -136,7 +136,8 @@ class Shampoo:
     tensor (2-D tensors with both dims > 1; others use the grafting method
     alone), factors L = b2 L + (1-b2) G G^T and R = b2 R + (1-b2) G^T G
     every step, roots (L + eps I)^-1/4 in float64 at steps start, start +
-    every, ... (0-based), the direction L^-1/4 G R^-1/4 rescaled per block
+    every, ... (0-based) from the factors before that step's update, the
+    direction L^-1/4 G R^-1/4 rescaled per block
     to the grafting direction's norm, momentum (beta1, bias-corrected) and
     decoupled weight decay."""
 
@@ -211,11 +212,11 @@ class Shampoo:
                             st[key] = [torch.zeros(r, r), torch.zeros(c, c),
                                        torch.zeros(r, r), torch.zeros(c, c)]
                         f = st[key]
-                        f[0] = torch.addmm(f[0], G, G.T, beta=a.beta2, alpha=1 - a.beta2)
-                        f[1] = torch.addmm(f[1], G.T, G, beta=a.beta2, alpha=1 - a.beta2)
-                        if recompute:
+                        if recompute:  # from the factors the steps before left
                             root = self.root_newton if a.root == "newton" else self.root_eigh
                             f[2], f[3] = root(f[0], a.eps), root(f[1], a.eps)
+                        f[0] = torch.addmm(f[0], G, G.T, beta=a.beta2, alpha=1 - a.beta2)
+                        f[1] = torch.addmm(f[1], G.T, G, beta=a.beta2, alpha=1 - a.beta2)
                         if pre:
                             D = (f[2] @ G) @ f[3]
                             ng = float(d[i:i + B, j:j + B].double().pow(2).sum())
