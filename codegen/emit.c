@@ -326,6 +326,17 @@ static void rank_tables(Emit *e) {
     for (int i = 0; i < p->nglobal; i++) P(e, "%s%d,", i % 16 ? " " : "\n    ", p->global[i].local);
     P(e, "\n};\n\n");
   }
+  if (p->nunits) {
+    P(e, "/* Shampoo's units placed over the %d data ranks (passes/optplace.c, greedy LPT):\n"
+         " * {parameter, block row, block column, owning data rank, offset in its segment}. */\n"
+         "static const RtOptUnit %sunits[%d] = {\n", p->uranks, pre, p->nunits);
+    for (int k = 0; k < p->nunits; k++) {
+      const OptUnit *u = &p->units[k];
+      P(e, "    {%d, %" PRId64 ", %" PRId64 ", %d, %" PRId64 "},  // %s %" PRId64 "x%" PRId64 "\n",
+        u->param, u->bi, u->bj, u->owner, u->pos, p->param[u->param].v->name, u->r, u->c);
+    }
+    P(e, "};\n\n");
+  }
   if (p->zero < 1) return;
   P(e, "/* ZeRO-%d buckets (elements): the flat layout of the parameters, padded per\n"
        " * bucket to a multiple of 16·DP; rank r owns [flat + r·chunk, +chunk) of each,\n"
@@ -348,12 +359,13 @@ static const char *sched_name(Schedule s) {
 
 static void step_table(Emit *e) {
   const RankProg *p = e->p;
-  static const char *const kind[] = {"RT_STEP_WAIT", "RT_STEP_ALLREDUCE", "RT_STEP_LOSS",
-                                     "RT_STEP_NORM", "RT_STEP_OPTIMIZER", "RT_STEP_ALLGATHER"};
+  static const char *const kind[] = {"RT_STEP_WAIT",      "RT_STEP_ALLREDUCE", "RT_STEP_LOSS",
+                                     "RT_STEP_NORM",      "RT_STEP_OPTIMIZER", "RT_STEP_ALLGATHER",
+                                     "RT_STEP_OPT_GATHER", "RT_STEP_OPT_APPLY"};
   static const char *const loss[] = {"RT_LOSS_SUM", "RT_LOSS_LAST_STAGE"};
   static const char *const norm[] = {"RT_NORM_RANGE", "RT_NORM_PARAMS", "RT_NORM_PARAMS_DP0",
                                      "RT_NORM_ZERO"};
-  static const char *const upd[] = {"RT_UPDATE_PARAMS", "RT_UPDATE_ZERO"};
+  static const char *const upd[] = {"RT_UPDATE_PARAMS", "RT_UPDATE_ZERO", "RT_UPDATE_PLACED"};
   P(e, "/* The step after the microbatches: {op, axis, mode, byte offset, count, divisor}. */\n");
   P(e, "static const RtStepOp %sstep[%d] = {\n", e->pre, p->nstep);
   for (int j = 0; j < p->nstep; j++) {
@@ -433,8 +445,19 @@ static void program_struct(Emit *e) {
   P(e, "    .step = %sstep, .nstep = %d,\n", pre, p->nstep);
   P(e, "    .steps = %lld, .seed = %lluull, .opt = %s, .lr = %s, .beta1 = %s, .beta2 = %s,\n",
     (long long)t->steps, (unsigned long long)t->seed,
-    strcmp(o->kind, "adamw") ? "RT_OPT_SGD" : "RT_OPT_ADAMW", lit(o->lr), lit(o->beta1),
+    !strcmp(o->kind, "adamw") ? "RT_OPT_ADAMW" : !strcmp(o->kind, "sgd") ? "RT_OPT_SGD"
+    : !strcmp(o->kind, "shampoo") ? "RT_OPT_SHAMPOO" : "RT_OPT_ADAFACTOR", lit(o->lr), lit(o->beta1),
     lit(o->beta2));
+  if (!strcmp(o->kind, "shampoo"))
+    P(e, "    .block = %d, .precondition_every = %d, .start_preconditioning = %d, .graft = %d, "
+         ".root = %d, .graft_eps = %s,\n    .opt_work_offset = %" PRId64 ",\n",
+      o->block, o->precondition_every, o->start_preconditioning, o->graft, o->root,
+      lit(o->graft_eps), mp->opt_work_offset * e->p->scale);
+  if (p->nunits)
+    P(e, "    .units = %sunits, .nunits = %d, .useg = %" PRId64 ",\n", pre, p->nunits,
+      (p->useg * 4 + 63) / 64 * 64 / 4);
+  if (!strcmp(o->kind, "adafactor"))
+    P(e, "    .decay_rate = %s, .clip_threshold = %s,\n", lit(o->decay_rate), lit(o->clip_threshold));
   P(e, "    .eps = %s, .weight_decay = %s, .momentum = %s, .clip = %s, .min_lr_ratio = %s,\n",
     lit(o->eps), lit(o->weight_decay), lit(o->momentum), lit(o->clip), lit(o->min_lr_ratio));
   P(e, "    .warmup = %d, .cosine = %d,\n", o->warmup, cosine ? 1 : 0);

@@ -524,24 +524,118 @@ static const char *const adamw_keys[] = {"lr", "betas", "eps", "weight_decay", "
 static const char *const sgd_keys[] = {"lr", "momentum", "weight_decay", "warmup",
                                        "schedule", "min_lr", "clip"};
 
+static const char *const shampoo_keys[] = {
+    "lr", "betas", "epsilon", "weight_decay", "block", "precondition_every",
+    "start_preconditioning", "graft", "root", "graft_eps", "spread", "warmup", "schedule", "min_lr",
+    "clip"};
+static const char *const adafactor_keys[] = {"lr", "beta1", "decay_rate", "eps",
+                                             "clip_threshold", "weight_decay", "warmup",
+                                             "schedule", "min_lr", "clip"};
+
+/* An identifier option among `names`: its index, -1 when absent, -2 on error. */
+static int word_item(PtrVec *items, const char *key, const char *const *names, int n,
+                     const char *who) {
+  Arg *a = find_item(items, key);
+  if (!a) return -1;
+  Expr *v = a->value;
+  for (int i = 0; v->kind == E_IDENT && i < n; i++)
+    if (!strcmp(v->str, names[i])) return i;
+  char list[128] = "";
+  for (int i = 0; i < n; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? i + 1 == n ? " or " : ", " : "", names[i]);
+  const char *s = v->kind == E_IDENT ? sema_suggest(v->str, names, n) : NULL;
+  if (s)
+    diag_error(v->loc, "%s: unknown %s '%s'; did you mean '%s'? (use %s)", who, key, v->str, s, list);
+  else
+    diag_error(v->loc, "%s: %s must be %s, got %s", who, key, list,
+               v->kind == E_IDENT ? arena_printf("'%s'", v->str) : expr_desc(v));
+  return -2;
+}
+
+/* A positive number item (strictly above 0, at most hi): 1 given, 0 absent, -1 error. */
+static int pos_item(Module *m, PtrVec *items, const char *key, double *out, double hi,
+                    const char *who) {
+  Arg *a = find_item(items, key);
+  if (!a) return 0;
+  bool is_int;
+  if (not_a_number(m, a, "a number") || sema_eval_number(m, a->value, out, &is_int)) return -1;
+  if (!(*out > 0 && *out <= hi)) {
+    diag_error(a->value->loc, "%s: %s must be %s, got %g", who, key,
+               *out <= 0 ? "positive" : arena_printf("at most %g", hi), *out);
+    return -1;
+  }
+  return 1;
+}
+
+/* shampoo(...) and adafactor(...)'s own options (docs/language.md). */
+static int check_blocked_optimizer(Module *m, Expr *e, Optimizer *o) {
+  PtrVec *a = &e->args;
+  double v;
+  int r;
+  if (!strcmp(o->kind, "shampoo")) {
+    o->eps = 1e-6;
+    if ((r = pos_item(m, a, "epsilon", &v, 1, o->kind)) < 0) return -1;
+    if (r) o->eps = v;
+    if ((r = pos_item(m, a, "graft_eps", &v, 1, o->kind)) < 0) return -1;
+    if (r) o->graft_eps = v;
+    int64_t k;
+    if ((k = int_item(m, a, "block", 1, 1 << 16)) < 0) return -1;
+    if (k) o->block = (int)k;
+    if ((k = int_item(m, a, "start_preconditioning", 0, 1 << 30)) < 0) return -1;
+    if (find_item(a, "start_preconditioning")) o->start_preconditioning = (int)k;
+    if ((k = int_item(m, a, "precondition_every", 1, 1 << 30)) < 0) return -1;
+    if (k) o->precondition_every = (int)k;
+    static const char *const grafts[] = {"adam", "adagrad", "sgd"};
+    static const char *const roots[] = {"eigh", "newton"};
+    int w = word_item(a, "graft", grafts, 3, o->kind);
+    if (w == -2) return -1;
+    if (w >= 0) o->graft = w;
+    w = word_item(a, "root", roots, 2, o->kind);
+    if (w == -2) return -1;
+    if (w >= 0) o->root = w;
+    Arg *sp = find_item(a, "spread");
+    if (sp && sp->value->kind != E_BOOL) {
+      diag_error(sp->value->loc, "shampoo: spread must be true or false, got %s", expr_desc(sp->value));
+      return -1;
+    }
+    if (sp) o->no_spread = !sp->value->ival;
+  } else {
+    o->eps = 1e-30;
+    o->beta1 = 0;
+    if ((r = pos_item(m, a, "eps", &v, 1, o->kind)) < 0) return -1;
+    if (r) o->eps = v;
+    if ((r = num_item(m, a, "beta1", &v, 0, 0.999999, "a number")) < 0) return -1;
+    if (r) o->beta1 = v;
+    if ((r = pos_item(m, a, "decay_rate", &v, 1, o->kind)) < 0) return -1;
+    if (r) o->decay_rate = v;
+    if ((r = pos_item(m, a, "clip_threshold", &v, 1e9, o->kind)) < 0) return -1;
+    if (r) o->clip_threshold = v;
+  }
+  return 0;
+}
+
 static int check_optimizer(Module *m, Expr *e, Optimizer *o) {
-  static const char *const kinds[] = {"adamw", "sgd"};
-  if (e->kind != E_CALL || (strcmp(e->str, "adamw") && strcmp(e->str, "sgd"))) {
-    const char *s = e->kind == E_CALL || e->kind == E_IDENT ? sema_suggest(e->str, kinds, 2) : NULL;
+  static const char *const kinds[] = {"adamw", "sgd", "shampoo", "adafactor"};
+  static const char *const *const keys[] = {adamw_keys, sgd_keys, shampoo_keys, adafactor_keys};
+  static const int nkeys[] = {8, 7, 15, 10};
+  int kind = -1;
+  for (int k = 0; e->kind == E_CALL && k < 4; k++)
+    if (!strcmp(e->str, kinds[k])) kind = k;
+  const char *use = "use adamw(...), sgd(...), shampoo(...) or adafactor(...)";
+  if (kind < 0) {
+    const char *s = e->kind == E_CALL || e->kind == E_IDENT ? sema_suggest(e->str, kinds, 4) : NULL;
     if (e->kind == E_IDENT && s && !strcmp(s, e->str))
       diag_error(e->loc, "optimizer must be a call, e.g. %s(lr = 3e-4)", e->str);
     else if (s)
-      diag_error(e->loc, "unknown optimizer '%s'; did you mean '%s'? (use adamw(...) or sgd(...))",
-                 e->str, s);
+      diag_error(e->loc, "unknown optimizer '%s'; did you mean '%s'? (%s)", e->str, s, use);
     else if (e->kind == E_CALL)
-      diag_error(e->loc, "unknown optimizer '%s' (use adamw(...) or sgd(...))", e->str);
+      diag_error(e->loc, "unknown optimizer '%s' (%s)", e->str, use);
     else
-      diag_error(e->loc, "optimizer must be adamw(...) or sgd(...), got %s",
+      diag_error(e->loc, "optimizer must be adamw(...), sgd(...), shampoo(...) or adafactor(...), got %s",
                  e->kind == E_INT || e->kind == E_FLOAT ? "a number" : expr_desc(e));
     return -1;
   }
-  bool adam = !strcmp(e->str, "adamw");
-  o->kind = adam ? "adamw" : "sgd";
+  o->kind = kinds[kind];
   int rc = 0;
   for (int i = 0; i < e->args.len; i++) {
     Arg *a = e->args.data[i];
@@ -555,14 +649,15 @@ static int check_optimizer(Module *m, Expr *e, Optimizer *o) {
       }
     }
   }
-  if (rc || check_items(&e->args, adam ? adamw_keys : sgd_keys, adam ? 8 : 7, o->kind, true))
+  if (rc || check_items(&e->args, keys[kind], nkeys[kind], o->kind, true))
     return -1;
+  if (kind >= 2 && check_blocked_optimizer(m, e, o)) return -1;
   double v;
   int r;
   if ((r = num_item(m, &e->args, "lr", &v, 0, 10, "a number")) < 0) return -1;
   if (r) o->lr = v;
-  if ((r = num_item(m, &e->args, "eps", &v, 0, 1, "a number")) < 0) return -1;
-  if (r) o->eps = v;
+  if (kind < 2 && (r = num_item(m, &e->args, "eps", &v, 0, 1, "a number")) < 0) return -1;
+  if (kind < 2 && r) o->eps = v;
   if ((r = num_item(m, &e->args, "weight_decay", &v, 0, 10, "a number")) < 0) return -1;
   if (r) o->weight_decay = v;
   if ((r = num_item(m, &e->args, "momentum", &v, 0, 0.999999, "a number")) < 0) return -1;
@@ -794,6 +889,9 @@ static int check_support(TrainCfg *t) {
           p->tp2d, p->tp2d);
   NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED && p->zero >= 1, "zero=%d with "
           "schedule=interleaved (ZeRO for pipeline chunks)", p->zero);
+  NOT_YET(opt_blocked(&t->opt) && (p->tp > 1 || p->tp2d > 1 || p->zero >= 1),
+          "optimizer %s with %s (blocks of sharded tensors)", t->opt.kind,
+          p->tp > 1 ? "tp" : p->tp2d > 1 ? "tp2d" : "zero");
 #undef NOT_YET
   if (!nw) return 0;
   const char *msg = "strategy %s is not implemented yet: data parallelism (dp=N, mb=N, "
@@ -911,7 +1009,10 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
 
   /* optimizer */
   Optimizer *o = &t->opt;
-  *o = (Optimizer){"adamw", 3e-4, 0.9, 0.999, 1e-8, 0.0, 0.0, 1.0, 0.0, 0, "cosine"};
+  *o = (Optimizer){"adamw", 3e-4, 0.9, 0.999, 1e-8, 0.0, 0.0, 1.0, 0.0, 0, "cosine",
+                   .block = 1024, .precondition_every = 10, .start_preconditioning = 20,
+                   .graft = 0, .root = 0, .graft_eps = 1e-8, .decay_rate = 0.8,
+                   .clip_threshold = 1.0};
   Arg *oa = find_item(it, "optimizer");
   if (oa && check_optimizer(m, oa->value, o)) rc = -1;
 

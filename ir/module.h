@@ -12,10 +12,20 @@ typedef struct Program Program;
 typedef struct Decl Decl;
 
 typedef struct Optimizer {
-  const char *kind;       /* "adamw" or "sgd" */
+  const char *kind;       /* "adamw", "sgd", "shampoo" or "adafactor" */
   double lr, beta1, beta2, eps, weight_decay, momentum, clip, min_lr_ratio;
   int warmup;
   const char *schedule;   /* "cosine" or "constant" */
+  /* shampoo (docs/language.md): blocks of at most block x block of the full
+   * tensor; roots every precondition_every steps from step
+   * start_preconditioning (0-based); graft RT_GRAFT_*, root RT_ROOT_*
+   * (runtime/rt_optim.h); eps regularises the factors, graft_eps the
+   * grafting method's denominator.  adafactor: eps is eps1 (added to g²),
+   * decay_rate gives beta2(t) = 1 - t^-decay_rate, clip_threshold the
+   * update's RMS clipping, beta1 the optional momentum. */
+  int block, precondition_every, start_preconditioning, graft, root;
+  double graft_eps, decay_rate, clip_threshold;
+  bool no_spread;         /* shampoo spread = false: every data rank computes every block */
 } Optimizer;
 
 typedef struct TrainCfg {
@@ -60,6 +70,9 @@ typedef struct MemPlan {
    * summed gradients and the optimizer state of its chunk of every bucket
    * only (zero_chunk elements in all), at these offsets. */
   int64_t zero_chunk, zero_gshard_offset, zero_opt_offset;
+  /* shampoo: the optimizer step's workspace (after the state), and with
+   * blocks placed over data ranks (passes/optplace.c) the direction buffer */
+  int64_t opt_work_offset, opt_dir_offset;
   /* A pipeline stage: values held from a microbatch's forward to its
    * backward (and messages in flight) live in one of `slots` stash slots of
    * stash_bytes each, at stash_offset + slot * stash_bytes, after the
@@ -112,7 +125,19 @@ typedef struct Module {
   bool planned;
 } Module;
 
-/* Optimizer-state tensors per parameter: AdamW 2 (m, v), SGD with momentum 1. */
+/* Optimizer-state tensors per parameter: AdamW 2 (m, v), SGD with momentum 1;
+ * 0 for shampoo and adafactor, whose state is opt_state_elems per tensor. */
 int opt_states(const Optimizer *o);
+/* Shampoo or adafactor: state laid out per tensor (runtime/rt_optim.h). */
+bool opt_blocked(const Optimizer *o);
+/* Elements of optimizer state of a parameter of shape s (shampoo,
+ * adafactor), and the step's workspace in bytes over all of them. */
+int64_t opt_state_elems(const Optimizer *o, const Shape *s);
+int64_t opt_work_bytes(const Optimizer *o, const Shape *const *shapes, int n);
+/* Shampoo, adafactor: the state of g's parameters with a gradient from byte
+ * off (their opt_offset), then the step's workspace (at *work_off, sized for
+ * `whole`'s largest block, or g's when NULL); returns the end. */
+int64_t opt_plan_state(const Optimizer *o, Graph *g, const Graph *whole, int64_t off,
+                       int64_t *work_off);
 
 #endif

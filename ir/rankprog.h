@@ -24,6 +24,18 @@
 #include "module.h"
 #include "sexpr.h"
 
+/* Shampoo's placement over the data ranks (passes/optplace.c).  A unit is a
+ * block (bi, bj) of r x c of a preconditioned parameter, or a whole
+ * unblocked parameter (r 1); param indexes the rank's parameters; owner is
+ * the data rank computing it, pos its offset (elements) in the owner's
+ * segment of the direction buffer. */
+typedef struct OptUnit {
+  int param, owner;
+  int64_t bi, bj, r, c, pos;
+  bool blocked;
+  double cost;
+} OptUnit;
+
 typedef struct PRef {
   const Value *v;     /* NULL: no operand */
   int64_t off;        /* bytes from the arena, or from the stash slot when stash */
@@ -143,13 +155,18 @@ typedef enum {
   PS_NORM,        /* the gradient norm; mode PN_* */
   PS_OPTIMIZER,   /* the update; mode PO_* */
   PS_ALLGATHER,   /* ZeRO-1/2: bucket `count`'s parameters all-gathered over axis */
+  PS_OPT_GATHER,  /* Shampoo placed: the direction buffer at off, count elements per data
+                   * rank, all-gathered over axis */
+  PS_OPT_APPLY,   /* Shampoo placed: every unit's direction applied to the parameters */
 } PStepKind;
 
 enum { PL_SUM = 0, PL_LAST_STAGE = 1 };
 enum { PN_RANGE = 0, PN_PARAMS = 1, PN_PARAMS_DP0 = 2, PN_ZERO = 3 };
 /* PN_PARAMS_DP0: on data rank 0 only (dp 0, and sp 0 under ring attention): a
  * pipeline's data ranks hold the same reduced gradients. */
-enum { PO_PARAMS = 0, PO_ZERO = 1 };
+enum { PO_PARAMS = 0, PO_ZERO = 1, PO_PLACED = 2 };
+/* PO_PLACED: Shampoo's units of this data rank only, their directions into
+ * its segment of the direction buffer (then PS_OPT_GATHER, PS_OPT_APPLY). */
 
 typedef struct PStep {
   PStepKind kind;
@@ -228,6 +245,10 @@ typedef struct RankProg {
   int data;               /* PDATA_* */
   int vocab, seq, features, classes;
   int ring;               /* sp=ring: the sequence shards, else 0 */
+  /* Shampoo placed over the data ranks (passes/optplace.c), else nunits 0 */
+  OptUnit *units;
+  int nunits, uranks;
+  int64_t useg;           /* elements per data rank's segment of the direction buffer */
 } RankProg;
 
 /* ---- passes/program.c ---- */

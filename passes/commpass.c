@@ -190,6 +190,12 @@ int prog_events(const RankProg *p, PEvent **out) {
            true, what);
       break;
     }
+    case PS_OPT_GATHER: {
+      int P = axis_size(pl, s->axis, ndev);
+      coll(&v, s->axis, "all_gather",
+           rt_vol_allgather((uint64_t)s->count * (uint64_t)es * (uint64_t)P, P), true, what);
+      break;
+    }
     default:
       break;
     }

@@ -388,6 +388,12 @@ static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, 
       t += cost_coll(hw, "all_gather", n, stride, bytes, NULL);
       break;
     }
+    case PS_OPT_GATHER: /* Shampoo's directions: each data rank's segment to all */
+      t += cost_coll(hw, "all_gather", n, stride, (double)s->count * n * 4, NULL);
+      break;
+    case PS_OPT_APPLY: /* read the directions and parameters, write the parameters */
+      t += cost_membound(hw, 3.0 * nparam * 4, 2.0 * nparam);
+      break;
     }
   }
   return t;

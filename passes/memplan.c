@@ -219,6 +219,10 @@ int pass_memplan(Module *m) {
     p->opt_offset = off;
     off += nstate * align_up(bytes_of(p));
   }
+  /* shampoo, adafactor: each tensor's state, then the step's workspace */
+  off = opt_plan_state(o, g, m->nstages > 1 ? m->whole : NULL, off, &mp->opt_work_offset);
+  mp->opt_dir_offset = off;
+  off += optplace_dir_bytes(m, g);
   mp->optstate_bytes = off - mp->param_bytes - mp->grad_bytes;
   mp->persistent_bytes = off;
 
@@ -348,6 +352,8 @@ static void layout_ranks(Module *m) {
       cm->stash_offset = top;
       top += cm->slots * cm->stash_bytes;
     }
+    /* the chunks' workspaces are alike (the whole model's largest block): chunk 0's */
+    all->opt_work_offset = m->stage_mem[r].base + m->stage_mem[r].opt_work_offset;
     all->persistent_bytes = tbase;
     all->transient_peak = tsize;
     all->arena_bytes = top;

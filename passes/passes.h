@@ -4,6 +4,7 @@
 #define SHARDC_PASSES_H
 
 #include "module.h"
+#include "rankprog.h"
 
 typedef struct Pass {
   const char *name;
@@ -69,6 +70,25 @@ typedef struct PlanFlops {
   double model, hw, hw_rank, peak;
 } PlanFlops;
 void plan_flops(const Module *m, PlanFlops *f);
+/* Shampoo's placement over the data ranks (optplace.c).  A unit is a
+ * block (bi, bj) of rows x cols of a preconditioned parameter, or a whole
+ * unblocked parameter (rows 1); param indexes the list given; owner is the
+ * data rank computing it, pos its offset (elements) in the owner's segment
+ * of the direction buffer, each segment seg elements. */
+/* The units of params (those with a gradient) placed on nd data ranks by
+ * greedy LPT on their predicted cost; returns how many. */
+int optplace_units(const Optimizer *o, const Value *const *params, int nparams, int nd,
+                   OptUnit **out, int64_t *seg);
+/* Predicted flops of a unit's two roots (one recomputation). */
+double optplace_root_flops(const Optimizer *o, const OptUnit *u);
+/* Whether the plan places Shampoo's blocks over data ranks: shampoo, dp x
+ * sp(ring) > 1, no interleaved pipeline chunks (each rank keeps its blocks). */
+bool optplace_active(const Module *m);
+int optplace_ranks(const Module *m);
+/* Bytes of the direction buffer of graph g's parameters (0 when not placed):
+ * one segment per data rank, each rounded up to 64 bytes. */
+int64_t optplace_dir_bytes(const Module *m, const Graph *g);
+
 /* "124,439,808" */
 void report_commas(char *buf, int cap, int64_t n);
 /* "22.27 MiB" (an arena string) */

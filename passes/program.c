@@ -548,7 +548,7 @@ static void param_table(B *b, PtrVec *ps) {
     q->v = v;
     q->offset = param_offset(b, g0, v);
     q->grad = v->grad ? v->grad->offset * b->scale : -1;
-    q->opt = v->grad && (adam || mom) && !sharded ? v->opt_offset * b->scale : -1;
+    q->opt = v->grad && (adam || mom || opt_blocked(o)) && !sharded ? v->opt_offset * b->scale : -1;
     q->opt2 = v->grad && adam && !sharded ? q->opt + stride : -1;
     q->init = init_kind(v);
     q->std = init_std(v, p->nscaled);
@@ -606,6 +606,8 @@ static void global_table(B *b) {
     goff += sz;
     if (grad[i] && (adam || mom)) gl->opt = goff, goff += sz;
     if (grad[i] && adam) gl->opt2 = goff, goff += sz;
+    if (grad[i] && opt_blocked(o))   /* shampoo, adafactor: the tensor's whole state */
+      gl->opt = goff, goff += (opt_state_elems(o, &gl->v->gshape) * 4 + 63) / 64 * 64 * b->scale;
     gl->init = init_kind(gl->v);
     gl->std = init_std(gl->v, p->nscaled);
   }
@@ -695,7 +697,21 @@ static void build_step(B *b) {
   s->div = nd; /* the data ranks' means (a pipeline's last stage: on tp rank 0) */
   s = step(p, PS_NORM, p->zero >= 1 || b->staged ? AX_WORLD : AX_TP, "gradient norm sum");
   s->mode = p->zero >= 1 ? PN_ZERO : b->staged ? PN_PARAMS_DP0 : PN_PARAMS;
-  step(p, PS_OPTIMIZER, AX_WORLD, "optimizer")->mode = p->zero >= 1 ? PO_ZERO : PO_PARAMS;
+  if (optplace_active(b->m)) {
+    /* Shampoo's units on their data ranks, then every direction everywhere */
+    const Value **vs = arena_alloc(sizeof *vs * (size_t)(p->nparam + 1));
+    for (int i = 0; i < p->nparam; i++) vs[i] = p->param[i].v;
+    p->uranks = optplace_ranks(b->m);
+    p->nunits = optplace_units(&b->m->train.opt, vs, p->nparam, p->uranks, &p->units, &p->useg);
+    step(p, PS_OPTIMIZER, AX_WORLD, "optimizer: this data rank's Shampoo blocks")->mode = PO_PLACED;
+    s = step(p, PS_OPT_GATHER, data,
+             p->ring > 1 ? "Shampoo directions all-gathered over dp x sp" : "Shampoo directions all-gathered over dp");
+    s->off = mp->opt_dir_offset * b->scale;
+    s->count = (p->useg * 4 + 63) / 64 * 64 / 4;
+    step(p, PS_OPT_APPLY, AX_WORLD, "the directions applied");
+  } else {
+    step(p, PS_OPTIMIZER, AX_WORLD, "optimizer")->mode = p->zero >= 1 ? PO_ZERO : PO_PARAMS;
+  }
   for (int k = 0; (p->zero == 1 || p->zero == 2) && k < p->buckets->len; k++) {
     const Bucket *bk = p->buckets->data[k];
     s = step(p, PS_ALLGATHER, p->zaxis,

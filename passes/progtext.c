@@ -153,7 +153,19 @@ static void step_text(FILE *out, const RankProg *p) {
       break;
     case PS_OPTIMIZER:
       fprintf(out, "optimizer: %s on %s\n", p->m->train.opt.kind ? p->m->train.opt.kind : "none",
-              s->mode == PO_ZERO ? "this rank's chunk of every bucket" : "every parameter with a gradient");
+              s->mode == PO_ZERO     ? "this rank's chunk of every bucket"
+              : s->mode == PO_PLACED ? arena_printf("the Shampoo units (of %d: blocks and unblocked "
+                                                    "parameters) its data rank owns, directions "
+                                                    "into its segment at F(%" PRId64 ")",
+                                                    p->nunits, p->step[j + 1].off)
+                                     : "every parameter with a gradient");
+      break;
+    case PS_OPT_GATHER:
+      fprintf(out, "all_gather over %s: %" PRId64 " elements per rank at F(%" PRId64 ")  (%s)\n",
+              ir_axis_name(s->axis), s->count, s->off, s->what);
+      break;
+    case PS_OPT_APPLY:
+      fprintf(out, "optimizer: every Shampoo direction applied to the parameters\n");
       break;
     case PS_ALLGATHER:
       fprintf(out, "all_gather over %s: %s\n", ir_axis_name(s->axis), s->what);

@@ -101,6 +101,7 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
 }
 
 static void recompute_line(FILE *out, const Module *m, const char *pf);
+static void shampoo_lines(FILE *out, const Module *m, const char *pf);
 
 void report_plan(FILE *out, const Module *m, const char *pf) {
   const TrainCfg *t = &m->train;
@@ -132,6 +133,21 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
       fprintf(out, "%soptim:    adamw lr=%g betas=(%g, %g) eps=%g weight_decay=%g warmup=%d %s min_lr=%g clip=%g\n",
               pf, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->warmup, o->schedule,
               o->lr * o->min_lr_ratio, o->clip);
+    else if (!strcmp(o->kind, "shampoo"))
+      fprintf(out, "%soptim:    shampoo lr=%g betas=(%g, %g) epsilon=%g weight_decay=%g block=%d "
+                   "precondition_every=%d start_preconditioning=%d graft=%s root=%s graft_eps=%g "
+                   "spread=%s warmup=%d %s min_lr=%g clip=%g\n",
+              pf, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->block,
+              o->precondition_every, o->start_preconditioning,
+              o->graft == 0 ? "adam" : o->graft == 1 ? "adagrad" : "sgd",
+              o->root == 0 ? "eigh" : "newton", o->graft_eps, o->no_spread ? "false" : "true",
+              o->warmup, o->schedule,
+              o->lr * o->min_lr_ratio, o->clip);
+    else if (!strcmp(o->kind, "adafactor"))
+      fprintf(out, "%soptim:    adafactor lr=%g beta1=%g decay_rate=%g eps=%g clip_threshold=%g "
+                   "weight_decay=%g warmup=%d %s min_lr=%g clip=%g\n",
+              pf, o->lr, o->beta1, o->decay_rate, o->eps, o->clip_threshold, o->weight_decay,
+              o->warmup, o->schedule, o->lr * o->min_lr_ratio, o->clip);
     else
       fprintf(out, "%soptim:    sgd lr=%g momentum=%g weight_decay=%g warmup=%d %s min_lr=%g clip=%g\n",
               pf, o->lr, o->momentum, o->weight_decay, o->warmup, o->schedule, o->lr * o->min_lr_ratio,
@@ -180,6 +196,58 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
             human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
             human_bytes((double)mp->transient_peak), mp->peak_node);
     if (t->mesh && t->mesh->ndev > 1) comm_line(out, m, pf, "comm:     ");
+  }
+  shampoo_lines(out, m, pf);
+}
+
+/* Shampoo's placement (passes/optplace.c): per pipeline rank, the units
+ * each data rank computes and their predicted root work and time. */
+static void shampoo_lines(FILE *out, const Module *m, const char *pf) {
+  const Optimizer *o = &m->train.opt;
+  if (!o->kind || strcmp(o->kind, "shampoo") || !m->nrprog) return;
+  double peak = m->train.mesh ? m->train.mesh->device->flops_fp32 : 0;
+  for (int r = 0; r < m->nrprog; r++) {
+    const RankProg *p = m->rprog[r];
+    const char *st = m->nrprog > 1 ? arena_printf("stage %d: ", r) : "";
+    if (!p->nunits) {
+      double fl = 0;
+      int nb = 0;
+      OptUnit *u;
+      int64_t seg;
+      const Value **vs = arena_alloc(sizeof *vs * (size_t)(p->nparam + 1));
+      for (int i = 0; i < p->nparam; i++) vs[i] = p->param[i].v;
+      int n = optplace_units(o, vs, p->nparam, 1, &u, &seg);
+      for (int k = 0; k < n; k++) fl += optplace_root_flops(o, &u[k]), nb += u[k].blocked;
+      fprintf(out, "%sshampoo:  %severy rank computes all %d blocks of its parameters: roots "
+                   "%.3g GFLOP per recomputation (%.3g ms at the device's fp32 peak), every %d "
+                   "steps from step %d, while pipeline receives wait and at the start of the optimizer step\n",
+              pf, st, nb, fl / 1e9, peak > 0 ? fl / peak * 1e3 : 0.0, o->precondition_every,
+              o->start_preconditioning);
+      continue;
+    }
+    double *fl = arena_alloc(sizeof(double) * (size_t)p->uranks), total = 0;
+    int *nb = arena_alloc(sizeof(int) * (size_t)p->uranks);
+    for (int k = 0; k < p->nunits; k++) {
+      double f = optplace_root_flops(o, &p->units[k]);
+      fl[p->units[k].owner] += f;
+      total += f;
+      nb[p->units[k].owner]++;
+    }
+    double worst = 0;
+    fprintf(out, "%sshampoo:  %s%d units (blocks and unblocked parameters) over %d data ranks by "
+                 "LPT on predicted cost:\n", pf, st, p->nunits, p->uranks);
+    for (int d = 0; d < p->uranks; d++) {
+      if (fl[d] > worst) worst = fl[d];
+      fprintf(out, "%s            data rank %d: %d units, roots %.3g GFLOP (%.3g ms at the "
+                   "device's fp32 peak)\n",
+              pf, d, nb[d], fl[d] / 1e9, peak > 0 ? fl[d] / peak * 1e3 : 0.0);
+    }
+    fprintf(out, "%s            the slowest data rank's roots: %.3g of every rank computing every "
+                 "root (%.3g GFLOP); roots every %d steps from step %d, while pipeline receives "
+                 "wait and at the start of the optimizer step; directions all-gathered over the data ranks "
+                 "(%lld elements per rank)\n",
+            pf, total > 0 ? worst / total : 0.0, total / 1e9, o->precondition_every,
+            o->start_preconditioning, (long long)p->useg);
   }
 }
 

@@ -287,6 +287,10 @@ int zero_memplan(Module *m, int64_t *end) {
       p->opt_offset = off;
       off += nstate * ((ir_numel(&p->shape) * 4 + 63) / 64 * 64);
     }
+    off = opt_plan_state(&m->train.opt, g, m->nstages > 1 ? m->whole : NULL, off,
+                         &mp->opt_work_offset);
+    mp->opt_dir_offset = off;
+    off += optplace_dir_bytes(m, g);
     mp->optstate_bytes = off - mp->param_bytes - mp->grad_bytes;
     mp->persistent_bytes = *end = off;
     return 1;

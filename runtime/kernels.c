@@ -10,6 +10,11 @@
 #include <cblas.h>
 
 #include "rt_internal.h"
+#include "rt_optim.h"
+
+/* LAPACK (in OpenBLAS): the symmetric eigendecomposition of Shampoo's roots. */
+void dsyevd_(const char *jobz, const char *uplo, const int *n, double *a, const int *lda,
+             double *w, double *work, const int *lwork, int *iwork, const int *liwork, int *info);
 
 #define FN(name) RT_CAT(name, SFX)
 
@@ -54,6 +59,7 @@ static inline float rt_expf_(float x0) {
 #include "k_attention.inc"
 #include "k_loss.inc"
 #include "k_optim.inc"
+#include "k_optim2.inc"
 #undef REAL
 #undef SFX
 #undef GEMM
@@ -76,3 +82,4 @@ static inline float rt_expf_(float x0) {
 #include "k_attention.inc"
 #include "k_loss.inc"
 #include "k_optim.inc"
+#include "k_optim2.inc"

@@ -32,7 +32,7 @@
  */
 
 enum { RT_INIT_ZEROS = 0, RT_INIT_ONES = 1, RT_INIT_NORMAL = 2 };
-enum { RT_OPT_ADAMW = 0, RT_OPT_SGD = 1 };
+enum { RT_OPT_ADAMW = 0, RT_OPT_SGD = 1, RT_OPT_SHAMPOO = 2, RT_OPT_ADAFACTOR = 3 };
 /* RT_TRAIN_TOKENS: inputs (tokens, targets) i32[B,T] from a token file.
  * RT_TRAIN_SYNTH: inputs (x f32[B,K], labels i32[B]) from a built-in teacher
  * task: x ~ N(0,1) per sample, label = argmax_c (W x)_c for a fixed random W. */
@@ -50,7 +50,8 @@ typedef struct RtParam {
   size_t numel;
   size_t offset;       /* byte offsets: the tensor, */
   int64_t grad;        /* its gradient (-1: none, not on the loss path), */
-  int64_t opt, opt2;   /* optimizer state: AdamW m and v, SGD momentum (opt2 = -1) */
+  int64_t opt, opt2;   /* optimizer state: AdamW m and v, SGD momentum (opt2 = -1);
+                        * shampoo, adafactor: all of it at opt (rt_optim.h), opt2 = -1 */
   int init;            /* RT_INIT_* */
   double std;          /* RT_INIT_NORMAL */
   int decay;           /* weight decay applies */
@@ -101,6 +102,9 @@ enum {
   RT_STEP_OPTIMIZER,   /* the update (mode RT_UPDATE_*) with grad_scale rt_clip_scale(norm,
                         * clip) / dp: after the check that loss and norm are finite */
   RT_STEP_ALLGATHER,   /* ZeRO-1/2: bucket `count`'s parameters all-gathered over axis */
+  RT_STEP_OPT_GATHER,  /* Shampoo placed: the direction buffer at off, count elements per
+                        * rank of axis, all-gathered over it (counted) */
+  RT_STEP_OPT_APPLY,   /* Shampoo placed: every unit's direction applied */
 };
 /* LOSS: every rank's microbatch mean; or only the last pipeline stage's
  * (on tp rank 0), 0 elsewhere. */
@@ -113,7 +117,20 @@ enum { RT_LOSS_SUM = 0, RT_LOSS_LAST_STAGE = 1 };
 enum { RT_NORM_RANGE = 0, RT_NORM_PARAMS = 1, RT_NORM_PARAMS_DP0 = 2, RT_NORM_ZERO = 3 };
 /* OPTIMIZER: every parameter with a gradient; or this rank's chunk of
  * every bucket (ZeRO). */
-enum { RT_UPDATE_PARAMS = 0, RT_UPDATE_ZERO = 1 };
+enum { RT_UPDATE_PARAMS = 0, RT_UPDATE_ZERO = 1, RT_UPDATE_PLACED = 2 };
+/* RT_UPDATE_PLACED: Shampoo's units owned by this rank's coordinate on the
+ * data axis (RtProgram.units), their directions into its segment of the
+ * direction buffer (RT_STEP_OPT_GATHER's). */
+
+/* A Shampoo unit placed on a data rank (passes/optplace.c): block (bi, bj)
+ * of parameter `param` (an unblocked parameter: 0, 0, the whole tensor),
+ * computed by data rank `owner` into its segment at element `pos`. */
+typedef struct RtOptUnit {
+  int param;
+  int64_t bi, bj;
+  int owner;
+  int64_t pos;
+} RtOptUnit;
 
 typedef struct RtStepOp {
   int kind, axis, mode;
@@ -182,6 +199,15 @@ typedef struct RtProgram {
   int opt;                 /* RT_OPT_* */
   double lr, beta1, beta2, eps, weight_decay, momentum, clip, min_lr_ratio;
   int warmup, cosine;
+  /* shampoo and adafactor (docs/language.md; rt_optim.h: the state layout,
+   * RT_GRAFT_*, RT_ROOT_*); eps: shampoo's factor regularisation,
+   * adafactor's eps1 */
+  int block, precondition_every, start_preconditioning, graft, root;
+  double graft_eps, decay_rate, clip_threshold;
+  int64_t opt_work_offset; /* shampoo: the step's workspace (bytes) */
+  const RtOptUnit *units;  /* shampoo placed over the data ranks (nunits > 0): the units, */
+  int nunits;
+  int64_t useg;            /* elements of each data rank's segment of the direction buffer */
   /* data */
   int data;                /* RT_TRAIN_* */
   int vocab;               /* tokens: ids must be below it */

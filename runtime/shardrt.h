@@ -184,6 +184,16 @@ int rt_threads(void);
 #define RT_ATTN_BLOCK 128    /* keys per block in attention's online softmax */
 #define RT_LN_EPS 1e-5       /* layernorm epsilon (PyTorch default) */
 
+/* The scalars of a Shampoo or Adafactor step (shardrt_kernels.h). */
+typedef struct RtShampooArgs {
+  double lr, beta1, beta2, eps, graft_eps, weight_decay, grad_scale;
+  double decay_rate, clip_threshold;   /* adafactor */
+  long t;                              /* 1-based step */
+  int block, graft, root;              /* RT_GRAFT_*, RT_ROOT_* (rt_optim.h) */
+  int precondition, recompute;
+  int64_t work_elems, work_k;          /* the largest unit and factor of the program */
+} RtShampooArgs;
+
 #define RT_CAT_(a, b) a##b
 #define RT_CAT(a, b) RT_CAT_(a, b)
 

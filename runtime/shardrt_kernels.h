@@ -213,6 +213,34 @@ void RT_FN(rt_adamw_step)(RT_REAL *param, const RT_REAL *grad, RT_REAL *m, RT_RE
 void RT_FN(rt_sgd_step)(RT_REAL *param, const RT_REAL *grad, RT_REAL *mom, size_t n,
                         double lr, double momentum, double weight_decay,
                         double grad_scale);
+/* Shampoo and Adafactor (k_optim2.inc; docs/language.md gives the update,
+ * rt_optim.h the state layout).  param and grad are the tensor (ndim,
+ * shape); grad is multiplied by grad_scale in place first; state is its
+ * optimizer state, work the step's workspace (rt_shampoo_work for the
+ * largest block of the program).  precondition: use the roots this step;
+ * recompute (rt_shampoo_step only): compute them first, from the factors
+ * before this step's update.
+ * Returns RT_OK, or RT_ERR_NUMERIC when an eigendecomposition fails. */
+int RT_FN(rt_shampoo_step)(RT_REAL *param, RT_REAL *grad, RT_REAL *state, unsigned char *work,
+                           int ndim, const int64_t *shape, const RtShampooArgs *a);
+/* One unit (block (bi, bj), or a whole unblocked tensor at 0, 0) of a
+ * Shampoo step on an already scaled gradient: updates the unit's state and
+ * writes its update direction (r x c) to out. */
+int RT_FN(rt_shampoo_unit)(const RT_REAL *grad, RT_REAL *state, unsigned char *work, int ndim,
+                           const int64_t *shape, int64_t bi, int64_t bj, RT_REAL *out,
+                           const RtShampooArgs *a);
+/* The roots of block (bi, bj) from the factors as they are (nothing for an
+ * unblocked tensor). */
+int RT_FN(rt_shampoo_unit_roots)(RT_REAL *state, unsigned char *work, int ndim,
+                                 const int64_t *shape, int64_t bi, int64_t bj,
+                                 const RtShampooArgs *a);
+/* param's unit (bi, bj) = param·(1 - lr·wd) - lr·u. */
+void RT_FN(rt_shampoo_apply)(RT_REAL *param, const RT_REAL *u, int ndim, const int64_t *shape,
+                             int64_t bi, int64_t bj, const RtShampooArgs *a);
+/* grad (n) *= grad_scale (nothing when 1). */
+void RT_FN(rt_opt_scale_grad)(RT_REAL *grad, size_t n, double grad_scale);
+void RT_FN(rt_adafactor_step)(RT_REAL *param, RT_REAL *grad, RT_REAL *state, int ndim,
+                              const int64_t *shape, const RtShampooArgs *a);
 /* x is (n): Σ x² in double (one rank's share of a global grad norm). */
 double RT_FN(rt_sumsq)(const RT_REAL *x, size_t n);
 /* Σ over count buffers bufs[i] of ns[i] elements each. */

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "rt_optim.h"
 #include "train_internal.h"
 #ifdef RT_TRAIN_MPI
 #include "dist.h"
@@ -48,9 +49,14 @@ struct RtTrainer {
   int maxslots;
   int chunk, slot;       /* the pipeline action being run */
 #endif
+  /* Shampoo: this step recomputes the roots (from the factors of the steps
+   * before), units [0, roots_next) of this rank's already done */
+  int roots_due, roots_next;
 };
 
 typedef struct RtTrainer Trainer;
+
+static int roots_one(Trainer *t);
 
 /* ---------------------------------------------------------------------------
  * The world: MPI or one rank
@@ -222,6 +228,22 @@ static void mesh_init_params(Trainer *t, uint64_t seed) {
   free(full);
 }
 
+/* The shard of slot k of global tensor i: the tensor's own, or for Shampoo
+ * and Adafactor state (slot 1; replicated wherever the tensor is, which sema
+ * keeps unsplit) the state as one unsplit row of its elements. */
+static const RtShard *slot_shard(const RtProgram *pg, int i, int k, RtShard *tmp) {
+  if (k == 0 || pg->opt < RT_OPT_SHAMPOO)
+    return &pg->shards[i];
+  const RtParam *p = &pg->global[i];
+  *tmp = pg->shards[i];
+  tmp->ndim = 1;
+  tmp->nsplit = 0;
+  tmp->shape[0] = pg->opt == RT_OPT_SHAMPOO
+                      ? rt_shampoo_state_elems(p->ndim, p->shape, pg->block, pg->beta1 > 0, pg->graft)
+                      : rt_adafactor_state_elems(p->ndim, p->shape, pg->beta1 > 0);
+  return tmp;
+}
+
 static int mesh_load(Trainer *t, const char *path, long *step, int *weights_only) {
   const RtProgram *pg = t->pg;
   unsigned char *full = calloc(1, pg->global_bytes);
@@ -230,19 +252,52 @@ static int mesh_load(Trainer *t, const char *path, long *step, int *weights_only
   int rc = rt_ckpt_load(pg, pg->global, pg->nglobal, full, path, step, weights_only);
   for (int i = 0; rc == RT_OK && i < pg->nglobal; i++) {
     int l = local_of(pg, i);
-    for (int k = 0; l >= 0 && k < RT_SLOTS; k++)
+    for (int k = 0; l >= 0 && k < RT_SLOTS; k++) {
+      RtShard tmp;
       if (rt_param_slot(&pg->params[l], k) >= 0 && rt_param_slot(&pg->global[i], k) >= 0)
-        rt_shard_extract(&pg->shards[i], t->mesh, full + rt_param_slot(&pg->global[i], k),
+        rt_shard_extract(slot_shard(pg, i, k, &tmp), t->mesh, full + rt_param_slot(&pg->global[i], k),
                          t->arena + rt_param_slot(&pg->params[l], k), t->es);
+    }
   }
   free(full);
   return rc;
+}
+
+/* Shampoo placed over the data ranks: each unit's state is current on its
+ * owner only; before a save, every owner broadcasts its units' state (the
+ * grafting and momentum rows of the block, its factors and roots) over the
+ * data axis, so that the ranks the checkpoint gathers from hold all of it
+ * (not counted: checkpoint traffic). */
+static void placed_sync(Trainer *t) {
+  const RtProgram *pg = t->pg;
+  MPI_Comm comm = t->mesh->comm[RT_AX_DATA];
+  const int mom = pg->beta1 > 0, graft = pg->graft != RT_GRAFT_SGD;
+  for (int k = 0; k < pg->nunits; k++) {
+    const RtOptUnit *u = &pg->units[k];
+    const RtParam *p = &pg->params[u->param];
+    float *st = (float *)(t->arena + p->opt);
+    const int64_t n = (int64_t)p->numel;
+    const int pre = rt_shampoo_preconditioned(p->ndim, p->shape);
+    const int64_t R = pre ? p->shape[0] : 1, C = pre ? p->shape[1] : n, B = pre ? pg->block : n;
+    const int64_t r = pre ? rt_shampoo_bsize(R, B, u->bi) : 1;
+    const int64_t c = pre ? rt_shampoo_bsize(C, B, u->bj) : n;
+    const int64_t o0 = u->bi * B * C + u->bj * B;
+    for (int part = 0; part < mom + graft; part++)
+      for (int64_t i = 0; i < r; i++)
+        MPI_OK(MPI_Bcast(st + part * n + o0 + i * C, (int)c, MPI_FLOAT, u->owner, comm));
+    if (pre)
+      MPI_OK(MPI_Bcast(st + rt_shampoo_head(n, mom, pg->graft) +
+                           rt_shampoo_block_off(R, C, B, u->bi, u->bj),
+                       (int)(2 * (r * r + c * c)), MPI_FLOAT, u->owner, comm));
+  }
 }
 
 /* Every slot of every full tensor gathered on rank 0 from the ranks holding
  * its pieces (not counted: checkpoint traffic), which writes the file. */
 static int mesh_save(Trainer *t, long steps_done) {
   const RtProgram *pg = t->pg;
+  if (pg->nunits)
+    placed_sync(t);
   unsigned char *full = t->rank == 0 ? calloc(1, pg->global_bytes) : NULL;
   if (!all_ok(t, t->rank != 0 || full ||
                      rt_errorf(RT_ERR_NOMEM, "out of memory for the checkpoint") == RT_OK))
@@ -256,7 +311,9 @@ static int mesh_save(Trainer *t, long steps_done) {
       const unsigned char *mine = NULL; /* this rank's piece, if it holds the tensor */
       if (l >= 0 && rt_param_slot(&pg->params[l], k) >= 0)
         mine = t->arena + rt_param_slot(&pg->params[l], k);
-      rt_check(rt_shard_gather(&pg->shards[i], t->mesh, mine, full ? full + g : NULL, t->es));
+      RtShard tmp;
+      rt_check(rt_shard_gather(slot_shard(pg, i, k, &tmp), t->mesh, mine, full ? full + g : NULL,
+                               t->es));
     }
   int ok = all_ok(t, t->rank != 0 || rt_ckpt_save(pg, pg->global, pg->nglobal, full, steps_done,
                                                   t->args.save) == RT_OK);
@@ -517,8 +574,14 @@ static int pipe_peer(const Trainer *t, int vs) {
 
 void rt_pipe_recv(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t n) {
   Trainer *t = p->t;
-  rt_recv(t->mesh, pipe_peer(t, peer_vs), rt_pipe_tag(p->mb, t->pg->nstages, lower_vs, grad),
-          buf, n, t->es);
+  int peer = pipe_peer(t, peer_vs), tag = rt_pipe_tag(p->mb, t->pg->nstages, lower_vs, grad);
+  /* a bubble: Shampoo's due roots, one block at a time, until the message is there */
+  for (int flag = 0; t->roots_due;) {
+    MPI_OK(MPI_Iprobe(peer, tag, t->mesh->comm[RT_AX_WORLD], &flag, MPI_STATUS_IGNORE));
+    if (flag || !roots_one(t))
+      break;
+  }
+  rt_recv(t->mesh, peer, tag, buf, n, t->es);
 }
 
 void rt_pipe_send(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf, size_t n) {
@@ -635,6 +698,158 @@ static void sgd(const Trainer *t, unsigned char *w, const unsigned char *g, unsi
     rt_sgd_step_f32((float *)w, (const float *)g, (float *)mom, n, lr, pg->momentum, wd, scale);
 }
 
+/* The scalars of a Shampoo or Adafactor step at 1-based step `step`. */
+static RtShampooArgs blocked_args(const Trainer *t, long step, double lr, double grad_scale) {
+  const RtProgram *pg = t->pg;
+  RtShampooArgs a = {.lr = lr, .beta1 = pg->beta1, .beta2 = pg->beta2, .eps = pg->eps,
+                     .graft_eps = pg->graft_eps, .grad_scale = grad_scale,
+                     .decay_rate = pg->decay_rate, .clip_threshold = pg->clip_threshold,
+                     .t = step, .block = pg->block, .graft = pg->graft, .root = pg->root};
+  a.precondition = pg->opt == RT_OPT_SHAMPOO && step - 1 >= pg->start_preconditioning;
+  a.recompute = 0; /* the roots are computed before, by roots_one */
+  for (int i = 0; i < pg->nparams; i++) {
+    int64_t e, k;
+    if (pg->params[i].grad < 0)
+      continue;
+    rt_shampoo_unitmax(pg->params[i].ndim, pg->params[i].shape, pg->block, &e, &k);
+    if (e > a.work_elems)
+      a.work_elems = e;
+    if (k > a.work_k)
+      a.work_k = k;
+  }
+  return a;
+}
+
+/* Shampoo's roots are recomputed at the 0-based steps start + k·every from
+ * the factors as the steps before left them, so any time between the end
+ * of the previous step's update and this step's directions will do: while a
+ * pipeline receive waits (rt_pipe_recv: the schedule's bubbles), and what is
+ * left at the start of the optimizer.  roots_begin marks a step's roots
+ * due; roots_one computes the next block's of this rank (under placement
+ * its data rank's units, else every block of its parameters), 0 when none
+ * is left. */
+static void roots_begin(Trainer *t, long s) {
+  const RtProgram *pg = t->pg;
+  t->roots_due = pg->opt == RT_OPT_SHAMPOO && s >= pg->start_preconditioning &&
+                 (s - pg->start_preconditioning) % pg->precondition_every == 0;
+  t->roots_next = 0;
+}
+
+static int roots_one(Trainer *t) {
+  const RtProgram *pg = t->pg;
+  if (!t->roots_due)
+    return 0;
+  int me = coord(t, RT_AX_DATA), k = 0;
+  for (int i = 0; i < pg->nparams; i++) {
+    const RtParam *p = &pg->params[i];
+    if (p->grad < 0 || !rt_shampoo_preconditioned(p->ndim, p->shape))
+      continue;
+    int64_t nbr = rt_shampoo_nblocks(p->shape[0], pg->block);
+    int64_t nbc = rt_shampoo_nblocks(p->shape[1], pg->block);
+    for (int64_t bi = 0; bi < nbr; bi++)
+      for (int64_t bj = 0; bj < nbc; bj++) {
+        if (pg->nunits) { /* placed: this data rank's units only */
+          int mine = 0;
+          for (int u = 0; u < pg->nunits; u++)
+            if (pg->units[u].param == i && pg->units[u].bi == bi && pg->units[u].bj == bj)
+              mine = pg->units[u].owner == me;
+          if (!mine)
+            continue;
+        }
+        if (k++ < t->roots_next)
+          continue;
+        RtShampooArgs a = blocked_args(t, 1, 0, 1);
+        int rc = pg->f64 ? rt_shampoo_unit_roots_f64((double *)(t->arena + p->opt),
+                                                     t->arena + pg->opt_work_offset, p->ndim,
+                                                     p->shape, bi, bj, &a)
+                         : rt_shampoo_unit_roots_f32((float *)(t->arena + p->opt),
+                                                     t->arena + pg->opt_work_offset, p->ndim,
+                                                     p->shape, bi, bj, &a);
+        if (rc != RT_OK)
+          fail(t, rt_last_error());
+        t->roots_next++;
+        return 1;
+      }
+  }
+  t->roots_due = 0;
+  return 0;
+}
+
+/* Shampoo or Adafactor on every parameter with a gradient, at 1-based step
+ * `step` (docs/language.md; the state layout is rt_optim.h's). */
+static void blocked_step(Trainer *t, long step, double lr, double grad_scale) {
+  const RtProgram *pg = t->pg;
+  unsigned char *A = t->arena;
+  RtShampooArgs a = blocked_args(t, step, lr, grad_scale);
+  while (roots_one(t))
+    ;
+  for (int i = 0; i < pg->nparams; i++) {
+    const RtParam *p = &pg->params[i];
+    if (p->grad < 0)
+      continue;
+    a.weight_decay = p->decay ? pg->weight_decay : 0.0;
+    int rc = RT_OK;
+    if (pg->opt == RT_OPT_ADAFACTOR && pg->f64)
+      rt_adafactor_step_f64((double *)(A + p->offset), (double *)(A + p->grad),
+                            (double *)(A + p->opt), p->ndim, p->shape, &a);
+    else if (pg->opt == RT_OPT_ADAFACTOR)
+      rt_adafactor_step_f32((float *)(A + p->offset), (float *)(A + p->grad),
+                            (float *)(A + p->opt), p->ndim, p->shape, &a);
+    else if (pg->f64)
+      rc = rt_shampoo_step_f64((double *)(A + p->offset), (double *)(A + p->grad),
+                               (double *)(A + p->opt), A + pg->opt_work_offset, p->ndim, p->shape,
+                               &a);
+    else
+      rc = rt_shampoo_step_f32((float *)(A + p->offset), (float *)(A + p->grad),
+                               (float *)(A + p->opt), A + pg->opt_work_offset, p->ndim, p->shape,
+                               &a);
+    if (rc != RT_OK)
+      fail(t, rt_last_error());
+  }
+}
+
+/* Shampoo placed over the data ranks (RT_UPDATE_PLACED): the units this
+ * rank's data coordinate owns, their directions into its segment of the
+ * direction buffer at `dir` (RT_STEP_OPT_GATHER's offset).  f32 only (a
+ * mesh program is never f64). */
+static void placed_step(Trainer *t, long step, double lr, double grad_scale, int64_t dir) {
+  const RtProgram *pg = t->pg;
+  unsigned char *A = t->arena;
+  RtShampooArgs a = blocked_args(t, step, lr, grad_scale);
+  int me = coord(t, RT_AX_DATA);
+  while (roots_one(t))
+    ;
+  for (int i = 0; i < pg->nparams; i++)
+    if (pg->params[i].grad >= 0)
+      rt_opt_scale_grad_f32((float *)(A + pg->params[i].grad), pg->params[i].numel, grad_scale);
+  float *seg = (float *)(A + dir) + (size_t)me * (size_t)pg->useg;
+  for (int k = 0; k < pg->nunits; k++) {
+    const RtOptUnit *u = &pg->units[k];
+    const RtParam *p = &pg->params[u->param];
+    if (u->owner != me)
+      continue;
+    int rc = rt_shampoo_unit_f32((const float *)(A + p->grad), (float *)(A + p->opt),
+                                 A + pg->opt_work_offset, p->ndim, p->shape, u->bi, u->bj,
+                                 seg + u->pos, &a);
+    if (rc != RT_OK)
+      fail(t, rt_last_error());
+  }
+}
+
+/* RT_STEP_OPT_APPLY: every unit's direction from the gathered buffer. */
+static void placed_apply(Trainer *t, double lr, int64_t dir) {
+  const RtProgram *pg = t->pg;
+  unsigned char *A = t->arena;
+  RtShampooArgs a = {.lr = lr, .block = pg->block};
+  for (int k = 0; k < pg->nunits; k++) {
+    const RtOptUnit *u = &pg->units[k];
+    const RtParam *p = &pg->params[u->param];
+    a.weight_decay = p->decay ? pg->weight_decay : 0.0;
+    const float *d = (const float *)(A + dir) + (size_t)u->owner * (size_t)pg->useg + u->pos;
+    rt_shampoo_apply_f32((float *)(A + p->offset), d, p->ndim, p->shape, u->bi, u->bj, &a);
+  }
+}
+
 /* AdamW (torch.optim.AdamW) or SGD (torch.optim.SGD) at 1-based step
  * `step`; decoupled weight decay only where the table says so; grad_scale
  * folds in clipping and the 1/dp mean. */
@@ -643,6 +858,20 @@ static void optimizer_step(Trainer *t, const RtStepOp *op, long step, double lr,
   const RtProgram *pg = t->pg;
   unsigned char *A = t->arena;
   const size_t es = (size_t)t->es;
+  if (op->mode == RT_UPDATE_PARAMS && pg->opt >= RT_OPT_SHAMPOO) {
+    blocked_step(t, step, lr, grad_scale);
+    return;
+  }
+  if (op->mode == RT_UPDATE_PLACED) {
+    int64_t dir = -1; /* the direction buffer: the gather that follows */
+    for (int s = 0; s < pg->nstep; s++)
+      if (pg->step[s].kind == RT_STEP_OPT_GATHER)
+        dir = pg->step[s].off;
+    if (dir < 0 || pg->f64)
+      fail(t, "internal: a placed Shampoo step without its direction buffer");
+    placed_step(t, step, lr, grad_scale, dir);
+    return;
+  }
   if (op->mode == RT_UPDATE_PARAMS) {
     for (int i = 0; i < pg->nparams; i++) {
       const RtParam *p = &pg->params[i];
@@ -788,6 +1017,24 @@ static int run_step(Trainer *t, long step, double *loss, double *lr) {
                          t->arena + ((size_t)b->flat + r * (size_t)b->chunk) * es, 1,
                          (size_t)b->chunk, t->es, NULL);
 #endif
+      break;
+    }
+    case RT_STEP_OPT_GATHER: {
+#ifdef RT_TRAIN_MPI
+      const size_t r = (size_t)coord(t, (RtAxis)op->axis), es = (size_t)t->es;
+      if (t->mesh)
+        rt_allgather_dim(t->mesh, (RtAxis)op->axis, t->arena + op->off,
+                         t->arena + (size_t)op->off + r * (size_t)op->count * es, 1,
+                         (size_t)op->count, t->es, NULL);
+#endif
+      break;
+    }
+    case RT_STEP_OPT_APPLY: {
+      int64_t dir = -1;
+      for (int s = 0; s < pg->nstep; s++)
+        if (pg->step[s].kind == RT_STEP_OPT_GATHER)
+          dir = pg->step[s].off;
+      placed_apply(t, *lr, dir);
       break;
     }
     default:
@@ -1035,6 +1282,7 @@ static int train(Trainer *t, long step, int say) {
     const int measure = step == first_step;
     if (measure)
       rt_mem_poison(pg, t->arena);
+    roots_begin(t, step);
     loss = run_microbatches(t, step, 1);
     size_t measured = measure ? rt_mem_highwater(pg, t->arena) : 0;
     double lr = 0;

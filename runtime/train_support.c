@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "rt_internal.h"
+#include "rt_optim.h"
 #include "train_internal.h"
 
 /* ---- small helpers ---- */
@@ -394,11 +395,85 @@ static void free_specs(RtStSpec *s, int n) {
   free(s);
 }
 
+/* Shampoo and Adafactor: the state tensors of parameter p (rt_optim.h's
+ * layout), as optimizer.NAME.shampoo.L.<block> etc. (docs/language.md);
+ * filled into s[n..] and d[n..] when s is given.  Returns how many, or -1
+ * out of memory. */
+static int blocked_specs(const RtProgram *pg, const RtParam *p, RtStSpec *s, const void **d,
+                         int n, const unsigned char *base) {
+  const size_t es = pg->f64 ? 8 : 4;
+  const int mom = pg->beta1 > 0;
+  const int64_t numel = (int64_t)p->numel;
+  int k = 0;
+  size_t off = (size_t)p->opt;
+#define ENTRY(fmt, arg, nd, d0, d1)                                                    \
+  do {                                                                                 \
+    if (s) {                                                                           \
+      char buf[64];                                                                    \
+      snprintf(buf, sizeof buf, fmt, arg);                                             \
+      char *name = malloc(strlen(p->name) + strlen(buf) + 12);                        \
+      if (!name)                                                                       \
+        return -1;                                                                     \
+      sprintf(name, "optimizer.%s.%s", p->name, buf);                                  \
+      RtStSpec *e = &s[n + k];                                                         \
+      e->name = name;                                                                  \
+      e->dtype = pg->f64 ? RT_F64 : RT_F32;                                            \
+      e->ndim = (nd);                                                                  \
+      if ((nd) == 0) {                                                                 \
+        e->ndim = p->ndim;                                                             \
+        memcpy(e->shape, p->shape, sizeof p->shape);                                   \
+      } else {                                                                         \
+        e->shape[0] = (d0);                                                            \
+        e->shape[1] = (d1);                                                            \
+      }                                                                                \
+      if (d)                                                                           \
+        d[n + k] = base + off;                                                         \
+    }                                                                                  \
+    int64_t cnt = (nd) == 0 ? numel : (nd) == 1 ? (int64_t)(d0) : (int64_t)(d0) * (d1); \
+    off += (size_t)cnt * es;                                                           \
+    k++;                                                                               \
+  } while (0)
+  if (pg->opt == RT_OPT_ADAFACTOR) {
+    if (mom)
+      ENTRY("adafactor.%s", "momentum", 0, 0, 0);
+    if (p->ndim == 2) {
+      ENTRY("adafactor.%s", "row", 1, p->shape[0], 0);
+      ENTRY("adafactor.%s", "col", 1, p->shape[1], 0);
+    } else {
+      ENTRY("adafactor.%s", "v", 0, 0, 0);
+    }
+    return k;
+  }
+  if (mom)
+    ENTRY("shampoo.%s", "momentum", 0, 0, 0);
+  if (pg->graft != RT_GRAFT_SGD)
+    ENTRY("shampoo.%s", "graft", 0, 0, 0);
+  if (!rt_shampoo_preconditioned(p->ndim, p->shape))
+    return k;
+  const int64_t R = p->shape[0], C = p->shape[1], B = pg->block;
+  const int64_t nbc = rt_shampoo_nblocks(C, B);
+  for (int64_t i = 0; i < rt_shampoo_nblocks(R, B); i++)
+    for (int64_t j = 0; j < nbc; j++) {
+      int64_t r = rt_shampoo_bsize(R, B, i), c = rt_shampoo_bsize(C, B, j), b = i * nbc + j;
+      ENTRY("shampoo.L.%lld", (long long)b, 2, r, r);
+      ENTRY("shampoo.R.%lld", (long long)b, 2, c, c);
+      ENTRY("shampoo.L_root.%lld", (long long)b, 2, r, r);
+      ENTRY("shampoo.R_root.%lld", (long long)b, 2, c, c);
+    }
+#undef ENTRY
+  return k;
+}
+
 /* The checkpoint's tensors: ps[0..np), then their optimizer state; names
  * are allocated (free with free_specs). */
 static int ckpt_specs(const RtProgram *pg, const RtParam *ps, int np, RtStSpec **out,
                       const void ***data, int with_opt, const unsigned char *base) {
   int n = 0, cap = np * RT_SLOTS;
+  if (pg->opt >= RT_OPT_SHAMPOO && with_opt) {
+    for (int i = 0; i < np; i++)
+      if (ps[i].opt >= 0)
+        cap += blocked_specs(pg, &ps[i], NULL, NULL, 0, base);
+  }
   RtStSpec *s = calloc((size_t)cap + 1, sizeof *s);
   const void **d = calloc((size_t)cap + 1, sizeof *d);
   if (!s || !d) {
@@ -413,6 +488,18 @@ static int ckpt_specs(const RtProgram *pg, const RtParam *ps, int np, RtStSpec *
       int64_t off = rt_param_slot(p, pass);
       if (pass > 0 && (!with_opt || off < 0))
         continue;
+      if (pass > 0 && pg->opt >= RT_OPT_SHAMPOO) {
+        if (pass > 1)
+          continue;
+        int k = blocked_specs(pg, p, s, d, n, base);
+        if (k < 0) {
+          free_specs(s, n);
+          free(d);
+          return -1;
+        }
+        n += k;
+        continue;
+      }
       const char *pre = pass == 0 ? "" : opt_prefix(pg, pass - 1);
       char *name = malloc(strlen(pre) + strlen(p->name) + 1);
       if (!name) {
@@ -594,7 +681,10 @@ int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int np, const unsigned 
   if (rc == RT_OK)
     rc = rt_st_add_meta(w, "model", pg->name);
   if (rc == RT_OK)
-    rc = rt_st_add_meta(w, "optimizer", pg->opt == RT_OPT_ADAMW ? "adamw" : "sgd");
+    rc = rt_st_add_meta(w, "optimizer", pg->opt == RT_OPT_ADAMW     ? "adamw"
+                                        : pg->opt == RT_OPT_SGD     ? "sgd"
+                                        : pg->opt == RT_OPT_SHAMPOO ? "shampoo"
+                                                                    : "adafactor");
   if (rc == RT_OK)
     rc = rt_st_save(w, path);
   rt_st_writer_free(w);
@@ -616,7 +706,8 @@ int rt_ckpt_load(const RtProgram *pg, const RtParam *ps, int np, unsigned char *
   const char *st = rt_st_meta(f, "step");
   int with_opt = nopt > 0 || st != NULL;
   RtStSpec *s;
-  int n = ckpt_specs(pg, ps, np, &s, NULL, with_opt, base);
+  const void **dst;
+  int n = ckpt_specs(pg, ps, np, &s, &dst, with_opt, base);
   if (n < 0) {
     rt_st_close(f);
     return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", path);
@@ -630,16 +721,9 @@ int rt_ckpt_load(const RtProgram *pg, const RtParam *ps, int np, unsigned char *
                      path, st ? "'" : "", st ? st : "none", st ? "'" : "");
   }
   /* Everything was validated above; a read failure now ends the program. */
-  int j = 0;
-  for (int pass = 0; rc == RT_OK && pass < RT_SLOTS; pass++)
-    for (int i = 0; rc == RT_OK && i < np; i++) {
-      const RtParam *p = &ps[i];
-      int64_t off = rt_param_slot(p, pass);
-      if (pass > 0 && (!with_opt || off < 0))
-        continue;
-      rc = rt_st_read(f, s[j].name, s[j].dtype, s[j].ndim, s[j].shape, base + off);
-      j++;
-    }
+  for (int j = 0; rc == RT_OK && j < n; j++)
+    rc = rt_st_read(f, s[j].name, s[j].dtype, s[j].ndim, s[j].shape, (void *)dst[j]);
+  free(dst);
   free_specs(s, n);
   rt_st_close(f);
   if (rc == RT_OK) {

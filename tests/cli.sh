@@ -146,6 +146,15 @@ expect interleaved-dropout 0 '\(3ull << 56 \| [0-9]+ull << 40\) \+ \(uint64_t\)p
 expect ir-pp-send 0 '^  send d%2 \{to stage 0, bytes=131072\}' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2 --emit=ir
 expect ir-pp-recv 0 '^  %2 = recv \{from stage 0, bytes=131072\} : f32\[B=4,T=64,128\]' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2 --emit=ir
 expect plan-pp-stash 0 'stash 4 slots x 2,369,536 bytes' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=gpipe
+sed 's/optimizer = adamw(.*)$/optimizer = shampoo(lr = 1e-3, block = 64)/' samples/gpt.shard >"$tmp/shampoo.shard"
+expect shampoo-plan 0 '^optim:    shampoo lr=0.001 betas=\(0.9, 0.999\) epsilon=1e-06 weight_decay=0 block=64 precondition_every=10 start_preconditioning=20 graft=adam root=eigh' -- "$bin" compile "$tmp/shampoo.shard" --mesh 1 --strategy dp=1 --emit=plan
+expect shampoo-emit 0 '\.opt = RT_OPT_SHAMPOO, .*' -- "$bin" compile "$tmp/shampoo.shard" --mesh 1 --strategy dp=1 --emit=c
+expect shampoo-tp 1 'strategy optimizer shampoo with tp \(blocks of sharded tensors\) is not implemented yet' -- "$bin" compile "$tmp/shampoo.shard" --strategy tp=4 --emit=c
+expect shampoo-dp 0 'RT_STEP_OPT_GATHER, RT_AX_DP, 0, [0-9]+, [0-9]+, 0.0},  // Shampoo directions all-gathered over dp' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=c
+expect shampoo-lpt 0 '^            data rank 3: [0-9]+ units, roots' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=plan
+expect shampoo-pp-lpt 0 '^shampoo:  stage 1: [0-9]+ units .* over 2 data ranks' -- "$bin" compile "$tmp/shampoo.shard" --strategy pp=2,dp=2 --emit=plan
+expect shampoo-gather 0 'step.[0-9]+ +all_gather over dp: [0-9]+ elements per rank at F\([0-9]+\)  \(Shampoo directions all-gathered over dp\)' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=program
+expect shampoo-zero 1 'strategy optimizer shampoo with zero \(blocks of sharded tensors\) is not implemented yet' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4,zero=1 --emit=c
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu or cuda' -- "$bin" compile samples/gpt.shard --target=tpu
 expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, recompute, zero, memplan, program, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope

@@ -20,12 +20,14 @@ add_test(NAME fuzz/regressions COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/fuzz_re
 # Code generation for the cpu target and the generated training programs
 # (tests/codegen/*.sh; they build samples with `shardc build`, which needs
 # libshardrt, and run them under mpirun).
-foreach(t golden_c gradcheck train resume bad_input)
+foreach(t golden_c gradcheck train resume bad_input optim)
   add_test(NAME codegen/${t}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/codegen/${t}.sh $<TARGET_FILE:shardc>)
   set_tests_properties(codegen/${t} PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
 endforeach()
 add_test(NAME parity/torch COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/parity.sh ${SHARDC_BIN})
+add_test(NAME parity/optimizers COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/parity_optim.sh ${SHARDC_BIN})
+set_tests_properties(parity/optimizers PROPERTIES TIMEOUT 1200)
 
 # Distributed training (issue 4): every strategy the cpu target runs against
 # the single-rank run, on 2, 4 and 8 MPI ranks (tests/dist/equiv.sh).
@@ -38,6 +40,11 @@ set_tests_properties(dist/equiv PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 add_test(NAME dist/recompute
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/recompute.sh $<TARGET_FILE:shardc>)
 set_tests_properties(dist/recompute PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
+
+# Shampoo under every strategy that runs it, against one rank (issue 13).
+add_test(NAME dist/shampoo
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/shampoo.sh $<TARGET_FILE:shardc>)
+set_tests_properties(dist/shampoo PROPERTIES TIMEOUT 1200 SKIP_RETURN_CODE 77)
 
 # Sanitizer builds: every test reports leaks as well (LeakSanitizer), but
 # for the third-party allocations listed in tests/lsan.supp; the programs

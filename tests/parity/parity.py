@@ -4,13 +4,17 @@ PyTorch model of tests/parity/torch_ref.py start from the same safetensors
 weights, train on the same batches with the same hyperparameters, and must
 agree per step in loss (relative 1e-5) and at the end in weights (1e-4).
 
-  parity.py SHARDC SAMPLE KIND WORKDIR [STEPS] [LR]
+  parity.py SHARDC SAMPLE KIND WORKDIR [STEPS] [LR] [OPTIMIZER]
 
 LR, when given, replaces the peak learning rate of the sample's optimizer
 (in a copy of the file in WORKDIR): the tiny GPT's demo setting (3e-3) is in
 an unstable regime (gradient-norm spikes at steps 10, 16, 19) that amplifies
 float32 rounding differences to 2e-5 by step 19, though steps 1-14 agree to
-1e-7; the parity test runs it at 1e-3.
+1e-7; the parity test runs it at 1e-3 ("-" keeps the sample's).
+
+OPTIMIZER, when given, replaces the sample's whole optimizer call (e.g.
+"shampoo(lr = 1e-3, block = 64, start_preconditioning = 5)"): Shampoo and
+Adafactor are checked against the reference optimizers of torch_ref.py.
 """
 import json
 import os
@@ -55,7 +59,12 @@ def main():
     os.makedirs(work, exist_ok=True)
     if len(sys.argv) > 6:
         text = open(sample).read()
-        text, n = re.subn(r"(optimizer\s*=\s*\w+\(\s*lr\s*=\s*)[0-9.eE+-]+", r"\g<1>" + sys.argv[6], text)
+        n = 1
+        if sys.argv[6] != "-":
+            text, n = re.subn(r"(optimizer\s*=\s*\w+\(\s*lr\s*=\s*)[0-9.eE+-]+", r"\g<1>" + sys.argv[6], text)
+        if len(sys.argv) > 7:
+            text, n = re.subn(r"optimizer\s*=\s*\w+\((?:[^()]|\([^()]*\))*\)",
+                              lambda _: "optimizer = " + sys.argv[7], text)
         if n != 1:
             sys.exit(f"parity: cannot find the optimizer's lr in {sample}")
         sample = os.path.join(work, os.path.basename(sample))
@@ -93,6 +102,14 @@ def main():
             "--final", ref_final]
     if p["optimizer"] == "adamw":
         args += ["--beta1", p["beta1"], "--beta2", p["beta2"], "--eps", p["eps"]]
+    elif p["optimizer"] == "shampoo":
+        args += ["--beta1", p["beta1"], "--beta2", p["beta2"], "--eps", p["epsilon"],
+                 "--block", p["block"], "--precondition-every", p["precondition_every"],
+                 "--start-preconditioning", p["start_preconditioning"], "--graft", p["graft"],
+                 "--root", p["root"], "--graft-eps", p["graft_eps"]]
+    elif p["optimizer"] == "adafactor":
+        args += ["--beta1", p["beta1"], "--eps", p["eps"], "--decay-rate", p["decay_rate"],
+                 "--clip-threshold", p["clip_threshold"]]
     else:
         args += ["--momentum", p["momentum"]]
     if kind == "mlp":

@@ -130,6 +130,152 @@ def mlp(p, cfg, x, labels):
 MODELS = {"gpt": gpt, "llama": llama, "mlp": mlp}
 
 
+class Shampoo:
+    """shardc's shampoo(...) (docs/language.md), written independently of the
+    C kernels: per parameter, blocks of at most block x block of the full
+    tensor (2-D tensors with both dims > 1; others use the grafting method
+    alone), factors L = b2 L + (1-b2) G G^T and R = b2 R + (1-b2) G^T G
+    every step, roots (L + eps I)^-1/4 in float64 at steps start, start +
+    every, ... (0-based) from the factors before that step's update, the
+    direction L^-1/4 G R^-1/4 rescaled per block
+    to the grafting direction's norm, momentum (beta1, bias-corrected) and
+    decoupled weight decay."""
+
+    def __init__(self, params, decay, a):
+        self.params, self.decay, self.a = params, decay, a
+        self.state = {}
+
+    @staticmethod
+    def root_eigh(L, eps):
+        lam, Q = torch.linalg.eigh(L.double())
+        s = 1.0 / torch.sqrt(torch.sqrt(lam.clamp(min=0) + eps))
+        return ((Q * s) @ Q.T).float()
+
+    @staticmethod
+    def root_newton(L, eps):
+        A = L.double() + eps * torch.eye(L.shape[0], dtype=torch.float64)
+        k = A.shape[0]
+        eye = torch.eye(k, dtype=torch.float64)
+        z = 5.0 / (2.0 * float(torch.sqrt((A * A).sum())))
+        X = eye * z ** 0.25
+        M = z * A
+        err = float((M - eye).abs().max())
+        it = 0
+        while it < 100 and err > 1e-6:
+            T = 1.25 * eye - 0.25 * M
+            S2 = (T @ T) @ (T @ T)
+            Mn = S2 @ M
+            nerr = float((Mn - eye).abs().max())
+            if nerr > err * 1.2:
+                break
+            X, M, err = X @ T, Mn, nerr
+            it += 1
+        return X.float()
+
+    def graft_dir(self, g, v, t):
+        a = self.a
+        if a.graft == "adam":
+            bc2 = 1 - a.beta2 ** t
+            return g / ((v / bc2).sqrt() + a.graft_eps)
+        if a.graft == "adagrad":
+            return g / (v.sqrt() + a.graft_eps)
+        return g
+
+    @torch.no_grad()
+    def step(self, lr, t):
+        a = self.a
+        s0 = t - 1
+        pre = s0 >= a.start_preconditioning
+        recompute = pre and (s0 - a.start_preconditioning) % a.precondition_every == 0
+        for name, p in self.params.items():
+            g = p.grad
+            st = self.state.setdefault(name, {})
+            if a.graft != "sgd":
+                v = st.setdefault("graft", torch.zeros_like(p))
+                if a.graft == "adam":
+                    v.mul_(a.beta2).addcmul_(g, g, value=1 - a.beta2)
+                else:
+                    v.addcmul_(g, g, value=1)
+            else:
+                v = None
+            d = self.graft_dir(g, v, t)
+            if p.dim() == 2 and p.shape[0] > 1 and p.shape[1] > 1:
+                B = a.block
+                R, C = p.shape
+                d = d.clone()
+                for i in range(0, R, B):
+                    for j in range(0, C, B):
+                        key = (i, j)
+                        G = g[i:i + B, j:j + B]
+                        r, c = G.shape
+                        if key not in st:
+                            st[key] = [torch.zeros(r, r), torch.zeros(c, c),
+                                       torch.zeros(r, r), torch.zeros(c, c)]
+                        f = st[key]
+                        if recompute:  # from the factors the steps before left
+                            root = self.root_newton if a.root == "newton" else self.root_eigh
+                            f[2], f[3] = root(f[0], a.eps), root(f[1], a.eps)
+                        f[0] = torch.addmm(f[0], G, G.T, beta=a.beta2, alpha=1 - a.beta2)
+                        f[1] = torch.addmm(f[1], G.T, G, beta=a.beta2, alpha=1 - a.beta2)
+                        if pre:
+                            D = (f[2] @ G) @ f[3]
+                            ng = float(d[i:i + B, j:j + B].double().pow(2).sum())
+                            nd = float(D.double().pow(2).sum())
+                            sc = math.sqrt(ng) / math.sqrt(nd) if nd > 0 else 0.0
+                            d[i:i + B, j:j + B] = D * sc
+            if a.beta1 > 0:
+                m = st.setdefault("momentum", torch.zeros_like(p))
+                m.mul_(a.beta1).add_(d, alpha=1 - a.beta1)
+                u = m / (1 - a.beta1 ** t)
+            else:
+                u = d
+            wd = a.weight_decay if name in self.decay else 0.0
+            p.mul_(1 - lr * wd)
+            p.add_(u, alpha=-lr)
+
+
+class Adafactor:
+    """shardc's adafactor(...) (docs/language.md; Shazeer & Stern 2018):
+    factored second moments for 2-D tensors, beta2(t) = 1 - t^-decay_rate,
+    the update's RMS clipped to clip_threshold, optional momentum beta1,
+    decoupled weight decay, the schedule's learning rate."""
+
+    def __init__(self, params, decay, a):
+        self.params, self.decay, self.a = params, decay, a
+        self.state = {}
+
+    @torch.no_grad()
+    def step(self, lr, t):
+        a = self.a
+        rho = 1 - t ** (-a.decay_rate)
+        for name, p in self.params.items():
+            g = p.grad
+            st = self.state.setdefault(name, {})
+            g2 = g * g + a.eps
+            if p.dim() == 2:
+                R, C = p.shape
+                r = st.setdefault("row", torch.zeros(R))
+                c = st.setdefault("col", torch.zeros(C))
+                r.mul_(rho).add_((g2.double().sum(1) / C).float(), alpha=1 - rho)
+                c.mul_(rho).add_((g2.double().sum(0) / R).float(), alpha=1 - rho)
+                rmean = float((r.double().sum() / R).float())
+                rmean_t = torch.tensor(rmean, dtype=torch.float32)
+                u = g * ((1 / torch.sqrt(r / rmean_t))[:, None] * (1 / torch.sqrt(c))[None, :])
+            else:
+                v = st.setdefault("v", torch.zeros_like(p))
+                v.mul_(rho).add_(g2, alpha=1 - rho)
+                u = g / torch.sqrt(v)
+            rms = math.sqrt(float(u.double().pow(2).sum()) / u.numel())
+            u = u / max(rms / a.clip_threshold, 1.0)
+            if a.beta1 > 0:
+                m = st.setdefault("momentum", torch.zeros_like(p))
+                m.mul_(a.beta1).add_(u, alpha=1 - a.beta1)
+                u = m
+            wd = a.weight_decay if name in self.decay else 0.0
+            p.mul_(1 - lr * wd)
+            p.add_(u, alpha=-lr)
+
+
 def lr_at(step, a):
     """0-based step; linear warmup then cosine to min_lr_ratio (or constant)."""
     if step < a.warmup:
@@ -163,6 +309,14 @@ def main():
     ap.add_argument("--min-lr-ratio", type=float, default=0.0)
     ap.add_argument("--total-steps", type=int, default=0, help="schedule length (train block steps)")
     ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--block", type=int, default=1024)
+    ap.add_argument("--precondition-every", type=int, default=10)
+    ap.add_argument("--start-preconditioning", type=int, default=20)
+    ap.add_argument("--graft", default="adam")
+    ap.add_argument("--root", default="eigh")
+    ap.add_argument("--graft-eps", type=float, default=1e-8)
+    ap.add_argument("--decay-rate", type=float, default=0.8)
+    ap.add_argument("--clip-threshold", type=float, default=1.0)
     ap.add_argument("--losses", required=True)
     ap.add_argument("--final", default="")
     a = ap.parse_args()
@@ -176,7 +330,11 @@ def main():
               if not k.startswith("optimizer.")}
     decay = [v for k, v in sorted(params.items()) if v.dim() >= 2]
     nodecay = [v for k, v in sorted(params.items()) if v.dim() < 2]
-    if a.optimizer == "adamw":
+    blocked = a.optimizer in ("shampoo", "adafactor")
+    if blocked:
+        cls = Shampoo if a.optimizer == "shampoo" else Adafactor
+        opt = cls(params, {k for k, v in params.items() if v.dim() >= 2}, a)
+    elif a.optimizer == "adamw":
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                                  {"params": nodecay, "weight_decay": 0.0}],
                                 lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps)
@@ -196,9 +354,14 @@ def main():
     losses = []
     pos = 0
     for step in range(a.steps_run):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, a)
-        opt.zero_grad(set_to_none=False)
+        if blocked:
+            for v in params.values():
+                if v.grad is not None:
+                    v.grad.zero_()
+        else:
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, a)
+            opt.zero_grad(set_to_none=False)
         total = 0.0
         for _ in range(a.mb):
             chunk = raw[pos:pos + per_mb]
@@ -214,7 +377,10 @@ def main():
         if a.clip > 0:
             gn = torch.nn.utils.clip_grad_norm_(list(params.values()), a.clip)
             if os.environ.get("PARITY_DEBUG"): print("grad norm", step + 1, float(gn))
-        opt.step()
+        if blocked:
+            opt.step(lr_at(step, a), step + 1)
+        else:
+            opt.step()
         losses.append(total)
     with open(a.losses, "w") as out:
         for l in losses:
