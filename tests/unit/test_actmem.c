@@ -31,21 +31,10 @@
 #include "passes.h"
 #include "sema.h"
 #include "test.h"
+#include "compile.h"
 
 static Module *compile(const char *strategy, const char *mesh) {
-  diag_reset();
-  SrcFile *f = src_load("../samples/gpt.shard");
-  ASSERT(1, f != NULL);
-  if (!f) return NULL;
-  Program *p = ast_parse(f);
-  SemaOptions o = {0};
-  o.strategy = strategy;
-  o.mesh = mesh;
-  Module *m = p ? frontend_run(p, &o) : NULL;
-  ASSERT(0, diag_error_count());
-  if (!m || !m->graph || diag_error_count()) return NULL;
-  for (int i = 0; i < pass_count; i++) ASSERT(0, pass_list[i].run(m));
-  return diag_error_count() ? NULL : m;
+  return test_compile("../samples/gpt.shard", mesh, strategy);
 }
 
 /* Bytes of the values a layer's forward writes that stay live into the

@@ -17,19 +17,10 @@
 #include "passes.h"
 #include "sema.h"
 #include "test.h"
+#include "compile.h"
 
 static Module *front(const char *path, const char *mesh, const char *strategy) {
-  diag_reset();
-  SrcFile *f = src_load(path);
-  ASSERT(1, f != NULL);
-  if (!f) return NULL;
-  Program *p = ast_parse(f);
-  SemaOptions o = {0};
-  o.mesh = mesh;
-  o.strategy = strategy;
-  Module *m = p ? frontend_run(p, &o) : NULL;
-  ASSERT(0, diag_error_count());
-  return m && m->graph ? m : NULL;
+  return test_frontend(path, mesh, strategy);
 }
 
 /* through autodiff: what explore reads */

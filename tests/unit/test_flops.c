@@ -17,21 +17,10 @@
 #include "passes.h"
 #include "sema.h"
 #include "test.h"
+#include "compile.h"
 
 static Module *compile(const char *path, const char *strategy) {
-  diag_reset();
-  SrcFile *f = src_load(path);
-  ASSERT(1, f != NULL);
-  if (!f) return NULL;
-  Program *p = ast_parse(f);
-  SemaOptions o = {0};
-  o.strategy = strategy;
-  if (strategy) o.mesh = "4";
-  Module *m = p ? frontend_run(p, &o) : NULL;
-  ASSERT(0, diag_error_count());
-  if (!m || !m->graph || diag_error_count()) return NULL;
-  for (int i = 0; i < pass_count; i++) ASSERT(0, pass_list[i].run(m));
-  return diag_error_count() ? NULL : m;
+  return test_compile(path, strategy ? "4" : NULL, strategy);
 }
 
 /* lookup: parameters read by a gather only (no FLOPs per token). */

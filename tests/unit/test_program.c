@@ -10,21 +10,10 @@
 #include "rankprog.h"
 #include "sema.h"
 #include "test.h"
+#include "compile.h"
 
 static Module *compile(const char *path, const char *mesh, const char *strategy) {
-  diag_reset();
-  SrcFile *f = src_load(path);
-  ASSERT(1, f != NULL);
-  if (!f) return NULL;
-  Program *p = ast_parse(f);
-  SemaOptions o = {0};
-  o.mesh = mesh;
-  o.strategy = strategy;
-  Module *m = p ? frontend_run(p, &o) : NULL;
-  ASSERT(0, diag_error_count());
-  if (!m || !m->graph) return NULL;
-  for (int i = 0; i < pass_count; i++) ASSERT(0, pass_list[i].run(m));
-  return m;
+  return test_compile(path, mesh, strategy);
 }
 
 static int count(const PBlock *b, PInstrKind k) {
