@@ -390,6 +390,8 @@ void plan_default(Plan *p);
 /* The recompute policy of pipeline stage `stage` (a virtual stage of an
  * interleaved schedule: its device's). */
 Recompute plan_recompute_at(const Plan *p, int stage);
+/* "none", "selective", "full", "auto" (the SPEC's spelling). */
+const char *plan_recompute_name(Recompute r);
 /* Parses "dp=2,tp=2,sp=ring,pp=2,schedule=1f1b,mb=4,zero=1,recompute=selective"
  * (or "auto") into p, on top of what p holds.  Returns 0, or -1 with a
  * message in err. */

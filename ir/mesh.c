@@ -199,15 +199,16 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
       p->given |= PLAN_ZERO;
     } else if (!strcmp(k, "recompute")) {
       /* one policy, or one per pipeline stage joined by '+' */
-      static const char *const names[] = {"none", "selective", "full", "auto"};
       p->nstage_recompute = 0;
       p->recompute = RECOMPUTE_NONE;
       for (const char *c = v; c;) {
         const char *e = strchr(c, '+');
         size_t len = e ? (size_t)(e - c) : strlen(c);
         int r = -1;
-        for (int q = 0; q < 4; q++)
-          if (len == strlen(names[q]) && !strncmp(c, names[q], len)) r = q;
+        for (int q = 0; q <= RECOMPUTE_AUTO; q++)
+          if (len == strlen(plan_recompute_name((Recompute)q)) &&
+              !strncmp(c, plan_recompute_name((Recompute)q), len))
+            r = q;
         if (r < 0)
           ERR("recompute must be none, selective, full or auto, or one of them per pipeline stage "
               "joined by '+' (e.g. full+selective), got '%s'", v);
@@ -316,13 +317,12 @@ void plan_str(const Plan *p, char *buf, int cap) {
   }
   if (p->mb > 1) ADD(",mb=%d", p->mb);
   if (p->zero) ADD(",zero=%d", p->zero);
-  static const char *const rnames[] = {"none", "selective", "full", "auto"};
   if (p->nstage_recompute) {
     for (int i = 0; i < p->nstage_recompute; i++) {
-      ADD("%s%s", i ? "+" : ",recompute=", rnames[p->stage_recompute[i]]);
+      ADD("%s%s", i ? "+" : ",recompute=", plan_recompute_name(p->stage_recompute[i]));
     }
   } else if (p->recompute != RECOMPUTE_NONE) {
-    ADD(",recompute=%s", rnames[p->recompute]);
+    ADD(",recompute=%s", plan_recompute_name(p->recompute));
   }
 #undef ADD
 }
@@ -330,4 +330,9 @@ void plan_str(const Plan *p, char *buf, int cap) {
 Recompute plan_recompute_at(const Plan *p, int stage) {
   if (!p->nstage_recompute) return p->recompute;
   return p->stage_recompute[(p->pp > 0 ? stage % p->pp : 0) % p->nstage_recompute];
+}
+
+const char *plan_recompute_name(Recompute r) {
+  static const char *const names[] = {"none", "selective", "full", "auto"};
+  return r >= RECOMPUTE_NONE && r <= RECOMPUTE_AUTO ? names[r] : "?";
 }

@@ -288,14 +288,13 @@ void recompute_dropped(Graph *g, Recompute how, bool *drop) {
 
 /* "full for blocks.0 .. blocks.1, selective for blocks.2 .. blocks.3" */
 static const char *describe(const Recompute *how, const char **names, int n) {
-  static const char *const pol[] = {"none", "selective", "full"};
   char *d = arena_strdup("");
   for (int p = RECOMPUTE_FULL; p >= RECOMPUTE_NONE; p--)
     for (int i = 0; i < n; i++) {
       if (how[i] != (Recompute)p) continue;
       int j = i;
       while (j + 1 < n && how[j + 1] == (Recompute)p) j++;
-      d = arena_printf("%s%s%s for %s%s%s", d, *d ? ", " : "", pol[p], names[i],
+      d = arena_printf("%s%s%s for %s%s%s", d, *d ? ", " : "", plan_recompute_name((Recompute)p), names[i],
                        j > i ? " .. " : "", j > i ? names[j] : "");
       i = j;
     }

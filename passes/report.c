@@ -273,7 +273,6 @@ static void recompute_cost(const Module *m, int r, int *nodes, double *flops, in
 
 static void recompute_line(FILE *out, const Module *m, const char *pf) {
   const Plan *p = &m->train.plan;
-  static const char *const names[] = {"none", "selective", "full", "auto"};
   int pp = m->nstages > 1 ? p->pp : 1, mb = p->mb ? p->mb : 1;
   for (int r = 0; r < pp; r++) {
     int nodes;
@@ -288,7 +287,7 @@ static void recompute_line(FILE *out, const Module *m, const char *pf) {
     report_commas(b, sizeof b, bytes);
     fprintf(out, "%srecompute: %s%s: %d nodes run again per microbatch (%s bytes, %s, of outputs); "
                  "+%.4g FLOPs per step on a rank (%.1f%% of its %.4g)\n",
-            pf, names[plan_recompute_at(p, r)], pp > 1 ? arena_printf(" (pipeline rank %d)", r) : "",
+            pf, plan_recompute_name(plan_recompute_at(p, r)), pp > 1 ? arena_printf(" (pipeline rank %d)", r) : "",
             nodes, b, human_bytes((double)bytes), flops * mb, all > 0 ? 100.0 * flops / all : 0.0,
             all * mb);
     for (int s = r; s < (m->nstages > 1 ? m->nstages : 1); s += pp) {
