@@ -140,7 +140,8 @@ static Graph *build_stage(Module *m, int s, int lo, int hi, Value *recv, Value *
  * backward node reads forward value v. */
 typedef struct StageMem {
   double *held_at;     /* prefix sums over node positions: held bytes defined before i */
-  int *pfirst, *plast; /* parameter id -> first and last node that reads it */
+  double *par_at;      /* prefix sums: bytes of the parameters first read before node i */
+  double *tied_at;     /* bytes of the parameters read before node i and at or after it */
   double per_param;    /* bytes per parameter byte: itself, gradient, optimizer state */
   int slots[MAX_STAGES];
   double budget;       /* device bytes (0: none) */
@@ -169,9 +170,8 @@ static bool stage_mem_init(Module *m, StageMem *sm, int S) {
     }
   }
   sm->held_at = arena_alloc(sizeof(double) * (size_t)(n + 1));
-  sm->pfirst = arena_alloc(sizeof(int) * (size_t)nv);
-  sm->plast = arena_alloc(sizeof(int) * (size_t)nv);
-  for (int i = 0; i < nv; i++) sm->pfirst[i] = sm->plast[i] = -1;
+  int *pfirst = arena_alloc(sizeof(int) * (size_t)nv), *plast = arena_alloc(sizeof(int) * (size_t)nv);
+  for (int i = 0; i < nv; i++) pfirst[i] = plast[i] = -1;
   for (int i = 0; i < n; i++) {
     Node *nd = g->nodes.data[i];
     double h = 0;
@@ -184,9 +184,24 @@ static bool stage_mem_init(Module *m, StageMem *sm, int S) {
     for (int k = 0; k < nd->nin; k++) {
       Value *v = nd->in[k];
       if (v->role != ROLE_PARAM) continue;
-      if (sm->pfirst[v->id] < 0) sm->pfirst[v->id] = i;
-      sm->plast[v->id] = i;
+      if (pfirst[v->id] < 0) pfirst[v->id] = i;
+      plast[v->id] = i;
     }
+  }
+  /* par_at by first reader; tied_at by the range (first, last] of readers */
+  sm->par_at = arena_alloc(sizeof(double) * (size_t)(n + 2));
+  sm->tied_at = arena_alloc(sizeof(double) * (size_t)(n + 2));
+  for (int i = 0; i < g->params.len; i++) {
+    const Value *v = g->params.data[i];
+    if (pfirst[v->id] < 0) continue;
+    double bytes = (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype);
+    sm->par_at[pfirst[v->id] + 1] += bytes;
+    sm->tied_at[pfirst[v->id] + 1] += bytes;
+    sm->tied_at[plast[v->id] + 1] -= bytes;
+  }
+  for (int i = 1; i <= n + 1; i++) {
+    sm->par_at[i] += sm->par_at[i - 1];
+    sm->tied_at[i] += sm->tied_at[i - 1];
   }
   int dp = p->dp * (p->sp_kind == SP_RING ? p->sp : 1), z = p->zero;
   double st = opt_states(&m->train.opt);
@@ -201,18 +216,12 @@ static bool stage_mem_init(Module *m, StageMem *sm, int S) {
   return true;
 }
 
-/* Estimated bytes of stage k holding nodes [a, b). */
+/* Estimated bytes of stage k holding nodes [a, b): the parameters its
+ * nodes read first, and on the last stage those read before it too (a tied
+ * embedding), with their state; its held activations times its slots. */
 static double stage_mem_of(const Module *m, const StageMem *sm, int k, int a, int b) {
-  const Graph *g = m->graph;
-  double par = 0;
-  for (int i = 0; i < g->params.len; i++) {
-    const Value *v = g->params.data[i];
-    int f = sm->pfirst[v->id], l = sm->plast[v->id];
-    if (f < 0) continue;
-    /* its first reader's stage holds it, and a last stage that reads it too (tied) */
-    if ((f >= a && f < b) || (l >= a && l < b && f < a && b == g->nodes.len))
-      par += (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype);
-  }
+  double par = sm->par_at[b] - sm->par_at[a];
+  if (b == m->graph->nodes.len) par += sm->tied_at[a];
   return par * sm->per_param + sm->slots[k] * (sm->held_at[b] - sm->held_at[a]);
 }
 
