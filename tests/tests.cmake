@@ -46,12 +46,5 @@ add_test(NAME dist/shampoo
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/shampoo.sh $<TARGET_FILE:shardc>)
 set_tests_properties(dist/shampoo PROPERTIES TIMEOUT 1200 SKIP_RETURN_CODE 77)
 
-# Sanitizer builds: every test reports leaks as well (LeakSanitizer), but
-# for the third-party allocations listed in tests/lsan.supp; the programs
-# the tests build and run under mpirun inherit it.
-if(SHARDC_SANITIZE)
-  get_property(SHARDC_ALL_TESTS DIRECTORY PROPERTY TESTS)
-  set_property(TEST ${SHARDC_ALL_TESTS} APPEND PROPERTY ENVIRONMENT
-    "ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0"
-    "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0")
-endif()
+# Sanitizer builds: leak reports too (CMakeLists.txt).
+shardc_sanitize_tests()
