@@ -1,0 +1,94 @@
+/* common.cuh — what every kernel file shares: the launch macro, the checked
+ * calls, block and warp reductions.
+ *
+ * Built two ways: by nvcc (the GPU), and with RTC_HOST by the host C++
+ * compiler through host/cuda_host.h, which maps the CUDA built-ins these
+ * files use (grids and blocks run in turn, a block's threads as fibers with
+ * a barrier for __syncthreads, warp shuffles through a per-warp slot array;
+ * cuBLASLt calls go to OpenBLAS, NCCL calls to MPI).  Kernel files use only
+ * what the host header maps: launch through RTC_LAUNCH, dynamic shared
+ * memory through RTC_DYNAMIC_SHARED, no <<<>>> and no extern __shared__.
+ */
+#ifndef RTC_COMMON_CUH
+#define RTC_COMMON_CUH
+
+#ifdef RTC_HOST
+#include "host/cuda_host.h"
+#else
+#include <cuda_runtime.h>
+#endif
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rtc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Reports a failed CUDA, cuBLASLt or NCCL call (file:line, the call, the
+ * library's message and a hint) on stderr and ends the job with status 1
+ * (MPI_Abort under a mesh).  Defined in rtc_errors.cu. */
+void rtc_fail(const char *lib, const char *call, const char *msg, const char *file, int line,
+              const char *hint) __attribute__((noreturn));
+const char *rtc_hint(const char *lib, int code);
+#ifdef __cplusplus
+}
+#endif
+
+#define cudaCheck(call)                                                                   \
+  do {                                                                                    \
+    cudaError_t rtc_e_ = (call);                                                          \
+    if (rtc_e_ != cudaSuccess)                                                            \
+      rtc_fail("CUDA", #call, cudaGetErrorString(rtc_e_), __FILE__, __LINE__,             \
+               rtc_hint("CUDA", (int)rtc_e_));                                            \
+  } while (0)
+
+/* kernel<<<grid, block, shmem, rtc_stream>>>(args...), then the launch's error. */
+#ifdef RTC_HOST
+#define RTC_LAUNCH(kernel, grid, block, shmem, ...) \
+  rtch_launch(dim3(grid), dim3(block), (size_t)(shmem), [=]() { kernel(__VA_ARGS__); })
+#define RTC_DYNAMIC_SHARED(T, name) T *name = (T *)rtch_dynamic_shared()
+#else
+#define RTC_LAUNCH(kernel, grid, block, shmem, ...)                                       \
+  do {                                                                                    \
+    kernel<<<(grid), (block), (shmem), (cudaStream_t)rtc_stream>>>(__VA_ARGS__);          \
+    cudaCheck(cudaGetLastError());                                                        \
+  } while (0)
+#define RTC_DYNAMIC_SHARED(T, name)                  \
+  extern __shared__ __align__(16) unsigned char rtc_smem_[]; \
+  T *name = (T *)rtc_smem_
+#endif
+
+static inline unsigned rtc_blocks(size_t n, unsigned threads) {
+  size_t b = (n + threads - 1) / threads;
+  return (unsigned)(b > 65535u * 8u ? 65535u * 8u : (b ? b : 1));
+}
+
+/* Sum over a warp (all 32 lanes get it). */
+__device__ __forceinline__ float rtc_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double rtc_warp_sum_d(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float rtc_warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every
+ * thread gets it.  Uses 33 floats of shared memory. */
+__device__ __forceinline__ float rtc_block_sum(float v) {
+  __shared__ float rtc_part_[33];
+  int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+  v = rtc_warp_sum(v);
+  __syncthreads();  // rtc_part_ may still be read by an earlier call
+  if (lane == 0) rtc_part_[w] = v;
+  __syncthreads();
+  float s = lane < nw ? rtc_part_[lane] : 0.0f;
+  s = rtc_warp_sum(s);
+  return s;
+}
+
+#endif

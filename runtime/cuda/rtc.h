@@ -1,0 +1,137 @@
+/* rtc.h — the CUDA kernels' launchers, called by programs that
+ * `shardc build --target cuda` writes and by the CUDA half of the training
+ * driver.  One launcher per cpu kernel of shardrt_kernels.h, with the same
+ * name, arguments and meaning, the suffix _cu instead of _f32: every pointer
+ * is a device pointer (elements f32), every launch goes on rtc_stream.
+ * Where the cpu kernel returns a value to the host (a loss, a sum of
+ * squares), the launcher synchronizes the stream to read it.
+ *
+ * The kernels are one .cu file per family (runtime/cuda/k_*.cu, llm.c's
+ * one-file-per-layer layout); each file is built twice: by nvcc for the
+ * GPU (libshardrt_cuda) and, through runtime/cuda/host/cuda_host.h, by the
+ * host C++ compiler (libshardrt_cuda_host), so that CI without a GPU runs
+ * the same kernel code (blocks in turn, a block's threads as fibers).
+ */
+#ifndef RTC_H
+#define RTC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef RTC_STREAM_T_DEFINED
+#define RTC_STREAM_T_DEFINED
+typedef struct CUstream_st *rtc_stream_t;
+#endif
+/* The stream every launcher uses (set by the driver; 0: the legacy default). */
+extern rtc_stream_t rtc_stream;
+
+/* ---- matmul (k_matmul.cu): cuBLASLt, fp32 with TF32 off (host: cblas) ---- */
+void rt_matmul_forward_cu(float *out, const float *inp, const float *weight, const float *bias,
+                          int N, int C, int OC);
+void rt_matmul_backward_cu(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, int N, int C, int OC);
+/* Row-major c (M,N, ldc) = alpha·op(a)·op(b) + beta·c, as rt_gemm_f32. */
+void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double alpha, const float *a,
+                int lda, const float *b, int ldb, double beta, float *c, int ldc);
+
+/* ---- normalization (k_norm.cu) ---- */
+void rt_layernorm_forward_cu(float *out, float *mean, float *rstd, const float *inp,
+                             const float *weight, const float *bias, int N, int C);
+void rt_layernorm_forward_eps_cu(float *out, float *mean, float *rstd, const float *inp,
+                                 const float *weight, const float *bias, int N, int C,
+                                 double eps);
+void rt_layernorm_backward_cu(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const float *weight, const float *mean,
+                              const float *rstd, int N, int C);
+void rt_rmsnorm_forward_cu(float *out, float *rstd, const float *inp, const float *weight,
+                           int N, int C, double eps);
+void rt_rmsnorm_backward_cu(float *dinp, float *dweight, const float *dout, const float *inp,
+                            const float *weight, const float *rstd, int N, int C);
+
+/* ---- activations, softmax, dropout, elementwise (k_act.cu) ---- */
+void rt_gelu_forward_cu(float *out, const float *inp, size_t n);
+void rt_gelu_backward_cu(float *dinp, const float *inp, const float *dout, size_t n);
+void rt_relu_forward_cu(float *out, const float *inp, size_t n);
+void rt_relu_backward_cu(float *dinp, const float *inp, const float *dout, size_t n);
+void rt_silu_forward_cu(float *out, const float *inp, size_t n);
+void rt_silu_backward_cu(float *dinp, const float *inp, const float *dout, size_t n);
+void rt_swiglu_forward_cu(float *out, const float *a, const float *b, int N, int C, int ld);
+void rt_swiglu_backward_cu(float *da, float *db, const float *dout, const float *a,
+                           const float *b, int N, int C, int ld);
+void rt_softmax_forward_cu(float *out, const float *inp, int N, int C);
+void rt_softmax_backward_cu(float *dinp, const float *dout, const float *out, int N, int C);
+void rt_dropout_forward_cu(float *out, const float *inp, size_t n, double p, uint64_t seed,
+                           uint64_t step, uint64_t offset);
+void rt_dropout_backward_cu(float *dinp, const float *dout, size_t n, double p, uint64_t seed,
+                            uint64_t step, uint64_t offset);
+void rt_add_forward_cu(float *out, const float *a, const float *b, size_t n);
+void rt_axpy_cu(float *dst, const float *src, double alpha, size_t n);
+void rt_scale_cu(float *x, size_t n, double s);
+void rt_slice_cols_forward_cu(float *out, const float *inp, int N, int C, int c0, int W);
+void rt_slice_cols_backward_cu(float *dinp, const float *dout, int N, int C, int c0, int W);
+/* dst += src (rt_acc_f32). */
+void rt_acc_cu(float *dst, const float *src, size_t n);
+/* As rt_chunk_copy / rt_chunk_acc_f32 (rt_train.h). */
+void rt_chunk_copy_cu(void *dst, const void *src, size_t outer, size_t inner, int P, int r,
+                      int esize);
+void rt_chunk_acc_cu(float *dst, const float *src, size_t outer, size_t inner, int P, int r);
+
+/* ---- embeddings, positions, rotary (k_embed.cu) ---- */
+/* Tokens are checked on the host when the batch is loaded; out-of-range
+ * tokens give zero rows here.  Returns 0 (RT_OK). */
+int rt_embedding_forward_cu(float *out, const int32_t *tokens, const float *wte, int N, int V,
+                            int C);
+/* Deterministic: each column of dwte sums its rows in token order. */
+void rt_embedding_backward_cu(float *dwte, const float *dout, const int32_t *tokens, int N,
+                              int C);
+int rt_embedding_range_forward_cu(float *out, const int32_t *tokens, const float *table, int N,
+                                  int v0, int Vl, int C, int V);
+void rt_embedding_range_backward_cu(float *dtable, const float *dout, const int32_t *tokens,
+                                    int N, int v0, int Vl, int C);
+void rt_positional_forward_cu(float *out, const float *inp, const float *wpe, int B, int T,
+                              int C, int t0);
+void rt_positional_backward_cu(float *dinp, float *dwpe, const float *dout, int B, int T, int C,
+                               int t0);
+void rt_rope_forward_cu(float *out, const float *inp, int B, int T, int H, int D, double theta,
+                        int t0);
+void rt_rope_backward_cu(float *dinp, const float *dout, int B, int T, int H, int D,
+                         double theta, int t0);
+
+/* ---- attention (k_attention.cu): one fused tiled kernel each way ---- */
+void rt_attention_forward_cu(float *out, float *lse, const float *q, const float *k,
+                             const float *v, int B, int T, int H, int Hkv, int D, int causal);
+void rt_attention_backward_cu(float *dq, float *dk, float *dv, const float *dout,
+                              const float *q, const float *k, const float *v, const float *out,
+                              const float *lse, int B, int T, int H, int Hkv, int D, int causal);
+
+/* ---- loss (k_loss.cu) ---- */
+/* *loss, *n_valid on the host (the launcher synchronizes); losses and lse
+ * are device buffers or NULL.  RT_ERR_ARG (with rt_last_error) for a
+ * target outside [0,V) other than RT_IGNORE_INDEX. */
+int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *losses, float *lse,
+                               const float *logits, const int32_t *targets, int N, int V);
+void rt_crossentropy_backward_cu(float *dlogits, const float *logits, const float *lse,
+                                 const int32_t *targets, int N, int V, double dloss,
+                                 double norm);
+void rt_crossentropy_backward_acc_cu(float *dlogits, const float *logits, const float *lse,
+                                     const int32_t *targets, int N, int V, double dloss,
+                                     double norm);
+
+/* ---- optimizers and norms (k_optim.cu): multi-tensor over flat ranges ---- */
+void rt_adamw_step_cu(float *param, const float *grad, float *m, float *v, size_t n, double lr,
+                      double beta1, double beta2, double eps, double weight_decay, long t,
+                      double grad_scale);
+void rt_sgd_step_cu(float *param, const float *grad, float *mom, size_t n, double lr,
+                    double momentum, double weight_decay, double grad_scale);
+/* Σ x² in double (the launcher synchronizes). */
+double rt_sumsq_cu(const float *x, size_t n);
+double rt_sumsq_list_cu(const float *const *bufs, const size_t *ns, int count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
