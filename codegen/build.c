@@ -115,7 +115,7 @@ int cg_build(Module *m, const char *dir, const char *target, const CgOptions *op
     diag_fatal_noloc("cannot create output directory '%s': %s", dir, strerror(errno));
     return -1;
   }
-  const char *src = arena_printf("%s/model.c", dir);
+  const char *src = arena_printf("%s/%s", dir, t->file);
   FILE *f = fopen(src, "w");
   if (!f) {
     diag_fatal_noloc("cannot write '%s': %s", src, strerror(errno));

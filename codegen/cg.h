@@ -39,6 +39,8 @@ typedef struct Emit {
   int es;                 /* element bytes */
   const char *pre;        /* symbol prefix of a pipeline rank's program: "" or "r1_" */
   const char *sfx;        /* a chunk's function suffix: "" or "_c1" */
+  int host;               /* buffers named in the host mirror (HF, HI: instructions a
+                           * device target stages through the host), spelled as the cpu's */
 } Emit;
 
 /* A target: how it spells what the program holds (QBE's struct Target,
@@ -53,9 +55,15 @@ struct Target {
   void (*instr)(Emit *e, const PInstr *in);
   /* How `shardc build` compiles the file. */
   int (*build)(Module *m, const char *dir, const char *src);
+  /* The file's name in DIR ("model.c") and the kernels' suffix of an f32
+   * program ("_f32"; f64 programs are the cpu's "_f64"). */
+  const char *file, *suffix;
+  /* How host code reaches a buffer: zeroing and copying bytes ("memset",
+   * "memcpy"), reading a scalar ("*%s"), writing one ("*%s = %s;"). */
+  const char *memset_fn, *memcpy_fn, *load_fmt, *store_fmt;
 };
 
-extern const Target cg_target_cpu;
+extern const Target cg_target_cpu, cg_target_cuda, cg_target_cuda_host;
 
 /* The target called name ("cpu", "cuda"), or NULL after reporting that it
  * is not generated yet. */
@@ -68,8 +76,17 @@ int cg_emit(FILE *out, Module *m, const char *target, const CgOptions *o);
 
 /* ---- emit.c, for the targets ---- */
 void cg_printf(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* "F(1234)", "I(1234)", "FS(64)" (stash-relative), "IS(64)", or "NULL". */
+/* "F(1234)", "I(1234)", "FS(64)" (stash-relative), "IS(64)", or "NULL";
+ * with e->host the host mirror's "HF(1234)" ... */
 const char *cg_ref(const Emit *e, PRef r);
+/* A scalar buffer read by host code ("*F(8)"), and the statement that
+ * writes one ("  *F(8) = val;\n"), in the target's spelling (the cpu's
+ * when e->host). */
+const char *cg_load(const Emit *e, PRef r);
+void cg_store(Emit *e, PRef r, const char *val);
+/* The target's memset / memcpy (the cpu's when e->host). */
+const char *cg_memset(const Emit *e);
+const char *cg_memcpy(const Emit *e);
 /* "RT_AX_TP" */
 const char *cg_axis(int ax);
 /* "f32[B=4,T=64,128]" */
@@ -91,8 +108,10 @@ int cg_needs_mpi(const Module *m);
  * it with cc, or mpicc when the plan has several ranks, against the runtime
  * into DIR/train.  Reports the compiler's output on failure.  0 on success. */
 int cg_build(Module *m, const char *dir, const char *target, const CgOptions *o);
-/* The cpu target's compile and link step (build.c). */
+/* The targets' compile and link steps (build.c). */
 int cg_build_cpu(Module *m, const char *dir, const char *src);
+int cg_build_cuda(Module *m, const char *dir, const char *src);
+int cg_build_cuda_host(Module *m, const char *dir, const char *src);
 
 /* ---- cexpr.c ---- */
 

@@ -285,7 +285,7 @@ static void kernel(Emit *e, const PInstr *in) {
            "));\n",
         S, loss, rows, R(e, x[0]), R(e, x[1]), cg_rows(xv[0]), cg_last_dim(xv[0]));
     }
-    P(e, "  *%s = (%s)%s;\n", R(e, y[0]), e->R, loss);
+    cg_store(e, y[0], arena_printf("(%s)%s", e->R, loss));
     return;
   }
   /* ---- backward ---- */
@@ -354,14 +354,14 @@ static void kernel(Emit *e, const PInstr *in) {
     if (n->a.i[1]) {
       int64_t vl = cg_last_dim(xv[1]);
       P(e, "  rt_vp_crossentropy_backward_acc%s(p->mesh, %s, %s, %s, %s, %" PRId64 ", %" PRId64
-           ", p->mesh->coord[%s] * %" PRId64 ", *%s, %s, (double *)%s);\n",
+           ", p->mesh->coord[%s] * %" PRId64 ", %s, %s, (double *)%s);\n",
         S, cg_axis((int)n->a.i[3]), R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(xv[1]), vl,
-        cg_axis((int)n->a.i[3]), vl, R(e, x[0]), rows, R(e, in->scratch));
+        cg_axis((int)n->a.i[3]), vl, cg_load(e, x[0]), rows, R(e, in->scratch));
       return;
     }
-    P(e, "  rt_crossentropy_backward%s%s(%s, %s, NULL, %s, %" PRId64 ", %" PRId64 ", *%s, %s);%s\n",
+    P(e, "  rt_crossentropy_backward%s%s(%s, %s, NULL, %s, %" PRId64 ", %" PRId64 ", %s, %s);%s\n",
       in->assign ? "" : "_acc", S, R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(xv[1]),
-      cg_last_dim(xv[1]), R(e, x[0]), rows, in->assign ? "  // writes: the first contribution" : "");
+      cg_last_dim(xv[1]), cg_load(e, x[0]), rows, in->assign ? "  // writes: the first contribution" : "");
     return;
   }
   default:
@@ -377,7 +377,7 @@ static void coll(Emit *e, const PInstr *in) {
   const char *ax = cg_axis((int)n->a.i[2]);
   if (n->op == OP_ALLREDUCE) {
     if (in->out[0].off != in->in[0].off || in->out[0].stash != in->in[0].stash)
-      P(e, "  memcpy(%s, %s, %" PRId64 ");\n", R(e, in->out[0]), R(e, in->in[0]),
+      P(e, "  %s(%s, %s, %" PRId64 ");\n", cg_memcpy(e), R(e, in->out[0]), R(e, in->in[0]),
         cg_numel(yv) * e->es);
     P(e, "  rt_allreduce(p->mesh, %s, %s, %" PRId64 ", %d);\n", ax, R(e, in->out[0]), cg_numel(yv),
       e->es);
@@ -434,12 +434,12 @@ static void instr(Emit *e, const PInstr *in) {
     } else {
       char lit[64];
       cg_literal(lit, sizeof lit, in->value, e->f64);
-      P(e, "  *%s = %s;\n", R(e, in->out[0]), lit);
+      cg_store(e, in->out[0], lit);
     }
     return;
   case PI_COPY:
-    P(e, "  memcpy(%s, %s, %" PRId64 ");  // not a view in the plan: a copy\n", R(e, in->out[0]),
-      R(e, in->in[0]), in->bytes);
+    P(e, "  %s(%s, %s, %" PRId64 ");  // not a view in the plan: a copy\n", cg_memcpy(e),
+      R(e, in->out[0]), R(e, in->in[0]), in->bytes);
     return;
   case PI_LOOP:
     loop(e, in->loop);
@@ -456,4 +456,5 @@ static void instr(Emit *e, const PInstr *in) {
   }
 }
 
-const Target cg_target_cpu = {"cpu", check, prelude, instr, cg_build_cpu};
+const Target cg_target_cpu = {"cpu", check, prelude, instr, cg_build_cpu, "model.c", "_f32",
+                              "memset", "memcpy", "*%s", "*%s = %s;"};

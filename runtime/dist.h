@@ -38,6 +38,10 @@
 #include "dist_types.h"
 #include "shardrt.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct RtMesh {
   int rank, world;
   int dp, tp, q, sp, pp;      /* sizes; tp = the 1D tp size, or q*q for 2D (q = 0 for 1D) */
@@ -176,5 +180,9 @@ int rt_gather_flat(RtMesh *m, RtAxis ax, const void *local, size_t n_local, void
                    int esize);
 int rt_scatter_flat(RtMesh *m, RtAxis ax, const void *full, void *local, size_t n_local,
                     int esize);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

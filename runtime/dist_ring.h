@@ -35,6 +35,10 @@
 
 #include "dist_formulas.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void rt_ring_attention_forward_f32(MPI_Comm comm, uint64_t *bytes, float *out, float *lse,
                                    const float *q, const float *k, const float *v, int B,
                                    int Tl, int H, int Hkv, int D, int causal,
@@ -54,5 +58,9 @@ void rt_ring_attention_backward_f64(MPI_Comm comm, uint64_t *bytes, double *dq, 
                                     const double *k, const double *v, const double *out,
                                     const double *lse, int B, int Tl, int H, int Hkv, int D,
                                     int causal, double *scratch);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

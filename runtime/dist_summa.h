@@ -40,6 +40,10 @@
 
 #include <mpi.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* y = x·wᵀ + bias summed over the grid (WRITTEN); bias may be NULL.
  * For k in 0..q-1: X(i,k) broadcast along the row from column k, the W
  * block of rank (k,j) down the column from row k, y += X(i,k)·W(k,j)ᵀ. */
@@ -115,5 +119,9 @@ void rt_rmsnorm_split_forward_f64(MPI_Comm comm, uint64_t *bytes, double *out, d
 void rt_rmsnorm_split_backward_f64(MPI_Comm comm, uint64_t *bytes, double *dx, double *dw,
                                    const double *dout, const double *x, const double *w,
                                    const double *rstd, int N, int Cl, int C, double *scratch);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

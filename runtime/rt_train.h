@@ -27,6 +27,10 @@
 #include "dist_types.h"
 #include "shardrt.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---------------------------------------------------------------------------
  * The tables
  */
@@ -229,7 +233,8 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
 struct RtMesh;
 struct RtTrainer;
 struct RtPass {
-  unsigned char *arena;    /* the rank's arena */
+  unsigned char *arena;    /* the rank's arena (device memory on the cuda target) */
+  unsigned char *host;     /* cuda: the arena's host mirror, where staged instructions run */
   unsigned char *stash;    /* pipelines: the stash slot of this microbatch */
   long step;               /* 0-based global step */
   int mb;                  /* microbatch within the step */
@@ -287,5 +292,9 @@ void rt_chunk_copy(void *dst, const void *src, size_t outer, size_t inner, int P
 /* dst is [outer, P*inner]: chunk r of every row += src [outer, inner]. */
 void rt_chunk_acc_f32(float *dst, const float *src, size_t outer, size_t inner, int P, int r);
 void rt_chunk_acc_f64(double *dst, const double *src, size_t outer, size_t inner, int P, int r);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

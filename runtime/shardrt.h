@@ -25,6 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---------------------------------------------------------------------------
  * errors.c
  */
@@ -387,5 +391,9 @@ void rt_progress_step(RtProgress *p, long step, double loss, double tokens_per_s
                       double model_tflops, double mfu);
 /* Ends a \r line with a newline. */
 void rt_progress_done(RtProgress *p);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,9 +1,14 @@
 /* train.c — the training driver of generated programs (rt_train.h).
  *
- * One source, two libraries: compiled as is into libshardrt_train, it runs
- * one rank (a program planned for several is refused); compiled with
+ * One source, several libraries: compiled as is into libshardrt_train, it
+ * runs one rank (a program planned for several is refused); compiled with
  * RT_TRAIN_MPI into libshardrt_train_mpi, it starts MPI, builds the mesh
- * and runs any rank of any plan.  Everything a program does around its
+ * and runs any rank of any plan.  With RT_TRAIN_CUDA (libshardrt_train_cuda
+ * and _cuda_mpi) it drives the cuda target's programs: the arena is device
+ * memory (t->dev) and t->arena its host mirror, where parameters are
+ * initialized, checkpoints read and written, batches loaded and staged
+ * instructions run; the step's reductions, norm and update run on the
+ * device (runtime/cuda), the schedule and every decision stay here.  Everything a program does around its
  * forward and backward is here, in the order generated programs did it
  * before the driver existed, so that their losses, checkpoints and every
  * printed line stay what they were:
@@ -26,6 +31,10 @@
 #ifdef RT_TRAIN_MPI
 #include "dist.h"
 #endif
+#ifdef RT_TRAIN_CUDA
+#include "cuda/rtc.h"
+#include "cuda/rtc_train.h"
+#endif
 
 struct RtTrainer {
   const RtProgram *pg;   /* this rank's program */
@@ -33,7 +42,8 @@ struct RtTrainer {
   int rank, world;
   int es;                /* element size: 4 (float) or 8 (double) */
   RtArena *mem;
-  unsigned char *arena;
+  unsigned char *arena;  /* the arena; cuda: its host mirror */
+  unsigned char *dev;    /* where the program runs: the arena, or (cuda) device memory */
   RtTrainData data;
   RtMetrics log;
   struct RtMesh *mesh;   /* NULL on one rank */
@@ -83,6 +93,13 @@ static int finish(Trainer *t, int status) {
     rt_arena_destroy(t->mem);
   t->mem = NULL;
   t->arena = NULL;
+#ifdef RT_TRAIN_CUDA
+  if (t->dev)
+    rtc_arena_free(t->dev);
+  if (t->mesh)
+    rtc_mesh_free();
+#endif
+  t->dev = NULL;
 #ifdef RT_TRAIN_MPI
   free(t->reqs);
   free(t->sent);
@@ -451,6 +468,9 @@ static int load_checkpoint(Trainer *t, const char *path, long *step, int *weight
 
 /* Returns 1 when saved (every rank knows). */
 static int save_checkpoint(Trainer *t, long steps_done) {
+#ifdef RT_TRAIN_CUDA
+  rtc_to_host(t->arena, t->dev, t->pg->persistent_bytes);
+#endif
   const RtProgram *pg = t->pg;
 #ifdef RT_TRAIN_MPI
   if (t->mesh && pg->zero >= 1)
@@ -503,7 +523,7 @@ static double run_schedule(Trainer *t, RtPass *p, int with_backward) {
     p->mb = k;
     p->row0 = row_base(t) + k * pg->microbatch;
     p->last_mb = k == pg->mb - 1;
-    p->stash = t->arena + c->stash_offset + (size_t)slot * (size_t)c->stash_bytes;
+    p->stash = t->dev + c->stash_offset + (size_t)slot * (size_t)c->stash_bytes;
     t->chunk = act->chunk;
     t->slot = slot;
     if (act->fwd) {
@@ -529,8 +549,13 @@ static double run_schedule(Trainer *t, RtPass *p, int with_backward) {
 static double run_microbatches(Trainer *t, long step, int with_backward) {
   const RtProgram *pg = t->pg;
   for (int c = 0; with_backward && c < pg->nchunks; c++)
+#ifdef RT_TRAIN_CUDA
+    rtc_memset(t->dev + pg->chunks[c].grads_offset, 0, (size_t)pg->chunks[c].grads_bytes);
+#else
     memset(t->arena + pg->chunks[c].grads_offset, 0, (size_t)pg->chunks[c].grads_bytes);
-  RtPass p = {.arena = t->arena, .step = step, .seed = t->args.seed, .mesh = t->mesh, .t = t};
+#endif
+  RtPass p = {.arena = t->dev, .host = t->arena, .step = step, .seed = t->args.seed,
+              .mesh = t->mesh, .t = t};
   double loss = 0;
   if (pg->order) {
     loss = run_schedule(t, &p, with_backward);
@@ -555,6 +580,16 @@ static double gradcheck_pass(void *ctx, long step, int with_backward) {
 void rt_load_batch(RtPass *p, void *in0, void *in1) {
   const Trainer *t = p->t;
   const RtProgram *pg = t->pg;
+#ifdef RT_TRAIN_CUDA
+  /* into the host mirror, then up: rows x (tokens of this rank | features) */
+  void *d0 = in0, *d1 = in1;
+  in0 = t->arena + ((unsigned char *)d0 - t->dev);
+  in1 = t->arena + ((unsigned char *)d1 - t->dev);
+  size_t rows = (size_t)pg->microbatch;
+  size_t b0 = pg->data == RT_TRAIN_SYNTH ? rows * (size_t)pg->features * 4
+                                         : rows * (size_t)(pg->ring ? pg->seq / pg->sp : pg->seq) * 4;
+  size_t b1 = pg->data == RT_TRAIN_SYNTH ? rows * 4 : b0;
+#endif
   if (pg->ring) {
     int tn = pg->seq / pg->sp;
     rt_check(rt_train_data_batch_cols(&t->data, p->step, p->row0, pg->microbatch,
@@ -562,6 +597,10 @@ void rt_load_batch(RtPass *p, void *in0, void *in1) {
   } else {
     rt_check(rt_train_data_batch(&t->data, p->step, p->row0, pg->microbatch, in0, in1));
   }
+#ifdef RT_TRAIN_CUDA
+  rtc_to_device(d0, in0, b0);
+  rtc_to_device(d1, in1, b1);
+#endif
 }
 
 #ifdef RT_TRAIN_MPI
@@ -581,11 +620,25 @@ void rt_pipe_recv(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, siz
     if (flag || !roots_one(t))
       break;
   }
+#ifdef RT_TRAIN_CUDA
+  /* staged through the host mirror */
+  unsigned char *h = t->arena + ((unsigned char *)buf - t->dev);
+  rt_recv(t->mesh, peer, tag, h, n, t->es);
+  rtc_to_device(buf, h, n * (size_t)t->es);
+#else
   rt_recv(t->mesh, peer, tag, buf, n, t->es);
+#endif
 }
 
 void rt_pipe_send(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf, size_t n) {
   Trainer *t = p->t;
+#ifdef RT_TRAIN_CUDA
+  /* from the host mirror of the stash slot, which the driver reuses only
+   * once the message was delivered */
+  unsigned char *h = t->arena + ((const unsigned char *)buf - t->dev);
+  rtc_to_host(h, buf, n * (size_t)t->es);
+  buf = h;
+#endif
   rt_isend(t->mesh, pipe_peer(t, peer_vs), rt_pipe_tag(p->mb, t->pg->nstages, lower_vs, grad),
            buf, n, t->es, &sent_of(t, t->chunk, t->slot)[grad ? 1 : 0]);
 }
@@ -600,8 +653,12 @@ void rt_bucket_allreduce(RtPass *p, int req, RtAxis ax, void *buf, size_t n) {
   if (!p->last_mb)
     return;
   check_req(t, req);
+#ifdef RT_TRAIN_CUDA
+  rtc_bucket_allreduce(t->mesh, ax, buf, n);
+#else
   rt_iallreduce(t->mesh, ax, buf, n, t->es, &t->reqs[req]);
   rt_progress(t->mesh, req + 1, t->reqs); /* and the earlier buckets' go on */
+#endif
 }
 
 void rt_bucket_reduce_scatter(RtPass *p, int req, RtAxis ax, void *dst, const void *src,
@@ -610,8 +667,12 @@ void rt_bucket_reduce_scatter(RtPass *p, int req, RtAxis ax, void *dst, const vo
   if (!p->last_mb)
     return;
   check_req(t, req);
+#ifdef RT_TRAIN_CUDA
+  rtc_bucket_reduce_scatter(t->mesh, ax, dst, src, n);
+#else
   rt_ireduce_scatter(t->mesh, ax, dst, src, n, t->es, &t->reqs[req]);
   rt_progress(t->mesh, req + 1, t->reqs);
+#endif
 }
 #endif
 
@@ -620,7 +681,12 @@ void rt_bucket_reduce_scatter(RtPass *p, int req, RtAxis ax, void *dst, const vo
  */
 
 static double sumsq(const Trainer *t, const unsigned char *x, size_t n) {
+#ifdef RT_TRAIN_CUDA
+  (void)t;
+  return rt_sumsq_cu((const float *)x, n);
+#else
   return t->pg->f64 ? rt_sumsq_f64((const double *)x, n) : rt_sumsq_f32((const float *)x, n);
+#endif
 }
 
 static double norm_weight(const RtProgram *pg, int i) { return pg->norm_w ? pg->norm_w[i] : 1.0; }
@@ -652,14 +718,14 @@ static double grad_norm(Trainer *t, const RtStepOp *op) {
   double ss = 0;
   switch (op->mode) {
   case RT_NORM_RANGE:
-    return sqrt(sumsq(t, t->arena + op->off, (size_t)op->count));
+    return sqrt(sumsq(t, t->dev + op->off, (size_t)op->count));
   case RT_NORM_PARAMS:
   case RT_NORM_PARAMS_DP0: /* the data ranks (dp, and sp under ring attention) hold the same
                             * sums: count data rank 0's */
     for (int i = 0; i < pg->nparams && (op->mode == RT_NORM_PARAMS || coord(t, RT_AX_DATA) == 0);
          i++)
       if (pg->params[i].grad >= 0)
-        ss += norm_weight(pg, i) * sumsq(t, t->arena + pg->params[i].grad, pg->params[i].numel);
+        ss += norm_weight(pg, i) * sumsq(t, t->dev + pg->params[i].grad, pg->params[i].numel);
     break;
   case RT_NORM_ZERO: { /* each rank holds the sums of its chunks */
     const size_t r = (size_t)coord(t, (RtAxis)pg->zaxis);
@@ -667,7 +733,7 @@ static double grad_norm(Trainer *t, const RtStepOp *op) {
       size_t a, z, s;
       if (zero_range(t, i, r, &a, &z, &s))
         ss += norm_weight(pg, i) *
-              sumsq(t, t->arena + pg->gshard_offset + s * (size_t)t->es, z - a);
+              sumsq(t, t->dev + pg->gshard_offset + s * (size_t)t->es, z - a);
     }
     break;
   }
@@ -680,6 +746,11 @@ static double grad_norm(Trainer *t, const RtStepOp *op) {
 static void adamw(const Trainer *t, unsigned char *w, const unsigned char *g, unsigned char *m,
                   unsigned char *v, size_t n, double lr, double wd, long step, double scale) {
   const RtProgram *pg = t->pg;
+#ifdef RT_TRAIN_CUDA
+  rt_adamw_step_cu((float *)w, (const float *)g, (float *)m, (float *)v, n, lr, pg->beta1,
+                   pg->beta2, pg->eps, wd, step, scale);
+  return;
+#endif
   if (pg->f64)
     rt_adamw_step_f64((double *)w, (const double *)g, (double *)m, (double *)v, n, lr,
                       pg->beta1, pg->beta2, pg->eps, wd, step, scale);
@@ -691,6 +762,10 @@ static void adamw(const Trainer *t, unsigned char *w, const unsigned char *g, un
 static void sgd(const Trainer *t, unsigned char *w, const unsigned char *g, unsigned char *mom,
                 size_t n, double lr, double wd, double scale) {
   const RtProgram *pg = t->pg;
+#ifdef RT_TRAIN_CUDA
+  rt_sgd_step_cu((float *)w, (const float *)g, (float *)mom, n, lr, pg->momentum, wd, scale);
+  return;
+#endif
   if (pg->f64)
     rt_sgd_step_f64((double *)w, (const double *)g, (double *)mom, n, lr, pg->momentum, wd,
                     scale);
@@ -856,7 +931,7 @@ static void placed_apply(Trainer *t, double lr, int64_t dir) {
 static void optimizer_step(Trainer *t, const RtStepOp *op, long step, double lr,
                            double grad_scale) {
   const RtProgram *pg = t->pg;
-  unsigned char *A = t->arena;
+  unsigned char *A = t->dev;
   const size_t es = (size_t)t->es;
   if (op->mode == RT_UPDATE_PARAMS && pg->opt >= RT_OPT_SHAMPOO) {
     blocked_step(t, step, lr, grad_scale);
@@ -985,15 +1060,22 @@ static int run_step(Trainer *t, long step, double *loss, double *lr) {
       break;
     switch (op->kind) {
     case RT_STEP_WAIT:
-#ifdef RT_TRAIN_MPI
+#if defined(RT_TRAIN_CUDA)
+      rtc_bucket_wait();
+#elif defined(RT_TRAIN_MPI)
       if (t->mesh)
         rt_waitall(t->mesh, pg->nreq, t->reqs);
 #endif
       break;
     case RT_STEP_ALLREDUCE:
 #ifdef RT_TRAIN_MPI
+#ifdef RT_TRAIN_CUDA
+      if (t->mesh)
+        rtc_allreduce(t->mesh, (RtAxis)op->axis, (float *)(t->dev + op->off), (size_t)op->count);
+#else
       if (t->mesh)
         rt_allreduce(t->mesh, (RtAxis)op->axis, t->arena + op->off, (size_t)op->count, t->es);
+#endif
 #endif
       break;
     case RT_STEP_LOSS: {
@@ -1012,10 +1094,17 @@ static int run_step(Trainer *t, long step, double *loss, double *lr) {
 #ifdef RT_TRAIN_MPI
       const RtBucket *b = &pg->buckets[op->count];
       const size_t r = (size_t)coord(t, (RtAxis)op->axis), es = (size_t)t->es;
+#ifdef RT_TRAIN_CUDA
+      if (t->mesh)
+        rtc_allgather_dim(t->mesh, (RtAxis)op->axis, (float *)(t->dev + (size_t)b->flat * es),
+                          (float *)(t->dev + ((size_t)b->flat + r * (size_t)b->chunk) * es), 1,
+                          (size_t)b->chunk, NULL);
+#else
       if (t->mesh)
         rt_allgather_dim(t->mesh, (RtAxis)op->axis, t->arena + (size_t)b->flat * es,
                          t->arena + ((size_t)b->flat + r * (size_t)b->chunk) * es, 1,
                          (size_t)b->chunk, t->es, NULL);
+#endif
 #endif
       break;
     }
@@ -1280,14 +1369,27 @@ static int train(Trainer *t, long step, int say) {
      * with every transient byte poisoned (NaN) and finds the highest one
      * written. */
     const int measure = step == first_step;
-    if (measure)
+    const size_t transient = pg->arena_bytes - pg->persistent_bytes + RT_GUARD_BYTES;
+    if (measure) {
       rt_mem_poison(pg, t->arena);
+#ifdef RT_TRAIN_CUDA
+      rtc_to_device(t->dev + pg->persistent_bytes, t->arena + pg->persistent_bytes, transient);
+#endif
+    }
     roots_begin(t, step);
     loss = run_microbatches(t, step, 1);
+#ifdef RT_TRAIN_CUDA
+    if (measure)
+      rtc_to_host(t->arena + pg->persistent_bytes, t->dev + pg->persistent_bytes, transient);
+#endif
+    (void)transient;
     size_t measured = measure ? rt_mem_highwater(pg, t->arena) : 0;
     double lr = 0;
     if (run_step(t, step, &loss, &lr))
       return 1;
+#ifdef RT_TRAIN_CUDA
+    rtc_sync(); /* the step's time includes its update */
+#endif
     double ms = rt_ms_since(t0), tps = tokens_per_step / (ms / 1e3);
     /* model FLOP/s per device and MFU (the plan's count, passes/report.c) */
     double fps = pg->model_flops / (ms / 1e3) / t->world;
@@ -1326,18 +1428,43 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
   if (rc)
     return finish(t, rc > 0 ? 0 : 2);
   const RtTrainArgs *a = &t->args;
+#ifndef RT_TRAIN_CUDA
+  if (a->comm_set) {
+    if (t->rank == 0)
+      fprintf(stderr, "train: error: --comm is for programs built with --target cuda; this one "
+                      "runs on the CPU over MPI\n");
+    return finish(t, 2);
+  }
+#endif
   if (!check_launch(t, argv))
     return finish(t, 1);
   rt_train_threads(t->world);
   t->mem = rt_arena_create(pg->arena_bytes + RT_GUARD_BYTES);
   if (!all_ok(t, t->mem != NULL))
     return finish(t, 1);
-  t->arena = t->mem->base;
+  t->arena = t->dev = t->mem->base;
+#ifdef RT_TRAIN_CUDA
+  t->dev = NULL;
+  const char *gpu = NULL;
+  if (!all_ok(t, rtc_device_init(t->rank, &gpu) == RT_OK) ||
+      !all_ok(t, rtc_arena_alloc(pg->arena_bytes + RT_GUARD_BYTES, &t->dev) == RT_OK))
+    return finish(t, 1);
+#ifdef RT_TRAIN_MPI
+  if (t->mesh && !all_ok(t, rtc_mesh_init(t->mesh, a->comm_mpi) == RT_OK))
+    return finish(t, 1);
+#endif
+#endif
   init_params(t, a->seed);
   long step = 0;
   int weights_only = 0;
   if (a->load && !all_ok(t, load_checkpoint(t, a->load, &step, &weights_only) == RT_OK))
     return finish(t, 1);
+#ifdef RT_TRAIN_CUDA
+  rtc_to_device(t->dev, t->arena, pg->persistent_bytes);
+  if (t->rank == 0 && !a->quiet)
+    printf("device:   %s (%d rank%s, %s)\n", gpu ? gpu : "?", t->world, t->world == 1 ? "" : "s",
+           a->comm_mpi ? "collectives staged through MPI" : "NCCL");
+#endif
   if (a->save &&
       !all_ok(t, t->rank != 0 || rt_ckpt_check_target(a->save, t->rank == 0 && !a->quiet) == RT_OK))
     return finish(t, 1);

@@ -24,6 +24,8 @@ typedef struct RtTrainArgs {
   int quiet;
   int stop_on_divergence; /* a diverging loss (RT_DIVERGENCE_FACTOR) is an error */
   int gradcheck;       /* --gradcheck N (testing, f64 builds): N entries per tensor */
+  int comm_set;        /* --comm given (cuda programs only) */
+  int comm_mpi;        /* --comm mpi: collectives staged through host memory and MPI */
 } RtTrainArgs;
 
 /* A loss above this many times its first value in a run is diverging: the

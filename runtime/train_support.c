@@ -96,6 +96,8 @@ static void usage(const RtProgram *pg, FILE *f) {
           "                   stop (exit 1, without saving) when the loss exceeds %d times\n"
           "                   its first value in this run; without it that is a warning,\n"
           "                   printed once, and training goes on\n"
+          "  --comm nccl|mpi  cuda programs: collectives over NCCL (default), or staged\n"
+          "                   through host memory and MPI (several ranks on one GPU)\n"
           "  --help           print this help\n"
           "\n"
           "Exit status: 0 on success, 1 on a run-time error (bad data or checkpoint, a\n"
@@ -170,6 +172,11 @@ int rt_train_args_parse(RtTrainArgs *a, const RtProgram *pg, int argc, char **ar
       a->save = v;
     } else if ((v = flag_value(argc, argv, &i, "--log", &missing))) {
       a->log = v;
+    } else if ((v = flag_value(argc, argv, &i, "--comm", &missing))) {
+      a->comm_set = 1;
+      a->comm_mpi = !strcmp(v, "mpi");
+      if (strcmp(v, "mpi") && strcmp(v, "nccl"))
+        bad = "--comm needs nccl or mpi";
     } else if (!missing) {
       if (print)
         fprintf(stderr, "train: error: unknown argument '%s' (see --help)\n", arg);

@@ -1,0 +1,92 @@
+/* nccl_host.h — the NCCL calls of runtime/cuda as MPI calls, for the host
+ * build (RTC_HOST): a communicator is an MPI communicator, every call is
+ * synchronous (streams are ignored: the host build runs in order), sums
+ * only.  What the CUDA runtime uses, nothing more. */
+#ifndef RTC_NCCL_HOST_H
+#define RTC_NCCL_HOST_H
+
+#include <mpi.h>
+#include <string.h>
+
+typedef enum { ncclSuccess = 0, ncclSystemError = 2, ncclInvalidArgument = 4 } ncclResult_t;
+typedef enum { ncclFloat = 0, ncclDouble = 1, ncclInt = 2 } ncclDataType_t;
+typedef enum { ncclSum = 0 } ncclRedOp_t;
+typedef struct { char internal[128]; } ncclUniqueId;
+struct ncclComm {
+  MPI_Comm comm;
+};
+typedef struct ncclComm *ncclComm_t;
+#define NCCL_SPLIT_NOCOLOR -1
+
+static inline const char *ncclGetErrorString(ncclResult_t r) {
+  return r == ncclSuccess ? "no error" : r == ncclSystemError ? "MPI call failed" : "invalid argument";
+}
+static inline MPI_Datatype rtc_nccl_mpi_type_(ncclDataType_t t) {
+  return t == ncclFloat ? MPI_FLOAT : t == ncclDouble ? MPI_DOUBLE : MPI_INT;
+}
+static inline ncclResult_t rtc_nccl_ok_(int mpi_rc) {
+  return mpi_rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+static inline ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+  memset(id, 0, sizeof *id);
+  return ncclSuccess;
+}
+/* The world: the MPI world (nranks must be its size). */
+static inline ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqueId id, int rank) {
+  (void)id;
+  (void)rank;
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world != nranks) return ncclInvalidArgument;
+  *c = new ncclComm;
+  return rtc_nccl_ok_(MPI_Comm_dup(MPI_COMM_WORLD, &(*c)->comm));
+}
+static inline ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out,
+                                         void *config) {
+  (void)config;
+  MPI_Comm m = MPI_COMM_NULL;
+  int rc = MPI_Comm_split(c->comm, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &m);
+  if (rc != MPI_SUCCESS) return ncclSystemError;
+  *out = NULL;
+  if (m != MPI_COMM_NULL) {
+    *out = new ncclComm;
+    (*out)->comm = m;
+  }
+  return ncclSuccess;
+}
+static inline ncclResult_t ncclCommDestroy(ncclComm_t c) {
+  if (!c) return ncclSuccess;
+  int rc = MPI_Comm_free(&c->comm);
+  delete c;
+  return rtc_nccl_ok_(rc);
+}
+static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count,
+                                         ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+                                         cudaStream_t s) {
+  (void)op;
+  (void)s;
+  return rtc_nccl_ok_(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count,
+                                    rtc_nccl_mpi_type_(t), MPI_SUM, c->comm));
+}
+static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t count,
+                                         ncclDataType_t t, ncclComm_t c, cudaStream_t s) {
+  (void)s;
+  int r = 0, sz = 0;
+  MPI_Comm_rank(c->comm, &r);
+  MPI_Type_size(rtc_nccl_mpi_type_(t), &sz);
+  const void *in = send == (const char *)recv + (size_t)r * count * (size_t)sz ? MPI_IN_PLACE : send;
+  return rtc_nccl_ok_(MPI_Allgather(in, (int)count, rtc_nccl_mpi_type_(t), recv, (int)count,
+                                    rtc_nccl_mpi_type_(t), c->comm));
+}
+static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count,
+                                             ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+                                             cudaStream_t s) {
+  (void)op;
+  (void)s;
+  return rtc_nccl_ok_(MPI_Reduce_scatter_block(send, recv, (int)count, rtc_nccl_mpi_type_(t),
+                                               MPI_SUM, c->comm));
+}
+static inline ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
+static inline ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
+
+#endif

@@ -1,0 +1,229 @@
+/* rtc_dist.cu — collectives of the CUDA programs over the mesh axes
+ * (rtc_train.h): NCCL communicators per axis, the dist.h semantics and
+ * byte counts on device buffers, and the overlapped gradient buckets on the
+ * communication stream.  In the host build NCCL is host/nccl_host.h (MPI).
+ *
+ * Staged mode (several ranks on one GPU, where NCCL refuses): each
+ * collective copies its buffers to host memory and runs dist.h's MPI
+ * version there, which counts the bytes itself.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist.h"
+#include "rtc_internal.h"
+#ifdef RTC_HOST
+#include "host/nccl_host.h"
+#else
+#include <nccl.h>
+#endif
+
+#define ncclCheck(call)                                                                   \
+  do {                                                                                    \
+    ncclResult_t rtc_r_ = (call);                                                         \
+    if (rtc_r_ != ncclSuccess)                                                            \
+      rtc_fail("NCCL", #call, ncclGetErrorString(rtc_r_), __FILE__, __LINE__,             \
+               rtc_hint("NCCL", (int)rtc_r_));                                            \
+  } while (0)
+
+static ncclComm_t comm_[RT_AX_COUNT], world_;
+static int staged_;
+static cudaEvent_t ready_, done_;  /* compute work before a bucket; the buckets' end */
+static int pending_;               /* buckets started since the last wait */
+
+/* Host buffers of the staged mode, grown as needed. */
+static void *host_buf_[3];
+static size_t host_cap_[3];
+static float *host_(int k, size_t n) {
+  if (n * sizeof(float) > host_cap_[k]) {
+    free(host_buf_[k]);
+    host_cap_[k] = n * sizeof(float);
+    host_buf_[k] = malloc(host_cap_[k]);
+    if (!host_buf_[k]) rtc_fail("host", "malloc", "out of memory", __FILE__, __LINE__, "");
+  }
+  return (float *)host_buf_[k];
+}
+
+static void count_(RtMesh *m, RtAxis ax, uint64_t bytes) {
+  m->bytes[ax] += bytes;
+  m->calls[ax] += 1;
+}
+
+static cudaStream_t stream_(void) { return (cudaStream_t)rtc_stream; }
+
+int rtc_mesh_init(RtMesh *m, int staged) {
+  staged_ = staged;
+  cudaCheck(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  cudaCheck(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  if (staged) return RT_OK;
+  ncclUniqueId id;
+  if (m->rank == 0) ncclCheck(ncclGetUniqueId(&id));
+  if (MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return rt_errorf(RT_ERR_IO, "MPI_Bcast of NCCL's unique id failed");
+  ncclCheck(ncclCommInitRank(&world_, m->world, id, m->rank));
+  /* Each axis group: colour = its lowest world rank, key = the coordinate
+   * (so NCCL ranks are the MPI communicators' ranks). */
+  for (int ax = 0; ax < RT_AX_COUNT; ax++) {
+    int color = NCCL_SPLIT_NOCOLOR;
+    if (m->comm[ax] != MPI_COMM_NULL) {
+      color = m->rank;
+      if (MPI_Allreduce(MPI_IN_PLACE, &color, 1, MPI_INT, MPI_MIN, m->comm[ax]) != MPI_SUCCESS)
+        return rt_errorf(RT_ERR_IO, "MPI_Allreduce for the NCCL communicators failed");
+    }
+    ncclCheck(ncclCommSplit(world_, color, m->comm[ax] != MPI_COMM_NULL ? m->coord[ax] : 0,
+                            &comm_[ax], NULL));
+  }
+  return RT_OK;
+}
+
+void rtc_mesh_free(void) {
+  for (int ax = 0; ax < RT_AX_COUNT; ax++) {
+    if (comm_[ax]) ncclCheck(ncclCommDestroy(comm_[ax]));
+    comm_[ax] = NULL;
+  }
+  if (world_) ncclCheck(ncclCommDestroy(world_));
+  world_ = NULL;
+  for (int k = 0; k < 3; k++) {
+    free(host_buf_[k]);
+    host_buf_[k] = NULL;
+    host_cap_[k] = 0;
+  }
+}
+
+static ncclComm_t comm_of_(RtMesh *m, RtAxis ax, const char *what) {
+  if (!comm_[ax])
+    rt_mesh_fail(m, "%s: this rank has no communicator on the %s axis", what, rt_axis_name(ax));
+  return comm_[ax];
+}
+
+void rtc_allreduce(RtMesh *m, RtAxis ax, float *buf, size_t n) {
+  if (staged_) {
+    float *h = host_(0, n);
+    rtc_to_host(h, buf, n * 4);
+    rt_allreduce(m, ax, h, n, 4);
+    rtc_to_device(buf, h, n * 4);
+    return;
+  }
+  int P = m->size[ax];
+  count_(m, ax, rt_vol_allreduce((uint64_t)n * 4, P));
+  if (P > 1)
+    ncclCheck(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_of_(m, ax, "rtc_allreduce"),
+                            stream_()));
+}
+
+/* dst (outer, P·inner) <- block p of scratch (P, outer, inner) at columns p·inner, or back. */
+static void permute_(float *rows, const float *blocks, size_t outer, size_t inner, int P,
+                     int to_rows) {
+  for (int p = 0; p < P; p++) {
+    float *r = rows + (size_t)p * inner;
+    float *b = (float *)blocks + (size_t)p * outer * inner;
+    if (to_rows)
+      cudaCheck(cudaMemcpy2DAsync(r, (size_t)P * inner * 4, b, inner * 4, inner * 4, outer,
+                                  cudaMemcpyDeviceToDevice, stream_()));
+    else
+      cudaCheck(cudaMemcpy2DAsync(b, inner * 4, r, (size_t)P * inner * 4, inner * 4, outer,
+                                  cudaMemcpyDeviceToDevice, stream_()));
+  }
+}
+
+void rtc_allgather_dim(RtMesh *m, RtAxis ax, float *dst, const float *src, size_t outer,
+                       size_t inner, float *scratch) {
+  int P = m->size[ax];
+  if (staged_) {
+    size_t nb = outer * inner, nd = nb * (size_t)P;
+    float *hs = host_(0, nb), *hd = host_(1, nd), *hx = outer > 1 ? host_(2, nd) : NULL;
+    rtc_to_host(hs, src, nb * 4);
+    rt_allgather_dim(m, ax, hd, hs, outer, inner, 4, hx);
+    rtc_to_device(dst, hd, nd * 4);
+    return;
+  }
+  count_(m, ax, rt_vol_allgather((uint64_t)outer * P * inner * 4, P));
+  if (P == 1) {
+    rtc_copy(dst, src, outer * inner * 4);
+    return;
+  }
+  ncclComm_t c = comm_of_(m, ax, "rtc_allgather_dim");
+  if (outer <= 1 || inner == 0) {
+    ncclCheck(ncclAllGather(src, dst, outer * inner, ncclFloat, c, stream_()));
+    return;
+  }
+  if (!scratch) rt_mesh_fail(m, "rtc_allgather_dim: outer %zu > 1 needs scratch", outer);
+  ncclCheck(ncclAllGather(src, scratch, outer * inner, ncclFloat, c, stream_()));
+  permute_(dst, scratch, outer, inner, P, 1);
+}
+
+void rtc_reduce_scatter_dim(RtMesh *m, RtAxis ax, float *dst, const float *src, size_t outer,
+                            size_t inner, float *scratch) {
+  int P = m->size[ax];
+  if (staged_) {
+    size_t nb = outer * inner, ns = nb * (size_t)P;
+    float *hs = host_(0, ns), *hd = host_(1, nb), *hx = outer > 1 ? host_(2, ns) : NULL;
+    rtc_to_host(hs, src, ns * 4);
+    rt_reduce_scatter_dim(m, ax, hd, hs, outer, inner, 4, hx);
+    rtc_to_device(dst, hd, nb * 4);
+    return;
+  }
+  count_(m, ax, rt_vol_reduce_scatter((uint64_t)outer * P * inner * 4, P));
+  if (P == 1) {
+    rtc_copy(dst, src, outer * inner * 4);
+    return;
+  }
+  const float *send = src;
+  if (outer > 1 && inner > 0) {
+    if (!scratch) rt_mesh_fail(m, "rtc_reduce_scatter_dim: outer %zu > 1 needs scratch", outer);
+    permute_((float *)src, scratch, outer, inner, P, 0);
+    send = scratch;
+  }
+  ncclCheck(ncclReduceScatter(send, dst, outer * inner, ncclFloat, ncclSum,
+                              comm_of_(m, ax, "rtc_reduce_scatter_dim"), stream_()));
+}
+
+void rtc_reduce_scatter_acc(RtMesh *m, RtAxis ax, float *dst, const float *src, size_t inner,
+                            float *scratch) {
+  if (!scratch) rt_mesh_fail(m, "rtc_reduce_scatter_acc: needs scratch");
+  rtc_reduce_scatter_dim(m, ax, scratch, src, 1, inner, NULL);
+  rt_acc_cu(dst, scratch, inner);
+}
+
+/* ---- gradient buckets, overlapped with the backward ---- */
+
+void rtc_bucket_allreduce(RtMesh *m, RtAxis ax, float *buf, size_t n) {
+  if (staged_) {
+    rtc_allreduce(m, ax, buf, n);
+    return;
+  }
+  int P = m->size[ax];
+  count_(m, ax, rt_vol_allreduce((uint64_t)n * 4, P));
+  if (P == 1) return;
+  /* after the kernels that wrote the bucket; the backward goes on meanwhile */
+  cudaCheck(cudaEventRecord(ready_, stream_()));
+  cudaCheck(cudaStreamWaitEvent(rtc_comm_stream, ready_, 0));
+  ncclCheck(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_of_(m, ax, "rtc_bucket_allreduce"),
+                          rtc_comm_stream));
+  pending_ = 1;
+}
+
+void rtc_bucket_reduce_scatter(RtMesh *m, RtAxis ax, float *dst, const float *src, size_t n) {
+  if (staged_) {
+    rtc_reduce_scatter_dim(m, ax, dst, src, 1, n, NULL);
+    return;
+  }
+  int P = m->size[ax];
+  count_(m, ax, rt_vol_reduce_scatter((uint64_t)P * n * 4, P));
+  if (P == 1) {
+    rtc_copy(dst, src, n * 4);
+    return;
+  }
+  cudaCheck(cudaEventRecord(ready_, stream_()));
+  cudaCheck(cudaStreamWaitEvent(rtc_comm_stream, ready_, 0));
+  ncclCheck(ncclReduceScatter(src, dst, n, ncclFloat, ncclSum,
+                              comm_of_(m, ax, "rtc_bucket_reduce_scatter"), rtc_comm_stream));
+  pending_ = 1;
+}
+
+void rtc_bucket_wait(void) {
+  if (!pending_) return;
+  cudaCheck(cudaEventRecord(done_, rtc_comm_stream));
+  cudaCheck(cudaStreamWaitEvent(stream_(), done_, 0));
+  pending_ = 0;
+}

@@ -1,0 +1,95 @@
+/* rtc_mem.cu — the device, its arena, transfers and scalars (rtc_train.h).
+ * Two streams: rtc_stream runs the program (kernels, copies, collectives in
+ * program order) and rtc_comm_stream the overlapped gradient buckets. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.cuh"
+#include "rtc_internal.h"
+#include "shardrt.h"
+
+cudaStream_t rtc_comm_stream;
+
+static int env_int(const char *name, int *v) {
+  const char *s = getenv(name);
+  if (!s || !*s) return 0;
+  char *end;
+  long x = strtol(s, &end, 10);
+  if (*end || x < 0 || x > 1 << 20) return 0;
+  *v = (int)x;
+  return 1;
+}
+
+int rtc_device_init(int world_rank, const char **name) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0)
+    return rt_errorf(RT_ERR_ARG, "no CUDA device on this node (%s); a --target cuda program "
+                     "runs one rank per GPU", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+  int local = world_rank;
+  if (!env_int("OMPI_COMM_WORLD_LOCAL_RANK", &local) && !env_int("SLURM_LOCALID", &local))
+    env_int("MPI_LOCALRANKID", &local);
+  cudaCheck(cudaSetDevice(local % n));
+  static cudaDeviceProp prop;
+  cudaCheck(cudaGetDeviceProperties(&prop, local % n));
+  if (name) *name = prop.name;
+  cudaStream_t s;
+  cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  rtc_stream = (rtc_stream_t)s;
+  cudaCheck(cudaStreamCreateWithFlags(&rtc_comm_stream, cudaStreamNonBlocking));
+  return RT_OK;
+}
+
+int rtc_arena_alloc(size_t bytes, unsigned char **dev) {
+  size_t free_b = 0, total = 0;
+  cudaCheck(cudaMemGetInfo(&free_b, &total));
+  if (bytes > free_b) {
+    return rt_errorf(RT_ERR_NOMEM, "the plan needs %zu bytes (%.2f GiB) of device memory per "
+                     "rank, the GPU has %zu (%.2f GiB) free of %.2f GiB; lower the microbatch, or "
+                     "plan with recompute or ZeRO (shardc explore finds a plan that fits)",
+                     bytes, bytes / 1073741824.0, free_b, free_b / 1073741824.0,
+                     total / 1073741824.0);
+  }
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    return rt_errorf(RT_ERR_NOMEM, "cudaMalloc of the %zu-byte arena failed: %s", bytes,
+                     cudaGetErrorString(e));
+  }
+  *dev = (unsigned char *)p;
+  return RT_OK;
+}
+
+void rtc_arena_free(unsigned char *dev) {
+  if (dev) cudaCheck(cudaFree(dev));
+}
+
+void rtc_memset(void *dst, int value, size_t bytes) {
+  cudaCheck(cudaMemsetAsync(dst, value, bytes, (cudaStream_t)rtc_stream));
+}
+
+void rtc_copy(void *dst, const void *src, size_t bytes) {
+  if (dst != src)
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)rtc_stream));
+}
+
+void rtc_to_host(void *host, const void *dev, size_t bytes) {
+  cudaCheck(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)rtc_stream));
+  cudaCheck(cudaStreamSynchronize((cudaStream_t)rtc_stream));
+}
+
+void rtc_to_device(void *dev, const void *host, size_t bytes) {
+  cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, (cudaStream_t)rtc_stream));
+  cudaCheck(cudaStreamSynchronize((cudaStream_t)rtc_stream));
+}
+
+float rtc_get_f32(const void *dev) {
+  float v;
+  rtc_to_host(&v, dev, sizeof v);
+  return v;
+}
+
+void rtc_set_f32(void *dev, float value) { rtc_to_device(dev, &value, sizeof value); }
+
+void rtc_sync(void) { cudaCheck(cudaStreamSynchronize((cudaStream_t)rtc_stream)); }

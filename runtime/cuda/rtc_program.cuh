@@ -1,0 +1,25 @@
+/* rtc_program.cuh — included by the programs `shardc build --target cuda`
+ * writes: the kernels' launchers (rtc.h), the driver's device functions
+ * (rtc_train.h), and rtc_foreach, which runs a fused elementwise chain (a
+ * device lambda over the element index) as one kernel.
+ */
+#ifndef RTC_PROGRAM_CUH
+#define RTC_PROGRAM_CUH
+
+#include "common.cuh"
+#include "rtc_train.h"
+
+template <class F>
+__global__ void rtc_foreach_kernel(size_t n, F f) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    f(i);
+}
+
+/* f(i) for i < n, one thread per element (grid-stride beyond the grid). */
+template <class F>
+static inline void rtc_foreach(size_t n, F f) {
+  RTC_LAUNCH(rtc_foreach_kernel, rtc_blocks(n, 256), 256, 0, n, f);
+}
+
+#endif

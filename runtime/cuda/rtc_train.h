@@ -1,0 +1,77 @@
+/* rtc_train.h — what the CUDA half of the runtime gives the training
+ * driver (runtime/train.c built with RT_TRAIN_CUDA) and generated programs:
+ * the device and its arena, transfers, scalars, and the collectives over
+ * the mesh axes (NCCL; in the host build of runtime/cuda, MPI through
+ * host/nccl_host.h).  Plain C; implemented in rtc_mem.cu and rtc_dist.cu,
+ * which are built by nvcc (libshardrt_cuda) and by the host C++ compiler
+ * (libshardrt_cuda_host).
+ *
+ * Every function either succeeds or ends the job through rtc_fail with
+ * file:line, the failed call and a hint; those that return int report
+ * what the caller can say cleanly (RT_ERR_* with rt_last_error()).
+ */
+#ifndef RTC_TRAIN_H
+#define RTC_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dist_axes.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the device (rtc_mem.cu) ---- */
+
+/* Picks this rank's GPU: the launcher's local rank (OMPI_COMM_WORLD_LOCAL_RANK,
+ * SLURM_LOCALID, MPI_LOCALRANKID) modulo the devices, creates the compute
+ * stream (rtc_stream) and the communication stream.  RT_ERR_ARG when there
+ * is no device; *name gets the device's name. */
+int rtc_device_init(int world_rank, const char **name);
+/* The arena: one allocation of bytes on the device, after checking the
+ * device's free memory (RT_ERR_NOMEM: "the plan needs N bytes per rank,
+ * the device has F free of T"). */
+int rtc_arena_alloc(size_t bytes, unsigned char **dev);
+void rtc_arena_free(unsigned char *dev);
+/* On the compute stream, in order with the kernels. */
+void rtc_memset(void *dst, int value, size_t bytes);
+void rtc_copy(void *dst, const void *src, size_t bytes);
+/* Synchronous transfers between the arena and host memory. */
+void rtc_to_host(void *host, const void *dev, size_t bytes);
+void rtc_to_device(void *dev, const void *host, size_t bytes);
+/* A scalar buffer read or written by host code (synchronous). */
+float rtc_get_f32(const void *dev);
+void rtc_set_f32(void *dev, float value);
+/* Waits for the compute stream. */
+void rtc_sync(void);
+
+/* ---- collectives (rtc_dist.cu): the semantics and byte counts of
+ * dist.h's rt_allreduce, rt_allgather_dim, rt_reduce_scatter_dim,
+ * rt_reduce_scatter_acc on f32 device buffers ---- */
+struct RtMesh;
+/* One NCCL communicator per mesh axis, split from a world communicator
+ * whose unique id rank 0 broadcasts over MPI.  With staged (mpi) set, no
+ * NCCL: every collective copies its buffer to the host, runs the MPI layer
+ * there and copies back (several ranks sharing a GPU, where NCCL refuses). */
+int rtc_mesh_init(struct RtMesh *m, int staged);
+void rtc_mesh_free(void);
+void rtc_allreduce(struct RtMesh *m, RtAxis ax, float *buf, size_t n);
+void rtc_allgather_dim(struct RtMesh *m, RtAxis ax, float *dst, const float *src, size_t outer,
+                       size_t inner, float *scratch);
+void rtc_reduce_scatter_dim(struct RtMesh *m, RtAxis ax, float *dst, const float *src,
+                            size_t outer, size_t inner, float *scratch);
+void rtc_reduce_scatter_acc(struct RtMesh *m, RtAxis ax, float *dst, const float *src,
+                            size_t inner, float *scratch);
+/* Gradient buckets overlapped with the backward: started on the
+ * communication stream once the compute stream's work so far is done
+ * (an event); rtc_bucket_wait makes the compute stream wait for all. */
+void rtc_bucket_allreduce(struct RtMesh *m, RtAxis ax, float *buf, size_t n);
+void rtc_bucket_reduce_scatter(struct RtMesh *m, RtAxis ax, float *dst, const float *src,
+                               size_t n);
+void rtc_bucket_wait(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
