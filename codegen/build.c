@@ -200,3 +200,117 @@ int cg_build_cpu(Module *m, const char *dir, const char *src) {
     printf("run:  %s [--steps N] [--help]\n", bin);
   return 0;
 }
+
+/* ---- the cuda target ---- */
+
+#ifndef SHARDC_LIB_SHARDRT_TRAIN_CUDA
+#define SHARDC_LIB_SHARDRT_TRAIN_CUDA ""
+#define SHARDC_LIB_SHARDRT_TRAIN_CUDA_MPI ""
+#define SHARDC_LIB_SHARDRT_CUDA_HOST ""
+#define SHARDC_LIB_SHARDRT_CUDA_DIST_HOST ""
+#define SHARDC_LIB_SHARDRT_CUDA ""
+#define SHARDC_LIB_SHARDRT_CUDA_DIST ""
+#define SHARDC_NVCC ""
+#define SHARDC_CUDA_LINK ""
+#define SHARDC_NCCL_LIB ""
+#define SHARDC_NCCL_INCLUDE ""
+#endif
+
+/* The GPU architecture for the mesh's device: SHARDC_CUDA_ARCH, else sm_80
+ * for A100s, sm_90a for H100/H200 (and any other device). */
+static const char *cuda_arch(const Module *m) {
+  const char *env = getenv("SHARDC_CUDA_ARCH");
+  if (env && *env) return env;
+  const char *dev = m->train.mesh && m->train.mesh->device ? m->train.mesh->device->name : "";
+  return !strncmp(dev, "A100", 4) ? "sm_80" : "sm_90a";
+}
+
+static bool lib_missing(const char *lib) { return !*lib || access(lib, R_OK); }
+
+/* Host C++ (the kernels through runtime/cuda/host/cuda_host.h, NCCL as MPI)
+ * or nvcc (the GPU, cuBLASLt, NCCL): DIR/model.cu against the cuda driver. */
+static int build_cuda(Module *m, const char *dir, const char *src, bool gpu) {
+  bool mpi = cg_needs_mpi(m);
+  const char *need[4] = {mpi ? SHARDC_LIB_SHARDRT_TRAIN_CUDA_MPI : SHARDC_LIB_SHARDRT_TRAIN_CUDA,
+                         gpu ? SHARDC_LIB_SHARDRT_CUDA : SHARDC_LIB_SHARDRT_CUDA_HOST,
+                         mpi ? (gpu ? SHARDC_LIB_SHARDRT_CUDA_DIST : SHARDC_LIB_SHARDRT_CUDA_DIST_HOST) : "-",
+                         mpi ? SHARDC_RUNTIME_MPI_LIB : "-"};
+  if (gpu && !*SHARDC_NVCC) {
+    diag_fatal_noloc("--target cuda needs nvcc, which this build of shardc did not find (install "
+                     "the CUDA toolkit and rebuild shardc, or use --target cuda-host to run the "
+                     "CUDA program on this CPU)");
+    return -1;
+  }
+  for (int i = 0; i < 4; i++)
+    if (strcmp(need[i], "-") && lib_missing(need[i])) {
+      diag_fatal_noloc("the runtime library for --target %s is not built%s%s (build shardc's "
+                       "CMake project%s)", gpu ? "cuda" : "cuda-host", *need[i] ? ": missing " : "",
+                       need[i], mpi ? " with MPI, and NCCL for the GPU" : "");
+      return -1;
+    }
+  const char *cc = getenv(gpu ? "SHARDC_NVCC" : "SHARDC_CXX");
+  if (!cc || !*cc) cc = gpu ? SHARDC_NVCC : mpi ? "mpicxx" : "c++";
+  if (!on_path(cc)) {
+    diag_fatal_noloc("the compiler '%s' is not on PATH%s", cc,
+                     mpi ? " (Debian: apt-get install libopenmpi-dev)" : "");
+    return -1;
+  }
+  const char *bin = arena_printf("%s/train", dir);
+  PtrVec argv = {0};
+  push_words(&argv, cc);
+  if (gpu) {
+    push_words(&argv, "-std=c++17 -O2 --extended-lambda -Werror all-warnings -Xcompiler -Wall");
+    vec_push(&argv, arena_printf("-arch=%s", cuda_arch(m)));
+    if (mpi) push_words(&argv, "-ccbin mpicxx");
+  } else {
+    push_words(&argv, "-std=c++17 -O2 -Wall -Wno-unused-variable -ffp-contract=off -DRTC_HOST -x c++");
+  }
+  const char *data = cg_default_data(m);
+  if (data) vec_push(&argv, arena_printf("-DDEFAULT_DATA=\"%s\"", data));
+  vec_push(&argv, "-I" SHARDC_RUNTIME_INCLUDE);
+  vec_push(&argv, "-I" SHARDC_RUNTIME_INCLUDE "/cuda");
+  const char *extra = getenv(gpu ? "SHARDC_NVCCFLAGS" : "SHARDC_CXXFLAGS");
+  if (extra) push_words(&argv, extra);
+  vec_push(&argv, "-o");
+  vec_push(&argv, (char *)bin);
+  vec_push(&argv, (char *)src);
+  if (!gpu) push_words(&argv, "-x none");
+  vec_push(&argv, (char *)need[0]);
+  if (mpi) vec_push(&argv, (char *)need[2]);
+  vec_push(&argv, (char *)need[1]);
+  if (mpi) vec_push(&argv, SHARDC_RUNTIME_MPI_LIB);
+  vec_push(&argv, SHARDC_RUNTIME_LIB);
+  push_words(&argv, SHARDC_BLAS_LIB);
+  if (gpu) {
+    push_words(&argv, SHARDC_CUDA_LINK);
+    if (mpi) vec_push(&argv, SHARDC_NCCL_LIB);
+  } else {
+    push_words(&argv, SHARDC_RUNTIME_LDFLAGS);
+    vec_push(&argv, "-lpthread");
+  }
+  vec_push(&argv, "-lm");
+  char *out = NULL;
+  int st = run_cmd(&argv, &out);
+  if (st) {
+    fprintf(stderr, "shardc: error: %s failed (%s %d) on %s:\n  ", gpu ? "nvcc" : "the C++ compiler",
+            st < 0 ? "could not start," : "exit status", st, src);
+    for (int i = 0; i < argv.len && argv.data[i]; i++) fprintf(stderr, "%s ", (char *)argv.data[i]);
+    fprintf(stderr, "\n%s", out ? out : "");
+    return -1;
+  }
+  if (out && *out) fprintf(stderr, "shardc: warning: the compiler said about %s:\n%s", src, out);
+  int ndev = m->train.mesh ? m->train.mesh->ndev : 1;
+  printf("built %s from %s (%s)\n", bin, src,
+         gpu ? arena_printf("CUDA, %s", cuda_arch(m)) : "the CUDA program on this CPU");
+  if (ndev > 1)
+    printf("run:  mpirun -np %d %s [--steps N] [--help]   (srun -n %d ... under Slurm; one rank "
+           "per GPU)\n", ndev, bin, ndev);
+  else
+    printf("run:  %s [--steps N] [--help]\n", bin);
+  return 0;
+}
+
+int cg_build_cuda(Module *m, const char *dir, const char *src) { return build_cuda(m, dir, src, true); }
+int cg_build_cuda_host(Module *m, const char *dir, const char *src) {
+  return build_cuda(m, dir, src, false);
+}

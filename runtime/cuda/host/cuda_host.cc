@@ -336,6 +336,16 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
   (void)s;
   return cudaMemcpy(dst, src, n, kind);
 }
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind kind, cudaStream_t s) {
+  (void)s;
+  if (width > dpitch || width > spitch) return fail(cudaErrorInvalidValue);
+  for (size_t r = 0; r < height; r++) {
+    cudaError_t e = cudaMemcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
 cudaError_t cudaMemset(void *p, int v, size_t n) {
   if (n && !p) return fail(cudaErrorInvalidValue);
   if (n) memset(p, v, n);
