@@ -60,6 +60,13 @@ static inline float *rtc_test_poison(size_t n) {
 }
 static inline void rtc_test_poison_host(float *h, size_t n) { memset(h, 0xff, n * sizeof(float)); }
 
+/* cudaFree of each (NULLs allowed). */
+template <class... P>
+static inline void rtc_test_dfree(P... p) {
+  const void *ps[] = {(const void *)p...};
+  for (const void *q : ps) cudaCheck(cudaFree((void *)q));
+}
+
 /* Compares n device floats with the cpu's, prints one line, counts a failure. */
 static inline double rtc_test_check(const char *kernel, const char *shape, const char *tensor,
                                     const float *d_got, const float *want, size_t n) {
