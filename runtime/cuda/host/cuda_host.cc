@@ -9,6 +9,10 @@
  * release with threads still live is a deadlock (threads of one block or one
  * warp waiting at different barriers): reported, then abort().
  * A block of one thread runs on the caller's stack with no fiber.
+ * On x86-64 a fiber switch is a few instructions (rtch_switch: callee-saved
+ * registers and the stack pointer); glibc's swapcontext also saves the
+ * signal mask with a system call each time, some 20 times slower, and is
+ * kept for other machines (or with -DRTCH_UCONTEXT).
  */
 #include "cuda_host.h"
 
@@ -26,16 +30,38 @@
 #endif
 #endif
 #ifdef RTCH_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
 enum { RTCH_MAX_THREADS = 1024, RTCH_STACK = 128 * 1024 };
 enum { F_RUN, F_WARP_BAR, F_BLOCK_BAR, F_DONE };
 
+#if defined(__x86_64__) && !defined(RTCH_UCONTEXT)
+#define RTCH_ASM_SWITCH 1
+/* rtch_switch(&save, to): pushes the callee-saved registers, stores the
+ * stack pointer in save, loads to, pops and returns into the other fiber. */
+extern "C" void rtch_switch(void **save, void *to);
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".type rtch_switch,@function\n"
+        "rtch_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size rtch_switch, .-rtch_switch\n");
+#endif
+
 struct rtch_fiber {
   rtch_thread t;  // first: rtch_cur points here
   int state;
+#ifdef RTCH_ASM_SWITCH
+  void *sp;
+#else
   ucontext_t ctx;
+#endif
   char *stack;
   void *fake_stack;  // AddressSanitizer's fake stack while switched away
 };
@@ -44,7 +70,11 @@ rtch_thread *rtch_cur;
 rtch_block rtch_blk;
 
 static rtch_fiber rtch_f[RTCH_MAX_THREADS];
+#ifdef RTCH_ASM_SWITCH
+static void *rtch_sched_sp;
+#else
 static ucontext_t rtch_sched_ctx;
+#endif
 static unsigned rtch_n;        // threads per block
 static int rtch_direct;        // one thread: no fiber, barriers are no-ops
 static void (*rtch_call)(const void *);
@@ -67,7 +97,11 @@ static void to_fiber(rtch_fiber *f) {
   void *fake = NULL;
   __sanitizer_start_switch_fiber(&fake, f->stack, RTCH_STACK);
 #endif
+#ifdef RTCH_ASM_SWITCH
+  rtch_switch(&rtch_sched_sp, f->sp);
+#else
   swapcontext(&rtch_sched_ctx, &f->ctx);
+#endif
 #ifdef RTCH_ASAN
   __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #endif
@@ -77,7 +111,11 @@ static void to_scheduler(rtch_fiber *f) {
 #ifdef RTCH_ASAN
   __sanitizer_start_switch_fiber(&f->fake_stack, rtch_main_bottom, rtch_main_size);
 #endif
+#ifdef RTCH_ASM_SWITCH
+  rtch_switch(&f->sp, rtch_sched_sp);
+#else
   swapcontext(&f->ctx, &rtch_sched_ctx);
+#endif
 #ifdef RTCH_ASAN
   __sanitizer_finish_switch_fiber(f->fake_stack, &rtch_main_bottom, &rtch_main_size);
 #endif
@@ -92,6 +130,11 @@ static void fiber_entry(void) {
   f->state = F_DONE;
 #ifdef RTCH_ASAN
   __sanitizer_start_switch_fiber(NULL, rtch_main_bottom, rtch_main_size);
+#endif
+#ifdef RTCH_ASM_SWITCH
+  void *dead;
+  rtch_switch(&dead, rtch_sched_sp);  // never resumed
+  __builtin_unreachable();
 #endif
   /* returning resumes uc_link: the scheduler */
 }
@@ -215,11 +258,27 @@ static void run_block(void) {
         abort();
       }
     }
+#ifdef RTCH_ASAN
+    /* the stack's last fiber left its frames' redzones poisoned */
+    ASAN_UNPOISON_MEMORY_REGION(f->stack, RTCH_STACK);
+#endif
+#ifdef RTCH_ASM_SWITCH
+    /* From the top: a 0 return address for fiber_entry (never returns),
+     * fiber_entry for rtch_switch's ret, six zero registers; fiber_entry
+     * starts with rsp = 8 mod 16 as after a call. */
+    uintptr_t top = ((uintptr_t)f->stack + RTCH_STACK) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = NULL;
+    *--sp = (void *)fiber_entry;
+    for (int r = 0; r < 6; r++) *--sp = NULL;
+    f->sp = sp;
+#else
     getcontext(&f->ctx);
     f->ctx.uc_stack.ss_sp = f->stack;
     f->ctx.uc_stack.ss_size = RTCH_STACK;
     f->ctx.uc_link = &rtch_sched_ctx;
     makecontext(&f->ctx, fiber_entry, 0);
+#endif
   }
   unsigned live = rtch_n;
   for (;;) {

@@ -1,0 +1,197 @@
+/* test_k_act.cu — k_act.cu against the cpu kernels (k_act.inc, and rt_acc,
+ * rt_chunk_copy, rt_chunk_acc of train_support.c): outputs poisoned, the
+ * accumulated ones starting from the same random values; sizes 1, odd, and
+ * more than one block.  Dropout must keep exactly the cpu's elements. */
+#include "rtc_test.h"
+
+typedef void (*unary_f32)(float *, const float *, size_t);
+typedef void (*unary_bwd_f32)(float *, const float *, const float *, size_t);
+
+static void test_unary(const char *name, unary_f32 cpu, unary_f32 gpu, const char *bname,
+                       unary_bwd_f32 cpu_b, unary_bwd_f32 gpu_b, size_t n) {
+  char shape[64];
+  snprintf(shape, sizeof shape, "n=%zu", n);
+  float *x = rtc_test_host(n, -5.0f, 5.0f), *y = rtc_test_host(n, 0, 1);
+  float *d_x = rtc_test_dev(x, n), *d_y = rtc_test_poison(n);
+  cpu(y, x, n);
+  gpu(d_y, d_x, n);
+  rtc_test_check(name, shape, "out", d_y, y, n);
+  float *dy = rtc_test_host(n, -1.0f, 1.0f), *dx = rtc_test_host(n, -1.0f, 1.0f);
+  float *d_dy = rtc_test_dev(dy, n), *d_dx = rtc_test_dev(dx, n);
+  cpu_b(dx, x, dy, n);
+  gpu_b(d_dx, d_x, d_dy, n);
+  rtc_test_check(bname, shape, "dinp", d_dx, dx, n);
+  free(x), free(y), free(dy), free(dx);
+  rtc_test_dfree(d_x, d_y, d_dy, d_dx);
+}
+
+static void test_swiglu(int N, int C, int ld) {
+  char shape[64];
+  snprintf(shape, sizeof shape, "N=%d C=%d ld=%d", N, C, ld);
+  size_t nl = (size_t)N * ld, nc = (size_t)N * C;
+  float *a = rtc_test_host(nl, -4.0f, 4.0f), *b = rtc_test_host(nl, -2.0f, 2.0f);
+  float *out = rtc_test_host(nc, 0, 1), *dy = rtc_test_host(nc, -1.0f, 1.0f);
+  float *da = rtc_test_host(nl, -1.0f, 1.0f), *db = rtc_test_host(nl, -1.0f, 1.0f);
+  float *d_a = rtc_test_dev(a, nl), *d_b = rtc_test_dev(b, nl), *d_out = rtc_test_poison(nc);
+  float *d_dy = rtc_test_dev(dy, nc), *d_da = rtc_test_dev(da, nl), *d_db = rtc_test_dev(db, nl);
+  rt_swiglu_forward_f32(out, a, b, N, C, ld);
+  rt_swiglu_forward_cu(d_out, d_a, d_b, N, C, ld);
+  rtc_test_check("swiglu_forward", shape, "out", d_out, out, nc);
+  rt_swiglu_backward_f32(da, db, dy, a, b, N, C, ld);
+  rt_swiglu_backward_cu(d_da, d_db, d_dy, d_a, d_b, N, C, ld);
+  rtc_test_check("swiglu_backward", shape, "da", d_da, da, nl);
+  rtc_test_check("swiglu_backward", shape, "db", d_db, db, nl);
+  rt_swiglu_backward_f32(NULL, db, dy, a, b, N, C, ld);  // da NULL
+  rt_swiglu_backward_cu(NULL, d_db, d_dy, d_a, d_b, N, C, ld);
+  rtc_test_check("swiglu_backward", shape, "db only", d_db, db, nl);
+  free(a), free(b), free(out), free(dy), free(da), free(db);
+  float *dev[] = {d_a, d_b, d_out, d_dy, d_da, d_db};
+  for (float *p : dev) cudaCheck(cudaFree(p));
+}
+
+static void test_softmax(int N, int C) {
+  char shape[64];
+  snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
+  size_t nc = (size_t)N * C;
+  float *x = rtc_test_host(nc, -8.0f, 8.0f), *y = rtc_test_host(nc, 0, 1);
+  float *d_x = rtc_test_dev(x, nc), *d_y = rtc_test_poison(nc);
+  rt_softmax_forward_f32(y, x, N, C);
+  rt_softmax_forward_cu(d_y, d_x, N, C);
+  rtc_test_check("softmax_forward", shape, "out", d_y, y, nc);
+  rt_softmax_forward_cu(d_x, d_x, N, C);  // in place
+  rtc_test_check("softmax_forward", shape, "inplace", d_x, y, nc);
+  float *dy = rtc_test_host(nc, -1.0f, 1.0f), *dx = rtc_test_host(nc, -1.0f, 1.0f);
+  float *d_dy = rtc_test_dev(dy, nc), *d_dx = rtc_test_dev(dx, nc), *d_yc = rtc_test_dev(y, nc);
+  rt_softmax_backward_f32(dx, dy, y, N, C);
+  rt_softmax_backward_cu(d_dx, d_dy, d_yc, N, C);
+  rtc_test_check("softmax_backward", shape, "dinp", d_dx, dx, nc);
+  free(x), free(y), free(dy), free(dx);
+  float *dev[] = {d_x, d_y, d_dy, d_dx, d_yc};
+  for (float *p : dev) cudaCheck(cudaFree(p));
+}
+
+static void test_dropout(size_t n, double p, uint64_t seed, uint64_t step, uint64_t offset) {
+  char shape[64];
+  snprintf(shape, sizeof shape, "n=%zu p=%g", n, p);
+  float *x = rtc_test_host(n, -1.0f, 1.0f), *y = rtc_test_host(n, 0, 1);
+  float *d_x = rtc_test_dev(x, n), *d_y = rtc_test_poison(n);
+  rt_dropout_forward_f32(y, x, n, p, seed, step, offset);
+  rt_dropout_forward_cu(d_y, d_x, n, p, seed, step, offset);
+  rtc_test_check("dropout_forward", shape, "out", d_y, y, n);
+  rt_dropout_forward_cu(d_x, d_x, n, p, seed, step, offset);  // in place
+  rtc_test_check("dropout_forward", shape, "inplace", d_x, y, n);
+  float *dy = rtc_test_host(n, -1.0f, 1.0f), *dx = rtc_test_host(n, -1.0f, 1.0f);
+  float *d_dy = rtc_test_dev(dy, n), *d_dx = rtc_test_dev(dx, n);
+  rt_dropout_backward_f32(dx, dy, n, p, seed, step, offset);
+  rt_dropout_backward_cu(d_dx, d_dy, n, p, seed, step, offset);
+  rtc_test_check("dropout_backward", shape, "dinp", d_dx, dx, n);
+  free(x), free(y), free(dy), free(dx);
+  float *dev[] = {d_x, d_y, d_dy, d_dx};
+  for (float *p_ : dev) cudaCheck(cudaFree(p_));
+}
+
+static void test_elementwise(size_t n) {
+  char shape[64];
+  snprintf(shape, sizeof shape, "n=%zu", n);
+  float *a = rtc_test_host(n, -3.0f, 3.0f), *b = rtc_test_host(n, -3.0f, 3.0f);
+  float *c = rtc_test_host(n, 0, 1);
+  float *d_a = rtc_test_dev(a, n), *d_b = rtc_test_dev(b, n), *d_c = rtc_test_poison(n);
+  rt_add_forward_f32(c, a, b, n);
+  rt_add_forward_cu(d_c, d_a, d_b, n);
+  rtc_test_check("add_forward", shape, "out", d_c, c, n);
+  const double alphas[] = {1.0, -0.37};
+  for (double al : alphas) {
+    float *dst = rtc_test_copy(a, n), *d_dst = rtc_test_dev(a, n);
+    rt_axpy_f32(dst, b, al, n);
+    rt_axpy_cu(d_dst, d_b, al, n);
+    rtc_test_check(al == 1.0 ? "axpy alpha=1" : "axpy alpha=-0.37", shape, "dst", d_dst, dst, n);
+    free(dst);
+    rtc_test_dfree(d_dst);
+  }
+  float *x = rtc_test_copy(a, n), *d_x = rtc_test_dev(a, n);
+  rt_scale_f32(x, n, 0.731);
+  rt_scale_cu(d_x, n, 0.731);
+  rtc_test_check("scale", shape, "x", d_x, x, n);
+  float *acc = rtc_test_copy(a, n), *d_acc = rtc_test_dev(a, n);
+  rt_acc_f32(acc, b, n);
+  rt_acc_cu(d_acc, d_b, n);
+  rtc_test_check("acc", shape, "dst", d_acc, acc, n);
+  free(a), free(b), free(c), free(x), free(acc);
+  float *dev[] = {d_a, d_b, d_c, d_x, d_acc};
+  for (float *p : dev) cudaCheck(cudaFree(p));
+}
+
+static void test_slice(int N, int C, int c0, int W) {
+  char shape[64];
+  snprintf(shape, sizeof shape, "N=%d C=%d c0=%d W=%d", N, C, c0, W);
+  size_t nc = (size_t)N * C, nw = (size_t)N * W;
+  float *x = rtc_test_host(nc, -1.0f, 1.0f), *y = rtc_test_host(nw, 0, 1);
+  float *d_x = rtc_test_dev(x, nc), *d_y = rtc_test_poison(nw);
+  rt_slice_cols_forward_f32(y, x, N, C, c0, W);
+  rt_slice_cols_forward_cu(d_y, d_x, N, C, c0, W);
+  rtc_test_check("slice_cols_forward", shape, "out", d_y, y, nw);
+  float *dy = rtc_test_host(nw, -1.0f, 1.0f), *d_dy = rtc_test_dev(dy, nw);
+  rt_slice_cols_backward_f32(x, dy, N, C, c0, W);
+  rt_slice_cols_backward_cu(d_x, d_dy, N, C, c0, W);
+  rtc_test_check("slice_cols_backward", shape, "dinp", d_x, x, nc);
+  free(x), free(y), free(dy);
+  rtc_test_dfree(d_x, d_y, d_dy);
+}
+
+static void test_chunks(size_t outer, size_t inner, int P, int r) {
+  char shape[64];
+  snprintf(shape, sizeof shape, "%zux%zu P=%d r=%d", outer, inner, P, r);
+  size_t nfull = outer * inner * P, nc = outer * inner;
+  float *src = rtc_test_host(nfull, -1.0f, 1.0f), *dst = rtc_test_host(nc, 0, 1);
+  float *d_src = rtc_test_dev(src, nfull), *d_dst = rtc_test_poison(nc);
+  rt_chunk_copy(dst, src, outer, inner, P, r, 4);
+  rt_chunk_copy_cu(d_dst, d_src, outer, inner, P, r, 4);
+  rtc_test_check("chunk_copy esize=4", shape, "dst", d_dst, dst, nc);
+  /* 8- and 2-byte elements: the same bytes as floats, halved/doubled inner */
+  if (inner % 2 == 0) {
+    float *d_dst8 = rtc_test_poison(nc);
+    rt_chunk_copy_cu(d_dst8, d_src, outer, inner / 2, P, r, 8);
+    rtc_test_check("chunk_copy esize=8", shape, "dst", d_dst8, dst, nc);
+    cudaCheck(cudaFree(d_dst8));
+  }
+  float *d_dst2 = rtc_test_poison(nc);
+  rt_chunk_copy_cu(d_dst2, d_src, outer, inner * 2, P, r, 2);
+  rtc_test_check("chunk_copy esize=2", shape, "dst", d_dst2, dst, nc);
+  float *x = rtc_test_host(nc, -1.0f, 1.0f), *d_x = rtc_test_dev(x, nc);
+  float *full = rtc_test_copy(src, nfull);
+  rt_chunk_acc_f32(full, x, outer, inner, P, r);
+  rt_chunk_acc_cu(d_src, d_x, outer, inner, P, r);
+  rtc_test_check("chunk_acc", shape, "dst", d_src, full, nfull);
+  free(src), free(dst), free(x), free(full);
+  float *dev[] = {d_src, d_dst, d_dst2, d_x};
+  for (float *p : dev) cudaCheck(cudaFree(p));
+}
+
+int main(void) {
+  const size_t sizes[] = {1, 1000, 70001};
+  for (size_t n : sizes) {
+    test_unary("gelu_forward", rt_gelu_forward_f32, rt_gelu_forward_cu, "gelu_backward",
+               rt_gelu_backward_f32, rt_gelu_backward_cu, n);
+    test_unary("relu_forward", rt_relu_forward_f32, rt_relu_forward_cu, "relu_backward",
+               rt_relu_backward_f32, rt_relu_backward_cu, n);
+    test_unary("silu_forward", rt_silu_forward_f32, rt_silu_forward_cu, "silu_backward",
+               rt_silu_backward_f32, rt_silu_backward_cu, n);
+    test_elementwise(n);
+  }
+  test_swiglu(1, 1, 1);
+  test_swiglu(37, 53, 106);
+  test_swiglu(300, 200, 200);
+  const int sm[][2] = {{1, 1}, {1, 1000}, {9, 31}, {300, 257}};
+  for (const auto &s : sm) test_softmax(s[0], s[1]);
+  const double ps[] = {0.0, 0.1, 0.5, 1.0};
+  for (double p : ps) {
+    test_dropout(1, p, 42, 3, 0);
+    test_dropout(5001, p, 0x1234567890abcdefull, 17, 999);
+  }
+  test_slice(1, 5, 2, 3);
+  test_slice(77, 96, 32, 33);
+  test_chunks(1, 1, 1, 0);
+  test_chunks(7, 10, 3, 2);
+  test_chunks(33, 64, 4, 1);
+  return rtc_test_done();
+}
