@@ -1,0 +1,252 @@
+/* k_loss.cu — softmax cross-entropy fused with its gradient
+ * (rt_crossentropy_forward/backward/backward_acc).
+ *
+ * One block per row of logits (V up to 50304 and more): each thread keeps
+ * an online (max, Σ exp(x - max)) over its strided elements in one read of
+ * the row, then the block merges the pairs (warp shuffles, then the warps in
+ * order).  The forward leaves each row's loss in double in a scratch
+ * buffer; one block then sums them in a fixed order, counts the rows and
+ * finds the first bad target, and the launcher reads the result back
+ * (synchronizing the stream).  No atomics: the loss is bitwise the same run
+ * to run.
+ */
+#include <math.h>
+
+#include "common.cuh"
+
+extern "C" {
+#include "shardrt.h" // rt_errorf, RT_ERR_ARG, RT_IGNORE_INDEX
+}
+
+/* What the forward's reduction hands back to the host. */
+typedef struct {
+  double sum;     // Σ over counted rows of lse - x[target], in double
+  int count;      // rows whose target is in [0,V)
+  int bad_row;    // the first row with a target outside [0,V) that is not the ignore index; N if none
+  int bad_target; // its target
+  int pad_;
+} RtcCeResult;
+
+#define RTC_CE_REDUCE_THREADS 256 // the reduction's block: a power of two
+
+/* Device scratch for the forward: the per-row losses (N doubles) and the
+ * result, grown on demand and kept.  TODO(arena): the driver's arena will
+ * hand this out instead. */
+static void *rtc_ce_scratch_;
+static size_t rtc_ce_cap_;
+
+static void *rtc_ce_scratch(size_t bytes) {
+  if (bytes > rtc_ce_cap_) {
+    if (rtc_ce_scratch_)
+      cudaCheck(cudaFree(rtc_ce_scratch_));
+    cudaCheck(cudaMalloc(&rtc_ce_scratch_, bytes));
+    rtc_ce_cap_ = bytes;
+  }
+  return rtc_ce_scratch_;
+}
+
+// Threads per row: enough that each has a few dozen elements of a large row.
+static unsigned rtc_ce_threads(int V) { return V >= 16384 ? 1024 : V >= 2048 ? 512 : 128; }
+
+// Merges (m2, s2) into (m, s): both are (max, Σ exp(x - max)) over disjoint
+// sets; an empty set is (-inf, 0).
+__device__ __forceinline__ void rtc_lse_merge_(float &m, float &s, float m2, float s2) {
+  float mx = fmaxf(m, m2);
+  if (mx == -INFINITY) { // both empty or all -inf: nothing to rescale
+    s += s2;
+    return;
+  }
+  s = s * expf(m - mx) + s2 * expf(m2 - mx);
+  m = mx;
+}
+
+// x is (V): log Σ exp(x), to every thread of the block (blockDim.x a
+// multiple of 32).  -inf elements add nothing; a NaN makes it NaN.
+__device__ float rtc_row_lse_(const float *x, int V) {
+  __shared__ float part_m[32], part_s[32];
+  float m = -INFINITY, s = 0.0f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    float xi = x[i];
+    if (xi > m) {
+      s = s * expf(m - xi) + 1.0f;
+      m = xi;
+    } else if (xi != -INFINITY) {
+      s += expf(xi - m);
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    rtc_lse_merge_(m, s, m2, s2);
+  }
+  int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+  __syncthreads(); // the partials may still be read by an earlier call
+  if (lane == 0) {
+    part_m[w] = m;
+    part_s[w] = s;
+  }
+  __syncthreads();
+  m = lane < nw ? part_m[lane] : -INFINITY;
+  s = lane < nw ? part_s[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) {
+    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    rtc_lse_merge_(m, s, m2, s2);
+  }
+  return m + logf(s);
+}
+
+// logits is (N,V), targets is (N); block n writes rowloss[n] (double) and,
+// when given, losses[n] and lse[n]; rows without a target in [0,V) get 0
+// (the reduction tells an ignored row from a bad one)
+__global__ void rtc_ce_forward_kernel(double *__restrict__ rowloss, float *__restrict__ losses,
+                                      float *__restrict__ lse, const float *__restrict__ logits,
+                                      const int32_t *__restrict__ targets, int V) {
+  int n = blockIdx.x;
+  int32_t tgt = targets[n];
+  if (tgt < 0 || tgt >= V) { // the whole block returns: no barrier is skipped
+    if (threadIdx.x == 0) {
+      rowloss[n] = 0;
+      if (losses)
+        losses[n] = 0;
+      if (lse)
+        lse[n] = 0;
+    }
+    return;
+  }
+  const float *x = logits + (size_t)n * V;
+  float l = rtc_row_lse_(x, V);
+  if (threadIdx.x == 0) {
+    float xt = x[tgt];
+    rowloss[n] = (double)l - (double)xt;
+    if (losses)
+      losses[n] = l - xt;
+    if (lse)
+      lse[n] = l;
+  }
+}
+
+// One block of RTC_CE_REDUCE_THREADS: thread t takes rows t, t+256, ... in
+// order, then a fixed tree adds the threads' sums; res gets the sum, the
+// count and the first bad row
+__global__ void rtc_ce_reduce_kernel(RtcCeResult *__restrict__ res,
+                                     const double *__restrict__ rowloss,
+                                     const int32_t *__restrict__ targets, int N, int V) {
+  __shared__ double sum[RTC_CE_REDUCE_THREADS];
+  __shared__ int count[RTC_CE_REDUCE_THREADS], bad[RTC_CE_REDUCE_THREADS];
+  double s = 0;
+  int c = 0, b = N;
+  for (int n = threadIdx.x; n < N; n += blockDim.x) {
+    int32_t t = targets[n];
+    if (t == RT_IGNORE_INDEX)
+      continue;
+    if (t < 0 || t >= V) {
+      b = min(b, n);
+      continue;
+    }
+    s += rowloss[n];
+    c++;
+  }
+  sum[threadIdx.x] = s;
+  count[threadIdx.x] = c;
+  bad[threadIdx.x] = b;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if ((int)threadIdx.x < w) {
+      sum[threadIdx.x] += sum[threadIdx.x + w];
+      count[threadIdx.x] += count[threadIdx.x + w];
+      bad[threadIdx.x] = min(bad[threadIdx.x], bad[threadIdx.x + w]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    res->sum = sum[0];
+    res->count = count[0];
+    res->bad_row = bad[0];
+    res->bad_target = bad[0] < N ? targets[bad[0]] : 0;
+    res->pad_ = 0;
+  }
+}
+
+// dlogits and logits are (N,V) and may be the same buffer, lse is (N) or
+// NULL, targets is (N).  acc = 0 writes dlogits, acc = 1 adds into it.
+// Rows without a target in [0,V) (the ignore index) are zero / untouched.
+__global__ void rtc_ce_backward_kernel(float *dlogits, const float *logits,
+                                       const float *__restrict__ lse,
+                                       const int32_t *__restrict__ targets, int V, float scale,
+                                       int acc) {
+  int n = blockIdx.x;
+  int32_t tgt = targets[n];
+  float *dx = dlogits + (size_t)n * V;
+  if (tgt < 0 || tgt >= V) {
+    if (!acc)
+      for (int i = threadIdx.x; i < V; i += blockDim.x)
+        dx[i] = 0.0f;
+    return;
+  }
+  const float *x = logits + (size_t)n * V;
+  // Recomputing lse ends in a barrier after every read of the row, so the
+  // writes below cannot clobber a logit another thread still needs; without
+  // it each thread reads each of its elements before writing it.
+  float l = lse ? lse[n] : rtc_row_lse_(x, V);
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    float d = (expf(x[i] - l) - (i == tgt ? 1.0f : 0.0f)) * scale;
+    if (acc)
+      dx[i] += d;
+    else
+      dx[i] = d;
+  }
+}
+
+// logits is (N,V), targets is (N), losses and lse are (N) device buffers or
+// NULL; *loss and *n_valid on the host.  On a bad target, RT_ERR_ARG with
+// the cpu kernel's message; losses and lse may then have been written.
+extern "C" int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *losses, float *lse,
+                                          const float *logits, const int32_t *targets, int N,
+                                          int V) {
+  RtcCeResult r = {0, 0, 0, 0, 0};
+  if (N > 0) {
+    size_t rows_bytes = ((size_t)N * sizeof(double) + 255) / 256 * 256;
+    char *scratch = (char *)rtc_ce_scratch(rows_bytes + sizeof(RtcCeResult));
+    double *rowloss = (double *)scratch;
+    RtcCeResult *dres = (RtcCeResult *)(scratch + rows_bytes);
+    RTC_LAUNCH(rtc_ce_forward_kernel, N, rtc_ce_threads(V), 0, rowloss, losses, lse, logits,
+               targets, V);
+    RTC_LAUNCH(rtc_ce_reduce_kernel, 1, RTC_CE_REDUCE_THREADS, 0, dres, (const double *)rowloss,
+               targets, N, V);
+    cudaCheck(cudaMemcpyAsync(&r, dres, sizeof r, cudaMemcpyDeviceToHost,
+                              (cudaStream_t)rtc_stream));
+    cudaCheck(cudaStreamSynchronize((cudaStream_t)rtc_stream));
+    if (r.bad_row < N)
+      return rt_errorf(RT_ERR_ARG,
+                       "cross_entropy: target %d at row %d is outside [0,%d) and is not "
+                       "the ignore index %d",
+                       r.bad_target, r.bad_row, V, RT_IGNORE_INDEX);
+  }
+  if (loss)
+    *loss = r.count ? r.sum / r.count : 0;
+  if (n_valid)
+    *n_valid = r.count;
+  return RT_OK;
+}
+
+static void rtc_ce_backward_(float *dlogits, const float *logits, const float *lse,
+                             const int32_t *targets, int N, int V, double dloss, double norm,
+                             int acc) {
+  if (N <= 0 || V <= 0)
+    return;
+  float scale = (float)(norm > 0 ? dloss / norm : 0);
+  RTC_LAUNCH(rtc_ce_backward_kernel, N, rtc_ce_threads(V), 0, dlogits, logits, lse, targets, V,
+             scale, acc);
+}
+
+// dlogits and logits are (N,V) (may be the same buffer), lse is (N) or NULL
+extern "C" void rt_crossentropy_backward_cu(float *dlogits, const float *logits, const float *lse,
+                                            const int32_t *targets, int N, int V, double dloss,
+                                            double norm) {
+  rtc_ce_backward_(dlogits, logits, lse, targets, N, V, dloss, norm, 0);
+}
+
+extern "C" void rt_crossentropy_backward_acc_cu(float *dlogits, const float *logits,
+                                                const float *lse, const int32_t *targets, int N,
+                                                int V, double dloss, double norm) {
+  rtc_ce_backward_(dlogits, logits, lse, targets, N, V, dloss, norm, 1);
+}

@@ -1,0 +1,358 @@
+/* k_matmul.cu — linear layers and GEMM (rt_matmul_forward/backward, rt_gemm)
+ * on cuBLASLt, fp32 with TF32 off, and the bias gradient by a fixed-order
+ * reduction kernel.
+ *
+ * Every GEMM goes through one helper, rtc_gemm_, which turns the row-major
+ * call into the column-major one the libraries take (a row-major X (r,c) is
+ * the column-major Xᵀ, so c = op(a)·op(b) is cᵀ = op(b)ᵀ·op(a)ᵀ: b first,
+ * a second, m = N, n = M).  The GPU build calls cublasLtMatmul; the host
+ * build (RTC_HOST) calls cblas_sgemm (OpenBLAS) with the same column-major
+ * arguments, so CI checks the swap.
+ *
+ * Why fp32 with CUBLAS_COMPUTE_32F and not _FAST_TF32: this mode exists to
+ * check the CUDA target against the cpu target within 1e-5; TF32's 10-bit
+ * mantissa would not.  (On Blackwell, the CUBLAS_EMULATE_SINGLE_PRECISION
+ * environment variable could still switch fp32 to BF16x9 emulation.)
+ *
+ * Determinism: the algorithm for a shape is chosen once (the plan cache
+ * below) and split-K schemes that reduce in place through the output buffer
+ * are excluded, so a GEMM is bitwise the same run to run on one GPU model.
+ * The bias gradient does not use the BGRADB epilogue: the epilogue writes
+ * (the backward accumulates), its summation order is not documented, and
+ * the reduction kernel here also runs, and is tested, in the host build.
+ * No atomics anywhere in this file.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "common.cuh"
+
+#ifdef RTC_HOST
+#include <cblas.h>
+#else
+#include <cublasLt.h>
+#endif
+
+/* ---------------------------------------------------------------------------
+ * The workspace: 32 MiB of device memory allocated on first use (cuBLAS
+ * recommends 32 MiB on Hopper), given to every cuBLASLt call and used
+ * between calls, in stream order, for the bias gradient's partial sums.
+ * TODO(arena): the driver's arena will hand this out instead.
+ */
+#define RTC_MM_WS_BYTES ((size_t)32 << 20)
+
+static void *rtc_mm_ws_;
+
+static void *rtc_mm_workspace_(void) {
+  if (!rtc_mm_ws_)
+    cudaCheck(cudaMalloc(&rtc_mm_ws_, RTC_MM_WS_BYTES));
+  return rtc_mm_ws_;
+}
+
+/* ---------------------------------------------------------------------------
+ * Kernels: the bias gradient, and the fills for empty sums.
+ */
+
+#define RTC_DB_COLS 32   // columns per block of the bias gradient: one warp across
+#define RTC_DB_LANES 8   // row lanes per block (threadIdx.y)
+#define RTC_DB_ROWS 256  // rows per split, at least
+#define RTC_DB_SPLITS 64 // splits, at most
+
+// dout is (N,OC); block (bx, by) sums columns [32·bx, 32·bx+32) over rows
+// [by·rows, by·rows+rows): lane y takes rows y, y+8, ... in order, then the
+// 8 lanes add in order.  One split (gridDim.y == 1): adds into dbias (OC);
+// else writes part (gridDim.y, OC).
+__global__ void rtc_dbias_part_kernel(float *__restrict__ out, const float *__restrict__ dout,
+                                      int N, int OC, int rows) {
+  __shared__ float lane_sum[RTC_DB_LANES][RTC_DB_COLS];
+  int o = blockIdx.x * RTC_DB_COLS + threadIdx.x;
+  int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+  float s = 0.0f;
+  if (o < OC)
+    for (int r = r0 + (int)threadIdx.y; r < r1; r += RTC_DB_LANES)
+      s += dout[(size_t)r * OC + o];
+  lane_sum[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && o < OC) {
+    float t = lane_sum[0][threadIdx.x];
+    for (int y = 1; y < RTC_DB_LANES; y++)
+      t += lane_sum[y][threadIdx.x];
+    if (gridDim.y == 1)
+      out[o] += t;
+    else
+      out[(size_t)blockIdx.y * OC + o] = t;
+  }
+}
+
+// part is (nsplit, OC), dbias is (OC): dbias[o] += Σ_s part[s][o], s in order
+__global__ void rtc_dbias_sum_kernel(float *__restrict__ dbias, const float *__restrict__ part,
+                                     int nsplit, int OC) {
+  int o = blockIdx.x * blockDim.x + threadIdx.x;
+  if (o >= OC)
+    return;
+  float t = part[o];
+  for (int s = 1; s < nsplit; s++)
+    t += part[(size_t)s * OC + o];
+  dbias[o] += t;
+}
+
+// out is (N,OC): every row = bias (OC), or 0 without a bias
+__global__ void rtc_rows_fill_kernel(float *__restrict__ out, const float *__restrict__ bias,
+                                     int N, int OC) {
+  size_t total = (size_t)N * OC;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (size_t)gridDim.x * blockDim.x)
+    out[i] = bias ? bias[i % OC] : 0.0f;
+}
+
+// c is (M,N) with leading dim ldc: c = beta·c (0 for beta 0, NaNs included),
+// the product rounded once from double as the cpu kernel does
+__global__ void rtc_scale_rows_kernel(float *c, int M, int N, int ldc, double beta) {
+  size_t total = (size_t)M * N;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float *p = c + (i / N) * ldc + i % N;
+    *p = beta == 0 ? 0.0f : (float)(beta * *p);
+  }
+}
+
+// dout is (N,OC), dbias is (OC): dbias += Σ_n dout, in an order that depends
+// on N and OC only
+static void rtc_dbias_(float *dbias, const float *dout, int N, int OC) {
+  int nsplit = (N + RTC_DB_ROWS - 1) / RTC_DB_ROWS;
+  if (nsplit > RTC_DB_SPLITS)
+    nsplit = RTC_DB_SPLITS;
+  while (nsplit > 1 && (size_t)nsplit * OC * sizeof(float) > RTC_MM_WS_BYTES)
+    nsplit /= 2;
+  int rows = (N + nsplit - 1) / nsplit;
+  dim3 grid((OC + RTC_DB_COLS - 1) / RTC_DB_COLS, nsplit), block(RTC_DB_COLS, RTC_DB_LANES);
+  if (nsplit == 1) {
+    RTC_LAUNCH(rtc_dbias_part_kernel, grid, block, 0, dbias, dout, N, OC, rows);
+    return;
+  }
+  float *part = (float *)rtc_mm_workspace_();
+  RTC_LAUNCH(rtc_dbias_part_kernel, grid, block, 0, part, dout, N, OC, rows);
+  RTC_LAUNCH(rtc_dbias_sum_kernel, (OC + 255) / 256, 256, 0, dbias, (const float *)part, nsplit,
+             OC);
+}
+
+/* ---------------------------------------------------------------------------
+ * The GEMM helper: row-major c (M,N, ldc) = alpha·op(a)·op(b) + beta·c, plus
+ * bias (N) on every row when bias is given (then beta must be 0).  K > 0.
+ */
+
+#ifdef RTC_HOST
+
+static void rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
+                      const float *b, int ldb, float beta, float *c, int ldc, const float *bias) {
+  // the column-major call of the GPU build: cᵀ (N,M) = op(b)ᵀ (N,K) · op(a)ᵀ (K,M)
+  cblas_sgemm(CblasColMajor, tb ? CblasTrans : CblasNoTrans, ta ? CblasTrans : CblasNoTrans, N,
+              M, K, alpha, b, ldb, a, lda, beta, c, ldc);
+  if (bias) // the epilogue: added after alpha·op(a)·op(b)
+    for (size_t i = 0; i < (size_t)M; i++)
+      for (int j = 0; j < N; j++)
+        c[i * ldc + j] += bias[j];
+}
+
+#else
+
+#define cublasCheck(call)                                                                 \
+  do {                                                                                    \
+    cublasStatus_t rtc_s_ = (call);                                                       \
+    if (rtc_s_ != CUBLAS_STATUS_SUCCESS)                                                  \
+      rtc_fail("cuBLASLt", #call, cublasLtGetStatusString(rtc_s_), __FILE__, __LINE__,    \
+               rtc_hint("cuBLASLt", (int)rtc_s_));                                        \
+  } while (0)
+
+/* A plan: the descriptors and the algorithm for one shape, kept for the
+ * life of the process (cuBLASLt's heuristic costs tens of microseconds, and
+ * fixing the algorithm keeps results bitwise repeatable).  The pointers'
+ * alignments are part of the key because the heuristic picks algorithms by
+ * them (cuBLASLt assumes 256-byte alignment unless told). */
+typedef struct {
+  int ta, tb, M, N, K, lda, ldb, ldc, bias;
+  int align_a, align_b, align_c, align_bias;
+} RtcGemmKey;
+
+typedef struct {
+  RtcGemmKey key;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t lb, la, lc; // cuBLASLt's A is our b, its B our a
+  cublasLtMatmulAlgo_t algo;
+} RtcGemmPlan;
+
+#define RTC_GEMM_PLANS 64 // a model has a few dozen distinct GEMM shapes
+
+static cublasLtHandle_t rtc_lt_;
+static RtcGemmPlan rtc_plans_[RTC_GEMM_PLANS];
+static int rtc_nplans_, rtc_plan_next_;
+
+// the largest power of two, at most 256, that divides the address
+static int rtc_align_(const void *p) {
+  uintptr_t u = (uintptr_t)p;
+  int al = 256;
+  while (al > 4 && u % (uintptr_t)al)
+    al /= 2;
+  return al;
+}
+
+static void rtc_plan_free_(RtcGemmPlan *p) {
+  cublasCheck(cublasLtMatmulDescDestroy(p->op));
+  cublasCheck(cublasLtMatrixLayoutDestroy(p->lb));
+  cublasCheck(cublasLtMatrixLayoutDestroy(p->la));
+  cublasCheck(cublasLtMatrixLayoutDestroy(p->lc));
+}
+
+// The plan for key: found, or made (evicting the oldest when the cache is full).
+static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const float *bias) {
+  for (int i = 0; i < rtc_nplans_; i++)
+    if (!memcmp(&rtc_plans_[i].key, key, sizeof *key))
+      return &rtc_plans_[i];
+  if (!rtc_lt_)
+    cublasCheck(cublasLtCreate(&rtc_lt_));
+  RtcGemmPlan *p;
+  if (rtc_nplans_ < RTC_GEMM_PLANS) {
+    p = &rtc_plans_[rtc_nplans_++];
+  } else {
+    p = &rtc_plans_[rtc_plan_next_];
+    rtc_plan_next_ = (rtc_plan_next_ + 1) % RTC_GEMM_PLANS;
+    rtc_plan_free_(p);
+  }
+  memset(p, 0, sizeof *p);
+  p->key = *key;
+  cublasOperation_t opb = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opa = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasCheck(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof opb));
+  cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof opa));
+  cublasLtEpilogue_t epi = key->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  if (key->bias) {
+    cudaDataType_t bt = CUDA_R_32F;
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                               sizeof bt));
+    // the heuristic reads the bias pointer's alignment
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                               sizeof bias));
+  }
+  // stored column-major: b is (N,K) or, transposed, (K,N); a is (K,M) or (M,K); c is (N,M)
+  int M = key->M, N = key->N, K = key->K;
+  cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, key->tb ? K : N, key->tb ? N : K,
+                                         key->ldb));
+  cublasCheck(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, key->ta ? M : K, key->ta ? K : M,
+                                         key->lda));
+  cublasCheck(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, N, M, key->ldc));
+
+  cublasLtMatmulPreference_t pref;
+  cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws = RTC_MM_WS_BYTES;
+  cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &ws, sizeof ws));
+  // split-K through the output buffer is left out: the others reduce in a fixed step
+  uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
+  cublasCheck(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes));
+  uint32_t al_a = (uint32_t)key->align_b, al_b = (uint32_t)key->align_a,
+           al_c = (uint32_t)key->align_c;
+  cublasCheck(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+  cublasCheck(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+  cublasCheck(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+  cublasCheck(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  cublasCheck(cublasLtMatmulAlgoGetHeuristic(rtc_lt_, p->op, p->lb, p->la, p->lc, p->lc, pref, 1,
+                                             &res, &found));
+  cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+  if (found < 1) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "no fp32 algorithm for M=%d N=%d K=%d (ta=%d tb=%d, bias %d)", M, N,
+             K, key->ta, key->tb, key->bias);
+    rtc_fail("cuBLASLt", "cublasLtMatmulAlgoGetHeuristic", msg, __FILE__, __LINE__,
+             rtc_hint("cuBLASLt", (int)CUBLAS_STATUS_NOT_SUPPORTED));
+  }
+  p->algo = res.algo;
+  return p;
+}
+
+static void rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
+                      const float *b, int ldb, float beta, float *c, int ldc, const float *bias) {
+  RtcGemmKey key;
+  memset(&key, 0, sizeof key); // the key is compared bytewise
+  key.ta = ta;
+  key.tb = tb;
+  key.M = M;
+  key.N = N;
+  key.K = K;
+  key.lda = lda;
+  key.ldb = ldb;
+  key.ldc = ldc;
+  key.bias = bias != NULL;
+  key.align_a = rtc_align_(a);
+  key.align_b = rtc_align_(b);
+  key.align_c = rtc_align_(c);
+  key.align_bias = bias ? rtc_align_(bias) : 0;
+  RtcGemmPlan *p = rtc_plan_(&key, bias);
+  if (bias)
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                               sizeof bias));
+  cublasCheck(cublasLtMatmul(rtc_lt_, p->op, &alpha, b, p->lb, a, p->la, &beta, c, p->lc, c,
+                             p->lc, &p->algo, rtc_mm_workspace_(), RTC_MM_WS_BYTES,
+                             (cudaStream_t)rtc_stream));
+}
+
+#endif
+
+/* ---------------------------------------------------------------------------
+ * The launchers.
+ */
+
+// out is (N,OC), inp is (N,C), weight is (OC,C), bias is (OC) or NULL
+extern "C" void rt_matmul_forward_cu(float *out, const float *inp, const float *weight,
+                                     const float *bias, int N, int C, int OC) {
+  if (N <= 0 || OC <= 0)
+    return;
+  if (C <= 0) {
+    RTC_LAUNCH(rtc_rows_fill_kernel, rtc_blocks((size_t)N * OC, 256), 256, 0, out, bias, N, OC);
+    return;
+  }
+  // The bias epilogue wants a 16-byte aligned vector; any other bias is
+  // copied into the rows first and accumulated onto, as the cpu kernel does.
+  if (bias && (uintptr_t)bias % 16) {
+    RTC_LAUNCH(rtc_rows_fill_kernel, rtc_blocks((size_t)N * OC, 256), 256, 0, out, bias, N, OC);
+    rtc_gemm_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC, NULL);
+    return;
+  }
+  // (N,OC) = (N,C)·(OC,C)ᵀ [+ bias]
+  rtc_gemm_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, bias);
+}
+
+// dinp is (N,C), dweight is (OC,C), dbias is (OC), dout is (N,OC)
+extern "C" void rt_matmul_backward_cu(float *dinp, float *dweight, float *dbias, const float *dout,
+                                      const float *inp, const float *weight, int N, int C,
+                                      int OC) {
+  if (N <= 0 || OC <= 0)
+    return;
+  if (dinp && C > 0) // (N,C) += (N,OC)·(OC,C)
+    rtc_gemm_(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, NULL);
+  if (dweight && C > 0) // (OC,C) += (OC,N)·(N,C)
+    rtc_gemm_(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, NULL);
+  if (dbias)
+    rtc_dbias_(dbias, dout, N, OC);
+}
+
+// c is (M,N) with leading dim ldc; op(a) is (M,K), op(b) is (K,N)
+extern "C" void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double alpha,
+                           const float *a, int lda, const float *b, int ldb, double beta, float *c,
+                           int ldc) {
+  if (M <= 0 || N <= 0)
+    return;
+  if (K <= 0) { // an empty sum: c = beta·c
+    RTC_LAUNCH(rtc_scale_rows_kernel, rtc_blocks((size_t)M * N, 256), 256, 0, c, M, N, ldc, beta);
+    return;
+  }
+  rtc_gemm_(trans_a, trans_b, M, N, K, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc, NULL);
+}

@@ -1,0 +1,39 @@
+/* rtc_optim.h — the multi-tensor optimizer step of the CUDA target
+ * (k_optim.cu): one launch steps every parameter tensor, where
+ * rt_adamw_step_cu would take one launch per tensor.
+ */
+#ifndef RTC_OPTIM_H
+#define RTC_OPTIM_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The tensors of one AdamW step: tensor i is param[i], grad[i], m[i], v[i]
+ * (device pointers, n[i] floats each), decayed with weight_decay[i].  The
+ * arrays themselves are host memory, read during the call only.  The
+ * launcher uploads a table of the tensors and keeps it: a list equal to the
+ * previous call's (the same pointers, sizes and decays, as in a training
+ * loop) is not uploaded again. */
+typedef struct RtcAdamwList {
+  int count;
+  float *const *param;
+  const float *const *grad;
+  float *const *m;
+  float *const *v;
+  const size_t *n;
+  const double *weight_decay;
+} RtcAdamwList;
+
+/* For every tensor of l, exactly rt_adamw_step_cu(param[i], grad[i], m[i],
+ * v[i], n[i], lr, beta1, beta2, eps, weight_decay[i], t, grad_scale), in one
+ * launch on rtc_stream. */
+void rt_adamw_multi_cu(const RtcAdamwList *l, double lr, double beta1, double beta2, double eps,
+                       long t, double grad_scale);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,223 @@
+/* test_k_matmul.cu — rt_matmul_forward/backward_cu and rt_gemm_cu against
+ * the cpu kernels (rt_*_f32), on the host build (cblas twin, the dbias
+ * kernel through the shim) and, compiled by nvcc, on a GPU (cuBLASLt).
+ *
+ * Written outputs start poisoned (NaN), accumulated ones (+=, beta != 0)
+ * from the same random values on both sides.  The error of an element is
+ *   |got - ref| / max(mag, 1e-6·max mag),
+ * mag being the sum of the absolute values of its terms (the cpu kernel run
+ * on |inputs|): a GEMM's rounding is bounded by a multiple of it whatever
+ * the summation order.  PASS below 1e-5.  One line per kernel and shape;
+ * exit 1 on any failure.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.cuh"
+
+extern "C" {
+#include "shardrt.h"
+}
+
+#define TOL 1e-5
+
+static int failures;
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float urand(void) { // in [-1, 1)
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static float *host_rand(size_t n) {
+  float *h = (float *)malloc((n ? n : 1) * sizeof(float));
+  for (size_t i = 0; i < n; i++)
+    h[i] = urand();
+  return h;
+}
+
+static float *host_abs(const float *h, size_t n) {
+  float *a = (float *)malloc((n ? n : 1) * sizeof(float));
+  for (size_t i = 0; i < n; i++)
+    a[i] = fabsf(h[i]);
+  return a;
+}
+
+static float *host_nan(size_t n) {
+  float *h = (float *)malloc((n ? n : 1) * sizeof(float));
+  for (size_t i = 0; i < n; i++)
+    h[i] = NAN;
+  return h;
+}
+
+// a device copy of h (n floats); extra floats of room before it (misalignment)
+static float *dev_copy(const float *h, size_t n, size_t before = 0) {
+  float *d;
+  cudaCheck(cudaMalloc(&d, (n + before + 1) * sizeof(float)));
+  if (n)
+    cudaCheck(cudaMemcpy(d + before, h, n * sizeof(float), cudaMemcpyHostToDevice));
+  return d + before;
+}
+
+static float *to_host(const float *d, size_t n) {
+  float *h = (float *)malloc((n ? n : 1) * sizeof(float));
+  cudaCheck(cudaDeviceSynchronize());
+  if (n)
+    cudaCheck(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// the error defined at the top; NaN counts as failure; mag NULL: |ref|
+static double max_err(const float *got, const float *ref, const float *mag, size_t n) {
+  double mmax = 0, e = 0;
+  for (size_t i = 0; i < n; i++)
+    mmax = fmax(mmax, fabs(mag ? mag[i] : ref[i]));
+  double floor_ = mmax > 0 ? 1e-6 * mmax : 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - (double)ref[i]);
+    if (d != d || (got[i] != got[i]) != (ref[i] != ref[i]))
+      return INFINITY;
+    double m = fmax(fabs(mag ? mag[i] : ref[i]), floor_);
+    e = fmax(e, d / m);
+  }
+  return e;
+}
+
+static void report(const char *what, double err) {
+  int ok = err < TOL;
+  printf("%-56s max err %.3e  %s\n", what, err, ok ? "PASS" : "FAIL");
+  if (!ok)
+    failures++;
+}
+
+/* ---- rt_matmul_forward ---- */
+static void test_forward(int N, int C, int OC, int bias_mode) { // 0 none, 1 aligned, 2 misaligned
+  float *inp = host_rand((size_t)N * C), *w = host_rand((size_t)OC * C), *b = host_rand(OC);
+  float *ref = host_nan((size_t)N * OC), *mag = host_nan((size_t)N * OC);
+  const float *bias = bias_mode ? b : NULL;
+  rt_matmul_forward_f32(ref, inp, w, bias, N, C, OC);
+  float *ia = host_abs(inp, (size_t)N * C), *wa = host_abs(w, (size_t)OC * C), *ba = host_abs(b, OC);
+  rt_matmul_forward_f32(mag, ia, wa, bias ? ba : NULL, N, C, OC);
+
+  float *d_inp = dev_copy(inp, (size_t)N * C), *d_w = dev_copy(w, (size_t)OC * C);
+  float *d_b = dev_copy(b, OC, bias_mode == 2 ? 1 : 0);
+  float *nan_out = host_nan((size_t)N * OC), *d_out = dev_copy(nan_out, (size_t)N * OC);
+  rt_matmul_forward_cu(d_out, d_inp, d_w, bias_mode ? d_b : NULL, N, C, OC);
+  float *got = to_host(d_out, (size_t)N * OC);
+  char what[128];
+  snprintf(what, sizeof what, "matmul_forward N=%d C=%d OC=%d bias=%s", N, C, OC,
+           bias_mode == 0 ? "none" : bias_mode == 1 ? "aligned" : "misaligned");
+  report(what, max_err(got, ref, mag, (size_t)N * OC));
+  free(inp), free(w), free(b), free(ref), free(mag), free(ia), free(wa), free(ba), free(nan_out),
+      free(got);
+}
+
+/* ---- rt_matmul_backward: all three gradients, then each alone ---- */
+static void test_backward(int N, int C, int OC, int which) { // bit 0 dinp, 1 dweight, 2 dbias
+  size_t nin = (size_t)N * C, nw = (size_t)OC * C;
+  float *inp = host_rand(nin), *w = host_rand(nw), *dout = host_rand((size_t)N * OC);
+  float *dinp0 = host_rand(nin), *dw0 = host_rand(nw), *db0 = host_rand(OC);
+  float *dinp = (float *)malloc(nin * 4 + 4), *dw = (float *)malloc(nw * 4 + 4),
+        *db = (float *)malloc((size_t)OC * 4);
+  memcpy(dinp, dinp0, nin * 4), memcpy(dw, dw0, nw * 4), memcpy(db, db0, (size_t)OC * 4);
+  rt_matmul_backward_f32(which & 1 ? dinp : NULL, which & 2 ? dw : NULL, which & 4 ? db : NULL,
+                         dout, inp, w, N, C, OC);
+  // magnitudes: the same accumulation on absolute values
+  float *ma = host_abs(dinp0, nin), *mw = host_abs(dw0, nw), *mb = host_abs(db0, OC);
+  float *ia = host_abs(inp, nin), *wa = host_abs(w, nw), *oa = host_abs(dout, (size_t)N * OC);
+  rt_matmul_backward_f32(ma, mw, mb, oa, ia, wa, N, C, OC);
+
+  float *d_inp = dev_copy(inp, nin), *d_w = dev_copy(w, nw), *d_dout = dev_copy(dout, (size_t)N * OC);
+  float *d_dinp = dev_copy(dinp0, nin), *d_dw = dev_copy(dw0, nw), *d_db = dev_copy(db0, OC);
+  rt_matmul_backward_cu(which & 1 ? d_dinp : NULL, which & 2 ? d_dw : NULL,
+                        which & 4 ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC);
+  float *g_dinp = to_host(d_dinp, nin), *g_dw = to_host(d_dw, nw), *g_db = to_host(d_db, OC);
+  char what[128];
+  const char *names[3] = {"dinp", "dweight", "dbias"};
+  float *gots[3] = {g_dinp, g_dw, g_db}, *refs[3] = {dinp, dw, db}, *mags[3] = {ma, mw, mb};
+  float *olds[3] = {dinp0, dw0, db0};
+  size_t ns[3] = {nin, nw, (size_t)OC};
+  for (int k = 0; k < 3; k++) {
+    snprintf(what, sizeof what, "matmul_backward %-7s N=%d C=%d OC=%d (set %d)", names[k], N, C,
+             OC, which);
+    if (which & (1 << k)) {
+      report(what, max_err(gots[k], refs[k], mags[k], ns[k]));
+    } else { // a NULL gradient: the buffer is left alone
+      int same = ns[k] == 0 || !memcmp(gots[k], olds[k], ns[k] * 4);
+      report(what, same ? 0 : INFINITY);
+    }
+  }
+  free(inp), free(w), free(dout), free(dinp0), free(dw0), free(db0), free(dinp), free(dw),
+      free(db), free(ma), free(mw), free(mb), free(ia), free(wa), free(oa), free(g_dinp),
+      free(g_dw), free(g_db);
+}
+
+/* ---- rt_gemm: c (M,N, ldc) = alpha·op(a)·op(b) + beta·c ---- */
+static void test_gemm(int ta, int tb, int M, int N, int K, double alpha, double beta, int pad) {
+  int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+  size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+  float *a = host_rand(na), *b = host_rand(nb);
+  float *c0 = beta == 0 ? host_nan(nc) : host_rand(nc);
+  float *ref = (float *)malloc(nc * 4 + 4), *mag = host_abs(c0, nc);
+  memcpy(ref, c0, nc * 4);
+  rt_gemm_f32(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, ref, ldc);
+  float *aa = host_abs(a, na), *ba = host_abs(b, nb);
+  if (beta == 0)
+    for (size_t i = 0; i < nc; i++)
+      mag[i] = 0;
+  rt_gemm_f32(ta, tb, M, N, K, fabs(alpha), aa, lda, ba, ldb, fabs(beta) > 0 ? fabs(beta) : 0,
+              mag, ldc);
+  float *d_a = dev_copy(a, na), *d_b = dev_copy(b, nb), *d_c = dev_copy(c0, nc);
+  rt_gemm_cu(ta, tb, M, N, K, alpha, d_a, lda, d_b, ldb, beta, d_c, ldc);
+  float *got = to_host(d_c, nc);
+  // only the (M,N) block is defined; the padding columns must be untouched
+  double err = 0;
+  for (int i = 0; i < M; i++) {
+    err = fmax(err, max_err(got + (size_t)i * ldc, ref + (size_t)i * ldc,
+                            mag + (size_t)i * ldc, (size_t)N));
+    for (int j = N; j < ldc; j++) {
+      float g = got[(size_t)i * ldc + j], o = c0[(size_t)i * ldc + j];
+      if (memcmp(&g, &o, 4))
+        err = INFINITY;
+    }
+  }
+  char what[128];
+  snprintf(what, sizeof what, "gemm ta=%d tb=%d M=%d N=%d K=%d a=%g b=%g pad=%d", ta, tb, M, N, K,
+           alpha, beta, pad);
+  report(what, err);
+  free(a), free(b), free(c0), free(ref), free(mag), free(aa), free(ba), free(got);
+}
+
+int main(void) {
+  static const int shapes[][3] = {{1, 1, 1},   {1, 7, 5},     {37, 19, 23},  {64, 64, 64},
+                                  {129, 257, 65}, {300, 33, 97}, {1000, 48, 40}, {2049, 3, 130}};
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    int N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
+    for (int bm = 0; bm < 3; bm++)
+      test_forward(N, C, OC, bm);
+    test_backward(N, C, OC, 7);
+  }
+  test_forward(5, 0, 9, 1); // C = 0: rows of bias
+  test_forward(5, 0, 9, 0); // C = 0: zeros
+  for (int which = 1; which < 7; which++)
+    test_backward(77, 31, 45, which);
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      test_gemm(ta, tb, 33, 17, 29, 1.0, 0.0, 0);
+      test_gemm(ta, tb, 33, 17, 29, 0.5, 1.5, 3);
+      test_gemm(ta, tb, 1, 1, 1, 2.0, -1.0, 0);
+      test_gemm(ta, tb, 70, 130, 257, -1.0, 1.0, 5);
+    }
+  test_gemm(0, 0, 6, 5, 0, 1.0, 0.0, 2); // K = 0: c = 0 (from NaN)
+  test_gemm(0, 0, 6, 5, 0, 1.0, 2.0, 2); // K = 0: c = 2c
+  if (failures) {
+    printf("%d FAILED\n", failures);
+    return 1;
+  }
+  printf("all passed\n");
+  return 0;
+}
