@@ -49,6 +49,14 @@
 #define ATT_LDP (ATT_BK + 16)     // stride of a score tile: the half-warps' rows 16 banks apart
 #define ATT_DMAX 128              // largest head dim
 
+// Full unrolling of the loops over a thread's rows and columns, so that the
+// accumulators stay in registers (g++ of the host build spells it its way).
+#ifdef RTC_HOST
+#define ATT_UNROLL _Pragma("GCC unroll 8")
+#else
+#define ATT_UNROLL _Pragma("unroll")
+#endif
+
 // Element loads and stores of q, k, v, out and the gradients (fp32 now).
 __device__ __forceinline__ float att_ld(const float *p) { return *p; }
 __device__ __forceinline__ void att_st(float *p, float v) { *p = v; }
@@ -113,11 +121,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
   att_load_rows(Qs, ldq, qb, ldh, q0, ATT_BQ, T, D, D);
 
   float m[ATT_RI], l[ATT_RI], o[ATT_RI][NJ];
-#pragma unroll
+ATT_UNROLL
   for (int i = 0; i < ATT_RI; i++) {
     m[i] = -INFINITY;
     l[i] = 0.0f;
-#pragma unroll
+ATT_UNROLL
     for (int jd = 0; jd < NJ; jd++) o[i][jd] = 0.0f;
   }
   int kend = causal ? min(T, q0 + ATT_BQ) : T;  // keys any row of the tile sees
@@ -128,36 +136,36 @@ __global__ void __launch_bounds__(ATT_THREADS)
     __syncthreads();
     // s = q_tile · k_tileᵀ, this thread's (8, 4)
     float s[ATT_RI][ATT_CJ];
-#pragma unroll
+ATT_UNROLL
     for (int i = 0; i < ATT_RI; i++)
-#pragma unroll
+ATT_UNROLL
       for (int j = 0; j < ATT_CJ; j++) s[i][j] = 0.0f;
     for (int d = 0; d < D; d++) {
       float qv[ATT_RI], kv[ATT_CJ];
-#pragma unroll
+ATT_UNROLL
       for (int i = 0; i < ATT_RI; i++) qv[i] = Qs[(ty + ATT_TY * i) * ldq + d];
-#pragma unroll
+ATT_UNROLL
       for (int j = 0; j < ATT_CJ; j++) kv[j] = Kt[d * ATT_LDT + tx + ATT_TX * j];
-#pragma unroll
+ATT_UNROLL
       for (int i = 0; i < ATT_RI; i++)
-#pragma unroll
+ATT_UNROLL
         for (int j = 0; j < ATT_CJ; j++) s[i][j] += qv[i] * kv[j];
     }
     // online softmax: p = exp(scale·s - m_new), masked keys 0; the row's
     // earlier output and sum rescaled by exp(m_old - m_new)
-#pragma unroll
+ATT_UNROLL
     for (int i = 0; i < ATT_RI; i++) {
       int t = q0 + ty + ATT_TY * i;  // this row's query
       int jn = causal ? min(kend, t + 1) : kend;  // keys it sees
       float mx = -INFINITY;
-#pragma unroll
+ATT_UNROLL
       for (int j = 0; j < ATT_CJ; j++) {
         s[i][j] *= scale;
         if (j0 + tx + ATT_TX * j < jn) mx = fmaxf(mx, s[i][j]);
       }
       mx = att_max16(mx);
       float mnew = fmaxf(m[i], mx), sum = 0.0f;
-#pragma unroll
+ATT_UNROLL
       for (int j = 0; j < ATT_CJ; j++) {
         float p = j0 + tx + ATT_TX * j < jn ? expf(s[i][j] - mnew) : 0.0f;
         Ps[(ty + ATT_TY * i) * ATT_LDP + tx + ATT_TX * j] = p;
@@ -167,7 +175,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
       if (mnew != -INFINITY) {  // a row of the padding past T may see no key yet
         float corr = expf(m[i] - mnew);  // 0 on the first tile (m = -inf)
         l[i] = l[i] * corr + sum;
-#pragma unroll
+ATT_UNROLL
         for (int jd = 0; jd < NJ; jd++) o[i][jd] *= corr;
         m[i] = mnew;
       }
@@ -177,23 +185,23 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int kn = min(ATT_BK, kend - j0);
     for (int c = 0; c < kn; c++) {
       float vv[NJ];
-#pragma unroll
+ATT_UNROLL
       for (int jd = 0; jd < NJ; jd++) vv[jd] = Vs[c * dc + tx + ATT_TX * jd];
-#pragma unroll
+ATT_UNROLL
       for (int i = 0; i < ATT_RI; i++) {
         float p = Ps[(ty + ATT_TY * i) * ATT_LDP + c];
-#pragma unroll
+ATT_UNROLL
         for (int jd = 0; jd < NJ; jd++) o[i][jd] += p * vv[jd];
       }
     }
   }
-#pragma unroll
+ATT_UNROLL
   for (int i = 0; i < ATT_RI; i++) {
     int t = q0 + ty + ATT_TY * i;
     if (t >= T) continue;
     float inv = 1.0f / l[i];
     float *orow = out + ((size_t)b * T + t) * ldh + (size_t)h * D;
-#pragma unroll
+ATT_UNROLL
     for (int jd = 0; jd < NJ; jd++) {
       int d = tx + ATT_TX * jd;
       if (d < D) att_st(orow + d, o[i][jd] * inv);
@@ -248,9 +256,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
   att_load_rows(Vs, ldk, v + koff, ldkv, j0, ATT_BK, T, D, D);
 
   float dka[ATT_RI][NJ], dva[ATT_RI][NJ];
-#pragma unroll
+ATT_UNROLL
   for (int i = 0; i < ATT_RI; i++)
-#pragma unroll
+ATT_UNROLL
     for (int jd = 0; jd < NJ; jd++) dka[i][jd] = dva[i][jd] = 0.0f;
   int qstart = causal ? j0 / ATT_BQ * ATT_BQ : 0;  // the first query tile that sees key j0
   for (int h = hk * rep; h < (hk + 1) * rep; h++) {
@@ -268,35 +276,35 @@ __global__ void __launch_bounds__(ATT_THREADS)
       __syncthreads();
       // sᵀ = k_tile · q_tileᵀ and dpᵀ = v_tile · dout_tileᵀ, this thread's (8, 4)
       float p[ATT_RI][ATT_CJ], dp[ATT_RI][ATT_CJ];
-#pragma unroll
+ATT_UNROLL
       for (int i = 0; i < ATT_RI; i++)
-#pragma unroll
+ATT_UNROLL
         for (int j = 0; j < ATT_CJ; j++) p[i][j] = dp[i][j] = 0.0f;
       for (int d = 0; d < D; d++) {
         float kv[ATT_RI], vv[ATT_RI], qv[ATT_CJ], gv[ATT_CJ];
-#pragma unroll
+ATT_UNROLL
         for (int i = 0; i < ATT_RI; i++) {
           kv[i] = Ks[(ty + ATT_TY * i) * ldk + d];
           vv[i] = Vs[(ty + ATT_TY * i) * ldk + d];
         }
-#pragma unroll
+ATT_UNROLL
         for (int j = 0; j < ATT_CJ; j++) {
           qv[j] = Qt[d * ATT_LDT + tx + ATT_TX * j];
           gv[j] = dOt[d * ATT_LDT + tx + ATT_TX * j];
         }
-#pragma unroll
+ATT_UNROLL
         for (int i = 0; i < ATT_RI; i++)
-#pragma unroll
+ATT_UNROLL
           for (int j = 0; j < ATT_CJ; j++) {
             p[i][j] += kv[i] * qv[j];
             dp[i][j] += vv[i] * gv[j];
           }
       }
       // pᵀ = exp(scale·sᵀ - lse), 0 where masked or past T
-#pragma unroll
+ATT_UNROLL
       for (int i = 0; i < ATT_RI; i++) {
         int key = j0 + ty + ATT_TY * i;
-#pragma unroll
+ATT_UNROLL
         for (int j = 0; j < ATT_CJ; j++) {
           int c = tx + ATT_TX * j, t = q0 + c;
           bool live = key < T && t < T && (!causal || key <= t);
@@ -309,20 +317,20 @@ __global__ void __launch_bounds__(ATT_THREADS)
       // dv_tile += pᵀ · dout_tile, this thread's (8, NJ) of (BK, dc)
       for (int c = 0; c < qn; c++) {
         float gv[NJ];
-#pragma unroll
+ATT_UNROLL
         for (int jd = 0; jd < NJ; jd++) gv[jd] = dOt[(tx + ATT_TX * jd) * ATT_LDT + c];
-#pragma unroll
+ATT_UNROLL
         for (int i = 0; i < ATT_RI; i++) {
           float pv = Ps[(ty + ATT_TY * i) * ATT_LDP + c];
-#pragma unroll
+ATT_UNROLL
           for (int jd = 0; jd < NJ; jd++) dva[i][jd] += pv * gv[jd];
         }
       }
       __syncthreads();  // Ps is read; it becomes dsᵀ
       // dsᵀ = pᵀ·(dpᵀ - delta)·scale
-#pragma unroll
+ATT_UNROLL
       for (int i = 0; i < ATT_RI; i++)
-#pragma unroll
+ATT_UNROLL
         for (int j = 0; j < ATT_CJ; j++) {
           int c = tx + ATT_TX * j;
           Ps[(ty + ATT_TY * i) * ATT_LDP + c] = p[i][j] * (dp[i][j] - Dl[c]) * scale;
@@ -331,23 +339,23 @@ __global__ void __launch_bounds__(ATT_THREADS)
       // dk_tile += dsᵀ · q_tile, this thread's (8, NJ) of (BK, dc)
       for (int c = 0; c < qn; c++) {
         float qv[NJ];
-#pragma unroll
+ATT_UNROLL
         for (int jd = 0; jd < NJ; jd++) qv[jd] = Qt[(tx + ATT_TX * jd) * ATT_LDT + c];
-#pragma unroll
+ATT_UNROLL
         for (int i = 0; i < ATT_RI; i++) {
           float dsv = Ps[(ty + ATT_TY * i) * ATT_LDP + c];
-#pragma unroll
+ATT_UNROLL
           for (int jd = 0; jd < NJ; jd++) dka[i][jd] += dsv * qv[jd];
         }
       }
     }
   }
-#pragma unroll
+ATT_UNROLL
   for (int i = 0; i < ATT_RI; i++) {
     int key = j0 + ty + ATT_TY * i;
     if (key >= T) continue;
     size_t off = koff + (size_t)key * ldkv;
-#pragma unroll
+ATT_UNROLL
     for (int jd = 0; jd < NJ; jd++) {
       int d = tx + ATT_TX * jd;
       if (d >= D) continue;
@@ -379,12 +387,12 @@ __global__ void __launch_bounds__(ATT_THREADS)
   att_load_rows(Qs, ldq, q + qoff, ldh, q0, ATT_BQ, T, D, D);
   att_load_rows(dOs, ldq, dout + qoff, ldh, q0, ATT_BQ, T, D, D);
   float L[ATT_RI], Dl[ATT_RI], dqa[ATT_RI][NJ];
-#pragma unroll
+ATT_UNROLL
   for (int i = 0; i < ATT_RI; i++) {
     int t = q0 + ty + ATT_TY * i;
     L[i] = t < T ? lse[((size_t)b * H + h) * T + t] : 0.0f;
     Dl[i] = t < T ? delta[((size_t)b * H + h) * T + t] : 0.0f;
-#pragma unroll
+ATT_UNROLL
     for (int jd = 0; jd < NJ; jd++) dqa[i][jd] = 0.0f;
   }
   int kend = causal ? min(T, q0 + ATT_BQ) : T;
@@ -395,35 +403,35 @@ __global__ void __launch_bounds__(ATT_THREADS)
     __syncthreads();
     // s = q_tile · k_tileᵀ and dp = dout_tile · v_tileᵀ, this thread's (8, 4)
     float p[ATT_RI][ATT_CJ], dp[ATT_RI][ATT_CJ];
-#pragma unroll
+ATT_UNROLL
     for (int i = 0; i < ATT_RI; i++)
-#pragma unroll
+ATT_UNROLL
       for (int j = 0; j < ATT_CJ; j++) p[i][j] = dp[i][j] = 0.0f;
     for (int d = 0; d < D; d++) {
       float qv[ATT_RI], gv[ATT_RI], kv[ATT_CJ], vv[ATT_CJ];
-#pragma unroll
+ATT_UNROLL
       for (int i = 0; i < ATT_RI; i++) {
         qv[i] = Qs[(ty + ATT_TY * i) * ldq + d];
         gv[i] = dOs[(ty + ATT_TY * i) * ldq + d];
       }
-#pragma unroll
+ATT_UNROLL
       for (int j = 0; j < ATT_CJ; j++) {
         kv[j] = Kt[d * ATT_LDT + tx + ATT_TX * j];
         vv[j] = Vt[d * ATT_LDT + tx + ATT_TX * j];
       }
-#pragma unroll
+ATT_UNROLL
       for (int i = 0; i < ATT_RI; i++)
-#pragma unroll
+ATT_UNROLL
         for (int j = 0; j < ATT_CJ; j++) {
           p[i][j] += qv[i] * kv[j];
           dp[i][j] += gv[i] * vv[j];
         }
     }
     // ds = p·(dp - delta)·scale with p = exp(scale·s - lse), 0 where masked
-#pragma unroll
+ATT_UNROLL
     for (int i = 0; i < ATT_RI; i++) {
       int t = q0 + ty + ATT_TY * i;
-#pragma unroll
+ATT_UNROLL
       for (int j = 0; j < ATT_CJ; j++) {
         int key = j0 + tx + ATT_TX * j;
         bool live = key < T && t < T && (!causal || key <= t);
@@ -436,22 +444,22 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int kn = min(ATT_BK, kend - j0);
     for (int c = 0; c < kn; c++) {
       float kv[NJ];
-#pragma unroll
+ATT_UNROLL
       for (int jd = 0; jd < NJ; jd++) kv[jd] = Kt[(tx + ATT_TX * jd) * ATT_LDT + c];
-#pragma unroll
+ATT_UNROLL
       for (int i = 0; i < ATT_RI; i++) {
         float dsv = Ss[(ty + ATT_TY * i) * ATT_LDP + c];
-#pragma unroll
+ATT_UNROLL
         for (int jd = 0; jd < NJ; jd++) dqa[i][jd] += dsv * kv[jd];
       }
     }
   }
-#pragma unroll
+ATT_UNROLL
   for (int i = 0; i < ATT_RI; i++) {
     int t = q0 + ty + ATT_TY * i;
     if (t >= T) continue;
     float *row = dq + qoff + (size_t)t * ldh;
-#pragma unroll
+ATT_UNROLL
     for (int jd = 0; jd < NJ; jd++) {
       int d = tx + ATT_TX * jd;
       if (d < D) att_st(row + d, att_ld(row + d) + dqa[i][jd]);
