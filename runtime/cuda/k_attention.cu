@@ -102,7 +102,7 @@ static size_t att_bwd_smem(int D, int dc) {
 // out is (B,T,H,D), lse is (B,H,T), q is (B,T,H,D), k and v are (B,T,Hkv,D);
 // grid (ceil(T/64), H, B), ATT_THREADS threads, att_fwd_smem(D, 16·NJ) bytes.
 template <int NJ>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void
     attention_forward_kernel(float *out, float *lse, const float *q, const float *k,
                              const float *v, int T, int H, int Hkv, int D, int causal,
                              float scale) {
@@ -212,7 +212,7 @@ ATT_UNROLL
 
 // delta is (B,H,T) = rowsum(dout·out), dout and out are (B,T,H,D);
 // one warp per (b,t,h) row, grid-stride over the rows, ATT_THREADS threads.
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void
     attention_delta_kernel(float *delta, const float *dout, const float *out, int B, int T,
                            int H, int D) {
   size_t rows = (size_t)B * T * H, nwarps = (size_t)gridDim.x * (ATT_THREADS / 32);
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 // (ceil(T/64), Hkv, B), ATT_THREADS threads, att_bwd_smem(D, 16·NJ) bytes.
 // In the score tile of this kernel rows are keys and columns queries (Sᵀ).
 template <int NJ>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void
     attention_backward_dkdv_kernel(float *dk, float *dv, const float *dout, const float *q,
                                    const float *k, const float *v, const float *lse,
                                    const float *delta, int T, int H, int Hkv, int D, int causal,
@@ -368,7 +368,7 @@ ATT_UNROLL
 // dq is (B,T,H,D), accumulated; the rest as the launcher. grid
 // (ceil(T/64), H, B), ATT_THREADS threads, att_bwd_smem(D, 16·NJ) bytes.
 template <int NJ>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void
     attention_backward_dq_kernel(float *dq, const float *dout, const float *q, const float *k,
                                  const float *v, const float *lse, const float *delta, int T,
                                  int H, int Hkv, int D, int causal, float scale) {
