@@ -46,5 +46,8 @@ add_test(NAME dist/shampoo
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/shampoo.sh $<TARGET_FILE:shardc>)
 set_tests_properties(dist/shampoo PROPERTIES TIMEOUT 1200 SKIP_RETURN_CODE 77)
 
+# The CUDA kernels on the host shim, against the cpu kernels (issue 10).
+include(${CMAKE_CURRENT_LIST_DIR}/cuda/tests.cmake)
+
 # Sanitizer builds: leak reports too (CMakeLists.txt).
 shardc_sanitize_tests()

@@ -1,0 +1,507 @@
+/* cuda_host.cc — the scheduler and runtime API behind cuda_host.h.
+ *
+ * A launch runs its blocks in turn.  A block of n threads gets n fibers
+ * (ucontext, stacks of RTCH_STACK bytes allocated on first use and kept for
+ * later launches).  The scheduler runs every runnable fiber, in linear-id
+ * order, until it returns or waits at a barrier; when none is runnable it
+ * releases the warps whose live lanes all wait at a warp barrier, or else,
+ * when every live thread waits at __syncthreads, the whole block.  Nothing to
+ * release with threads still live is a deadlock (threads of one block or one
+ * warp waiting at different barriers): reported, then abort().
+ * A block of one thread runs on the caller's stack with no fiber.
+ * On x86-64 a fiber switch is a few instructions (rtch_switch: callee-saved
+ * registers and the stack pointer); glibc's swapcontext also saves the
+ * signal mask with a system call each time, some 20 times slower, and is
+ * kept for other machines (or with -DRTCH_UCONTEXT).
+ */
+#include "cuda_host.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+#include <ucontext.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define RTCH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RTCH_ASAN 1
+#endif
+#endif
+#ifdef RTCH_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+enum { RTCH_MAX_THREADS = 1024, RTCH_STACK = 128 * 1024 };
+enum { F_RUN, F_WARP_BAR, F_BLOCK_BAR, F_DONE };
+
+#if defined(__x86_64__) && !defined(RTCH_UCONTEXT)
+#define RTCH_ASM_SWITCH 1
+/* rtch_switch(&save, to): pushes the callee-saved registers, stores the
+ * stack pointer in save, loads to, pops and returns into the other fiber. */
+extern "C" void rtch_switch(void **save, void *to);
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".type rtch_switch,@function\n"
+        "rtch_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size rtch_switch, .-rtch_switch\n");
+#endif
+
+struct rtch_fiber {
+  rtch_thread t;  // first: rtch_cur points here
+  int state;
+#ifdef RTCH_ASM_SWITCH
+  void *sp;
+#else
+  ucontext_t ctx;
+#endif
+  char *stack;
+  void *fake_stack;  // AddressSanitizer's fake stack while switched away
+};
+
+rtch_thread *rtch_cur;
+rtch_block rtch_blk;
+
+static rtch_fiber rtch_f[RTCH_MAX_THREADS];
+#ifdef RTCH_ASM_SWITCH
+static void *rtch_sched_sp;
+#else
+static ucontext_t rtch_sched_ctx;
+#endif
+static unsigned rtch_n;        // threads per block
+static int rtch_direct;        // one thread: no fiber, barriers are no-ops
+static void (*rtch_call)(const void *);
+static const void *rtch_fn;
+static uint64_t rtch_slots[RTCH_MAX_THREADS / 32][32];
+static unsigned char *rtch_shmem;
+static size_t rtch_shmem_n, rtch_shmem_cap;
+static cudaError_t rtch_last_error = cudaSuccess;
+#ifdef RTCH_ASAN
+static const void *rtch_main_bottom;
+static size_t rtch_main_size;
+#endif
+
+static rtch_fiber *cur_fiber(void) { return (rtch_fiber *)rtch_cur; }
+
+/* ---- switching (with AddressSanitizer told which stack is live) ---- */
+static void to_fiber(rtch_fiber *f) {
+  rtch_cur = &f->t;
+#ifdef RTCH_ASAN
+  void *fake = NULL;
+  __sanitizer_start_switch_fiber(&fake, f->stack, RTCH_STACK);
+#endif
+#ifdef RTCH_ASM_SWITCH
+  rtch_switch(&rtch_sched_sp, f->sp);
+#else
+  swapcontext(&rtch_sched_ctx, &f->ctx);
+#endif
+#ifdef RTCH_ASAN
+  __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+}
+
+static void to_scheduler(rtch_fiber *f) {
+#ifdef RTCH_ASAN
+  __sanitizer_start_switch_fiber(&f->fake_stack, rtch_main_bottom, rtch_main_size);
+#endif
+#ifdef RTCH_ASM_SWITCH
+  rtch_switch(&f->sp, rtch_sched_sp);
+#else
+  swapcontext(&f->ctx, &rtch_sched_ctx);
+#endif
+#ifdef RTCH_ASAN
+  __sanitizer_finish_switch_fiber(f->fake_stack, &rtch_main_bottom, &rtch_main_size);
+#endif
+}
+
+static void fiber_entry(void) {
+  rtch_fiber *f = cur_fiber();
+#ifdef RTCH_ASAN
+  __sanitizer_finish_switch_fiber(NULL, &rtch_main_bottom, &rtch_main_size);
+#endif
+  rtch_call(rtch_fn);
+  f->state = F_DONE;
+#ifdef RTCH_ASAN
+  __sanitizer_start_switch_fiber(NULL, rtch_main_bottom, rtch_main_size);
+#endif
+#ifdef RTCH_ASM_SWITCH
+  void *dead;
+  rtch_switch(&dead, rtch_sched_sp);  // never resumed
+  __builtin_unreachable();
+#endif
+  /* returning resumes uc_link: the scheduler */
+}
+
+static void wait_at(int state) {
+  if (rtch_direct) return;
+  rtch_fiber *f = cur_fiber();
+  f->state = state;
+  to_scheduler(f);
+}
+
+void __syncthreads(void) { wait_at(F_BLOCK_BAR); }
+void rtch_syncwarp(void) { wait_at(F_WARP_BAR); }
+
+uint64_t rtch_warp_exchange(uint64_t v, int src) {
+  unsigned lin = rtch_cur->lin;
+  uint64_t *w = rtch_slots[lin / 32];
+  w[lin % 32] = v;
+  wait_at(F_WARP_BAR);
+  uint64_t r = w[src & 31];
+  wait_at(F_WARP_BAR);
+  return r;
+}
+
+void rtch_warp_gather(uint64_t v, uint64_t *slots) {
+  unsigned lin = rtch_cur->lin;
+  uint64_t *w = rtch_slots[lin / 32];
+  w[lin % 32] = v;
+  wait_at(F_WARP_BAR);
+  memcpy(slots, w, 32 * sizeof *slots);
+  wait_at(F_WARP_BAR);
+}
+
+/* Votes count the lanes that exist (a partial last warp) and are live. */
+unsigned __ballot_sync(unsigned mask, int pred) {
+  (void)mask;
+  uint64_t s[32];
+  rtch_warp_gather(pred ? 1 : 0, s);
+  unsigned b = 0;
+  unsigned base = rtch_cur->lin & ~31u;
+  for (unsigned i = 0; i < 32; i++)
+    if (base + i < rtch_n && rtch_f[base + i].state != F_DONE && s[i] == 1) b |= 1u << i;
+  if (rtch_direct) b = pred ? 1u : 0u;
+  return b;
+}
+
+int __all_sync(unsigned mask, int pred) {
+  (void)mask;
+  uint64_t s[32];
+  rtch_warp_gather(pred ? 1 : 0, s);
+  if (rtch_direct) return pred != 0;
+  unsigned base = rtch_cur->lin & ~31u;
+  for (unsigned i = 0; i < 32; i++)
+    if (base + i < rtch_n && rtch_f[base + i].state != F_DONE && s[i] == 0) return 0;
+  return 1;
+}
+
+void *rtch_dynamic_shared(void) { return rtch_shmem; }
+
+/* ---- the scheduler ---- */
+static void deadlock(void) {
+  fprintf(stderr,
+          "cuda_host: block (%u,%u,%u) of a launch deadlocked: its live threads wait at "
+          "different barriers (a __syncthreads or a warp shuffle that some threads skip)\n",
+          rtch_blk.block_idx.x, rtch_blk.block_idx.y, rtch_blk.block_idx.z);
+  for (unsigned i = 0; i < rtch_n; i++)
+    if (rtch_f[i].state != F_DONE)
+      fprintf(stderr, "  thread (%u,%u,%u): %s\n", rtch_f[i].t.tid.x, rtch_f[i].t.tid.y,
+              rtch_f[i].t.tid.z,
+              rtch_f[i].state == F_WARP_BAR ? "warp barrier" : "__syncthreads");
+  fflush(stderr);
+  abort();
+}
+
+/* Releases what can go on; 0 when nothing can. */
+static int release(unsigned live) {
+  int released = 0;
+  for (unsigned w = 0; w * 32 < rtch_n; w++) {
+    unsigned end = w * 32 + 32 < rtch_n ? w * 32 + 32 : rtch_n, waiting = 0, lanes = 0;
+    for (unsigned i = w * 32; i < end; i++) {
+      if (rtch_f[i].state == F_DONE) continue;
+      lanes++;
+      waiting += rtch_f[i].state == F_WARP_BAR;
+    }
+    if (lanes && waiting == lanes) {
+      for (unsigned i = w * 32; i < end; i++)
+        if (rtch_f[i].state == F_WARP_BAR) rtch_f[i].state = F_RUN;
+      released = 1;
+    }
+  }
+  if (released) return 1;
+  unsigned at_block = 0;
+  for (unsigned i = 0; i < rtch_n; i++) at_block += rtch_f[i].state == F_BLOCK_BAR;
+  if (at_block != live) return 0;
+  for (unsigned i = 0; i < rtch_n; i++)
+    if (rtch_f[i].state == F_BLOCK_BAR) rtch_f[i].state = F_RUN;
+  return 1;
+}
+
+static void run_block(void) {
+  dim3 bd = rtch_blk.block_dim;
+  memset(rtch_slots, 0xff, sizeof rtch_slots);
+  if (rtch_shmem_n) memset(rtch_shmem, 0xff, rtch_shmem_n);
+  for (unsigned i = 0; i < rtch_n; i++) {
+    rtch_fiber *f = &rtch_f[i];
+    f->t.lin = i;
+    f->t.tid = dim3(i % bd.x, (i / bd.x) % bd.y, i / (bd.x * bd.y));
+    f->state = F_RUN;
+  }
+  if (rtch_direct) {
+    rtch_cur = &rtch_f[0].t;
+    rtch_call(rtch_fn);
+    return;
+  }
+  for (unsigned i = 0; i < rtch_n; i++) {
+    rtch_fiber *f = &rtch_f[i];
+    if (!f->stack) {
+      f->stack = (char *)malloc(RTCH_STACK);
+      if (!f->stack) {
+        fprintf(stderr, "cuda_host: out of memory for the stacks of %u threads\n", rtch_n);
+        abort();
+      }
+    }
+#ifdef RTCH_ASAN
+    /* the stack's last fiber left its frames' redzones poisoned */
+    ASAN_UNPOISON_MEMORY_REGION(f->stack, RTCH_STACK);
+#endif
+#ifdef RTCH_ASM_SWITCH
+    /* From the top: a 0 return address for fiber_entry (never returns),
+     * fiber_entry for rtch_switch's ret, six zero registers; fiber_entry
+     * starts with rsp = 8 mod 16 as after a call. */
+    uintptr_t top = ((uintptr_t)f->stack + RTCH_STACK) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = NULL;
+    *--sp = (void *)fiber_entry;
+    for (int r = 0; r < 6; r++) *--sp = NULL;
+    f->sp = sp;
+#else
+    getcontext(&f->ctx);
+    f->ctx.uc_stack.ss_sp = f->stack;
+    f->ctx.uc_stack.ss_size = RTCH_STACK;
+    f->ctx.uc_link = &rtch_sched_ctx;
+    makecontext(&f->ctx, fiber_entry, 0);
+#endif
+  }
+  unsigned live = rtch_n;
+  for (;;) {
+    for (unsigned i = 0; i < rtch_n; i++) {
+      if (rtch_f[i].state != F_RUN) continue;
+      to_fiber(&rtch_f[i]);
+      live -= rtch_f[i].state == F_DONE;
+    }
+    if (!live) break;
+    if (!release(live)) deadlock();
+  }
+}
+
+void rtch_launch_erased(dim3 grid, dim3 block, size_t shmem, void (*call)(const void *),
+                        const void *fn) {
+  unsigned long long n = (unsigned long long)block.x * block.y * block.z;
+  if (n == 0 || n > RTCH_MAX_THREADS || block.z > 64 || !grid.x || !grid.y || !grid.z ||
+      grid.y > 65535 || grid.z > 65535) {
+    fprintf(stderr,
+            "cuda_host: invalid launch: grid (%u,%u,%u), block (%u,%u,%u) (at most %d threads "
+            "a block, block.z <= 64, grid.y and grid.z <= 65535, none 0)\n",
+            grid.x, grid.y, grid.z, block.x, block.y, block.z, RTCH_MAX_THREADS);
+    abort();
+  }
+  if (shmem > rtch_shmem_cap) {
+    free(rtch_shmem);
+    rtch_shmem_cap = (shmem + 63) & ~(size_t)63;
+    rtch_shmem = (unsigned char *)aligned_alloc(64, rtch_shmem_cap);
+    if (!rtch_shmem) {
+      fprintf(stderr, "cuda_host: out of memory for %zu bytes of shared memory\n", shmem);
+      abort();
+    }
+  }
+  rtch_shmem_n = shmem;
+  rtch_n = (unsigned)n;
+  rtch_direct = n == 1;
+  rtch_call = call;
+  rtch_fn = fn;
+  rtch_blk.grid_dim = grid;
+  rtch_blk.block_dim = block;
+  for (unsigned z = 0; z < grid.z; z++)
+    for (unsigned y = 0; y < grid.y; y++)
+      for (unsigned x = 0; x < grid.x; x++) {
+        rtch_blk.block_idx = dim3(x, y, z);
+        run_block();
+      }
+  rtch_cur = NULL;
+}
+
+/* ---- runtime API ---- */
+const char *cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+  case cudaSuccess: return "cudaSuccess";
+  case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+  case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+  case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+  case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+  case cudaErrorNoDevice: return "cudaErrorNoDevice";
+  case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+  case cudaErrorNoKernelImageForDevice: return "cudaErrorNoKernelImageForDevice";
+  case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  }
+  return "cudaErrorUnknown";
+}
+
+const char *cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+  case cudaSuccess: return "no error";
+  case cudaErrorInvalidValue: return "invalid argument";
+  case cudaErrorMemoryAllocation: return "out of memory";
+  case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+  case cudaErrorInvalidDevice: return "invalid device ordinal";
+  case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+  case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+  case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
+  case cudaErrorLaunchFailure: return "unspecified launch failure";
+  }
+  return "unknown error";
+}
+
+static cudaError_t fail(cudaError_t e) { return rtch_last_error = e; }
+
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = rtch_last_error;
+  rtch_last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return rtch_last_error; }
+
+cudaError_t rtch_malloc(void **p, size_t n) {
+  if (!p) return fail(cudaErrorInvalidValue);
+  *p = NULL;
+  if (!n) return cudaSuccess;
+  /* 256-byte aligned as cudaMalloc's; aligned_alloc wants a multiple. */
+  *p = aligned_alloc(256, (n + 255) & ~(size_t)255);
+  return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaFree(void *p) {
+  free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void *p) {
+  free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+  if ((unsigned)kind > cudaMemcpyDefault || (n && (!dst || !src)))
+    return fail(cudaErrorInvalidValue);
+  if (n) memmove(dst, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
+                            cudaStream_t s) {
+  (void)s;
+  return cudaMemcpy(dst, src, n, kind);
+}
+cudaError_t cudaMemset(void *p, int v, size_t n) {
+  if (n && !p) return fail(cudaErrorInvalidValue);
+  if (n) memset(p, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+  (void)s;
+  return cudaMemset(p, v, n);
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  (void)s;
+  return cudaSuccess;
+}
+
+struct CUstream_st {
+  int flags;
+};
+struct CUevent_st {
+  double ms;  // CLOCK_MONOTONIC at the last record
+};
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+  if (!s) return fail(cudaErrorInvalidValue);
+  *s = (cudaStream_t)calloc(1, sizeof(CUstream_st));
+  if (!*s) return fail(cudaErrorMemoryAllocation);
+  (*s)->flags = (int)flags;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  free(s);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+  (void)flags;
+  if (!e) return fail(cudaErrorInvalidValue);
+  *e = (cudaEvent_t)calloc(1, sizeof(CUevent_st));
+  return *e ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  (void)s;
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  e->ms = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!ms) return fail(cudaErrorInvalidValue);
+  if (!start || !end) return fail(cudaErrorInvalidResourceHandle);
+  *ms = (float)(end->ms - start->ms);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  free(e);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+  (void)s, (void)flags;
+  return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }
+cudaError_t cudaGetDevice(int *d) {
+  if (!d) return fail(cudaErrorInvalidValue);
+  *d = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceCount(int *n) {
+  if (!n) return fail(cudaErrorInvalidValue);
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+  struct sysinfo si;
+  if (!free_bytes || !total_bytes) return fail(cudaErrorInvalidValue);
+  if (sysinfo(&si) != 0) return fail(cudaErrorInvalidValue);
+  *free_bytes = (size_t)si.freeram * si.mem_unit;
+  *total_bytes = (size_t)si.totalram * si.mem_unit;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+  if (!p) return fail(cudaErrorInvalidValue);
+  if (d != 0) return fail(cudaErrorInvalidDevice);
+  size_t fr, tot;
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "host");
+  p->totalGlobalMem = cudaMemGetInfo(&fr, &tot) == cudaSuccess ? tot : 0;
+  p->sharedMemPerBlock = 48 * 1024;
+  p->sharedMemPerBlockOptin = 48 * 1024;
+  p->regsPerBlock = 65536;
+  p->warpSize = 32;
+  p->maxThreadsPerBlock = RTCH_MAX_THREADS;
+  p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+  p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 0x7fffffff;
+  p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+  p->multiProcessorCount = 1;  // blocks run one at a time
+  p->major = 0;
+  p->minor = 0;
+  p->l2CacheSize = 0;
+  return cudaSuccess;
+}

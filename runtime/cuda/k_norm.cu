@@ -1,0 +1,192 @@
+/* k_norm.cu — layernorm and rmsnorm (runtime/k_norm.inc on the GPU).
+ *
+ * Rows: one warp per row, 8 rows a 256-thread block, the row's sums by warp
+ * shuffles.  Weight and bias gradients (sums over rows) in two fixed-order
+ * passes, no atomics: pass 1 gives each chunk of RT_NORM_ROWS rows and each
+ * column a partial sum (rows in order) in a scratch buffer, pass 2 adds a
+ * column's partials in chunk order to dweight/dbias.  The chunking depends
+ * on N only, so the result is the same run to run and GPU to GPU.
+ * Scratch: a device buffer of this file, cudaMalloc'd on first use and grown
+ * when a call needs more (2·ceil(N/RT_NORM_ROWS)·C floats); until the driver
+ * hands out arena workspaces.
+ */
+#include "common.cuh"
+
+#define RT_NORM_ROWS 32   // rows per partial sum of the parameter gradients
+#define RT_NORM_WARPS 8   // rows (warps) per block of the row kernels
+#define RT_LN_EPS_CU 1e-5 // RT_LN_EPS in shardrt.h
+
+static float *rtc_norm_ws;
+static size_t rtc_norm_ws_bytes;
+
+static float *rtc_norm_workspace(size_t bytes) {
+  if (bytes > rtc_norm_ws_bytes) {
+    if (rtc_norm_ws) cudaCheck(cudaFree(rtc_norm_ws));  // synchronizes: no kernel uses it
+    cudaCheck(cudaMalloc(&rtc_norm_ws, bytes));
+    rtc_norm_ws_bytes = bytes;
+  }
+  return rtc_norm_ws;
+}
+
+// out is (N,C), mean and rstd are (N) or NULL, inp is (N,C) (out may alias
+// inp), weight is (C), bias is (C) or NULL.  One warp per row.
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                         const float *__restrict__ weight,
+                                         const float *__restrict__ bias, int N, int C,
+                                         float eps) {
+  int lane = threadIdx.x % 32;
+  int n = blockIdx.x * RT_NORM_WARPS + threadIdx.x / 32;
+  if (n >= N) return;
+  const float *x = inp + (size_t)n * C;
+  float *y = out + (size_t)n * C;
+  float s = 0.0f;
+  for (int i = lane; i < C; i += 32) s += x[i];
+  float m = rtc_warp_sum(s) / C;
+  float v = 0.0f;
+  for (int i = lane; i < C; i += 32) {
+    float d = x[i] - m;
+    v += d * d;
+  }
+  float r = 1.0f / sqrtf(rtc_warp_sum(v) / C + eps);
+  for (int i = lane; i < C; i += 32) {
+    float o = (x[i] - m) * r * __ldg(weight + i);
+    y[i] = bias ? o + __ldg(bias + i) : o;
+  }
+  if (lane == 0) {
+    if (mean) mean[n] = m;
+    if (rstd) rstd[n] = r;
+  }
+}
+
+// out is (N,C), rstd is (N) or NULL, inp is (N,C) (out may alias inp), weight is (C)
+__global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp,
+                                       const float *__restrict__ weight, int N, int C,
+                                       float eps) {
+  int lane = threadIdx.x % 32;
+  int n = blockIdx.x * RT_NORM_WARPS + threadIdx.x / 32;
+  if (n >= N) return;
+  const float *x = inp + (size_t)n * C;
+  float *y = out + (size_t)n * C;
+  float s = 0.0f;
+  for (int i = lane; i < C; i += 32) s += x[i] * x[i];
+  float r = 1.0f / sqrtf(rtc_warp_sum(s) / C + eps);
+  for (int i = lane; i < C; i += 32) y[i] = x[i] * r * __ldg(weight + i);
+  if (lane == 0 && rstd) rstd[n] = r;
+}
+
+// dinp += dx for one row a warp.  dinp, dout, inp are (N,C), weight is (C),
+// mean is (N) or NULL (rmsnorm), rstd is (N):
+//   dx = s·(w·dy - [layernorm] mean(w·dy) - norm·mean(w·dy·norm)), norm = (x - m)·s
+__global__ void norm_backward_kernel(float *dinp, const float *dout, const float *inp,
+                                     const float *__restrict__ weight,
+                                     const float *__restrict__ mean,
+                                     const float *__restrict__ rstd, int N, int C) {
+  int lane = threadIdx.x % 32;
+  int n = blockIdx.x * RT_NORM_WARPS + threadIdx.x / 32;
+  if (n >= N) return;
+  const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+  float *dx = dinp + (size_t)n * C;
+  float m = mean ? mean[n] : 0.0f, s = rstd[n];
+  float a = 0.0f, b = 0.0f;
+  for (int i = lane; i < C; i += 32) {
+    float wdy = __ldg(weight + i) * dy[i];
+    a += wdy;
+    b += wdy * ((x[i] - m) * s);
+  }
+  float dnorm_mean = mean ? rtc_warp_sum(a) / C : 0.0f;
+  float dnorm_norm_mean = rtc_warp_sum(b) / C;
+  for (int i = lane; i < C; i += 32) {
+    float norm = (x[i] - m) * s;
+    dx[i] += s * (__ldg(weight + i) * dy[i] - dnorm_mean - norm * dnorm_norm_mean);
+  }
+}
+
+// Pass 1 of the parameter gradients.  grid (ceil(C/256), nchunks): pw and pb
+// are (nchunks, C): pw[k,c] = Σ_{n in chunk k} (x - m)·s·dy, pb[k,c] = Σ dy,
+// rows in order.  mean is (N) or NULL; pb unused when NULL.
+__global__ void norm_param_partial_kernel(float *pw, float *pb, const float *dout,
+                                          const float *inp, const float *mean,
+                                          const float *rstd, int N, int C) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  int n0 = blockIdx.y * RT_NORM_ROWS, n1 = min(n0 + RT_NORM_ROWS, N);
+  float sw = 0.0f, sb = 0.0f;
+  for (int n = n0; n < n1; n++) {
+    float dy = dout[(size_t)n * C + c];
+    float m = mean ? __ldg(mean + n) : 0.0f;
+    sb += dy;
+    sw += (inp[(size_t)n * C + c] - m) * __ldg(rstd + n) * dy;
+  }
+  pw[(size_t)blockIdx.y * C + c] = sw;
+  if (pb) pb[(size_t)blockIdx.y * C + c] = sb;
+}
+
+// Pass 2: dweight[c] += Σ_k pw[k,c], dbias[c] += Σ_k pb[k,c], k in order
+// (either output NULL).
+__global__ void norm_param_sum_kernel(float *dweight, float *dbias, const float *pw,
+                                      const float *pb, int nchunks, int C) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (int k = 0; k < nchunks; k++) {
+    sw += pw[(size_t)k * C + c];
+    if (dbias) sb += pb[(size_t)k * C + c];
+  }
+  if (dweight) dweight[c] += sw;
+  if (dbias) dbias[c] += sb;
+}
+
+static void norm_param_grads(float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *mean, const float *rstd, int N, int C) {
+  if (N <= 0 || C <= 0) return;
+  int nchunks = (N + RT_NORM_ROWS - 1) / RT_NORM_ROWS;
+  float *pw = rtc_norm_workspace(2 * (size_t)nchunks * C * sizeof(float));
+  float *pb = dbias ? pw + (size_t)nchunks * C : NULL;
+  dim3 grid((unsigned)((C + 255) / 256), (unsigned)nchunks);
+  RTC_LAUNCH(norm_param_partial_kernel, grid, 256, 0, pw, pb, dout, inp, mean, rstd, N, C);
+  RTC_LAUNCH(norm_param_sum_kernel, (C + 255) / 256, 256, 0, dweight, dbias, pw, pb, nchunks,
+             C);
+}
+
+static unsigned row_blocks(int N) { return (unsigned)((N + RT_NORM_WARPS - 1) / RT_NORM_WARPS); }
+
+extern "C" {
+
+void rt_layernorm_forward_eps_cu(float *out, float *mean, float *rstd, const float *inp,
+                                 const float *weight, const float *bias, int N, int C,
+                                 double eps) {
+  if (N <= 0) return;
+  RTC_LAUNCH(layernorm_forward_kernel, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, mean, rstd,
+             inp, weight, bias, N, C, (float)eps);
+}
+
+void rt_layernorm_forward_cu(float *out, float *mean, float *rstd, const float *inp,
+                             const float *weight, const float *bias, int N, int C) {
+  rt_layernorm_forward_eps_cu(out, mean, rstd, inp, weight, bias, N, C, RT_LN_EPS_CU);
+}
+
+void rt_layernorm_backward_cu(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const float *weight, const float *mean,
+                              const float *rstd, int N, int C) {
+  if (dweight || dbias) norm_param_grads(dweight, dbias, dout, inp, mean, rstd, N, C);
+  if (!dinp || N <= 0) return;
+  RTC_LAUNCH(norm_backward_kernel, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
+             weight, mean, rstd, N, C);
+}
+
+void rt_rmsnorm_forward_cu(float *out, float *rstd, const float *inp, const float *weight,
+                           int N, int C, double eps) {
+  if (N <= 0) return;
+  RTC_LAUNCH(rmsnorm_forward_kernel, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, rstd, inp,
+             weight, N, C, (float)eps);
+}
+
+void rt_rmsnorm_backward_cu(float *dinp, float *dweight, const float *dout, const float *inp,
+                            const float *weight, const float *rstd, int N, int C) {
+  if (dweight) norm_param_grads(dweight, NULL, dout, inp, NULL, rstd, N, C);
+  if (!dinp || N <= 0) return;
+  RTC_LAUNCH(norm_backward_kernel, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
+             weight, (const float *)NULL, rstd, N, C);
+}
+
+}  // extern "C"

@@ -1,0 +1,231 @@
+/* test_shim.cc — the host CUDA shim (runtime/cuda/host/cuda_host.h) does what
+ * the kernels rely on: block barriers order shared-memory phases, warp
+ * shuffles exchange the right lanes, a grid's blocks and a block's threads
+ * see their 3-D indices, dynamic shared memory is per-launch and poisoned,
+ * atomicAdd accumulates.  Each check prints PASS/FAIL; exit 1 on any FAIL.
+ */
+#include "common.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static int failures;
+static void check(const char *what, int ok) {
+  printf("%-58s %s\n", what, ok ? "PASS" : "FAIL");
+  if (!ok) failures++;
+}
+
+/* out[i] = inp[n-1-i] through shared memory: every thread writes one
+ * element, __syncthreads, then reads its mirror (written by another thread,
+ * later in fiber order for the first half).  Then a second phase overwrites
+ * the shared array in place, which needs the barrier after the reads. */
+__global__ void k_reverse(float *out, const float *inp, int n) {
+  __shared__ float s[1024];
+  int i = threadIdx.x;
+  s[i] = inp[i];
+  __syncthreads();
+  float v = s[n - 1 - i];
+  __syncthreads();  // all reads of phase one before phase two's writes
+  s[i] = 2.0f * v;
+  __syncthreads();
+  out[i] = s[n - 1 - i];  // 2·inp[i]
+}
+
+/* Sum of the block: warp sums by xor (rtc_block_sum), and by down-shuffles
+ * (lane 0 holds the sum). */
+__global__ void k_sums(float *xor_out, float *down_out, const float *inp) {
+  int i = threadIdx.x;
+  float v = inp[blockIdx.x * blockDim.x + i];
+  float s = rtc_block_sum(v);
+  if (i == 0) xor_out[blockIdx.x] = s;
+  float d = v;
+  for (int o = 16; o > 0; o >>= 1) d += __shfl_down_sync(0xffffffffu, d, o);
+  __shared__ float part[32];
+  if (i % 32 == 0) part[i / 32] = d;
+  __syncthreads();
+  if (i == 0) {
+    float t = 0.0f;
+    for (unsigned w = 0; w < blockDim.x / 32; w++) t += part[w];
+    down_out[blockIdx.x] = t;
+  }
+}
+
+/* Shuffle variants over int and double: every lane reads lane 7 and its
+ * lane - 3 (up). */
+__global__ void k_shfl(int *bcast, double *up) {
+  int l = threadIdx.x % 32;
+  bcast[threadIdx.x] = __shfl_sync(0xffffffffu, 100 + l, 7);
+  up[threadIdx.x] = __shfl_up_sync(0xffffffffu, (double)l + 0.5, 3);
+}
+
+/* Every thread of a 3-D grid of 3-D blocks writes its global linear id. */
+__global__ void k_index(int *out) {
+  unsigned bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;
+  unsigned tx = threadIdx.x, ty = threadIdx.y, tz = threadIdx.z;
+  unsigned block = bx + gridDim.x * (by + gridDim.y * bz);
+  unsigned thread = tx + blockDim.x * (ty + blockDim.y * tz);
+  unsigned nt = blockDim.x * blockDim.y * blockDim.z;
+  out[block * nt + thread] = (int)(block * 1000 + thread);
+}
+
+/* Dynamic shared memory: poisoned (NaN) at the block's start, then used. */
+__global__ void k_dyn(float *out, int *poisoned) {
+  RTC_DYNAMIC_SHARED(float, buf);
+  int i = threadIdx.x;
+  if (buf[i] == buf[i]) poisoned[0] = 0;  // not NaN: not poisoned
+  __syncthreads();
+  buf[i] = (float)(i + blockIdx.x);
+  __syncthreads();
+  out[blockIdx.x * blockDim.x + i] = buf[(i + 1) % blockDim.x];
+}
+
+__global__ void k_atomic(float *acc, int *count) {
+  atomicAdd(acc, (float)threadIdx.x);
+  atomicAdd(count, 1);
+}
+
+/* Threads that return early do not hold a later barrier. */
+__global__ void k_early_exit(int *out) {
+  __shared__ int s[64];
+  int i = threadIdx.x;
+  if (i >= 40) return;
+  s[i] = i;
+  __syncthreads();
+  out[i] = s[39 - i];
+}
+
+int main(void) {
+  char what[128];
+  /* 1. two-phase reversal, 1024 and 37 threads */
+  const int rev_sizes[] = {1024, 37};
+  for (int n : rev_sizes) {
+    float h_in[1024], h_out[1024];
+    for (int i = 0; i < n; i++) h_in[i] = (float)i;
+    float *d_in, *d_out;
+    cudaCheck(cudaMalloc(&d_in, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_out, n * sizeof(float)));
+    cudaCheck(cudaMemcpy(d_in, h_in, n * sizeof(float), cudaMemcpyHostToDevice));
+    RTC_LAUNCH(k_reverse, 1, n, 0, d_out, d_in, n);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(h_out, d_out, n * sizeof(float), cudaMemcpyDeviceToHost));
+    int ok = 1;
+    for (int i = 0; i < n; i++) ok &= h_out[i] == 2.0f * (float)i;
+    snprintf(what, sizeof what, "barrier: two-phase shared reversal, %d threads", n);
+    check(what, ok);
+    cudaCheck(cudaFree(d_in));
+    cudaCheck(cudaFree(d_out));
+  }
+  /* 2. xor and down sums over 32 and 1024 threads (3 blocks each) */
+  const int sum_sizes[] = {32, 1024};
+  for (int n : sum_sizes) {
+    int nb = 3;
+    float *h = (float *)malloc(nb * n * sizeof(float)), hx[3], hd[3];
+    for (int i = 0; i < nb * n; i++) h[i] = (float)(i % 97) - 40.0f;  // exact in float
+    float *d, *dx, *dd;
+    cudaCheck(cudaMalloc(&d, nb * n * sizeof(float)));
+    cudaCheck(cudaMalloc(&dx, nb * sizeof(float)));
+    cudaCheck(cudaMalloc(&dd, nb * sizeof(float)));
+    cudaCheck(cudaMemcpy(d, h, nb * n * sizeof(float), cudaMemcpyHostToDevice));
+    RTC_LAUNCH(k_sums, nb, n, 0, dx, dd, d);
+    cudaCheck(cudaMemcpy(hx, dx, sizeof hx, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(hd, dd, sizeof hd, cudaMemcpyDeviceToHost));
+    int okx = 1, okd = 1;
+    for (int b = 0; b < nb; b++) {
+      float want = 0.0f;
+      for (int i = 0; i < n; i++) want += h[b * n + i];
+      okx &= hx[b] == want;
+      okd &= hd[b] == want;
+    }
+    snprintf(what, sizeof what, "shuffle: xor block sum over %d threads", n);
+    check(what, okx);
+    snprintf(what, sizeof what, "shuffle: down warp sums over %d threads", n);
+    check(what, okd);
+    free(h);
+    cudaCheck(cudaFree(d));
+    cudaCheck(cudaFree(dx));
+    cudaCheck(cudaFree(dd));
+  }
+  /* 3. __shfl_sync broadcast (int) and __shfl_up_sync (double), 64 threads */
+  {
+    int hb[64];
+    double hu[64];
+    int *db;
+    double *du;
+    cudaCheck(cudaMalloc(&db, sizeof hb));
+    cudaCheck(cudaMalloc(&du, sizeof hu));
+    RTC_LAUNCH(k_shfl, 1, 64, 0, db, du);
+    cudaCheck(cudaMemcpy(hb, db, sizeof hb, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(hu, du, sizeof hu, cudaMemcpyDeviceToHost));
+    int ok = 1;
+    for (int i = 0; i < 64; i++) {
+      int l = i % 32;
+      ok &= hb[i] == 107;
+      ok &= hu[i] == (l >= 3 ? l - 3 : l) + 0.5;
+    }
+    check("shuffle: __shfl_sync (int), __shfl_up_sync (double)", ok);
+    cudaCheck(cudaFree(db));
+    cudaCheck(cudaFree(du));
+  }
+  /* 4. 3-D grid of 3-D blocks */
+  {
+    dim3 grid(3, 2, 2), block(5, 3, 2);
+    int nt = 30, nblk = 12, *d, h[360];
+    cudaCheck(cudaMalloc(&d, sizeof h));
+    cudaCheck(cudaMemset(d, 0xff, sizeof h));
+    RTC_LAUNCH(k_index, grid, block, 0, d);
+    cudaCheck(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    int ok = 1;
+    for (int b = 0; b < nblk; b++)
+      for (int t = 0; t < nt; t++) ok &= h[b * nt + t] == b * 1000 + t;
+    check("grid: 3-D blocks and threads, (3,2,2) x (5,3,2)", ok);
+    cudaCheck(cudaFree(d));
+  }
+  /* 5. dynamic shared memory: poisoned per block, sized per launch */
+  {
+    int n = 96, nb = 2, hp = 1, *dp;
+    float h[192], *d;
+    cudaCheck(cudaMalloc(&d, sizeof h));
+    cudaCheck(cudaMalloc(&dp, sizeof hp));
+    cudaCheck(cudaMemcpy(dp, &hp, sizeof hp, cudaMemcpyHostToDevice));
+    RTC_LAUNCH(k_dyn, nb, n, n * sizeof(float), d, dp);
+    cudaCheck(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&hp, dp, sizeof hp, cudaMemcpyDeviceToHost));
+    int ok = 1;
+    for (int b = 0; b < nb; b++)
+      for (int i = 0; i < n; i++) ok &= h[b * n + i] == (float)((i + 1) % n + b);
+    check("shared: dynamic shared memory, 2 blocks of 96", ok);
+    check("shared: dynamic shared memory poisoned at block start", hp == 1);
+    cudaCheck(cudaFree(d));
+    cudaCheck(cudaFree(dp));
+  }
+  /* 6. atomicAdd from 4 blocks of 256 */
+  {
+    float hz = 0.0f, ha, *da;
+    int hc = 0, *dc;
+    cudaCheck(cudaMalloc(&da, sizeof ha));
+    cudaCheck(cudaMalloc(&dc, sizeof hc));
+    cudaCheck(cudaMemcpy(da, &hz, sizeof hz, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dc, &hc, sizeof hc, cudaMemcpyHostToDevice));
+    RTC_LAUNCH(k_atomic, 4, 256, 0, da, dc);
+    cudaCheck(cudaMemcpy(&ha, da, sizeof ha, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&hc, dc, sizeof hc, cudaMemcpyDeviceToHost));
+    check("atomics: atomicAdd float and int, 4 x 256 threads",
+          ha == 4.0f * 255.0f * 256.0f / 2.0f && hc == 1024);
+    cudaCheck(cudaFree(da));
+    cudaCheck(cudaFree(dc));
+  }
+  /* 7. early return: exited threads do not hold __syncthreads */
+  {
+    int h[40], *d;
+    cudaCheck(cudaMalloc(&d, sizeof h));
+    RTC_LAUNCH(k_early_exit, 1, 64, 0, d);
+    cudaCheck(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    int ok = 1;
+    for (int i = 0; i < 40; i++) ok &= h[i] == 39 - i;
+    check("barrier: threads that returned early are not waited for", ok);
+    cudaCheck(cudaFree(d));
+  }
+  cudaCheck(cudaGetLastError());
+  if (failures) printf("%d check(s) FAILED\n", failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,39 @@
+# The CUDA kernels' tests on the host build (libshardrt_cuda_host, see
+# runtime/cuda/CMakeLists.txt), so that CI without a GPU runs them:
+#   cuda/shim       tests/cuda/test_shim.cc: the host shim itself
+#   cuda/k_<family> tests/cuda/test_k_<family>.cu: each launcher against the
+#                   cpu kernel (rt_<name>_f32 from shardrt) on random inputs
+# Included from tests/tests.cmake, at the top level (C++ must be enabled in
+# the directory of the targets that use it); shardrt and shardrt_cuda_host
+# come later from runtime/, which target names allow.
+enable_language(CXX)
+set(SHARDC_CUDA_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})
+
+# .cu as host C++: compiled through a one-line .cc that includes it (the
+# same trick as the library's).
+function(shardc_cuda_host_test name src)
+  add_executable(${name} ${src})
+  set_target_properties(${name} PROPERTIES
+                        CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
+  target_compile_options(${name} PRIVATE ${SHARDC_WARN} -ffp-contract=off)
+  target_link_libraries(${name} PRIVATE shardrt_cuda_host shardrt)
+endfunction()
+
+shardc_cuda_host_test(cuda_test_shim ${SHARDC_CUDA_TEST_DIR}/test_shim.cc)
+add_test(NAME cuda/shim COMMAND cuda_test_shim)
+set_tests_properties(cuda/shim PROPERTIES TIMEOUT 60)
+
+file(GLOB SHARDC_CUDA_TESTS CONFIGURE_DEPENDS ${SHARDC_CUDA_TEST_DIR}/test_k_*.cu)
+foreach(src ${SHARDC_CUDA_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  string(REPLACE "test_k_" "" family ${name})
+  set(wrapper ${CMAKE_CURRENT_BINARY_DIR}/cuda_host_tests/${name}.cc)
+  file(CONFIGURE OUTPUT ${wrapper}
+       CONTENT "/* generated: ${name}.cu as host C++ (-DRTC_HOST) */\n#include \"${src}\"\n")
+  shardc_cuda_host_test(cuda_${name} ${wrapper})
+  add_test(NAME cuda/k_${family} COMMAND cuda_${name} WORKING_DIRECTORY ${SHARDC_CUDA_TEST_DIR})
+  # Tests print "SKIP: why" and exit 77 when a prerequisite is missing.
+  set_tests_properties(cuda/k_${family} PROPERTIES
+                       SKIP_RETURN_CODE 77 TIMEOUT 300
+                       ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+endforeach()
