@@ -1,0 +1,569 @@
+/* k_attention.cu — multi-head attention with grouped-query heads, fused and
+ * tiled in the FlashAttention-2 structure; the semantics of the cpu kernels
+ * of k_attention.inc (see shardrt_kernels.h): q is (B,T,H,D), k and v are
+ * (B,T,Hkv,D), query head h reads kv head h / (H/Hkv), scale 1/sqrt(D),
+ * causal masks key j > t; lse (B,H,T) is the logsumexp of the scaled scores.
+ *
+ * Tiles of ATT_BQ queries against tiles of ATT_BK keys, fp32 throughout
+ * (loads and stores go through att_ld / att_st so that a bf16 variant is a
+ * template parameter later). A block is 128 threads seen as 8 row groups of
+ * 16 lanes: in every 64x64 score tile, thread (ty,tx) holds rows ty+8i
+ * (i<8) and columns tx+16j (j<4); a row's 16 lanes are one half-warp, so the
+ * row reductions of the softmax are 4 shuffles. The per-row accumulators
+ * (output, dq, dk, dv) are 8 rows x NJ columns tx+16j of the head dim per
+ * thread, in registers: NJ (1, 2, 4 or 8) is a template parameter with
+ * 16·NJ >= D, so D is any value up to 128.
+ *
+ * Forward: one block per (query tile, head, batch row) loops over the key
+ * tiles (those fully above the causal diagonal skipped), online softmax with
+ * a running max and sum per row, no T×T buffer.
+ * Backward, three kernels, no float atomics, so the gradients are bitwise
+ * the same from run to run:
+ *   1. delta[b,h,t] = rowsum(dout·out), one warp per row, into a device
+ *      workspace (att_workspace: B·H·T floats, cudaMalloc'd on first use and
+ *      regrown when a call needs more; never freed).
+ *   2. one block per (key tile, kv head, batch row) owns dk, dv of its keys:
+ *      it loops over the query heads of its group and the query tiles that
+ *      see its keys, recomputing P = exp(S - lse) and dS, accumulating in
+ *      registers, and adds to dk, dv once at the end.
+ *   3. one block per (query tile, head, batch row) owns dq of its rows: it
+ *      loops over the key tiles, recomputing P and dP (the extra pass over
+ *      S that keeps dq free of atomics), and adds to dq once at the end.
+ * Shared memory is dynamic (up to 150 KB at D=128, opted in with
+ * cudaFuncSetAttribute); tiles read along the lanes are stored transposed
+ * with a stride of 65, rows read by a half-warp in broadcast with D+1, so
+ * neither pattern has bank conflicts.
+ */
+#include "common.cuh"
+
+#include <math.h>
+
+#define ATT_BQ 64                 // queries per tile
+#define ATT_BK 64                 // keys per tile
+#define ATT_THREADS 128           // ATT_TY row groups x ATT_TX lanes
+#define ATT_TX 16                 // lanes per row (a half-warp)
+#define ATT_TY 8                  // row groups
+#define ATT_RI (ATT_BQ / ATT_TY)  // rows per thread, 8 (ATT_BQ == ATT_BK)
+#define ATT_CJ (ATT_BK / ATT_TX)  // score columns per thread, 4
+#define ATT_LDT (ATT_BK + 1)      // stride of a transposed tile (D, 64)
+#define ATT_LDP (ATT_BK + 16)     // stride of a score tile: the half-warps' rows 16 banks apart
+#define ATT_DMAX 128              // largest head dim
+
+// Full unrolling of the loops over a thread's rows and columns, so that the
+// accumulators stay in registers (g++ of the host build spells it its way).
+#ifdef RTC_HOST
+#define ATT_UNROLL _Pragma("GCC unroll 8")
+#else
+#define ATT_UNROLL _Pragma("unroll")
+#endif
+
+// Element loads and stores of q, k, v, out and the gradients (fp32 now).
+__device__ __forceinline__ float att_ld(const float *p) { return *p; }
+__device__ __forceinline__ void att_st(float *p, float v) { *p = v; }
+
+// Max and sum over the 16 lanes of a half-warp (one row of a score tile).
+__device__ __forceinline__ float att_max16(float v) {
+  for (int o = ATT_TX / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float att_sum16(float v) {
+  for (int o = ATT_TX / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Rows [t0, t0+n) of one head: s[r*ld + d] = g[(t0+r)*ldg + d] for d < dc,
+// 0 past T or past D (g points at row 0 of the head, rows ldg apart).
+__device__ __forceinline__ void att_load_rows(float *s, int ld, const float *g, size_t ldg,
+                                              int t0, int n, int T, int D, int dc) {
+  for (int e = threadIdx.x; e < n * dc; e += ATT_THREADS) {
+    int r = e / dc, d = e - r * dc;
+    s[r * ld + d] = t0 + r < T && d < D ? att_ld(g + (size_t)(t0 + r) * ldg + d) : 0.0f;
+  }
+}
+// The same rows transposed: s[d*ATT_LDT + r] for d < dc (reads along d stay coalesced).
+__device__ __forceinline__ void att_load_rows_t(float *s, const float *g, size_t ldg, int t0,
+                                                int n, int T, int D, int dc) {
+  for (int e = threadIdx.x; e < n * dc; e += ATT_THREADS) {
+    int r = e / dc, d = e - r * dc;
+    s[d * ATT_LDT + r] = t0 + r < T && d < D ? att_ld(g + (size_t)(t0 + r) * ldg + d) : 0.0f;
+  }
+}
+
+// Bytes of dynamic shared memory of each kernel for head dim D (dc = 16·NJ).
+static size_t att_fwd_smem(int D, int dc) {
+  return sizeof(float) * ((size_t)ATT_BQ * (D + 1) + (size_t)dc * ATT_LDT + (size_t)ATT_BK * dc +
+                          (size_t)ATT_BQ * ATT_LDP);
+}
+static size_t att_bwd_smem(int D, int dc) {
+  return sizeof(float) * (2 * (size_t)ATT_BQ * (D + 1) + 2 * (size_t)dc * ATT_LDT +
+                          (size_t)ATT_BQ * ATT_LDP + 2 * ATT_BQ);
+}
+
+// out is (B,T,H,D), lse is (B,H,T), q is (B,T,H,D), k and v are (B,T,Hkv,D);
+// grid (ceil(T/64), H, B), ATT_THREADS threads, att_fwd_smem(D, 16·NJ) bytes.
+template <int NJ>
+__global__ void
+    attention_forward_kernel(float *out, float *lse, const float *q, const float *k,
+                             const float *v, int T, int H, int Hkv, int D, int causal,
+                             float scale) {
+  const int dc = 16 * NJ, ldq = D + 1;
+  RTC_DYNAMIC_SHARED(float, smem);
+  float *Qs = smem;                    // (BQ, D), rows ldq apart
+  float *Kt = Qs + ATT_BQ * ldq;       // (dc, BK) transposed, rows ATT_LDT apart
+  float *Vs = Kt + dc * ATT_LDT;       // (BK, dc), 0 past D
+  float *Ps = Vs + ATT_BK * dc;        // (BQ, BK) probabilities, rows ATT_LDP apart
+  int q0 = blockIdx.x * ATT_BQ, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  int tx = threadIdx.x % ATT_TX, ty = threadIdx.x / ATT_TX;
+  size_t ldh = (size_t)H * D, ldkv = (size_t)Hkv * D;
+  const float *qb = q + (size_t)b * T * ldh + (size_t)h * D;
+  const float *kb = k + (size_t)b * T * ldkv + (size_t)hk * D;
+  const float *vb = v + (size_t)b * T * ldkv + (size_t)hk * D;
+  att_load_rows(Qs, ldq, qb, ldh, q0, ATT_BQ, T, D, D);
+
+  float m[ATT_RI], l[ATT_RI], o[ATT_RI][NJ];
+ATT_UNROLL
+  for (int i = 0; i < ATT_RI; i++) {
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+ATT_UNROLL
+    for (int jd = 0; jd < NJ; jd++) o[i][jd] = 0.0f;
+  }
+  int kend = causal ? min(T, q0 + ATT_BQ) : T;  // keys any row of the tile sees
+  for (int j0 = 0; j0 < kend; j0 += ATT_BK) {
+    __syncthreads();  // Qs is loaded; the last tile's Kt, Vs, Ps are read
+    att_load_rows_t(Kt, kb, ldkv, j0, ATT_BK, T, D, D);
+    att_load_rows(Vs, dc, vb, ldkv, j0, ATT_BK, T, D, dc);
+    __syncthreads();
+    // s = q_tile · k_tileᵀ, this thread's (8, 4)
+    float s[ATT_RI][ATT_CJ];
+ATT_UNROLL
+    for (int i = 0; i < ATT_RI; i++)
+ATT_UNROLL
+      for (int j = 0; j < ATT_CJ; j++) s[i][j] = 0.0f;
+    for (int d = 0; d < D; d++) {
+      float qv[ATT_RI], kv[ATT_CJ];
+ATT_UNROLL
+      for (int i = 0; i < ATT_RI; i++) qv[i] = Qs[(ty + ATT_TY * i) * ldq + d];
+ATT_UNROLL
+      for (int j = 0; j < ATT_CJ; j++) kv[j] = Kt[d * ATT_LDT + tx + ATT_TX * j];
+ATT_UNROLL
+      for (int i = 0; i < ATT_RI; i++)
+ATT_UNROLL
+        for (int j = 0; j < ATT_CJ; j++) s[i][j] += qv[i] * kv[j];
+    }
+    // online softmax: p = exp(scale·s - m_new), masked keys 0; the row's
+    // earlier output and sum rescaled by exp(m_old - m_new)
+ATT_UNROLL
+    for (int i = 0; i < ATT_RI; i++) {
+      int t = q0 + ty + ATT_TY * i;  // this row's query
+      int jn = causal ? min(kend, t + 1) : kend;  // keys it sees
+      float mx = -INFINITY;
+ATT_UNROLL
+      for (int j = 0; j < ATT_CJ; j++) {
+        s[i][j] *= scale;
+        if (j0 + tx + ATT_TX * j < jn) mx = fmaxf(mx, s[i][j]);
+      }
+      mx = att_max16(mx);
+      float mnew = fmaxf(m[i], mx), sum = 0.0f;
+ATT_UNROLL
+      for (int j = 0; j < ATT_CJ; j++) {
+        float p = j0 + tx + ATT_TX * j < jn ? expf(s[i][j] - mnew) : 0.0f;
+        Ps[(ty + ATT_TY * i) * ATT_LDP + tx + ATT_TX * j] = p;
+        sum += p;
+      }
+      sum = att_sum16(sum);
+      if (mnew != -INFINITY) {  // a row of the padding past T may see no key yet
+        float corr = expf(m[i] - mnew);  // 0 on the first tile (m = -inf)
+        l[i] = l[i] * corr + sum;
+ATT_UNROLL
+        for (int jd = 0; jd < NJ; jd++) o[i][jd] *= corr;
+        m[i] = mnew;
+      }
+    }
+    __syncthreads();
+    // o += p · v_tile, this thread's (8, NJ) of (BQ, dc)
+    int kn = min(ATT_BK, kend - j0);
+    for (int c = 0; c < kn; c++) {
+      float vv[NJ];
+ATT_UNROLL
+      for (int jd = 0; jd < NJ; jd++) vv[jd] = Vs[c * dc + tx + ATT_TX * jd];
+ATT_UNROLL
+      for (int i = 0; i < ATT_RI; i++) {
+        float p = Ps[(ty + ATT_TY * i) * ATT_LDP + c];
+ATT_UNROLL
+        for (int jd = 0; jd < NJ; jd++) o[i][jd] += p * vv[jd];
+      }
+    }
+  }
+ATT_UNROLL
+  for (int i = 0; i < ATT_RI; i++) {
+    int t = q0 + ty + ATT_TY * i;
+    if (t >= T) continue;
+    float inv = 1.0f / l[i];
+    float *orow = out + ((size_t)b * T + t) * ldh + (size_t)h * D;
+ATT_UNROLL
+    for (int jd = 0; jd < NJ; jd++) {
+      int d = tx + ATT_TX * jd;
+      if (d < D) att_st(orow + d, o[i][jd] * inv);
+    }
+    if (lse && tx == 0) lse[((size_t)b * H + h) * T + t] = m[i] + logf(l[i]);
+  }
+}
+
+// delta is (B,H,T) = rowsum(dout·out), dout and out are (B,T,H,D);
+// one warp per (b,t,h) row, grid-stride over the rows, ATT_THREADS threads.
+__global__ void
+    attention_delta_kernel(float *delta, const float *dout, const float *out, int B, int T,
+                           int H, int D) {
+  size_t rows = (size_t)B * T * H, nwarps = (size_t)gridDim.x * (ATT_THREADS / 32);
+  int lane = threadIdx.x % 32;
+  // the bound is the same for a warp's 32 lanes, so whole warps leave together
+  for (size_t row = (size_t)blockIdx.x * (ATT_THREADS / 32) + threadIdx.x / 32; row < rows;
+       row += nwarps) {
+    int h = (int)(row % H);
+    size_t bt = row / H;  // b·T + t
+    const float *dr = dout + row * D, *orow = out + row * D;
+    float s = 0.0f;
+    for (int d = lane; d < D; d += 32) s += att_ld(dr + d) * att_ld(orow + d);
+    s = rtc_warp_sum(s);
+    if (lane == 0) delta[(bt / T * H + h) * T + bt % T] = s;
+  }
+}
+
+// dk and dv are (B,T,Hkv,D), accumulated; the rest as the launcher. grid
+// (ceil(T/64), Hkv, B), ATT_THREADS threads, att_bwd_smem(D, 16·NJ) bytes.
+// In the score tile of this kernel rows are keys and columns queries (Sᵀ).
+template <int NJ>
+__global__ void
+    attention_backward_dkdv_kernel(float *dk, float *dv, const float *dout, const float *q,
+                                   const float *k, const float *v, const float *lse,
+                                   const float *delta, int T, int H, int Hkv, int D, int causal,
+                                   float scale) {
+  const int dc = 16 * NJ, ldk = D + 1;
+  RTC_DYNAMIC_SHARED(float, smem);
+  float *Ks = smem;                  // (BK, D), rows ldk apart
+  float *Vs = Ks + ATT_BK * ldk;     // (BK, D), rows ldk apart
+  float *Qt = Vs + ATT_BK * ldk;     // (dc, BQ) transposed, 0 past D
+  float *dOt = Qt + dc * ATT_LDT;    // (dc, BQ) transposed, 0 past D
+  float *Ps = dOt + dc * ATT_LDT;    // (BK, BQ): Pᵀ, then dSᵀ
+  float *Ls = Ps + ATT_BK * ATT_LDP; // (BQ) lse of the query tile
+  float *Dl = Ls + ATT_BQ;           // (BQ) delta of the query tile
+  int j0 = blockIdx.x * ATT_BK, hk = blockIdx.y, b = blockIdx.z, rep = H / Hkv;
+  int tx = threadIdx.x % ATT_TX, ty = threadIdx.x / ATT_TX;
+  size_t ldh = (size_t)H * D, ldkv = (size_t)Hkv * D;
+  size_t koff = (size_t)b * T * ldkv + (size_t)hk * D;
+  att_load_rows(Ks, ldk, k + koff, ldkv, j0, ATT_BK, T, D, D);
+  att_load_rows(Vs, ldk, v + koff, ldkv, j0, ATT_BK, T, D, D);
+
+  float dka[ATT_RI][NJ], dva[ATT_RI][NJ];
+ATT_UNROLL
+  for (int i = 0; i < ATT_RI; i++)
+ATT_UNROLL
+    for (int jd = 0; jd < NJ; jd++) dka[i][jd] = dva[i][jd] = 0.0f;
+  int qstart = causal ? j0 / ATT_BQ * ATT_BQ : 0;  // the first query tile that sees key j0
+  for (int h = hk * rep; h < (hk + 1) * rep; h++) {
+    const float *qb = q + (size_t)b * T * ldh + (size_t)h * D;
+    const float *dob = dout + (size_t)b * T * ldh + (size_t)h * D;
+    const float *lb = lse + ((size_t)b * H + h) * T, *db = delta + ((size_t)b * H + h) * T;
+    for (int q0 = qstart; q0 < T; q0 += ATT_BQ) {
+      __syncthreads();  // Ks, Vs are loaded; the last tile's Qt, dOt, Ps, Ls, Dl are read
+      att_load_rows_t(Qt, qb, ldh, q0, ATT_BQ, T, D, dc);
+      att_load_rows_t(dOt, dob, ldh, q0, ATT_BQ, T, D, dc);
+      for (int r = threadIdx.x; r < ATT_BQ; r += ATT_THREADS) {
+        Ls[r] = q0 + r < T ? lb[q0 + r] : 0.0f;
+        Dl[r] = q0 + r < T ? db[q0 + r] : 0.0f;
+      }
+      __syncthreads();
+      // sᵀ = k_tile · q_tileᵀ and dpᵀ = v_tile · dout_tileᵀ, this thread's (8, 4)
+      float p[ATT_RI][ATT_CJ], dp[ATT_RI][ATT_CJ];
+ATT_UNROLL
+      for (int i = 0; i < ATT_RI; i++)
+ATT_UNROLL
+        for (int j = 0; j < ATT_CJ; j++) p[i][j] = dp[i][j] = 0.0f;
+      for (int d = 0; d < D; d++) {
+        float kv[ATT_RI], vv[ATT_RI], qv[ATT_CJ], gv[ATT_CJ];
+ATT_UNROLL
+        for (int i = 0; i < ATT_RI; i++) {
+          kv[i] = Ks[(ty + ATT_TY * i) * ldk + d];
+          vv[i] = Vs[(ty + ATT_TY * i) * ldk + d];
+        }
+ATT_UNROLL
+        for (int j = 0; j < ATT_CJ; j++) {
+          qv[j] = Qt[d * ATT_LDT + tx + ATT_TX * j];
+          gv[j] = dOt[d * ATT_LDT + tx + ATT_TX * j];
+        }
+ATT_UNROLL
+        for (int i = 0; i < ATT_RI; i++)
+ATT_UNROLL
+          for (int j = 0; j < ATT_CJ; j++) {
+            p[i][j] += kv[i] * qv[j];
+            dp[i][j] += vv[i] * gv[j];
+          }
+      }
+      // pᵀ = exp(scale·sᵀ - lse), 0 where masked or past T
+ATT_UNROLL
+      for (int i = 0; i < ATT_RI; i++) {
+        int key = j0 + ty + ATT_TY * i;
+ATT_UNROLL
+        for (int j = 0; j < ATT_CJ; j++) {
+          int c = tx + ATT_TX * j, t = q0 + c;
+          bool live = key < T && t < T && (!causal || key <= t);
+          p[i][j] = live ? expf(p[i][j] * scale - Ls[c]) : 0.0f;
+          Ps[(ty + ATT_TY * i) * ATT_LDP + c] = p[i][j];
+        }
+      }
+      __syncthreads();
+      int qn = min(ATT_BQ, T - q0);
+      // dv_tile += pᵀ · dout_tile, this thread's (8, NJ) of (BK, dc)
+      for (int c = 0; c < qn; c++) {
+        float gv[NJ];
+ATT_UNROLL
+        for (int jd = 0; jd < NJ; jd++) gv[jd] = dOt[(tx + ATT_TX * jd) * ATT_LDT + c];
+ATT_UNROLL
+        for (int i = 0; i < ATT_RI; i++) {
+          float pv = Ps[(ty + ATT_TY * i) * ATT_LDP + c];
+ATT_UNROLL
+          for (int jd = 0; jd < NJ; jd++) dva[i][jd] += pv * gv[jd];
+        }
+      }
+      __syncthreads();  // Ps is read; it becomes dsᵀ
+      // dsᵀ = pᵀ·(dpᵀ - delta)·scale
+ATT_UNROLL
+      for (int i = 0; i < ATT_RI; i++)
+ATT_UNROLL
+        for (int j = 0; j < ATT_CJ; j++) {
+          int c = tx + ATT_TX * j;
+          Ps[(ty + ATT_TY * i) * ATT_LDP + c] = p[i][j] * (dp[i][j] - Dl[c]) * scale;
+        }
+      __syncthreads();
+      // dk_tile += dsᵀ · q_tile, this thread's (8, NJ) of (BK, dc)
+      for (int c = 0; c < qn; c++) {
+        float qv[NJ];
+ATT_UNROLL
+        for (int jd = 0; jd < NJ; jd++) qv[jd] = Qt[(tx + ATT_TX * jd) * ATT_LDT + c];
+ATT_UNROLL
+        for (int i = 0; i < ATT_RI; i++) {
+          float dsv = Ps[(ty + ATT_TY * i) * ATT_LDP + c];
+ATT_UNROLL
+          for (int jd = 0; jd < NJ; jd++) dka[i][jd] += dsv * qv[jd];
+        }
+      }
+    }
+  }
+ATT_UNROLL
+  for (int i = 0; i < ATT_RI; i++) {
+    int key = j0 + ty + ATT_TY * i;
+    if (key >= T) continue;
+    size_t off = koff + (size_t)key * ldkv;
+ATT_UNROLL
+    for (int jd = 0; jd < NJ; jd++) {
+      int d = tx + ATT_TX * jd;
+      if (d >= D) continue;
+      if (dk) att_st(dk + off + d, att_ld(dk + off + d) + dka[i][jd]);
+      if (dv) att_st(dv + off + d, att_ld(dv + off + d) + dva[i][jd]);
+    }
+  }
+}
+
+// dq is (B,T,H,D), accumulated; the rest as the launcher. grid
+// (ceil(T/64), H, B), ATT_THREADS threads, att_bwd_smem(D, 16·NJ) bytes.
+template <int NJ>
+__global__ void
+    attention_backward_dq_kernel(float *dq, const float *dout, const float *q, const float *k,
+                                 const float *v, const float *lse, const float *delta, int T,
+                                 int H, int Hkv, int D, int causal, float scale) {
+  const int dc = 16 * NJ, ldq = D + 1;
+  RTC_DYNAMIC_SHARED(float, smem);
+  float *Qs = smem;                 // (BQ, D), rows ldq apart
+  float *dOs = Qs + ATT_BQ * ldq;   // (BQ, D), rows ldq apart
+  float *Kt = dOs + ATT_BQ * ldq;   // (dc, BK) transposed, 0 past D
+  float *Vt = Kt + dc * ATT_LDT;    // (dc, BK) transposed, 0 past D
+  float *Ss = Vt + dc * ATT_LDT;    // (BQ, BK) ds
+  int q0 = blockIdx.x * ATT_BQ, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  int tx = threadIdx.x % ATT_TX, ty = threadIdx.x / ATT_TX;
+  size_t ldh = (size_t)H * D, ldkv = (size_t)Hkv * D;
+  size_t qoff = (size_t)b * T * ldh + (size_t)h * D;
+  size_t koff = (size_t)b * T * ldkv + (size_t)hk * D;
+  att_load_rows(Qs, ldq, q + qoff, ldh, q0, ATT_BQ, T, D, D);
+  att_load_rows(dOs, ldq, dout + qoff, ldh, q0, ATT_BQ, T, D, D);
+  float L[ATT_RI], Dl[ATT_RI], dqa[ATT_RI][NJ];
+ATT_UNROLL
+  for (int i = 0; i < ATT_RI; i++) {
+    int t = q0 + ty + ATT_TY * i;
+    L[i] = t < T ? lse[((size_t)b * H + h) * T + t] : 0.0f;
+    Dl[i] = t < T ? delta[((size_t)b * H + h) * T + t] : 0.0f;
+ATT_UNROLL
+    for (int jd = 0; jd < NJ; jd++) dqa[i][jd] = 0.0f;
+  }
+  int kend = causal ? min(T, q0 + ATT_BQ) : T;
+  for (int j0 = 0; j0 < kend; j0 += ATT_BK) {
+    __syncthreads();  // Qs, dOs are loaded; the last tile's Kt, Vt, Ss are read
+    att_load_rows_t(Kt, k + koff, ldkv, j0, ATT_BK, T, D, dc);
+    att_load_rows_t(Vt, v + koff, ldkv, j0, ATT_BK, T, D, dc);
+    __syncthreads();
+    // s = q_tile · k_tileᵀ and dp = dout_tile · v_tileᵀ, this thread's (8, 4)
+    float p[ATT_RI][ATT_CJ], dp[ATT_RI][ATT_CJ];
+ATT_UNROLL
+    for (int i = 0; i < ATT_RI; i++)
+ATT_UNROLL
+      for (int j = 0; j < ATT_CJ; j++) p[i][j] = dp[i][j] = 0.0f;
+    for (int d = 0; d < D; d++) {
+      float qv[ATT_RI], gv[ATT_RI], kv[ATT_CJ], vv[ATT_CJ];
+ATT_UNROLL
+      for (int i = 0; i < ATT_RI; i++) {
+        qv[i] = Qs[(ty + ATT_TY * i) * ldq + d];
+        gv[i] = dOs[(ty + ATT_TY * i) * ldq + d];
+      }
+ATT_UNROLL
+      for (int j = 0; j < ATT_CJ; j++) {
+        kv[j] = Kt[d * ATT_LDT + tx + ATT_TX * j];
+        vv[j] = Vt[d * ATT_LDT + tx + ATT_TX * j];
+      }
+ATT_UNROLL
+      for (int i = 0; i < ATT_RI; i++)
+ATT_UNROLL
+        for (int j = 0; j < ATT_CJ; j++) {
+          p[i][j] += qv[i] * kv[j];
+          dp[i][j] += gv[i] * vv[j];
+        }
+    }
+    // ds = p·(dp - delta)·scale with p = exp(scale·s - lse), 0 where masked
+ATT_UNROLL
+    for (int i = 0; i < ATT_RI; i++) {
+      int t = q0 + ty + ATT_TY * i;
+ATT_UNROLL
+      for (int j = 0; j < ATT_CJ; j++) {
+        int key = j0 + tx + ATT_TX * j;
+        bool live = key < T && t < T && (!causal || key <= t);
+        float pv = live ? expf(p[i][j] * scale - L[i]) : 0.0f;
+        Ss[(ty + ATT_TY * i) * ATT_LDP + tx + ATT_TX * j] = pv * (dp[i][j] - Dl[i]) * scale;
+      }
+    }
+    __syncthreads();
+    // dq_tile += ds · k_tile, this thread's (8, NJ) of (BQ, dc)
+    int kn = min(ATT_BK, kend - j0);
+    for (int c = 0; c < kn; c++) {
+      float kv[NJ];
+ATT_UNROLL
+      for (int jd = 0; jd < NJ; jd++) kv[jd] = Kt[(tx + ATT_TX * jd) * ATT_LDT + c];
+ATT_UNROLL
+      for (int i = 0; i < ATT_RI; i++) {
+        float dsv = Ss[(ty + ATT_TY * i) * ATT_LDP + c];
+ATT_UNROLL
+        for (int jd = 0; jd < NJ; jd++) dqa[i][jd] += dsv * kv[jd];
+      }
+    }
+  }
+ATT_UNROLL
+  for (int i = 0; i < ATT_RI; i++) {
+    int t = q0 + ty + ATT_TY * i;
+    if (t >= T) continue;
+    float *row = dq + qoff + (size_t)t * ldh;
+ATT_UNROLL
+    for (int jd = 0; jd < NJ; jd++) {
+      int d = tx + ATT_TX * jd;
+      if (d < D) att_st(row + d, att_ld(row + d) + dqa[i][jd]);
+    }
+  }
+}
+
+// The kernels' column count NJ for head dim D: 16·NJ >= D, NJ in {1,2,4,8}.
+static int att_nj(int D, const char *who) {
+  if (D > ATT_DMAX)
+    rtc_fail("shardrt", who, "head dim D above 128 is not supported by the CUDA attention",
+             __FILE__, __LINE__, "use D <= 128 (the kernels keep 8 rows x D/16 per thread)");
+  return D <= 16 ? 1 : D <= 32 ? 2 : D <= 64 ? 4 : 8;
+}
+
+// The launchers of one NJ: the dynamic shared memory limit is raised once per
+// kernel, to its size at D = 16·NJ (the largest D it serves).
+template <int NJ>
+static void att_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                        int B, int T, int H, int Hkv, int D, int causal, float scale) {
+  static int ready = 0;
+  if (!ready) {
+    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<NJ>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)att_fwd_smem(16 * NJ, 16 * NJ)));
+    ready = 1;
+  }
+  dim3 grid((T + ATT_BQ - 1) / ATT_BQ, H, B);
+  RTC_LAUNCH(attention_forward_kernel<NJ>, grid, ATT_THREADS, att_fwd_smem(D, 16 * NJ), out,
+             lse, q, k, v, T, H, Hkv, D, causal, scale);
+}
+
+template <int NJ>
+static void att_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                         const float *k, const float *v, const float *lse, const float *delta,
+                         int B, int T, int H, int Hkv, int D, int causal, float scale) {
+  static int ready = 0;
+  int max_smem = (int)att_bwd_smem(16 * NJ, 16 * NJ);
+  if (!ready) {
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<NJ>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<NJ>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    ready = 1;
+  }
+  size_t smem = att_bwd_smem(D, 16 * NJ);
+  int ntiles = (T + ATT_BQ - 1) / ATT_BQ;
+  if (dk || dv)
+    RTC_LAUNCH(attention_backward_dkdv_kernel<NJ>, dim3(ntiles, Hkv, B), ATT_THREADS, smem, dk,
+               dv, dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
+  if (dq)
+    RTC_LAUNCH(attention_backward_dq_kernel<NJ>, dim3(ntiles, H, B), ATT_THREADS, smem, dq,
+               dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
+}
+
+// The backward's delta buffer, B·H·T floats: allocated on first use, regrown
+// (cudaFree waits for the kernels still reading the old one) when a call
+// needs more, kept for the life of the process. The launchers are called from
+// one host thread (everything goes on rtc_stream), so no lock.
+static float *att_delta_buf = NULL;
+static size_t att_delta_cap = 0;
+static float *att_workspace(size_t n) {
+  if (n > att_delta_cap) {
+    if (att_delta_buf) cudaCheck(cudaFree(att_delta_buf));
+    cudaCheck(cudaMalloc((void **)&att_delta_buf, n * sizeof(float)));
+    att_delta_cap = n;
+  }
+  return att_delta_buf;
+}
+
+extern "C" {
+
+// out is (B,T,H,D), lse is (B,H,T) or NULL, q is (B,T,H,D), k and v are (B,T,Hkv,D)
+void rt_attention_forward_cu(float *out, float *lse, const float *q, const float *k,
+                             const float *v, int B, int T, int H, int Hkv, int D, int causal) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  float scale = (float)(1 / sqrt((double)D));
+  switch (att_nj(D, "rt_attention_forward_cu")) {
+    case 1: att_forward<1>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale); break;
+    case 2: att_forward<2>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale); break;
+    case 4: att_forward<4>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale); break;
+    default: att_forward<8>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale); break;
+  }
+}
+
+// dq is (B,T,H,D), dk and dv are (B,T,Hkv,D), each accumulated (+=) or NULL;
+// dout and out are (B,T,H,D), lse is (B,H,T) from the forward
+void rt_attention_backward_cu(float *dq, float *dk, float *dv, const float *dout,
+                              const float *q, const float *k, const float *v, const float *out,
+                              const float *lse, int B, int T, int H, int Hkv, int D,
+                              int causal) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0 || (!dq && !dk && !dv)) return;
+  float scale = (float)(1 / sqrt((double)D));
+  int nj = att_nj(D, "rt_attention_backward_cu");
+  size_t rows = (size_t)B * T * H;
+  float *delta = att_workspace(rows);
+  RTC_LAUNCH(attention_delta_kernel, rtc_blocks(rows, ATT_THREADS / 32), ATT_THREADS, 0, delta,
+             dout, out, B, T, H, D);
+  switch (nj) {
+    case 1: att_backward<1>(dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale); break;
+    case 2: att_backward<2>(dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale); break;
+    case 4: att_backward<4>(dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale); break;
+    default: att_backward<8>(dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale); break;
+  }
+}
+
+}  // extern "C"
