@@ -284,6 +284,10 @@ static int build_cuda(Module *m, const char *dir, const char *src, bool gpu) {
   if (gpu) {
     push_words(&argv, SHARDC_CUDA_LINK);
     if (mpi) vec_push(&argv, SHARDC_NCCL_LIB);
+    /* the runtime's own link flags (OpenMP) through to the host compiler */
+    char *w = arena_strdup(SHARDC_RUNTIME_LDFLAGS);
+    for (char *t = strtok(w, " \t"); t; t = strtok(NULL, " \t"))
+      vec_push(&argv, arena_printf("-Xcompiler=%s", t));
   } else {
     push_words(&argv, SHARDC_RUNTIME_LDFLAGS);
     vec_push(&argv, "-lpthread");

@@ -149,9 +149,9 @@ static void transfer(Emit *e, const PRef *refs, int n, const PRef *seen, int nse
 
 static void stage(Emit *e, const PInstr *in) {
   P(e, "  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)\n");
-  /* inputs, and the outputs too: backward outputs accumulate */
+  /* inputs, and a backward's outputs, which accumulate (a forward writes its own) */
   transfer(e, in->in, in->n->nin, NULL, 0, false);
-  transfer(e, in->out, in->n->nout, in->in, in->n->nin, false);
+  if (in->n->bwd) transfer(e, in->out, in->n->nout, in->in, in->n->nin, false);
   Emit h = *e;
   h.host = 1;
   h.S = "_f32";

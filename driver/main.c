@@ -39,7 +39,10 @@ static const char *usage_check =
     "  --strategy SPEC      e.g. dp=2,tp=2,sp=ring,pp=2,schedule=1f1b,mb=4,zero=1,recompute=selective\n"
     "                       (pp=N:a+b+... gives each pipeline stage's number of layers)\n"
     "  --model NAME         the model to check when the file has several\n"
-    "  --target cpu|cuda    code generator target (default cpu; cuda is not generated yet)\n"
+    "  --target cpu|cuda    code generator target (default cpu): cpu is C + BLAS + MPI; cuda\n"
+    "                       is CUDA kernels + cuBLASLt + NCCL for NVIDIA GPUs (built with nvcc);\n"
+    "                       cuda-host is the same CUDA program built for this CPU through an\n"
+    "                       emulation of the CUDA built-ins (tests without a GPU)\n"
     "  --memory SIZE        each device's memory (80GB, 24GiB, 512MiB), instead of the mesh's:\n"
     "                       the memory check and recompute=auto hold the plan to it\n"
     "  --no-memory-check    accept a plan whose planned peak on a rank exceeds the device's\n"
@@ -56,7 +59,7 @@ static const char *usage_compile =
     "  --emit=program       print each pipeline rank's per-rank program: instructions over\n"
     "                       arena offsets, its schedule and its step\n"
     "  --emit=plan          print the parallel plan summary (the default)\n"
-    "  --emit=c             print the generated program (target cpu: C)\n"
+    "  --emit=c             print the generated program (cpu: C; cuda: CUDA C++)\n"
     "  --dump-after=PASS    print the IR after PASS (see --list-passes)\n"
     "  --profile FILE       the hardware model measured by 'shardc calibrate' (default: the\n"
     "                       mesh's catalog figures), for the predicted times of --emit=plan\n"
@@ -66,12 +69,16 @@ static const char *usage_compile =
     "  (and the options of 'shardc check')\n";
 
 static const char *usage_build =
-    "usage: shardc build MODEL.shard [-o DIR] [--target cpu] [--mesh NAME|SPEC]\n"
+    "usage: shardc build MODEL.shard [-o DIR] [--target cpu|cuda|cuda-host] [--mesh NAME|SPEC]\n"
     "                    [--strategy SPEC] [--model NAME] [--precision=fp64] [--no-memory-check]\n"
     "\n"
     "Compiles MODEL.shard, writes the training program DIR/model.c and builds it\n"
     "with the system C compiler (mpicc when the plan has several ranks) against\n"
     "libshardrt and BLAS into DIR/train.  DIR defaults to out/MODEL_NAME.\n"
+    "--target cuda writes DIR/model.cu and builds it with nvcc (-arch from the mesh's\n"
+    "device: sm_80 for A100, sm_90a for H100/H200; SHARDC_CUDA_ARCH overrides) against\n"
+    "cuBLASLt and NCCL: one rank per GPU.  --target cuda-host builds the same program\n"
+    "for this CPU (the kernels through runtime/cuda/host/cuda_host.h, NCCL as MPI).\n"
     "Run DIR/train --help for its flags (--steps, --seed, --data, --load, --save,\n"
     "--save-every, --log, --quiet); launch it with mpirun -np MESH_SIZE.\n"
     "fp32 plans with dp=N, mb=N, zero=1|2|3, tp=N, tp2d=QxQ (2D tensor\n"
@@ -299,8 +306,8 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       if (!*v) return usage_error(usage, "%s needs a file", "--profile");
       o->profile = v;
     } else if ((v = flag_value(argc, argv, &i, "--target"))) {
-      if (strcmp(v, "cpu") && strcmp(v, "cuda"))
-        return usage_error(usage, "--target must be cpu or cuda, got '%s'", v);
+      if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "cuda-host"))
+        return usage_error(usage, "--target must be cpu, cuda or cuda-host, got '%s'", v);
       o->target = v;
     } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--precision"))) {
       if (strcmp(v, "fp32") && strcmp(v, "fp64"))

@@ -96,8 +96,10 @@ static int finish(Trainer *t, int status) {
 #ifdef RT_TRAIN_CUDA
   if (t->dev)
     rtc_arena_free(t->dev);
+#ifdef RT_TRAIN_MPI
   if (t->mesh)
     rtc_mesh_free();
+#endif
 #endif
   t->dev = NULL;
 #ifdef RT_TRAIN_MPI
@@ -1060,7 +1062,7 @@ static int run_step(Trainer *t, long step, double *loss, double *lr) {
       break;
     switch (op->kind) {
     case RT_STEP_WAIT:
-#if defined(RT_TRAIN_CUDA)
+#if defined(RT_TRAIN_CUDA) && defined(RT_TRAIN_MPI)
       rtc_bucket_wait();
 #elif defined(RT_TRAIN_MPI)
       if (t->mesh)

@@ -33,6 +33,15 @@ done
 # The f64 variant used by the gradient checks: double types, _f64 kernels,
 # every arena offset doubled.
 check "mish fp64" tests/golden-c/mish-f64.c samples/mish.shard --precision=fp64
+# The cuda target: one rank with fused elementwise chains as device lambdas
+# (an imported C function), a mesh with NCCL collectives and overlapped
+# gradient buckets, and a 2D grid whose SUMMA matmuls are staged through
+# the host mirror.
+check "mish cuda" tests/golden-c/mish.cu samples/mish.shard --target cuda
+check "gpt cuda tp=2,dp=2" tests/golden-c/gpt-tp2-dp2.cu samples/gpt.shard --target cuda \
+  --mesh 4 --strategy tp=2,dp=2
+check "gpt cuda tp2d=2x2" tests/golden-c/gpt-tp2d.cu samples/gpt.shard --target cuda \
+  --mesh 4 --strategy tp2d=2x2
 # The generated program stays readable: the MLP in at most 200 lines.
 n=$("$bin" compile samples/mlp.shard --emit=c | wc -l)
 [ "$n" -le 200 ] && ok || bad "samples/mlp.shard gives $n lines of C (at most 200)"

@@ -48,7 +48,11 @@ build() {
 }
 
 # ranks DIR: the mesh size the program in DIR is planned for
-ranks() { sed -n 's/^#define RANKS *\([0-9]*\).*/\1/p' "$1/model.c" | head -1; }
+ranks() {
+  local f="$1/model.c"
+  [ -f "$f" ] || f="$1/model.cu"
+  sed -n 's/^#define RANKS *\([0-9]*\).*/\1/p' "$f" | head -1
+}
 
 # train DIR args...: runs DIR/train under mpirun with its planned rank count
 # (directly when it has one rank); output in $out, status in $rc.
