@@ -269,8 +269,14 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const float *bias) {
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
   cublasLtMatmulHeuristicResult_t res;
   int found = 0;
-  cublasCheck(cublasLtMatmulAlgoGetHeuristic(rtc_lt_, p->op, p->lb, p->la, p->lc, p->lc, pref, 1,
-                                             &res, &found));
+  // no algorithm comes back as NOT_SUPPORTED or as success with none found
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(rtc_lt_, p->op, p->lb, p->la, p->lc, p->lc,
+                                                     pref, 1, &res, &found);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED)
+    found = 0;
+  else if (st != CUBLAS_STATUS_SUCCESS)
+    rtc_fail("cuBLASLt", "cublasLtMatmulAlgoGetHeuristic", cublasLtGetStatusString(st), __FILE__,
+             __LINE__, rtc_hint("cuBLASLt", (int)st));
   cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
   p->found = found > 0;
   if (found < 1 && !key->bias) { // with a bias the caller falls back to no epilogue
