@@ -139,12 +139,15 @@ static void rtc_dbias_(float *dbias, const float *dout, int N, int OC) {
 /* ---------------------------------------------------------------------------
  * The GEMM helper: row-major c (M,N, ldc) = alpha·op(a)·op(b) + beta·c, plus
  * bias (N) on every row when bias is given (then beta must be 0).  K > 0.
+ * Returns 0, having done nothing, when cuBLASLt has no algorithm for the
+ * bias epilogue on this shape; fails (rtc_fail) when it has none at all.
+ * Not thread-safe (the plan cache): one host thread drives rtc_stream.
  */
 
 #ifdef RTC_HOST
 
-static void rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
-                      const float *b, int ldb, float beta, float *c, int ldc, const float *bias) {
+static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
+                     const float *b, int ldb, float beta, float *c, int ldc, const float *bias) {
   // the column-major call of the GPU build: cᵀ (N,M) = op(b)ᵀ (N,K) · op(a)ᵀ (K,M)
   cblas_sgemm(CblasColMajor, tb ? CblasTrans : CblasNoTrans, ta ? CblasTrans : CblasNoTrans, N,
               M, K, alpha, b, ldb, a, lda, beta, c, ldc);
@@ -152,6 +155,7 @@ static void rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const fl
     for (size_t i = 0; i < (size_t)M; i++)
       for (int j = 0; j < N; j++)
         c[i * ldc + j] += bias[j];
+  return 1;
 }
 
 #else
@@ -179,6 +183,7 @@ typedef struct {
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t lb, la, lc; // cuBLASLt's A is our b, its B our a
   cublasLtMatmulAlgo_t algo;
+  int found; // 0: no algorithm (kept, so that the heuristic is not asked again)
 } RtcGemmPlan;
 
 #define RTC_GEMM_PLANS 64 // a model has a few dozen distinct GEMM shapes
@@ -264,22 +269,30 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const float *bias) {
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
   cublasLtMatmulHeuristicResult_t res;
   int found = 0;
-  cublasCheck(cublasLtMatmulAlgoGetHeuristic(rtc_lt_, p->op, p->lb, p->la, p->lc, p->lc, pref, 1,
-                                             &res, &found));
+  // no algorithm comes back as NOT_SUPPORTED or as success with none found
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(rtc_lt_, p->op, p->lb, p->la, p->lc, p->lc,
+                                                     pref, 1, &res, &found);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED)
+    found = 0;
+  else if (st != CUBLAS_STATUS_SUCCESS)
+    rtc_fail("cuBLASLt", "cublasLtMatmulAlgoGetHeuristic", cublasLtGetStatusString(st), __FILE__,
+             __LINE__, rtc_hint("cuBLASLt", (int)st));
   cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-  if (found < 1) {
+  p->found = found > 0;
+  if (found < 1 && !key->bias) { // with a bias the caller falls back to no epilogue
     char msg[160];
     snprintf(msg, sizeof msg, "no fp32 algorithm for M=%d N=%d K=%d (ta=%d tb=%d, bias %d)", M, N,
              K, key->ta, key->tb, key->bias);
     rtc_fail("cuBLASLt", "cublasLtMatmulAlgoGetHeuristic", msg, __FILE__, __LINE__,
              rtc_hint("cuBLASLt", (int)CUBLAS_STATUS_NOT_SUPPORTED));
   }
-  p->algo = res.algo;
+  if (p->found)
+    p->algo = res.algo;
   return p;
 }
 
-static void rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
-                      const float *b, int ldb, float beta, float *c, int ldc, const float *bias) {
+static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
+                     const float *b, int ldb, float beta, float *c, int ldc, const float *bias) {
   RtcGemmKey key;
   memset(&key, 0, sizeof key); // the key is compared bytewise
   key.ta = ta;
@@ -296,12 +309,15 @@ static void rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const fl
   key.align_c = rtc_align_(c);
   key.align_bias = bias ? rtc_align_(bias) : 0;
   RtcGemmPlan *p = rtc_plan_(&key, bias);
+  if (!p->found)
+    return 0;
   if (bias)
     cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                sizeof bias));
   cublasCheck(cublasLtMatmul(rtc_lt_, p->op, &alpha, b, p->lb, a, p->la, &beta, c, p->lc, c,
                              p->lc, &p->algo, rtc_mm_workspace_(), RTC_MM_WS_BYTES,
                              (cudaStream_t)rtc_stream));
+  return 1;
 }
 
 #endif
@@ -319,15 +335,14 @@ extern "C" void rt_matmul_forward_cu(float *out, const float *inp, const float *
     RTC_LAUNCH(rtc_rows_fill_kernel, rtc_blocks((size_t)N * OC, 256), 256, 0, out, bias, N, OC);
     return;
   }
-  // The bias epilogue wants a 16-byte aligned vector; any other bias is
-  // copied into the rows first and accumulated onto, as the cpu kernel does.
-  if (bias && (uintptr_t)bias % 16) {
-    RTC_LAUNCH(rtc_rows_fill_kernel, rtc_blocks((size_t)N * OC, 256), 256, 0, out, bias, N, OC);
-    rtc_gemm_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC, NULL);
-    return;
-  }
-  // (N,OC) = (N,C)·(OC,C)ᵀ [+ bias]
-  rtc_gemm_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, bias);
+  // (N,OC) = (N,C)·(OC,C)ᵀ [+ bias by the epilogue].  A bias not 16-byte
+  // aligned, or a shape without an epilogue algorithm, goes the cpu kernel's
+  // way: the bias copied into the rows, the product accumulated onto it.
+  if (!bias || (uintptr_t)bias % 16 == 0)
+    if (rtc_gemm_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, bias))
+      return;
+  RTC_LAUNCH(rtc_rows_fill_kernel, rtc_blocks((size_t)N * OC, 256), 256, 0, out, bias, N, OC);
+  rtc_gemm_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC, NULL);
 }
 
 // dinp is (N,C), dweight is (OC,C), dbias is (OC), dout is (N,OC)

@@ -87,6 +87,12 @@ static double max_err(const float *got, const float *ref, const float *mag, size
   return e;
 }
 
+static void check(const char *what, int ok) {
+  printf("%-56s %s\n", what, ok ? "PASS" : "FAIL");
+  if (!ok)
+    failures++;
+}
+
 static void report(const char *what, double err) {
   int ok = err < TOL;
   printf("%-56s max err %.3e  %s\n", what, err, ok ? "PASS" : "FAIL");
@@ -112,6 +118,13 @@ static void test_forward(int N, int C, int OC, int bias_mode) { // 0 none, 1 ali
   snprintf(what, sizeof what, "matmul_forward N=%d C=%d OC=%d bias=%s", N, C, OC,
            bias_mode == 0 ? "none" : bias_mode == 1 ? "aligned" : "misaligned");
   report(what, max_err(got, ref, mag, (size_t)N * OC));
+  // a second run gives the same bits (one algorithm per shape)
+  float *d_out2 = dev_copy(nan_out, (size_t)N * OC);
+  rt_matmul_forward_cu(d_out2, d_inp, d_w, bias_mode ? d_b : NULL, N, C, OC);
+  float *got2 = to_host(d_out2, (size_t)N * OC);
+  snprintf(what, sizeof what, "matmul_forward N=%d C=%d OC=%d again: same bits", N, C, OC);
+  check(what, !memcmp(got, got2, (size_t)N * OC * sizeof(float)));
+  free(got2);
   free(inp), free(w), free(b), free(ref), free(mag), free(ia), free(wa), free(ba), free(nan_out),
       free(got);
 }
@@ -150,6 +163,15 @@ static void test_backward(int N, int C, int OC, int which) { // bit 0 dinp, 1 dw
       int same = ns[k] == 0 || !memcmp(gots[k], olds[k], ns[k] * 4);
       report(what, same ? 0 : INFINITY);
     }
+  }
+  if (which == 7) { // a second run from the same accumulators gives the same bits
+    float *e_dinp = dev_copy(dinp0, nin), *e_dw = dev_copy(dw0, nw), *e_db = dev_copy(db0, OC);
+    rt_matmul_backward_cu(e_dinp, e_dw, e_db, d_dout, d_inp, d_w, N, C, OC);
+    float *h_dinp = to_host(e_dinp, nin), *h_dw = to_host(e_dw, nw), *h_db = to_host(e_db, OC);
+    snprintf(what, sizeof what, "matmul_backward N=%d C=%d OC=%d again: same bits", N, C, OC);
+    check(what, !memcmp(h_dinp, g_dinp, nin * 4) && !memcmp(h_dw, g_dw, nw * 4) &&
+                    !memcmp(h_db, g_db, (size_t)OC * 4));
+    free(h_dinp), free(h_dw), free(h_db);
   }
   free(inp), free(w), free(dout), free(dinp0), free(dw0), free(db0), free(dinp), free(dw),
       free(db), free(ma), free(mw), free(mb), free(ia), free(wa), free(oa), free(g_dinp),
