@@ -29,10 +29,13 @@
  *   3. one block per (query tile, head, batch row) owns dq of its rows: it
  *      loops over the key tiles, recomputing P and dP (the extra pass over
  *      S that keeps dq free of atomics), and adds to dq once at the end.
- * Shared memory is dynamic (up to 150 KB at D=128, opted in with
- * cudaFuncSetAttribute); tiles read along the lanes are stored transposed
- * with a stride of 65, rows read by a half-warp in broadcast with D+1, so
- * neither pattern has bank conflicts.
+ * Shared memory is dynamic, opted in with cudaFuncSetAttribute: at D=128
+ * 117 KB forward and 150 KB backward (fits sm_80's 163 KB and sm_90's
+ * 227 KB; GPUs with 99 KB a block, sm_86/89, would need D <= 64); at D=64
+ * 69 KB and 86 KB. Tiles read along the lanes are stored transposed with a
+ * stride of 65, rows read by a half-warp in broadcast with D+1, so neither
+ * pattern has bank conflicts. Registers: at most 255 (dk/dv at D=128), no
+ * spills on sm_80 or sm_90a.
  */
 #include "common.cuh"
 
