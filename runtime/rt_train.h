@@ -150,6 +150,7 @@ typedef struct RtProgram {
   const char *spec;        /* the strategy SPEC (for the message on a wrong rank count) */
   const char *plan;        /* plan summary, printed at start */
   int f64;                 /* element type double (gradient checks) instead of float */
+  int bf16;                /* cuda, precision = bf16: GEMMs on bf16 tensor cores (rtc.h) */
   /* the mesh: rank = ((pp_i·dp + dp_i)·sp + sp_i)·tp + t (runtime/dist.h) */
   int ranks, dp, tp, q, sp, pp;  /* tp: all tensor-parallel ranks (q·q on a 2D grid, q > 0) */
   int rank;                /* this program's pipeline rank */

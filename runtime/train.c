@@ -33,6 +33,7 @@
 #endif
 #ifdef RT_TRAIN_CUDA
 #include "cuda/rtc.h"
+#include "cuda/rtc_optim.h"
 #include "cuda/rtc_train.h"
 #endif
 
@@ -62,6 +63,14 @@ struct RtTrainer {
   /* Shampoo: this step recomputes the roots (from the factors of the steps
    * before), units [0, roots_next) of this rank's already done */
   int roots_due, roots_next;
+#ifdef RT_TRAIN_CUDA
+  /* every parameter with a gradient, for one-launch updates and norms */
+  int nlist;
+  float **lp, **lm, **lv;
+  const float **lg;
+  size_t *ln;
+  double *lwd;
+#endif
 };
 
 typedef struct RtTrainer Trainer;
@@ -94,6 +103,12 @@ static int finish(Trainer *t, int status) {
   t->mem = NULL;
   t->arena = NULL;
 #ifdef RT_TRAIN_CUDA
+  free(t->lp);
+  free(t->lm);
+  free(t->lv);
+  free(t->lg);
+  free(t->ln);
+  free(t->lwd);
   if (t->dev)
     rtc_arena_free(t->dev);
 #ifdef RT_TRAIN_MPI
@@ -713,6 +728,38 @@ static int zero_range(const Trainer *t, int i, size_t r, size_t *a, size_t *z, s
   return 1;
 }
 
+#ifdef RT_TRAIN_CUDA
+/* The list of the parameters with a gradient (device pointers), built once;
+ * 0 when there is none or no memory. */
+static int param_list(Trainer *t) {
+  const RtProgram *pg = t->pg;
+  if (t->nlist) return 1;
+  size_t k = (size_t)(pg->nparams > 0 ? pg->nparams : 1);
+  t->lp = malloc(k * sizeof *t->lp);
+  t->lm = malloc(k * sizeof *t->lm);
+  t->lv = malloc(k * sizeof *t->lv);
+  t->lg = malloc(k * sizeof *t->lg);
+  t->ln = malloc(k * sizeof *t->ln);
+  t->lwd = malloc(k * sizeof *t->lwd);
+  if (!t->lp || !t->lm || !t->lv || !t->lg || !t->ln || !t->lwd) return 0;
+  int n = 0;
+  for (int i = 0; i < pg->nparams; i++) {
+    const RtParam *p = &pg->params[i];
+    if (p->grad < 0)
+      continue;
+    t->lp[n] = (float *)(t->dev + p->offset);
+    t->lg[n] = (const float *)(t->dev + p->grad);
+    t->lm[n] = p->opt >= 0 ? (float *)(t->dev + p->opt) : NULL;
+    t->lv[n] = p->opt2 >= 0 ? (float *)(t->dev + p->opt2) : NULL;
+    t->ln[n] = p->numel;
+    t->lwd[n] = p->decay ? pg->weight_decay : 0.0;
+    n++;
+  }
+  t->nlist = n;
+  return n > 0;
+}
+#endif
+
 /* The global norm of the summed gradients (before the 1/DP mean): Σ w·x²
  * in parameter order, summed over the op's axis. */
 static double grad_norm(Trainer *t, const RtStepOp *op) {
@@ -724,6 +771,13 @@ static double grad_norm(Trainer *t, const RtStepOp *op) {
   case RT_NORM_PARAMS:
   case RT_NORM_PARAMS_DP0: /* the data ranks (dp, and sp under ring attention) hold the same
                             * sums: count data rank 0's */
+#ifdef RT_TRAIN_CUDA
+    if (!pg->norm_w && param_list(t)) { /* one reduction over every gradient */
+      if (op->mode == RT_NORM_PARAMS || coord(t, RT_AX_DATA) == 0)
+        ss = rt_sumsq_list_cu(t->lg, t->ln, t->nlist);
+      break;
+    }
+#endif
     for (int i = 0; i < pg->nparams && (op->mode == RT_NORM_PARAMS || coord(t, RT_AX_DATA) == 0);
          i++)
       if (pg->params[i].grad >= 0)
@@ -949,6 +1003,14 @@ static void optimizer_step(Trainer *t, const RtStepOp *op, long step, double lr,
     placed_step(t, step, lr, grad_scale, dir);
     return;
   }
+#ifdef RT_TRAIN_CUDA
+  if (op->mode == RT_UPDATE_PARAMS && pg->opt == RT_OPT_ADAMW && param_list(t)) {
+    /* one launch over every tensor */
+    RtcAdamwList l = {t->nlist, t->lp, t->lg, t->lm, t->lv, t->ln, t->lwd};
+    rt_adamw_multi_cu(&l, lr, pg->beta1, pg->beta2, pg->eps, step, grad_scale);
+    return;
+  }
+#endif
   if (op->mode == RT_UPDATE_PARAMS) {
     for (int i = 0; i < pg->nparams; i++) {
       const RtParam *p = &pg->params[i];
@@ -1447,6 +1509,7 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
   t->arena = t->dev = t->mem->base;
 #ifdef RT_TRAIN_CUDA
   t->dev = NULL;
+  rtc_gemm_bf16 = pg->bf16;
   const char *gpu = NULL;
   if (!all_ok(t, rtc_device_init(t->rank, &gpu) == RT_OK) ||
       !all_ok(t, rtc_arena_alloc(pg->arena_bytes + RT_GUARD_BYTES, &t->dev) == RT_OK))
@@ -1464,8 +1527,9 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
 #ifdef RT_TRAIN_CUDA
   rtc_to_device(t->dev, t->arena, pg->persistent_bytes);
   if (t->rank == 0 && !a->quiet)
-    printf("device:   %s (%d rank%s, %s)\n", gpu ? gpu : "?", t->world, t->world == 1 ? "" : "s",
-           a->comm_mpi ? "collectives staged through MPI" : "NCCL");
+    printf("device:   %s (%d rank%s, %s; GEMMs %s)\n", gpu ? gpu : "?", t->world,
+           t->world == 1 ? "" : "s", a->comm_mpi ? "collectives staged through MPI" : "NCCL",
+           pg->bf16 ? "bf16 tensor cores, fp32 accumulation" : "fp32, TF32 off");
 #endif
   if (a->save &&
       !all_ok(t, t->rank != 0 || rt_ckpt_check_target(a->save, t->rank == 0 && !a->quiet) == RT_OK))

@@ -23,6 +23,7 @@
  * No atomics anywhere in this file.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.cuh"
@@ -144,13 +145,45 @@ static void rtc_dbias_(float *dbias, const float *dout, int N, int OC) {
  * Not thread-safe (the plan cache): one host thread drives rtc_stream.
  */
 
+int rtc_gemm_bf16;
+
 #ifdef RTC_HOST
+
+/* x rounded to bf16 (to nearest, ties to even) and back: what the tensor
+ * cores see of an fp32 input under CUBLAS_COMPUTE_32F_FAST_16BF. */
+static float rtc_bf16_round_(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) // finite: round the low 16 bits away
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+/* A column-major matrix of cols columns of rows elements at stride ld,
+ * rounded to bf16 into a new buffer (free it). */
+static float *rtc_bf16_copy_(const float *x, int rows, int cols, int ld) {
+  size_t n = cols ? (size_t)(cols - 1) * (size_t)ld + (size_t)rows : 0;
+  float *y = (float *)malloc(n ? n * sizeof(float) : 1);
+  if (!y) rtc_fail("host", "malloc", "out of memory", __FILE__, __LINE__, "");
+  for (size_t i = 0; i < n; i++) y[i] = rtc_bf16_round_(x[i]);
+  return y;
+}
 
 static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
                      const float *b, int ldb, float beta, float *c, int ldc, const float *bias) {
   // the column-major call of the GPU build: cᵀ (N,M) = op(b)ᵀ (N,K) · op(a)ᵀ (K,M)
+  float *ra = NULL, *rb = NULL;
+  if (rtc_gemm_bf16) {
+    ra = rtc_bf16_copy_(a, ta ? M : K, ta ? K : M, lda);
+    rb = rtc_bf16_copy_(b, tb ? K : N, tb ? N : K, ldb);
+    a = ra;
+    b = rb;
+  }
   cblas_sgemm(CblasColMajor, tb ? CblasTrans : CblasNoTrans, ta ? CblasTrans : CblasNoTrans, N,
               M, K, alpha, b, ldb, a, lda, beta, c, ldc);
+  free(ra);
+  free(rb);
   if (bias) // the epilogue: added after alpha·op(a)·op(b)
     for (size_t i = 0; i < (size_t)M; i++)
       for (int j = 0; j < N; j++)
@@ -174,7 +207,7 @@ static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const flo
  * alignments are part of the key because the heuristic picks algorithms by
  * them (cuBLASLt assumes 256-byte alignment unless told). */
 typedef struct {
-  int ta, tb, M, N, K, lda, ldb, ldc, bias;
+  int ta, tb, M, N, K, lda, ldb, ldc, bias, bf16;
   int align_a, align_b, align_c, align_bias;
 } RtcGemmKey;
 
@@ -227,7 +260,8 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const float *bias) {
   p->key = *key;
   cublasOperation_t opb = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opa = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasCheck(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasCheck(cublasLtMatmulDescCreate(
+      &p->op, key->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof opb));
   cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof opa));
   cublasLtEpilogue_t epi = key->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -304,6 +338,7 @@ static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const flo
   key.ldb = ldb;
   key.ldc = ldc;
   key.bias = bias != NULL;
+  key.bf16 = rtc_gemm_bf16 != 0;
   key.align_a = rtc_align_(a);
   key.align_b = rtc_align_(b);
   key.align_c = rtc_align_(c);

@@ -28,6 +28,12 @@ typedef struct CUstream_st *rtc_stream_t;
 #endif
 /* The stream every launcher uses (set by the driver; 0: the legacy default). */
 extern rtc_stream_t rtc_stream;
+/* precision = bf16 (set by the driver): GEMMs run on bf16 tensor cores, their
+ * fp32 inputs rounded to bf16, with fp32 accumulation and output
+ * (cuBLASLt's CUBLAS_COMPUTE_32F_FAST_16BF; the host build rounds the
+ * inputs itself).  Buffers stay fp32, so the memory plan is unchanged.
+ * 0: fp32 with TF32 off, for checking against the cpu target. */
+extern int rtc_gemm_bf16;
 
 /* ---- matmul (k_matmul.cu): cuBLASLt, fp32 with TF32 off (host: cblas) ---- */
 void rt_matmul_forward_cu(float *out, const float *inp, const float *weight, const float *bias,

@@ -37,3 +37,15 @@ foreach(src ${SHARDC_CUDA_TESTS})
                        SKIP_RETURN_CODE 77 TIMEOUT 300
                        ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
 endforeach()
+
+# The CUDA programs (issue 10): every CUDA/cuBLASLt/NCCL call checked; the
+# tiny GPT and plans on 2-4 ranks trained through the host build of their
+# CUDA programs against the cpu target; every sample and strategy of the
+# equivalence matrix built by nvcc (skipped without nvcc).
+add_test(NAME cuda/checked-calls COMMAND ${CMAKE_CURRENT_LIST_DIR}/checked.sh ${SHARDC_BIN})
+add_test(NAME cuda/programs COMMAND ${CMAKE_CURRENT_LIST_DIR}/programs.sh ${SHARDC_BIN})
+add_test(NAME cuda/build-all COMMAND ${CMAKE_CURRENT_LIST_DIR}/build_all.sh ${SHARDC_BIN} 2)
+set_tests_properties(cuda/checked-calls PROPERTIES TIMEOUT 120)
+set_tests_properties(cuda/programs PROPERTIES TIMEOUT 1500 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+set_tests_properties(cuda/build-all PROPERTIES TIMEOUT 1500 SKIP_RETURN_CODE 77)

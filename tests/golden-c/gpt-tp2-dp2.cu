@@ -546,11 +546,11 @@ static double forward(RtPass *p) {
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(12212224), F(12212224), 131072);
   rtc_to_host(HI(6767616), I(6767616), 1024);
-  rtc_to_host(HF(7516160), F(7516160), 4);
   rt_check(rt_vp_crossentropy_forward_f32(p->mesh, RT_AX_TP, &ce_loss[0], HF(12212224), HI(6767616), 256, 128, p->mesh->coord[RT_AX_TP] * 128, 256, (double *)HF(7516224)));
   ce_rows[0] = 256;
   *HF(7516160) = (float)ce_loss[0];
   rtc_to_device(F(7516160), HF(7516160), 4);
+  rtc_to_device(F(7516224), HF(7516224), 6144);
   return ce_loss[0];
 }
 
@@ -569,6 +569,7 @@ static void backward(RtPass *p) {
   rtc_to_host(HF(12474368), F(12474368), 131072);
   rt_vp_crossentropy_backward_acc_f32(p->mesh, RT_AX_TP, HF(12474368), HF(12212224), HI(6767616), 256, 128, p->mesh->coord[RT_AX_TP] * 128, *HF(7516224), ce_rows[0], (double *)HF(7516288));
   rtc_to_device(F(12474368), HF(12474368), 131072);
+  rtc_to_device(F(7516288), HF(7516288), 6144);
   // gpt.shard:13  d%182, d@embed.weight += matmul_bwd d%163, %182, @embed.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128], f32[128,128]
   rtc_memset(F(12212224), 0, 131072);  // d%182 starts here

@@ -281,9 +281,6 @@ static double forward(RtPass *p) {
   rtc_to_host(HF(3399680), F(3399680), 32768);
   rtc_to_host(HF(49152), F(49152), 256);
   rtc_to_host(HF(49408), F(49408), 256);
-  rtc_to_host(HF(3432448), F(3432448), 32768);
-  rtc_to_host(HF(3465216), F(3465216), 512);
-  rtc_to_host(HF(3465728), F(3465728), 512);
   rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
                                  HF(3432448), HF(3465216), HF(3465728),
                                  HF(3399680), HF(49152), HF(49408),
@@ -291,17 +288,18 @@ static double forward(RtPass *p) {
   rtc_to_device(F(3432448), HF(3432448), 32768);
   rtc_to_device(F(3465216), HF(3465216), 512);
   rtc_to_device(F(3465728), HF(3465728), 512);
+  rtc_to_device(F(3466240), HF(3466240), 2048);
   // gpt.shard:5 (blocks.0.attn)  %12 = matmul %8, @blocks.0.attn.qkv.weight
   // f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,192]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(3432448), F(3432448), 32768);
   rtc_to_host(HF(49664), F(49664), 49152);
-  rtc_to_host(HF(3466240), F(3466240), 98304);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(3466240), HF(3432448), HF(49664), NULL,
                        128, 64, 192, HF(3564544));
   rtc_to_device(F(3466240), HF(3466240), 98304);
+  rtc_to_device(F(3564544), HF(3564544), 81920);
   // gpt.shard:5 (blocks.0.attn)  %14 = add %12, @blocks.0.attn.qkv.bias
   // f32[B=2,T=64,192], f32[192] -> f32[B=2,T=64,192]
   {
@@ -330,12 +328,12 @@ static double forward(RtPass *p) {
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(3564544), F(3564544), 32768);
   rtc_to_host(HF(99584), F(99584), 16384);
-  rtc_to_host(HF(3598336), F(3598336), 32768);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(3598336), HF(3564544), HF(99584), NULL,
                        128, 64, 64, HF(3631104));
   rtc_to_device(F(3598336), HF(3598336), 32768);
+  rtc_to_device(F(3631104), HF(3631104), 49152);
   // gpt.shard:5 (blocks.0.attn)  %27 = add %25, @blocks.0.attn.proj.bias; %28 = add %5, %27
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -354,9 +352,6 @@ static double forward(RtPass *p) {
   rtc_to_host(HF(3663872), F(3663872), 32768);
   rtc_to_host(HF(116224), F(116224), 256);
   rtc_to_host(HF(116480), F(116480), 256);
-  rtc_to_host(HF(3598336), F(3598336), 32768);
-  rtc_to_host(HF(3631104), F(3631104), 512);
-  rtc_to_host(HF(3631616), F(3631616), 512);
   rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
                                  HF(3598336), HF(3631104), HF(3631616),
                                  HF(3663872), HF(116224), HF(116480),
@@ -364,17 +359,18 @@ static double forward(RtPass *p) {
   rtc_to_device(F(3598336), HF(3598336), 32768);
   rtc_to_device(F(3631104), HF(3631104), 512);
   rtc_to_device(F(3631616), HF(3631616), 512);
+  rtc_to_device(F(3632128), HF(3632128), 2048);
   // gpt.shard:6 (blocks.0.mlp)  %35 = matmul %31, @blocks.0.mlp.fc.weight
   // f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,256]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(3598336), F(3598336), 32768);
   rtc_to_host(HF(116736), F(116736), 65536);
-  rtc_to_host(HF(3696640), F(3696640), 131072);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(3696640), HF(3598336), HF(116736), NULL,
                        128, 64, 256, HF(3827712));
   rtc_to_device(F(3696640), HF(3696640), 131072);
+  rtc_to_device(F(3827712), HF(3827712), 98304);
   // gpt.shard:6 (blocks.0.mlp)  %37 = add %35, @blocks.0.mlp.fc.bias; %38 = gelu %37
   // f32[B=2,T=64,256], f32[256] -> f32[B=2,T=64,256]
   {
@@ -394,12 +390,12 @@ static double forward(RtPass *p) {
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(3958784), F(3958784), 131072);
   rtc_to_host(HF(183296), F(183296), 65536);
-  rtc_to_host(HF(3696640), F(3696640), 32768);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(3696640), HF(3958784), HF(183296), NULL,
                        128, 256, 64, HF(4089856));
   rtc_to_device(F(3696640), HF(3696640), 32768);
+  rtc_to_device(F(4089856), HF(4089856), 196608);
   // gpt.shard:6 (blocks.0.mlp)  %42 = add %40, @blocks.0.mlp.proj.bias; %43 = add %28, %42
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -418,9 +414,6 @@ static double forward(RtPass *p) {
   rtc_to_host(HF(3762176), F(3762176), 32768);
   rtc_to_host(HF(249088), F(249088), 256);
   rtc_to_host(HF(249344), F(249344), 256);
-  rtc_to_host(HF(3794944), F(3794944), 32768);
-  rtc_to_host(HF(3632128), F(3632128), 512);
-  rtc_to_host(HF(3632640), F(3632640), 512);
   rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
                                  HF(3794944), HF(3632128), HF(3632640),
                                  HF(3762176), HF(249088), HF(249344),
@@ -428,17 +421,18 @@ static double forward(RtPass *p) {
   rtc_to_device(F(3794944), HF(3794944), 32768);
   rtc_to_device(F(3632128), HF(3632128), 512);
   rtc_to_device(F(3632640), HF(3632640), 512);
+  rtc_to_device(F(3633152), HF(3633152), 2048);
   // gpt.shard:5 (blocks.1.attn)  %50 = matmul %46, @blocks.1.attn.qkv.weight
   // f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,192]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(3794944), F(3794944), 32768);
   rtc_to_host(HF(249600), F(249600), 49152);
-  rtc_to_host(HF(4089856), F(4089856), 98304);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(4089856), HF(3794944), HF(249600), NULL,
                        128, 64, 192, HF(4188160));
   rtc_to_device(F(4089856), HF(4089856), 98304);
+  rtc_to_device(F(4188160), HF(4188160), 81920);
   // gpt.shard:5 (blocks.1.attn)  %52 = add %50, @blocks.1.attn.qkv.bias
   // f32[B=2,T=64,192], f32[192] -> f32[B=2,T=64,192]
   {
@@ -467,12 +461,12 @@ static double forward(RtPass *p) {
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(4122624), F(4122624), 32768);
   rtc_to_host(HF(299520), F(299520), 16384);
-  rtc_to_host(HF(4155392), F(4155392), 32768);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(4155392), HF(4122624), HF(299520), NULL,
                        128, 64, 64, HF(4188160));
   rtc_to_device(F(4155392), HF(4155392), 32768);
+  rtc_to_device(F(4188160), HF(4188160), 49152);
   // gpt.shard:5 (blocks.1.attn)  %65 = add %63, @blocks.1.attn.proj.bias; %66 = add %43, %65
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -491,9 +485,6 @@ static double forward(RtPass *p) {
   rtc_to_host(HF(4220928), F(4220928), 32768);
   rtc_to_host(HF(316160), F(316160), 256);
   rtc_to_host(HF(316416), F(316416), 256);
-  rtc_to_host(HF(4253696), F(4253696), 32768);
-  rtc_to_host(HF(3634176), F(3634176), 512);
-  rtc_to_host(HF(3634688), F(3634688), 512);
   rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
                                  HF(4253696), HF(3634176), HF(3634688),
                                  HF(4220928), HF(316160), HF(316416),
@@ -501,17 +492,18 @@ static double forward(RtPass *p) {
   rtc_to_device(F(4253696), HF(4253696), 32768);
   rtc_to_device(F(3634176), HF(3634176), 512);
   rtc_to_device(F(3634688), HF(3634688), 512);
+  rtc_to_device(F(3635200), HF(3635200), 2048);
   // gpt.shard:6 (blocks.1.mlp)  %73 = matmul %69, @blocks.1.mlp.fc.weight
   // f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,256]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(4253696), F(4253696), 32768);
   rtc_to_host(HF(316672), F(316672), 65536);
-  rtc_to_host(HF(4286464), F(4286464), 131072);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(4286464), HF(4253696), HF(316672), NULL,
                        128, 64, 256, HF(4417536));
   rtc_to_device(F(4286464), HF(4286464), 131072);
+  rtc_to_device(F(4417536), HF(4417536), 98304);
   // gpt.shard:6 (blocks.1.mlp)  %75 = add %73, @blocks.1.mlp.fc.bias; %76 = gelu %75
   // f32[B=2,T=64,256], f32[256] -> f32[B=2,T=64,256]
   {
@@ -531,12 +523,12 @@ static double forward(RtPass *p) {
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(4548608), F(4548608), 131072);
   rtc_to_host(HF(383232), F(383232), 65536);
-  rtc_to_host(HF(4155392), F(4155392), 32768);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(4155392), HF(4548608), HF(383232), NULL,
                        128, 256, 64, HF(4679680));
   rtc_to_device(F(4155392), HF(4155392), 32768);
+  rtc_to_device(F(4679680), HF(4679680), 196608);
   // gpt.shard:6 (blocks.1.mlp)  %80 = add %78, @blocks.1.mlp.proj.bias; %81 = add %66, %80
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -555,9 +547,6 @@ static double forward(RtPass *p) {
   rtc_to_host(HF(4286464), F(4286464), 32768);
   rtc_to_host(HF(449024), F(449024), 256);
   rtc_to_host(HF(449280), F(449280), 256);
-  rtc_to_host(HF(4155392), F(4155392), 32768);
-  rtc_to_host(HF(3635200), F(3635200), 512);
-  rtc_to_host(HF(3635712), F(3635712), 512);
   rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
                                  HF(4155392), HF(3635200), HF(3635712),
                                  HF(4286464), HF(449024), HF(449280),
@@ -565,17 +554,18 @@ static double forward(RtPass *p) {
   rtc_to_device(F(4155392), HF(4155392), 32768);
   rtc_to_device(F(3635200), HF(3635200), 512);
   rtc_to_device(F(3635712), HF(3635712), 512);
+  rtc_to_device(F(3636224), HF(3636224), 2048);
   // gpt.shard:5 (blocks.2.attn)  %88 = matmul %84, @blocks.2.attn.qkv.weight
   // f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,192]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(4155392), F(4155392), 32768);
   rtc_to_host(HF(449536), F(449536), 49152);
-  rtc_to_host(HF(4319232), F(4319232), 98304);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(4319232), HF(4155392), HF(449536), NULL,
                        128, 64, 192, HF(4679680));
   rtc_to_device(F(4319232), HF(4319232), 98304);
+  rtc_to_device(F(4679680), HF(4679680), 81920);
   // gpt.shard:5 (blocks.2.attn)  %90 = add %88, @blocks.2.attn.qkv.bias
   // f32[B=2,T=64,192], f32[192] -> f32[B=2,T=64,192]
   {
@@ -604,12 +594,12 @@ static double forward(RtPass *p) {
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(4384768), F(4384768), 32768);
   rtc_to_host(HF(499456), F(499456), 16384);
-  rtc_to_host(HF(4679680), F(4679680), 32768);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(4679680), HF(4384768), HF(499456), NULL,
                        128, 64, 64, HF(4712448));
   rtc_to_device(F(4679680), HF(4679680), 32768);
+  rtc_to_device(F(4712448), HF(4712448), 49152);
   // gpt.shard:5 (blocks.2.attn)  %103 = add %101, @blocks.2.attn.proj.bias; %104 = add %81, %103
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -628,9 +618,6 @@ static double forward(RtPass *p) {
   rtc_to_host(HF(4745216), F(4745216), 32768);
   rtc_to_host(HF(516096), F(516096), 256);
   rtc_to_host(HF(516352), F(516352), 256);
-  rtc_to_host(HF(4679680), F(4679680), 32768);
-  rtc_to_host(HF(3637248), F(3637248), 512);
-  rtc_to_host(HF(3637760), F(3637760), 512);
   rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
                                  HF(4679680), HF(3637248), HF(3637760),
                                  HF(4745216), HF(516096), HF(516352),
@@ -638,17 +625,18 @@ static double forward(RtPass *p) {
   rtc_to_device(F(4679680), HF(4679680), 32768);
   rtc_to_device(F(3637248), HF(3637248), 512);
   rtc_to_device(F(3637760), HF(3637760), 512);
+  rtc_to_device(F(3638272), HF(3638272), 2048);
   // gpt.shard:6 (blocks.2.mlp)  %111 = matmul %107, @blocks.2.mlp.fc.weight
   // f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,256]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(4679680), F(4679680), 32768);
   rtc_to_host(HF(516608), F(516608), 65536);
-  rtc_to_host(HF(4777984), F(4777984), 131072);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(4777984), HF(4679680), HF(516608), NULL,
                        128, 64, 256, HF(4909056));
   rtc_to_device(F(4777984), HF(4777984), 131072);
+  rtc_to_device(F(4909056), HF(4909056), 98304);
   // gpt.shard:6 (blocks.2.mlp)  %113 = add %111, @blocks.2.mlp.fc.bias; %114 = gelu %113
   // f32[B=2,T=64,256], f32[256] -> f32[B=2,T=64,256]
   {
@@ -668,12 +656,12 @@ static double forward(RtPass *p) {
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(5040128), F(5040128), 131072);
   rtc_to_host(HF(583168), F(583168), 65536);
-  rtc_to_host(HF(4712448), F(4712448), 32768);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(4712448), HF(5040128), HF(583168), NULL,
                        128, 256, 64, HF(5171200));
   rtc_to_device(F(4712448), HF(4712448), 32768);
+  rtc_to_device(F(5171200), HF(5171200), 196608);
   // gpt.shard:6 (blocks.2.mlp)  %118 = add %116, @blocks.2.mlp.proj.bias; %119 = add %104, %118
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -692,9 +680,6 @@ static double forward(RtPass *p) {
   rtc_to_host(HF(4810752), F(4810752), 32768);
   rtc_to_host(HF(648960), F(648960), 256);
   rtc_to_host(HF(649216), F(649216), 256);
-  rtc_to_host(HF(4712448), F(4712448), 32768);
-  rtc_to_host(HF(3638272), F(3638272), 512);
-  rtc_to_host(HF(3638784), F(3638784), 512);
   rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
                                  HF(4712448), HF(3638272), HF(3638784),
                                  HF(4810752), HF(648960), HF(649216),
@@ -702,17 +687,18 @@ static double forward(RtPass *p) {
   rtc_to_device(F(4712448), HF(4712448), 32768);
   rtc_to_device(F(3638272), HF(3638272), 512);
   rtc_to_device(F(3638784), HF(3638784), 512);
+  rtc_to_device(F(3639296), HF(3639296), 2048);
   // gpt.shard:5 (blocks.3.attn)  %126 = matmul %122, @blocks.3.attn.qkv.weight
   // f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,192]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(4712448), F(4712448), 32768);
   rtc_to_host(HF(649472), F(649472), 49152);
-  rtc_to_host(HF(5171200), F(5171200), 98304);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(5171200), HF(4712448), HF(649472), NULL,
                        128, 64, 192, HF(5269504));
   rtc_to_device(F(5171200), HF(5171200), 98304);
+  rtc_to_device(F(5269504), HF(5269504), 81920);
   // gpt.shard:5 (blocks.3.attn)  %128 = add %126, @blocks.3.attn.qkv.bias
   // f32[B=2,T=64,192], f32[192] -> f32[B=2,T=64,192]
   {
@@ -741,12 +727,12 @@ static double forward(RtPass *p) {
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(5171200), F(5171200), 32768);
   rtc_to_host(HF(699392), F(699392), 16384);
-  rtc_to_host(HF(5203968), F(5203968), 32768);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(5203968), HF(5171200), HF(699392), NULL,
                        128, 64, 64, HF(5236736));
   rtc_to_device(F(5203968), HF(5203968), 32768);
+  rtc_to_device(F(5236736), HF(5236736), 49152);
   // gpt.shard:5 (blocks.3.attn)  %141 = add %139, @blocks.3.attn.proj.bias; %142 = add %119, %141
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -765,9 +751,6 @@ static double forward(RtPass *p) {
   rtc_to_host(HF(5269504), F(5269504), 32768);
   rtc_to_host(HF(716032), F(716032), 256);
   rtc_to_host(HF(716288), F(716288), 256);
-  rtc_to_host(HF(5203968), F(5203968), 32768);
-  rtc_to_host(HF(3640320), F(3640320), 512);
-  rtc_to_host(HF(3640832), F(3640832), 512);
   rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
                                  HF(5203968), HF(3640320), HF(3640832),
                                  HF(5269504), HF(716032), HF(716288),
@@ -775,17 +758,18 @@ static double forward(RtPass *p) {
   rtc_to_device(F(5203968), HF(5203968), 32768);
   rtc_to_device(F(3640320), HF(3640320), 512);
   rtc_to_device(F(3640832), HF(3640832), 512);
+  rtc_to_device(F(3641344), HF(3641344), 2048);
   // gpt.shard:6 (blocks.3.mlp)  %149 = matmul %145, @blocks.3.mlp.fc.weight
   // f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,256]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(5203968), F(5203968), 32768);
   rtc_to_host(HF(716544), F(716544), 65536);
-  rtc_to_host(HF(5302272), F(5302272), 131072);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(5302272), HF(5203968), HF(716544), NULL,
                        128, 64, 256, HF(5433344));
   rtc_to_device(F(5302272), HF(5302272), 131072);
+  rtc_to_device(F(5433344), HF(5433344), 98304);
   // gpt.shard:6 (blocks.3.mlp)  %151 = add %149, @blocks.3.mlp.fc.bias; %152 = gelu %151
   // f32[B=2,T=64,256], f32[256] -> f32[B=2,T=64,256]
   {
@@ -805,12 +789,12 @@ static double forward(RtPass *p) {
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(5564416), F(5564416), 131072);
   rtc_to_host(HF(783104), F(783104), 65536);
-  rtc_to_host(HF(5236736), F(5236736), 32768);
   rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
                        HF(5236736), HF(5564416), HF(783104), NULL,
                        128, 256, 64, HF(5695488));
   rtc_to_device(F(5236736), HF(5236736), 32768);
+  rtc_to_device(F(5695488), HF(5695488), 196608);
   // gpt.shard:6 (blocks.3.mlp)  %156 = add %154, @blocks.3.mlp.proj.bias; %157 = add %142, %156
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -829,9 +813,6 @@ static double forward(RtPass *p) {
   rtc_to_host(HF(5335040), F(5335040), 32768);
   rtc_to_host(HF(848896), F(848896), 256);
   rtc_to_host(HF(849152), F(849152), 256);
-  rtc_to_host(HF(5236736), F(5236736), 32768);
-  rtc_to_host(HF(3641344), F(3641344), 512);
-  rtc_to_host(HF(3641856), F(3641856), 512);
   rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
                                  HF(5236736), HF(3641344), HF(3641856),
                                  HF(5335040), HF(848896), HF(849152),
@@ -839,6 +820,7 @@ static double forward(RtPass *p) {
   rtc_to_device(F(5236736), HF(5236736), 32768);
   rtc_to_device(F(3641344), HF(3641344), 512);
   rtc_to_device(F(3641856), HF(3641856), 512);
+  rtc_to_device(F(3642368), HF(3642368), 2048);
   // gpt.shard:13  %166 = all_gather_g %160
   // f32[B=2,T=64,64] -> f32[B=4,T=64,64]
   rtc_allgather_dim(p->mesh, RT_AX_TPC, F(5367808), F(5236736), 1, 8192, NULL);
@@ -854,11 +836,11 @@ static double forward(RtPass *p) {
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
   rtc_to_host(HF(5826560), F(5826560), 131072);
   rtc_to_host(HI(3398656), I(3398656), 1024);
-  rtc_to_host(HF(3642368), F(3642368), 4);
   rt_check(rt_vp_crossentropy_forward_f32(p->mesh, RT_AX_TPC, &ce_loss[0], HF(5826560), HI(3398656), 256, 128, p->mesh->coord[RT_AX_TPC] * 128, 256, (double *)HF(3642432)));
   ce_rows[0] = 256;
   *HF(3642368) = (float)ce_loss[0];
   rtc_to_device(F(3642368), HF(3642368), 4);
+  rtc_to_device(F(3642432), HF(3642432), 6144);
   return ce_loss[0];
 }
 
@@ -877,6 +859,7 @@ static void backward(RtPass *p) {
   rtc_to_host(HF(5695488), F(5695488), 131072);
   rt_vp_crossentropy_backward_acc_f32(p->mesh, RT_AX_TPC, HF(5695488), HF(5826560), HI(3398656), 256, 128, p->mesh->coord[RT_AX_TPC] * 128, *HF(3642432), ce_rows[0], (double *)HF(3642496));
   rtc_to_device(F(5695488), HF(5695488), 131072);
+  rtc_to_device(F(3642496), HF(3642496), 6144);
   // gpt.shard:13  d%163 += acc d%167, %163
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(5826560), 0, 131072);  // d%163 starts here
@@ -911,6 +894,7 @@ static void backward(RtPass *p) {
   rtc_to_device(F(5236736), HF(5236736), 32768);
   rtc_to_device(F(1698304), HF(1698304), 256);
   rtc_to_device(F(1698560), HF(1698560), 256);
+  rtc_to_device(F(3642432), HF(3642432), 2048);
   // gpt.shard:6 (blocks.3)  d%142, _ += add_bwd d%157, %142, %156
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -945,6 +929,7 @@ static void backward(RtPass *p) {
                         128, 256, 64, HF(5826560));
   rtc_to_device(F(5695488), HF(5695488), 131072);
   rtc_to_device(F(1632512), HF(1632512), 65536);
+  rtc_to_device(F(5826560), HF(5826560), 393216);
   // gpt.shard:6 (blocks.3.mlp)  d%151 += gelu_bwd d%152, %151
   // f32[B=2,T=64,256], f32[B=2,T=64,256] -> f32[B=2,T=64,256]
   rtc_memset(F(5564416), 0, 131072);  // d%151 starts here
@@ -974,6 +959,7 @@ static void backward(RtPass *p) {
                         128, 64, 256, HF(5335040));
   rtc_to_device(F(5236736), HF(5236736), 32768);
   rtc_to_device(F(1565952), HF(1565952), 65536);
+  rtc_to_device(F(5335040), HF(5335040), 196608);
   // gpt.shard:6 (blocks.3)  d%142, d@blocks.3.ln_2.weight, d@blocks.3.ln_2.bias += layernorm_bwd d%145, %142, @blocks.3.ln_2.weight, %146, %147
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -992,6 +978,7 @@ static void backward(RtPass *p) {
   rtc_to_device(F(5302272), HF(5302272), 32768);
   rtc_to_device(F(1565440), HF(1565440), 256);
   rtc_to_device(F(1565696), HF(1565696), 256);
+  rtc_to_device(F(3642432), HF(3642432), 2048);
   // gpt.shard:5 (blocks.3)  d%119, _ += add_bwd d%142, %119, %141
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -1026,6 +1013,7 @@ static void backward(RtPass *p) {
                         128, 64, 64, HF(5335040));
   rtc_to_device(F(5236736), HF(5236736), 32768);
   rtc_to_device(F(1548800), HF(1548800), 16384);
+  rtc_to_device(F(5335040), HF(5335040), 98304);
   // gpt.shard:5 (blocks.3.attn)  d%130, d%132, d%134 += attention_bwd d%135, %130, %132, %134, %135, %136
   // f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,2,T=64] -> f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32]
   rtc_memset(F(5269504), 0, 32768);  // d%130 starts here
@@ -1068,6 +1056,7 @@ static void backward(RtPass *p) {
                         128, 64, 192, HF(5466112));
   rtc_to_device(F(4777984), HF(4777984), 32768);
   rtc_to_device(F(1498880), HF(1498880), 49152);
+  rtc_to_device(F(5466112), HF(5466112), 163840);
   // gpt.shard:5 (blocks.3)  d%119, d@blocks.3.ln_1.weight, d@blocks.3.ln_1.bias += layernorm_bwd d%122, %119, @blocks.3.ln_1.weight, %123, %124
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1086,6 +1075,7 @@ static void backward(RtPass *p) {
   rtc_to_device(F(5203968), HF(5203968), 32768);
   rtc_to_device(F(1498368), HF(1498368), 256);
   rtc_to_device(F(1498624), HF(1498624), 256);
+  rtc_to_device(F(3639296), HF(3639296), 2048);
   // gpt.shard:6 (blocks.2)  d%104, _ += add_bwd d%119, %104, %118
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -1120,6 +1110,7 @@ static void backward(RtPass *p) {
                         128, 256, 64, HF(5236736));
   rtc_to_device(F(4777984), HF(4777984), 131072);
   rtc_to_device(F(1432576), HF(1432576), 65536);
+  rtc_to_device(F(5236736), HF(5236736), 393216);
   // gpt.shard:6 (blocks.2.mlp)  d%113 += gelu_bwd d%114, %113
   // f32[B=2,T=64,256], f32[B=2,T=64,256] -> f32[B=2,T=64,256]
   rtc_memset(F(5040128), 0, 131072);  // d%113 starts here
@@ -1149,6 +1140,7 @@ static void backward(RtPass *p) {
                         128, 64, 256, HF(4810752));
   rtc_to_device(F(4777984), HF(4777984), 32768);
   rtc_to_device(F(1366016), HF(1366016), 65536);
+  rtc_to_device(F(4810752), HF(4810752), 196608);
   // gpt.shard:6 (blocks.2)  d%104, d@blocks.2.ln_2.weight, d@blocks.2.ln_2.bias += layernorm_bwd d%107, %104, @blocks.2.ln_2.weight, %108, %109
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1167,6 +1159,7 @@ static void backward(RtPass *p) {
   rtc_to_device(F(4712448), HF(4712448), 32768);
   rtc_to_device(F(1365504), HF(1365504), 256);
   rtc_to_device(F(1365760), HF(1365760), 256);
+  rtc_to_device(F(3638272), HF(3638272), 2048);
   // gpt.shard:5 (blocks.2)  d%81, _ += add_bwd d%104, %81, %103
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -1201,6 +1194,7 @@ static void backward(RtPass *p) {
                         128, 64, 64, HF(4777984));
   rtc_to_device(F(4745216), HF(4745216), 32768);
   rtc_to_device(F(1348864), HF(1348864), 16384);
+  rtc_to_device(F(4777984), HF(4777984), 98304);
   // gpt.shard:5 (blocks.2.attn)  d%92, d%94, d%96 += attention_bwd d%97, %92, %94, %96, %97, %98
   // f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,2,T=64] -> f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32]
   rtc_memset(F(4712448), 0, 32768);  // d%92 starts here
@@ -1243,6 +1237,7 @@ static void backward(RtPass *p) {
                         128, 64, 192, HF(4712448));
   rtc_to_device(F(4188160), HF(4188160), 32768);
   rtc_to_device(F(1298944), HF(1298944), 49152);
+  rtc_to_device(F(4712448), HF(4712448), 163840);
   // gpt.shard:5 (blocks.2)  d%81, d@blocks.2.ln_1.weight, d@blocks.2.ln_1.bias += layernorm_bwd d%84, %81, @blocks.2.ln_1.weight, %85, %86
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1261,6 +1256,7 @@ static void backward(RtPass *p) {
   rtc_to_device(F(4679680), HF(4679680), 32768);
   rtc_to_device(F(1298432), HF(1298432), 256);
   rtc_to_device(F(1298688), HF(1298688), 256);
+  rtc_to_device(F(3636224), HF(3636224), 2048);
   // gpt.shard:6 (blocks.1)  d%66, _ += add_bwd d%81, %66, %80
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -1295,6 +1291,7 @@ static void backward(RtPass *p) {
                         128, 256, 64, HF(4712448));
   rtc_to_device(F(4286464), HF(4286464), 131072);
   rtc_to_device(F(1232640), HF(1232640), 65536);
+  rtc_to_device(F(4712448), HF(4712448), 393216);
   // gpt.shard:6 (blocks.1.mlp)  d%75 += gelu_bwd d%76, %75
   // f32[B=2,T=64,256], f32[B=2,T=64,256] -> f32[B=2,T=64,256]
   rtc_memset(F(4548608), 0, 131072);  // d%75 starts here
@@ -1324,6 +1321,7 @@ static void backward(RtPass *p) {
                         128, 64, 256, HF(4286464));
   rtc_to_device(F(4188160), HF(4188160), 32768);
   rtc_to_device(F(1166080), HF(1166080), 65536);
+  rtc_to_device(F(4286464), HF(4286464), 196608);
   // gpt.shard:6 (blocks.1)  d%66, d@blocks.1.ln_2.weight, d@blocks.1.ln_2.bias += layernorm_bwd d%69, %66, @blocks.1.ln_2.weight, %70, %71
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1342,6 +1340,7 @@ static void backward(RtPass *p) {
   rtc_to_device(F(4155392), HF(4155392), 32768);
   rtc_to_device(F(1165568), HF(1165568), 256);
   rtc_to_device(F(1165824), HF(1165824), 256);
+  rtc_to_device(F(3635200), HF(3635200), 2048);
   // gpt.shard:5 (blocks.1)  d%43, _ += add_bwd d%66, %43, %65
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -1376,6 +1375,7 @@ static void backward(RtPass *p) {
                         128, 64, 64, HF(4253696));
   rtc_to_device(F(4220928), HF(4220928), 32768);
   rtc_to_device(F(1148928), HF(1148928), 16384);
+  rtc_to_device(F(4253696), HF(4253696), 98304);
   // gpt.shard:5 (blocks.1.attn)  d%54, d%56, d%58 += attention_bwd d%59, %54, %56, %58, %59, %60
   // f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,2,T=64] -> f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32]
   rtc_memset(F(4155392), 0, 32768);  // d%54 starts here
@@ -1418,6 +1418,7 @@ static void backward(RtPass *p) {
                         128, 64, 192, HF(4417536));
   rtc_to_device(F(3696640), HF(3696640), 32768);
   rtc_to_device(F(1099008), HF(1099008), 49152);
+  rtc_to_device(F(4417536), HF(4417536), 163840);
   // gpt.shard:5 (blocks.1)  d%43, d@blocks.1.ln_1.weight, d@blocks.1.ln_1.bias += layernorm_bwd d%46, %43, @blocks.1.ln_1.weight, %47, %48
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1436,6 +1437,7 @@ static void backward(RtPass *p) {
   rtc_to_device(F(4188160), HF(4188160), 32768);
   rtc_to_device(F(1098496), HF(1098496), 256);
   rtc_to_device(F(1098752), HF(1098752), 256);
+  rtc_to_device(F(3633152), HF(3633152), 2048);
   // gpt.shard:6 (blocks.0)  d%28, _ += add_bwd d%43, %28, %42
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -1470,6 +1472,7 @@ static void backward(RtPass *p) {
                         128, 256, 64, HF(4220928));
   rtc_to_device(F(3696640), HF(3696640), 131072);
   rtc_to_device(F(1032704), HF(1032704), 65536);
+  rtc_to_device(F(4220928), HF(4220928), 393216);
   // gpt.shard:6 (blocks.0.mlp)  d%37 += gelu_bwd d%38, %37
   // f32[B=2,T=64,256], f32[B=2,T=64,256] -> f32[B=2,T=64,256]
   rtc_memset(F(3958784), 0, 131072);  // d%37 starts here
@@ -1499,6 +1502,7 @@ static void backward(RtPass *p) {
                         128, 64, 256, HF(3729408));
   rtc_to_device(F(3696640), HF(3696640), 32768);
   rtc_to_device(F(966144), HF(966144), 65536);
+  rtc_to_device(F(3729408), HF(3729408), 196608);
   // gpt.shard:6 (blocks.0)  d%28, d@blocks.0.ln_2.weight, d@blocks.0.ln_2.bias += layernorm_bwd d%31, %28, @blocks.0.ln_2.weight, %32, %33
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1517,6 +1521,7 @@ static void backward(RtPass *p) {
   rtc_to_device(F(4089856), HF(4089856), 32768);
   rtc_to_device(F(965632), HF(965632), 256);
   rtc_to_device(F(965888), HF(965888), 256);
+  rtc_to_device(F(3632128), HF(3632128), 2048);
   // gpt.shard:5 (blocks.0)  d%5, _ += add_bwd d%28, %5, %27
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -1551,6 +1556,7 @@ static void backward(RtPass *p) {
                         128, 64, 64, HF(3675200));
   rtc_to_device(F(3642432), HF(3642432), 32768);
   rtc_to_device(F(948992), HF(948992), 16384);
+  rtc_to_device(F(3675200), HF(3675200), 98304);
   // gpt.shard:5 (blocks.0.attn)  d%16, d%18, d%20 += attention_bwd d%21, %16, %18, %20, %21, %22
   // f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,2,T=64] -> f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32]
   rtc_memset(F(3675200), 0, 32768);  // d%16 starts here
@@ -1593,6 +1599,7 @@ static void backward(RtPass *p) {
                         128, 64, 192, HF(3642432));
   rtc_to_device(F(3564544), HF(3564544), 32768);
   rtc_to_device(F(899072), HF(899072), 49152);
+  rtc_to_device(F(3642432), HF(3642432), 163840);
   // gpt.shard:5 (blocks.0)  d%5, d@blocks.0.ln_1.weight, d@blocks.0.ln_1.bias += layernorm_bwd d%8, %5, @blocks.0.ln_1.weight, %9, %10
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1611,6 +1618,7 @@ static void backward(RtPass *p) {
   rtc_to_device(F(3598336), HF(3598336), 32768);
   rtc_to_device(F(898560), HF(898560), 256);
   rtc_to_device(F(898816), HF(898816), 256);
+  rtc_to_device(F(3631104), HF(3631104), 2048);
   // gpt.shard:11  _, d@pos.weight += add_bwd d%5, %165, @pos.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[T=64,64] -> f32[T=64,64]
   {

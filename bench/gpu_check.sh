@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# The GPU check of the cuda target (issue 10), in two halves:
+#
+#   bench/gpu_check.sh pack   on this (CPU) machine: builds shardc and the
+#                             CUDA runtime (nvcc, sm_90a), the kernel checks
+#                             (tests/cuda/test_k_*.cu built by nvcc), the
+#                             CUDA programs of the checks and their cpu
+#                             references, into bench/gpu-pack.tar.xz
+#   bench/gpu_check.sh run    on a machine with one NVIDIA H100/H200 and no
+#                             network: unpacks it and runs, in about 5
+#                             minutes, printing one table:
+#     1. the kernel checks on the GPU against the cpu kernels (fp32 < 1e-5);
+#     2. the tiny GPT 20 steps on the GPU (fp32: losses within 1e-4 of the cpu
+#        target's; bf16 GEMMs: within 2e-2), and the memory check (planned
+#        peak = the device arena's high-water mark);
+#     3. GPT-2 124M (samples/gpt2-124m.shard, precision bf16, seq 1024, the
+#        largest microbatch the plan fits in the H200's memory) for 35 steps
+#        on the built-in text: tokens/s and MFU over the 30 steps after 5
+#        warm-up steps, MFU = (6N + 12·L·T·d) FLOPs per token × tokens/s ÷
+#        989 TFLOP/s (dense bf16 peak of the H100 SXM and H200).
+#     Results go to $OUT/gpu_check.txt (the device tool brings them back)
+#     or bench/results/gpu_check-DATE.txt.
+#
+# Why the pack is built here: the GPU machine has nvcc 13 (the same as
+# here) but no flex/bison/libclang to build shardc, no OpenBLAS for the cpu
+# reference kernels, no MPI and no network.  The CUDA code is compiled by
+# nvcc for sm_90a; the pack carries OpenBLAS's shared library.  Multi-rank
+# runs (NCCL, or --comm mpi with two ranks on one GPU) need Open MPI there
+# and are not in this check.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cmd="${1:-}"
+tarball="$root/bench/gpu-pack.tar.xz"
+
+pack() {
+  local b="$root/build-gpupack" p
+  p=$(mktemp -d "${TMPDIR:-/tmp}/gpu-pack.XXXXXX")
+  trap 'rm -rf "$p"' RETURN
+  command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
+    { echo "gpu_check pack: needs nvcc (the CUDA toolkit)"; return 1; }
+  echo "building shardc and the runtime (portable x86-64, nvcc sm_90a) in $b ..."
+  bash "$root/scripts/build.sh" "$b" -DSHARDRT_NATIVE=OFF -DSHARDC_CUDA_ARCHS=90a || return 1
+  local bin="$b/shardc"
+  mkdir -p "$p/bin" "$p/lib" "$p/models" "$p/ref"
+  local t
+  for t in "$b"/runtime/cuda/cuda_gpu_test_k_*; do
+    [ -x "$t" ] && cp "$t" "$p/bin/" && strip "$p/bin/$(basename "$t")"
+  done
+  [ -n "$(ls "$p/bin")" ] || { echo "gpu_check pack: no kernel checks were built by nvcc"; return 1; }
+  # the programs: the tiny GPT in fp32 and with bf16 GEMMs, and GPT-2 124M
+  local g="$p/src"
+  mkdir -p "$g"
+  cp "$root/samples/gpt.shard" "$g/gpt.shard"
+  sed 's/precision = fp32/precision = bf16/' "$root/samples/gpt.shard" >"$g/gpt_bf16.shard"
+  local mesh=(--mesh 1:H200_SXM --strategy dp=1)
+  for m in gpt gpt_bf16; do
+    SHARDC_CUDA_ARCH=sm_90a "$bin" build "$g/$m.shard" --target cuda "${mesh[@]}" \
+      -o "$p/models/$m" >"$p/models/$m.build" 2>&1 || { cat "$p/models/$m.build"; return 1; }
+  done
+  # GPT-2: the largest microbatch (of the batch of 512) whose plan fits 141 GB
+  local mb chosen=
+  for mb in 64 32 16 8; do
+    sed "s/microbatch = [0-9]*/microbatch = $mb/" "$root/samples/gpt2-124m.shard" >"$g/gpt2.shard"
+    if "$bin" check "$g/gpt2.shard" --target cuda "${mesh[@]}" >/dev/null 2>&1; then
+      chosen=$mb
+      break
+    fi
+  done
+  [ -n "$chosen" ] || { echo "gpu_check pack: GPT-2 fits no microbatch"; return 1; }
+  SHARDC_CUDA_ARCH=sm_90a "$bin" build "$g/gpt2.shard" --target cuda "${mesh[@]}" \
+    -o "$p/models/gpt2" >"$p/models/gpt2.build" 2>&1 || { cat "$p/models/gpt2.build"; return 1; }
+  "$bin" compile "$g/gpt2.shard" --target cuda "${mesh[@]}" --emit=plan >"$p/models/gpt2.plan" 2>&1
+  echo "$chosen" >"$p/models/gpt2.microbatch"
+  for m in gpt gpt_bf16 gpt2; do strip "$p/models/$m/train"; done
+  # the cpu target's tiny GPT, 20 steps: the reference losses
+  "$bin" build "$g/gpt.shard" --mesh 1 --strategy dp=1 -o "$p/ref/gpt-cpu" >/dev/null || return 1
+  "$p/ref/gpt-cpu/train" --steps 20 --quiet --data "$root/samples/data/tales.txt" \
+    --log "$p/ref/gpt-cpu.jsonl" || return 1
+  rm -rf "$p/ref/gpt-cpu" "$g"
+  # OpenBLAS (the cpu kernels the checks compare with) and its runtime
+  local l
+  for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+    cp -L "$(ldconfig -p | sed -n "s/.*$l (libc6,x86-64) => //p" | head -1)" "$p/lib/" || return 1
+  done
+  tar -cJf "$tarball" -C "$p" . || return 1
+  echo "packed $(du -h "$tarball" | cut -f1) into $tarball: run 'bench/gpu_check.sh run' on the GPU"
+}
+
+# losses_close REF RUN TOL: per-step relative loss difference, printed; 1 above TOL
+losses_close() {
+  python3 - "$@" <<'EOF'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if l.strip()]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if l.strip()]
+tol = float(sys.argv[3])
+if len(a) != len(b) or not a:
+    print(f"{len(a)} and {len(b)} steps"); sys.exit(1)
+rel = max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(a, b))
+print(f"max relative loss difference {rel:.2e} over {len(a)} steps (tolerance {tol:g}); "
+      f"loss {b[0]:.4f} -> {b[-1]:.4f}")
+sys.exit(0 if rel <= tol else 1)
+EOF
+}
+
+run() {
+  [ -f "$tarball" ] || { echo "gpu_check run: no $tarball (run 'bench/gpu_check.sh pack' first)"; return 1; }
+  if ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "gpu_check run: no NVIDIA GPU here (nvidia-smi -L failed): nothing to check"
+    return 77
+  fi
+  local w res pass=0 fail=0
+  w=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
+  res="${OUT:-$root/bench/results}/gpu_check.txt"
+  [ -n "${OUT:-}" ] || res="$root/bench/results/gpu_check-$(date +%F).txt"
+  mkdir -p "$(dirname "$res")"
+  tar -xJf "$tarball" -C "$w" || return 1
+  export LD_LIBRARY_PATH="$w/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  local data="$root/samples/data/tales.txt"
+  say() { echo "$*" | tee -a "$res"; }
+  : >"$res"
+  say "# bench/gpu_check.sh run, $(date -u +%FT%TZ)"
+  say "# $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
+  say ""
+  say "## 1. kernel checks (tests/cuda/test_k_*.cu by nvcc) against the cpu kernels"
+  local t
+  for t in "$w"/bin/cuda_gpu_test_k_*; do
+    local name log
+    name=$(basename "$t")
+    log="$w/$name.log"
+    if (cd "$root/tests/cuda" && timeout 180 "$t") >"$log" 2>&1; then
+      pass=$((pass + 1))
+      say "PASS $name ($(grep -c PASS "$log") checks passed)"
+    else
+      fail=$((fail + 1))
+      say "FAIL $name:"
+      grep -E "FAIL|error" "$log" | head -20 | tee -a "$res"
+    fi
+  done
+  say ""
+  say "## 2. the tiny GPT, 20 steps on the GPU against the cpu target"
+  local m tol
+  for m in gpt:1e-4 gpt_bf16:2e-2; do
+    tol=${m#*:}
+    m=${m%%:*}
+    local out
+    out=$(timeout 300 "$w/models/$m/train" --steps 20 --data "$data" --log "$w/$m.jsonl" 2>&1)
+    local rc=$?
+    echo "$out" >"$w/$m.out"
+    grep -E "^(device|memory):" <<<"$out" | tee -a "$res"
+    if [ $rc -ne 0 ]; then
+      fail=$((fail + 1))
+      say "FAIL $m: exit $rc: $(tail -5 <<<"$out")"
+    elif grep -q MISMATCH <<<"$out"; then
+      fail=$((fail + 1))
+      say "FAIL $m: planned and measured memory differ"
+    elif cmp=$(losses_close "$w/ref/gpt-cpu.jsonl" "$w/$m.jsonl" "$tol"); then
+      pass=$((pass + 1))
+      say "PASS $m: $cmp"
+    else
+      fail=$((fail + 1))
+      say "FAIL $m: $cmp"
+    fi
+  done
+  say ""
+  say "## 3. GPT-2 124M, bf16 GEMMs, microbatch $(cat "$w/models/gpt2.microbatch") x seq 1024, 35 steps"
+  local out
+  out=$(timeout 420 "$w/models/gpt2/train" --steps 35 --data "$data" --log "$w/gpt2.jsonl" 2>&1)
+  local rc=$?
+  echo "$out" >"$w/gpt2.out"
+  grep -E "^(device|memory|params|batch):" <<<"$out" | tee -a "$res"
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ]; then
+    fail=$((fail + 1))
+    say "FAIL gpt2: exit $rc: $(tail -5 <<<"$out")"
+  fi
+  python3 - "$w/gpt2.jsonl" <<'EOF' | tee -a "$res"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+timed = rows[5:35]
+if not timed:
+    print(f"gpt2: only {len(rows)} steps logged"); sys.exit(0)
+tps = sum(r["tokens_per_s"] for r in timed) / len(timed)
+ms = sum(r["step_ms"] for r in timed) / len(timed)
+mfu = [r["mfu"] for r in timed if r.get("mfu") is not None]
+print(f"gpt2: {len(timed)} steps after {min(5, len(rows))} warm-up: {ms:.1f} ms/step, "
+      f"{tps:,.0f} tokens/s, MFU {100 * sum(mfu) / len(mfu):.1f}% (model FLOPs per token from the "
+      f"plan, the H200's 989 TFLOP/s bf16 peak); loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
+EOF
+  say ""
+  say "$pass passed, $fail failed"
+  # every run's output in one file beside the table (the device tool brings back few files)
+  tail -n +1 "$w"/*.log "$w"/*.out >"$(dirname "$res")/gpu_check_logs.txt" 2>/dev/null
+  rm -rf "$w"
+  [ $fail -eq 0 ]
+}
+
+case "$cmd" in
+pack) pack ;;
+run) run ;;
+*)
+  echo "usage: bench/gpu_check.sh pack|run   (pack here; run on the GPU machine)"
+  exit 2
+  ;;
+esac

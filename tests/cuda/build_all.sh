@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Every sample and every strategy of the equivalence matrix builds for the
+# GPU (issue 10): `shardc build --target cuda` writes model.cu and nvcc
+# compiles and links it against libshardrt_cuda, cuBLASLt and NCCL with no
+# warning (-Werror all-warnings).  The matrix is tests/dist/equiv.sh's own
+# list of `check SAMPLE RANKS STRATEGY` lines.  Without nvcc (or without
+# the GPU libraries in this build of shardc) the test is skipped.
+#   tests/cuda/build_all.sh SHARDC [JOBS]
+bin="$(realpath "$1")"
+jobs="${2:-2}"
+source "$(dirname "$0")/../codegen/lib.sh"
+if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "SKIP: no nvcc (the CUDA toolkit is not installed): the GPU builds are not checked"
+  exit 77
+fi
+probe=$("$bin" build samples/mlp.shard --target cuda -o "$tmp/probe" 2>&1)
+if grep -q "needs nvcc\|is not built" <<<"$probe"; then
+  echo "SKIP: this build of shardc has no GPU libraries: $probe"
+  exit 77
+fi
+
+# one line per build: SAMPLE RANKS STRATEGY (the samples with their own plans first)
+{
+  for s in samples/*.shard; do echo "$(basename "$s" .shard) - -"; done
+  sed -n 's/^ *check \([a-z0-9_]*\) \([0-9]*\) \([^ ]*\).*/\1 \2 \3/p' tests/dist/equiv.sh
+} | sort -u >"$tmp/matrix"
+
+# build1 SAMPLE RANKS STRATEGY: prints "ok ..." or the failure
+build1() {
+  local s="$1" n="$2" st="$3" src="samples/$1.shard" d out
+  [ -f "$src" ] || src="tests/dist/$1.shard"
+  d="$tmp/b-$s-$n-${st//[=,:]/_}"
+  local args=(build "$src" -o "$d" --target cuda)
+  [ "$n" = - ] || args+=(--mesh "$n" --strategy "$st")
+  if ! out=$("$bin" "${args[@]}" 2>&1); then
+    echo "FAIL $s $n $st: $(tail -20 <<<"$out")"
+  elif grep -q "warning" <<<"$out"; then
+    echo "FAIL $s $n $st: nvcc warned: $out"
+  else
+    echo "ok $s $n $st"
+  fi
+  rm -rf "$d"
+}
+export -f build1
+export bin tmp
+xargs -P "$jobs" -L 1 bash -c 'build1 "$@"' _ <"$tmp/matrix" >"$tmp/results"
+while read -r r; do
+  case "$r" in
+  ok*) ok ;;
+  *) bad "${r#FAIL }" ;;
+  esac
+done <"$tmp/results"
+echo "  $(grep -c '^ok' "$tmp/results") of $(wc -l <"$tmp/matrix") programs built by nvcc"
+finish
