@@ -59,7 +59,7 @@ pack() {
   done
   # GPT-2: the largest microbatch (of the batch of 512) whose plan fits 141 GB
   local mb chosen=
-  for mb in 64 32 16 8; do
+  for mb in 128 64 32 16 8; do
     sed "s/microbatch = [0-9]*/microbatch = $mb/" "$root/samples/gpt2-124m.shard" >"$g/gpt2.shard"
     if "$bin" check "$g/gpt2.shard" --target cuda "${mesh[@]}" >/dev/null 2>&1; then
       chosen=$mb

@@ -16,6 +16,25 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The CUDA toolkit is not a Debian package here and never required: the cuda
+# target's GPU libraries and the nvcc tests are built when it is found, and
+# its host build (--target cuda-host) runs everywhere.  Say what is there.
+cuda_report() {
+  local nvcc
+  nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
+  if [ -z "$nvcc" ]; then
+    echo "deps: CUDA toolkit not found (nvcc): --target cuda is not built, the CUDA tests run on the host build only" >&2
+    return
+  fi
+  local ver root nccl=no lt=no gpu=no
+  ver=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+  root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+  ls "$root"/lib*/libnccl.so* >/dev/null 2>&1 && nccl=yes
+  ls "$root"/lib*/libcublasLt.so* >/dev/null 2>&1 && lt=yes
+  nvidia-smi -L >/dev/null 2>&1 && gpu=yes
+  echo "deps: CUDA $ver at $root (cuBLASLt $lt, NCCL $nccl, GPU $gpu)" >&2
+}
+if [ -z "${SHARDC_DEPS_QUIET:-}" ]; then cuda_report; fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
