@@ -43,16 +43,35 @@ const char *rtc_hint(const char *lib, int code);
                rtc_hint("CUDA", (int)rtc_e_));                                            \
   } while (0)
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* The kernel profile (rtc_prof.cu): with rtc_prof_on, every launch, GEMM
+ * and collective is timed by a pair of events on its stream and summed per
+ * family (the kernel's source file) and name; rtc_prof_report prints it. */
+extern int rtc_prof_on;
+void rtc_prof_begin(void);
+void rtc_prof_end(const char *file, const char *what);
+#ifdef __cplusplus
+}
+#endif
+
 /* kernel<<<grid, block, shmem, rtc_stream>>>(args...), then the launch's error. */
 #ifdef RTC_HOST
-#define RTC_LAUNCH(kernel, grid, block, shmem, ...) \
-  rtch_launch(dim3(grid), dim3(block), (size_t)(shmem), [=]() { kernel(__VA_ARGS__); })
+#define RTC_LAUNCH(kernel, grid, block, shmem, ...)                                          \
+  do {                                                                                       \
+    if (rtc_prof_on) rtc_prof_begin();                                                       \
+    rtch_launch(dim3(grid), dim3(block), (size_t)(shmem), [=]() { kernel(__VA_ARGS__); });   \
+    if (rtc_prof_on) rtc_prof_end(__FILE__, #kernel);                                        \
+  } while (0)
 #define RTC_DYNAMIC_SHARED(T, name) T *name = (T *)rtch_dynamic_shared()
 #else
 #define RTC_LAUNCH(kernel, grid, block, shmem, ...)                                       \
   do {                                                                                    \
+    if (rtc_prof_on) rtc_prof_begin();                                                    \
     kernel<<<(grid), (block), (shmem), (cudaStream_t)rtc_stream>>>(__VA_ARGS__);          \
     cudaCheck(cudaGetLastError());                                                        \
+    if (rtc_prof_on) rtc_prof_end(__FILE__, #kernel);                                     \
   } while (0)
 #define RTC_DYNAMIC_SHARED(T, name)                  \
   extern __shared__ __align__(16) unsigned char rtc_smem_[]; \

@@ -180,8 +180,10 @@ static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const flo
     a = ra;
     b = rb;
   }
+  if (rtc_prof_on) rtc_prof_begin();
   cblas_sgemm(CblasColMajor, tb ? CblasTrans : CblasNoTrans, ta ? CblasTrans : CblasNoTrans, N,
               M, K, alpha, b, ldb, a, lda, beta, c, ldc);
+  if (rtc_prof_on) rtc_prof_end(__FILE__, "cblas_sgemm (cuBLASLt's host twin)");
   free(ra);
   free(rb);
   if (bias) // the epilogue: added after alpha·op(a)·op(b)
@@ -349,9 +351,11 @@ static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const flo
   if (bias)
     cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                sizeof bias));
+  if (rtc_prof_on) rtc_prof_begin();
   cublasCheck(cublasLtMatmul(rtc_lt_, p->op, &alpha, b, p->lb, a, p->la, &beta, c, p->lc, c,
                              p->lc, &p->algo, rtc_mm_workspace_(), RTC_MM_WS_BYTES,
                              (cudaStream_t)rtc_stream));
+  if (rtc_prof_on) rtc_prof_end(__FILE__, key.bf16 ? "cublasLtMatmul bf16" : "cublasLtMatmul fp32");
   return 1;
 }
 

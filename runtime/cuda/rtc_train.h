@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dist_axes.h"
 
@@ -45,6 +46,12 @@ float rtc_get_f32(const void *dev);
 void rtc_set_f32(void *dev, float value);
 /* Waits for the compute stream. */
 void rtc_sync(void);
+
+/* ---- the kernel profile (rtc_prof.cu; SHARDC_PROFILE): rtc_prof_on
+ * (common.cuh) times every launch; reset drops what was timed so far
+ * (warm-up); report prints device time per step by family and kernel ---- */
+void rtc_prof_reset(void);
+void rtc_prof_report(FILE *f, long steps);
 
 /* ---- collectives (rtc_dist.cu): the semantics and byte counts of
  * dist.h's rt_allreduce, rt_allgather_dim, rt_reduce_scatter_dim,
