@@ -61,6 +61,13 @@ struct Target {
   /* How host code reaches a buffer: zeroing and copying bytes ("memset",
    * "memcpy"), reading a scalar ("*%s"), writing one ("*%s = %s;"). */
   const char *memset_fn, *memcpy_fn, *load_fmt, *store_fmt;
+  /* How a forward returns its cross-entropy's loss slot ("ce_loss[0]"):
+   * NULL for the slot itself. */
+  const char *loss_fmt;
+  /* Whether the target runs instruction in on the host (a device target's
+   * staged instructions); NULL: none.  The program table counts them
+   * (.staged): the driver does not capture such a step as a graph. */
+  bool (*staged)(const PInstr *in);
 };
 
 extern const Target cg_target_cpu, cg_target_cuda, cg_target_cuda_host;

@@ -8,9 +8,13 @@
  * suffix _cu, so it is written by the cpu record with that suffix; a fused
  * elementwise chain is a device lambda run by rtc_foreach, its body from
  * the same scalar-expression writer (cexpr.c); collectives are NCCL calls
- * (runtime/cuda/rtc_dist.cu) on the mesh axes' communicators; scalars the
- * host reads or writes (a loss, the backward's seed) go through
- * rtc_get_f32 / rtc_set_f32.
+ * (runtime/cuda/rtc_dist.cu) on the mesh axes' communicators.  Scalars stay
+ * on the device, so that the driver can capture a step as a CUDA graph: a
+ * cross-entropy's loss and row count are its call site's device result
+ * (rt_crossentropy_forward_site_cu, keyed by the site's ce_loss slot), the
+ * backward's seed is written by a kernel (rtc_store_f32) and read by the
+ * cross-entropy backward on the device, and the forward hands its loss to
+ * the driver (rtc_pass_loss), which reads it now or after the replay.
  *
  * Instructions that have no CUDA kernel yet (2D-tensor-parallel SUMMA
  * matmuls, layernorms with split channels, ring attention, vocab-parallel
@@ -30,6 +34,7 @@ static const char *R(const Emit *e, PRef r) { return cg_ref(e, r); }
 
 /* Whether the device code has no kernel for this instruction: it runs on
  * the host mirror through the cpu runtime. */
+
 static bool staged(const PInstr *in) {
   if (in->kind != PI_KERNEL) return false;
   const Node *n = in->n;
@@ -187,6 +192,26 @@ static void coll(Emit *e, const PInstr *in) {
     R(e, in->scratch));
 }
 
+/* A cross-entropy (not vocab-parallel: those are staged) with its loss,
+ * row count and seed on the device: as the cpu record's, the site's
+ * ce_loss slot as its key. */
+static void cross_entropy(Emit *e, const PInstr *in) {
+  const Node *n = in->n;
+  const PRef *x = in->in, *y = in->out;
+  const char *loss = arena_printf("%sce_loss%s[%d]", e->pre, e->sfx, in->ce_slot);
+  if (n->op == OP_CROSS_ENTROPY) {
+    const char *rows = arena_printf("%sce_rows%s[%d]", e->pre, e->sfx, in->ce_slot);
+    P(e, "  rt_check(rt_crossentropy_forward_site_cu(&%s, &%s, %s, NULL, NULL, %s, %s, %" PRId64
+         ", %" PRId64 "));\n",
+      loss, rows, R(e, y[0]), R(e, x[0]), R(e, x[1]), cg_rows(x[0].v), cg_last_dim(x[0].v));
+    return;
+  }
+  P(e, "  rt_crossentropy_backward_site_cu(%s, %s, NULL, %s, %" PRId64 ", %" PRId64
+       ", %s, &%s, %d);%s\n",
+    R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(x[1].v), cg_last_dim(x[1].v), R(e, x[0]), loss,
+    in->assign ? 0 : 1, in->assign ? "  // writes: the first contribution" : "");
+}
+
 static void instr(Emit *e, const PInstr *in) {
   if (staged(in)) return stage(e, in);
   switch (in->kind) {
@@ -206,6 +231,8 @@ static void instr(Emit *e, const PInstr *in) {
     }
     break; /* rt_bucket_*: the driver's, which the CUDA driver runs on NCCL's stream */
   case PI_KERNEL:
+    if (in->n->op == OP_CROSS_ENTROPY || in->n->op == OP_CROSS_ENTROPY_BWD)
+      return cross_entropy(e, in);
     if (in->n->op == OP_SHARD) {
       const Node *n = in->n;
       int64_t outer, inner;
@@ -224,11 +251,31 @@ static void instr(Emit *e, const PInstr *in) {
   cg_target_cpu.instr(e, in);
 }
 
-const Target cg_target_cuda = {"cuda", check, prelude, instr, cg_build_cuda, "model.cu", "_cu",
-                               "rtc_memset", "rtc_copy", "rtc_get_f32(%s)",
-                               "rtc_set_f32(%s, %s);"};
+const Target cg_target_cuda = {"cuda",
+                               check,
+                               prelude,
+                               instr,
+                               cg_build_cuda,
+                               "model.cu",
+                               "_cu",
+                               "rtc_memset",
+                               "rtc_copy",
+                               "rtc_pass_loss_f32(p, %s)",
+                               "rtc_store_f32(%s, %s);",
+                               "rtc_pass_loss(p, &%s)",
+                               staged};
 /* The same program built for this machine's CPU through the CUDA emulation
  * header (runtime/cuda/host/cuda_host.h): how CI without a GPU runs it. */
-const Target cg_target_cuda_host = {"cuda-host", check, prelude, instr, cg_build_cuda_host,
-                                    "model.cu", "_cu", "rtc_memset", "rtc_copy",
-                                    "rtc_get_f32(%s)", "rtc_set_f32(%s, %s);"};
+const Target cg_target_cuda_host = {"cuda-host",
+                                    check,
+                                    prelude,
+                                    instr,
+                                    cg_build_cuda_host,
+                                    "model.cu",
+                                    "_cu",
+                                    "rtc_memset",
+                                    "rtc_copy",
+                                    "rtc_pass_loss_f32(p, %s)",
+                                    "rtc_store_f32(%s, %s);",
+                                    "rtc_pass_loss(p, &%s)",
+                                    staged};

@@ -242,7 +242,9 @@ static void chunk_functions(Emit *e) {
     P(e, "  return 0;  /* %s goes to stage %d; the last stage has the loss */\n}\n\n",
       prog_vname(g->send_act), c->vs + 1);
   else if (c->loss_slot >= 0)
-    P(e, "  return %sce_loss%s[%d];\n}\n\n", e->pre, e->sfx, c->loss_slot);
+    P(e, "  return %s;\n}\n\n",
+      arena_printf(e->t->loss_fmt ? e->t->loss_fmt : "%s",
+                   arena_printf("%sce_loss%s[%d]", e->pre, e->sfx, c->loss_slot)));
   else
     P(e, "  return %s;\n}\n\n", cg_load(e, c->loss));
   P(e, "/* ---- backward: the same microbatch; accumulates into gradients ---- */\n");
@@ -460,6 +462,14 @@ static void program_struct(Emit *e) {
   P(e, "    .chunks = %schunks, .nchunks = %d,%s\n", pre, p->nchunks,
     p->pp > 1 ? arena_printf(" .order = %sorder, .norder = %d,", pre, p->nsched) : "");
   P(e, "    .step = %sstep, .nstep = %d,\n", pre, p->nstep);
+  int nstaged = 0;
+  for (int c = 0; e->t->staged && c < p->nchunks; c++)
+    for (int b = 0; b < 2; b++) {
+      const PBlock *bl = b ? &p->chunk[c].bwd : &p->chunk[c].fwd;
+      for (int j = 0; j < bl->n; j++) nstaged += e->t->staged(&bl->ins[j]);
+    }
+  if (nstaged)
+    P(e, "    .staged = %d,  /* instructions staged through the host: no CUDA graph */\n", nstaged);
   P(e, "    .steps = %lld, .seed = %lluull, .opt = %s, .lr = %s, .beta1 = %s, .beta2 = %s,\n",
     (long long)t->steps, (unsigned long long)t->seed,
     !strcmp(o->kind, "adamw") ? "RT_OPT_ADAMW" : !strcmp(o->kind, "sgd") ? "RT_OPT_SGD"

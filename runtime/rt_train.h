@@ -198,6 +198,7 @@ typedef struct RtProgram {
   /* the step */
   const RtStepOp *step;
   int nstep;
+  int staged;              /* cuda: instructions staged through the host (no CUDA graph) */
   /* training */
   long steps;              /* the train block's steps: also the LR schedule's length */
   uint64_t seed;

@@ -70,6 +70,21 @@ struct RtTrainer {
   const float **lg;
   size_t *ln;
   double *lwd;
+  /* CUDA graphs: the step after the first is captured as graph A (the
+   * microbatches and the step's device work before the optimizer: bucket
+   * waits, all-reduces, the norm's sums of squares) and graph B (the
+   * optimizer and the all-gathers), replayed on the later steps; between
+   * them the host reads the losses and the norm, checks them and forms the
+   * optimizer's scalars.  off_why: why they are off (NULL: on). */
+  const char *off_why;
+  RtcGraph *ga, *gb;
+  double *loss_dev, *loss_pin;   /* [mb] each microbatch's loss (device, pinned) */
+  double *ss_dev, *ss_pin;       /* [nparams + 1] the norm's sums of squares */
+  double *ss_w;                  /* their weights */
+  int nss, ss_one;               /* terms; 1: one term, the sum itself */
+  unsigned char *slots;          /* pinned: each microbatch's two inputs, slot0 + slot1 bytes */
+  size_t slot0, slot1;
+  uint64_t cnt_a[2][RT_AX_COUNT], cnt_b[2][RT_AX_COUNT]; /* bytes, calls counted while captured */
 #endif
 };
 
@@ -103,6 +118,15 @@ static int finish(Trainer *t, int status) {
   t->mem = NULL;
   t->arena = NULL;
 #ifdef RT_TRAIN_CUDA
+  rtc_graph_free(t->ga);
+  rtc_graph_free(t->gb);
+  t->ga = t->gb = NULL;
+  rtc_dev_free(t->loss_dev);
+  rtc_dev_free(t->ss_dev);
+  rtc_pinned_free(t->loss_pin);
+  rtc_pinned_free(t->ss_pin);
+  rtc_pinned_free(t->slots);
+  free(t->ss_w);
   free(t->lp);
   free(t->lm);
   free(t->lv);
@@ -606,6 +630,12 @@ void rt_load_batch(RtPass *p, void *in0, void *in1) {
   size_t b0 = pg->data == RT_TRAIN_SYNTH ? rows * (size_t)pg->features * 4
                                          : rows * (size_t)(pg->ring ? pg->seq / pg->sp : pg->seq) * 4;
   size_t b1 = pg->data == RT_TRAIN_SYNTH ? rows * 4 : b0;
+  if (rtc_capturing()) { /* from the microbatch's pinned slot, filled before each replay */
+    unsigned char *s = t->slots + (size_t)p->mb * (t->slot0 + t->slot1);
+    rtc_upload(d0, s, b0);
+    rtc_upload(d1, s + t->slot0, b1);
+    return;
+  }
 #endif
   if (pg->ring) {
     int tn = pg->seq / pg->sp;
@@ -619,6 +649,26 @@ void rt_load_batch(RtPass *p, void *in0, void *in1) {
   rtc_to_device(d1, in1, b1);
 #endif
 }
+
+#ifdef RT_TRAIN_CUDA
+/* A forward's loss: read now, or while the step is captured copied on the
+ * device to the microbatch's slot, which the driver reads after a replay. */
+double rtc_pass_loss(RtPass *p, const double *site) {
+  Trainer *t = p->t;
+  if (!rtc_capturing())
+    return *site;
+  rtc_copy(&t->loss_dev[p->mb], rt_crossentropy_site_loss_cu(site), sizeof(double));
+  return 0;
+}
+
+double rtc_pass_loss_f32(RtPass *p, const float *dev) {
+  Trainer *t = p->t;
+  if (!rtc_capturing())
+    return rtc_get_f32(dev);
+  rtc_widen_f32(&t->loss_dev[p->mb], dev);
+  return 0;
+}
+#endif
 
 #ifdef RT_TRAIN_MPI
 /* The world rank of virtual stage vs's pipeline rank (vs % pp) with this
@@ -760,9 +810,75 @@ static int param_list(Trainer *t) {
 }
 #endif
 
+#ifdef RT_TRAIN_CUDA
+/* The norm on the device: its sums of squares into ss_dev (weights ss_w),
+ * as grad_norm below adds them; norm_finish adds them on the host once
+ * they were read (ss_pin). */
+static void norm_terms(Trainer *t, const RtStepOp *op) {
+  const RtProgram *pg = t->pg;
+  t->nss = t->ss_one = 0;
+  switch (op->mode) {
+  case RT_NORM_RANGE:
+    rt_sumsq_dev_cu(&t->ss_dev[t->nss], (const float *)(t->dev + op->off), (size_t)op->count);
+    t->ss_w[t->nss++] = 1;
+    break;
+  case RT_NORM_PARAMS:
+  case RT_NORM_PARAMS_DP0:
+    if (op->mode == RT_NORM_PARAMS_DP0 && coord(t, RT_AX_DATA) != 0)
+      break;
+    if (!pg->norm_w && param_list(t)) {
+      rt_sumsq_list_dev_cu(&t->ss_dev[t->nss], t->lg, t->ln, t->nlist);
+      t->ss_w[t->nss++] = 1;
+      t->ss_one = 1; /* the sum itself, as grad_norm's one reduction */
+      break;
+    }
+    for (int i = 0; i < pg->nparams; i++)
+      if (pg->params[i].grad >= 0) {
+        rt_sumsq_dev_cu(&t->ss_dev[t->nss], (const float *)(t->dev + pg->params[i].grad),
+                        pg->params[i].numel);
+        t->ss_w[t->nss++] = norm_weight(pg, i);
+      }
+    break;
+  case RT_NORM_ZERO: {
+    const size_t r = (size_t)coord(t, (RtAxis)pg->zaxis);
+    for (int i = 0; i < pg->nparams; i++) {
+      size_t a, z, s;
+      if (zero_range(t, i, r, &a, &z, &s)) {
+        rt_sumsq_dev_cu(&t->ss_dev[t->nss],
+                        (const float *)(t->dev + pg->gshard_offset + s * (size_t)t->es), z - a);
+        t->ss_w[t->nss++] = norm_weight(pg, i);
+      }
+    }
+    break;
+  }
+  default:
+    fail(t, "internal: unknown gradient norm mode");
+  }
+  if (t->nss)
+    rtc_download(t->ss_pin, t->ss_dev, (size_t)t->nss * sizeof(double));
+}
+
+static double norm_finish(Trainer *t, const RtStepOp *op) {
+  if (op->mode == RT_NORM_RANGE)
+    return sqrt(t->ss_pin[0]);
+  double ss = 0;
+  if (t->ss_one)
+    ss = t->ss_pin[0];
+  else
+    for (int k = 0; k < t->nss; k++)
+      ss += t->ss_w[k] * t->ss_pin[k];
+  return sqrt(sum_over(t, op->axis, ss));
+}
+#endif
+
 /* The global norm of the summed gradients (before the 1/DP mean): Σ w·x²
  * in parameter order, summed over the op's axis. */
 static double grad_norm(Trainer *t, const RtStepOp *op) {
+#ifdef RT_TRAIN_CUDA
+  norm_terms(t, op);
+  rtc_sync();
+  return norm_finish(t, op);
+#endif
   const RtProgram *pg = t->pg;
   double ss = 0;
   switch (op->mode) {
@@ -803,8 +919,8 @@ static void adamw(const Trainer *t, unsigned char *w, const unsigned char *g, un
                   unsigned char *v, size_t n, double lr, double wd, long step, double scale) {
   const RtProgram *pg = t->pg;
 #ifdef RT_TRAIN_CUDA
-  rt_adamw_step_cu((float *)w, (const float *)g, (float *)m, (float *)v, n, lr, pg->beta1,
-                   pg->beta2, pg->eps, wd, step, scale);
+  (void)lr, (void)step, (void)scale; /* the step's scalars on the device (optimizer_step) */
+  rt_adamw_step_dev_cu((float *)w, (const float *)g, (float *)m, (float *)v, n, wd);
   return;
 #endif
   if (pg->f64)
@@ -819,7 +935,8 @@ static void sgd(const Trainer *t, unsigned char *w, const unsigned char *g, unsi
                 size_t n, double lr, double wd, double scale) {
   const RtProgram *pg = t->pg;
 #ifdef RT_TRAIN_CUDA
-  rt_sgd_step_cu((float *)w, (const float *)g, (float *)mom, n, lr, pg->momentum, wd, scale);
+  (void)lr, (void)scale;
+  rt_sgd_step_dev_cu((float *)w, (const float *)g, (float *)mom, n, pg->momentum, wd);
   return;
 #endif
   if (pg->f64)
@@ -1004,10 +1121,13 @@ static void optimizer_step(Trainer *t, const RtStepOp *op, long step, double lr,
     return;
   }
 #ifdef RT_TRAIN_CUDA
+  /* the scalars from the device: a replayed graph takes each step's */
+  rtc_opt_scalars_set(lr, pg->beta1, pg->beta2, pg->eps, step, grad_scale);
+  rtc_opt_scalars_upload();
   if (op->mode == RT_UPDATE_PARAMS && pg->opt == RT_OPT_ADAMW && param_list(t)) {
     /* one launch over every tensor */
     RtcAdamwList l = {t->nlist, t->lp, t->lg, t->lm, t->lv, t->ln, t->lwd};
-    rt_adamw_multi_cu(&l, lr, pg->beta1, pg->beta2, pg->eps, step, grad_scale);
+    rt_adamw_multi_dev_cu(&l);
     return;
   }
 #endif
@@ -1094,16 +1214,26 @@ static int diverging(Trainer *t, long step, double loss) {
   return stop;
 }
 
-/* The step table from `from`: reductions, loss, norm, then (at the
- * optimizer, or at the end) the finite check and the update.  Returns 0, or
- * 1 after a non-finite loss or norm (reported; every rank sees the same). */
-static int run_step(Trainer *t, long step, double *loss, double *lr) {
+/* Which part of the step table run_step runs: all of it; or, for a step
+ * captured as graphs, the device work before the optimizer (graph A), the
+ * host's part once A ran (loss, norm, checks), the rest (graph B). */
+enum { STEP_ALL, STEP_DEVICE, STEP_HOST, STEP_UPDATE };
+
+/* The step table: reductions, loss, norm, then (at the optimizer, or at
+ * the end) the finite check and the update.  Returns 0, or 1 after a
+ * non-finite loss or norm (reported; every rank sees the same). */
+static int run_step(Trainer *t, long step, double *loss, double *lr, double *gscale,
+                    int part) {
   const RtProgram *pg = t->pg;
   double norm = 0;
-  int checked = 0;
+  int checked = 0, after = 0; /* after: at or past the optimizer */
   for (int i = 0; i <= pg->nstep; i++) {
     const RtStepOp *op = i < pg->nstep ? &pg->step[i] : NULL;
-    if (!checked && (!op || op->kind == RT_STEP_OPTIMIZER)) {
+    if (!op || op->kind == RT_STEP_OPTIMIZER)
+      after = 1;
+    if (part == STEP_DEVICE && after)
+      break;
+    if (!checked && after && part != STEP_UPDATE) {
       checked = 1;
       if (!isfinite(*loss) || !isfinite(norm)) {
         double x = isfinite(*loss) ? norm : *loss;
@@ -1119,9 +1249,16 @@ static int run_step(Trainer *t, long step, double *loss, double *lr) {
       if (diverging(t, step, *loss))
         return 1;
       *lr = rt_train_lr(pg, step);
+      /* clipping and the 1/dp mean */
+      *gscale = rt_clip_scale(norm, pg->clip) / pg->dp;
     }
+    if (part == STEP_HOST && after)
+      break;
     if (!op)
       break;
+    if ((part == STEP_UPDATE && !after) || (part == STEP_DEVICE && op->kind == RT_STEP_LOSS) ||
+        (part == STEP_HOST && op->kind != RT_STEP_LOSS && op->kind != RT_STEP_NORM))
+      continue;
     switch (op->kind) {
     case RT_STEP_WAIT:
 #if defined(RT_TRAIN_CUDA) && defined(RT_TRAIN_MPI)
@@ -1149,10 +1286,20 @@ static int run_step(Trainer *t, long step, double *loss, double *lr) {
       break;
     }
     case RT_STEP_NORM:
+#ifdef RT_TRAIN_CUDA
+      if (part == STEP_DEVICE) {
+        norm_terms(t, op);
+        break;
+      }
+      if (part == STEP_HOST) {
+        norm = norm_finish(t, op) / pg->dp;
+        break;
+      }
+#endif
       norm = grad_norm(t, op) / pg->dp;
       break;
     case RT_STEP_OPTIMIZER:
-      optimizer_step(t, op, step + 1, *lr, rt_clip_scale(norm, pg->clip) / pg->dp);
+      optimizer_step(t, op, step + 1, *lr, *gscale);
       break;
     case RT_STEP_ALLGATHER: {
 #ifdef RT_TRAIN_MPI
@@ -1196,6 +1343,107 @@ static int run_step(Trainer *t, long step, double *loss, double *lr) {
   }
   return 0;
 }
+
+#ifdef RT_TRAIN_CUDA
+/* ---------------------------------------------------------------------------
+ * A step as two CUDA graphs (see the Trainer): captured on the first step
+ * that gets here, replayed on the later ones.
+ */
+
+/* The mesh's counts (bytes, calls): a replay adds what its capture counted,
+ * so that the communication check counts replayed steps too. */
+static void counts_diff(Trainer *t, uint64_t c[2][RT_AX_COUNT], int since) {
+#ifdef RT_TRAIN_MPI
+  for (int ax = 0; t->mesh && ax < RT_AX_COUNT; ax++) {
+    c[0][ax] = t->mesh->bytes[ax] - (since ? c[0][ax] : 0);
+    c[1][ax] = t->mesh->calls[ax] - (since ? c[1][ax] : 0);
+  }
+#else
+  (void)t, (void)c, (void)since;
+#endif
+}
+
+static void counts_add(Trainer *t, uint64_t c[2][RT_AX_COUNT]) {
+#ifdef RT_TRAIN_MPI
+  for (int ax = 0; t->mesh && ax < RT_AX_COUNT; ax++) {
+    t->mesh->bytes[ax] += c[0][ax];
+    t->mesh->calls[ax] += c[1][ax];
+  }
+#else
+  (void)t, (void)c;
+#endif
+}
+
+/* Graph A: the step's batches into the microbatches' pinned slots, the
+ * microbatches and the device work before the optimizer; one wait, then the
+ * losses and the norm on the host (checks, lr); graph B: the update.  The
+ * arithmetic is run_step's, so the losses are bitwise the eager ones. */
+static int step_graphed(Trainer *t, long step, double *loss, double *lr, double *gscale) {
+  const RtProgram *pg = t->pg;
+  for (int k = 0; k < pg->mb; k++) {
+    unsigned char *s = t->slots + (size_t)k * (t->slot0 + t->slot1);
+    rt_check(rt_train_data_batch(&t->data, step, row_base(t) + k * pg->microbatch,
+                                 pg->microbatch, s, s + t->slot0));
+  }
+  if (!t->ga) {
+    counts_diff(t, t->cnt_a, 0);
+    rtc_capture_begin();
+    run_microbatches(t, step, 1);
+    rtc_download(t->loss_pin, t->loss_dev, (size_t)pg->mb * sizeof(double));
+    run_step(t, step, loss, lr, gscale, STEP_DEVICE);
+    t->ga = rtc_capture_end();
+    counts_diff(t, t->cnt_a, 1);
+  } else {
+    counts_add(t, t->cnt_a);
+  }
+  rtc_graph_launch(t->ga);
+  rtc_sync();
+  double sum = 0;
+  for (int k = 0; k < pg->mb; k++)
+    sum += t->loss_pin[k];
+  *loss = sum / pg->mb;
+  if (run_step(t, step, loss, lr, gscale, STEP_HOST))
+    return 1;
+  if (!t->gb) {
+    counts_diff(t, t->cnt_b, 0);
+    rtc_capture_begin();
+    run_step(t, step, loss, lr, gscale, STEP_UPDATE); /* sets this step's scalars */
+    t->gb = rtc_capture_end();
+    counts_diff(t, t->cnt_b, 1);
+  } else {
+    rtc_opt_scalars_set(*lr, pg->beta1, pg->beta2, pg->eps, step + 1, *gscale);
+    counts_add(t, t->cnt_b);
+  }
+  rtc_graph_launch(t->gb);
+  return 0;
+}
+
+/* Whether the step can be captured (NULL) or why not; and the memory the
+ * graphs and the norm use. */
+static const char *graph_setup(Trainer *t) {
+  const RtProgram *pg = t->pg;
+  t->ss_dev = rtc_dev_alloc(((size_t)pg->nparams + 1) * sizeof(double));
+  t->ss_pin = rtc_pinned_alloc(((size_t)pg->nparams + 1) * sizeof(double));
+  t->ss_w = malloc(((size_t)pg->nparams + 1) * sizeof(double));
+  if (!t->ss_w)
+    fail(t, "out of memory for the gradient norm's terms");
+  if (t->args.no_graph)
+    return "--no-graph";
+  if (pg->pp > 1)
+    return "pipeline messages run on the host";
+  if (pg->staged)
+    return "the program stages instructions through the host";
+  if (t->mesh && t->args.comm_mpi)
+    return "--comm mpi stages collectives through the host";
+  size_t rows = (size_t)pg->microbatch;
+  t->slot0 = pg->data == RT_TRAIN_SYNTH ? rows * (size_t)pg->features * 4 : rows * (size_t)pg->seq * 4;
+  t->slot1 = pg->data == RT_TRAIN_SYNTH ? rows * 4 : t->slot0;
+  t->slots = rtc_pinned_alloc((size_t)pg->mb * (t->slot0 + t->slot1));
+  t->loss_dev = rtc_dev_alloc((size_t)pg->mb * sizeof(double));
+  t->loss_pin = rtc_pinned_alloc((size_t)pg->mb * sizeof(double));
+  return NULL;
+}
+#endif
 
 /* ---------------------------------------------------------------------------
  * The first step's checks: the arena's high-water mark against the plan,
@@ -1441,16 +1689,25 @@ static int train(Trainer *t, long step, int say) {
 #endif
     }
     roots_begin(t, step);
-    loss = run_microbatches(t, step, 1);
+    double lr = 0, gscale = 1;
+    size_t measured = 0;
 #ifdef RT_TRAIN_CUDA
-    if (measure)
-      rtc_to_host(t->arena + pg->persistent_bytes, t->dev + pg->persistent_bytes, transient);
+    if (!t->off_why && !measure) { /* as graphs; the first step runs eagerly */
+      if (step_graphed(t, step, &loss, &lr, &gscale))
+        return 1;
+    } else
 #endif
-    (void)transient;
-    size_t measured = measure ? rt_mem_highwater(pg, t->arena) : 0;
-    double lr = 0;
-    if (run_step(t, step, &loss, &lr))
-      return 1;
+    {
+      loss = run_microbatches(t, step, 1);
+#ifdef RT_TRAIN_CUDA
+      if (measure)
+        rtc_to_host(t->arena + pg->persistent_bytes, t->dev + pg->persistent_bytes, transient);
+#endif
+      (void)transient;
+      measured = measure ? rt_mem_highwater(pg, t->arena) : 0;
+      if (run_step(t, step, &loss, &lr, &gscale, STEP_ALL))
+        return 1;
+    }
 #ifdef RT_TRAIN_CUDA
     rtc_sync(); /* the step's time includes its update */
 #endif
@@ -1493,10 +1750,11 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
     return finish(t, rc > 0 ? 0 : 2);
   const RtTrainArgs *a = &t->args;
 #ifndef RT_TRAIN_CUDA
-  if (a->comm_set) {
+  if (a->comm_set || a->no_graph) {
     if (t->rank == 0)
-      fprintf(stderr, "train: error: --comm is for programs built with --target cuda; this one "
-                      "runs on the CPU over MPI\n");
+      fprintf(stderr, "train: error: %s is for programs built with --target cuda; this one "
+                      "runs on the CPU%s\n", a->comm_set ? "--comm" : "--no-graph",
+              a->comm_set ? " over MPI" : "");
     return finish(t, 2);
   }
 #endif
@@ -1530,6 +1788,14 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
     printf("device:   %s (%d rank%s, %s; GEMMs %s)\n", gpu ? gpu : "?", t->world,
            t->world == 1 ? "" : "s", a->comm_mpi ? "collectives staged through MPI" : "NCCL",
            pg->bf16 ? "bf16 tensor cores, fp32 accumulation" : "fp32, TF32 off");
+  t->off_why = graph_setup(t);
+  if (t->rank == 0 && !a->quiet) {
+    if (t->off_why)
+      printf("graphs:   off (%s)\n", t->off_why);
+    else
+      printf("graphs:   on (each step after the first replays two CUDA graphs: the "
+             "microbatches and reductions, then the update)\n");
+  }
 #endif
   if (a->save &&
       !all_ok(t, t->rank != 0 || rt_ckpt_check_target(a->save, t->rank == 0 && !a->quiet) == RT_OK))

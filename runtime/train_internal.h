@@ -14,7 +14,7 @@
 /* ---------------------------------------------------------------------------
  * Flags:  --steps N --seed S --data FILE --load CKPT --save CKPT
  *         --save-every N --log FILE.jsonl --quiet --stop-on-divergence
- *         --help --gradcheck N
+ *         --help --gradcheck N; cuda programs: --comm nccl|mpi --no-graph
  */
 typedef struct RtTrainArgs {
   long steps;          /* train until this global step (default: the program's steps) */
@@ -26,6 +26,7 @@ typedef struct RtTrainArgs {
   int gradcheck;       /* --gradcheck N (testing, f64 builds): N entries per tensor */
   int comm_set;        /* --comm given (cuda programs only) */
   int comm_mpi;        /* --comm mpi: collectives staged through host memory and MPI */
+  int no_graph;        /* --no-graph (cuda programs only): no CUDA graphs, every step eager */
 } RtTrainArgs;
 
 /* A loss above this many times its first value in a run is diverging: the

@@ -98,6 +98,8 @@ static void usage(const RtProgram *pg, FILE *f) {
           "                   printed once, and training goes on\n"
           "  --comm nccl|mpi  cuda programs: collectives over NCCL (default), or staged\n"
           "                   through host memory and MPI (several ranks on one GPU)\n"
+          "  --no-graph       cuda programs: run every step eagerly (by default the steps\n"
+          "                   after the first replay CUDA graphs of the step)\n"
           "  --help           print this help\n"
           "\n"
           "Exit status: 0 on success, 1 on a run-time error (bad data or checkpoint, a\n"
@@ -148,6 +150,8 @@ int rt_train_args_parse(RtTrainArgs *a, const RtProgram *pg, int argc, char **ar
       return 1;
     } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
       a->quiet = 1;
+    } else if (!strcmp(arg, "--no-graph")) {
+      a->no_graph = 1;
     } else if (!strcmp(arg, "--stop-on-divergence")) {
       a->stop_on_divergence = 1;
     } else if ((v = flag_value(argc, argv, &i, "--steps", &missing))) {

@@ -25,6 +25,7 @@ typedef struct {
   int bad_row;    // the first row with a target outside [0,V) that is not the ignore index; N if none
   int bad_target; // its target
   int pad_;
+  double loss;    // count ? sum / count : 0, the launcher's *loss
 } RtcCeResult;
 
 #define RTC_CE_REDUCE_THREADS 256 // the reduction's block: a power of two
@@ -127,7 +128,8 @@ __global__ void rtc_ce_forward_kernel(double *__restrict__ rowloss, float *__res
 // One block of RTC_CE_REDUCE_THREADS: thread t takes rows t, t+256, ... in
 // order, then a fixed tree adds the threads' sums; res gets the sum, the
 // count and the first bad row
-__global__ void rtc_ce_reduce_kernel(RtcCeResult *__restrict__ res,
+// (and, given y, *y = (float)loss: the op's output)
+__global__ void rtc_ce_reduce_kernel(RtcCeResult *__restrict__ res, float *__restrict__ y,
                                      const double *__restrict__ rowloss,
                                      const int32_t *__restrict__ targets, int N, int V) {
   __shared__ double sum[RTC_CE_REDUCE_THREADS];
@@ -163,17 +165,27 @@ __global__ void rtc_ce_reduce_kernel(RtcCeResult *__restrict__ res,
     res->bad_row = bad[0];
     res->bad_target = bad[0] < N ? targets[bad[0]] : 0;
     res->pad_ = 0;
+    res->loss = count[0] ? sum[0] / count[0] : 0; // as the host divides
+    if (y)
+      *y = (float)res->loss;
   }
 }
 
 // dlogits and logits are (N,V) and may be the same buffer, lse is (N) or
 // NULL, targets is (N).  acc = 0 writes dlogits, acc = 1 adds into it.
 // Rows without a target in [0,V) (the ignore index) are zero / untouched.
+// With dloss given, scale = (float)(dloss / res->count) (0 without rows), as
+// the launcher forms it on the host: the seed and the count stay on the device.
 __global__ void rtc_ce_backward_kernel(float *dlogits, const float *logits,
                                        const float *__restrict__ lse,
                                        const int32_t *__restrict__ targets, int V, float scale,
-                                       int acc) {
+                                       int acc, const float *__restrict__ dloss,
+                                       const RtcCeResult *__restrict__ res) {
   int n = blockIdx.x;
+  if (dloss) {
+    double norm = res->count;
+    scale = (float)(norm > 0 ? (double)*dloss / norm : 0);
+  }
   int32_t tgt = targets[n];
   float *dx = dlogits + (size_t)n * V;
   if (tgt < 0 || tgt >= V) {
@@ -199,19 +211,49 @@ __global__ void rtc_ce_backward_kernel(float *dlogits, const float *logits,
 // logits is (N,V), targets is (N), losses and lse are (N) device buffers or
 // NULL; *loss and *n_valid on the host.  On a bad target, RT_ERR_ARG with
 // the cpu kernel's message; losses and lse may then have been written.
-extern "C" int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *losses, float *lse,
-                                          const float *logits, const int32_t *targets, int N,
-                                          int V) {
-  RtcCeResult r = {0, 0, 0, 0, 0};
+/* The result of each call site of rt_crossentropy_forward_site_cu, in device
+ * memory kept for the process: the site's key is its host loss slot. */
+#define RTC_CE_SITES 64
+static const void *rtc_ce_key_[RTC_CE_SITES];
+static RtcCeResult *rtc_ce_res_;
+
+static RtcCeResult *rtc_ce_site_(const void *key) {
+  if (!rtc_ce_res_) {
+    cudaCheck(cudaMalloc(&rtc_ce_res_, RTC_CE_SITES * sizeof(RtcCeResult)));
+    cudaCheck(cudaMemsetAsync(rtc_ce_res_, 0, RTC_CE_SITES * sizeof(RtcCeResult),
+                              (cudaStream_t)rtc_stream));
+  }
+  for (int i = 0; i < RTC_CE_SITES; i++) {
+    if (rtc_ce_key_[i] == key)
+      return &rtc_ce_res_[i];
+    if (!rtc_ce_key_[i]) {
+      rtc_ce_key_[i] = key;
+      return &rtc_ce_res_[i];
+    }
+  }
+  rtc_fail("CUDA", "rtc_ce_site_", "more than 64 cross-entropy call sites", __FILE__, __LINE__,
+           "");
+  return NULL;
+}
+
+// The forward into dres (device), and y when given; then, unless a stream
+// capture is open, the result read back and checked.
+static int rtc_ce_forward_(RtcCeResult *dres, float *y, double *loss, int *n_valid,
+                           float *losses, float *lse, const float *logits,
+                           const int32_t *targets, int N, int V) {
+  RtcCeResult r = {0, 0, 0, 0, 0, 0};
   if (N > 0) {
     size_t rows_bytes = ((size_t)N * sizeof(double) + 255) / 256 * 256;
     char *scratch = (char *)rtc_ce_scratch(rows_bytes + sizeof(RtcCeResult));
     double *rowloss = (double *)scratch;
-    RtcCeResult *dres = (RtcCeResult *)(scratch + rows_bytes);
+    if (!dres)
+      dres = (RtcCeResult *)(scratch + rows_bytes);
     RTC_LAUNCH(rtc_ce_forward_kernel, N, rtc_ce_threads(V), 0, rowloss, losses, lse, logits,
                targets, V);
-    RTC_LAUNCH(rtc_ce_reduce_kernel, 1, RTC_CE_REDUCE_THREADS, 0, dres, (const double *)rowloss,
-               targets, N, V);
+    RTC_LAUNCH(rtc_ce_reduce_kernel, 1, RTC_CE_REDUCE_THREADS, 0, dres, y,
+               (const double *)rowloss, targets, N, V);
+    if (rtc_capturing())
+      return RT_OK; // the driver reads the loss after the replay; the data was checked on load
     cudaCheck(cudaMemcpyAsync(&r, dres, sizeof r, cudaMemcpyDeviceToHost,
                               (cudaStream_t)rtc_stream));
     cudaCheck(cudaStreamSynchronize((cudaStream_t)rtc_stream));
@@ -228,6 +270,26 @@ extern "C" int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *los
   return RT_OK;
 }
 
+extern "C" int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *losses, float *lse,
+                                          const float *logits, const int32_t *targets, int N,
+                                          int V) {
+  if (rtc_capturing())
+    rtc_fail("CUDA", "rt_crossentropy_forward_cu", "reads its loss back during a stream capture",
+             __FILE__, __LINE__, "call rt_crossentropy_forward_site_cu");
+  return rtc_ce_forward_(NULL, NULL, loss, n_valid, losses, lse, logits, targets, N, V);
+}
+
+extern "C" int rt_crossentropy_forward_site_cu(double *loss, int *n_valid, float *y,
+                                               float *losses, float *lse, const float *logits,
+                                               const int32_t *targets, int N, int V) {
+  RtcCeResult *dres = rtc_ce_site_(loss);
+  return rtc_ce_forward_(dres, y, loss, n_valid, losses, lse, logits, targets, N, V);
+}
+
+extern "C" const double *rt_crossentropy_site_loss_cu(const double *loss) {
+  return &rtc_ce_site_(loss)->loss;
+}
+
 static void rtc_ce_backward_(float *dlogits, const float *logits, const float *lse,
                              const int32_t *targets, int N, int V, double dloss, double norm,
                              int acc) {
@@ -235,7 +297,18 @@ static void rtc_ce_backward_(float *dlogits, const float *logits, const float *l
     return;
   float scale = (float)(norm > 0 ? dloss / norm : 0);
   RTC_LAUNCH(rtc_ce_backward_kernel, N, rtc_ce_threads(V), 0, dlogits, logits, lse, targets, V,
-             scale, acc);
+             scale, acc, (const float *)NULL, (const RtcCeResult *)NULL);
+}
+
+// dloss: the seed (device); site: the forward's host loss slot (its count)
+extern "C" void rt_crossentropy_backward_site_cu(float *dlogits, const float *logits,
+                                                 const float *lse, const int32_t *targets, int N,
+                                                 int V, const float *dloss, const double *site,
+                                                 int acc) {
+  if (N <= 0 || V <= 0)
+    return;
+  RTC_LAUNCH(rtc_ce_backward_kernel, N, rtc_ce_threads(V), 0, dlogits, logits, lse, targets, V,
+             0.0f, acc, dloss, (const RtcCeResult *)rtc_ce_site_(site));
 }
 
 // dlogits and logits are (N,V) (may be the same buffer), lse is (N) or NULL

@@ -170,11 +170,12 @@ static float *rtc_bf16_copy_(const float *x, int rows, int cols, int ld) {
   return y;
 }
 
-static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
-                     const float *b, int ldb, float beta, float *c, int ldc, const float *bias) {
+static void rtc_gemm_now_(int ta, int tb, int M, int N, int K, float alpha, const float *a,
+                          int lda, const float *b, int ldb, float beta, float *c, int ldc,
+                          const float *bias, int bf16) {
   // the column-major call of the GPU build: cᵀ (N,M) = op(b)ᵀ (N,K) · op(a)ᵀ (K,M)
   float *ra = NULL, *rb = NULL;
-  if (rtc_gemm_bf16) {
+  if (bf16) {
     ra = rtc_bf16_copy_(a, ta ? M : K, ta ? K : M, lda);
     rb = rtc_bf16_copy_(b, tb ? K : N, tb ? N : K, ldb);
     a = ra;
@@ -190,6 +191,15 @@ static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const flo
     for (size_t i = 0; i < (size_t)M; i++)
       for (int j = 0; j < N; j++)
         c[i * ldc + j] += bias[j];
+}
+
+// on rtc_stream: now, or recorded while a capture is open
+static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
+                     const float *b, int ldb, float beta, float *c, int ldc, const float *bias) {
+  int bf16 = rtc_gemm_bf16;
+  rtch_enqueue([=]() {
+    rtc_gemm_now_(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, bias, bf16);
+  });
   return 1;
 }
 

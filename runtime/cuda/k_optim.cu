@@ -71,6 +71,9 @@ static void rtc_opt_grow_(RtcOptBuf *b, size_t bytes) {
 static const void *rtc_opt_table_(RtcOptBuf *b, const void *src, size_t bytes) {
   if (b->bytes == bytes && bytes && !memcmp(b->host, src, bytes))
     return b->dev;
+  if (rtc_capturing()) // a graph would copy from b->host, which the next change overwrites
+    rtc_fail("CUDA", "rtc_opt_table_", "a tensor table changed during a stream capture",
+             __FILE__, __LINE__, "capture only steps whose tensor lists the eager steps used");
   rtc_opt_grow_(b, bytes);
   void *h = realloc(b->host, bytes);
   if (!h)
@@ -93,6 +96,16 @@ typedef struct {
   float b1, b2, omb1, omb2, step_size, bc2_sqrt, e, gs;
   int scaled; // grad_scale != 1
 } RtcAdamwScalars;
+
+/* A step's scalars on the device (rtc_opt_scalars_set/_upload): AdamW's as
+ * above, lr in double (the decay), SGD's rounded as its launcher rounds. */
+typedef struct {
+  RtcAdamwScalars a;
+  double lr;
+  float sgd_lr, sgd_gs;
+  int sgd_scaled;
+  int pad_;
+} RtcStepScalars;
 
 static RtcAdamwScalars rtc_adamw_scalars_(double lr, double beta1, double beta2, double eps,
                                           long t, double grad_scale) {
@@ -126,9 +139,15 @@ __device__ __forceinline__ void rtc_adamw_elem_(float *p, const float *g, float 
 }
 
 // param, grad, m and v are (n)
+// (S given: the scalars and the decay (float)(1 - lr·wd) from the device)
 __global__ void rtc_adamw_kernel(float *__restrict__ p, const float *__restrict__ g,
                                  float *__restrict__ m, float *__restrict__ v, size_t n,
-                                 float decay, RtcAdamwScalars s) {
+                                 float decay, RtcAdamwScalars s, double wd,
+                                 const RtcStepScalars *__restrict__ S) {
+  if (S) {
+    s = S->a;
+    decay = (float)RTC_DADD(1.0, -RTC_DMUL(S->lr, wd));
+  }
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x)
     rtc_adamw_elem_(p, g, m, v, i, decay, s);
@@ -160,7 +179,12 @@ __device__ __forceinline__ int rtc_find_tensor_(const T *tab, int count, size_t 
 
 // block b steps chunk b - first_block of its tensor
 __global__ void rtc_adamw_multi_kernel(const RtcAdamwTensor *__restrict__ tab, int count,
-                                       double lr, RtcAdamwScalars s) {
+                                       double lr, RtcAdamwScalars s,
+                                       const RtcStepScalars *__restrict__ S) {
+  if (S) {
+    s = S->a;
+    lr = S->lr;
+  }
   const RtcAdamwTensor *T = &tab[rtc_find_tensor_(tab, count, blockIdx.x)];
   size_t i0 = (blockIdx.x - T->first_block) * (size_t)RTC_ADAMW_CHUNK;
   size_t i1 = min(T->n, i0 + RTC_ADAMW_CHUNK);
@@ -172,7 +196,13 @@ __global__ void rtc_adamw_multi_kernel(const RtcAdamwTensor *__restrict__ tab, i
 // param, grad and mom are (n); mom is NULL or unused without momentum
 __global__ void rtc_sgd_kernel(float *__restrict__ p, const float *__restrict__ g,
                                float *__restrict__ mom, size_t n, float lr, float mu, float wd,
-                               float gs, int scaled, int decay, int use_mom) {
+                               float gs, int scaled, int decay, int use_mom,
+                               const RtcStepScalars *__restrict__ S) {
+  if (S) {
+    lr = S->sgd_lr;
+    gs = S->sgd_gs;
+    scaled = S->sgd_scaled;
+  }
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     float gi = scaled ? RTC_FMUL(g[i], gs) : g[i];
@@ -210,10 +240,12 @@ __device__ double rtc_block_sum_d_(double v) {
   return part[0];
 }
 
-// partial[b] = Σ x² over chunk b - first_block of block b's tensor
+// partial[b] = Σ x² over chunk b - first_block of block b's tensor (tab, or
+// without a table the one tensor one)
 __global__ void rtc_sumsq_part_kernel(double *__restrict__ partial,
-                                      const RtcSumsqTensor *__restrict__ tab, int count) {
-  const RtcSumsqTensor *T = &tab[rtc_find_tensor_(tab, count, blockIdx.x)];
+                                      const RtcSumsqTensor *__restrict__ tab, int count,
+                                      RtcSumsqTensor one) {
+  const RtcSumsqTensor *T = tab ? &tab[rtc_find_tensor_(tab, count, blockIdx.x)] : &one;
   size_t i0 = (blockIdx.x - T->first_block) * (size_t)RTC_SUMSQ_CHUNK;
   size_t i1 = min(T->n, i0 + RTC_SUMSQ_CHUNK);
   double s = 0;
@@ -266,12 +298,13 @@ extern "C" void rt_adamw_step_cu(float *param, const float *grad, float *m, floa
   RtcAdamwScalars s = rtc_adamw_scalars_(lr, beta1, beta2, eps, t, grad_scale);
   float decay = (float)(1 - lr * weight_decay);
   RTC_LAUNCH(rtc_adamw_kernel, rtc_blocks(n, RTC_OPT_THREADS), RTC_OPT_THREADS, 0, param, grad,
-             m, v, n, decay, s);
+             m, v, n, decay, s, weight_decay, (const RtcStepScalars *)NULL);
 }
 
 // l's tensors (device pointers) each as rt_adamw_step_cu, in one launch
-extern "C" void rt_adamw_multi_cu(const RtcAdamwList *l, double lr, double beta1, double beta2,
-                                  double eps, long t, double grad_scale) {
+// l's table on the device (uploaded when it changed); *blocks its chunks, 0: none
+static const RtcAdamwTensor *rtc_adamw_table_(const RtcAdamwList *l, size_t *nblocks,
+                                              int *ncount) {
   rtc_adamw_host_ = (RtcAdamwTensor *)rtc_opt_host_table_(rtc_adamw_host_, &rtc_adamw_host_cap_,
                                                           l->count, sizeof(RtcAdamwTensor));
   size_t blocks = 0;
@@ -291,14 +324,85 @@ extern "C" void rt_adamw_multi_cu(const RtcAdamwList *l, double lr, double beta1
     blocks += (l->n[i] + RTC_ADAMW_CHUNK - 1) / RTC_ADAMW_CHUNK;
   }
   if (!count)
-    return;
+    return NULL;
   if (blocks > 0x7fffffffu)
     rtc_fail("CUDA", "rt_adamw_multi_cu", "more than 2^31-1 chunks of parameters", __FILE__,
              __LINE__, "");
-  const RtcAdamwTensor *tab = (const RtcAdamwTensor *)rtc_opt_table_(
-      &rtc_adamw_tab_, rtc_adamw_host_, (size_t)count * sizeof(RtcAdamwTensor));
+  *nblocks = blocks;
+  *ncount = count;
+  return (const RtcAdamwTensor *)rtc_opt_table_(&rtc_adamw_tab_, rtc_adamw_host_,
+                                                (size_t)count * sizeof(RtcAdamwTensor));
+}
+
+// l's tensors (device pointers) each as rt_adamw_step_cu, in one launch
+extern "C" void rt_adamw_multi_cu(const RtcAdamwList *l, double lr, double beta1, double beta2,
+                                  double eps, long t, double grad_scale) {
+  size_t blocks = 0;
+  int count = 0;
+  const RtcAdamwTensor *tab = rtc_adamw_table_(l, &blocks, &count);
+  if (!tab)
+    return;
   RtcAdamwScalars s = rtc_adamw_scalars_(lr, beta1, beta2, eps, t, grad_scale);
-  RTC_LAUNCH(rtc_adamw_multi_kernel, (unsigned)blocks, RTC_OPT_THREADS, 0, tab, count, lr, s);
+  RTC_LAUNCH(rtc_adamw_multi_kernel, (unsigned)blocks, RTC_OPT_THREADS, 0, tab, count, lr, s,
+             (const RtcStepScalars *)NULL);
+}
+
+/* ---- the step's scalars from the device ---- */
+
+static RtcStepScalars *rtc_step_host_, *rtc_step_dev_; // pinned; device
+
+extern "C" void rtc_opt_scalars_set(double lr, double beta1, double beta2, double eps, long t,
+                                    double grad_scale) {
+  if (!rtc_step_host_) {
+    cudaCheck(cudaMallocHost(&rtc_step_host_, sizeof *rtc_step_host_));
+    cudaCheck(cudaMalloc(&rtc_step_dev_, sizeof *rtc_step_dev_));
+  }
+  RtcStepScalars *S = rtc_step_host_;
+  memset(S, 0, sizeof *S);
+  S->a = rtc_adamw_scalars_(lr, beta1, beta2, eps, t, grad_scale);
+  S->lr = lr;
+  S->sgd_lr = (float)lr;
+  S->sgd_gs = (float)grad_scale;
+  S->sgd_scaled = grad_scale != 1;
+}
+
+extern "C" void rtc_opt_scalars_upload(void) {
+  if (!rtc_step_dev_)
+    rtc_fail("CUDA", "rtc_opt_scalars_upload", "no scalars set", __FILE__, __LINE__,
+             "call rtc_opt_scalars_set first");
+  cudaCheck(cudaMemcpyAsync(rtc_step_dev_, rtc_step_host_, sizeof *rtc_step_dev_,
+                            cudaMemcpyHostToDevice, (cudaStream_t)rtc_stream));
+}
+
+extern "C" void rt_adamw_multi_dev_cu(const RtcAdamwList *l) {
+  size_t blocks = 0;
+  int count = 0;
+  const RtcAdamwTensor *tab = rtc_adamw_table_(l, &blocks, &count);
+  if (!tab)
+    return;
+  RtcAdamwScalars s;
+  memset(&s, 0, sizeof s);
+  RTC_LAUNCH(rtc_adamw_multi_kernel, (unsigned)blocks, RTC_OPT_THREADS, 0, tab, count, 0.0, s,
+             (const RtcStepScalars *)rtc_step_dev_);
+}
+
+extern "C" void rt_adamw_step_dev_cu(float *param, const float *grad, float *m, float *v,
+                                     size_t n, double weight_decay) {
+  if (n == 0)
+    return;
+  RtcAdamwScalars s;
+  memset(&s, 0, sizeof s);
+  RTC_LAUNCH(rtc_adamw_kernel, rtc_blocks(n, RTC_OPT_THREADS), RTC_OPT_THREADS, 0, param, grad,
+             m, v, n, 0.0f, s, weight_decay, (const RtcStepScalars *)rtc_step_dev_);
+}
+
+extern "C" void rt_sgd_step_dev_cu(float *param, const float *grad, float *mom, size_t n,
+                                   double momentum, double weight_decay) {
+  if (n == 0)
+    return;
+  RTC_LAUNCH(rtc_sgd_kernel, rtc_blocks(n, RTC_OPT_THREADS), RTC_OPT_THREADS, 0, param, grad,
+             mom, n, 0.0f, (float)momentum, (float)weight_decay, 0.0f, 0, weight_decay != 0,
+             momentum != 0 && mom, (const RtcStepScalars *)rtc_step_dev_);
 }
 
 // param, grad and mom are (n)
@@ -308,11 +412,13 @@ extern "C" void rt_sgd_step_cu(float *param, const float *grad, float *mom, size
     return;
   RTC_LAUNCH(rtc_sgd_kernel, rtc_blocks(n, RTC_OPT_THREADS), RTC_OPT_THREADS, 0, param, grad,
              mom, n, (float)lr, (float)momentum, (float)weight_decay, (float)grad_scale,
-             grad_scale != 1, weight_decay != 0, momentum != 0 && mom);
+             grad_scale != 1, weight_decay != 0, momentum != 0 && mom,
+             (const RtcStepScalars *)NULL);
 }
 
-// bufs[i] is (ns[i]), device memory; the array bufs is host memory
-extern "C" double rt_sumsq_list_cu(const float *const *bufs, const size_t *ns, int count) {
+// *out (device) = Σ over bufs[i] (ns[i]) of x², device memory; the array bufs
+// is host memory.  A single tensor needs no table.
+static void rtc_sumsq_(double *out, const float *const *bufs, const size_t *ns, int count) {
   rtc_sumsq_host_ = (RtcSumsqTensor *)rtc_opt_host_table_(rtc_sumsq_host_, &rtc_sumsq_host_cap_,
                                                           count, sizeof(RtcSumsqTensor));
   size_t blocks = 0;
@@ -327,22 +433,43 @@ extern "C" double rt_sumsq_list_cu(const float *const *bufs, const size_t *ns, i
     T->first_block = blocks;
     blocks += (ns[i] + RTC_SUMSQ_CHUNK - 1) / RTC_SUMSQ_CHUNK;
   }
-  if (!k)
-    return 0;
+  if (!k) {
+    cudaCheck(cudaMemsetAsync(out, 0, sizeof *out, (cudaStream_t)rtc_stream)); // 0.0
+    return;
+  }
   if (blocks > 0x7fffffffu)
     rtc_fail("CUDA", "rt_sumsq_list_cu", "more than 2^31-1 chunks", __FILE__, __LINE__, "");
-  const RtcSumsqTensor *tab = (const RtcSumsqTensor *)rtc_opt_table_(
-      &rtc_sumsq_tab_, rtc_sumsq_host_, (size_t)k * sizeof(RtcSumsqTensor));
-  rtc_opt_grow_(&rtc_sumsq_part_, (blocks + 1) * sizeof(double));
-  double *partial = (double *)rtc_sumsq_part_.dev, *out = partial + blocks;
-  RTC_LAUNCH(rtc_sumsq_part_kernel, (unsigned)blocks, RTC_SUMSQ_THREADS, 0, partial, tab, k);
+  RtcSumsqTensor one = rtc_sumsq_host_[0];
+  const RtcSumsqTensor *tab =
+      k == 1 ? NULL
+             : (const RtcSumsqTensor *)rtc_opt_table_(&rtc_sumsq_tab_, rtc_sumsq_host_,
+                                                      (size_t)k * sizeof(RtcSumsqTensor));
+  rtc_opt_grow_(&rtc_sumsq_part_, blocks * sizeof(double));
+  double *partial = (double *)rtc_sumsq_part_.dev;
+  RTC_LAUNCH(rtc_sumsq_part_kernel, (unsigned)blocks, RTC_SUMSQ_THREADS, 0, partial, tab, k, one);
   RTC_LAUNCH(rtc_sumsq_final_kernel, 1, RTC_SUMSQ_THREADS, 0, out, (const double *)partial,
              blocks);
+}
+
+static double *rtc_sumsq_out_; // the synchronous launchers' result
+
+extern "C" double rt_sumsq_list_cu(const float *const *bufs, const size_t *ns, int count) {
+  if (!rtc_sumsq_out_)
+    cudaCheck(cudaMalloc(&rtc_sumsq_out_, sizeof(double)));
+  rtc_sumsq_(rtc_sumsq_out_, bufs, ns, count);
   double r = 0;
-  cudaCheck(cudaMemcpyAsync(&r, out, sizeof r, cudaMemcpyDeviceToHost, (cudaStream_t)rtc_stream));
+  cudaCheck(cudaMemcpyAsync(&r, rtc_sumsq_out_, sizeof r, cudaMemcpyDeviceToHost,
+                            (cudaStream_t)rtc_stream));
   cudaCheck(cudaStreamSynchronize((cudaStream_t)rtc_stream));
   return r;
 }
 
 // x is (n)
 extern "C" double rt_sumsq_cu(const float *x, size_t n) { return rt_sumsq_list_cu(&x, &n, 1); }
+
+extern "C" void rt_sumsq_list_dev_cu(double *out, const float *const *bufs, const size_t *ns,
+                                     int count) {
+  rtc_sumsq_(out, bufs, ns, count);
+}
+
+extern "C" void rt_sumsq_dev_cu(double *out, const float *x, size_t n) { rtc_sumsq_(out, &x, &n, 1); }

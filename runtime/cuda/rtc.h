@@ -35,6 +35,14 @@ extern rtc_stream_t rtc_stream;
  * 0: fp32 with TF32 off, for checking against the cpu target. */
 extern int rtc_gemm_bf16;
 
+/* Whether a capture of rtc_stream is open (rtc_capture_begin, rtc_train.h):
+ * launchers that would read a result back leave it on the device then. */
+int rtc_capturing(void);
+/* *dev = value, by a one-thread kernel on rtc_stream (capturable, unlike
+ * rtc_set_f32); *dst = (double)*src likewise. */
+void rtc_store_f32(float *dev, float value);
+void rtc_widen_f32(double *dst, const float *src);
+
 /* ---- matmul (k_matmul.cu): cuBLASLt, fp32 with TF32 off (host: cblas) ---- */
 void rt_matmul_forward_cu(float *out, const float *inp, const float *weight, const float *bias,
                           int N, int C, int OC);
@@ -120,6 +128,22 @@ void rt_attention_backward_cu(float *dq, float *dk, float *dv, const float *dout
  * target outside [0,V) other than RT_IGNORE_INDEX. */
 int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *losses, float *lse,
                                const float *logits, const int32_t *targets, int N, int V);
+/* The same for one call site of a program, whose result stays on the device
+ * (so that a step can be captured as a graph): `loss` (the site's host
+ * slot) is also its key; y (device, or NULL) gets (float) of the loss.
+ * Outside a capture *loss and *n_valid are read back and a bad target is
+ * reported as above; during one they are left alone (the data was checked
+ * when loaded). */
+int rt_crossentropy_forward_site_cu(double *loss, int *n_valid, float *y, float *losses,
+                                    float *lse, const float *logits, const int32_t *targets,
+                                    int N, int V);
+/* The site's mean loss (device double): what the driver reads after a replay. */
+const double *rt_crossentropy_site_loss_cu(const double *loss);
+/* The backward of a site: dloss is the seed (device), the norm the site's
+ * row count on the device; acc as the _acc variant. */
+void rt_crossentropy_backward_site_cu(float *dlogits, const float *logits, const float *lse,
+                                      const int32_t *targets, int N, int V, const float *dloss,
+                                      const double *site, int acc);
 void rt_crossentropy_backward_cu(float *dlogits, const float *logits, const float *lse,
                                  const int32_t *targets, int N, int V, double dloss,
                                  double norm);
@@ -136,6 +160,11 @@ void rt_sgd_step_cu(float *param, const float *grad, float *mom, size_t n, doubl
 /* Σ x² in double (the launcher synchronizes). */
 double rt_sumsq_cu(const float *x, size_t n);
 double rt_sumsq_list_cu(const float *const *bufs, const size_t *ns, int count);
+/* The same into *out (device), no synchronization (capturable); the list's
+ * table is uploaded only when it changed, which must not happen during a
+ * capture. */
+void rt_sumsq_dev_cu(double *out, const float *x, size_t n);
+void rt_sumsq_list_dev_cu(double *out, const float *const *bufs, const size_t *ns, int count);
 
 #ifdef __cplusplus
 }

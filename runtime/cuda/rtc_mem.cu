@@ -1,6 +1,7 @@
-/* rtc_mem.cu — the device, its arena, transfers and scalars (rtc_train.h).
- * Two streams: rtc_stream runs the program (kernels, copies, collectives in
- * program order) and rtc_comm_stream the overlapped gradient buckets. */
+/* rtc_mem.cu — the device, its arena, transfers and scalars, graphs
+ * (rtc_train.h).  Two streams: rtc_stream runs the program (kernels,
+ * copies, collectives in program order) and rtc_comm_stream the overlapped
+ * gradient buckets. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,3 +94,71 @@ float rtc_get_f32(const void *dev) {
 void rtc_set_f32(void *dev, float value) { rtc_to_device(dev, &value, sizeof value); }
 
 void rtc_sync(void) { cudaCheck(cudaStreamSynchronize((cudaStream_t)rtc_stream)); }
+
+void *rtc_dev_alloc(size_t bytes) {
+  void *p = NULL;
+  cudaCheck(cudaMalloc(&p, bytes ? bytes : 1));
+  return p;
+}
+
+void *rtc_pinned_alloc(size_t bytes) {
+  void *p = NULL;
+  cudaCheck(cudaMallocHost(&p, bytes ? bytes : 1));
+  return p;
+}
+
+void rtc_dev_free(void *dev) {
+  if (dev) cudaCheck(cudaFree(dev));
+}
+
+void rtc_pinned_free(void *host) {
+  if (host) cudaCheck(cudaFreeHost(host));
+}
+
+void rtc_upload(void *dev, const void *pinned, size_t bytes) {
+  cudaCheck(cudaMemcpyAsync(dev, pinned, bytes, cudaMemcpyHostToDevice, (cudaStream_t)rtc_stream));
+}
+
+void rtc_download(void *pinned, const void *dev, size_t bytes) {
+  cudaCheck(cudaMemcpyAsync(pinned, dev, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)rtc_stream));
+}
+
+__global__ void rtc_store_kernel(float *dev, float value) { *dev = value; }
+__global__ void rtc_widen_kernel(double *dst, const float *src) { *dst = (double)*src; }
+
+void rtc_store_f32(float *dev, float value) { RTC_LAUNCH(rtc_store_kernel, 1, 1, 0, dev, value); }
+void rtc_widen_f32(double *dst, const float *src) { RTC_LAUNCH(rtc_widen_kernel, 1, 1, 0, dst, src); }
+
+/* ---- graphs ---- */
+
+struct RtcGraph {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+};
+
+static int capturing_;
+
+int rtc_capturing(void) { return capturing_; }
+
+void rtc_capture_begin(void) {
+  cudaCheck(cudaStreamBeginCapture((cudaStream_t)rtc_stream, cudaStreamCaptureModeGlobal));
+  capturing_ = 1;
+}
+
+RtcGraph *rtc_capture_end(void) {
+  RtcGraph *g = (RtcGraph *)calloc(1, sizeof *g);
+  if (!g) rtc_fail("host", "calloc", "out of memory for a graph", __FILE__, __LINE__, "");
+  cudaCheck(cudaStreamEndCapture((cudaStream_t)rtc_stream, &g->graph));
+  capturing_ = 0;
+  cudaCheck(cudaGraphInstantiate(&g->exec, g->graph, 0));
+  return g;
+}
+
+void rtc_graph_launch(RtcGraph *g) { cudaCheck(cudaGraphLaunch(g->exec, (cudaStream_t)rtc_stream)); }
+
+void rtc_graph_free(RtcGraph *g) {
+  if (!g) return;
+  cudaCheck(cudaGraphExecDestroy(g->exec));
+  cudaCheck(cudaGraphDestroy(g->graph));
+  free(g);
+}

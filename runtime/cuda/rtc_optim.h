@@ -33,6 +33,22 @@ typedef struct RtcAdamwList {
 void rt_adamw_multi_cu(const RtcAdamwList *l, double lr, double beta1, double beta2, double eps,
                        long t, double grad_scale);
 
+/* The step's scalars, read by the _dev launchers from the device, so that
+ * a captured optimizer takes each replay's values: rtc_opt_scalars_set
+ * forms them on the host as the launchers above do (into pinned memory),
+ * rtc_opt_scalars_upload copies them to the device on rtc_stream (a copy a
+ * graph replays; set them before each replay). */
+void rtc_opt_scalars_set(double lr, double beta1, double beta2, double eps, long t,
+                         double grad_scale);
+void rtc_opt_scalars_upload(void);
+/* rt_adamw_multi_cu, rt_adamw_step_cu, rt_sgd_step_cu with the uploaded
+ * scalars. */
+void rt_adamw_multi_dev_cu(const RtcAdamwList *l);
+void rt_adamw_step_dev_cu(float *param, const float *grad, float *m, float *v, size_t n,
+                          double weight_decay);
+void rt_sgd_step_dev_cu(float *param, const float *grad, float *mom, size_t n, double momentum,
+                        double weight_decay);
+
 #ifdef __cplusplus
 }
 #endif

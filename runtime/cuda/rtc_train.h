@@ -46,6 +46,34 @@ float rtc_get_f32(const void *dev);
 void rtc_set_f32(void *dev, float value);
 /* Waits for the compute stream. */
 void rtc_sync(void);
+/* Memory outside the arena, kept for the run: device memory, and pinned
+ * host memory (the source of copies a graph replays). */
+void *rtc_dev_alloc(size_t bytes);
+void *rtc_pinned_alloc(size_t bytes);
+void rtc_dev_free(void *dev);
+void rtc_pinned_free(void *host);
+/* dev <- pinned host memory, on the compute stream without waiting (in a
+ * graph the copy reads the host memory when replayed). */
+void rtc_upload(void *dev, const void *pinned, size_t bytes);
+/* dst (pinned host memory) <- dev, on the compute stream without waiting. */
+void rtc_download(void *pinned, const void *dev, size_t bytes);
+
+/* A forward's loss (the training driver, train.c): its cross-entropy site's
+ * (rt_crossentropy_forward_site_cu's host slot), or a device float; read
+ * now, or while the step is captured left on the device for the driver. */
+struct RtPass;
+double rtc_pass_loss(struct RtPass *p, const double *site);
+double rtc_pass_loss_f32(struct RtPass *p, const float *dev);
+
+/* ---- CUDA graphs (rtc_mem.cu): the compute stream's work between
+ * rtc_capture_begin and rtc_capture_end (kernels, copies, collectives, the
+ * communication stream's buckets joined back) is recorded, not run; a
+ * graph replays it on the compute stream. ---- */
+typedef struct RtcGraph RtcGraph;
+void rtc_capture_begin(void);
+RtcGraph *rtc_capture_end(void);
+void rtc_graph_launch(RtcGraph *g);
+void rtc_graph_free(RtcGraph *g);
 
 /* ---- the kernel profile (rtc_prof.cu; SHARDC_PROFILE): rtc_prof_on
  * (common.cuh) times every launch; reset drops what was timed so far

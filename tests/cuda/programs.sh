@@ -8,7 +8,11 @@
 # messages are staged; 2D tensor parallelism and ring attention, whose
 # instructions are staged through the host mirror) train 3 steps against
 # the 1-rank cpu run.  Every run's planned memory equals the device arena's
-# high-water mark and, on a mesh, the bytes sent equal the plan's.
+# high-water mark and, on a mesh, the bytes sent equal the plan's (replayed
+# steps counted too).  Runs use CUDA graphs (the default) where the plan
+# allows them; the tiny GPT also runs with --no-graph and must give bitwise
+# the same losses and checkpoint, and a run resumed from a checkpoint with
+# graphs must end bitwise where the run without a break ends.
 #   tests/cuda/programs.sh SHARDC
 bin="$(realpath "$1")"
 source "$(dirname "$0")/../codegen/lib.sh"
@@ -39,34 +43,69 @@ reference() {
   [ $rc -eq 0 ] || { bad "$1 cpu reference: $out"; return 1; }
 }
 
-# host SAMPLE RANKS STRATEGY STEPS
+# host SAMPLE RANKS STRATEGY STEPS GRAPHS: GRAPHS is the start line's on/off
 host() {
-  local s="$1" n="$2" st="$3" steps="$4"
+  local s="$1" n="$2" st="$3" steps="$4" g="$5"
   local d="$tmp/$s-cuda-${st//[=,:]/_}"
   build "$s" "$d" --target cuda-host --mesh "$n" --strategy "$st" || return
   same "$s cuda-host $st ($n rank$([ "$n" = 1 ] || echo s))" "$d" "$steps" "$tmp/$s-cpu"
+  grep -q "^graphs:   $g" <<<"$out" && ok || bad "$s $st: expected graphs $g: $(grep '^graphs:' <<<"$out")"
 }
 
-reference mlp 10 && host mlp 1 dp=1 10
-reference gpt 10 && host gpt 1 dp=1 10
+# losses LOG: the per-step losses, as printed
+losses() { grep -o '"loss":[^,]*' "$1"; }
+
+# bitwise NAME A B: the runs A and B (A.jsonl, A.st) have the same losses and checkpoint
+bitwise() {
+  if [ "$(losses "$2.jsonl")" = "$(losses "$3.jsonl")" ] && cmp -s "$2.st" "$3.st"; then
+    ok
+    printf '  %-36s %s\n' "$1" "bitwise equal"
+  else
+    bad "$1: the losses or checkpoints differ: $(diff <(losses "$2.jsonl") <(losses "$3.jsonl") | head -4)"
+  fi
+}
+
+reference mlp 10 && host mlp 1 dp=1 10 on
+reference gpt 10 && host gpt 1 dp=1 10 on && {
+  # graphs off: bitwise the same run
+  d="$tmp/gpt-cuda-dp_1"
+  train "$d" --steps 10 --no-graph --log "$d-eager.jsonl" --save "$d-eager.st"
+  if [ $rc -eq 0 ] && grep -q "^graphs:   off (--no-graph)" <<<"$out"; then
+    bitwise "gpt cuda-host --no-graph" "$d" "$d-eager"
+  else
+    bad "gpt --no-graph: exit $rc: $(tail -3 <<<"$out")"
+  fi
+  # resumed with graphs from step 5's checkpoint: where the whole run ends
+  train "$d" --steps 5 --quiet --save "$d-5.st" &&
+    train "$d" --steps 10 --load "$d-5.st" --log "$d-resumed.jsonl" --save "$d-resumed.st"
+  if [ $rc -eq 0 ] && cmp -s "$d.st" "$d-resumed.st" &&
+     [ "$(losses "$d.jsonl" | tail -5)" = "$(losses "$d-resumed.jsonl")" ]; then
+    ok
+    printf '  %-36s %s\n' "gpt cuda-host resumed at step 5" "bitwise equal"
+  else
+    bad "gpt resumed with graphs: exit $rc: the losses or checkpoint differ from the whole run"
+  fi
+}
 if command -v mpirun >/dev/null && command -v mpicxx >/dev/null; then
   reference gpt 3 && {
-    host gpt 2 dp=2 3
-    host gpt 2 tp=2,sp=megatron 3
-    host gpt 4 tp=2,dp=2,zero=1 3
-    host gpt 2 dp=2,zero=3 3
-    host gpt 2 pp=2,schedule=1f1b 3
-    host gpt 4 tp2d=2x2 3
-    host gpt 2 sp=ring:2 3
+    host gpt 2 dp=2 3 on
+    host gpt 2 tp=2,sp=megatron 3 "off (the program stages"  # vocab-parallel cross-entropy
+    host gpt 4 tp=2,dp=2,zero=1 3 "off (the program stages"
+    host gpt 2 dp=2,zero=3 3 on
+    host gpt 2 pp=2,schedule=1f1b 3 "off (pipeline"
+    host gpt 4 tp2d=2x2 3 "off (the program stages"
+    host gpt 2 sp=ring:2 3 "off (the program stages"
   }
 else
   echo "SKIP: the mesh runs need MPI (mpirun, libshardrt_cuda_dist_host)"
 fi
 
-# The CUDA-only flag on a cpu program is a usage error, not ignored.
+# The CUDA-only flags on a cpu program are usage errors, not ignored.
 build mlp "$tmp/mlp-flag" --mesh 1 --strategy dp=1 && {
-  train "$tmp/mlp-flag" --steps 1 --comm mpi
-  [ $rc -eq 2 ] && grep -q "for programs built with --target cuda" <<<"$out" && ok ||
-    bad "--comm on a cpu program: exit $rc: $out"
+  for f in "--comm mpi" --no-graph; do
+    train "$tmp/mlp-flag" --steps 1 $f
+    [ $rc -eq 2 ] && grep -q "for programs built with --target cuda" <<<"$out" && ok ||
+      bad "$f on a cpu program: exit $rc: $out"
+  done
 }
 finish

@@ -551,14 +551,14 @@ static double forward(RtPass *p) {
   *HF(7516160) = (float)ce_loss[0];
   rtc_to_device(F(7516160), HF(7516160), 4);
   rtc_to_device(F(7516224), HF(7516224), 6144);
-  return ce_loss[0];
+  return rtc_pass_loss(p, &ce_loss[0]);
 }
 
 /* ---- backward: the same microbatch; accumulates into gradients ---- */
 static void backward(RtPass *p) {
   // gpt.shard:14  d%164 = fill
   // () -> f32[]
-  rtc_set_f32(F(7516224), 0.5f);
+  rtc_store_f32(F(7516224), 0.5f);
   // gpt.shard:14  d%163 += cross_entropy_bwd d%164, %163, $targets
   // f32[], f32[B=4,T=64,128], i32[B=4,T=64] -> f32[B=4,T=64,128]
   rtc_memset(F(12474368), 0, 131072);  // d%163 starts here
@@ -1079,6 +1079,7 @@ static const RtProgram program = {
     .zero = 0, .zaxis = RT_AX_DP, .nreq = 7,
     .chunks = chunks, .nchunks = 1,
     .step = step, .nstep = 4,
+    .staged = 2,  /* instructions staged through the host: no CUDA graph */
     .steps = 300, .seed = 1337ull, .opt = RT_OPT_ADAMW, .lr = 0.003, .beta1 = 0.9, .beta2 = 0.95,
     .eps = 1e-08, .weight_decay = 0.1, .momentum = 0.0, .clip = 1.0, .min_lr_ratio = 0.0,
     .warmup = 20, .cosine = 1,

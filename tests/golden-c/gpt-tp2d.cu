@@ -841,14 +841,14 @@ static double forward(RtPass *p) {
   *HF(3642368) = (float)ce_loss[0];
   rtc_to_device(F(3642368), HF(3642368), 4);
   rtc_to_device(F(3642432), HF(3642432), 6144);
-  return ce_loss[0];
+  return rtc_pass_loss(p, &ce_loss[0]);
 }
 
 /* ---- backward: the same microbatch; accumulates into gradients ---- */
 static void backward(RtPass *p) {
   // gpt.shard:14  d%164 = fill
   // () -> f32[]
-  rtc_set_f32(F(3642432), 0.25f);
+  rtc_store_f32(F(3642432), 0.25f);
   // gpt.shard:14  d%167 += cross_entropy_bwd d%164, %167, $targets
   // f32[], f32[B=4,T=64,128], i32[B=4,T=64] -> f32[B=4,T=64,128]
   rtc_memset(F(5695488), 0, 131072);  // d%167 starts here
@@ -1702,6 +1702,7 @@ static const RtProgram program = {
     .zero = -1, .zaxis = RT_AX_DP, .nreq = 0,
     .chunks = chunks, .nchunks = 1,
     .step = step, .nstep = 39,
+    .staged = 52,  /* instructions staged through the host: no CUDA graph */
     .steps = 300, .seed = 1337ull, .opt = RT_OPT_ADAMW, .lr = 0.003, .beta1 = 0.9, .beta2 = 0.95,
     .eps = 1e-08, .weight_decay = 0.1, .momentum = 0.0, .clip = 1.0, .min_lr_ratio = 0.0,
     .warmup = 20, .cosine = 1,

@@ -246,19 +246,18 @@ static double forward(RtPass *p) {
   rt_matmul_forward_cu(F(3020800), F(2987008), F(0), NULL, 128, 64, 256);
   // mish.shard:18  %88 = cross_entropy %87, $targets
   // f32[B=4,T=32,256], i32[B=4,T=32] -> f32[]
-  rt_check(rt_crossentropy_forward_cu(&ce_loss[0], &ce_rows[0], NULL, NULL, F(3020800), I(1896960), 128, 256));
-  rtc_set_f32(F(3151872), (float)ce_loss[0]);
-  return ce_loss[0];
+  rt_check(rt_crossentropy_forward_site_cu(&ce_loss[0], &ce_rows[0], F(3151872), NULL, NULL, F(3020800), I(1896960), 128, 256));
+  return rtc_pass_loss(p, &ce_loss[0]);
 }
 
 /* ---- backward: the same microbatch; accumulates into gradients ---- */
 static void backward(RtPass *p) {
   // mish.shard:18  d%88 = fill
   // () -> f32[]
-  rtc_set_f32(F(3151936), 1.0f);
+  rtc_store_f32(F(3151936), 1.0f);
   // mish.shard:18  d%87 += cross_entropy_bwd d%88, %87, $targets
   // f32[], f32[B=4,T=32,256], i32[B=4,T=32] -> f32[B=4,T=32,256]
-  rt_crossentropy_backward_cu(F(3152000), F(3020800), NULL, I(1896960), 128, 256, rtc_get_f32(F(3151936)), ce_rows[0]);  // writes: the first contribution
+  rt_crossentropy_backward_site_cu(F(3152000), F(3020800), NULL, I(1896960), 128, 256, F(3151936), &ce_loss[0], 0);  // writes: the first contribution
   // mish.shard:17  d%84, d@embed.weight += matmul_bwd d%87, %84, @embed.weight
   // f32[B=4,T=32,256], f32[B=4,T=32,64], f32[256,64] -> f32[B=4,T=32,64], f32[256,64]
   rtc_memset(F(3020800), 0, 32768);  // d%84 starts here

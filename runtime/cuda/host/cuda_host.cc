@@ -22,6 +22,8 @@
 #include <time.h>
 #include <ucontext.h>
 
+#include <vector>
+
 #if defined(__SANITIZE_ADDRESS__)
 #define RTCH_ASAN 1
 #elif defined(__has_feature)
@@ -369,6 +371,7 @@ cudaError_t cudaGetLastError(void) {
 cudaError_t cudaPeekAtLastError(void) { return rtch_last_error; }
 
 cudaError_t rtch_malloc(void **p, size_t n) {
+  rtch_not_capturing("cudaMalloc");
   if (!p) return fail(cudaErrorInvalidValue);
   *p = NULL;
   if (!n) return cudaSuccess;
@@ -377,6 +380,7 @@ cudaError_t rtch_malloc(void **p, size_t n) {
   return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaFree(void *p) {
+  rtch_not_capturing("cudaFree");
   free(p);
   return cudaSuccess;
 }
@@ -384,40 +388,129 @@ cudaError_t cudaFreeHost(void *p) {
   free(p);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+/* ---- stream capture: the open capture's closures, replayed by a graph ---- */
+
+struct CUgraph_st {
+  std::vector<std::function<void()>> work;
+};
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> work;
+};
+static CUgraph_st *rtch_capture;  // the open capture, or NULL
+
+bool rtch_capturing(void) { return rtch_capture != NULL; }
+void rtch_record(std::function<void()> f) { rtch_capture->work.push_back(std::move(f)); }
+void rtch_not_capturing(const char *call) {
+  if (!rtch_capture) return;
+  fprintf(stderr, "cuda_host: %s during a stream capture: a synchronous call is an error in CUDA "
+                  "(the step cannot be captured as a graph)\n", call);
+  abort();
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+  (void)s, (void)mode;
+  if (rtch_capture) {
+    fprintf(stderr, "cuda_host: cudaStreamBeginCapture while a capture is open\n");
+    abort();
+  }
+  rtch_capture = new CUgraph_st;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+  (void)s;
+  if (!rtch_capture || !g) return fail(cudaErrorInvalidValue);
+  *g = rtch_capture;
+  rtch_capture = NULL;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
+  (void)flags;
+  if (!e || !g) return fail(cudaErrorInvalidValue);
+  *e = new CUgraphExec_st;
+  (*e)->work = g->work;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
+  (void)s;
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  rtch_not_capturing("cudaGraphLaunch");
+  for (auto &f : e->work) f();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  delete g;
+  return cudaSuccess;
+}
+
+static cudaError_t copy_(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
   if ((unsigned)kind > cudaMemcpyDefault || (n && (!dst || !src)))
     return fail(cudaErrorInvalidValue);
   if (n) memmove(dst, src, n);
   return cudaSuccess;
 }
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+  rtch_not_capturing("cudaMemcpy");
+  return copy_(dst, src, n, kind);
+}
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
                             cudaStream_t s) {
   (void)s;
-  return cudaMemcpy(dst, src, n, kind);
+  if ((unsigned)kind > cudaMemcpyDefault || (n && (!dst || !src)))
+    return fail(cudaErrorInvalidValue);
+  if (rtch_capture) { // read at replay, as a graph's copy node reads its source
+    rtch_record([=]() { copy_(dst, src, n, kind); });
+    return cudaSuccess;
+  }
+  return copy_(dst, src, n, kind);
+}
+static cudaError_t copy2d_(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                           size_t height, cudaMemcpyKind kind) {
+  for (size_t r = 0; r < height; r++) {
+    cudaError_t e = copy_((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
                               size_t width, size_t height, cudaMemcpyKind kind, cudaStream_t s) {
   (void)s;
   if (width > dpitch || width > spitch) return fail(cudaErrorInvalidValue);
-  for (size_t r = 0; r < height; r++) {
-    cudaError_t e = cudaMemcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind);
-    if (e != cudaSuccess) return e;
+  if (rtch_capture) {
+    rtch_record([=]() { copy2d_(dst, dpitch, src, spitch, width, height, kind); });
+    return cudaSuccess;
   }
-  return cudaSuccess;
+  return copy2d_(dst, dpitch, src, spitch, width, height, kind);
 }
 cudaError_t cudaMemset(void *p, int v, size_t n) {
+  rtch_not_capturing("cudaMemset");
   if (n && !p) return fail(cudaErrorInvalidValue);
   if (n) memset(p, v, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
   (void)s;
-  return cudaMemset(p, v, n);
+  if (n && !p) return fail(cudaErrorInvalidValue);
+  if (rtch_capture) {
+    rtch_record([=]() {
+      if (n) memset(p, v, n);
+    });
+    return cudaSuccess;
+  }
+  if (n) memset(p, v, n);
+  return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+  rtch_not_capturing("cudaDeviceSynchronize");
+  return cudaSuccess;
+}
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   (void)s;
+  rtch_not_capturing("cudaStreamSynchronize");
   return cudaSuccess;
 }
 
@@ -457,6 +550,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  rtch_not_capturing("cudaEventSynchronize");
   return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {

@@ -29,6 +29,15 @@
  *     (cudaMalloc = aligned malloc, cudaMemcpy = memmove), streams are tokens
  *     and everything is synchronous, events record a wall-clock timestamp,
  *     one device "host".
+ *   - stream capture (cudaStreamBeginCapture ... cudaGraphLaunch): while a
+ *     capture is open, launches, cudaMemcpyAsync, cudaMemsetAsync,
+ *     cudaMemcpy2DAsync, the host twins' work (rtch_enqueue: GEMMs) and the
+ *     NCCL shim's collectives are recorded as closures instead of run, and
+ *     cudaGraphLaunch replays them in order (everything is synchronous, so
+ *     order is all there is).  A synchronous call during a capture
+ *     (cudaMemcpy, cudaMemset, cudaMalloc, a stream, event or device
+ *     synchronization), an error in CUDA, is reported and aborts, so that
+ *     CI catches a step that cannot be captured.
  * What it does not map: <<<>>> and extern __shared__ (use RTC_LAUNCH and
  * RTC_DYNAMIC_SHARED), __constant__ memory and cudaMemcpyToSymbol, textures,
  * cooperative groups, streams running concurrently, cuBLASLt and NCCL (the
@@ -43,6 +52,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <functional>
 #include <type_traits>
 
 /* ---- function and variable qualifiers ---- */
@@ -82,10 +92,33 @@ static const int warpSize = 32;
 /* ---- launches ---- */
 void rtch_launch_erased(dim3 grid, dim3 block, size_t shmem, void (*call)(const void *),
                         const void *fn);
-/* Runs fn() once per thread of grid x block (see the top of the file). */
+/* Stream capture: whether one is open; adds f to it. */
+bool rtch_capturing(void);
+void rtch_record(std::function<void()> f);
+/* Runs f now, or records it while a capture is open (host work that stands
+ * for device work: the GEMMs, the NCCL shim). */
+template <class F>
+static inline void rtch_enqueue(F f) {
+  if (rtch_capturing())
+    rtch_record(std::function<void()>(f));
+  else
+    f();
+}
+/* Aborts with a message when a capture is open: call is synchronous. */
+void rtch_not_capturing(const char *call);
+/* Runs fn() once per thread of grid x block (see the top of the file); while
+ * a capture is open, a copy of fn is recorded. */
 template <class F>
 void rtch_launch(dim3 grid, dim3 block, size_t shmem, F &&fn) {
   using Fn = typename std::remove_reference<F>::type;
+  if (rtch_capturing()) {
+    Fn f(fn);
+    rtch_record([grid, block, shmem, f]() {
+      rtch_launch_erased(
+          grid, block, shmem, [](const void *p) { (*(const Fn *)p)(); }, (const void *)&f);
+    });
+    return;
+  }
   rtch_launch_erased(
       grid, block, shmem, [](const void *p) { (*(const Fn *)p)(); }, (const void *)&fn);
 }
@@ -312,6 +345,22 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
+
+/* Graphs: a capture of one stream at a time (the mode is not checked; the
+ * streams are tokens, so work on any stream while capturing is recorded). */
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphExec_st *cudaGraphExec_t;
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e);
+cudaError_t cudaGraphDestroy(cudaGraph_t g);
 
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDevice(int *d);

@@ -1,11 +1,15 @@
 /* nccl_host.h — the NCCL calls of runtime/cuda as MPI calls, for the host
  * build (RTC_HOST): a communicator is an MPI communicator, every call is
  * synchronous (streams are ignored: the host build runs in order), sums
- * only.  What the CUDA runtime uses, nothing more. */
+ * only.  While a stream capture is open (cuda_host.h) a collective is
+ * recorded, and its MPI call made when the graph is replayed (a failure
+ * then aborts).  What the CUDA runtime uses, nothing more. */
 #ifndef RTC_NCCL_HOST_H
 #define RTC_NCCL_HOST_H
 
 #include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef enum { ncclSuccess = 0, ncclSystemError = 2, ncclInvalidArgument = 4 } ncclResult_t;
@@ -26,6 +30,18 @@ static inline MPI_Datatype rtc_nccl_mpi_type_(ncclDataType_t t) {
 }
 static inline ncclResult_t rtc_nccl_ok_(int mpi_rc) {
   return mpi_rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+/* Runs the collective f (returning an MPI code) now, or records it. */
+template <class F>
+static inline ncclResult_t rtc_nccl_run_(F f) {
+  if (!rtch_capturing()) return rtc_nccl_ok_(f());
+  rtch_record([f]() {
+    if (f() != MPI_SUCCESS) {
+      fprintf(stderr, "nccl_host: an MPI collective of a replayed graph failed\n");
+      abort();
+    }
+  });
+  return ncclSuccess;
 }
 static inline ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   memset(id, 0, sizeof *id);
@@ -65,8 +81,11 @@ static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t co
                                          cudaStream_t s) {
   (void)op;
   (void)s;
-  return rtc_nccl_ok_(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count,
-                                    rtc_nccl_mpi_type_(t), MPI_SUM, c->comm));
+  MPI_Comm comm = c->comm;
+  return rtc_nccl_run_([=]() {
+    return MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count,
+                         rtc_nccl_mpi_type_(t), MPI_SUM, comm);
+  });
 }
 static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t count,
                                          ncclDataType_t t, ncclComm_t c, cudaStream_t s) {
@@ -75,16 +94,21 @@ static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t co
   MPI_Comm_rank(c->comm, &r);
   MPI_Type_size(rtc_nccl_mpi_type_(t), &sz);
   const void *in = send == (const char *)recv + (size_t)r * count * (size_t)sz ? MPI_IN_PLACE : send;
-  return rtc_nccl_ok_(MPI_Allgather(in, (int)count, rtc_nccl_mpi_type_(t), recv, (int)count,
-                                    rtc_nccl_mpi_type_(t), c->comm));
+  MPI_Comm comm = c->comm;
+  return rtc_nccl_run_([=]() {
+    return MPI_Allgather(in, (int)count, rtc_nccl_mpi_type_(t), recv, (int)count,
+                         rtc_nccl_mpi_type_(t), comm);
+  });
 }
 static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count,
                                              ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
                                              cudaStream_t s) {
   (void)op;
   (void)s;
-  return rtc_nccl_ok_(MPI_Reduce_scatter_block(send, recv, (int)count, rtc_nccl_mpi_type_(t),
-                                               MPI_SUM, c->comm));
+  MPI_Comm comm = c->comm;
+  return rtc_nccl_run_([=]() {
+    return MPI_Reduce_scatter_block(send, recv, (int)count, rtc_nccl_mpi_type_(t), MPI_SUM, comm);
+  });
 }
 static inline ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
 static inline ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
