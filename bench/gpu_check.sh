@@ -17,7 +17,9 @@
 #        largest microbatch the plan fits in the H200's memory) for 35 steps
 #        on the built-in text: tokens/s and MFU over the 30 steps after 5
 #        warm-up steps, MFU = (6N + 12·L·T·d) FLOPs per token × tokens/s ÷
-#        989 TFLOP/s (dense bf16 peak of the H100 SXM and H200).
+#        989 TFLOP/s (dense bf16 peak of the H100 SXM and H200);
+#     4. the step's device time by kernel family (SHARDC_PROFILE);
+#     5. the tiny GPT with --no-graph against the graph run.
 #     Results go to $OUT/gpu_check.txt (the device tool brings them back)
 #     or bench/results/gpu_check-DATE.txt.
 #
@@ -185,6 +187,21 @@ print(f"gpt2: {len(timed)} steps after {min(5, len(rows))} warm-up: {ms:.1f} ms/
       f"{tps:,.0f} tokens/s, MFU {100 * sum(mfu) / len(mfu):.1f}% (model FLOPs per token from the "
       f"plan, the H200's 989 TFLOP/s bf16 peak); loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
 EOF
+  say ""
+  say "## 4. where GPT-2's step goes: device time by kernel family (SHARDC_PROFILE, steps 3-4, no graphs)"
+  out=$(SHARDC_PROFILE=2 timeout 180 "$w/models/gpt2/train" --steps 4 --data "$data" 2>&1)
+  echo "$out" >"$w/gpt2-profile.out"
+  sed -n '/^profile:/,/^done:/p' <<<"$out" | grep -v '^done:' | tee -a "$res"
+  say ""
+  say "## 5. the tiny GPT without CUDA graphs (--no-graph): the same losses"
+  out=$(timeout 300 "$w/models/gpt/train" --steps 20 --data "$data" --no-graph --log "$w/gpt-nograph.jsonl" 2>&1)
+  if [ $? -eq 0 ] && cmp=$(losses_close "$w/gpt.jsonl" "$w/gpt-nograph.jsonl" 1e-6); then
+    pass=$((pass + 1))
+    say "PASS gpt --no-graph: $cmp"
+  else
+    fail=$((fail + 1))
+    say "FAIL gpt --no-graph: ${cmp:-$(tail -3 <<<"$out")}"
+  fi
   say ""
   say "$pass passed, $fail failed"
   # every run's output in one file beside the table (the device tool brings back few files)

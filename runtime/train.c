@@ -1429,6 +1429,8 @@ static const char *graph_setup(Trainer *t) {
     fail(t, "out of memory for the gradient norm's terms");
   if (t->args.no_graph)
     return "--no-graph";
+  if (getenv("SHARDC_PROFILE"))
+    return "SHARDC_PROFILE times every kernel";
   if (pg->pp > 1)
     return "pipeline messages run on the host";
   if (pg->staged)
@@ -1675,6 +1677,16 @@ static int train(Trainer *t, long step, int say) {
   const double tokens_per_step = (double)pg->batch * pg->seq;
   double first_loss = NAN, loss = NAN, t_start = rt_now();
   const long first_step = step;
+#ifdef RT_TRAIN_CUDA
+  /* SHARDC_PROFILE=W: device time per kernel family over the steps after
+   * the first W (default 1), printed at the end */
+  long prof_from = -1;
+  const char *prof = getenv("SHARDC_PROFILE");
+  if (prof) {
+    rtc_prof_on = 1;
+    prof_from = first_step + (*prof ? atol(prof) : 1);
+  }
+#endif
   for (; step < a->steps; step++) {
     double t0 = rt_now();
     /* The first step also measures the arena's high-water mark: it starts
@@ -1691,6 +1703,10 @@ static int train(Trainer *t, long step, int say) {
     roots_begin(t, step);
     double lr = 0, gscale = 1;
     size_t measured = 0;
+#ifdef RT_TRAIN_CUDA
+    if (step == prof_from)
+      rtc_prof_reset(); /* the warm-up steps are not in the profile */
+#endif
 #ifdef RT_TRAIN_CUDA
     if (!t->off_why && !measure) { /* as graphs; the first step runs eagerly */
       if (step_graphed(t, step, &loss, &lr, &gscale))
@@ -1728,6 +1744,10 @@ static int train(Trainer *t, long step, int say) {
       return 1;
   }
   rt_progress_done(&progress);
+#ifdef RT_TRAIN_CUDA
+  if (rtc_prof_on && say && step > prof_from)
+    rtc_prof_report(stdout, step - prof_from);
+#endif
   if (a->save && !save_checkpoint(t, step))
     return 1;
   if (say)

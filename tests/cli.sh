@@ -68,12 +68,16 @@ expect build-bf16 1 'gpt2-124m.shard:26:15: error: precision bf16 is not impleme
 expect empty-compile 1 'declares no model' -- "$bin" compile "$tmp/empty.shard"
 expect emit-bad 1 '--emit must be ir, program, plan or c' -- "$bin" compile samples/gpt.shard --emit=asm
 expect emit-c 0 '^/\* model.c — training program for model .gpt.' -- "$bin" compile samples/gpt.shard --emit=c
-expect emit-c-cuda 1 '--target cuda: code for this target is not generated yet' -- "$bin" compile samples/gpt.shard --emit=c --target cuda
-# Every command refuses the target the same way, the plan included.
-expect plan-cuda 1 '--target cuda: code for this target is not generated yet' -- "$bin" compile samples/gpt.shard --target cuda
-expect check-cuda 1 '--target cuda: code for this target is not generated yet' -- "$bin" check samples/gpt.shard --target cuda
+expect emit-c-cuda 0 '^/\* model.cu — training program for model .gpt.' -- "$bin" compile samples/gpt.shard --emit=c --target cuda
+expect plan-cuda 0 '^strategy: dp=4' -- "$bin" compile samples/gpt.shard --target cuda
+expect check-cuda 0 '' -- "$bin" check samples/gpt.shard --target cuda
+expect check-cuda-bf16 0 '' -- "$bin" check samples/gpt2-124m.shard --target cuda
+# What the cuda target does not generate yet is refused by every command alike.
+printf 'model m(x: f32[B, 8], y: i32[B]) { return cross_entropy(linear(x, 4), y) }\ntrain { model = m, batch = 4, optimizer = adafactor(lr = 0.01) }\n' >"$tmp/adafactor.shard"
+expect check-cuda-adafactor 1 'optimizer adafactor is not generated yet by the cuda code generator' -- "$bin" check "$tmp/adafactor.shard" --target cuda
+expect build-cuda-adafactor 1 'optimizer adafactor is not generated yet by the cuda code generator' -- "$bin" build "$tmp/adafactor.shard" --target cuda-host -o "$tmp/af"
 expect check-cpu 0 '' -- "$bin" check samples/gpt.shard --target cpu
-expect target-bad 1 "--target must be cpu or cuda, got 'tpu'" -- "$bin" check samples/gpt.shard --target tpu
+expect target-bad 1 "--target must be cpu, cuda or cuda-host, got 'tpu'" -- "$bin" check samples/gpt.shard --target tpu
 # The communication check (passes/commpass.c): a broken per-rank program
 # (SHARDC_DEBUG_BREAK_COMM) is a compile error naming ranks and ops.
 expect commcheck-ok 0 '^comm: ' -- "$bin" compile samples/gpt.shard --strategy tp=2,dp=2 --emit=plan
@@ -156,13 +160,14 @@ expect shampoo-pp-lpt 0 '^shampoo:  stage 1: [0-9]+ units .* over 2 data ranks' 
 expect shampoo-gather 0 'step.[0-9]+ +all_gather over dp: [0-9]+ elements per rank at F\([0-9]+\)  \(Shampoo directions all-gathered over dp\)' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=program
 expect shampoo-zero 1 'strategy optimizer shampoo with zero \(blocks of sharded tensors\) is not implemented yet' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4,zero=1 --emit=c
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
-expect target-bad 1 '--target must be cpu or cuda' -- "$bin" compile samples/gpt.shard --target=tpu
+expect target-bad 1 '--target must be cpu, cuda or cuda-host' -- "$bin" compile samples/gpt.shard --target=tpu
 expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, recompute, zero, memplan, program, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
 expect dump-lower 0 '^graph gpt \{' -- "$bin" compile samples/gpt.shard --dump-after=lower
 expect list-passes 0 '^shape ' -- "$bin" compile --list-passes
 expect mesh-missing-value 1 '--mesh needs a value' -- "$bin" check samples/gpt.shard --mesh
 expect build-help 0 'usage: shardc build' -- "$bin" build --help
-expect build-cuda 1 '--target cuda: code for this target is not generated yet' -- "$bin" build samples/gpt.shard --target cuda -o "$tmp/cuda"
+# nvcc named but absent: said before any compiling
+expect build-cuda-nvcc 1 "the compiler '/nonexistent/nvcc' is not on PATH" -- env SHARDC_NVCC=/nonexistent/nvcc "$bin" build samples/gpt.shard --target cuda -o "$tmp/cuda"
 expect build-pp 1 'strategy zero=1 with schedule=interleaved' -- "$bin" build samples/gpt.shard --strategy dp=2,pp=2,schedule=interleaved:2,zero=1 -o "$tmp/pp"
 expect explore-table 0 'plans evaluated in .* s; best' -- "$bin" explore samples/gpt.shard
 expect explore-json 0 '^\[\{"strategy": "dp=[0-9]+.*"step_time_s": .*"mem_by_stage": \[.*"feasible": true' -- "$bin" explore samples/gpt.shard --json --top 3

@@ -78,6 +78,7 @@ void rtc_graph_free(RtcGraph *g);
 /* ---- the kernel profile (rtc_prof.cu; SHARDC_PROFILE): rtc_prof_on
  * (common.cuh) times every launch; reset drops what was timed so far
  * (warm-up); report prints device time per step by family and kernel ---- */
+extern int rtc_prof_on;
 void rtc_prof_reset(void);
 void rtc_prof_report(FILE *f, long steps);
 

@@ -100,6 +100,15 @@ else
   echo "SKIP: the mesh runs need MPI (mpirun, libshardrt_cuda_dist_host)"
 fi
 
+# A plan larger than the device's free memory is refused before the first
+# step, with the numbers (a 1 GiB emulated device: RTCH_DEVICE_MEMORY).
+build gpt "$tmp/gpt-oom" --target cuda-host --mesh 1 --strategy dp=1 && {
+  out=$(RTCH_DEVICE_MEMORY=1000000 "$tmp/gpt-oom/train" --steps 1 2>&1)
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q "the plan needs [0-9]* bytes .* of device memory per rank, the GPU has 1000000 .* free" <<<"$out" &&
+     ! grep -q "^step" <<<"$out"; then ok; else bad "out of device memory: exit $rc: $out"; fi
+}
+
 # The CUDA-only flags on a cpu program are usage errors, not ignored.
 build mlp "$tmp/mlp-flag" --mesh 1 --strategy dp=1 && {
   for f in "--comm mpi" --no-graph; do
