@@ -16,9 +16,11 @@
  * cross-entropy backward on the device, and the forward hands its loss to
  * the driver (rtc_pass_loss), which reads it now or after the replay.
  *
+ * The vocab-parallel cross-entropy is the same with its reductions as
+ * NCCL all-reduces (rt_vp_crossentropy_forward_cu, keyed by the same slot).
+ *
  * Instructions that have no CUDA kernel yet (2D-tensor-parallel SUMMA
- * matmuls, layernorms with split channels, ring attention, vocab-parallel
- * cross-entropy) are staged: their buffers are copied to the arena's host
+ * matmuls, layernorms with split channels, ring attention) are staged: their buffers are copied to the arena's host
  * mirror (HF / HI), the cpu runtime runs them there over MPI, and what they
  * write is copied back.  The plan header lists them; they are correct and
  * slow.
@@ -38,8 +40,7 @@ static const char *R(const Emit *e, PRef r) { return cg_ref(e, r); }
 static bool staged(const PInstr *in) {
   if (in->kind != PI_KERNEL) return false;
   const Node *n = in->n;
-  if (ir_summa_q(n) || ir_norm_split(n) || ir_ring_size(n) > 1) return true;
-  return (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) && n->a.i[1];
+  return ir_summa_q(n) || ir_norm_split(n) || ir_ring_size(n) > 1;
 }
 
 static int check(Module *m, const CgOptions *o) {
@@ -192,12 +193,39 @@ static void coll(Emit *e, const PInstr *in) {
     R(e, in->scratch));
 }
 
-/* A cross-entropy (not vocab-parallel: those are staged) with its loss,
- * row count and seed on the device: as the cpu record's, the site's
- * ce_loss slot as its key. */
+/* A vocab-parallel cross-entropy (n->a.i[1]; axis a.i[3]): the cpu
+ * record's call (the slice [coord·Vl, coord·Vl+Vl) of V classes, the row
+ * count N as the backward's norm) with the loss at the site's device slot
+ * and the seed read on the device. */
+static void vp_cross_entropy(Emit *e, const PInstr *in) {
+  const Node *n = in->n;
+  const PRef *x = in->in, *y = in->out;
+  const Value *xl = n->op == OP_CROSS_ENTROPY ? x[0].v : x[1].v;
+  const char *ax = cg_axis((int)n->a.i[3]);
+  const char *loss = arena_printf("%sce_loss%s[%d]", e->pre, e->sfx, in->ce_slot);
+  const char *rows = arena_printf("%sce_rows%s[%d]", e->pre, e->sfx, in->ce_slot);
+  int64_t vl = cg_last_dim(xl);
+  if (n->op == OP_CROSS_ENTROPY) {
+    P(e, "  rt_check(rt_vp_crossentropy_forward_cu(p->mesh, %s, &%s, %s, %s, %s, %" PRId64
+         ", %" PRId64 ", p->mesh->coord[%s] * %" PRId64 ", %" PRId64 ", (double *)%s));\n",
+      ax, loss, R(e, y[0]), R(e, x[0]), R(e, x[1]), cg_rows(xl), vl, ax, vl,
+      e->p->data == PDATA_TOKENS ? (int64_t)e->p->vocab : vl * n->a.i[2], /* classes */
+      R(e, in->scratch));
+    P(e, "  %s = %" PRId64 ";\n", rows, cg_rows(xl));
+    return;
+  }
+  P(e, "  rt_vp_crossentropy_backward_acc_cu(p->mesh, %s, %s, %s, %s, %" PRId64 ", %" PRId64
+       ", p->mesh->coord[%s] * %" PRId64 ", %s, %s, (double *)%s);\n",
+    ax, R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(xl), vl, ax, vl, R(e, x[0]), rows,
+    R(e, in->scratch));
+}
+
+/* A cross-entropy with its loss, row count and seed on the device: as the
+ * cpu record's, the site's ce_loss slot as its key. */
 static void cross_entropy(Emit *e, const PInstr *in) {
   const Node *n = in->n;
   const PRef *x = in->in, *y = in->out;
+  if (n->a.i[1]) return vp_cross_entropy(e, in);
   const char *loss = arena_printf("%sce_loss%s[%d]", e->pre, e->sfx, in->ce_slot);
   if (n->op == OP_CROSS_ENTROPY) {
     const char *rows = arena_printf("%sce_rows%s[%d]", e->pre, e->sfx, in->ce_slot);

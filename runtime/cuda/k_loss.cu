@@ -236,22 +236,14 @@ static RtcCeResult *rtc_ce_site_(const void *key) {
   return NULL;
 }
 
-// The forward into dres (device), and y when given; then, unless a stream
-// capture is open, the result read back and checked.
-static int rtc_ce_forward_(RtcCeResult *dres, float *y, double *loss, int *n_valid,
-                           float *losses, float *lse, const float *logits,
-                           const int32_t *targets, int N, int V) {
+// rowloss (N doubles) summed into dres (device), and y when given; then,
+// unless a stream capture is open, the result read back and checked.
+static int rtc_ce_finish_(RtcCeResult *dres, float *y, double *loss, int *n_valid,
+                          const double *rowloss, const int32_t *targets, int N, int V) {
   RtcCeResult r = {0, 0, 0, 0, 0, 0};
   if (N > 0) {
-    size_t rows_bytes = ((size_t)N * sizeof(double) + 255) / 256 * 256;
-    char *scratch = (char *)rtc_ce_scratch(rows_bytes + sizeof(RtcCeResult));
-    double *rowloss = (double *)scratch;
-    if (!dres)
-      dres = (RtcCeResult *)(scratch + rows_bytes);
-    RTC_LAUNCH(rtc_ce_forward_kernel, N, rtc_ce_threads(V), 0, rowloss, losses, lse, logits,
-               targets, V);
-    RTC_LAUNCH(rtc_ce_reduce_kernel, 1, RTC_CE_REDUCE_THREADS, 0, dres, y,
-               (const double *)rowloss, targets, N, V);
+    RTC_LAUNCH(rtc_ce_reduce_kernel, 1, RTC_CE_REDUCE_THREADS, 0, dres, y, rowloss, targets, N,
+               V);
     if (rtc_capturing())
       return RT_OK; // the driver reads the loss after the replay; the data was checked on load
     cudaCheck(cudaMemcpyAsync(&r, dres, sizeof r, cudaMemcpyDeviceToHost,
@@ -268,6 +260,32 @@ static int rtc_ce_forward_(RtcCeResult *dres, float *y, double *loss, int *n_val
   if (n_valid)
     *n_valid = r.count;
   return RT_OK;
+}
+
+// The forward into dres (device; the call's own scratch when NULL), and y
+// when given.
+static int rtc_ce_forward_(RtcCeResult *dres, float *y, double *loss, int *n_valid,
+                           float *losses, float *lse, const float *logits,
+                           const int32_t *targets, int N, int V) {
+  if (N <= 0)
+    return rtc_ce_finish_(dres, y, loss, n_valid, NULL, targets, N, V);
+  size_t rows_bytes = ((size_t)N * sizeof(double) + 255) / 256 * 256;
+  char *scratch = (char *)rtc_ce_scratch(rows_bytes + sizeof(RtcCeResult));
+  double *rowloss = (double *)scratch;
+  if (!dres)
+    dres = (RtcCeResult *)(scratch + rows_bytes);
+  RTC_LAUNCH(rtc_ce_forward_kernel, N, rtc_ce_threads(V), 0, rowloss, losses, lse, logits,
+             targets, V);
+  return rtc_ce_finish_(dres, y, loss, n_valid, rowloss, targets, N, V);
+}
+
+/* The end of the vocab-parallel forward (rtc_dist.cu): its rows' losses
+ * (rowloss, device, N doubles, 0 on ignored rows) summed as this file's
+ * forward sums them, into the site of the host slot loss (so that
+ * rt_crossentropy_site_loss_cu and rtc_pass_loss read it), and y. */
+extern "C" int rtc_ce_site_finish(double *loss, float *y, const double *rowloss,
+                                  const int32_t *targets, int N, int V) {
+  return rtc_ce_finish_(rtc_ce_site_(loss), y, loss, NULL, rowloss, targets, N, V);
 }
 
 extern "C" int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *losses, float *lse,

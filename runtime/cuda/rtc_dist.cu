@@ -6,6 +6,11 @@
  * Staged mode (several ranks on one GPU, where NCCL refuses): each
  * collective copies its buffers to host memory and runs dist.h's MPI
  * version there, which counts the bytes itself.
+ *
+ * Also the vocab-parallel cross-entropy, whose reductions are collectives:
+ * row kernels (one block per row, fixed-order block reductions in double,
+ * no atomics: bitwise repeatable) around NCCL all-reduces of the rows' max
+ * and sums, with the loss left on the device for CUDA graphs.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +37,8 @@ static cudaEvent_t ready_, done_;  /* compute work before a bucket; the buckets'
 static int pending_;               /* buckets started since the last wait */
 
 /* Host buffers of the staged mode, grown as needed. */
-static void *host_buf_[3];
-static size_t host_cap_[3];
+static void *host_buf_[4];
+static size_t host_cap_[4];
 static float *host_(int k, size_t n) {
   if (n * sizeof(float) > host_cap_[k]) {
     free(host_buf_[k]);
@@ -83,7 +88,7 @@ void rtc_mesh_free(void) {
   }
   if (world_) ncclCheck(ncclCommDestroy(world_));
   world_ = NULL;
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 4; k++) {
     free(host_buf_[k]);
     host_buf_[k] = NULL;
     host_cap_[k] = 0;
@@ -226,4 +231,219 @@ void rtc_bucket_wait(void) {
   cudaCheck(cudaEventRecord(done_, rtc_comm_stream));
   cudaCheck(cudaStreamWaitEvent(stream_(), done_, 0));
   pending_ = 0;
+}
+
+/* ---- vocab-parallel cross-entropy: dist.h's rt_vp_crossentropy_*_f32 on
+ * device buffers (logits (N,Vl) = columns [v0, v0+Vl) of the (N,V) logits,
+ * targets global ids, scratch rt_scratch_vp_xent_bytes(N) bytes) ---- */
+
+#define RTC_VP_THREADS 256 // a row's block: a power of two
+
+// k_loss.cu: the rows' losses summed into the site of the host slot loss, and y
+extern "C" int rtc_ce_site_finish(double *loss, float *y, const double *rowloss,
+                                  const int32_t *targets, int N, int V);
+
+// v over the block in a fixed tree (every thread gets it); max or sum
+template <bool MAX>
+__device__ double rtc_vp_block_(double v) {
+  __shared__ double part[RTC_VP_THREADS];
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (int w = RTC_VP_THREADS / 2; w > 0; w /= 2) {
+    if ((int)threadIdx.x < w) {
+      double o = part[threadIdx.x + w];
+      part[threadIdx.x] = MAX ? fmax(part[threadIdx.x], o) : part[threadIdx.x] + o;
+    }
+    __syncthreads();
+  }
+  double r = part[0];
+  __syncthreads(); // part may be written again by the next call
+  return r;
+}
+
+// bad[0] = the first row whose target is outside [0,V) and not the ignore
+// index (N if none), bad[1] its target; one block of RTC_VP_THREADS
+__global__ void rtc_vp_bad_kernel(int *bad, const int32_t *__restrict__ targets, int N, int V) {
+  int b = N;
+  for (int n = threadIdx.x; n < N; n += blockDim.x) {
+    int32_t t = targets[n];
+    if (t != RT_IGNORE_INDEX && (t < 0 || t >= V)) {
+      b = n;
+      break;
+    }
+  }
+  __shared__ int first[RTC_VP_THREADS];
+  first[threadIdx.x] = b;
+  __syncthreads();
+  for (int w = RTC_VP_THREADS / 2; w > 0; w /= 2) {
+    if ((int)threadIdx.x < w)
+      first[threadIdx.x] = min(first[threadIdx.x], first[threadIdx.x + w]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    bad[0] = first[0];
+    bad[1] = first[0] < N ? targets[first[0]] : 0;
+  }
+}
+
+// logits is (N,Vl); block n: mx[n] = the row's max (0 on ignored rows)
+__global__ void rtc_vp_max_kernel(double *__restrict__ mx, const float *__restrict__ logits,
+                                  const int32_t *__restrict__ targets, int Vl) {
+  int n = blockIdx.x;
+  if (targets[n] < 0) { // the whole block returns: no barrier is skipped
+    if (threadIdx.x == 0)
+      mx[n] = 0;
+    return;
+  }
+  const float *x = logits + (size_t)n * Vl;
+  double m = -INFINITY;
+  for (int i = threadIdx.x; i < Vl; i += blockDim.x)
+    m = fmax(m, (double)x[i]);
+  m = rtc_vp_block_<true>(m);
+  if (threadIdx.x == 0)
+    mx[n] = m;
+}
+
+// block n: se[stride·n] = Σ exp(x - mx[n]) over the slice and, with stride
+// 2, se[2n+1] = the target's logit when it is in the slice; 0 otherwise
+__global__ void rtc_vp_sumexp_kernel(double *__restrict__ se, int stride,
+                                     const double *__restrict__ mx,
+                                     const float *__restrict__ logits,
+                                     const int32_t *__restrict__ targets, int Vl, int v0) {
+  int n = blockIdx.x;
+  int32_t t = targets[n];
+  if (t < 0) {
+    if (threadIdx.x == 0) {
+      se[stride * n] = 0;
+      if (stride == 2)
+        se[2 * n + 1] = 0;
+    }
+    return;
+  }
+  const float *x = logits + (size_t)n * Vl;
+  double m = mx[n], s = 0;
+  for (int i = threadIdx.x; i < Vl; i += blockDim.x)
+    s += exp((double)x[i] - m);
+  s = rtc_vp_block_<false>(s);
+  if (threadIdx.x == 0) {
+    se[stride * n] = s;
+    int tl = t - v0;
+    if (stride == 2)
+      se[2 * n + 1] = tl >= 0 && tl < Vl ? (double)x[tl] : 0;
+  }
+}
+
+// rowloss[n] = log Σexp + max - target logit (0 on ignored rows); rowloss
+// may be mx (each element is read and written by one thread)
+__global__ void rtc_vp_rowloss_kernel(double *rowloss, const double *mx,
+                                      const double *__restrict__ se,
+                                      const int32_t *__restrict__ targets, int N) {
+  for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x)
+    rowloss[n] = targets[n] >= 0 ? log(se[2 * n]) + mx[n] - se[2 * n + 1] : 0;
+}
+
+// block n: dlogits[n] += (exp(x - lse) - onehot)·(dloss/norm), lse = mx + log se;
+// nothing on ignored rows
+__global__ void rtc_vp_grad_kernel(float *__restrict__ dlogits, const float *__restrict__ logits,
+                                   const int32_t *__restrict__ targets, int Vl, int v0,
+                                   const double *__restrict__ mx, const double *__restrict__ se,
+                                   const float *__restrict__ dloss, double norm) {
+  int n = blockIdx.x;
+  int32_t t = targets[n];
+  if (t < 0)
+    return;
+  double lse = mx[n] + log(se[n]), scale = norm > 0 ? (double)*dloss / norm : 0;
+  int tl = t - v0;
+  const float *x = logits + (size_t)n * Vl;
+  float *dx = dlogits + (size_t)n * Vl;
+  for (int i = threadIdx.x; i < Vl; i += blockDim.x)
+    dx[i] += (float)((exp((double)x[i] - lse) - (i == tl)) * scale);
+}
+
+// the global row max into mx (N doubles): a kernel, then the all-reduce
+static void vp_global_max_(RtMesh *m, RtAxis ax, ncclComm_t c, double *mx, const float *logits,
+                           const int32_t *targets, int N, int Vl) {
+  if (N > 0)
+    RTC_LAUNCH(rtc_vp_max_kernel, N, RTC_VP_THREADS, 0, mx, logits, targets, Vl);
+  if (m->size[ax] > 1)
+    ncclCheck(ncclAllReduce(mx, mx, (size_t)N, ncclDouble, ncclMax, c, stream_()));
+}
+
+int rt_vp_crossentropy_forward_cu(RtMesh *m, RtAxis ax, double *loss, float *y,
+                                  const float *logits, const int32_t *targets, int N, int Vl,
+                                  int v0, int V, double *scratch) {
+  if (N < 0 || Vl < 0 || v0 < 0 || (long long)v0 + Vl > V)
+    return rt_errorf(RT_ERR_ARG, "vp_cross_entropy: slice [%d,%d) of %d rows is not inside "
+                     "the vocabulary [0,%d)", v0, v0 + Vl, N, V);
+  if (staged_) { /* dist.h's on host copies; it checks, communicates and counts */
+    float *hx = host_(0, (size_t)N * Vl);
+    int32_t *ht = (int32_t *)host_(1, (size_t)N);
+    double *hs = (double *)host_(2, rt_scratch_vp_xent_bytes((size_t)N) / 4);
+    rtc_to_host(hx, logits, (size_t)N * Vl * 4);
+    rtc_to_host(ht, targets, (size_t)N * 4);
+    int rc = rt_vp_crossentropy_forward_f32(m, ax, loss, hx, ht, N, Vl, v0, V, hs);
+    if (rc != RT_OK) return rc;
+    rtc_to_device(scratch, hs, rt_scratch_vp_xent_bytes((size_t)N));
+    if (y) rtc_set_f32(y, (float)*loss);
+    return RT_OK;
+  }
+  /* the targets, before any communication (a captured step's were checked
+   * when its step ran eagerly, and the data on load) */
+  if (N > 0 && !rtc_capturing()) {
+    int bad[2];
+    RTC_LAUNCH(rtc_vp_bad_kernel, 1, RTC_VP_THREADS, 0, (int *)scratch, targets, N, V);
+    rtc_to_host(bad, scratch, sizeof bad);
+    if (bad[0] < N)
+      return rt_errorf(RT_ERR_ARG,
+                       "vp_cross_entropy: target %d at row %d is outside [0,%d) and is not "
+                       "the ignore index %d",
+                       bad[1], bad[0], V, RT_IGNORE_INDEX);
+  }
+  ncclComm_t c = comm_of_(m, ax, "rt_vp_crossentropy_forward_cu");
+  int P = m->size[ax];
+  double *mx = scratch, *se = scratch + N; // se: (sumexp, target logit) per row
+  vp_global_max_(m, ax, c, mx, logits, targets, N, Vl);
+  if (N > 0)
+    RTC_LAUNCH(rtc_vp_sumexp_kernel, N, RTC_VP_THREADS, 0, se, 2, (const double *)mx, logits,
+               targets, Vl, v0);
+  if (P > 1)
+    ncclCheck(ncclAllReduce(se, se, 2 * (size_t)N, ncclDouble, ncclSum, c, stream_()));
+  count_(m, ax, rt_vol_vp_xent_fwd((size_t)N, P));
+  m->calls[ax] += 1; // two all-reduces
+  if (N > 0)
+    RTC_LAUNCH(rtc_vp_rowloss_kernel, rtc_blocks((size_t)N, 256), 256, 0, mx, (const double *)mx,
+               (const double *)se, targets, N);
+  return rtc_ce_site_finish(loss, y, mx, targets, N, V);
+}
+
+void rt_vp_crossentropy_backward_acc_cu(RtMesh *m, RtAxis ax, float *dlogits, const float *logits,
+                                        const int32_t *targets, int N, int Vl, int v0,
+                                        const float *dloss, double norm, double *scratch) {
+  if (staged_) {
+    float *hd = host_(0, (size_t)N * Vl), *hx = host_(3, (size_t)N * Vl);
+    int32_t *ht = (int32_t *)host_(1, (size_t)N);
+    double *hs = (double *)host_(2, rt_scratch_vp_xent_bytes((size_t)N) / 4);
+    rtc_to_host(hd, dlogits, (size_t)N * Vl * 4);
+    rtc_to_host(hx, logits, (size_t)N * Vl * 4);
+    rtc_to_host(ht, targets, (size_t)N * 4);
+    rt_vp_crossentropy_backward_acc_f32(m, ax, hd, hx, ht, N, Vl, v0, rtc_get_f32(dloss), norm,
+                                        hs);
+    rtc_to_device(dlogits, hd, (size_t)N * Vl * 4);
+    rtc_to_device(scratch, hs, 2 * (size_t)N * sizeof(double));
+    return;
+  }
+  ncclComm_t c = comm_of_(m, ax, "rt_vp_crossentropy_backward_acc_cu");
+  int P = m->size[ax];
+  double *mx = scratch, *se = scratch + N;
+  vp_global_max_(m, ax, c, mx, logits, targets, N, Vl);
+  if (N > 0)
+    RTC_LAUNCH(rtc_vp_sumexp_kernel, N, RTC_VP_THREADS, 0, se, 1, (const double *)mx, logits,
+               targets, Vl, v0);
+  if (P > 1)
+    ncclCheck(ncclAllReduce(se, se, (size_t)N, ncclDouble, ncclSum, c, stream_()));
+  count_(m, ax, rt_vol_vp_xent_bwd((size_t)N, P));
+  m->calls[ax] += 1; // two all-reduces
+  if (N > 0)
+    RTC_LAUNCH(rtc_vp_grad_kernel, N, RTC_VP_THREADS, 0, dlogits, logits, targets, Vl, v0,
+               (const double *)mx, (const double *)se, dloss, norm);
 }

@@ -107,6 +107,29 @@ void rtc_bucket_reduce_scatter(struct RtMesh *m, RtAxis ax, float *dst, const fl
                                size_t n);
 void rtc_bucket_wait(void);
 
+/* ---- the vocab-parallel cross-entropy (rtc_dist.cu): dist.h's
+ * rt_vp_crossentropy_forward_f32 / _backward_acc_f32 on device buffers,
+ * with their semantics, errors and byte and call counts: logits (N,Vl) =
+ * columns [v0, v0+Vl) of the (N,V) logits, targets (N) global ids, scratch
+ * rt_scratch_vp_xent_bytes(N) bytes; max, sums and loss in double; the
+ * reductions are NCCL all-reduces on the compute stream.  Staged (mpi): the
+ * cpu functions on host copies. ---- */
+/* The forward, as rt_crossentropy_forward_site_cu: *loss is the call
+ * site's key (rtc_pass_loss reads its device result) and gets the mean over
+ * the valid rows unless a stream capture is open; y (device, or NULL) gets
+ * (float)loss.  RT_ERR_ARG before any communication for a target outside
+ * [0,V) other than RT_IGNORE_INDEX (not checked while capturing: the step
+ * ran eagerly first). */
+int rt_vp_crossentropy_forward_cu(struct RtMesh *m, RtAxis ax, double *loss, float *y,
+                                  const float *logits, const int32_t *targets, int N, int Vl,
+                                  int v0, int V, double *scratch);
+/* dlogits (N,Vl) += (softmax - onehot)·dloss/norm, nothing on ignored rows;
+ * dloss is the seed on the device (one float). */
+void rt_vp_crossentropy_backward_acc_cu(struct RtMesh *m, RtAxis ax, float *dlogits,
+                                        const float *logits, const int32_t *targets, int N,
+                                        int Vl, int v0, const float *dloss, double norm,
+                                        double *scratch);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,8 +6,8 @@
 # target's per-step losses and final checkpoint within 1e-4; plans on 2 and
 # 4 ranks (NCCL collectives and overlapped buckets; ZeRO; a pipeline, whose
 # messages are staged; 2D tensor parallelism and ring attention, whose
-# instructions are staged through the host mirror) train 3 steps against
-# the 1-rank cpu run.  Every run's planned memory equals the device arena's
+# instructions are staged through the host mirror; tensor parallelism with
+# --comm mpi) train 3 steps against the 1-rank cpu run.  Every run's planned memory equals the device arena's
 # high-water mark and, on a mesh, the bytes sent equal the plan's (replayed
 # steps counted too).  Runs use CUDA graphs (the default) where the plan
 # allows them; the tiny GPT also runs with --no-graph and must give bitwise
@@ -18,10 +18,11 @@ bin="$(realpath "$1")"
 source "$(dirname "$0")/../codegen/lib.sh"
 export SHARDC_STRICT_COMM=1
 
-# same NAME DIR STEPS REF: DIR's run (DIR.jsonl, DIR.st) against REF's
+# same NAME DIR STEPS REF [train flags...]: DIR's run (DIR.jsonl, DIR.st) against REF's
 same() {
   local name="$1" d="$2" steps="$3" ref="$4"
-  train "$d" --steps "$steps" --log "$d.jsonl" --save "$d.st"
+  shift 4
+  train "$d" --steps "$steps" --log "$d.jsonl" --save "$d.st" "$@"
   if [ $rc -ne 0 ]; then bad "$name: exit $rc: $(tail -5 <<<"$out")"; return; fi
   if grep -q MISMATCH <<<"$out" || ! grep -q "^memory:   planned" <<<"$out"; then
     bad "$name: memory or communication differ from the plan: $(grep -E '^(memory|comm):' <<<"$out")"
@@ -89,13 +90,19 @@ reference gpt 10 && host gpt 1 dp=1 10 on && {
 if command -v mpirun >/dev/null && command -v mpicxx >/dev/null; then
   reference gpt 3 && {
     host gpt 2 dp=2 3 on
-    host gpt 2 tp=2,sp=megatron 3 "off (the program stages"  # vocab-parallel cross-entropy
-    host gpt 4 tp=2,dp=2,zero=1 3 "off (the program stages"
+    host gpt 2 tp=2,sp=megatron 3 on  # vocab-parallel cross-entropy on NCCL, captured
+    host gpt 4 tp=2,dp=2,zero=1 3 on
+    # --comm mpi: every collective (the vocab-parallel cross-entropy's too)
+    # through host copies and MPI, eagerly
+    build gpt "$tmp/gpt-cuda-mpi" --target cuda-host --mesh 2 --strategy tp=2 &&
+      same "gpt cuda-host tp=2 --comm mpi" "$tmp/gpt-cuda-mpi" 3 "$tmp/gpt-cpu" --comm mpi &&
+      { grep -q "^graphs:   off (--comm mpi" <<<"$out" && ok || bad "--comm mpi: $(grep '^graphs:' <<<"$out")"; }
     host gpt 2 dp=2,zero=3 3 on
     host gpt 2 pp=2,schedule=1f1b 3 "off (pipeline"
     host gpt 4 tp2d=2x2 3 "off (the program stages"
     host gpt 2 sp=ring:2 3 "off (the program stages"
   }
+  reference llama 3 && host llama 2 tp=2 3 on
 else
   echo "SKIP: the mesh runs need MPI (mpirun, libshardrt_cuda_dist_host)"
 fi

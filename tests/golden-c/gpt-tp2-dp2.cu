@@ -543,14 +543,8 @@ static double forward(RtPass *p) {
   rt_matmul_forward_cu(F(12212224), F(11425792), F(0), NULL, 256, 128, 128);
   // gpt.shard:14  %164 = cross_entropy %163, $targets
   // f32[B=4,T=64,128], i32[B=4,T=64] -> f32[]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(12212224), F(12212224), 131072);
-  rtc_to_host(HI(6767616), I(6767616), 1024);
-  rt_check(rt_vp_crossentropy_forward_f32(p->mesh, RT_AX_TP, &ce_loss[0], HF(12212224), HI(6767616), 256, 128, p->mesh->coord[RT_AX_TP] * 128, 256, (double *)HF(7516224)));
+  rt_check(rt_vp_crossentropy_forward_cu(p->mesh, RT_AX_TP, &ce_loss[0], F(7516160), F(12212224), I(6767616), 256, 128, p->mesh->coord[RT_AX_TP] * 128, 256, (double *)F(7516224)));
   ce_rows[0] = 256;
-  *HF(7516160) = (float)ce_loss[0];
-  rtc_to_device(F(7516160), HF(7516160), 4);
-  rtc_to_device(F(7516224), HF(7516224), 6144);
   return rtc_pass_loss(p, &ce_loss[0]);
 }
 
@@ -562,14 +556,7 @@ static void backward(RtPass *p) {
   // gpt.shard:14  d%163 += cross_entropy_bwd d%164, %163, $targets
   // f32[], f32[B=4,T=64,128], i32[B=4,T=64] -> f32[B=4,T=64,128]
   rtc_memset(F(12474368), 0, 131072);  // d%163 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(7516224), F(7516224), 4);
-  rtc_to_host(HF(12212224), F(12212224), 131072);
-  rtc_to_host(HI(6767616), I(6767616), 1024);
-  rtc_to_host(HF(12474368), F(12474368), 131072);
-  rt_vp_crossentropy_backward_acc_f32(p->mesh, RT_AX_TP, HF(12474368), HF(12212224), HI(6767616), 256, 128, p->mesh->coord[RT_AX_TP] * 128, *HF(7516224), ce_rows[0], (double *)HF(7516288));
-  rtc_to_device(F(12474368), HF(12474368), 131072);
-  rtc_to_device(F(7516288), HF(7516288), 6144);
+  rt_vp_crossentropy_backward_acc_cu(p->mesh, RT_AX_TP, F(12474368), F(12212224), I(6767616), 256, 128, p->mesh->coord[RT_AX_TP] * 128, F(7516224), ce_rows[0], (double *)F(7516288));
   // gpt.shard:13  d%182, d@embed.weight += matmul_bwd d%163, %182, @embed.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128], f32[128,128]
   rtc_memset(F(12212224), 0, 131072);  // d%182 starts here
@@ -1079,7 +1066,6 @@ static const RtProgram program = {
     .zero = 0, .zaxis = RT_AX_DP, .nreq = 7,
     .chunks = chunks, .nchunks = 1,
     .step = step, .nstep = 4,
-    .staged = 2,  /* instructions staged through the host: no CUDA graph */
     .steps = 300, .seed = 1337ull, .opt = RT_OPT_ADAMW, .lr = 0.003, .beta1 = 0.9, .beta2 = 0.95,
     .eps = 1e-08, .weight_decay = 0.1, .momentum = 0.0, .clip = 1.0, .min_lr_ratio = 0.0,
     .warmup = 20, .cosine = 1,

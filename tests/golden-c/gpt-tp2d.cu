@@ -833,14 +833,8 @@ static double forward(RtPass *p) {
   rtc_allreduce(p->mesh, RT_AX_TPR, F(5826560), 32768);
   // gpt.shard:14  %164 = cross_entropy %167, $targets
   // f32[B=4,T=64,128], i32[B=4,T=64] -> f32[]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5826560), F(5826560), 131072);
-  rtc_to_host(HI(3398656), I(3398656), 1024);
-  rt_check(rt_vp_crossentropy_forward_f32(p->mesh, RT_AX_TPC, &ce_loss[0], HF(5826560), HI(3398656), 256, 128, p->mesh->coord[RT_AX_TPC] * 128, 256, (double *)HF(3642432)));
+  rt_check(rt_vp_crossentropy_forward_cu(p->mesh, RT_AX_TPC, &ce_loss[0], F(3642368), F(5826560), I(3398656), 256, 128, p->mesh->coord[RT_AX_TPC] * 128, 256, (double *)F(3642432)));
   ce_rows[0] = 256;
-  *HF(3642368) = (float)ce_loss[0];
-  rtc_to_device(F(3642368), HF(3642368), 4);
-  rtc_to_device(F(3642432), HF(3642432), 6144);
   return rtc_pass_loss(p, &ce_loss[0]);
 }
 
@@ -852,14 +846,7 @@ static void backward(RtPass *p) {
   // gpt.shard:14  d%167 += cross_entropy_bwd d%164, %167, $targets
   // f32[], f32[B=4,T=64,128], i32[B=4,T=64] -> f32[B=4,T=64,128]
   rtc_memset(F(5695488), 0, 131072);  // d%167 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3642432), F(3642432), 4);
-  rtc_to_host(HF(5826560), F(5826560), 131072);
-  rtc_to_host(HI(3398656), I(3398656), 1024);
-  rtc_to_host(HF(5695488), F(5695488), 131072);
-  rt_vp_crossentropy_backward_acc_f32(p->mesh, RT_AX_TPC, HF(5695488), HF(5826560), HI(3398656), 256, 128, p->mesh->coord[RT_AX_TPC] * 128, *HF(3642432), ce_rows[0], (double *)HF(3642496));
-  rtc_to_device(F(5695488), HF(5695488), 131072);
-  rtc_to_device(F(3642496), HF(3642496), 6144);
+  rt_vp_crossentropy_backward_acc_cu(p->mesh, RT_AX_TPC, F(5695488), F(5826560), I(3398656), 256, 128, p->mesh->coord[RT_AX_TPC] * 128, F(3642432), ce_rows[0], (double *)F(3642496));
   // gpt.shard:13  d%163 += acc d%167, %163
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(5826560), 0, 131072);  // d%163 starts here
@@ -1702,7 +1689,7 @@ static const RtProgram program = {
     .zero = -1, .zaxis = RT_AX_DP, .nreq = 0,
     .chunks = chunks, .nchunks = 1,
     .step = step, .nstep = 39,
-    .staged = 52,  /* instructions staged through the host: no CUDA graph */
+    .staged = 50,  /* instructions staged through the host: no CUDA graph */
     .steps = 300, .seed = 1337ull, .opt = RT_OPT_ADAMW, .lr = 0.003, .beta1 = 0.9, .beta2 = 0.95,
     .eps = 1e-08, .weight_decay = 0.1, .momentum = 0.0, .clip = 1.0, .min_lr_ratio = 0.0,
     .warmup = 20, .cosine = 1,

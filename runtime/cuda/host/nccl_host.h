@@ -1,7 +1,7 @@
 /* nccl_host.h — the NCCL calls of runtime/cuda as MPI calls, for the host
  * build (RTC_HOST): a communicator is an MPI communicator, every call is
- * synchronous (streams are ignored: the host build runs in order), sums
- * only.  While a stream capture is open (cuda_host.h) a collective is
+ * synchronous (streams are ignored: the host build runs in order); sums,
+ * and maxima for all-reduces.  While a stream capture is open (cuda_host.h) a collective is
  * recorded, and its MPI call made when the graph is replayed (a failure
  * then aborts).  What the CUDA runtime uses, nothing more. */
 #ifndef RTC_NCCL_HOST_H
@@ -14,7 +14,7 @@
 
 typedef enum { ncclSuccess = 0, ncclSystemError = 2, ncclInvalidArgument = 4 } ncclResult_t;
 typedef enum { ncclFloat = 0, ncclDouble = 1, ncclInt = 2 } ncclDataType_t;
-typedef enum { ncclSum = 0 } ncclRedOp_t;
+typedef enum { ncclSum = 0, ncclMax = 2 } ncclRedOp_t;
 typedef struct { char internal[128]; } ncclUniqueId;
 struct ncclComm {
   MPI_Comm comm;
@@ -79,12 +79,12 @@ static inline ncclResult_t ncclCommDestroy(ncclComm_t c) {
 static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count,
                                          ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
                                          cudaStream_t s) {
-  (void)op;
   (void)s;
   MPI_Comm comm = c->comm;
+  MPI_Op mop = op == ncclMax ? MPI_MAX : MPI_SUM;
   return rtc_nccl_run_([=]() {
     return MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count,
-                         rtc_nccl_mpi_type_(t), MPI_SUM, comm);
+                         rtc_nccl_mpi_type_(t), mop, comm);
   });
 }
 static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t count,
