@@ -38,6 +38,30 @@ foreach(src ${SHARDC_CUDA_TESTS})
                        ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
 endforeach()
 
+# cuda/vpce: the vocab-parallel cross-entropy's launchers (rtc_dist.cu, on
+# MPI through host/nccl_host.h) against dist.h's, under mpirun on 2 and 4
+# ranks.
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  set(wrapper ${CMAKE_CURRENT_BINARY_DIR}/cuda_host_tests/test_vpce.cc)
+  file(CONFIGURE OUTPUT ${wrapper}
+       CONTENT "/* generated: test_vpce.cu as host C++ (-DRTC_HOST) */\n#include \"${SHARDC_CUDA_TEST_DIR}/test_vpce.cu\"\n")
+  shardc_cuda_host_test(cuda_test_vpce ${wrapper})
+  target_link_libraries(cuda_test_vpce PRIVATE shardrt_cuda_dist_host)
+  # libshardrt_cuda_dist_host is C++ that includes mpi.h: as `shardc build
+  # --target cuda-host` links it with mpicxx, MPI's C++ library too
+  find_package(MPI COMPONENTS CXX QUIET)
+  if(TARGET MPI::MPI_CXX)
+    target_link_libraries(cuda_test_vpce PRIVATE MPI::MPI_CXX)
+  endif()
+  foreach(np 2 4)
+    add_test(NAME cuda/vpce/np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:cuda_test_vpce>)
+    set_tests_properties(cuda/vpce/np${np} PROPERTIES
+                         SKIP_RETURN_CODE 77 TIMEOUT 120
+                         ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+endif()
+
 # The CUDA programs (issue 10): every CUDA/cuBLASLt/NCCL call checked; the
 # tiny GPT and plans on 2-4 ranks trained through the host build of their
 # CUDA programs against the cpu target; every sample and strategy of the
