@@ -70,6 +70,13 @@ add_test(NAME cuda/checked-calls COMMAND ${CMAKE_CURRENT_LIST_DIR}/checked.sh ${
 add_test(NAME cuda/programs COMMAND ${CMAKE_CURRENT_LIST_DIR}/programs.sh ${SHARDC_BIN})
 add_test(NAME cuda/build-all COMMAND ${CMAKE_CURRENT_LIST_DIR}/build_all.sh ${SHARDC_BIN} 2)
 set_tests_properties(cuda/checked-calls PROPERTIES TIMEOUT 120)
+# Under the sanitizers (a second pass over the same programs, for CI's time)
+# only one mesh plan runs.
+if(SHARDC_SANITIZE)
+  set(SHARDC_CUDA_PROGRAMS_ENV "CUDA_PROGRAMS_QUICK=1")
+else()
+  set(SHARDC_CUDA_PROGRAMS_ENV "CUDA_PROGRAMS_QUICK=")
+endif()
 set_tests_properties(cuda/programs PROPERTIES TIMEOUT 1500 SKIP_RETURN_CODE 77
-                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;${SHARDC_CUDA_PROGRAMS_ENV}")
 set_tests_properties(cuda/build-all PROPERTIES TIMEOUT 1500 SKIP_RETURN_CODE 77)
