@@ -58,8 +58,8 @@ static cudaStream_t stream_(void) { return (cudaStream_t)rtc_stream; }
 
 int rtc_mesh_init(RtMesh *m, int staged) {
   staged_ = staged;
-  cudaCheck(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-  cudaCheck(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  if (!ready_) cudaCheck(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  if (!done_) cudaCheck(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   if (staged) return RT_OK;
   ncclUniqueId id;
   if (m->rank == 0) ncclCheck(ncclGetUniqueId(&id));
@@ -82,6 +82,9 @@ int rtc_mesh_init(RtMesh *m, int staged) {
 }
 
 void rtc_mesh_free(void) {
+  if (ready_) cudaCheck(cudaEventDestroy(ready_));
+  if (done_) cudaCheck(cudaEventDestroy(done_));
+  ready_ = done_ = NULL;
   for (int ax = 0; ax < RT_AX_COUNT; ax++) {
     if (comm_[ax]) ncclCheck(ncclCommDestroy(comm_[ax]));
     comm_[ax] = NULL;
