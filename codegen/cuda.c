@@ -19,8 +19,11 @@
  * The vocab-parallel cross-entropy is the same with its reductions as
  * NCCL all-reduces (rt_vp_crossentropy_forward_cu, keyed by the same slot).
  *
- * Instructions that have no CUDA kernel yet (2D-tensor-parallel SUMMA
- * matmuls, layernorms with split channels, ring attention) are staged: their buffers are copied to the arena's host
+ * 2D tensor parallelism's SUMMA matmuls are rtc_summa.cu's launchers
+ * (NCCL broadcasts and reduces over the grid's row and column axes).
+ *
+ * Instructions that have no CUDA kernel yet (layernorms with split
+ * channels, ring attention) are staged: their buffers are copied to the arena's host
  * mirror (HF / HI), the cpu runtime runs them there over MPI, and what they
  * write is copied back.  The plan header lists them; they are correct and
  * slow.
@@ -40,7 +43,7 @@ static const char *R(const Emit *e, PRef r) { return cg_ref(e, r); }
 static bool staged(const PInstr *in) {
   if (in->kind != PI_KERNEL) return false;
   const Node *n = in->n;
-  return ir_summa_q(n) || ir_norm_split(n) || ir_ring_size(n) > 1;
+  return ir_norm_split(n) || ir_ring_size(n) > 1;
 }
 
 static int check(Module *m, const CgOptions *o) {
@@ -220,6 +223,25 @@ static void vp_cross_entropy(Emit *e, const PInstr *in) {
     R(e, in->scratch));
 }
 
+/* A SUMMA matmul of 2D tensor parallelism (runtime/cuda/rtc_summa.cu): the
+ * cpu record's operands (cpu.c's summa) with the mesh and its two axes
+ * instead of their communicators and byte counters. */
+static void summa(Emit *e, const PInstr *in) {
+  const Node *n = in->n;
+  bool fwd = n->op == OP_MATMUL;
+  const Value *x = n->in[fwd ? 0 : 1], *w = n->in[fwd ? 1 : 2];
+  const char *fn = fwd ? "rt_summa_forward_cu(" : "rt_summa_backward_cu(";
+  int ind = 2 + (int)strlen(fn);
+  P(e, "  %sp->mesh, %s, %s,\n", fn, cg_axis((int)n->a.i[1]), cg_axis((int)n->a.i[2]));
+  if (fwd)
+    P(e, "%*s%s, %s, %s, NULL,\n", ind, "", R(e, in->out[0]), R(e, in->in[0]), R(e, in->in[1]));
+  else
+    P(e, "%*s%s, %s, NULL, %s, %s, %s,\n", ind, "", R(e, in->out[0]), R(e, in->out[1]),
+      R(e, in->in[0]), R(e, in->in[1]), R(e, in->in[2]));
+  P(e, "%*s%" PRId64 ", %" PRId64 ", %" PRId64 ", %s);\n", ind, "", cg_rows(x), cg_last_dim(x),
+    w->shape.d[0].n, R(e, in->scratch));
+}
+
 /* A cross-entropy with its loss, row count and seed on the device: as the
  * cpu record's, the site's ce_loss slot as its key. */
 static void cross_entropy(Emit *e, const PInstr *in) {
@@ -261,6 +283,7 @@ static void instr(Emit *e, const PInstr *in) {
   case PI_KERNEL:
     if (in->n->op == OP_CROSS_ENTROPY || in->n->op == OP_CROSS_ENTROPY_BWD)
       return cross_entropy(e, in);
+    if (ir_summa_q(in->n)) return summa(e, in);
     if (in->n->op == OP_SHARD) {
       const Node *n = in->n;
       int64_t outer, inner;

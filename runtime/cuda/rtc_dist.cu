@@ -104,6 +104,11 @@ static ncclComm_t comm_of_(RtMesh *m, RtAxis ax, const char *what) {
   return comm_[ax];
 }
 
+/* For the other collective launchers of runtime/cuda (rtc_internal.h). */
+ncclComm_t rtc_comm_of(RtMesh *m, RtAxis ax, const char *what) { return comm_of_(m, ax, what); }
+int rtc_staged(void) { return staged_; }
+float *rtc_host_buf(int k, size_t n) { return host_(k, n); }
+
 void rtc_allreduce(RtMesh *m, RtAxis ax, float *buf, size_t n) {
   if (staged_) {
     float *h = host_(0, n);

@@ -8,4 +8,14 @@
 /* The stream of the overlapped gradient buckets (rtc_mem.cu). */
 extern cudaStream_t rtc_comm_stream;
 
+/* rtc_dist.cu, for collective launchers in other files: the NCCL
+ * communicator of a mesh axis (ends the job, naming what, where this rank
+ * has none), whether the mesh is staged (--comm mpi), and the staged mode's
+ * host buffer k (0..3) of at least n floats, grown as needed. */
+struct ncclComm;
+struct RtMesh;
+struct ncclComm *rtc_comm_of(struct RtMesh *m, RtAxis ax, const char *what);
+int rtc_staged(void);
+float *rtc_host_buf(int k, size_t n);
+
 #endif

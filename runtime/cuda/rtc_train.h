@@ -130,6 +130,26 @@ void rt_vp_crossentropy_backward_acc_cu(struct RtMesh *m, RtAxis ax, float *dlog
                                         int Vl, int v0, const float *dloss, double norm,
                                         double *scratch);
 
+/* ---- SUMMA linear layers, 2D tensor parallelism on a q×q grid
+ * (rtc_summa.cu): dist_summa.h's rt_summa_forward_f32 / _backward_f32 on
+ * device buffers, row and col the mesh axes of the grid row and column
+ * (their communicators are that header's row and col), with the same
+ * blocks, collectives in dist_orders.h's order (NCCL broadcasts, reduces
+ * to the owner and the bias gradient's all-reduce on the compute stream),
+ * and bytes added to m->bytes[row] / m->bytes[col] as the cpu adds them (no
+ * calls counted, as there).  Scratch (device): rt_scratch_summa_fwd /
+ * _bwd(Mb·Kb, Nb·Kb) floats.  Staged (mpi): the cpu functions on host
+ * copies. ---- */
+/* y (Mb,Nb) = x·wᵀ summed over the grid [+ bias] (WRITTEN); bias may be NULL. */
+void rt_summa_forward_cu(struct RtMesh *m, RtAxis row, RtAxis col, float *y, const float *x,
+                         const float *w, const float *bias, int Mb, int Kb, int Nb,
+                         float *scratch);
+/* dx (Mb,Kb), dw (Nb,Kb), dbias (Nb) ACCUMULATE, any NULL (the same
+ * NULL-ness on every rank of the grid). */
+void rt_summa_backward_cu(struct RtMesh *m, RtAxis row, RtAxis col, float *dx, float *dw,
+                          float *dbias, const float *dy, const float *x, const float *w, int Mb,
+                          int Kb, int Nb, float *scratch);
+
 #ifdef __cplusplus
 }
 #endif

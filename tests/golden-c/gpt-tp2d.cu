@@ -291,15 +291,9 @@ static double forward(RtPass *p) {
   rtc_to_device(F(3466240), HF(3466240), 2048);
   // gpt.shard:5 (blocks.0.attn)  %12 = matmul %8, @blocks.0.attn.qkv.weight
   // f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,192]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3432448), F(3432448), 32768);
-  rtc_to_host(HF(49664), F(49664), 49152);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(3466240), HF(3432448), HF(49664), NULL,
-                       128, 64, 192, HF(3564544));
-  rtc_to_device(F(3466240), HF(3466240), 98304);
-  rtc_to_device(F(3564544), HF(3564544), 81920);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(3466240), F(3432448), F(49664), NULL,
+                      128, 64, 192, F(3564544));
   // gpt.shard:5 (blocks.0.attn)  %14 = add %12, @blocks.0.attn.qkv.bias
   // f32[B=2,T=64,192], f32[192] -> f32[B=2,T=64,192]
   {
@@ -325,15 +319,9 @@ static double forward(RtPass *p) {
   rt_attention_forward_cu(F(3564544), F(3597312), F(3466240), F(3499008), F(3531776), 2, 64, 2, 2, 32, 1);
   // gpt.shard:5 (blocks.0.attn)  %25 = matmul %23, @blocks.0.attn.proj.weight
   // f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3564544), F(3564544), 32768);
-  rtc_to_host(HF(99584), F(99584), 16384);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(3598336), HF(3564544), HF(99584), NULL,
-                       128, 64, 64, HF(3631104));
-  rtc_to_device(F(3598336), HF(3598336), 32768);
-  rtc_to_device(F(3631104), HF(3631104), 49152);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(3598336), F(3564544), F(99584), NULL,
+                      128, 64, 64, F(3631104));
   // gpt.shard:5 (blocks.0.attn)  %27 = add %25, @blocks.0.attn.proj.bias; %28 = add %5, %27
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -362,15 +350,9 @@ static double forward(RtPass *p) {
   rtc_to_device(F(3632128), HF(3632128), 2048);
   // gpt.shard:6 (blocks.0.mlp)  %35 = matmul %31, @blocks.0.mlp.fc.weight
   // f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,256]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3598336), F(3598336), 32768);
-  rtc_to_host(HF(116736), F(116736), 65536);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(3696640), HF(3598336), HF(116736), NULL,
-                       128, 64, 256, HF(3827712));
-  rtc_to_device(F(3696640), HF(3696640), 131072);
-  rtc_to_device(F(3827712), HF(3827712), 98304);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(3696640), F(3598336), F(116736), NULL,
+                      128, 64, 256, F(3827712));
   // gpt.shard:6 (blocks.0.mlp)  %37 = add %35, @blocks.0.mlp.fc.bias; %38 = gelu %37
   // f32[B=2,T=64,256], f32[256] -> f32[B=2,T=64,256]
   {
@@ -387,15 +369,9 @@ static double forward(RtPass *p) {
   }
   // gpt.shard:6 (blocks.0.mlp)  %40 = matmul %38, @blocks.0.mlp.proj.weight
   // f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3958784), F(3958784), 131072);
-  rtc_to_host(HF(183296), F(183296), 65536);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(3696640), HF(3958784), HF(183296), NULL,
-                       128, 256, 64, HF(4089856));
-  rtc_to_device(F(3696640), HF(3696640), 32768);
-  rtc_to_device(F(4089856), HF(4089856), 196608);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(3696640), F(3958784), F(183296), NULL,
+                      128, 256, 64, F(4089856));
   // gpt.shard:6 (blocks.0.mlp)  %42 = add %40, @blocks.0.mlp.proj.bias; %43 = add %28, %42
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -424,15 +400,9 @@ static double forward(RtPass *p) {
   rtc_to_device(F(3633152), HF(3633152), 2048);
   // gpt.shard:5 (blocks.1.attn)  %50 = matmul %46, @blocks.1.attn.qkv.weight
   // f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,192]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3794944), F(3794944), 32768);
-  rtc_to_host(HF(249600), F(249600), 49152);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(4089856), HF(3794944), HF(249600), NULL,
-                       128, 64, 192, HF(4188160));
-  rtc_to_device(F(4089856), HF(4089856), 98304);
-  rtc_to_device(F(4188160), HF(4188160), 81920);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(4089856), F(3794944), F(249600), NULL,
+                      128, 64, 192, F(4188160));
   // gpt.shard:5 (blocks.1.attn)  %52 = add %50, @blocks.1.attn.qkv.bias
   // f32[B=2,T=64,192], f32[192] -> f32[B=2,T=64,192]
   {
@@ -458,15 +428,9 @@ static double forward(RtPass *p) {
   rt_attention_forward_cu(F(4122624), F(3633152), F(3696640), F(3729408), F(4089856), 2, 64, 2, 2, 32, 1);
   // gpt.shard:5 (blocks.1.attn)  %63 = matmul %61, @blocks.1.attn.proj.weight
   // f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4122624), F(4122624), 32768);
-  rtc_to_host(HF(299520), F(299520), 16384);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(4155392), HF(4122624), HF(299520), NULL,
-                       128, 64, 64, HF(4188160));
-  rtc_to_device(F(4155392), HF(4155392), 32768);
-  rtc_to_device(F(4188160), HF(4188160), 49152);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(4155392), F(4122624), F(299520), NULL,
+                      128, 64, 64, F(4188160));
   // gpt.shard:5 (blocks.1.attn)  %65 = add %63, @blocks.1.attn.proj.bias; %66 = add %43, %65
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -495,15 +459,9 @@ static double forward(RtPass *p) {
   rtc_to_device(F(3635200), HF(3635200), 2048);
   // gpt.shard:6 (blocks.1.mlp)  %73 = matmul %69, @blocks.1.mlp.fc.weight
   // f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,256]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4253696), F(4253696), 32768);
-  rtc_to_host(HF(316672), F(316672), 65536);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(4286464), HF(4253696), HF(316672), NULL,
-                       128, 64, 256, HF(4417536));
-  rtc_to_device(F(4286464), HF(4286464), 131072);
-  rtc_to_device(F(4417536), HF(4417536), 98304);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(4286464), F(4253696), F(316672), NULL,
+                      128, 64, 256, F(4417536));
   // gpt.shard:6 (blocks.1.mlp)  %75 = add %73, @blocks.1.mlp.fc.bias; %76 = gelu %75
   // f32[B=2,T=64,256], f32[256] -> f32[B=2,T=64,256]
   {
@@ -520,15 +478,9 @@ static double forward(RtPass *p) {
   }
   // gpt.shard:6 (blocks.1.mlp)  %78 = matmul %76, @blocks.1.mlp.proj.weight
   // f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4548608), F(4548608), 131072);
-  rtc_to_host(HF(383232), F(383232), 65536);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(4155392), HF(4548608), HF(383232), NULL,
-                       128, 256, 64, HF(4679680));
-  rtc_to_device(F(4155392), HF(4155392), 32768);
-  rtc_to_device(F(4679680), HF(4679680), 196608);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(4155392), F(4548608), F(383232), NULL,
+                      128, 256, 64, F(4679680));
   // gpt.shard:6 (blocks.1.mlp)  %80 = add %78, @blocks.1.mlp.proj.bias; %81 = add %66, %80
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -557,15 +509,9 @@ static double forward(RtPass *p) {
   rtc_to_device(F(3636224), HF(3636224), 2048);
   // gpt.shard:5 (blocks.2.attn)  %88 = matmul %84, @blocks.2.attn.qkv.weight
   // f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,192]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4155392), F(4155392), 32768);
-  rtc_to_host(HF(449536), F(449536), 49152);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(4319232), HF(4155392), HF(449536), NULL,
-                       128, 64, 192, HF(4679680));
-  rtc_to_device(F(4319232), HF(4319232), 98304);
-  rtc_to_device(F(4679680), HF(4679680), 81920);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(4319232), F(4155392), F(449536), NULL,
+                      128, 64, 192, F(4679680));
   // gpt.shard:5 (blocks.2.attn)  %90 = add %88, @blocks.2.attn.qkv.bias
   // f32[B=2,T=64,192], f32[192] -> f32[B=2,T=64,192]
   {
@@ -591,15 +537,9 @@ static double forward(RtPass *p) {
   rt_attention_forward_cu(F(4384768), F(3636224), F(4188160), F(4319232), F(4352000), 2, 64, 2, 2, 32, 1);
   // gpt.shard:5 (blocks.2.attn)  %101 = matmul %99, @blocks.2.attn.proj.weight
   // f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4384768), F(4384768), 32768);
-  rtc_to_host(HF(499456), F(499456), 16384);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(4679680), HF(4384768), HF(499456), NULL,
-                       128, 64, 64, HF(4712448));
-  rtc_to_device(F(4679680), HF(4679680), 32768);
-  rtc_to_device(F(4712448), HF(4712448), 49152);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(4679680), F(4384768), F(499456), NULL,
+                      128, 64, 64, F(4712448));
   // gpt.shard:5 (blocks.2.attn)  %103 = add %101, @blocks.2.attn.proj.bias; %104 = add %81, %103
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -628,15 +568,9 @@ static double forward(RtPass *p) {
   rtc_to_device(F(3638272), HF(3638272), 2048);
   // gpt.shard:6 (blocks.2.mlp)  %111 = matmul %107, @blocks.2.mlp.fc.weight
   // f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,256]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4679680), F(4679680), 32768);
-  rtc_to_host(HF(516608), F(516608), 65536);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(4777984), HF(4679680), HF(516608), NULL,
-                       128, 64, 256, HF(4909056));
-  rtc_to_device(F(4777984), HF(4777984), 131072);
-  rtc_to_device(F(4909056), HF(4909056), 98304);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(4777984), F(4679680), F(516608), NULL,
+                      128, 64, 256, F(4909056));
   // gpt.shard:6 (blocks.2.mlp)  %113 = add %111, @blocks.2.mlp.fc.bias; %114 = gelu %113
   // f32[B=2,T=64,256], f32[256] -> f32[B=2,T=64,256]
   {
@@ -653,15 +587,9 @@ static double forward(RtPass *p) {
   }
   // gpt.shard:6 (blocks.2.mlp)  %116 = matmul %114, @blocks.2.mlp.proj.weight
   // f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5040128), F(5040128), 131072);
-  rtc_to_host(HF(583168), F(583168), 65536);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(4712448), HF(5040128), HF(583168), NULL,
-                       128, 256, 64, HF(5171200));
-  rtc_to_device(F(4712448), HF(4712448), 32768);
-  rtc_to_device(F(5171200), HF(5171200), 196608);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(4712448), F(5040128), F(583168), NULL,
+                      128, 256, 64, F(5171200));
   // gpt.shard:6 (blocks.2.mlp)  %118 = add %116, @blocks.2.mlp.proj.bias; %119 = add %104, %118
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -690,15 +618,9 @@ static double forward(RtPass *p) {
   rtc_to_device(F(3639296), HF(3639296), 2048);
   // gpt.shard:5 (blocks.3.attn)  %126 = matmul %122, @blocks.3.attn.qkv.weight
   // f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,192]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4712448), F(4712448), 32768);
-  rtc_to_host(HF(649472), F(649472), 49152);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(5171200), HF(4712448), HF(649472), NULL,
-                       128, 64, 192, HF(5269504));
-  rtc_to_device(F(5171200), HF(5171200), 98304);
-  rtc_to_device(F(5269504), HF(5269504), 81920);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(5171200), F(4712448), F(649472), NULL,
+                      128, 64, 192, F(5269504));
   // gpt.shard:5 (blocks.3.attn)  %128 = add %126, @blocks.3.attn.qkv.bias
   // f32[B=2,T=64,192], f32[192] -> f32[B=2,T=64,192]
   {
@@ -724,15 +646,9 @@ static double forward(RtPass *p) {
   rt_attention_forward_cu(F(5171200), F(3639296), F(4777984), F(4843520), F(4876288), 2, 64, 2, 2, 32, 1);
   // gpt.shard:5 (blocks.3.attn)  %139 = matmul %137, @blocks.3.attn.proj.weight
   // f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5171200), F(5171200), 32768);
-  rtc_to_host(HF(699392), F(699392), 16384);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(5203968), HF(5171200), HF(699392), NULL,
-                       128, 64, 64, HF(5236736));
-  rtc_to_device(F(5203968), HF(5203968), 32768);
-  rtc_to_device(F(5236736), HF(5236736), 49152);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(5203968), F(5171200), F(699392), NULL,
+                      128, 64, 64, F(5236736));
   // gpt.shard:5 (blocks.3.attn)  %141 = add %139, @blocks.3.attn.proj.bias; %142 = add %119, %141
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -761,15 +677,9 @@ static double forward(RtPass *p) {
   rtc_to_device(F(3641344), HF(3641344), 2048);
   // gpt.shard:6 (blocks.3.mlp)  %149 = matmul %145, @blocks.3.mlp.fc.weight
   // f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,256]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5203968), F(5203968), 32768);
-  rtc_to_host(HF(716544), F(716544), 65536);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(5302272), HF(5203968), HF(716544), NULL,
-                       128, 64, 256, HF(5433344));
-  rtc_to_device(F(5302272), HF(5302272), 131072);
-  rtc_to_device(F(5433344), HF(5433344), 98304);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(5302272), F(5203968), F(716544), NULL,
+                      128, 64, 256, F(5433344));
   // gpt.shard:6 (blocks.3.mlp)  %151 = add %149, @blocks.3.mlp.fc.bias; %152 = gelu %151
   // f32[B=2,T=64,256], f32[256] -> f32[B=2,T=64,256]
   {
@@ -786,15 +696,9 @@ static double forward(RtPass *p) {
   }
   // gpt.shard:6 (blocks.3.mlp)  %154 = matmul %152, @blocks.3.mlp.proj.weight
   // f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5564416), F(5564416), 131072);
-  rtc_to_host(HF(783104), F(783104), 65536);
-  rt_summa_forward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                       &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                       HF(5236736), HF(5564416), HF(783104), NULL,
-                       128, 256, 64, HF(5695488));
-  rtc_to_device(F(5236736), HF(5236736), 32768);
-  rtc_to_device(F(5695488), HF(5695488), 196608);
+  rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                      F(5236736), F(5564416), F(783104), NULL,
+                      128, 256, 64, F(5695488));
   // gpt.shard:6 (blocks.3.mlp)  %156 = add %154, @blocks.3.mlp.proj.bias; %157 = add %142, %156
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -904,19 +808,9 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.3.mlp)  d%152, d@blocks.3.mlp.proj.weight += matmul_bwd d%157, %152, @blocks.3.mlp.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,256], f32[64,256]
   rtc_memset(F(5695488), 0, 131072);  // d%152 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5236736), F(5236736), 32768);
-  rtc_to_host(HF(5564416), F(5564416), 131072);
-  rtc_to_host(HF(783104), F(783104), 65536);
-  rtc_to_host(HF(5695488), F(5695488), 131072);
-  rtc_to_host(HF(1632512), F(1632512), 65536);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(5695488), HF(1632512), NULL, HF(5236736), HF(5564416), HF(783104),
-                        128, 256, 64, HF(5826560));
-  rtc_to_device(F(5695488), HF(5695488), 131072);
-  rtc_to_device(F(1632512), HF(1632512), 65536);
-  rtc_to_device(F(5826560), HF(5826560), 393216);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(5695488), F(1632512), NULL, F(5236736), F(5564416), F(783104),
+                       128, 256, 64, F(5826560));
   // gpt.shard:6 (blocks.3.mlp)  d%151 += gelu_bwd d%152, %151
   // f32[B=2,T=64,256], f32[B=2,T=64,256] -> f32[B=2,T=64,256]
   rtc_memset(F(5564416), 0, 131072);  // d%151 starts here
@@ -934,19 +828,9 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.3.mlp)  d%145, d@blocks.3.mlp.fc.weight += matmul_bwd d%151, %145, @blocks.3.mlp.fc.weight
   // f32[B=2,T=64,256], f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,64], f32[256,64]
   rtc_memset(F(5236736), 0, 32768);  // d%145 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5564416), F(5564416), 131072);
-  rtc_to_host(HF(5203968), F(5203968), 32768);
-  rtc_to_host(HF(716544), F(716544), 65536);
-  rtc_to_host(HF(5236736), F(5236736), 32768);
-  rtc_to_host(HF(1565952), F(1565952), 65536);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(5236736), HF(1565952), NULL, HF(5564416), HF(5203968), HF(716544),
-                        128, 64, 256, HF(5335040));
-  rtc_to_device(F(5236736), HF(5236736), 32768);
-  rtc_to_device(F(1565952), HF(1565952), 65536);
-  rtc_to_device(F(5335040), HF(5335040), 196608);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(5236736), F(1565952), NULL, F(5564416), F(5203968), F(716544),
+                       128, 64, 256, F(5335040));
   // gpt.shard:6 (blocks.3)  d%142, d@blocks.3.ln_2.weight, d@blocks.3.ln_2.bias += layernorm_bwd d%145, %142, @blocks.3.ln_2.weight, %146, %147
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -988,19 +872,9 @@ static void backward(RtPass *p) {
   // gpt.shard:5 (blocks.3.attn)  d%137, d@blocks.3.attn.proj.weight += matmul_bwd d%142, %137, @blocks.3.attn.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64], f32[64,64]
   rtc_memset(F(5236736), 0, 32768);  // d%137 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5302272), F(5302272), 32768);
-  rtc_to_host(HF(5171200), F(5171200), 32768);
-  rtc_to_host(HF(699392), F(699392), 16384);
-  rtc_to_host(HF(5236736), F(5236736), 32768);
-  rtc_to_host(HF(1548800), F(1548800), 16384);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(5236736), HF(1548800), NULL, HF(5302272), HF(5171200), HF(699392),
-                        128, 64, 64, HF(5335040));
-  rtc_to_device(F(5236736), HF(5236736), 32768);
-  rtc_to_device(F(1548800), HF(1548800), 16384);
-  rtc_to_device(F(5335040), HF(5335040), 98304);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(5236736), F(1548800), NULL, F(5302272), F(5171200), F(699392),
+                       128, 64, 64, F(5335040));
   // gpt.shard:5 (blocks.3.attn)  d%130, d%132, d%134 += attention_bwd d%135, %130, %132, %134, %135, %136
   // f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,2,T=64] -> f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32]
   rtc_memset(F(5269504), 0, 32768);  // d%130 starts here
@@ -1031,19 +905,9 @@ static void backward(RtPass *p) {
   // gpt.shard:5 (blocks.3.attn)  d%122, d@blocks.3.attn.qkv.weight += matmul_bwd d%128, %122, @blocks.3.attn.qkv.weight
   // f32[B=2,T=64,192], f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,64], f32[192,64]
   rtc_memset(F(4777984), 0, 32768);  // d%122 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5367808), F(5367808), 98304);
-  rtc_to_host(HF(4712448), F(4712448), 32768);
-  rtc_to_host(HF(649472), F(649472), 49152);
-  rtc_to_host(HF(4777984), F(4777984), 32768);
-  rtc_to_host(HF(1498880), F(1498880), 49152);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(4777984), HF(1498880), NULL, HF(5367808), HF(4712448), HF(649472),
-                        128, 64, 192, HF(5466112));
-  rtc_to_device(F(4777984), HF(4777984), 32768);
-  rtc_to_device(F(1498880), HF(1498880), 49152);
-  rtc_to_device(F(5466112), HF(5466112), 163840);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(4777984), F(1498880), NULL, F(5367808), F(4712448), F(649472),
+                       128, 64, 192, F(5466112));
   // gpt.shard:5 (blocks.3)  d%119, d@blocks.3.ln_1.weight, d@blocks.3.ln_1.bias += layernorm_bwd d%122, %119, @blocks.3.ln_1.weight, %123, %124
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1085,19 +949,9 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.2.mlp)  d%114, d@blocks.2.mlp.proj.weight += matmul_bwd d%119, %114, @blocks.2.mlp.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,256], f32[64,256]
   rtc_memset(F(4777984), 0, 131072);  // d%114 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5203968), F(5203968), 32768);
-  rtc_to_host(HF(5040128), F(5040128), 131072);
-  rtc_to_host(HF(583168), F(583168), 65536);
-  rtc_to_host(HF(4777984), F(4777984), 131072);
-  rtc_to_host(HF(1432576), F(1432576), 65536);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(4777984), HF(1432576), NULL, HF(5203968), HF(5040128), HF(583168),
-                        128, 256, 64, HF(5236736));
-  rtc_to_device(F(4777984), HF(4777984), 131072);
-  rtc_to_device(F(1432576), HF(1432576), 65536);
-  rtc_to_device(F(5236736), HF(5236736), 393216);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(4777984), F(1432576), NULL, F(5203968), F(5040128), F(583168),
+                       128, 256, 64, F(5236736));
   // gpt.shard:6 (blocks.2.mlp)  d%113 += gelu_bwd d%114, %113
   // f32[B=2,T=64,256], f32[B=2,T=64,256] -> f32[B=2,T=64,256]
   rtc_memset(F(5040128), 0, 131072);  // d%113 starts here
@@ -1115,19 +969,9 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.2.mlp)  d%107, d@blocks.2.mlp.fc.weight += matmul_bwd d%113, %107, @blocks.2.mlp.fc.weight
   // f32[B=2,T=64,256], f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,64], f32[256,64]
   rtc_memset(F(4777984), 0, 32768);  // d%107 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5040128), F(5040128), 131072);
-  rtc_to_host(HF(4679680), F(4679680), 32768);
-  rtc_to_host(HF(516608), F(516608), 65536);
-  rtc_to_host(HF(4777984), F(4777984), 32768);
-  rtc_to_host(HF(1366016), F(1366016), 65536);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(4777984), HF(1366016), NULL, HF(5040128), HF(4679680), HF(516608),
-                        128, 64, 256, HF(4810752));
-  rtc_to_device(F(4777984), HF(4777984), 32768);
-  rtc_to_device(F(1366016), HF(1366016), 65536);
-  rtc_to_device(F(4810752), HF(4810752), 196608);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(4777984), F(1366016), NULL, F(5040128), F(4679680), F(516608),
+                       128, 64, 256, F(4810752));
   // gpt.shard:6 (blocks.2)  d%104, d@blocks.2.ln_2.weight, d@blocks.2.ln_2.bias += layernorm_bwd d%107, %104, @blocks.2.ln_2.weight, %108, %109
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1169,19 +1013,9 @@ static void backward(RtPass *p) {
   // gpt.shard:5 (blocks.2.attn)  d%99, d@blocks.2.attn.proj.weight += matmul_bwd d%104, %99, @blocks.2.attn.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64], f32[64,64]
   rtc_memset(F(4745216), 0, 32768);  // d%99 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4712448), F(4712448), 32768);
-  rtc_to_host(HF(4384768), F(4384768), 32768);
-  rtc_to_host(HF(499456), F(499456), 16384);
-  rtc_to_host(HF(4745216), F(4745216), 32768);
-  rtc_to_host(HF(1348864), F(1348864), 16384);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(4745216), HF(1348864), NULL, HF(4712448), HF(4384768), HF(499456),
-                        128, 64, 64, HF(4777984));
-  rtc_to_device(F(4745216), HF(4745216), 32768);
-  rtc_to_device(F(1348864), HF(1348864), 16384);
-  rtc_to_device(F(4777984), HF(4777984), 98304);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(4745216), F(1348864), NULL, F(4712448), F(4384768), F(499456),
+                       128, 64, 64, F(4777984));
   // gpt.shard:5 (blocks.2.attn)  d%92, d%94, d%96 += attention_bwd d%97, %92, %94, %96, %97, %98
   // f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,2,T=64] -> f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32]
   rtc_memset(F(4712448), 0, 32768);  // d%92 starts here
@@ -1212,19 +1046,9 @@ static void backward(RtPass *p) {
   // gpt.shard:5 (blocks.2.attn)  d%84, d@blocks.2.attn.qkv.weight += matmul_bwd d%90, %84, @blocks.2.attn.qkv.weight
   // f32[B=2,T=64,192], f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,64], f32[192,64]
   rtc_memset(F(4188160), 0, 32768);  // d%84 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4319232), F(4319232), 98304);
-  rtc_to_host(HF(4155392), F(4155392), 32768);
-  rtc_to_host(HF(449536), F(449536), 49152);
-  rtc_to_host(HF(4188160), F(4188160), 32768);
-  rtc_to_host(HF(1298944), F(1298944), 49152);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(4188160), HF(1298944), NULL, HF(4319232), HF(4155392), HF(449536),
-                        128, 64, 192, HF(4712448));
-  rtc_to_device(F(4188160), HF(4188160), 32768);
-  rtc_to_device(F(1298944), HF(1298944), 49152);
-  rtc_to_device(F(4712448), HF(4712448), 163840);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(4188160), F(1298944), NULL, F(4319232), F(4155392), F(449536),
+                       128, 64, 192, F(4712448));
   // gpt.shard:5 (blocks.2)  d%81, d@blocks.2.ln_1.weight, d@blocks.2.ln_1.bias += layernorm_bwd d%84, %81, @blocks.2.ln_1.weight, %85, %86
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1266,19 +1090,9 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.1.mlp)  d%76, d@blocks.1.mlp.proj.weight += matmul_bwd d%81, %76, @blocks.1.mlp.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,256], f32[64,256]
   rtc_memset(F(4286464), 0, 131072);  // d%76 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4679680), F(4679680), 32768);
-  rtc_to_host(HF(4548608), F(4548608), 131072);
-  rtc_to_host(HF(383232), F(383232), 65536);
-  rtc_to_host(HF(4286464), F(4286464), 131072);
-  rtc_to_host(HF(1232640), F(1232640), 65536);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(4286464), HF(1232640), NULL, HF(4679680), HF(4548608), HF(383232),
-                        128, 256, 64, HF(4712448));
-  rtc_to_device(F(4286464), HF(4286464), 131072);
-  rtc_to_device(F(1232640), HF(1232640), 65536);
-  rtc_to_device(F(4712448), HF(4712448), 393216);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(4286464), F(1232640), NULL, F(4679680), F(4548608), F(383232),
+                       128, 256, 64, F(4712448));
   // gpt.shard:6 (blocks.1.mlp)  d%75 += gelu_bwd d%76, %75
   // f32[B=2,T=64,256], f32[B=2,T=64,256] -> f32[B=2,T=64,256]
   rtc_memset(F(4548608), 0, 131072);  // d%75 starts here
@@ -1296,19 +1110,9 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.1.mlp)  d%69, d@blocks.1.mlp.fc.weight += matmul_bwd d%75, %69, @blocks.1.mlp.fc.weight
   // f32[B=2,T=64,256], f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,64], f32[256,64]
   rtc_memset(F(4188160), 0, 32768);  // d%69 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4548608), F(4548608), 131072);
-  rtc_to_host(HF(4253696), F(4253696), 32768);
-  rtc_to_host(HF(316672), F(316672), 65536);
-  rtc_to_host(HF(4188160), F(4188160), 32768);
-  rtc_to_host(HF(1166080), F(1166080), 65536);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(4188160), HF(1166080), NULL, HF(4548608), HF(4253696), HF(316672),
-                        128, 64, 256, HF(4286464));
-  rtc_to_device(F(4188160), HF(4188160), 32768);
-  rtc_to_device(F(1166080), HF(1166080), 65536);
-  rtc_to_device(F(4286464), HF(4286464), 196608);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(4188160), F(1166080), NULL, F(4548608), F(4253696), F(316672),
+                       128, 64, 256, F(4286464));
   // gpt.shard:6 (blocks.1)  d%66, d@blocks.1.ln_2.weight, d@blocks.1.ln_2.bias += layernorm_bwd d%69, %66, @blocks.1.ln_2.weight, %70, %71
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1350,19 +1154,9 @@ static void backward(RtPass *p) {
   // gpt.shard:5 (blocks.1.attn)  d%61, d@blocks.1.attn.proj.weight += matmul_bwd d%66, %61, @blocks.1.attn.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64], f32[64,64]
   rtc_memset(F(4220928), 0, 32768);  // d%61 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4155392), F(4155392), 32768);
-  rtc_to_host(HF(4122624), F(4122624), 32768);
-  rtc_to_host(HF(299520), F(299520), 16384);
-  rtc_to_host(HF(4220928), F(4220928), 32768);
-  rtc_to_host(HF(1148928), F(1148928), 16384);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(4220928), HF(1148928), NULL, HF(4155392), HF(4122624), HF(299520),
-                        128, 64, 64, HF(4253696));
-  rtc_to_device(F(4220928), HF(4220928), 32768);
-  rtc_to_device(F(1148928), HF(1148928), 16384);
-  rtc_to_device(F(4253696), HF(4253696), 98304);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(4220928), F(1148928), NULL, F(4155392), F(4122624), F(299520),
+                       128, 64, 64, F(4253696));
   // gpt.shard:5 (blocks.1.attn)  d%54, d%56, d%58 += attention_bwd d%59, %54, %56, %58, %59, %60
   // f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,2,T=64] -> f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32]
   rtc_memset(F(4155392), 0, 32768);  // d%54 starts here
@@ -1393,19 +1187,9 @@ static void backward(RtPass *p) {
   // gpt.shard:5 (blocks.1.attn)  d%46, d@blocks.1.attn.qkv.weight += matmul_bwd d%52, %46, @blocks.1.attn.qkv.weight
   // f32[B=2,T=64,192], f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,64], f32[192,64]
   rtc_memset(F(3696640), 0, 32768);  // d%46 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4319232), F(4319232), 98304);
-  rtc_to_host(HF(3794944), F(3794944), 32768);
-  rtc_to_host(HF(249600), F(249600), 49152);
-  rtc_to_host(HF(3696640), F(3696640), 32768);
-  rtc_to_host(HF(1099008), F(1099008), 49152);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(3696640), HF(1099008), NULL, HF(4319232), HF(3794944), HF(249600),
-                        128, 64, 192, HF(4417536));
-  rtc_to_device(F(3696640), HF(3696640), 32768);
-  rtc_to_device(F(1099008), HF(1099008), 49152);
-  rtc_to_device(F(4417536), HF(4417536), 163840);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(3696640), F(1099008), NULL, F(4319232), F(3794944), F(249600),
+                       128, 64, 192, F(4417536));
   // gpt.shard:5 (blocks.1)  d%43, d@blocks.1.ln_1.weight, d@blocks.1.ln_1.bias += layernorm_bwd d%46, %43, @blocks.1.ln_1.weight, %47, %48
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1447,19 +1231,9 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.0.mlp)  d%38, d@blocks.0.mlp.proj.weight += matmul_bwd d%43, %38, @blocks.0.mlp.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,256], f32[64,256]
   rtc_memset(F(3696640), 0, 131072);  // d%38 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4188160), F(4188160), 32768);
-  rtc_to_host(HF(3958784), F(3958784), 131072);
-  rtc_to_host(HF(183296), F(183296), 65536);
-  rtc_to_host(HF(3696640), F(3696640), 131072);
-  rtc_to_host(HF(1032704), F(1032704), 65536);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(3696640), HF(1032704), NULL, HF(4188160), HF(3958784), HF(183296),
-                        128, 256, 64, HF(4220928));
-  rtc_to_device(F(3696640), HF(3696640), 131072);
-  rtc_to_device(F(1032704), HF(1032704), 65536);
-  rtc_to_device(F(4220928), HF(4220928), 393216);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(3696640), F(1032704), NULL, F(4188160), F(3958784), F(183296),
+                       128, 256, 64, F(4220928));
   // gpt.shard:6 (blocks.0.mlp)  d%37 += gelu_bwd d%38, %37
   // f32[B=2,T=64,256], f32[B=2,T=64,256] -> f32[B=2,T=64,256]
   rtc_memset(F(3958784), 0, 131072);  // d%37 starts here
@@ -1477,19 +1251,9 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.0.mlp)  d%31, d@blocks.0.mlp.fc.weight += matmul_bwd d%37, %31, @blocks.0.mlp.fc.weight
   // f32[B=2,T=64,256], f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,64], f32[256,64]
   rtc_memset(F(3696640), 0, 32768);  // d%31 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3958784), F(3958784), 131072);
-  rtc_to_host(HF(3598336), F(3598336), 32768);
-  rtc_to_host(HF(116736), F(116736), 65536);
-  rtc_to_host(HF(3696640), F(3696640), 32768);
-  rtc_to_host(HF(966144), F(966144), 65536);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(3696640), HF(966144), NULL, HF(3958784), HF(3598336), HF(116736),
-                        128, 64, 256, HF(3729408));
-  rtc_to_device(F(3696640), HF(3696640), 32768);
-  rtc_to_device(F(966144), HF(966144), 65536);
-  rtc_to_device(F(3729408), HF(3729408), 196608);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(3696640), F(966144), NULL, F(3958784), F(3598336), F(116736),
+                       128, 64, 256, F(3729408));
   // gpt.shard:6 (blocks.0)  d%28, d@blocks.0.ln_2.weight, d@blocks.0.ln_2.bias += layernorm_bwd d%31, %28, @blocks.0.ln_2.weight, %32, %33
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1531,19 +1295,9 @@ static void backward(RtPass *p) {
   // gpt.shard:5 (blocks.0.attn)  d%23, d@blocks.0.attn.proj.weight += matmul_bwd d%28, %23, @blocks.0.attn.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64], f32[64,64]
   rtc_memset(F(3642432), 0, 32768);  // d%23 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4089856), F(4089856), 32768);
-  rtc_to_host(HF(3564544), F(3564544), 32768);
-  rtc_to_host(HF(99584), F(99584), 16384);
-  rtc_to_host(HF(3642432), F(3642432), 32768);
-  rtc_to_host(HF(948992), F(948992), 16384);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(3642432), HF(948992), NULL, HF(4089856), HF(3564544), HF(99584),
-                        128, 64, 64, HF(3675200));
-  rtc_to_device(F(3642432), HF(3642432), 32768);
-  rtc_to_device(F(948992), HF(948992), 16384);
-  rtc_to_device(F(3675200), HF(3675200), 98304);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(3642432), F(948992), NULL, F(4089856), F(3564544), F(99584),
+                       128, 64, 64, F(3675200));
   // gpt.shard:5 (blocks.0.attn)  d%16, d%18, d%20 += attention_bwd d%21, %16, %18, %20, %21, %22
   // f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,2,T=64] -> f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32]
   rtc_memset(F(3675200), 0, 32768);  // d%16 starts here
@@ -1574,19 +1328,9 @@ static void backward(RtPass *p) {
   // gpt.shard:5 (blocks.0.attn)  d%8, d@blocks.0.attn.qkv.weight += matmul_bwd d%14, %8, @blocks.0.attn.qkv.weight
   // f32[B=2,T=64,192], f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,64], f32[192,64]
   rtc_memset(F(3564544), 0, 32768);  // d%8 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3466240), F(3466240), 98304);
-  rtc_to_host(HF(3432448), F(3432448), 32768);
-  rtc_to_host(HF(49664), F(49664), 49152);
-  rtc_to_host(HF(3564544), F(3564544), 32768);
-  rtc_to_host(HF(899072), F(899072), 49152);
-  rt_summa_backward_f32(p->mesh->comm[RT_AX_TPR], p->mesh->comm[RT_AX_TPC],
-                        &p->mesh->bytes[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPC],
-                        HF(3564544), HF(899072), NULL, HF(3466240), HF(3432448), HF(49664),
-                        128, 64, 192, HF(3642432));
-  rtc_to_device(F(3564544), HF(3564544), 32768);
-  rtc_to_device(F(899072), HF(899072), 49152);
-  rtc_to_device(F(3642432), HF(3642432), 163840);
+  rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
+                       F(3564544), F(899072), NULL, F(3466240), F(3432448), F(49664),
+                       128, 64, 192, F(3642432));
   // gpt.shard:5 (blocks.0)  d%5, d@blocks.0.ln_1.weight, d@blocks.0.ln_1.bias += layernorm_bwd d%8, %5, @blocks.0.ln_1.weight, %9, %10
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
@@ -1689,7 +1433,7 @@ static const RtProgram program = {
     .zero = -1, .zaxis = RT_AX_DP, .nreq = 0,
     .chunks = chunks, .nchunks = 1,
     .step = step, .nstep = 39,
-    .staged = 50,  /* instructions staged through the host: no CUDA graph */
+    .staged = 18,  /* instructions staged through the host: no CUDA graph */
     .steps = 300, .seed = 1337ull, .opt = RT_OPT_ADAMW, .lr = 0.003, .beta1 = 0.9, .beta2 = 0.95,
     .eps = 1e-08, .weight_decay = 0.1, .momentum = 0.0, .clip = 1.0, .min_lr_ratio = 0.0,
     .warmup = 20, .cosine = 1,

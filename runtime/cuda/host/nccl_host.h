@@ -110,6 +110,35 @@ static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_
     return MPI_Reduce_scatter_block(send, recv, (int)count, rtc_nccl_mpi_type_(t), MPI_SUM, comm);
   });
 }
+/* The root's send (copied into its recv when they differ) to every recv. */
+static inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count,
+                                         ncclDataType_t t, int root, ncclComm_t c,
+                                         cudaStream_t s) {
+  (void)s;
+  int r = 0, sz = 0;
+  MPI_Comm_rank(c->comm, &r);
+  MPI_Type_size(rtc_nccl_mpi_type_(t), &sz);
+  MPI_Comm comm = c->comm;
+  return rtc_nccl_run_([=]() {
+    if (r == root && send != recv) memcpy(recv, send, count * (size_t)sz);
+    return MPI_Bcast(recv, (int)count, rtc_nccl_mpi_type_(t), root, comm);
+  });
+}
+/* The sum (or maximum) over the communicator into the root's recv. */
+static inline ncclResult_t ncclReduce(const void *send, void *recv, size_t count,
+                                      ncclDataType_t t, ncclRedOp_t op, int root, ncclComm_t c,
+                                      cudaStream_t s) {
+  (void)s;
+  int r = 0;
+  MPI_Comm_rank(c->comm, &r);
+  MPI_Comm comm = c->comm;
+  MPI_Op mop = op == ncclMax ? MPI_MAX : MPI_SUM;
+  return rtc_nccl_run_([=]() {
+    if (r != root) return MPI_Reduce(send, NULL, (int)count, rtc_nccl_mpi_type_(t), mop, root, comm);
+    return MPI_Reduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count,
+                      rtc_nccl_mpi_type_(t), mop, root, comm);
+  });
+}
 static inline ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
 static inline ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
 
