@@ -8,4 +8,12 @@
 /* The stream of the overlapped gradient buckets (rtc_mem.cu). */
 extern cudaStream_t rtc_comm_stream;
 
+/* rtc_dist.cu, for the collectives of other files (rtc_normsplit.cu):
+ * whether the mesh runs staged (--comm mpi), and a sum all-reduce of n
+ * doubles over the axis on the compute stream that counts nothing (the
+ * caller adds the cpu function's bytes); a no-op on a size-1 axis. */
+int rtc_dist_staged(void);
+void rtc_allreduce_f64_nocount(struct RtMesh *m, RtAxis ax, double *buf, size_t n,
+                               const char *what);
+
 #endif
