@@ -263,7 +263,7 @@ static int build_cuda(Module *m, const char *dir, const char *src, bool gpu) {
     vec_push(&argv, arena_printf("-arch=%s", cuda_arch(m)));
     if (mpi) push_words(&argv, "-ccbin mpicxx");
   } else {
-    push_words(&argv, "-std=c++17 -O2 -Wall -Wno-unused-variable -ffp-contract=off -DRTC_HOST -x c++");
+    push_words(&argv, "-std=c++17 -O2 -Wall -ffp-contract=off -DRTC_HOST -x c++");
   }
   const char *data = cg_default_data(m);
   if (data) vec_push(&argv, arena_printf("-DDEFAULT_DATA=\"%s\"", data));

@@ -20,10 +20,13 @@
  * NCCL all-reduces (rt_vp_crossentropy_forward_cu, keyed by the same slot).
  *
  * 2D tensor parallelism's SUMMA matmuls are rtc_summa.cu's launchers
- * (NCCL broadcasts and reduces over the grid's row and column axes).
+ * (NCCL broadcasts and reduces over the grid's row and column axes), and
+ * its layernorms / rmsnorms with the channels split over a mesh axis are
+ * row kernels around an NCCL all-reduce of the rows' sums
+ * (rt_layernorm_split_forward_cu, ...).
  *
- * Instructions that have no CUDA kernel yet (layernorms with split
- * channels, ring attention) are staged: their buffers are copied to the arena's host
+ * Instructions that have no CUDA kernel yet (ring attention) are staged:
+ * their buffers are copied to the arena's host
  * mirror (HF / HI), the cpu runtime runs them there over MPI, and what they
  * write is copied back.  The plan header lists them; they are correct and
  * slow.
@@ -43,7 +46,7 @@ static const char *R(const Emit *e, PRef r) { return cg_ref(e, r); }
 static bool staged(const PInstr *in) {
   if (in->kind != PI_KERNEL) return false;
   const Node *n = in->n;
-  return ir_norm_split(n) || ir_ring_size(n) > 1;
+  return ir_ring_size(n) > 1;
 }
 
 static int check(Module *m, const CgOptions *o) {
@@ -242,6 +245,28 @@ static void summa(Emit *e, const PInstr *in) {
     w->shape.d[0].n, R(e, in->scratch));
 }
 
+/* A layernorm / rmsnorm with the channels split over a mesh axis (the grid
+ * row; runtime/cuda/rtc_normsplit.cu): the cpu record's operands (outputs;
+ * inputs; N, Cl, C, the forward's eps; scratch) after the mesh and axis. */
+static void norm_split(Emit *e, const PInstr *in) {
+  const Node *n = in->n;
+  const char *ax = cg_axis((int)n->a.i[1]);
+  bool ln = n->op == OP_LAYERNORM || n->op == OP_LAYERNORM_BWD;
+  bool fwd = n->op == OP_LAYERNORM || n->op == OP_RMSNORM;
+  const char *fn = arena_printf("rt_%s_split_%s_cu(", ln ? "layernorm" : "rmsnorm",
+                                fwd ? "forward" : "backward");
+  int ind = 2 + (int)strlen(fn);
+  const Value *xin = n->in[fwd ? 0 : 1];
+  P(e, "  %sp->mesh, %s,\n%*s", fn, ax, ind, "");
+  for (int j = 0; j < n->nout; j++) P(e, "%s%s", j ? ", " : "", R(e, in->out[j]));
+  P(e, ",\n%*s", ind, "");
+  for (int k = 0; k < n->nin; k++) P(e, "%s%s", k ? ", " : "", R(e, in->in[k]));
+  P(e, ",\n%*s%" PRId64 ", %" PRId64 ", %" PRId64 ", ", ind, "", cg_rows(xin), cg_last_dim(xin),
+    n->a.i[2]);
+  if (fwd) P(e, "%.9g, ", n->a.f[0]);
+  P(e, "(double *)%s);\n", R(e, in->scratch));
+}
+
 /* A cross-entropy with its loss, row count and seed on the device: as the
  * cpu record's, the site's ce_loss slot as its key. */
 static void cross_entropy(Emit *e, const PInstr *in) {
@@ -284,6 +309,7 @@ static void instr(Emit *e, const PInstr *in) {
     if (in->n->op == OP_CROSS_ENTROPY || in->n->op == OP_CROSS_ENTROPY_BWD)
       return cross_entropy(e, in);
     if (ir_summa_q(in->n)) return summa(e, in);
+    if (ir_norm_split(in->n)) return norm_split(e, in);
     if (in->n->op == OP_SHARD) {
       const Node *n = in->n;
       int64_t outer, inner;

@@ -124,6 +124,13 @@ void rtc_allreduce(RtMesh *m, RtAxis ax, float *buf, size_t n) {
                             stream_()));
 }
 
+int rtc_dist_staged(void) { return staged_; }
+
+void rtc_allreduce_f64_nocount(RtMesh *m, RtAxis ax, double *buf, size_t n, const char *what) {
+  if (m->size[ax] > 1 && n > 0)
+    ncclCheck(ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, comm_of_(m, ax, what), stream_()));
+}
+
 /* dst (outer, P·inner) <- block p of scratch (P, outer, inner) at columns p·inner, or back. */
 static void permute_(float *rows, const float *blocks, size_t outer, size_t inner, int P,
                      int to_rows) {

@@ -150,6 +150,30 @@ void rt_summa_backward_cu(struct RtMesh *m, RtAxis row, RtAxis col, float *dx, f
                           float *dbias, const float *dy, const float *x, const float *w, int Mb,
                           int Kb, int Nb, float *scratch);
 
+/* ---- layernorm and rmsnorm with the channels split over an axis
+ * (rtc_normsplit.cu): dist_summa.h's rt_layernorm_split_*_f32 /
+ * rt_rmsnorm_split_*_f32 on device buffers, with their semantics, scratch
+ * contents (rt_scratch_ln_split_bytes / rt_scratch_rms_split_bytes) and
+ * byte counts (on m->bytes[ax]; like them, no call is counted): x, out (N,Cl)
+ * of C = P·Cl channels; mean, rstd (N) the full rows' statistics; the
+ * backward's dx, dw, db ACCUMULATE, any NULL, dw and db over this rank's
+ * rows only, nothing communicated without dx.  Row sums in double, one NCCL
+ * all-reduce on the compute stream.  Staged (mpi): the cpu functions on host
+ * copies. ---- */
+void rt_layernorm_split_forward_cu(struct RtMesh *m, RtAxis ax, float *out, float *mean,
+                                   float *rstd, const float *x, const float *w, const float *b,
+                                   int N, int Cl, int C, double eps, double *scratch);
+void rt_layernorm_split_backward_cu(struct RtMesh *m, RtAxis ax, float *dx, float *dw,
+                                    float *db, const float *dout, const float *x,
+                                    const float *w, const float *mean, const float *rstd, int N,
+                                    int Cl, int C, double *scratch);
+void rt_rmsnorm_split_forward_cu(struct RtMesh *m, RtAxis ax, float *out, float *rstd,
+                                 const float *x, const float *w, int N, int Cl, int C,
+                                 double eps, double *scratch);
+void rt_rmsnorm_split_backward_cu(struct RtMesh *m, RtAxis ax, float *dx, float *dw,
+                                  const float *dout, const float *x, const float *w,
+                                  const float *rstd, int N, int Cl, int C, double *scratch);
+
 #ifdef __cplusplus
 }
 #endif

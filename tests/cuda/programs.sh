@@ -104,7 +104,7 @@ elif command -v mpirun >/dev/null && command -v mpicxx >/dev/null; then
     host gpt 2 dp=2,zero=3 3 on
     host gpt 2 pp=2,schedule=1f1b 3 "off (pipeline"
     host gpt 4 tp=2,pp=2,schedule=1f1b 3 "off (pipeline"  # the cross-entropy on stashed buffers
-    host gpt 4 tp2d=2x2 3 "off (the program stages"
+    host gpt 4 tp2d=2x2 3 on  # SUMMA and split norms on NCCL, captured
     host gpt 2 sp=ring:2 3 "off (the program stages"
   }
   reference llama 3 && host llama 2 tp=2 3 on

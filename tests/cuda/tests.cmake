@@ -83,6 +83,27 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   endforeach()
 endif()
 
+# cuda/normsplit: layernorm and rmsnorm with the channels split over an axis
+# (rtc_normsplit.cu, on MPI through host/nccl_host.h) against dist_summa.h's,
+# under mpirun on 2 and 4 ranks (tp, dp and the tp2d grid's axes).
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  set(wrapper ${CMAKE_CURRENT_BINARY_DIR}/cuda_host_tests/test_normsplit.cc)
+  file(CONFIGURE OUTPUT ${wrapper}
+       CONTENT "/* generated: test_normsplit.cu as host C++ (-DRTC_HOST) */\n#include \"${SHARDC_CUDA_TEST_DIR}/test_normsplit.cu\"\n")
+  shardc_cuda_host_test(cuda_test_normsplit ${wrapper})
+  target_link_libraries(cuda_test_normsplit PRIVATE shardrt_cuda_dist_host)
+  if(TARGET MPI::MPI_CXX)
+    target_link_libraries(cuda_test_normsplit PRIVATE MPI::MPI_CXX)
+  endif()
+  foreach(np 2 4)
+    add_test(NAME cuda/normsplit/np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:cuda_test_normsplit>)
+    set_tests_properties(cuda/normsplit/np${np} PROPERTIES
+                         SKIP_RETURN_CODE 77 TIMEOUT 120
+                         ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+endif()
+
 # The CUDA programs (issue 10): every CUDA/cuBLASLt/NCCL call checked; the
 # tiny GPT and plans on 2-4 ranks trained through the host build of their
 # CUDA programs against the cpu target; every sample and strategy of the

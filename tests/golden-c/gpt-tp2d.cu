@@ -277,18 +277,10 @@ static double forward(RtPass *p) {
   }
   // gpt.shard:5 (blocks.0)  %8, %9, %10 = layernorm %5, @blocks.0.ln_1.weight, @blocks.0.ln_1.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3399680), F(3399680), 32768);
-  rtc_to_host(HF(49152), F(49152), 256);
-  rtc_to_host(HF(49408), F(49408), 256);
-  rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                 HF(3432448), HF(3465216), HF(3465728),
-                                 HF(3399680), HF(49152), HF(49408),
-                                 128, 64, 128, 1e-05, (double *)HF(3466240));
-  rtc_to_device(F(3432448), HF(3432448), 32768);
-  rtc_to_device(F(3465216), HF(3465216), 512);
-  rtc_to_device(F(3465728), HF(3465728), 512);
-  rtc_to_device(F(3466240), HF(3466240), 2048);
+  rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
+                                F(3432448), F(3465216), F(3465728),
+                                F(3399680), F(49152), F(49408),
+                                128, 64, 128, 1e-05, (double *)F(3466240));
   // gpt.shard:5 (blocks.0.attn)  %12 = matmul %8, @blocks.0.attn.qkv.weight
   // f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,192]
   rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
@@ -336,18 +328,10 @@ static double forward(RtPass *p) {
   }
   // gpt.shard:6 (blocks.0)  %31, %32, %33 = layernorm %28, @blocks.0.ln_2.weight, @blocks.0.ln_2.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3663872), F(3663872), 32768);
-  rtc_to_host(HF(116224), F(116224), 256);
-  rtc_to_host(HF(116480), F(116480), 256);
-  rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                 HF(3598336), HF(3631104), HF(3631616),
-                                 HF(3663872), HF(116224), HF(116480),
-                                 128, 64, 128, 1e-05, (double *)HF(3632128));
-  rtc_to_device(F(3598336), HF(3598336), 32768);
-  rtc_to_device(F(3631104), HF(3631104), 512);
-  rtc_to_device(F(3631616), HF(3631616), 512);
-  rtc_to_device(F(3632128), HF(3632128), 2048);
+  rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
+                                F(3598336), F(3631104), F(3631616),
+                                F(3663872), F(116224), F(116480),
+                                128, 64, 128, 1e-05, (double *)F(3632128));
   // gpt.shard:6 (blocks.0.mlp)  %35 = matmul %31, @blocks.0.mlp.fc.weight
   // f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,256]
   rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
@@ -386,18 +370,10 @@ static double forward(RtPass *p) {
   }
   // gpt.shard:5 (blocks.1)  %46, %47, %48 = layernorm %43, @blocks.1.ln_1.weight, @blocks.1.ln_1.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3762176), F(3762176), 32768);
-  rtc_to_host(HF(249088), F(249088), 256);
-  rtc_to_host(HF(249344), F(249344), 256);
-  rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                 HF(3794944), HF(3632128), HF(3632640),
-                                 HF(3762176), HF(249088), HF(249344),
-                                 128, 64, 128, 1e-05, (double *)HF(3633152));
-  rtc_to_device(F(3794944), HF(3794944), 32768);
-  rtc_to_device(F(3632128), HF(3632128), 512);
-  rtc_to_device(F(3632640), HF(3632640), 512);
-  rtc_to_device(F(3633152), HF(3633152), 2048);
+  rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
+                                F(3794944), F(3632128), F(3632640),
+                                F(3762176), F(249088), F(249344),
+                                128, 64, 128, 1e-05, (double *)F(3633152));
   // gpt.shard:5 (blocks.1.attn)  %50 = matmul %46, @blocks.1.attn.qkv.weight
   // f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,192]
   rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
@@ -445,18 +421,10 @@ static double forward(RtPass *p) {
   }
   // gpt.shard:6 (blocks.1)  %69, %70, %71 = layernorm %66, @blocks.1.ln_2.weight, @blocks.1.ln_2.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4220928), F(4220928), 32768);
-  rtc_to_host(HF(316160), F(316160), 256);
-  rtc_to_host(HF(316416), F(316416), 256);
-  rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                 HF(4253696), HF(3634176), HF(3634688),
-                                 HF(4220928), HF(316160), HF(316416),
-                                 128, 64, 128, 1e-05, (double *)HF(3635200));
-  rtc_to_device(F(4253696), HF(4253696), 32768);
-  rtc_to_device(F(3634176), HF(3634176), 512);
-  rtc_to_device(F(3634688), HF(3634688), 512);
-  rtc_to_device(F(3635200), HF(3635200), 2048);
+  rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
+                                F(4253696), F(3634176), F(3634688),
+                                F(4220928), F(316160), F(316416),
+                                128, 64, 128, 1e-05, (double *)F(3635200));
   // gpt.shard:6 (blocks.1.mlp)  %73 = matmul %69, @blocks.1.mlp.fc.weight
   // f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,256]
   rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
@@ -495,18 +463,10 @@ static double forward(RtPass *p) {
   }
   // gpt.shard:5 (blocks.2)  %84, %85, %86 = layernorm %81, @blocks.2.ln_1.weight, @blocks.2.ln_1.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4286464), F(4286464), 32768);
-  rtc_to_host(HF(449024), F(449024), 256);
-  rtc_to_host(HF(449280), F(449280), 256);
-  rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                 HF(4155392), HF(3635200), HF(3635712),
-                                 HF(4286464), HF(449024), HF(449280),
-                                 128, 64, 128, 1e-05, (double *)HF(3636224));
-  rtc_to_device(F(4155392), HF(4155392), 32768);
-  rtc_to_device(F(3635200), HF(3635200), 512);
-  rtc_to_device(F(3635712), HF(3635712), 512);
-  rtc_to_device(F(3636224), HF(3636224), 2048);
+  rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
+                                F(4155392), F(3635200), F(3635712),
+                                F(4286464), F(449024), F(449280),
+                                128, 64, 128, 1e-05, (double *)F(3636224));
   // gpt.shard:5 (blocks.2.attn)  %88 = matmul %84, @blocks.2.attn.qkv.weight
   // f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,192]
   rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
@@ -554,18 +514,10 @@ static double forward(RtPass *p) {
   }
   // gpt.shard:6 (blocks.2)  %107, %108, %109 = layernorm %104, @blocks.2.ln_2.weight, @blocks.2.ln_2.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4745216), F(4745216), 32768);
-  rtc_to_host(HF(516096), F(516096), 256);
-  rtc_to_host(HF(516352), F(516352), 256);
-  rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                 HF(4679680), HF(3637248), HF(3637760),
-                                 HF(4745216), HF(516096), HF(516352),
-                                 128, 64, 128, 1e-05, (double *)HF(3638272));
-  rtc_to_device(F(4679680), HF(4679680), 32768);
-  rtc_to_device(F(3637248), HF(3637248), 512);
-  rtc_to_device(F(3637760), HF(3637760), 512);
-  rtc_to_device(F(3638272), HF(3638272), 2048);
+  rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
+                                F(4679680), F(3637248), F(3637760),
+                                F(4745216), F(516096), F(516352),
+                                128, 64, 128, 1e-05, (double *)F(3638272));
   // gpt.shard:6 (blocks.2.mlp)  %111 = matmul %107, @blocks.2.mlp.fc.weight
   // f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,256]
   rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
@@ -604,18 +556,10 @@ static double forward(RtPass *p) {
   }
   // gpt.shard:5 (blocks.3)  %122, %123, %124 = layernorm %119, @blocks.3.ln_1.weight, @blocks.3.ln_1.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4810752), F(4810752), 32768);
-  rtc_to_host(HF(648960), F(648960), 256);
-  rtc_to_host(HF(649216), F(649216), 256);
-  rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                 HF(4712448), HF(3638272), HF(3638784),
-                                 HF(4810752), HF(648960), HF(649216),
-                                 128, 64, 128, 1e-05, (double *)HF(3639296));
-  rtc_to_device(F(4712448), HF(4712448), 32768);
-  rtc_to_device(F(3638272), HF(3638272), 512);
-  rtc_to_device(F(3638784), HF(3638784), 512);
-  rtc_to_device(F(3639296), HF(3639296), 2048);
+  rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
+                                F(4712448), F(3638272), F(3638784),
+                                F(4810752), F(648960), F(649216),
+                                128, 64, 128, 1e-05, (double *)F(3639296));
   // gpt.shard:5 (blocks.3.attn)  %126 = matmul %122, @blocks.3.attn.qkv.weight
   // f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,192]
   rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
@@ -663,18 +607,10 @@ static double forward(RtPass *p) {
   }
   // gpt.shard:6 (blocks.3)  %145, %146, %147 = layernorm %142, @blocks.3.ln_2.weight, @blocks.3.ln_2.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5269504), F(5269504), 32768);
-  rtc_to_host(HF(716032), F(716032), 256);
-  rtc_to_host(HF(716288), F(716288), 256);
-  rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                 HF(5203968), HF(3640320), HF(3640832),
-                                 HF(5269504), HF(716032), HF(716288),
-                                 128, 64, 128, 1e-05, (double *)HF(3641344));
-  rtc_to_device(F(5203968), HF(5203968), 32768);
-  rtc_to_device(F(3640320), HF(3640320), 512);
-  rtc_to_device(F(3640832), HF(3640832), 512);
-  rtc_to_device(F(3641344), HF(3641344), 2048);
+  rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
+                                F(5203968), F(3640320), F(3640832),
+                                F(5269504), F(716032), F(716288),
+                                128, 64, 128, 1e-05, (double *)F(3641344));
   // gpt.shard:6 (blocks.3.mlp)  %149 = matmul %145, @blocks.3.mlp.fc.weight
   // f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,256]
   rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
@@ -713,18 +649,10 @@ static double forward(RtPass *p) {
   }
   // gpt.shard:13  %160, %161, %162 = layernorm %157, @ln.weight, @ln.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5335040), F(5335040), 32768);
-  rtc_to_host(HF(848896), F(848896), 256);
-  rtc_to_host(HF(849152), F(849152), 256);
-  rt_layernorm_split_forward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                 HF(5236736), HF(3641344), HF(3641856),
-                                 HF(5335040), HF(848896), HF(849152),
-                                 128, 64, 128, 1e-05, (double *)HF(3642368));
-  rtc_to_device(F(5236736), HF(5236736), 32768);
-  rtc_to_device(F(3641344), HF(3641344), 512);
-  rtc_to_device(F(3641856), HF(3641856), 512);
-  rtc_to_device(F(3642368), HF(3642368), 2048);
+  rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
+                                F(5236736), F(3641344), F(3641856),
+                                F(5335040), F(848896), F(849152),
+                                128, 64, 128, 1e-05, (double *)F(3642368));
   // gpt.shard:13  %166 = all_gather_g %160
   // f32[B=2,T=64,64] -> f32[B=4,T=64,64]
   rtc_allgather_dim(p->mesh, RT_AX_TPC, F(5367808), F(5236736), 1, 8192, NULL);
@@ -769,23 +697,10 @@ static void backward(RtPass *p) {
   // gpt.shard:13  d%157, d@ln.weight, d@ln.bias += layernorm_bwd d%160, %157, @ln.weight, %161, %162
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   rtc_memset(F(5236736), 0, 32768);  // d%157 starts here
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5302272), F(5302272), 32768);
-  rtc_to_host(HF(5335040), F(5335040), 32768);
-  rtc_to_host(HF(848896), F(848896), 256);
-  rtc_to_host(HF(3641344), F(3641344), 512);
-  rtc_to_host(HF(3641856), F(3641856), 512);
-  rtc_to_host(HF(5236736), F(5236736), 32768);
-  rtc_to_host(HF(1698304), F(1698304), 256);
-  rtc_to_host(HF(1698560), F(1698560), 256);
-  rt_layernorm_split_backward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                  HF(5236736), HF(1698304), HF(1698560),
-                                  HF(5302272), HF(5335040), HF(848896), HF(3641344), HF(3641856),
-                                  128, 64, 128, (double *)HF(3642432));
-  rtc_to_device(F(5236736), HF(5236736), 32768);
-  rtc_to_device(F(1698304), HF(1698304), 256);
-  rtc_to_device(F(1698560), HF(1698560), 256);
-  rtc_to_device(F(3642432), HF(3642432), 2048);
+  rt_layernorm_split_backward_cu(p->mesh, RT_AX_TPR,
+                                 F(5236736), F(1698304), F(1698560),
+                                 F(5302272), F(5335040), F(848896), F(3641344), F(3641856),
+                                 128, 64, 128, (double *)F(3642432));
   // gpt.shard:6 (blocks.3)  d%142, _ += add_bwd d%157, %142, %156
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -833,23 +748,10 @@ static void backward(RtPass *p) {
                        128, 64, 256, F(5335040));
   // gpt.shard:6 (blocks.3)  d%142, d@blocks.3.ln_2.weight, d@blocks.3.ln_2.bias += layernorm_bwd d%145, %142, @blocks.3.ln_2.weight, %146, %147
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(5236736), F(5236736), 32768);
-  rtc_to_host(HF(5269504), F(5269504), 32768);
-  rtc_to_host(HF(716032), F(716032), 256);
-  rtc_to_host(HF(3640320), F(3640320), 512);
-  rtc_to_host(HF(3640832), F(3640832), 512);
-  rtc_to_host(HF(5302272), F(5302272), 32768);
-  rtc_to_host(HF(1565440), F(1565440), 256);
-  rtc_to_host(HF(1565696), F(1565696), 256);
-  rt_layernorm_split_backward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                  HF(5302272), HF(1565440), HF(1565696),
-                                  HF(5236736), HF(5269504), HF(716032), HF(3640320), HF(3640832),
-                                  128, 64, 128, (double *)HF(3642432));
-  rtc_to_device(F(5302272), HF(5302272), 32768);
-  rtc_to_device(F(1565440), HF(1565440), 256);
-  rtc_to_device(F(1565696), HF(1565696), 256);
-  rtc_to_device(F(3642432), HF(3642432), 2048);
+  rt_layernorm_split_backward_cu(p->mesh, RT_AX_TPR,
+                                 F(5302272), F(1565440), F(1565696),
+                                 F(5236736), F(5269504), F(716032), F(3640320), F(3640832),
+                                 128, 64, 128, (double *)F(3642432));
   // gpt.shard:5 (blocks.3)  d%119, _ += add_bwd d%142, %119, %141
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -910,23 +812,10 @@ static void backward(RtPass *p) {
                        128, 64, 192, F(5466112));
   // gpt.shard:5 (blocks.3)  d%119, d@blocks.3.ln_1.weight, d@blocks.3.ln_1.bias += layernorm_bwd d%122, %119, @blocks.3.ln_1.weight, %123, %124
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4777984), F(4777984), 32768);
-  rtc_to_host(HF(4810752), F(4810752), 32768);
-  rtc_to_host(HF(648960), F(648960), 256);
-  rtc_to_host(HF(3638272), F(3638272), 512);
-  rtc_to_host(HF(3638784), F(3638784), 512);
-  rtc_to_host(HF(5203968), F(5203968), 32768);
-  rtc_to_host(HF(1498368), F(1498368), 256);
-  rtc_to_host(HF(1498624), F(1498624), 256);
-  rt_layernorm_split_backward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                  HF(5203968), HF(1498368), HF(1498624),
-                                  HF(4777984), HF(4810752), HF(648960), HF(3638272), HF(3638784),
-                                  128, 64, 128, (double *)HF(3639296));
-  rtc_to_device(F(5203968), HF(5203968), 32768);
-  rtc_to_device(F(1498368), HF(1498368), 256);
-  rtc_to_device(F(1498624), HF(1498624), 256);
-  rtc_to_device(F(3639296), HF(3639296), 2048);
+  rt_layernorm_split_backward_cu(p->mesh, RT_AX_TPR,
+                                 F(5203968), F(1498368), F(1498624),
+                                 F(4777984), F(4810752), F(648960), F(3638272), F(3638784),
+                                 128, 64, 128, (double *)F(3639296));
   // gpt.shard:6 (blocks.2)  d%104, _ += add_bwd d%119, %104, %118
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -974,23 +863,10 @@ static void backward(RtPass *p) {
                        128, 64, 256, F(4810752));
   // gpt.shard:6 (blocks.2)  d%104, d@blocks.2.ln_2.weight, d@blocks.2.ln_2.bias += layernorm_bwd d%107, %104, @blocks.2.ln_2.weight, %108, %109
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4777984), F(4777984), 32768);
-  rtc_to_host(HF(4745216), F(4745216), 32768);
-  rtc_to_host(HF(516096), F(516096), 256);
-  rtc_to_host(HF(3637248), F(3637248), 512);
-  rtc_to_host(HF(3637760), F(3637760), 512);
-  rtc_to_host(HF(4712448), F(4712448), 32768);
-  rtc_to_host(HF(1365504), F(1365504), 256);
-  rtc_to_host(HF(1365760), F(1365760), 256);
-  rt_layernorm_split_backward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                  HF(4712448), HF(1365504), HF(1365760),
-                                  HF(4777984), HF(4745216), HF(516096), HF(3637248), HF(3637760),
-                                  128, 64, 128, (double *)HF(3638272));
-  rtc_to_device(F(4712448), HF(4712448), 32768);
-  rtc_to_device(F(1365504), HF(1365504), 256);
-  rtc_to_device(F(1365760), HF(1365760), 256);
-  rtc_to_device(F(3638272), HF(3638272), 2048);
+  rt_layernorm_split_backward_cu(p->mesh, RT_AX_TPR,
+                                 F(4712448), F(1365504), F(1365760),
+                                 F(4777984), F(4745216), F(516096), F(3637248), F(3637760),
+                                 128, 64, 128, (double *)F(3638272));
   // gpt.shard:5 (blocks.2)  d%81, _ += add_bwd d%104, %81, %103
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -1051,23 +927,10 @@ static void backward(RtPass *p) {
                        128, 64, 192, F(4712448));
   // gpt.shard:5 (blocks.2)  d%81, d@blocks.2.ln_1.weight, d@blocks.2.ln_1.bias += layernorm_bwd d%84, %81, @blocks.2.ln_1.weight, %85, %86
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4188160), F(4188160), 32768);
-  rtc_to_host(HF(4286464), F(4286464), 32768);
-  rtc_to_host(HF(449024), F(449024), 256);
-  rtc_to_host(HF(3635200), F(3635200), 512);
-  rtc_to_host(HF(3635712), F(3635712), 512);
-  rtc_to_host(HF(4679680), F(4679680), 32768);
-  rtc_to_host(HF(1298432), F(1298432), 256);
-  rtc_to_host(HF(1298688), F(1298688), 256);
-  rt_layernorm_split_backward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                  HF(4679680), HF(1298432), HF(1298688),
-                                  HF(4188160), HF(4286464), HF(449024), HF(3635200), HF(3635712),
-                                  128, 64, 128, (double *)HF(3636224));
-  rtc_to_device(F(4679680), HF(4679680), 32768);
-  rtc_to_device(F(1298432), HF(1298432), 256);
-  rtc_to_device(F(1298688), HF(1298688), 256);
-  rtc_to_device(F(3636224), HF(3636224), 2048);
+  rt_layernorm_split_backward_cu(p->mesh, RT_AX_TPR,
+                                 F(4679680), F(1298432), F(1298688),
+                                 F(4188160), F(4286464), F(449024), F(3635200), F(3635712),
+                                 128, 64, 128, (double *)F(3636224));
   // gpt.shard:6 (blocks.1)  d%66, _ += add_bwd d%81, %66, %80
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -1115,23 +978,10 @@ static void backward(RtPass *p) {
                        128, 64, 256, F(4286464));
   // gpt.shard:6 (blocks.1)  d%66, d@blocks.1.ln_2.weight, d@blocks.1.ln_2.bias += layernorm_bwd d%69, %66, @blocks.1.ln_2.weight, %70, %71
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(4188160), F(4188160), 32768);
-  rtc_to_host(HF(4220928), F(4220928), 32768);
-  rtc_to_host(HF(316160), F(316160), 256);
-  rtc_to_host(HF(3634176), F(3634176), 512);
-  rtc_to_host(HF(3634688), F(3634688), 512);
-  rtc_to_host(HF(4155392), F(4155392), 32768);
-  rtc_to_host(HF(1165568), F(1165568), 256);
-  rtc_to_host(HF(1165824), F(1165824), 256);
-  rt_layernorm_split_backward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                  HF(4155392), HF(1165568), HF(1165824),
-                                  HF(4188160), HF(4220928), HF(316160), HF(3634176), HF(3634688),
-                                  128, 64, 128, (double *)HF(3635200));
-  rtc_to_device(F(4155392), HF(4155392), 32768);
-  rtc_to_device(F(1165568), HF(1165568), 256);
-  rtc_to_device(F(1165824), HF(1165824), 256);
-  rtc_to_device(F(3635200), HF(3635200), 2048);
+  rt_layernorm_split_backward_cu(p->mesh, RT_AX_TPR,
+                                 F(4155392), F(1165568), F(1165824),
+                                 F(4188160), F(4220928), F(316160), F(3634176), F(3634688),
+                                 128, 64, 128, (double *)F(3635200));
   // gpt.shard:5 (blocks.1)  d%43, _ += add_bwd d%66, %43, %65
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -1192,23 +1042,10 @@ static void backward(RtPass *p) {
                        128, 64, 192, F(4417536));
   // gpt.shard:5 (blocks.1)  d%43, d@blocks.1.ln_1.weight, d@blocks.1.ln_1.bias += layernorm_bwd d%46, %43, @blocks.1.ln_1.weight, %47, %48
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3696640), F(3696640), 32768);
-  rtc_to_host(HF(3762176), F(3762176), 32768);
-  rtc_to_host(HF(249088), F(249088), 256);
-  rtc_to_host(HF(3632128), F(3632128), 512);
-  rtc_to_host(HF(3632640), F(3632640), 512);
-  rtc_to_host(HF(4188160), F(4188160), 32768);
-  rtc_to_host(HF(1098496), F(1098496), 256);
-  rtc_to_host(HF(1098752), F(1098752), 256);
-  rt_layernorm_split_backward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                  HF(4188160), HF(1098496), HF(1098752),
-                                  HF(3696640), HF(3762176), HF(249088), HF(3632128), HF(3632640),
-                                  128, 64, 128, (double *)HF(3633152));
-  rtc_to_device(F(4188160), HF(4188160), 32768);
-  rtc_to_device(F(1098496), HF(1098496), 256);
-  rtc_to_device(F(1098752), HF(1098752), 256);
-  rtc_to_device(F(3633152), HF(3633152), 2048);
+  rt_layernorm_split_backward_cu(p->mesh, RT_AX_TPR,
+                                 F(4188160), F(1098496), F(1098752),
+                                 F(3696640), F(3762176), F(249088), F(3632128), F(3632640),
+                                 128, 64, 128, (double *)F(3633152));
   // gpt.shard:6 (blocks.0)  d%28, _ += add_bwd d%43, %28, %42
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -1256,23 +1093,10 @@ static void backward(RtPass *p) {
                        128, 64, 256, F(3729408));
   // gpt.shard:6 (blocks.0)  d%28, d@blocks.0.ln_2.weight, d@blocks.0.ln_2.bias += layernorm_bwd d%31, %28, @blocks.0.ln_2.weight, %32, %33
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3696640), F(3696640), 32768);
-  rtc_to_host(HF(3663872), F(3663872), 32768);
-  rtc_to_host(HF(116224), F(116224), 256);
-  rtc_to_host(HF(3631104), F(3631104), 512);
-  rtc_to_host(HF(3631616), F(3631616), 512);
-  rtc_to_host(HF(4089856), F(4089856), 32768);
-  rtc_to_host(HF(965632), F(965632), 256);
-  rtc_to_host(HF(965888), F(965888), 256);
-  rt_layernorm_split_backward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                  HF(4089856), HF(965632), HF(965888),
-                                  HF(3696640), HF(3663872), HF(116224), HF(3631104), HF(3631616),
-                                  128, 64, 128, (double *)HF(3632128));
-  rtc_to_device(F(4089856), HF(4089856), 32768);
-  rtc_to_device(F(965632), HF(965632), 256);
-  rtc_to_device(F(965888), HF(965888), 256);
-  rtc_to_device(F(3632128), HF(3632128), 2048);
+  rt_layernorm_split_backward_cu(p->mesh, RT_AX_TPR,
+                                 F(4089856), F(965632), F(965888),
+                                 F(3696640), F(3663872), F(116224), F(3631104), F(3631616),
+                                 128, 64, 128, (double *)F(3632128));
   // gpt.shard:5 (blocks.0)  d%5, _ += add_bwd d%28, %5, %27
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   {
@@ -1333,23 +1157,10 @@ static void backward(RtPass *p) {
                        128, 64, 192, F(3642432));
   // gpt.shard:5 (blocks.0)  d%5, d@blocks.0.ln_1.weight, d@blocks.0.ln_1.bias += layernorm_bwd d%8, %5, @blocks.0.ln_1.weight, %9, %10
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
-  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)
-  rtc_to_host(HF(3564544), F(3564544), 32768);
-  rtc_to_host(HF(3399680), F(3399680), 32768);
-  rtc_to_host(HF(49152), F(49152), 256);
-  rtc_to_host(HF(3465216), F(3465216), 512);
-  rtc_to_host(HF(3465728), F(3465728), 512);
-  rtc_to_host(HF(3598336), F(3598336), 32768);
-  rtc_to_host(HF(898560), F(898560), 256);
-  rtc_to_host(HF(898816), F(898816), 256);
-  rt_layernorm_split_backward_f32(p->mesh->comm[RT_AX_TPR], &p->mesh->bytes[RT_AX_TPR],
-                                  HF(3598336), HF(898560), HF(898816),
-                                  HF(3564544), HF(3399680), HF(49152), HF(3465216), HF(3465728),
-                                  128, 64, 128, (double *)HF(3631104));
-  rtc_to_device(F(3598336), HF(3598336), 32768);
-  rtc_to_device(F(898560), HF(898560), 256);
-  rtc_to_device(F(898816), HF(898816), 256);
-  rtc_to_device(F(3631104), HF(3631104), 2048);
+  rt_layernorm_split_backward_cu(p->mesh, RT_AX_TPR,
+                                 F(3598336), F(898560), F(898816),
+                                 F(3564544), F(3399680), F(49152), F(3465216), F(3465728),
+                                 128, 64, 128, (double *)F(3631104));
   // gpt.shard:11  _, d@pos.weight += add_bwd d%5, %165, @pos.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[T=64,64] -> f32[T=64,64]
   {
@@ -1433,7 +1244,6 @@ static const RtProgram program = {
     .zero = -1, .zaxis = RT_AX_DP, .nreq = 0,
     .chunks = chunks, .nchunks = 1,
     .step = step, .nstep = 39,
-    .staged = 18,  /* instructions staged through the host: no CUDA graph */
     .steps = 300, .seed = 1337ull, .opt = RT_OPT_ADAMW, .lr = 0.003, .beta1 = 0.9, .beta2 = 0.95,
     .eps = 1e-08, .weight_decay = 0.1, .momentum = 0.0, .clip = 1.0, .min_lr_ratio = 0.0,
     .warmup = 20, .cosine = 1,
