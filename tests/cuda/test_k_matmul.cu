@@ -54,10 +54,19 @@ static float *host_nan(size_t n) {
   return h;
 }
 
+// every device buffer of the test, freed at the end (dev_free_all)
+static float *allocs_[4096];
+static int nallocs_;
+
 // a device copy of h (n floats); extra floats of room before it (misalignment)
 static float *dev_copy(const float *h, size_t n, size_t before = 0) {
   float *d;
   cudaCheck(cudaMalloc(&d, (n + before + 1) * sizeof(float)));
+  if (nallocs_ == (int)(sizeof allocs_ / sizeof *allocs_)) {
+    fprintf(stderr, "test_k_matmul: more than %d device buffers\n", nallocs_);
+    exit(1);
+  }
+  allocs_[nallocs_++] = d;
   if (n)
     cudaCheck(cudaMemcpy(d + before, h, n * sizeof(float), cudaMemcpyHostToDevice));
   return d + before;
@@ -236,6 +245,8 @@ int main(void) {
     }
   test_gemm(0, 0, 6, 5, 0, 1.0, 0.0, 2); // K = 0: c = 0 (from NaN)
   test_gemm(0, 0, 6, 5, 0, 1.0, 2.0, 2); // K = 0: c = 2c
+  for (int i = 0; i < nallocs_; i++)
+    cudaCheck(cudaFree(allocs_[i]));
   if (failures) {
     printf("%d FAILED\n", failures);
     return 1;
