@@ -91,6 +91,11 @@ const char *cg_ref(const Emit *e, PRef r);
  * when e->host). */
 const char *cg_load(const Emit *e, PRef r);
 void cg_store(Emit *e, PRef r, const char *val);
+/* A fused loop's operands: declares its buffers as pointers named by value
+ * (inputs const, a value both read and written once, writable) and gives
+ * each input's and output's element expression ("x3[i]", "d7[j]" when
+ * broadcast over the inner dim) for cg_emit_exprs. */
+void cg_loop_operands(Emit *e, const PLoop *L, const char ***argn, const char ***lhs);
 /* The target's memset / memcpy (the cpu's when e->host). */
 const char *cg_memset(const Emit *e);
 const char *cg_memcpy(const Emit *e);

@@ -66,34 +66,10 @@ static void prelude(Emit *e) {
 
 /* ---- fused loops ---- */
 
-static const char *cname(const Value *v) {
-  if (v->role == ROLE_GRAD) return arena_printf("d%d", v->grad_of->id);
-  return arena_printf("x%d", v->id);
-}
-
 static void loop(Emit *e, const PLoop *L) {
-  const char **argn = arena_alloc(sizeof(char *) * (size_t)(L->nin + 1));
-  const char **lhs = arena_alloc(sizeof(char *) * (size_t)(L->nout + 1));
+  const char **argn, **lhs;
   P(e, "  {\n");
-  /* Pointers: inputs const, outputs writable; a value both read and written
-   * is declared once, writable. */
-  for (int i = 0; i < L->nin; i++) {
-    bool dup = false, written = false;
-    for (int k = 0; k < i; k++) dup |= L->in[k].r.v == L->in[i].r.v;
-    for (int k = 0; k < L->nout; k++) written |= L->out[k].r.v == L->in[i].r.v;
-    if (!dup && !written)
-      P(e, "    const %s *%s = %s;\n", L->in[i].r.v->dtype == DT_I32 ? "int32_t" : e->R,
-        cname(L->in[i].r.v), R(e, L->in[i].r));
-  }
-  for (int k = 0; k < L->nout; k++) {
-    bool dup = false;
-    for (int j = 0; j < k; j++) dup |= L->out[j].r.v == L->out[k].r.v;
-    if (!dup) P(e, "    %s *%s = %s;\n", e->R, cname(L->out[k].r.v), R(e, L->out[k].r));
-  }
-  for (int i = 0; i < L->nin; i++)
-    argn[i] = arena_printf("%s[%s]", cname(L->in[i].r.v), L->in[i].bcast ? "j" : "i");
-  for (int k = 0; k < L->nout; k++)
-    lhs[k] = arena_printf("%s[%s]", cname(L->out[k].r.v), L->out[k].bcast ? "j" : "i");
+  cg_loop_operands(e, L, &argn, &lhs);
   const char *ind = "      ";
   if (L->inner) {
     P(e, "    for (size_t r = 0; r < %" PRId64 "; r++)\n", L->n / L->inner);

@@ -104,32 +104,10 @@ static void prelude(Emit *e) {
 
 /* ---- fused loops: one device lambda over the elements ---- */
 
-static const char *cname(const Value *v) {
-  if (v->role == ROLE_GRAD) return arena_printf("d%d", v->grad_of->id);
-  return arena_printf("x%d", v->id);
-}
-
 static void loop(Emit *e, const PLoop *L) {
-  const char **argn = arena_alloc(sizeof(char *) * (size_t)(L->nin + 1));
-  const char **lhs = arena_alloc(sizeof(char *) * (size_t)(L->nout + 1));
+  const char **argn, **lhs;
   P(e, "  {\n");
-  for (int i = 0; i < L->nin; i++) {
-    bool dup = false, written = false;
-    for (int k = 0; k < i; k++) dup |= L->in[k].r.v == L->in[i].r.v;
-    for (int k = 0; k < L->nout; k++) written |= L->out[k].r.v == L->in[i].r.v;
-    if (!dup && !written)
-      P(e, "    const %s *%s = %s;\n", L->in[i].r.v->dtype == DT_I32 ? "int32_t" : e->R,
-        cname(L->in[i].r.v), R(e, L->in[i].r));
-  }
-  for (int k = 0; k < L->nout; k++) {
-    bool dup = false;
-    for (int j = 0; j < k; j++) dup |= L->out[j].r.v == L->out[k].r.v;
-    if (!dup) P(e, "    %s *%s = %s;\n", e->R, cname(L->out[k].r.v), R(e, L->out[k].r));
-  }
-  for (int i = 0; i < L->nin; i++)
-    argn[i] = arena_printf("%s[%s]", cname(L->in[i].r.v), L->in[i].bcast ? "j" : "i");
-  for (int k = 0; k < L->nout; k++)
-    lhs[k] = arena_printf("%s[%s]", cname(L->out[k].r.v), L->out[k].bcast ? "j" : "i");
+  cg_loop_operands(e, L, &argn, &lhs);
   P(e, "    rtc_foreach(%" PRId64 ", [=] __device__(size_t i) {\n", L->n);
   if (L->inner) P(e, "      const size_t j = i %% %" PRId64 ";\n", L->inner);
   cg_emit_exprs(e->o, L->expr, lhs, L->op, L->nout, argn, "      ", e->f64);
@@ -328,31 +306,12 @@ static void instr(Emit *e, const PInstr *in) {
   cg_target_cpu.instr(e, in);
 }
 
-const Target cg_target_cuda = {"cuda",
-                               check,
-                               prelude,
-                               instr,
-                               cg_build_cuda,
-                               "model.cu",
-                               "_cu",
-                               "rtc_memset",
-                               "rtc_copy",
-                               "rtc_pass_loss_f32(p, %s)",
-                               "rtc_store_f32(%s, %s);",
-                               "rtc_pass_loss(p, &%s)",
-                               staged};
+/* The two builds of the cuda target differ only in how `shardc build`
+ * compiles the file. */
+#define CUDA_TARGET(name, build)                                                          \
+  {name, check, prelude, instr, build, "model.cu", "_cu", "rtc_memset", "rtc_copy",        \
+   "rtc_pass_loss_f32(p, %s)", "rtc_store_f32(%s, %s);", "rtc_pass_loss(p, &%s)", staged}
+const Target cg_target_cuda = CUDA_TARGET("cuda", cg_build_cuda);
 /* The same program built for this machine's CPU through the CUDA emulation
  * header (runtime/cuda/host/cuda_host.h): how CI without a GPU runs it. */
-const Target cg_target_cuda_host = {"cuda-host",
-                                    check,
-                                    prelude,
-                                    instr,
-                                    cg_build_cuda_host,
-                                    "model.cu",
-                                    "_cu",
-                                    "rtc_memset",
-                                    "rtc_copy",
-                                    "rtc_pass_loss_f32(p, %s)",
-                                    "rtc_store_f32(%s, %s);",
-                                    "rtc_pass_loss(p, &%s)",
-                                    staged};
+const Target cg_target_cuda_host = CUDA_TARGET("cuda-host", cg_build_cuda_host);

@@ -60,6 +60,39 @@ void cg_store(Emit *e, PRef r, const char *val) {
   P(e, "\n");
 }
 
+/* ---- fused loops ---- */
+
+static const char *loop_name(const Value *v) {
+  if (v->role == ROLE_GRAD) return arena_printf("d%d", v->grad_of->id);
+  return arena_printf("x%d", v->id);
+}
+
+void cg_loop_operands(Emit *e, const PLoop *L, const char ***argn, const char ***lhs) {
+  const char **an = arena_alloc(sizeof(char *) * (size_t)(L->nin + 1));
+  const char **ln = arena_alloc(sizeof(char *) * (size_t)(L->nout + 1));
+  /* Pointers: inputs const, outputs writable; a value both read and written
+   * is declared once, writable. */
+  for (int i = 0; i < L->nin; i++) {
+    bool dup = false, written = false;
+    for (int k = 0; k < i; k++) dup |= L->in[k].r.v == L->in[i].r.v;
+    for (int k = 0; k < L->nout; k++) written |= L->out[k].r.v == L->in[i].r.v;
+    if (!dup && !written)
+      P(e, "    const %s *%s = %s;\n", L->in[i].r.v->dtype == DT_I32 ? "int32_t" : e->R,
+        loop_name(L->in[i].r.v), cg_ref(e, L->in[i].r));
+  }
+  for (int k = 0; k < L->nout; k++) {
+    bool dup = false;
+    for (int j = 0; j < k; j++) dup |= L->out[j].r.v == L->out[k].r.v;
+    if (!dup) P(e, "    %s *%s = %s;\n", e->R, loop_name(L->out[k].r.v), cg_ref(e, L->out[k].r));
+  }
+  for (int i = 0; i < L->nin; i++)
+    an[i] = arena_printf("%s[%s]", loop_name(L->in[i].r.v), L->in[i].bcast ? "j" : "i");
+  for (int k = 0; k < L->nout; k++)
+    ln[k] = arena_printf("%s[%s]", loop_name(L->out[k].r.v), L->out[k].bcast ? "j" : "i");
+  *argn = an;
+  *lhs = ln;
+}
+
 const char *cg_memset(const Emit *e) { return spelling(e)->memset_fn; }
 const char *cg_memcpy(const Emit *e) { return spelling(e)->memcpy_fn; }
 

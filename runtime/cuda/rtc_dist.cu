@@ -17,19 +17,7 @@
 
 #include "dist.h"
 #include "rtc_internal.h"
-#ifdef RTC_HOST
-#include "host/nccl_host.h"
-#else
-#include <nccl.h>
-#endif
-
-#define ncclCheck(call)                                                                   \
-  do {                                                                                    \
-    ncclResult_t rtc_r_ = (call);                                                         \
-    if (rtc_r_ != ncclSuccess)                                                            \
-      rtc_fail("NCCL", #call, ncclGetErrorString(rtc_r_), __FILE__, __LINE__,             \
-               rtc_hint("NCCL", (int)rtc_r_));                                            \
-  } while (0)
+#include "rtc_nccl.h"
 
 static ncclComm_t comm_[RT_AX_COUNT], world_;
 static int staged_;
@@ -124,7 +112,6 @@ void rtc_allreduce(RtMesh *m, RtAxis ax, float *buf, size_t n) {
                             stream_()));
 }
 
-int rtc_dist_staged(void) { return staged_; }
 
 void rtc_allreduce_f64_nocount(RtMesh *m, RtAxis ax, double *buf, size_t n, const char *what) {
   if (m->size[ax] > 1 && n > 0)

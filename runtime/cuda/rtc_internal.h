@@ -18,11 +18,10 @@ struct ncclComm *rtc_comm_of(struct RtMesh *m, RtAxis ax, const char *what);
 int rtc_staged(void);
 float *rtc_host_buf(int k, size_t n);
 
-/* rtc_dist.cu, for the collectives of other files (rtc_normsplit.cu):
- * whether the mesh runs staged (--comm mpi), and a sum all-reduce of n
- * doubles over the axis on the compute stream that counts nothing (the
- * caller adds the cpu function's bytes); a no-op on a size-1 axis. */
-int rtc_dist_staged(void);
+/* rtc_dist.cu, for the collectives of other files (rtc_normsplit.cu): a
+ * sum all-reduce of n doubles over the axis on the compute stream that
+ * counts nothing (the caller adds the cpu function's bytes); a no-op on a
+ * size-1 axis. */
 void rtc_allreduce_f64_nocount(struct RtMesh *m, RtAxis ax, double *buf, size_t n,
                                const char *what);
 

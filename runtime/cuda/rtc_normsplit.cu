@@ -195,7 +195,7 @@ void rt_layernorm_split_forward_cu(RtMesh *m, RtAxis ax, float *out, float *mean
                                    const float *x, const float *w, const float *b, int N,
                                    int Cl, int C, double eps, double *scratch) {
   size_t nx = (size_t)N * Cl, sb = rt_scratch_ln_split_bytes((size_t)N);
-  if (rtc_dist_staged()) {
+  if (rtc_staged()) {
     float *hx = up_(x, nx), *hw = up_(w, (size_t)Cl), *hb = up_(b, (size_t)Cl);
     float *ho = alloc_(out, nx), *hm = alloc_(mean, (size_t)N), *hr = alloc_(rstd, (size_t)N);
     double *hs = scratch_(sb);
@@ -221,7 +221,7 @@ void rt_layernorm_split_backward_cu(RtMesh *m, RtAxis ax, float *dx, float *dw, 
                                     const float *mean, const float *rstd, int N, int Cl, int C,
                                     double *scratch) {
   size_t nx = (size_t)N * Cl, sb = rt_scratch_ln_split_bytes((size_t)N);
-  if (rtc_dist_staged()) {
+  if (rtc_staged()) {
     float *hdx = up_(dx, nx), *hdw = up_(dw, (size_t)Cl), *hdb = up_(db, (size_t)Cl);
     float *hdy = up_(dout, nx), *hx = up_(x, nx), *hw = up_(w, (size_t)Cl);
     float *hm = up_(mean, (size_t)N), *hr = up_(rstd, (size_t)N);
@@ -250,7 +250,7 @@ void rt_rmsnorm_split_forward_cu(RtMesh *m, RtAxis ax, float *out, float *rstd, 
                                  const float *w, int N, int Cl, int C, double eps,
                                  double *scratch) {
   size_t nx = (size_t)N * Cl, sb = rt_scratch_rms_split_bytes((size_t)N);
-  if (rtc_dist_staged()) {
+  if (rtc_staged()) {
     float *hx = up_(x, nx), *hw = up_(w, (size_t)Cl);
     float *ho = alloc_(out, nx), *hr = alloc_(rstd, (size_t)N);
     double *hs = scratch_(sb);
@@ -274,7 +274,7 @@ void rt_rmsnorm_split_backward_cu(RtMesh *m, RtAxis ax, float *dx, float *dw, co
                                   const float *x, const float *w, const float *rstd, int N,
                                   int Cl, int C, double *scratch) {
   size_t nx = (size_t)N * Cl, sb = rt_scratch_rms_split_bytes((size_t)N);
-  if (rtc_dist_staged()) {
+  if (rtc_staged()) {
     float *hdx = up_(dx, nx), *hdw = up_(dw, (size_t)Cl);
     float *hdy = up_(dout, nx), *hx = up_(x, nx), *hw = up_(w, (size_t)Cl);
     float *hr = up_(rstd, (size_t)N);

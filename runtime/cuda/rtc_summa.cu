@@ -21,19 +21,7 @@
 #include "dist_summa.h"
 #include "rtc.h"
 #include "rtc_internal.h"
-#ifdef RTC_HOST
-#include "host/nccl_host.h"
-#else
-#include <nccl.h>
-#endif
-
-#define ncclCheck(call)                                                                   \
-  do {                                                                                    \
-    ncclResult_t rtc_r_ = (call);                                                         \
-    if (rtc_r_ != ncclSuccess)                                                            \
-      rtc_fail("NCCL", #call, ncclGetErrorString(rtc_r_), __FILE__, __LINE__,             \
-               rtc_hint("NCCL", (int)rtc_r_));                                            \
-  } while (0)
+#include "rtc_nccl.h"
 
 static cudaStream_t stream_(void) { return (cudaStream_t)rtc_stream; }
 

@@ -38,70 +38,38 @@ foreach(src ${SHARDC_CUDA_TESTS})
                        ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
 endforeach()
 
-# cuda/vpce: the vocab-parallel cross-entropy's launchers (rtc_dist.cu, on
-# MPI through host/nccl_host.h) against dist.h's, under mpirun on 2 and 4
-# ranks.
-if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
-  set(wrapper ${CMAKE_CURRENT_BINARY_DIR}/cuda_host_tests/test_vpce.cc)
+# The collectives' launchers (rtc_dist.cu, rtc_summa.cu, rtc_normsplit.cu,
+# on MPI through host/nccl_host.h) against the cpu functions under mpirun:
+#   cuda/vpce       the vocab-parallel cross-entropy (dist.h), 2 and 4 ranks
+#   cuda/summa      SUMMA matmuls (dist_summa.h), a 2x2 and a 3x3 grid
+#   cuda/normsplit  split-channel layernorm/rmsnorm (dist_summa.h), 2 and 4
+#                   ranks (tp, dp and the tp2d grid's axes)
+# shardc_cuda_mpi_test(NAME TIMEOUT NP...): tests/cuda/test_NAME.cu as host
+# C++, registered as cuda/NAME/npN for each N.
+function(shardc_cuda_mpi_test name timeout)
+  set(wrapper ${CMAKE_CURRENT_BINARY_DIR}/cuda_host_tests/test_${name}.cc)
   file(CONFIGURE OUTPUT ${wrapper}
-       CONTENT "/* generated: test_vpce.cu as host C++ (-DRTC_HOST) */\n#include \"${SHARDC_CUDA_TEST_DIR}/test_vpce.cu\"\n")
-  shardc_cuda_host_test(cuda_test_vpce ${wrapper})
-  target_link_libraries(cuda_test_vpce PRIVATE shardrt_cuda_dist_host)
+       CONTENT "/* generated: test_${name}.cu as host C++ (-DRTC_HOST) */\n#include \"${SHARDC_CUDA_TEST_DIR}/test_${name}.cu\"\n")
+  shardc_cuda_host_test(cuda_test_${name} ${wrapper})
+  target_link_libraries(cuda_test_${name} PRIVATE shardrt_cuda_dist_host)
   # libshardrt_cuda_dist_host is C++ that includes mpi.h: as `shardc build
   # --target cuda-host` links it with mpicxx, MPI's C++ library too
+  if(TARGET MPI::MPI_CXX)
+    target_link_libraries(cuda_test_${name} PRIVATE MPI::MPI_CXX)
+  endif()
+  foreach(np ${ARGN})
+    add_test(NAME cuda/${name}/np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:cuda_test_${name}>)
+    set_tests_properties(cuda/${name}/np${np} PROPERTIES
+                         SKIP_RETURN_CODE 77 TIMEOUT ${timeout}
+                         ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+endfunction()
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   find_package(MPI COMPONENTS CXX QUIET)
-  if(TARGET MPI::MPI_CXX)
-    target_link_libraries(cuda_test_vpce PRIVATE MPI::MPI_CXX)
-  endif()
-  foreach(np 2 4)
-    add_test(NAME cuda/vpce/np${np}
-             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:cuda_test_vpce>)
-    set_tests_properties(cuda/vpce/np${np} PROPERTIES
-                         SKIP_RETURN_CODE 77 TIMEOUT 120
-                         ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
-  endforeach()
-endif()
-
-# cuda/summa: the SUMMA matmuls' launchers (rtc_summa.cu, on MPI through
-# host/nccl_host.h) against dist_summa.h's, under mpirun on a 2x2 and a 3x3
-# grid.
-if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
-  set(wrapper ${CMAKE_CURRENT_BINARY_DIR}/cuda_host_tests/test_summa.cc)
-  file(CONFIGURE OUTPUT ${wrapper}
-       CONTENT "/* generated: test_summa.cu as host C++ (-DRTC_HOST) */\n#include \"${SHARDC_CUDA_TEST_DIR}/test_summa.cu\"\n")
-  shardc_cuda_host_test(cuda_test_summa ${wrapper})
-  target_link_libraries(cuda_test_summa PRIVATE shardrt_cuda_dist_host)
-  if(TARGET MPI::MPI_CXX)
-    target_link_libraries(cuda_test_summa PRIVATE MPI::MPI_CXX)
-  endif()
-  foreach(np 4 9)
-    add_test(NAME cuda/summa/np${np}
-             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:cuda_test_summa>)
-    set_tests_properties(cuda/summa/np${np} PROPERTIES
-                         SKIP_RETURN_CODE 77 TIMEOUT 180
-                         ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
-  endforeach()
-endif()
-
-# cuda/normsplit: layernorm and rmsnorm with the channels split over an axis
-# (rtc_normsplit.cu, on MPI through host/nccl_host.h) against dist_summa.h's,
-# under mpirun on 2 and 4 ranks (tp, dp and the tp2d grid's axes).
-if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
-  set(wrapper ${CMAKE_CURRENT_BINARY_DIR}/cuda_host_tests/test_normsplit.cc)
-  file(CONFIGURE OUTPUT ${wrapper}
-       CONTENT "/* generated: test_normsplit.cu as host C++ (-DRTC_HOST) */\n#include \"${SHARDC_CUDA_TEST_DIR}/test_normsplit.cu\"\n")
-  shardc_cuda_host_test(cuda_test_normsplit ${wrapper})
-  target_link_libraries(cuda_test_normsplit PRIVATE shardrt_cuda_dist_host)
-  if(TARGET MPI::MPI_CXX)
-    target_link_libraries(cuda_test_normsplit PRIVATE MPI::MPI_CXX)
-  endif()
-  foreach(np 2 4)
-    add_test(NAME cuda/normsplit/np${np}
-             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:cuda_test_normsplit>)
-    set_tests_properties(cuda/normsplit/np${np} PROPERTIES
-                         SKIP_RETURN_CODE 77 TIMEOUT 120
-                         ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
-  endforeach()
+  shardc_cuda_mpi_test(vpce 120 2 4)
+  shardc_cuda_mpi_test(summa 180 4 9)
+  shardc_cuda_mpi_test(normsplit 120 2 4)
 endif()
 
 # The CUDA programs (issue 10): every CUDA/cuBLASLt/NCCL call checked; the
