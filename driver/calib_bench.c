@@ -5,6 +5,7 @@
  *   - SGEMM throughput over shapes, through the BLAS the programs link;
  *   - a memory-bound kernel's bandwidth over sizes;
  *   - the cost of one kernel call;
+ *   - the time of one evaluation of each special function (exp, tanh, ...);
  *   - all-reduce, all-gather, reduce-scatter, broadcast and send/recv over
  *     message sizes, for groups of 2, 4, ... consecutive ranks (all groups
  *     at once, as a plan's tp or dp groups run);
@@ -165,7 +166,31 @@ int main(int argc, char **argv) {
       }
     }
   }
-  if (!rank) fprintf(out, "],\n\"coll\": [");
+  /* ---- special functions: seconds per evaluation, as generated loops and
+   * kernels call them (libm, one element at a time) ---- */
+  if (!rank) fprintf(out, "],\n\"special\": {");
+  {
+    enum { NS = 4096 };
+    float *in = A, *res = C;
+    for (int i = 0; i < NS; i++) in[i] = -4.0f + 8.0f * (float)i / NS; /* activations' range */
+    static const char *names[] = {"exp", "log", "tanh", "erf", "sin", "cos", "pow", "sqrt"};
+    for (int f = 0; f < 8; f++) {
+      double t;
+      int reps = reps_for(1e8, 1e2 * NS * world);
+      switch (f) {
+      case 0: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = expf(in[i]), t); break;
+      case 1: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = logf(in[i] + 4.5f), t); break;
+      case 2: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = tanhf(in[i]), t); break;
+      case 3: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = erff(in[i]), t); break;
+      case 4: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = sinf(in[i]), t); break;
+      case 5: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = cosf(in[i]), t); break;
+      case 6: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = powf(in[i] + 4.5f, 1.7f), t); break;
+      default: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = sqrtf(in[i] + 4.5f), t); break;
+      }
+      if (!rank) fprintf(out, "%s\"%s\": %.6g", f ? ", " : "", names[f], t / NS);
+    }
+  }
+  if (!rank) fprintf(out, "},\n\"coll\": [");
   /* ---- collectives: groups of n consecutive ranks, all at once ---- */
   int firstc = 1;
   long maxb = 16L << 20;
@@ -195,8 +220,12 @@ int main(int argc, char **argv) {
         if (reps > 200) reps = 200;
         int gr;
         MPI_Comm_rank(g, &gr);
+        /* the all-reduce in place, as runtime/dist.c runs it, on buffers
+         * rotating through the pool as a step's activations do */
+        long aslot = 0, naslots = (long)POOL * 4 / bytes > 1 ? (long)POOL * 4 / bytes : 1;
+#define AR_BUF_ ((aslot = (aslot + 1) % naslots), (char *)pool + aslot * bytes)
         switch (o) {
-        case 0: TIME_ALL(reps, WORK; MPI_Allreduce(sb, rb, (int)cnt, MPI_FLOAT, MPI_SUM, g), t); break;
+        case 0: TIME_ALL(reps, WORK; MPI_Allreduce(MPI_IN_PLACE, AR_BUF_, (int)cnt, MPI_FLOAT, MPI_SUM, g), t); break;
         case 1: TIME_ALL(reps, WORK; MPI_Allgather(sb, (int)(cnt / n), MPI_FLOAT, rb, (int)(cnt / n), MPI_FLOAT, g), t); break;
         case 2: TIME_ALL(reps, WORK; MPI_Reduce_scatter_block(sb, rb, (int)(cnt / n), MPI_FLOAT, MPI_SUM, g), t); break;
         case 3: TIME_ALL(reps, WORK; MPI_Bcast(sb, (int)cnt, MPI_FLOAT, 0, g), t); break;
@@ -204,6 +233,7 @@ int main(int argc, char **argv) {
           TIME_ALL(reps, WORK; MPI_Sendrecv(sb, (int)cnt, MPI_FLOAT, gr ^ 1, 7, rb, (int)cnt, MPI_FLOAT, gr ^ 1, 7, g, MPI_STATUS_IGNORE), t);
           break;
         }
+#undef AR_BUF_
         t -= tg;
         if (t < 1e-6) t = 1e-6;
         if (!rank) {

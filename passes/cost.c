@@ -12,6 +12,8 @@
 
 /* ---- hardware ---- */
 
+const char *const cost_sf_names[COST_SF_N] = {"exp", "log", "tanh", "erf", "sin", "cos", "pow", "sqrt"};
+
 void cost_hw_from_mesh(HwModel *hw, const Mesh *me, DType prec) {
   memset(hw, 0, sizeof *hw);
   bool gpu = strcmp(me->device->name, "cpu") != 0;
@@ -41,6 +43,12 @@ void cost_hw_from_mesh(HwModel *hw, const Mesh *me, DType prec) {
   hw->overlap = gpu ? 0.9 : 0.0;
   hw->per_node = me->per_node;
   hw->nodes = me->nodes;
+  /* One evaluation of glibc's scalar float functions on a ~3 GHz core: exp,
+   * log, sin, cos ~10 cycles, sqrt ~5, pow ~20, tanh and erf ~45 (through
+   * expm1).  A GPU evaluates them on its special-function units under the
+   * memory time of the kernel: free. */
+  static const double cpu_sf[COST_SF_N] = {3.5e-9, 4e-9, 16e-9, 14e-9, 3.5e-9, 3.5e-9, 6.5e-9, 1.5e-9};
+  for (int k = 0; k < COST_SF_N; k++) hw->special[k] = gpu ? 0 : cpu_sf[k];
   snprintf(hw->source, sizeof hw->source, "catalog %s, %s", me->device->name,
            half ? "bf16" : hw->peak == me->peak_tf32 ? "tf32" : "fp32");
 }
@@ -82,6 +90,15 @@ double cost_membound(const HwModel *hw, double bytes, double flops) {
   double bw = hw->bw.n ? cost_curve(&hw->bw, bytes) : hw->mem_bw * hw->mem_eff;
   double t = bytes / bw, tf = flops / (hw->peak * 0.5);
   return (t > tf ? t : tf) + hw->launch_s;
+}
+
+double cost_share_speedup(const HwModel *hw, double busy) {
+  if (hw->cores <= 0 || hw->profile_np <= hw->cores || busy <= 0) return 1;
+  /* the profile: profile_np single-threaded ranks on `cores` cores, each
+   * with cores/profile_np of one; fewer busy ranks get more of one, up to
+   * all of it (ranks waiting in MPI yield their core) */
+  double now = busy > hw->cores ? hw->cores / busy : 1;
+  return now * hw->profile_np / hw->cores;
 }
 
 /* ---- collectives ---- */
@@ -186,6 +203,43 @@ double cost_node_flops(const Node *n) { return ir_ops[n->op].flops(n); }
 
 static double vbytes(const Value *v, int elt) {
   return v ? (double)ir_numel(&v->shape) * (v->dtype == DT_I32 ? 4 : elt) : 0;
+}
+
+/* A fused loop's special-function time: each distinct call in its
+ * expressions (cexpr.c prints shared subexpressions once) per element.
+ * (The runtime's kernels evaluate exp as a vectorised polynomial, counted
+ * in their FLOPs; the generated loops call libm one element at a time.) */
+static double loop_special(const HwModel *hw, const PLoop *l) {
+  enum { MAXV = 512 };
+  const SExpr *seen[MAXV], *stack[MAXV];
+  int nseen = 0, sp = 0;
+  double per = 0;
+  for (int k = 0; k < l->nout; k++)
+    if (l->expr[k] && sp < MAXV) stack[sp++] = l->expr[k];
+  while (sp > 0) {
+    const SExpr *e = stack[--sp];
+    bool dup = false;
+    for (int i = 0; i < nseen && !dup; i++) dup = seen[i] == e;
+    if (dup || nseen == MAXV) continue;
+    seen[nseen++] = e;
+    int f = -1;
+    switch (e->kind) {
+    case SX_EXP: f = COST_SF_EXP; break;
+    case SX_LOG: f = COST_SF_LOG; break;
+    case SX_TANH: f = COST_SF_TANH; break;
+    case SX_ERF: f = COST_SF_ERF; break;
+    case SX_SIN: f = COST_SF_SIN; break;
+    case SX_COS: f = COST_SF_COS; break;
+    case SX_POW: f = COST_SF_POW; break;
+    case SX_SQRT: f = COST_SF_SQRT; break;
+    default: break;
+    }
+    if (f >= 0) per += hw->special[f];
+    const SExpr *kids[3] = {e->a, e->b, e->c};
+    for (int i = 0; i < 3; i++)
+      if (kids[i] && sp < MAXV) stack[sp++] = kids[i];
+  }
+  return per * (double)l->n;
 }
 
 double cost_node(const HwModel *hw, const Node *n) {
@@ -314,7 +368,7 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
       bytes += (l->in[k].bcast ? (double)l->inner : (double)l->n) * hw->elt;
     for (int k = 0; l && k < l->nout; k++) bytes += (double)l->n * hw->elt * (strcmp(l->op[k], "=") ? 2 : 1);
     for (int k = 0; k < in->nnodes; k++) flops += cost_node_flops(in->nodes[k]);
-    t = cost_membound(hw, bytes, flops);
+    t = cost_membound(hw, bytes, flops) + (l ? loop_special(hw, l) : 0);
     break;
   }
   case PI_COPY: t = cost_membound(hw, 2.0 * (double)in->bytes, 0); break;
@@ -437,49 +491,83 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
   }
   /* Simulate the schedule: each rank runs its actions in order; a forward
    * waits for the previous virtual stage's forward of the microbatch, a
-   * backward for the next one's backward (messages take msg). */
+   * backward for the next one's backward (messages take msg).  Ranks that
+   * share cores (a profile measured with more ranks than cores) compute
+   * faster while others wait: the simulation advances from event to event
+   * with every running action progressing at cost_share_speedup of the
+   * ranks computing at that moment (each pipeline rank's program stands
+   * for world / R ranks doing the same). */
   int S = nvs;
   double *fdone = calloc((size_t)(S * M + 1), sizeof(double)),
          *bdone = calloc((size_t)(S * M + 1), sizeof(double));
   bool *fset = calloc((size_t)(S * M + 1), 1), *bset = calloc((size_t)(S * M + 1), 1);
-  double clock[MAX_STAGES] = {0};
+  double clock[MAX_STAGES] = {0}, left[MAX_STAGES] = {0}, dur[MAX_STAGES] = {0};
+  bool running[MAX_STAGES] = {0};
   int pos[MAX_STAGES] = {0};
   int remaining = 0;
   for (int k = 0; k < R; k++) remaining += m->rprog[k]->nsched;
+  int size, stride_unused;
+  cost_axis_group(p, AX_WORLD, &size, &stride_unused);
+  double per = (double)size / R, now = 0;
   while (remaining > 0) {
-    bool progressed = false;
+    double wake = INFINITY;
+    int busy = 0;
     for (int k = 0; k < R; k++) {
       const RankProg *rp = m->rprog[k];
-      while (pos[k] < rp->nsched) {
+      if (!running[k] && pos[k] < rp->nsched) {
         const PAct *a = &rp->sched[pos[k]];
         int vs = rp->chunk[a->chunk].vs;
         double ready = 0;
+        bool can = true;
         if (a->fwd && vs > 0) {
-          if (!fset[(vs - 1) * M + a->mb]) break;
-          ready = fdone[(vs - 1) * M + a->mb] + msg;
-        } else if (!a->fwd) {
-          if (vs < S - 1) {
-            if (!bset[(vs + 1) * M + a->mb]) break;
-            ready = bdone[(vs + 1) * M + a->mb] + msg;
-          }
+          can = fset[(vs - 1) * M + a->mb];
+          if (can) ready = fdone[(vs - 1) * M + a->mb] + msg;
+        } else if (!a->fwd && vs < S - 1) {
+          can = bset[(vs + 1) * M + a->mb];
+          if (can) ready = bdone[(vs + 1) * M + a->mb] + msg;
         }
-        double start = clock[k] > ready ? clock[k] : ready;
-        double d = a->fwd ? fwd[k][a->chunk] : bwd[k][a->chunk];
-        clock[k] = start + d;
-        if (a->fwd) {
-          fdone[vs * M + a->mb] = clock[k];
-          fset[vs * M + a->mb] = true;
-        } else {
-          bdone[vs * M + a->mb] = clock[k];
-          bset[vs * M + a->mb] = true;
+        if (can && ready <= now) {
+          running[k] = true;
+          dur[k] = left[k] = a->fwd ? fwd[k][a->chunk] : bwd[k][a->chunk];
+        } else if (can && ready < wake) {
+          wake = ready;
         }
-        r->stage[k].busy_s += d;
-        pos[k]++;
-        remaining--;
-        progressed = true;
       }
+      busy += running[k];
     }
-    if (!progressed) break; /* cannot happen for a schedule sched_build accepted */
+    if (!busy) {
+      if (wake == INFINITY) break; /* cannot happen for a schedule sched_build accepted */
+      now = wake;
+      continue;
+    }
+    double rate = cost_share_speedup(hw, busy * per), dt = wake - now;
+    int first = -1;
+    for (int k = 0; k < R; k++)
+      if (running[k] && left[k] / rate <= dt) {
+        dt = left[k] / rate;
+        first = k;
+      }
+    now += dt;
+    for (int k = 0; k < R; k++) {
+      if (!running[k]) continue;
+      left[k] -= dt * rate;
+      if (k != first && left[k] > 1e-12 * (1 + dur[k])) continue;
+      const RankProg *rp = m->rprog[k];
+      const PAct *a = &rp->sched[pos[k]];
+      int vs = rp->chunk[a->chunk].vs;
+      clock[k] = now;
+      if (a->fwd) {
+        fdone[vs * M + a->mb] = now;
+        fset[vs * M + a->mb] = true;
+      } else {
+        bdone[vs * M + a->mb] = now;
+        bset[vs * M + a->mb] = true;
+      }
+      r->stage[k].busy_s += dur[k];
+      running[k] = false;
+      pos[k]++;
+      remaining--;
+    }
   }
   free(fdone);
   free(bdone);
@@ -811,6 +899,31 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
       if (jcurve(&j, &h.gemm)) goto fail;
     } else if (!strcmp(key, "bw")) {
       if (jcurve(&j, &h.bw)) goto fail;
+    } else if (!strcmp(key, "special")) {
+      /* {"exp": seconds, ...}: names it does not know are skipped */
+      if (jexpect(&j, '{')) goto fail;
+      jws(&j);
+      if (*j.s == '}') {
+        j.s++;
+      } else {
+        for (;;) {
+          char fn[16];
+          if (jstring(&j, fn, sizeof fn) || jexpect(&j, ':') || jnumber(&j, &v)) goto fail;
+          if (!(v >= 0 && v < 1e-3)) {
+            jfail(&j, "a special function's time must be between 0 and 1 ms");
+            goto fail;
+          }
+          for (int k = 0; k < COST_SF_N; k++)
+            if (!strcmp(fn, cost_sf_names[k])) h.special[k] = v;
+          jws(&j);
+          if (*j.s == ',') {
+            j.s++;
+            continue;
+          }
+          if (jexpect(&j, '}')) goto fail;
+          break;
+        }
+      }
     } else if (!strcmp(key, "coll")) {
       if (jexpect(&j, '[')) goto fail;
       h.ncoll = 0;

@@ -49,7 +49,16 @@ typedef struct HwModel {
   int ncoll;
   int profile_np;         /* ranks the profile's compute figures were measured with (0: none) */
   int cores;              /* the profiled machine's cores (0: unknown) */
+  /* seconds per evaluation of each special function (COST_SF_*) a fused
+   * loop calls, on top of its memory time: libm on a CPU core runs them one
+   * element at a time; a GPU's special-function units hide them (0) */
+  double special[8];
 } HwModel;
+
+/* The special functions a fused loop evaluates per element. */
+enum { COST_SF_EXP, COST_SF_LOG, COST_SF_TANH, COST_SF_ERF, COST_SF_SIN, COST_SF_COS, COST_SF_POW,
+       COST_SF_SQRT, COST_SF_N };
+extern const char *const cost_sf_names[COST_SF_N];
 
 /* The mesh's figures at a precision (DT_F32: tf32 on a device with tensor
  * cores only when tf32 is set, else plain fp32). */
@@ -73,6 +82,11 @@ const char *cost_alg_name(CostAlg a);
  * all_reduce and broadcast, the gathered result for all_gather, the input
  * for reduce_scatter); the fastest algorithm in *alg. */
 double cost_coll(const HwModel *hw, const char *op, int n, int stride, double bytes, CostAlg *alg);
+
+/* How much faster each rank computes when only `busy` of the world's
+ * `world` ranks compute than the profile measured it (every rank busy): 1
+ * unless the profile's ranks shared too few cores. */
+double cost_share_speedup(const HwModel *hw, double busy);
 
 /* Seconds of one IR node run as a kernel (its FLOPs and bytes). */
 double cost_node(const HwModel *hw, const Node *n);

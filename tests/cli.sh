@@ -177,10 +177,13 @@ expect explore-infeasible 0 'INFEASIBLE: stage [0-9]+ needs [0-9.]+ GB > 80.0 GB
 if command -v mpirun >/dev/null && [ -x "$(dirname "$bin")/shardc-calib" ]; then
   SHARDC_CALIB_QUICK=1 expect calibrate 0 'wrote .*prof2.json: 2 ranks; SGEMM up to' -- "$bin" calibrate --np 2 -o "$tmp/prof2.json"
   expect compile-profile 0 'predicted step .* \(profile .*prof2.json \(cpu, 2 ranks\)\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy dp=2 --profile "$tmp/prof2.json"
+  expect calibrate-special 0 '"special": \{"exp": [0-9.e-]+, "log": .*"tanh": [0-9.e-]+' -- cat "$tmp/prof2.json"
   expect explore-profile 0 'profile .*prof2.json' -- "$bin" explore samples/gpt.shard --mesh 2 --profile "$tmp/prof2.json"
 fi
 echo '{"not": 1}' >"$tmp/bad.json"
 expect profile-bad 1 'not a shardc profile' -- "$bin" compile samples/gpt.shard --profile "$tmp/bad.json"
+printf '{"shardc_profile": 1, "special": {"tanh": -1}}' >"$tmp/badsf.json"
+expect profile-bad-special 1 "special function's time must be between 0 and 1 ms" -- "$bin" compile samples/gpt.shard --profile "$tmp/badsf.json"
 expect profile-missing 1 'profile /nonexistent.json: cannot open it' -- "$bin" explore samples/gpt.shard --profile /nonexistent.json
 expect calibrate-no-out 1 'no output file' -- "$bin" calibrate --np 2
 expect explore-report 0 'plans evaluated' -- "$bin" explore bench/models/gpt3-175b.shard --top 3 --report "$tmp/report.html"

@@ -2,7 +2,8 @@
  * algorithm (ring on one node, hierarchical when a slow network joins
  * nodes), GEMM efficiency by shape, and a compiled plan's simulated step:
  * the pipeline bubble shrinks with more microbatches, interleaving shrinks
- * it further, and the per-rank times add up. */
+ * it further, and the per-rank times add up; ranks sharing cores; special
+ * functions in fused loops. */
 #include "cost.h"
 #include "passes.h"
 #include "sema.h"
@@ -87,6 +88,79 @@ int main(void) {
     ASSERT(0, cost_module(mi, &c, &ri));
     ASSERT(0, cost_module(mf, &c, &rf));
     ASSERT(1, ri.bubble_frac < rf.bubble_frac);
+  }
+  /* ranks sharing cores: a profile measured 4 single-threaded ranks on 2
+   * cores; with 2 computing, each has a whole core (twice the profile's
+   * rate); alone, still one core (single-threaded); with every rank busy,
+   * the profile's rate.  Dedicated devices (cores unknown, or cores >= np)
+   * never speed up. */
+  {
+    HwModel sh = hw;
+    sh.cores = 2;
+    sh.profile_np = 4;
+    ASSERT_NEAR(1.0, cost_share_speedup(&sh, 4), 1e-12);
+    ASSERT_NEAR(2.0, cost_share_speedup(&sh, 2), 1e-12);
+    ASSERT_NEAR(2.0, cost_share_speedup(&sh, 1), 1e-12);
+    ASSERT_NEAR(4.0 / 3, cost_share_speedup(&sh, 3), 1e-12);
+    sh.cores = 0;
+    ASSERT_NEAR(1.0, cost_share_speedup(&sh, 1), 1e-12);
+    sh.cores = 8;
+    ASSERT_NEAR(1.0, cost_share_speedup(&sh, 1), 1e-12);
+  }
+  /* A pipeline's bubbles on shared cores: the stages that compute while
+   * others wait run faster, so the step is shorter than on dedicated
+   * devices of the profile's speed, and never shorter than its work spread
+   * over all the cores; a plan without a pipeline keeps every rank busy
+   * and its step does not change. */
+  Module *ps = compile("../samples/gpt.shard", "4", "pp=4,mb=4");
+  Module *pd = compile("../samples/gpt.shard", "4", "dp=4");
+  ASSERT(1, ps && pd);
+  if (ps && pd) {
+    HwModel ded;
+    cost_hw_from_mesh(&ded, ps->train.mesh, DT_F32);
+    HwModel shr = ded;
+    shr.cores = 2;
+    shr.profile_np = 4;
+    CostResult a, b;
+    ASSERT(0, cost_module(ps, &ded, &a));
+    ASSERT(0, cost_module(ps, &shr, &b));
+    ASSERT(1, b.step_s < a.step_s * 0.95);
+    double work = 0, tail = 0;
+    for (int k = 0; k < 4; k++) {
+      work += a.stage[k].busy_s;
+      if (a.stage[k].step_s > tail) tail = a.stage[k].step_s;
+    }
+    /* all four ranks' work on 2 cores, each busy rank at most twice the
+     * profile's rate: at least work / 4 (the dedicated floor) */
+    ASSERT(1, b.step_s >= work / 4 - 1e-12);
+    ASSERT_NEAR(a.stage[0].busy_s, b.stage[0].busy_s, 1e-12); /* the work itself is the same */
+    ASSERT(0, cost_module(pd, &ded, &a));
+    ASSERT(0, cost_module(pd, &shr, &b));
+    ASSERT_NEAR(a.step_s, b.step_s, 1e-12);
+  }
+  /* A fused loop's special functions: each distinct call once per element
+   * (GELU's tanh, in a loop that also adds the bias under 2D tensor
+   * parallelism), charged at the profile's figure on top of its memory time */
+  Module *mg = compile("../samples/gpt.shard", "4", "tp2d=2x2");
+  ASSERT(1, mg != NULL);
+  if (mg) {
+    HwModel z;
+    cost_hw_from_mesh(&z, mg->train.mesh, DT_F32);
+    for (int k = 0; k < COST_SF_N; k++) z.special[k] = 0;
+    HwModel t1 = z;
+    t1.special[COST_SF_TANH] = 1e-6;
+    int loops = 0;
+    const RankProg *rp = mg->rprog[0];
+    for (int i = 0; i < rp->chunk[0].fwd.n; i++) {
+      const PInstr *in = &rp->chunk[0].fwd.ins[i];
+      if (in->kind != PI_LOOP) continue;
+      bool gelu = false;
+      for (int k = 0; k < in->nnodes; k++) gelu |= in->nodes[k]->op == OP_GELU;
+      double d = cost_instr(&t1, mg, in) - cost_instr(&z, mg, in);
+      ASSERT_NEAR(gelu ? (double)in->loop->n * 1e-6 : 0.0, d, 1e-12);
+      loops += gelu;
+    }
+    ASSERT(1, loops > 0);
   }
   /* the same model FLOPs under any plan */
   Module *a1 = compile("../samples/gpt.shard", "1", "dp=1");
