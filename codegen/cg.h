@@ -68,6 +68,9 @@ struct Target {
    * staged instructions); NULL: none.  The program table counts them
    * (.staged): the driver does not capture such a step as a graph. */
   bool (*staged)(const PInstr *in);
+  /* The kernel workspace instruction in's launcher takes (bytes; the
+   * program's region is the largest: runtime/cuda/rtc_ws.h); NULL: none. */
+  size_t (*kernel_ws)(const PInstr *in);
 };
 
 extern const Target cg_target_cpu, cg_target_cuda, cg_target_cuda_host;

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "cg.h"
+#include "runtime/cuda/rtc_ws.h"
 
 #define P cg_printf
 
@@ -47,6 +48,35 @@ static bool staged(const PInstr *in) {
   if (in->kind != PI_KERNEL) return false;
   const Node *n = in->n;
   return ir_ring_size(n) > 1;
+}
+
+/* The scratch a kernel instruction's launcher takes (runtime/cuda/rtc_ws.h):
+ * cuBLASLt's workspace for a GEMM, attention backward's delta, a norm
+ * backward's weight-gradient partials, a cross-entropy's row losses.
+ * Staged instructions run the cpu kernels: none. */
+static size_t kernel_ws(const PInstr *in) {
+  if (in->kind != PI_KERNEL || !in->n || staged(in)) return 0;
+  const Node *n = in->n;
+  switch (n->op) {
+  case OP_MATMUL:
+  case OP_MATMUL_BWD: return rtc_ws_matmul();
+  case OP_ATTENTION_BWD: {
+    const Shape *q = &n->in[1]->shape; /* [B, T, H, D] */
+    return rtc_ws_attention_bwd(q->d[0].n, q->d[1].n, q->d[2].n);
+  }
+  case OP_LAYERNORM_BWD:
+  case OP_RMSNORM_BWD: {
+    const Shape *x = &n->in[1]->shape; /* [..., C] */
+    int64_t C = x->d[x->ndim - 1].n;
+    return rtc_ws_norm_params(C ? ir_numel(x) / C : 0, C);
+  }
+  case OP_CROSS_ENTROPY: {
+    const Shape *l = &n->in[0]->shape; /* [..., V] */
+    int64_t V = l->d[l->ndim - 1].n;
+    return rtc_ws_cross_entropy(V ? ir_numel(l) / V : 0);
+  }
+  default: return 0;
+  }
 }
 
 static int check(Module *m, const CgOptions *o) {
@@ -310,7 +340,8 @@ static void instr(Emit *e, const PInstr *in) {
  * compiles the file. */
 #define CUDA_TARGET(name, build)                                                          \
   {name, check, prelude, instr, build, "model.cu", "_cu", "rtc_memset", "rtc_copy",        \
-   "rtc_pass_loss_f32(p, %s)", "rtc_store_f32(%s, %s);", "rtc_pass_loss(p, &%s)", staged}
+   "rtc_pass_loss_f32(p, %s)", "rtc_store_f32(%s, %s);", "rtc_pass_loss(p, &%s)", staged, \
+   kernel_ws}
 const Target cg_target_cuda = CUDA_TARGET("cuda", cg_build_cuda);
 /* The same program built for this machine's CPU through the CUDA emulation
  * header (runtime/cuda/host/cuda_host.h): how CI without a GPU runs it. */

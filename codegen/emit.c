@@ -503,6 +503,17 @@ static void program_struct(Emit *e) {
     }
   if (nstaged)
     P(e, "    .staged = %d,  /* instructions staged through the host: no CUDA graph */\n", nstaged);
+  size_t ws = 0;
+  for (int c = 0; e->t->kernel_ws && c < p->nchunks; c++)
+    for (int b = 0; b < 2; b++) {
+      const PBlock *bl = b ? &p->chunk[c].bwd : &p->chunk[c].fwd;
+      for (int j = 0; j < bl->n; j++) {
+        size_t w = e->t->kernel_ws(&bl->ins[j]);
+        if (w > ws) ws = w;
+      }
+    }
+  if (ws)
+    P(e, "    .kernel_ws = %zu,  /* the launchers' scratch, after the arena (rtc_ws.h) */\n", ws);
   P(e, "    .steps = %lld, .seed = %lluull, .opt = %s, .lr = %s, .beta1 = %s, .beta2 = %s,\n",
     (long long)t->steps, (unsigned long long)t->seed,
     !strcmp(o->kind, "adamw") ? "RT_OPT_ADAMW" : !strcmp(o->kind, "sgd") ? "RT_OPT_SGD"

@@ -199,6 +199,7 @@ typedef struct RtProgram {
   const RtStepOp *step;
   int nstep;
   int staged;              /* cuda: instructions staged through the host (no CUDA graph) */
+  size_t kernel_ws;        /* cuda: the launchers' scratch (runtime/cuda/rtc_ws.h), allocated with the arena */
   /* training */
   long steps;              /* the train block's steps: also the LR schedule's length */
   uint64_t seed;

@@ -1790,7 +1790,7 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
   rtc_gemm_bf16 = pg->bf16;
   const char *gpu = NULL;
   if (!all_ok(t, rtc_device_init(t->rank, &gpu) == RT_OK) ||
-      !all_ok(t, rtc_arena_alloc(pg->arena_bytes + RT_GUARD_BYTES, &t->dev) == RT_OK))
+      !all_ok(t, rtc_arena_alloc(pg->arena_bytes + RT_GUARD_BYTES, pg->kernel_ws, &t->dev) == RT_OK))
     return finish(t, 1);
 #ifdef RT_TRAIN_MPI
   if (t->mesh && !all_ok(t, rtc_mesh_init(t->mesh, a->comm_mpi) == RT_OK))

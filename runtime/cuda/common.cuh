@@ -35,6 +35,19 @@ const char *rtc_hint(const char *lib, int code);
 }
 #endif
 
+#include "rtc_ws.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* `bytes` of scratch for one launcher call (rtc_ws.h): the driver's region
+ * when one is attached (a need over its size is a bug, reported), else
+ * *lazy, grown to *cap as calls need (cudaFree synchronizes). */
+void *rtc_ws_scratch(size_t bytes, void **lazy, size_t *cap, const char *who, const char *file,
+                     int line);
+#ifdef __cplusplus
+}
+#endif
+
 #define cudaCheck(call)                                                                   \
   do {                                                                                    \
     cudaError_t rtc_e_ = (call);                                                          \

@@ -19,9 +19,8 @@
  * a running max and sum per row, no T×T buffer.
  * Backward, three kernels, no float atomics, so the gradients are bitwise
  * the same from run to run:
- *   1. delta[b,h,t] = rowsum(dout·out), one warp per row, into a device
- *      workspace (att_workspace: B·H·T floats, cudaMalloc'd on first use and
- *      regrown when a call needs more; never freed).
+ *   1. delta[b,h,t] = rowsum(dout·out), one warp per row, into B·H·T
+ *      floats of the program's kernel workspace (att_workspace, rtc_ws.h).
  *   2. one block per (key tile, kv head, batch row) owns dk, dv of its keys:
  *      it loops over the query heads of its group and the query tiles that
  *      see its keys, recomputing P = exp(S - lse) and dS, accumulating in
@@ -518,19 +517,13 @@ static void att_backward(float *dq, float *dk, float *dv, const float *dout, con
                dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
 }
 
-// The backward's delta buffer, B·H·T floats: allocated on first use, regrown
-// (cudaFree waits for the kernels still reading the old one) when a call
-// needs more, kept for the life of the process. The launchers are called from
-// one host thread (everything goes on rtc_stream), so no lock.
-static float *att_delta_buf = NULL;
+// The backward's delta buffer, B·H·T floats: the program's kernel
+// workspace (rtc_ws.h).
+static void *att_delta_buf = NULL;
 static size_t att_delta_cap = 0;
-static float *att_workspace(size_t n) {
-  if (n > att_delta_cap) {
-    if (att_delta_buf) cudaCheck(cudaFree(att_delta_buf));
-    cudaCheck(cudaMalloc((void **)&att_delta_buf, n * sizeof(float)));
-    att_delta_cap = n;
-  }
-  return att_delta_buf;
+static float *att_workspace(int B, int T, int H) {
+  return (float *)rtc_ws_scratch(rtc_ws_attention_bwd(B, T, H), &att_delta_buf, &att_delta_cap,
+                                 "attention backward's delta", __FILE__, __LINE__);
 }
 
 extern "C" {
@@ -558,7 +551,7 @@ void rt_attention_backward_cu(float *dq, float *dk, float *dv, const float *dout
   float scale = (float)(1 / sqrt((double)D));
   int nj = att_nj(D, "rt_attention_backward_cu");
   size_t rows = (size_t)B * T * H;
-  float *delta = att_workspace(rows);
+  float *delta = att_workspace(B, T, H);
   RTC_LAUNCH(attention_delta_kernel, rtc_blocks(rows, ATT_THREADS / 32), ATT_THREADS, 0, delta,
              dout, out, B, T, H, D);
   switch (nj) {

@@ -27,23 +27,18 @@ typedef struct {
   int pad_;
   double loss;    // count ? sum / count : 0, the launcher's *loss
 } RtcCeResult;
+static_assert(sizeof(RtcCeResult) <= RTC_CE_RESULT_BYTES, "rtc_ws.h: RTC_CE_RESULT_BYTES");
 
 #define RTC_CE_REDUCE_THREADS 256 // the reduction's block: a power of two
 
-/* Device scratch for the forward: the per-row losses (N doubles) and the
- * result, grown on demand and kept.  TODO(arena): the driver's arena will
- * hand this out instead. */
+/* Scratch for the forward: the per-row losses (N doubles) and the result,
+ * from the program's kernel workspace (rtc_ws.h). */
 static void *rtc_ce_scratch_;
 static size_t rtc_ce_cap_;
 
-static void *rtc_ce_scratch(size_t bytes) {
-  if (bytes > rtc_ce_cap_) {
-    if (rtc_ce_scratch_)
-      cudaCheck(cudaFree(rtc_ce_scratch_));
-    cudaCheck(cudaMalloc(&rtc_ce_scratch_, bytes));
-    rtc_ce_cap_ = bytes;
-  }
-  return rtc_ce_scratch_;
+static void *rtc_ce_scratch(int N) {
+  return rtc_ws_scratch(rtc_ws_cross_entropy(N), &rtc_ce_scratch_, &rtc_ce_cap_,
+                        "cross-entropy's row losses", __FILE__, __LINE__);
 }
 
 // Threads per row: enough that each has a few dozen elements of a large row.
@@ -269,8 +264,8 @@ static int rtc_ce_forward_(RtcCeResult *dres, float *y, double *loss, int *n_val
                            const int32_t *targets, int N, int V) {
   if (N <= 0)
     return rtc_ce_finish_(dres, y, loss, n_valid, NULL, targets, N, V);
-  size_t rows_bytes = ((size_t)N * sizeof(double) + 255) / 256 * 256;
-  char *scratch = (char *)rtc_ce_scratch(rows_bytes + sizeof(RtcCeResult));
+  size_t rows_bytes = rtc_ws_round((size_t)N * sizeof(double));
+  char *scratch = (char *)rtc_ce_scratch(N);
   double *rowloss = (double *)scratch;
   if (!dres)
     dres = (RtcCeResult *)(scratch + rows_bytes);

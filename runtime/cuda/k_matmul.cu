@@ -35,19 +35,17 @@
 #endif
 
 /* ---------------------------------------------------------------------------
- * The workspace: 32 MiB of device memory allocated on first use (cuBLAS
- * recommends 32 MiB on Hopper), given to every cuBLASLt call and used
- * between calls, in stream order, for the bias gradient's partial sums.
- * TODO(arena): the driver's arena will hand this out instead.
+ * The workspace: RTC_MM_WS_BYTES (rtc_ws.h: 32 MiB, what cuBLAS recommends
+ * on Hopper) of the program's kernel workspace, given to every cuBLASLt
+ * call and used between calls, in stream order, for the bias gradient's
+ * partial sums.
  */
-#define RTC_MM_WS_BYTES ((size_t)32 << 20)
-
 static void *rtc_mm_ws_;
+static size_t rtc_mm_ws_cap_;
 
 static void *rtc_mm_workspace_(void) {
-  if (!rtc_mm_ws_)
-    cudaCheck(cudaMalloc(&rtc_mm_ws_, RTC_MM_WS_BYTES));
-  return rtc_mm_ws_;
+  return rtc_ws_scratch(rtc_ws_matmul(), &rtc_mm_ws_, &rtc_mm_ws_cap_, "cuBLASLt workspace", __FILE__,
+                        __LINE__);
 }
 
 /* ---------------------------------------------------------------------------

@@ -6,26 +6,21 @@
  * column a partial sum (rows in order) in a scratch buffer, pass 2 adds a
  * column's partials in chunk order to dweight/dbias.  The chunking depends
  * on N only, so the result is the same run to run and GPU to GPU.
- * Scratch: a device buffer of this file, cudaMalloc'd on first use and grown
- * when a call needs more (2·ceil(N/RT_NORM_ROWS)·C floats); until the driver
- * hands out arena workspaces.
+ * Scratch: 2·ceil(N/RT_NORM_ROWS)·C floats of the program's kernel workspace
+ * (rtc_ws.h).
  */
 #include "common.cuh"
 
-#define RT_NORM_ROWS 32   // rows per partial sum of the parameter gradients
+#define RT_NORM_ROWS RTC_NORM_ROWS // rows per partial sum of the parameter gradients (rtc_ws.h)
 #define RT_NORM_WARPS 8   // rows (warps) per block of the row kernels
 #define RT_LN_EPS_CU 1e-5 // RT_LN_EPS in shardrt.h
 
-static float *rtc_norm_ws;
+static void *rtc_norm_ws;
 static size_t rtc_norm_ws_bytes;
 
-static float *rtc_norm_workspace(size_t bytes) {
-  if (bytes > rtc_norm_ws_bytes) {
-    if (rtc_norm_ws) cudaCheck(cudaFree(rtc_norm_ws));  // synchronizes: no kernel uses it
-    cudaCheck(cudaMalloc(&rtc_norm_ws, bytes));
-    rtc_norm_ws_bytes = bytes;
-  }
-  return rtc_norm_ws;
+static float *rtc_norm_workspace(int N, int C) {
+  return (float *)rtc_ws_scratch(rtc_ws_norm_params(N, C), &rtc_norm_ws, &rtc_norm_ws_bytes,
+                                 "norm weight gradient's partial sums", __FILE__, __LINE__);
 }
 
 // out is (N,C), mean and rstd are (N) or NULL, inp is (N,C) (out may alias
@@ -140,7 +135,7 @@ static void norm_param_grads(float *dweight, float *dbias, const float *dout, co
                              const float *mean, const float *rstd, int N, int C) {
   if (N <= 0 || C <= 0) return;
   int nchunks = (N + RT_NORM_ROWS - 1) / RT_NORM_ROWS;
-  float *pw = rtc_norm_workspace(2 * (size_t)nchunks * C * sizeof(float));
+  float *pw = rtc_norm_workspace(N, C);
   float *pb = dbias ? pw + (size_t)nchunks * C : NULL;
   dim3 grid((unsigned)((C + 255) / 256), (unsigned)nchunks);
   RTC_LAUNCH(norm_param_partial_kernel, grid, 256, 0, pw, pb, dout, inp, mean, rstd, N, C);

@@ -42,27 +42,60 @@ int rtc_device_init(int world_rank, const char **name) {
   return RT_OK;
 }
 
-int rtc_arena_alloc(size_t bytes, unsigned char **dev) {
+int rtc_arena_alloc(size_t arena, size_t ws, unsigned char **dev) {
+  size_t at = rtc_ws_round(arena), bytes = at + rtc_ws_round(ws);
   size_t free_b = 0, total = 0;
   cudaCheck(cudaMemGetInfo(&free_b, &total));
   if (bytes > free_b) {
     return rt_errorf(RT_ERR_NOMEM, "the plan needs %zu bytes (%.2f GiB) of device memory per "
-                     "rank, the GPU has %zu (%.2f GiB) free of %.2f GiB; lower the microbatch, or "
-                     "plan with recompute or ZeRO (shardc explore finds a plan that fits)",
-                     bytes, bytes / 1073741824.0, free_b, free_b / 1073741824.0,
+                     "rank (%zu arena + %zu kernel workspace), the GPU has %zu (%.2f GiB) free of "
+                     "%.2f GiB; lower the microbatch, or plan with recompute or ZeRO (shardc "
+                     "explore finds a plan that fits)",
+                     bytes, bytes / 1073741824.0, arena, bytes - at, free_b, free_b / 1073741824.0,
                      total / 1073741824.0);
   }
   void *p = NULL;
   cudaError_t e = cudaMalloc(&p, bytes);
   if (e != cudaSuccess) {
-    return rt_errorf(RT_ERR_NOMEM, "cudaMalloc of the %zu-byte arena failed: %s", bytes,
-                     cudaGetErrorString(e));
+    return rt_errorf(RT_ERR_NOMEM, "cudaMalloc of the %zu-byte arena and workspace failed: %s",
+                     bytes, cudaGetErrorString(e));
   }
   *dev = (unsigned char *)p;
+  rtc_ws_attach(ws ? (unsigned char *)p + at : NULL, ws);
   return RT_OK;
 }
 
+static void *rtc_ws_base_;
+static size_t rtc_ws_bytes_;
+
+void rtc_ws_attach(void *base, size_t bytes) {
+  rtc_ws_base_ = base;
+  rtc_ws_bytes_ = base ? bytes : 0;
+}
+
+void *rtc_ws_scratch(size_t bytes, void **lazy, size_t *cap, const char *who, const char *file,
+                     int line) {
+  if (rtc_ws_base_) {
+    if (bytes > rtc_ws_bytes_) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "needs %zu bytes of kernel workspace; the program planned %zu", bytes,
+               rtc_ws_bytes_);
+      rtc_fail("shardc", who, msg, file, line,
+               "the compiler's workspace formulas (runtime/cuda/rtc_ws.h) and this launcher disagree: "
+               "a bug in shardc, please report it");
+    }
+    return rtc_ws_base_;
+  }
+  if (bytes > *cap) {
+    if (*lazy) cudaCheck(cudaFree(*lazy));
+    cudaCheck(cudaMalloc(lazy, bytes));
+    *cap = bytes;
+  }
+  return *lazy;
+}
+
 void rtc_arena_free(unsigned char *dev) {
+  rtc_ws_attach(NULL, 0);
   if (dev) cudaCheck(cudaFree(dev));
 }
 

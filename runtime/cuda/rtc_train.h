@@ -30,10 +30,11 @@ extern "C" {
  * stream (rtc_stream) and the communication stream.  RT_ERR_ARG when there
  * is no device; *name gets the device's name. */
 int rtc_device_init(int world_rank, const char **name);
-/* The arena: one allocation of bytes on the device, after checking the
- * device's free memory (RT_ERR_NOMEM: "the plan needs N bytes per rank,
- * the device has F free of T"). */
-int rtc_arena_alloc(size_t bytes, unsigned char **dev);
+/* The arena (bytes) and after it the launchers' scratch (ws bytes,
+ * rtc_ws.h, attached for them): one allocation on the device, after
+ * checking the device's free memory (RT_ERR_NOMEM: "the plan needs N bytes
+ * per rank (A arena + W kernel workspace), the GPU has F free of T"). */
+int rtc_arena_alloc(size_t bytes, size_t ws, unsigned char **dev);
 void rtc_arena_free(unsigned char *dev);
 /* On the compute stream, in order with the kernels. */
 void rtc_memset(void *dst, int value, size_t bytes);

@@ -117,8 +117,18 @@ fi
 build gpt "$tmp/gpt-oom" --target cuda-host --mesh 1 --strategy dp=1 && {
   out=$(RTCH_DEVICE_MEMORY=1000000 "$tmp/gpt-oom/train" --steps 1 2>&1)
   rc=$?
-  if [ $rc -eq 1 ] && grep -q "the plan needs [0-9]* bytes .* of device memory per rank, the GPU has 1000000 .* free" <<<"$out" &&
+  if [ $rc -eq 1 ] && grep -q "the plan needs [0-9]* bytes .* of device memory per rank (.*), the GPU has 1000000 .* free" <<<"$out" &&
      ! grep -q "^step" <<<"$out"; then ok; else bad "out of device memory: exit $rc: $out"; fi
+  # room for the arena but not for the kernels' workspace (cuBLASLt's 32
+  # MiB, taken with the arena): refused before the first step too, not by
+  # a failed allocation in the middle of it
+  arena=$(sed -n 's/.*\.arena_bytes = \([0-9]*\).*/\1/p' "$tmp/gpt-oom/model.cu")
+  ws=$(sed -n 's/.*\.kernel_ws = \([0-9]*\).*/\1/p' "$tmp/gpt-oom/model.cu")
+  out=$(RTCH_DEVICE_MEMORY=$((arena + 1048576)) "$tmp/gpt-oom/train" --steps 1 2>&1)
+  rc=$?
+  if [ "${ws:-0}" -ge 33554432 ] && [ $rc -eq 1 ] &&
+     grep -q "([0-9]* arena + $ws kernel workspace), the GPU has $((arena + 1048576))" <<<"$out" && ! grep -q "^step" <<<"$out"; then ok
+  else bad "workspace over the device memory: ws ${ws:-none}, exit $rc: $out"; fi
 }
 
 # The CUDA-only flags on a cpu program are usage errors, not ignored.

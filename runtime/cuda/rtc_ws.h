@@ -1,0 +1,50 @@
+/* rtc_ws.h — the scratch the CUDA launchers use within one call (cuBLASLt's
+ * workspace and the bias gradient's partial sums, attention's backward
+ * delta, the norms' weight-gradient partials, the cross-entropy's per-row
+ * losses).  Every use lies inside one launcher call, in stream order, so
+ * one region serves them all: the compiler (codegen/cuda.c) sizes it for a
+ * program as the largest need of its kernel instructions, by these
+ * formulas, and the driver takes it from the same cudaMalloc as the arena
+ * (runtime/train.c, after the arena; rtc_ws_attach), so the memory check
+ * before the first step covers it.  A launcher called without an attached
+ * region (the kernels' own tests) allocates its scratch on first use.
+ * Plain C: the compiler includes it. */
+#ifndef SHARDC_RTC_WS_H
+#define SHARDC_RTC_WS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RTC_MM_WS_BYTES ((size_t)32 << 20) /* cuBLAS recommends 32 MiB on Hopper */
+#define RTC_NORM_ROWS 32                   /* rows per partial sum of the norms' weight grads */
+#define RTC_CE_RESULT_BYTES 64             /* >= sizeof the cross-entropy's result (k_loss.cu) */
+#define RTC_WS_ALIGN 256
+
+static inline size_t rtc_ws_round(size_t b) { return (b + RTC_WS_ALIGN - 1) / RTC_WS_ALIGN * RTC_WS_ALIGN; }
+
+/* a GEMM (cuBLASLt's workspace; the bias gradient's partials fit in it) */
+static inline size_t rtc_ws_matmul(void) { return RTC_MM_WS_BYTES; }
+/* attention's backward: delta, one float per (batch, head, query) */
+static inline size_t rtc_ws_attention_bwd(int64_t B, int64_t T, int64_t H) {
+  return rtc_ws_round((size_t)(B * T * H) * sizeof(float));
+}
+/* a norm's weight (and bias) gradient over N rows of C channels: two
+ * partial sums per chunk of RTC_NORM_ROWS rows and channel */
+static inline size_t rtc_ws_norm_params(int64_t N, int64_t C) {
+  return rtc_ws_round(2 * (size_t)((N + RTC_NORM_ROWS - 1) / RTC_NORM_ROWS) * (size_t)C * sizeof(float));
+}
+/* the cross-entropy's forward over N rows: per-row losses, then a result */
+static inline size_t rtc_ws_cross_entropy(int64_t N) {
+  return rtc_ws_round((size_t)N * sizeof(double)) + RTC_CE_RESULT_BYTES;
+}
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* The driver's region for a program (NULL, 0: none; launchers allocate). */
+void rtc_ws_attach(void *base, size_t bytes);
+#ifdef __cplusplus
+}
+#endif
+
+#endif
