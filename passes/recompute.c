@@ -329,8 +329,9 @@ static const char *describe(const Recompute *how, const char **names, int n) {
 
 /* recompute=auto per tensor (Checkmate's problem, Jain et al. 2020:
  * the least recompute FLOPs such that the rank's planned peak fits).  The
- * candidates are the values that full would drop, in units (a root with
- * the views of it that are dropped too, as choose() keeps them together);
+ * candidates are the values that full would drop, in units (the outputs
+ * of one node: a copy makes them all; with the views of them that are
+ * dropped too, as choose() keeps them together);
  * any set of units is a valid choice, and what it costs follows from the
  * copies emit() would make (a node two dropped values need reruns once).
  * Every set tried is planned exactly; none is estimated. */
@@ -428,10 +429,11 @@ static void prune(Auto *a, bool *in, int64_t *bytes) {
 
 /* From nothing: units in order of the least added FLOPs per byte freed
  * (added given those before; ties: the earlier layer, whose copies run late
- * in the backward), and the shortest prefix of that order that fits, found
- * by bisection over exact plans.  False when even the whole order does not
- * fit. */
-static bool grow(Auto *a, bool *in, int64_t *bytes) {
+ * in the backward, or with late, the later layer, whose tensors are live
+ * at the backward's start, and which stay live longer than they have to),
+ * and the shortest prefix of that order that fits, found by bisection over
+ * exact plans.  False when even the whole order does not fit. */
+static bool grow(Auto *a, bool *in, int64_t *bytes, bool late) {
   int nu = a->nu, k = 0;
   int *seq = arena_alloc(sizeof(int) * (size_t)(nu + 1));
   double *marg = arena_alloc(sizeof(double) * (size_t)(nu + 1));
@@ -449,7 +451,8 @@ static bool grow(Auto *a, bool *in, int64_t *bytes) {
         in[u] = false;
         stale[u] = false;
       }
-      if (best < 0 || marg[u] < marg[best]) best = u;
+      if (best < 0 || marg[u] < marg[best] || (late && marg[u] == marg[best] && a->ulayer[u] > a->ulayer[best]))
+        best = u;
     }
     if (best < 0) break;
     in[best] = true;
@@ -476,6 +479,54 @@ static bool grow(Auto *a, bool *in, int64_t *bytes) {
   memset(in, 0, (size_t)nu);
   for (int i = 0; i < hi; i++) in[seq[i]] = true;
   return true;
+}
+
+double recompute_drop_flops(Graph *g, const bool *drop) {
+  Auto a = {.g = g, .r = analyse(g)};
+  find_layers(&a.r, NULL);
+  mark(&a.r);
+  a.drop = arena_alloc((size_t)a.r.nv + 1);
+  a.done = arena_alloc((size_t)a.r.nv + 1);
+  memcpy(a.drop, drop, (size_t)a.r.nv);
+  return drop_cost(&a);
+}
+
+int64_t recompute_drop_plan(Module *m, const Graph *g, const bool *drop) {
+  return try_plan(m, g, NULL, drop);
+}
+
+/* A stage with few candidate units is solved exactly: every set that adds
+ * fewer FLOPs than `below` (the best the searches above found), in order
+ * of its FLOPs, planned until one fits, which is then the optimum; within
+ * AUTO_EXACT_PLANS plans (else the searches' choice stands). */
+enum { AUTO_EXACT_UNITS = 12, AUTO_EXACT_PLANS = 512 };
+
+static const double *by_flops_key;
+static int by_flops(const void *x, const void *y) {
+  double a = by_flops_key[*(const int *)x], b = by_flops_key[*(const int *)y];
+  return a < b ? -1 : a > b ? 1 : *(const int *)x - *(const int *)y;
+}
+
+static bool exact(Auto *a, bool *in, int64_t *bytes, double below) {
+  int ns = 1 << a->nu, k = 0;
+  double *fl = arena_alloc(sizeof(double) * (size_t)ns);
+  int *ord = arena_alloc(sizeof(int) * (size_t)ns);
+  for (int s = 0; s < ns; s++) {
+    for (int u = 0; u < a->nu; u++) in[u] = s >> u & 1;
+    fl[s] = cost(a, in);
+    if (fl[s] < below) ord[k++] = s;
+  }
+  by_flops_key = fl;
+  qsort(ord, (size_t)k, sizeof(int), by_flops);
+  for (int i = 0; i < k && i < AUTO_EXACT_PLANS; i++) {
+    for (int u = 0; u < a->nu; u++) in[u] = ord[i] >> u & 1;
+    int64_t b = plan_units(a, in);
+    if (fits(a, b)) {
+      *bytes = b;
+      return true;
+    }
+  }
+  return false;
 }
 
 /* What a node is called in a layer's listing: the DSL name of the layer
@@ -542,7 +593,8 @@ static const char *describe_drop(Auto *a, const bool *drop, const bool *dsel, co
  * step planned exactly, until the stage fits.  Then per tensor, from two
  * starts: the per-layer choice with what it drops kept again while the
  * plan fits (prune), and the cheapest units per byte freed until it fits,
- * pruned the same way (grow); the fewest FLOPs of the three wins.  It is
+ * pruned the same way (grow, with either tie order); the fewest FLOPs of
+ * the four wins, unless few units make the exact search affordable.  It is
  * never more than the per-layer choice's, and that is never more than
  * selective's when selective fits (selective costs O(elements), full a
  * layer's forward) and never more than full's.  Sets drop[] (values). */
@@ -593,12 +645,17 @@ static void choose_auto(Module *m, Graph *g, const char **names, int n, bool *dr
   a.ubytes = arena_alloc(sizeof(int64_t) * (size_t)(nv + 1));
   a.drop = arena_alloc((size_t)nv + 1);
   a.done = arena_alloc((size_t)nv + 1);
+  int *nunit = arena_alloc(sizeof(int) * (size_t)(a.r.nn + 1));  /* node -> unit */
   for (int i = 0; i < nv; i++) a.unit[i] = -1;
+  for (int i = 0; i < a.r.nn; i++) nunit[i] = -1;
   for (int i = 0; i < nv; i++) {   /* roots before their views (ids in order of making) */
     Value *v = g->values.data[i];
     if (!rf.drop[i]) continue;
     Value *rt = root(v);
-    int u = rt != v && rf.drop[rt->id] && a.unit[rt->id] >= 0 ? a.unit[rt->id] : a.nu++;
+    int u = rt != v && rf.drop[rt->id] && a.unit[rt->id] >= 0 ? a.unit[rt->id]
+            : rt == v && nunit[v->def->id] >= 0                ? nunit[v->def->id]
+                                                                : a.nu++;
+    if (rt == v) nunit[v->def->id] = u;
     a.unit[i] = u;
     a.ulayer[u] = a.r.vlayer[i];
     if (!v->alias) a.ubytes[u] += ir_numel(&v->shape) * ir_dtype_size(v->dtype);
@@ -622,10 +679,15 @@ static void choose_auto(Module *m, Graph *g, const char **names, int n, bool *dr
     double c = cost(&a, in);
     if (c < best || (c == best && bytes < best_b)) best = c, best_b = bytes, memcpy(drop, a.drop, (size_t)nv);
   }
-  if (grow(&a, in2, &bytes)) {
-    prune(&a, in2, &bytes);
-    double c = cost(&a, in2);
-    if (c < best || (c == best && bytes < best_b)) best = c, best_b = bytes, memcpy(drop, a.drop, (size_t)nv);
+  for (int late = 0; late < 2; late++)
+    if (grow(&a, in2, &bytes, late)) {
+      prune(&a, in2, &bytes);
+      double c = cost(&a, in2);
+      if (c < best || (c == best && bytes < best_b)) best = c, best_b = bytes, memcpy(drop, a.drop, (size_t)nv);
+    }
+  if (a.nu <= AUTO_EXACT_UNITS && exact(&a, in2, &bytes, best)) {
+    best = cost(&a, in2), best_b = bytes;
+    memcpy(drop, a.drop, (size_t)nv);
   }
   report_commas(bb, sizeof bb, best_b);
   g->recompute_desc = arena_printf(
