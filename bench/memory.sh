@@ -6,7 +6,9 @@
 # (shardc's memory check, exact), then that plan built and trained STEPS
 # steps: planned and measured peak bytes per rank, the recompute FLOPs the
 # plan adds, the median step time of steps 3..STEPS and tokens/s.  auto is
-# asked for the largest microbatch that fits at all.  Then pipeline cuts:
+# asked for the largest microbatch that fits at all, and again at full's
+# (auto@full) when that is smaller, and prints what it recomputes per tensor
+# and what its per-layer choice would add.  Then pipeline cuts:
 # tests/dist/bigvocab.shard (vocabulary 8192, untied head) on pp=4 (1F1B),
 # cuts balanced for FLOPs (pp=4) and for memory (pp=4:memory): each stage's
 # planned and measured peak, and the median step time.  Prints the tables
@@ -49,14 +51,23 @@ largest() {
 }
 
 rows=()
-for pol in none selective full auto; do
-  mb=$(largest "$pol")
-  if [ "$mb" = 0 ]; then rows+=("$(printf '%-10s %5s  %s' "$pol" - 'no microbatch fits')"); continue; fi
-  f=$(model "$mb") d="$tmp/$pol"
+# auto@full: auto at full's microbatch, to compare their FLOPs (when auto fits more)
+fullmb=0 automb=0
+for row in none selective full auto auto@full; do
+  pol=${row%@full}
+  case $row in
+    auto@full) mb=$fullmb; [ "$mb" != 0 ] && [ "$mb" != "$automb" ] || continue ;;
+    *) mb=$(largest "$pol") ;;
+  esac
+  [ "$row" = full ] && fullmb=$mb
+  [ "$row" = auto ] && automb=$mb
+  if [ "$mb" = 0 ]; then rows+=("$(printf '%-10s %5s  %s' "$row" - 'no microbatch fits')"); continue; fi
+  f=$(model "$mb") d="$tmp/$row"
   plan=$("$bin" compile "$f" --strategy "dp=$np,recompute=$pol")
   planned=$(sed -n 's/^memory:   \([0-9,]*\) bytes per rank.*/\1/p' <<<"$plan")
   extra=$(sed -n 's/^recompute: .* +\([0-9.e+]*\) FLOPs per step.*/\1/p' <<<"$plan" | head -1)
-  choice=$(sed -n 's/^ *auto: \(.*\): [0-9,]* bytes (.*/\1/p' <<<"$plan")
+  # auto: what it recomputes per tensor, and what the per-layer choice would add
+  choice=$(sed -n 's/^ *auto: \(.*\): [0-9,]* bytes (.*(per layer, \(.*\); [0-9]* plans tried)$/\1 [per layer, \2 per microbatch]/p' <<<"$plan")
   "$bin" build "$f" -o "$d" --strategy "dp=$np,recompute=$pol" >/dev/null
   out=$(mpirun -np $np "$d/train" --steps "$steps" --log "$d/log.jsonl" 2>&1) || {
     echo "$out" | tail -5; echo "bench: $pol: the run failed" >&2; exit 1; }
@@ -65,7 +76,7 @@ for pol in none selective full auto; do
   ms=$(sed -n 's/.*"step":\([0-9]*\),.*"step_ms":\([0-9.]*\).*/\1 \2/p' "$d/log.jsonl" |
        awk '$1 >= 3 { print $2 }' | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }')
   tps=$(awk -v ms="$ms" -v mb="$mb" -v np=$np 'BEGIN { printf "%.0f", np * mb * 256 / (ms / 1000) }')
-  rows+=("$(printf '%-10s %5d  %15s  %15s  %12s  %9.1f  %9s  %s' "$pol" "$mb" "$planned" "$measured" \
+  rows+=("$(printf '%-10s %5d  %15s  %15s  %12s  %9.1f  %9s  %s' "$row" "$mb" "$planned" "$measured" \
             "${extra:-0}" "$ms" "$tps" "$choice")")
 done
 

@@ -38,6 +38,13 @@ int pass_recompute(Module *m);
 /* The forward values of g (after autodiff, before recompute) that policy
  * `how` drops for every layer: drop[value id] (for the cost model). */
 void recompute_dropped(Graph *g, Recompute how, bool *drop);
+/* recompute=auto's exact pieces (for tests): a choice is a set drop[value]
+ * of what recompute_dropped(g, RECOMPUTE_FULL, ...) drops, with each
+ * dropped root's dropped views; the FLOPs per microbatch its copies add (a
+ * node two dropped values need runs once), and the arena that the zero and
+ * memplan passes plan for m with it applied to a copy of g (-1: none). */
+double recompute_drop_flops(Graph *g, const bool *drop);
+int64_t recompute_drop_plan(Module *m, const Graph *g, const bool *drop);
 /* Pipeline (Module.nstages > 1): points m->graph and m->mem at stage s, or
  * back at the whole model for s < 0; per_stage runs fn once per stage so
  * (each stage's memory plan kept in m->stage_mem) and returns to the whole

@@ -69,8 +69,9 @@ static bool repeatable(const Node *n, Recompute how) {
   return how == RECOMPUTE_FULL || cheap(n);
 }
 
-/* Marks the layers' saved values and decides which to drop. */
-static void choose(R *r, const Recompute *how) {
+/* Marks the layers' saved values (what the backward reads) and what
+ * another layer's forward reads. */
+static void mark(R *r) {
   Graph *g = r->g;
   for (int i = 0; i < r->nn; i++) {
     Node *n = g->nodes.data[i];
@@ -89,6 +90,12 @@ static void choose(R *r, const Recompute *how) {
   }
   if (g->loss) r->other[g->loss->id] = true;
   if (g->send_act) r->other[g->send_act->id] = true;
+}
+
+/* Marks the layers' saved values and decides which to drop. */
+static void choose(R *r, const Recompute *how) {
+  Graph *g = r->g;
+  mark(r);
   /* In forward order: a value is repeatable when its node is and every
    * value the node reads is outside the layer, kept, or repeatable. */
   for (int i = 0; i < g->nfwd; i++) {
@@ -216,12 +223,10 @@ static R analyse(Graph *g) {
   return r;
 }
 
-/* Recompute in g with policy how[layer]. */
-static void apply(Graph *g, const Recompute *how) {
-  R r = analyse(g);
-  if (!find_layers(&r, NULL)) return;
-  choose(&r, how);
-
+/* The copies of what r->drop drops, in g's schedule. */
+static void emit(R *rp) {
+  R r = *rp;
+  Graph *g = r.g;
   /* A dropped value's copy goes right before the first backward node that
    * reads it (with the copies it needs in turn), or before the bias
    * gradient that this node's matmul_bwd sums (fuse.c pairs the two). */
@@ -259,11 +264,32 @@ static void apply(Graph *g, const Recompute *how) {
   g->nodes = nodes;
 }
 
+/* Recompute in g with policy how[layer]. */
+static void apply(Graph *g, const Recompute *how) {
+  R r = analyse(g);
+  if (!find_layers(&r, NULL)) return;
+  choose(&r, how);
+  emit(&r);
+}
+
+/* Recompute in g what drop[value] drops (recompute=auto's choice per
+ * tensor: a set of the values full would drop, closed under views). */
+static void apply_drop(Graph *g, const bool *drop) {
+  R r = analyse(g);
+  if (!find_layers(&r, NULL)) return;
+  mark(&r);
+  memcpy(r.drop, drop, (size_t)r.nv);
+  emit(&r);
+}
+
 /* recompute=auto: the planned arena of this stage (after zero and memplan,
  * as the real passes will plan it) with policies how[], on a copy of g. */
-static int64_t try_policies(Module *m, const Graph *g, const Recompute *how) {
+static int64_t try_plan(Module *m, const Graph *g, const Recompute *how, const bool *drop) {
   Graph *c = ir_graph_clone(g);
-  apply(c, how);
+  if (how)
+    apply(c, how);
+  else
+    apply_drop(c, drop);
   Graph *keep = m->graph;
   MemPlan keep_mem = m->mem;
   bool keep_planned = m->planned;
@@ -301,35 +327,374 @@ static const char *describe(const Recompute *how, const char **names, int n) {
   return d;
 }
 
+/* recompute=auto per tensor (Checkmate's problem, Jain et al. 2020:
+ * the least recompute FLOPs such that the rank's planned peak fits).  The
+ * candidates are the values that full would drop, in units (the outputs
+ * of one node: a copy makes them all; with the views of them that are
+ * dropped too, as choose() keeps them together);
+ * any set of units is a valid choice, and what it costs follows from the
+ * copies emit() would make (a node two dropped values need reruns once).
+ * Every set tried is planned exactly; none is estimated. */
+typedef struct Auto {
+  Module *m;
+  const Graph *g;
+  R r;               /* g: its layers and saved values */
+  double budget;
+  int nu;            /* units */
+  int *unit;         /* value -> unit (-1: never dropped) */
+  int *ulayer;       /* unit -> layer */
+  int64_t *ubytes;   /* unit -> bytes of its values that are not views */
+  bool *drop, *done; /* per value: scratch */
+  int plans;         /* exact plans so far */
+} Auto;
+
+/* The plans one stage may try after the per-layer search (each clones the
+ * stage and runs zero and memplan: about a millisecond for the samples). */
+enum { AUTO_MAXPLANS = 300 };
+
+/* The FLOPs of the copies that rebuild v (not already counted in done[]). */
+static double rerun(Auto *a, const Value *v) {
+  if (a->done[v->id]) return 0;
+  const Node *n = v->def;
+  for (int j = 0; j < n->nout; j++)
+    if (n->outs[j]) a->done[n->outs[j]->id] = true;
+  double f = ir_node_flops(n);
+  for (int k = 0; k < n->nin; k++) {
+    const Value *u = n->in[k];
+    bool read = fuse_reads_data(n, k) || fuse_is_view(n);
+    if (read && a->r.vlayer[u->id] == a->r.vlayer[v->id] && (a->drop[u->id] || !a->r.saved[u->id]))
+      f += rerun(a, u);
+  }
+  return f;
+}
+
+/* The FLOPs per microbatch that dropping a->drop adds (what emit() copies). */
+static double drop_cost(Auto *a) {
+  const Graph *g = a->g;
+  memset(a->done, 0, (size_t)a->r.nv);
+  double f = 0;
+  for (int i = g->nfwd; i < a->r.nn; i++) {
+    const Node *n = g->nodes.data[i];
+    for (int k = 0; k < n->nin; k++)
+      if (a->r.vlayer[n->in[k]->id] >= 0 && a->drop[n->in[k]->id]) f += rerun(a, n->in[k]);
+  }
+  return f;
+}
+
+static void unit_drop(Auto *a, const bool *in) {
+  for (int i = 0; i < a->r.nv; i++) a->drop[i] = a->unit[i] >= 0 && in[a->unit[i]];
+}
+
+static double cost(Auto *a, const bool *in) {
+  unit_drop(a, in);
+  return drop_cost(a);
+}
+
+/* The planned arena with the units in[] dropped (-1: no plan). */
+static int64_t plan_units(Auto *a, const bool *in) {
+  unit_drop(a, in);
+  a->plans++;
+  return try_plan(a->m, a->g, NULL, a->drop);
+}
+
+static bool fits(const Auto *a, int64_t bytes) { return bytes >= 0 && (double)bytes <= a->budget; }
+
+/* Keeps again the units of in[] that save the most FLOPs per byte first,
+ * each as long as the exact plan still fits (*bytes: the last plan that
+ * did).  Never adds FLOPs: keeping a value only cuts the copies short. */
+static void prune(Auto *a, bool *in, int64_t *bytes) {
+  int *ord = arena_alloc(sizeof(int) * (size_t)(a->nu + 1)), k = 0;
+  double *gain = arena_alloc(sizeof(double) * (size_t)(a->nu + 1));
+  double c = cost(a, in);
+  for (int u = 0; u < a->nu; u++) {
+    if (!in[u]) continue;
+    in[u] = false;
+    gain[u] = (c - cost(a, in)) / (double)(a->ubytes[u] ? a->ubytes[u] : 1);
+    in[u] = true;
+    /* insertion by gain, the larger first; ties: the later layer first (its
+     * copies run early in the backward, when more is live) */
+    int j = k++;
+    while (j > 0 && gain[ord[j - 1]] <= gain[u]) ord[j] = ord[j - 1], j--;
+    ord[j] = u;
+  }
+  for (int i = 0; i < k && a->plans < AUTO_MAXPLANS; i++) {
+    in[ord[i]] = false;
+    int64_t b = plan_units(a, in);
+    if (fits(a, b))
+      *bytes = b;
+    else
+      in[ord[i]] = true;
+  }
+}
+
+/* From nothing: units in order of the least added FLOPs per byte freed
+ * (added given those before; ties: the earlier layer, whose copies run late
+ * in the backward, or with late, the later layer, whose tensors are live
+ * at the backward's start, and which stay live longer than they have to),
+ * and the shortest prefix of that order that fits, found by bisection over
+ * exact plans.  False when even the whole order does not fit. */
+static bool grow(Auto *a, bool *in, int64_t *bytes, bool late) {
+  int nu = a->nu, k = 0;
+  int *seq = arena_alloc(sizeof(int) * (size_t)(nu + 1));
+  double *marg = arena_alloc(sizeof(double) * (size_t)(nu + 1));
+  bool *stale = arena_alloc((size_t)nu + 1);
+  memset(in, 0, (size_t)nu);
+  memset(stale, 1, (size_t)nu);
+  double c = 0;
+  for (;;) {
+    int best = -1;
+    for (int u = 0; u < nu; u++) {
+      if (in[u] || !a->ubytes[u]) continue;
+      if (stale[u]) {
+        in[u] = true;
+        marg[u] = (cost(a, in) - c) / (double)a->ubytes[u];
+        in[u] = false;
+        stale[u] = false;
+      }
+      if (best < 0 || marg[u] < marg[best] || (late && marg[u] == marg[best] && a->ulayer[u] > a->ulayer[best]))
+        best = u;
+    }
+    if (best < 0) break;
+    in[best] = true;
+    c = cost(a, in);
+    seq[k++] = best;
+    /* only the units of the same layer share copies with it */
+    for (int u = 0; u < nu; u++)
+      if (a->ulayer[u] == a->ulayer[best]) stale[u] = true;
+  }
+  int64_t b = plan_units(a, in);
+  if (!fits(a, b)) return false;
+  int lo = 0, hi = k;   /* the empty prefix does not fit, all of it does */
+  *bytes = b;
+  while (hi - lo > 1 && a->plans < AUTO_MAXPLANS) {
+    int mid = (lo + hi) / 2;
+    memset(in, 0, (size_t)nu);
+    for (int i = 0; i < mid; i++) in[seq[i]] = true;
+    b = plan_units(a, in);
+    if (fits(a, b))
+      hi = mid, *bytes = b;
+    else
+      lo = mid;
+  }
+  memset(in, 0, (size_t)nu);
+  for (int i = 0; i < hi; i++) in[seq[i]] = true;
+  return true;
+}
+
+double recompute_drop_flops(Graph *g, const bool *drop) {
+  Auto a = {.g = g, .r = analyse(g)};
+  find_layers(&a.r, NULL);
+  mark(&a.r);
+  a.drop = arena_alloc((size_t)a.r.nv + 1);
+  a.done = arena_alloc((size_t)a.r.nv + 1);
+  memcpy(a.drop, drop, (size_t)a.r.nv);
+  return drop_cost(&a);
+}
+
+int64_t recompute_drop_plan(Module *m, const Graph *g, const bool *drop) {
+  return try_plan(m, g, NULL, drop);
+}
+
+/* A stage with few candidate units is solved exactly: every set that adds
+ * fewer FLOPs than `below` (the best the searches above found), in order
+ * of its FLOPs, planned until one fits, which is then the optimum; within
+ * AUTO_EXACT_PLANS plans (else the searches' choice stands). */
+enum { AUTO_EXACT_UNITS = 12, AUTO_EXACT_PLANS = 512 };
+
+static const double *by_flops_key;
+static int by_flops(const void *x, const void *y) {
+  double a = by_flops_key[*(const int *)x], b = by_flops_key[*(const int *)y];
+  return a < b ? -1 : a > b ? 1 : *(const int *)x - *(const int *)y;
+}
+
+static bool exact(Auto *a, bool *in, int64_t *bytes, double below) {
+  int ns = 1 << a->nu, k = 0;
+  double *fl = arena_alloc(sizeof(double) * (size_t)ns);
+  int *ord = arena_alloc(sizeof(int) * (size_t)ns);
+  for (int s = 0; s < ns; s++) {
+    for (int u = 0; u < a->nu; u++) in[u] = s >> u & 1;
+    fl[s] = cost(a, in);
+    if (fl[s] < below) ord[k++] = s;
+  }
+  by_flops_key = fl;
+  qsort(ord, (size_t)k, sizeof(int), by_flops);
+  for (int i = 0; i < k && i < AUTO_EXACT_PLANS; i++) {
+    for (int u = 0; u < a->nu; u++) in[u] = ord[i] >> u & 1;
+    int64_t b = plan_units(a, in);
+    if (fits(a, b)) {
+      *bytes = b;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* What a node is called in a layer's listing: the DSL name of the layer
+ * call inside the layer (its parameters' path, else its scope) and its op:
+ * "ln_1 layernorm", "attn.qkv matmul", "mlp gelu". */
+static const char *label(const Node *n, const char *layer) {
+  const char *sc = n->scope ? n->scope : "";
+  for (int k = 0; k < n->nin; k++)
+    if (n->in[k]->role == ROLE_PARAM && n->in[k]->name && strrchr(n->in[k]->name, '.')) {
+      char *p = arena_strdup(n->in[k]->name);
+      *strrchr(p, '.') = 0;   /* blocks.0.ln_1.weight -> blocks.0.ln_1 */
+      sc = p;
+      break;
+    }
+  size_t l = strlen(layer);
+  if (!strncmp(sc, layer, l) && sc[l] == '.') sc += l + 1;
+  else if (!strcmp(sc, layer)) sc = "";
+  return *sc ? arena_printf("%s %s", sc, ir_ops[n->op].name) : ir_ops[n->op].name;
+}
+
+/* "blocks.0: ln_1 layernorm, mlp gelu; blocks.1 .. blocks.3: selective":
+ * per layer, the nodes whose outputs drop[] drops (views left out), "full"
+ * or "selective" where that is all full or selective drop; layers in a row
+ * with the same listing share it; layers that drop nothing are left out. */
+static const char *describe_drop(Auto *a, const bool *drop, const bool *dsel, const bool *dfull,
+                                 const char **names, int n) {
+  const char **what = arena_alloc(sizeof(char *) * (size_t)(n + 1));
+  for (int l = 0; l < n; l++) {
+    bool same_sel = true, same_full = true, any = false;
+    for (int i = 0; i < a->r.nv; i++) {
+      if (a->r.vlayer[i] != l) continue;
+      same_sel &= drop[i] == dsel[i];
+      same_full &= drop[i] == dfull[i];
+      any |= drop[i];
+    }
+    if (!any) { what[l] = NULL; continue; }
+    if (same_full) { what[l] = "full"; continue; }
+    if (same_sel) { what[l] = "selective"; continue; }
+    char *d = arena_strdup("");
+    const Node *last = NULL;
+    for (int i = 0; i < a->r.nv; i++) {
+      const Value *v = a->g->values.data[i];
+      if (a->r.vlayer[i] != l || !drop[i] || v->alias || v->def == last) continue;
+      last = v->def;
+      d = arena_printf("%s%s%s", d, *d ? ", " : "", label(v->def, names[l]));
+    }
+    what[l] = d;
+  }
+  char *d = arena_strdup("");
+  for (int i = 0; i < n; i++) {
+    if (!what[i]) continue;
+    int j = i;
+    while (j + 1 < n && what[j + 1] && !strcmp(what[j + 1], what[i])) j++;
+    d = arena_printf("%s%s%s%s%s: %s", d, *d ? "; " : "", names[i], j > i ? " .. " : "",
+                     j > i ? names[j] : "", what[i]);
+    i = j;
+  }
+  return d;
+}
+
 /* recompute=auto on one stage: the least recompute that fits the device
- * (the mesh's memory; an interleaved rank's share per chunk): layers go
- * to selective one by one, then to full one by one, each step planned
- * exactly, until the stage fits.  Selective costs O(elements), full a
- * layer's forward, so the FLOPs added are never more than selective's
- * when selective fits, and never more than full's. */
-static void choose_auto(Module *m, Graph *g, Recompute *how, const char **names, int n) {
+ * (the mesh's memory; an interleaved rank's share per chunk).  First per
+ * layer: layers go to selective one by one, then to full one by one, each
+ * step planned exactly, until the stage fits.  Then per tensor, from two
+ * starts: the per-layer choice with what it drops kept again while the
+ * plan fits (prune), and the cheapest units per byte freed until it fits,
+ * pruned the same way (grow, with either tie order); the fewest FLOPs of
+ * the four wins, unless few units make the exact search affordable.  It is
+ * never more than the per-layer choice's, and that is never more than
+ * selective's when selective fits (selective costs O(elements), full a
+ * layer's forward) and never more than full's.  Sets drop[] (values). */
+static void choose_auto(Module *m, Graph *g, const char **names, int n, bool *drop) {
   const Plan *p = &m->train.plan;
   double budget = m->train.mesh ? m->train.mesh->mem_bytes : 0;
   if (m->nstages > p->pp && p->pp > 0) budget /= m->nstages / p->pp;
+  Recompute *how = arena_alloc(sizeof(Recompute) * (size_t)(n + 1));
   for (int i = 0; i < n; i++) how[i] = RECOMPUTE_NONE;
-  int64_t b = try_policies(m, g, how);
+  int64_t b = try_plan(m, g, how, NULL);
   int64_t none = b;
+  int tried = 1;
   for (int level = RECOMPUTE_SELECTIVE; level <= RECOMPUTE_FULL && budget > 0; level++)
-    for (int i = 0; i < n && (b < 0 || (double)b > budget); i++) {
+    for (int i = 0; i < n && (b < 0 || (double)b > budget); i++, tried++) {
       how[i] = (Recompute)level;
-      b = try_policies(m, g, how);
+      b = try_plan(m, g, how, NULL);
     }
+  R r0 = analyse(g), rs = analyse(g), rf = analyse(g);
+  Recompute *all = arena_alloc(sizeof(Recompute) * (size_t)(n + 1));
+  find_layers(&r0, NULL);
+  choose(&r0, how);
+  memcpy(drop, r0.drop, (size_t)r0.nv);
   char nb[32], bb[32];
   report_commas(nb, sizeof nb, none);
-  report_commas(bb, sizeof bb, b);
-  g->recompute_desc =
-      budget <= 0 ? "no device memory to fit: nothing recomputed"
-      : (double)none <= budget
-          ? arena_printf("the plan fits without recompute (%s bytes of %s)", nb,
-                         report_size(budget))
-          : arena_printf("%s: %s bytes (%s without) for a budget of %s%s", describe(how, names, n),
-                         bb, nb, report_size(budget),
-                         (double)b > budget ? "; does not fit even so" : "");
+  if (budget <= 0 || (double)none <= budget || (double)b > budget) {
+    report_commas(bb, sizeof bb, b);
+    g->recompute_desc =
+        budget <= 0 ? "no device memory to fit: nothing recomputed"
+        : (double)none <= budget
+            ? arena_printf("the plan fits without recompute (%s bytes of %s)", nb, report_size(budget))
+            : arena_printf("%s: %s bytes (%s without) for a budget of %s; does not fit even so",
+                           describe(how, names, n), bb, nb, report_size(budget));
+    return;
+  }
+
+  Auto a = {.m = m, .g = g, .r = analyse(g), .budget = budget};
+  find_layers(&a.r, NULL);
+  mark(&a.r);
+  int nv = a.r.nv;
+  for (int i = 0; i < n; i++) all[i] = RECOMPUTE_FULL;
+  find_layers(&rf, NULL);
+  choose(&rf, all);
+  for (int i = 0; i < n; i++) all[i] = RECOMPUTE_SELECTIVE;
+  find_layers(&rs, NULL);
+  choose(&rs, all);
+  a.unit = arena_alloc(sizeof(int) * (size_t)(nv + 1));
+  a.ulayer = arena_alloc(sizeof(int) * (size_t)(nv + 1));
+  a.ubytes = arena_alloc(sizeof(int64_t) * (size_t)(nv + 1));
+  a.drop = arena_alloc((size_t)nv + 1);
+  a.done = arena_alloc((size_t)nv + 1);
+  int *nunit = arena_alloc(sizeof(int) * (size_t)(a.r.nn + 1));  /* node -> unit */
+  for (int i = 0; i < nv; i++) a.unit[i] = -1;
+  for (int i = 0; i < a.r.nn; i++) nunit[i] = -1;
+  for (int i = 0; i < nv; i++) {   /* roots before their views (ids in order of making) */
+    Value *v = g->values.data[i];
+    if (!rf.drop[i]) continue;
+    Value *rt = root(v);
+    int u = rt != v && rf.drop[rt->id] && a.unit[rt->id] >= 0 ? a.unit[rt->id]
+            : rt == v && nunit[v->def->id] >= 0                ? nunit[v->def->id]
+                                                                : a.nu++;
+    if (rt == v) nunit[v->def->id] = u;
+    a.unit[i] = u;
+    a.ulayer[u] = a.r.vlayer[i];
+    if (!v->alias) a.ubytes[u] += ir_numel(&v->shape) * ir_dtype_size(v->dtype);
+  }
+
+  /* the per-layer choice, as units when it is a set of them */
+  memcpy(a.drop, r0.drop, (size_t)nv);
+  double best = drop_cost(&a), layer_cost = best;
+  int64_t best_b = b;
+  bool *in = arena_alloc((size_t)a.nu + 1), *in2 = arena_alloc((size_t)a.nu + 1);
+  bool units = true;
+  for (int i = 0; i < nv; i++) {
+    if (r0.drop[i] && a.unit[i] < 0) units = false;
+    if (r0.drop[i] && a.unit[i] >= 0) in[a.unit[i]] = true;
+  }
+  unit_drop(&a, in);
+  units = units && !memcmp(a.drop, r0.drop, (size_t)nv);
+  int64_t bytes = b;
+  if (units) {
+    prune(&a, in, &bytes);
+    double c = cost(&a, in);
+    if (c < best || (c == best && bytes < best_b)) best = c, best_b = bytes, memcpy(drop, a.drop, (size_t)nv);
+  }
+  for (int late = 0; late < 2; late++)
+    if (grow(&a, in2, &bytes, late)) {
+      prune(&a, in2, &bytes);
+      double c = cost(&a, in2);
+      if (c < best || (c == best && bytes < best_b)) best = c, best_b = bytes, memcpy(drop, a.drop, (size_t)nv);
+    }
+  if (a.nu <= AUTO_EXACT_UNITS && exact(&a, in2, &bytes, best)) {
+    best = cost(&a, in2), best_b = bytes;
+    memcpy(drop, a.drop, (size_t)nv);
+  }
+  report_commas(bb, sizeof bb, best_b);
+  g->recompute_desc = arena_printf(
+      "%s: %s bytes (%s without) for a budget of %s; +%.4g FLOPs per microbatch, per tensor "
+      "(per layer, %s: +%.4g; %d plans tried)",
+      describe_drop(&a, drop, rs.drop, rf.drop, names, n), bb, nb, report_size(budget), best,
+      describe(how, names, n), layer_cost, tried + a.plans);
 }
 
 static int recompute_graph(Module *m) {
@@ -341,11 +706,14 @@ static int recompute_graph(Module *m) {
   const char **names;
   int n = find_layers(&r, &names);
   if (!n) return 0;
+  if (pol == RECOMPUTE_AUTO) {
+    bool *drop = arena_alloc((size_t)r.nv + 1);
+    choose_auto(m, g, names, n, drop);
+    apply_drop(g, drop);
+    return 0;
+  }
   Recompute *how = arena_alloc(sizeof(Recompute) * (size_t)n);
-  if (pol == RECOMPUTE_AUTO)
-    choose_auto(m, g, how, names, n);
-  else
-    for (int i = 0; i < n; i++) how[i] = pol;
+  for (int i = 0; i < n; i++) how[i] = pol;
   apply(g, how);
   return 0;
 }

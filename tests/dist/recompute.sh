@@ -8,9 +8,11 @@
 #
 #   tests/dist/recompute.sh SHARDC          a strategy of each kind (CI)
 #   ALL=1 tests/dist/recompute.sh SHARDC    every strategy of tests/dist/equiv.sh
+#   AUTO=1 tests/dist/recompute.sh SHARDC   the recompute=auto cases alone
 # Then recompute=auto: under a device memory the plain plan exceeds it fits,
 # trains bit for bit as the plain plan, and adds no more FLOPs than
-# selective (where selective fits) or full.
+# selective (where selective fits) or full, nor than the per-layer choice
+# the plan names (its per-tensor choice adds fewer in at least one case).
 bin="$(realpath "$1")"
 source "$(dirname "$0")/../codegen/lib.sh"
 need_mpi
@@ -70,7 +72,10 @@ extra() {
 
 # auto_case MiB WHICH: gpt on 4 ranks (dp=4) with devices of MiB: the plain
 # plan does not fit; recompute=auto does, trains bit for bit as the plain
-# plan, and adds no more FLOPs than WHICH (selective when that fits, else full).
+# plan, and adds no more FLOPs than WHICH (selective when that fits, else full)
+# nor than its per-layer choice ("+A FLOPs per microbatch, per tensor (per
+# layer, ...: +L; ...)"); fewer counts in $fewer.
+fewer=0
 auto_case() {
   local mib="$1" which="$2" f="$tmp/gpt-$1.shard" d="$tmp/auto-$1"
   sed "s/mesh laptop { devices = 4, device = cpu }/mesh laptop { devices = 4, device = cpu, memory = $mib MiB }/" \
@@ -86,19 +91,31 @@ auto_case() {
   if [ -z "$a" ] || [ -z "$w" ] || ! awk -v a="$a" -v w="$w" 'BEGIN { exit !(a > 0 && a <= w) }'; then
     bad "auto $mib MiB: recompute=auto adds ${a:-?} FLOPs, $which ${w:-?}"; return
   fi
+  local line pt pl
+  line=$("$bin" compile "$f" --strategy dp=4,recompute=auto 2>/dev/null | grep '^ *auto: ')
+  pt=$(sed -n 's/.* +\([0-9.e+]*\) FLOPs per microbatch, per tensor (per layer.*/\1/p' <<<"$line")
+  pl=$(sed -n 's/.*FLOPs per microbatch, per tensor (per layer, .*: +\([0-9.e+]*\); [0-9]* plans tried)$/\1/p' <<<"$line")
+  if [ -z "$pt" ] || [ -z "$pl" ] || ! awk -v a="$pt" -v w="$pl" 'BEGIN { exit !(a <= w) }'; then
+    bad "auto $mib MiB: per tensor +${pt:-?} FLOPs, per layer +${pl:-?}: $line"; return
+  fi
+  awk -v a="$pt" -v w="$pl" 'BEGIN { exit !(a < w) }' && fewer=$((fewer + 1))
   build "$f" "$d" --strategy dp=4,recompute=auto || return
   train "$d" --steps $STEPS --log "$d.jsonl" --save "$d.st"
-  if [ $rc -ne 0 ] || grep -q MISMATCH <<<"$out"; then bad "auto $mib MiB: $(tail -3 <<<"$out")"; return; fi
+  if [ $rc -ne 0 ] || grep -q MISMATCH <<<"$out" || ! grep -q "^memory:   planned" <<<"$out"; then
+    bad "auto $mib MiB: $(tail -3 <<<"$out")"; return
+  fi
   local ref="$tmp/gpt-4-dp_4-none"
   sed -E 's/,"(step_ms|tokens_per_s|model_tflops_per_device|mfu)":[^,}]*//g' "$d.jsonl" >"$d.loss"
   if ! cmp -s "$ref.loss" "$d.loss" || ! cmp -s "$ref.st" "$d.st"; then
     bad "auto $mib MiB: the run differs from dp=4 without recompute"; return
   fi
   ok
-  echo "  auto     $mib MiB devices: fits, identical; +$a FLOPs per step (recompute=$which: +$w)"
+  echo "  auto     $mib MiB devices: fits, identical; +$a FLOPs per step (per layer: +$pl; recompute=$which: +$w)"
 }
 
-if [ "${ALL:-0}" = 1 ]; then
+if [ "${AUTO:-0}" = 1 ]; then
+  :
+elif [ "${ALL:-0}" = 1 ]; then
   # every check of the equivalence matrix
   # (fd 3: mpirun reads standard input)
   while read -r s n st <&3; do
@@ -126,4 +143,7 @@ fi
 [ -f "$tmp/gpt-4-dp_4-none.st" ] || check gpt 4 dp=4
 auto_case 21 selective
 auto_case 19 full
+if [ "$fewer" -eq 0 ]; then
+  bad "auto: the per-tensor choice adds as many FLOPs as the per-layer one in every case"
+fi
 finish
