@@ -1,23 +1,36 @@
 #!/usr/bin/env bash
 # Shampoo against AdamW (issue 13), measured in one run:
 #  1. step time on bench/gpt_bench.shard (GPT d=512, 8 layers) on 4 MPI
-#     ranks, dp=4: AdamW vs Shampoo (256 x 256 blocks, roots every 10 steps),
-#     the mean over the timed steps and Shampoo's overhead;
-#  2. root-inverse time per step: a root step's extra time over an ordinary
-#     Shampoo step, divided by precondition_every, with the blocks spread over
-#     the 4 data ranks (passes/optplace.c) and with every rank computing every
-#     root (spread = false);
-#  3. pp=4 (1f1b): a root-recompute step against an ordinary step (the roots
-#     fill the stages' waiting receives first);
+#     ranks, dp=4: AdamW vs Shampoo (256 x 256 blocks, roots every 10 steps,
+#     staggered), the runs interleaved (adamw, shampoo, adamw, ...) REPEATS
+#     times; per run the mean step time over the timed steps (root steps
+#     included: their cost amortised), then the median over the repeats and
+#     Shampoo's overhead from the medians;
+#  2. root-inverse time per step (stagger = false, so the roots come
+#     together): a root step's extra time over an ordinary Shampoo step,
+#     divided by precondition_every, with the blocks spread over the 4 data
+#     ranks (passes/optplace.c) and with every rank computing every root
+#     (spread = false);
+#  3. pp=4 (1f1b, mb=4): stagger = false (every root at the steps start +
+#     k*10) against stagger = true (every root at step start once, then each
+#     block's at the steps of its phase, ~1/10 of them per step), runs
+#     interleaved REPEATS times: the median ordinary step of the stagger =
+#     false run (no roots), its slowest root step, and the slowest and the
+#     median step of the stagger = true run over the same window (every one
+#     a root step); medians over the repeats;
 #  4. convergence: the tiny GPT (samples/gpt.shard) on the built-in text, 300
 #     steps, AdamW vs Shampoo (grafted on Adam) at the same learning-rate
 #     schedule; both loss curves go to bench/results/, with the first step
 #     at which Shampoo's 10-step mean loss reaches AdamW's final one.
 # Prints the tables and writes them to bench/results/shampoo-DATE.txt.
-#   bench/shampoo.sh [STEPS]        (timed steps per run, default 22)
+#   bench/shampoo.sh [STEPS]        (steps per run, default 24; steps 4.. are timed)
+#   SECTIONS="1 3" REPEATS=3 bench/shampoo.sh   (the sections to run, default all; repeats of 1 and 3)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-steps="${1:-22}"
+steps="${1:-24}"
+sections="${SECTIONS:-1 2 3 4}"
+repeats="${REPEATS:-3}"
+want() { [[ " $sections " == *" $1 "* ]]; }
 [ -x "$root/build/shardc" ] || { cmake -S "$root" -B "$root/build" >/dev/null && cmake --build "$root/build" -j2 >/dev/null; }
 shardc="$root/build/shardc"
 tmp=$(mktemp -d)
@@ -37,24 +50,27 @@ variant() {
       "$@" "$src" >"$tmp/$name.shard"
   grep -q "optimizer = ${opt%%(*}" "$tmp/$name.shard" || { echo "cannot set the optimizer in $src"; exit 1; }
 }
-# run NAME RANKS STRATEGY: builds and trains $steps steps, log in $tmp/NAME.jsonl
-run() {
+# build NAME RANKS STRATEGY; train NAME RANKS [LOG]: $steps steps, log in $tmp/LOG.jsonl
+build() {
   "$shardc" build "$tmp/$1.shard" -o "$tmp/$1" --mesh "$2" --strategy "$3" >/dev/null
+}
+train() {
   if [ "$2" = 1 ]; then
-    "$tmp/$1/train" --steps "$steps" --quiet --log "$tmp/$1.jsonl"
+    "$tmp/$1/train" --steps "$steps" --quiet --log "$tmp/${3:-$1}.jsonl"
   else
     mpirun --allow-run-as-root --oversubscribe -np "$2" "$tmp/$1/train" --steps "$steps" --quiet \
-      --log "$tmp/$1.jsonl"
+      --log "$tmp/${3:-$1}.jsonl"
   fi
 }
-# stats NAME EVERY START: "mean ordinary root" step ms over steps 3.. (root
-# steps: 0-based s >= START with (s - START) % EVERY == 0)
+run() { build "$@" && train "$1" "$2"; }
+# stats LOG EVERY START: "mean ordinary root" step ms over steps 4.. (1-based;
+# root steps: 0-based s >= START with (s - START) % EVERY == 0)
 stats() {
   /usr/bin/python3 - "$tmp/$1.jsonl" "$2" "$3" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 every, start = int(sys.argv[2]), int(sys.argv[3])
-timed = [r for r in rows if r["step"] >= 3]
+timed = [r for r in rows if r["step"] >= 4]
 isroot = lambda r: every > 0 and r["step"] - 1 >= start and (r["step"] - 1 - start) % every == 0
 ordn = [r["step_ms"] for r in timed if not isroot(r)]
 root = [r["step_ms"] for r in timed if isroot(r)]
@@ -62,49 +78,113 @@ mean = lambda x: sum(x) / len(x) if x else float("nan")
 print(f"{mean([r['step_ms'] for r in timed]):.1f} {mean(ordn):.1f} {mean(root):.1f}")
 PY
 }
+# window LOG EVERY START: over steps 4.. (1-based): "median of the non-root
+# steps, max of the root steps (stagger = false's), median, max of all, the
+# first preconditioning step (0-based START), max of the non-root steps"
+window() {
+  /usr/bin/python3 - "$tmp/$1.jsonl" "$2" "$3" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+every, start = int(sys.argv[2]), int(sys.argv[3])
+timed = [r for r in rows if r["step"] >= 4]
+isroot = lambda r: r["step"] - 1 >= start and (r["step"] - 1 - start) % every == 0
+ordn = [r["step_ms"] for r in timed if not isroot(r)] or [float("nan")]
+root = [r["step_ms"] for r in timed if isroot(r)] or [float("nan")]
+allv = [r["step_ms"] for r in timed]
+first = [r["step_ms"] for r in rows if r["step"] - 1 == start] or [float("nan")]
+print(f"{statistics.median(ordn):.1f} {max(root):.1f} {statistics.median(allv):.1f} {max(allv):.1f} {first[0]:.1f} {max(ordn):.1f}")
+PY
+}
+# med X...: the median
+med() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 B="$root/bench/gpt_bench.shard"
-sh="shampoo(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1, block = 256, precondition_every = 10, start_preconditioning = 2)"
-variant "$B" adamw "adamw(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1)" -e "s/steps = 8/steps = 1000/"
-variant "$B" shampoo "$sh" -e "s/steps = 8/steps = 1000/"
-variant "$B" shampoo_all "${sh%)}, spread = false)" -e "s/steps = 8/steps = 1000/"
-run adamw 4 dp=4
-run shampoo 4 dp=4
-run shampoo_all 4 dp=4
-read -r a_all _ _ <<<"$(stats adamw 0 0)"
-read -r s_all s_ord s_root <<<"$(stats shampoo 10 2)"
-read -r e_all e_ord e_root <<<"$(stats shampoo_all 10 2)"
-variant "$B" pp_adamw "adamw(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1)" -e "s/steps = 8/steps = 1000/"
-variant "$B" pp_shampoo "$sh" -e "s/steps = 8/steps = 1000/"
-run pp_shampoo 4 pp=4,schedule=1f1b,mb=4
-read -r _ p_ord p_root <<<"$(stats pp_shampoo 10 2)"
-
+sh="shampoo(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1, block = 256, precondition_every = 10, start_preconditioning = 2"
+lng=(-e "s/steps = 8/steps = 1000/")
 {
   echo "shampoo bench, $day, commit $(git -C "$root" rev-parse --short HEAD), $(nproc --all) cores (shared), OMP/OpenBLAS threads 1 per rank"
-  echo "model: bench/gpt_bench.shard (GPT d=512, 8 layers, seq 256, batch 4); Shampoo block 256, roots every 10 steps"
-  echo "steps timed: 3..$steps (mean step_ms of the metrics log)"
-  echo
-  echo "1. step time, 4 ranks, dp=4"
-  printf '   %-34s %10s\n' "optimizer" "ms/step"
-  printf '   %-34s %10s\n' "adamw" "$a_all"
-  printf '   %-34s %10s\n' "shampoo, blocks spread (LPT)" "$s_all"
-  printf '   %-34s %10s\n' "shampoo, every rank every block" "$e_all"
-  awk -v a="$a_all" -v s="$s_all" 'BEGIN { printf "   shampoo (spread) overhead over adamw: %+.1f%% (target <= 15%%)\n", 100 * (s / a - 1) }'
-  echo
-  echo "2. root-inverse time per step, dp=4 (a root step's extra time over an ordinary step, / 10)"
-  awk -v o="$e_ord" -v r="$e_root" 'BEGIN {
-    printf "   every rank computes every root:   %7.1f ms/step (root step %.1f ms, ordinary %.1f ms)\n", (r - o) / 10, r, o }'
-  awk -v o="$s_ord" -v r="$s_root" 'BEGIN {
-    printf "   blocks spread over dp=4 (LPT):    %7.1f ms/step (root step %.1f ms, ordinary %.1f ms)\n", (r - o) / 10, r, o }'
-  awk -v a="$e_ord" -v b="$e_root" -v c="$s_ord" -v d="$s_root" 'BEGIN {
-    printf "   spreading cuts the root time %.1fx (target >= 3x)\n", (b - a) / (d - c) }'
-  echo
-  echo "3. pp=4 (1f1b, mb=4): root-recompute step vs ordinary step"
-  awk -v o="$p_ord" -v r="$p_root" 'BEGIN {
-    printf "   ordinary %.1f ms, root step %.1f ms: spike %+.1f%% (target < 10%%; each stage computes its roots while its pipeline receives wait, the rest at the start of its optimizer step)\n", o, r, 100 * (r / o - 1) }'
+  echo "model: bench/gpt_bench.shard (GPT d=512, 8 layers, seq 256, batch 4); Shampoo block 256, roots every 10 steps from step 2 (0-based)"
+  echo "steps 1..$steps per run, 4..$steps timed (step_ms of the metrics log); sections 1 and 3: $repeats repeats, runs interleaved, medians over the repeats"
 } | tee "$tmp/tables.txt"
 
+if want 1; then
+  variant "$B" adamw "adamw(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1)" "${lng[@]}"
+  variant "$B" shampoo "$sh)" "${lng[@]}"
+  build adamw 4 dp=4
+  build shampoo 4 dp=4
+  am=() sm=()
+  for rep in $(seq "$repeats"); do
+    train adamw 4 "adamw$rep"
+    train shampoo 4 "shampoo$rep"
+    read -r a _ _ <<<"$(stats "adamw$rep" 0 0)"
+    read -r b _ _ <<<"$(stats "shampoo$rep" 10 2)"
+    am+=("$a") sm+=("$b")
+  done
+  a_med=$(med "${am[@]}") s_med=$(med "${sm[@]}")
+  {
+    echo
+    echo "1. step time, 4 ranks, dp=4 (mean of steps 4..$steps per run, root steps included)"
+    printf '   %-34s %10s   %s\n' "optimizer" "median" "runs (ms/step)"
+    printf '   %-34s %10s   %s\n' "adamw" "$a_med" "${am[*]}"
+    printf '   %-34s %10s   %s\n' "shampoo (spread, stagger)" "$s_med" "${sm[*]}"
+    awk -v a="$a_med" -v s="$s_med" 'BEGIN { printf "   shampoo overhead over adamw (medians): %+.1f%% (target <= 15%%)\n", 100 * (s / a - 1) }'
+    paste -d' ' <(printf '%s\n' "${am[@]}") <(printf '%s\n' "${sm[@]}") |
+      awk '{ printf "%s%+.1f%%", (NR > 1 ? ", " : "   per interleaved pair: "), 100 * ($2 / $1 - 1) } END { print "" }'
+  } | tee -a "$tmp/tables.txt"
+fi
+
+if want 2; then
+  variant "$B" shampoo_one "$sh, stagger = false)" "${lng[@]}"
+  variant "$B" shampoo_all "$sh, stagger = false, spread = false)" "${lng[@]}"
+  run shampoo_one 4 dp=4
+  run shampoo_all 4 dp=4
+  read -r _ s_ord s_root <<<"$(stats shampoo_one 10 2)"
+  read -r _ e_ord e_root <<<"$(stats shampoo_all 10 2)"
+  {
+    echo
+    echo "2. root-inverse time per step, dp=4, stagger = false (a root step's extra time over an ordinary step, / 10)"
+    awk -v o="$e_ord" -v r="$e_root" 'BEGIN {
+      printf "   every rank computes every root:   %7.1f ms/step (root step %.1f ms, ordinary %.1f ms)\n", (r - o) / 10, r, o }'
+    awk -v o="$s_ord" -v r="$s_root" 'BEGIN {
+      printf "   blocks spread over dp=4 (LPT):    %7.1f ms/step (root step %.1f ms, ordinary %.1f ms)\n", (r - o) / 10, r, o }'
+    awk -v a="$e_ord" -v b="$e_root" -v c="$s_ord" -v d="$s_root" 'BEGIN {
+      printf "   spreading cuts the root time %.1fx (target >= 3x)\n", (b - a) / (d - c) }'
+  } | tee -a "$tmp/tables.txt"
+fi
+
+if want 3; then
+  variant "$B" pp_off "$sh, stagger = false)" "${lng[@]}"
+  variant "$B" pp_on "$sh)" "${lng[@]}"
+  build pp_off 4 pp=4,schedule=1f1b,mb=4
+  build pp_on 4 pp=4,schedule=1f1b,mb=4
+  fo=() fr=() ff=() fx=() nm=() nx=() nf=()
+  for rep in $(seq "$repeats"); do
+    train pp_off 4 "pp_off$rep"
+    train pp_on 4 "pp_on$rep"
+    read -r o r _ _ f x <<<"$(window "pp_off$rep" 10 2)"
+    fo+=("$o") fr+=("$r") ff+=("$f") fx+=("$x")
+    read -r _ _ m x f <<<"$(window "pp_on$rep" 10 2)"
+    nm+=("$m") nx+=("$x") nf+=("$f")
+  done
+  o=$(med "${fo[@]}") r=$(med "${fr[@]}") m=$(med "${nm[@]}") x=$(med "${nx[@]}")
+  {
+    echo
+    echo "3. pp=4 (1f1b, mb=4), 4 ranks: root steps against ordinary steps over steps 4..$steps (0-based 3..$((steps - 1)))"
+    printf '   stagger = false: ordinary step (median) %.1f ms, slowest root step %.1f ms: spike %+.1f%%   (runs: ordinary %s; root %s)\n' \
+      "$o" "$r" "$(awk -v o="$o" -v r="$r" 'BEGIN { print 100 * (r / o - 1) }')" "${fo[*]}" "${fr[*]}"
+    printf '   stagger = true:  every step a root step: median %.1f ms, slowest %.1f ms: spike %+.1f%% over stagger = false'"'"'s ordinary step, %+.1f%% over its own median   (runs: median %s; slowest %s)\n' \
+      "$m" "$x" "$(awk -v o="$o" -v x="$x" 'BEGIN { print 100 * (x / o - 1) }')" \
+      "$(awk -v m="$m" -v x="$x" 'BEGIN { print 100 * (x / m - 1) }')" "${nm[*]}" "${nx[*]}"
+    printf '   noise: the slowest ordinary step of the stagger = false runs (no roots) is %+.1f%% over their median (runs: %s)\n' \
+      "$(awk -v o="$o" -v x="$(med "${fx[@]}")" 'BEGIN { print 100 * (x / o - 1) }')" "${fx[*]}"
+    printf '   the first preconditioning step (0-based 2: every root, both modes): %s ms (stagger = false), %s ms (stagger = true)\n' \
+      "$(med "${ff[@]}")" "$(med "${nf[@]}")"
+    echo "   (target: spike < 10%; each stage computes its due roots while its pipeline receives wait, the rest at the start of its optimizer step)"
+  } | tee -a "$tmp/tables.txt"
+fi
+
 # 4. convergence: 300 steps of the tiny GPT, one rank
+if want 4; then
 G="$root/samples/gpt.shard"
 variant "$G" conv_adamw "adamw(lr = 3e-3, betas = (0.9, 0.95), weight_decay = 0.1, warmup = 20)"
 variant "$G" conv_shampoo "shampoo(lr = 3e-3, betas = (0.9, 0.95), weight_decay = 0.1, warmup = 20, block = 128, precondition_every = 10, start_preconditioning = 20)"
@@ -131,5 +211,6 @@ print("   shampoo reaches adamw's final loss at step " + (str(reach) if reach el
 for k in (50, 100, 150, 200, 250, 300):
     print(f"   step {k:3d}: adamw {avg(a, k - 1):.4f}  shampoo {avg(s, k - 1):.4f}")
 PY
+fi
 cp "$tmp/tables.txt" "$res/shampoo-$day.txt"
-echo "wrote $res/shampoo-$day.txt and $curve"
+echo "wrote $res/shampoo-$day.txt"

@@ -365,6 +365,14 @@ static void rank_tables(Emit *e) {
     param_row(e, q->v, &q->v->shape, q->offset, q->grad, q->opt, q->opt2, q->init, q->std);
   }
   P(e, "};\n\n");
+  if (p->nphase) {
+    P(e, "/* Shampoo's root phases (passes/optplace.c, stagger = true): per block of the\n"
+         " * preconditioned parameters, in order, each row-major, the step of\n"
+         " * precondition_every its roots are recomputed at. */\n"
+         "static const int %sroot_phase[%d] = {", pre, p->nphase);
+    for (int k = 0; k < p->nphase; k++) P(e, "%s%d,", k % 16 ? " " : "\n    ", p->phase[k]);
+    P(e, "\n};\n\n");
+  }
   if (!p->dist) return;
   P(e, "/* Weight of each gradient in the global norm: 1 / the tp ranks holding the\n"
        " * same elements%s. */\n", p->pp > 1 ? "; 0 for the last stage's copy of a tied embedding" : "");
@@ -524,6 +532,7 @@ static void program_struct(Emit *e) {
          ".root = %d, .graft_eps = %s,\n    .opt_work_offset = %" PRId64 ",\n",
       o->block, o->precondition_every, o->start_preconditioning, o->graft, o->root,
       lit(o->graft_eps), mp->opt_work_offset * e->p->scale);
+  if (p->nphase) P(e, "    .root_phase = %sroot_phase, .nroot_phase = %d,\n", pre, p->nphase);
   if (p->nunits)
     P(e, "    .units = %sunits, .nunits = %d, .useg = %" PRId64 ",\n", pre, p->nunits,
       (p->useg * 4 + 63) / 64 * 64 / 4);

@@ -526,7 +526,7 @@ static const char *const sgd_keys[] = {"lr", "momentum", "weight_decay", "warmup
 
 static const char *const shampoo_keys[] = {
     "lr", "betas", "epsilon", "weight_decay", "block", "precondition_every",
-    "start_preconditioning", "graft", "root", "graft_eps", "spread", "warmup", "schedule", "min_lr",
+    "start_preconditioning", "graft", "root", "graft_eps", "spread", "stagger", "warmup", "schedule", "min_lr",
     "clip"};
 static const char *const adafactor_keys[] = {"lr", "beta1", "decay_rate", "eps",
                                              "clip_threshold", "weight_decay", "warmup",
@@ -599,6 +599,12 @@ static int check_blocked_optimizer(Module *m, Expr *e, Optimizer *o) {
       return -1;
     }
     if (sp) o->no_spread = !sp->value->ival;
+    Arg *sg = find_item(a, "stagger");
+    if (sg && sg->value->kind != E_BOOL) {
+      diag_error(sg->value->loc, "shampoo: stagger must be true or false, got %s", expr_desc(sg->value));
+      return -1;
+    }
+    if (sg) o->no_stagger = !sg->value->ival;
   } else {
     o->eps = 1e-30;
     o->beta1 = 0;

@@ -26,6 +26,7 @@ typedef struct Optimizer {
   int block, precondition_every, start_preconditioning, graft, root;
   double graft_eps, decay_rate, clip_threshold;
   bool no_spread;         /* shampoo spread = false: every data rank computes every block */
+  bool no_stagger;        /* shampoo stagger = false: every block's roots at the same steps */
 } Optimizer;
 
 typedef struct TrainCfg {

@@ -31,6 +31,7 @@
  * segment of the direction buffer. */
 typedef struct OptUnit {
   int param, owner;
+  int phase;          /* the step of precondition_every its roots are recomputed at (-1: none) */
   int64_t bi, bj, r, c, pos;
   bool blocked;
   double cost;
@@ -249,6 +250,11 @@ typedef struct RankProg {
   OptUnit *units;
   int nunits, uranks;
   int64_t useg;           /* elements per data rank's segment of the direction buffer */
+  /* Shampoo stagger = true: the root phase of every block of the rank's
+   * parameters (with a gradient, preconditioned; in order, each row-major;
+   * passes/optplace.c), else nphase 0 */
+  int *phase;
+  int nphase;
 } RankProg;
 
 /* ---- passes/program.c ---- */

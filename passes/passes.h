@@ -84,8 +84,13 @@ void plan_flops(const Module *m, PlanFlops *f);
  * of the direction buffer, each segment seg elements. */
 /* The units of params (those with a gradient) placed on nd data ranks by
  * greedy LPT on their predicted cost; returns how many. */
-int optplace_units(const Optimizer *o, const Value *const *params, int nparams, int nd,
+int optplace_units(const Module *m, const Value *const *params, int nparams, int nd,
                    OptUnit **out, int64_t *seg);
+/* Shampoo stagger = true: the root phase in [0, precondition_every) of
+ * every block of params (those with a gradient, preconditioned; in order,
+ * each row-major), a function of the block alone (LPT over the whole
+ * model's blocks); returns how many (0 and *out NULL when not staggered). */
+int optplace_phases(const Module *m, const Value *const *params, int nparams, int **out);
 /* Predicted flops of a unit's two roots (one recomputation). */
 double optplace_root_flops(const Optimizer *o, const OptUnit *u);
 /* Whether the plan places Shampoo's blocks over data ranks: shampoo, dp x

@@ -561,6 +561,10 @@ static void param_table(B *b, PtrVec *ps) {
         if (bk->params.data[j] == v) q->bucket = k;
     }
   }
+  /* Shampoo stagger = true: each block's root phase (passes/optplace.c) */
+  const Value **vs = arena_alloc(sizeof *vs * (size_t)(ps->len + 1));
+  for (int i = 0; i < ps->len; i++) vs[i] = p->param[i].v;
+  p->nphase = optplace_phases(b->m, vs, p->nparam, &p->phase);
 }
 
 /* The full tensors of the whole model: for init and checkpoints, with the
@@ -702,7 +706,7 @@ static void build_step(B *b) {
     const Value **vs = arena_alloc(sizeof *vs * (size_t)(p->nparam + 1));
     for (int i = 0; i < p->nparam; i++) vs[i] = p->param[i].v;
     p->uranks = optplace_ranks(b->m);
-    p->nunits = optplace_units(&b->m->train.opt, vs, p->nparam, p->uranks, &p->units, &p->useg);
+    p->nunits = optplace_units(b->m, vs, p->nparam, p->uranks, &p->units, &p->useg);
     step(p, PS_OPTIMIZER, AX_WORLD, "optimizer: this data rank's Shampoo blocks")->mode = PO_PLACED;
     s = step(p, PS_OPT_GATHER, data,
              p->ring > 1 ? "Shampoo directions all-gathered over dp x sp" : "Shampoo directions all-gathered over dp");

@@ -102,6 +102,8 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
 
 static void recompute_line(FILE *out, const Module *m, const char *pf);
 static void shampoo_lines(FILE *out, const Module *m, const char *pf);
+static void phase_lines(FILE *out, const Module *m, const RankProg *p, const OptUnit *u, int n,
+                        int nd, const char *pf);
 
 void report_plan(FILE *out, const Module *m, const char *pf) {
   const TrainCfg *t = &m->train;
@@ -136,12 +138,12 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
     else if (!strcmp(o->kind, "shampoo"))
       fprintf(out, "%soptim:    shampoo lr=%g betas=(%g, %g) epsilon=%g weight_decay=%g block=%d "
                    "precondition_every=%d start_preconditioning=%d graft=%s root=%s graft_eps=%g "
-                   "spread=%s warmup=%d %s min_lr=%g clip=%g\n",
+                   "spread=%s stagger=%s warmup=%d %s min_lr=%g clip=%g\n",
               pf, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->block,
               o->precondition_every, o->start_preconditioning,
               o->graft == 0 ? "adam" : o->graft == 1 ? "adagrad" : "sgd",
               o->root == 0 ? "eigh" : "newton", o->graft_eps, o->no_spread ? "false" : "true",
-              o->warmup, o->schedule,
+              o->no_stagger ? "false" : "true", o->warmup, o->schedule,
               o->lr * o->min_lr_ratio, o->clip);
     else if (!strcmp(o->kind, "adafactor"))
       fprintf(out, "%soptim:    adafactor lr=%g beta1=%g decay_rate=%g eps=%g clip_threshold=%g "
@@ -216,13 +218,14 @@ static void shampoo_lines(FILE *out, const Module *m, const char *pf) {
       int64_t seg;
       const Value **vs = arena_alloc(sizeof *vs * (size_t)(p->nparam + 1));
       for (int i = 0; i < p->nparam; i++) vs[i] = p->param[i].v;
-      int n = optplace_units(o, vs, p->nparam, 1, &u, &seg);
+      int n = optplace_units(m, vs, p->nparam, 1, &u, &seg);
       for (int k = 0; k < n; k++) fl += optplace_root_flops(o, &u[k]), nb += u[k].blocked;
       fprintf(out, "%sshampoo:  %severy rank computes all %d blocks of its parameters: roots "
                    "%.3g GFLOP per recomputation (%.3g ms at the device's fp32 peak), every %d "
                    "steps from step %d, while pipeline receives wait and at the start of the optimizer step\n",
               pf, st, nb, fl / 1e9, peak > 0 ? fl / peak * 1e3 : 0.0, o->precondition_every,
               o->start_preconditioning);
+      phase_lines(out, m, p, u, n, 1, pf);
       continue;
     }
     double *fl = arena_alloc(sizeof(double) * (size_t)p->uranks), total = 0;
@@ -248,6 +251,40 @@ static void shampoo_lines(FILE *out, const Module *m, const char *pf) {
                  "(%lld elements per rank)\n",
             pf, total > 0 ? worst / total : 0.0, total / 1e9, o->precondition_every,
             o->start_preconditioning, (long long)p->useg);
+    phase_lines(out, m, p, p->units, p->nunits, p->uranks, pf);
+  }
+}
+
+/* Shampoo stagger = true: per data rank, the blocks and the predicted root
+ * GFLOP of each phase (the steps of precondition_every), and the most
+ * loaded phase over the mean. */
+static void phase_lines(FILE *out, const Module *m, const RankProg *p, const OptUnit *u, int n,
+                        int nd, const char *pf) {
+  const Optimizer *o = &m->train.opt;
+  if (!p->nphase) return;
+  int k = o->precondition_every;
+  double *fl = arena_alloc(sizeof(double) * (size_t)(nd * k));
+  int *nb = arena_alloc(sizeof(int) * (size_t)(nd * k));
+  for (int i = 0; i < n; i++)
+    if (u[i].phase >= 0) {
+      fl[u[i].owner * k + u[i].phase] += optplace_root_flops(o, &u[i]);
+      nb[u[i].owner * k + u[i].phase]++;
+    }
+  fprintf(out, "%s            roots staggered (stagger = true): every block's at step %d, then a block's "
+               "at the steps %d + phase + j·%d (phase by LPT over the model's blocks); per phase 0..%d:\n",
+          pf, o->start_preconditioning, o->start_preconditioning, k, k - 1);
+  for (int d = 0; d < nd; d++) {
+    double sum = 0, worst = 0;
+    fprintf(out, "%s            %s blocks", pf, nd > 1 ? arena_printf("data rank %d:", d) : "phases:");
+    for (int ph = 0; ph < k; ph++) fprintf(out, " %d", nb[d * k + ph]);
+    fprintf(out, "; root GFLOP");
+    for (int ph = 0; ph < k; ph++) {
+      double f = fl[d * k + ph];
+      fprintf(out, " %.3g", f / 1e9);
+      sum += f;
+      if (f > worst) worst = f;
+    }
+    fprintf(out, "; most loaded phase %.2f of the mean\n", sum > 0 ? worst / (sum / k) : 0.0);
   }
 }
 

@@ -215,6 +215,12 @@ typedef struct RtProgram {
   const RtOptUnit *units;  /* shampoo placed over the data ranks (nunits > 0): the units, */
   int nunits;
   int64_t useg;            /* elements of each data rank's segment of the direction buffer */
+  /* shampoo stagger = true (nroot_phase > 0): per block of the parameters
+   * with a gradient that are preconditioned, in order, each row-major, the
+   * step of precondition_every its roots are recomputed at
+   * (passes/optplace.c); NULL: all at once */
+  const int *root_phase;
+  int nroot_phase;
   /* data */
   int data;                /* RT_TRAIN_* */
   int vocab;               /* tokens: ids must be below it */

@@ -60,9 +60,10 @@ struct RtTrainer {
   int maxslots;
   int chunk, slot;       /* the pipeline action being run */
 #endif
-  /* Shampoo: this step recomputes the roots (from the factors of the steps
-   * before), units [0, roots_next) of this rank's already done */
-  int roots_due, roots_next;
+  /* Shampoo: this step recomputes roots (from the factors of the steps
+   * before): every block's (roots_phase -1) or those of phase roots_phase;
+   * the first roots_next of this rank's due blocks already done */
+  int roots_due, roots_next, roots_phase;
 #ifdef RT_TRAIN_CUDA
   /* every parameter with a gradient, for one-launch updates and norms */
   int nlist;
@@ -968,18 +969,22 @@ static RtShampooArgs blocked_args(const Trainer *t, long step, double lr, double
   return a;
 }
 
-/* Shampoo's roots are recomputed at the 0-based steps start + k·every from
- * the factors as the steps before left them, so any time between the end
- * of the previous step's update and this step's directions will do: while a
- * pipeline receive waits (rt_pipe_recv: the schedule's bubbles), and what is
- * left at the start of the optimizer.  roots_begin marks a step's roots
- * due; roots_one computes the next block's of this rank (under placement
- * its data rank's units, else every block of its parameters), 0 when none
- * is left. */
+/* Shampoo's roots are recomputed from the factors as the steps before left
+ * them, so any time between the end of the previous step's update and this
+ * step's directions will do: while a pipeline receive waits (rt_pipe_recv:
+ * the schedule's bubbles), and what is left at the start of the optimizer.
+ * Every block's at the 0-based step start; then, staggered (root_phase),
+ * a block's at the steps s with (s - start) % every = its phase, else
+ * every block's at start + k·every.  roots_begin marks a step's roots due;
+ * roots_one computes the next due block's of this rank (under placement its
+ * data rank's units, else every block of its parameters), 0 when none is
+ * left. */
 static void roots_begin(Trainer *t, long s) {
   const RtProgram *pg = t->pg;
-  t->roots_due = pg->opt == RT_OPT_SHAMPOO && s >= pg->start_preconditioning &&
-                 (s - pg->start_preconditioning) % pg->precondition_every == 0;
+  long o = s - pg->start_preconditioning;
+  t->roots_due = pg->opt == RT_OPT_SHAMPOO && o >= 0 &&
+                 (o == 0 || pg->root_phase || o % pg->precondition_every == 0);
+  t->roots_phase = o > 0 && pg->root_phase ? (int)(o % pg->precondition_every) : -1;
   t->roots_next = 0;
 }
 
@@ -987,7 +992,7 @@ static int roots_one(Trainer *t) {
   const RtProgram *pg = t->pg;
   if (!t->roots_due)
     return 0;
-  int me = coord(t, RT_AX_DATA), k = 0;
+  int me = coord(t, RT_AX_DATA), k = 0, b = 0;
   for (int i = 0; i < pg->nparams; i++) {
     const RtParam *p = &pg->params[i];
     if (p->grad < 0 || !rt_shampoo_preconditioned(p->ndim, p->shape))
@@ -996,6 +1001,12 @@ static int roots_one(Trainer *t) {
     int64_t nbc = rt_shampoo_nblocks(p->shape[1], pg->block);
     for (int64_t bi = 0; bi < nbr; bi++)
       for (int64_t bj = 0; bj < nbc; bj++) {
+        if (pg->root_phase && b >= pg->nroot_phase)
+          fail(t, "internal: more Shampoo blocks than root phases");
+        int phase = pg->root_phase ? pg->root_phase[b] : -1;
+        b++;
+        if (t->roots_phase >= 0 && phase != t->roots_phase)
+          continue;
         if (pg->nunits) { /* placed: this data rank's units only */
           int mine = 0;
           for (int u = 0; u < pg->nunits; u++)

@@ -158,6 +158,32 @@ expect shampoo-dp 0 'RT_STEP_OPT_GATHER, RT_AX_DP, 0, [0-9]+, [0-9]+, 0.0},  // 
 expect shampoo-lpt 0 '^            data rank 3: [0-9]+ units, roots' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=plan
 expect shampoo-pp-lpt 0 '^shampoo:  stage 1: [0-9]+ units .* over 2 data ranks' -- "$bin" compile "$tmp/shampoo.shard" --strategy pp=2,dp=2 --emit=plan
 expect shampoo-gather 0 'step.[0-9]+ +all_gather over dp: [0-9]+ elements per rank at F\([0-9]+\)  \(Shampoo directions all-gathered over dp\)' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=program
+# stagger = true (the default): every rank's root phases balanced within 1.5 x
+# the mean on a model of many blocks (the GEMM-bound GPT, 256 x 256 blocks),
+# under data parallelism, pipelines and a mix; stagger = false: no phases
+sed 's/optimizer = adamw(.*)$/optimizer = shampoo(lr = 3e-4, block = 256, precondition_every = 10)/' \
+  bench/gpt_bench.shard >"$tmp/shampoo_big.shard"
+for st in dp=1 dp=4 pp=4,schedule=1f1b,mb=4 pp=2,dp=2; do
+  out=$("$bin" compile "$tmp/shampoo_big.shard" --mesh $([ $st = dp=1 ] && echo 1 || echo 4) --strategy $st --emit=plan 2>&1)
+  worst=$(grep -o 'most loaded phase [0-9.]* of the mean' <<<"$out" | awk '{ print $4 }' | sort -g | tail -1)
+  lines=$(grep -c 'most loaded phase' <<<"$out")
+  want=$(case $st in dp=1) echo 1 ;; *) echo 4 ;; esac)
+  if [ "$lines" = "$want" ] && awk -v w="$worst" 'BEGIN { exit !(w > 0 && w <= 1.5) }'; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL: shampoo-stagger-balance $st: $lines phase lines (expected $want), most loaded phase $worst of the mean"
+    fail=$((fail + 1))
+  fi
+done
+expect shampoo-stagger-emit 0 'static const int root_phase\[[0-9]+\] = \{' -- "$bin" compile "$tmp/shampoo_big.shard" --mesh 1 --strategy dp=1 --emit=c
+sed 's/precondition_every = 10)/precondition_every = 10, stagger = false)/' "$tmp/shampoo_big.shard" >"$tmp/shampoo_flat.shard"
+if grep -q 'stagger=false' <<<"$("$bin" compile "$tmp/shampoo_flat.shard" --mesh 1 --strategy dp=1 --emit=plan 2>&1)" &&
+   ! grep -q 'root_phase' <<<"$("$bin" compile "$tmp/shampoo_flat.shard" --mesh 1 --strategy dp=1 --emit=c 2>&1)"; then
+  pass=$((pass + 1))
+else
+  echo "FAIL: shampoo-stagger-off: stagger = false still emits root phases"
+  fail=$((fail + 1))
+fi
 expect shampoo-zero 1 'strategy optimizer shampoo with zero \(blocks of sharded tensors\) is not implemented yet' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4,zero=1 --emit=c
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu, cuda or cuda-host' -- "$bin" compile samples/gpt.shard --target=tpu

@@ -2,9 +2,11 @@
 # PyTorch parity of Shampoo and Adafactor (docs/language.md) against the
 # reference optimizers of tests/parity/torch_ref.py: the tiny GPT and the tiny
 # LLaMA train 40 steps from the same safetensors weights on the same batches;
-# Shampoo preconditions from step 10 (0-based) with roots at steps 10, 20 and
-# 30, on 64 x 64 blocks (ragged for LLaMA's hidden size 344); per-step losses
-# must agree to 1e-5 relative and final weights to 1e-4 (tests/parity/parity.py).
+# Shampoo preconditions from step 10 (0-based) with every root at step 10,
+# then each block's at the steps of its phase (stagger = true, the default),
+# or every root at steps 10, 20 and 30 (stagger = false), on 64 x 64 blocks
+# (ragged for LLaMA's hidden size 344); per-step losses must agree to 1e-5
+# relative and final weights to 1e-4 (tests/parity/parity.py).
 #   tests/parity_optim.sh SHARDC
 set -uo pipefail
 bin="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -29,6 +31,8 @@ run() {  # SAMPLE KIND NAME OPTIMIZER [STEPS]
 sh="betas = (0.9, 0.95), weight_decay = 0.1, warmup = 5, block = 64, start_preconditioning = 10, precondition_every = 10"
 run gpt gpt shampoo "shampoo(lr = 1e-3, $sh)"
 run llama llama shampoo "shampoo(lr = 1e-3, $sh)"
+run gpt gpt shampoo-all-at-once "shampoo(lr = 1e-3, $sh, stagger = false)"
+run llama llama shampoo-all-at-once "shampoo(lr = 1e-3, $sh, stagger = false)"
 run gpt gpt shampoo-newton "shampoo(lr = 1e-3, $sh, root = newton, graft = adagrad)"
 run llama llama shampoo-sgd "shampoo(lr = 3e-4, betas = (0, 0.99), block = 96, start_preconditioning = 10, precondition_every = 10, graft = sgd)"
 # eps = 1e-12: the GPT's key biases get a gradient of pure rounding noise (the

@@ -106,7 +106,8 @@ def main():
         args += ["--beta1", p["beta1"], "--beta2", p["beta2"], "--eps", p["epsilon"],
                  "--block", p["block"], "--precondition-every", p["precondition_every"],
                  "--start-preconditioning", p["start_preconditioning"], "--graft", p["graft"],
-                 "--root", p["root"], "--graft-eps", p["graft_eps"]]
+                 "--root", p["root"], "--graft-eps", p["graft_eps"],
+                 "--stagger", "1" if p.get("stagger", "true") == "true" else "0"]
     elif p["optimizer"] == "adafactor":
         args += ["--beta1", p["beta1"], "--eps", p["eps"], "--decay-rate", p["decay_rate"],
                  "--clip-threshold", p["clip_threshold"]]

@@ -136,7 +136,9 @@ class Shampoo:
     tensor (2-D tensors with both dims > 1; others use the grafting method
     alone), factors L = b2 L + (1-b2) G G^T and R = b2 R + (1-b2) G^T G
     every step, roots (L + eps I)^-1/4 in float64 at steps start, start +
-    every, ... (0-based) from the factors before that step's update, the
+    every, ... (0-based) from the factors before that step's update (with
+    stagger: every block's at start, then each block's at the steps of its
+    phase), the
     direction L^-1/4 G R^-1/4 rescaled per block
     to the grafting direction's norm, momentum (beta1, bias-corrected) and
     decoupled weight decay."""
@@ -144,6 +146,44 @@ class Shampoo:
     def __init__(self, params, decay, a):
         self.params, self.decay, self.a = params, decay, a
         self.state = {}
+        self.phase = self.phases(params, a) if a.stagger else None
+
+    @staticmethod
+    def phases(params, a):
+        """stagger = true: each block's phase in [0, precondition_every), a
+        function of the block alone (docs/language.md): every block of every
+        preconditioned tensor, ordered by r^3 + c^3 (largest first), then the
+        parameter name, then the block number b = i * ceil(C / block) + j;
+        each to the phase with the least sum so far (the lowest on a tie)."""
+        B, k = a.block, a.precondition_every
+        blocks = []
+        for name, p in params.items():
+            if p.dim() == 2 and p.shape[0] > 1 and p.shape[1] > 1:
+                R, C = p.shape
+                nbc = (C + B - 1) // B
+                for i in range(0, R, B):
+                    for j in range(0, C, B):
+                        r, c = min(B, R - i), min(B, C - j)
+                        blocks.append((-(r ** 3 + c ** 3), name.encode(), (i // B) * nbc + j // B, (i, j)))
+        blocks.sort()
+        load, phase = [0] * k, {}
+        for cost, name, _, key in blocks:
+            ph = min(range(k), key=lambda x: (load[x], x))
+            phase[(name.decode(), key)] = ph
+            load[ph] -= cost
+        return phase
+
+    def due(self, s0, name, key):
+        """Whether block `key` of `name` recomputes its roots at 0-based step s0."""
+        a = self.a
+        o = s0 - a.start_preconditioning
+        if o < 0:
+            return False
+        if o == 0:
+            return True
+        if self.phase is None or a.precondition_every == 1:
+            return o % a.precondition_every == 0
+        return o % a.precondition_every == self.phase[(name, key)]
 
     @staticmethod
     def root_eigh(L, eps):
@@ -186,7 +226,6 @@ class Shampoo:
         a = self.a
         s0 = t - 1
         pre = s0 >= a.start_preconditioning
-        recompute = pre and (s0 - a.start_preconditioning) % a.precondition_every == 0
         for name, p in self.params.items():
             g = p.grad
             st = self.state.setdefault(name, {})
@@ -212,7 +251,7 @@ class Shampoo:
                             st[key] = [torch.zeros(r, r), torch.zeros(c, c),
                                        torch.zeros(r, r), torch.zeros(c, c)]
                         f = st[key]
-                        if recompute:  # from the factors the steps before left
+                        if self.due(s0, name, key):  # from the factors the steps before left
                             root = self.root_newton if a.root == "newton" else self.root_eigh
                             f[2], f[3] = root(f[0], a.eps), root(f[1], a.eps)
                         f[0] = torch.addmm(f[0], G, G.T, beta=a.beta2, alpha=1 - a.beta2)
@@ -315,6 +354,7 @@ def main():
     ap.add_argument("--graft", default="adam")
     ap.add_argument("--root", default="eigh")
     ap.add_argument("--graft-eps", type=float, default=1e-8)
+    ap.add_argument("--stagger", type=int, default=1, help="shampoo: roots staggered over the steps")
     ap.add_argument("--decay-rate", type=float, default=0.8)
     ap.add_argument("--clip-threshold", type=float, default=1.0)
     ap.add_argument("--losses", required=True)
