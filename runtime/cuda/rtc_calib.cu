@@ -155,7 +155,8 @@ int main(int argc, char **argv) {
   /* NCCL refuses two ranks on one device: calibrate one rank per GPU */
   int ndev = 0;
   const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (ok && ls && cudaGetDeviceCount(&ndev) == cudaSuccess && atoi(ls) > ndev) {
+  if (ok) cudaCheck(cudaGetDeviceCount(&ndev));
+  if (ok && ls && atoi(ls) > ndev) {
     if (!rank_)
       fprintf(stderr, "shardc-calib-cuda: %d ranks on a node with %d GPU%s: calibrate runs one "
               "rank per GPU (--np at most the GPUs)\n", atoi(ls), ndev, ndev == 1 ? "" : "s");
@@ -214,6 +215,8 @@ int main(int argc, char **argv) {
     float *pool = NULL;
     cudaCheck(cudaMalloc(&pool, (size_t)pool_n * sizeof(float)));
     cudaCheck(cudaMemset(pool, 0x3c, (size_t)pool_n * sizeof(float))); /* 0.0115 each */
+    /* (the legacy stream's memsets before rtc_stream, which does not wait for it) */
+    cudaCheck(cudaDeviceSynchronize());
     for (int bf16 = 0; bf16 < 2; bf16++) {
       rtc_gemm_bf16 = bf16;
       double gx[64], gy[64];
@@ -254,6 +257,7 @@ int main(int argc, char **argv) {
     cudaCheck(cudaMalloc(&y, (size_t)bw_max * sizeof(float)));
     cudaCheck(cudaMemset(x, 0x3c, (size_t)bw_max * sizeof(float)));
     cudaCheck(cudaMemset(y, 0x3c, (size_t)bw_max * sizeof(float)));
+    cudaCheck(cudaDeviceSynchronize());
     double bx[32], by[32];
     int n = 0;
     for (long k = 1024; k <= bw_max && n < 32; k *= 4) {
@@ -281,6 +285,7 @@ int main(int argc, char **argv) {
     cudaCheck(cudaMalloc(&rb, (size_t)coll_max));
     cudaCheck(cudaMemset(sb, 0x3c, (size_t)coll_max));
     cudaCheck(cudaMemset(rb, 0x3c, (size_t)coll_max));
+    cudaCheck(cudaDeviceSynchronize());
     cudaStream_t s = (cudaStream_t)rtc_stream;
     int firstc = 1;
     for (int n = 2; n <= world_; n *= 2) {
