@@ -19,7 +19,17 @@
 #        warm-up steps, MFU = (6N + 12·L·T·d) FLOPs per token × tokens/s ÷
 #        989 TFLOP/s (dense bf16 peak of the H100 SXM and H200);
 #     4. the step's device time by kernel family (SHARDC_PROFILE);
-#     5. the tiny GPT with --no-graph against the graph run.
+#     5. the tiny GPT with --no-graph against the graph run;
+#     6. `shardc calibrate --target cuda` on one rank (its one-rank build
+#        without MPI, shardc-calib-cuda-serial: cuBLASLt fp32 and bf16 GEMMs,
+#        axpy bandwidth, launch cost; capped at 60 s), the profile written to
+#        $OUT/profile-h200.json, and the measured step of the three programs
+#        above beside the cost model's prediction from the H200's catalog
+#        figures (made when packing: shardc needs libclang, which the GPU
+#        machine lacks).
+#   bench/gpu_check.sh predict PROFILE.json [GPU_CHECK.txt]
+#                             back here: the predictions from the profile the
+#                             run wrote, beside the run's measured steps.
 #     Results go to $OUT/gpu_check.txt (the device tool brings them back)
 #     or bench/results/gpu_check-DATE.txt.
 #
@@ -49,6 +59,9 @@ pack() {
     [ -x "$t" ] && cp "$t" "$p/bin/" && strip "$p/bin/$(basename "$t")"
   done
   [ -n "$(ls "$p/bin")" ] || { echo "gpu_check pack: no kernel checks were built by nvcc"; return 1; }
+  # the calibrator: one rank, no MPI or NCCL (the GPU machine has neither)
+  cp "$b/shardc-calib-cuda-serial" "$p/bin/" && strip "$p/bin/shardc-calib-cuda-serial" ||
+    echo "gpu_check pack: no shardc-calib-cuda-serial (step 6 will say so)"
   # the programs: the tiny GPT in fp32 and with bf16 GEMMs, and GPT-2 124M
   local g="$p/src"
   mkdir -p "$g"
@@ -73,6 +86,11 @@ pack() {
     -o "$p/models/gpt2" >"$p/models/gpt2.build" 2>&1 || { cat "$p/models/gpt2.build"; return 1; }
   "$bin" compile "$g/gpt2.shard" --target cuda "${mesh[@]}" --emit=plan >"$p/models/gpt2.plan" 2>&1
   echo "$chosen" >"$p/models/gpt2.microbatch"
+  # the cost model's predicted step from the H200's catalog figures (step 6)
+  for m in gpt gpt_bf16 gpt2; do
+    "$bin" compile "$g/$m.shard" --target cuda "${mesh[@]}" --emit=plan 2>&1 |
+      grep -o 'predicted step [^,(]*' | head -1 >"$p/models/$m.predicted"
+  done
   for m in gpt gpt_bf16 gpt2; do strip "$p/models/$m/train"; done
   # the cpu target's tiny GPT, 20 steps: the reference losses
   "$bin" build "$g/gpt.shard" --mesh 1 --strategy dp=1 -o "$p/ref/gpt-cpu" >/dev/null || return 1
@@ -203,6 +221,44 @@ EOF
     say "FAIL gpt --no-graph: ${cmp:-$(tail -3 <<<"$out")}"
   fi
   say ""
+  say "## 6. calibration (cuBLASLt, axpy, launch on one GPU) and the predicted step against the measured"
+  local prof
+  prof="$(dirname "$res")/profile-h200.json"
+  if [ ! -x "$w/bin/shardc-calib-cuda-serial" ]; then
+    fail=$((fail + 1))
+    say "FAIL calibrate: the pack has no shardc-calib-cuda-serial"
+    prof=
+  elif timeout 60 "$w/bin/shardc-calib-cuda-serial" "$prof" >"$w/calib.out" 2>&1; then
+    python3 - "$prof" <<'EOF' | tee -a "$res"
+import json, sys
+p = json.load(open(sys.argv[1]))
+top = lambda k: max(y for x, y in p[k]) if p.get(k) else 0
+print(f"profile {sys.argv[1]}: {p['device']}: fp32 GEMM up to {top('gemm') / 1e12:.1f} TFLOP/s, "
+      f"bf16 GEMM up to {top('gemm_bf16') / 1e12:.1f} TFLOP/s, axpy up to {top('bw') / 1e9:.0f} GB/s, "
+      f"launch {p['launch_s'] * 1e6:.2f} us")
+EOF
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    say "FAIL calibrate (exit $?): $(tail -3 "$w/calib.out")"
+    prof=
+  fi
+  local measured
+  for m in gpt gpt_bf16 gpt2; do
+    measured=$(python3 - "$w/$m.jsonl" <<'EOF'
+import json, sys
+try:
+    rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+except OSError:
+    rows = []
+t = [r["step_ms"] for r in rows[5:] if "step_ms" in r]
+print(f"{sum(t) / len(t):.2f} ms (mean of {len(t)} steps after 5)" if t else "none logged")
+EOF
+)
+    say "$m: measured $measured; catalog's $(cat "$w/models/$m.predicted" 2>/dev/null)"
+  done
+  [ -z "$prof" ] || say "(predictions from the profile: bench/gpu_check.sh predict profile-h200.json gpu_check.txt, where shardc runs)"
+  say ""
   say "$pass passed, $fail failed"
   # every run's output in one file beside the table (the device tool brings back few files)
   tail -n +1 "$w"/*.log "$w"/*.out >"$(dirname "$res")/gpu_check_logs.txt" 2>/dev/null
@@ -210,11 +266,33 @@ EOF
   [ $fail -eq 0 ]
 }
 
+# predict PROFILE [RESULTS]: the predicted step of the three programs of step
+# 6 from the GPU's profile (this tree's shardc), beside the measured steps
+# that RESULTS (the run's gpu_check.txt) recorded.
+predict() {
+  local prof="${1:-}" res="${2:-}" bin="$root/build/shardc" g m mb
+  [ -f "$prof" ] || { echo "usage: bench/gpu_check.sh predict PROFILE.json [GPU_CHECK.txt]"; return 2; }
+  [ -x "$bin" ] || { echo "gpu_check predict: no $bin (scripts/build.sh)"; return 1; }
+  g=$(mktemp -d "${TMPDIR:-/tmp}/gpu-predict.XXXXXX")
+  trap 'rm -rf "$g"' RETURN
+  mb=16
+  [ -n "$res" ] && mb=$(sed -n 's/^## 3\. GPT-2 124M, bf16 GEMMs, microbatch \([0-9]*\) .*/\1/p' "$res" | head -1)
+  cp "$root/samples/gpt.shard" "$g/gpt.shard"
+  sed 's/precision = fp32/precision = bf16/' "$root/samples/gpt.shard" >"$g/gpt_bf16.shard"
+  sed "s/microbatch = [0-9]*/microbatch = ${mb:-16}/" "$root/samples/gpt2-124m.shard" >"$g/gpt2.shard"
+  for m in gpt gpt_bf16 gpt2; do
+    echo "$m: $([ -n "$res" ] && grep -o "^$m: measured [^;]*" "$res" | head -1 | sed "s/^$m: //")" \
+      "predicted from the profile: $("$bin" compile "$g/$m.shard" --target cuda --mesh 1:H200_SXM \
+        --strategy dp=1 --emit=plan --profile "$prof" 2>&1 | grep -o 'predicted step [^,(]*' | head -1)"
+  done
+}
+
 case "$cmd" in
 pack) pack ;;
 run) run ;;
+predict) predict "${@:2}" ;;
 *)
-  echo "usage: bench/gpu_check.sh pack|run   (pack here; run on the GPU machine)"
+  echo "usage: bench/gpu_check.sh pack|run|predict   (pack here; run on the GPU machine; predict here)"
   exit 2
   ;;
 esac

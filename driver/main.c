@@ -112,14 +112,22 @@ static const char *usage_explore =
     "                       plan's pipeline timeline, memory per stage by kind, time breakdown\n";
 
 static const char *usage_calibrate =
-    "usage: shardc calibrate [--np N] -o PROFILE.json\n"
+    "usage: shardc calibrate [--target cpu|cuda|cuda-host] [--np N] -o PROFILE.json\n"
     "\n"
-    "Measures this machine under mpirun with N ranks (default 1) placed as training\n"
-    "programs place them: SGEMM throughput over shapes through the BLAS the programs\n"
-    "link, a memory-bound kernel's bandwidth, the cost of a kernel call, and\n"
-    "all-reduce, all-gather, reduce-scatter, broadcast and send/recv over message\n"
-    "sizes for groups of 2, 4, ... ranks.  Give the profile to explore, compile or\n"
-    "build with --profile PROFILE.json; it describes N ranks on this machine.\n";
+    "Measures this machine under mpirun with N ranks placed as training programs\n"
+    "place them: GEMM throughput over shapes through the library the programs call,\n"
+    "a memory-bound kernel's bandwidth, the cost of a kernel call, and all-reduce,\n"
+    "all-gather, reduce-scatter, broadcast and send/recv over message sizes for\n"
+    "groups of 2, 4, ... ranks.  Give the profile to explore, compile or build with\n"
+    "--profile PROFILE.json; it describes N ranks on this machine.\n"
+    "\n"
+    "  --target cpu         (default) N CPU ranks (default 1): SGEMM through the BLAS\n"
+    "                       the cpu target links, MPI collectives\n"
+    "  --target cuda        one rank per GPU (default N: the GPUs nvidia-smi lists):\n"
+    "                       cuBLASLt fp32 (gemm) and bf16 tensor cores (gemm_bf16, what\n"
+    "                       precision = bf16 plans use), NCCL collectives\n"
+    "  --target cuda-host   the cuda calibrator's host build (no GPU: kernels on the CPU,\n"
+    "                       NCCL as MPI), for tests; its figures describe no GPU\n";
 
 typedef struct Opts {
   const char *cmd;
@@ -182,9 +190,21 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
   return NULL;
 }
 
+/* The GPUs nvidia-smi lists (0: none, or no nvidia-smi). */
+static int count_gpus(void) {
+  FILE *p = popen("nvidia-smi -L 2>/dev/null", "r");
+  if (!p) return 0;
+  char line[512];
+  int n = 0;
+  while (fgets(line, sizeof line, p))
+    if (!strncmp(line, "GPU ", 4)) n++;
+  if (pclose(p) != 0) return 0;
+  return n;
+}
+
 static int run_calibrate(int argc, char **argv) {
-  int np = 1;
-  const char *outp = NULL;
+  int np = 0;
+  const char *outp = NULL, *target = "cpu";
   for (int i = 2; i < argc; i++) {
     const char *v;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -196,6 +216,10 @@ static int run_calibrate(int argc, char **argv) {
       if (!*v || *end || k < 1 || k > 4096)
         return usage_error(usage_calibrate, "--np must be a number of ranks from 1 to 4096, got '%s'", v);
       np = (int)k;
+    } else if ((v = flag_value(argc, argv, &i, "--target"))) {
+      if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "cuda-host"))
+        return usage_error(usage_calibrate, "--target must be cpu, cuda or cuda-host, got '%s'", v);
+      target = v;
     } else if ((v = flag_value(argc, argv, &i, "-o"))) {
       if (!*v) return usage_error(usage_calibrate, "%s needs a file", "-o");
       outp = v;
@@ -204,10 +228,31 @@ static int run_calibrate(int argc, char **argv) {
     }
   }
   if (!outp) return usage_error(usage_calibrate, "%s", "no output file (-o PROFILE.json)");
+  bool cuda = !strcmp(target, "cuda"), cuda_host = !strcmp(target, "cuda-host");
+  const char *bin = cuda ? SHARDC_CALIB_CUDA_BIN : cuda_host ? SHARDC_CALIB_CUDA_HOST_BIN : SHARDC_CALIB_BIN;
   if (!SHARDC_CALIB_BIN[0]) {
     fprintf(stderr, "shardc: error: calibrate needs MPI; this shardc was built without it\n");
     return 1;
   }
+  if (cuda && !bin[0]) {
+    fprintf(stderr, "shardc: error: this shardc was built without nvcc/NCCL: calibrate --target "
+            "cuda needs them (--target cuda-host runs its host build, without a GPU)\n");
+    return 1;
+  }
+  if (cuda_host && !bin[0]) {
+    fprintf(stderr, "shardc: error: this shardc was built without the cuda host build's calibrator\n");
+    return 1;
+  }
+  if (cuda) {
+    int gpus = count_gpus();
+    if (gpus == 0) {
+      fprintf(stderr, "shardc: error: calibrate --target cuda: no GPU visible (nvidia-smi -L lists "
+              "none); --target cpu measures this machine's CPUs\n");
+      return 1;
+    }
+    if (!np) np = gpus;
+  }
+  if (!np) np = 1;
   char nps[16];
   snprintf(nps, sizeof nps, "%d", np);
   const char *args[16];
@@ -217,10 +262,10 @@ static int run_calibrate(int argc, char **argv) {
   args[k++] = "--oversubscribe";
   args[k++] = "-np";
   args[k++] = nps;
-  args[k++] = SHARDC_CALIB_BIN;
+  args[k++] = bin;
   args[k++] = outp;
   args[k] = NULL;
-  fprintf(stderr, "shardc calibrate: mpirun -np %d %s %s\n", np, SHARDC_CALIB_BIN, outp);
+  fprintf(stderr, "shardc calibrate: mpirun -np %d %s %s\n", np, bin, outp);
   fflush(stderr);
   pid_t pid = fork();
   if (pid == 0) {
@@ -241,15 +286,22 @@ static int run_calibrate(int argc, char **argv) {
     fprintf(stderr, "shardc: error: %s: %s\n", outp, err);
     return 1;
   }
-  printf("wrote %s: %d rank%s; SGEMM up to %.3g GFLOP/s per rank, memory-bound %.3g GB/s per rank, "
-         "call %.2g us",
-         outp, np, np == 1 ? "" : "s", hw.gemm.n ? hw.gemm.y[hw.gemm.n - 1] / 1e9 : 0,
-         hw.bw.n ? hw.bw.y[hw.bw.n - 1] / 1e9 : 0, hw.launch_s * 1e6);
+  printf("wrote %s: %d rank%s; %s up to %.3g GFLOP/s per rank, ", outp, np, np == 1 ? "" : "s",
+         cuda || cuda_host ? "fp32 GEMM" : "SGEMM", hw.gemm.n ? hw.gemm.y[hw.gemm.n - 1] / 1e9 : 0);
+  if (cuda || cuda_host) {
+    HwModel h16;
+    memset(&h16, 0, sizeof h16);
+    h16.elt = 2;
+    if (!cost_load_profile(&h16, outp, err, sizeof err) && h16.gemm.n)
+      printf("bf16 GEMM up to %.3g GFLOP/s, ", h16.gemm.y[h16.gemm.n - 1] / 1e9);
+  }
+  printf("memory-bound %.3g GB/s per rank, call %.2g us", hw.bw.n ? hw.bw.y[hw.bw.n - 1] / 1e9 : 0,
+         hw.launch_s * 1e6);
   for (int i = 0; i < hw.ncoll; i++)
     if (!strcmp(hw.coll[i].op, "all_reduce") && hw.coll[i].nranks == np) {
       const CostCurve *c = &hw.coll[i].t;
       double S = c->x[c->n - 1];
-      printf(", all-reduce of %.0f MiB over %d ranks %.3g ms (bus %.3g GB/s)", S / 1048576, np,
+      printf(", all-reduce of %.3g MiB over %d ranks %.3g ms (bus %.3g GB/s)", S / 1048576, np,
              c->y[c->n - 1] * 1e3, S / c->y[c->n - 1] * 2 * (np - 1) / np / 1e9);
     }
   printf("\n");

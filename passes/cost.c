@@ -875,7 +875,8 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
   JReader j = {buf, err, errcap, 0};
   HwModel h = *hw;
   int version = 0;
-  char device[32] = "";
+  char device[64] = "";
+  CostCurve gemm16 = {0};
   if (jexpect(&j, '{')) goto fail;
   for (;;) {
     char key[32];
@@ -897,6 +898,9 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
       h.launch_s = v;
     } else if (!strcmp(key, "gemm")) {
       if (jcurve(&j, &h.gemm)) goto fail;
+    } else if (!strcmp(key, "gemm_bf16")) {
+      /* a GPU's GEMMs on bf16 tensor cores (precision = bf16 runs them) */
+      if (jcurve(&j, &gemm16)) goto fail;
     } else if (!strcmp(key, "bw")) {
       if (jcurve(&j, &h.bw)) goto fail;
     } else if (!strcmp(key, "special")) {
@@ -960,6 +964,9 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
     snprintf(err, (size_t)errcap, "not a shardc profile (no \"shardc_profile\": 1)");
     return -1;
   }
+  /* A 16-bit plan's GEMMs at the bf16 rate where the profile has one (the
+   * cpu profile has not: its fp32 BLAS runs them) */
+  if (hw->elt == 2 && gemm16.n) h.gemm = gemm16;
   if (h.gemm.n) h.peak = h.gemm.y[h.gemm.n - 1] / h.gemm_eff; /* what MFU is measured against */
   snprintf(h.source, sizeof h.source, "profile %s (%s, %d ranks)", path, device[0] ? device : "?",
            h.profile_np);

@@ -206,6 +206,25 @@ if command -v mpirun >/dev/null && [ -x "$(dirname "$bin")/shardc-calib" ]; then
   expect calibrate-special 0 '"special": \{"exp": [0-9.e-]+, "log": .*"tanh": [0-9.e-]+' -- cat "$tmp/prof2.json"
   expect explore-profile 0 'profile .*prof2.json' -- "$bin" explore samples/gpt.shard --mesh 2 --profile "$tmp/prof2.json"
 fi
+# the cuda calibrator's host build (rtc_calib.cu as host C++: no GPU, NCCL as MPI)
+if command -v mpirun >/dev/null && [ -x "$(dirname "$bin")/shardc-calib-cuda-host" ]; then
+  SHARDC_CALIB_QUICK=1 expect calibrate-cuda-host 0 'wrote .*profch.json: 2 ranks; fp32 GEMM up to [0-9.e+]+ GFLOP/s per rank, bf16 GEMM up to [0-9.e+]+ GFLOP/s' -- "$bin" calibrate --target cuda-host --np 2 -o "$tmp/profch.json"
+  expect calibrate-cuda-host-keys 0 '"device": "host build of the cuda target' -- python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["shardc_profile"] == 1 and p["np"] == 2, p
+for k in ("gemm", "gemm_bf16", "bw"):
+    assert len(p[k]) >= 3 and all(y > 0 for x, y in p[k]), k
+assert p["launch_s"] > 0
+ops = {c["op"] for c in p["coll"] if c["n"] == 2 and c["t"]}
+assert ops == {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "p2p"}, ops
+print("\"device\": \"%s\"" % p["device"])' "$tmp/profch.json"
+  expect compile-profile-cuda-host 0 'predicted step .* \(profile .*profch.json \(host build of the cuda target \(no GPU\), 2 ranks\)\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy dp=2 --profile "$tmp/profch.json"
+fi
+expect calibrate-target-bad 1 "--target must be cpu, cuda or cuda-host, got 'tpu'" -- "$bin" calibrate --target tpu -o "$tmp/x.json"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  expect calibrate-cuda-nogpu 1 'calibrate --target cuda: no GPU visible|built without nvcc/NCCL: calibrate --target cuda needs them' -- "$bin" calibrate --target cuda -o "$tmp/x.json"
+fi
 echo '{"not": 1}' >"$tmp/bad.json"
 expect profile-bad 1 'not a shardc profile' -- "$bin" compile samples/gpt.shard --profile "$tmp/bad.json"
 printf '{"shardc_profile": 1, "special": {"tanh": -1}}' >"$tmp/badsf.json"

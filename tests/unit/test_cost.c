@@ -173,5 +173,31 @@ int main(void) {
     cost_module(a4, &c, &y);
     ASSERT_NEAR(x.model_flops, y.model_flops, x.model_flops * 1e-9);
   }
+  /* A profile's gemm_bf16 curve prices a 16-bit plan's GEMMs; fp32 plans
+   * (and profiles without it, the cpu's) keep gemm */
+  {
+    char path[] = "/tmp/shardc_test_cost_XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT(1, fd >= 0);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (f) {
+      fputs("{\"shardc_profile\": 1, \"device\": \"test GPU\", \"np\": 1, \"launch_s\": 0,\n"
+            "\"gemm\": [[1e6, 1e12], [1e9, 5e13]], \"gemm_bf16\": [[1e6, 2e12], [1e9, 4e14]],\n"
+            "\"bw\": [[1e6, 1e12]], \"coll\": []}\n",
+            f);
+      fclose(f);
+      HwModel b16 = h100(1), f32 = h100(1);
+      f32.elt = 4;
+      char err[256];
+      ASSERT(0, cost_load_profile(&b16, path, err, sizeof err));
+      ASSERT(0, cost_load_profile(&f32, path, err, sizeof err));
+      ASSERT_NEAR(4e14, cost_curve(&b16.gemm, 1e9), 1);
+      ASSERT_NEAR(5e13, cost_curve(&f32.gemm, 1e9), 1);
+      /* 1000^3: 2e9 FLOPs, past the curve's end */
+      ASSERT_NEAR(2e9 / 4e14, cost_gemm(&b16, 1000, 1000, 1000), 1e-12);
+      ASSERT_NEAR(2e9 / 5e13, cost_gemm(&f32, 1000, 1000, 1000), 1e-12);
+      remove(path);
+    }
+  }
   TEST_MAIN_END();
 }

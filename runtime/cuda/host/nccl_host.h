@@ -3,7 +3,8 @@
  * synchronous (streams are ignored: the host build runs in order); sums,
  * and maxima for all-reduces.  While a stream capture is open (cuda_host.h) a collective is
  * recorded, and its MPI call made when the graph is replayed (a failure
- * then aborts).  What the CUDA runtime uses, nothing more. */
+ * then aborts).  What the CUDA runtime and its calibrator (rtc_calib.cu)
+ * use, nothing more. */
 #ifndef RTC_NCCL_HOST_H
 #define RTC_NCCL_HOST_H
 
@@ -139,7 +140,52 @@ static inline ncclResult_t ncclReduce(const void *send, void *recv, size_t count
                       rtc_nccl_mpi_type_(t), mop, root, comm);
   });
 }
-static inline ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
-static inline ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
+/* Point-to-point (the calibrator's send/recv): nonblocking MPI calls,
+ * completed at the end of the group they are in (at once outside one), so
+ * that two ranks' sends and receives of one group pair up as NCCL's do.
+ * Not recorded in a capture. */
+struct rtc_nccl_p2p_state_ {
+  int depth, n;
+  MPI_Request req[64];
+};
+static inline rtc_nccl_p2p_state_ &rtc_nccl_p2p_(void) {
+  static rtc_nccl_p2p_state_ st;
+  return st;
+}
+static inline ncclResult_t rtc_nccl_p2p_flush_(void) {
+  rtc_nccl_p2p_state_ &st = rtc_nccl_p2p_();
+  int rc = st.n ? MPI_Waitall(st.n, st.req, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
+  st.n = 0;
+  return rtc_nccl_ok_(rc);
+}
+static inline ncclResult_t rtc_nccl_p2p_post_(void *buf, size_t count, ncclDataType_t t,
+                                             int peer, ncclComm_t c, int send) {
+  rtc_nccl_p2p_state_ &st = rtc_nccl_p2p_();
+  if (rtch_capturing() || st.n == 64) return ncclInvalidArgument;
+  int rc = send ? MPI_Isend(buf, (int)count, rtc_nccl_mpi_type_(t), peer, 0, c->comm, &st.req[st.n])
+                : MPI_Irecv(buf, (int)count, rtc_nccl_mpi_type_(t), peer, 0, c->comm, &st.req[st.n]);
+  if (rc != MPI_SUCCESS) return ncclSystemError;
+  st.n++;
+  return st.depth ? ncclSuccess : rtc_nccl_p2p_flush_();
+}
+static inline ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer,
+                                    ncclComm_t c, cudaStream_t s) {
+  (void)s;
+  return rtc_nccl_p2p_post_(const_cast<void *>(send), count, t, peer, c, 1);
+}
+static inline ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer,
+                                    ncclComm_t c, cudaStream_t s) {
+  (void)s;
+  return rtc_nccl_p2p_post_(recv, count, t, peer, c, 0);
+}
+static inline ncclResult_t ncclGroupStart(void) {
+  rtc_nccl_p2p_().depth++;
+  return ncclSuccess;
+}
+static inline ncclResult_t ncclGroupEnd(void) {
+  rtc_nccl_p2p_state_ &st = rtc_nccl_p2p_();
+  if (st.depth > 0 && --st.depth == 0) return rtc_nccl_p2p_flush_();
+  return ncclSuccess;
+}
 
 #endif
