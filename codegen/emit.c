@@ -396,6 +396,20 @@ static void rank_tables(Emit *e) {
     }
     P(e, "};\n\n");
   }
+  if (p->afsplit) {
+    P(e, "/* Adafactor of the parameters tp splits (passes/optplace.c): offsets (elements) in\n"
+         " * the statistics buffer of the partial row sums, column sums, row-accumulator sum\n"
+         " * and sum of squares (-1: none), ranks holding the same rows, full rows, columns,\n"
+         " * elements. */\n"
+         "static const RtAfSplit %safsplit[%d] = {\n", pre, p->nparam);
+    for (int i = 0; i < p->nparam; i++) {
+      const AfSplit *a = &p->afsplit[i];
+      P(e, "    {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", %" PRId64
+           ", %" PRId64 "},  // %s\n", a->s, a->t, a->x, a->q, lit(a->rep), a->rows, a->cols,
+        a->numel, p->param[i].v->name);
+    }
+    P(e, "};\n\n");
+  }
   if (p->zero < 1) return;
   P(e, "/* ZeRO-%d buckets (elements): the flat layout of the parameters, padded per\n"
        " * bucket to a multiple of 16·DP; rank r owns [flat + r·chunk, +chunk) of each,\n"
@@ -424,7 +438,8 @@ static void step_table(Emit *e) {
   static const char *const loss[] = {"RT_LOSS_SUM", "RT_LOSS_LAST_STAGE"};
   static const char *const norm[] = {"RT_NORM_RANGE", "RT_NORM_PARAMS", "RT_NORM_PARAMS_DP0",
                                      "RT_NORM_ZERO"};
-  static const char *const upd[] = {"RT_UPDATE_PARAMS", "RT_UPDATE_ZERO", "RT_UPDATE_PLACED"};
+  static const char *const upd[] = {"RT_UPDATE_PARAMS", "RT_UPDATE_ZERO", "RT_UPDATE_PLACED",
+                                    "RT_UPDATE_AF_SUMS", "RT_UPDATE_AF_SQUARES"};
   P(e, "/* The step after the microbatches: {op, axis, mode, byte offset, count, divisor}. */\n");
   P(e, "static const RtStepOp %sstep[%d] = {\n", e->pre, p->nstep);
   for (int j = 0; j < p->nstep; j++) {
@@ -538,6 +553,8 @@ static void program_struct(Emit *e) {
       (p->useg * 4 + 63) / 64 * 64 / 4);
   if (!strcmp(o->kind, "adafactor"))
     P(e, "    .decay_rate = %s, .clip_threshold = %s,\n", lit(o->decay_rate), lit(o->clip_threshold));
+  if (p->afsplit)
+    P(e, "    .afsplit = %safsplit, .afstats = %" PRId64 ",\n", pre, mp->opt_stats_offset * e->p->scale);
   P(e, "    .eps = %s, .weight_decay = %s, .momentum = %s, .clip = %s, .min_lr_ratio = %s,\n",
     lit(o->eps), lit(o->weight_decay), lit(o->momentum), lit(o->clip), lit(o->min_lr_ratio));
   P(e, "    .warmup = %d, .cosine = %d,\n", o->warmup, cosine ? 1 : 0);

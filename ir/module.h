@@ -74,6 +74,7 @@ typedef struct MemPlan {
   /* shampoo: the optimizer step's workspace (after the state), and with
    * blocks placed over data ranks (passes/optplace.c) the direction buffer */
   int64_t opt_work_offset, opt_dir_offset;
+  int64_t opt_stats_offset; /* adafactor under tp: the statistics buffer (optplace.c) */
   /* A pipeline stage: values held from a microbatch's forward to its
    * backward (and messages in flight) live in one of `slots` stash slots of
    * stash_bytes each, at stash_offset + slot * stash_bytes, after the

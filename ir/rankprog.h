@@ -37,6 +37,27 @@ typedef struct OptUnit {
   double cost;
 } OptUnit;
 
+/* Adafactor of a parameter split over tp (passes/optplace.c): element
+ * offsets in the statistics buffer of its partial row sums s and column
+ * sums t (-1: that dim is whole on the rank), of x (its part of the sum of
+ * the row accumulators; -1: not factored) and of q (Σ u²; -1: not
+ * split); rep: the ranks holding the same rows; the full tensor's rows,
+ * cols, numel. */
+typedef struct AfSplit {
+  int64_t s, t, x, q;
+  double rep;
+  int64_t rows, cols, numel;
+} AfSplit;
+
+/* The statistics buffer: per round (0: s, t, x; 1: q) the element bounds
+ * of the entries reduced over axis ax[0] only, over both, over ax[1] only:
+ * [r[k][0], r[k][1]), [r[k][1], r[k][2]), [r[k][2], r[k][3]). */
+typedef struct AfLayout {
+  int ax[2];
+  int64_t r[2][4];
+  int64_t elems;
+} AfLayout;
+
 typedef struct PRef {
   const Value *v;     /* NULL: no operand */
   int64_t off;        /* bytes from the arena, or from the stash slot when stash */
@@ -165,7 +186,10 @@ enum { PL_SUM = 0, PL_LAST_STAGE = 1 };
 enum { PN_RANGE = 0, PN_PARAMS = 1, PN_PARAMS_DP0 = 2, PN_ZERO = 3 };
 /* PN_PARAMS_DP0: on data rank 0 only (dp 0, and sp 0 under ring attention): a
  * pipeline's data ranks hold the same reduced gradients. */
-enum { PO_PARAMS = 0, PO_ZERO = 1, PO_PLACED = 2 };
+enum { PO_PARAMS = 0, PO_ZERO = 1, PO_PLACED = 2, PO_AF_SUMS = 3, PO_AF_SQUARES = 4 };
+/* PO_AF_SUMS, PO_AF_SQUARES: Adafactor's partial sums of the tensors tp
+ * splits, each followed by their all-reduces over the tp axes
+ * (passes/optplace.c; runtime/rt_train.h RT_UPDATE_AF_*). */
 /* PO_PLACED: Shampoo's units of this data rank only, their directions into
  * its segment of the direction buffer (then PS_OPT_GATHER, PS_OPT_APPLY). */
 
@@ -255,6 +279,8 @@ typedef struct RankProg {
    * passes/optplace.c), else nphase 0 */
   int *phase;
   int nphase;
+  /* Adafactor under tp (passes/optplace.c): per parameter, else NULL */
+  AfSplit *afsplit;
 } RankProg;
 
 /* ---- passes/program.c ---- */

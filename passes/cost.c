@@ -434,7 +434,10 @@ static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, 
       /* AdamW reads param, grad, m, v and writes param, m, v: 7 passes,
        * ZeRO: over the rank's shard only */
       double np = s->mode == PO_ZERO && rp->zshard ? (double)rp->zshard : (double)nparam;
-      t += cost_membound(hw, 7 * np * 4, 12 * np);
+      if (s->mode == PO_AF_SUMS || s->mode == PO_AF_SQUARES) /* Adafactor's sums: read the gradients */
+        t += cost_membound(hw, 2 * np * 4, 4 * np);
+      else
+        t += cost_membound(hw, 7 * np * 4, 12 * np);
       break;
     }
     case PS_ALLGATHER: {

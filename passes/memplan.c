@@ -223,6 +223,8 @@ int pass_memplan(Module *m) {
   off = opt_plan_state(o, g, m->nstages > 1 ? m->whole : NULL, off, &mp->opt_work_offset);
   mp->opt_dir_offset = off;
   off += optplace_dir_bytes(m, g);
+  mp->opt_stats_offset = off;
+  off += optplace_af_bytes(m, g);
   mp->optstate_bytes = off - mp->param_bytes - mp->grad_bytes;
   mp->persistent_bytes = off;
 

@@ -68,9 +68,10 @@ static PhaseBlock *model_phases(const Module *m, int *nout) {
   PhaseBlock *pb = NULL;
   for (int i = 0; w && i < w->params.len; i++) {
     const Value *v = w->params.data[i];
+    const Shape *full = v->gshape.ndim == v->shape.ndim ? &v->gshape : &v->shape; /* tp: unsplit */
     int64_t d[IR_MAXDIM];
-    for (int k = 0; k < v->shape.ndim; k++) d[k] = v->shape.d[k].n;
-    if (!rt_shampoo_preconditioned(v->shape.ndim, d)) continue;
+    for (int k = 0; k < full->ndim; k++) d[k] = full->d[k].n;
+    if (!rt_shampoo_preconditioned(full->ndim, d)) continue;
     int64_t nbr = rt_shampoo_nblocks(d[0], o->block), nbc = rt_shampoo_nblocks(d[1], o->block);
     for (int64_t bi = 0; bi < nbr; bi++)
       for (int64_t bj = 0; bj < nbc; bj++) {
@@ -112,7 +113,10 @@ int optplace_phases(const Module *m, const Value *const *params, int nparams, in
     int64_t d[IR_MAXDIM];
     for (int k = 0; k < v->shape.ndim; k++) d[k] = v->shape.d[k].n;
     if (!rt_shampoo_preconditioned(v->shape.ndim, d)) continue;
-    int64_t nblk = rt_shampoo_nblocks(d[0], o->block) * rt_shampoo_nblocks(d[1], o->block);
+    /* the full tensor's blocks (a tp shard's are among them: the runtime
+     * finds its blocks' phases by their place in the full grid) */
+    const Shape *full = v->gshape.ndim == v->shape.ndim ? &v->gshape : &v->shape;
+    int64_t nblk = rt_shampoo_nblocks(full->d[0].n, o->block) * rt_shampoo_nblocks(full->d[1].n, o->block);
     for (int64_t b = 0; b < nblk; b++) {
       ph = arena_grow(ph, n, &cap, sizeof *ph, 64);
       ph[n++] = phase_of(pb, nb, v->name, b);
@@ -219,4 +223,148 @@ int64_t optplace_dir_bytes(const Module *m, const Graph *g) {
   optplace_units(m, (const Value *const *)g->params.data, g->params.len, optplace_ranks(m), &u,
                  &seg);
   return rt_optim_align64(seg * 4) * optplace_ranks(m);
+}
+
+/* Under tensor parallelism (1D or the tp2d grid) each rank runs Shampoo on
+ * its shard: a block lives where its shard lives and nothing more moves.
+ * The blocks stay the full tensor's (the 1-rank run's) only when every
+ * piece a split dim is cut into (the local dim, or for a fused q,k,v
+ * weight each segment's share) is a whole number of blocks; otherwise a
+ * block would straddle two shards, and the plan is refused naming the
+ * parameter, the piece and a block that fits every split parameter. */
+static int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b, b = t;
+  }
+  return a;
+}
+
+/* Piece j of the pieces dim d of p is cut into per rank (0: d not split,
+ * or no piece j): the local dim, or a fused weight's segment's share. */
+static int64_t tp_piece(const Plan *pl, const Value *p, int d, int j) {
+  int ax = p->shard.axis[d];
+  if (ax < 0) return 0;
+  int P = ax == AX_TP ? pl->tp : pl->tp2d;
+  bool segs = (ax == AX_TP || ax == AX_TPR) && p->shard.nseg > 1;
+  if (!segs) return j == 0 ? p->shape.d[d].n : 0;
+  return j < p->shard.nseg ? p->shard.seg[j] / P : 0;
+}
+
+int optplace_check_tp(Module *m) {
+  const Plan *pl = &m->train.plan;
+  const Optimizer *o = &m->train.opt;
+  Graph *g = m->graph;
+  if (!g || !o->kind || strcmp(o->kind, "shampoo") || (pl->tp <= 1 && pl->tp2d <= 1)) return 0;
+  const Value *bad = NULL;
+  int bad_d = 0;
+  int64_t all = 0, bad_s = 0;
+  for (int i = 0; i < g->params.len; i++) {
+    const Value *p = g->params.data[i];
+    int64_t gd[2] = {0, 0};
+    if (p->gshape.ndim != 2) continue;
+    gd[0] = p->gshape.d[0].n, gd[1] = p->gshape.d[1].n;
+    if (!rt_shampoo_preconditioned(2, gd)) continue;
+    for (int d = 0; d < 2; d++)
+      for (int j = 0; tp_piece(pl, p, d, j); j++) {
+        int64_t s = tp_piece(pl, p, d, j);
+        all = gcd64(all, s);
+        if ((s % o->block || s < 2) && !bad) bad = p, bad_d = d, bad_s = s;
+      }
+  }
+  if (!bad) return 0;
+  int64_t sug = 0;
+  for (int64_t b = all < o->block ? all : o->block; b >= 2 && !sug; b--)
+    if (all % b == 0) sug = b;
+  int ax = bad->shard.axis[bad_d];
+  char msg[160];
+  if (sug)
+    snprintf(msg, sizeof msg, "e.g. block = %lld", (long long)sug);
+  else
+    snprintf(msg, sizeof msg, "no block of 2 or more fits every split parameter");
+  SrcLoc at = plan_key_loc(&m->train, pl->tp > 1 ? PLAN_TP : PLAN_TP2D);
+  const char *fmt = "shampoo block %d would straddle the shards of parameter '%s': %s cuts its "
+                    "dim %d (%lld) into pieces of %lld; a block lives where its shard lives, so "
+                    "the block must divide every piece (%s)";
+  if (at.file)
+    diag_error(at, fmt, o->block, bad->name, ax == AX_TP ? "tp" : "tp2d", bad_d,
+               (long long)bad->gshape.d[bad_d].n, (long long)bad_s, msg);
+  else
+    diag_fatal_noloc(fmt, o->block, bad->name, ax == AX_TP ? "tp" : "tp2d", bad_d,
+                     (long long)bad->gshape.d[bad_d].n, (long long)bad_s, msg);
+  return -1;
+}
+
+/* Adafactor under tensor parallelism: a factored tensor's row and column
+ * statistics and the RMS of its update span the shards, so the step runs in
+ * three phases (runtime k_optim2.inc rt_adafactor_sums, _squares, _finish)
+ * with all-reduces over the tp axes between them, of a statistics buffer
+ * laid out here: round 0 the partial row sums (columns split), column sums
+ * (rows split) and row-accumulator sums x, round 1 each tensor's Σ u²;
+ * within a round, the entries reduced over the first axis only (tp, or the
+ * grid's row axis), over both, over the second only, so that one all-reduce
+ * per axis and round covers them. */
+int64_t optplace_af_layout(const Module *m, const Value *const *params, int n, AfSplit *out,
+                           AfLayout *lay) {
+  const Plan *pl = &m->train.plan;
+  const Optimizer *o = &m->train.opt;
+  memset(lay, 0, sizeof *lay);
+  lay->ax[0] = pl->tp2d > 1 ? AX_TPR : AX_TP;
+  lay->ax[1] = pl->tp2d > 1 ? AX_TPC : -1;
+  if (!o->kind || strcmp(o->kind, "adafactor") || (pl->tp <= 1 && pl->tp2d <= 1)) return 0;
+  int P = pl->tp2d > 1 ? pl->tp2d : pl->tp;
+  /* region of an axis set: 0 the first axis only, 1 both, 2 the second only */
+#define AF_REGION(a0, a1) ((a0) && (a1) ? 1 : (a0) ? 0 : 2)
+  int64_t len[2][3] = {{0}};
+  for (int pass = 0; pass < 2; pass++) {
+    int64_t at[2][3] = {{0}};
+    for (int k = 0; k < 2 && pass; k++) {
+      int64_t base = k ? lay->r[0][3] : 0;
+      lay->r[k][0] = base;
+      lay->r[k][1] = base + len[k][0];
+      lay->r[k][2] = lay->r[k][1] + len[k][1];
+      lay->r[k][3] = lay->r[k][2] + len[k][2];
+      for (int g = 0; g < 3; g++) at[k][g] = lay->r[k][g];
+    }
+    for (int i = 0; i < n; i++) {
+      const Value *v = params[i];
+      AfSplit a = {-1, -1, -1, -1, 1, 1, 1, 1};
+      bool on[2] = {false, false}; /* split over ax[0], ax[1] */
+      for (int d = 0; d < v->shape.ndim; d++)
+        for (int k = 0; k < 2; k++) on[k] |= v->shard.axis[d] >= 0 && v->shard.axis[d] == lay->ax[k];
+      if (v->grad && (on[0] || on[1])) {
+        int rq = AF_REGION(on[0], on[1]);
+        if (v->shape.ndim == 2) {
+          int a0 = v->shard.axis[0], a1 = v->shard.axis[1];
+          a.rows = v->gshape.d[0].n, a.cols = v->gshape.d[1].n;
+          a.rep = a1 >= 0 ? P : 1;
+          if (a1 >= 0) { /* row sums over the columns' axis */
+            int g = AF_REGION(a1 == lay->ax[0], a1 == lay->ax[1]);
+            a.s = at[0][g], at[0][g] += v->shape.d[0].n;
+            if (!pass) len[0][g] += v->shape.d[0].n;
+          }
+          if (a0 >= 0) {
+            int g = AF_REGION(a0 == lay->ax[0], a0 == lay->ax[1]);
+            a.t = at[0][g], at[0][g] += v->shape.d[1].n;
+            if (!pass) len[0][g] += v->shape.d[1].n;
+          }
+          a.x = at[0][rq]++;
+          if (!pass) len[0][rq]++;
+        }
+        a.numel = ir_numel(&v->gshape);
+        a.q = at[1][rq]++;
+        if (!pass) len[1][rq]++;
+      }
+      if (pass && out) out[i] = a;
+    }
+  }
+#undef AF_REGION
+  lay->elems = lay->r[1][3];
+  return lay->elems;
+}
+
+int64_t optplace_af_bytes(const Module *m, const Graph *g) {
+  AfLayout lay;
+  return rt_optim_align64(4 * optplace_af_layout(m, (const Value *const *)g->params.data,
+                                                 g->params.len, NULL, &lay));
 }

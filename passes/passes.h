@@ -100,6 +100,17 @@ int optplace_ranks(const Module *m);
 /* Bytes of the direction buffer of graph g's parameters (0 when not placed):
  * one segment per data rank, each rounded up to 64 bytes. */
 int64_t optplace_dir_bytes(const Module *m, const Graph *g);
+/* Shampoo under tp or tp2d: an error when a block would straddle two
+ * shards of a split parameter (run by pass_shard); 0 when every block lies
+ * in one shard. */
+int optplace_check_tp(Module *m);
+/* Adafactor under tp or tp2d: the statistics layout of params (n of them,
+ * out[i] for each when out is not NULL) and its bounds; returns its
+ * elements, 0 when no parameter with a gradient is split. */
+int64_t optplace_af_layout(const Module *m, const Value *const *params, int n, AfSplit *out,
+                           AfLayout *lay);
+/* Bytes of graph g's statistics buffer (memplan.c), 64-byte aligned. */
+int64_t optplace_af_bytes(const Module *m, const Graph *g);
 
 /* "124,439,808" */
 void report_commas(char *buf, int cap, int64_t n);

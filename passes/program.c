@@ -649,6 +649,37 @@ static void sync_partial(const B *b) {
   }
 }
 
+/* Adafactor under tp: its partial sums, their all-reduces over the tp
+ * axes, the squares, theirs (passes/optplace.c lays out the buffer); the
+ * optimizer step after them finishes the update. */
+static void af_steps(B *b) {
+  RankProg *p = b->p;
+  AfLayout lay;
+  const Value **vs = arena_alloc(sizeof *vs * (size_t)(p->nparam + 1));
+  for (int i = 0; i < p->nparam; i++) vs[i] = p->param[i].v;
+  if (p->zero >= 1 || !optplace_af_layout(b->m, vs, p->nparam, NULL, &lay)) return;
+  p->afsplit = arena_alloc(sizeof(AfSplit) * (size_t)(p->nparam + 1));
+  optplace_af_layout(b->m, vs, p->nparam, p->afsplit, &lay);
+  int64_t off = p->mem->opt_stats_offset * b->scale, es = 4 * b->scale;
+  static const char *const what[2][2] = {
+      {"Adafactor's row and column sums of split tensors over %s",
+       "Adafactor's row and column sums of tensors split over both grid axes, over %s"},
+      {"Adafactor's sums of squares of split tensors over %s",
+       "Adafactor's sums of squares of tensors split over both grid axes, over %s"}};
+  for (int k = 0; k < 2; k++) {
+    step(p, PS_OPTIMIZER, AX_WORLD,
+         k ? "optimizer: Adafactor's accumulators and sums of squares of the tensors tp splits"
+           : "optimizer: Adafactor's partial row and column sums of the tensors tp splits")
+        ->mode = k ? PO_AF_SQUARES : PO_AF_SUMS;
+    for (int a = 0; a < 2; a++) {
+      int64_t lo = lay.r[k][a], hi = lay.r[k][a + 2];
+      if (lay.ax[a] < 0 || hi <= lo) continue;
+      step_allreduce(p, lay.ax[a], off + lo * es, hi - lo,
+                     arena_printf(what[k][lay.ax[1] >= 0], ir_axis_name(lay.ax[a])));
+    }
+  }
+}
+
 static void build_step(B *b) {
   RankProg *p = b->p;
   const Plan *pl = &b->m->train.plan;
@@ -714,6 +745,7 @@ static void build_step(B *b) {
     s->count = (p->useg * 4 + 63) / 64 * 64 / 4;
     step(p, PS_OPT_APPLY, AX_WORLD, "the directions applied");
   } else {
+    af_steps(b);
     step(p, PS_OPTIMIZER, AX_WORLD, "optimizer")->mode = p->zero >= 1 ? PO_ZERO : PO_PARAMS;
   }
   for (int k = 0; (p->zero == 1 || p->zero == 2) && k < p->buckets->len; k++) {

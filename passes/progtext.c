@@ -154,6 +154,8 @@ static void step_text(FILE *out, const RankProg *p) {
     case PS_OPTIMIZER:
       fprintf(out, "optimizer: %s on %s\n", p->m->train.opt.kind ? p->m->train.opt.kind : "none",
               s->mode == PO_ZERO     ? "this rank's chunk of every bucket"
+              : s->mode == PO_AF_SUMS ? "the tensors tp splits: Adafactor's partial row and column sums"
+              : s->mode == PO_AF_SQUARES ? "the tensors tp splits: Adafactor's accumulators and partial sums of squares"
               : s->mode == PO_PLACED ? arena_printf("the Shampoo units (of %d: blocks and unblocked "
                                                     "parameters) its data rank owns, directions "
                                                     "into its segment at F(%" PRId64 ")",

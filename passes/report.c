@@ -5,6 +5,7 @@
 #include "passes.h"
 #include "rankprog.h"
 #include "runtime/dist_formulas.h"
+#include "runtime/rt_optim.h"
 #include "schedule.h"
 
 void report_commas(char *buf, int cap, int64_t n) {
@@ -208,9 +209,32 @@ static void shampoo_lines(FILE *out, const Module *m, const char *pf) {
   const Optimizer *o = &m->train.opt;
   if (!o->kind || strcmp(o->kind, "shampoo") || !m->nrprog) return;
   double peak = m->train.mesh ? m->train.mesh->device->flops_fp32 : 0;
+  const Plan *pl = &m->train.plan;
   for (int r = 0; r < m->nrprog; r++) {
     const RankProg *p = m->rprog[r];
     const char *st = m->nrprog > 1 ? arena_printf("stage %d: ", r) : "";
+    if (pl->tp > 1 || pl->tp2d > 1) {
+      /* a block lives where its shard lives (optplace_check_tp) */
+      int64_t lb = 0, gb = 0, rb = 0;
+      for (int i = 0; i < p->nparam; i++) {
+        const Value *v = p->param[i].v;
+        int64_t l[2], g[2];
+        if (!v->grad || v->shape.ndim != 2) continue;
+        for (int d = 0; d < 2; d++) l[d] = v->shape.d[d].n, g[d] = v->gshape.d[d].n;
+        if (!rt_shampoo_preconditioned(2, g)) continue;
+        int64_t nl = rt_shampoo_nblocks(l[0], o->block) * rt_shampoo_nblocks(l[1], o->block);
+        int64_t ng = rt_shampoo_nblocks(g[0], o->block) * rt_shampoo_nblocks(g[1], o->block);
+        bool split = v->shard.axis[0] >= 0 || v->shard.axis[1] >= 0;
+        if (split) lb += nl, gb += ng;
+        else rb += nl;
+      }
+      fprintf(out, "%sshampoo:  %s%s: each tp rank runs the blocks of its own shards, no "
+                   "communication: %lld of the split parameters' %lld blocks per tp rank, and all "
+                   "%lld blocks of the replicated ones\n",
+              pf, st, pl->tp > 1 ? arena_printf("tp=%d", pl->tp)
+                                 : arena_printf("tp2d=%dx%d", pl->tp2d, pl->tp2d),
+              (long long)lb, (long long)gb, (long long)rb);
+    }
     if (!p->nunits) {
       double fl = 0;
       int nb = 0;

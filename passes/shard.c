@@ -539,6 +539,7 @@ int pass_shard(Module *m) {
   if (!g || g->nfwd) return 0;
   if (p->tp > 1 && shard_tp(m)) return -1;
   if (p->tp2d > 1 && shard_tp2d(m)) return -1;
+  if (optplace_check_tp(m)) return -1;
   if (p->sp_kind == SP_RING && p->sp > 1) return shard_ring(g, p->sp);
   return 0;
 }

@@ -291,6 +291,8 @@ int zero_memplan(Module *m, int64_t *end) {
                          &mp->opt_work_offset);
     mp->opt_dir_offset = off;
     off += optplace_dir_bytes(m, g);
+    mp->opt_stats_offset = off;
+    off += optplace_af_bytes(m, g);
     mp->optstate_bytes = off - mp->param_bytes - mp->grad_bytes;
     mp->persistent_bytes = *end = off;
     return 1;

@@ -741,6 +741,46 @@ int rt_shard_gather(const RtShard *s, RtMesh *m, const void *local, void *global
   return RT_OK;
 }
 
+void rt_shard_copy(const RtShard *s, const RtMesh *m, const int *coord, void *global, void *local,
+                   int esize, int to_global) {
+  shard_check_or_fail_(s, m, "rt_shard_copy");
+  shard_copy_(s, m, coord, (char *)global, (char *)local, esize, to_global);
+}
+
+int rt_shard_gather_with(const RtShard *s, RtMesh *m, const void *local, size_t bytes,
+                         void (*place)(void *ctx, const int *coord, const void *piece),
+                         void *ctx) {
+  int rc = rt_shard_check(s, m);
+  if (rc != RT_OK)
+    return rc;
+  RtLayout L = mesh_layout_(m);
+  int owner = s->pp_owner < 0 ? 0 : s->pp_owner;
+  int coord[2] = {0, 0};
+  if (m->rank != 0) {
+    int holder = m->coord[RT_AX_DP] == 0 && m->coord[RT_AX_SP] == 0 &&
+                 m->coord[RT_AX_PP] == owner && shard_holder_(s, m, m->coord[RT_AX_TP], coord);
+    if (holder)
+      ckpt_xfer_(m, 0, (void *)local, bytes, 1);
+    return RT_OK;
+  }
+  void *tmp = NULL;
+  for (int t = 0; t < L.tp; t++) {
+    if (!shard_holder_(s, m, t, coord))
+      continue;
+    int peer = rt_layout_rank(&L, (RtCoords){owner, 0, 0, t});
+    const void *piece = local;
+    if (peer != 0) {
+      if (!tmp && !(tmp = malloc(bytes ? bytes : 1)))
+        rt_mesh_fail(m, "rt_shard_gather_with: out of memory for a %zu-byte piece", bytes);
+      ckpt_xfer_(m, peer, tmp, bytes, 0);
+      piece = tmp;
+    }
+    place(ctx, coord, piece);
+  }
+  free(tmp);
+  return RT_OK;
+}
+
 // one MPI element of esize bytes (freed by the caller)
 static MPI_Datatype bytes_type_(RtMesh *m, int esize, const char *what) {
   if (esize < 1)

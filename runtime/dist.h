@@ -171,6 +171,18 @@ void rt_shard_extract(const RtShard *s, const RtMesh *m, const void *global, voi
  * point-to-point on m->ckpt. Not counted. RT_ERR_ARG as rt_shard_check. */
 int rt_shard_gather(const RtShard *s, RtMesh *m, const void *local, void *global,
                     int esize);
+/* The piece of the full tensor global that the tp coordinates coord (one
+ * per split of s, on its axis) hold, copied to local (to_global 0) or from
+ * it (1); no communication. */
+void rt_shard_copy(const RtShard *s, const RtMesh *m, const int *coord, void *global, void *local,
+                   int esize, int to_global);
+/* rt_shard_gather for a state laid out by its holder's coordinates (Shampoo
+ * blocks of a split tensor): the holders of s's pieces send their `bytes`
+ * at local to world rank 0, which calls place(ctx, coord, piece) for each
+ * (coord as rt_shard_copy's). Collective over WORLD. Not counted. */
+int rt_shard_gather_with(const RtShard *s, RtMesh *m, const void *local, size_t bytes,
+                         void (*place)(void *ctx, const int *coord, const void *piece),
+                         void *ctx);
 
 /* ZeRO's flat shards: full (P·n_local elements, on coord 0 of the axis; may
  * be NULL elsewhere) is the coord-ordered concatenation of every rank's

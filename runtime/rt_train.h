@@ -121,7 +121,13 @@ enum { RT_LOSS_SUM = 0, RT_LOSS_LAST_STAGE = 1 };
 enum { RT_NORM_RANGE = 0, RT_NORM_PARAMS = 1, RT_NORM_PARAMS_DP0 = 2, RT_NORM_ZERO = 3 };
 /* OPTIMIZER: every parameter with a gradient; or this rank's chunk of
  * every bucket (ZeRO). */
-enum { RT_UPDATE_PARAMS = 0, RT_UPDATE_ZERO = 1, RT_UPDATE_PLACED = 2 };
+enum { RT_UPDATE_PARAMS = 0, RT_UPDATE_ZERO = 1, RT_UPDATE_PLACED = 2, RT_UPDATE_AF_SUMS = 3,
+       RT_UPDATE_AF_SQUARES = 4 };
+/* RT_UPDATE_AF_SUMS, RT_UPDATE_AF_SQUARES: Adafactor's phases 1 and 2 on the
+ * tensors tp splits (RtProgram.afsplit; phase 1 also scales every gradient,
+ * and RT_UPDATE_PARAMS then finishes them), each followed by all-reduces of
+ * their partial sums over the tp axes. */
+
 /* RT_UPDATE_PLACED: Shampoo's units owned by this rank's coordinate on the
  * data axis (RtProgram.units), their directions into its segment of the
  * direction buffer (RT_STEP_OPT_GATHER's). */
@@ -135,6 +141,18 @@ typedef struct RtOptUnit {
   int owner;
   int64_t pos;
 } RtOptUnit;
+
+/* Adafactor of a parameter split over tp (passes/optplace.c): element
+ * offsets in the statistics buffer (RtProgram.afstats) of its partial row
+ * sums s and column sums t (-1: that dim is whole here), of x (its part of
+ * the sum of the row accumulators; -1: not factored) and of q (Σ u²; -1:
+ * the parameter is not split); rep: the ranks holding the same rows; the
+ * full tensor's rows, columns and elements. */
+typedef struct RtAfSplit {
+  int64_t s, t, x, q;
+  double rep;
+  int64_t rows, cols, numel;
+} RtAfSplit;
 
 typedef struct RtStepOp {
   int kind, axis, mode;
@@ -221,6 +239,8 @@ typedef struct RtProgram {
    * (passes/optplace.c); NULL: all at once */
   const int *root_phase;
   int nroot_phase;
+  const RtAfSplit *afsplit; /* adafactor under tp: per parameter (NULL: none split) */
+  int64_t afstats;          /* ... and the statistics buffer (bytes) */
   /* data */
   int data;                /* RT_TRAIN_* */
   int vocab;               /* tokens: ids must be below it */

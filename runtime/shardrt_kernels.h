@@ -241,6 +241,19 @@ void RT_FN(rt_shampoo_apply)(RT_REAL *param, const RT_REAL *u, int ndim, const i
 void RT_FN(rt_opt_scale_grad)(RT_REAL *grad, size_t n, double grad_scale);
 void RT_FN(rt_adafactor_step)(RT_REAL *param, RT_REAL *grad, RT_REAL *state, int ndim,
                               const int64_t *shape, const RtShampooArgs *a);
+/* Adafactor of a tensor split over tp (k_optim2.inc), three phases with the
+ * partial sums reduced over the tp axes between them: sums (S, T, X), then
+ * squares (the accumulators, Σ u² into q), then finish (the update). */
+void RT_FN(rt_adafactor_sums)(const RT_REAL *grad, const RT_REAL *state, int ndim,
+                              const int64_t *shape, RT_REAL *S, RT_REAL *T, RT_REAL *X,
+                              double rep, int64_t Cfull, const RtShampooArgs *a);
+void RT_FN(rt_adafactor_squares)(const RT_REAL *grad, RT_REAL *state, int ndim,
+                                 const int64_t *shape, const RT_REAL *S, const RT_REAL *T,
+                                 const RT_REAL *X, int64_t Rfull, int64_t Cfull, RT_REAL *q,
+                                 const RtShampooArgs *a);
+void RT_FN(rt_adafactor_finish)(RT_REAL *param, const RT_REAL *grad, RT_REAL *state, int ndim,
+                                const int64_t *shape, const RT_REAL *X, int64_t Rfull, double q,
+                                int64_t nfull, const RtShampooArgs *a);
 /* x is (n): Σ x² in double (one rank's share of a global grad norm). */
 double RT_FN(rt_sumsq)(const RT_REAL *x, size_t n);
 /* Σ over count buffers bufs[i] of ns[i] elements each. */

@@ -288,8 +288,8 @@ static void mesh_init_params(Trainer *t, uint64_t seed) {
 }
 
 /* The shard of slot k of global tensor i: the tensor's own, or for Shampoo
- * and Adafactor state (slot 1; replicated wherever the tensor is, which sema
- * keeps unsplit) the state as one unsplit row of its elements. */
+ * and Adafactor state (slot 1) of an unsplit tensor the state as one
+ * unsplit row of its elements (Shampoo's of a split one: split_state). */
 static const RtShard *slot_shard(const RtProgram *pg, int i, int k, RtShard *tmp) {
   if (k == 0 || pg->opt < RT_OPT_SHAMPOO)
     return &pg->shards[i];
@@ -303,6 +303,132 @@ static const RtShard *slot_shard(const RtProgram *pg, int i, int k, RtShard *tmp
   return tmp;
 }
 
+/* Shampoo state of global tensor i when tp splits it: this rank's state
+ * (laid out on its shard's shape, rt_optim.h) holds the momentum and
+ * grafting elements of its piece and the factors and roots of the blocks
+ * in its piece, whole (passes/optplace.c refuses a block that would
+ * straddle two pieces).  The state of the piece at tp coordinates coord is
+ * copied between the full layout at full and the local one at local. */
+typedef struct StateCopy {
+  const RtProgram *pg;
+  const RtMesh *m;
+  int i, es;
+  unsigned char *full;
+} StateCopy;
+
+/* Global index of local block li along dim d (local size ln) of the shard s
+ * held at coordinates coord; B the block. */
+static int64_t global_block(const RtShard *s, const int *coord, int d, int64_t ln, int64_t B,
+                            int64_t li) {
+  for (int k = 0; k < s->nsplit; k++) {
+    if (s->split[k].dim != d)
+      continue;
+    const int64_t P = s->shape[d] / ln, x = li * B; /* the block's first local row */
+    int64_t g = 0, l = 0;
+    for (int j = 0; j < s->split[k].nseg; j++) {
+      int64_t piece = s->split[k].seg[j] / P;
+      if (x < l + piece)
+        return (g + coord[k] * piece + (x - l)) / B;
+      g += s->split[k].seg[j];
+      l += piece;
+    }
+  }
+  return li;
+}
+
+static void shampoo_state_copy(const StateCopy *c, const int *coord, unsigned char *local,
+                               int to_full) {
+  const RtProgram *pg = c->pg;
+  const RtShard *s = &pg->shards[c->i];
+  const RtParam *gp = &pg->global[c->i];
+  const int es = c->es, mom = pg->beta1 > 0;
+  int64_t ls[6];
+  rt_shard_local_shape(s, c->m, ls);
+  int64_t gn = 1, ln = 1;
+  for (int d = 0; d < gp->ndim; d++)
+    gn *= gp->shape[d], ln *= ls[d];
+  unsigned char *full = c->full + gp->opt;
+  const int heads = (mom ? 1 : 0) + (pg->graft != RT_GRAFT_SGD ? 1 : 0);
+  for (int h = 0; h < heads; h++)
+    rt_shard_copy(s, c->m, coord, full + (size_t)(h * gn * es), local + (size_t)(h * ln * es), es,
+                  to_full);
+  if (!rt_shampoo_preconditioned(gp->ndim, gp->shape))
+    return;
+  if (!rt_shampoo_preconditioned(gp->ndim, ls))
+    rt_mesh_fail((RtMesh *)c->m, "%s: a shard of %lldx%lld is not preconditioned", gp->name,
+                 (long long)ls[0], (long long)ls[1]);
+  const int64_t B = pg->block, R = gp->shape[0], C = gp->shape[1];
+  unsigned char *gb = full + (size_t)(rt_shampoo_head(gn, mom, pg->graft) * es);
+  unsigned char *lb = local + (size_t)(rt_shampoo_head(ln, mom, pg->graft) * es);
+  for (int64_t li = 0; li < rt_shampoo_nblocks(ls[0], B); li++)
+    for (int64_t lj = 0; lj < rt_shampoo_nblocks(ls[1], B); lj++) {
+      int64_t gi = global_block(s, coord, 0, ls[0], B, li);
+      int64_t gj = global_block(s, coord, 1, ls[1], B, lj);
+      int64_t r = rt_shampoo_bsize(ls[0], B, li), cc = rt_shampoo_bsize(ls[1], B, lj);
+      if (r != rt_shampoo_bsize(R, B, gi) || cc != rt_shampoo_bsize(C, B, gj))
+        rt_mesh_fail((RtMesh *)c->m, "%s: block (%lld, %lld) straddles its shards", gp->name,
+                     (long long)li, (long long)lj);
+      size_t bytes = (size_t)(2 * (r * r + cc * cc) * es);
+      unsigned char *g = gb + (size_t)(rt_shampoo_block_off(R, C, B, gi, gj) * es);
+      unsigned char *l = lb + (size_t)(rt_shampoo_block_off(ls[0], ls[1], B, li, lj) * es);
+      memcpy(to_full ? g : l, to_full ? l : g, bytes);
+    }
+}
+
+static void shampoo_state_place(void *ctx, const int *coord, const void *piece) {
+  shampoo_state_copy(ctx, coord, (unsigned char *)piece, 1);
+}
+
+/* Whether slot k of global tensor i is Shampoo or Adafactor state split
+ * over tp. */
+static int split_state(const RtProgram *pg, int i, int k) {
+  return k == 1 && pg->opt >= RT_OPT_SHAMPOO && pg->shards[i].nsplit > 0;
+}
+
+/* Adafactor state of global tensor i when tp splits it: its parts as
+ * tensors of their own, each split like the dim it follows: part 0 the
+ * momentum (like the tensor; none when beta1 = 0), 1 the row accumulator
+ * (like dim 0) and 2 the column one (like dim 1) of a 2-D tensor, or 1 the
+ * full moment (like the tensor).  Their element offsets in the full and the
+ * local state; 0 when the tensor has no such part. */
+static int af_part(const RtProgram *pg, const RtMesh *m, int i, int part, RtShard *out,
+                   int64_t *goff, int64_t *loff) {
+  const RtShard *s = &pg->shards[i];
+  const RtParam *gp = &pg->global[i];
+  int64_t ls[6], gn = 1, ln = 1;
+  rt_shard_local_shape(s, m, ls);
+  for (int d = 0; d < gp->ndim; d++)
+    gn *= gp->shape[d], ln *= ls[d];
+  const int mom = pg->beta1 > 0;
+  if (part == 0 && !mom)
+    return 0;
+  *goff = part == 0 ? 0 : mom ? gn : 0;
+  *loff = part == 0 ? 0 : mom ? ln : 0;
+  *out = *s;
+  if (part == 0 || gp->ndim != 2)
+    return part <= 1;
+  int d = part - 1; /* 1: rows (dim 0), 2: columns (dim 1) */
+  if (d == 1)
+    *goff += gp->shape[0], *loff += ls[0];
+  out->ndim = 1;
+  out->shape[0] = gp->shape[d];
+  out->nsplit = 0;
+  for (int k = 0; k < s->nsplit; k++)
+    if (s->split[k].dim == d) {
+      out->split[0] = s->split[k];
+      out->split[0].dim = 0;
+      out->nsplit = 1;
+    }
+  return 1;
+}
+
+/* This rank's tp coordinates on the splits of s. */
+static void split_coords(const RtShard *s, const RtMesh *m, int *coord) {
+  coord[0] = coord[1] = 0;
+  for (int k = 0; k < s->nsplit; k++)
+    coord[k] = m->coord[s->split[k].axis];
+}
+
 static int mesh_load(Trainer *t, const char *path, long *step, int *weights_only) {
   const RtProgram *pg = t->pg;
   unsigned char *full = calloc(1, pg->global_bytes);
@@ -313,7 +439,21 @@ static int mesh_load(Trainer *t, const char *path, long *step, int *weights_only
     int l = local_of(pg, i);
     for (int k = 0; l >= 0 && k < RT_SLOTS; k++) {
       RtShard tmp;
-      if (rt_param_slot(&pg->params[l], k) >= 0 && rt_param_slot(&pg->global[i], k) >= 0)
+      if (split_state(pg, i, k) && pg->opt == RT_OPT_ADAFACTOR &&
+          rt_param_slot(&pg->params[l], k) >= 0) {
+        unsigned char *lo = t->arena + rt_param_slot(&pg->params[l], k);
+        for (int part = 0; part < 3; part++) {
+          int64_t go, lof;
+          if (af_part(pg, t->mesh, i, part, &tmp, &go, &lof))
+            rt_shard_extract(&tmp, t->mesh, full + pg->global[i].opt + go * t->es,
+                             lo + lof * t->es, t->es);
+        }
+      } else if (split_state(pg, i, k) && rt_param_slot(&pg->params[l], k) >= 0) {
+        StateCopy c = {pg, t->mesh, i, t->es, full};
+        int coord[2];
+        split_coords(&pg->shards[i], t->mesh, coord);
+        shampoo_state_copy(&c, coord, t->arena + rt_param_slot(&pg->params[l], k), 0);
+      } else if (rt_param_slot(&pg->params[l], k) >= 0 && rt_param_slot(&pg->global[i], k) >= 0)
         rt_shard_extract(slot_shard(pg, i, k, &tmp), t->mesh, full + rt_param_slot(&pg->global[i], k),
                          t->arena + rt_param_slot(&pg->params[l], k), t->es);
     }
@@ -371,6 +511,25 @@ static int mesh_save(Trainer *t, long steps_done) {
       if (l >= 0 && rt_param_slot(&pg->params[l], k) >= 0)
         mine = t->arena + rt_param_slot(&pg->params[l], k);
       RtShard tmp;
+      if (split_state(pg, i, k) && pg->opt == RT_OPT_ADAFACTOR) {
+        for (int part = 0; part < 3; part++) {
+          int64_t go, lof;
+          if (af_part(pg, t->mesh, i, part, &tmp, &go, &lof))
+            rt_check(rt_shard_gather(&tmp, t->mesh, mine ? mine + lof * t->es : NULL,
+                                     full ? full + g + go * t->es : NULL, t->es));
+        }
+        continue;
+      }
+      if (split_state(pg, i, k)) {
+        StateCopy c = {pg, t->mesh, i, t->es, full};
+        int64_t ls[6];
+        rt_shard_local_shape(&pg->shards[i], t->mesh, ls);
+        size_t bytes = (size_t)rt_shampoo_state_elems(pg->global[i].ndim, ls, pg->block,
+                                                      pg->beta1 > 0, pg->graft) * (size_t)t->es;
+        rt_check(rt_shard_gather_with(&pg->shards[i], t->mesh, mine, bytes, shampoo_state_place,
+                                      &c));
+        continue;
+      }
       rt_check(rt_shard_gather(slot_shard(pg, i, k, &tmp), t->mesh, mine, full ? full + g : NULL,
                                t->es));
     }
@@ -992,19 +1151,41 @@ static int roots_one(Trainer *t) {
   const RtProgram *pg = t->pg;
   if (!t->roots_due)
     return 0;
-  int me = coord(t, RT_AX_DATA), k = 0, b = 0;
+  int me = coord(t, RT_AX_DATA), k = 0;
+  int64_t base = 0; /* the parameter's first entry of root_phase */
   for (int i = 0; i < pg->nparams; i++) {
     const RtParam *p = &pg->params[i];
     if (p->grad < 0 || !rt_shampoo_preconditioned(p->ndim, p->shape))
       continue;
     int64_t nbr = rt_shampoo_nblocks(p->shape[0], pg->block);
     int64_t nbc = rt_shampoo_nblocks(p->shape[1], pg->block);
+    /* root_phase lists the full tensor's blocks: under tp this shard's are
+     * found in the full grid as its checkpointed state is (global_block) */
+    int64_t gr = p->shape[0], gc = p->shape[1];
+#ifdef RT_TRAIN_MPI
+    const RtShard *sh = NULL;
+    int sc[2] = {0, 0};
+    for (int g = 0; pg->shards && g < pg->nglobal; g++)
+      if (local_of(pg, g) == i && pg->shards[g].nsplit > 0) {
+        sh = &pg->shards[g];
+        gr = pg->global[g].shape[0], gc = pg->global[g].shape[1];
+        split_coords(sh, t->mesh, sc);
+      }
+#endif
+    int64_t gnbc = rt_shampoo_nblocks(gc, pg->block);
     for (int64_t bi = 0; bi < nbr; bi++)
       for (int64_t bj = 0; bj < nbc; bj++) {
+        int64_t gi = bi, gj = bj;
+#ifdef RT_TRAIN_MPI
+        if (sh) {
+          gi = global_block(sh, sc, 0, p->shape[0], pg->block, bi);
+          gj = global_block(sh, sc, 1, p->shape[1], pg->block, bj);
+        }
+#endif
+        int64_t b = base + gi * gnbc + gj;
         if (pg->root_phase && b >= pg->nroot_phase)
           fail(t, "internal: more Shampoo blocks than root phases");
         int phase = pg->root_phase ? pg->root_phase[b] : -1;
-        b++;
         if (t->roots_phase >= 0 && phase != t->roots_phase)
           continue;
         if (pg->nunits) { /* placed: this data rank's units only */
@@ -1029,6 +1210,7 @@ static int roots_one(Trainer *t) {
         t->roots_next++;
         return 1;
       }
+    base += rt_shampoo_nblocks(gr, pg->block) * gnbc;
   }
   t->roots_due = 0;
   return 0;
@@ -1048,7 +1230,14 @@ static void blocked_step(Trainer *t, long step, double lr, double grad_scale) {
       continue;
     a.weight_decay = p->decay ? pg->weight_decay : 0.0;
     int rc = RT_OK;
-    if (pg->opt == RT_OPT_ADAFACTOR && pg->f64)
+    const RtAfSplit *sp = pg->afsplit ? &pg->afsplit[i] : NULL;
+    if (sp && sp->q >= 0) { /* split over tp: phase 3, after af_phase's (f32: a mesh program) */
+      const float *st = (const float *)(A + pg->afstats);
+      rt_adafactor_finish_f32((float *)(A + p->offset), (const float *)(A + p->grad),
+                              (float *)(A + p->opt), p->ndim, p->shape,
+                              st + (sp->x >= 0 ? sp->x : 0), sp->rows, (double)st[sp->q],
+                              sp->numel, &a);
+    } else if (pg->opt == RT_OPT_ADAFACTOR && pg->f64)
       rt_adafactor_step_f64((double *)(A + p->offset), (double *)(A + p->grad),
                             (double *)(A + p->opt), p->ndim, p->shape, &a);
     else if (pg->opt == RT_OPT_ADAFACTOR)
@@ -1064,6 +1253,38 @@ static void blocked_step(Trainer *t, long step, double lr, double grad_scale) {
                                &a);
     if (rc != RT_OK)
       fail(t, rt_last_error());
+  }
+}
+
+/* Adafactor under tp (RT_UPDATE_AF_SUMS, RT_UPDATE_AF_SQUARES): phase 1 scales
+ * every gradient (blocked_step then runs with scale 1) and writes the
+ * partial sums of the split tensors into the statistics buffer; phase 2,
+ * after their all-reduces, updates their accumulators and writes their
+ * partial sums of squares.  f32 only (a mesh program is never f64). */
+static void af_phase(Trainer *t, int mode, long step, double grad_scale) {
+  const RtProgram *pg = t->pg;
+  unsigned char *A = t->arena;
+  RtShampooArgs a = blocked_args(t, step, 0, 1);
+  float *st = (float *)(A + pg->afstats);
+  if (pg->f64)
+    fail(t, "internal: Adafactor's tp statistics in an f64 program");
+  for (int i = 0; i < pg->nparams; i++) {
+    const RtParam *p = &pg->params[i];
+    const RtAfSplit *sp = &pg->afsplit[i];
+    if (p->grad < 0)
+      continue;
+    float *g = (float *)(A + p->grad), *o = (float *)(A + p->opt);
+    if (mode == RT_UPDATE_AF_SUMS)
+      rt_opt_scale_grad_f32(g, p->numel, grad_scale);
+    if (sp->q < 0)
+      continue;
+    float *S = sp->s >= 0 ? st + sp->s : NULL, *T = sp->t >= 0 ? st + sp->t : NULL;
+    float *X = st + (sp->x >= 0 ? sp->x : 0);
+    if (mode == RT_UPDATE_AF_SUMS)
+      rt_adafactor_sums_f32(g, o, p->ndim, p->shape, S, T, X, sp->rep, sp->cols, &a);
+    else
+      rt_adafactor_squares_f32(g, o, p->ndim, p->shape, S, T, X, sp->rows, sp->cols, st + sp->q,
+                               &a);
   }
 }
 
@@ -1117,8 +1338,13 @@ static void optimizer_step(Trainer *t, const RtStepOp *op, long step, double lr,
   const RtProgram *pg = t->pg;
   unsigned char *A = t->dev;
   const size_t es = (size_t)t->es;
+  if (op->mode == RT_UPDATE_AF_SUMS || op->mode == RT_UPDATE_AF_SQUARES) {
+    af_phase(t, op->mode, step, grad_scale);
+    return;
+  }
   if (op->mode == RT_UPDATE_PARAMS && pg->opt >= RT_OPT_SHAMPOO) {
-    blocked_step(t, step, lr, grad_scale);
+    /* under tp, Adafactor's first phase scaled the gradients */
+    blocked_step(t, step, lr, pg->afsplit ? 1.0 : grad_scale);
     return;
   }
   if (op->mode == RT_UPDATE_PLACED) {

@@ -153,7 +153,8 @@ expect plan-pp-stash 0 'stash 4 slots x 2,369,536 bytes' -- "$bin" compile sampl
 sed 's/optimizer = adamw(.*)$/optimizer = shampoo(lr = 1e-3, block = 64)/' samples/gpt.shard >"$tmp/shampoo.shard"
 expect shampoo-plan 0 '^optim:    shampoo lr=0.001 betas=\(0.9, 0.999\) epsilon=1e-06 weight_decay=0 block=64 precondition_every=10 start_preconditioning=20 graft=adam root=eigh' -- "$bin" compile "$tmp/shampoo.shard" --mesh 1 --strategy dp=1 --emit=plan
 expect shampoo-emit 0 '\.opt = RT_OPT_SHAMPOO, .*' -- "$bin" compile "$tmp/shampoo.shard" --mesh 1 --strategy dp=1 --emit=c
-expect shampoo-tp 1 'strategy optimizer shampoo with tp \(blocks of sharded tensors\) is not implemented yet' -- "$bin" compile "$tmp/shampoo.shard" --strategy tp=4 --emit=c
+expect shampoo-tp 1 "shampoo block 64 would straddle the shards of parameter 'blocks.0.attn.qkv.weight': tp cuts its dim 0 \(384\) into pieces of 32; .*\(e.g. block = 32\)" -- "$bin" compile "$tmp/shampoo.shard" --strategy tp=4 --emit=c
+expect shampoo-tp-plan 0 '^shampoo:  tp=2: each tp rank runs the blocks of its own shards, no communication: 100 of the split parameters. 200 blocks per tp rank, and all 2 blocks of the replicated ones' -- "$bin" compile "$tmp/shampoo.shard" --mesh 2 --strategy tp=2 --emit=plan
 expect shampoo-dp 0 'RT_STEP_OPT_GATHER, RT_AX_DP, 0, [0-9]+, [0-9]+, 0.0},  // Shampoo directions all-gathered over dp' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=c
 expect shampoo-lpt 0 '^            data rank 3: [0-9]+ units, roots' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=plan
 expect shampoo-pp-lpt 0 '^shampoo:  stage 1: [0-9]+ units .* over 2 data ranks' -- "$bin" compile "$tmp/shampoo.shard" --strategy pp=2,dp=2 --emit=plan
@@ -184,7 +185,7 @@ else
   echo "FAIL: shampoo-stagger-off: stagger = false still emits root phases"
   fail=$((fail + 1))
 fi
-expect shampoo-zero 1 'strategy optimizer shampoo with zero \(blocks of sharded tensors\) is not implemented yet' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4,zero=1 --emit=c
+expect shampoo-zero 1 'strategy optimizer shampoo with zero=1 \(state of ZeRO-sharded tensors\) is not implemented yet' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4,zero=1 --emit=c
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu, cuda or cuda-host' -- "$bin" compile samples/gpt.shard --target=tpu
 expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, recompute, zero, memplan, program, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope

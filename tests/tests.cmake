@@ -44,7 +44,7 @@ set_tests_properties(dist/recompute PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 # Shampoo under every strategy that runs it, against one rank (issue 13).
 add_test(NAME dist/shampoo
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/shampoo.sh $<TARGET_FILE:shardc>)
-set_tests_properties(dist/shampoo PROPERTIES TIMEOUT 1200 SKIP_RETURN_CODE 77)
+set_tests_properties(dist/shampoo PROPERTIES TIMEOUT 2400 SKIP_RETURN_CODE 77)
 
 # The CUDA kernels on the host shim, against the cpu kernels (issue 10).
 include(${CMAKE_CURRENT_LIST_DIR}/cuda/tests.cmake)
