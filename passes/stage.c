@@ -365,8 +365,22 @@ int pass_stage(Module *m) {
     cross[last[k] + 1]--;
   }
   for (int i = 1; i <= n; i++) cross[i] += cross[i - 1];
+  /* a parameter's first and last reader: a cut inside a layer must not
+   * fall between two readers of one of the layer's parameters */
+  int *pfirst = arena_alloc(sizeof(int) * (size_t)nv), *plast = arena_alloc(sizeof(int) * (size_t)nv);
+  for (int i = 0; i < nv; i++) pfirst[i] = plast[i] = -1;
+  for (int i = 0; i < n; i++) {
+    Node *nd = g->nodes.data[i];
+    for (int k = 0; k < nd->nin && !is_leaf(nd); k++) {
+      Value *v = nd->in[k];
+      if (v->role != ROLE_PARAM) continue;
+      if (pfirst[v->id] < 0) pfirst[v->id] = i;
+      plast[v->id] = i;
+    }
+  }
   Cut *cuts = arena_alloc(sizeof(Cut) * (size_t)(n + 2));
   int ncut = 0, layer_first = 0;   /* the first candidate inside the current layer */
+  int layer_at = 0;                /* the current layer's first node */
   double flops = 0, layer_lo = 0;
   char prev[128] = "", cur[128];
   bool have_prev = false;
@@ -380,8 +394,14 @@ int pass_stage(Module *m) {
         for (int j = layer_first; j < ncut; j++) cuts[j].hi = flops;
         nlayers += *prev != 0;
         layer_lo = flops;
+        layer_at = i;
       }
-      if ((change || (have_prev && *cur)) && cross[i] == 1) {
+      bool split = false;   /* inside: a parameter of the layer read on both sides */
+      for (int k = 0; k < g->params.len && !change && cross[i] == 1; k++) {
+        const Value *v = g->params.data[k];
+        split |= pfirst[v->id] >= layer_at && pfirst[v->id] < i && plast[v->id] >= i;
+      }
+      if ((change || (have_prev && *cur)) && cross[i] == 1 && !split) {
         Value *one = NULL;
         for (int k = 0; k < nv && !one; k++) {
           Value *v = g->values.data[k];

@@ -5,7 +5,7 @@
 # single-rank run's per-step losses (within 1e-6 relative) and final
 # checkpoint (parameters and optimizer state within 1e-5, as dist/equiv),
 # under GPipe, 1F1B and interleaved schedules, alone and with dp, tp,
-# Megatron-SP and ZeRO; the planned peak equals the measured one on every
+# Megatron-SP, ZeRO and recompute; the planned peak equals the measured one on every
 # rank and the runtime's communication volume equals the plan's.  Each case
 # also checks, in its plan, that a cut does fall inside a layer.
 #   tests/dist/equiv_opcuts.sh SHARDC
@@ -65,6 +65,9 @@ reference gpt3 && {
   check gpt3 4 pp=2,tp=2
   check gpt3 4 pp=2,tp=2,sp=megatron
   check gpt3 8 pp=2,tp=2,dp=2
+  # recompute in a stage that starts or ends inside a layer
+  check gpt3 2 pp=2,recompute=full
+  check gpt3 2 pp=2,recompute=selective
 }
 reference gpt && {
   check gpt 2 pp=2:2.5+1.5,schedule=gpipe
