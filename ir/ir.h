@@ -370,9 +370,12 @@ typedef struct Plan {
   SpKind sp_kind;
   Schedule schedule;
   int vchunks;           /* interleaved: virtual stages per device */
-  /* pp=N:a+b+...: layers of each stage (nstage_layers == 0: balanced by FLOPs) */
+  /* pp=N:a+b+...: layers of each stage (nstage_layers == 0: balanced by FLOPs);
+   * bit k of stage_half: stage k holds half a layer more (a.5, the cut
+   * inside a layer at an op boundary, passes/stage.c) */
   int stage_layers[PLAN_MAXSTAGES];
   int nstage_layers;
+  uint64_t stage_half;
   bool balance_memory;   /* pp=N:memory: cuts that minimise the largest stage's memory */
   int mb;                /* microbatches per step (0 = from the train block) */
   int zero;

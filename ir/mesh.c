@@ -153,18 +153,30 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
       num[len] = 0;
       if (parse_pos(k, num, &p->pp, err, errcap)) return -1;
       p->nstage_layers = 0;
+      p->stage_half = 0;
       p->balance_memory = colon && !strcmp(colon + 1, "memory");
       for (const char *c = colon && !p->balance_memory ? colon + 1 : NULL; c;) {
         char *end;
         errno = 0;
         long L = strtol(c, &end, 10);
-        if (errno || end == c || !isdigit((unsigned char)*c) || L < 1 || L > 100000 ||
-            (*end && *end != '+'))
-          ERR("pp=%s: the layers per stage must be positive numbers joined by '+', e.g. pp=2:3+1 "
-              "(or pp=N:memory)",
+        bool half = false;
+        if (!errno && end != c && *end == '.') {
+          /* a.5: half a layer more, the cut inside the next layer */
+          half = end[1] == '5' && (!end[2] || end[2] == '+');
+          if (!half)
+            ERR("pp=%s: a stage size is a whole number of layers or a.5 (a layers and half of the "
+                "next: the cut falls inside it), e.g. pp=2:1.5+1.5",
+                v);
+          end += 2;
+        }
+        if (errno || end == c || !isdigit((unsigned char)*c) || L < 0 || (L < 1 && !half) ||
+            L > 100000 || (*end && *end != '+'))
+          ERR("pp=%s: the layers per stage must be positive numbers joined by '+' (whole, or a.5 "
+              "with the cut inside a layer), e.g. pp=2:3+1 or pp=2:1.5+1.5 (or pp=N:memory)",
               v);
         if (p->nstage_layers == PLAN_MAXSTAGES)
           ERR("pp=%s: at most %d stages", v, PLAN_MAXSTAGES);
+        if (half) p->stage_half |= (uint64_t)1 << p->nstage_layers;
         p->stage_layers[p->nstage_layers++] = (int)L;
         c = *end ? end + 1 : NULL;
       }
@@ -309,7 +321,8 @@ void plan_str(const Plan *p, char *buf, int cap) {
   if (p->sp_kind == SP_RING) ADD(",sp=ring:%d", p->sp);
   if (p->pp > 1) {
     ADD(",pp=%d", p->pp);
-    for (int i = 0; i < p->nstage_layers; i++) ADD("%c%d", i ? '+' : ':', p->stage_layers[i]);
+    for (int i = 0; i < p->nstage_layers; i++)
+      ADD("%c%d%s", i ? '+' : ':', p->stage_layers[i], p->stage_half >> i & 1 ? ".5" : "");
     if (p->balance_memory) ADD(":memory");
     if (p->schedule == SCHED_GPIPE) ADD(",schedule=gpipe");
     if (p->schedule == SCHED_1F1B) ADD(",schedule=1f1b");

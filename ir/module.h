@@ -113,6 +113,7 @@ typedef struct Module {
   MemPlan stage_mem[MAX_STAGES];
   const char *stage_desc[MAX_STAGES];   /* "embed, blocks.0-1" */
   const char *stage_cuts_by;            /* what the stage cuts balance (stage.c) */
+  const char *stage_cut[MAX_STAGES];    /* where the cut after stage s falls (stage.c) */
   /* Each pipeline rank's arena (memplan; rank 0 alone without a pipeline):
    * interleaved, its chunks (virtual stages c*pp + r) side by side,
    *   [persistent of chunk 0 | of chunk 1 | ... | one transient region (the

@@ -468,10 +468,11 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   double msg = pp > 1 ? cost_coll(hw, "p2p", 2, st_stride, msg_bytes, NULL) : 0;
   /* stage partition */
   int n[PLAN_MAXSTAGES * 8];
+  double half[PLAN_MAXSTAGES * 8] = {0};   /* pp=N:a.5+...: half a layer more */
   int S = pp * v;
   if (S > PLAN_MAXSTAGES * 8) S = PLAN_MAXSTAGES * 8;
   if (p->nstage_layers == pp && v == 1) {
-    for (int k = 0; k < pp; k++) n[k] = p->stage_layers[k];
+    for (int k = 0; k < pp; k++) n[k] = p->stage_layers[k], half[k] = 0.5 * (p->stage_half >> k & 1);
   } else if (v > 1) {
     for (int k = 0; k < S; k++) n[k] = ms->layers / S;
   } else if (partition(ms->layers, pp, lay->f + lay->b, pre->f + pre->b, post->f + post->b, n)) {
@@ -490,7 +491,8 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   for (int k = 0; k < pp; k++) {
     tf[k] = tb[k] = prm[k] = act[k] = 0;
     for (int c = 0; c < v; c++) {
-      int vs = c * pp + k, nl = n[vs];
+      int vs = c * pp + k;
+      double nl = n[vs] + half[vs];
       tf[k] += nl * lay->f + (vs == 0 ? pre->f : 0) + (vs == S - 1 ? post->f : 0);
       tb[k] += nl * lay->b + (vs == 0 ? pre->b : 0) + (vs == S - 1 ? post->b : 0);
       prm[k] += nl * lay->params + (vs == 0 ? pre->params : 0) + (vs == S - 1 ? post->params : 0);
@@ -502,8 +504,8 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     }
     /* ZeRO-3: each layer's parameters gathered before its forward and its backward */
     if (p->zero == 3 && D > 1) {
-      int nl = 0;
-      for (int c = 0; c < v; c++) nl += n[c * pp + k];
+      double nl = 0;
+      for (int c = 0; c < v; c++) nl += n[c * pp + k] + half[c * pp + k];
       double g = nl * cost_coll(hw, "all_gather", D, T, lay->params * ms->param_elt, NULL) * (1 - hw->overlap * 0.5);
       tf[k] += g;
       tb[k] += g;
@@ -517,8 +519,8 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     out->tb[k] = tb[k];
   }
   {
-    int nl0 = 0;
-    for (int c = 0; c < v; c++) nl0 += n[c * pp];
+    double nl0 = 0;
+    for (int c = 0; c < v; c++) nl0 += n[c * pp] + half[c * pp];
     out->t_gemm = m * nl0 * lay->gemm;
     out->t_attn = m * nl0 * lay->attn;
     out->t_elem = m * nl0 * lay->elem;
@@ -703,6 +705,7 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
                       p.recompute = (Recompute)rc;
                       if (fx && fx->nstage_layers && pp == fx->pp) {
                         p.nstage_layers = fx->nstage_layers;
+                        p.stage_half = fx->stage_half;
                         memcpy(p.stage_layers, fx->stage_layers, sizeof p.stage_layers);
                       }
                       explore_eval(ms, hw, me, &p, b, true, e);

@@ -10,7 +10,7 @@ const Pass pass_list[] = {
     {"lower", "AST -> IR: inline layers, lower builtins, infer shapes", pass_lower},
     {"shape", "re-derive and verify every shape and dtype", pass_shape},
     {"shard", "tensor parallelism (1D, and 2D on a q x q grid) and ring sequence parallelism: sharding specs, local shapes, collectives", pass_shard},
-    {"pipeline", "cut the forward graph into stages between layers, balanced by FLOPs or pp=N:a+b+... (pp > 1)", pass_stage},
+    {"pipeline", "cut the forward graph into stages between layers or inside one at an op boundary, balanced by FLOPs or pp=N:a+b+... (pp > 1)", pass_stage},
     {"autodiff", "append the backward pass: accumulating gradient ops, seeded with 1/mb", autodiff_stages},
     {"recompute", "recompute=selective|full: copies of forward nodes before the backward that reads what they make, instead of holding it", pass_recompute},
     {"zero", "data-parallel gradient buckets reduced in the backward; ZeRO-1/2/3 shards, ZeRO-3 gathers", zero_stages},

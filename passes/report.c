@@ -82,6 +82,16 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
             human_bytes((double)mp->transient_peak), mp->peak_node, mp->slots,
             mp->slots == 1 ? "" : "s", st);
     comm_line(out, m, pf, v > 1 ? "  comm:   (its pipeline rank's) " : "  comm:   ");
+    if (s < m->nstages - 1 && m->stage_cut[s] && g->send_act) {
+      /* what crosses the cut: the activation forward, its gradient backward */
+      const Value *x = g->send_act;
+      char sh[256], by[32];
+      ir_shape_str(g, x, sh, sizeof sh);
+      report_commas(by, sizeof by, ir_numel(&x->shape) * ir_dtype_size(x->dtype));
+      fprintf(out, "%scut %d:    %s; the message per microbatch: %%%d %s (%s bytes) to stage %d, "
+                   "its gradient back\n",
+              pf, s, m->stage_cut[s], x->id, sh, by, s + 1);
+    }
   }
   /* interleaved: a rank holds its chunks side by side with one transient
    * region (memplan's layout of the rank's arena) */

@@ -1,15 +1,18 @@
 /* stage.c — pipeline parallelism: the forward graph cut into pp stages.
  *
  * Runs after the shard pass (so a stage holds tp-local shapes and its
- * collectives) and before autodiff.  A cut may only fall between two layers
- * (the nodes on either side belong to different top-level scopes, e.g.
- * "blocks.1" and "blocks.2", or the embedding and the first block) where
- * exactly one activation crosses it: the residual stream, which the stage
- * sends to the next one per microbatch, and whose gradient comes back.  The
- * pp-1 cuts minimise the largest stage's FLOPs (forward and backward are
- * proportional per op), so stages hold whole layers, balanced; or, with
- * pp=N:a+b+..., stage s holds the next given number of layers (ops outside
- * any layer, the embedding and the head, go with the first and last stage).
+ * collectives) and before autodiff.  A cut falls at an op boundary where
+ * exactly one activation crosses it: between two layers (the nodes on
+ * either side belong to different top-level scopes, e.g. "blocks.1" and
+ * "blocks.2", or the embedding and the first block), or inside a layer (a
+ * transformer block's residual stream between its attention and its MLP).
+ * The stage sends that activation to the next one per microbatch, and its
+ * gradient comes back.  The pp-1 cuts minimise the largest stage's FLOPs
+ * (forward and backward are proportional per op): between layers as
+ * before, inside one only where that makes the largest stage smaller, and
+ * then as few as keep it so; or, with pp=N:a+b+..., stage s holds the next
+ * given number of layers, a.5 ending inside the next layer (ops outside any
+ * layer, the embedding and the head, go with the first and last stage).
  *
  * Each stage becomes a graph of its own (Module.stages): its nodes, copies
  * of the parameters it uses (a parameter used in two stages, a tied
@@ -19,6 +22,7 @@
  * and, before the last stage, the sent one (send_act) as its "loss": autodiff
  * seeds its gradient with the one received (OP_RECV) instead of 1/mb.
  */
+#include <math.h>
 #include <string.h>
 
 #include "passes.h"
@@ -48,6 +52,8 @@ typedef struct Cut {
   Value *v;        /* the one activation crossing it */
   double before;   /* FLOPs of the nodes before it */
   int layers;      /* layers (named scopes such as blocks.3) that end before it */
+  bool inside;     /* inside layer number `layers` (an op boundary), not between two */
+  double lo, hi;   /* inside: the FLOPs before that layer, and before its end */
 } Cut;
 
 /* Value copies for one stage: map[old id] (NULL: not yet in the stage). */
@@ -225,6 +231,109 @@ static double stage_mem_of(const Module *m, const StageMem *sm, int k, int a, in
   return par * sm->per_param + sm->slots[k] * (sm->held_at[b] - sm->held_at[a]);
 }
 
+/* The pp-1 cuts of S stages, by dynamic programming over the candidates:
+ * best[k][j], the best k+1 stages whose last cut is cuts[j].  The cost of a
+ * stage is its FLOPs (time), infinite when its estimated memory exceeds the
+ * device's; or (by) its estimated memory. */
+typedef struct Chooser {
+  Module *m;
+  const StageMem *sm;
+  bool mem;        /* sm holds the estimate */
+  int by;          /* 0: FLOPs within the memory; 1: memory */
+  const Cut *cuts;
+  int ncut, S, n;
+  double total;    /* FLOPs of the whole forward */
+} Chooser;
+
+static double seg_cost(const Chooser *ch, int k, int a, int b, double fa, double fb) {
+  if (ch->by) return stage_mem_of(ch->m, ch->sm, k, a, b);
+  if (ch->mem && ch->sm->budget > 0 && stage_mem_of(ch->m, ch->sm, k, a, b) > ch->sm->budget)
+    return 1e300;
+  return fb - fa;
+}
+
+/* limit < 0: the cuts (inside layers too when `inside`) that minimise the
+ * largest stage's cost, the fewest inside layers among equal ones; else the
+ * fewest cuts inside layers whose stages all cost at most limit, the
+ * smallest largest stage among those.  Returns that largest cost (-1: no
+ * cut set) and the cuts in chosen[0 .. S-2]. */
+static double choose_cuts(const Chooser *ch, bool inside, double limit, int *chosen) {
+  int S = ch->S, nc = ch->ncut;
+  const Cut *cuts = ch->cuts;
+  double *best = arena_alloc(sizeof(double) * (size_t)S * (size_t)(nc + 1));
+  int *from = arena_alloc(sizeof(int) * (size_t)S * (size_t)(nc + 1));
+  int *nin = arena_alloc(sizeof(int) * (size_t)S * (size_t)(nc + 1));
+#define B(k, j) best[(size_t)(k) * (size_t)(nc + 1) + (size_t)(j)]
+#define FR(k, j) from[(size_t)(k) * (size_t)(nc + 1) + (size_t)(j)]
+#define NI(k, j) nin[(size_t)(k) * (size_t)(nc + 1) + (size_t)(j)]
+#define BETTER(c, ni, bc, bni)                                                     \
+  ((bc) < 0 || (limit < 0 ? (c) < (bc) || ((c) == (bc) && (ni) < (bni))           \
+                          : (ni) < (bni) || ((ni) == (bni) && (c) < (bc))))
+  for (int j = 0; j < nc; j++) {
+    double c = seg_cost(ch, 0, 0, cuts[j].at, 0, cuts[j].before);
+    bool ok = (inside || !cuts[j].inside) && (limit < 0 || c <= limit);
+    B(0, j) = ok ? c : -1, FR(0, j) = -1, NI(0, j) = cuts[j].inside;
+  }
+  for (int k = 1; k < S - 1; k++)
+    for (int j = 0; j < nc; j++) {
+      B(k, j) = -1;
+      if (!inside && cuts[j].inside) continue;
+      for (int i = 0; i < j; i++) {
+        if (B(k - 1, i) < 0) continue;
+        double seg = seg_cost(ch, k, cuts[i].at, cuts[j].at, cuts[i].before, cuts[j].before);
+        if (limit >= 0 && seg > limit) continue;
+        double c = seg > B(k - 1, i) ? seg : B(k - 1, i);
+        int ni = NI(k - 1, i) + cuts[j].inside;
+        if (BETTER(c, ni, B(k, j), NI(k, j))) B(k, j) = c, FR(k, j) = i, NI(k, j) = ni;
+      }
+    }
+  int bestj = -1, bestni = 0;
+  double bestc = -1;
+  for (int j = 0; j < nc; j++) {
+    if (B(S - 2, j) < 0) continue;
+    double seg = seg_cost(ch, S - 1, cuts[j].at, ch->n, cuts[j].before, ch->total);
+    if (limit >= 0 && seg > limit) continue;
+    double c = seg > B(S - 2, j) ? seg : B(S - 2, j);
+    if (BETTER(c, NI(S - 2, j), bestc, bestni)) bestc = c, bestj = j, bestni = NI(S - 2, j);
+  }
+  if (bestj >= 0)
+    for (int k = S - 2, j = bestj; k >= 0; j = FR(k, j), k--) chosen[k] = j;
+  return bestc;
+#undef BETTER
+#undef NI
+#undef B
+#undef FR
+}
+
+/* The first non-leaf node at or after i, and the last one before i. */
+static const Node *first_op(const Graph *g, int i) {
+  while (i < g->nodes.len - 1 && is_leaf(g->nodes.data[i])) i++;
+  return g->nodes.data[i];
+}
+
+static const Node *last_op(const Graph *g, int i) {
+  do i--;
+  while (i > 0 && is_leaf(g->nodes.data[i]));
+  return g->nodes.data[i];
+}
+
+/* Where a cut falls, for the plan: "between blocks.1 and blocks.2", or
+ * "inside blocks.1 (after 1.5 layers), after add (gpt.shard:5), before
+ * layernorm". */
+static const char *cut_desc(const Graph *g, const Cut *c) {
+  char a[128], b[128];
+  const Node *x = last_op(g, c->at), *y = first_op(g, c->at);
+  stage_layer_of(x, a, sizeof a);
+  stage_layer_of(y, b, sizeof b);
+  if (!c->inside)
+    return arena_printf("between %s and %s (after %d layer%s)", *a ? a : "model ops",
+                        *b ? b : "model ops", c->layers, c->layers == 1 ? "" : "s");
+  const char *path = x->loc.file ? x->loc.file->path : "?", *base = strrchr(path, '/');
+  return arena_printf("inside %s (after %d.5 layers), after %s (%s:%d), before %s", b, c->layers,
+                      ir_ops[x->op].name, base ? base + 1 : path, x->loc.line,
+                      ir_ops[y->op].name);
+}
+
 int pass_stage(Module *m) {
   Graph *g = m->graph;
   Plan *p = &m->train.plan;
@@ -243,10 +352,36 @@ int pass_stage(Module *m) {
       if (nd->outs[j]) def_at[nd->outs[j]->id] = i;
     for (int k = 0; k < nd->nin; k++) last[nd->in[k]->id] = i;
   }
-  /* Candidate cuts: a change of layer with one activation crossing. */
+  /* Candidate cuts: an op boundary with one activation crossing, between
+   * two layers or inside one (a transformer block's residual stream
+   * between its attention and its MLP).  cross[i]: the activations defined
+   * before node i and read at or after it. */
+  int *cross = arena_alloc(sizeof(int) * (size_t)(n + 2));
+  for (int k = 0; k < nv; k++) {
+    Value *v = g->values.data[k];
+    if (v->role == ROLE_PARAM || v->role == ROLE_INPUT || def_at[k] < 0 || last[k] <= def_at[k])
+      continue;
+    cross[def_at[k] + 1]++;
+    cross[last[k] + 1]--;
+  }
+  for (int i = 1; i <= n; i++) cross[i] += cross[i - 1];
+  /* a parameter's first and last reader: a cut inside a layer must not
+   * fall between two readers of one of the layer's parameters */
+  int *pfirst = arena_alloc(sizeof(int) * (size_t)nv), *plast = arena_alloc(sizeof(int) * (size_t)nv);
+  for (int i = 0; i < nv; i++) pfirst[i] = plast[i] = -1;
+  for (int i = 0; i < n; i++) {
+    Node *nd = g->nodes.data[i];
+    for (int k = 0; k < nd->nin && !is_leaf(nd); k++) {
+      Value *v = nd->in[k];
+      if (v->role != ROLE_PARAM) continue;
+      if (pfirst[v->id] < 0) pfirst[v->id] = i;
+      plast[v->id] = i;
+    }
+  }
   Cut *cuts = arena_alloc(sizeof(Cut) * (size_t)(n + 2));
-  int ncut = 0;
-  double flops = 0;
+  int ncut = 0, layer_first = 0;   /* the first candidate inside the current layer */
+  int layer_at = 0;                /* the current layer's first node */
+  double flops = 0, layer_lo = 0;
   char prev[128] = "", cur[128];
   bool have_prev = false;
   int nlayers = 0;
@@ -254,51 +389,83 @@ int pass_stage(Module *m) {
     Node *nd = g->nodes.data[i];
     if (!is_leaf(nd)) {
       stage_layer_of(nd, cur, sizeof cur);
-      if (have_prev && strcmp(prev, cur)) {
+      bool change = have_prev && strcmp(prev, cur);
+      if (change) {
+        for (int j = layer_first; j < ncut; j++) cuts[j].hi = flops;
         nlayers += *prev != 0;
-        Value *cross = NULL;
-        int count = 0;
-        for (int k = 0; k < nv; k++) {
+        layer_lo = flops;
+        layer_at = i;
+      }
+      bool split = false;   /* inside: a parameter of the layer read on both sides */
+      for (int k = 0; k < g->params.len && !change && cross[i] == 1; k++) {
+        const Value *v = g->params.data[k];
+        split |= pfirst[v->id] >= layer_at && pfirst[v->id] < i && plast[v->id] >= i;
+      }
+      if ((change || (have_prev && *cur)) && cross[i] == 1 && !split) {
+        Value *one = NULL;
+        for (int k = 0; k < nv && !one; k++) {
           Value *v = g->values.data[k];
           if (v->role == ROLE_PARAM || v->role == ROLE_INPUT || def_at[k] < 0) continue;
-          if (def_at[k] < i && last[k] >= i) count++, cross = v;
+          if (def_at[k] < i && last[k] >= i) one = v;
         }
-        if (count == 1 && cross->dtype == DT_F32 && !cross->alias)
-          cuts[ncut++] = (Cut){i, cross, flops, nlayers};
+        if (one && one->dtype == DT_F32 && !one->alias)
+          cuts[ncut++] = (Cut){i, one, flops, nlayers, !change, layer_lo, 0};
       }
+      if (change) layer_first = ncut;
       memcpy(prev, cur, sizeof prev);
       have_prev = true;
     }
     flops += ir_ops[nd->op].flops(nd);
   }
+  for (int j = layer_first; j < ncut; j++) cuts[j].hi = flops;
   nlayers += *prev != 0;
   double total = flops;
   int chosen[MAX_STAGES];
   if (p->nstage_layers) {
-    /* pp=N:a+b+...: stage s ends after a + b + ... layers */
+    /* pp=N:a+b+...: stage s ends after a + b + ... layers; counted in
+     * halves, an odd count ends inside the next layer */
     int want = 0;
-    for (int k = 0; k < p->nstage_layers; k++) want += p->stage_layers[k];
+    for (int k = 0; k < p->nstage_layers; k++)
+      want += 2 * p->stage_layers[k] + (int)(p->stage_half >> k & 1);
     if (p->nstage_layers != S) {
       diag_error(plan_key_loc(&m->train, PLAN_PP),
                  "pp=%d: %d stage sizes for %d stages (interleaved chunks take no explicit sizes "
                  "yet)", p->pp, p->nstage_layers, S);
       return -1;
     }
-    if (want != nlayers) {
+    if (want != 2 * nlayers) {
       diag_error(plan_key_loc(&m->train, PLAN_PP),
-                 "pp=%d: the stage sizes add up to %d layers, but model %s has %d", p->pp, want,
-                 g->model, nlayers);
+                 "pp=%d: the stage sizes add up to %d%s layers, but model %s has %d", p->pp,
+                 want / 2, want % 2 ? ".5" : "", g->model, nlayers);
       return -1;
     }
     for (int k = 0, sum = 0; k < S - 1; k++) {
-      sum += p->stage_layers[k];
+      sum += 2 * p->stage_layers[k] + (int)(p->stage_half >> k & 1);
       chosen[k] = -1;
-      for (int j = 0; j < ncut && chosen[k] < 0; j++)
-        if (cuts[j].layers == sum) chosen[k] = j;
+      for (int j = 0; j < ncut; j++) {
+        if (cuts[j].layers != sum / 2 || cuts[j].inside != (sum % 2)) continue;
+        /* inside a layer: the op boundary nearest half its FLOPs */
+        double mid = (cuts[j].lo + cuts[j].hi) / 2;
+        if (chosen[k] < 0 ||
+            fabs(cuts[j].before - mid) < fabs(cuts[chosen[k]].before - mid))
+          chosen[k] = j;
+      }
       if (chosen[k] < 0) {
+        if (sum % 2)
+          diag_error(plan_key_loc(&m->train, PLAN_PP),
+                     "pp: model %s cannot be cut inside its layer %d (after %d.5 layers): no op "
+                     "boundary there has one activation crossing it",
+                     g->model, sum / 2 + 1, sum / 2);
+        else
+          diag_error(plan_key_loc(&m->train, PLAN_PP),
+                     "pp: model %s cannot be cut after its first %d layers (more than one activation "
+                     "crosses there)", g->model, sum / 2);
+        return -1;
+      }
+      if (k && cuts[chosen[k]].at <= cuts[chosen[k - 1]].at) {
         diag_error(plan_key_loc(&m->train, PLAN_PP),
-                   "pp: model %s cannot be cut after its first %d layers (more than one activation "
-                   "crosses there)", g->model, sum);
+                   "pp: stage %d of model %s would be empty: its half layer holds no op boundary "
+                   "to cut at", k, g->model);
         return -1;
       }
     }
@@ -307,57 +474,30 @@ int pass_stage(Module *m) {
   if (ncut < S - 1) {
     diag_error(plan_key_loc(&m->train, PLAN_PP),
                "pp=%d needs %d pipeline stages but model %s has only %d places to cut it (between "
-               "layers, where one activation crosses); use %s",
+               "layers or inside one, where one activation crosses); use %s",
                p->pp, S, g->model, ncut,
                S > p->pp ? "fewer interleaved chunks or a smaller pp"
                          : arena_printf("pp=%d or less", ncut + 1));
     return -1;
   }
-  /* best[k][j]: the smallest largest-stage cost of k+1 stages whose last
-   * cut is cuts[j]; choose the pp-1 cuts by dynamic programming.  The cost
-   * of a stage is its FLOPs (time), infinite when its estimated memory
-   * exceeds the device's; when no cuts fit (or with pp=N:memory), its
-   * estimated memory. */
+  /* By FLOPs within the device memory; when no cuts fit (or with
+   * pp=N:memory), by the estimated memory. */
   StageMem sm;
-  bool mem = stage_mem_init(m, &sm, S);
-  double *best = arena_alloc(sizeof(double) * (size_t)S * (size_t)(ncut + 1));
-  int *from = arena_alloc(sizeof(int) * (size_t)S * (size_t)(ncut + 1));
-#define B(k, j) best[(size_t)(k) * (size_t)(ncut + 1) + (size_t)(j)]
-#define FR(k, j) from[(size_t)(k) * (size_t)(ncut + 1) + (size_t)(j)]
-  for (int by = p->balance_memory ? 1 : 0; by < 2; by++) {
-    /* by 0: FLOPs within the memory; 1: memory */
-#define COST(k, a, b, fa, fb)                                                              \
-  (by ? stage_mem_of(m, &sm, k, a, b)                                                    \
-   : mem && sm.budget > 0 && stage_mem_of(m, &sm, k, a, b) > sm.budget ? 1e300 : (fb) - (fa))
-    if (by && !mem) break;
-    for (int j = 0; j < ncut; j++) B(0, j) = COST(0, 0, cuts[j].at, 0, cuts[j].before), FR(0, j) = -1;
-    for (int k = 1; k < S - 1; k++)
-      for (int j = 0; j < ncut; j++) {
-        B(k, j) = -1;
-        for (int i = 0; i < j; i++) {
-          if (B(k - 1, i) < 0) continue;
-          double seg = COST(k, cuts[i].at, cuts[j].at, cuts[i].before, cuts[j].before);
-          double c = seg > B(k - 1, i) ? seg : B(k - 1, i);
-          if (B(k, j) < 0 || c < B(k, j)) B(k, j) = c, FR(k, j) = i;
-        }
-      }
-    int bestj = -1;
-    double bestc = -1;
-    for (int j = 0; j < ncut; j++) {
-      if (B(S - 2, j) < 0) continue;
-      double seg = COST(S - 1, cuts[j].at, n, cuts[j].before, total);
-      double c = seg > B(S - 2, j) ? seg : B(S - 2, j);
-      if (bestc < 0 || c < bestc) bestc = c, bestj = j;
-    }
-#undef COST
-    for (int k = S - 2, j = bestj; k >= 0; j = FR(k, j), k--) chosen[k] = j;
-    m->stage_cuts_by = by ? "estimated memory" : mem && sm.budget > 0
-                                                     ? "FLOPs within the device memory"
-                                                     : "FLOPs";
-    if (by || bestc < 1e300) break;
+  Chooser ch = {m, &sm, stage_mem_init(m, &sm, S), 0, cuts, ncut, S, n, total};
+  for (ch.by = p->balance_memory ? 1 : 0; ch.by < 2; ch.by++) {
+    if (ch.by && !ch.mem) break;
+    /* between layers (as before cuts inside layers existed), then with
+     * them: a cut falls inside a layer only where that balances better,
+     * and then as few do as keep that balance */
+    int alt[MAX_STAGES];
+    double c0 = choose_cuts(&ch, false, -1, chosen), c1 = choose_cuts(&ch, true, -1, alt);
+    if (c1 >= 0 && (c0 < 0 || c1 < c0 * (1 - 1e-9)))
+      choose_cuts(&ch, true, c1 * (1 + 1e-9), chosen), c0 = c1;
+    m->stage_cuts_by = ch.by ? "estimated memory" : ch.mem && sm.budget > 0
+                                                        ? "FLOPs within the device memory"
+                                                        : "FLOPs";
+    if (ch.by || c0 < 1e300) break;
   }
-#undef B
-#undef FR
 cut:;
   /* Which stages use each parameter. */
   int bound[MAX_STAGES + 1];
@@ -398,8 +538,9 @@ cut:;
     Graph *sg = build_stage(m, s, bound[s], bound[s + 1], recv, send, shared);
     if (!sg) return -1;
     m->stages[s] = sg;
-    /* "embed .. blocks.1": the first and last layer of the stage */
-    /* the first and last layer; ops outside any layer (embedding, head) as "model ops" */
+    /* the first and last layer; ops outside any layer (embedding, head) as
+     * "model ops"; a cut inside a layer names the op the stage starts or
+     * ends with ("blocks.1 from layernorm") */
     char a[128] = "", b[128] = "", l[128];
     bool top_a = false, top_b = false;
     for (int i = bound[s]; i < bound[s + 1]; i++) {
@@ -416,12 +557,19 @@ cut:;
     }
     if (!*a) strcpy(a, "model ops"), top_a = top_b = false;
     if (!*b) strcpy(b, a);
-
+    const char *from = s && cuts[chosen[s - 1]].inside
+                           ? arena_printf(" from %s", ir_ops[first_op(g, bound[s])->op].name)
+                           : "";
+    const char *to = s < S - 1 && cuts[chosen[s]].inside
+                         ? arena_printf(" to %s", ir_ops[last_op(g, bound[s + 1])->op].name)
+                         : "";
+    const char *span = strcmp(a, b) ? arena_printf("%s%s .. %s%s", a, from, b, to)
+                                    : arena_printf("%s%s%s", a, from, to);
+    if (s < S - 1) m->stage_cut[s] = cut_desc(g, &cuts[chosen[s]]);
     double f = 0;
     for (int i = bound[s]; i < bound[s + 1]; i++)
       f += ir_ops[((Node *)g->nodes.data[i])->op].flops(g->nodes.data[i]);
-    m->stage_desc[s] = arena_printf("%s%s%s%s%s; %.1f%% of the FLOPs", top_a ? "model ops, " : "", a,
-                                    strcmp(a, b) ? " .. " : "", strcmp(a, b) ? b : "",
+    m->stage_desc[s] = arena_printf("%s%s%s; %.1f%% of the FLOPs", top_a ? "model ops, " : "", span,
                                     top_b ? ", model ops" : "", 100 * f / total);
   }
   return 0;

@@ -34,6 +34,11 @@ set_tests_properties(parity/optimizers PROPERTIES TIMEOUT 1200)
 add_test(NAME dist/equiv
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/equiv.sh $<TARGET_FILE:shardc>)
 set_tests_properties(dist/equiv PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
+# Pipeline cuts inside a layer (issue 12 item 3): plans cut at an op
+# boundary inside a transformer block against the single-rank run.
+add_test(NAME dist/equiv-opcuts
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/equiv_opcuts.sh $<TARGET_FILE:shardc>)
+set_tests_properties(dist/equiv-opcuts PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 # Activation recompute (issue 12): selective and full train bit for bit as
 # the same plan without recompute, on a strategy of each kind (ALL=1 runs
 # the script on the whole matrix).

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""compare.py REF.jsonl RUN.jsonl REF.safetensors RUN.safetensors [TOL]
+"""compare.py REF.jsonl RUN.jsonl REF.safetensors RUN.safetensors [TOL [TENSOR_TOL]]
 
 Per-step loss (relative) and every tensor of two checkpoints (absolute,
 parameters and optimizer state) of a reference single-rank run and a
-distributed run.  Prints the worst differences; exit 1 above TOL (1e-5)."""
+distributed run.  Prints the worst differences; exit 1 above TOL (1e-5),
+for the tensors above TENSOR_TOL when given."""
 import json
 import struct
 import sys
@@ -31,6 +32,7 @@ def tensors(path):
 
 def main():
     tol = float(sys.argv[5]) if len(sys.argv) > 5 else 1e-5
+    ttol = float(sys.argv[6]) if len(sys.argv) > 6 else tol
     a, b = losses(sys.argv[1]), losses(sys.argv[2])
     if len(a) != len(b) or not a:
         print(f"loss logs have {len(a)} and {len(b)} steps")
@@ -48,9 +50,9 @@ def main():
         d = float(np.max(np.abs(A[k] - B[k]))) if A[k].size else 0.0
         if d > worst:
             worst, wk = d, k
-    ok = rel <= tol and worst <= tol
+    ok = rel <= tol and worst <= ttol
     print(f"{len(a)} steps: loss rel diff {rel:.2e}, tensors max abs diff {worst:.2e} ({wk})"
-          f"{'' if ok else '  FAIL (tolerance %g)' % tol}")
+          f"{'' if ok else '  FAIL (tolerance %g, tensors %g)' % (tol, ttol)}")
     return 0 if ok else 1
 
 
