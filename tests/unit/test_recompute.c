@@ -129,5 +129,11 @@ int main(void) {
   }
   printf("recompute: %d candidate units, %d sets planned; none %lld, full %lld bytes\n", nu, ns,
          (long long)none, (long long)full);
+  free(fl);
+  free(by);
+  free(unit);
+  free(nunit);
+  free(cand);
+  free(drop);
   TEST_MAIN_END();
 }
