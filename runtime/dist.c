@@ -705,40 +705,29 @@ static void ckpt_xfer_(RtMesh *m, int peer, void *buf, size_t bytes, int send) {
   }
 }
 
+/* rt_shard_gather's placement of a piece: into the full tensor. */
+typedef struct ShardPlace {
+  const RtShard *s;
+  const RtMesh *m;
+  char *global;
+  int esize;
+} ShardPlace;
+
+static void shard_place_(void *ctx, const int *coord, const void *piece) {
+  const ShardPlace *p = ctx;
+  shard_copy_(p->s, p->m, coord, p->global, (char *)piece, p->esize, 1);
+}
+
 int rt_shard_gather(const RtShard *s, RtMesh *m, const void *local, void *global,
                     int esize) {
   int rc = rt_shard_check(s, m);
   if (rc != RT_OK)
     return rc;
-  RtLayout L = mesh_layout_(m);
-  int owner = s->pp_owner < 0 ? 0 : s->pp_owner;
-  size_t bytes = rt_shard_local_numel(s, m) * (size_t)esize;
-  int coord[2] = {0, 0};
-  if (m->rank != 0) {
-    int holder = m->coord[RT_AX_DP] == 0 && m->coord[RT_AX_SP] == 0 &&
-                 m->coord[RT_AX_PP] == owner && shard_holder_(s, m, m->coord[RT_AX_TP], coord);
-    if (holder)
-      ckpt_xfer_(m, 0, (void *)local, bytes, 1);
-    return RT_OK;
-  }
-  if (!global)
+  if (m->rank == 0 && !global)
     rt_mesh_fail(m, "rt_shard_gather: world rank 0 needs the full tensor's buffer");
-  void *tmp = NULL;
-  for (int t = 0; t < L.tp; t++) {
-    if (!shard_holder_(s, m, t, coord))
-      continue;
-    int peer = rt_layout_rank(&L, (RtCoords){owner, 0, 0, t});
-    const void *piece = local;
-    if (peer != 0) {
-      if (!tmp && !(tmp = malloc(bytes ? bytes : 1)))
-        rt_mesh_fail(m, "rt_shard_gather: out of memory for a %zu-byte piece", bytes);
-      ckpt_xfer_(m, peer, tmp, bytes, 0);
-      piece = tmp;
-    }
-    shard_copy_(s, m, coord, global, (char *)piece, esize, 1);
-  }
-  free(tmp);
-  return RT_OK;
+  ShardPlace p = {s, m, global, esize};
+  return rt_shard_gather_with(s, m, local, rt_shard_local_numel(s, m) * (size_t)esize,
+                              shard_place_, &p);
 }
 
 void rt_shard_copy(const RtShard *s, const RtMesh *m, const int *coord, void *global, void *local,
