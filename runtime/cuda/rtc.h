@@ -169,4 +169,22 @@ void rt_sumsq_list_dev_cu(double *out, const float *const *bufs, const size_t *n
 #ifdef __cplusplus
 }
 #endif
+
+/* ---- precision = bf16 storage (rtc_bf16.h) ----
+ * C++ overloads of the launchers above: the same name, rtc_bf16 * for each
+ * activation or activation gradient (and a matmul's weight, its bf16
+ * copy), the other pointers as above (parameters, parameter gradients,
+ * statistics, losses fp32; tokens i32).  The kernels compute in fp32. */
+#ifdef __cplusplus
+#include "rtc_bf16.h"
+
+/* out = bf16(in): the bf16 copy of a parameter, before the matmuls read it. */
+void rt_cast_bf16_cu(rtc_bf16 *out, const float *in, size_t n);
+
+/* -- k_norm, k_act, k_embed, k_loss, rtc_normsplit, the vocab-parallel
+ *    cross-entropy -- */
+
+/* -- k_matmul, k_attention, rtc_summa, rtc_dist's collectives -- */
+
+#endif
 #endif
