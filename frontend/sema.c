@@ -895,8 +895,9 @@ static int check_support(TrainCfg *t) {
           p->tp2d, p->tp2d);
   NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED && p->zero >= 1, "zero=%d with "
           "schedule=interleaved (ZeRO for pipeline chunks)", p->zero);
-  NOT_YET(opt_blocked(&t->opt) && p->zero >= 1, "optimizer %s with zero=%d (state of "
-          "ZeRO-sharded tensors)", t->opt.kind, p->zero);
+  NOT_YET(opt_blocked(&t->opt) && p->zero >= 1 && (p->tp > 1 || p->tp2d > 1),
+          "optimizer %s with zero=%d and %s (the state of a tensor-parallel shard on its ZeRO "
+          "owner)", t->opt.kind, p->zero, p->tp > 1 ? "tp" : "tp2d");
   NOT_YET(t->opt.kind && !strcmp(t->opt.kind, "adafactor") && (p->tp > 1 || p->tp2d > 1) &&
           p->pp > 1 && p->schedule == SCHED_INTERLEAVED,
           "optimizer adafactor with %s and schedule=interleaved (statistics of split tensors "

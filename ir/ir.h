@@ -185,6 +185,8 @@ typedef struct Bucket {
   const char *name;     /* "blocks.3", "embed", "blocks.3 (tp-partial)" */
   PtrVec params;        /* Value* (ROLE_PARAM), in layout order */
   int64_t *pos;         /* element offset of params[k] in the bucket */
+  int *owner;           /* ZeRO with shampoo or adafactor: the data rank whose chunk holds
+                         * params[k] whole (zero.c); else NULL */
   int64_t flat, numel, chunk, shard;  /* in the flat layout; padded size; numel/dp; in the shards */
   bool tp_partial;      /* its gradients are partial sums over tp (sp=megatron) or the 2D grid */
   uint32_t partial;     /* over which of AX_TP, AX_TPR, AX_TPC (1 << axis) */

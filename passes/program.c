@@ -548,7 +548,9 @@ static void param_table(B *b, PtrVec *ps) {
     q->v = v;
     q->offset = param_offset(b, g0, v);
     q->grad = v->grad ? v->grad->offset * b->scale : -1;
-    q->opt = v->grad && (adam || mom || opt_blocked(o)) && !sharded ? v->opt_offset * b->scale : -1;
+    /* (ZeRO with shampoo or adafactor: the state on the parameter's owner,
+     * zero.c owner_state) */
+    q->opt = v->grad && (((adam || mom) && !sharded) || opt_blocked(o)) ? v->opt_offset * b->scale : -1;
     q->opt2 = v->grad && adam && !sharded ? q->opt + stride : -1;
     q->init = init_kind(v);
     q->std = init_std(v, p->nscaled);

@@ -113,6 +113,8 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
 
 static void recompute_line(FILE *out, const Module *m, const char *pf);
 static void shampoo_lines(FILE *out, const Module *m, const char *pf);
+static void zero_owner_lines(FILE *out, const Module *m, const RankProg *p, const char *st,
+                             const char *pf);
 static void phase_lines(FILE *out, const Module *m, const RankProg *p, const OptUnit *u, int n,
                         int nd, const char *pf);
 
@@ -211,6 +213,66 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
     if (t->mesh && t->mesh->ndev > 1) comm_line(out, m, pf, "comm:     ");
   }
   shampoo_lines(out, m, pf);
+  for (int r = 0; o->kind && !strcmp(o->kind, "adafactor") && r < m->nrprog; r++)
+    if (m->rprog[r]->zero >= 1)
+      zero_owner_lines(out, m, m->rprog[r], m->nrprog > 1 ? arena_printf("stage %d: ", r) : "", pf);
+}
+
+/* ZeRO with Shampoo or Adafactor (passes/zero.c owner_layout): per data
+ * rank, the tensors its chunks hold whole and it alone updates, their
+ * blocks, state and root work, and the padding the layout costs. */
+static void zero_owner_lines(FILE *out, const Module *m, const RankProg *p, const char *st,
+                             const char *pf) {
+  const Optimizer *o = &m->train.opt;
+  bool sh = !strcmp(o->kind, "shampoo");
+  int nd = optplace_ranks(m);
+  double peak = m->train.mesh ? m->train.mesh->device->flops_fp32 : 0;
+  const Value **vs = arena_alloc(sizeof *vs * (size_t)(p->nparam + 1));
+  int *own = arena_alloc(sizeof(int) * (size_t)(p->nparam + 1));
+  int64_t used = 0, padded = 0;
+  for (int k = 0; k < p->buckets->len; k++) {
+    const Bucket *b = p->buckets->data[k];
+    padded += b->numel;
+    for (int j = 0; j < b->params.len; j++) used += ir_numel(&((const Value *)b->params.data[j])->shape);
+  }
+  for (int i = 0; i < p->nparam; i++) {
+    vs[i] = p->param[i].v;
+    own[i] = -1;
+    for (int k = 0; k < p->buckets->len; k++) {
+      const Bucket *b = p->buckets->data[k];
+      for (int j = 0; b->owner && j < b->params.len; j++)
+        if (b->params.data[j] == vs[i]) own[i] = b->owner[j];
+    }
+  }
+  OptUnit *u = NULL;
+  int64_t seg;
+  int n = sh ? optplace_units(m, vs, p->nparam, 1, &u, &seg) : 0;
+  for (int k = 0; k < n; k++) u[k].owner = own[u[k].param] < 0 ? 0 : own[u[k].param];
+  fprintf(out, "%s%s:%s%szero=%d: each tensor lies whole in one data rank's chunk, which "
+               "updates it and alone keeps its state (no collective beyond ZeRO's); the chunks "
+               "are padded to the fullest: %lld elements for %lld (+%.1f%%):\n",
+          pf, o->kind, sh ? "  " : " ", st, p->zero, (long long)padded, (long long)used,
+          used ? 100.0 * (double)(padded - used) / (double)used : 0.0);
+  for (int d = 0; d < nd; d++) {
+    int nt = 0, nb = 0;
+    int64_t elems = 0, state = 0;
+    double fl = 0;
+    for (int i = 0; i < p->nparam; i++)
+      if (own[i] == d && vs[i]->grad) {
+        nt++;
+        elems += ir_numel(&vs[i]->shape);
+        state += rt_optim_align64(opt_state_elems(o, &vs[i]->shape) * 4);
+      }
+    for (int k = 0; k < n; k++)
+      if (u[k].owner == d && u[k].blocked) nb++, fl += optplace_root_flops(o, &u[k]);
+    fprintf(out, "%s            data rank %d: %d tensors (%lld elements), state %s", pf, d, nt,
+            (long long)elems, human_bytes((double)state));
+    if (sh)
+      fprintf(out, ", %d blocks, roots %.3g GFLOP (%.3g ms at the device's fp32 peak)", nb,
+              fl / 1e9, peak > 0 ? fl / peak * 1e3 : 0.0);
+    fprintf(out, "\n");
+  }
+  if (sh) phase_lines(out, m, p, u, n, nd, pf);
 }
 
 /* Shampoo's placement (passes/optplace.c): per pipeline rank, the units
@@ -244,6 +306,10 @@ static void shampoo_lines(FILE *out, const Module *m, const char *pf) {
               pf, st, pl->tp > 1 ? arena_printf("tp=%d", pl->tp)
                                  : arena_printf("tp2d=%dx%d", pl->tp2d, pl->tp2d),
               (long long)lb, (long long)gb, (long long)rb);
+    }
+    if (p->zero >= 1) {
+      zero_owner_lines(out, m, p, st, pf);
+      continue;
     }
     if (!p->nunits) {
       double fl = 0;

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "passes.h"
+#include "runtime/rt_optim.h"
 
 /* "blocks.3.attn.qkv.weight" -> "blocks.3"; "embed.weight" -> "embed". */
 static const char *layer_key(const char *name) {
@@ -116,6 +117,47 @@ static bool touches(const Node *n, const Value *whole, int how) {
   return false;
 }
 
+/* ZeRO with Shampoo or Adafactor: a parameter's blocks (and Adafactor's
+ * row and column statistics) need its whole reduced gradient, so each
+ * parameter lies whole in one rank's chunk of its bucket, and that rank
+ * owns it (updates it and keeps its optimizer state).  The parameters by
+ * size, largest first (then in order), each to the rank whose chunk is
+ * least full, then the one that owns the fewest elements of the buckets
+ * before (owned), then the lowest; within a chunk in parameter order.  The
+ * chunk is the fullest rank's, the others padded to it.  Returns the
+ * bucket's padded size, dp chunks. */
+static int64_t owner_layout(Bucket *b, int dp, int64_t *owned) {
+  int np = b->params.len;
+  int64_t *sz = arena_alloc(sizeof(int64_t) * (size_t)np);
+  int64_t *fill = arena_alloc(sizeof(int64_t) * (size_t)dp);
+  int *ord = arena_alloc(sizeof(int) * (size_t)np);
+  b->owner = arena_alloc(sizeof(int) * (size_t)np);
+  for (int j = 0; j < np; j++) {
+    sz[j] = (ir_numel(&((Value *)b->params.data[j])->shape) + 15) / 16 * 16;
+    int k = j;   /* insertion by size, largest first, stable */
+    while (k > 0 && sz[ord[k - 1]] < sz[j]) ord[k] = ord[k - 1], k--;
+    ord[k] = j;
+  }
+  for (int k = 0; k < np; k++) {
+    int j = ord[k], best = 0;
+    for (int r = 1; r < dp; r++)
+      if (fill[r] < fill[best] || (fill[r] == fill[best] && owned[r] < owned[best])) best = r;
+    b->owner[j] = best;
+    fill[best] += sz[j];
+  }
+  int64_t chunk = 16;
+  for (int r = 0; r < dp; r++) {
+    if (fill[r] > chunk) chunk = fill[r];
+    owned[r] += fill[r];
+    fill[r] = 0;
+  }
+  for (int j = 0; j < np; j++) {
+    b->pos[j] = b->owner[j] * chunk + fill[b->owner[j]];
+    fill[b->owner[j]] += sz[j];
+  }
+  return chunk * dp;
+}
+
 int pass_zero(Module *m) {
   Graph *g = m->graph;
   const Plan *pl = &m->train.plan;
@@ -148,15 +190,20 @@ int pass_zero(Module *m) {
     vec_push(&b->params, p);
   }
   int64_t flat = 0, shard = 0;
+  bool whole = stage >= 1 && opt_blocked(&m->train.opt);
+  int64_t *owned = arena_alloc(sizeof(int64_t) * (size_t)dp);
   for (int k = 0; k < g->buckets.len; k++) {
     Bucket *b = g->buckets.data[k];
     b->pos = arena_alloc(sizeof(int64_t) * (size_t)b->params.len);
     int64_t n = 0;
-    for (int j = 0; j < b->params.len; j++) {
-      b->pos[j] = n;
-      n += (ir_numel(&((Value *)b->params.data[j])->shape) + 15) / 16 * 16;
-    }
-    if (stage >= 1) n = (n + 16 * dp - 1) / (16 * dp) * (16 * dp);
+    if (whole)
+      n = owner_layout(b, dp, owned);
+    else
+      for (int j = 0; j < b->params.len; j++) {
+        b->pos[j] = n;
+        n += (ir_numel(&((Value *)b->params.data[j])->shape) + 15) / 16 * 16;
+      }
+    if (stage >= 1 && !whole) n = (n + 16 * dp - 1) / (16 * dp) * (16 * dp);
     b->flat = flat;
     b->numel = n;
     b->chunk = stage >= 1 ? n / dp : 0;
@@ -253,6 +300,35 @@ int pass_zero(Module *m) {
   return 0;
 }
 
+/* ZeRO with Shampoo or Adafactor: the state of the parameters a rank owns
+ * (owner_layout), from off, each tensor's whole (rt_optim.h), in bucket
+ * and parameter order; the ranks' regions start alike, so a parameter's
+ * state offset is the same number on every rank and means something on its
+ * owner only.  The region is the most loaded owner's (every rank's arena
+ * is laid out alike), then the step's workspace at *work_off.  Returns the
+ * bytes of both. */
+static int64_t owner_state(Module *m, int64_t off, int64_t *work_off) {
+  Graph *g = m->graph;
+  const Optimizer *o = &m->train.opt;
+  int dp = optplace_ranks(m);
+  int64_t *fill = arena_alloc(sizeof(int64_t) * (size_t)dp), most = 0;
+  for (int k = 0; k < g->buckets.len; k++) {
+    Bucket *b = g->buckets.data[k];
+    for (int j = 0; j < b->params.len; j++) {
+      Value *p = b->params.data[j];
+      if (!p->grad) continue;
+      p->opt_offset = off + fill[b->owner[j]];
+      fill[b->owner[j]] += rt_optim_align64(opt_state_elems(o, &p->shape) * 4);
+      if (fill[b->owner[j]] > most) most = fill[b->owner[j]];
+    }
+  }
+  const Graph *w = m->nstages > 1 ? m->whole : g;
+  const Shape **shapes = arena_alloc(sizeof *shapes * (size_t)(w->params.len + 1));
+  for (int i = 0; i < w->params.len; i++) shapes[i] = &((const Value *)w->params.data[i])->shape;
+  *work_off = off + most;
+  return most + rt_optim_align64(opt_work_bytes(o, shapes, w->params.len));
+}
+
 /* The persistent part of the arena for a bucketed plan (memplan): 0 when
  * the plan has no buckets, else 1 with *end at its end.
  *   zero=0   [params | buckets of gradients | optimizer state per parameter]
@@ -333,6 +409,8 @@ int zero_memplan(Module *m, int64_t *end) {
   mp->zero_gshard_offset = mp->param_bytes + full;
   mp->zero_opt_offset = mp->param_bytes + mp->grad_bytes;
   mp->optstate_bytes = nstate * nshard * 4;
+  if (opt_blocked(&m->train.opt))
+    mp->optstate_bytes = owner_state(m, mp->zero_opt_offset, &mp->opt_work_offset);
   mp->persistent_bytes = *end = mp->zero_opt_offset + mp->optstate_bytes;
   return 1;
 }

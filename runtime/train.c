@@ -541,6 +541,56 @@ static int mesh_save(Trainer *t, long steps_done) {
   return ok;
 }
 
+/* ZeRO with Shampoo or Adafactor: the coordinate in the ZeRO group whose
+ * chunk holds parameter l whole (passes/zero.c owner_layout), which alone
+ * keeps its state current. */
+static int zero_owner(const RtProgram *pg, int l, int es) {
+  const RtBucket *b = &pg->buckets[pg->bucket_of[l]];
+  return (int)((pg->params[l].offset / es - b->flat) / b->chunk);
+}
+
+/* ZeRO with Shampoo or Adafactor: each tensor's state broadcast from its
+ * owner over the ZeRO group (not counted: checkpoint traffic), then
+ * gathered on rank 0 as an unsplit tensor's. */
+static void zero_state_save(Trainer *t, unsigned char *full) {
+  const RtProgram *pg = t->pg;
+  RtAxis zax = (RtAxis)pg->zaxis;
+  for (int j = 0; j < pg->nglobal; j++) {
+    int64_t g = pg->global[j].opt;
+    int l = local_of(pg, j);
+    if (g < 0)
+      continue;
+    RtShard sh;
+    const RtShard *s = slot_shard(pg, j, 1, &sh);
+    unsigned char *mine = NULL, *tmp = NULL;
+    if (l >= 0 && pg->params[l].opt >= 0) {
+      int own = zero_owner(pg, l, t->es);
+      mine = t->arena + pg->params[l].opt;
+      if (coord(t, zax) != own && !(mine = tmp = malloc((size_t)s->shape[0] * (size_t)t->es)))
+        rt_mesh_fail(t->mesh, "out of memory for the checkpoint");
+      MPI_OK(MPI_Bcast(mine, (int)s->shape[0], t->es == 8 ? MPI_DOUBLE : MPI_FLOAT, own,
+                       t->mesh->comm[zax]));
+    }
+    rt_check(rt_shard_gather(s, t->mesh, mine, full ? full + g : NULL, t->es));
+    free(tmp);
+  }
+}
+
+/* ... and loaded on its owner only (the others' offsets hold their own). */
+static void zero_state_load(Trainer *t, const unsigned char *full) {
+  const RtProgram *pg = t->pg;
+  for (int j = 0; j < pg->nglobal; j++) {
+    int64_t g = pg->global[j].opt;
+    int l = local_of(pg, j);
+    if (g < 0 || l < 0 || pg->params[l].opt < 0 ||
+        zero_owner(pg, l, t->es) != coord(t, (RtAxis)pg->zaxis))
+      continue;
+    RtShard sh;
+    rt_shard_extract(slot_shard(pg, j, 1, &sh), t->mesh, full + g, t->arena + pg->params[l].opt,
+                     t->es);
+  }
+}
+
 /* ZeRO slot k of this rank: 0 the parameters (ZeRO-1/2: the whole flat
  * layout at the arena's start; ZeRO-3: its chunks there), 1 and 2 its
  * chunks of optimizer state. */
@@ -594,6 +644,8 @@ static int zero_load(Trainer *t, const char *path, long *step, int *weights_only
   int rc = rt_ckpt_load(pg, pg->global, pg->nglobal, full, path, step, weights_only);
   for (int k = 0; rc == RT_OK && k <= opt_states(pg); k++)
     zero_store(t, k, full, flat);
+  if (rc == RT_OK && pg->opt >= RT_OPT_SHAMPOO)
+    zero_state_load(t, full);
   free(flat);
   free(full);
   return rc;
@@ -633,6 +685,8 @@ static int zero_save(Trainer *t, long steps_done) {
                                full ? full + g : NULL, t->es));
     }
   }
+  if (pg->opt >= RT_OPT_SHAMPOO)
+    zero_state_save(t, full);
   free(all);
   free(flat);
   int ok = all_ok(t, t->rank != 0 || rt_ckpt_save(pg, pg->global, pg->nglobal, full, steps_done,
@@ -1173,7 +1227,10 @@ static int roots_one(Trainer *t) {
       }
 #endif
     int64_t gnbc = rt_shampoo_nblocks(gc, pg->block);
-    for (int64_t bi = 0; bi < nbr; bi++)
+    size_t za, zz, zs; /* ZeRO: the owner's (its chunk holds the tensor) */
+    const int skip = pg->zero >= 1 &&
+                     !zero_range(t, i, (size_t)coord(t, (RtAxis)pg->zaxis), &za, &zz, &zs);
+    for (int64_t bi = 0; bi < nbr && !skip; bi++)
       for (int64_t bj = 0; bj < nbc; bj++) {
         int64_t gi = bi, gj = bj;
 #ifdef RT_TRAIN_MPI
@@ -1251,6 +1308,43 @@ static void blocked_step(Trainer *t, long step, double lr, double grad_scale) {
       rc = rt_shampoo_step_f32((float *)(A + p->offset), (float *)(A + p->grad),
                                (float *)(A + p->opt), A + pg->opt_work_offset, p->ndim, p->shape,
                                &a);
+    if (rc != RT_OK)
+      fail(t, rt_last_error());
+  }
+}
+
+/* ZeRO with Shampoo or Adafactor (RT_UPDATE_ZERO): the tensors this rank
+ * owns, each whole in its chunks (passes/zero.c owner_layout), from its
+ * gradient shard, with their state at their opt offsets; ZeRO's own
+ * parameter all-gather (ZeRO-3: before each use) carries the result to the
+ * other ranks. */
+static void zero_blocked_step(Trainer *t, long step, double lr, double grad_scale) {
+  const RtProgram *pg = t->pg;
+  unsigned char *A = t->arena;
+  const size_t es = (size_t)t->es, r = (size_t)coord(t, (RtAxis)pg->zaxis);
+  RtShampooArgs a = blocked_args(t, step, lr, grad_scale);
+  while (roots_one(t))
+    ;
+  for (int i = 0; i < pg->nparams; i++) {
+    const RtParam *p = &pg->params[i];
+    size_t lo, hi, s;
+    if (!zero_range(t, i, r, &lo, &hi, &s))
+      continue;
+    if (hi - lo != p->numel || p->opt < 0)
+      fail(t, "internal: a ZeRO chunk holds part of a Shampoo or Adafactor tensor");
+    unsigned char *w = A + (pg->zero == 3 ? s : lo) * es, *g = A + pg->gshard_offset + s * es;
+    a.weight_decay = p->decay ? pg->weight_decay : 0.0;
+    int rc = RT_OK;
+    if (pg->opt == RT_OPT_ADAFACTOR && pg->f64)
+      rt_adafactor_step_f64((double *)w, (double *)g, (double *)(A + p->opt), p->ndim, p->shape, &a);
+    else if (pg->opt == RT_OPT_ADAFACTOR)
+      rt_adafactor_step_f32((float *)w, (float *)g, (float *)(A + p->opt), p->ndim, p->shape, &a);
+    else if (pg->f64)
+      rc = rt_shampoo_step_f64((double *)w, (double *)g, (double *)(A + p->opt),
+                               A + pg->opt_work_offset, p->ndim, p->shape, &a);
+    else
+      rc = rt_shampoo_step_f32((float *)w, (float *)g, (float *)(A + p->opt),
+                               A + pg->opt_work_offset, p->ndim, p->shape, &a);
     if (rc != RT_OK)
       fail(t, rt_last_error());
   }
@@ -1385,6 +1479,10 @@ static void optimizer_step(Trainer *t, const RtStepOp *op, long step, double lr,
   }
   if (op->mode != RT_UPDATE_ZERO)
     fail(t, "internal: unknown optimizer mode");
+  if (pg->opt >= RT_OPT_SHAMPOO) {
+    zero_blocked_step(t, step, lr, grad_scale);
+    return;
+  }
   /* ZeRO: this rank's chunk of every bucket, with its summed gradient shard
    * and its optimizer state; ZeRO-3 stores only its chunks of the
    * parameters, ZeRO-1/2 the whole flat layout. */

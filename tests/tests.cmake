@@ -51,6 +51,11 @@ add_test(NAME dist/shampoo
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/shampoo.sh $<TARGET_FILE:shardc>)
 set_tests_properties(dist/shampoo PROPERTIES TIMEOUT 2400 SKIP_RETURN_CODE 77)
 
+# Shampoo and Adafactor under ZeRO: each tensor on the rank whose chunk holds it.
+add_test(NAME dist/shampoo_zero
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/shampoo_zero.sh $<TARGET_FILE:shardc>)
+set_tests_properties(dist/shampoo_zero PROPERTIES TIMEOUT 2400 SKIP_RETURN_CODE 77)
+
 # The CUDA kernels on the host shim, against the cpu kernels (issue 10).
 include(${CMAKE_CURRENT_LIST_DIR}/cuda/tests.cmake)
 
