@@ -549,35 +549,49 @@ static int zero_owner(const RtProgram *pg, int l, int es) {
   return (int)((pg->params[l].offset / es - b->flat) / b->chunk);
 }
 
+/* Elements of the state of local tensor l (its shard's under tp). */
+static int64_t state_elems(const RtProgram *pg, int l) {
+  const RtParam *p = &pg->params[l];
+  return pg->opt == RT_OPT_SHAMPOO
+             ? rt_shampoo_state_elems(p->ndim, p->shape, pg->block, pg->beta1 > 0, pg->graft)
+             : rt_adafactor_state_elems(p->ndim, p->shape, pg->beta1 > 0);
+}
+
 /* ZeRO with Shampoo or Adafactor: each tensor's state broadcast from its
  * owner over the ZeRO group (not counted: checkpoint traffic), then
- * gathered on rank 0 as an unsplit tensor's. */
+ * gathered on rank 0 as without ZeRO (under tp, Shampoo's block by block,
+ * shampoo_state_place). */
 static void zero_state_save(Trainer *t, unsigned char *full) {
   const RtProgram *pg = t->pg;
   RtAxis zax = (RtAxis)pg->zaxis;
   for (int j = 0; j < pg->nglobal; j++) {
-    int64_t g = pg->global[j].opt;
+    int64_t g = pg->global[j].opt, n = 0;
     int l = local_of(pg, j);
     if (g < 0)
       continue;
-    RtShard sh;
-    const RtShard *s = slot_shard(pg, j, 1, &sh);
     unsigned char *mine = NULL, *tmp = NULL;
     if (l >= 0 && pg->params[l].opt >= 0) {
       int own = zero_owner(pg, l, t->es);
+      n = state_elems(pg, l);
       mine = t->arena + pg->params[l].opt;
-      if (coord(t, zax) != own && !(mine = tmp = malloc((size_t)s->shape[0] * (size_t)t->es)))
+      if (coord(t, zax) != own && !(mine = tmp = malloc((size_t)n * (size_t)t->es)))
         rt_mesh_fail(t->mesh, "out of memory for the checkpoint");
-      MPI_OK(MPI_Bcast(mine, (int)s->shape[0], t->es == 8 ? MPI_DOUBLE : MPI_FLOAT, own,
-                       t->mesh->comm[zax]));
+      MPI_OK(MPI_Bcast(mine, (int)n, t->es == 8 ? MPI_DOUBLE : MPI_FLOAT, own, t->mesh->comm[zax]));
     }
-    rt_check(rt_shard_gather(s, t->mesh, mine, full ? full + g : NULL, t->es));
+    RtShard sh;
+    if (split_state(pg, j, 1)) {
+      StateCopy c = {pg, t->mesh, j, t->es, full};
+      rt_check(rt_shard_gather_with(&pg->shards[j], t->mesh, mine, (size_t)n * (size_t)t->es,
+                                    shampoo_state_place, &c));
+    } else
+      rt_check(rt_shard_gather(slot_shard(pg, j, 1, &sh), t->mesh, mine, full ? full + g : NULL,
+                               t->es));
     free(tmp);
   }
 }
 
 /* ... and loaded on its owner only (the others' offsets hold their own). */
-static void zero_state_load(Trainer *t, const unsigned char *full) {
+static void zero_state_load(Trainer *t, unsigned char *full) {
   const RtProgram *pg = t->pg;
   for (int j = 0; j < pg->nglobal; j++) {
     int64_t g = pg->global[j].opt;
@@ -586,8 +600,14 @@ static void zero_state_load(Trainer *t, const unsigned char *full) {
         zero_owner(pg, l, t->es) != coord(t, (RtAxis)pg->zaxis))
       continue;
     RtShard sh;
-    rt_shard_extract(slot_shard(pg, j, 1, &sh), t->mesh, full + g, t->arena + pg->params[l].opt,
-                     t->es);
+    if (split_state(pg, j, 1)) {
+      StateCopy c = {pg, t->mesh, j, t->es, full};
+      int sc[2];
+      split_coords(&pg->shards[j], t->mesh, sc);
+      shampoo_state_copy(&c, sc, t->arena + pg->params[l].opt, 0);
+    } else
+      rt_shard_extract(slot_shard(pg, j, 1, &sh), t->mesh, full + g, t->arena + pg->params[l].opt,
+                       t->es);
   }
 }
 

@@ -187,7 +187,7 @@ else
   echo "FAIL: shampoo-stagger-off: stagger = false still emits root phases"
   fail=$((fail + 1))
 fi
-expect shampoo-zero 1 'strategy optimizer shampoo with zero=1 and tp \(the state of a tensor-parallel shard on its ZeRO owner\) is not implemented yet' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=2,tp=2,zero=1 --emit=c
+expect shampoo-zero 1 'strategy optimizer shampoo with zero=1 and tp2d \(Shampoo state of the grid.s shards on their ZeRO owners\) is not implemented yet' -- "$bin" compile "$tmp/shampoo.shard" --mesh 8 --strategy dp=2,tp2d=2x2,zero=1 --emit=c
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu, cuda or cuda-host' -- "$bin" compile samples/gpt.shard --target=tpu
 expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, recompute, zero, memplan, program, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope

@@ -14,8 +14,9 @@
 # tp2d=2x2 alike, and resumes under dp=2 what tp=2 saved.
 #   tests/dist/shampoo.sh SHARDC
 bin="$(realpath "$1")"
-source "$(dirname "$0")/../codegen/lib.sh"
-source "$(dirname "$0")/shampoo_lib.sh"
+here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/../codegen/lib.sh"
+source "$here/shampoo_lib.sh"
 need_mpi
 export SHARDC_STRICT_COMM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 S=gpt_shampoo

@@ -2,6 +2,8 @@
  * every parameter gets a gradient, the verifier accepts the backward graph,
  * no two buffers that are live at the same node overlap in the arena, and
  * the persistent sizes follow from the parameter count. */
+#include <stdlib.h>
+
 #include "passes.h"
 #include "sema.h"
 #include "runtime/dist_formulas.h"
@@ -138,8 +140,54 @@ static void check_sample(const char *path, const char *strategy) {
   ASSERT(m->mem.arena_bytes, top);
 }
 
+/* ZeRO with Shampoo (zero.c owner_layout): every tensor lies whole in its
+ * owner's chunk, the tensors of a chunk do not overlap, the chunk is the
+ * fullest owner's; each tensor's state lies in the state region before the
+ * workspace, and an owner's states do not overlap. */
+static void check_owners(const char *path, const char *strategy) {
+  diag_reset();
+  SrcFile *f = src_load(path);
+  ASSERT(1, f != NULL);
+  if (!f) return;
+  Program *p = ast_parse(f);
+  SemaOptions o = {.strategy = strategy, .mesh = "4"};
+  Module *m = p ? frontend_run(p, &o) : NULL;
+  ASSERT(0, diag_error_count());
+  if (!m || !m->graph) return;
+  for (int i = 0; i < pass_count; i++) ASSERT(0, pass_list[i].run(m));
+  Graph *g = m->graph;
+  int dp = m->train.plan.dp;
+  int64_t *state_end = calloc((size_t)dp, sizeof(int64_t));
+  for (int k = 0; k < g->buckets.len; k++) {
+    Bucket *b = g->buckets.data[k];
+    ASSERT(1, b->owner != NULL);
+    if (!b->owner) continue;
+    ASSERT(b->chunk * dp, b->numel);
+    int64_t *fill = calloc((size_t)dp, sizeof(int64_t)), most = 0;
+    for (int j = 0; j < b->params.len; j++) {
+      Value *v = b->params.data[j];
+      int r = b->owner[j];
+      int64_t n = ir_numel(&v->shape), lo = r * b->chunk + fill[r];
+      ASSERT(lo, b->pos[j]);                       /* packed in parameter order */
+      ASSERT(1, b->pos[j] + n <= (r + 1) * b->chunk);
+      fill[r] += (n + 15) / 16 * 16;
+      if (fill[r] > most) most = fill[r];
+      if (!v->grad) continue;
+      int64_t sb = (opt_state_elems(&m->train.opt, &v->shape) * 4 + 63) / 64 * 64;
+      ASSERT(m->mem.zero_opt_offset + state_end[r], v->opt_offset);
+      state_end[r] += sb;
+      ASSERT(1, v->opt_offset + sb <= m->mem.opt_work_offset);
+    }
+    ASSERT(most, b->chunk);
+    free(fill);
+  }
+  free(state_end);
+}
+
 int main(void) {
   diag_set_quiet_warnings(1);
+  check_owners("dist/gpt_shampoo.shard", "dp=4,zero=2");
+  check_owners("dist/gpt_adafactor.shard", "dp=4,zero=3");
   const char *samples[] = {"../samples/mlp.shard", "../samples/gpt.shard", "../samples/llama.shard",
                            "../samples/mish.shard", "golden/gqa_rope.shard",
                            "golden/ring.shard"};
