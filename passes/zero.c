@@ -28,6 +28,11 @@
  *           first use in the backward; the forward and backward nodes read
  *           views of those copies, so the plan frees each after its last use.
  *
+ * With Shampoo or Adafactor (zero >= 1) a bucket is laid out by owner
+ * (owner_layout): each tensor whole in one rank's chunk, so its owner's
+ * gradient shard holds its whole reduced gradient, and only the owner keeps
+ * its state (owner_state).
+ *
  * The layout (offsets of parameters, shards and optimizer state) is placed
  * by zero_memplan, called from memplan.
  */
@@ -335,7 +340,9 @@ static int64_t owner_state(Module *m, int64_t off, int64_t *work_off) {
  *   zero=1   [params in the flat layout | buckets of gradients | gradient shards | optimizer state of the shards]
  *   zero=2   [params in the flat layout | gradient shards | optimizer state of the shards]
  *   zero=3   [parameter shards | gradient shards | optimizer state of the shards]
- * A shard array holds the rank's chunk of every bucket, in bucket order. */
+ * A shard array holds the rank's chunk of every bucket, in bucket order.
+ * Shampoo and Adafactor: the optimizer state is that of the tensors the
+ * rank owns, then the step's workspace (owner_state). */
 int zero_memplan(Module *m, int64_t *end) {
   Graph *g = m->graph;
   MemPlan *mp = &m->mem;
