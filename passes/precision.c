@@ -13,7 +13,8 @@
  *      its statistics fp32; an elementwise op, a view or a collective gives
  *      its operands' width (16-bit if any float operand is), so a value made
  *      of parameters and float inputs alone stays fp32; parameters, inputs
- *      and the loss stay fp32; a received activation is 16-bit.
+ *      and the loss stay fp32; the activation a pipeline stage receives is
+ *      16-bit.
  *   2. a gradient has its forward value's width (a parameter's: fp32).
  *   3. backward temporaries (a collective's adjoint) the width of their
  *      operand.
@@ -122,6 +123,8 @@ static int by_before(const void *a, const void *b) {
 int precision_apply(Graph *g, DType t) {
   if (!is16(t)) return 0;
   int nn = g->nodes.len;
+  /* the activation received from the previous pipeline stage (an input) */
+  if (g->recv_act && g->recv_act->dtype == DT_F32) g->recv_act->dtype = t;
   /* 1. forward values (and recomputed copies: forward ops in the backward) */
   for (int i = 0; i < nn; i++) {
     Node *n = g->nodes.data[i];
