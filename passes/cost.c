@@ -379,6 +379,21 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
     break;
   }
   case PI_COPY: t = cost_membound(hw, 2.0 * (double)in->bytes, 0); break;
+  case PI_COLL: {
+    /* along a dim with rows before it (a sequence-parallel activation split
+     * over T): the runtime packs the reduce-scatter's input into its
+     * scratch, or unpacks the all-gather's from it, a copy of the whole
+     * tensor (runtime/dist.c, rtc_dist.cu) */
+    const Node *n = in->n;
+    if (n && (n->op == OP_ALLGATHER || n->op == OP_ALLGATHER_G || n->op == OP_REDUCE_SCATTER) &&
+        n->a.i[1] > 1) {
+      const Value *full = n->op == OP_REDUCE_SCATTER ? n->in[0] : n->out;
+      int64_t outer, inner;
+      ir_dim_split(&full->shape, (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
+      if (outer > 1 && inner > 0) t = cost_membound(hw, 2.0 * vbytes(full, hw->elt), 0);
+    }
+    break;
+  }
   case PI_LOAD: t = hw->launch_s; break;
   case PI_SEED: t = in->received ? 0 : hw->launch_s; break;
   default: break;
