@@ -183,6 +183,37 @@ void rt_cast_bf16_cu(rtc_bf16 *out, const float *in, size_t n);
 
 /* -- k_norm, k_act, k_embed, k_loss, rtc_normsplit, the vocab-parallel
  *    cross-entropy -- */
+/* out = float(in): a bf16 tensor widened (the driver, tests). */
+void rt_widen_bf16_cu(float *out, const rtc_bf16 *in, size_t n);
+
+/* activations, softmax, dropout (the fp32 launcher's mask), elementwise (k_act.cu) */
+void rt_gelu_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n);
+void rt_gelu_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *inp, const rtc_bf16 *dout, size_t n);
+void rt_relu_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n);
+void rt_relu_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *inp, const rtc_bf16 *dout, size_t n);
+void rt_silu_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n);
+void rt_silu_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *inp, const rtc_bf16 *dout, size_t n);
+void rt_swiglu_forward_cu(rtc_bf16 *out, const rtc_bf16 *a, const rtc_bf16 *b, int N, int C,
+                          int ld);
+void rt_swiglu_backward_cu(rtc_bf16 *da, rtc_bf16 *db, const rtc_bf16 *dout, const rtc_bf16 *a,
+                           const rtc_bf16 *b, int N, int C, int ld);
+void rt_softmax_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, int N, int C);
+void rt_softmax_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, const rtc_bf16 *out, int N,
+                            int C);
+void rt_dropout_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n, double p, uint64_t seed,
+                           uint64_t step, uint64_t offset);
+void rt_dropout_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, size_t n, double p,
+                            uint64_t seed, uint64_t step, uint64_t offset);
+void rt_add_forward_cu(rtc_bf16 *out, const rtc_bf16 *a, const rtc_bf16 *b, size_t n);
+void rt_axpy_cu(rtc_bf16 *dst, const rtc_bf16 *src, double alpha, size_t n);
+void rt_scale_cu(rtc_bf16 *x, size_t n, double s);
+void rt_slice_cols_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, int N, int C, int c0, int W);
+void rt_slice_cols_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, int N, int C, int c0,
+                               int W);
+void rt_acc_cu(rtc_bf16 *dst, const rtc_bf16 *src, size_t n);
+/* (rt_chunk_copy_cu copies bf16 with esize 2.) */
+void rt_chunk_acc_cu(rtc_bf16 *dst, const rtc_bf16 *src, size_t outer, size_t inner, int P,
+                     int r);
 
 /* -- k_matmul, k_attention, rtc_summa, rtc_dist's collectives -- */
 
