@@ -186,6 +186,21 @@ void rt_cast_bf16_cu(rtc_bf16 *out, const float *in, size_t n);
 /* out = float(in): a bf16 tensor widened (the driver, tests). */
 void rt_widen_bf16_cu(float *out, const rtc_bf16 *in, size_t n);
 
+/* normalization (k_norm.cu): weight, bias, dweight, dbias, mean, rstd fp32 */
+void rt_layernorm_forward_cu(rtc_bf16 *out, float *mean, float *rstd, const rtc_bf16 *inp,
+                             const float *weight, const float *bias, int N, int C);
+void rt_layernorm_forward_eps_cu(rtc_bf16 *out, float *mean, float *rstd, const rtc_bf16 *inp,
+                                 const float *weight, const float *bias, int N, int C,
+                                 double eps);
+void rt_layernorm_backward_cu(rtc_bf16 *dinp, float *dweight, float *dbias,
+                              const rtc_bf16 *dout, const rtc_bf16 *inp, const float *weight,
+                              const float *mean, const float *rstd, int N, int C);
+void rt_rmsnorm_forward_cu(rtc_bf16 *out, float *rstd, const rtc_bf16 *inp, const float *weight,
+                           int N, int C, double eps);
+void rt_rmsnorm_backward_cu(rtc_bf16 *dinp, float *dweight, const rtc_bf16 *dout,
+                            const rtc_bf16 *inp, const float *weight, const float *rstd, int N,
+                            int C);
+
 /* activations, softmax, dropout (the fp32 launcher's mask), elementwise (k_act.cu) */
 void rt_gelu_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n);
 void rt_gelu_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *inp, const rtc_bf16 *dout, size_t n);
