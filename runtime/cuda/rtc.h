@@ -230,6 +230,24 @@ void rt_acc_cu(rtc_bf16 *dst, const rtc_bf16 *src, size_t n);
 void rt_chunk_acc_cu(rtc_bf16 *dst, const rtc_bf16 *src, size_t outer, size_t inner, int P,
                      int r);
 
+/* embeddings (k_embed.cu): the tables wte, wpe and their gradients fp32 */
+int rt_embedding_forward_cu(rtc_bf16 *out, const int32_t *tokens, const float *wte, int N, int V,
+                            int C);
+void rt_embedding_backward_cu(float *dwte, const rtc_bf16 *dout, const int32_t *tokens, int N,
+                              int C);
+int rt_embedding_range_forward_cu(rtc_bf16 *out, const int32_t *tokens, const float *table,
+                                  int N, int v0, int Vl, int C, int V);
+void rt_embedding_range_backward_cu(float *dtable, const rtc_bf16 *dout, const int32_t *tokens,
+                                    int N, int v0, int Vl, int C);
+void rt_positional_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, const float *wpe, int B, int T,
+                              int C, int t0);
+void rt_positional_backward_cu(rtc_bf16 *dinp, float *dwpe, const rtc_bf16 *dout, int B, int T,
+                               int C, int t0);
+void rt_rope_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, int B, int T, int H, int D,
+                        double theta, int t0);
+void rt_rope_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, int B, int T, int H, int D,
+                         double theta, int t0);
+
 /* -- k_matmul, k_attention, rtc_summa, rtc_dist's collectives -- */
 
 #endif
