@@ -248,6 +248,23 @@ void rt_rope_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, int B, int T, int H,
 void rt_rope_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, int B, int T, int H, int D,
                          double theta, int t0);
 
+/* loss (k_loss.cu): logits and dlogits bf16; losses, lse, y, the loss fp32/double */
+int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *losses, float *lse,
+                               const rtc_bf16 *logits, const int32_t *targets, int N, int V);
+int rt_crossentropy_forward_site_cu(double *loss, int *n_valid, float *y, float *losses,
+                                    float *lse, const rtc_bf16 *logits, const int32_t *targets,
+                                    int N, int V);
+void rt_crossentropy_backward_site_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
+                                      const int32_t *targets, int N, int V, const float *dloss,
+                                      const double *site, int acc);
+void rt_crossentropy_backward_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
+                                 const int32_t *targets, int N, int V, double dloss,
+                                 double norm);
+void rt_crossentropy_backward_acc_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
+                                     const int32_t *targets, int N, int V, double dloss,
+                                     double norm);
+/* (rtc_normsplit's and the vocab-parallel cross-entropy's: rtc_train.h) */
+
 /* -- k_matmul, k_attention, rtc_summa, rtc_dist's collectives -- */
 
 #endif
