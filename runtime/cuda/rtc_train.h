@@ -202,6 +202,13 @@ void rt_rmsnorm_split_forward_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *out, flo
 void rt_rmsnorm_split_backward_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *dx, float *dw,
                                   const rtc_bf16 *dout, const rtc_bf16 *x, const float *w,
                                   const float *rstd, int N, int Cl, int C, double *scratch);
+int rt_vp_crossentropy_forward_cu(struct RtMesh *m, RtAxis ax, double *loss, float *y,
+                                  const rtc_bf16 *logits, const int32_t *targets, int N, int Vl,
+                                  int v0, int V, double *scratch);
+void rt_vp_crossentropy_backward_acc_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *dlogits,
+                                        const rtc_bf16 *logits, const int32_t *targets, int N,
+                                        int Vl, int v0, const float *dloss, double norm,
+                                        double *scratch);
 
 #endif /* __cplusplus */
 #endif
