@@ -183,6 +183,87 @@ void rt_cast_bf16_cu(rtc_bf16 *out, const float *in, size_t n);
 
 /* -- k_norm, k_act, k_embed, k_loss, rtc_normsplit, the vocab-parallel
  *    cross-entropy -- */
+/* out = float(in): a bf16 tensor widened (the driver, tests). */
+void rt_widen_bf16_cu(float *out, const rtc_bf16 *in, size_t n);
+
+/* normalization (k_norm.cu): weight, bias, dweight, dbias, mean, rstd fp32 */
+void rt_layernorm_forward_cu(rtc_bf16 *out, float *mean, float *rstd, const rtc_bf16 *inp,
+                             const float *weight, const float *bias, int N, int C);
+void rt_layernorm_forward_eps_cu(rtc_bf16 *out, float *mean, float *rstd, const rtc_bf16 *inp,
+                                 const float *weight, const float *bias, int N, int C,
+                                 double eps);
+void rt_layernorm_backward_cu(rtc_bf16 *dinp, float *dweight, float *dbias,
+                              const rtc_bf16 *dout, const rtc_bf16 *inp, const float *weight,
+                              const float *mean, const float *rstd, int N, int C);
+void rt_rmsnorm_forward_cu(rtc_bf16 *out, float *rstd, const rtc_bf16 *inp, const float *weight,
+                           int N, int C, double eps);
+void rt_rmsnorm_backward_cu(rtc_bf16 *dinp, float *dweight, const rtc_bf16 *dout,
+                            const rtc_bf16 *inp, const float *weight, const float *rstd, int N,
+                            int C);
+
+/* activations, softmax, dropout (the fp32 launcher's mask), elementwise (k_act.cu) */
+void rt_gelu_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n);
+void rt_gelu_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *inp, const rtc_bf16 *dout, size_t n);
+void rt_relu_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n);
+void rt_relu_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *inp, const rtc_bf16 *dout, size_t n);
+void rt_silu_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n);
+void rt_silu_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *inp, const rtc_bf16 *dout, size_t n);
+void rt_swiglu_forward_cu(rtc_bf16 *out, const rtc_bf16 *a, const rtc_bf16 *b, int N, int C,
+                          int ld);
+void rt_swiglu_backward_cu(rtc_bf16 *da, rtc_bf16 *db, const rtc_bf16 *dout, const rtc_bf16 *a,
+                           const rtc_bf16 *b, int N, int C, int ld);
+void rt_softmax_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, int N, int C);
+void rt_softmax_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, const rtc_bf16 *out, int N,
+                            int C);
+void rt_dropout_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n, double p, uint64_t seed,
+                           uint64_t step, uint64_t offset);
+void rt_dropout_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, size_t n, double p,
+                            uint64_t seed, uint64_t step, uint64_t offset);
+void rt_add_forward_cu(rtc_bf16 *out, const rtc_bf16 *a, const rtc_bf16 *b, size_t n);
+void rt_axpy_cu(rtc_bf16 *dst, const rtc_bf16 *src, double alpha, size_t n);
+void rt_scale_cu(rtc_bf16 *x, size_t n, double s);
+void rt_slice_cols_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, int N, int C, int c0, int W);
+void rt_slice_cols_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, int N, int C, int c0,
+                               int W);
+void rt_acc_cu(rtc_bf16 *dst, const rtc_bf16 *src, size_t n);
+/* (rt_chunk_copy_cu copies bf16 with esize 2.) */
+void rt_chunk_acc_cu(rtc_bf16 *dst, const rtc_bf16 *src, size_t outer, size_t inner, int P,
+                     int r);
+
+/* embeddings (k_embed.cu): the tables wte, wpe and their gradients fp32 */
+int rt_embedding_forward_cu(rtc_bf16 *out, const int32_t *tokens, const float *wte, int N, int V,
+                            int C);
+void rt_embedding_backward_cu(float *dwte, const rtc_bf16 *dout, const int32_t *tokens, int N,
+                              int C);
+int rt_embedding_range_forward_cu(rtc_bf16 *out, const int32_t *tokens, const float *table,
+                                  int N, int v0, int Vl, int C, int V);
+void rt_embedding_range_backward_cu(float *dtable, const rtc_bf16 *dout, const int32_t *tokens,
+                                    int N, int v0, int Vl, int C);
+void rt_positional_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, const float *wpe, int B, int T,
+                              int C, int t0);
+void rt_positional_backward_cu(rtc_bf16 *dinp, float *dwpe, const rtc_bf16 *dout, int B, int T,
+                               int C, int t0);
+void rt_rope_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, int B, int T, int H, int D,
+                        double theta, int t0);
+void rt_rope_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, int B, int T, int H, int D,
+                         double theta, int t0);
+
+/* loss (k_loss.cu): logits and dlogits bf16; losses, lse, y, the loss fp32/double */
+int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *losses, float *lse,
+                               const rtc_bf16 *logits, const int32_t *targets, int N, int V);
+int rt_crossentropy_forward_site_cu(double *loss, int *n_valid, float *y, float *losses,
+                                    float *lse, const rtc_bf16 *logits, const int32_t *targets,
+                                    int N, int V);
+void rt_crossentropy_backward_site_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
+                                      const int32_t *targets, int N, int V, const float *dloss,
+                                      const double *site, int acc);
+void rt_crossentropy_backward_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
+                                 const int32_t *targets, int N, int V, double dloss,
+                                 double norm);
+void rt_crossentropy_backward_acc_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
+                                     const int32_t *targets, int N, int V, double dloss,
+                                     double norm);
+/* (rtc_normsplit's and the vocab-parallel cross-entropy's: rtc_train.h) */
 
 /* -- k_matmul, k_attention, rtc_summa, rtc_dist's collectives -- */
 

@@ -178,4 +178,37 @@ void rt_rmsnorm_split_backward_cu(struct RtMesh *m, RtAxis ax, float *dx, float 
 #ifdef __cplusplus
 }
 #endif
+
+/* ---- precision = bf16 storage (rtc_bf16.h, rtc.h's bf16 section): C++
+ * overloads of the launchers above, rtc_bf16 * for each activation or
+ * activation gradient, the other pointers as above ---- */
+#ifdef __cplusplus
+#include "rtc_bf16.h"
+
+/* -- k_norm/k_loss helpers: the split-channel norms (rtc_normsplit.cu; x,
+ *    out, dout, dx bf16) and the vocab-parallel cross-entropy
+ *    (rtc_vpce_bf16.cu; logits, dlogits bf16) -- */
+void rt_layernorm_split_forward_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *out, float *mean,
+                                   float *rstd, const rtc_bf16 *x, const float *w,
+                                   const float *b, int N, int Cl, int C, double eps,
+                                   double *scratch);
+void rt_layernorm_split_backward_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *dx, float *dw,
+                                    float *db, const rtc_bf16 *dout, const rtc_bf16 *x,
+                                    const float *w, const float *mean, const float *rstd, int N,
+                                    int Cl, int C, double *scratch);
+void rt_rmsnorm_split_forward_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *out, float *rstd,
+                                 const rtc_bf16 *x, const float *w, int N, int Cl, int C,
+                                 double eps, double *scratch);
+void rt_rmsnorm_split_backward_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *dx, float *dw,
+                                  const rtc_bf16 *dout, const rtc_bf16 *x, const float *w,
+                                  const float *rstd, int N, int Cl, int C, double *scratch);
+int rt_vp_crossentropy_forward_cu(struct RtMesh *m, RtAxis ax, double *loss, float *y,
+                                  const rtc_bf16 *logits, const int32_t *targets, int N, int Vl,
+                                  int v0, int V, double *scratch);
+void rt_vp_crossentropy_backward_acc_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *dlogits,
+                                        const rtc_bf16 *logits, const int32_t *targets, int N,
+                                        int Vl, int v0, const float *dloss, double norm,
+                                        double *scratch);
+
+#endif /* __cplusplus */
 #endif
