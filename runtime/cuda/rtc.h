@@ -201,6 +201,15 @@ void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double alpha, con
 void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double alpha, const rtc_bf16 *a,
                 int lda, const rtc_bf16 *b, int ldb, double beta, float *c, int ldc);
 
+/* Attention on bf16 q, k, v, out and gradients (lse fp32), computed in fp32
+ * as the fp32 kernels; out WRITTEN, dq, dk, dv ACCUMULATED (read as bf16,
+ * rounded once) or NULL. */
+void rt_attention_forward_cu(rtc_bf16 *out, float *lse, const rtc_bf16 *q, const rtc_bf16 *k,
+                             const rtc_bf16 *v, int B, int T, int H, int Hkv, int D, int causal);
+void rt_attention_backward_cu(rtc_bf16 *dq, rtc_bf16 *dk, rtc_bf16 *dv, const rtc_bf16 *dout,
+                              const rtc_bf16 *q, const rtc_bf16 *k, const rtc_bf16 *v,
+                              const rtc_bf16 *out, const float *lse, int B, int T, int H,
+                              int Hkv, int D, int causal);
 
 #endif
 #endif
