@@ -176,7 +176,7 @@ extern "C" void rt_summa_backward_cu(RtMesh *m, RtAxis row, RtAxis col, float *d
  * broadcast is stored data, the X and W blocks, and travels as bf16
  * (ncclBfloat16, 2 bytes an element); what is reduced is a partial sum, the
  * dX and dW partials and the bias gradient, and travels as fp32 (ncclFloat,
- * 4 bytes an element: rt_vol_reduce / rt_vol_allreduce of n·4), so that
+ * 4 bytes an element: dist_orders.h's rt_summa_msg_vol_bf16), so that
  * dx is rounded once, at its owner, and dw, dbias not at all (bf16 dX
  * partials, rounded per rank and per step of NCCL's sum, lose 1-4% where
  * the partials cancel).  The local GEMMs are the bf16 rt_gemm_cu (fp32
@@ -222,21 +222,13 @@ static const rtc_bf16 *bcast_block_bf16_(ncclComm_t c, int me, int q, const rtc_
   return p;
 }
 
-// The bytes a message of a bf16 call counts: its own (bf16) volume for the
-// blocks, 4 bytes an element for the fp32 partials and bias gradient.
-static uint64_t msg_vol_bf16_(const RtSummaMsg *g, int q) {
-  if (g->block == RT_SUMMA_DX || g->block == RT_SUMMA_DW)
-    return rt_vol_reduce((uint64_t)g->n * 4, q);
-  if (g->block == RT_SUMMA_DB) return rt_vol_allreduce((uint64_t)g->n * 4, q);
-  return g->vol;
-}
-
 // Every message of the call counted on the axes (the staged mode's counts).
 static void count_bf16_(RtMesh *m, RtAxis row, RtAxis col, const RtSummaCall *call) {
   for (int k = 0; k < call->q; k++) {
     RtSummaMsg msg[RT_SUMMA_STEP_MAX];
     int n = rt_summa_step(call, k, msg);
-    for (int t = 0; t < n; t++) m->bytes[msg[t].col ? col : row] += msg_vol_bf16_(&msg[t], call->q);
+    for (int t = 0; t < n; t++)
+      m->bytes[msg[t].col ? col : row] += rt_summa_msg_vol_bf16(&msg[t], call->q);
   }
 }
 
@@ -307,7 +299,7 @@ void rt_summa_forward_cu(RtMesh *m, RtAxis row, RtAxis col, rtc_bf16 *y, const r
         xk = bcast_block_bf16_(g->col ? cc : cr, g->col ? i : j, q, x, xbuf, g->n, g->root);
       else
         wk = bcast_block_bf16_(g->col ? cc : cr, g->col ? i : j, q, w, wbuf, g->n, g->root);
-      m->bytes[g->col ? col : row] += msg_vol_bf16_(g, q);
+      m->bytes[g->col ? col : row] += rt_summa_msg_vol_bf16(g, q);
     }
     if (!xk || !wk) order_fail_(m, k, "the step needs an X and a W block");
     // (Mb,Nb) += (Mb,Kb)·(Nb,Kb)ᵀ
@@ -393,7 +385,7 @@ void rt_summa_backward_cu(RtMesh *m, RtAxis row, RtAxis col, rtc_bf16 *dx, float
       default:
         order_fail_(m, g->step, "no such block");
       }
-      m->bytes[g->col ? col : row] += msg_vol_bf16_(g, q);
+      m->bytes[g->col ? col : row] += rt_summa_msg_vol_bf16(g, q);
     }
   }
 }

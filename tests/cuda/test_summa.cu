@@ -225,7 +225,8 @@ static void check_shape_bf16(RtMesh *m, const char *mode, int Mb, int Kb, int Nb
     float *got = bf16_download(d_y, ye);
     bf16_cmp_host(label, shape, "y/mag", got, hy, ye, BF16_TOL, 0, mag);
     free(got);
-    CHECK(poisoned_(d_sa, 256) && poisoned_(d_s + sf, 256), "%s: the forward wrote outside its %zu bytes of scratch", shape, sf);
+    CHECK(poisoned_(d_sa, 256) && poisoned_(d_s + sf, 256),
+          "%s: the forward wrote outside its %zu bytes of scratch", shape, sf);
   }
   for (int mask = 0; mask < 8; mask++) {
     int wx = mask & 1, ww = mask & 2, wbias = mask & 4;
@@ -254,7 +255,8 @@ static void check_shape_bf16(RtMesh *m, const char *mode, int Mb, int Kb, int Nb
     bf16_check(label, shape, "dx", e_dx, hdx, xe, wx ? BF16_TOL : 1e-30);
     f32_check(label, shape, "dw", d_dw, hdw, we, ww ? 1e-4 : 1e-30);
     f32_check(label, shape, "dbias", d_db, hdb, (size_t)Nb, wbias ? 1e-4 : 1e-30);
-    CHECK(poisoned_(d_sa, 256) && poisoned_(d_s + sb, 256), "%s: %s wrote outside its %zu bytes of scratch", shape, what, sb);
+    CHECK(poisoned_(d_sa, 256) && poisoned_(d_s + sb, 256),
+          "%s: %s wrote outside its %zu bytes of scratch", shape, what, sb);
     free(hdx), free(hdw), free(hdb);
     rtc_test_dfree(e_dx);
   }

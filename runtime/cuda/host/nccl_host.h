@@ -34,7 +34,10 @@ static inline const char *ncclGetErrorString(ncclResult_t r) {
   return r == ncclSuccess ? "no error" : r == ncclSystemError ? "MPI call failed" : "invalid argument";
 }
 static inline MPI_Datatype rtc_nccl_mpi_type_(ncclDataType_t t) {
-  return t == ncclFloat ? MPI_FLOAT : t == ncclDouble ? MPI_DOUBLE : t == ncclBfloat16 ? MPI_UINT16_T : MPI_INT;
+  return t == ncclFloat      ? MPI_FLOAT
+         : t == ncclDouble   ? MPI_DOUBLE
+         : t == ncclBfloat16 ? MPI_UINT16_T
+                             : MPI_INT;
 }
 /* n bf16 widened into a new float buffer (free it); n floats rounded into bf16. */
 static inline float *rtc_nccl_widen_(const void *x, size_t n) {
@@ -137,7 +140,8 @@ static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_
     int P = 1;
     MPI_Comm_size(comm, &P);
     return rtc_nccl_run_([=]() {
-      float *w = rtc_nccl_widen_(send, count * (size_t)P), *r = (float *)malloc((count ? count : 1) * sizeof(float));
+      float *w = rtc_nccl_widen_(send, count * (size_t)P);
+      float *r = (float *)malloc((count ? count : 1) * sizeof(float));
       if (!w || !r) {
         free(w);
         free(r);
