@@ -267,5 +267,30 @@ void rt_crossentropy_backward_acc_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, 
 
 /* -- k_matmul, k_attention, rtc_summa, rtc_dist's collectives -- */
 
+/* out (N,OC) = inp (N,C)·weight (OC,C)ᵀ [+ bias (OC), fp32], WRITTEN: bf16
+ * tensor cores, fp32 accumulation, the bias added in fp32, rounded. */
+void rt_matmul_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, const rtc_bf16 *weight,
+                          const float *bias, int N, int C, int OC);
+/* dinp (N,C) bf16, dweight (OC,C) and dbias (OC) fp32: each ACCUMULATED,
+ * or NULL; dbias summed in fp32 in a fixed order. */
+void rt_matmul_backward_cu(rtc_bf16 *dinp, float *dweight, float *dbias, const rtc_bf16 *dout,
+                           const rtc_bf16 *inp, const rtc_bf16 *weight, int N, int C, int OC);
+/* rt_gemm_cu on bf16 a and b, c bf16 or fp32 (read for beta, rounded once);
+ * used by rtc_summa.cu. */
+void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double alpha, const rtc_bf16 *a,
+                int lda, const rtc_bf16 *b, int ldb, double beta, rtc_bf16 *c, int ldc);
+void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double alpha, const rtc_bf16 *a,
+                int lda, const rtc_bf16 *b, int ldb, double beta, float *c, int ldc);
+
+/* Attention on bf16 q, k, v, out and gradients (lse fp32), computed in fp32
+ * as the fp32 kernels; out WRITTEN, dq, dk, dv ACCUMULATED (read as bf16,
+ * rounded once) or NULL. */
+void rt_attention_forward_cu(rtc_bf16 *out, float *lse, const rtc_bf16 *q, const rtc_bf16 *k,
+                             const rtc_bf16 *v, int B, int T, int H, int Hkv, int D, int causal);
+void rt_attention_backward_cu(rtc_bf16 *dq, rtc_bf16 *dk, rtc_bf16 *dv, const rtc_bf16 *dout,
+                              const rtc_bf16 *q, const rtc_bf16 *k, const rtc_bf16 *v,
+                              const rtc_bf16 *out, const float *lse, int B, int T, int H,
+                              int Hkv, int D, int causal);
+
 #endif
 #endif
