@@ -503,7 +503,7 @@ static void program_struct(Emit *e) {
   P(e, "    .name = \"%s\", .source = \"%s\", .mesh = \"%s\", .spec = \"%s\",\n", p->chunk[0].g->model,
     m->source, t->mesh ? t->mesh->name : "-", spec);
   P(e, "    .plan = PLAN, .f64 = %d,%s\n", e->f64,
-    e->m->train.precision == DT_BF16 ? " .bf16 = 1,  /* GEMMs on bf16 tensor cores, fp32 buffers */" : "");
+    e->m->train.precision == DT_BF16 ? " .bf16 = 1,  /* 16-bit activations (passes/precision.c), GEMMs on bf16 tensor cores */" : "");
   P(e, "    .ranks = %d, .dp = %d, .tp = %d, .q = %d, .sp = %d, .pp = %d, .rank = %d, .nstages = %d, "
        ".ring = %d,\n",
     t->mesh ? t->mesh->ndev : 1, pl->dp, pl->tp * pl->tp2d * pl->tp2d, pl->tp2d > 1 ? pl->tp2d : 0,

@@ -767,9 +767,12 @@ uint64_t ir_comm_bytes(const Node *n) {
     if (n->op == OP_MATMUL) return rt_vol_summa_fwd(xb, wb, q);
     /* runtime/dist_summa.h: dX costs the W broadcasts and dX reduces, dW the
      * X broadcasts and dW reduces (no dbias: a bias add is its own node) */
+    /* with 16-bit data the blocks travel in 16 bits and the reduced dX and
+     * dW partials as fp32 (runtime/cuda/rtc_summa.cu, rt_summa_msg_vol_bf16) */
+    uint64_t rx = es == 2 ? xb * 2 : xb, rw = es == 2 ? wb * 2 : wb;
     uint64_t b = 0;
-    if (n->outs[0]) b += (uint64_t)q * (rt_vol_bcast(wb, q) + rt_vol_reduce(xb, q));
-    if (n->outs[1]) b += (uint64_t)q * (rt_vol_bcast(xb, q) + rt_vol_reduce(wb, q));
+    if (n->outs[0]) b += (uint64_t)q * (rt_vol_bcast(wb, q) + rt_vol_reduce(rx, q));
+    if (n->outs[1]) b += (uint64_t)q * (rt_vol_bcast(xb, q) + rt_vol_reduce(rw, q));
     return b;
   }
   case OP_LAYERNORM:

@@ -28,11 +28,13 @@ typedef struct CUstream_st *rtc_stream_t;
 #endif
 /* The stream every launcher uses (set by the driver; 0: the legacy default). */
 extern rtc_stream_t rtc_stream;
-/* precision = bf16 (set by the driver): GEMMs run on bf16 tensor cores, their
- * fp32 inputs rounded to bf16, with fp32 accumulation and output
- * (cuBLASLt's CUBLAS_COMPUTE_32F_FAST_16BF; the host build rounds the
- * inputs itself).  Buffers stay fp32, so the memory plan is unchanged.
- * 0: fp32 with TF32 off, for checking against the cpu target. */
+/* Set by the driver under precision = bf16: what the fp32 launchers' GEMMs
+ * do with fp32 buffers (a bf16 program's activations are bf16 and go
+ * through the bf16 overloads below; the calibrator times both): run on
+ * bf16 tensor cores, their fp32 inputs rounded to bf16, with fp32
+ * accumulation and output (cuBLASLt's CUBLAS_COMPUTE_32F_FAST_16BF; the
+ * host build rounds the inputs itself).  0: fp32 with TF32 off, for
+ * checking against the cpu target. */
 extern int rtc_gemm_bf16;
 
 /* Whether a capture of rtc_stream is open (rtc_capture_begin, rtc_train.h):
