@@ -11,7 +11,7 @@
 #                             minutes, printing one table:
 #     1. the kernel checks on the GPU against the cpu kernels (fp32 < 1e-5);
 #     2. the tiny GPT 20 steps on the GPU (fp32: losses within 1e-4 of the cpu
-#        target's; bf16 GEMMs: within 2e-2), and the memory check (planned
+#        target's; bf16, 16-bit activations and fp32 masters: within 2e-2), and the memory check (planned
 #        peak = the device arena's high-water mark);
 #     3. GPT-2 124M (samples/gpt2-124m.shard, precision bf16, seq 1024, the
 #        largest microbatch the plan fits in the H200's memory) for 35 steps
@@ -62,7 +62,7 @@ pack() {
   # the calibrator: one rank, no MPI or NCCL (the GPU machine has neither)
   cp "$b/shardc-calib-cuda-serial" "$p/bin/" && strip "$p/bin/shardc-calib-cuda-serial" ||
     echo "gpu_check pack: no shardc-calib-cuda-serial (step 6 will say so)"
-  # the programs: the tiny GPT in fp32 and with bf16 GEMMs, and GPT-2 124M
+  # the programs: the tiny GPT in fp32 and in bf16 (16-bit activations), and GPT-2 124M
   local g="$p/src"
   mkdir -p "$g"
   cp "$root/samples/gpt.shard" "$g/gpt.shard"
@@ -182,7 +182,7 @@ run() {
     fi
   done
   say ""
-  say "## 3. GPT-2 124M, bf16 GEMMs, microbatch $(cat "$w/models/gpt2.microbatch") x seq 1024, 35 steps"
+  say "## 3. GPT-2 124M, bf16, microbatch $(cat "$w/models/gpt2.microbatch") x seq 1024, 35 steps"
   local out
   out=$(timeout 420 "$w/models/gpt2/train" --steps 35 --data "$data" --log "$w/gpt2.jsonl" 2>&1)
   local rc=$?
@@ -276,7 +276,7 @@ predict() {
   g=$(mktemp -d "${TMPDIR:-/tmp}/gpu-predict.XXXXXX")
   trap 'rm -rf "$g"' RETURN
   mb=16
-  [ -n "$res" ] && mb=$(sed -n 's/^## 3\. GPT-2 124M, bf16 GEMMs, microbatch \([0-9]*\) .*/\1/p' "$res" | head -1)
+  [ -n "$res" ] && mb=$(sed -n 's/^## 3\. GPT-2 124M, bf16[ A-Za-z]*, microbatch \([0-9]*\) .*/\1/p' "$res" | head -1)
   cp "$root/samples/gpt.shard" "$g/gpt.shard"
   sed 's/precision = fp32/precision = bf16/' "$root/samples/gpt.shard" >"$g/gpt_bf16.shard"
   sed "s/microbatch = [0-9]*/microbatch = ${mb:-16}/" "$root/samples/gpt2-124m.shard" >"$g/gpt2.shard"

@@ -99,6 +99,11 @@ void cg_store(Emit *e, PRef r, const char *val);
  * each input's and output's element expression ("x3[i]", "d7[j]" when
  * broadcast over the inner dim) for cg_emit_exprs. */
 void cg_loop_operands(Emit *e, const PLoop *L, const char ***argn, const char ***lhs);
+/* Whether v is stored in 16 bits (precision = bf16: passes/precision.c). */
+bool cg_is16(const Value *v);
+/* cpu.c: every value f32, i32 or half (DT_F32: no 16-bit values), each
+ * placed by the memory plan; an error otherwise. */
+int cg_check_values(Module *m, DType half);
 /* The target's memset / memcpy (the cpu's when e->host). */
 const char *cg_memset(const Emit *e);
 const char *cg_memcpy(const Emit *e);

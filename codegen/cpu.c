@@ -28,13 +28,19 @@ static int check(Module *m, const CgOptions *o) {
       diag_fatal_noloc("%s", msg);
     return -1;
   }
+  return cg_check_values(m, DT_F32);
+}
+
+/* Every value of the plan is f32, i32 or the 16-bit type half (the cuda
+ * target's bf16; DT_F32: none), and has its place in the memory plan. */
+int cg_check_values(Module *m, DType half) {
   for (int s = 0; s < (m->nstages > 1 ? m->nstages : 1); s++) {
     const Graph *g = m->nstages > 1 ? m->stages[s] : m->graph;
     for (int i = 0; i < g->values.len; i++) {
       const Value *v = g->values.data[i];
-      if (v->dtype != DT_F32 && v->dtype != DT_I32) {
-        diag_fatal_noloc("value %s has type %s: the cpu code generator handles f32 and i32 only",
-                         prog_vname(v), ir_dtype_name(v->dtype));
+      if (v->dtype != DT_F32 && v->dtype != DT_I32 && v->dtype != half) {
+        diag_fatal_noloc("value %s has type %s: the code generator handles f32 and i32%s only",
+                         prog_vname(v), ir_dtype_name(v->dtype), half != DT_F32 ? " and bf16" : "");
         return -1;
       }
       if (v->live_start >= 0 && !v->alias && v->offset < 0 && v->role != ROLE_PARAM) {

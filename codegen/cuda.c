@@ -101,13 +101,15 @@ static int check(Module *m, const CgOptions *o) {
                      t->opt.kind);
     return -1;
   }
-  /* The values the program touches are the cpu target's: f32 and i32
-   * (bf16: fp32 buffers, GEMMs on bf16 tensor cores). */
-  DType prec = m->train.precision;
-  m->train.precision = DT_F32;
-  int rc = cg_target_cpu.check(m, o);
-  m->train.precision = prec;
-  return rc;
+  if (t->precision == DT_BF16 && t->plan.sp_kind == SP_RING && t->plan.sp > 1) {
+    diag_fatal_noloc("sp=ring with precision = bf16: ring attention has no CUDA kernel yet and "
+                     "runs staged through the cpu runtime in fp32; use precision = fp32 or "
+                     "sp=megatron");
+    return -1;
+  }
+  /* The values the program touches are the cpu target's: f32 and i32, and
+   * under precision = bf16 the 16-bit activations of passes/precision.c. */
+  return cg_check_values(m, t->precision == DT_BF16 ? DT_BF16 : DT_F32);
 }
 
 static void prelude(Emit *e) {
@@ -122,10 +124,13 @@ static void prelude(Emit *e) {
        " * the arena's host mirror, for instructions staged through the host. */\n");
   P(e, "#define F(off) ((float *)(p->arena + (off)))\n");
   P(e, "#define I(off) ((int32_t *)(p->arena + (off)))\n");
+  if (e->m->train.precision == DT_BF16)
+    P(e, "#define BF(off) ((rtc_bf16 *)(p->arena + (off)))\n");
   P(e, "#define HF(off) ((float *)(p->host + (off)))\n");
   P(e, "#define HI(off) ((int32_t *)(p->host + (off)))\n");
   if (p->pp > 1) {
     P(e, "#define FS(off) ((float *)(p->stash + (off)))\n#define IS(off) ((int32_t *)(p->stash + (off)))\n");
+    if (e->m->train.precision == DT_BF16) P(e, "#define BFS(off) ((rtc_bf16 *)(p->stash + (off)))\n");
     P(e, "#define HFS(off) ((float *)(p->host + (p->stash - p->arena) + (off)))\n"
          "#define HIS(off) ((int32_t *)(p->host + (p->stash - p->arena) + (off)))\n");
   }
@@ -134,13 +139,56 @@ static void prelude(Emit *e) {
 
 /* ---- fused loops: one device lambda over the elements ---- */
 
+/* A loop that accumulates into a broadcast operand (a bias's or a
+ * positional table's gradient: d[j] += dy[i] over the rows) runs one
+ * thread per element of that operand, each adding its rows in order: one
+ * thread per i would race on d[j]. */
+/* The loop body: 16-bit outputs go through fp32 temporaries (o0, o1, ...;
+ * an output written twice shares one), loaded first where the loop
+ * accumulates, stored rounded at the end. */
+static void loop_body(Emit *e, const PLoop *L, const char **argn, const char **lhs,
+                      const char *ind) {
+  const char **tmp = arena_alloc(sizeof(char *) * (size_t)(L->nout + 1));
+  const char **mem = arena_alloc(sizeof(char *) * (size_t)(L->nout + 1));
+  for (int k = 0; k < L->nout; k++) {
+    tmp[k] = NULL;
+    if (!cg_is16(L->out[k].r.v)) continue;
+    mem[k] = lhs[k];
+    for (int j = 0; j < k; j++)
+      if (tmp[j] && L->out[j].r.v == L->out[k].r.v) tmp[k] = tmp[j];
+    if (!tmp[k]) {
+      tmp[k] = arena_printf("o%d", k);
+      if (strcmp(L->op[k], "="))
+        P(e, "%sfloat %s = rtc_bf2f(%s);\n", ind, tmp[k], mem[k]);
+      else
+        P(e, "%sfloat %s;\n", ind, tmp[k]);
+    }
+    lhs[k] = tmp[k];
+  }
+  cg_emit_exprs(e->o, L->expr, lhs, L->op, L->nout, argn, ind, e->f64);
+  for (int k = 0; k < L->nout; k++) {
+    bool last = tmp[k] != NULL;
+    for (int j = k + 1; j < L->nout; j++) last &= !(tmp[j] && tmp[j] == tmp[k]);
+    if (last) P(e, "%s%s = rtc_f2bf(%s);\n", ind, mem[k], tmp[k]);
+  }
+}
+
 static void loop(Emit *e, const PLoop *L) {
   const char **argn, **lhs;
+  bool reduce = false;
+  for (int k = 0; k < L->nout; k++) reduce |= L->out[k].bcast;
   P(e, "  {\n");
   cg_loop_operands(e, L, &argn, &lhs);
+  if (reduce) {
+    P(e, "    rtc_foreach(%" PRId64 ", [=] __device__(size_t j) {\n", L->inner);
+    P(e, "      for (size_t i = j; i < %" PRId64 "; i += %" PRId64 ") {\n", L->n, L->inner);
+    loop_body(e, L, argn, lhs, "        ");
+    P(e, "      }\n    });\n  }\n");
+    return;
+  }
   P(e, "    rtc_foreach(%" PRId64 ", [=] __device__(size_t i) {\n", L->n);
   if (L->inner) P(e, "      const size_t j = i %% %" PRId64 ";\n", L->inner);
-  cg_emit_exprs(e->o, L->expr, lhs, L->op, L->nout, argn, "      ", e->f64);
+  loop_body(e, L, argn, lhs, "      ");
   P(e, "    });\n  }\n");
 }
 
@@ -195,7 +243,7 @@ static void coll(Emit *e, const PInstr *in) {
   if (n->op == OP_ALLREDUCE) {
     if (in->out[0].off != in->in[0].off || in->out[0].stash != in->in[0].stash)
       P(e, "  rtc_copy(%s, %s, %" PRId64 ");\n", R(e, in->out[0]), R(e, in->in[0]),
-        cg_numel(yv) * e->es);
+        cg_numel(yv) * ir_dtype_size(yv->dtype));
     P(e, "  rtc_allreduce(p->mesh, %s, %s, %" PRId64 ");\n", ax, R(e, in->out[0]), cg_numel(yv));
     return;
   }
@@ -324,7 +372,7 @@ static void instr(Emit *e, const PInstr *in) {
       ir_dim_split(&n->in[0]->shape, (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
       P(e, "  rt_chunk_copy_cu(%s, %s, %" PRId64 ", %" PRId64 ", %d, p->mesh->coord[%s], %d);\n",
         R(e, in->out[0]), R(e, in->in[0]), outer, inner, (int)n->a.i[1],
-        cg_axis((int)n->a.i[2]), e->es);
+        cg_axis((int)n->a.i[2]), ir_dtype_size(n->out->dtype));
       return;
     }
     break;

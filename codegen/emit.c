@@ -45,9 +45,9 @@ const char *cg_axis(int ax) {
 
 const char *cg_ref(const Emit *e, PRef r) {
   if (!r.v) return "NULL";
-  bool i = r.v->dtype == DT_I32;
-  return arena_printf("%s%s%s(%" PRId64 ")", e->host ? "H" : "", i ? "I" : "F", r.stash ? "S" : "",
-                      r.off);
+  bool i = r.v->dtype == DT_I32, h = r.v->dtype == DT_BF16 || r.v->dtype == DT_F16;
+  return arena_printf("%s%s%s(%" PRId64 ")", e->host ? "H" : "", i ? "I" : h ? "BF" : "F",
+                      r.stash ? "S" : "", r.off);
 }
 
 static const Target *spelling(const Emit *e) { return e->host ? &cg_target_cpu : e->t; }
@@ -67,6 +67,14 @@ static const char *loop_name(const Value *v) {
   return arena_printf("x%d", v->id);
 }
 
+bool cg_is16(const Value *v) { return v && (v->dtype == DT_BF16 || v->dtype == DT_F16); }
+
+/* The element type of a loop operand: 16-bit values are rtc_bf16 (cuda
+ * target; the cpu target plans none), read through rtc_bf2f. */
+static const char *loop_type(const Emit *e, const Value *v) {
+  return v->dtype == DT_I32 ? "int32_t" : cg_is16(v) ? "rtc_bf16" : e->R;
+}
+
 void cg_loop_operands(Emit *e, const PLoop *L, const char ***argn, const char ***lhs) {
   const char **an = arena_alloc(sizeof(char *) * (size_t)(L->nin + 1));
   const char **ln = arena_alloc(sizeof(char *) * (size_t)(L->nout + 1));
@@ -77,16 +85,19 @@ void cg_loop_operands(Emit *e, const PLoop *L, const char ***argn, const char **
     for (int k = 0; k < i; k++) dup |= L->in[k].r.v == L->in[i].r.v;
     for (int k = 0; k < L->nout; k++) written |= L->out[k].r.v == L->in[i].r.v;
     if (!dup && !written)
-      P(e, "    const %s *%s = %s;\n", L->in[i].r.v->dtype == DT_I32 ? "int32_t" : e->R,
-        loop_name(L->in[i].r.v), cg_ref(e, L->in[i].r));
+      P(e, "    const %s *%s = %s;\n", loop_type(e, L->in[i].r.v), loop_name(L->in[i].r.v),
+        cg_ref(e, L->in[i].r));
   }
   for (int k = 0; k < L->nout; k++) {
     bool dup = false;
     for (int j = 0; j < k; j++) dup |= L->out[j].r.v == L->out[k].r.v;
-    if (!dup) P(e, "    %s *%s = %s;\n", e->R, loop_name(L->out[k].r.v), cg_ref(e, L->out[k].r));
+    if (!dup)
+      P(e, "    %s *%s = %s;\n", loop_type(e, L->out[k].r.v), loop_name(L->out[k].r.v),
+        cg_ref(e, L->out[k].r));
   }
   for (int i = 0; i < L->nin; i++)
-    an[i] = arena_printf("%s[%s]", loop_name(L->in[i].r.v), L->in[i].bcast ? "j" : "i");
+    an[i] = arena_printf(cg_is16(L->in[i].r.v) ? "rtc_bf2f(%s[%s])" : "%s[%s]",
+                         loop_name(L->in[i].r.v), L->in[i].bcast ? "j" : "i");
   for (int k = 0; k < L->nout; k++)
     ln[k] = arena_printf("%s[%s]", loop_name(L->out[k].r.v), L->out[k].bcast ? "j" : "i");
   *argn = an;
@@ -492,7 +503,7 @@ static void program_struct(Emit *e) {
   P(e, "    .name = \"%s\", .source = \"%s\", .mesh = \"%s\", .spec = \"%s\",\n", p->chunk[0].g->model,
     m->source, t->mesh ? t->mesh->name : "-", spec);
   P(e, "    .plan = PLAN, .f64 = %d,%s\n", e->f64,
-    e->m->train.precision == DT_BF16 ? " .bf16 = 1,  /* GEMMs on bf16 tensor cores, fp32 buffers */" : "");
+    e->m->train.precision == DT_BF16 ? " .bf16 = 1,  /* 16-bit activations (passes/precision.c), GEMMs on bf16 tensor cores */" : "");
   P(e, "    .ranks = %d, .dp = %d, .tp = %d, .q = %d, .sp = %d, .pp = %d, .rank = %d, .nstages = %d, "
        ".ring = %d,\n",
     t->mesh ? t->mesh->ndev : 1, pl->dp, pl->tp * pl->tp2d * pl->tp2d, pl->tp2d > 1 ? pl->tp2d : 0,

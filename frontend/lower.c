@@ -513,7 +513,7 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
   case B_LINEAR: {
     BIND("x", "out", "bias", "tied", "name");
     int64_t n;
-    bool bias;
+    bool bias = false;
     if (!want_tensor(call, &a, 0, names, true) || !want_int(call, &a, 1, names, -1, 1, &n) ||
         !want_bool(call, &a, 2, names, true, &bias))
       return false;
@@ -704,7 +704,7 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
     if (!want_tensor(call, &a, 0, names, true)) return false;
     Value *x = a.v[0].t;
     int64_t C = last_dim(x), hidden, outd;
-    bool bias;
+    bool bias = false;
     if (!want_int(call, &a, 1, names, 4 * C, 1, &hidden) || !want_bool(call, &a, 3, names, true, &bias) ||
         !want_int(call, &a, 4, names, C, 1, &outd))
       return false;

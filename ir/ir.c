@@ -262,6 +262,14 @@ static int shape_xent(Node *n, char *err, int errcap) {
 }
 
 /* Communication ops: i0 the dim, i1 the group size P. */
+static int shape_cast(Node *n, char *err, int errcap) {
+  if (need_float(n, 0, err, errcap)) return -1;
+  if (n->a.ni < 1 || !is_float((DType)n->a.i[0])) FAIL("cast to a dtype that is not floating-point");
+  n->out->shape = n->in[0]->shape;
+  n->out->dtype = (DType)n->a.i[0];
+  return 0;
+}
+
 static int shape_comm(Node *n, char *err, int errcap) {
   if (need_float(n, 0, err, errcap)) return -1;
   Shape s = n->in[0]->shape;
@@ -759,9 +767,12 @@ uint64_t ir_comm_bytes(const Node *n) {
     if (n->op == OP_MATMUL) return rt_vol_summa_fwd(xb, wb, q);
     /* runtime/dist_summa.h: dX costs the W broadcasts and dX reduces, dW the
      * X broadcasts and dW reduces (no dbias: a bias add is its own node) */
+    /* with 16-bit data the blocks travel in 16 bits and the reduced dX and
+     * dW partials as fp32 (runtime/cuda/rtc_summa.cu, rt_summa_msg_vol_bf16) */
+    uint64_t rx = es == 2 ? xb * 2 : xb, rw = es == 2 ? wb * 2 : wb;
     uint64_t b = 0;
-    if (n->outs[0]) b += (uint64_t)q * (rt_vol_bcast(wb, q) + rt_vol_reduce(xb, q));
-    if (n->outs[1]) b += (uint64_t)q * (rt_vol_bcast(xb, q) + rt_vol_reduce(wb, q));
+    if (n->outs[0]) b += (uint64_t)q * (rt_vol_bcast(wb, q) + rt_vol_reduce(rx, q));
+    if (n->outs[1]) b += (uint64_t)q * (rt_vol_bcast(xb, q) + rt_vol_reduce(rw, q));
     return b;
   }
   case OP_LAYERNORM:
@@ -844,7 +855,11 @@ static int verify_shapes(Node *n, char *err, int errcap) {
   int rc = ir_ops[n->op].shape(n, err, errcap);
   for (int i = 0; i < n->nout; i++) {
     n->outs[i] = saved[i];
-    if (!rc && saved[i] && (!ir_shape_eq(&tmp[i].shape, &saved[i]->shape) || tmp[i].dtype != saved[i]->dtype)) {
+    /* Floating-point widths are the precision pass's (passes/precision.c):
+     * the rules give the operand's; integer against float is an error. */
+    if (!rc && saved[i] &&
+        (!ir_shape_eq(&tmp[i].shape, &saved[i]->shape) ||
+         (tmp[i].dtype != saved[i]->dtype && !(is_float(tmp[i].dtype) && is_float(saved[i]->dtype))))) {
       snprintf(err, (size_t)errcap, "stored shape of output %d disagrees with its shape rule", i + 1);
       rc = -1;
     }

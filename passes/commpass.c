@@ -95,7 +95,11 @@ static void summa_messages(Ev *v, const Node *nd, int k, const char *where) {
                                   fwd ? "forward" : "backward", k + 1, where);
   RtSummaMsg *msg = arena_alloc(sizeof(RtSummaMsg) * (size_t)(rt_summa_msgs(&call, NULL) + 1));
   int n = rt_summa_msgs(&call, msg);
-  for (int j = 0; j < n; j++) coll(v, msg[j].col ? col : row, op[msg[j].coll], msg[j].vol, true, what);
+  /* 16-bit data: blocks in 16 bits, partial sums reduced in fp32 (rtc_summa.cu) */
+  bool half = ir_dtype_size(x->dtype) == 2;
+  for (int j = 0; j < n; j++)
+    coll(v, msg[j].col ? col : row, op[msg[j].coll],
+         half ? rt_summa_msg_vol_bf16(&msg[j], q) : msg[j].vol, true, what);
 }
 
 /* The events of block bl of chunk c, run for microbatch k. */

@@ -201,8 +201,12 @@ double cost_coll(const HwModel *hw, const char *op, int n, int stride, double by
 
 double cost_node_flops(const Node *n) { return ir_ops[n->op].flops(n); }
 
+/* Bytes of v: its dtype's (the precision pass gave 16-bit plans their
+ * widths), fp32 as elt (8 in an fp64 plan). */
 static double vbytes(const Value *v, int elt) {
-  return v ? (double)ir_numel(&v->shape) * (v->dtype == DT_I32 ? 4 : elt) : 0;
+  if (!v) return 0;
+  int es = v->dtype == DT_F32 ? (elt == 8 ? 8 : 4) : ir_dtype_size(v->dtype);
+  return (double)ir_numel(&v->shape) * es;
 }
 
 /* A fused loop's special-function time: each distinct call in its
@@ -365,13 +369,31 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
     const PLoop *l = in->loop;
     double bytes = 0, flops = 0;
     for (int k = 0; l && k < l->nin; k++)
-      bytes += (l->in[k].bcast ? (double)l->inner : (double)l->n) * hw->elt;
-    for (int k = 0; l && k < l->nout; k++) bytes += (double)l->n * hw->elt * (strcmp(l->op[k], "=") ? 2 : 1);
+      bytes += (l->in[k].bcast ? (double)l->inner : (double)l->n) * vbytes(l->in[k].r.v, hw->elt) /
+               (double)ir_numel(&l->in[k].r.v->shape);
+    for (int k = 0; l && k < l->nout; k++)
+      bytes += (double)l->n * vbytes(l->out[k].r.v, hw->elt) / (double)ir_numel(&l->out[k].r.v->shape) *
+               (strcmp(l->op[k], "=") ? 2 : 1);
     for (int k = 0; k < in->nnodes; k++) flops += cost_node_flops(in->nodes[k]);
     t = cost_membound(hw, bytes, flops) + (l ? loop_special(hw, l) : 0);
     break;
   }
   case PI_COPY: t = cost_membound(hw, 2.0 * (double)in->bytes, 0); break;
+  case PI_COLL: {
+    /* along a dim with rows before it (a sequence-parallel activation split
+     * over T): the runtime packs the reduce-scatter's input into its
+     * scratch, or unpacks the all-gather's from it, a copy of the whole
+     * tensor (runtime/dist.c, rtc_dist.cu) */
+    const Node *n = in->n;
+    if (n && (n->op == OP_ALLGATHER || n->op == OP_ALLGATHER_G || n->op == OP_REDUCE_SCATTER) &&
+        n->a.i[1] > 1) {
+      const Value *full = n->op == OP_REDUCE_SCATTER ? n->in[0] : n->out;
+      int64_t outer, inner;
+      ir_dim_split(&full->shape, (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
+      if (outer > 1 && inner > 0) t = cost_membound(hw, 2.0 * vbytes(full, hw->elt), 0);
+    }
+    break;
+  }
   case PI_LOAD: t = hw->launch_s; break;
   case PI_SEED: t = in->received ? 0 : hw->launch_s; break;
   default: break;
@@ -410,7 +432,7 @@ static void block_time(const HwModel *hw, const Module *m, const PBlock *b, doub
 
 static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, double *async_left) {
   const Plan *p = &m->train.plan;
-  double t = 0;
+  double t = 0, fp32 = hw->elt == 8 ? 8 : 4; /* parameters and gradients: fp32 masters */
   int64_t nparam = 0;
   for (int i = 0; i < rp->nparam; i++) nparam += ir_numel(&rp->param[i].v->shape);
   for (int i = 0; i < rp->nstep; i++) {
@@ -423,12 +445,12 @@ static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, 
       *async_left = 0;
       break;
     case PS_ALLREDUCE:
-      t += cost_coll(hw, "all_reduce", n, stride, (double)s->count * hw->elt, NULL);
+      t += cost_coll(hw, "all_reduce", n, stride, (double)s->count * fp32, NULL);
       break;
     case PS_LOSS:
     case PS_NORM:
       t += cost_coll(hw, "all_reduce", n, stride, 8, NULL) + hw->launch_s;
-      if (s->kind == PS_NORM) t += cost_membound(hw, (double)nparam * hw->elt, 2.0 * nparam);
+      if (s->kind == PS_NORM) t += cost_membound(hw, (double)nparam * fp32, 2.0 * nparam);
       break;
     case PS_OPTIMIZER: {
       /* AdamW reads param, grad, m, v and writes param, m, v: 7 passes,
@@ -441,7 +463,7 @@ static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, 
       break;
     }
     case PS_ALLGATHER: {
-      double bytes = rp->zshard ? (double)rp->zshard * n * hw->elt : 0;
+      double bytes = rp->zshard ? (double)rp->zshard * n * fp32 : 0;
       t += cost_coll(hw, "all_gather", n, stride, bytes, NULL);
       break;
     }

@@ -278,6 +278,7 @@ SExpr *fuse_op_expr(const Node *n, SExpr *const *in) {
     return sx_bin(SX_MUL, sx_bin(SX_MUL, sx_const(0.5), x), sx_bin(SX_ADD, one, sx_un(SX_TANH, u)));
   }
   case OP_MAP: return fuse_fn_expr(n->a.fn, -1, in);
+  case OP_CAST: return x; /* the store rounds */
   default: return NULL;
   }
 }

@@ -35,6 +35,12 @@ int pass_stage(Module *m);
 const char *stage_layer_of(const Node *n, char *buf, int cap);
 /* Activation recompute on each stage (recompute.c). */
 int pass_recompute(Module *m);
+/* precision = bf16 / fp16 (precision.c): 16-bit activations and their
+ * gradients, fp32 parameters, gradients, state, statistics and loss; casts
+ * before the kernels that read fp32 data.  precision_apply does it to one
+ * stage graph (t: the 16-bit dtype; anything else: nothing). */
+int pass_precision(Module *m);
+int precision_apply(Graph *g, DType t);
 /* The forward values of g (after autodiff, before recompute) that policy
  * `how` drops for every layer: drop[value id] (for the cost model). */
 void recompute_dropped(Graph *g, Recompute how, bool *drop);

@@ -13,6 +13,7 @@ const Pass pass_list[] = {
     {"pipeline", "cut the forward graph into stages between layers or inside one at an op boundary, balanced by FLOPs or pp=N:a+b+... (pp > 1)", pass_stage},
     {"autodiff", "append the backward pass: accumulating gradient ops, seeded with 1/mb", autodiff_stages},
     {"recompute", "recompute=selective|full: copies of forward nodes before the backward that reads what they make, instead of holding it", pass_recompute},
+    {"precision", "precision=bf16|fp16: 16-bit activations and their gradients, fp32 parameters, gradients, optimizer state, statistics and loss; casts where a kernel reads fp32 data", pass_precision},
     {"zero", "data-parallel gradient buckets reduced in the backward; ZeRO-1/2/3 shards, ZeRO-3 gathers", zero_stages},
     {"memplan", "liveness and static arena offsets; exact planned peak bytes per rank", pass_memplan_all},
     {"program", "lower each pipeline rank to its per-rank program: fused instructions over arena offsets, the schedule, the step", pass_program},

@@ -46,7 +46,7 @@ static int64_t numel(const Value *v) { return ir_numel(&v->shape); }
 
 /* Bytes of v's data in the program (int32 stays 4 bytes in f64 builds). */
 static int64_t nbytes(const B *b, const Value *v) {
-  return numel(v) * (v->dtype == DT_I32 ? 4 : 4 * b->scale);
+  return numel(v) * (v->dtype == DT_I32 ? 4 : ir_dtype_size(v->dtype) * b->scale);
 }
 
 static PRef ref(const B *b, const Value *v) {
@@ -290,7 +290,7 @@ static void node_fwd(B *b, PBlock *bl, Node *n, int i) {
     return;
   }
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_SCALE: case OP_GELU: case OP_RELU:
-  case OP_SILU: case OP_MAP: {
+  case OP_SILU: case OP_MAP: case OP_CAST: {
     Node *ch[FUSE_MAX_CHAIN];
     int len = fuse_chain(b->f, n, ch);
     if (len == 1 && (n->op == OP_GELU || n->op == OP_RELU || n->op == OP_SILU) && !b->f->loop[i]) {
@@ -351,6 +351,7 @@ static void node_bwd(B *b, PBlock *bl, Node *n, int i) {
   case OP_FILL: /* and the adjoints' collectives: forward ops writing new buffers */
   case OP_RECV:
   case OP_ALLREDUCE: case OP_ALLGATHER: case OP_ALLGATHER_G: case OP_REDUCE_SCATTER: case OP_SHARD:
+  case OP_CAST: /* a 16-bit copy for a backward kernel (passes/precision.c) */
     node_fwd(b, bl, n, i);
     return;
   case OP_GRAD_ALLREDUCE:
@@ -438,11 +439,13 @@ static void pipe_msg(B *b, PBlock *bl, PInstrKind k, Value *v, int peer, int low
   PInstr *in = add(bl, k, NULL);
   if (k == PI_RECV) in->out[0] = ref(b, v);
   else in->in[0] = ref(b, v);
-  in->count = numel(v);
+  /* in the runtime's elements (float; a 16-bit value's bytes rounded up to
+   * whole floats, inside its 64-byte aligned block) */
+  in->count = (nbytes(b, v) + 4 * b->scale - 1) / (4 * b->scale);
   in->peer_vs = peer;
   in->lower_vs = lower;
   in->grad = grad;
-  comm(in, PC_P2P, AX_PP, k == PI_RECV ? "recv" : "send", (uint64_t)nbytes(b, v));
+  comm(in, PC_P2P, AX_PP, k == PI_RECV ? "recv" : "send", (uint64_t)in->count * 4 * b->scale);
 }
 
 static void build_chunk(B *b, int k0) {

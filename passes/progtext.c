@@ -14,11 +14,12 @@ static const char *commas(int64_t n) {
   return arena_strdup(b);
 }
 
-/* "%12@F(1234)", "$tokens@IS(0)" */
+/* "%12@F(1234)", "$tokens@IS(0)", a 16-bit value "%7@BF(64)" */
 static const char *opnd(PRef r) {
   if (!r.v) return "_";
-  return arena_printf("%s@%s%s(%" PRId64 ")", prog_vname(r.v), r.v->dtype == DT_I32 ? "I" : "F",
-                      r.stash ? "S" : "", r.off);
+  bool half = r.v->dtype == DT_BF16 || r.v->dtype == DT_F16;
+  return arena_printf("%s@%s%s(%" PRId64 ")", prog_vname(r.v),
+                      r.v->dtype == DT_I32 ? "I" : half ? "BF" : "F", r.stash ? "S" : "", r.off);
 }
 
 /* n's statement; with refs, the instruction's operands at their offsets. */

@@ -294,7 +294,8 @@ static int64_t try_plan(Module *m, const Graph *g, const Recompute *how, const b
   MemPlan keep_mem = m->mem;
   bool keep_planned = m->planned;
   m->graph = c;
-  int rc = pass_zero(m);
+  int rc = precision_apply(c, m->train.precision);
+  if (!rc) rc = pass_zero(m);
   if (!rc) rc = pass_memplan(m);
   int64_t bytes = rc ? -1 : m->mem.arena_bytes;
   m->graph = keep;

@@ -153,6 +153,17 @@ static inline int rt_summa_step(const RtSummaCall *c, int k, RtSummaMsg *out) {
   return n;
 }
 
+/* The bytes message g of a call counts when the call's data are bf16
+ * (precision = bf16 storage, runtime/cuda/rtc_summa.cu): the broadcast X
+ * and W blocks travel as bf16 (g->vol of a call with esize 2), the reduced
+ * dX and dW partials and the bias gradient as fp32 partial sums, 4 bytes an
+ * element. */
+static inline uint64_t rt_summa_msg_vol_bf16(const RtSummaMsg *g, int q) {
+  if (g->coll == RT_SUMMA_REDUCE) return rt_vol_reduce((uint64_t)g->n * 4, q);
+  if (g->coll == RT_SUMMA_ALLREDUCE) return rt_vol_allreduce((uint64_t)g->n * 4, q);
+  return g->vol;
+}
+
 /* Every collective of the call in order into out (room for
  * rt_summa_msgs(c, NULL)), or only their number when out is NULL. */
 static inline int rt_summa_msgs(const RtSummaCall *c, RtSummaMsg *out) {

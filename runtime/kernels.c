@@ -48,6 +48,7 @@ static inline float rt_expf_(float x0) {
 #define REAL float
 #define SFX _f32
 #define GEMM cblas_sgemm
+#define SYRK cblas_ssyrk
 #define EXP rt_expf_
 #define LOG logf
 #define SQRT sqrtf
@@ -63,6 +64,7 @@ static inline float rt_expf_(float x0) {
 #undef REAL
 #undef SFX
 #undef GEMM
+#undef SYRK
 #undef EXP
 #undef LOG
 #undef SQRT
@@ -71,6 +73,7 @@ static inline float rt_expf_(float x0) {
 #define REAL double
 #define SFX _f64
 #define GEMM cblas_dgemm
+#define SYRK cblas_dsyrk
 #define EXP exp
 #define LOG log
 #define SQRT sqrt

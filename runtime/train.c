@@ -2114,6 +2114,7 @@ static int train(Trainer *t, long step, int say) {
 }
 
 int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **argv) {
+  rt_malloc_setup();
   rt_blas_setup(argc, argv); /* may run the program again: before MPI */
   Trainer tr, *t = &tr;
   memset(t, 0, sizeof *t);
@@ -2160,9 +2161,11 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
 #ifdef RT_TRAIN_CUDA
   rtc_to_device(t->dev, t->arena, pg->persistent_bytes);
   if (t->rank == 0 && !a->quiet)
-    printf("device:   %s (%d rank%s, %s; GEMMs %s)\n", gpu ? gpu : "?", t->world,
+    printf("device:   %s (%d rank%s, %s; %s)\n", gpu ? gpu : "?", t->world,
            t->world == 1 ? "" : "s", a->comm_mpi ? "collectives staged through MPI" : "NCCL",
-           pg->bf16 ? "bf16 tensor cores, fp32 accumulation" : "fp32, TF32 off");
+           pg->bf16 ? "bf16: 16-bit activations, fp32 masters and state, GEMMs on tensor "
+                      "cores with fp32 accumulation"
+                    : "fp32, GEMMs with TF32 off");
   t->off_why = graph_setup(t);
   if (t->rank == 0 && !a->quiet) {
     if (t->off_why)

@@ -53,6 +53,8 @@ int rt_launcher_ranks(int *rank);
  * SkylakeX).  Call first, before MPI_Init.  Nothing happens when
  * OPENBLAS_CORETYPE is already set. */
 void rt_blas_setup(int argc, char **argv);
+/* glibc keeps freed memory (no per-call mmap/munmap of MPI's buffers). */
+void rt_malloc_setup(void);
 /* Threads of both pools (rt_set_threads): the cores of this node divided by
  * its ranks, unless OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is set. */
 void rt_train_threads(int ranks);

@@ -190,7 +190,7 @@ fi
 expect shampoo-zero 1 'strategy optimizer shampoo with zero=1 and tp2d \(Shampoo state of the grid.s shards on their ZeRO owners\) is not implemented yet' -- "$bin" compile "$tmp/shampoo.shard" --mesh 8 --strategy dp=2,tp2d=2x2,zero=1 --emit=c
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu, cuda or cuda-host' -- "$bin" compile samples/gpt.shard --target=tpu
-expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, recompute, zero, memplan, program, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
+expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, recompute, precision, zero, memplan, program, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
 expect dump-lower 0 '^graph gpt \{' -- "$bin" compile samples/gpt.shard --dump-after=lower
 expect list-passes 0 '^shape ' -- "$bin" compile --list-passes
 expect mesh-missing-value 1 '--mesh needs a value' -- "$bin" check samples/gpt.shard --mesh
@@ -202,6 +202,16 @@ expect build-pp 1 'strategy zero=1 with schedule=interleaved' -- "$bin" build sa
 expect explore-table 0 'plans evaluated in .* s; best' -- "$bin" explore samples/gpt.shard
 expect explore-json 0 '^\[\{"strategy": "dp=[0-9]+.*"step_time_s": .*"mem_by_stage": \[.*"feasible": true' -- "$bin" explore samples/gpt.shard --json --top 3
 expect explore-partial 0 '^1 +dp=2,tp=2' -- "$bin" explore samples/gpt.shard --strategy tp=2
+# what auto may pick: no ring attention with bf16 activations (the cuda
+# target's, which refuses ring with them), while explore still ranks it
+sed 's/precision = fp32/precision = bf16/' samples/gpt.shard >"$tmp/gpt-bf16.shard"
+expect explore-ring-bf16 0 'sp=ring' -- "$bin" explore "$tmp/gpt-bf16.shard" --mesh 4 --top 200
+if "$bin" explore "$tmp/gpt-bf16.shard" --mesh 4 --top 200 --generatable 2>&1 | grep -q 'sp=ring'; then
+  echo "FAIL: explore-ring-bf16-generatable: a ring plan offered for bf16 activations"
+  fail=$((fail + 1))
+else
+  pass=$((pass + 1))
+fi
 expect explore-infeasible 0 'INFEASIBLE: stage [0-9]+ needs [0-9.]+ GB > 80.0 GB' -- "$bin" explore bench/models/gpt3-175b.shard --mesh 4x8:A100_SXM --strategy tp=8,pp=4 --top 1
 if command -v mpirun >/dev/null && [ -x "$(dirname "$bin")/shardc-calib" ]; then
   SHARDC_CALIB_QUICK=1 expect calibrate 0 'wrote .*prof2.json: 2 ranks; SGEMM up to' -- "$bin" calibrate --np 2 -o "$tmp/prof2.json"
@@ -303,7 +313,12 @@ expect memory-flag-gb 0 '' -- "$bin" check samples/gpt.shard --memory "1 GB"
 expect memory-flag-bad 1 "--memory needs a size such as 80GB, 24GiB or 512MiB, got '12XB'" -- "$bin" check samples/gpt.shard --memory 12XB
 expect memory-flag-zero 1 "--memory needs a size" -- "$bin" check samples/gpt.shard --memory 0GB
 expect memory-no-check-plan 0 '^memory:   22,822,976 bytes per rank' -- "$bin" compile "$tmp/small-mem.shard" --no-memory-check
-expect memory-cli-mesh 1 "gpt2-124m.shard:27:14: error: the plan does not fit in device memory: every rank needs 18,355,507,328 bytes \(17.09 GiB\), but a device of mesh '8' \(cpu\) has 16,000,000,000 bytes \(14.90 GiB\)" -- "$bin" check samples/gpt2-124m.shard --mesh 8
+# (in fp32: bf16 activations, passes/precision.c, fit a cpu's 16 GB)
+sed 's/precision = bf16/precision = fp32/' samples/gpt2-124m.shard >"$tmp/gpt2-fp32.shard"
+expect memory-cli-mesh 1 "gpt2-fp32.shard:27:14: error: the plan does not fit in device memory: every rank needs 18,355,507,328 bytes \(17.09 GiB\), but a device of mesh '8' \(cpu\) has 16,000,000,000 bytes \(14.90 GiB\)" -- "$bin" check "$tmp/gpt2-fp32.shard" --mesh 8
+# bf16 (the cuda target's precision): half the activations, the same fp32
+# parameters, gradients and optimizer state
+expect memory-bf16-plan 0 "^memory:   10,264,098,304 bytes per rank \(9.56 GiB\): params 474.70 MiB, grads 474.70 MiB, optimizer 949.40 MiB, activations\+inputs 7.70 GiB" -- "$bin" compile samples/gpt2-124m.shard --target cuda
 expect memory-fits-h100 1 '^samples/gpt2-124m.shard:26:15: error: precision bf16' -- "$bin" check samples/gpt2-124m.shard --mesh 8:H100_SXM
 
 # FLOPs (passes/report.c plan_flops; tests/unit/test_flops.c against the

@@ -7,7 +7,10 @@
  * Dropout draws rt_rng_uniform (runtime/rng.c) bit for bit, so the GPU keeps
  * the same elements as the cpu for the same (seed, step, offset).
  */
+#include <type_traits>
+
 #include "common.cuh"
+#include "rtc_bf16_io.cuh"
 
 #define RT_ACT_THREADS 256
 #define RT_ACT_WARPS 8  // softmax rows per block
@@ -53,128 +56,170 @@ __device__ __forceinline__ float gelu_sp(float x, float *sm) {
 }
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* The kernels are templated on the storage type T of their activations
+ * (float, or rtc_bf16: loaded as float, computed in float, stored rounded;
+ * rtc_bf16_io.cuh). */
+
 // out and inp are (n)
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n) {
+template <class T>
+__global__ void gelu_forward_kernel(T *out, const T *inp, size_t n) {
   GRID_STRIDE(i, n) {
-    float sm, x = inp[i];
-    out[i] = x * gelu_sp(x, &sm);
+    float sm, x = rtc_ldf(inp + i);
+    rtc_stf(out + i, x * gelu_sp(x, &sm));
   }
 }
 // dinp, inp, dout are (n): dinp += gelu'(inp)·dout
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
+template <class T>
+__global__ void gelu_backward_kernel(T *dinp, const T *inp, const T *dout, size_t n) {
   GRID_STRIDE(i, n) {
-    float x = inp[i], sm, sp = gelu_sp(x, &sm);
+    float x = rtc_ldf(inp + i), sm, sp = gelu_sp(x, &sm);
     float du = RTC_GELU_K * (1.0f + (float)(3 * 0.044715) * x * x);
-    dinp[i] += (sp + 2.0f * x * sp * sm * du) * dout[i];
+    rtc_stf(dinp + i, rtc_ldf(dinp + i) + (sp + 2.0f * x * sp * sm * du) * rtc_ldf(dout + i));
   }
 }
-__global__ void relu_forward_kernel(float *out, const float *inp, size_t n) {
-  GRID_STRIDE(i, n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
-}
-__global__ void relu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
-  GRID_STRIDE(i, n) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
-}
-__global__ void silu_forward_kernel(float *out, const float *inp, size_t n) {
-  GRID_STRIDE(i, n) out[i] = inp[i] * sigmoidf_(inp[i]);
-}
-__global__ void silu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
+template <class T>
+__global__ void relu_forward_kernel(T *out, const T *inp, size_t n) {
   GRID_STRIDE(i, n) {
-    float x = inp[i], sg = sigmoidf_(x);
-    dinp[i] += dout[i] * sg * (1.0f + x * (1.0f - sg));
+    float x = rtc_ldf(inp + i);
+    rtc_stf(out + i, x > 0.0f ? x : 0.0f);
+  }
+}
+template <class T>
+__global__ void relu_backward_kernel(T *dinp, const T *inp, const T *dout, size_t n) {
+  GRID_STRIDE(i, n) {
+    rtc_stf(dinp + i, rtc_ldf(dinp + i) + (rtc_ldf(inp + i) > 0.0f ? rtc_ldf(dout + i) : 0.0f));
+  }
+}
+template <class T>
+__global__ void silu_forward_kernel(T *out, const T *inp, size_t n) {
+  GRID_STRIDE(i, n) {
+    float x = rtc_ldf(inp + i);
+    rtc_stf(out + i, x * sigmoidf_(x));
+  }
+}
+template <class T>
+__global__ void silu_backward_kernel(T *dinp, const T *inp, const T *dout, size_t n) {
+  GRID_STRIDE(i, n) {
+    float x = rtc_ldf(inp + i), sg = sigmoidf_(x);
+    rtc_stf(dinp + i, rtc_ldf(dinp + i) + rtc_ldf(dout + i) * sg * (1.0f + x * (1.0f - sg)));
   }
 }
 
 // out is (N,C); a and b are (N,C) with row stride ld
-__global__ void swiglu_forward_kernel(float *out, const float *a, const float *b, int N, int C,
-                                      int ld) {
+template <class T>
+__global__ void swiglu_forward_kernel(T *out, const T *a, const T *b, int N, int C, int ld) {
   GRID_STRIDE(k, (size_t)N * C) {
     size_t n = k / C, i = k % C, j = n * ld + i;
-    float x = a[j];
-    out[k] = x * sigmoidf_(x) * b[j];
+    float x = rtc_ldf(a + j);
+    rtc_stf(out + k, x * sigmoidf_(x) * rtc_ldf(b + j));
   }
 }
 // da, db (either NULL), a, b are (N,C) with row stride ld; dout is (N,C)
-__global__ void swiglu_backward_kernel(float *da, float *db, const float *dout, const float *a,
-                                       const float *b, int N, int C, int ld) {
+template <class T>
+__global__ void swiglu_backward_kernel(T *da, T *db, const T *dout, const T *a, const T *b,
+                                       int N, int C, int ld) {
   GRID_STRIDE(k, (size_t)N * C) {
     size_t n = k / C, i = k % C, j = n * ld + i;
-    float x = a[j], sg = sigmoidf_(x), dy = dout[k];
-    if (da) da[j] += dy * b[j] * sg * (1.0f + x * (1.0f - sg));
-    if (db) db[j] += dy * x * sg;
+    float x = rtc_ldf(a + j), sg = sigmoidf_(x), dy = rtc_ldf(dout + k);
+    if (da) rtc_stf(da + j, rtc_ldf(da + j) + dy * rtc_ldf(b + j) * sg * (1.0f + x * (1.0f - sg)));
+    if (db) rtc_stf(db + j, rtc_ldf(db + j) + dy * x * sg);
   }
 }
 
 // out and inp are (N,C), out may alias inp.  One warp per row: max (NaNs
-// skipped, as rt_max_), out = exp(x - max), then out /= Σ out.
-__global__ void softmax_forward_kernel(float *out, const float *inp, int N, int C) {
+// skipped, as rt_max_), out = exp(x - max), then out /= Σ out.  In bf16 the
+// exponentials are not stored in between (that would round twice): the sum
+// takes them, and the last pass forms them again, scaled.
+template <class T>
+__global__ void softmax_forward_kernel(T *out, const T *inp, int N, int C) {
   int lane = threadIdx.x % 32, n = blockIdx.x * RT_ACT_WARPS + threadIdx.x / 32;
   if (n >= N) return;
-  const float *x = inp + (size_t)n * C;
-  float *y = out + (size_t)n * C;
+  const T *x = inp + (size_t)n * C;
+  T *y = out + (size_t)n * C;
   float mx = -INFINITY;
-  for (int i = lane; i < C; i += 32) mx = x[i] > mx ? x[i] : mx;
+  for (int i = lane; i < C; i += 32) {
+    float xi = rtc_ldf(x + i);
+    mx = xi > mx ? xi : mx;
+  }
   mx = rtc_warp_max(mx);
   float s = 0.0f;
-  for (int i = lane; i < C; i += 32) {
-    float e = expf(x[i] - mx);
-    y[i] = e;
-    s += e;
+  if constexpr (std::is_same<T, float>::value) {
+    for (int i = lane; i < C; i += 32) {
+      float e = expf(x[i] - mx);
+      y[i] = e;
+      s += e;
+    }
+    float inv = 1.0f / rtc_warp_sum(s);
+    for (int i = lane; i < C; i += 32) y[i] *= inv;
+  } else {
+    for (int i = lane; i < C; i += 32) s += expf(rtc_ldf(x + i) - mx);
+    float inv = 1.0f / rtc_warp_sum(s);
+    for (int i = lane; i < C; i += 32) rtc_stf(y + i, expf(rtc_ldf(x + i) - mx) * inv);
   }
-  float inv = 1.0f / rtc_warp_sum(s);
-  for (int i = lane; i < C; i += 32) y[i] *= inv;
 }
 // dinp, dout, out are (N,C): dinp += out·(dout - Σ dout·out)
-__global__ void softmax_backward_kernel(float *dinp, const float *dout, const float *out, int N,
-                                        int C) {
+template <class T>
+__global__ void softmax_backward_kernel(T *dinp, const T *dout, const T *out, int N, int C) {
   int lane = threadIdx.x % 32, n = blockIdx.x * RT_ACT_WARPS + threadIdx.x / 32;
   if (n >= N) return;
-  const float *y = out + (size_t)n * C, *dy = dout + (size_t)n * C;
-  float *dx = dinp + (size_t)n * C;
+  const T *y = out + (size_t)n * C, *dy = dout + (size_t)n * C;
+  T *dx = dinp + (size_t)n * C;
   float d = 0.0f;
-  for (int i = lane; i < C; i += 32) d += dy[i] * y[i];
+  for (int i = lane; i < C; i += 32) d += rtc_ldf(dy + i) * rtc_ldf(y + i);
   d = rtc_warp_sum(d);
-  for (int i = lane; i < C; i += 32) dx[i] += y[i] * (dy[i] - d);
+  for (int i = lane; i < C; i += 32)
+    rtc_stf(dx + i, rtc_ldf(dx + i) + rtc_ldf(y + i) * (rtc_ldf(dy + i) - d));
 }
 
 // out and inp are (n), out may alias inp: kept (uniform >= p) elements scaled
-__global__ void dropout_forward_kernel(float *out, const float *inp, size_t n, double p,
-                                       float scale, uint64_t key, uint64_t offset) {
+template <class T>
+__global__ void dropout_forward_kernel(T *out, const T *inp, size_t n, double p, float scale,
+                                       uint64_t key, uint64_t offset) {
   GRID_STRIDE(i, n) {
     int keep = rtc_rng_uniform_keyed(key, offset + i) >= p;
-    out[i] = keep ? inp[i] * scale : 0.0f;
+    rtc_stf(out + i, keep ? rtc_ldf(inp + i) * scale : 0.0f);
   }
 }
 // dinp and dout are (n): dinp += the kept elements of dout, scaled
-__global__ void dropout_backward_kernel(float *dinp, const float *dout, size_t n, double p,
-                                        float scale, uint64_t key, uint64_t offset) {
+template <class T>
+__global__ void dropout_backward_kernel(T *dinp, const T *dout, size_t n, double p, float scale,
+                                        uint64_t key, uint64_t offset) {
   GRID_STRIDE(i, n) {
-    if (rtc_rng_uniform_keyed(key, offset + i) >= p) dinp[i] += dout[i] * scale;
+    if (rtc_rng_uniform_keyed(key, offset + i) >= p)
+      rtc_stf(dinp + i, rtc_ldf(dinp + i) + rtc_ldf(dout + i) * scale);
   }
 }
 
-__global__ void add_kernel(float *out, const float *a, const float *b, size_t n) {
-  GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+template <class T>
+__global__ void add_kernel(T *out, const T *a, const T *b, size_t n) {
+  GRID_STRIDE(i, n) rtc_stf(out + i, rtc_ldf(a + i) + rtc_ldf(b + i));
 }
 // dst += src (alpha == 1: no multiply, as rt_axpy_f32)
-__global__ void acc_kernel(float *dst, const float *src, size_t n) {
-  GRID_STRIDE(i, n) dst[i] += src[i];
+template <class T>
+__global__ void acc_kernel(T *dst, const T *src, size_t n) {
+  GRID_STRIDE(i, n) rtc_stf(dst + i, rtc_ldf(dst + i) + rtc_ldf(src + i));
 }
-__global__ void axpy_kernel(float *dst, const float *src, float alpha, size_t n) {
-  GRID_STRIDE(i, n) dst[i] += alpha * src[i];
+template <class T>
+__global__ void axpy_kernel(T *dst, const T *src, float alpha, size_t n) {
+  GRID_STRIDE(i, n) rtc_stf(dst + i, rtc_ldf(dst + i) + alpha * rtc_ldf(src + i));
 }
-__global__ void scale_kernel(float *x, size_t n, float s) {
-  GRID_STRIDE(i, n) x[i] *= s;
+template <class T>
+__global__ void scale_kernel(T *x, size_t n, float s) {
+  GRID_STRIDE(i, n) rtc_stf(x + i, rtc_ldf(x + i) * s);
 }
 
 // out is (N,W) = inp[:, c0:c0+W], inp is (N,C)
-__global__ void slice_cols_forward_kernel(float *out, const float *inp, int N, int C, int c0,
-                                          int W) {
+template <class T>
+__global__ void slice_cols_forward_kernel(T *out, const T *inp, int N, int C, int c0, int W) {
   GRID_STRIDE(k, (size_t)N * W) out[k] = inp[(k / W) * C + c0 + k % W];
 }
 // dinp is (N,C): dinp[:, c0:c0+W] += dout (N,W)
-__global__ void slice_cols_backward_kernel(float *dinp, const float *dout, int N, int C, int c0,
-                                           int W) {
-  GRID_STRIDE(k, (size_t)N * W) dinp[(k / W) * C + c0 + k % W] += dout[k];
+template <class T>
+__global__ void slice_cols_backward_kernel(T *dinp, const T *dout, int N, int C, int c0, int W) {
+  GRID_STRIDE(k, (size_t)N * W) {
+    T *d = dinp + (k / W) * C + c0 + k % W;
+    rtc_stf(d, rtc_ldf(d) + rtc_ldf(dout + k));
+  }
 }
 
 // src is [outer, P·inner] of T: dst [outer, inner] = chunk r of every row
@@ -187,111 +232,198 @@ __global__ void chunk_copy_kernel(T *dst, const T *src, size_t outer, size_t inn
   }
 }
 // dst is [outer, P·inner]: chunk r of every row += src [outer, inner]
-__global__ void chunk_acc_kernel(float *dst, const float *src, size_t outer, size_t inner, int P,
+template <class T>
+__global__ void chunk_acc_kernel(T *dst, const T *src, size_t outer, size_t inner, int P,
                                  int r) {
   GRID_STRIDE(k, outer * inner) {
     size_t o = k / inner, i = k % inner;
-    dst[(o * (size_t)P + (size_t)r) * inner + i] += src[k];
+    T *d = dst + (o * (size_t)P + (size_t)r) * inner + i;
+    rtc_stf(d, rtc_ldf(d) + rtc_ldf(src + k));
   }
+}
+
+// out (n) = in rounded to bf16, or widened back to float
+__global__ void cast_bf16_kernel(rtc_bf16 *out, const float *in, size_t n) {
+  GRID_STRIDE(i, n) out[i] = rtc_f2bf(in[i]);
+}
+__global__ void widen_bf16_kernel(float *out, const rtc_bf16 *in, size_t n) {
+  GRID_STRIDE(i, n) out[i] = rtc_bf2f(in[i]);
 }
 
 static unsigned blocks(size_t n) { return rtc_blocks(n, RT_ACT_THREADS); }
 static unsigned row_blocks(int N) { return (unsigned)((N + RT_ACT_WARPS - 1) / RT_ACT_WARPS); }
 
-extern "C" {
-
-void rt_gelu_forward_cu(float *out, const float *inp, size_t n) {
-  if (n) RTC_LAUNCH(gelu_forward_kernel, blocks(n), RT_ACT_THREADS, 0, out, inp, n);
+/* The launchers, for either storage type; the fp32 ones (extern "C") and
+ * the bf16 overloads below call them. */
+template <class T>
+static void gelu_forward_(T *out, const T *inp, size_t n) {
+  if (n) RTC_LAUNCH(gelu_forward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, out, inp, n);
 }
-void rt_gelu_backward_cu(float *dinp, const float *inp, const float *dout, size_t n) {
-  if (n) RTC_LAUNCH(gelu_backward_kernel, blocks(n), RT_ACT_THREADS, 0, dinp, inp, dout, n);
+template <class T>
+static void gelu_backward_(T *dinp, const T *inp, const T *dout, size_t n) {
+  if (n) RTC_LAUNCH(gelu_backward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dinp, inp, dout, n);
 }
-void rt_relu_forward_cu(float *out, const float *inp, size_t n) {
-  if (n) RTC_LAUNCH(relu_forward_kernel, blocks(n), RT_ACT_THREADS, 0, out, inp, n);
+template <class T>
+static void relu_forward_(T *out, const T *inp, size_t n) {
+  if (n) RTC_LAUNCH(relu_forward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, out, inp, n);
 }
-void rt_relu_backward_cu(float *dinp, const float *inp, const float *dout, size_t n) {
-  if (n) RTC_LAUNCH(relu_backward_kernel, blocks(n), RT_ACT_THREADS, 0, dinp, inp, dout, n);
+template <class T>
+static void relu_backward_(T *dinp, const T *inp, const T *dout, size_t n) {
+  if (n) RTC_LAUNCH(relu_backward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dinp, inp, dout, n);
 }
-void rt_silu_forward_cu(float *out, const float *inp, size_t n) {
-  if (n) RTC_LAUNCH(silu_forward_kernel, blocks(n), RT_ACT_THREADS, 0, out, inp, n);
+template <class T>
+static void silu_forward_(T *out, const T *inp, size_t n) {
+  if (n) RTC_LAUNCH(silu_forward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, out, inp, n);
 }
-void rt_silu_backward_cu(float *dinp, const float *inp, const float *dout, size_t n) {
-  if (n) RTC_LAUNCH(silu_backward_kernel, blocks(n), RT_ACT_THREADS, 0, dinp, inp, dout, n);
+template <class T>
+static void silu_backward_(T *dinp, const T *inp, const T *dout, size_t n) {
+  if (n) RTC_LAUNCH(silu_backward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dinp, inp, dout, n);
 }
-void rt_swiglu_forward_cu(float *out, const float *a, const float *b, int N, int C, int ld) {
+template <class T>
+static void swiglu_forward_(T *out, const T *a, const T *b, int N, int C, int ld) {
   size_t n = N > 0 && C > 0 ? (size_t)N * C : 0;
-  if (n) RTC_LAUNCH(swiglu_forward_kernel, blocks(n), RT_ACT_THREADS, 0, out, a, b, N, C, ld);
+  if (n) RTC_LAUNCH(swiglu_forward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, out, a, b, N, C, ld);
 }
-void rt_swiglu_backward_cu(float *da, float *db, const float *dout, const float *a,
-                           const float *b, int N, int C, int ld) {
+template <class T>
+static void swiglu_backward_(T *da, T *db, const T *dout, const T *a, const T *b, int N, int C,
+                             int ld) {
   size_t n = N > 0 && C > 0 ? (size_t)N * C : 0;
   if (n && (da || db))
-    RTC_LAUNCH(swiglu_backward_kernel, blocks(n), RT_ACT_THREADS, 0, da, db, dout, a, b, N, C,
+    RTC_LAUNCH(swiglu_backward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, da, db, dout, a, b, N, C,
                ld);
 }
-void rt_softmax_forward_cu(float *out, const float *inp, int N, int C) {
+template <class T>
+static void softmax_forward_(T *out, const T *inp, int N, int C) {
   if (N > 0 && C > 0)
-    RTC_LAUNCH(softmax_forward_kernel, row_blocks(N), 32 * RT_ACT_WARPS, 0, out, inp, N, C);
+    RTC_LAUNCH(softmax_forward_kernel<T>, row_blocks(N), 32 * RT_ACT_WARPS, 0, out, inp, N, C);
 }
-void rt_softmax_backward_cu(float *dinp, const float *dout, const float *out, int N, int C) {
+template <class T>
+static void softmax_backward_(T *dinp, const T *dout, const T *out, int N, int C) {
   if (N > 0 && C > 0)
-    RTC_LAUNCH(softmax_backward_kernel, row_blocks(N), 32 * RT_ACT_WARPS, 0, dinp, dout, out,
+    RTC_LAUNCH(softmax_backward_kernel<T>, row_blocks(N), 32 * RT_ACT_WARPS, 0, dinp, dout, out,
                N, C);
 }
-void rt_dropout_forward_cu(float *out, const float *inp, size_t n, double p, uint64_t seed,
-                           uint64_t step, uint64_t offset) {
+template <class T>
+static void dropout_forward_(T *out, const T *inp, size_t n, double p, uint64_t seed,
+                             uint64_t step, uint64_t offset) {
   if (!n) return;
   if (p <= 0) {
     if (out != inp)
-      cudaCheck(cudaMemcpyAsync(out, inp, n * sizeof(float), cudaMemcpyDeviceToDevice,
+      cudaCheck(cudaMemcpyAsync(out, inp, n * sizeof(T), cudaMemcpyDeviceToDevice,
                                 (cudaStream_t)rtc_stream));
     return;
   }
   float scale = p < 1 ? (float)(1 / (1 - p)) : 0.0f;
-  RTC_LAUNCH(dropout_forward_kernel, blocks(n), RT_ACT_THREADS, 0, out, inp, n, p, scale,
+  RTC_LAUNCH(dropout_forward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, out, inp, n, p, scale,
              rtc_rng_key(seed ^ RTC_DROPOUT_SALT, step), offset);
 }
-void rt_dropout_backward_cu(float *dinp, const float *dout, size_t n, double p, uint64_t seed,
-                            uint64_t step, uint64_t offset) {
+template <class T>
+static void dropout_backward_(T *dinp, const T *dout, size_t n, double p, uint64_t seed,
+                              uint64_t step, uint64_t offset) {
   if (!n) return;
   if (p <= 0) {
-    RTC_LAUNCH(acc_kernel, blocks(n), RT_ACT_THREADS, 0, dinp, dout, n);
+    RTC_LAUNCH(acc_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dinp, dout, n);
     return;
   }
   float scale = p < 1 ? (float)(1 / (1 - p)) : 0.0f;
-  RTC_LAUNCH(dropout_backward_kernel, blocks(n), RT_ACT_THREADS, 0, dinp, dout, n, p, scale,
+  RTC_LAUNCH(dropout_backward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dinp, dout, n, p, scale,
              rtc_rng_key(seed ^ RTC_DROPOUT_SALT, step), offset);
 }
-void rt_add_forward_cu(float *out, const float *a, const float *b, size_t n) {
-  if (n) RTC_LAUNCH(add_kernel, blocks(n), RT_ACT_THREADS, 0, out, a, b, n);
+template <class T>
+static void add_forward_(T *out, const T *a, const T *b, size_t n) {
+  if (n) RTC_LAUNCH(add_kernel<T>, blocks(n), RT_ACT_THREADS, 0, out, a, b, n);
 }
-void rt_axpy_cu(float *dst, const float *src, double alpha, size_t n) {
+template <class T>
+static void axpy_(T *dst, const T *src, double alpha, size_t n) {
   if (!n) return;
   if (alpha == 1)
-    RTC_LAUNCH(acc_kernel, blocks(n), RT_ACT_THREADS, 0, dst, src, n);
+    RTC_LAUNCH(acc_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dst, src, n);
   else
-    RTC_LAUNCH(axpy_kernel, blocks(n), RT_ACT_THREADS, 0, dst, src, (float)alpha, n);
+    RTC_LAUNCH(axpy_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dst, src, (float)alpha, n);
 }
-void rt_scale_cu(float *x, size_t n, double s) {
-  if (n) RTC_LAUNCH(scale_kernel, blocks(n), RT_ACT_THREADS, 0, x, n, (float)s);
+template <class T>
+static void scale_(T *x, size_t n, double s) {
+  if (n) RTC_LAUNCH(scale_kernel<T>, blocks(n), RT_ACT_THREADS, 0, x, n, (float)s);
 }
-void rt_slice_cols_forward_cu(float *out, const float *inp, int N, int C, int c0, int W) {
-  size_t n = N > 0 && W > 0 ? (size_t)N * W : 0;
-  if (n) RTC_LAUNCH(slice_cols_forward_kernel, blocks(n), RT_ACT_THREADS, 0, out, inp, N, C, c0, W);
-}
-void rt_slice_cols_backward_cu(float *dinp, const float *dout, int N, int C, int c0, int W) {
+template <class T>
+static void slice_cols_forward_(T *out, const T *inp, int N, int C, int c0, int W) {
   size_t n = N > 0 && W > 0 ? (size_t)N * W : 0;
   if (n)
-    RTC_LAUNCH(slice_cols_backward_kernel, blocks(n), RT_ACT_THREADS, 0, dinp, dout, N, C, c0, W);
+    RTC_LAUNCH(slice_cols_forward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, out, inp, N, C, c0,
+               W);
 }
-void rt_acc_cu(float *dst, const float *src, size_t n) {
-  if (n) RTC_LAUNCH(acc_kernel, blocks(n), RT_ACT_THREADS, 0, dst, src, n);
+template <class T>
+static void slice_cols_backward_(T *dinp, const T *dout, int N, int C, int c0, int W) {
+  size_t n = N > 0 && W > 0 ? (size_t)N * W : 0;
+  if (n)
+    RTC_LAUNCH(slice_cols_backward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dinp, dout, N, C, c0,
+               W);
 }
+template <class T>
+static void acc_(T *dst, const T *src, size_t n) {
+  if (n) RTC_LAUNCH(acc_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dst, src, n);
+}
+template <class T>
+static void chunk_acc_(T *dst, const T *src, size_t outer, size_t inner, int P, int r) {
+  size_t n = outer * inner;
+  if (n)
+    RTC_LAUNCH(chunk_acc_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dst, src, outer, inner, P, r);
+}
+
+extern "C" {
+
+void rt_gelu_forward_cu(float *out, const float *inp, size_t n) { gelu_forward_(out, inp, n); }
+void rt_gelu_backward_cu(float *dinp, const float *inp, const float *dout, size_t n) {
+  gelu_backward_(dinp, inp, dout, n);
+}
+void rt_relu_forward_cu(float *out, const float *inp, size_t n) { relu_forward_(out, inp, n); }
+void rt_relu_backward_cu(float *dinp, const float *inp, const float *dout, size_t n) {
+  relu_backward_(dinp, inp, dout, n);
+}
+void rt_silu_forward_cu(float *out, const float *inp, size_t n) { silu_forward_(out, inp, n); }
+void rt_silu_backward_cu(float *dinp, const float *inp, const float *dout, size_t n) {
+  silu_backward_(dinp, inp, dout, n);
+}
+void rt_swiglu_forward_cu(float *out, const float *a, const float *b, int N, int C, int ld) {
+  swiglu_forward_(out, a, b, N, C, ld);
+}
+void rt_swiglu_backward_cu(float *da, float *db, const float *dout, const float *a,
+                           const float *b, int N, int C, int ld) {
+  swiglu_backward_(da, db, dout, a, b, N, C, ld);
+}
+void rt_softmax_forward_cu(float *out, const float *inp, int N, int C) {
+  softmax_forward_(out, inp, N, C);
+}
+void rt_softmax_backward_cu(float *dinp, const float *dout, const float *out, int N, int C) {
+  softmax_backward_(dinp, dout, out, N, C);
+}
+void rt_dropout_forward_cu(float *out, const float *inp, size_t n, double p, uint64_t seed,
+                           uint64_t step, uint64_t offset) {
+  dropout_forward_(out, inp, n, p, seed, step, offset);
+}
+void rt_dropout_backward_cu(float *dinp, const float *dout, size_t n, double p, uint64_t seed,
+                            uint64_t step, uint64_t offset) {
+  dropout_backward_(dinp, dout, n, p, seed, step, offset);
+}
+void rt_add_forward_cu(float *out, const float *a, const float *b, size_t n) {
+  add_forward_(out, a, b, n);
+}
+void rt_axpy_cu(float *dst, const float *src, double alpha, size_t n) {
+  axpy_(dst, src, alpha, n);
+}
+void rt_scale_cu(float *x, size_t n, double s) { scale_(x, n, s); }
+void rt_slice_cols_forward_cu(float *out, const float *inp, int N, int C, int c0, int W) {
+  slice_cols_forward_(out, inp, N, C, c0, W);
+}
+void rt_slice_cols_backward_cu(float *dinp, const float *dout, int N, int C, int c0, int W) {
+  slice_cols_backward_(dinp, dout, N, C, c0, W);
+}
+void rt_acc_cu(float *dst, const float *src, size_t n) { acc_(dst, src, n); }
 void rt_chunk_copy_cu(void *dst, const void *src, size_t outer, size_t inner, int P, int r,
                       int esize) {
   size_t n = outer * inner;
   if (!n) return;
-  /* whole elements of 8, 4, 2 or 1 bytes */
+  /* whole elements of 8, 4, 2 (bf16) or 1 bytes */
   if (esize == 8)
     RTC_LAUNCH(chunk_copy_kernel<uint64_t>, blocks(n), RT_ACT_THREADS, 0, (uint64_t *)dst,
                (const uint64_t *)src, outer, inner, P, r);
@@ -306,8 +438,76 @@ void rt_chunk_copy_cu(void *dst, const void *src, size_t outer, size_t inner, in
                (uint8_t *)dst, (const uint8_t *)src, outer, inner * (size_t)esize, P, r);
 }
 void rt_chunk_acc_cu(float *dst, const float *src, size_t outer, size_t inner, int P, int r) {
-  size_t n = outer * inner;
-  if (n) RTC_LAUNCH(chunk_acc_kernel, blocks(n), RT_ACT_THREADS, 0, dst, src, outer, inner, P, r);
+  chunk_acc_(dst, src, outer, inner, P, r);
 }
 
 }  // extern "C"
+
+/* ---- precision = bf16: the same launchers on bf16 activations ---- */
+
+void rt_gelu_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n) {
+  gelu_forward_(out, inp, n);
+}
+void rt_gelu_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *inp, const rtc_bf16 *dout, size_t n) {
+  gelu_backward_(dinp, inp, dout, n);
+}
+void rt_relu_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n) {
+  relu_forward_(out, inp, n);
+}
+void rt_relu_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *inp, const rtc_bf16 *dout, size_t n) {
+  relu_backward_(dinp, inp, dout, n);
+}
+void rt_silu_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n) {
+  silu_forward_(out, inp, n);
+}
+void rt_silu_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *inp, const rtc_bf16 *dout, size_t n) {
+  silu_backward_(dinp, inp, dout, n);
+}
+void rt_swiglu_forward_cu(rtc_bf16 *out, const rtc_bf16 *a, const rtc_bf16 *b, int N, int C,
+                          int ld) {
+  swiglu_forward_(out, a, b, N, C, ld);
+}
+void rt_swiglu_backward_cu(rtc_bf16 *da, rtc_bf16 *db, const rtc_bf16 *dout, const rtc_bf16 *a,
+                           const rtc_bf16 *b, int N, int C, int ld) {
+  swiglu_backward_(da, db, dout, a, b, N, C, ld);
+}
+void rt_softmax_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, int N, int C) {
+  softmax_forward_(out, inp, N, C);
+}
+void rt_softmax_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, const rtc_bf16 *out, int N,
+                            int C) {
+  softmax_backward_(dinp, dout, out, N, C);
+}
+void rt_dropout_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n, double p, uint64_t seed,
+                           uint64_t step, uint64_t offset) {
+  dropout_forward_(out, inp, n, p, seed, step, offset);
+}
+void rt_dropout_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, size_t n, double p,
+                            uint64_t seed, uint64_t step, uint64_t offset) {
+  dropout_backward_(dinp, dout, n, p, seed, step, offset);
+}
+void rt_add_forward_cu(rtc_bf16 *out, const rtc_bf16 *a, const rtc_bf16 *b, size_t n) {
+  add_forward_(out, a, b, n);
+}
+void rt_axpy_cu(rtc_bf16 *dst, const rtc_bf16 *src, double alpha, size_t n) {
+  axpy_(dst, src, alpha, n);
+}
+void rt_scale_cu(rtc_bf16 *x, size_t n, double s) { scale_(x, n, s); }
+void rt_slice_cols_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, int N, int C, int c0, int W) {
+  slice_cols_forward_(out, inp, N, C, c0, W);
+}
+void rt_slice_cols_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, int N, int C, int c0,
+                               int W) {
+  slice_cols_backward_(dinp, dout, N, C, c0, W);
+}
+void rt_acc_cu(rtc_bf16 *dst, const rtc_bf16 *src, size_t n) { acc_(dst, src, n); }
+void rt_chunk_acc_cu(rtc_bf16 *dst, const rtc_bf16 *src, size_t outer, size_t inner, int P,
+                     int r) {
+  chunk_acc_(dst, src, outer, inner, P, r);
+}
+void rt_cast_bf16_cu(rtc_bf16 *out, const float *in, size_t n) {
+  if (n) RTC_LAUNCH(cast_bf16_kernel, blocks(n), RT_ACT_THREADS, 0, out, in, n);
+}
+void rt_widen_bf16_cu(float *out, const rtc_bf16 *in, size_t n) {
+  if (n) RTC_LAUNCH(widen_bf16_kernel, blocks(n), RT_ACT_THREADS, 0, out, in, n);
+}

@@ -4,9 +4,12 @@
  * (B,T,Hkv,D), query head h reads kv head h / (H/Hkv), scale 1/sqrt(D),
  * causal masks key j > t; lse (B,H,T) is the logsumexp of the scaled scores.
  *
- * Tiles of ATT_BQ queries against tiles of ATT_BK keys, fp32 throughout
- * (loads and stores go through att_ld / att_st so that a bf16 variant is a
- * template parameter later). A block is 128 threads seen as 8 row groups of
+ * Tiles of ATT_BQ queries against tiles of ATT_BK keys, fp32 throughout.
+ * q, k, v, out and their gradients are stored as S (the kernels' template
+ * parameter): float, or rtc_bf16 under precision = bf16, widened to fp32
+ * as the tiles are loaded (att_ld) and rounded when stored (att_st); lse
+ * and delta are fp32 either way.  Shared memory holds fp32 tiles, so its
+ * size does not depend on S. A block is 128 threads seen as 8 row groups of
  * 16 lanes: in every 64x64 score tile, thread (ty,tx) holds rows ty+8i
  * (i<8) and columns tx+16j (j<4); a row's 16 lanes are one half-warp, so the
  * row reductions of the softmax are 4 shuffles. The per-row accumulators
@@ -59,9 +62,12 @@
 #define ATT_UNROLL _Pragma("unroll")
 #endif
 
-// Element loads and stores of q, k, v, out and the gradients (fp32 now).
+// Element loads and stores of q, k, v, out and the gradients: fp32, or bf16
+// storage (rounded to nearest even).
 __device__ __forceinline__ float att_ld(const float *p) { return *p; }
 __device__ __forceinline__ void att_st(float *p, float v) { *p = v; }
+__device__ __forceinline__ float att_ld(const rtc_bf16 *p) { return rtc_bf2f(*p); }
+__device__ __forceinline__ void att_st(rtc_bf16 *p, float v) { *p = rtc_f2bf(v); }
 
 // Max and sum over the 16 lanes of a half-warp (one row of a score tile).
 __device__ __forceinline__ float att_max16(float v) {
@@ -75,7 +81,8 @@ __device__ __forceinline__ float att_sum16(float v) {
 
 // Rows [t0, t0+n) of one head: s[r*ld + d] = g[(t0+r)*ldg + d] for d < dc,
 // 0 past T or past D (g points at row 0 of the head, rows ldg apart).
-__device__ __forceinline__ void att_load_rows(float *s, int ld, const float *g, size_t ldg,
+template <class S>
+__device__ __forceinline__ void att_load_rows(float *s, int ld, const S *g, size_t ldg,
                                               int t0, int n, int T, int D, int dc) {
   for (int e = threadIdx.x; e < n * dc; e += ATT_THREADS) {
     int r = e / dc, d = e - r * dc;
@@ -83,7 +90,8 @@ __device__ __forceinline__ void att_load_rows(float *s, int ld, const float *g, 
   }
 }
 // The same rows transposed: s[d*ATT_LDT + r] for d < dc (reads along d stay coalesced).
-__device__ __forceinline__ void att_load_rows_t(float *s, const float *g, size_t ldg, int t0,
+template <class S>
+__device__ __forceinline__ void att_load_rows_t(float *s, const S *g, size_t ldg, int t0,
                                                 int n, int T, int D, int dc) {
   for (int e = threadIdx.x; e < n * dc; e += ATT_THREADS) {
     int r = e / dc, d = e - r * dc;
@@ -103,11 +111,10 @@ static size_t att_bwd_smem(int D, int dc) {
 
 // out is (B,T,H,D), lse is (B,H,T), q is (B,T,H,D), k and v are (B,T,Hkv,D);
 // grid (ceil(T/64), H, B), ATT_THREADS threads, att_fwd_smem(D, 16·NJ) bytes.
-template <int NJ>
+template <int NJ, class S>
 __global__ void
-    attention_forward_kernel(float *out, float *lse, const float *q, const float *k,
-                             const float *v, int T, int H, int Hkv, int D, int causal,
-                             float scale) {
+    attention_forward_kernel(S *out, float *lse, const S *q, const S *k, const S *v, int T,
+                             int H, int Hkv, int D, int causal, float scale) {
   const int dc = 16 * NJ, ldq = D + 1;
   RTC_DYNAMIC_SHARED(float, smem);
   float *Qs = smem;                    // (BQ, D), rows ldq apart
@@ -117,9 +124,9 @@ __global__ void
   int q0 = blockIdx.x * ATT_BQ, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   int tx = threadIdx.x % ATT_TX, ty = threadIdx.x / ATT_TX;
   size_t ldh = (size_t)H * D, ldkv = (size_t)Hkv * D;
-  const float *qb = q + (size_t)b * T * ldh + (size_t)h * D;
-  const float *kb = k + (size_t)b * T * ldkv + (size_t)hk * D;
-  const float *vb = v + (size_t)b * T * ldkv + (size_t)hk * D;
+  const S *qb = q + (size_t)b * T * ldh + (size_t)h * D;
+  const S *kb = k + (size_t)b * T * ldkv + (size_t)hk * D;
+  const S *vb = v + (size_t)b * T * ldkv + (size_t)hk * D;
   att_load_rows(Qs, ldq, qb, ldh, q0, ATT_BQ, T, D, D);
 
   float m[ATT_RI], l[ATT_RI], o[ATT_RI][NJ];
@@ -202,7 +209,7 @@ ATT_UNROLL
     int t = q0 + ty + ATT_TY * i;
     if (t >= T) continue;
     float inv = 1.0f / l[i];
-    float *orow = out + ((size_t)b * T + t) * ldh + (size_t)h * D;
+    S *orow = out + ((size_t)b * T + t) * ldh + (size_t)h * D;
 ATT_UNROLL
     for (int jd = 0; jd < NJ; jd++) {
       int d = tx + ATT_TX * jd;
@@ -214,9 +221,10 @@ ATT_UNROLL
 
 // delta is (B,H,T) = rowsum(dout·out), dout and out are (B,T,H,D);
 // one warp per (b,t,h) row, grid-stride over the rows, ATT_THREADS threads.
+template <class S>
 __global__ void
-    attention_delta_kernel(float *delta, const float *dout, const float *out, int B, int T,
-                           int H, int D) {
+    attention_delta_kernel(float *delta, const S *dout, const S *out, int B, int T, int H,
+                           int D) {
   size_t rows = (size_t)B * T * H, nwarps = (size_t)gridDim.x * (ATT_THREADS / 32);
   int lane = threadIdx.x % 32;
   // the bound is the same for a warp's 32 lanes, so whole warps leave together
@@ -224,7 +232,7 @@ __global__ void
        row += nwarps) {
     int h = (int)(row % H);
     size_t bt = row / H;  // b·T + t
-    const float *dr = dout + row * D, *orow = out + row * D;
+    const S *dr = dout + row * D, *orow = out + row * D;
     float s = 0.0f;
     for (int d = lane; d < D; d += 32) s += att_ld(dr + d) * att_ld(orow + d);
     s = rtc_warp_sum(s);
@@ -235,12 +243,11 @@ __global__ void
 // dk and dv are (B,T,Hkv,D), accumulated; the rest as the launcher. grid
 // (ceil(T/64), Hkv, B), ATT_THREADS threads, att_bwd_smem(D, 16·NJ) bytes.
 // In the score tile of this kernel rows are keys and columns queries (Sᵀ).
-template <int NJ>
+template <int NJ, class S>
 __global__ void
-    attention_backward_dkdv_kernel(float *dk, float *dv, const float *dout, const float *q,
-                                   const float *k, const float *v, const float *lse,
-                                   const float *delta, int T, int H, int Hkv, int D, int causal,
-                                   float scale) {
+    attention_backward_dkdv_kernel(S *dk, S *dv, const S *dout, const S *q, const S *k,
+                                   const S *v, const float *lse, const float *delta, int T,
+                                   int H, int Hkv, int D, int causal, float scale) {
   const int dc = 16 * NJ, ldk = D + 1;
   RTC_DYNAMIC_SHARED(float, smem);
   float *Ks = smem;                  // (BK, D), rows ldk apart
@@ -264,8 +271,8 @@ ATT_UNROLL
     for (int jd = 0; jd < NJ; jd++) dka[i][jd] = dva[i][jd] = 0.0f;
   int qstart = causal ? j0 / ATT_BQ * ATT_BQ : 0;  // the first query tile that sees key j0
   for (int h = hk * rep; h < (hk + 1) * rep; h++) {
-    const float *qb = q + (size_t)b * T * ldh + (size_t)h * D;
-    const float *dob = dout + (size_t)b * T * ldh + (size_t)h * D;
+    const S *qb = q + (size_t)b * T * ldh + (size_t)h * D;
+    const S *dob = dout + (size_t)b * T * ldh + (size_t)h * D;
     const float *lb = lse + ((size_t)b * H + h) * T, *db = delta + ((size_t)b * H + h) * T;
     for (int q0 = qstart; q0 < T; q0 += ATT_BQ) {
       __syncthreads();  // Ks, Vs are loaded; the last tile's Qt, dOt, Ps, Ls, Dl are read
@@ -369,11 +376,11 @@ ATT_UNROLL
 
 // dq is (B,T,H,D), accumulated; the rest as the launcher. grid
 // (ceil(T/64), H, B), ATT_THREADS threads, att_bwd_smem(D, 16·NJ) bytes.
-template <int NJ>
+template <int NJ, class S>
 __global__ void
-    attention_backward_dq_kernel(float *dq, const float *dout, const float *q, const float *k,
-                                 const float *v, const float *lse, const float *delta, int T,
-                                 int H, int Hkv, int D, int causal, float scale) {
+    attention_backward_dq_kernel(S *dq, const S *dout, const S *q, const S *k, const S *v,
+                                 const float *lse, const float *delta, int T, int H, int Hkv,
+                                 int D, int causal, float scale) {
   const int dc = 16 * NJ, ldq = D + 1;
   RTC_DYNAMIC_SHARED(float, smem);
   float *Qs = smem;                 // (BQ, D), rows ldq apart
@@ -460,7 +467,7 @@ ATT_UNROLL
   for (int i = 0; i < ATT_RI; i++) {
     int t = q0 + ty + ATT_TY * i;
     if (t >= T) continue;
-    float *row = dq + qoff + (size_t)t * ldh;
+    S *row = dq + qoff + (size_t)t * ldh;
 ATT_UNROLL
     for (int jd = 0; jd < NJ; jd++) {
       int d = tx + ATT_TX * jd;
@@ -477,43 +484,45 @@ static int att_nj(int D, const char *who) {
   return D <= 16 ? 1 : D <= 32 ? 2 : D <= 64 ? 4 : 8;
 }
 
-// The launchers of one NJ: the dynamic shared memory limit is raised once per
-// kernel, to its size at D = 16·NJ (the largest D it serves).
-template <int NJ>
-static void att_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                        int B, int T, int H, int Hkv, int D, int causal, float scale) {
+// The launchers of one NJ and storage S: the dynamic shared memory limit
+// is raised once per kernel, to its size at D = 16·NJ (the largest D it
+// serves).  The kernel names are parenthesized for RTC_LAUNCH (their
+// template arguments' comma).
+template <int NJ, class S>
+static void att_forward(S *out, float *lse, const S *q, const S *k, const S *v, int B, int T,
+                        int H, int Hkv, int D, int causal, float scale) {
   static int ready = 0;
   if (!ready) {
-    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<NJ>,
+    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<NJ, S>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)att_fwd_smem(16 * NJ, 16 * NJ)));
     ready = 1;
   }
   dim3 grid((T + ATT_BQ - 1) / ATT_BQ, H, B);
-  RTC_LAUNCH(attention_forward_kernel<NJ>, grid, ATT_THREADS, att_fwd_smem(D, 16 * NJ), out,
+  RTC_LAUNCH((attention_forward_kernel<NJ, S>), grid, ATT_THREADS, att_fwd_smem(D, 16 * NJ), out,
              lse, q, k, v, T, H, Hkv, D, causal, scale);
 }
 
-template <int NJ>
-static void att_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                         const float *k, const float *v, const float *lse, const float *delta,
-                         int B, int T, int H, int Hkv, int D, int causal, float scale) {
+template <int NJ, class S>
+static void att_backward(S *dq, S *dk, S *dv, const S *dout, const S *q, const S *k, const S *v,
+                         const float *lse, const float *delta, int B, int T, int H, int Hkv,
+                         int D, int causal, float scale) {
   static int ready = 0;
   int max_smem = (int)att_bwd_smem(16 * NJ, 16 * NJ);
   if (!ready) {
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<NJ>,
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<NJ, S>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<NJ>,
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<NJ, S>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
     ready = 1;
   }
   size_t smem = att_bwd_smem(D, 16 * NJ);
   int ntiles = (T + ATT_BQ - 1) / ATT_BQ;
   if (dk || dv)
-    RTC_LAUNCH(attention_backward_dkdv_kernel<NJ>, dim3(ntiles, Hkv, B), ATT_THREADS, smem, dk,
-               dv, dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
+    RTC_LAUNCH((attention_backward_dkdv_kernel<NJ, S>), dim3(ntiles, Hkv, B), ATT_THREADS, smem,
+               dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
   if (dq)
-    RTC_LAUNCH(attention_backward_dq_kernel<NJ>, dim3(ntiles, H, B), ATT_THREADS, smem, dq,
+    RTC_LAUNCH((attention_backward_dq_kernel<NJ, S>), dim3(ntiles, H, B), ATT_THREADS, smem, dq,
                dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
 }
 
@@ -526,11 +535,10 @@ static float *att_workspace(int B, int T, int H) {
                                  "attention backward's delta", __FILE__, __LINE__);
 }
 
-extern "C" {
-
 // out is (B,T,H,D), lse is (B,H,T) or NULL, q is (B,T,H,D), k and v are (B,T,Hkv,D)
-void rt_attention_forward_cu(float *out, float *lse, const float *q, const float *k,
-                             const float *v, int B, int T, int H, int Hkv, int D, int causal) {
+template <class S>
+static void att_forward_any(S *out, float *lse, const S *q, const S *k, const S *v, int B, int T,
+                            int H, int Hkv, int D, int causal) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   float scale = (float)(1 / sqrt((double)D));
   switch (att_nj(D, "rt_attention_forward_cu")) {
@@ -543,16 +551,16 @@ void rt_attention_forward_cu(float *out, float *lse, const float *q, const float
 
 // dq is (B,T,H,D), dk and dv are (B,T,Hkv,D), each accumulated (+=) or NULL;
 // dout and out are (B,T,H,D), lse is (B,H,T) from the forward
-void rt_attention_backward_cu(float *dq, float *dk, float *dv, const float *dout,
-                              const float *q, const float *k, const float *v, const float *out,
-                              const float *lse, int B, int T, int H, int Hkv, int D,
-                              int causal) {
+template <class S>
+static void att_backward_any(S *dq, S *dk, S *dv, const S *dout, const S *q, const S *k,
+                             const S *v, const S *out, const float *lse, int B, int T, int H,
+                             int Hkv, int D, int causal) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0 || (!dq && !dk && !dv)) return;
   float scale = (float)(1 / sqrt((double)D));
   int nj = att_nj(D, "rt_attention_backward_cu");
   size_t rows = (size_t)B * T * H;
   float *delta = att_workspace(B, T, H);
-  RTC_LAUNCH(attention_delta_kernel, rtc_blocks(rows, ATT_THREADS / 32), ATT_THREADS, 0, delta,
+  RTC_LAUNCH(attention_delta_kernel<S>, rtc_blocks(rows, ATT_THREADS / 32), ATT_THREADS, 0, delta,
              dout, out, B, T, H, D);
   switch (nj) {
     case 1: att_backward<1>(dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale); break;
@@ -562,4 +570,32 @@ void rt_attention_backward_cu(float *dq, float *dk, float *dv, const float *dout
   }
 }
 
+extern "C" {
+
+void rt_attention_forward_cu(float *out, float *lse, const float *q, const float *k,
+                             const float *v, int B, int T, int H, int Hkv, int D, int causal) {
+  att_forward_any(out, lse, q, k, v, B, T, H, Hkv, D, causal);
+}
+
+void rt_attention_backward_cu(float *dq, float *dk, float *dv, const float *dout,
+                              const float *q, const float *k, const float *v, const float *out,
+                              const float *lse, int B, int T, int H, int Hkv, int D,
+                              int causal) {
+  att_backward_any(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D, causal);
+}
+
 }  // extern "C"
+
+// precision = bf16 (rtc.h's bf16 section): the same kernels on bf16 storage
+void rt_attention_forward_cu(rtc_bf16 *out, float *lse, const rtc_bf16 *q, const rtc_bf16 *k,
+                             const rtc_bf16 *v, int B, int T, int H, int Hkv, int D,
+                             int causal) {
+  att_forward_any(out, lse, q, k, v, B, T, H, Hkv, D, causal);
+}
+
+void rt_attention_backward_cu(rtc_bf16 *dq, rtc_bf16 *dk, rtc_bf16 *dv, const rtc_bf16 *dout,
+                              const rtc_bf16 *q, const rtc_bf16 *k, const rtc_bf16 *v,
+                              const rtc_bf16 *out, const float *lse, int B, int T, int H,
+                              int Hkv, int D, int causal) {
+  att_backward_any(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D, causal);
+}

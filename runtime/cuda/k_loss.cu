@@ -9,10 +9,16 @@
  * finds the first bad target, and the launcher reads the result back
  * (synchronizing the stream).  No atomics: the loss is bitwise the same run
  * to run.
+ *
+ * The row kernels are templated on the storage type T of logits and
+ * dlogits (float, or rtc_bf16 under precision = bf16: loaded as float,
+ * computed in float, stored rounded; rtc_bf16_io.cuh); losses, lse and the
+ * loss are float/double either way.
  */
 #include <math.h>
 
 #include "common.cuh"
+#include "rtc_bf16_io.cuh"
 
 extern "C" {
 #include "shardrt.h" // rt_errorf, RT_ERR_ARG, RT_IGNORE_INDEX
@@ -58,11 +64,12 @@ __device__ __forceinline__ void rtc_lse_merge_(float &m, float &s, float m2, flo
 
 // x is (V): log Σ exp(x), to every thread of the block (blockDim.x a
 // multiple of 32).  -inf elements add nothing; a NaN makes it NaN.
-__device__ float rtc_row_lse_(const float *x, int V) {
+template <class T>
+__device__ float rtc_row_lse_(const T *x, int V) {
   __shared__ float part_m[32], part_s[32];
   float m = -INFINITY, s = 0.0f;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    float xi = x[i];
+    float xi = rtc_ldf(x + i);
     if (xi > m) {
       s = s * expf(m - xi) + 1.0f;
       m = xi;
@@ -93,8 +100,9 @@ __device__ float rtc_row_lse_(const float *x, int V) {
 // logits is (N,V), targets is (N); block n writes rowloss[n] (double) and,
 // when given, losses[n] and lse[n]; rows without a target in [0,V) get 0
 // (the reduction tells an ignored row from a bad one)
+template <class T>
 __global__ void rtc_ce_forward_kernel(double *__restrict__ rowloss, float *__restrict__ losses,
-                                      float *__restrict__ lse, const float *__restrict__ logits,
+                                      float *__restrict__ lse, const T *__restrict__ logits,
                                       const int32_t *__restrict__ targets, int V) {
   int n = blockIdx.x;
   int32_t tgt = targets[n];
@@ -108,10 +116,10 @@ __global__ void rtc_ce_forward_kernel(double *__restrict__ rowloss, float *__res
     }
     return;
   }
-  const float *x = logits + (size_t)n * V;
+  const T *x = logits + (size_t)n * V;
   float l = rtc_row_lse_(x, V);
   if (threadIdx.x == 0) {
-    float xt = x[tgt];
+    float xt = rtc_ldf(x + tgt);
     rowloss[n] = (double)l - (double)xt;
     if (losses)
       losses[n] = l - xt;
@@ -171,7 +179,8 @@ __global__ void rtc_ce_reduce_kernel(RtcCeResult *__restrict__ res, float *__res
 // Rows without a target in [0,V) (the ignore index) are zero / untouched.
 // With dloss given, scale = (float)(dloss / res->count) (0 without rows), as
 // the launcher forms it on the host: the seed and the count stay on the device.
-__global__ void rtc_ce_backward_kernel(float *dlogits, const float *logits,
+template <class T>
+__global__ void rtc_ce_backward_kernel(T *dlogits, const T *logits,
                                        const float *__restrict__ lse,
                                        const int32_t *__restrict__ targets, int V, float scale,
                                        int acc, const float *__restrict__ dloss,
@@ -182,24 +191,24 @@ __global__ void rtc_ce_backward_kernel(float *dlogits, const float *logits,
     scale = (float)(norm > 0 ? (double)*dloss / norm : 0);
   }
   int32_t tgt = targets[n];
-  float *dx = dlogits + (size_t)n * V;
+  T *dx = dlogits + (size_t)n * V;
   if (tgt < 0 || tgt >= V) {
     if (!acc)
       for (int i = threadIdx.x; i < V; i += blockDim.x)
-        dx[i] = 0.0f;
+        rtc_stf(dx + i, 0.0f);
     return;
   }
-  const float *x = logits + (size_t)n * V;
+  const T *x = logits + (size_t)n * V;
   // Recomputing lse ends in a barrier after every read of the row, so the
   // writes below cannot clobber a logit another thread still needs; without
   // it each thread reads each of its elements before writing it.
   float l = lse ? lse[n] : rtc_row_lse_(x, V);
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    float d = (expf(x[i] - l) - (i == tgt ? 1.0f : 0.0f)) * scale;
+    float d = (expf(rtc_ldf(x + i) - l) - (i == tgt ? 1.0f : 0.0f)) * scale;
     if (acc)
-      dx[i] += d;
+      rtc_stf(dx + i, rtc_ldf(dx + i) + d);
     else
-      dx[i] = d;
+      rtc_stf(dx + i, d);
   }
 }
 
@@ -259,8 +268,9 @@ static int rtc_ce_finish_(RtcCeResult *dres, float *y, double *loss, int *n_vali
 
 // The forward into dres (device; the call's own scratch when NULL), and y
 // when given.
+template <class T>
 static int rtc_ce_forward_(RtcCeResult *dres, float *y, double *loss, int *n_valid,
-                           float *losses, float *lse, const float *logits,
+                           float *losses, float *lse, const T *logits,
                            const int32_t *targets, int N, int V) {
   if (N <= 0)
     return rtc_ce_finish_(dres, y, loss, n_valid, NULL, targets, N, V);
@@ -269,7 +279,7 @@ static int rtc_ce_forward_(RtcCeResult *dres, float *y, double *loss, int *n_val
   double *rowloss = (double *)scratch;
   if (!dres)
     dres = (RtcCeResult *)(scratch + rows_bytes);
-  RTC_LAUNCH(rtc_ce_forward_kernel, N, rtc_ce_threads(V), 0, rowloss, losses, lse, logits,
+  RTC_LAUNCH(rtc_ce_forward_kernel<T>, N, rtc_ce_threads(V), 0, rowloss, losses, lse, logits,
              targets, V);
   return rtc_ce_finish_(dres, y, loss, n_valid, rowloss, targets, N, V);
 }
@@ -283,13 +293,19 @@ extern "C" int rtc_ce_site_finish(double *loss, float *y, const double *rowloss,
   return rtc_ce_finish_(rtc_ce_site_(loss), y, loss, NULL, rowloss, targets, N, V);
 }
 
-extern "C" int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *losses, float *lse,
-                                          const float *logits, const int32_t *targets, int N,
-                                          int V) {
+template <class T>
+static int rtc_ce_forward_eager_(double *loss, int *n_valid, float *losses, float *lse,
+                                 const T *logits, const int32_t *targets, int N, int V) {
   if (rtc_capturing())
     rtc_fail("CUDA", "rt_crossentropy_forward_cu", "reads its loss back during a stream capture",
              __FILE__, __LINE__, "call rt_crossentropy_forward_site_cu");
   return rtc_ce_forward_(NULL, NULL, loss, n_valid, losses, lse, logits, targets, N, V);
+}
+
+extern "C" int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *losses, float *lse,
+                                          const float *logits, const int32_t *targets, int N,
+                                          int V) {
+  return rtc_ce_forward_eager_(loss, n_valid, losses, lse, logits, targets, N, V);
 }
 
 extern "C" int rt_crossentropy_forward_site_cu(double *loss, int *n_valid, float *y,
@@ -303,14 +319,25 @@ extern "C" const double *rt_crossentropy_site_loss_cu(const double *loss) {
   return &rtc_ce_site_(loss)->loss;
 }
 
-static void rtc_ce_backward_(float *dlogits, const float *logits, const float *lse,
+template <class T>
+static void rtc_ce_backward_(T *dlogits, const T *logits, const float *lse,
                              const int32_t *targets, int N, int V, double dloss, double norm,
                              int acc) {
   if (N <= 0 || V <= 0)
     return;
   float scale = (float)(norm > 0 ? dloss / norm : 0);
-  RTC_LAUNCH(rtc_ce_backward_kernel, N, rtc_ce_threads(V), 0, dlogits, logits, lse, targets, V,
-             scale, acc, (const float *)NULL, (const RtcCeResult *)NULL);
+  RTC_LAUNCH(rtc_ce_backward_kernel<T>, N, rtc_ce_threads(V), 0, dlogits, logits, lse, targets,
+             V, scale, acc, (const float *)NULL, (const RtcCeResult *)NULL);
+}
+
+template <class T>
+static void rtc_ce_backward_site_(T *dlogits, const T *logits, const float *lse,
+                                  const int32_t *targets, int N, int V, const float *dloss,
+                                  const double *site, int acc) {
+  if (N <= 0 || V <= 0)
+    return;
+  RTC_LAUNCH(rtc_ce_backward_kernel<T>, N, rtc_ce_threads(V), 0, dlogits, logits, lse, targets,
+             V, 0.0f, acc, dloss, (const RtcCeResult *)rtc_ce_site_(site));
 }
 
 // dloss: the seed (device); site: the forward's host loss slot (its count)
@@ -318,10 +345,7 @@ extern "C" void rt_crossentropy_backward_site_cu(float *dlogits, const float *lo
                                                  const float *lse, const int32_t *targets, int N,
                                                  int V, const float *dloss, const double *site,
                                                  int acc) {
-  if (N <= 0 || V <= 0)
-    return;
-  RTC_LAUNCH(rtc_ce_backward_kernel, N, rtc_ce_threads(V), 0, dlogits, logits, lse, targets, V,
-             0.0f, acc, dloss, (const RtcCeResult *)rtc_ce_site_(site));
+  rtc_ce_backward_site_(dlogits, logits, lse, targets, N, V, dloss, site, acc);
 }
 
 // dlogits and logits are (N,V) (may be the same buffer), lse is (N) or NULL
@@ -334,5 +358,37 @@ extern "C" void rt_crossentropy_backward_cu(float *dlogits, const float *logits,
 extern "C" void rt_crossentropy_backward_acc_cu(float *dlogits, const float *logits,
                                                 const float *lse, const int32_t *targets, int N,
                                                 int V, double dloss, double norm) {
+  rtc_ce_backward_(dlogits, logits, lse, targets, N, V, dloss, norm, 1);
+}
+
+/* ---- precision = bf16: logits and dlogits bf16 ---- */
+
+int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *losses, float *lse,
+                               const rtc_bf16 *logits, const int32_t *targets, int N, int V) {
+  return rtc_ce_forward_eager_(loss, n_valid, losses, lse, logits, targets, N, V);
+}
+
+int rt_crossentropy_forward_site_cu(double *loss, int *n_valid, float *y, float *losses,
+                                    float *lse, const rtc_bf16 *logits, const int32_t *targets,
+                                    int N, int V) {
+  return rtc_ce_forward_(rtc_ce_site_(loss), y, loss, n_valid, losses, lse, logits, targets, N,
+                         V);
+}
+
+void rt_crossentropy_backward_site_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
+                                      const int32_t *targets, int N, int V, const float *dloss,
+                                      const double *site, int acc) {
+  rtc_ce_backward_site_(dlogits, logits, lse, targets, N, V, dloss, site, acc);
+}
+
+void rt_crossentropy_backward_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
+                                 const int32_t *targets, int N, int V, double dloss,
+                                 double norm) {
+  rtc_ce_backward_(dlogits, logits, lse, targets, N, V, dloss, norm, 0);
+}
+
+void rt_crossentropy_backward_acc_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
+                                     const int32_t *targets, int N, int V, double dloss,
+                                     double norm) {
   rtc_ce_backward_(dlogits, logits, lse, targets, N, V, dloss, norm, 1);
 }

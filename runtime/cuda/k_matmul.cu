@@ -57,19 +57,27 @@ static void *rtc_mm_workspace_(void) {
 #define RTC_DB_ROWS 256  // rows per split, at least
 #define RTC_DB_SPLITS 64 // splits, at most
 
-// dout is (N,OC); block (bx, by) sums columns [32·bx, 32·bx+32) over rows
-// [by·rows, by·rows+rows): lane y takes rows y, y+8, ... in order, then the
-// 8 lanes add in order.  One split (gridDim.y == 1): adds into dbias (OC);
-// else writes part (gridDim.y, OC).
-__global__ void rtc_dbias_part_kernel(float *__restrict__ out, const float *__restrict__ dout,
-                                      int N, int OC, int rows) {
+// Element loads and stores of the kernels below: fp32, or bf16 storage
+// (widened on load, rounded to nearest even on store).
+__device__ __forceinline__ float rtc_mm_ld(const float *p) { return *p; }
+__device__ __forceinline__ float rtc_mm_ld(const rtc_bf16 *p) { return rtc_bf2f(*p); }
+__device__ __forceinline__ void rtc_mm_st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void rtc_mm_st(rtc_bf16 *p, float v) { *p = rtc_f2bf(v); }
+
+// dout is (N,OC) of T (float or rtc_bf16); block (bx, by) sums columns
+// [32·bx, 32·bx+32) over rows [by·rows, by·rows+rows) in fp32: lane y takes
+// rows y, y+8, ... in order, then the 8 lanes add in order.  One split
+// (gridDim.y == 1): adds into dbias (OC); else writes part (gridDim.y, OC).
+template <class T>
+__global__ void rtc_dbias_part_kernel(float *__restrict__ out, const T *__restrict__ dout, int N,
+                                      int OC, int rows) {
   __shared__ float lane_sum[RTC_DB_LANES][RTC_DB_COLS];
   int o = blockIdx.x * RTC_DB_COLS + threadIdx.x;
   int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
   float s = 0.0f;
   if (o < OC)
     for (int r = r0 + (int)threadIdx.y; r < r1; r += RTC_DB_LANES)
-      s += dout[(size_t)r * OC + o];
+      s += rtc_mm_ld(dout + (size_t)r * OC + o);
   lane_sum[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && o < OC) {
@@ -95,29 +103,42 @@ __global__ void rtc_dbias_sum_kernel(float *__restrict__ dbias, const float *__r
   dbias[o] += t;
 }
 
-// out is (N,OC): every row = bias (OC), or 0 without a bias
-__global__ void rtc_rows_fill_kernel(float *__restrict__ out, const float *__restrict__ bias,
-                                     int N, int OC) {
+// out is (N,OC) of T: every row = bias (OC), or 0 without a bias
+template <class T>
+__global__ void rtc_rows_fill_kernel(T *__restrict__ out, const float *__restrict__ bias, int N,
+                                     int OC) {
   size_t total = (size_t)N * OC;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += (size_t)gridDim.x * blockDim.x)
-    out[i] = bias ? bias[i % OC] : 0.0f;
+    rtc_mm_st(out + i, bias ? bias[i % OC] : 0.0f);
 }
 
-// c is (M,N) with leading dim ldc: c = beta·c (0 for beta 0, NaNs included),
-// the product rounded once from double as the cpu kernel does
-__global__ void rtc_scale_rows_kernel(float *c, int M, int N, int ldc, double beta) {
+// out is (N,OC) bf16, bias (OC) fp32: out = bf16(out + bias), the sum in fp32
+// (cuBLASLt's bias epilogue takes a bias of D's type, bf16 here; see below)
+__global__ void rtc_bias_add_bf16_kernel(rtc_bf16 *__restrict__ out,
+                                         const float *__restrict__ bias, int N, int OC) {
+  size_t total = (size_t)N * OC;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (size_t)gridDim.x * blockDim.x)
+    out[i] = rtc_f2bf(rtc_bf2f(out[i]) + bias[i % OC]);
+}
+
+// c is (M,N) of T with leading dim ldc: c = beta·c (0 for beta 0, NaNs
+// included), the product rounded once from double as the cpu kernel does
+template <class T>
+__global__ void rtc_scale_rows_kernel(T *c, int M, int N, int ldc, double beta) {
   size_t total = (size_t)M * N;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += (size_t)gridDim.x * blockDim.x) {
-    float *p = c + (i / N) * ldc + i % N;
-    *p = beta == 0 ? 0.0f : (float)(beta * *p);
+    T *p = c + (i / N) * ldc + i % N;
+    rtc_mm_st(p, beta == 0 ? 0.0f : (float)(beta * rtc_mm_ld(p)));
   }
 }
 
-// dout is (N,OC), dbias is (OC): dbias += Σ_n dout, in an order that depends
-// on N and OC only
-static void rtc_dbias_(float *dbias, const float *dout, int N, int OC) {
+// dout is (N,OC) of T, dbias is (OC): dbias += Σ_n dout, in fp32, in an
+// order that depends on N and OC only
+template <class T>
+static void rtc_dbias_(float *dbias, const T *dout, int N, int OC) {
   int nsplit = (N + RTC_DB_ROWS - 1) / RTC_DB_ROWS;
   if (nsplit > RTC_DB_SPLITS)
     nsplit = RTC_DB_SPLITS;
@@ -126,11 +147,11 @@ static void rtc_dbias_(float *dbias, const float *dout, int N, int OC) {
   int rows = (N + nsplit - 1) / nsplit;
   dim3 grid((OC + RTC_DB_COLS - 1) / RTC_DB_COLS, nsplit), block(RTC_DB_COLS, RTC_DB_LANES);
   if (nsplit == 1) {
-    RTC_LAUNCH(rtc_dbias_part_kernel, grid, block, 0, dbias, dout, N, OC, rows);
+    RTC_LAUNCH(rtc_dbias_part_kernel<T>, grid, block, 0, dbias, dout, N, OC, rows);
     return;
   }
   float *part = (float *)rtc_mm_workspace_();
-  RTC_LAUNCH(rtc_dbias_part_kernel, grid, block, 0, part, dout, N, OC, rows);
+  RTC_LAUNCH(rtc_dbias_part_kernel<T>, grid, block, 0, part, dout, N, OC, rows);
   RTC_LAUNCH(rtc_dbias_sum_kernel, (OC + 255) / 256, 256, 0, dbias, (const float *)part, nsplit,
              OC);
 }
@@ -141,9 +162,17 @@ static void rtc_dbias_(float *dbias, const float *dout, int N, int OC) {
  * Returns 0, having done nothing, when cuBLASLt has no algorithm for the
  * bias epilogue on this shape; fails (rtc_fail) when it has none at all.
  * Not thread-safe (the plan cache): one host thread drives rtc_stream.
+ *
+ * The storage of the operands, st: 0, everything fp32 (rtc_gemm_bf16 then
+ * picks the compute mode); RTC_ST_AB16, a and b are bf16 (precision = bf16
+ * storage: CUBLAS_COMPUTE_32F, fp32 accumulation), c fp32 unless also
+ * RTC_ST_C16, c bf16 (read as bf16 for beta, the result rounded once).
+ * Bias epilogues only with st 0.
  */
 
 int rtc_gemm_bf16;
+
+enum { RTC_ST_AB16 = 1, RTC_ST_C16 = 2 };
 
 #ifdef RTC_HOST
 
@@ -168,35 +197,59 @@ static float *rtc_bf16_copy_(const float *x, int rows, int cols, int ld) {
   return y;
 }
 
-static void rtc_gemm_now_(int ta, int tb, int M, int N, int K, float alpha, const float *a,
-                          int lda, const float *b, int ldb, float beta, float *c, int ldc,
-                          const float *bias, int bf16) {
+/* A column-major bf16 matrix (as rtc_bf16_copy_) widened to fp32 into a new
+ * buffer (free it); beyond each column's rows, zeros. */
+static float *rtc_bf16_widen_(const rtc_bf16 *x, int rows, int cols, int ld) {
+  size_t n = cols ? (size_t)(cols - 1) * (size_t)ld + (size_t)rows : 0;
+  float *y = (float *)calloc(n ? n : 1, sizeof(float));
+  if (!y) rtc_fail("host", "calloc", "out of memory", __FILE__, __LINE__, "");
+  for (size_t j = 0; j < (size_t)cols; j++)
+    for (size_t i = 0; i < (size_t)rows; i++) y[j * ld + i] = rtc_bf2f(x[j * ld + i]);
+  return y;
+}
+
+static void rtc_gemm_now_(int ta, int tb, int M, int N, int K, float alpha, const void *a,
+                          int lda, const void *b, int ldb, float beta, void *c, int ldc,
+                          const float *bias, int bf16, int st) {
   // the column-major call of the GPU build: cᵀ (N,M) = op(b)ᵀ (N,K) · op(a)ᵀ (K,M)
-  float *ra = NULL, *rb = NULL;
-  if (bf16) {
-    ra = rtc_bf16_copy_(a, ta ? M : K, ta ? K : M, lda);
-    rb = rtc_bf16_copy_(b, tb ? K : N, tb ? N : K, ldb);
-    a = ra;
-    b = rb;
+  float *ra = NULL, *rb = NULL, *rc = NULL;
+  if (st & RTC_ST_AB16) { // bf16 storage: the values widened, exact in fp32
+    ra = rtc_bf16_widen_((const rtc_bf16 *)a, ta ? M : K, ta ? K : M, lda);
+    rb = rtc_bf16_widen_((const rtc_bf16 *)b, tb ? K : N, tb ? N : K, ldb);
+  } else if (bf16) {
+    ra = rtc_bf16_copy_((const float *)a, ta ? M : K, ta ? K : M, lda);
+    rb = rtc_bf16_copy_((const float *)b, tb ? K : N, tb ? N : K, ldb);
   }
+  if (st & RTC_ST_C16) // c in fp32 for the product, rounded back once below
+    rc = rtc_bf16_widen_((const rtc_bf16 *)c, N, M, ldc);
+  const float *fa = ra ? ra : (const float *)a, *fb = rb ? rb : (const float *)b;
+  float *fc = rc ? rc : (float *)c;
   if (rtc_prof_on) rtc_prof_begin();
   cblas_sgemm(CblasColMajor, tb ? CblasTrans : CblasNoTrans, ta ? CblasTrans : CblasNoTrans, N,
-              M, K, alpha, b, ldb, a, lda, beta, c, ldc);
+              M, K, alpha, fb, ldb, fa, lda, beta, fc, ldc);
   if (rtc_prof_on) rtc_prof_end(__FILE__, "cblas_sgemm (cuBLASLt's host twin)");
   free(ra);
   free(rb);
   if (bias) // the epilogue: added after alpha·op(a)·op(b)
     for (size_t i = 0; i < (size_t)M; i++)
       for (int j = 0; j < N; j++)
-        c[i * ldc + j] += bias[j];
+        fc[i * ldc + j] += bias[j];
+  if (rc) {
+    rtc_bf16 *c16 = (rtc_bf16 *)c;
+    for (size_t i = 0; i < (size_t)M; i++)
+      for (int j = 0; j < N; j++)
+        c16[i * ldc + j] = rtc_f2bf(rc[i * ldc + j]);
+    free(rc);
+  }
 }
 
 // on rtc_stream: now, or recorded while a capture is open
-static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
-                     const float *b, int ldb, float beta, float *c, int ldc, const float *bias) {
+static int rtc_gemm_st_(int ta, int tb, int M, int N, int K, float alpha, const void *a, int lda,
+                        const void *b, int ldb, float beta, void *c, int ldc, const float *bias,
+                        int st) {
   int bf16 = rtc_gemm_bf16;
   rtch_enqueue([=]() {
-    rtc_gemm_now_(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, bias, bf16);
+    rtc_gemm_now_(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, bias, bf16, st);
   });
   return 1;
 }
@@ -217,7 +270,7 @@ static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const flo
  * alignments are part of the key because the heuristic picks algorithms by
  * them (cuBLASLt assumes 256-byte alignment unless told). */
 typedef struct {
-  int ta, tb, M, N, K, lda, ldb, ldc, bias, bf16;
+  int ta, tb, M, N, K, lda, ldb, ldc, bias, bf16, st;
   int align_a, align_b, align_c, align_bias;
 } RtcGemmKey;
 
@@ -235,11 +288,12 @@ static cublasLtHandle_t rtc_lt_;
 static RtcGemmPlan rtc_plans_[RTC_GEMM_PLANS];
 static int rtc_nplans_, rtc_plan_next_;
 
-// the largest power of two, at most 256, that divides the address
+// the largest power of two, at most 256, that divides the address (at
+// least 2: the size of the smallest element, bf16)
 static int rtc_align_(const void *p) {
   uintptr_t u = (uintptr_t)p;
   int al = 256;
-  while (al > 4 && u % (uintptr_t)al)
+  while (al > 2 && u % (uintptr_t)al)
     al /= 2;
   return al;
 }
@@ -270,6 +324,10 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const float *bias) {
   p->key = *key;
   cublasOperation_t opb = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opa = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // bf16 storage: bf16 tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F
+  // with CUDA_R_16BF A and B; D CUDA_R_16BF or CUDA_R_32F, both supported)
+  cudaDataType_t tab = key->st & RTC_ST_AB16 ? CUDA_R_16BF : CUDA_R_32F;
+  cudaDataType_t tcd = key->st & RTC_ST_C16 ? CUDA_R_16BF : CUDA_R_32F;
   cublasCheck(cublasLtMatmulDescCreate(
       &p->op, key->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof opb));
@@ -286,11 +344,11 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const float *bias) {
   }
   // stored column-major: b is (N,K) or, transposed, (K,N); a is (K,M) or (M,K); c is (N,M)
   int M = key->M, N = key->N, K = key->K;
-  cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, key->tb ? K : N, key->tb ? N : K,
+  cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, tab, key->tb ? K : N, key->tb ? N : K,
                                          key->ldb));
-  cublasCheck(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, key->ta ? M : K, key->ta ? K : M,
+  cublasCheck(cublasLtMatrixLayoutCreate(&p->la, tab, key->ta ? M : K, key->ta ? K : M,
                                          key->lda));
-  cublasCheck(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, N, M, key->ldc));
+  cublasCheck(cublasLtMatrixLayoutCreate(&p->lc, tcd, N, M, key->ldc));
 
   cublasLtMatmulPreference_t pref;
   cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
@@ -325,8 +383,9 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const float *bias) {
   p->found = found > 0;
   if (found < 1 && !key->bias) { // with a bias the caller falls back to no epilogue
     char msg[160];
-    snprintf(msg, sizeof msg, "no fp32 algorithm for M=%d N=%d K=%d (ta=%d tb=%d, bias %d)", M, N,
-             K, key->ta, key->tb, key->bias);
+    snprintf(msg, sizeof msg, "no %s algorithm for M=%d N=%d K=%d (ta=%d tb=%d, bias %d)",
+             key->st ? (key->st & RTC_ST_C16 ? "bf16" : "bf16->fp32") : "fp32", M, N, K,
+             key->ta, key->tb, key->bias);
     rtc_fail("cuBLASLt", "cublasLtMatmulAlgoGetHeuristic", msg, __FILE__, __LINE__,
              rtc_hint("cuBLASLt", (int)CUBLAS_STATUS_NOT_SUPPORTED));
   }
@@ -335,8 +394,9 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const float *bias) {
   return p;
 }
 
-static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
-                     const float *b, int ldb, float beta, float *c, int ldc, const float *bias) {
+static int rtc_gemm_st_(int ta, int tb, int M, int N, int K, float alpha, const void *a, int lda,
+                        const void *b, int ldb, float beta, void *c, int ldc, const float *bias,
+                        int st) {
   RtcGemmKey key;
   memset(&key, 0, sizeof key); // the key is compared bytewise
   key.ta = ta;
@@ -348,7 +408,8 @@ static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const flo
   key.ldb = ldb;
   key.ldc = ldc;
   key.bias = bias != NULL;
-  key.bf16 = rtc_gemm_bf16 != 0;
+  key.bf16 = !st && rtc_gemm_bf16 != 0; // bf16 storage is the compute mode of its own
+  key.st = st;
   key.align_a = rtc_align_(a);
   key.align_b = rtc_align_(b);
   key.align_c = rtc_align_(c);
@@ -363,11 +424,20 @@ static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const flo
   cublasCheck(cublasLtMatmul(rtc_lt_, p->op, &alpha, b, p->lb, a, p->la, &beta, c, p->lc, c,
                              p->lc, &p->algo, rtc_mm_workspace_(), RTC_MM_WS_BYTES,
                              (cudaStream_t)rtc_stream));
-  if (rtc_prof_on) rtc_prof_end(__FILE__, key.bf16 ? "cublasLtMatmul bf16" : "cublasLtMatmul fp32");
+  if (rtc_prof_on)
+    rtc_prof_end(__FILE__, key.st     ? "cublasLtMatmul bf16 storage"
+                           : key.bf16 ? "cublasLtMatmul bf16"
+                                      : "cublasLtMatmul fp32");
   return 1;
 }
 
 #endif
+
+// The fp32 GEMM (st 0).
+static int rtc_gemm_(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
+                     const float *b, int ldb, float beta, float *c, int ldc, const float *bias) {
+  return rtc_gemm_st_(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, bias, 0);
+}
 
 /* ---------------------------------------------------------------------------
  * The launchers.
@@ -379,7 +449,7 @@ extern "C" void rt_matmul_forward_cu(float *out, const float *inp, const float *
   if (N <= 0 || OC <= 0)
     return;
   if (C <= 0) {
-    RTC_LAUNCH(rtc_rows_fill_kernel, rtc_blocks((size_t)N * OC, 256), 256, 0, out, bias, N, OC);
+    RTC_LAUNCH(rtc_rows_fill_kernel<float>, rtc_blocks((size_t)N * OC, 256), 256, 0, out, bias, N, OC);
     return;
   }
   // (N,OC) = (N,C)·(OC,C)ᵀ [+ bias by the epilogue].  A bias not 16-byte
@@ -388,7 +458,7 @@ extern "C" void rt_matmul_forward_cu(float *out, const float *inp, const float *
   if (!bias || (uintptr_t)bias % 16 == 0)
     if (rtc_gemm_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, bias))
       return;
-  RTC_LAUNCH(rtc_rows_fill_kernel, rtc_blocks((size_t)N * OC, 256), 256, 0, out, bias, N, OC);
+  RTC_LAUNCH(rtc_rows_fill_kernel<float>, rtc_blocks((size_t)N * OC, 256), 256, 0, out, bias, N, OC);
   rtc_gemm_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC, NULL);
 }
 
@@ -413,8 +483,78 @@ extern "C" void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double
   if (M <= 0 || N <= 0)
     return;
   if (K <= 0) { // an empty sum: c = beta·c
-    RTC_LAUNCH(rtc_scale_rows_kernel, rtc_blocks((size_t)M * N, 256), 256, 0, c, M, N, ldc, beta);
+    RTC_LAUNCH(rtc_scale_rows_kernel<float>, rtc_blocks((size_t)M * N, 256), 256, 0, c, M, N, ldc, beta);
     return;
   }
   rtc_gemm_(trans_a, trans_b, M, N, K, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc, NULL);
+}
+
+/* ---------------------------------------------------------------------------
+ * precision = bf16 storage (rtc.h's bf16 section): activations, their
+ * gradients and the weight's bf16 copy are bf16; bias, dweight and dbias
+ * fp32.  The GEMMs run on bf16 tensor cores with fp32 accumulation; out and
+ * dinp are rounded to bf16 once (dinp's old value read as bf16), dweight
+ * accumulates in fp32.  The bias is not cuBLASLt's epilogue: the epilogue
+ * takes a bias of D's type (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+ * "the same type as the elements of output matrix (Dtype)", the exceptions
+ * being IMMA and fp8 kernels), and the bias is the fp32 master; so a small
+ * kernel adds it to the rounded product, in fp32, and rounds again.
+ */
+
+// out is (N,OC), inp is (N,C), weight is (OC,C), bias is (OC) or NULL
+void rt_matmul_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, const rtc_bf16 *weight,
+                          const float *bias, int N, int C, int OC) {
+  if (N <= 0 || OC <= 0)
+    return;
+  size_t n = (size_t)N * OC;
+  if (C <= 0) {
+    RTC_LAUNCH(rtc_rows_fill_kernel<rtc_bf16>, rtc_blocks(n, 256), 256, 0, out, bias, N, OC);
+    return;
+  }
+  rtc_gemm_st_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, NULL,
+               RTC_ST_AB16 | RTC_ST_C16);
+  if (bias)
+    RTC_LAUNCH(rtc_bias_add_bf16_kernel, rtc_blocks(n, 256), 256, 0, out, bias, N, OC);
+}
+
+// dinp is (N,C) bf16, dweight is (OC,C) and dbias (OC) fp32, each += or
+// NULL; dout is (N,OC), inp (N,C), weight (OC,C) bf16
+void rt_matmul_backward_cu(rtc_bf16 *dinp, float *dweight, float *dbias, const rtc_bf16 *dout,
+                           const rtc_bf16 *inp, const rtc_bf16 *weight, int N, int C, int OC) {
+  if (N <= 0 || OC <= 0)
+    return;
+  if (dinp && C > 0) // (N,C) += (N,OC)·(OC,C)
+    rtc_gemm_st_(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, NULL,
+                 RTC_ST_AB16 | RTC_ST_C16);
+  if (dweight && C > 0) // (OC,C) += (OC,N)·(N,C), in fp32
+    rtc_gemm_st_(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, NULL, RTC_ST_AB16);
+  if (dbias)
+    rtc_dbias_(dbias, dout, N, OC);
+}
+
+// c is (M,N) with leading dim ldc, bf16 or fp32; op(a) is (M,K), op(b) is (K,N), bf16
+template <class T>
+static void rtc_gemm_bf16_(int trans_a, int trans_b, int M, int N, int K, double alpha,
+                           const rtc_bf16 *a, int lda, const rtc_bf16 *b, int ldb, double beta,
+                           T *c, int ldc) {
+  if (M <= 0 || N <= 0)
+    return;
+  if (K <= 0) { // an empty sum: c = beta·c
+    RTC_LAUNCH(rtc_scale_rows_kernel<T>, rtc_blocks((size_t)M * N, 256), 256, 0, c, M, N, ldc,
+               beta);
+    return;
+  }
+  int st = RTC_ST_AB16 | (sizeof(T) == sizeof(rtc_bf16) ? RTC_ST_C16 : 0);
+  rtc_gemm_st_(trans_a, trans_b, M, N, K, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc, NULL,
+               st);
+}
+
+void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double alpha, const rtc_bf16 *a,
+                int lda, const rtc_bf16 *b, int ldb, double beta, rtc_bf16 *c, int ldc) {
+  rtc_gemm_bf16_(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double alpha, const rtc_bf16 *a,
+                int lda, const rtc_bf16 *b, int ldb, double beta, float *c, int ldc) {
+  rtc_gemm_bf16_(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }

@@ -10,6 +10,7 @@
  * (rtc_ws.h).
  */
 #include "common.cuh"
+#include "rtc_bf16_io.cuh"
 
 #define RT_NORM_ROWS RTC_NORM_ROWS // rows per partial sum of the parameter gradients (rtc_ws.h)
 #define RT_NORM_WARPS 8   // rows (warps) per block of the row kernels
@@ -23,29 +24,35 @@ static float *rtc_norm_workspace(int N, int C) {
                                  "norm weight gradient's partial sums", __FILE__, __LINE__);
 }
 
+/* The row kernels and the gradients' pass 1 are templated on the storage
+ * type T of the activations (float, or rtc_bf16 under precision = bf16:
+ * loaded as float, computed in float, stored rounded; rtc_bf16_io.cuh);
+ * weight, bias, statistics and parameter gradients are float either way. */
+
 // out is (N,C), mean and rstd are (N) or NULL, inp is (N,C) (out may alias
 // inp), weight is (C), bias is (C) or NULL.  One warp per row.
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+template <class T>
+__global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, const T *inp,
                                          const float *__restrict__ weight,
                                          const float *__restrict__ bias, int N, int C,
                                          float eps) {
   int lane = threadIdx.x % 32;
   int n = blockIdx.x * RT_NORM_WARPS + threadIdx.x / 32;
   if (n >= N) return;
-  const float *x = inp + (size_t)n * C;
-  float *y = out + (size_t)n * C;
+  const T *x = inp + (size_t)n * C;
+  T *y = out + (size_t)n * C;
   float s = 0.0f;
-  for (int i = lane; i < C; i += 32) s += x[i];
+  for (int i = lane; i < C; i += 32) s += rtc_ldf(x + i);
   float m = rtc_warp_sum(s) / C;
   float v = 0.0f;
   for (int i = lane; i < C; i += 32) {
-    float d = x[i] - m;
+    float d = rtc_ldf(x + i) - m;
     v += d * d;
   }
   float r = 1.0f / sqrtf(rtc_warp_sum(v) / C + eps);
   for (int i = lane; i < C; i += 32) {
-    float o = (x[i] - m) * r * __ldg(weight + i);
-    y[i] = bias ? o + __ldg(bias + i) : o;
+    float o = (rtc_ldf(x + i) - m) * r * __ldg(weight + i);
+    rtc_stf(y + i, bias ? o + __ldg(bias + i) : o);
   }
   if (lane == 0) {
     if (mean) mean[n] = m;
@@ -54,63 +61,69 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
 }
 
 // out is (N,C), rstd is (N) or NULL, inp is (N,C) (out may alias inp), weight is (C)
-__global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp,
+template <class T>
+__global__ void rmsnorm_forward_kernel(T *out, float *rstd, const T *inp,
                                        const float *__restrict__ weight, int N, int C,
                                        float eps) {
   int lane = threadIdx.x % 32;
   int n = blockIdx.x * RT_NORM_WARPS + threadIdx.x / 32;
   if (n >= N) return;
-  const float *x = inp + (size_t)n * C;
-  float *y = out + (size_t)n * C;
+  const T *x = inp + (size_t)n * C;
+  T *y = out + (size_t)n * C;
   float s = 0.0f;
-  for (int i = lane; i < C; i += 32) s += x[i] * x[i];
+  for (int i = lane; i < C; i += 32) {
+    float xi = rtc_ldf(x + i);
+    s += xi * xi;
+  }
   float r = 1.0f / sqrtf(rtc_warp_sum(s) / C + eps);
-  for (int i = lane; i < C; i += 32) y[i] = x[i] * r * __ldg(weight + i);
+  for (int i = lane; i < C; i += 32) rtc_stf(y + i, rtc_ldf(x + i) * r * __ldg(weight + i));
   if (lane == 0 && rstd) rstd[n] = r;
 }
 
 // dinp += dx for one row a warp.  dinp, dout, inp are (N,C), weight is (C),
 // mean is (N) or NULL (rmsnorm), rstd is (N):
 //   dx = s·(w·dy - [layernorm] mean(w·dy) - norm·mean(w·dy·norm)), norm = (x - m)·s
-__global__ void norm_backward_kernel(float *dinp, const float *dout, const float *inp,
+template <class T>
+__global__ void norm_backward_kernel(T *dinp, const T *dout, const T *inp,
                                      const float *__restrict__ weight,
                                      const float *__restrict__ mean,
                                      const float *__restrict__ rstd, int N, int C) {
   int lane = threadIdx.x % 32;
   int n = blockIdx.x * RT_NORM_WARPS + threadIdx.x / 32;
   if (n >= N) return;
-  const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
-  float *dx = dinp + (size_t)n * C;
+  const T *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+  T *dx = dinp + (size_t)n * C;
   float m = mean ? mean[n] : 0.0f, s = rstd[n];
   float a = 0.0f, b = 0.0f;
   for (int i = lane; i < C; i += 32) {
-    float wdy = __ldg(weight + i) * dy[i];
+    float wdy = __ldg(weight + i) * rtc_ldf(dy + i);
     a += wdy;
-    b += wdy * ((x[i] - m) * s);
+    b += wdy * ((rtc_ldf(x + i) - m) * s);
   }
   float dnorm_mean = mean ? rtc_warp_sum(a) / C : 0.0f;
   float dnorm_norm_mean = rtc_warp_sum(b) / C;
   for (int i = lane; i < C; i += 32) {
-    float norm = (x[i] - m) * s;
-    dx[i] += s * (__ldg(weight + i) * dy[i] - dnorm_mean - norm * dnorm_norm_mean);
+    float norm = (rtc_ldf(x + i) - m) * s;
+    rtc_stf(dx + i, rtc_ldf(dx + i) + s * (__ldg(weight + i) * rtc_ldf(dy + i) - dnorm_mean -
+                                           norm * dnorm_norm_mean));
   }
 }
 
 // Pass 1 of the parameter gradients.  grid (ceil(C/256), nchunks): pw and pb
 // are (nchunks, C): pw[k,c] = Σ_{n in chunk k} (x - m)·s·dy, pb[k,c] = Σ dy,
 // rows in order.  mean is (N) or NULL; pb unused when NULL.
-__global__ void norm_param_partial_kernel(float *pw, float *pb, const float *dout,
-                                          const float *inp, const float *mean,
-                                          const float *rstd, int N, int C) {
+template <class T>
+__global__ void norm_param_partial_kernel(float *pw, float *pb, const T *dout, const T *inp,
+                                          const float *mean, const float *rstd, int N, int C) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   int n0 = blockIdx.y * RT_NORM_ROWS, n1 = min(n0 + RT_NORM_ROWS, N);
   float sw = 0.0f, sb = 0.0f;
   for (int n = n0; n < n1; n++) {
-    float dy = dout[(size_t)n * C + c];
+    float dy = rtc_ldf(dout + (size_t)n * C + c);
     float m = mean ? __ldg(mean + n) : 0.0f;
     sb += dy;
-    sw += (inp[(size_t)n * C + c] - m) * __ldg(rstd + n) * dy;
+    sw += (rtc_ldf(inp + (size_t)n * C + c) - m) * __ldg(rstd + n) * dy;
   }
   pw[(size_t)blockIdx.y * C + c] = sw;
   if (pb) pb[(size_t)blockIdx.y * C + c] = sb;
@@ -131,57 +144,115 @@ __global__ void norm_param_sum_kernel(float *dweight, float *dbias, const float 
   if (dbias) dbias[c] += sb;
 }
 
-static void norm_param_grads(float *dweight, float *dbias, const float *dout, const float *inp,
+template <class T>
+static void norm_param_grads(float *dweight, float *dbias, const T *dout, const T *inp,
                              const float *mean, const float *rstd, int N, int C) {
   if (N <= 0 || C <= 0) return;
   int nchunks = (N + RT_NORM_ROWS - 1) / RT_NORM_ROWS;
   float *pw = rtc_norm_workspace(N, C);
   float *pb = dbias ? pw + (size_t)nchunks * C : NULL;
   dim3 grid((unsigned)((C + 255) / 256), (unsigned)nchunks);
-  RTC_LAUNCH(norm_param_partial_kernel, grid, 256, 0, pw, pb, dout, inp, mean, rstd, N, C);
+  RTC_LAUNCH(norm_param_partial_kernel<T>, grid, 256, 0, pw, pb, dout, inp, mean, rstd, N, C);
   RTC_LAUNCH(norm_param_sum_kernel, (C + 255) / 256, 256, 0, dweight, dbias, pw, pb, nchunks,
              C);
 }
 
 static unsigned row_blocks(int N) { return (unsigned)((N + RT_NORM_WARPS - 1) / RT_NORM_WARPS); }
 
+/* The launchers, for either storage type. */
+template <class T>
+static void layernorm_forward_(T *out, float *mean, float *rstd, const T *inp,
+                               const float *weight, const float *bias, int N, int C,
+                               double eps) {
+  if (N <= 0) return;
+  RTC_LAUNCH(layernorm_forward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, mean, rstd,
+             inp, weight, bias, N, C, (float)eps);
+}
+
+template <class T>
+static void layernorm_backward_(T *dinp, float *dweight, float *dbias, const T *dout,
+                                const T *inp, const float *weight, const float *mean,
+                                const float *rstd, int N, int C) {
+  if (dweight || dbias) norm_param_grads(dweight, dbias, dout, inp, mean, rstd, N, C);
+  if (!dinp || N <= 0) return;
+  RTC_LAUNCH(norm_backward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
+             weight, mean, rstd, N, C);
+}
+
+template <class T>
+static void rmsnorm_forward_(T *out, float *rstd, const T *inp, const float *weight, int N,
+                             int C, double eps) {
+  if (N <= 0) return;
+  RTC_LAUNCH(rmsnorm_forward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, rstd, inp,
+             weight, N, C, (float)eps);
+}
+
+template <class T>
+static void rmsnorm_backward_(T *dinp, float *dweight, const T *dout, const T *inp,
+                              const float *weight, const float *rstd, int N, int C) {
+  if (dweight) norm_param_grads(dweight, (float *)NULL, dout, inp, (const float *)NULL, rstd, N, C);
+  if (!dinp || N <= 0) return;
+  RTC_LAUNCH(norm_backward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
+             weight, (const float *)NULL, rstd, N, C);
+}
+
 extern "C" {
 
 void rt_layernorm_forward_eps_cu(float *out, float *mean, float *rstd, const float *inp,
                                  const float *weight, const float *bias, int N, int C,
                                  double eps) {
-  if (N <= 0) return;
-  RTC_LAUNCH(layernorm_forward_kernel, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, mean, rstd,
-             inp, weight, bias, N, C, (float)eps);
+  layernorm_forward_(out, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
 void rt_layernorm_forward_cu(float *out, float *mean, float *rstd, const float *inp,
                              const float *weight, const float *bias, int N, int C) {
-  rt_layernorm_forward_eps_cu(out, mean, rstd, inp, weight, bias, N, C, RT_LN_EPS_CU);
+  layernorm_forward_(out, mean, rstd, inp, weight, bias, N, C, RT_LN_EPS_CU);
 }
 
 void rt_layernorm_backward_cu(float *dinp, float *dweight, float *dbias, const float *dout,
                               const float *inp, const float *weight, const float *mean,
                               const float *rstd, int N, int C) {
-  if (dweight || dbias) norm_param_grads(dweight, dbias, dout, inp, mean, rstd, N, C);
-  if (!dinp || N <= 0) return;
-  RTC_LAUNCH(norm_backward_kernel, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
-             weight, mean, rstd, N, C);
+  layernorm_backward_(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
 void rt_rmsnorm_forward_cu(float *out, float *rstd, const float *inp, const float *weight,
                            int N, int C, double eps) {
-  if (N <= 0) return;
-  RTC_LAUNCH(rmsnorm_forward_kernel, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, rstd, inp,
-             weight, N, C, (float)eps);
+  rmsnorm_forward_(out, rstd, inp, weight, N, C, eps);
 }
 
 void rt_rmsnorm_backward_cu(float *dinp, float *dweight, const float *dout, const float *inp,
                             const float *weight, const float *rstd, int N, int C) {
-  if (dweight) norm_param_grads(dweight, NULL, dout, inp, NULL, rstd, N, C);
-  if (!dinp || N <= 0) return;
-  RTC_LAUNCH(norm_backward_kernel, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
-             weight, (const float *)NULL, rstd, N, C);
+  rmsnorm_backward_(dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 
 }  // extern "C"
+
+/* ---- precision = bf16: x, out, dout, dinp bf16 ---- */
+
+void rt_layernorm_forward_eps_cu(rtc_bf16 *out, float *mean, float *rstd, const rtc_bf16 *inp,
+                                 const float *weight, const float *bias, int N, int C,
+                                 double eps) {
+  layernorm_forward_(out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+
+void rt_layernorm_forward_cu(rtc_bf16 *out, float *mean, float *rstd, const rtc_bf16 *inp,
+                             const float *weight, const float *bias, int N, int C) {
+  layernorm_forward_(out, mean, rstd, inp, weight, bias, N, C, RT_LN_EPS_CU);
+}
+
+void rt_layernorm_backward_cu(rtc_bf16 *dinp, float *dweight, float *dbias,
+                              const rtc_bf16 *dout, const rtc_bf16 *inp, const float *weight,
+                              const float *mean, const float *rstd, int N, int C) {
+  layernorm_backward_(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+void rt_rmsnorm_forward_cu(rtc_bf16 *out, float *rstd, const rtc_bf16 *inp, const float *weight,
+                           int N, int C, double eps) {
+  rmsnorm_forward_(out, rstd, inp, weight, N, C, eps);
+}
+
+void rt_rmsnorm_backward_cu(rtc_bf16 *dinp, float *dweight, const rtc_bf16 *dout,
+                            const rtc_bf16 *inp, const float *weight, const float *rstd, int N,
+                            int C) {
+  rmsnorm_backward_(dinp, dweight, dout, inp, weight, rstd, N, C);
+}

@@ -28,11 +28,13 @@ typedef struct CUstream_st *rtc_stream_t;
 #endif
 /* The stream every launcher uses (set by the driver; 0: the legacy default). */
 extern rtc_stream_t rtc_stream;
-/* precision = bf16 (set by the driver): GEMMs run on bf16 tensor cores, their
- * fp32 inputs rounded to bf16, with fp32 accumulation and output
- * (cuBLASLt's CUBLAS_COMPUTE_32F_FAST_16BF; the host build rounds the
- * inputs itself).  Buffers stay fp32, so the memory plan is unchanged.
- * 0: fp32 with TF32 off, for checking against the cpu target. */
+/* Set by the driver under precision = bf16: what the fp32 launchers' GEMMs
+ * do with fp32 buffers (a bf16 program's activations are bf16 and go
+ * through the bf16 overloads below; the calibrator times both): run on
+ * bf16 tensor cores, their fp32 inputs rounded to bf16, with fp32
+ * accumulation and output (cuBLASLt's CUBLAS_COMPUTE_32F_FAST_16BF; the
+ * host build rounds the inputs itself).  0: fp32 with TF32 off, for
+ * checking against the cpu target. */
 extern int rtc_gemm_bf16;
 
 /* Whether a capture of rtc_stream is open (rtc_capture_begin, rtc_train.h):
@@ -183,8 +185,114 @@ void rt_cast_bf16_cu(rtc_bf16 *out, const float *in, size_t n);
 
 /* -- k_norm, k_act, k_embed, k_loss, rtc_normsplit, the vocab-parallel
  *    cross-entropy -- */
+/* out = float(in): a bf16 tensor widened (the driver, tests). */
+void rt_widen_bf16_cu(float *out, const rtc_bf16 *in, size_t n);
+
+/* normalization (k_norm.cu): weight, bias, dweight, dbias, mean, rstd fp32 */
+void rt_layernorm_forward_cu(rtc_bf16 *out, float *mean, float *rstd, const rtc_bf16 *inp,
+                             const float *weight, const float *bias, int N, int C);
+void rt_layernorm_forward_eps_cu(rtc_bf16 *out, float *mean, float *rstd, const rtc_bf16 *inp,
+                                 const float *weight, const float *bias, int N, int C,
+                                 double eps);
+void rt_layernorm_backward_cu(rtc_bf16 *dinp, float *dweight, float *dbias,
+                              const rtc_bf16 *dout, const rtc_bf16 *inp, const float *weight,
+                              const float *mean, const float *rstd, int N, int C);
+void rt_rmsnorm_forward_cu(rtc_bf16 *out, float *rstd, const rtc_bf16 *inp, const float *weight,
+                           int N, int C, double eps);
+void rt_rmsnorm_backward_cu(rtc_bf16 *dinp, float *dweight, const rtc_bf16 *dout,
+                            const rtc_bf16 *inp, const float *weight, const float *rstd, int N,
+                            int C);
+
+/* activations, softmax, dropout (the fp32 launcher's mask), elementwise (k_act.cu) */
+void rt_gelu_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n);
+void rt_gelu_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *inp, const rtc_bf16 *dout, size_t n);
+void rt_relu_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n);
+void rt_relu_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *inp, const rtc_bf16 *dout, size_t n);
+void rt_silu_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n);
+void rt_silu_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *inp, const rtc_bf16 *dout, size_t n);
+void rt_swiglu_forward_cu(rtc_bf16 *out, const rtc_bf16 *a, const rtc_bf16 *b, int N, int C,
+                          int ld);
+void rt_swiglu_backward_cu(rtc_bf16 *da, rtc_bf16 *db, const rtc_bf16 *dout, const rtc_bf16 *a,
+                           const rtc_bf16 *b, int N, int C, int ld);
+void rt_softmax_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, int N, int C);
+void rt_softmax_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, const rtc_bf16 *out, int N,
+                            int C);
+void rt_dropout_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, size_t n, double p, uint64_t seed,
+                           uint64_t step, uint64_t offset);
+void rt_dropout_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, size_t n, double p,
+                            uint64_t seed, uint64_t step, uint64_t offset);
+void rt_add_forward_cu(rtc_bf16 *out, const rtc_bf16 *a, const rtc_bf16 *b, size_t n);
+void rt_axpy_cu(rtc_bf16 *dst, const rtc_bf16 *src, double alpha, size_t n);
+void rt_scale_cu(rtc_bf16 *x, size_t n, double s);
+void rt_slice_cols_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, int N, int C, int c0, int W);
+void rt_slice_cols_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, int N, int C, int c0,
+                               int W);
+void rt_acc_cu(rtc_bf16 *dst, const rtc_bf16 *src, size_t n);
+/* (rt_chunk_copy_cu copies bf16 with esize 2.) */
+void rt_chunk_acc_cu(rtc_bf16 *dst, const rtc_bf16 *src, size_t outer, size_t inner, int P,
+                     int r);
+
+/* embeddings (k_embed.cu): the tables wte, wpe and their gradients fp32 */
+int rt_embedding_forward_cu(rtc_bf16 *out, const int32_t *tokens, const float *wte, int N, int V,
+                            int C);
+void rt_embedding_backward_cu(float *dwte, const rtc_bf16 *dout, const int32_t *tokens, int N,
+                              int C);
+int rt_embedding_range_forward_cu(rtc_bf16 *out, const int32_t *tokens, const float *table,
+                                  int N, int v0, int Vl, int C, int V);
+void rt_embedding_range_backward_cu(float *dtable, const rtc_bf16 *dout, const int32_t *tokens,
+                                    int N, int v0, int Vl, int C);
+void rt_positional_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, const float *wpe, int B, int T,
+                              int C, int t0);
+void rt_positional_backward_cu(rtc_bf16 *dinp, float *dwpe, const rtc_bf16 *dout, int B, int T,
+                               int C, int t0);
+void rt_rope_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, int B, int T, int H, int D,
+                        double theta, int t0);
+void rt_rope_backward_cu(rtc_bf16 *dinp, const rtc_bf16 *dout, int B, int T, int H, int D,
+                         double theta, int t0);
+
+/* loss (k_loss.cu): logits and dlogits bf16; losses, lse, y, the loss fp32/double */
+int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *losses, float *lse,
+                               const rtc_bf16 *logits, const int32_t *targets, int N, int V);
+int rt_crossentropy_forward_site_cu(double *loss, int *n_valid, float *y, float *losses,
+                                    float *lse, const rtc_bf16 *logits, const int32_t *targets,
+                                    int N, int V);
+void rt_crossentropy_backward_site_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
+                                      const int32_t *targets, int N, int V, const float *dloss,
+                                      const double *site, int acc);
+void rt_crossentropy_backward_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
+                                 const int32_t *targets, int N, int V, double dloss,
+                                 double norm);
+void rt_crossentropy_backward_acc_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
+                                     const int32_t *targets, int N, int V, double dloss,
+                                     double norm);
+/* (rtc_normsplit's and the vocab-parallel cross-entropy's: rtc_train.h) */
 
 /* -- k_matmul, k_attention, rtc_summa, rtc_dist's collectives -- */
+
+/* out (N,OC) = inp (N,C)·weight (OC,C)ᵀ [+ bias (OC), fp32], WRITTEN: bf16
+ * tensor cores, fp32 accumulation, the bias added in fp32, rounded. */
+void rt_matmul_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, const rtc_bf16 *weight,
+                          const float *bias, int N, int C, int OC);
+/* dinp (N,C) bf16, dweight (OC,C) and dbias (OC) fp32: each ACCUMULATED,
+ * or NULL; dbias summed in fp32 in a fixed order. */
+void rt_matmul_backward_cu(rtc_bf16 *dinp, float *dweight, float *dbias, const rtc_bf16 *dout,
+                           const rtc_bf16 *inp, const rtc_bf16 *weight, int N, int C, int OC);
+/* rt_gemm_cu on bf16 a and b, c bf16 or fp32 (read for beta, rounded once);
+ * used by rtc_summa.cu. */
+void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double alpha, const rtc_bf16 *a,
+                int lda, const rtc_bf16 *b, int ldb, double beta, rtc_bf16 *c, int ldc);
+void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double alpha, const rtc_bf16 *a,
+                int lda, const rtc_bf16 *b, int ldb, double beta, float *c, int ldc);
+
+/* Attention on bf16 q, k, v, out and gradients (lse fp32), computed in fp32
+ * as the fp32 kernels; out WRITTEN, dq, dk, dv ACCUMULATED (read as bf16,
+ * rounded once) or NULL. */
+void rt_attention_forward_cu(rtc_bf16 *out, float *lse, const rtc_bf16 *q, const rtc_bf16 *k,
+                             const rtc_bf16 *v, int B, int T, int H, int Hkv, int D, int causal);
+void rt_attention_backward_cu(rtc_bf16 *dq, rtc_bf16 *dk, rtc_bf16 *dv, const rtc_bf16 *dout,
+                              const rtc_bf16 *q, const rtc_bf16 *k, const rtc_bf16 *v,
+                              const rtc_bf16 *out, const float *lse, int B, int T, int H,
+                              int Hkv, int D, int causal);
 
 #endif
 #endif

@@ -118,17 +118,18 @@ void rtc_allreduce_f64_nocount(RtMesh *m, RtAxis ax, double *buf, size_t n, cons
     ncclCheck(ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, comm_of_(m, ax, what), stream_()));
 }
 
-/* dst (outer, P·inner) <- block p of scratch (P, outer, inner) at columns p·inner, or back. */
-static void permute_(float *rows, const float *blocks, size_t outer, size_t inner, int P,
-                     int to_rows) {
+/* dst (outer, P·inner) <- block p of scratch (P, outer, inner) at columns p·inner, or back;
+ * elements of es bytes. */
+static void permute_(void *rows, const void *blocks, size_t outer, size_t inner, int P,
+                     int to_rows, size_t es = 4) {
   for (int p = 0; p < P; p++) {
-    float *r = rows + (size_t)p * inner;
-    float *b = (float *)blocks + (size_t)p * outer * inner;
+    char *r = (char *)rows + (size_t)p * inner * es;
+    char *b = (char *)blocks + (size_t)p * outer * inner * es;
     if (to_rows)
-      cudaCheck(cudaMemcpy2DAsync(r, (size_t)P * inner * 4, b, inner * 4, inner * 4, outer,
+      cudaCheck(cudaMemcpy2DAsync(r, (size_t)P * inner * es, b, inner * es, inner * es, outer,
                                   cudaMemcpyDeviceToDevice, stream_()));
     else
-      cudaCheck(cudaMemcpy2DAsync(b, inner * 4, r, (size_t)P * inner * 4, inner * 4, outer,
+      cudaCheck(cudaMemcpy2DAsync(b, inner * es, r, (size_t)P * inner * es, inner * es, outer,
                                   cudaMemcpyDeviceToDevice, stream_()));
   }
 }
@@ -190,6 +191,99 @@ void rtc_reduce_scatter_acc(RtMesh *m, RtAxis ax, float *dst, const float *src, 
   if (!scratch) rt_mesh_fail(m, "rtc_reduce_scatter_acc: needs scratch");
   rtc_reduce_scatter_dim(m, ax, scratch, src, 1, inner, NULL);
   rt_acc_cu(dst, scratch, inner);
+}
+
+/* ---- bf16 activations (rtc_train.h's bf16 block): NCCL's ncclBfloat16,
+ * counted at 2 bytes an element; staged, widened to fp32 for dist.h's
+ * MPI functions (MPI has no bf16 type), rounded back, and the bytes they
+ * counted for fp32 replaced by the bf16 count. ---- */
+
+/* n bf16 of dev widened into host floats h (through host buffer 3), and back. */
+static void bf16_to_host_(float *h, const rtc_bf16 *dev, size_t n) {
+  rtc_bf16 *s = (rtc_bf16 *)host_(3, n / 2 + 1);
+  rtc_to_host(s, dev, n * sizeof(rtc_bf16));
+  for (size_t i = 0; i < n; i++) h[i] = rtc_bf2f(s[i]);
+}
+static void bf16_to_device_(rtc_bf16 *dev, const float *h, size_t n) {
+  rtc_bf16 *s = (rtc_bf16 *)host_(3, n / 2 + 1);
+  for (size_t i = 0; i < n; i++) s[i] = rtc_f2bf(h[i]);
+  rtc_to_device(dev, s, n * sizeof(rtc_bf16));
+}
+
+void rtc_allreduce(RtMesh *m, RtAxis ax, rtc_bf16 *buf, size_t n) {
+  int P = m->size[ax];
+  uint64_t vol = rt_vol_allreduce((uint64_t)n * 2, P);
+  if (staged_) {
+    float *h = host_(0, n);
+    bf16_to_host_(h, buf, n);
+    uint64_t before = m->bytes[ax];
+    rt_allreduce(m, ax, h, n, 4);
+    m->bytes[ax] = before + vol;
+    bf16_to_device_(buf, h, n);
+    return;
+  }
+  count_(m, ax, vol);
+  if (P > 1)
+    ncclCheck(ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, comm_of_(m, ax, "rtc_allreduce"),
+                            stream_()));
+}
+
+void rtc_allgather_dim(RtMesh *m, RtAxis ax, rtc_bf16 *dst, const rtc_bf16 *src, size_t outer,
+                       size_t inner, void *scratch) {
+  int P = m->size[ax];
+  size_t nb = outer * inner, nd = nb * (size_t)P;
+  uint64_t vol = rt_vol_allgather((uint64_t)outer * P * inner * 2, P);
+  if (staged_) {
+    float *hs = host_(0, nb), *hd = host_(1, nd), *hx = outer > 1 ? host_(2, nd) : NULL;
+    bf16_to_host_(hs, src, nb);
+    uint64_t before = m->bytes[ax];
+    rt_allgather_dim(m, ax, hd, hs, outer, inner, 4, hx);
+    m->bytes[ax] = before + vol;
+    bf16_to_device_(dst, hd, nd);
+    return;
+  }
+  count_(m, ax, vol);
+  if (P == 1) {
+    rtc_copy(dst, src, nb * 2);
+    return;
+  }
+  ncclComm_t c = comm_of_(m, ax, "rtc_allgather_dim");
+  if (outer <= 1 || inner == 0) {
+    ncclCheck(ncclAllGather(src, dst, nb, ncclBfloat16, c, stream_()));
+    return;
+  }
+  if (!scratch) rt_mesh_fail(m, "rtc_allgather_dim: outer %zu > 1 needs scratch", outer);
+  ncclCheck(ncclAllGather(src, scratch, nb, ncclBfloat16, c, stream_()));
+  permute_(dst, scratch, outer, inner, P, 1, 2);
+}
+
+void rtc_reduce_scatter_dim(RtMesh *m, RtAxis ax, rtc_bf16 *dst, const rtc_bf16 *src,
+                            size_t outer, size_t inner, void *scratch) {
+  int P = m->size[ax];
+  size_t nb = outer * inner, ns = nb * (size_t)P;
+  uint64_t vol = rt_vol_reduce_scatter((uint64_t)outer * P * inner * 2, P);
+  if (staged_) {
+    float *hs = host_(0, ns), *hd = host_(1, nb), *hx = outer > 1 ? host_(2, ns) : NULL;
+    bf16_to_host_(hs, src, ns);
+    uint64_t before = m->bytes[ax];
+    rt_reduce_scatter_dim(m, ax, hd, hs, outer, inner, 4, hx);
+    m->bytes[ax] = before + vol;
+    bf16_to_device_(dst, hd, nb);
+    return;
+  }
+  count_(m, ax, vol);
+  if (P == 1) {
+    rtc_copy(dst, src, nb * 2);
+    return;
+  }
+  const void *send = src;
+  if (outer > 1 && inner > 0) {
+    if (!scratch) rt_mesh_fail(m, "rtc_reduce_scatter_dim: outer %zu > 1 needs scratch", outer);
+    permute_((void *)src, scratch, outer, inner, P, 0, 2);
+    send = scratch;
+  }
+  ncclCheck(ncclReduceScatter(send, dst, nb, ncclBfloat16, ncclSum,
+                              comm_of_(m, ax, "rtc_reduce_scatter_dim"), stream_()));
 }
 
 /* ---- gradient buckets, overlapped with the backward ---- */

@@ -178,4 +178,65 @@ void rt_rmsnorm_split_backward_cu(struct RtMesh *m, RtAxis ax, float *dx, float 
 #ifdef __cplusplus
 }
 #endif
+
+/* ---- precision = bf16 storage (rtc_bf16.h, rtc.h's bf16 section): C++
+ * overloads of the launchers above, rtc_bf16 * for each activation or
+ * activation gradient, the other pointers as above ---- */
+#ifdef __cplusplus
+#include "rtc_bf16.h"
+
+/* -- k_norm/k_loss helpers: the split-channel norms (rtc_normsplit.cu; x,
+ *    out, dout, dx bf16) and the vocab-parallel cross-entropy
+ *    (rtc_vpce_bf16.cu; logits, dlogits bf16) -- */
+void rt_layernorm_split_forward_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *out, float *mean,
+                                   float *rstd, const rtc_bf16 *x, const float *w,
+                                   const float *b, int N, int Cl, int C, double eps,
+                                   double *scratch);
+void rt_layernorm_split_backward_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *dx, float *dw,
+                                    float *db, const rtc_bf16 *dout, const rtc_bf16 *x,
+                                    const float *w, const float *mean, const float *rstd, int N,
+                                    int Cl, int C, double *scratch);
+void rt_rmsnorm_split_forward_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *out, float *rstd,
+                                 const rtc_bf16 *x, const float *w, int N, int Cl, int C,
+                                 double eps, double *scratch);
+void rt_rmsnorm_split_backward_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *dx, float *dw,
+                                  const rtc_bf16 *dout, const rtc_bf16 *x, const float *w,
+                                  const float *rstd, int N, int Cl, int C, double *scratch);
+int rt_vp_crossentropy_forward_cu(struct RtMesh *m, RtAxis ax, double *loss, float *y,
+                                  const rtc_bf16 *logits, const int32_t *targets, int N, int Vl,
+                                  int v0, int V, double *scratch);
+void rt_vp_crossentropy_backward_acc_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *dlogits,
+                                        const rtc_bf16 *logits, const int32_t *targets, int N,
+                                        int Vl, int v0, const float *dloss, double norm,
+                                        double *scratch);
+
+#endif /* __cplusplus */
+
+/* ---- bf16: collectives and SUMMA (precision = bf16 storage, rtc_bf16.h):
+ * C++ overloads of the functions above for bf16 activations, the same names
+ * and semantics.  Collectives: NCCL's ncclBfloat16 (sums in NCCL's bf16
+ * arithmetic); bytes counted at 2 an element (dist_formulas.h on n·2), as
+ * the plan counts a bf16 value; scratch is the fp32 version's element count
+ * of bf16.  Staged (mpi): widened to fp32 on the host, dist.h's function,
+ * rounded back; counted as bf16.  SUMMA: x, y, dx, dy bf16, w the weight's
+ * bf16 copy; bias, dw, dbias fp32; scratch rt_scratch_summa_fwd / _bwd
+ * (Mb·Kb, Nb·Kb) × 2 bytes (rtc_summa.cu lays it out); the X and W blocks
+ * are broadcast as bf16 (2 bytes an element counted), the dX and dW
+ * partials and the bias gradient reduced as fp32 (4 bytes an element
+ * counted).  The gradient buckets stay fp32. ---- */
+#ifdef __cplusplus
+#include "rtc_bf16.h"
+void rtc_allreduce(struct RtMesh *m, RtAxis ax, rtc_bf16 *buf, size_t n);
+void rtc_allgather_dim(struct RtMesh *m, RtAxis ax, rtc_bf16 *dst, const rtc_bf16 *src,
+                       size_t outer, size_t inner, void *scratch);
+void rtc_reduce_scatter_dim(struct RtMesh *m, RtAxis ax, rtc_bf16 *dst, const rtc_bf16 *src,
+                            size_t outer, size_t inner, void *scratch);
+void rt_summa_forward_cu(struct RtMesh *m, RtAxis row, RtAxis col, rtc_bf16 *y,
+                         const rtc_bf16 *x, const rtc_bf16 *w, const float *bias, int Mb, int Kb,
+                         int Nb, void *scratch);
+void rt_summa_backward_cu(struct RtMesh *m, RtAxis row, RtAxis col, rtc_bf16 *dx, float *dw,
+                          float *dbias, const rtc_bf16 *dy, const rtc_bf16 *x, const rtc_bf16 *w,
+                          int Mb, int Kb, int Nb, void *scratch);
+#endif
+
 #endif

@@ -23,12 +23,26 @@ fi
 {
   for s in samples/*.shard; do echo "$(basename "$s" .shard) - -"; done
   sed -n 's/^ *check \([a-z0-9_]*\) \([0-9]*\) \([^ ]*\).*/\1 \2 \3/p' tests/dist/equiv.sh
+  # precision = bf16 (16-bit activations: each parallel form's launchers
+  # and collectives in their bf16 overloads)
+  for st in "1 dp=1" "4 tp=2,sp=megatron,dp=2" "4 tp2d=2x2" "2 pp=2,schedule=1f1b" \
+            "4 dp=2,pp=2,schedule=interleaved:2" "2 dp=2,zero=3" "4 tp=2,dp=2,zero=1"; do
+    echo "$tmp/gpt_bf16.shard $st"
+  done
+  echo "$tmp/llama_bf16.shard 2 tp=2,sp=megatron"
 } | sort -u >"$tmp/matrix"
+for s in gpt llama; do
+  sed 's/precision = fp32/precision = bf16/' "samples/$s.shard" >"$tmp/${s}_bf16.shard"
+  grep -q "precision = bf16" "$tmp/${s}_bf16.shard" ||
+    sed -i 's/^train {/train {\n  precision = bf16/' "$tmp/${s}_bf16.shard"
+done
 
 # build1 SAMPLE RANKS STRATEGY: prints "ok ..." or the failure
 build1() {
   local s="$1" n="$2" st="$3" src="samples/$1.shard" d out
   [ -f "$src" ] || src="tests/dist/$1.shard"
+  [ -f "$src" ] || src="$1"   # a path (the bf16 copies)
+  s=$(basename "$s" .shard)
   d="$tmp/b-$s-$n-${st//[=,:]/_}"
   local args=(build "$src" -o "$d" --target cuda)
   [ "$n" = - ] || args+=(--mesh "$n" --strategy "$st")

@@ -112,6 +112,53 @@ else
   echo "SKIP: the mesh runs need MPI (mpirun, libshardrt_cuda_dist_host)"
 fi
 
+# precision = bf16 (passes/precision.c: 16-bit activations and their
+# gradients, fp32 masters, gradients, optimizer state, statistics): the
+# tiny GPT's 10 losses within 2e-2 of the cpu target's fp32 run and not
+# bitwise its (the 16-bit path ran), the arena smaller than the fp32 build's
+# and planned = measured; on 4 ranks (tp=2, sp=megatron, dp=2: bf16
+# collectives and the vocab-parallel cross-entropy), a pipeline (bf16
+# messages) and tp2d (SUMMA) against the same reference.
+sed 's/precision = fp32/precision = bf16/' samples/gpt.shard >"$tmp/gpt_bf16.shard"
+# near NAME DIR STEPS: DIR's losses against the gpt cpu reference, 2e-2
+near() {
+  local name="$1" d="$2" steps="$3"
+  shift 3
+  train "$d" --steps "$steps" --log "$d.jsonl" --save "$d.st" "$@"
+  if [ $rc -ne 0 ]; then bad "$name: exit $rc: $(tail -5 <<<"$out")"; return; fi
+  if grep -q MISMATCH <<<"$out" || ! grep -q "^memory:   planned" <<<"$out"; then
+    bad "$name: memory or communication differ from the plan: $(grep -E '^(memory|comm):' <<<"$out")"
+    return
+  fi
+  local cmp
+  if cmp=$(tests/dist/compare.py "$tmp/gpt-cpu$steps.jsonl" "$d.jsonl" "$tmp/gpt-cpu$steps.st" "$d.st" 2e-2 1e9) &&
+     [ "$(losses "$d.jsonl")" != "$(losses "$tmp/gpt-cpu$steps.jsonl")" ]; then
+    ok
+    printf '  %-36s %s\n' "$name" "$cmp"
+  else
+    bad "$name: $cmp (or bitwise the fp32 losses)"
+  fi
+}
+build gpt "$tmp/gpt-cpu10" --mesh 1 --strategy dp=1 &&
+  train "$tmp/gpt-cpu10" --steps 10 --quiet --log "$tmp/gpt-cpu10.jsonl" --save "$tmp/gpt-cpu10.st" &&
+  build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16" --target cuda-host --mesh 1 --strategy dp=1 && {
+    near "gpt bf16 cuda-host (1 rank)" "$tmp/gpt-bf16" 10
+    a16=$(sed -n 's/.*\.arena_bytes = \([0-9]*\).*/\1/p' "$tmp/gpt-bf16/model.cu")
+    a32=$(sed -n 's/.*\.arena_bytes = \([0-9]*\).*/\1/p' "$tmp/gpt-cuda-dp_1/model.cu" 2>/dev/null)
+    if [ -n "$a16" ] && [ -n "$a32" ] && [ "$a16" -lt "$a32" ]; then ok
+    else bad "bf16 arena ${a16:-?} bytes is not below fp32's ${a32:-?}"; fi
+  }
+if [ -z "${CUDA_PROGRAMS_QUICK:-}" ] && command -v mpirun >/dev/null && command -v mpicxx >/dev/null; then
+  train "$tmp/gpt-cpu10" --steps 3 --quiet --log "$tmp/gpt-cpu3.jsonl" --save "$tmp/gpt-cpu3.st"
+  build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16-4" --target cuda-host --mesh 4 --strategy tp=2,sp=megatron,dp=2 &&
+    near "gpt bf16 cuda-host tp=2,sp=megatron,dp=2" "$tmp/gpt-bf16-4" 3
+  build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16-pp" --target cuda-host --mesh 2 --strategy pp=2,schedule=1f1b &&
+    near "gpt bf16 cuda-host pp=2" "$tmp/gpt-bf16-pp" 3
+  # SUMMA: bf16 blocks broadcast, fp32 partial sums reduced (counted so)
+  build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16-2d" --target cuda-host --mesh 4 --strategy tp2d=2x2 &&
+    near "gpt bf16 cuda-host tp2d=2x2" "$tmp/gpt-bf16-2d" 3
+fi
+
 # A plan larger than the device's free memory is refused before the first
 # step, with the numbers (a 1 GiB emulated device: RTCH_DEVICE_MEMORY).
 build gpt "$tmp/gpt-oom" --target cuda-host --mesh 1 --strategy dp=1 && {

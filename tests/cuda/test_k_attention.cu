@@ -7,8 +7,17 @@
  * from the same random values on both sides.  Metric: rtc_test.h's (per
  * element, floor the tensor's rms), limit 1e-5.  Also: the backward again
  * from the same start is bitwise equal (no float atomics), and a call with
- * dk = dv = NULL gives bitwise the dq of the full call. */
-#include "rtc_test.h"
+ * dk = dv = NULL gives bitwise the dq of the full call.
+ *
+ * bf16 storage (rtc.h's bf16 overloads): q, k, v, dout, out and the
+ * gradients' start values rounded to bf16, against the cpu kernels on the
+ * rounded values (the backward from the cpu's out, rounded, and lse);
+ * causal and not, GQA, T off the 64-row tile.  Metric bf16_cmp.h's (the
+ * largest per-element relative error floored at the tensor's rms): below
+ * 1e-2 for the bf16 results (out, dq, dk, dv), 1e-5 for lse (fp32, computed
+ * from the same rounded values).  out starts poisoned, dq, dk, dv from
+ * random values. */
+#include "bf16_cmp.h"
 
 static int bitwise_equal(const float *d_a, const float *d_b, size_t n) {
   float *a = (float *)malloc(n * sizeof(float)), *b = (float *)malloc(n * sizeof(float));
@@ -71,6 +80,40 @@ static void test_attention(int B, int T, int H, int Hkv, int D, int causal) {
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
 }
 
+// the bf16 overloads: q is (B,T,H,D), k and v are (B,T,Hkv,D)
+static void test_attention_bf16(int B, int T, int H, int Hkv, int D, int causal) {
+  char shape[64];
+  snprintf(shape, sizeof shape, "B=%d T=%d H=%d/%d D=%d%s", B, T, H, Hkv, D,
+           causal ? " causal" : "");
+  size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
+  float *q = bf16_host(nq, -2.0f, 2.0f), *k = bf16_host(nk, -2.0f, 2.0f),
+        *v = bf16_host(nk, -2.0f, 2.0f), *dout = bf16_host(nq, -1.0f, 1.0f);
+  float *out = rtc_test_host(nq, 0, 1), *lse = rtc_test_host(nl, 0, 1);
+  rt_attention_forward_f32(out, lse, q, k, v, B, T, H, Hkv, D, causal);
+  rtc_bf16 *d_q = bf16_dev(q, nq), *d_k = bf16_dev(k, nk), *d_v = bf16_dev(v, nk);
+  rtc_bf16 *d_out = bf16_poison(nq);
+  float *d_lse = rtc_test_poison(nl);
+  rt_attention_forward_cu(d_out, d_lse, d_q, d_k, d_v, B, T, H, Hkv, D, causal);
+  bf16_check("bf16 attention_forward", shape, "out", d_out, out, nq);
+  f32_check("bf16 attention_forward", shape, "lse", d_lse, lse, nl, 1e-5);
+
+  /* backward from the cpu's out (rounded, as a bf16 program stores it) and lse */
+  bf16_round_host(out, nq);
+  float *dq = bf16_host(nq, -1.0f, 1.0f), *dk = bf16_host(nk, -1.0f, 1.0f),
+        *dv = bf16_host(nk, -1.0f, 1.0f);
+  rtc_bf16 *d_dout = bf16_dev(dout, nq), *d_o = bf16_dev(out, nq);
+  float *d_l = rtc_test_dev(lse, nl);
+  rtc_bf16 *d_dq = bf16_dev(dq, nq), *d_dk = bf16_dev(dk, nk), *d_dv = bf16_dev(dv, nk);
+  rt_attention_backward_f32(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D, causal);
+  rt_attention_backward_cu(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_o, d_l, B, T, H, Hkv, D,
+                           causal);
+  bf16_check("bf16 attention_backward", shape, "dq", d_dq, dq, nq);
+  bf16_check("bf16 attention_backward", shape, "dk", d_dk, dk, nk);
+  bf16_check("bf16 attention_backward", shape, "dv", d_dv, dv, nk);
+  free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
+  rtc_test_dfree(d_q, d_k, d_v, d_out, d_lse, d_dout, d_o, d_l, d_dq, d_dk, d_dv);
+}
+
 int main(void) {
   // B, T, H, Hkv, D, causal
   static const int cases[][6] = {
@@ -82,6 +125,16 @@ int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const int *c = cases[i];
     test_attention(c[0], c[1], c[2], c[3], c[4], c[5]);
+  }
+  bf16_selftest();
+  // B, T, H, Hkv, D, causal: GQA and not, T = 1, 7, 100 (off the tile), D of each NJ
+  static const int bf16_cases[][6] = {
+      {1, 1, 4, 2, 16, 1},  {2, 7, 6, 1, 24, 0},   {2, 100, 4, 2, 24, 1},
+      {1, 100, 4, 4, 64, 0}, {1, 100, 6, 2, 32, 1}, {1, 70, 2, 1, 128, 0},
+  };
+  for (size_t i = 0; i < sizeof bf16_cases / sizeof bf16_cases[0]; i++) {
+    const int *c = bf16_cases[i];
+    test_attention_bf16(c[0], c[1], c[2], c[3], c[4], c[5]);
   }
   return rtc_test_done();
 }

@@ -10,19 +10,27 @@
  * the mean loss relative to itself.  PASS below 1e-5.  Also: the loss is
  * bitwise the same on a second run, a bad target gives RT_ERR_ARG with the
  * cpu kernel's message, all-ignored rows give loss 0 and count 0.
+ *
+ * The bf16 overloads (logits, dlogits bf16) on logits rounded to bf16,
+ * against the cpu kernels on those values: the loss, losses and lse
+ * (fp32/double, computed in fp32 from the same values) below 1e-5, the
+ * bf16 dlogits (written, accumulated, in place, and through the site's
+ * backward with the seed and count on the device) below TOL_BF16 = 1e-2
+ * (a bf16 store is off by at most 2^-8 relative) under the same metric.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.cuh"
+#include "rtc_test_bf16.h"
 
 extern "C" {
 #include "shardrt.h"
 }
 
 #define TOL 1e-5
+#define TOL_BF16 1e-2
 
 static int failures;
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
@@ -80,12 +88,14 @@ static double max_err(const float *got, const float *ref, const float *mag, size
   return e;
 }
 
-static void report(const char *what, double err) {
-  int ok = err < TOL;
+static void report_tol(const char *what, double err, double tol) {
+  int ok = err < tol;
   printf("%-60s max err %.3e  %s\n", what, err, ok ? "PASS" : "FAIL");
   if (!ok)
     failures++;
 }
+
+static void report(const char *what, double err) { report_tol(what, err, TOL); }
 
 static void check(const char *what, int ok) {
   printf("%-60s %s\n", what, ok ? "PASS" : "FAIL");
@@ -181,6 +191,110 @@ static void test_shape(int N, int V, int ignore_every, float spread) {
       free(dref), free(dacc0), free(daccref), free(daccmag), free(nanNV);
 }
 
+// The bf16 overloads on logits rounded to bf16, against the cpu on those values.
+static void test_shape_bf16(int N, int V, int ignore_every, float spread) {
+  size_t nl = (size_t)N * V;
+  char what[160];
+  float *logits = host_logits(nl, spread);
+  rtc_test_round(logits, nl);
+  int32_t *tg = host_targets(N, V, ignore_every);
+  float *losses = host_nan(N), *lse = host_nan(N);
+  double loss = -1;
+  int count = -1;
+  if (rt_crossentropy_forward_f32(&loss, &count, losses, lse, logits, tg, N, V) != RT_OK) {
+    printf("cpu forward failed: %s\n", rt_last_error());
+    exit(1);
+  }
+
+  rtc_bf16 *d_logits = rtc_test_dev_bf16(logits, nl);
+  float *nanN = host_nan(N);
+  int32_t *d_tg = dev_copy(tg, N);
+  float *d_losses = dev_copy(nanN, N), *d_lse = dev_copy(nanN, N), *d_y = dev_copy(nanN, 1);
+  double g_loss = -1;
+  int g_count = -1;
+  int g_rc = rt_crossentropy_forward_cu(&g_loss, &g_count, d_losses, d_lse, d_logits, d_tg, N, V);
+  float *g_losses = to_host(d_losses, N), *g_lse = to_host(d_lse, N);
+  snprintf(what, sizeof what, "ce_forward bf16 loss N=%d V=%d ignore=%d (count %d)", N, V,
+           ignore_every, count);
+  double le = fabs(g_loss - loss) / fmax(fabs(loss), 1e-30);
+  report(what, g_rc == RT_OK && g_count == count ? le : INFINITY);
+  snprintf(what, sizeof what, "ce_forward bf16 losses N=%d V=%d", N, V);
+  report(what, max_err(g_losses, losses, lse, N));
+  snprintf(what, sizeof what, "ce_forward bf16 lse    N=%d V=%d", N, V);
+  report(what, max_err(g_lse, lse, NULL, N));
+  // the site's forward: the same loss, y = (float)loss
+  static double site; // the call site's key
+  double s_loss = -2;
+  int s_count = -2;
+  g_rc = rt_crossentropy_forward_site_cu(&site, &s_count, d_y, NULL, NULL, d_logits, d_tg, N, V);
+  s_loss = site;
+  float *g_y = to_host(d_y, 1);
+  snprintf(what, sizeof what, "ce_forward_site bf16 N=%d V=%d: the eager loss, y", N, V);
+  check(what, g_rc == RT_OK && s_count == count && s_loss == g_loss && *g_y == (float)g_loss);
+
+  // backward: written (over NaN), with lse and without; accumulated; in
+  // place; the site's, written and accumulated (seed and count on the device)
+  double dloss = 1.0, norm = count ? (double)count : 1.0;
+  float *dref = host_nan(nl);
+  rt_crossentropy_backward_f32(dref, logits, lse, tg, N, V, dloss, norm);
+  float *dacc0 = host_logits(nl, 1e-3f), *daccref = (float *)malloc(nl * 4 + 4),
+        *daccmag = (float *)malloc(nl * 4 + 4);
+  rtc_test_round(dacc0, nl);
+  memcpy(daccref, dacc0, nl * 4);
+  rt_crossentropy_backward_acc_f32(daccref, logits, NULL, tg, N, V, dloss, norm);
+  for (size_t i = 0; i < nl; i++)
+    daccmag[i] = fabsf(dacc0[i]) + fabsf(dref[i]);
+  float seed = (float)dloss, *d_seed = dev_copy(&seed, 1);
+  for (int use_lse = 0; use_lse < 2; use_lse++) {
+    const float *lse_arg = use_lse ? d_lse : NULL;
+    rtc_bf16 *d_d = rtc_test_poison_bf16(nl);
+    rt_crossentropy_backward_cu(d_d, d_logits, lse_arg, d_tg, N, V, dloss, norm);
+    float *got = rtc_test_fetch_bf16(d_d, nl);
+    snprintf(what, sizeof what, "ce_backward bf16  N=%d V=%d lse=%d", N, V, use_lse);
+    report_tol(what, max_err(got, dref, NULL, nl), TOL_BF16);
+    free(got);
+    cudaCheck(cudaFree(d_d));
+
+    d_d = rtc_test_dev_bf16(dacc0, nl);
+    rt_crossentropy_backward_acc_cu(d_d, d_logits, lse_arg, d_tg, N, V, dloss, norm);
+    got = rtc_test_fetch_bf16(d_d, nl);
+    snprintf(what, sizeof what, "ce_backward_acc bf16 N=%d V=%d lse=%d", N, V, use_lse);
+    report_tol(what, max_err(got, daccref, daccmag, nl), TOL_BF16);
+    free(got);
+    cudaCheck(cudaFree(d_d));
+
+    d_d = rtc_test_dev_bf16(logits, nl); // in place: dlogits == logits
+    rt_crossentropy_backward_cu(d_d, d_d, lse_arg, d_tg, N, V, dloss, norm);
+    got = rtc_test_fetch_bf16(d_d, nl);
+    snprintf(what, sizeof what, "ce_backward bf16 in place N=%d V=%d lse=%d", N, V, use_lse);
+    report_tol(what, max_err(got, dref, NULL, nl), TOL_BF16);
+    free(got);
+    cudaCheck(cudaFree(d_d));
+
+    if (!count) // the site's scale is 0 without rows, the cpu's above divides by 1
+      continue;
+    for (int acc = 0; acc < 2; acc++) {
+      d_d = acc ? rtc_test_dev_bf16(dacc0, nl) : rtc_test_poison_bf16(nl);
+      rt_crossentropy_backward_site_cu(d_d, d_logits, lse_arg, d_tg, N, V, d_seed, &site, acc);
+      got = rtc_test_fetch_bf16(d_d, nl);
+      snprintf(what, sizeof what, "ce_backward_site bf16 N=%d V=%d lse=%d acc=%d", N, V, use_lse,
+               acc);
+      report_tol(what, acc ? max_err(got, daccref, daccmag, nl) : max_err(got, dref, NULL, nl),
+                 TOL_BF16);
+      free(got);
+      cudaCheck(cudaFree(d_d));
+    }
+  }
+  cudaCheck(cudaFree(d_logits));
+  cudaCheck(cudaFree(d_tg));
+  cudaCheck(cudaFree(d_losses));
+  cudaCheck(cudaFree(d_lse));
+  cudaCheck(cudaFree(d_y));
+  cudaCheck(cudaFree(d_seed));
+  free(logits), free(tg), free(losses), free(lse), free(nanN), free(g_losses), free(g_lse),
+      free(g_y), free(dref), free(dacc0), free(daccref), free(daccmag);
+}
+
 // a target outside [0,V) that is not the ignore index: RT_ERR_ARG, the cpu's message
 static void test_bad_target(int N, int V, int row, int32_t bad, int row2, int32_t bad2) {
   size_t nl = (size_t)N * V;
@@ -247,6 +361,13 @@ int main(void) {
   test_bad_target(10, 17, 6, -5, 8, 40); // the first bad row is reported
   test_bad_target(600, 9, 513, 9, 300, -2);
   test_all_ignored(9, 13);
+  test_shape_bf16(1, 1, 0, 1.0f);
+  test_shape_bf16(1, 7, 0, 1.0f);
+  test_shape_bf16(5, 33, 3, 4.0f);
+  test_shape_bf16(300, 100, 7, 8.0f);
+  test_shape_bf16(64, 5000, 9, 4.0f);
+  test_shape_bf16(3, 50304, 0, 10.0f);
+  test_shape_bf16(2, 70001, 0, 1.0f);
   if (failures) {
     printf("%d FAILED\n", failures);
     return 1;

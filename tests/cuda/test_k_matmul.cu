@@ -9,17 +9,21 @@
  * on |inputs|): a GEMM's rounding is bounded by a multiple of it whatever
  * the summation order.  PASS below 1e-5.  One line per kernel and shape;
  * exit 1 on any failure.
+ *
+ * bf16 storage (rtc.h's bf16 overloads): inputs rounded to bf16, compared
+ * with the cpu kernel run on the rounded inputs (bias, dweight, dbias stay
+ * fp32) by bf16_cmp.h's metric, the largest per-element relative error
+ * floored at the tensor's rms: below 1e-2 for bf16 results (out, dinp, c),
+ * 1e-4 for fp32 ones (dweight, dbias, an fp32 c: exact products, only the
+ * summation order differs).  Written bf16 outputs start poisoned,
+ * accumulated ones from random (nonzero) values.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.cuh"
-
-extern "C" {
-#include "shardrt.h"
-}
+#include "bf16_cmp.h"
 
 #define TOL 1e-5
 
@@ -223,6 +227,114 @@ static void test_gemm(int ta, int tb, int M, int N, int K, double alpha, double 
   free(a), free(b), free(c0), free(ref), free(mag), free(aa), free(ba), free(got);
 }
 
+/* ---- bf16 storage: rt_matmul_forward / backward ---- */
+static void test_bf16_matmul(int N, int C, int OC, int which) { // which: backward's set, as above
+  size_t nin = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+  char shape[96];
+  float *inp = bf16_host(nin, -1, 1), *w = bf16_host(nw, -1, 1), *b = rtc_test_host(OC, -1, 1);
+  rtc_bf16 *d_inp = bf16_dev(inp, nin), *d_w = bf16_dev(w, nw);
+  float *d_b = rtc_test_dev(b, (size_t)OC);
+  if (which == 7)
+    for (int withb = 0; withb < 2; withb++) {
+      float *ref = host_nan(no);
+      rt_matmul_forward_f32(ref, inp, w, withb ? b : NULL, N, C, OC);
+      rtc_bf16 *d_out = bf16_poison(no);
+      rt_matmul_forward_cu(d_out, d_inp, d_w, withb ? d_b : NULL, N, C, OC);
+      snprintf(shape, sizeof shape, "N=%d C=%d OC=%d%s", N, C, OC, withb ? " +bias" : "");
+      bf16_check("bf16 matmul_forward", shape, "out", d_out, ref, no);
+      free(ref);
+      rtc_test_dfree(d_out);
+    }
+  float *dout = bf16_host(no, -1, 1);
+  float *dinp = bf16_host(nin, -1, 1), *dw = rtc_test_host(nw, -1, 1), *db = rtc_test_host(OC, -1, 1);
+  rtc_bf16 *d_dout = bf16_dev(dout, no), *d_dinp = bf16_dev(dinp, nin);
+  float *d_dw = rtc_test_dev(dw, nw), *d_db = rtc_test_dev(db, (size_t)OC);
+  float *dinp0 = rtc_test_copy(dinp, nin), *dw0 = rtc_test_copy(dw, nw), *db0 = rtc_test_copy(db, OC);
+  rt_matmul_backward_f32(which & 1 ? dinp : NULL, which & 2 ? dw : NULL, which & 4 ? db : NULL,
+                         dout, inp, w, N, C, OC);
+  rt_matmul_backward_cu(which & 1 ? d_dinp : NULL, which & 2 ? d_dw : NULL,
+                        which & 4 ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC);
+  snprintf(shape, sizeof shape, "N=%d C=%d OC=%d (set %d)", N, C, OC, which);
+  // a gradient not wanted: the cpu's is its start, the device's must equal it
+  bf16_check("bf16 matmul_backward", shape, "dinp", d_dinp, dinp, nin, which & 1 ? BF16_TOL : 1e-30);
+  f32_check("bf16 matmul_backward", shape, "dw", d_dw, dw, nw, which & 2 ? 1e-4 : 1e-30);
+  f32_check("bf16 matmul_backward", shape, "dbias", d_db, db, (size_t)OC, which & 4 ? 1e-4 : 1e-30);
+  free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(dinp0), free(dw0),
+      free(db0);
+  rtc_test_dfree(d_inp, d_w, d_b, d_dout, d_dinp, d_dw, d_db);
+}
+
+/* ---- bf16 storage: rt_gemm with c bf16 (T = rtc_bf16) or fp32 ---- */
+template <class T>
+static void test_bf16_gemm(int ta, int tb, int M, int N, int K, double alpha, double beta,
+                           int pad) {
+  const int c16 = sizeof(T) == sizeof(rtc_bf16);
+  int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+  size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+  float *a = bf16_host(na, -1, 1), *b = bf16_host(nb, -1, 1), *c0 = rtc_test_host(nc, -1, 1);
+  if (c16) bf16_round_host(c0, nc);
+  if (beta == 0) // poisoned: c is written, not read (cpu and device alike)
+    for (size_t i = 0; i < nc; i++) c0[i] = NAN;
+  float *ref = rtc_test_copy(c0, nc);
+  rt_gemm_f32(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, ref, ldc);
+  rtc_bf16 *d_a = bf16_dev(a, na), *d_b = bf16_dev(b, nb);
+  T *d_c;
+  if constexpr (sizeof(T) == sizeof(rtc_bf16)) d_c = bf16_dev(c0, nc);
+  else d_c = rtc_test_dev(c0, nc);
+  rt_gemm_cu(ta, tb, M, N, K, alpha, d_a, lda, d_b, ldb, beta, d_c, ldc);
+  float *got;
+  if constexpr (sizeof(T) == sizeof(rtc_bf16)) got = bf16_download(d_c, nc);
+  else got = f32_download(d_c, nc);
+  // the (M,N) block against the cpu's; the padding columns untouched (NaN stays NaN)
+  float *gb = (float *)malloc((size_t)M * N * 4 + 4), *rb = (float *)malloc((size_t)M * N * 4 + 4);
+  int pad_ok = 1;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < ldc; j++) {
+      float g = got[(size_t)i * ldc + j], r = ref[(size_t)i * ldc + j];
+      if (j < N) gb[(size_t)i * N + j] = g, rb[(size_t)i * N + j] = r;
+      else if (!(g == c0[(size_t)i * ldc + j] || (isnan(g) && isnan(c0[(size_t)i * ldc + j]))))
+        pad_ok = 0;
+    }
+  char shape[96];
+  snprintf(shape, sizeof shape, "ta=%d tb=%d %dx%dx%d a=%g b=%g pad=%d", ta, tb, M, N, K, alpha,
+           beta, pad);
+  bf16_cmp_host(c16 ? "bf16 gemm, c bf16" : "bf16 gemm, c fp32", shape, "c", gb, rb,
+                (size_t)M * N, c16 ? BF16_TOL : 1e-4);
+  if (!pad_ok) {
+    printf("    the padding columns of c were written: FAIL\n");
+    rtc_test_failures++;
+  }
+  free(a), free(b), free(c0), free(ref), free(got), free(gb), free(rb);
+  rtc_test_dfree(d_a, d_b, d_c);
+}
+
+static void test_bf16(void) {
+  bf16_selftest();
+  static const int shapes[][3] = {{1, 1, 1}, {37, 19, 23}, {129, 257, 65}, {1000, 48, 40},
+                                  {2049, 3, 130}};
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    test_bf16_matmul(shapes[s][0], shapes[s][1], shapes[s][2], 7);
+  for (int which = 1; which < 7; which++) test_bf16_matmul(77, 31, 45, which);
+  { // C = 0: rows of the bias, rounded
+    float b[9], ref[5 * 9];
+    for (int o = 0; o < 9; o++) b[o] = rtc_test_rand(-1, 1);
+    rt_matmul_forward_f32(ref, NULL, NULL, b, 5, 0, 9);
+    float *d_b = rtc_test_dev(b, 9);
+    rtc_bf16 *d_out = bf16_poison(45);
+    rt_matmul_forward_cu(d_out, (const rtc_bf16 *)NULL, (const rtc_bf16 *)NULL, d_b, 5, 0, 9);
+    bf16_check("bf16 matmul_forward", "N=5 C=0 OC=9 +bias", "out", d_out, ref, 45);
+    rtc_test_dfree(d_b, d_out);
+  }
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      test_bf16_gemm<rtc_bf16>(ta, tb, 33, 17, 29, 1.0, 0.0, 0);
+      test_bf16_gemm<rtc_bf16>(ta, tb, 70, 130, 257, 0.5, 1.5, 3);
+      test_bf16_gemm<float>(ta, tb, 33, 17, 29, 1.0, 0.0, 2);
+      test_bf16_gemm<float>(ta, tb, 70, 130, 257, -1.0, 1.0, 5);
+    }
+  test_bf16_gemm<rtc_bf16>(0, 0, 6, 5, 0, 1.0, 2.0, 2); // K = 0: c = 2c
+}
+
 int main(void) {
   static const int shapes[][3] = {{1, 1, 1},   {1, 7, 5},     {37, 19, 23},  {64, 64, 64},
                                   {129, 257, 65}, {300, 33, 97}, {1000, 48, 40}, {2049, 3, 130}};
@@ -247,6 +359,8 @@ int main(void) {
   test_gemm(0, 0, 6, 5, 0, 1.0, 2.0, 2); // K = 0: c = 2c
   for (int i = 0; i < nallocs_; i++)
     cudaCheck(cudaFree(allocs_[i]));
+  test_bf16();
+  failures += rtc_test_failures;
   if (failures) {
     printf("%d FAILED\n", failures);
     return 1;

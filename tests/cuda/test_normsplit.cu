@@ -11,10 +11,15 @@
  * cpu's, results bitwise the same on a second run, a layernorm without bias
  * and a backward without dx (nothing communicated); then all of it again in
  * staged mode (--comm mpi).
+ *
+ * The bf16 overloads (x, out, dout, dx bf16) the same way on inputs rounded
+ * to bf16, against the cpu functions on those values: out and dx within
+ * rtc_test_bf16.h's limit, mean, rstd, dw, db and the scratch (fp32 and
+ * double, from the same values) within rtc_test.h's, the same counts.
  */
 #include <mpi.h>
 
-#include "rtc_test.h"
+#include "rtc_test_bf16.h"
 #include "rtc_train.h"
 
 extern "C" {
@@ -206,6 +211,117 @@ static void check_rms(RtMesh *m, RtAxis ax, const char *mode, int N, int Cl, dou
   rtc_test_dfree(d_x, d_w, d_dy, d_out, d_rstd, d_dx, d_dw, d_s);
 }
 
+static void check_ln_bf16(RtMesh *m, RtAxis ax, const char *mode, int N, int Cl, double eps,
+                          int bias) {
+  int P = m->size[ax], C = P * Cl;
+  size_t nx = (size_t)N * Cl;
+  char shape[64], label[64];
+  snprintf(shape, sizeof shape, "%s %s P=%d (%d,%d)%s", mode, rt_axis_name(ax), P, N, Cl,
+           bias ? "" : " nob");
+  snprintf(label, sizeof label, "rank %d: ln_split bf16 eps=%g", world_rank, eps);
+  rtc_test_state = 0x853c49e6748fea9bull + 7919ull * (uint64_t)(world_rank + 1) + N * 31 + Cl;
+  float *x = rtc_test_host_bf16(nx, 2.0f, 4.0f);
+  float *w = rtc_test_host(Cl, 0.5f, 1.5f), *b = bias ? rtc_test_host(Cl, -1, 1) : NULL;
+  float *dy = rtc_test_host_bf16(nx, -1, 1), *dx0 = rtc_test_host_bf16(nx, -1, 1);
+  float *dw0 = rtc_test_host(Cl, -1, 1), *db0 = rtc_test_host(Cl, -1, 1);
+  float *out = (float *)malloc(nx * 4 + 4), *mean = (float *)malloc(N * 4 + 4),
+        *rstd = (float *)malloc(N * 4 + 4);
+  double *hs = (double *)malloc(rt_scratch_ln_split_bytes(N) + 8);
+  float *hdx = rtc_test_copy(dx0, nx), *hdw = rtc_test_copy(dw0, Cl),
+        *hdb = rtc_test_copy(db0, Cl);
+
+  rtc_bf16 *d_x = rtc_test_dev_bf16(x, nx), *d_dy = rtc_test_dev_bf16(dy, nx);
+  rtc_bf16 *d_out = rtc_test_poison_bf16(nx), *d_dx = rtc_test_dev_bf16(dx0, nx);
+  float *d_w = rtc_test_dev(w, Cl), *d_b = bias ? rtc_test_dev(b, Cl) : NULL;
+  float *d_mean = rtc_test_poison(N), *d_rstd = rtc_test_poison(N);
+  float *d_dw = rtc_test_dev(dw0, Cl), *d_db = rtc_test_dev(db0, Cl);
+  double *d_s;
+  cudaCheck(cudaMalloc(&d_s, rt_scratch_ln_split_bytes(N)));
+
+  rt_mesh_reset_counts(m);
+  rt_layernorm_split_forward_f32(m->comm[ax], &m->bytes[ax], out, mean, rstd, x, w, b, N, Cl, C,
+                                 eps, hs);
+  uint64_t bytes = m->bytes[ax], calls = m->calls[ax];
+  rt_mesh_reset_counts(m);
+  rt_layernorm_split_forward_cu(m, ax, d_out, d_mean, d_rstd, d_x, d_w, d_b, N, Cl, C, eps, d_s);
+  counted_(m, ax, bytes, calls, rt_vol_ln_split_fwd(N, P), "ln forward bf16");
+  rtc_test_check_bf16(label, shape, "out", d_out, out, nx);
+  rtc_test_check(label, shape, "mean", d_mean, mean, N);
+  rtc_test_check(label, shape, "rstd", d_rstd, rstd, N);
+  check_d(label, shape, d_s, hs, 2 * (size_t)N);
+
+  rtc_to_device(d_mean, mean, N * 4), rtc_to_device(d_rstd, rstd, N * 4);
+  rt_mesh_reset_counts(m);
+  rt_layernorm_split_backward_f32(m->comm[ax], &m->bytes[ax], hdx, hdw, bias ? hdb : NULL, dy, x,
+                                  w, mean, rstd, N, Cl, C, hs);
+  bytes = m->bytes[ax], calls = m->calls[ax];
+  rt_mesh_reset_counts(m);
+  rt_layernorm_split_backward_cu(m, ax, d_dx, d_dw, bias ? d_db : NULL, d_dy, d_x, d_w, d_mean,
+                                 d_rstd, N, Cl, C, d_s);
+  counted_(m, ax, bytes, calls, rt_vol_ln_split_bwd(N, P), "ln backward bf16");
+  rtc_test_check_bf16(label, shape, "dx", d_dx, hdx, nx);
+  rtc_test_check(label, shape, "dw", d_dw, hdw, Cl);
+  if (bias) rtc_test_check(label, shape, "db", d_db, hdb, Cl);
+  check_d(label, shape, d_s, hs, 2 * (size_t)N);
+  // without dx: the parameter gradients only, nothing communicated
+  rt_mesh_reset_counts(m);
+  rt_layernorm_split_backward_cu(m, ax, (rtc_bf16 *)NULL, d_dw, NULL, d_dy, d_x, d_w, d_mean,
+                                 d_rstd, N, Cl, C, d_s);
+  CHECK(rt_mesh_total_bytes(m) == 0 && m->calls[ax] == 0, "%s: bf16 ln backward without dx "
+        "communicated", shape);
+
+  free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(out), free(mean);
+  free(rstd), free(hs), free(hdx), free(hdw), free(hdb);
+  rtc_test_dfree(d_x, d_w, d_b, d_dy, d_out, d_mean, d_rstd, d_dx, d_dw, d_db, d_s);
+}
+
+static void check_rms_bf16(RtMesh *m, RtAxis ax, const char *mode, int N, int Cl, double eps) {
+  int P = m->size[ax], C = P * Cl;
+  size_t nx = (size_t)N * Cl;
+  char shape[64], label[64];
+  snprintf(shape, sizeof shape, "%s %s P=%d (%d,%d)", mode, rt_axis_name(ax), P, N, Cl);
+  snprintf(label, sizeof label, "rank %d: rms_split bf16 eps=%g", world_rank, eps);
+  rtc_test_state = 0x9e3779b97f4a7c15ull + 104729ull * (uint64_t)(world_rank + 1) + N * 31 + Cl;
+  float *x = rtc_test_host_bf16(nx, -2.0f, 3.0f), *w = rtc_test_host(Cl, 0.5f, 1.5f);
+  float *dy = rtc_test_host_bf16(nx, -1, 1), *dx0 = rtc_test_host_bf16(nx, -1, 1);
+  float *dw0 = rtc_test_host(Cl, -1, 1);
+  float *out = (float *)malloc(nx * 4 + 4), *rstd = (float *)malloc(N * 4 + 4);
+  double *hs = (double *)malloc(rt_scratch_rms_split_bytes(N) + 8);
+  float *hdx = rtc_test_copy(dx0, nx), *hdw = rtc_test_copy(dw0, Cl);
+
+  rtc_bf16 *d_x = rtc_test_dev_bf16(x, nx), *d_dy = rtc_test_dev_bf16(dy, nx);
+  rtc_bf16 *d_out = rtc_test_poison_bf16(nx), *d_dx = rtc_test_dev_bf16(dx0, nx);
+  float *d_w = rtc_test_dev(w, Cl), *d_rstd = rtc_test_poison(N), *d_dw = rtc_test_dev(dw0, Cl);
+  double *d_s;
+  cudaCheck(cudaMalloc(&d_s, rt_scratch_rms_split_bytes(N)));
+
+  rt_mesh_reset_counts(m);
+  rt_rmsnorm_split_forward_f32(m->comm[ax], &m->bytes[ax], out, rstd, x, w, N, Cl, C, eps, hs);
+  uint64_t bytes = m->bytes[ax], calls = m->calls[ax];
+  rt_mesh_reset_counts(m);
+  rt_rmsnorm_split_forward_cu(m, ax, d_out, d_rstd, d_x, d_w, N, Cl, C, eps, d_s);
+  counted_(m, ax, bytes, calls, rt_vol_rms_split_fwd(N, P), "rms forward bf16");
+  rtc_test_check_bf16(label, shape, "out", d_out, out, nx);
+  rtc_test_check(label, shape, "rstd", d_rstd, rstd, N);
+  check_d(label, shape, d_s, hs, (size_t)N);
+
+  rtc_to_device(d_rstd, rstd, N * 4);
+  rt_mesh_reset_counts(m);
+  rt_rmsnorm_split_backward_f32(m->comm[ax], &m->bytes[ax], hdx, hdw, dy, x, w, rstd, N, Cl, C,
+                                hs);
+  bytes = m->bytes[ax], calls = m->calls[ax];
+  rt_mesh_reset_counts(m);
+  rt_rmsnorm_split_backward_cu(m, ax, d_dx, d_dw, d_dy, d_x, d_w, d_rstd, N, Cl, C, d_s);
+  counted_(m, ax, bytes, calls, rt_vol_rms_split_bwd(N, P), "rms backward bf16");
+  rtc_test_check_bf16(label, shape, "dx", d_dx, hdx, nx);
+  rtc_test_check(label, shape, "dw", d_dw, hdw, Cl);
+  check_d(label, shape, d_s, hs, (size_t)N);
+
+  free(x), free(w), free(dy), free(dx0), free(dw0), free(out), free(rstd), free(hs), free(hdx);
+  free(hdw);
+  rtc_test_dfree(d_x, d_w, d_dy, d_out, d_rstd, d_dx, d_dw, d_s);
+}
+
 static void check_axis(RtMesh *m, RtAxis ax, const char *mode) {
   static const struct { int N, Cl; double eps; } cases[] = {
       {37, 45, 1e-5}, {1, 3, 1e-5}, {5, 300, 0.1}, {16, 1, 1e-5}};
@@ -214,6 +330,11 @@ static void check_axis(RtMesh *m, RtAxis ax, const char *mode) {
     check_rms(m, ax, mode, c.N, c.Cl, c.eps);
   }
   check_ln(m, ax, mode, 9, 33, 1e-5, 0);
+  for (auto &c : cases) {
+    check_ln_bf16(m, ax, mode, c.N, c.Cl, c.eps, 1);
+    check_rms_bf16(m, ax, mode, c.N, c.Cl, c.eps);
+  }
+  check_ln_bf16(m, ax, mode, 9, 33, 1e-5, 0);
 }
 
 // every axis of size > 1 of the mesh, NCCL then staged

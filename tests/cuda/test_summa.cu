@@ -14,10 +14,24 @@
  * without the bias); results bitwise the same on a second run; the
  * forward captured as a graph and replayed giving the eager result
  * bitwise; then all of it again in staged mode (--comm mpi).
+ *
+ * bf16 storage (rtc_train.h's bf16 overloads): x, w, dy and dx's start
+ * rounded to bf16 (bias, dw, dbias fp32), against the cpu functions on the
+ * rounded values; the scratch exactly rt_scratch_summa_* × 2 bytes (what
+ * the memory plan gives a bf16 op), its neighbours poisoned and checked
+ * untouched; bytes counted: X and W blocks at 2 bytes an element, the dX
+ * and dW partials and the bias gradient at 4 (dist_formulas.h's volumes
+ * computed here).  Metric bf16_cmp.h's (largest per-element relative error
+ * floored at the rms): fp32 results (dw, dbias) below 1e-4, dx (rounded
+ * once) below BF16_TOL.  y of the forward is rounded q + 1 times (the bias,
+ * then each step's product added in bf16), each rounding relative to a
+ * partial sum, which may be larger than y where the steps cancel: its
+ * error is judged relative to mag, the same SUMMA on |x|, |w|, |bias| (what
+ * bounds every partial sum; test_k_matmul.cu's metric), below BF16_TOL.
  */
 #include <mpi.h>
 
-#include "rtc_test.h"
+#include "bf16_cmp.h"
 #include "rtc_train.h"
 
 extern "C" {
@@ -162,6 +176,95 @@ static void check_shape(RtMesh *m, const char *mode, int Mb, int Kb, int Nb) {
   rtc_test_dfree(d_x, d_w, d_b, d_dy, d_y, d_dx, d_dw, d_db, d_s);
 }
 
+// Whether the n bytes at p (device) are all 0xff (the poison around the scratch).
+static int poisoned_(const void *p, size_t n) {
+  unsigned char *h = (unsigned char *)malloc(n ? n : 1);
+  rtc_to_host(h, p, n);
+  int ok = 1;
+  for (size_t i = 0; i < n; i++) ok &= h[i] == 0xff;
+  free(h);
+  return ok;
+}
+
+static void check_shape_bf16(RtMesh *m, const char *mode, int Mb, int Kb, int Nb) {
+  int q = m->size[ROW];
+  size_t xe = (size_t)Mb * Kb, we = (size_t)Nb * Kb, ye = (size_t)Mb * Nb;
+  char shape[96], label[96];
+  snprintf(shape, sizeof shape, "bf16 %s %dx%d (%d,%d,%d)", mode, q, q, Mb, Kb, Nb);
+  rtc_test_state = 0x2545f4914f6cdd1dull + 7919ull * (uint64_t)(world_rank + 1);
+  float *x = bf16_host(xe, -1, 1), *w = bf16_host(we, -1, 1), *dy = bf16_host(ye, -1, 1);
+  float *bias = rtc_test_host((size_t)Nb, -1, 1), *dx0 = bf16_host(xe, -1, 1);
+  float *dw0 = rtc_test_host(we, -1, 1), *db0 = rtc_test_host((size_t)Nb, -1, 1);
+  float *hs = (float *)malloc(rt_scratch_summa_bwd(xe, we) * sizeof(float));
+  float *hy = (float *)malloc(ye * sizeof(float)), *mag = (float *)malloc(ye * sizeof(float));
+  float *ax = rtc_test_copy(x, xe), *aw = rtc_test_copy(w, we), *ab = rtc_test_copy(bias, Nb);
+  for (size_t e = 0; e < xe; e++) ax[e] = fabsf(ax[e]);
+  for (size_t e = 0; e < we; e++) aw[e] = fabsf(aw[e]);
+  for (int e = 0; e < Nb; e++) ab[e] = fabsf(ab[e]);
+  rtc_bf16 *d_x = bf16_dev(x, xe), *d_w = bf16_dev(w, we), *d_dy = bf16_dev(dy, ye);
+  rtc_bf16 *d_y = bf16_poison(ye), *d_dx = bf16_dev(dx0, xe);
+  float *d_b = rtc_test_dev(bias, (size_t)Nb), *d_dw = rtc_test_dev(dw0, we);
+  float *d_db = rtc_test_dev(db0, (size_t)Nb);
+  // the scratch: exactly the plan's bytes, with 256 poisoned bytes either side
+  size_t sf = rt_scratch_summa_fwd(xe, we) * 2, sb = rt_scratch_summa_bwd(xe, we) * 2;
+  unsigned char *d_sa = (unsigned char *)bf16_poison((sb + 512) / 2);
+  unsigned char *d_s = d_sa + 256;
+  uint64_t xb = xe * 2, wb = we * 2;
+
+  for (int withb = 0; withb < 2; withb++) {
+    rt_summa_forward_f32(m->comm[ROW], m->comm[COL], &m->bytes[ROW], &m->bytes[COL], hy, x, w,
+                         withb ? bias : NULL, Mb, Kb, Nb, hs);
+    rt_summa_forward_f32(m->comm[ROW], m->comm[COL], &m->bytes[ROW], &m->bytes[COL], mag, ax,
+                         aw, withb ? ab : NULL, Mb, Kb, Nb, hs);
+    rt_mesh_reset_counts(m);
+    rtc_memset(d_y, 0xff, ye * 2);
+    rt_summa_forward_cu(m, ROW, COL, d_y, d_x, d_w, withb ? d_b : NULL, Mb, Kb, Nb, d_s);
+    check_counts_(m, "bf16 forward", (uint64_t)q * rt_vol_bcast(xb, q),
+                  (uint64_t)q * rt_vol_bcast(wb, q));
+    snprintf(label, sizeof label, "rank %d: summa_fwd%s", world_rank, withb ? "+bias" : "");
+    float *got = bf16_download(d_y, ye);
+    bf16_cmp_host(label, shape, "y/mag", got, hy, ye, BF16_TOL, 0, mag);
+    free(got);
+    CHECK(poisoned_(d_sa, 256) && poisoned_(d_s + sf, 256),
+          "%s: the forward wrote outside its %zu bytes of scratch", shape, sf);
+  }
+  for (int mask = 0; mask < 8; mask++) {
+    int wx = mask & 1, ww = mask & 2, wbias = mask & 4;
+    float *hdx = rtc_test_copy(dx0, xe), *hdw = rtc_test_copy(dw0, we);
+    float *hdb = rtc_test_copy(db0, (size_t)Nb);
+    rt_summa_backward_f32(m->comm[ROW], m->comm[COL], &m->bytes[ROW], &m->bytes[COL],
+                          wx ? hdx : NULL, ww ? hdw : NULL, wbias ? hdb : NULL, dy, x, w, Mb, Kb,
+                          Nb, hs);
+    rtc_bf16 *e_dx = bf16_dev(dx0, xe);
+    rtc_to_device(d_dw, dw0, we * 4);
+    rtc_to_device(d_db, db0, (size_t)Nb * 4);
+    rt_mesh_reset_counts(m);
+    rt_summa_backward_cu(m, ROW, COL, wx ? e_dx : NULL, ww ? d_dw : NULL, wbias ? d_db : NULL,
+                         d_dy, d_x, d_w, Mb, Kb, Nb, d_s);
+    rtc_sync();
+    uint64_t row = 0, col = 0;
+    if (wx) col += (uint64_t)q * rt_vol_bcast(wb, q), row += (uint64_t)q * rt_vol_reduce(xe * 4, q);
+    if (ww) row += (uint64_t)q * rt_vol_bcast(xb, q), col += (uint64_t)q * rt_vol_reduce(we * 4, q);
+    if (wbias) col += rt_vol_allreduce((uint64_t)Nb * 4, q);
+    char what[64];
+    snprintf(what, sizeof what, "bf16 backward (dx %d, dw %d, dbias %d)", !!wx, !!ww, !!wbias);
+    check_counts_(m, what, row, col);
+    snprintf(label, sizeof label, "rank %d: summa_bwd %c%c%c", world_rank, wx ? 'x' : '-',
+             ww ? 'w' : '-', wbias ? 'b' : '-');
+    // a gradient not wanted: the cpu's is its start, the device's must equal it
+    bf16_check(label, shape, "dx", e_dx, hdx, xe, wx ? BF16_TOL : 1e-30);
+    f32_check(label, shape, "dw", d_dw, hdw, we, ww ? 1e-4 : 1e-30);
+    f32_check(label, shape, "dbias", d_db, hdb, (size_t)Nb, wbias ? 1e-4 : 1e-30);
+    CHECK(poisoned_(d_sa, 256) && poisoned_(d_s + sb, 256),
+          "%s: %s wrote outside its %zu bytes of scratch", shape, what, sb);
+    free(hdx), free(hdw), free(hdb);
+    rtc_test_dfree(e_dx);
+  }
+  free(x), free(w), free(dy), free(bias), free(dx0), free(dw0), free(db0), free(hs), free(hy);
+  free(mag), free(ax), free(aw), free(ab);
+  rtc_test_dfree(d_x, d_w, d_dy, d_y, d_dx, d_b, d_dw, d_db, d_sa);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int world = 1;
@@ -192,9 +295,13 @@ int main(int argc, char **argv) {
     check_shape(&m, modes[staged], 19, 13, 11);  // odd, unaligned blocks
     check_shape(&m, modes[staged], 1, 1, 1);     // the smallest
     check_shape(&m, modes[staged], 64, 96, 80);  // a few GEMM tiles
+    check_shape_bf16(&m, modes[staged], 19, 13, 11);
+    check_shape_bf16(&m, modes[staged], 1, 1, 1);
+    check_shape_bf16(&m, modes[staged], 64, 96, 80);
     rtc_mesh_free();
   }
   rt_mesh_free(&m);
+  bf16_selftest();
   int failed = rtc_test_failures, any = 0;
   MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (world_rank == 0) printf(any ? "%d check(s) FAILED\n" : "all checks passed\n", any);

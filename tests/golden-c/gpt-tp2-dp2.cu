@@ -591,9 +591,10 @@ static void backward(RtPass *p) {
   {
     const float *d157 = F(11425792);
     float *d155 = F(3381760);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
-      d155[j] += d157[i];
+    rtc_foreach(128, [=] __device__(size_t j) {
+      for (size_t i = j; i < 32768; i += 128) {
+        d155[j] += d157[i];
+      }
     });
   }
   // gpt.shard:6 (blocks.3.mlp)  d%154 += acc d%157, %154
@@ -637,9 +638,10 @@ static void backward(RtPass *p) {
   {
     const float *d142 = F(12212224);
     float *d140 = F(3117056);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
-      d140[j] += d142[i];
+    rtc_foreach(128, [=] __device__(size_t j) {
+      for (size_t i = j; i < 32768; i += 128) {
+        d140[j] += d142[i];
+      }
     });
   }
   // gpt.shard:5 (blocks.3.attn)  d%139 += acc d%142, %139
@@ -700,9 +702,10 @@ static void backward(RtPass *p) {
   {
     const float *d119 = F(12343296);
     float *d117 = F(2983680);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
-      d117[j] += d119[i];
+    rtc_foreach(128, [=] __device__(size_t j) {
+      for (size_t i = j; i < 32768; i += 128) {
+        d117[j] += d119[i];
+      }
     });
   }
   // gpt.shard:6 (blocks.2.mlp)  d%116 += acc d%119, %116
@@ -746,9 +749,10 @@ static void backward(RtPass *p) {
   {
     const float *d104 = F(10115072);
     float *d102 = F(2718976);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
-      d102[j] += d104[i];
+    rtc_foreach(128, [=] __device__(size_t j) {
+      for (size_t i = j; i < 32768; i += 128) {
+        d102[j] += d104[i];
+      }
     });
   }
   // gpt.shard:5 (blocks.2.attn)  d%101 += acc d%104, %101
@@ -809,9 +813,10 @@ static void backward(RtPass *p) {
   {
     const float *d81 = F(9984000);
     float *d79 = F(2585600);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
-      d79[j] += d81[i];
+    rtc_foreach(128, [=] __device__(size_t j) {
+      for (size_t i = j; i < 32768; i += 128) {
+        d79[j] += d81[i];
+      }
     });
   }
   // gpt.shard:6 (blocks.1.mlp)  d%78 += acc d%81, %78
@@ -855,9 +860,10 @@ static void backward(RtPass *p) {
   {
     const float *d66 = F(8804352);
     float *d64 = F(2320896);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
-      d64[j] += d66[i];
+    rtc_foreach(128, [=] __device__(size_t j) {
+      for (size_t i = j; i < 32768; i += 128) {
+        d64[j] += d66[i];
+      }
     });
   }
   // gpt.shard:5 (blocks.1.attn)  d%63 += acc d%66, %63
@@ -918,9 +924,10 @@ static void backward(RtPass *p) {
   {
     const float *d43 = F(8673280);
     float *d41 = F(2187520);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
-      d41[j] += d43[i];
+    rtc_foreach(128, [=] __device__(size_t j) {
+      for (size_t i = j; i < 32768; i += 128) {
+        d41[j] += d43[i];
+      }
     });
   }
   // gpt.shard:6 (blocks.0.mlp)  d%40 += acc d%43, %40
@@ -964,9 +971,10 @@ static void backward(RtPass *p) {
   {
     const float *d28 = F(8214528);
     float *d26 = F(1922816);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
-      d26[j] += d28[i];
+    rtc_foreach(128, [=] __device__(size_t j) {
+      for (size_t i = j; i < 32768; i += 128) {
+        d26[j] += d28[i];
+      }
     });
   }
   // gpt.shard:5 (blocks.0.attn)  d%25 += acc d%28, %25
@@ -1018,9 +1026,10 @@ static void backward(RtPass *p) {
   {
     const float *d5 = F(7297024);
     float *d4 = F(1757184);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 8192;
-      d4[j] += d5[i];
+    rtc_foreach(8192, [=] __device__(size_t j) {
+      for (size_t i = j; i < 32768; i += 8192) {
+        d4[j] += d5[i];
+      }
     });
   }
   // gpt.shard:11 (pos)  %327 += grad_all_reduce %327

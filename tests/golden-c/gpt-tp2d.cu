@@ -715,9 +715,10 @@ static void backward(RtPass *p) {
   {
     const float *d157 = F(5236736);
     float *d155 = F(1698048);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
-      d155[j] += d157[i];
+    rtc_foreach(64, [=] __device__(size_t j) {
+      for (size_t i = j; i < 8192; i += 64) {
+        d155[j] += d157[i];
+      }
     });
   }
   // gpt.shard:6 (blocks.3.mlp)  d%152, d@blocks.3.mlp.proj.weight += matmul_bwd d%157, %152, @blocks.3.mlp.proj.weight
@@ -735,9 +736,10 @@ static void backward(RtPass *p) {
   {
     const float *d151 = F(5564416);
     float *d150 = F(1631488);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 256;
-      d150[j] += d151[i];
+    rtc_foreach(256, [=] __device__(size_t j) {
+      for (size_t i = j; i < 32768; i += 256) {
+        d150[j] += d151[i];
+      }
     });
   }
   // gpt.shard:6 (blocks.3.mlp)  d%145, d@blocks.3.mlp.fc.weight += matmul_bwd d%151, %145, @blocks.3.mlp.fc.weight
@@ -766,9 +768,10 @@ static void backward(RtPass *p) {
   {
     const float *d142 = F(5302272);
     float *d140 = F(1565184);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
-      d140[j] += d142[i];
+    rtc_foreach(64, [=] __device__(size_t j) {
+      for (size_t i = j; i < 8192; i += 64) {
+        d140[j] += d142[i];
+      }
     });
   }
   // gpt.shard:5 (blocks.3.attn)  d%137, d@blocks.3.attn.proj.weight += matmul_bwd d%142, %137, @blocks.3.attn.proj.weight
@@ -799,9 +802,10 @@ static void backward(RtPass *p) {
   {
     const float *d128 = F(5367808);
     float *d127 = F(1548032);
-    rtc_foreach(24576, [=] __device__(size_t i) {
-      const size_t j = i % 192;
-      d127[j] += d128[i];
+    rtc_foreach(192, [=] __device__(size_t j) {
+      for (size_t i = j; i < 24576; i += 192) {
+        d127[j] += d128[i];
+      }
     });
   }
   // gpt.shard:5 (blocks.3.attn)  d%122, d@blocks.3.attn.qkv.weight += matmul_bwd d%128, %122, @blocks.3.attn.qkv.weight
@@ -830,9 +834,10 @@ static void backward(RtPass *p) {
   {
     const float *d119 = F(5203968);
     float *d117 = F(1498112);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
-      d117[j] += d119[i];
+    rtc_foreach(64, [=] __device__(size_t j) {
+      for (size_t i = j; i < 8192; i += 64) {
+        d117[j] += d119[i];
+      }
     });
   }
   // gpt.shard:6 (blocks.2.mlp)  d%114, d@blocks.2.mlp.proj.weight += matmul_bwd d%119, %114, @blocks.2.mlp.proj.weight
@@ -850,9 +855,10 @@ static void backward(RtPass *p) {
   {
     const float *d113 = F(5040128);
     float *d112 = F(1431552);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 256;
-      d112[j] += d113[i];
+    rtc_foreach(256, [=] __device__(size_t j) {
+      for (size_t i = j; i < 32768; i += 256) {
+        d112[j] += d113[i];
+      }
     });
   }
   // gpt.shard:6 (blocks.2.mlp)  d%107, d@blocks.2.mlp.fc.weight += matmul_bwd d%113, %107, @blocks.2.mlp.fc.weight
@@ -881,9 +887,10 @@ static void backward(RtPass *p) {
   {
     const float *d104 = F(4712448);
     float *d102 = F(1365248);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
-      d102[j] += d104[i];
+    rtc_foreach(64, [=] __device__(size_t j) {
+      for (size_t i = j; i < 8192; i += 64) {
+        d102[j] += d104[i];
+      }
     });
   }
   // gpt.shard:5 (blocks.2.attn)  d%99, d@blocks.2.attn.proj.weight += matmul_bwd d%104, %99, @blocks.2.attn.proj.weight
@@ -914,9 +921,10 @@ static void backward(RtPass *p) {
   {
     const float *d90 = F(4319232);
     float *d89 = F(1348096);
-    rtc_foreach(24576, [=] __device__(size_t i) {
-      const size_t j = i % 192;
-      d89[j] += d90[i];
+    rtc_foreach(192, [=] __device__(size_t j) {
+      for (size_t i = j; i < 24576; i += 192) {
+        d89[j] += d90[i];
+      }
     });
   }
   // gpt.shard:5 (blocks.2.attn)  d%84, d@blocks.2.attn.qkv.weight += matmul_bwd d%90, %84, @blocks.2.attn.qkv.weight
@@ -945,9 +953,10 @@ static void backward(RtPass *p) {
   {
     const float *d81 = F(4679680);
     float *d79 = F(1298176);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
-      d79[j] += d81[i];
+    rtc_foreach(64, [=] __device__(size_t j) {
+      for (size_t i = j; i < 8192; i += 64) {
+        d79[j] += d81[i];
+      }
     });
   }
   // gpt.shard:6 (blocks.1.mlp)  d%76, d@blocks.1.mlp.proj.weight += matmul_bwd d%81, %76, @blocks.1.mlp.proj.weight
@@ -965,9 +974,10 @@ static void backward(RtPass *p) {
   {
     const float *d75 = F(4548608);
     float *d74 = F(1231616);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 256;
-      d74[j] += d75[i];
+    rtc_foreach(256, [=] __device__(size_t j) {
+      for (size_t i = j; i < 32768; i += 256) {
+        d74[j] += d75[i];
+      }
     });
   }
   // gpt.shard:6 (blocks.1.mlp)  d%69, d@blocks.1.mlp.fc.weight += matmul_bwd d%75, %69, @blocks.1.mlp.fc.weight
@@ -996,9 +1006,10 @@ static void backward(RtPass *p) {
   {
     const float *d66 = F(4155392);
     float *d64 = F(1165312);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
-      d64[j] += d66[i];
+    rtc_foreach(64, [=] __device__(size_t j) {
+      for (size_t i = j; i < 8192; i += 64) {
+        d64[j] += d66[i];
+      }
     });
   }
   // gpt.shard:5 (blocks.1.attn)  d%61, d@blocks.1.attn.proj.weight += matmul_bwd d%66, %61, @blocks.1.attn.proj.weight
@@ -1029,9 +1040,10 @@ static void backward(RtPass *p) {
   {
     const float *d52 = F(4319232);
     float *d51 = F(1148160);
-    rtc_foreach(24576, [=] __device__(size_t i) {
-      const size_t j = i % 192;
-      d51[j] += d52[i];
+    rtc_foreach(192, [=] __device__(size_t j) {
+      for (size_t i = j; i < 24576; i += 192) {
+        d51[j] += d52[i];
+      }
     });
   }
   // gpt.shard:5 (blocks.1.attn)  d%46, d@blocks.1.attn.qkv.weight += matmul_bwd d%52, %46, @blocks.1.attn.qkv.weight
@@ -1060,9 +1072,10 @@ static void backward(RtPass *p) {
   {
     const float *d43 = F(4188160);
     float *d41 = F(1098240);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
-      d41[j] += d43[i];
+    rtc_foreach(64, [=] __device__(size_t j) {
+      for (size_t i = j; i < 8192; i += 64) {
+        d41[j] += d43[i];
+      }
     });
   }
   // gpt.shard:6 (blocks.0.mlp)  d%38, d@blocks.0.mlp.proj.weight += matmul_bwd d%43, %38, @blocks.0.mlp.proj.weight
@@ -1080,9 +1093,10 @@ static void backward(RtPass *p) {
   {
     const float *d37 = F(3958784);
     float *d36 = F(1031680);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 256;
-      d36[j] += d37[i];
+    rtc_foreach(256, [=] __device__(size_t j) {
+      for (size_t i = j; i < 32768; i += 256) {
+        d36[j] += d37[i];
+      }
     });
   }
   // gpt.shard:6 (blocks.0.mlp)  d%31, d@blocks.0.mlp.fc.weight += matmul_bwd d%37, %31, @blocks.0.mlp.fc.weight
@@ -1111,9 +1125,10 @@ static void backward(RtPass *p) {
   {
     const float *d28 = F(4089856);
     float *d26 = F(965376);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
-      d26[j] += d28[i];
+    rtc_foreach(64, [=] __device__(size_t j) {
+      for (size_t i = j; i < 8192; i += 64) {
+        d26[j] += d28[i];
+      }
     });
   }
   // gpt.shard:5 (blocks.0.attn)  d%23, d@blocks.0.attn.proj.weight += matmul_bwd d%28, %23, @blocks.0.attn.proj.weight
@@ -1144,9 +1159,10 @@ static void backward(RtPass *p) {
   {
     const float *d14 = F(3466240);
     float *d13 = F(948224);
-    rtc_foreach(24576, [=] __device__(size_t i) {
-      const size_t j = i % 192;
-      d13[j] += d14[i];
+    rtc_foreach(192, [=] __device__(size_t j) {
+      for (size_t i = j; i < 24576; i += 192) {
+        d13[j] += d14[i];
+      }
     });
   }
   // gpt.shard:5 (blocks.0.attn)  d%8, d@blocks.0.attn.qkv.weight += matmul_bwd d%14, %8, @blocks.0.attn.qkv.weight
@@ -1166,9 +1182,10 @@ static void backward(RtPass *p) {
   {
     const float *d5 = F(3598336);
     float *d4 = F(882176);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 4096;
-      d4[j] += d5[i];
+    rtc_foreach(4096, [=] __device__(size_t j) {
+      for (size_t i = j; i < 8192; i += 4096) {
+        d4[j] += d5[i];
+      }
     });
   }
   // gpt.shard:11  %288 = all_gather d%5

@@ -411,9 +411,10 @@ static void backward(RtPass *p) {
   {
     const float *d5 = F(3151936);
     float *d4 = F(539648);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 2048;
-      d4[j] += d5[i];
+    rtc_foreach(2048, [=] __device__(size_t j) {
+      for (size_t i = j; i < 8192; i += 2048) {
+        d4[j] += d5[i];
+      }
     });
   }
   // mish.shard:15  d@embed.weight += gather_bwd d%5, @embed.weight, $tokens

@@ -4,7 +4,12 @@
  * and maxima for all-reduces.  While a stream capture is open (cuda_host.h) a collective is
  * recorded, and its MPI call made when the graph is replayed (a failure
  * then aborts).  What the CUDA runtime and its calibrator (rtc_calib.cu)
- * use, nothing more. */
+ * use, nothing more.
+ *
+ * ncclBfloat16 (rtc_bf16, 2 bytes an element): moved as MPI_UINT16_T; a
+ * reduction widens every rank's values to fp32, reduces them with MPI's
+ * float sum (or max) and rounds the result once to bf16 (NCCL rounds after
+ * each step of its ring or tree: the same up to those roundings). */
 #ifndef RTC_NCCL_HOST_H
 #define RTC_NCCL_HOST_H
 
@@ -13,8 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../rtc_bf16.h"
+
 typedef enum { ncclSuccess = 0, ncclSystemError = 2, ncclInvalidArgument = 4 } ncclResult_t;
-typedef enum { ncclFloat = 0, ncclDouble = 1, ncclInt = 2 } ncclDataType_t;
+typedef enum { ncclFloat = 0, ncclDouble = 1, ncclInt = 2, ncclBfloat16 = 9 } ncclDataType_t;
 typedef enum { ncclSum = 0, ncclMax = 2 } ncclRedOp_t;
 typedef struct { char internal[128]; } ncclUniqueId;
 struct ncclComm {
@@ -27,7 +34,20 @@ static inline const char *ncclGetErrorString(ncclResult_t r) {
   return r == ncclSuccess ? "no error" : r == ncclSystemError ? "MPI call failed" : "invalid argument";
 }
 static inline MPI_Datatype rtc_nccl_mpi_type_(ncclDataType_t t) {
-  return t == ncclFloat ? MPI_FLOAT : t == ncclDouble ? MPI_DOUBLE : MPI_INT;
+  return t == ncclFloat      ? MPI_FLOAT
+         : t == ncclDouble   ? MPI_DOUBLE
+         : t == ncclBfloat16 ? MPI_UINT16_T
+                             : MPI_INT;
+}
+/* n bf16 widened into a new float buffer (free it); n floats rounded into bf16. */
+static inline float *rtc_nccl_widen_(const void *x, size_t n) {
+  float *y = (float *)malloc((n ? n : 1) * sizeof(float));
+  if (!y) return NULL;
+  for (size_t i = 0; i < n; i++) y[i] = rtc_bf2f(((const rtc_bf16 *)x)[i]);
+  return y;
+}
+static inline void rtc_nccl_round_(void *y, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) ((rtc_bf16 *)y)[i] = rtc_f2bf(x[i]);
 }
 static inline ncclResult_t rtc_nccl_ok_(int mpi_rc) {
   return mpi_rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
@@ -83,6 +103,15 @@ static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t co
   (void)s;
   MPI_Comm comm = c->comm;
   MPI_Op mop = op == ncclMax ? MPI_MAX : MPI_SUM;
+  if (t == ncclBfloat16)
+    return rtc_nccl_run_([=]() {
+      float *w = rtc_nccl_widen_(send, count);
+      if (!w) return MPI_ERR_NO_MEM;
+      int rc = MPI_Allreduce(MPI_IN_PLACE, w, (int)count, MPI_FLOAT, mop, comm);
+      rtc_nccl_round_(recv, w, count);
+      free(w);
+      return rc;
+    });
   return rtc_nccl_run_([=]() {
     return MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count,
                          rtc_nccl_mpi_type_(t), mop, comm);
@@ -107,6 +136,24 @@ static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_
   (void)op;
   (void)s;
   MPI_Comm comm = c->comm;
+  if (t == ncclBfloat16) {
+    int P = 1;
+    MPI_Comm_size(comm, &P);
+    return rtc_nccl_run_([=]() {
+      float *w = rtc_nccl_widen_(send, count * (size_t)P);
+      float *r = (float *)malloc((count ? count : 1) * sizeof(float));
+      if (!w || !r) {
+        free(w);
+        free(r);
+        return MPI_ERR_NO_MEM;
+      }
+      int rc = MPI_Reduce_scatter_block(w, r, (int)count, MPI_FLOAT, MPI_SUM, comm);
+      rtc_nccl_round_(recv, r, count);
+      free(w);
+      free(r);
+      return rc;
+    });
+  }
   return rtc_nccl_run_([=]() {
     return MPI_Reduce_scatter_block(send, recv, (int)count, rtc_nccl_mpi_type_(t), MPI_SUM, comm);
   });
@@ -134,6 +181,16 @@ static inline ncclResult_t ncclReduce(const void *send, void *recv, size_t count
   MPI_Comm_rank(c->comm, &r);
   MPI_Comm comm = c->comm;
   MPI_Op mop = op == ncclMax ? MPI_MAX : MPI_SUM;
+  if (t == ncclBfloat16)
+    return rtc_nccl_run_([=]() {
+      float *w = rtc_nccl_widen_(send, count);
+      if (!w) return MPI_ERR_NO_MEM;
+      int rc = r != root ? MPI_Reduce(w, NULL, (int)count, MPI_FLOAT, mop, root, comm)
+                         : MPI_Reduce(MPI_IN_PLACE, w, (int)count, MPI_FLOAT, mop, root, comm);
+      if (r == root) rtc_nccl_round_(recv, w, count);
+      free(w);
+      return rc;
+    });
   return rtc_nccl_run_([=]() {
     if (r != root) return MPI_Reduce(send, NULL, (int)count, rtc_nccl_mpi_type_(t), mop, root, comm);
     return MPI_Reduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count,

@@ -1,0 +1,240 @@
+/* precision.c — what `precision = bf16` (or fp16) stores in 16 bits.
+ *
+ * Mixed precision as runtime/cuda/rtc_bf16.h states it: activations and
+ * their gradients in 16 bits, computed in fp32 by every kernel; parameters
+ * (the fp32 masters), their gradients, optimizer state, the statistics
+ * kernels keep for their backward (layernorm mean and rstd, rmsnorm rstd,
+ * attention's log-sum-exp) and the loss in fp32.  The memory plan then
+ * places each value at its own width, so planned bytes stay exact.
+ *
+ * Per stage graph, after autodiff and recompute (recompute=auto plans its
+ * trials through precision_apply too), before zero and memplan:
+ *   1. forward values, in program order: a kernel's data outputs are 16-bit,
+ *      its statistics fp32; an elementwise op, a view or a collective gives
+ *      its operands' width (16-bit if any float operand is), so a value made
+ *      of parameters and float inputs alone stays fp32; parameters, inputs
+ *      and the loss stay fp32; the activation a pipeline stage receives is
+ *      16-bit.
+ *   2. a gradient has its forward value's width (a parameter's: fp32).
+ *   3. backward temporaries (a collective's adjoint) the width of their
+ *      operand.
+ *   4. where a kernel reads a data operand in fp32 (a parameter as a
+ *      matmul's weight, a float input), a cast node right before it makes
+ *      the 16-bit copy the kernel reads (transient: freed after the kernel);
+ *      where an accumulation (acc, shard_bwd) adds one width into the other,
+ *      its source is cast to its destination's.
+ * Node ids stay schedule positions (dropout_bwd's forward index follows).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuse.h"
+#include "passes.h"
+
+static bool is16(DType t) { return t == DT_BF16 || t == DT_F16; }
+static bool isfloat(DType t) { return t == DT_F32 || is16(t); }
+
+/* Whether output k of a kernel node is a statistic (fp32). */
+static bool stat_out(const Node *n, int k) {
+  switch (n->op) {
+  case OP_LAYERNORM:
+  case OP_RMSNORM:
+  case OP_ATTENTION: return k > 0;
+  case OP_CROSS_ENTROPY: return true;
+  default: return false;
+  }
+}
+
+/* Whether operand k of n is read by the kernel as 16-bit data (a cast makes
+ * it so when it is fp32).  Elementwise loops read either width. */
+static bool data_operand(const Node *n, int k) {
+  switch (n->op) {
+  case OP_MATMUL: return k <= 1;
+  case OP_MATMUL_BWD: return k <= 2;
+  case OP_LAYERNORM:
+  case OP_RMSNORM:
+  case OP_SOFTMAX:
+  case OP_DROPOUT:
+  case OP_SLICE:
+  case OP_ROPE:
+  case OP_CROSS_ENTROPY:
+  case OP_GATHER_BWD:
+  case OP_DROPOUT_BWD:
+  case OP_SLICE_BWD:
+  case OP_ROPE_BWD: return k == 0;
+  case OP_LAYERNORM_BWD:
+  case OP_RMSNORM_BWD:
+  case OP_SOFTMAX_BWD: return k <= 1;
+  case OP_ATTENTION: return k <= 2;
+  case OP_ATTENTION_BWD: return k <= 4;
+  case OP_CROSS_ENTROPY_BWD: return k == 1;
+  default: return false;
+  }
+}
+
+/* Ops whose outputs have their operands' width. */
+static bool follows_operands(const Node *n) {
+  return fuse_is_loop_op(n->op) || ir_ops[n->op].cls == OPC_VIEW || ir_is_comm(n->op) ||
+         n->op == OP_TP_COPY;
+}
+
+static const Value *root(const Value *v) {
+  while (v->alias) v = v->alias;
+  return v;
+}
+
+/* A backward kernel writes the gradients of its data operands in 16 bits:
+ * one of a value computed from parameters and float inputs alone (fp32)
+ * has no launcher. */
+static int check_grads(const Graph *g, DType t) {
+  for (int i = 0; i < g->nodes.len; i++) {
+    const Node *n = g->nodes.data[i];
+    if (!n->bwd || fuse_is_loop_op(n->op) || ir_ops[n->op].cls == OPC_B_ACC) continue;
+    if (ir_ops[n->op].cls == OPC_B_BINARY || ir_ops[n->op].cls == OPC_B_UNARY ||
+        ir_ops[n->op].cls == OPC_B_MAP)
+      continue; /* loops (and the unary kernels' fp32 launchers) */
+    for (int k = 0; k < n->nout; k++) {
+      const Value *o = n->outs[k];
+      if (!o || o->dtype != DT_F32 || !o->grad_of) continue;
+      const Value *f = root(o->grad_of);
+      if (f->role == ROLE_PARAM) continue;
+      diag_error(n->loc,
+                 "precision = %s: the gradient of a value computed from parameters alone flows "
+                 "through %s, which has no mixed-precision kernel for it; compute it in the "
+                 "model's activations, or train with precision = fp32",
+                 ir_dtype_name(t), ir_ops[n->op].name);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+typedef struct Cast {
+  int before;   /* node index it goes before */
+  Node *n;
+  const Node *reader;
+} Cast;
+
+static int by_before(const void *a, const void *b) {
+  const Cast *x = a, *y = b;
+  return x->before != y->before ? (x->before < y->before ? -1 : 1) : (x->n->id < y->n->id ? -1 : 1);
+}
+
+int precision_apply(Graph *g, DType t) {
+  if (!is16(t)) return 0;
+  int nn = g->nodes.len;
+  /* the activation received from the previous pipeline stage (an input) */
+  if (g->recv_act && g->recv_act->dtype == DT_F32) g->recv_act->dtype = t;
+  /* 1. forward values (and recomputed copies: forward ops in the backward) */
+  for (int i = 0; i < nn; i++) {
+    Node *n = g->nodes.data[i];
+    if (n->bwd || n->op == OP_FILL || n->op == OP_PARAM || n->op == OP_INPUT) continue;
+    if (n->op == OP_RECV) {
+      if (n->out->role != ROLE_GRAD && n->out->dtype == DT_F32) n->out->dtype = t;
+      continue;
+    }
+    bool wide = false;
+    for (int k = 0; k < n->nin; k++) wide |= is16(n->in[k]->dtype);
+    for (int k = 0; k < n->nout; k++) {
+      Value *o = n->outs[k];
+      if (!o || o->role == ROLE_GRAD || o->dtype != DT_F32) continue;
+      if (n->op == OP_CAST) continue;
+      if (follows_operands(n)) {
+        if (wide) o->dtype = t;
+      } else if (!stat_out(n, k)) {
+        o->dtype = t;
+      }
+    }
+  }
+  /* 2. gradients: their forward value's width */
+  for (int i = 0; i < g->values.len; i++) {
+    Value *v = g->values.data[i];
+    if (v->role == ROLE_GRAD && v->grad_of && isfloat(v->dtype)) v->dtype = v->grad_of->dtype;
+  }
+  /* 3. backward temporaries (not gradients): their operand's width */
+  for (int i = 0; i < nn; i++) {
+    Node *n = g->nodes.data[i];
+    if (!n->bwd && n->op != OP_FILL && n->op != OP_RECV && !ir_is_comm(n->op)) continue;
+    for (int k = 0; k < n->nout; k++) {
+      Value *o = n->outs[k];
+      if (o && o->role != ROLE_GRAD && o->dtype == DT_F32 && n->nin && is16(n->in[0]->dtype))
+        o->dtype = t;
+    }
+  }
+  if (g->send_act && !is16(g->send_act->dtype) && isfloat(g->send_act->dtype)) {
+    diag_error(g->send_act->loc,
+               "precision = %s: the activation stage %d sends is computed from parameters and "
+               "float inputs alone; cut the pipeline after a layer",
+               ir_dtype_name(t), g->stage);
+    return -1;
+  }
+  /* 4. casts before the kernels that read fp32 data, and into accumulations
+   *    of the other width */
+  Cast *casts = NULL;
+  int ncast = 0, cap = 0;
+  for (int i = 0; i < nn; i++) {
+    Node *n = g->nodes.data[i];
+    for (int k = 0; k < n->nin; k++) {
+      Value *v = n->in[k];
+      DType want;
+      if (data_operand(n, k) && v->dtype == DT_F32)
+        want = t;
+      else if ((n->op == OP_ACC || n->op == OP_SHARD_BWD) && k == 0 && n->out &&
+               isfloat(v->dtype) && isfloat(n->out->dtype) && v->dtype != n->out->dtype)
+        want = n->out->dtype;
+      else
+        continue;
+      /* one cast per value and node */
+      Value *done = NULL;
+      for (int c = 0; c < ncast; c++)
+        if (casts[c].reader == n && casts[c].n->in[0] == v) done = casts[c].n->out;
+      if (done) {
+        n->in[k] = done;
+        continue;
+      }
+      Attrs a = {0};
+      a.i[0] = want;
+      a.ni = 1;
+      Node *c = ir_add(g, OP_CAST, &v, 1, &a, n->loc, n->scope, "cast");
+      if (!c) return -1;
+      c->out->role = ROLE_ACT;
+      /* before the bias gradient a matmul_bwd sums (fuse.c pairs the two) */
+      int at = i;
+      const Node *p = i > 0 ? g->nodes.data[i - 1] : NULL;
+      if (n->op == OP_MATMUL_BWD && p && p->op == OP_ADD_BWD && p->in[0] == n->in[0]) at = i - 1;
+      casts = arena_grow(casts, ncast, &cap, sizeof *casts, 16);
+      casts[ncast++] = (Cast){at, c, n};
+      n->in[k] = c->out;
+    }
+  }
+  if (check_grads(g, t)) return -1;
+  if (!ncast) return 0;
+  /* ir_add appended them: move each right before its reader */
+  g->nodes.len = nn;
+  qsort(casts, (size_t)ncast, sizeof *casts, by_before);
+  PtrVec nodes = {0};
+  int *newid = arena_alloc(sizeof(int) * (size_t)(nn + 1));
+  int nfwd = -1, c = 0;
+  for (int i = 0; i < nn; i++) {
+    if (i == g->nfwd) nfwd = nodes.len;
+    for (; c < ncast && casts[c].before == i; c++) vec_push(&nodes, casts[c].n);
+    newid[i] = nodes.len;
+    vec_push(&nodes, g->nodes.data[i]);
+  }
+  if (nfwd < 0) nfwd = nodes.len;
+  for (int i = 0; i < nodes.len; i++) {
+    Node *n = nodes.data[i];
+    n->id = i;
+    if (n->op == OP_DROPOUT_BWD) n->a.i[1] = newid[n->a.i[1]];
+  }
+  g->nodes = nodes;
+  g->nfwd = nfwd;
+  return 0;
+}
+
+static int precision_stage(Module *m) { return precision_apply(m->graph, m->train.precision); }
+
+int pass_precision(Module *m) {
+  if (!is16(m->train.precision)) return 0;
+  return per_stage(m, precision_stage);
+}
