@@ -18,45 +18,19 @@
 #ifndef BF16_CMP_H
 #define BF16_CMP_H
 
-#include "rtc_test.h"
+#include "rtc_test_bf16.h"
 
 #define BF16_TOL 1e-2
 
-/* h (n floats) rounded to bf16 in place; returns h. */
+/* The bf16 inputs and outputs of rtc_test_bf16.h under this file's names. */
 static inline float *bf16_round_host(float *h, size_t n) {
-  for (size_t i = 0; i < n; i++) h[i] = rtc_bf16_round(h[i]);
+  rtc_test_round(h, n);
   return h;
 }
-/* n host floats, uniform in [lo, hi), rounded to bf16. */
-static inline float *bf16_host(size_t n, float lo, float hi) {
-  return bf16_round_host(rtc_test_host(n, lo, hi), n);
-}
-/* A device bf16 copy of h (n floats, each rounded). */
-static inline rtc_bf16 *bf16_dev(const float *h, size_t n) {
-  rtc_bf16 *t = (rtc_bf16 *)malloc((n ? n : 1) * sizeof(rtc_bf16)), *d;
-  for (size_t i = 0; i < n; i++) t[i] = rtc_f2bf(h[i]);
-  cudaCheck(cudaMalloc(&d, (n ? n : 1) * sizeof(rtc_bf16)));
-  cudaCheck(cudaMemcpy(d, t, n * sizeof(rtc_bf16), cudaMemcpyHostToDevice));
-  free(t);
-  return d;
-}
-/* n device bf16 of NaN (all-ones bytes). */
-static inline rtc_bf16 *bf16_poison(size_t n) {
-  rtc_bf16 *d;
-  cudaCheck(cudaMalloc(&d, (n ? n : 1) * sizeof(rtc_bf16)));
-  cudaCheck(cudaMemset(d, 0xff, n * sizeof(rtc_bf16)));
-  return d;
-}
-/* n device bf16 widened into a new host buffer (free it). */
-static inline float *bf16_download(const rtc_bf16 *d, size_t n) {
-  rtc_bf16 *t = (rtc_bf16 *)malloc((n ? n : 1) * sizeof(rtc_bf16));
-  float *h = (float *)malloc((n ? n : 1) * sizeof(float));
-  cudaCheck(cudaDeviceSynchronize());
-  cudaCheck(cudaMemcpy(t, d, n * sizeof(rtc_bf16), cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < n; i++) h[i] = rtc_bf2f(t[i]);
-  free(t);
-  return h;
-}
+static inline float *bf16_host(size_t n, float lo, float hi) { return rtc_test_host_bf16(n, lo, hi); }
+static inline rtc_bf16 *bf16_dev(const float *h, size_t n) { return rtc_test_dev_bf16(h, n); }
+static inline rtc_bf16 *bf16_poison(size_t n) { return rtc_test_poison_bf16(n); }
+static inline float *bf16_download(const rtc_bf16 *d, size_t n) { return rtc_test_fetch_bf16(d, n); }
 static inline float *f32_download(const float *d, size_t n) {
   float *h = (float *)malloc((n ? n : 1) * sizeof(float));
   cudaCheck(cudaDeviceSynchronize());
