@@ -97,6 +97,18 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
   ms->batch = m->train.batch > 0 ? m->train.batch : 1;
   ms->elt = m->train.precision == DT_F32 ? 4 : m->train.precision == DT_F64 ? 8 : 2;
   ms->opt_states = opt_states(&m->train.opt);
+  if (opt_blocked(&m->train.opt)) {
+    /* Shampoo's factors, roots and grafting state, Adafactor's factored
+     * moments (rt_optim.h): their elements per parameter element over the
+     * model's whole tensors */
+    double st = 0, pe = 0;
+    for (int i = 0; i < g->params.len; i++) {
+      const Value *p = g->params.data[i];
+      st += (double)opt_state_elems(&m->train.opt, &p->shape);
+      pe += (double)ir_numel(&p->shape);
+    }
+    ms->opt_states = pe > 0 ? st / pe : 0;
+  }
   if (m->train.microbatch > 0 && m->train.microbatch != m->train.batch) ms->fixed_b = (int)m->train.microbatch;
   ms->param_elt = g->params.len ? ir_dtype_size(((Value *)g->params.data[0])->dtype) : 4;
   double nseq = g->inputs.len ? (double)((Value *)g->inputs.data[0])->shape.d[0].n : 1;

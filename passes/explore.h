@@ -42,7 +42,9 @@ typedef struct ModelShape {
   int64_t seq, batch, hidden, heads, kv_heads, vocab;
   int elt;            /* activation bytes */
   int param_elt;      /* parameter, gradient bytes (memplan's) */
-  int opt_states;     /* optimizer tensors per parameter */
+  double opt_states;  /* optimizer state elements per parameter element (AdamW 2;
+                       * Shampoo, Adafactor: their whole tensors' state over
+                       * their elements) */
   int fixed_b;        /* the train block's microbatch (sequences), 0: free */
   LayerModel layer;   /* one repeated layer */
   LayerModel pre, post;   /* ops before the first layer and after the last */

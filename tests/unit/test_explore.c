@@ -159,5 +159,29 @@ int main(void) {
   printf("gpt2-124m on 8 H100: best %s\n", best[0].spec);
   ASSERT(1, best[0].plan.tp == 1 && best[0].plan.pp == 1 && best[0].plan.tp2d == 1);
   ASSERT(8, best[0].plan.dp);
+
+  /* Second-order state counts: the search's optimizer memory for Shampoo
+   * (factors, roots, grafting state per block) and Adafactor (factored
+   * moments) is the memory plan's on one device, within the workspace and
+   * alignment the plan adds */
+  const char *opt2[] = {"../tests/dist/gpt_shampoo.shard", "../tests/dist/gpt_adafactor.shard"};
+  for (int j = 0; j < 2; j++) {
+    ModelShape so;
+    Module *ms2 = NULL;
+    ASSERT(0, shape_of(opt2[j], "1", &so, &ms2));
+    Module *mc = compile(opt2[j], "1", "dp=1");
+    if (!ms2 || !mc) continue;
+    ASSERT(1, so.opt_states > 0);
+    HwModel h3;
+    cost_hw_from_mesh(&h3, ms2->train.mesh, DT_F32);
+    Plan one;
+    plan_default(&one);
+    ASSERT(0, plan_parse_spec("dp=1", &one, err, sizeof err));
+    PlanEval pe;
+    explore_eval(&so, &h3, ms2->train.mesh, &one, (int)mc->train.microbatch, true, &pe);
+    double planned = (double)mc->mem.optstate_bytes, searched = pe.mem_kind[0][2];
+    printf("%s: optimizer state %.0f bytes searched, %.0f planned\n", opt2[j], searched, planned);
+    ASSERT(1, searched > 0.9 * planned && searched <= 1.0001 * planned);
+  }
   TEST_MAIN_END();
 }
