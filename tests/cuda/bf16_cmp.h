@@ -44,26 +44,8 @@ static inline float *f32_download(const float *d, size_t n) {
 static inline int bf16_cmp_host(const char *kernel, const char *shape, const char *tensor,
                                 const float *got, const float *want, size_t n, double tol,
                                 int quiet = 0, const float *mag = NULL) {
-  double ss = 0.0;
-  for (size_t i = 0; i < n; i++)
-    if (isfinite(want[i])) ss += (double)want[i] * want[i];
-  double floor_ = n ? sqrt(ss / (double)n) : 0.0, worst = 0.0;
-  if (floor_ < 1e-30) floor_ = 1e-30;
-  double mmax = 0.0;
-  for (size_t i = 0; mag && i < n; i++) mmax = fmax(mmax, fabs((double)mag[i]));
-  size_t at = 0;
-  for (size_t i = 0; i < n; i++) {
-    double e;
-    if (isnan(want[i]))
-      e = isnan(got[i]) ? 0.0 : INFINITY;
-    else if (!isfinite(got[i]) || !isfinite(want[i]))
-      e = got[i] == want[i] ? 0.0 : INFINITY;
-    else {
-      double w = mag ? fmax(fabs((double)mag[i]), 1e-6 * mmax) : fmax(fabs((double)want[i]), floor_);
-      e = fabs((double)got[i] - (double)want[i]) / (w > 1e-30 ? w : 1e-30);
-    }
-    if (!(e <= worst)) worst = e, at = i;
-  }
+  size_t at;
+  double worst = rtc_test_worst(got, want, n, mag, &at);
   int ok = worst < tol;
   if (quiet) return ok;
   printf("%-26s %-30s %-6s max rel err %.3g (limit %.0e) %s\n", kernel, shape, tensor, worst, tol,

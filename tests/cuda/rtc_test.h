@@ -67,18 +67,19 @@ static inline void rtc_test_dfree(P... p) {
   for (const void *q : ps) cudaCheck(cudaFree((void *)q));
 }
 
-/* Compares n device floats with the cpu's, prints one line, counts a failure. */
-static inline double rtc_test_check(const char *kernel, const char *shape, const char *tensor,
-                                    const float *d_got, const float *want, size_t n) {
-  float *got = (float *)malloc((n ? n : 1) * sizeof(float));
-  cudaCheck(cudaDeviceSynchronize());
-  cudaCheck(cudaMemcpy(got, d_got, n * sizeof(float), cudaMemcpyDeviceToHost));
+/* The tests' metric: the largest over the elements of |got - want| /
+ * max(|want|, rms(want)) (with mag: / max(|mag[i]|, 1e-6 max|mag|)); a NaN
+ * where the cpu has a number, or a differing infinity, is INFINITY.  *at gets
+ * the worst element. */
+static inline double rtc_test_worst(const float *got, const float *want, size_t n,
+                                    const float *mag, size_t *at) {
   double ss = 0.0;
   for (size_t i = 0; i < n; i++)
     if (isfinite(want[i])) ss += (double)want[i] * want[i];
-  double floor_ = n ? sqrt(ss / (double)n) : 0.0, worst = 0.0;
+  double floor_ = n ? sqrt(ss / (double)n) : 0.0, worst = 0.0, mmax = 0.0;
   if (floor_ < 1e-30) floor_ = 1e-30;
-  size_t at = 0;
+  for (size_t i = 0; mag && i < n; i++) mmax = fmax(mmax, fabs((double)mag[i]));
+  *at = 0;
   for (size_t i = 0; i < n; i++) {
     double e;
     if (isnan(want[i]))
@@ -86,11 +87,22 @@ static inline double rtc_test_check(const char *kernel, const char *shape, const
     else if (!isfinite(got[i]) || !isfinite(want[i]))
       e = got[i] == want[i] ? 0.0 : INFINITY;
     else {
-      double w = fabs((double)want[i]);
-      e = fabs((double)got[i] - (double)want[i]) / (w > floor_ ? w : floor_);
+      double w = mag ? fmax(fabs((double)mag[i]), 1e-6 * mmax) : fmax(fabs((double)want[i]), floor_);
+      e = fabs((double)got[i] - (double)want[i]) / (w > 1e-30 ? w : 1e-30);
     }
-    if (!(e <= worst)) worst = e, at = i;
+    if (!(e <= worst)) worst = e, *at = i;
   }
+  return worst;
+}
+
+/* Compares n device floats with the cpu's, prints one line, counts a failure. */
+static inline double rtc_test_check(const char *kernel, const char *shape, const char *tensor,
+                                    const float *d_got, const float *want, size_t n) {
+  float *got = (float *)malloc((n ? n : 1) * sizeof(float));
+  cudaCheck(cudaDeviceSynchronize());
+  cudaCheck(cudaMemcpy(got, d_got, n * sizeof(float), cudaMemcpyDeviceToHost));
+  size_t at;
+  double worst = rtc_test_worst(got, want, n, NULL, &at);
   int ok = worst < RTC_TEST_TOL;
   printf("%-26s %-22s %-8s max rel err %.3g %s\n", kernel, shape, tensor, worst,
          ok ? "PASS" : "FAIL");

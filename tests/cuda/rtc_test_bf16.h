@@ -62,24 +62,8 @@ static inline float *rtc_test_fetch_bf16(const rtc_bf16 *d, size_t n) {
  * line, counts a failure. */
 static inline double rtc_test_compare(const char *kernel, const char *shape, const char *tensor,
                                       const float *got, const float *want, size_t n, double tol) {
-  double ss = 0.0;
-  for (size_t i = 0; i < n; i++)
-    if (isfinite(want[i])) ss += (double)want[i] * want[i];
-  double floor_ = n ? sqrt(ss / (double)n) : 0.0, worst = 0.0;
-  if (floor_ < 1e-30) floor_ = 1e-30;
-  size_t at = 0;
-  for (size_t i = 0; i < n; i++) {
-    double e;
-    if (isnan(want[i]))
-      e = isnan(got[i]) ? 0.0 : INFINITY;
-    else if (!isfinite(got[i]) || !isfinite(want[i]))
-      e = got[i] == want[i] ? 0.0 : INFINITY;
-    else {
-      double w = fabs((double)want[i]);
-      e = fabs((double)got[i] - (double)want[i]) / (w > floor_ ? w : floor_);
-    }
-    if (!(e <= worst)) worst = e, at = i;
-  }
+  size_t at;
+  double worst = rtc_test_worst(got, want, n, NULL, &at);
   int ok = worst < tol;
   printf("%-26s %-22s %-8s max rel err %.3g %s\n", kernel, shape, tensor, worst,
          ok ? "PASS" : "FAIL");
