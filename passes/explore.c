@@ -674,9 +674,8 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
         if (!ms->layers && spk != SP_NONE) continue;
         if (o->generatable && spk != SP_NONE && q > 1) continue;
         /* 16-bit activations are the cuda target's, whose ring attention
-         * and tp2d are refused with them (codegen/cuda.c) */
+         * is refused with them (codegen/cuda.c) */
         if (o->generatable && spk == SP_RING && ms->elt == 2) continue;
-        if (o->generatable && q > 1 && ms->elt == 2) continue; /* nor tp2d (codegen/cuda.c) */
         for (int r = 1; r <= (spk == SP_RING ? 16 : 1); r *= 2) {
           if (spk == SP_RING && r < 2) continue;
           if (spk == SP_RING && (given & PLAN_SP) && fx->sp && r != fx->sp) continue;

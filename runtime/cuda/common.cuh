@@ -13,6 +13,8 @@
 #define RTC_COMMON_CUH
 
 #ifdef RTC_HOST
+#include <tuple>
+
 #include "host/cuda_host.h"
 #else
 #include <cuda_runtime.h>
@@ -69,12 +71,18 @@ void rtc_prof_end(const char *file, const char *what);
 }
 #endif
 
-/* kernel<<<grid, block, shmem, rtc_stream>>>(args...), then the launch's error. */
+/* kernel<<<grid, block, shmem, rtc_stream>>>(args...), then the launch's error.
+ * The host build evaluates the arguments at the launch, as CUDA does, and
+ * keeps their values: a launch recorded into a graph must not read, when it
+ * is replayed, what an argument expression (g->n) pointed to at capture. */
 #ifdef RTC_HOST
 #define RTC_LAUNCH(kernel, grid, block, shmem, ...)                                          \
   do {                                                                                       \
     if (rtc_prof_on) rtc_prof_begin();                                                       \
-    rtch_launch(dim3(grid), dim3(block), (size_t)(shmem), [=]() { kernel(__VA_ARGS__); });   \
+    auto rtc_args_ = std::make_tuple(__VA_ARGS__);                                           \
+    rtch_launch(dim3(grid), dim3(block), (size_t)(shmem), [=]() {                            \
+      std::apply([&](auto... rtc_a_) { kernel(rtc_a_...); }, rtc_args_);                     \
+    });                                                                                      \
     if (rtc_prof_on) rtc_prof_end(__FILE__, #kernel);                                        \
   } while (0)
 #define RTC_DYNAMIC_SHARED(T, name) T *name = (T *)rtch_dynamic_shared()

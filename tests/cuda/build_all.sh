@@ -25,7 +25,7 @@ fi
   sed -n 's/^ *check \([a-z0-9_]*\) \([0-9]*\) \([^ ]*\).*/\1 \2 \3/p' tests/dist/equiv.sh
   # precision = bf16 (16-bit activations: each parallel form's launchers
   # and collectives in their bf16 overloads)
-  for st in "1 dp=1" "4 tp=2,sp=megatron,dp=2" "2 pp=2,schedule=1f1b" \
+  for st in "1 dp=1" "4 tp=2,sp=megatron,dp=2" "4 tp2d=2x2" "2 pp=2,schedule=1f1b" \
             "4 dp=2,pp=2,schedule=interleaved:2" "2 dp=2,zero=3" "4 tp=2,dp=2,zero=1"; do
     echo "$tmp/gpt_bf16.shard $st"
   done

@@ -2,7 +2,9 @@
  * the kernels rely on: block barriers order shared-memory phases, warp
  * shuffles exchange the right lanes, a grid's blocks and a block's threads
  * see their 3-D indices, dynamic shared memory is per-launch and poisoned,
- * atomicAdd accumulates.  Each check prints PASS/FAIL; exit 1 on any FAIL.
+ * atomicAdd accumulates, a launch recorded in a graph replays with the
+ * values its arguments had at the launch.  Each check prints PASS/FAIL;
+ * exit 1 on any FAIL.
  */
 #include "common.cuh"
 
@@ -93,6 +95,15 @@ __global__ void k_early_exit(int *out) {
   __syncthreads();
   out[i] = s[39 - i];
 }
+
+/* out[i] = v for i < n. */
+__global__ void k_fill(int *out, int n, int v) {
+  int i = threadIdx.x;
+  if (i < n) out[i] = v;
+}
+struct FillArgs {
+  int n, v;
+};
 
 int main(void) {
   char what[128];
@@ -223,6 +234,36 @@ int main(void) {
     int ok = 1;
     for (int i = 0; i < 40; i++) ok &= h[i] == 39 - i;
     check("barrier: threads that returned early are not waited for", ok);
+    cudaCheck(cudaFree(d));
+  }
+  /* 8. capture: arguments evaluated at the launch (as CUDA does), not at
+   * the replay: the struct they were read through is changed (a stack
+   * slot reused) before the graph runs */
+  {
+    int h[64], *d;
+    cudaCheck(cudaMalloc(&d, sizeof h));
+    cudaCheck(cudaMemset(d, 0, sizeof h));
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreate(&s));
+    FillArgs a = {16, 7};
+    const FillArgs *g = &a;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    RTC_LAUNCH(k_fill, 1, 64, 0, d, g->n, g->v);
+    cudaCheck(cudaStreamEndCapture(s, &graph));
+    a.n = 64;
+    a.v = -1;
+    cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+    cudaCheck(cudaGraphLaunch(exec, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    cudaCheck(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    int ok = 1;
+    for (int i = 0; i < 64; i++) ok &= h[i] == (i < 16 ? 7 : 0);
+    check("graphs: a replayed launch keeps its arguments' values", ok);
+    cudaCheck(cudaGraphExecDestroy(exec));
+    cudaCheck(cudaGraphDestroy(graph));
+    cudaCheck(cudaStreamDestroy(s));
     cudaCheck(cudaFree(d));
   }
   cudaCheck(cudaGetLastError());
