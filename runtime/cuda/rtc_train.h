@@ -108,7 +108,7 @@ void rtc_bucket_reduce_scatter(struct RtMesh *m, RtAxis ax, float *dst, const fl
                                size_t n);
 void rtc_bucket_wait(void);
 
-/* ---- the vocab-parallel cross-entropy (rtc_dist.cu): dist.h's
+/* ---- the vocab-parallel cross-entropy (rtc_vpce.cu): dist.h's
  * rt_vp_crossentropy_forward_f32 / _backward_acc_f32 on device buffers,
  * with their semantics, errors and byte and call counts: logits (N,Vl) =
  * columns [v0, v0+Vl) of the (N,V) logits, targets (N) global ids, scratch
@@ -187,7 +187,7 @@ void rt_rmsnorm_split_backward_cu(struct RtMesh *m, RtAxis ax, float *dx, float 
 
 /* -- k_norm/k_loss helpers: the split-channel norms (rtc_normsplit.cu; x,
  *    out, dout, dx bf16) and the vocab-parallel cross-entropy
- *    (rtc_vpce_bf16.cu; logits, dlogits bf16) -- */
+ *    (rtc_vpce.cu; logits, dlogits bf16) -- */
 void rt_layernorm_split_forward_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *out, float *mean,
                                    float *rstd, const rtc_bf16 *x, const float *w,
                                    const float *b, int N, int Cl, int C, double eps,

@@ -1,16 +1,15 @@
-/* rtc_vpce_bf16.cu — the vocab-parallel cross-entropy on bf16 logits
- * (rtc_train.h's bf16 section): rtc_dist.cu's rt_vp_crossentropy_*_cu with
- * logits and dlogits stored as bf16, loaded as float and computed exactly
- * as there (row max, Σ exp and the loss in double; NCCL all-reduces of the
- * rows' max and sums on the compute stream; fixed-order block reductions,
- * no atomics: bitwise repeatable), dlogits rounded when stored.  Same
- * semantics, errors, scratch and byte and call counts as the fp32 launchers.
+/* rtc_vpce.cu — the vocab-parallel cross-entropy: dist.h's
+ * rt_vp_crossentropy_forward_f32 / _backward_acc_f32 on device buffers
+ * (logits (N,Vl) = columns [v0, v0+Vl) of the (N,V) logits, targets global
+ * ids, scratch rt_scratch_vp_xent_bytes(N) bytes), rtc_train.h's fp32
+ * launchers and their bf16 overloads.  Row max, Σ exp and the loss in
+ * double; NCCL all-reduces of the rows' max and sums on the compute
+ * stream; fixed-order block reductions, no atomics: bitwise repeatable.
  *
- * The row kernels are rtc_dist.cu's, templated on the storage type T as
- * the other kernel files' are (rtc_bf16_io.cuh) and instantiated here for
- * bf16 only: the fp32 ones stay in rtc_dist.cu (the two could share these
- * templates).  Staged (--comm mpi): the cpu functions on widened host
- * copies, dlogits rounded back.
+ * One set of row kernels, templated on the storage type T of logits and
+ * dlogits (rtc_bf16_io.cuh: loaded as float, bf16 rounded when stored),
+ * serves both.  Staged (--comm mpi): the cpu functions on host copies
+ * (bf16 widened, and dlogits rounded back).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +151,12 @@ static void vpb_global_max_(RtMesh *m, RtAxis ax, ncclComm_t c, double *mx, cons
     ncclCheck(ncclAllReduce(mx, mx, (size_t)N, ncclDouble, ncclMax, c, vpb_stream_()));
 }
 
-// n bf16 device values widened into host buffer k (rtc_internal.h)
+// n device values into host buffer k as floats (bf16 widened)
+static float *vpb_up_(int k, const float *dev, size_t n) {
+  float *h = rtc_host_buf(k, n);
+  rtc_to_host(h, dev, n * sizeof(float));
+  return h;
+}
 static float *vpb_up_(int k, const rtc_bf16 *dev, size_t n) {
   float *h = rtc_host_buf(k, n);
   rtc_bf16 *b = (rtc_bf16 *)malloc(n * sizeof(rtc_bf16) + 1);
@@ -161,6 +165,17 @@ static float *vpb_up_(int k, const rtc_bf16 *dev, size_t n) {
   for (size_t i = 0; i < n; i++) h[i] = rtc_bf2f(b[i]);
   free(b);
   return h;
+}
+// n host floats back to the device (bf16 rounded)
+static void vpb_down_(float *dev, const float *h, size_t n) {
+  rtc_to_device(dev, h, n * sizeof(float));
+}
+static void vpb_down_(rtc_bf16 *dev, const float *h, size_t n) {
+  rtc_bf16 *b = (rtc_bf16 *)malloc(n * sizeof(rtc_bf16) + 1);
+  if (!b) rtc_fail("host", "malloc", "out of memory", __FILE__, __LINE__, "");
+  for (size_t i = 0; i < n; i++) b[i] = rtc_f2bf(h[i]);
+  rtc_to_device(dev, b, n * sizeof(rtc_bf16));
+  free(b);
 }
 
 template <class T>
@@ -221,11 +236,7 @@ static void vpb_backward_acc_(RtMesh *m, RtAxis ax, T *dlogits, const T *logits,
     rtc_to_host(ht, targets, (size_t)N * 4);
     rt_vp_crossentropy_backward_acc_f32(m, ax, hd, hx, ht, N, Vl, v0, rtc_get_f32(dloss), norm,
                                         hs);
-    rtc_bf16 *b = (rtc_bf16 *)malloc(nx * sizeof(rtc_bf16) + 1);
-    if (!b) rtc_fail("host", "malloc", "out of memory", __FILE__, __LINE__, "");
-    for (size_t i = 0; i < nx; i++) b[i] = rtc_f2bf(hd[i]);
-    rtc_to_device(dlogits, b, nx * sizeof(rtc_bf16));
-    free(b);
+    vpb_down_(dlogits, hd, nx);
     rtc_to_device(scratch, hs, 2 * (size_t)N * sizeof(double));
     return;
   }
@@ -242,6 +253,18 @@ static void vpb_backward_acc_(RtMesh *m, RtAxis ax, T *dlogits, const T *logits,
   if (N > 0)
     RTC_LAUNCH(vpb_grad_kernel<T>, N, RTC_VPB_THREADS, 0, dlogits, logits, targets, Vl, v0,
                (const double *)mx, (const double *)se, dloss, norm);
+}
+
+int rt_vp_crossentropy_forward_cu(RtMesh *m, RtAxis ax, double *loss, float *y,
+                                  const float *logits, const int32_t *targets, int N, int Vl,
+                                  int v0, int V, double *scratch) {
+  return vpb_forward_(m, ax, loss, y, logits, targets, N, Vl, v0, V, scratch);
+}
+
+void rt_vp_crossentropy_backward_acc_cu(RtMesh *m, RtAxis ax, float *dlogits, const float *logits,
+                                        const int32_t *targets, int N, int Vl, int v0,
+                                        const float *dloss, double norm, double *scratch) {
+  vpb_backward_acc_(m, ax, dlogits, logits, targets, N, Vl, v0, dloss, norm, scratch);
 }
 
 int rt_vp_crossentropy_forward_cu(RtMesh *m, RtAxis ax, double *loss, float *y,

@@ -12,7 +12,7 @@
  * loss bitwise, a bad target giving RT_ERR_ARG with dist.c's message before
  * any communication; then all of it again in staged mode (--comm mpi).
  *
- * The bf16 overloads (runtime/cuda/rtc_vpce_bf16.cu: logits, dlogits
+ * The bf16 overloads (runtime/cuda/rtc_vpce.cu: logits, dlogits
  * bf16) the same way on logits and dlogits rounded to bf16, against the
  * cpu functions on those values: the loss (computed in double from the
  * same values) within 1e-5, dlogits within rtc_test_bf16.h's limit,
