@@ -5,7 +5,9 @@
 #     staggered), the runs interleaved (adamw, shampoo, adamw, ...) REPEATS
 #     times; per run the mean step time over the timed steps (root steps
 #     included: their cost amortised), then the median over the repeats and
-#     Shampoo's overhead from the medians;
+#     Shampoo's overhead from the medians; at the model file's batch (4
+#     sequences: 256 tokens per rank) and at 16 (1024 tokens per rank):
+#     Shampoo's work per step is fixed, the model's grows with the batch;
 #  2. root-inverse time per step (stagger = false, so the roots come
 #     together): a root step's extra time over an ordinary Shampoo step,
 #     divided by precondition_every, with the blocks spread over the 4 data
@@ -25,11 +27,13 @@
 # Prints the tables and writes them to bench/results/shampoo-DATE.txt.
 #   bench/shampoo.sh [STEPS]        (steps per run, default 24; steps 4.. are timed)
 #   SECTIONS="1 3" REPEATS=3 bench/shampoo.sh   (the sections to run, default all; repeats of 1 and 3)
+#   BATCHES="4 16" bench/shampoo.sh             (section 1's global batches, sequences per step)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 steps="${1:-24}"
 sections="${SECTIONS:-1 2 3 4}"
 repeats="${REPEATS:-3}"
+batches="${BATCHES:-4 16}"
 want() { [[ " $sections " == *" $1 "* ]]; }
 [ -x "$root/build/shardc" ] || { cmake -S "$root" -B "$root/build" >/dev/null && cmake --build "$root/build" -j2 >/dev/null; }
 shardc="$root/build/shardc"
@@ -103,34 +107,42 @@ sh="shampoo(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1, block = 256, pre
 lng=(-e "s/steps = 8/steps = 1000/")
 {
   echo "shampoo bench, $day, commit $(git -C "$root" rev-parse --short HEAD), $(nproc --all) cores (shared), OMP/OpenBLAS threads 1 per rank"
-  echo "model: bench/gpt_bench.shard (GPT d=512, 8 layers, seq 256, batch 4); Shampoo block 256, roots every 10 steps from step 2 (0-based)"
+  echo "model: bench/gpt_bench.shard (GPT d=512, 8 layers, seq 256, batch 4; section 1 at batches $batches); Shampoo block 256, roots every 10 steps from step 2 (0-based)"
   echo "steps 1..$steps per run, 4..$steps timed (step_ms of the metrics log); sections 1 and 3: $repeats repeats, runs interleaved, medians over the repeats"
 } | tee "$tmp/tables.txt"
 
 if want 1; then
-  variant "$B" adamw "adamw(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1)" "${lng[@]}"
-  variant "$B" shampoo "$sh)" "${lng[@]}"
-  build adamw 4 dp=4
-  build shampoo 4 dp=4
-  am=() sm=()
-  for rep in $(seq "$repeats"); do
-    train adamw 4 "adamw$rep"
-    train shampoo 4 "shampoo$rep"
-    read -r a _ _ <<<"$(stats "adamw$rep" 0 0)"
-    read -r b _ _ <<<"$(stats "shampoo$rep" 10 2)"
-    am+=("$a") sm+=("$b")
+  for bt in $batches; do
+    bb=(-e "s/batch = 4,/batch = $bt,/")
+    variant "$B" adamw "adamw(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1)" "${lng[@]}" "${bb[@]}"
+    variant "$B" shampoo "$sh)" "${lng[@]}" "${bb[@]}"
+    grep -q "batch = $bt," "$tmp/adamw.shard" || { echo "cannot set the batch in $B"; exit 1; }
+    build adamw 4 dp=4
+    build shampoo 4 dp=4
+    am=() sm=()
+    for rep in $(seq "$repeats"); do
+      train adamw 4 "adamw$rep"
+      train shampoo 4 "shampoo$rep"
+      read -r a _ _ <<<"$(stats "adamw$rep" 0 0)"
+      read -r b _ _ <<<"$(stats "shampoo$rep" 10 2)"
+      am+=("$a") sm+=("$b")
+    done
+    a_med=$(med "${am[@]}") s_med=$(med "${sm[@]}")
+    {
+      echo
+      echo "1. step time, 4 ranks, dp=4, batch $bt ($((bt * 256 / 4)) tokens per rank per step; mean of steps 4..$steps per run, root steps included)"
+      printf '   %-34s %10s   %s\n' "optimizer" "median" "runs (ms/step)"
+      printf '   %-34s %10s   %s\n' "adamw" "$a_med" "${am[*]}"
+      printf '   %-34s %10s   %s\n' "shampoo (spread, stagger)" "$s_med" "${sm[*]}"
+      awk -v a="$a_med" -v s="$s_med" 'BEGIN { printf "   shampoo overhead over adamw (medians): %+.1f%% (target <= 15%%)\n", 100 * (s / a - 1) }'
+      paste -d' ' <(printf '%s\n' "${am[@]}") <(printf '%s\n' "${sm[@]}") |
+        awk '{ printf "%s%+.1f%%", (NR > 1 ? ", " : "   per interleaved pair: "), 100 * ($2 / $1 - 1) } END { print "" }'
+      # Shampoo's per-step work by our count against the model's, per rank:
+      # a b x b block's SYRK factor updates (2 b^3) and direction (4 b^3),
+      # its blocks spread over dp, against 6 b^2 per token
+      awk -v t="$((bt * 256 / 4))" 'BEGIN { printf "   factor + direction FLOPs / model FLOPs per rank: b / (dp x tokens per rank) = 256 / (4 x %d) = %.1f%% (before roots, grafting, the gather)\n", t, 100 * 256 / (4 * t) }'
+    } | tee -a "$tmp/tables.txt"
   done
-  a_med=$(med "${am[@]}") s_med=$(med "${sm[@]}")
-  {
-    echo
-    echo "1. step time, 4 ranks, dp=4 (mean of steps 4..$steps per run, root steps included)"
-    printf '   %-34s %10s   %s\n' "optimizer" "median" "runs (ms/step)"
-    printf '   %-34s %10s   %s\n' "adamw" "$a_med" "${am[*]}"
-    printf '   %-34s %10s   %s\n' "shampoo (spread, stagger)" "$s_med" "${sm[*]}"
-    awk -v a="$a_med" -v s="$s_med" 'BEGIN { printf "   shampoo overhead over adamw (medians): %+.1f%% (target <= 15%%)\n", 100 * (s / a - 1) }'
-    paste -d' ' <(printf '%s\n' "${am[@]}") <(printf '%s\n' "${sm[@]}") |
-      awk '{ printf "%s%+.1f%%", (NR > 1 ? ", " : "   per interleaved pair: "), 100 * ($2 / $1 - 1) } END { print "" }'
-  } | tee -a "$tmp/tables.txt"
 fi
 
 if want 2; then
@@ -212,5 +224,11 @@ for k in (50, 100, 150, 200, 250, 300):
     print(f"   step {k:3d}: adamw {avg(a, k - 1):.4f}  shampoo {avg(s, k - 1):.4f}")
 PY
 fi
-cp "$tmp/tables.txt" "$res/shampoo-$day.txt"
-echo "wrote $res/shampoo-$day.txt"
+# a day's later runs are appended, below a line, not written over the first
+out="$res/shampoo-$day.txt"
+if [ -s "$out" ]; then
+  { echo; echo "--- a later run, $(date -u +%H:%M) UTC:"; echo; cat "$tmp/tables.txt"; } >>"$out"
+else
+  cp "$tmp/tables.txt" "$out"
+fi
+echo "wrote $out"
