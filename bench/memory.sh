@@ -100,7 +100,7 @@ for st in pp=4 pp=4:memory; do
             "$st" "$planned" "" "$measured" "" "$flops" "$ms" "$stages")")
 done
 
-out="$root/bench/results/memory-$(date +%F).txt"
+res="$root/bench/results/memory-$(date +%F).txt"
 {
   echo "# bench/memory.sh: bench/gpt_bench.shard on $np ranks (dp=$np, one thread each, $cores cores),"
   echo "# devices of $budget MiB; the largest microbatch per recompute policy that fits, and its step"
@@ -112,4 +112,10 @@ out="$root/bench/results/memory-$(date +%F).txt"
   echo "# pipeline cuts: tests/dist/bigvocab.shard on pp=4 (1F1B, 8 microbatches), bytes per rank"
   echo "# by stage, planned and measured in step 1"
   printf '%s\n' "${crows[@]}"
-} | tee "$out"
+} | tee "$tmp/tables.txt"
+# a day's later runs are appended, below a line, not written over the first
+if [ -s "$res" ]; then
+  { echo; echo "--- a later run:"; echo; cat "$tmp/tables.txt"; } >>"$res"
+else
+  cp "$tmp/tables.txt" "$res"
+fi
