@@ -31,6 +31,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cost.h"
 #include "passes.h"
 #include "schedule.h"
 
@@ -58,6 +59,10 @@ typedef struct Cut {
   Value *v[PIPE_MAXACT];   /* the activations crossing it, in definition order */
   int nv;
   double bytes;    /* of one microbatch's message(s) */
+  double xbytes;   /* the bytes beyond the first tensor's: held in a stash
+                      slot on both sides (sent, and the gradient sent back) */
+  double extra;    /* their FLOP-equivalents, paid by the stages on both
+                      sides (msg_flops_per_byte) */
   double before;   /* FLOPs of the nodes before it */
   int layers;      /* layers (named scopes such as blocks.3) that end before it */
   bool inside;     /* inside layer number `layers` (an op boundary), not between two */
@@ -255,21 +260,33 @@ typedef struct Chooser {
   double total;    /* FLOPs of the whole forward */
 } Chooser;
 
-static double seg_cost(const Chooser *ch, int k, int a, int b, double fa, double fb) {
-  if (ch->by) return stage_mem_of(ch->m, ch->sm, k, a, b);
-  if (ch->mem && ch->sm->budget > 0 && stage_mem_of(ch->m, ch->sm, k, a, b) > ch->sm->budget)
-    return 1e300;
-  return fb - fa;
+/* Stage k holds nodes [a, b) (FLOPs fb - fa) between cuts ca and cb (NULL:
+ * the model's start or end); a cut several tensors cross costs it their
+ * extra message time, and their extra bytes in each stash slot. */
+static double seg_cost(const Chooser *ch, int k, int a, int b, double fa, double fb, const Cut *ca,
+                       const Cut *cb) {
+  double xb = (ca ? ca->xbytes : 0) + (cb ? cb->xbytes : 0);
+  double mem = ch->mem ? stage_mem_of(ch->m, ch->sm, k, a, b) + ch->sm->slots[k] * xb : 0;
+  if (ch->by) return mem;
+  if (ch->mem && ch->sm->budget > 0 && mem > ch->sm->budget) return 1e300;
+  return fb - fa + (ca ? ca->extra : 0) + (cb ? cb->extra : 0);
 }
 
-/* limit < 0: the cuts (inside layers too when `inside`) that minimise the
+/* Which cuts a search may take: tier 0, between layers with one tensor
+ * crossing (as before cuts inside layers existed); 1, inside layers too; 2,
+ * where several tensors cross too. */
+static bool cut_in_tier(const Cut *c, int tier) {
+  return tier >= 2 || (c->nv == 1 && (tier >= 1 || !c->inside));
+}
+
+/* limit < 0: the cuts (of tier `tier`, cut_in_tier) that minimise the
  * largest stage's cost, the fewest inside layers among equal ones, then the
  * fewest message bytes; else the fewest cuts inside layers whose stages all
  * cost at most limit, then the fewest message bytes (a cut two tensors cross
  * sends more than one the residual stream alone crosses), the smallest
  * largest stage among those.  Returns that largest cost (-1: no cut set)
  * and the cuts in chosen[0 .. S-2]. */
-static double choose_cuts(const Chooser *ch, bool inside, double limit, int *chosen) {
+static double choose_cuts(const Chooser *ch, int tier, double limit, int *chosen) {
   int S = ch->S, nc = ch->ncut;
   const Cut *cuts = ch->cuts;
   double *best = arena_alloc(sizeof(double) * (size_t)S * (size_t)(nc + 1));
@@ -285,17 +302,18 @@ static double choose_cuts(const Chooser *ch, bool inside, double limit, int *cho
    (limit < 0 ? (c) < (bc) || ((c) == (bc) && ((ni) < (bni) || ((ni) == (bni) && (nb) < (bnb)))) \
               : (ni) < (bni) || ((ni) == (bni) && ((nb) < (bnb) || ((nb) == (bnb) && (c) < (bc))))))
   for (int j = 0; j < nc; j++) {
-    double c = seg_cost(ch, 0, 0, cuts[j].at, 0, cuts[j].before);
-    bool ok = (inside || !cuts[j].inside) && (limit < 0 || c <= limit);
+    double c = seg_cost(ch, 0, 0, cuts[j].at, 0, cuts[j].before, NULL, &cuts[j]);
+    bool ok = cut_in_tier(&cuts[j], tier) && (limit < 0 || c <= limit);
     B(0, j) = ok ? c : -1, FR(0, j) = -1, NI(0, j) = cuts[j].inside, NB(0, j) = cuts[j].bytes;
   }
   for (int k = 1; k < S - 1; k++)
     for (int j = 0; j < nc; j++) {
       B(k, j) = -1;
-      if (!inside && cuts[j].inside) continue;
+      if (!cut_in_tier(&cuts[j], tier)) continue;
       for (int i = 0; i < j; i++) {
         if (B(k - 1, i) < 0) continue;
-        double seg = seg_cost(ch, k, cuts[i].at, cuts[j].at, cuts[i].before, cuts[j].before);
+        double seg = seg_cost(ch, k, cuts[i].at, cuts[j].at, cuts[i].before, cuts[j].before,
+                              &cuts[i], &cuts[j]);
         if (limit >= 0 && seg > limit) continue;
         double c = seg > B(k - 1, i) ? seg : B(k - 1, i);
         int ni = NI(k - 1, i) + cuts[j].inside;
@@ -308,7 +326,7 @@ static double choose_cuts(const Chooser *ch, bool inside, double limit, int *cho
   double bestc = -1, bestnb = 0;
   for (int j = 0; j < nc; j++) {
     if (B(S - 2, j) < 0) continue;
-    double seg = seg_cost(ch, S - 1, cuts[j].at, ch->n, cuts[j].before, ch->total);
+    double seg = seg_cost(ch, S - 1, cuts[j].at, ch->n, cuts[j].before, ch->total, &cuts[j], NULL);
     if (limit >= 0 && seg > limit) continue;
     double c = seg > B(S - 2, j) ? seg : B(S - 2, j);
     if (BETTER(c, NI(S - 2, j), NB(S - 2, j), bestc, bestni, bestnb))
@@ -322,6 +340,21 @@ static double choose_cuts(const Chooser *ch, bool inside, double limit, int *cho
 #undef NI
 #undef B
 #undef FR
+}
+
+/* FLOP-equivalents (of the forward, the unit stages are balanced in) of one
+ * byte of a pipeline message: the link's time for it at the device's GEMM
+ * rate, the activation going forward and its gradient back against about 3x
+ * the forward's FLOPs for forward and backward.  pp is the outermost mesh
+ * axis: neighbouring stages talk over the inter-node links when there are
+ * several nodes. */
+static double msg_flops_per_byte(const Module *m) {
+  const Mesh *me = m->train.mesh;
+  if (!me || !me->device) return 0;
+  HwModel hw;
+  cost_hw_from_mesh(&hw, me, m->train.precision);
+  double bw = (hw.nodes > 1 ? hw.inter_bw : hw.intra_bw) * hw.link_eff;
+  return bw > 0 ? 2.0 / 3.0 * hw.peak * hw.gemm_eff / bw * hw.elt / 4 : 0;
 }
 
 /* The first non-leaf node at or after i, and the last one before i. */
@@ -416,6 +449,7 @@ int pass_stage(Module *m) {
     }
   }
   Cut *cuts = arena_alloc(sizeof(Cut) * (size_t)(n + 2));
+  double fpb = msg_flops_per_byte(m);
   int ncut = 0, layer_first = 0;   /* the first candidate inside the current layer */
   int layer_at = 0;                /* the current layer's first node */
   double flops = 0, layer_lo = 0;
@@ -453,6 +487,12 @@ int pass_stage(Module *m) {
           ok &= nx == 1 || (dep[v->id] && v->def->out == v);
           c.v[c.nv++] = v;
           c.bytes += (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype);
+        }
+        /* a cut several tensors cross costs its bytes beyond the first's:
+         * taken only where the balance gains more than that */
+        if (c.nv > 1) {
+          c.xbytes = c.bytes - (double)ir_numel(&c.v[0]->shape) * ir_dtype_size(c.v[0]->dtype);
+          c.extra = fpb * c.xbytes;
         }
         if (ok && c.nv == nx) cuts[ncut++] = c;
       }
@@ -537,12 +577,20 @@ int pass_stage(Module *m) {
   for (ch.by = p->balance_memory ? 1 : 0; ch.by < 2; ch.by++) {
     if (ch.by && !ch.mem) break;
     /* between layers (as before cuts inside layers existed), then with
-     * them: a cut falls inside a layer only where that balances better,
-     * and then as few do as keep that balance */
+     * them, then with cuts several tensors cross: each only where that
+     * balances better, and then as few inside layers and as few message
+     * bytes as keep that balance.  By the estimated memory, cuts several
+     * tensors cross are not taken: the estimate leaves out the transient
+     * gradients, and with the finer choice a stage it underrates (the
+     * head's logits) was loaded past its measured peak (bigvocab.shard,
+     * pp=4:memory: 27.1 MB where one-tensor cuts keep 25.4 MB). */
     int alt[MAX_STAGES];
-    double c0 = choose_cuts(&ch, false, -1, chosen), c1 = choose_cuts(&ch, true, -1, alt);
-    if (c1 >= 0 && (c0 < 0 || c1 < c0 * (1 - 1e-9)))
-      choose_cuts(&ch, true, c1 * (1 + 1e-9), chosen), c0 = c1;
+    double c0 = choose_cuts(&ch, 0, -1, chosen);
+    for (int tier = 1; tier <= (ch.by ? 1 : 2); tier++) {
+      double c1 = choose_cuts(&ch, tier, -1, alt);
+      if (c1 >= 0 && (c0 < 0 || c1 < c0 * (1 - 1e-9)))
+        choose_cuts(&ch, tier, c1 * (1 + 1e-9), chosen), c0 = c1;
+    }
     m->stage_cuts_by = ch.by ? "estimated memory" : ch.mem && sm.budget > 0
                                                         ? "FLOPs within the device memory"
                                                         : "FLOPs";
