@@ -382,11 +382,12 @@ typedef struct Plan {
   Schedule schedule;
   int vchunks;           /* interleaved: virtual stages per device */
   /* pp=N:a+b+...: layers of each stage (nstage_layers == 0: balanced by FLOPs);
-   * bit k of stage_half: stage k holds half a layer more (a.5, the cut
+   * stage_frac[k]: stage k holds that many hundredths of a layer more (a.5:
+   * 50, a.25: 25; the cut
    * inside a layer at an op boundary, passes/stage.c) */
   int stage_layers[PLAN_MAXSTAGES];
   int nstage_layers;
-  uint64_t stage_half;
+  unsigned char stage_frac[PLAN_MAXSTAGES];
   bool balance_memory;   /* pp=N:memory: cuts that minimise the largest stage's memory */
   int mb;                /* microbatches per step (0 = from the train block) */
   int zero;

@@ -357,6 +357,14 @@ static double msg_flops_per_byte(const Module *m) {
   return bw > 0 ? 2.0 / 3.0 * hw.peak * hw.gemm_eff / bw * hw.elt / 4 : 0;
 }
 
+/* A count of layers in hundredths, as pp=N:a+b+... writes it: "3", "1.5",
+ * "1.25". */
+static const char *layers_str(int h) {
+  if (h % 100 == 0) return arena_printf("%d", h / 100);
+  if (h % 10 == 0) return arena_printf("%d.%d", h / 100, h % 100 / 10);
+  return arena_printf("%d.%02d", h / 100, h % 100);
+}
+
 /* The first non-leaf node at or after i, and the last one before i. */
 static const Node *first_op(const Graph *g, int i) {
   while (i < g->nodes.len - 1 && is_leaf(g->nodes.data[i])) i++;
@@ -508,32 +516,34 @@ int pass_stage(Module *m) {
   int chosen[MAX_STAGES];
   if (p->nstage_layers) {
     /* pp=N:a+b+...: stage s ends after a + b + ... layers; counted in
-     * halves, an odd count ends inside the next layer */
+     * hundredths, a count not a multiple of 100 ends inside the next layer */
     int want = 0;
-    for (int k = 0; k < p->nstage_layers; k++)
-      want += 2 * p->stage_layers[k] + (int)(p->stage_half >> k & 1);
+    for (int k = 0; k < p->nstage_layers; k++) want += 100 * p->stage_layers[k] + p->stage_frac[k];
     if (p->nstage_layers != S) {
       diag_error(plan_key_loc(&m->train, PLAN_PP),
                  "pp=%d: %d stage sizes for %d stages (interleaved chunks take no explicit sizes "
                  "yet)", p->pp, p->nstage_layers, S);
       return -1;
     }
-    if (want != 2 * nlayers) {
+    if (want != 100 * nlayers) {
       diag_error(plan_key_loc(&m->train, PLAN_PP),
-                 "pp=%d: the stage sizes add up to %d%s layers, but model %s has %d", p->pp,
-                 want / 2, want % 2 ? ".5" : "", g->model, nlayers);
+                 "pp=%d: the stage sizes add up to %s layers, but model %s has %d", p->pp,
+                 layers_str(want), g->model, nlayers);
       return -1;
     }
     for (int k = 0, sum = 0; k < S - 1; k++) {
-      sum += 2 * p->stage_layers[k] + (int)(p->stage_half >> k & 1);
+      sum += 100 * p->stage_layers[k] + p->stage_frac[k];
+      int L = sum / 100, f = sum % 100;
       chosen[k] = -1;
-      /* inside a layer: the op boundary nearest half its FLOPs that one
-       * activation crosses, or, where none does, that several do */
-      for (int several = 0; several < 2 && chosen[k] < 0; several++)
+      /* inside a layer at a.5: the op boundary nearest half its FLOPs that
+       * one activation crosses, or, where none does, that several do; at
+       * another fraction, the boundary nearest that share of its FLOPs
+       * (any that at most PIPE_MAXACT cross) */
+      for (int several = f == 50 ? 0 : 1; several < 2 && chosen[k] < 0; several++)
         for (int j = 0; j < ncut; j++) {
-          if (cuts[j].layers != sum / 2 || cuts[j].inside != (sum % 2)) continue;
-          if (sum % 2 && (cuts[j].nv > 1) != several) continue;
-          double mid = (cuts[j].lo + cuts[j].hi) / 2;
+          if (cuts[j].layers != L || cuts[j].inside != (f != 0)) continue;
+          if (f == 50 && (cuts[j].nv > 1) != several) continue;
+          double mid = cuts[j].lo + (cuts[j].hi - cuts[j].lo) * f / 100;
           if (chosen[k] < 0 ||
               fabs(cuts[j].before - mid) < fabs(cuts[chosen[k]].before - mid) ||
               (cuts[j].before - mid == cuts[chosen[k]].before - mid &&
@@ -541,21 +551,21 @@ int pass_stage(Module *m) {
             chosen[k] = j;
         }
       if (chosen[k] < 0) {
-        if (sum % 2)
+        if (f)
           diag_error(plan_key_loc(&m->train, PLAN_PP),
-                     "pp: model %s cannot be cut inside its layer %d (after %d.5 layers): no op "
+                     "pp: model %s cannot be cut inside its layer %d (after %s layers): no op "
                      "boundary there has at most %d activations crossing it",
-                     g->model, sum / 2 + 1, sum / 2, PIPE_MAXACT);
+                     g->model, L + 1, layers_str(sum), PIPE_MAXACT);
         else
           diag_error(plan_key_loc(&m->train, PLAN_PP),
                      "pp: model %s cannot be cut after its first %d layers (more than %d "
-                     "activations cross there)", g->model, sum / 2, PIPE_MAXACT);
+                     "activations cross there)", g->model, L, PIPE_MAXACT);
         return -1;
       }
       if (k && cuts[chosen[k]].at <= cuts[chosen[k - 1]].at) {
         diag_error(plan_key_loc(&m->train, PLAN_PP),
-                   "pp: stage %d of model %s would be empty: its half layer holds no op boundary "
-                   "to cut at", k, g->model);
+                   "pp: stage %d of model %s would be empty: its part of a layer holds no op "
+                   "boundary to cut at", k, g->model);
         return -1;
       }
     }

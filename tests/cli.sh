@@ -306,6 +306,12 @@ expect cut-inside-stage 0 '^stage 1:  blocks.1 from add .. blocks.2, model ops; 
 expect cut-inside-one 0 '^cut 0:    inside blocks.1 \(after 1.5 layers\), after add \(gpt3.shard:5\), before layernorm; the message per microbatch: %[0-9]+ f32\[B=4,T=64,128\] \(131,072 bytes\) to stage 1, its gradient back' -- "$bin" compile tests/dist/gpt3.shard --mesh 2 --strategy pp=2:1.5+1.5
 expect cut-inside-given 0 '^stage 0:  model ops, blocks.0 .. blocks.1 to add; 43.8% of the FLOPs' -- "$bin" compile tests/dist/gpt3.shard --mesh 2 --strategy pp=2:1.5+1.5
 expect cut-inside-spec 0 '^strategy: dp=1,pp=2:1.5\+1.5,schedule=1f1b' -- "$bin" compile tests/dist/gpt3.shard --mesh 2 --strategy pp=2:1.5+1.5
+# pp=2:1.25+1.75: the boundary nearest a quarter of blocks.1's FLOPs, after
+# its qkv matmul's bias add (the residual and the qkv output cross it)
+expect cut-frac 0 '^cut 0:    inside blocks.1 \(after 1.23 layers\), after add \(gpt3.shard:5\), before slice; 2 tensors cross it; 2 messages per microbatch \(524,288 bytes\)' -- "$bin" compile tests/dist/gpt3.shard --mesh 2 --strategy pp=2:1.25+1.75
+expect cut-frac-spec 0 '^strategy: dp=1,pp=2:1.25\+1.75,schedule=1f1b' -- "$bin" compile tests/dist/gpt3.shard --mesh 2 --strategy pp=2:1.25+1.75
+expect cut-frac-sum 1 'pp=2: the stage sizes add up to 2.6 layers, but model gpt has 3' -- "$bin" compile tests/dist/gpt3.shard --mesh 2 --strategy pp=2:1.3+1.3
+expect cut-frac-digits 1 'a stage size is a whole number of layers or has one or two decimals' -- "$bin" compile tests/dist/gpt3.shard --mesh 2 --strategy pp=2:1.125+1.875
 # the largest stage's share of the FLOPs: 2 plans
 largest() { "$bin" compile tests/dist/gpt3.shard --mesh 2 --strategy "$1" --emit=plan 2>&1 |
             sed -n 's/^stage [0-9]*: .*; \([0-9.]*\)% of the FLOPs.*/\1/p' | sort -g | tail -1; }

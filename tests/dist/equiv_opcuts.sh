@@ -76,7 +76,10 @@ reference gpt3 && {
   check gpt3 4 pp=2:1.5+1.5,tp=2,sp=megatron
   check gpt3 8 pp=2,tp=2,dp=2 multi
   # recompute in a stage that starts or ends inside a layer
-  check gpt3 2 pp=2,recompute=full multi
+  # pp=N:a.b: a fraction other than .5 falls at the boundary nearest that
+  # share of the layer's FLOPs (here after blocks.0's qkv matmul and
+  # blocks.1's fc matmul, two tensors each)
+  check gpt3 3 pp=3:0.2+1.4+1.4,recompute=full multi
   check gpt3 2 pp=2,recompute=selective multi
 }
 # Attention-only layers (tests/dist/attn3.shard): the only cuts inside a
