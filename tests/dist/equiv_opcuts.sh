@@ -100,5 +100,8 @@ reference gpt && {
 }
 reference llama && {
   check llama 4 pp=2:1.5+2.5,tp=2
+  # three tensors cross blocks.3 between its swiglu's gate and up matmuls:
+  # the residual, the rmsnorm's output and the gate's product
+  check llama 2 pp=2:3.54+0.46 multi
 }
 finish
