@@ -282,9 +282,13 @@ static void chunk_functions(Emit *e) {
   P(e, "static double %sforward%s(RtPass *p) {\n", e->pre, e->sfx);
   block(e, &c->fwd);
   const Graph *g = c->g;
-  if (g->pipe_out)
-    P(e, "  return 0;  /* %s goes to stage %d; the last stage has the loss */\n}\n\n",
-      prog_vname(g->send_act), c->vs + 1);
+  if (g->pipe_out) {
+    const char *sent = prog_vname(g->send_act[0]);
+    for (int i = 1; i < g->nsend; i++)
+      sent = arena_printf("%s%s%s", sent, i == g->nsend - 1 ? " and " : ", ", prog_vname(g->send_act[i]));
+    P(e, "  return 0;  /* %s go%s to stage %d; the last stage has the loss */\n}\n\n", sent,
+      g->nsend > 1 ? "" : "es", c->vs + 1);
+  }
   else if (c->loss_slot >= 0)
     P(e, "  return %s;\n}\n\n",
       arena_printf(e->t->loss_fmt ? e->t->loss_fmt : "%s",

@@ -543,8 +543,10 @@ Graph *ir_graph_clone(const Graph *g) {
   for (int i = 0; i < g->params.len; i++) vec_push(&c->params, V((Value *)g->params.data[i]));
   for (int i = 0; i < g->inputs.len; i++) vec_push(&c->inputs, V((Value *)g->inputs.data[i]));
   c->loss = V(g->loss);
-  c->recv_act = V(g->recv_act);
-  c->send_act = V(g->send_act);
+  for (int i = 0; i < g->nrecv; i++) c->recv_act[i] = V(g->recv_act[i]);
+  for (int i = 0; i < g->nsend; i++) c->send_act[i] = V(g->send_act[i]);
+  c->nrecv = g->nrecv;
+  c->nsend = g->nsend;
 #undef V
 #undef N
   return c;
@@ -800,6 +802,12 @@ uint64_t ir_comm_bytes(const Node *n) {
   }
 }
 
+bool ir_is_recv_act(const Graph *g, const Value *v) {
+  for (int i = 0; i < g->nrecv; i++)
+    if (g->recv_act[i] == v) return true;
+  return false;
+}
+
 bool ir_reads_data(const Node *n, int k) {
   switch (n->op) {
   case OP_ADD_BWD:
@@ -1048,14 +1056,17 @@ static void print_attrs(FILE *out, const Node *n) {
  * the forward (the activation) and the backward (the input's gradient). */
 static void print_pipe_send(FILE *out, const Graph *g, int i) {
   if (g->nstages <= 1) return;
-  const Value *x = NULL;
-  int to = 0;
-  if (i == g->nfwd - 1 && g->send_act) x = g->send_act, to = g->stage + 1;
-  if (i == g->nodes.len - 1 && g->recv_act && g->recv_act->grad) x = g->recv_act->grad, to = g->stage - 1;
-  if (!x) return;
-  fprintf(out, "  send ");
-  print_value_ref(out, x);
-  fprintf(out, " {to stage %d, bytes=%" PRId64 "}\n", to, ir_numel(&x->shape) * ir_dtype_size(x->dtype));
+  for (int k = 0; k < PIPE_MAXACT; k++) {
+    const Value *x = NULL;
+    int to = 0;
+    if (i == g->nfwd - 1 && k < g->nsend) x = g->send_act[k], to = g->stage + 1;
+    if (i == g->nodes.len - 1 && k < g->nrecv && g->recv_act[k]->grad)
+      x = g->recv_act[k]->grad, to = g->stage - 1;
+    if (!x) continue;
+    fprintf(out, "  send ");
+    print_value_ref(out, x);
+    fprintf(out, " {to stage %d, bytes=%" PRId64 "}\n", to, ir_numel(&x->shape) * ir_dtype_size(x->dtype));
+  }
 }
 
 void ir_print(FILE *out, const Graph *g) {
@@ -1092,7 +1103,7 @@ void ir_print(FILE *out, const Graph *g) {
     const Node *n = g->nodes.data[i];
     const Value *v = n->out;
     if (n->op == OP_INPUT || n->op == OP_PARAM) ir_shape_str(g, v, sh, sizeof sh);
-    if (n->op == OP_INPUT && g->recv_act && v == g->recv_act) {
+    if (n->op == OP_INPUT && ir_is_recv_act(g, v)) {
       /* a pipeline stage's activation, from the previous stage */
       fprintf(out, "  %%%d = recv {from stage %d, bytes=%" PRId64 "} : %s\n", v->id, g->stage - 1,
               ir_numel(&v->shape) * ir_dtype_size(v->dtype), sh);

@@ -61,6 +61,8 @@ typedef enum {
 } Role;
 
 enum { IR_MAXDIM = 6, IR_MAXIN = 8, IR_MAXOUT = 4 };
+/* tensors one pipeline cut may carry (runtime/dist_formulas.h RT_PIPE_MAXMSG) */
+enum { PIPE_MAXACT = 4 };
 
 /* One dimension: concrete size n; sym >= 0 names a symbolic dim (B, T) of the
  * model's inputs whose size was bound from the train block. */
@@ -204,12 +206,16 @@ typedef struct Graph {
   PtrVec inputs;        /* Value* with ROLE_INPUT */
   Value *loss;          /* scalar the model returns */
   int nfwd;             /* nodes [0, nfwd) are the forward pass; then backward */
-  /* A pipeline stage (nstages > 1): its index; the activation received from
-   * the previous stage (an input node, not in inputs) and the one sent to
-   * the next.  A stage before the last has pipe_out set and loss ==
-   * send_act: its gradient is received (OP_RECV), not seeded with 1/mb. */
+  /* A pipeline stage (nstages > 1): its index; the activations received
+   * from the previous stage (input nodes, not in inputs) and those sent to
+   * the next, one message each per microbatch in this order (a cut inside
+   * a layer may carry several: the residual stream and a layernorm's
+   * output).  A stage before the last has pipe_out set and loss ==
+   * send_act[0]: the sent activations' gradients are received (OP_RECV),
+   * not seeded with 1/mb. */
   int stage, nstages;
-  Value *recv_act, *send_act;
+  Value *recv_act[PIPE_MAXACT], *send_act[PIPE_MAXACT];
+  int nrecv, nsend;
   bool pipe_out;
   PtrVec buckets;       /* Bucket*, from passes/zero.c (empty without data parallelism) */
   const char *recompute_desc;   /* recompute=auto: what it chose and why (passes/recompute.c) */
@@ -298,6 +304,9 @@ void ir_dim_split(const Shape *s, int d, int P, int64_t *outer, int64_t *inner);
  * operand only for its shape: add_bwd needs dy, not a and b). */
 bool ir_reads_data(const Node *n, int k);
 
+/* Whether v is one of the activations pipeline stage g receives. */
+bool ir_is_recv_act(const Graph *g, const Value *v);
+
 int64_t ir_param_count(const Graph *g);
 /* The FLOPs one rank runs for node n: the op table's rule on its local
  * shapes, times q for a SUMMA matmul and times the ring's size for a ring
@@ -373,11 +382,12 @@ typedef struct Plan {
   Schedule schedule;
   int vchunks;           /* interleaved: virtual stages per device */
   /* pp=N:a+b+...: layers of each stage (nstage_layers == 0: balanced by FLOPs);
-   * bit k of stage_half: stage k holds half a layer more (a.5, the cut
+   * stage_frac[k]: stage k holds that many hundredths of a layer more (a.5:
+   * 50, a.25: 25; the cut
    * inside a layer at an op boundary, passes/stage.c) */
   int stage_layers[PLAN_MAXSTAGES];
   int nstage_layers;
-  uint64_t stage_half;
+  unsigned char stage_frac[PLAN_MAXSTAGES];
   bool balance_memory;   /* pp=N:memory: cuts that minimise the largest stage's memory */
   int mb;                /* microbatches per step (0 = from the train block) */
   int zero;

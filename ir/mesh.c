@@ -153,21 +153,29 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
       num[len] = 0;
       if (parse_pos(k, num, &p->pp, err, errcap)) return -1;
       p->nstage_layers = 0;
-      p->stage_half = 0;
+      memset(p->stage_frac, 0, sizeof p->stage_frac);
       p->balance_memory = colon && !strcmp(colon + 1, "memory");
       for (const char *c = colon && !p->balance_memory ? colon + 1 : NULL; c;) {
         char *end;
         errno = 0;
         long L = strtol(c, &end, 10);
         bool half = false;
+        int frac = 0;
         if (!errno && end != c && *end == '.') {
-          /* a.5: half a layer more, the cut inside the next layer */
-          half = end[1] == '5' && (!end[2] || end[2] == '+');
-          if (!half)
-            ERR("pp=%s: a stage size is a whole number of layers or a.5 (a layers and half of the "
-                "next: the cut falls inside it), e.g. pp=2:1.5+1.5",
+          /* a.5: half a layer more, the cut inside the next layer; a.25
+           * (one or two digits): a quarter, the cut nearest that share of
+           * its FLOPs */
+          int nd = 0;
+          while (nd < 3 && isdigit((unsigned char)end[1 + nd])) nd++;
+          if (nd == 1) frac = 10 * (end[1] - '0');
+          if (nd == 2) frac = 10 * (end[1] - '0') + (end[2] - '0');
+          half = frac > 0;
+          if (!half || nd > 2 || (end[1 + nd] && end[1 + nd] != '+'))
+            ERR("pp=%s: a stage size is a whole number of layers or has one or two decimals (a.5: "
+                "a layers and half of the next, the cut inside it; a.25: a quarter), e.g. "
+                "pp=2:1.5+1.5",
                 v);
-          end += 2;
+          end += 1 + nd;
         }
         if (errno || end == c || !isdigit((unsigned char)*c) || L < 0 || (L < 1 && !half) ||
             L > 100000 || (*end && *end != '+'))
@@ -176,7 +184,7 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
               v);
         if (p->nstage_layers == PLAN_MAXSTAGES)
           ERR("pp=%s: at most %d stages", v, PLAN_MAXSTAGES);
-        if (half) p->stage_half |= (uint64_t)1 << p->nstage_layers;
+        p->stage_frac[p->nstage_layers] = (unsigned char)frac;
         p->stage_layers[p->nstage_layers++] = (int)L;
         c = *end ? end + 1 : NULL;
       }
@@ -322,7 +330,10 @@ void plan_str(const Plan *p, char *buf, int cap) {
   if (p->pp > 1) {
     ADD(",pp=%d", p->pp);
     for (int i = 0; i < p->nstage_layers; i++)
-      ADD("%c%d%s", i ? '+' : ':', p->stage_layers[i], p->stage_half >> i & 1 ? ".5" : "");
+      ADD("%c%d%s", i ? '+' : ':', p->stage_layers[i],
+          !p->stage_frac[i]           ? ""
+          : p->stage_frac[i] % 10 == 0 ? arena_printf(".%d", p->stage_frac[i] / 10)
+                                       : arena_printf(".%02d", p->stage_frac[i]));
     if (p->balance_memory) ADD(":memory");
     if (p->schedule == SCHED_GPIPE) ADD(",schedule=gpipe");
     if (p->schedule == SCHED_1F1B) ADD(",schedule=1f1b");

@@ -157,30 +157,36 @@ int pass_autodiff(Module *m) {
     for (int j = 0; j < n->nout; j++) {
       Value *v = n->outs[j];
       /* a pipeline stage's received activation: its gradient goes back */
-      bool need = n->op == OP_PARAM || (g->recv_act && v == g->recv_act);
+      bool need = n->op == OP_PARAM || ir_is_recv_act(g, v);
       for (int k = 0; k < n->nin; k++) need |= needs[n->in[k]->id];
       /* Side outputs (norm statistics, attention's lse) carry no gradient. */
       needs[v->id] = need && is_float(v) && (j == 0 || n->op == OP_PARAM);
     }
   }
-  if (!needs[g->loss->id]) {
+  bool any = needs[g->loss->id];
+  for (int i = 0; i < g->nsend; i++) any |= needs[g->send_act[i]->id];
+  if (!any) {
     diag_warning(g->loss->loc, "the loss does not depend on any parameter");
     return 0;
   }
   /* Seed: d(mean loss over mb microbatches)/d(loss of one) = 1/mb.  Under
    * sp=ring the loss is a mean over 1/sp of a row's tokens, and the step
    * sums gradients over the sp ranks: 1/(mb·sp).  Before the last pipeline
-   * stage: the gradient of the sent activation, received from the next stage. */
-  Value *dl = G(g, g->loss);
-  Node *seed_at = g->loss->def;
+   * stage: the gradients of the sent activations, received from the next
+   * stage, in their order (one that needs none gets none). */
   Attrs a = {0};
   int mb = m->train.plan.mb > 0 ? m->train.plan.mb : 1;
   const Plan *pl = &m->train.plan;
   a.f[0] = 1.0 / (mb * (pl->sp_kind == SP_RING && pl->sp > 1 ? pl->sp : 1));
-  Value *outs[1] = {dl};
-  Node *seed = ir_add_bwd(g, g->pipe_out ? OP_RECV : OP_FILL, NULL, 0, outs, &a, seed_at);
-  if (!seed) return -1;
-  seed->bwd = false; /* a fill sets its output */
+  int nseed = g->pipe_out ? g->nsend : 1;
+  for (int i = 0; i < nseed; i++) {
+    Value *l = g->pipe_out ? g->send_act[i] : g->loss;
+    Value *outs[1] = {G(g, l)};
+    if (!outs[0]) continue;
+    Node *seed = ir_add_bwd(g, g->pipe_out ? OP_RECV : OP_FILL, NULL, 0, outs, &a, l->def);
+    if (!seed) return -1;
+    seed->bwd = false; /* a fill sets its output */
+  }
   for (int i = g->nfwd - 1; i >= 0; i--) {
     Node *n = g->nodes.data[i];
     if (n->op == OP_INPUT || n->op == OP_PARAM || !n->out->grad) continue;

@@ -506,13 +506,14 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
       nvs++;
     }
   }
-  /* pipeline message time between neighbouring virtual stages */
+  /* pipeline message time between neighbouring virtual stages (a cut that
+   * carries several tensors: their messages one after another) */
   double msg = 0;
   if (R > 1) {
     const RankProg *rp = m->rprog[0];
     for (int i = 0; i < rp->chunk[0].fwd.n; i++)
       if (rp->chunk[0].fwd.ins[i].kind == PI_SEND)
-        msg = comm_time(hw, p, &rp->chunk[0].fwd.ins[i].comm, NULL);
+        msg += comm_time(hw, p, &rp->chunk[0].fwd.ins[i].comm, NULL);
   }
   /* Simulate the schedule: each rank runs its actions in order; a forward
    * waits for the previous virtual stage's forward of the microbatch, a

@@ -484,7 +484,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   int S = pp * v;
   if (S > PLAN_MAXSTAGES * 8) S = PLAN_MAXSTAGES * 8;
   if (p->nstage_layers == pp && v == 1) {
-    for (int k = 0; k < pp; k++) n[k] = p->stage_layers[k], half[k] = 0.5 * (p->stage_half >> k & 1);
+    for (int k = 0; k < pp; k++) n[k] = p->stage_layers[k], half[k] = p->stage_frac[k] / 100.0;
   } else if (v > 1) {
     for (int k = 0; k < S; k++) n[k] = ms->layers / S;
   } else if (partition(ms->layers, pp, lay->f + lay->b, pre->f + pre->b, post->f + post->b, n)) {
@@ -720,7 +720,7 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
                       p.recompute = (Recompute)rc;
                       if (fx && fx->nstage_layers && pp == fx->pp) {
                         p.nstage_layers = fx->nstage_layers;
-                        p.stage_half = fx->stage_half;
+                        memcpy(p.stage_frac, fx->stage_frac, sizeof p.stage_frac);
                         memcpy(p.stage_layers, fx->stage_layers, sizeof p.stage_layers);
                       }
                       explore_eval(ms, hw, me, &p, b, true, e);

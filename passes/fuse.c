@@ -62,11 +62,19 @@ static int next_code(const Fusion *f, int i) {
   return j;
 }
 
+/* The loss, or an activation a pipeline stage sends: stored, never fused away. */
+static bool kept(const Fusion *f, const Value *v) {
+  if (v == f->g->loss) return true;
+  for (int i = 0; i < f->g->nsend; i++)
+    if (v == f->g->send_act[i]) return true;
+  return false;
+}
+
 /* Forward matmul whose product goes only into a bias add right after it. */
 static Node *find_bias(Fusion *f, Node *mm) {
   Value *y = mm->out;
   if (ir_summa_q(mm)) return NULL; /* SUMMA: the bias gradient is summed per step (tp-col) */
-  if (y == f->g->loss || f->fwd_reads[y->id] != 1 || f->reads[y->id] != 1) return NULL;
+  if (kept(f, y) || f->fwd_reads[y->id] != 1 || f->reads[y->id] != 1) return NULL;
   Node *a = f->fwd_reader[y->id];
   if (a->op != OP_ADD || a->in[0] != y || a->in[1] == y) return NULL;
   Value *b = a->in[1];
@@ -118,7 +126,7 @@ int64_t fuse_bcast_of(const Node *c) {
 
 bool fuse_chain_stored(const Fusion *f, Node *const *ch, int len, int k) {
   Value *v = ch[k]->out;
-  return k == len - 1 || v == f->g->loss || f->reads[v->id] > 1;
+  return k == len - 1 || kept(f, v) || f->reads[v->id] > 1;
 }
 
 /* Whether a chain's stored outputs stay clear of everything it reads. */
@@ -145,7 +153,7 @@ static int find_chain(Fusion *f, Node *n, Node **ch) {
   while (len < FUSE_MAX_CHAIN) {
     Node *last = ch[len - 1];
     Value *v = last->out;
-    if (v == f->g->loss || f->fwd_reads[v->id] != 1) break;
+    if (kept(f, v) || f->fwd_reads[v->id] != 1) break;
     Node *c = f->fwd_reader[v->id];
     if (!fuse_is_loop_op(c->op) || f->skip[c->id] || next_code(f, last->id) != c->id) break;
     if (n->remat && (!c->remat || f->next[last->remat->id] != c->remat)) break;

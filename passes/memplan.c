@@ -187,10 +187,11 @@ int pass_memplan(Module *m) {
     v->live_end = nn - 1;
   }
   if (g->loss) root(g->loss)->live_end = nn - 1;
-  if (g->recv_act) {
-    root(g->recv_act)->live_start = 0;
-    root(g->recv_act)->live_end = nn - 1;
+  for (int i = 0; i < g->nrecv; i++) {
+    root(g->recv_act[i])->live_start = 0;
+    root(g->recv_act[i])->live_end = nn - 1;
   }
+  for (int i = 0; i < g->nsend; i++) root(g->send_act[i])->live_end = nn - 1;
 
   /* Persistent: parameters, then their gradients, then optimizer state. */
   int64_t off = 0;
@@ -238,8 +239,9 @@ transient:;
     v->stash = staged && !v->alias && !v->persistent && v->role != ROLE_PARAM &&
                v->live_start >= 0 && v->live_start < g->nfwd && v->live_end >= g->nfwd;
   }
-  if (staged && g->send_act) root(g->send_act)->stash = true;
-  if (staged && g->recv_act && g->recv_act->grad) root(g->recv_act->grad)->stash = true;
+  for (int i = 0; staged && i < g->nsend; i++) root(g->send_act[i])->stash = true;
+  for (int i = 0; staged && i < g->nrecv; i++)
+    if (g->recv_act[i]->grad) root(g->recv_act[i]->grad)->stash = true;
 
   /* Transient: walk the schedule; free what died before node i, then place
    * what is born at i. */

@@ -124,7 +124,8 @@ int precision_apply(Graph *g, DType t) {
   if (!is16(t)) return 0;
   int nn = g->nodes.len;
   /* the activation received from the previous pipeline stage (an input) */
-  if (g->recv_act && g->recv_act->dtype == DT_F32) g->recv_act->dtype = t;
+  for (int i = 0; i < g->nrecv; i++)
+    if (g->recv_act[i]->dtype == DT_F32) g->recv_act[i]->dtype = t;
   /* 1. forward values (and recomputed copies: forward ops in the backward) */
   for (int i = 0; i < nn; i++) {
     Node *n = g->nodes.data[i];
@@ -161,8 +162,9 @@ int precision_apply(Graph *g, DType t) {
         o->dtype = t;
     }
   }
-  if (g->send_act && !is16(g->send_act->dtype) && isfloat(g->send_act->dtype)) {
-    diag_error(g->send_act->loc,
+  for (int i = 0; i < g->nsend; i++) {
+    if (is16(g->send_act[i]->dtype) || !isfloat(g->send_act[i]->dtype)) continue;
+    diag_error(g->send_act[i]->loc,
                "precision = %s: the activation stage %d sends is computed from parameters and "
                "float inputs alone; cut the pipeline after a layer",
                ir_dtype_name(t), g->stage);

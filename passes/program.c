@@ -462,19 +462,24 @@ static void build_chunk(B *b, int k0) {
     ld->out[0] = ref(b, g->inputs.data[k0]);
     ld->out[1] = ref(b, g->inputs.data[1 - k0]);
   }
-  if (b->staged && vs > 0) pipe_msg(b, &c->fwd, PI_RECV, g->recv_act, vs - 1, vs - 1, false);
+  /* a cut's messages, one per activation in the stage's order; their
+   * gradients come back in the same order */
+  for (int i = 0; b->staged && vs > 0 && i < g->nrecv; i++)
+    pipe_msg(b, &c->fwd, PI_RECV, g->recv_act[i], vs - 1, vs - 1, false);
   for (int i = 0; i < g->nfwd; i++) {
     Node *n = g->nodes.data[i];
     if (fuse_emits_code(n) && !b->f->skip[i]) node_fwd(b, &c->fwd, n, i);
   }
-  if (b->staged && vs < S - 1) pipe_msg(b, &c->fwd, PI_SEND, g->send_act, vs + 1, vs, false);
-  if (b->staged && vs < S - 1) pipe_msg(b, &c->bwd, PI_RECV, g->send_act->grad, vs + 1, vs, true);
+  for (int i = 0; b->staged && vs < S - 1 && i < g->nsend; i++)
+    pipe_msg(b, &c->fwd, PI_SEND, g->send_act[i], vs + 1, vs, false);
+  for (int i = 0; b->staged && vs < S - 1 && i < g->nsend; i++)
+    if (g->send_act[i]->grad) pipe_msg(b, &c->bwd, PI_RECV, g->send_act[i]->grad, vs + 1, vs, true);
   for (int i = g->nfwd; i < g->nodes.len; i++) {
     Node *n = g->nodes.data[i];
     if (fuse_emits_code(n) && !b->f->skip[i]) node_bwd(b, &c->bwd, n, i);
   }
-  if (b->staged && vs > 0 && g->recv_act->grad)
-    pipe_msg(b, &c->bwd, PI_SEND, g->recv_act->grad, vs - 1, vs - 1, true);
+  for (int i = 0; b->staged && vs > 0 && i < g->nrecv; i++)
+    if (g->recv_act[i]->grad) pipe_msg(b, &c->bwd, PI_SEND, g->recv_act[i]->grad, vs - 1, vs - 1, true);
   /* the forward's result */
   c->loss_slot = -1;
   Node *ld = g->loss->def;

@@ -89,7 +89,7 @@ static void mark(R *r) {
     if (v->alias && r->other[v->id]) r->other[root(v)->id] = true;
   }
   if (g->loss) r->other[g->loss->id] = true;
-  if (g->send_act) r->other[g->send_act->id] = true;
+  for (int i = 0; i < g->nsend; i++) r->other[g->send_act[i]->id] = true;
 }
 
 /* Marks the layers' saved values and decides which to drop. */

@@ -82,15 +82,33 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
             human_bytes((double)mp->transient_peak), mp->peak_node, mp->slots,
             mp->slots == 1 ? "" : "s", st);
     comm_line(out, m, pf, v > 1 ? "  comm:   (its pipeline rank's) " : "  comm:   ");
-    if (s < m->nstages - 1 && m->stage_cut[s] && g->send_act) {
+    if (s < m->nstages - 1 && m->stage_cut[s] && g->nsend == 1) {
       /* what crosses the cut: the activation forward, its gradient backward */
-      const Value *x = g->send_act;
+      const Value *x = g->send_act[0];
       char sh[256], by[32];
       ir_shape_str(g, x, sh, sizeof sh);
       report_commas(by, sizeof by, ir_numel(&x->shape) * ir_dtype_size(x->dtype));
       fprintf(out, "%scut %d:    %s; the message per microbatch: %%%d %s (%s bytes) to stage %d, "
                    "its gradient back\n",
               pf, s, m->stage_cut[s], x->id, sh, by, s + 1);
+    } else if (s < m->nstages - 1 && m->stage_cut[s] && g->nsend > 1) {
+      /* several tensors cross: one message each, in this order */
+      int64_t all = 0;
+      for (int i = 0; i < g->nsend; i++)
+        all += ir_numel(&g->send_act[i]->shape) * ir_dtype_size(g->send_act[i]->dtype);
+      char by[32];
+      report_commas(by, sizeof by, all);
+      fprintf(out, "%scut %d:    %s; %d messages per microbatch (%s bytes) to stage %d, their "
+                   "gradients back:\n",
+              pf, s, m->stage_cut[s], g->nsend, by, s + 1);
+      for (int i = 0; i < g->nsend; i++) {
+        const Value *x = g->send_act[i];
+        char sh[256], b1[32];
+        ir_shape_str(g, x, sh, sizeof sh);
+        report_commas(b1, sizeof b1, ir_numel(&x->shape) * ir_dtype_size(x->dtype));
+        const char *what = x->def ? ir_ops[x->def->op].name : "?";
+        fprintf(out, "%s             %%%d %s (%s bytes), %s's output\n", pf, x->id, sh, b1, what);
+      }
     }
   }
   /* interleaved: a rank holds its chunks side by side with one transient

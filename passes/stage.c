@@ -2,29 +2,36 @@
  *
  * Runs after the shard pass (so a stage holds tp-local shapes and its
  * collectives) and before autodiff.  A cut falls at an op boundary where
- * exactly one activation crosses it: between two layers (the nodes on
- * either side belong to different top-level scopes, e.g. "blocks.1" and
- * "blocks.2", or the embedding and the first block), or inside a layer (a
- * transformer block's residual stream between its attention and its MLP).
- * The stage sends that activation to the next one per microbatch, and its
- * gradient comes back.  The pp-1 cuts minimise the largest stage's FLOPs
- * (forward and backward are proportional per op): between layers as
- * before, inside one only where that makes the largest stage smaller, and
- * then as few as keep it so; or, with pp=N:a+b+..., stage s holds the next
- * given number of layers, a.5 ending inside the next layer (ops outside any
- * layer, the embedding and the head, go with the first and last stage).
+ * at most PIPE_MAXACT (4) activations cross it: between two layers (the
+ * nodes on either side belong to different top-level scopes, e.g.
+ * "blocks.1" and "blocks.2", or the embedding and the first block), or
+ * inside a layer (a transformer block's residual stream between its
+ * attention and its MLP; the residual and ln_1's output before the qkv
+ * matmul; the residual and the fc output before the gelu).  The stage
+ * sends those activations to the next one per microbatch, one message
+ * each in definition order, and their gradients come back in that order.
+ * The pp-1 cuts minimise the largest stage's FLOPs (forward and backward
+ * are proportional per op): between layers as before, inside one only
+ * where that makes the largest stage smaller, and then as few as keep it
+ * so, then the fewest message bytes; or, with pp=N:a+b+..., stage s holds
+ * the next given number of layers, a.5 ending inside the next layer at the
+ * boundary nearest its middle that one activation crosses (where none
+ * does, that several cross) (ops outside any layer, the embedding and the
+ * head, go with the first and last stage).
  *
  * Each stage becomes a graph of its own (Module.stages): its nodes, copies
  * of the parameters it uses (a parameter used in two stages, a tied
  * embedding, is held by both and its gradients are summed over the EMBED
  * communicator), both data inputs (each stage loads its microbatch's
- * tokens and targets), the received activation (recv_act, an input node)
- * and, before the last stage, the sent one (send_act) as its "loss": autodiff
- * seeds its gradient with the one received (OP_RECV) instead of 1/mb.
+ * tokens and targets), the received activations (recv_act, input nodes)
+ * and, before the last stage, the sent ones (send_act, the first as its
+ * "loss"): autodiff seeds their gradients with those received (OP_RECV)
+ * instead of 1/mb.
  */
 #include <math.h>
 #include <string.h>
 
+#include "cost.h"
 #include "passes.h"
 #include "schedule.h"
 
@@ -49,7 +56,13 @@ static bool is_leaf(const Node *n) { return n->op == OP_PARAM || n->op == OP_INP
 
 typedef struct Cut {
   int at;          /* nodes [0, at) before it */
-  Value *v;        /* the one activation crossing it */
+  Value *v[PIPE_MAXACT];   /* the activations crossing it, in definition order */
+  int nv;
+  double bytes;    /* of one microbatch's message(s) */
+  double xbytes;   /* the bytes beyond the first tensor's: held in a stash
+                      slot on both sides (sent, and the gradient sent back) */
+  double extra;    /* their FLOP-equivalents, paid by the stages on both
+                      sides (msg_flops_per_byte) */
   double before;   /* FLOPs of the nodes before it */
   int layers;      /* layers (named scopes such as blocks.3) that end before it */
   bool inside;     /* inside layer number `layers` (an op boundary), not between two */
@@ -70,7 +83,7 @@ static Value *stage_value(Graph *sg, Value **map, Value *v) {
   return c;
 }
 
-static Graph *build_stage(Module *m, int s, int lo, int hi, Value *recv, Value *send,
+static Graph *build_stage(Module *m, int s, int lo, int hi, const Cut *recv, const Cut *send,
                           const bool *shared) {
   Graph *g = m->graph;
   Graph *sg = ir_graph_new(g->model);
@@ -87,13 +100,14 @@ static Graph *build_stage(Module *m, int s, int lo, int hi, Value *recv, Value *
     c->shard = v->shard;
     map[v->id] = c;
   }
-  if (recv) {
-    Value *c = ir_input(sg, NULL, recv->shape, recv->dtype, recv->loc);
+  for (int i = 0; recv && i < recv->nv; i++) {
+    const Value *r = recv->v[i];
+    Value *c = ir_input(sg, NULL, r->shape, r->dtype, r->loc);
     sg->inputs.len--; /* received, not loaded: an activation */
     c->role = ROLE_ACT;
-    c->shard = recv->shard;
-    sg->recv_act = c;
-    map[recv->id] = c;
+    c->shard = r->shard;
+    sg->recv_act[sg->nrecv++] = c;
+    map[r->id] = c;
   }
   for (int i = lo; i < hi; i++) {
     Node *n = g->nodes.data[i];
@@ -128,7 +142,8 @@ static Graph *build_stage(Module *m, int s, int lo, int hi, Value *recv, Value *
     }
   }
   if (send) {
-    sg->send_act = sg->loss = map[send->id];
+    for (int i = 0; i < send->nv; i++) sg->send_act[sg->nsend++] = map[send->v[i]->id];
+    sg->loss = sg->send_act[0];
     sg->pipe_out = true;
   } else {
     sg->loss = map[g->loss->id];
@@ -245,64 +260,109 @@ typedef struct Chooser {
   double total;    /* FLOPs of the whole forward */
 } Chooser;
 
-static double seg_cost(const Chooser *ch, int k, int a, int b, double fa, double fb) {
-  if (ch->by) return stage_mem_of(ch->m, ch->sm, k, a, b);
-  if (ch->mem && ch->sm->budget > 0 && stage_mem_of(ch->m, ch->sm, k, a, b) > ch->sm->budget)
-    return 1e300;
-  return fb - fa;
+/* Stage k holds nodes [a, b) (FLOPs fb - fa) between cuts ca and cb (NULL:
+ * the model's start or end); a cut several tensors cross costs it their
+ * extra message time, and their extra bytes in each stash slot. */
+static double seg_cost(const Chooser *ch, int k, int a, int b, double fa, double fb, const Cut *ca,
+                       const Cut *cb) {
+  double xb = (ca ? ca->xbytes : 0) + (cb ? cb->xbytes : 0);
+  double mem = ch->mem ? stage_mem_of(ch->m, ch->sm, k, a, b) + ch->sm->slots[k] * xb : 0;
+  if (ch->by) return mem;
+  if (ch->mem && ch->sm->budget > 0 && mem > ch->sm->budget) return 1e300;
+  return fb - fa + (ca ? ca->extra : 0) + (cb ? cb->extra : 0);
 }
 
-/* limit < 0: the cuts (inside layers too when `inside`) that minimise the
- * largest stage's cost, the fewest inside layers among equal ones; else the
- * fewest cuts inside layers whose stages all cost at most limit, the
- * smallest largest stage among those.  Returns that largest cost (-1: no
- * cut set) and the cuts in chosen[0 .. S-2]. */
-static double choose_cuts(const Chooser *ch, bool inside, double limit, int *chosen) {
+/* Which cuts a search may take: tier 0, between layers with one tensor
+ * crossing (as before cuts inside layers existed); 1, inside layers too; 2,
+ * where several tensors cross too. */
+static bool cut_in_tier(const Cut *c, int tier) {
+  return tier >= 2 || (c->nv == 1 && (tier >= 1 || !c->inside));
+}
+
+/* limit < 0: the cuts (of tier `tier`, cut_in_tier) that minimise the
+ * largest stage's cost, the fewest inside layers among equal ones, then the
+ * fewest message bytes; else the fewest cuts inside layers whose stages all
+ * cost at most limit, then the fewest message bytes (a cut two tensors cross
+ * sends more than one the residual stream alone crosses), the smallest
+ * largest stage among those.  Returns that largest cost (-1: no cut set)
+ * and the cuts in chosen[0 .. S-2]. */
+static double choose_cuts(const Chooser *ch, int tier, double limit, int *chosen) {
   int S = ch->S, nc = ch->ncut;
   const Cut *cuts = ch->cuts;
   double *best = arena_alloc(sizeof(double) * (size_t)S * (size_t)(nc + 1));
   int *from = arena_alloc(sizeof(int) * (size_t)S * (size_t)(nc + 1));
   int *nin = arena_alloc(sizeof(int) * (size_t)S * (size_t)(nc + 1));
+  double *nby = arena_alloc(sizeof(double) * (size_t)S * (size_t)(nc + 1));
 #define B(k, j) best[(size_t)(k) * (size_t)(nc + 1) + (size_t)(j)]
 #define FR(k, j) from[(size_t)(k) * (size_t)(nc + 1) + (size_t)(j)]
 #define NI(k, j) nin[(size_t)(k) * (size_t)(nc + 1) + (size_t)(j)]
-#define BETTER(c, ni, bc, bni)                                                     \
-  ((bc) < 0 || (limit < 0 ? (c) < (bc) || ((c) == (bc) && (ni) < (bni))           \
-                          : (ni) < (bni) || ((ni) == (bni) && (c) < (bc))))
+#define NB(k, j) nby[(size_t)(k) * (size_t)(nc + 1) + (size_t)(j)]
+#define BETTER(c, ni, nb, bc, bni, bnb)                                                       \
+  ((bc) < 0 ||                                                                               \
+   (limit < 0 ? (c) < (bc) || ((c) == (bc) && ((ni) < (bni) || ((ni) == (bni) && (nb) < (bnb)))) \
+              : (ni) < (bni) || ((ni) == (bni) && ((nb) < (bnb) || ((nb) == (bnb) && (c) < (bc))))))
   for (int j = 0; j < nc; j++) {
-    double c = seg_cost(ch, 0, 0, cuts[j].at, 0, cuts[j].before);
-    bool ok = (inside || !cuts[j].inside) && (limit < 0 || c <= limit);
-    B(0, j) = ok ? c : -1, FR(0, j) = -1, NI(0, j) = cuts[j].inside;
+    double c = seg_cost(ch, 0, 0, cuts[j].at, 0, cuts[j].before, NULL, &cuts[j]);
+    bool ok = cut_in_tier(&cuts[j], tier) && (limit < 0 || c <= limit);
+    B(0, j) = ok ? c : -1, FR(0, j) = -1, NI(0, j) = cuts[j].inside, NB(0, j) = cuts[j].bytes;
   }
   for (int k = 1; k < S - 1; k++)
     for (int j = 0; j < nc; j++) {
       B(k, j) = -1;
-      if (!inside && cuts[j].inside) continue;
+      if (!cut_in_tier(&cuts[j], tier)) continue;
       for (int i = 0; i < j; i++) {
         if (B(k - 1, i) < 0) continue;
-        double seg = seg_cost(ch, k, cuts[i].at, cuts[j].at, cuts[i].before, cuts[j].before);
+        double seg = seg_cost(ch, k, cuts[i].at, cuts[j].at, cuts[i].before, cuts[j].before,
+                              &cuts[i], &cuts[j]);
         if (limit >= 0 && seg > limit) continue;
         double c = seg > B(k - 1, i) ? seg : B(k - 1, i);
         int ni = NI(k - 1, i) + cuts[j].inside;
-        if (BETTER(c, ni, B(k, j), NI(k, j))) B(k, j) = c, FR(k, j) = i, NI(k, j) = ni;
+        double nb = NB(k - 1, i) + cuts[j].bytes;
+        if (BETTER(c, ni, nb, B(k, j), NI(k, j), NB(k, j)))
+          B(k, j) = c, FR(k, j) = i, NI(k, j) = ni, NB(k, j) = nb;
       }
     }
   int bestj = -1, bestni = 0;
-  double bestc = -1;
+  double bestc = -1, bestnb = 0;
   for (int j = 0; j < nc; j++) {
     if (B(S - 2, j) < 0) continue;
-    double seg = seg_cost(ch, S - 1, cuts[j].at, ch->n, cuts[j].before, ch->total);
+    double seg = seg_cost(ch, S - 1, cuts[j].at, ch->n, cuts[j].before, ch->total, &cuts[j], NULL);
     if (limit >= 0 && seg > limit) continue;
     double c = seg > B(S - 2, j) ? seg : B(S - 2, j);
-    if (BETTER(c, NI(S - 2, j), bestc, bestni)) bestc = c, bestj = j, bestni = NI(S - 2, j);
+    if (BETTER(c, NI(S - 2, j), NB(S - 2, j), bestc, bestni, bestnb))
+      bestc = c, bestj = j, bestni = NI(S - 2, j), bestnb = NB(S - 2, j);
   }
   if (bestj >= 0)
     for (int k = S - 2, j = bestj; k >= 0; j = FR(k, j), k--) chosen[k] = j;
   return bestc;
 #undef BETTER
+#undef NB
 #undef NI
 #undef B
 #undef FR
+}
+
+/* FLOP-equivalents (of the forward, the unit stages are balanced in) of one
+ * byte of a pipeline message: the link's time for it at the device's GEMM
+ * rate, the activation going forward and its gradient back against about 3x
+ * the forward's FLOPs for forward and backward.  pp is the outermost mesh
+ * axis: neighbouring stages talk over the inter-node links when there are
+ * several nodes. */
+static double msg_flops_per_byte(const Module *m) {
+  const Mesh *me = m->train.mesh;
+  if (!me || !me->device) return 0;
+  HwModel hw;
+  cost_hw_from_mesh(&hw, me, m->train.precision);
+  double bw = (hw.nodes > 1 ? hw.inter_bw : hw.intra_bw) * hw.link_eff;
+  return bw > 0 ? 2.0 / 3.0 * hw.peak * hw.gemm_eff / bw * hw.elt / 4 : 0;
+}
+
+/* A count of layers in hundredths, as pp=N:a+b+... writes it: "3", "1.5",
+ * "1.25". */
+static const char *layers_str(int h) {
+  if (h % 100 == 0) return arena_printf("%d", h / 100);
+  if (h % 10 == 0) return arena_printf("%d.%d", h / 100, h % 100 / 10);
+  return arena_printf("%d.%02d", h / 100, h % 100);
 }
 
 /* The first non-leaf node at or after i, and the last one before i. */
@@ -329,9 +389,16 @@ static const char *cut_desc(const Graph *g, const Cut *c) {
     return arena_printf("between %s and %s (after %d layer%s)", *a ? a : "model ops",
                         *b ? b : "model ops", c->layers, c->layers == 1 ? "" : "s");
   const char *path = x->loc.file ? x->loc.file->path : "?", *base = strrchr(path, '/');
-  return arena_printf("inside %s (after %d.5 layers), after %s (%s:%d), before %s", b, c->layers,
-                      ir_ops[x->op].name, base ? base + 1 : path, x->loc.line,
-                      ir_ops[y->op].name);
+  if (c->nv == 1)
+    return arena_printf("inside %s (after %d.5 layers), after %s (%s:%d), before %s", b, c->layers,
+                        ir_ops[x->op].name, base ? base + 1 : path, x->loc.line,
+                        ir_ops[y->op].name);
+  /* several tensors cross: where it falls by the layer's FLOPs */
+  double f = c->hi > c->lo ? (c->before - c->lo) / (c->hi - c->lo) : 0;
+  return arena_printf("inside %s (after %.2f layers), after %s (%s:%d), before %s; %d tensors "
+                      "cross it",
+                      b, c->layers + f, ir_ops[x->op].name, base ? base + 1 : path, x->loc.line,
+                      ir_ops[y->op].name, c->nv);
 }
 
 int pass_stage(Module *m) {
@@ -352,10 +419,11 @@ int pass_stage(Module *m) {
       if (nd->outs[j]) def_at[nd->outs[j]->id] = i;
     for (int k = 0; k < nd->nin; k++) last[nd->in[k]->id] = i;
   }
-  /* Candidate cuts: an op boundary with one activation crossing, between
-   * two layers or inside one (a transformer block's residual stream
-   * between its attention and its MLP).  cross[i]: the activations defined
-   * before node i and read at or after it. */
+  /* Candidate cuts: an op boundary with at most PIPE_MAXACT activations
+   * crossing, between two layers or inside one (a transformer block's
+   * residual stream between its attention and its MLP; the residual and
+   * a layernorm's output between ln_1 and the qkv matmul).  cross[i]: the
+   * activations defined before node i and read at or after it. */
   int *cross = arena_alloc(sizeof(int) * (size_t)(n + 2));
   for (int k = 0; k < nv; k++) {
     Value *v = g->values.data[k];
@@ -365,6 +433,16 @@ int pass_stage(Module *m) {
     cross[last[k] + 1]--;
   }
   for (int i = 1; i <= n; i++) cross[i] += cross[i - 1];
+  /* dep[v]: v is computed from a parameter, so the stage that receives it
+   * has a gradient to send back */
+  bool *dep = arena_alloc((size_t)nv + 1);
+  for (int i = 0; i < n; i++) {
+    Node *nd = g->nodes.data[i];
+    bool d = nd->op == OP_PARAM;
+    for (int k = 0; k < nd->nin; k++) d |= dep[nd->in[k]->id];
+    for (int j = 0; j < nd->nout; j++)
+      if (nd->outs[j]) dep[nd->outs[j]->id] = d;
+  }
   /* a parameter's first and last reader: a cut inside a layer must not
    * fall between two readers of one of the layer's parameters */
   int *pfirst = arena_alloc(sizeof(int) * (size_t)nv), *plast = arena_alloc(sizeof(int) * (size_t)nv);
@@ -379,6 +457,7 @@ int pass_stage(Module *m) {
     }
   }
   Cut *cuts = arena_alloc(sizeof(Cut) * (size_t)(n + 2));
+  double fpb = msg_flops_per_byte(m);
   int ncut = 0, layer_first = 0;   /* the first candidate inside the current layer */
   int layer_at = 0;                /* the current layer's first node */
   double flops = 0, layer_lo = 0;
@@ -397,19 +476,33 @@ int pass_stage(Module *m) {
         layer_at = i;
       }
       bool split = false;   /* inside: a parameter of the layer read on both sides */
-      for (int k = 0; k < g->params.len && !change && cross[i] == 1; k++) {
+      int nx = cross[i];
+      for (int k = 0; k < g->params.len && !change && nx >= 1 && nx <= PIPE_MAXACT; k++) {
         const Value *v = g->params.data[k];
         split |= pfirst[v->id] >= layer_at && pfirst[v->id] < i && plast[v->id] >= i;
       }
-      if ((change || (have_prev && *cur)) && cross[i] == 1 && !split) {
-        Value *one = NULL;
-        for (int k = 0; k < nv && !one; k++) {
+      if ((change || (have_prev && *cur)) && nx >= 1 && nx <= PIPE_MAXACT && !split) {
+        /* each crossing value: fp32, not a view; with several, each the
+         * main output of its node and computed from a parameter, so each
+         * has a gradient to come back */
+        Cut c = {.at = i, .before = flops, .layers = nlayers, .inside = !change, .lo = layer_lo};
+        bool ok = true;
+        for (int k = 0; k < nv && c.nv < nx; k++) {
           Value *v = g->values.data[k];
           if (v->role == ROLE_PARAM || v->role == ROLE_INPUT || def_at[k] < 0) continue;
-          if (def_at[k] < i && last[k] >= i) one = v;
+          if (def_at[k] >= i || last[k] < i) continue;
+          ok &= v->dtype == DT_F32 && !v->alias;
+          ok &= nx == 1 || (dep[v->id] && v->def->out == v);
+          c.v[c.nv++] = v;
+          c.bytes += (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype);
         }
-        if (one && one->dtype == DT_F32 && !one->alias)
-          cuts[ncut++] = (Cut){i, one, flops, nlayers, !change, layer_lo, 0};
+        /* a cut several tensors cross costs its bytes beyond the first's:
+         * taken only where the balance gains more than that */
+        if (c.nv > 1) {
+          c.xbytes = c.bytes - (double)ir_numel(&c.v[0]->shape) * ir_dtype_size(c.v[0]->dtype);
+          c.extra = fpb * c.xbytes;
+        }
+        if (ok && c.nv == nx) cuts[ncut++] = c;
       }
       if (change) layer_first = ncut;
       memcpy(prev, cur, sizeof prev);
@@ -423,49 +516,56 @@ int pass_stage(Module *m) {
   int chosen[MAX_STAGES];
   if (p->nstage_layers) {
     /* pp=N:a+b+...: stage s ends after a + b + ... layers; counted in
-     * halves, an odd count ends inside the next layer */
+     * hundredths, a count not a multiple of 100 ends inside the next layer */
     int want = 0;
-    for (int k = 0; k < p->nstage_layers; k++)
-      want += 2 * p->stage_layers[k] + (int)(p->stage_half >> k & 1);
+    for (int k = 0; k < p->nstage_layers; k++) want += 100 * p->stage_layers[k] + p->stage_frac[k];
     if (p->nstage_layers != S) {
       diag_error(plan_key_loc(&m->train, PLAN_PP),
                  "pp=%d: %d stage sizes for %d stages (interleaved chunks take no explicit sizes "
                  "yet)", p->pp, p->nstage_layers, S);
       return -1;
     }
-    if (want != 2 * nlayers) {
+    if (want != 100 * nlayers) {
       diag_error(plan_key_loc(&m->train, PLAN_PP),
-                 "pp=%d: the stage sizes add up to %d%s layers, but model %s has %d", p->pp,
-                 want / 2, want % 2 ? ".5" : "", g->model, nlayers);
+                 "pp=%d: the stage sizes add up to %s layers, but model %s has %d", p->pp,
+                 layers_str(want), g->model, nlayers);
       return -1;
     }
     for (int k = 0, sum = 0; k < S - 1; k++) {
-      sum += 2 * p->stage_layers[k] + (int)(p->stage_half >> k & 1);
+      sum += 100 * p->stage_layers[k] + p->stage_frac[k];
+      int L = sum / 100, f = sum % 100;
       chosen[k] = -1;
-      for (int j = 0; j < ncut; j++) {
-        if (cuts[j].layers != sum / 2 || cuts[j].inside != (sum % 2)) continue;
-        /* inside a layer: the op boundary nearest half its FLOPs */
-        double mid = (cuts[j].lo + cuts[j].hi) / 2;
-        if (chosen[k] < 0 ||
-            fabs(cuts[j].before - mid) < fabs(cuts[chosen[k]].before - mid))
-          chosen[k] = j;
-      }
+      /* inside a layer at a.5: the op boundary nearest half its FLOPs that
+       * one activation crosses, or, where none does, that several do; at
+       * another fraction, the boundary nearest that share of its FLOPs
+       * (any that at most PIPE_MAXACT cross) */
+      for (int several = f == 50 ? 0 : 1; several < 2 && chosen[k] < 0; several++)
+        for (int j = 0; j < ncut; j++) {
+          if (cuts[j].layers != L || cuts[j].inside != (f != 0)) continue;
+          if (f == 50 && (cuts[j].nv > 1) != several) continue;
+          double mid = cuts[j].lo + (cuts[j].hi - cuts[j].lo) * f / 100;
+          if (chosen[k] < 0 ||
+              fabs(cuts[j].before - mid) < fabs(cuts[chosen[k]].before - mid) ||
+              (cuts[j].before - mid == cuts[chosen[k]].before - mid &&
+               cuts[j].bytes < cuts[chosen[k]].bytes))
+            chosen[k] = j;
+        }
       if (chosen[k] < 0) {
-        if (sum % 2)
+        if (f)
           diag_error(plan_key_loc(&m->train, PLAN_PP),
-                     "pp: model %s cannot be cut inside its layer %d (after %d.5 layers): no op "
-                     "boundary there has one activation crossing it",
-                     g->model, sum / 2 + 1, sum / 2);
+                     "pp: model %s cannot be cut inside its layer %d (after %s layers): no op "
+                     "boundary there has at most %d activations crossing it",
+                     g->model, L + 1, layers_str(sum), PIPE_MAXACT);
         else
           diag_error(plan_key_loc(&m->train, PLAN_PP),
-                     "pp: model %s cannot be cut after its first %d layers (more than one activation "
-                     "crosses there)", g->model, sum / 2);
+                     "pp: model %s cannot be cut after its first %d layers (more than %d "
+                     "activations cross there)", g->model, L, PIPE_MAXACT);
         return -1;
       }
       if (k && cuts[chosen[k]].at <= cuts[chosen[k - 1]].at) {
         diag_error(plan_key_loc(&m->train, PLAN_PP),
-                   "pp: stage %d of model %s would be empty: its half layer holds no op boundary "
-                   "to cut at", k, g->model);
+                   "pp: stage %d of model %s would be empty: its part of a layer holds no op "
+                   "boundary to cut at", k, g->model);
         return -1;
       }
     }
@@ -474,8 +574,8 @@ int pass_stage(Module *m) {
   if (ncut < S - 1) {
     diag_error(plan_key_loc(&m->train, PLAN_PP),
                "pp=%d needs %d pipeline stages but model %s has only %d places to cut it (between "
-               "layers or inside one, where one activation crosses); use %s",
-               p->pp, S, g->model, ncut,
+               "layers or inside one, where at most %d activations cross); use %s",
+               p->pp, S, g->model, ncut, PIPE_MAXACT,
                S > p->pp ? "fewer interleaved chunks or a smaller pp"
                          : arena_printf("pp=%d or less", ncut + 1));
     return -1;
@@ -487,12 +587,20 @@ int pass_stage(Module *m) {
   for (ch.by = p->balance_memory ? 1 : 0; ch.by < 2; ch.by++) {
     if (ch.by && !ch.mem) break;
     /* between layers (as before cuts inside layers existed), then with
-     * them: a cut falls inside a layer only where that balances better,
-     * and then as few do as keep that balance */
+     * them, then with cuts several tensors cross: each only where that
+     * balances better, and then as few inside layers and as few message
+     * bytes as keep that balance.  By the estimated memory, cuts several
+     * tensors cross are not taken: the estimate leaves out the transient
+     * gradients, and with the finer choice a stage it underrates (the
+     * head's logits) was loaded past its measured peak (bigvocab.shard,
+     * pp=4:memory: 27.1 MB where one-tensor cuts keep 25.4 MB). */
     int alt[MAX_STAGES];
-    double c0 = choose_cuts(&ch, false, -1, chosen), c1 = choose_cuts(&ch, true, -1, alt);
-    if (c1 >= 0 && (c0 < 0 || c1 < c0 * (1 - 1e-9)))
-      choose_cuts(&ch, true, c1 * (1 + 1e-9), chosen), c0 = c1;
+    double c0 = choose_cuts(&ch, 0, -1, chosen);
+    for (int tier = 1; tier <= (ch.by ? 1 : 2); tier++) {
+      double c1 = choose_cuts(&ch, tier, -1, alt);
+      if (c1 >= 0 && (c0 < 0 || c1 < c0 * (1 - 1e-9)))
+        choose_cuts(&ch, tier, c1 * (1 + 1e-9), chosen), c0 = c1;
+    }
     m->stage_cuts_by = ch.by ? "estimated memory" : ch.mem && sm.budget > 0
                                                         ? "FLOPs within the device memory"
                                                         : "FLOPs";
@@ -533,8 +641,8 @@ cut:;
   g->nfwd = n; /* all forward: autodiff runs on the stages */
   m->nstages = S;
   for (int s = 0; s < S; s++) {
-    Value *recv = s ? cuts[chosen[s - 1]].v : NULL;
-    Value *send = s < S - 1 ? cuts[chosen[s]].v : NULL;
+    const Cut *recv = s ? &cuts[chosen[s - 1]] : NULL;
+    const Cut *send = s < S - 1 ? &cuts[chosen[s]] : NULL;
     Graph *sg = build_stage(m, s, bound[s], bound[s + 1], recv, send, shared);
     if (!sg) return -1;
     m->stages[s] = sg;

@@ -40,6 +40,10 @@ static inline uint64_t rt_vol_reduce(uint64_t n, int P) {
  * stages lower and lower + 1 (of S), its activation (grad 0) going up or
  * its gradient (grad 1) coming back, carry this tag; the program builder
  * (passes/program.c), the check and the runtime's driver all use it. */
+/* A cut may carry up to RT_PIPE_MAXMSG tensors (ir.h PIPE_MAXACT): as many
+ * messages in each direction, in a fixed order, under the one tag (MPI keeps
+ * their order). */
+#define RT_PIPE_MAXMSG 4
 static inline int rt_pipe_tag(int mb, int S, int lower, int grad) {
   return 2 * (mb * S + lower) + grad;
 }

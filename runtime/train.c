@@ -774,7 +774,7 @@ static int row_base(const Trainer *t) {
 
 #ifdef RT_TRAIN_MPI
 static MPI_Request *sent_of(Trainer *t, int chunk, int slot) {
-  return &t->sent[((size_t)chunk * (size_t)t->maxslots + (size_t)slot) * 2];
+  return &t->sent[((size_t)chunk * (size_t)t->maxslots + (size_t)slot) * 2 * RT_PIPE_MAXMSG];
 }
 #endif
 
@@ -786,7 +786,7 @@ static double run_schedule(Trainer *t, RtPass *p, int with_backward) {
   double loss = 0;
 #ifdef RT_TRAIN_MPI
   const RtProgram *pg = t->pg;
-  size_t nsent = (size_t)pg->nchunks * (size_t)t->maxslots * 2;
+  size_t nsent = (size_t)pg->nchunks * (size_t)t->maxslots * 2 * RT_PIPE_MAXMSG;
   for (size_t i = 0; i < nsent; i++)
     t->sent[i] = MPI_REQUEST_NULL;
   for (int a = 0; a < pg->norder; a++) {
@@ -802,7 +802,7 @@ static double run_schedule(Trainer *t, RtPass *p, int with_backward) {
     t->chunk = act->chunk;
     t->slot = slot;
     if (act->fwd) {
-      rt_waitall(t->mesh, 2, sent_of(t, act->chunk, slot));
+      rt_waitall(t->mesh, 2 * RT_PIPE_MAXMSG, sent_of(t, act->chunk, slot));
       loss += c->forward(p);
     } else {
       c->backward(p);
@@ -810,7 +810,7 @@ static double run_schedule(Trainer *t, RtPass *p, int with_backward) {
   }
   for (int c = 0; c < pg->nchunks; c++)
     for (int k = 0; k < t->maxslots; k++)
-      rt_waitall(t->mesh, 2, sent_of(t, c, k));
+      rt_waitall(t->mesh, 2 * RT_PIPE_MAXMSG, sent_of(t, c, k));
 #else
   (void)p;
   (void)with_backward;
@@ -940,8 +940,16 @@ void rt_pipe_send(RtPass *p, int peer_vs, int lower_vs, int grad, const void *bu
   rtc_to_host(h, buf, n * (size_t)t->es);
   buf = h;
 #endif
+  /* the slot's first free request of this direction (a cut's messages) */
+  MPI_Request *req = sent_of(t, t->chunk, t->slot) + (grad ? RT_PIPE_MAXMSG : 0);
+  int i = 0;
+  while (i < RT_PIPE_MAXMSG && req[i] != MPI_REQUEST_NULL)
+    i++;
+  if (i == RT_PIPE_MAXMSG)
+    rt_mesh_fail(t->mesh, "internal: more than %d pipeline messages in flight from one slot",
+                 RT_PIPE_MAXMSG);
   rt_isend(t->mesh, pipe_peer(t, peer_vs), rt_pipe_tag(p->mb, t->pg->nstages, lower_vs, grad),
-           buf, n, t->es, &sent_of(t, t->chunk, t->slot)[grad ? 1 : 0]);
+           buf, n, t->es, &req[i]);
 }
 
 static void check_req(Trainer *t, int req) {
@@ -1993,7 +2001,7 @@ static int check_launch(Trainer *t, char **argv) {
         maxslots = pg->chunks[c].slots;
     t->maxslots = maxslots;
     t->reqs = malloc(sizeof *t->reqs * (size_t)(pg->nreq > 0 ? pg->nreq : 1));
-    t->sent = malloc(sizeof *t->sent * (size_t)pg->nchunks * (size_t)maxslots * 2);
+    t->sent = malloc(sizeof *t->sent * (size_t)pg->nchunks * (size_t)maxslots * 2 * RT_PIPE_MAXMSG);
     if (!all_ok(t, (t->reqs && t->sent) ||
                        rt_errorf(RT_ERR_NOMEM, "out of memory for the requests") == RT_OK))
       return 0;

@@ -108,6 +108,9 @@ elif command -v mpirun >/dev/null && command -v mpicxx >/dev/null; then
     host gpt 2 sp=ring:2 3 "off (the program stages"
   }
   reference llama 3 && host llama 2 tp=2 3 on
+  # a pipeline cut that two tensors cross (tests/dist/gpt3.shard's pp=2 cuts
+  # blocks.1 after its fc matmul: two messages each way per microbatch)
+  reference gpt3 3 && host gpt3 2 pp=2,schedule=1f1b 3 "off (pipeline"
 else
   echo "SKIP: the mesh runs need MPI (mpirun, libshardrt_cuda_dist_host)"
 fi
@@ -120,9 +123,10 @@ fi
 # collectives and the vocab-parallel cross-entropy) and a pipeline (bf16
 # messages) and tp2d=2x2 (bf16 SUMMA) against the same reference.
 sed 's/precision = fp32/precision = bf16/' samples/gpt.shard >"$tmp/gpt_bf16.shard"
-# near NAME DIR STEPS: DIR's losses against the gpt cpu reference, 2e-2
+# near NAME DIR STEPS: DIR's losses against the gpt cpu reference (or
+# $NEAR_REF's), 2e-2
 near() {
-  local name="$1" d="$2" steps="$3"
+  local name="$1" d="$2" steps="$3" ref="${NEAR_REF:-$tmp/gpt-cpu$3}"
   shift 3
   train "$d" --steps "$steps" --log "$d.jsonl" --save "$d.st" "$@"
   if [ $rc -ne 0 ]; then bad "$name: exit $rc: $(tail -5 <<<"$out")"; return; fi
@@ -131,8 +135,8 @@ near() {
     return
   fi
   local cmp
-  if cmp=$(tests/dist/compare.py "$tmp/gpt-cpu$steps.jsonl" "$d.jsonl" "$tmp/gpt-cpu$steps.st" "$d.st" 2e-2 1e9) &&
-     [ "$(losses "$d.jsonl")" != "$(losses "$tmp/gpt-cpu$steps.jsonl")" ]; then
+  if cmp=$(tests/dist/compare.py "$ref.jsonl" "$d.jsonl" "$ref.st" "$d.st" 2e-2 1e9) &&
+     [ "$(losses "$d.jsonl")" != "$(losses "$ref.jsonl")" ]; then
     ok
     printf '  %-36s %s\n' "$name" "$cmp"
   else
@@ -159,6 +163,12 @@ if [ -z "${CUDA_PROGRAMS_QUICK:-}" ] && command -v mpirun >/dev/null && command 
   # through a pointer into a stack frame long gone)
   build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16-2d" --target cuda-host --mesh 4 --strategy tp2d=2x2 &&
     near "gpt bf16 cuda-host tp2d=2x2" "$tmp/gpt-bf16-2d" 3
+  # bf16 messages of a cut that two tensors cross (16-bit each), against
+  # gpt3's fp32 cpu run (from the mesh runs above)
+  sed 's/precision = fp32/precision = bf16/' tests/dist/gpt3.shard >"$tmp/gpt3_bf16.shard"
+  [ -f "$tmp/gpt3-cpu.jsonl" ] &&
+    build "$tmp/gpt3_bf16.shard" "$tmp/gpt3-bf16-pp" --target cuda-host --mesh 2 --strategy pp=2,schedule=1f1b &&
+    NEAR_REF="$tmp/gpt3-cpu" near "gpt3 bf16 cuda-host pp=2 (2-tensor cut)" "$tmp/gpt3-bf16-pp" 3
 fi
 
 # A plan larger than the device's free memory is refused before the first

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Pipeline cuts inside a layer (issue 12 item 3, passes/stage.c): plans
 # whose stage cuts fall at an op boundary inside a transformer block (the
-# residual stream between its attention and its MLP) train to the
+# residual stream between its attention and its MLP, or a boundary that
+# two tensors cross: the residual and an op's output) train to the
 # single-rank run's per-step losses (within 1e-6 relative) and final
 # checkpoint (parameters and optimizer state within 1e-5, as dist/equiv),
 # under GPipe, 1F1B and interleaved schedules, alone and with dp, tp,
 # Megatron-SP, ZeRO and recompute; the planned peak equals the measured one on every
 # rank and the runtime's communication volume equals the plan's.  Each case
-# also checks, in its plan, that a cut does fall inside a layer.
+# also checks, in its plan, that a cut does fall inside a layer, and a case
+# marked "multi" that a cut carries several tensors (one message each).
 #   tests/dist/equiv_opcuts.sh SHARDC
 bin="$(realpath "$1")"
 source "$(dirname "$0")/../codegen/lib.sh"
@@ -24,15 +26,19 @@ reference() {
   [ $rc -eq 0 ] || { bad "$s reference run: $out"; return 1; }
 }
 
-# check SAMPLE RANKS STRATEGY
+# check SAMPLE RANKS STRATEGY [multi]
 check() {
-  local s="$1" n="$2" st="$3" src="samples/$1.shard"
+  local s="$1" n="$2" st="$3" multi="${4:-}" src="samples/$1.shard"
   [ -f "$src" ] || src="tests/dist/$1.shard"
   local d="$tmp/$s-$2-${3//[=,:+]/_}"
   local plan
   plan=$("$bin" compile "$src" --mesh "$n" --strategy "$st" --emit=plan 2>&1)
   if ! grep -q '^cut [0-9]*: *inside' <<<"$plan"; then
     bad "$s $st: no pipeline cut inside a layer in the plan"
+    return
+  fi
+  if [ -n "$multi" ] && ! grep -q '^cut [0-9]*: .*; [2-4] tensors cross it; [2-4] messages per microbatch' <<<"$plan"; then
+    bad "$s $st: no pipeline cut that several tensors cross in the plan"
     return
   fi
   build "$s" "$d" --mesh "$n" --strategy "$st" || return
@@ -52,22 +58,40 @@ check() {
   fi
 }
 
-# A GPT of 3 layers: pp=2 chooses the cut inside blocks.1 (1.5 + 1.5 layers).
+# A GPT of 3 layers: pp=2 chooses the cut inside blocks.1 after its fc
+# matmul, which the residual stream and the matmul's output cross (two
+# messages per microbatch each way); pp=2:1.5+1.5 the one-tensor cut after
+# its attention's residual add.
 reference gpt3 && {
-  check gpt3 2 pp=2
-  check gpt3 2 pp=2,schedule=gpipe
+  check gpt3 2 pp=2 multi
+  check gpt3 2 pp=2,schedule=gpipe multi
   check gpt3 2 pp=2:0.5+2.5,schedule=1f1b
-  check gpt3 4 pp=2,schedule=interleaved:2
+  check gpt3 4 pp=2,schedule=interleaved:2 multi
   check gpt3 3 pp=3:1.5+1+0.5
-  check gpt3 4 pp=4
-  check gpt3 4 pp=2,dp=2
-  check gpt3 4 pp=2,dp=2,zero=1
-  check gpt3 4 pp=2,tp=2
-  check gpt3 4 pp=2,tp=2,sp=megatron
-  check gpt3 8 pp=2,tp=2,dp=2
+  check gpt3 4 pp=4 multi
+  check gpt3 4 pp=2,dp=2 multi
+  check gpt3 4 pp=2,dp=2,zero=1 multi
+  check gpt3 4 pp=2,tp=2 multi
+  check gpt3 4 pp=2,tp=2,sp=megatron multi
+  check gpt3 4 pp=2:1.5+1.5,tp=2,sp=megatron
+  check gpt3 8 pp=2,tp=2,dp=2 multi
   # recompute in a stage that starts or ends inside a layer
-  check gpt3 2 pp=2,recompute=full
-  check gpt3 2 pp=2,recompute=selective
+  # pp=N:a.b: a fraction other than .5 falls at the boundary nearest that
+  # share of the layer's FLOPs (here after blocks.0's qkv matmul and
+  # blocks.1's fc matmul, two tensors each)
+  check gpt3 3 pp=3:0.2+1.4+1.4,recompute=full multi
+  check gpt3 2 pp=2,recompute=selective multi
+}
+# Attention-only layers (tests/dist/attn3.shard): the only cuts inside a
+# layer carry two tensors; pp=2 cuts blocks.1 after its attention (the
+# residual and the attention's output cross), pp=2:1.5+1.5 after its qkv
+# matmul; with Megatron-SP the residual crosses sequence-split, the
+# attention's output whole.
+reference attn3 && {
+  check attn3 2 pp=2 multi
+  check attn3 2 pp=2:1.5+1.5,schedule=gpipe multi
+  check attn3 4 pp=2,tp=2,sp=megatron,recompute=selective multi
+  check attn3 4 pp=2,dp=2,zero=1 multi
 }
 reference gpt && {
   check gpt 2 pp=2:2.5+1.5,schedule=gpipe
@@ -76,5 +100,8 @@ reference gpt && {
 }
 reference llama && {
   check llama 4 pp=2:1.5+2.5,tp=2
+  # three tensors cross blocks.3 between its swiglu's gate and up matmuls:
+  # the residual, the rmsnorm's output and the gate's product
+  check llama 2 pp=2:3.54+0.46 multi
 }
 finish
