@@ -895,10 +895,6 @@ static int check_support(TrainCfg *t) {
           p->tp2d, p->tp2d);
   NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED && p->zero >= 1, "zero=%d with "
           "schedule=interleaved (ZeRO for pipeline chunks)", p->zero);
-  NOT_YET(t->opt.kind && !strcmp(t->opt.kind, "adafactor") && (p->tp > 1 || p->tp2d > 1) &&
-          p->pp > 1 && p->schedule == SCHED_INTERLEAVED,
-          "optimizer adafactor with %s and schedule=interleaved (statistics of split tensors "
-          "in pipeline chunks)", p->tp > 1 ? "tp" : "tp2d");
 #undef NOT_YET
   if (!nw) return 0;
   const char *msg = "strategy %s is not implemented yet: data parallelism (dp=N, mb=N, "
