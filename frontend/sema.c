@@ -895,16 +895,6 @@ static int check_support(TrainCfg *t) {
           p->tp2d, p->tp2d);
   NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED && p->zero >= 1, "zero=%d with "
           "schedule=interleaved (ZeRO for pipeline chunks)", p->zero);
-  NOT_YET(opt_blocked(&t->opt) && p->zero >= 1 &&
-          (p->tp2d > 1 || (p->tp > 1 && strcmp(t->opt.kind, "shampoo"))),
-          "optimizer %s with zero=%d and %s (%s)", t->opt.kind, p->zero,
-          p->tp2d > 1 ? "tp2d" : "tp",
-          strcmp(t->opt.kind, "shampoo") ? "statistics of split tensors on their ZeRO owners"
-                                         : "Shampoo state of the grid's shards on their ZeRO owners");
-  NOT_YET(t->opt.kind && !strcmp(t->opt.kind, "adafactor") && (p->tp > 1 || p->tp2d > 1) &&
-          p->pp > 1 && p->schedule == SCHED_INTERLEAVED,
-          "optimizer adafactor with %s and schedule=interleaved (statistics of split tensors "
-          "in pipeline chunks)", p->tp > 1 ? "tp" : "tp2d");
 #undef NOT_YET
   if (!nw) return 0;
   const char *msg = "strategy %s is not implemented yet: data parallelism (dp=N, mb=N, "

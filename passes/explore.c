@@ -12,6 +12,7 @@
 
 #include "explore.h"
 #include "passes.h"
+#include "runtime/rt_optim.h"
 
 /* ---- the model's shape ---- */
 
@@ -89,6 +90,64 @@ static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Val
   L->op[L->nop++] = o;
 }
 
+/* The ZeRO bucket of a parameter (passes/zero.c's layer_key):
+ * "blocks.3.attn.qkv.weight" -> "blocks.3", "embed.weight" -> "embed". */
+static const char *bucket_key(const char *name) {
+  const char *dot = strchr(name, '.');
+  if (!dot) return name;
+  const char *p = dot + 1;
+  if (*p >= '0' && *p <= '9') {
+    while (*p >= '0' && *p <= '9') p++;
+    return arena_printf("%.*s", (int)(p - name), name);
+  }
+  return arena_printf("%.*s", (int)(dot - name), name);
+}
+
+/* Shampoo's and Adafactor's state on the most loaded data rank of a stage
+ * holding the tensors of pre (or NULL), nlayers layers and post (or NULL) under ZeRO over
+ * D ranks: each bucket laid out by owner as passes/zero.c owner_layout does
+ * (by size, largest first, to the least full chunk, then the rank owning
+ * the fewest elements so far, then the lowest), the owner keeping its
+ * tensors' whole state; plus the workspace.  D = 1: every tensor's state.
+ * staged: a pipeline's, whose last stage keeps copies of tied tensors. */
+static double owner_state_bytes(const ModelShape *ms, const LayerModel *pre, int nlayers,
+                                const LayerModel *post, bool staged, int D) {
+  enum { MAXD = 64 };
+  if (D > MAXD) return -1;
+  int64_t owned[MAXD] = {0}, state[MAXD] = {0};
+  for (int gi = -1; gi <= nlayers; gi++) {
+    const LayerModel *L = gi < 0 ? pre : gi == nlayers ? post : &ms->layer;
+    if (!L) continue;
+    bool done[LAYER_MAXTENSORS] = {false};
+    for (int j0 = 0; j0 < L->nt; j0++) {
+      if (done[j0] || (L->t_tied[j0] && !staged)) continue;
+      /* bucket of tensor j0: its tensors by size, largest first, stable */
+      int ord[LAYER_MAXTENSORS], n = 0;
+      for (int j = j0; j < L->nt; j++) {
+        if (done[j] || (L->t_tied[j] && !staged) || strcmp(L->t_bucket[j], L->t_bucket[j0])) continue;
+        done[j] = true;
+        int k = n++;
+        int64_t sz = (L->t_numel[j] + 15) / 16 * 16;
+        while (k > 0 && (L->t_numel[ord[k - 1]] + 15) / 16 * 16 < sz) ord[k] = ord[k - 1], k--;
+        ord[k] = j;
+      }
+      int64_t fill[MAXD] = {0};
+      for (int k = 0; k < n; k++) {
+        int best = 0;
+        for (int r = 1; r < D; r++)
+          if (fill[r] < fill[best] || (fill[r] == fill[best] && owned[r] < owned[best])) best = r;
+        fill[best] += (L->t_numel[ord[k]] + 15) / 16 * 16;
+        state[best] += L->t_state[ord[k]];
+      }
+      for (int r = 0; r < D; r++) owned[r] += fill[r];
+    }
+  }
+  int64_t most = 0;
+  for (int r = 0; r < D; r++)
+    if (state[r] > most) most = state[r];
+  return (double)most + ms->opt_work;
+}
+
 int explore_model_shape(const Module *m, ModelShape *ms) {
   const Graph *g = m->graph;
   memset(ms, 0, sizeof *ms);
@@ -97,6 +156,7 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
   ms->batch = m->train.batch > 0 ? m->train.batch : 1;
   ms->elt = m->train.precision == DT_F32 ? 4 : m->train.precision == DT_F64 ? 8 : 2;
   ms->opt_states = opt_states(&m->train.opt);
+  ms->owner_exact = opt_blocked(&m->train.opt);
   if (opt_blocked(&m->train.opt)) {
     /* Shampoo's factors, roots and grafting state, Adafactor's factored
      * moments (rt_optim.h): their elements per parameter element over the
@@ -180,6 +240,31 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     }
     L->params += e;
     if (v->tph != TPH_NONE) L->params_split += e;
+    if (opt_blocked(&m->train.opt) && v->grad) {
+      /* a pre parameter a post op reads too (a tied embedding): a pipeline's
+       * last stage keeps a copy in a bucket of its own (passes/zero.c) */
+      bool tied = false;
+      for (int k = last_end + 1; L == &ms->pre && k < nf; k++) {
+        const Node *n = g->nodes.data[k];
+        for (int j = 0; j < n->nin; j++) tied |= n->in[j] == v;
+      }
+      for (int c = 0; c < 1 + tied; c++) {
+        LayerModel *T = c ? &ms->post : L;
+        if (T->nt == LAYER_MAXTENSORS) {
+          ms->owner_exact = false;
+          continue;
+        }
+        T->t_numel[T->nt] = (int64_t)e;
+        T->t_state[T->nt] = rt_optim_align64(opt_state_elems(&m->train.opt, &v->shape) * 4);
+        T->t_tied[T->nt] = c;
+        T->t_bucket[T->nt++] = arena_printf("%s%s", bucket_key(v->name ? v->name : ""), c ? " (tied)" : "");
+      }
+    }
+  }
+  if (opt_blocked(&m->train.opt)) {
+    const Shape **shapes = arena_alloc(sizeof *shapes * (size_t)(g->params.len + 1));
+    for (int i = 0; i < g->params.len; i++) shapes[i] = &((const Value *)g->params.data[i])->shape;
+    ms->opt_work = (double)rt_optim_align64(opt_work_bytes(&m->train.opt, shapes, g->params.len));
   }
   /* activations the backward reads, per sequence */
   char *mark = calloc((size_t)g->values.len + 1, 1);
@@ -578,7 +663,15 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
      * the data ranks), and the microbatches in flight */
     double zp = p->zero >= 3 && D > 1 ? D : 1, zg = p->zero >= 2 && D > 1 ? D : 1,
            zo = p->zero >= 1 && D > 1 ? D : 1;
-    double mem = prm[k] * ms->param_elt * (1 / zp + 1 / zg) + prm[k] * ms->param_elt * ms->opt_states / zo;
+    double ostate = prm[k] * ms->param_elt * ms->opt_states / zo;
+    if (ms->owner_exact && t == 1 && q == 1 && v == 1 && half[k] == 0) {
+      /* Shampoo, Adafactor: whole tensors on their ZeRO owners (padding
+       * included), as the memory plan lays them out */
+      double ob = owner_state_bytes(ms, k == 0 ? &ms->pre : NULL, n[k], k == pp - 1 ? &ms->post : NULL,
+                                    pp > 1, p->zero >= 1 ? D : 1);
+      if (ob >= 0) ostate = ob;
+    }
+    double mem = prm[k] * ms->param_elt * (1 / zp + 1 / zg) + ostate;
     double inflight = 1;
     if (pp > 1) {
       if (p->schedule == SCHED_GPIPE)
@@ -592,7 +685,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     /* plus one layer's working set during its backward */
     out->mem_kind[k][0] = prm[k] * ms->param_elt / zp;
     out->mem_kind[k][1] = prm[k] * ms->param_elt / zg;
-    out->mem_kind[k][2] = prm[k] * ms->param_elt * ms->opt_states / zo;
+    out->mem_kind[k][2] = ostate;
     out->mem_kind[k][3] = inflight * act[k] + lay->act + (k == pp - 1 ? post->act : 0);
     mem += inflight * act[k] + lay->act + (k == pp - 1 ? post->act : 0);
     out->mem_stage[k] = mem;

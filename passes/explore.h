@@ -21,7 +21,7 @@ typedef struct LOp {
   double flops;       /* per sequence */
 } LOp;
 
-enum { LAYER_MAXOPS = 96 };
+enum { LAYER_MAXOPS = 96, LAYER_MAXTENSORS = 64 };
 typedef struct LayerModel {
   LOp op[LAYER_MAXOPS];
   int nop;
@@ -34,6 +34,12 @@ typedef struct LayerModel {
   double sel_elems;   /* elements the ops it reruns read and write, per sequence */
   double input;       /* the layer input, elements per sequence (kept by full recompute) */
   double fwd_flops;   /* model FLOPs per sequence (matmul + attention), forward */
+  /* Shampoo, Adafactor: the parameters, in order, for the ZeRO owner layout
+   * (passes/zero.c): elements, state bytes (64-aligned) and ZeRO bucket */
+  int nt;
+  int64_t t_numel[LAYER_MAXTENSORS], t_state[LAYER_MAXTENSORS];
+  const char *t_bucket[LAYER_MAXTENSORS];
+  bool t_tied[LAYER_MAXTENSORS];  /* post: a pre parameter's copy, kept by a pipeline's last stage */
 } LayerModel;
 
 typedef struct ModelShape {
@@ -46,6 +52,8 @@ typedef struct ModelShape {
                        * Shampoo, Adafactor: their whole tensors' state over
                        * their elements) */
   int fixed_b;        /* the train block's microbatch (sequences), 0: free */
+  double opt_work;    /* Shampoo's step workspace, bytes (64-aligned) */
+  bool owner_exact;   /* every parameter listed in its LayerModel (nt) */
   LayerModel layer;   /* one repeated layer */
   LayerModel pre, post;   /* ops before the first layer and after the last */
 } ModelShape;

@@ -225,7 +225,8 @@ int pass_memplan(Module *m) {
   mp->opt_dir_offset = off;
   off += optplace_dir_bytes(m, g);
   mp->opt_stats_offset = off;
-  off += optplace_af_bytes(m, g);
+  /* (interleaved: one buffer for the rank's chunks, layout_ranks) */
+  if (m->nstages <= 1 || m->nstages == m->train.plan.pp) off += optplace_af_bytes(m, g);
   mp->optstate_bytes = off - mp->param_bytes - mp->grad_bytes;
   mp->persistent_bytes = off;
 
@@ -309,7 +310,8 @@ transient:;
 /* The pipeline ranks' arenas (Module.rank_mem).  Without interleaving a
  * rank's arena is its stage's plan.  Interleaved, rank r holds chunks
  * c = 0..v-1 (virtual stages c*pp + r) in one arena: their persistent parts
- * one after the other, one transient region as large as the largest
+ * one after the other (then, for Adafactor under tp, one statistics buffer
+ * for all of them), one transient region as large as the largest
  * chunk's (one action runs at a time), then every chunk's stash slots; each
  * chunk's values are relocated into it. */
 static void layout_ranks(Module *m) {
@@ -338,6 +340,18 @@ static void layout_ranks(Module *m) {
       all->input_bytes += cm->input_bytes;
       all->nbuffers += cm->nbuffers;
     }
+    /* Adafactor under tp: one statistics buffer for the parameters of
+     * every chunk, in chunk order (as program.c's step lays it out) */
+    PtrVec ps = {0};
+    for (int c = 0; c < v; c++) {
+      Graph *g = m->stages[c * pp + r];
+      for (int i = 0; i < g->params.len; i++) vec_push(&ps, g->params.data[i]);
+    }
+    Graph rg = {.params = ps};
+    int64_t af = optplace_af_bytes(m, &rg);
+    all->opt_stats_offset = tbase;
+    all->optstate_bytes += af;
+    tbase += af;
     int64_t top = tbase + tsize;
     for (int c = 0; c < v; c++) {
       MemPlan *cm = &m->stage_mem[c * pp + r];

@@ -661,13 +661,15 @@ static void sync_partial(const B *b) {
 
 /* Adafactor under tp: its partial sums, their all-reduces over the tp
  * axes, the squares, theirs (passes/optplace.c lays out the buffer); the
- * optimizer step after them finishes the update. */
+ * optimizer step after them finishes the update.  Under ZeRO the ranks of
+ * a tp group own the same tensors (owner_layout sees the same shard
+ * shapes), so each sums its own and the others' entries are zeros. */
 static void af_steps(B *b) {
   RankProg *p = b->p;
   AfLayout lay;
   const Value **vs = arena_alloc(sizeof *vs * (size_t)(p->nparam + 1));
   for (int i = 0; i < p->nparam; i++) vs[i] = p->param[i].v;
-  if (p->zero >= 1 || !optplace_af_layout(b->m, vs, p->nparam, NULL, &lay)) return;
+  if (!optplace_af_layout(b->m, vs, p->nparam, NULL, &lay)) return;
   p->afsplit = arena_alloc(sizeof(AfSplit) * (size_t)(p->nparam + 1));
   optplace_af_layout(b->m, vs, p->nparam, p->afsplit, &lay);
   int64_t off = p->mem->opt_stats_offset * b->scale, es = 4 * b->scale;

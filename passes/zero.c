@@ -342,7 +342,8 @@ static int64_t owner_state(Module *m, int64_t off, int64_t *work_off) {
  *   zero=3   [parameter shards | gradient shards | optimizer state of the shards]
  * A shard array holds the rank's chunk of every bucket, in bucket order.
  * Shampoo and Adafactor: the optimizer state is that of the tensors the
- * rank owns, then the step's workspace (owner_state). */
+ * rank owns, then the step's workspace (owner_state), then under tp
+ * Adafactor's statistics buffer. */
 int zero_memplan(Module *m, int64_t *end) {
   Graph *g = m->graph;
   MemPlan *mp = &m->mem;
@@ -416,8 +417,13 @@ int zero_memplan(Module *m, int64_t *end) {
   mp->zero_gshard_offset = mp->param_bytes + full;
   mp->zero_opt_offset = mp->param_bytes + mp->grad_bytes;
   mp->optstate_bytes = nstate * nshard * 4;
-  if (opt_blocked(&m->train.opt))
+  if (opt_blocked(&m->train.opt)) {
     mp->optstate_bytes = owner_state(m, mp->zero_opt_offset, &mp->opt_work_offset);
+    /* Adafactor under tp: the statistics buffer all-reduced over the tp
+     * axes (optplace_af_layout), entries of the tensors this rank owns */
+    mp->opt_stats_offset = mp->zero_opt_offset + mp->optstate_bytes;
+    mp->optstate_bytes += optplace_af_bytes(m, g);
+  }
   mp->persistent_bytes = *end = mp->zero_opt_offset + mp->optstate_bytes;
   return 1;
 }

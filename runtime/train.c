@@ -560,7 +560,7 @@ static int64_t state_elems(const RtProgram *pg, int l) {
 /* ZeRO with Shampoo or Adafactor: each tensor's state broadcast from its
  * owner over the ZeRO group (not counted: checkpoint traffic), then
  * gathered on rank 0 as without ZeRO (under tp, Shampoo's block by block,
- * shampoo_state_place). */
+ * shampoo_state_place, Adafactor's part by part, af_part). */
 static void zero_state_save(Trainer *t, unsigned char *full) {
   const RtProgram *pg = t->pg;
   RtAxis zax = (RtAxis)pg->zaxis;
@@ -579,7 +579,14 @@ static void zero_state_save(Trainer *t, unsigned char *full) {
       MPI_OK(MPI_Bcast(mine, (int)n, t->es == 8 ? MPI_DOUBLE : MPI_FLOAT, own, t->mesh->comm[zax]));
     }
     RtShard sh;
-    if (split_state(pg, j, 1)) {
+    if (split_state(pg, j, 1) && pg->opt == RT_OPT_ADAFACTOR) {
+      for (int part = 0; part < 3; part++) {
+        int64_t go, lof;
+        if (af_part(pg, t->mesh, j, part, &sh, &go, &lof))
+          rt_check(rt_shard_gather(&sh, t->mesh, mine ? mine + lof * t->es : NULL,
+                                   full ? full + g + go * t->es : NULL, t->es));
+      }
+    } else if (split_state(pg, j, 1)) {
       StateCopy c = {pg, t->mesh, j, t->es, full};
       rt_check(rt_shard_gather_with(&pg->shards[j], t->mesh, mine, (size_t)n * (size_t)t->es,
                                     shampoo_state_place, &c));
@@ -600,7 +607,14 @@ static void zero_state_load(Trainer *t, unsigned char *full) {
         zero_owner(pg, l, t->es) != coord(t, (RtAxis)pg->zaxis))
       continue;
     RtShard sh;
-    if (split_state(pg, j, 1)) {
+    if (split_state(pg, j, 1) && pg->opt == RT_OPT_ADAFACTOR) {
+      for (int part = 0; part < 3; part++) {
+        int64_t go, lof;
+        if (af_part(pg, t->mesh, j, part, &sh, &go, &lof))
+          rt_shard_extract(&sh, t->mesh, full + g + go * t->es,
+                           t->arena + pg->params[l].opt + lof * t->es, t->es);
+      }
+    } else if (split_state(pg, j, 1)) {
       StateCopy c = {pg, t->mesh, j, t->es, full};
       int sc[2];
       split_coords(&pg->shards[j], t->mesh, sc);
@@ -1363,7 +1377,13 @@ static void zero_blocked_step(Trainer *t, long step, double lr, double grad_scal
     unsigned char *w = A + (pg->zero == 3 ? s : lo) * es, *g = A + pg->gshard_offset + s * es;
     a.weight_decay = p->decay ? pg->weight_decay : 0.0;
     int rc = RT_OK;
-    if (pg->opt == RT_OPT_ADAFACTOR && pg->f64)
+    const RtAfSplit *sp = pg->afsplit ? &pg->afsplit[i] : NULL;
+    if (sp && sp->q >= 0) { /* split over tp: phase 3, after af_phase's */
+      const float *st = (const float *)(A + pg->afstats);
+      rt_adafactor_finish_f32((float *)w, (const float *)g, (float *)(A + p->opt), p->ndim,
+                              p->shape, st + (sp->x >= 0 ? sp->x : 0), sp->rows,
+                              (double)st[sp->q], sp->numel, &a);
+    } else if (pg->opt == RT_OPT_ADAFACTOR && pg->f64)
       rt_adafactor_step_f64((double *)w, (double *)g, (double *)(A + p->opt), p->ndim, p->shape, &a);
     else if (pg->opt == RT_OPT_ADAFACTOR)
       rt_adafactor_step_f32((float *)w, (float *)g, (float *)(A + p->opt), p->ndim, p->shape, &a);
@@ -1382,7 +1402,9 @@ static void zero_blocked_step(Trainer *t, long step, double lr, double grad_scal
  * every gradient (blocked_step then runs with scale 1) and writes the
  * partial sums of the split tensors into the statistics buffer; phase 2,
  * after their all-reduces, updates their accumulators and writes their
- * partial sums of squares.  f32 only (a mesh program is never f64). */
+ * partial sums of squares.  Under ZeRO the tensors this rank owns, from its
+ * gradient shard; zeros for the others.  f32 only (a mesh program is
+ * never f64). */
 static void af_phase(Trainer *t, int mode, long step, double grad_scale) {
   const RtProgram *pg = t->pg;
   unsigned char *A = t->arena;
@@ -1390,18 +1412,36 @@ static void af_phase(Trainer *t, int mode, long step, double grad_scale) {
   float *st = (float *)(A + pg->afstats);
   if (pg->f64)
     fail(t, "internal: Adafactor's tp statistics in an f64 program");
+  const size_t r = pg->zero >= 1 ? (size_t)coord(t, (RtAxis)pg->zaxis) : 0;
   for (int i = 0; i < pg->nparams; i++) {
     const RtParam *p = &pg->params[i];
     const RtAfSplit *sp = &pg->afsplit[i];
     if (p->grad < 0)
       continue;
     float *g = (float *)(A + p->grad), *o = (float *)(A + p->opt);
+    float *S = sp->s >= 0 ? st + sp->s : NULL, *T = sp->t >= 0 ? st + sp->t : NULL;
+    float *X = st + (sp->x >= 0 ? sp->x : 0);
+    size_t lo, hi, s;
+    if (pg->zero >= 1 && !zero_range(t, i, r, &lo, &hi, &s)) {
+      /* ZeRO: another data rank owns it (and so do this tp group's ranks):
+       * zeros in its entries of the all-reduces */
+      if (sp->q >= 0 && mode == RT_UPDATE_AF_SUMS) {
+        if (S)
+          memset(S, 0, sizeof *S * (size_t)p->shape[0]);
+        if (T)
+          memset(T, 0, sizeof *T * (size_t)p->shape[1]);
+        if (sp->x >= 0)
+          *X = 0;
+      } else if (sp->q >= 0)
+        st[sp->q] = 0;
+      continue;
+    }
+    if (pg->zero >= 1) /* its whole reduced gradient in this rank's shard */
+      g = (float *)(A + pg->gshard_offset) + s;
     if (mode == RT_UPDATE_AF_SUMS)
       rt_opt_scale_grad_f32(g, p->numel, grad_scale);
     if (sp->q < 0)
       continue;
-    float *S = sp->s >= 0 ? st + sp->s : NULL, *T = sp->t >= 0 ? st + sp->t : NULL;
-    float *X = st + (sp->x >= 0 ? sp->x : 0);
     if (mode == RT_UPDATE_AF_SUMS)
       rt_adafactor_sums_f32(g, o, p->ndim, p->shape, S, T, X, sp->rep, sp->cols, &a);
     else
@@ -1508,7 +1548,8 @@ static void optimizer_step(Trainer *t, const RtStepOp *op, long step, double lr,
   if (op->mode != RT_UPDATE_ZERO)
     fail(t, "internal: unknown optimizer mode");
   if (pg->opt >= RT_OPT_SHAMPOO) {
-    zero_blocked_step(t, step, lr, grad_scale);
+    /* under tp, Adafactor's first phase scaled the gradients */
+    zero_blocked_step(t, step, lr, pg->afsplit ? 1.0 : grad_scale);
     return;
   }
   /* ZeRO: this rank's chunk of every bucket, with its summed gradient shard

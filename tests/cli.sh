@@ -192,7 +192,10 @@ else
   echo "FAIL: shampoo-stagger-off: stagger = false still emits root phases"
   fail=$((fail + 1))
 fi
-expect shampoo-zero 1 'strategy optimizer shampoo with zero=1 and tp2d \(Shampoo state of the grid.s shards on their ZeRO owners\) is not implemented yet' -- "$bin" compile "$tmp/shampoo.shard" --mesh 8 --strategy dp=2,tp2d=2x2,zero=1 --emit=c
+expect shampoo-zero-tp2d 0 "^shampoo:  zero=1: each tensor lies whole in one data rank's chunk" -- "$bin" compile "$tmp/shampoo.shard" --mesh 8 --strategy dp=2,tp2d=2x2,zero=1 --emit=plan
+sed 's/optimizer = adamw(.*)$/optimizer = adafactor(lr = 1e-3)/' samples/gpt.shard >"$tmp/adafactor-gpt.shard"
+expect adafactor-zero-tp 0 'all_reduce over tp: [0-9]+ elements at F\([0-9]+\)  \(Adafactor.s row and column sums of split tensors over tp\)' -- "$bin" compile "$tmp/adafactor-gpt.shard" --mesh 4 --strategy dp=2,tp=2,zero=2 --emit=program
+expect adafactor-tp-interleaved 0 'all_reduce over tp: [0-9]+ elements at F\([0-9]+\)  \(Adafactor.s sums of squares of split tensors over tp\)' -- "$bin" compile "$tmp/adafactor-gpt.shard" --mesh 4 --strategy pp=2,tp=2,schedule=interleaved:2 --emit=program
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu, cuda or cuda-host' -- "$bin" compile samples/gpt.shard --target=tpu
 expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, recompute, precision, zero, memplan, program, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope

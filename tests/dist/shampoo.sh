@@ -8,8 +8,8 @@
 # parallelism (tp, tp2d, mixed with dp and pp) runs blocks of 32, which every
 # shard of the tiny GPT holds whole, against a 1-rank run with blocks of 32,
 # and resumes across tp and dp; blocks of 48 would straddle tp=4's shards and
-# are refused.  Adafactor with tp and interleaved chunks is refused at
-# compile time (ZeRO: tests/dist/shampoo_zero.sh).  Adafactor
+# are refused (ZeRO, and Adafactor with tp and interleaved chunks:
+# tests/dist/shampoo_zero.sh).  Adafactor
 # trains 10 steps under dp=2, pp=2,dp=2, tp=2, dp=2,tp=2, pp=2,tp=2 and
 # tp2d=2x2 alike, and resumes under dp=2 what tp=2 saved.
 #   tests/dist/shampoo.sh SHARDC
@@ -96,8 +96,5 @@ else
 fi
 S=gpt_shampoo
 
-# (ZeRO: tests/dist/shampoo_zero.sh)
-out=$("$bin" compile tests/dist/gpt_adafactor.shard --mesh 4 --strategy pp=2,tp=2,schedule=interleaved:2 --emit=c 2>&1)
-grep -q "optimizer adafactor with tp and schedule=interleaved .* is not implemented yet" <<<"$out" && ok ||
-  bad "tp=2 with Adafactor and interleaved chunks: expected a refusal, got: $(head -3 <<<"$out")"
+# (ZeRO, and Adafactor under tp with interleaved chunks: tests/dist/shampoo_zero.sh)
 finish

@@ -161,27 +161,39 @@ int main(void) {
   ASSERT(8, best[0].plan.dp);
 
   /* Second-order state counts: the search's optimizer memory for Shampoo
-   * (factors, roots, grafting state per block) and Adafactor (factored
-   * moments) is the memory plan's on one device, within the workspace and
-   * alignment the plan adds */
+   * (factors, roots, grafting state per block, the step's workspace) and
+   * Adafactor (factored moments) is the memory plan's, byte for byte: on
+   * one device, and under ZeRO on the most loaded owner of the padded
+   * owner layout (passes/zero.c), with and without a pipeline */
   const char *opt2[] = {"../tests/dist/gpt_shampoo.shard", "../tests/dist/gpt_adafactor.shard"};
-  for (int j = 0; j < 2; j++) {
-    ModelShape so;
-    Module *ms2 = NULL;
-    ASSERT(0, shape_of(opt2[j], "1", &so, &ms2));
-    Module *mc = compile(opt2[j], "1", "dp=1");
-    if (!ms2 || !mc) continue;
-    ASSERT(1, so.opt_states > 0);
-    HwModel h3;
-    cost_hw_from_mesh(&h3, ms2->train.mesh, DT_F32);
-    Plan one;
-    plan_default(&one);
-    ASSERT(0, plan_parse_spec("dp=1", &one, err, sizeof err));
-    PlanEval pe;
-    explore_eval(&so, &h3, ms2->train.mesh, &one, (int)mc->train.microbatch, true, &pe);
-    double planned = (double)mc->mem.optstate_bytes, searched = pe.mem_kind[0][2];
-    printf("%s: optimizer state %.0f bytes searched, %.0f planned\n", opt2[j], searched, planned);
-    ASSERT(1, searched > 0.9 * planned && searched <= 1.0001 * planned);
-  }
+  const char *opt2_mesh[] = {"1", "2", "4", "4", "4"};
+  const char *opt2_plan[] = {"dp=1", "dp=2,zero=1", "dp=4,zero=2", "dp=4,zero=3",
+                             "pp=2,dp=2,zero=1"};
+  for (int j = 0; j < 2; j++)
+    for (int c = 0; c < 5; c++) {
+      ModelShape so;
+      Module *ms2 = NULL;
+      ASSERT(0, shape_of(opt2[j], opt2_mesh[c], &so, &ms2));
+      Module *mc = compile(opt2[j], opt2_mesh[c], opt2_plan[c]);
+      if (!ms2 || !mc) continue;
+      ASSERT(1, so.opt_states > 0);
+      HwModel h3;
+      cost_hw_from_mesh(&h3, ms2->train.mesh, DT_F32);
+      Plan one;
+      plan_default(&one);
+      ASSERT(0, plan_parse_spec(opt2_plan[c], &one, err, sizeof err));
+      /* the compiled plan's stage cuts */
+      one.nstage_layers = mc->train.plan.nstage_layers;
+      memcpy(one.stage_layers, mc->train.plan.stage_layers, sizeof one.stage_layers);
+      PlanEval pe;
+      explore_eval(&so, &h3, ms2->train.mesh, &one, (int)mc->train.microbatch, true, &pe);
+      for (int s = 0; s < one.pp; s++) {
+        const MemPlan *mp = one.pp > 1 ? &mc->stage_mem[s] : &mc->mem;
+        double planned = (double)mp->optstate_bytes, searched = pe.mem_kind[s][2];
+        printf("%s %s stage %d: optimizer state %.0f bytes searched, %.0f planned\n", opt2[j],
+               opt2_plan[c], s, searched, planned);
+        ASSERT(1, searched == planned);
+      }
+    }
   TEST_MAIN_END();
 }
