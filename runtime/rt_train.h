@@ -218,29 +218,32 @@ typedef struct RtProgram {
   int nstep;
   int staged;              /* cuda: instructions staged through the host (no CUDA graph) */
   size_t kernel_ws;        /* cuda: the launchers' scratch (runtime/cuda/rtc_ws.h), allocated with the arena */
-  /* training */
+  /* training; in the order emit.c writes them (C++ designated initializers
+   * must follow the declaration: the cuda target's programs are C++) */
   long steps;              /* the train block's steps: also the LR schedule's length */
   uint64_t seed;
   int opt;                 /* RT_OPT_* */
-  double lr, beta1, beta2, eps, weight_decay, momentum, clip, min_lr_ratio;
-  int warmup, cosine;
+  double lr, beta1, beta2;
   /* shampoo and adafactor (docs/language.md; rt_optim.h: the state layout,
-   * RT_GRAFT_*, RT_ROOT_*); eps: shampoo's factor regularisation,
+   * RT_GRAFT_*, RT_ROOT_*); eps (below): shampoo's factor regularisation,
    * adafactor's eps1 */
   int block, precondition_every, start_preconditioning, graft, root;
-  double graft_eps, decay_rate, clip_threshold;
+  double graft_eps;
   int64_t opt_work_offset; /* shampoo: the step's workspace (bytes) */
-  const RtOptUnit *units;  /* shampoo placed over the data ranks (nunits > 0): the units, */
-  int nunits;
-  int64_t useg;            /* elements of each data rank's segment of the direction buffer */
   /* shampoo stagger = true (nroot_phase > 0): per block of the parameters
    * with a gradient that are preconditioned, in order, each row-major, the
    * step of precondition_every its roots are recomputed at
    * (passes/optplace.c); NULL: all at once */
   const int *root_phase;
   int nroot_phase;
+  const RtOptUnit *units;  /* shampoo placed over the data ranks (nunits > 0): the units, */
+  int nunits;
+  int64_t useg;            /* elements of each data rank's segment of the direction buffer */
+  double decay_rate, clip_threshold; /* adafactor */
   const RtAfSplit *afsplit; /* adafactor under tp: per parameter (NULL: none split) */
   int64_t afstats;          /* ... and the statistics buffer (bytes) */
+  double eps, weight_decay, momentum, clip, min_lr_ratio;
+  int warmup, cosine;
   /* data */
   int data;                /* RT_TRAIN_* */
   int vocab;               /* tokens: ids must be below it */

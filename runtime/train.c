@@ -1224,6 +1224,44 @@ static RtShampooArgs blocked_args(const Trainer *t, long step, double lr, double
   return a;
 }
 
+/* The blocked optimizers' f32 kernels: the cpu's (k_optim2.inc) on the
+ * arena, or under RT_TRAIN_CUDA k_optim2.cu's on the device arena (t->dev),
+ * with the same arguments (rtc_optim.h). */
+#ifdef RT_TRAIN_CUDA
+#define BLOCKED(name) name##_cu
+#else
+#define BLOCKED(name) name##_f32
+#endif
+
+/* The roots of block (bi, bj) of parameter p from its factors as they are. */
+static int unit_roots(Trainer *t, const RtParam *p, int64_t bi, int64_t bj,
+                      const RtShampooArgs *a) {
+  const RtProgram *pg = t->pg;
+  if (pg->f64)
+    return rt_shampoo_unit_roots_f64((double *)(t->arena + p->opt), t->arena + pg->opt_work_offset,
+                                     p->ndim, p->shape, bi, bj, a);
+#ifdef RT_TRAIN_CUDA
+  if (pg->root == RT_ROOT_NEWTON)
+    return rt_shampoo_unit_roots_cu((float *)(t->dev + p->opt), t->dev + pg->opt_work_offset,
+                                    p->ndim, p->shape, bi, bj, a);
+  /* eigh: on the host mirror, with the cpu's LAPACK (rtc_optim.h says why):
+   * the block's factors L, R down, its roots L^-1/4, R^-1/4 (after them) up */
+  const int64_t R = p->shape[0], C = p->shape[1];
+  const int64_t r = rt_shampoo_bsize(R, pg->block, bi), c = rt_shampoo_bsize(C, pg->block, bj);
+  const size_t off = (size_t)p->opt + 4 * (size_t)(rt_shampoo_head(R * C, pg->beta1 > 0, pg->graft) +
+                                                   rt_shampoo_block_off(R, C, pg->block, bi, bj));
+  const size_t fb = 4 * (size_t)(r * r + c * c);
+  rtc_to_host(t->arena + off, t->dev + off, fb);
+  int rc = rt_shampoo_unit_roots_f32((float *)(t->arena + p->opt), t->arena + pg->opt_work_offset,
+                                     p->ndim, p->shape, bi, bj, a);
+  rtc_to_device(t->dev + off + fb, t->arena + off + fb, fb);
+  return rc;
+#else
+  return rt_shampoo_unit_roots_f32((float *)(t->arena + p->opt), t->arena + pg->opt_work_offset,
+                                   p->ndim, p->shape, bi, bj, a);
+#endif
+}
+
 /* Shampoo's roots are recomputed from the factors as the steps before left
  * them, so any time between the end of the previous step's update and this
  * step's directions will do: while a pipeline receive waits (rt_pipe_recv:
@@ -1298,12 +1336,7 @@ static int roots_one(Trainer *t) {
         if (k++ < t->roots_next)
           continue;
         RtShampooArgs a = blocked_args(t, 1, 0, 1);
-        int rc = pg->f64 ? rt_shampoo_unit_roots_f64((double *)(t->arena + p->opt),
-                                                     t->arena + pg->opt_work_offset, p->ndim,
-                                                     p->shape, bi, bj, &a)
-                         : rt_shampoo_unit_roots_f32((float *)(t->arena + p->opt),
-                                                     t->arena + pg->opt_work_offset, p->ndim,
-                                                     p->shape, bi, bj, &a);
+        int rc = unit_roots(t, p, bi, bj, &a);
         if (rc != RT_OK)
           fail(t, rt_last_error());
         t->roots_next++;
@@ -1319,7 +1352,7 @@ static int roots_one(Trainer *t) {
  * `step` (docs/language.md; the state layout is rt_optim.h's). */
 static void blocked_step(Trainer *t, long step, double lr, double grad_scale) {
   const RtProgram *pg = t->pg;
-  unsigned char *A = t->arena;
+  unsigned char *A = t->dev;
   RtShampooArgs a = blocked_args(t, step, lr, grad_scale);
   while (roots_one(t))
     ;
@@ -1330,7 +1363,8 @@ static void blocked_step(Trainer *t, long step, double lr, double grad_scale) {
     a.weight_decay = p->decay ? pg->weight_decay : 0.0;
     int rc = RT_OK;
     const RtAfSplit *sp = pg->afsplit ? &pg->afsplit[i] : NULL;
-    if (sp && sp->q >= 0) { /* split over tp: phase 3, after af_phase's (f32: a mesh program) */
+    if (sp && sp->q >= 0) { /* split over tp: phase 3, after af_phase's (f32: a mesh program;
+                             * the cpu target only, codegen/cuda.c) */
       const float *st = (const float *)(A + pg->afstats);
       rt_adafactor_finish_f32((float *)(A + p->offset), (const float *)(A + p->grad),
                               (float *)(A + p->opt), p->ndim, p->shape,
@@ -1340,16 +1374,16 @@ static void blocked_step(Trainer *t, long step, double lr, double grad_scale) {
       rt_adafactor_step_f64((double *)(A + p->offset), (double *)(A + p->grad),
                             (double *)(A + p->opt), p->ndim, p->shape, &a);
     else if (pg->opt == RT_OPT_ADAFACTOR)
-      rt_adafactor_step_f32((float *)(A + p->offset), (float *)(A + p->grad),
-                            (float *)(A + p->opt), p->ndim, p->shape, &a);
+      BLOCKED(rt_adafactor_step)((float *)(A + p->offset), (float *)(A + p->grad),
+                                 (float *)(A + p->opt), p->ndim, p->shape, &a);
     else if (pg->f64)
       rc = rt_shampoo_step_f64((double *)(A + p->offset), (double *)(A + p->grad),
                                (double *)(A + p->opt), A + pg->opt_work_offset, p->ndim, p->shape,
                                &a);
     else
-      rc = rt_shampoo_step_f32((float *)(A + p->offset), (float *)(A + p->grad),
-                               (float *)(A + p->opt), A + pg->opt_work_offset, p->ndim, p->shape,
-                               &a);
+      rc = BLOCKED(rt_shampoo_step)((float *)(A + p->offset), (float *)(A + p->grad),
+                                    (float *)(A + p->opt), A + pg->opt_work_offset, p->ndim,
+                                    p->shape, &a);
     if (rc != RT_OK)
       fail(t, rt_last_error());
   }
@@ -1362,7 +1396,7 @@ static void blocked_step(Trainer *t, long step, double lr, double grad_scale) {
  * other ranks. */
 static void zero_blocked_step(Trainer *t, long step, double lr, double grad_scale) {
   const RtProgram *pg = t->pg;
-  unsigned char *A = t->arena;
+  unsigned char *A = t->dev;
   const size_t es = (size_t)t->es, r = (size_t)coord(t, (RtAxis)pg->zaxis);
   RtShampooArgs a = blocked_args(t, step, lr, grad_scale);
   while (roots_one(t))
@@ -1386,13 +1420,14 @@ static void zero_blocked_step(Trainer *t, long step, double lr, double grad_scal
     } else if (pg->opt == RT_OPT_ADAFACTOR && pg->f64)
       rt_adafactor_step_f64((double *)w, (double *)g, (double *)(A + p->opt), p->ndim, p->shape, &a);
     else if (pg->opt == RT_OPT_ADAFACTOR)
-      rt_adafactor_step_f32((float *)w, (float *)g, (float *)(A + p->opt), p->ndim, p->shape, &a);
+      BLOCKED(rt_adafactor_step)((float *)w, (float *)g, (float *)(A + p->opt), p->ndim, p->shape,
+                                 &a);
     else if (pg->f64)
       rc = rt_shampoo_step_f64((double *)w, (double *)g, (double *)(A + p->opt),
                                A + pg->opt_work_offset, p->ndim, p->shape, &a);
     else
-      rc = rt_shampoo_step_f32((float *)w, (float *)g, (float *)(A + p->opt),
-                               A + pg->opt_work_offset, p->ndim, p->shape, &a);
+      rc = BLOCKED(rt_shampoo_step)((float *)w, (float *)g, (float *)(A + p->opt),
+                                    A + pg->opt_work_offset, p->ndim, p->shape, &a);
     if (rc != RT_OK)
       fail(t, rt_last_error());
   }
@@ -1412,6 +1447,9 @@ static void af_phase(Trainer *t, int mode, long step, double grad_scale) {
   float *st = (float *)(A + pg->afstats);
   if (pg->f64)
     fail(t, "internal: Adafactor's tp statistics in an f64 program");
+#ifdef RT_TRAIN_CUDA
+  fail(t, "internal: Adafactor split over tp in a cuda program (codegen/cuda.c refuses it)");
+#endif
   const size_t r = pg->zero >= 1 ? (size_t)coord(t, (RtAxis)pg->zaxis) : 0;
   for (int i = 0; i < pg->nparams; i++) {
     const RtParam *p = &pg->params[i];
@@ -1456,23 +1494,24 @@ static void af_phase(Trainer *t, int mode, long step, double grad_scale) {
  * mesh program is never f64). */
 static void placed_step(Trainer *t, long step, double lr, double grad_scale, int64_t dir) {
   const RtProgram *pg = t->pg;
-  unsigned char *A = t->arena;
+  unsigned char *A = t->dev;
   RtShampooArgs a = blocked_args(t, step, lr, grad_scale);
   int me = coord(t, RT_AX_DATA);
   while (roots_one(t))
     ;
   for (int i = 0; i < pg->nparams; i++)
     if (pg->params[i].grad >= 0)
-      rt_opt_scale_grad_f32((float *)(A + pg->params[i].grad), pg->params[i].numel, grad_scale);
+      BLOCKED(rt_opt_scale_grad)((float *)(A + pg->params[i].grad), pg->params[i].numel,
+                                 grad_scale);
   float *seg = (float *)(A + dir) + (size_t)me * (size_t)pg->useg;
   for (int k = 0; k < pg->nunits; k++) {
     const RtOptUnit *u = &pg->units[k];
     const RtParam *p = &pg->params[u->param];
     if (u->owner != me)
       continue;
-    int rc = rt_shampoo_unit_f32((const float *)(A + p->grad), (float *)(A + p->opt),
-                                 A + pg->opt_work_offset, p->ndim, p->shape, u->bi, u->bj,
-                                 seg + u->pos, &a);
+    int rc = BLOCKED(rt_shampoo_unit)((const float *)(A + p->grad), (float *)(A + p->opt),
+                                      A + pg->opt_work_offset, p->ndim, p->shape, u->bi, u->bj,
+                                      seg + u->pos, &a);
     if (rc != RT_OK)
       fail(t, rt_last_error());
   }
@@ -1481,14 +1520,14 @@ static void placed_step(Trainer *t, long step, double lr, double grad_scale, int
 /* RT_STEP_OPT_APPLY: every unit's direction from the gathered buffer. */
 static void placed_apply(Trainer *t, double lr, int64_t dir) {
   const RtProgram *pg = t->pg;
-  unsigned char *A = t->arena;
+  unsigned char *A = t->dev;
   RtShampooArgs a = {.lr = lr, .block = pg->block};
   for (int k = 0; k < pg->nunits; k++) {
     const RtOptUnit *u = &pg->units[k];
     const RtParam *p = &pg->params[u->param];
     a.weight_decay = p->decay ? pg->weight_decay : 0.0;
     const float *d = (const float *)(A + dir) + (size_t)u->owner * (size_t)pg->useg + u->pos;
-    rt_shampoo_apply_f32((float *)(A + p->offset), d, p->ndim, p->shape, u->bi, u->bj, &a);
+    BLOCKED(rt_shampoo_apply)((float *)(A + p->offset), d, p->ndim, p->shape, u->bi, u->bj, &a);
   }
 }
 
@@ -1726,10 +1765,17 @@ static int run_step(Trainer *t, long step, double *loss, double *lr, double *gsc
     case RT_STEP_OPT_GATHER: {
 #ifdef RT_TRAIN_MPI
       const size_t r = (size_t)coord(t, (RtAxis)op->axis), es = (size_t)t->es;
+#ifdef RT_TRAIN_CUDA
+      if (t->mesh)
+        rtc_allgather_dim(t->mesh, (RtAxis)op->axis, (float *)(t->dev + op->off),
+                          (float *)(t->dev + (size_t)op->off + r * (size_t)op->count * es), 1,
+                          (size_t)op->count, NULL);
+#else
       if (t->mesh)
         rt_allgather_dim(t->mesh, (RtAxis)op->axis, t->arena + op->off,
                          t->arena + (size_t)op->off + r * (size_t)op->count * es, 1,
                          (size_t)op->count, t->es, NULL);
+#endif
 #endif
       break;
     }
@@ -1839,6 +1885,9 @@ static const char *graph_setup(Trainer *t) {
     return "pipeline messages run on the host";
   if (pg->staged)
     return "the program stages instructions through the host";
+  if (pg->opt >= RT_OPT_SHAMPOO)
+    return "Shampoo and Adafactor steps run eagerly (root phases and Newton's stopping test "
+           "on the host)";
   if (t->mesh && t->args.comm_mpi)
     return "--comm mpi stages collectives through the host";
   size_t rows = (size_t)pg->microbatch;

@@ -99,6 +99,22 @@ void rtc_prof_end(const char *file, const char *what);
   T *name = (T *)rtc_smem_
 #endif
 
+/* Rounded float and double arithmetic that nvcc will not fuse into an FMA
+ * (the cpu kernels are built with -ffp-contract=off): the optimizer
+ * kernels (k_optim.cu, k_optim2.cu) spell their element-wise updates with
+ * these, so that they round as the cpu's do. */
+#ifdef RTC_HOST // the host compiler does not contract (ISO C++)
+#define RTC_FMUL(a, b) ((a) * (b))
+#define RTC_FADD(a, b) ((a) + (b))
+#define RTC_DMUL(a, b) ((a) * (b))
+#define RTC_DADD(a, b) ((a) + (b))
+#else
+#define RTC_FMUL(a, b) __fmul_rn(a, b)
+#define RTC_FADD(a, b) __fadd_rn(a, b)
+#define RTC_DMUL(a, b) __dmul_rn(a, b)
+#define RTC_DADD(a, b) __dadd_rn(a, b)
+#endif
+
 static inline unsigned rtc_blocks(size_t n, unsigned threads) {
   size_t b = (n + threads - 1) / threads;
   return (unsigned)(b > 65535u * 8u ? 65535u * 8u : (b ? b : 1));

@@ -26,18 +26,6 @@
 #include "common.cuh"
 #include "rtc_optim.h"
 
-#ifdef RTC_HOST // the host compiler does not contract (ISO C++)
-#define RTC_FMUL(a, b) ((a) * (b))
-#define RTC_FADD(a, b) ((a) + (b))
-#define RTC_DMUL(a, b) ((a) * (b))
-#define RTC_DADD(a, b) ((a) + (b))
-#else
-#define RTC_FMUL(a, b) __fmul_rn(a, b)
-#define RTC_FADD(a, b) __fadd_rn(a, b)
-#define RTC_DMUL(a, b) __dmul_rn(a, b)
-#define RTC_DADD(a, b) __dadd_rn(a, b)
-#endif
-
 #define RTC_OPT_THREADS 256
 #define RTC_ADAMW_CHUNK 4096    // elements per block of rt_adamw_multi_cu
 #define RTC_SUMSQ_THREADS 256   // a power of two (the tree)

@@ -6,6 +6,7 @@
 #define RTC_OPTIM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +49,33 @@ void rt_adamw_step_dev_cu(float *param, const float *grad, float *m, float *v, s
                           double weight_decay);
 void rt_sgd_step_dev_cu(float *param, const float *grad, float *mom, size_t n, double momentum,
                         double weight_decay);
+
+/* ---- Shampoo and Adafactor (k_optim2.cu): runtime/k_optim2.inc's f32
+ * functions (shardrt_kernels.h) on device pointers, with their arguments
+ * and semantics, on rtc_stream.  The factors' SYRKs and the preconditioning
+ * GEMMs are cuBLAS (fp32), the element-wise work kernels; Newton's root
+ * inverse is fp64 cuBLAS DGEMMs on the device, reading one double back per
+ * iteration (its stopping test), so these run eagerly, never in a captured
+ * graph.  root = eigh has no device path: rt_shampoo_unit_roots_cu refuses
+ * it (RT_ERR_ARG) and the training driver computes those roots on the host
+ * mirror with the cpu's LAPACK dsyevd (train.c unit_roots): a cuSOLVER
+ * syevd sizes its workspace at run time (cusolverDnDsyevd_bufferSize),
+ * which the memory plan (planned = measured, at compile time) cannot
+ * count, and the roots are recomputed rarely (every precondition_every
+ * steps, staggered), a copy of 2·k² floats each way per block. ---- */
+struct RtShampooArgs;
+void rt_opt_scale_grad_cu(float *grad, size_t n, double grad_scale);
+int rt_shampoo_unit_cu(const float *grad, float *state, unsigned char *work, int ndim,
+                       const int64_t *shape, int64_t bi, int64_t bj, float *out,
+                       const struct RtShampooArgs *a);
+int rt_shampoo_unit_roots_cu(float *state, unsigned char *work, int ndim, const int64_t *shape,
+                             int64_t bi, int64_t bj, const struct RtShampooArgs *a);
+void rt_shampoo_apply_cu(float *param, const float *u, int ndim, const int64_t *shape, int64_t bi,
+                         int64_t bj, const struct RtShampooArgs *a);
+int rt_shampoo_step_cu(float *param, float *grad, float *state, unsigned char *work, int ndim,
+                       const int64_t *shape, const struct RtShampooArgs *a);
+void rt_adafactor_step_cu(float *param, float *grad, float *state, int ndim, const int64_t *shape,
+                          const struct RtShampooArgs *a);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,8 @@
 # GPU (issue 10): `shardc build --target cuda` writes model.cu and nvcc
 # compiles and links it against libshardrt_cuda, cuBLASLt and NCCL with no
 # warning (-Werror all-warnings).  The matrix is tests/dist/equiv.sh's own
-# list of `check SAMPLE RANKS STRATEGY` lines.  Without nvcc (or without
+# list of `check SAMPLE RANKS STRATEGY` lines, plus bf16 plans and the
+# Shampoo and Adafactor programs of tests/dist.  Without nvcc (or without
 # the GPU libraries in this build of shardc) the test is skipped.
 #   tests/cuda/build_all.sh SHARDC [JOBS]
 bin="$(realpath "$1")"
@@ -30,6 +31,12 @@ fi
     echo "$tmp/gpt_bf16.shard $st"
   done
   echo "$tmp/llama_bf16.shard 2 tp=2,sp=megatron"
+  # Shampoo and Adafactor (runtime/cuda/k_optim2.cu, cuBLAS): one rank, and
+  # placed over the data ranks
+  for st in "1 dp=1" "2 dp=2"; do
+    echo "gpt_shampoo $st"
+    echo "gpt_adafactor $st"
+  done
 } | sort -u >"$tmp/matrix"
 for s in gpt llama; do
   sed 's/precision = fp32/precision = bf16/' "samples/$s.shard" >"$tmp/${s}_bf16.shard"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every CUDA runtime, cuBLASLt and NCCL call in the CUDA runtime and in
+"""Every CUDA runtime, cuBLAS, cuBLASLt and NCCL call in the CUDA runtime and in
 generated programs is checked (issue 10): it is the argument of cudaCheck /
 cublasCheck / ncclCheck, or its result is assigned and compared with
 cudaSuccess / CUBLAS_STATUS_SUCCESS / ncclSuccess within the next lines.
@@ -9,11 +9,11 @@ given; cudaGetErrorString and the like only describe an error."""
 import re
 import sys
 
-CALL = re.compile(r'\b((?:cuda|cublasLt|nccl)[A-Z]\w*)\s*\(')
+CALL = re.compile(r'\b((?:cuda|cublas|nccl)[A-Z]\w*)\s*\(')
 # Functions that cannot fail or only format an error.
 EXEMPT = {'cudaGetErrorString', 'cudaGetErrorName', 'ncclGetErrorString',
-          'cublasLtGetStatusString', 'cublasLtGetStatusName', 'cudaCheck', 'ncclCheck',
-          'cublasCheck'}
+          'cublasLtGetStatusString', 'cublasLtGetStatusName', 'cublasGetStatusString',
+          'cudaCheck', 'ncclCheck', 'cublasCheck'}
 WRAP = re.compile(r'\b(cudaCheck|cublasCheck|ncclCheck)\s*\(\s*$')
 OKCMP = re.compile(r'(!=|==)\s*(cudaSuccess|CUBLAS_STATUS_SUCCESS|ncclSuccess)')
 

@@ -81,6 +81,11 @@ endif()
 add_test(NAME cuda/checked-calls COMMAND ${CMAKE_CURRENT_LIST_DIR}/checked.sh ${SHARDC_BIN})
 add_test(NAME cuda/programs COMMAND ${CMAKE_CURRENT_LIST_DIR}/programs.sh ${SHARDC_BIN})
 add_test(NAME cuda/build-all COMMAND ${CMAKE_CURRENT_LIST_DIR}/build_all.sh ${SHARDC_BIN} 2)
+# Shampoo and Adafactor (issue 13): the host build of their CUDA programs
+# trains 30 steps against the cpu target, 1 rank and dp=2.
+add_test(NAME cuda/optim2 COMMAND ${CMAKE_CURRENT_LIST_DIR}/optim2.sh ${SHARDC_BIN})
+set_tests_properties(cuda/optim2 PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 set_tests_properties(cuda/checked-calls PROPERTIES TIMEOUT 120)
 # Under the sanitizers (a second pass over the same programs, for CI's time)
 # only one mesh plan runs.
