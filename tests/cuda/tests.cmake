@@ -84,8 +84,13 @@ add_test(NAME cuda/build-all COMMAND ${CMAKE_CURRENT_LIST_DIR}/build_all.sh ${SH
 # Shampoo and Adafactor (issue 13): the host build of their CUDA programs
 # trains 30 steps against the cpu target, 1 rank and dp=2.
 add_test(NAME cuda/optim2 COMMAND ${CMAKE_CURRENT_LIST_DIR}/optim2.sh ${SHARDC_BIN})
+if(SHARDC_SANITIZE)
+  set(SHARDC_CUDA_OPTIM2_ENV "OPTIM2_QUICK=1")
+else()
+  set(SHARDC_CUDA_OPTIM2_ENV "OPTIM2_QUICK=")
+endif()
 set_tests_properties(cuda/optim2 PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77
-                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;${SHARDC_CUDA_OPTIM2_ENV}")
 set_tests_properties(cuda/checked-calls PROPERTIES TIMEOUT 120)
 # Under the sanitizers (a second pass over the same programs, for CI's time)
 # only one mesh plan runs.
