@@ -90,19 +90,6 @@ static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Val
   L->op[L->nop++] = o;
 }
 
-/* The ZeRO bucket of a parameter (passes/zero.c's layer_key):
- * "blocks.3.attn.qkv.weight" -> "blocks.3", "embed.weight" -> "embed". */
-static const char *bucket_key(const char *name) {
-  const char *dot = strchr(name, '.');
-  if (!dot) return name;
-  const char *p = dot + 1;
-  if (*p >= '0' && *p <= '9') {
-    while (*p >= '0' && *p <= '9') p++;
-    return arena_printf("%.*s", (int)(p - name), name);
-  }
-  return arena_printf("%.*s", (int)(dot - name), name);
-}
-
 /* Shampoo's and Adafactor's state on the most loaded data rank of a stage
  * holding the tensors of pre (or NULL), nlayers layers and post (or NULL) under ZeRO over
  * D ranks: each bucket laid out by owner as passes/zero.c owner_layout does
@@ -257,7 +244,7 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
         T->t_numel[T->nt] = (int64_t)e;
         T->t_state[T->nt] = rt_optim_align64(opt_state_elems(&m->train.opt, &v->shape) * 4);
         T->t_tied[T->nt] = c;
-        T->t_bucket[T->nt++] = arena_printf("%s%s", bucket_key(v->name ? v->name : ""), c ? " (tied)" : "");
+        T->t_bucket[T->nt++] = arena_printf("%s%s", zero_bucket_key(v->name ? v->name : ""), c ? " (tied)" : "");
       }
     }
   }

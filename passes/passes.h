@@ -28,6 +28,9 @@ int pass_memplan_all(Module *m);
 /* memplan's persistent layout for a plan with gradient buckets (zero.c):
  * 1 with *end set, or 0 when the plan has none. */
 int zero_memplan(Module *m, int64_t *end);
+/* The ZeRO bucket of a parameter: "blocks.3.attn.qkv.weight" -> "blocks.3",
+ * "embed.weight" -> "embed" (explore.c replays zero.c's buckets with it). */
+const char *zero_bucket_key(const char *name);
 int pass_commcheck(Module *m);
 int pass_stage(Module *m);
 /* The layer a node belongs to: its scope up to the repeat index

@@ -42,7 +42,7 @@
 #include "runtime/rt_optim.h"
 
 /* "blocks.3.attn.qkv.weight" -> "blocks.3"; "embed.weight" -> "embed". */
-static const char *layer_key(const char *name) {
+const char *zero_bucket_key(const char *name) {
   const char *dot = strchr(name, '.');
   if (!dot) return name;
   const char *p = dot + 1;
@@ -189,7 +189,7 @@ int pass_zero(Module *m) {
     /* gradients partial over tp or the 2D grid: a bucket per set of axes */
     uint32_t partial = stage >= 1 ? p->grad_partial & ((1u << AX_TP) | (1u << AX_TPR) | (1u << AX_TPC)) : 0;
     /* a pipeline's tied embedding alone: its shard is summed over EMBED */
-    const char *key = p->pp_shared ? arena_printf("%s (tied)", layer_key(p->name)) : layer_key(p->name);
+    const char *key = p->pp_shared ? arena_printf("%s (tied)", zero_bucket_key(p->name)) : zero_bucket_key(p->name);
     Bucket *b = bucket_of(g, key, partial);
     b->tied = p->pp_shared;
     vec_push(&b->params, p);
