@@ -5,10 +5,7 @@
 # warning (-Werror all-warnings).  The matrix is tests/dist/equiv.sh's own
 # list of `check SAMPLE RANKS STRATEGY` lines, plus bf16 plans and the
 # Shampoo and Adafactor programs of tests/dist.  Without nvcc (or without
-# the GPU libraries in this build of shardc) the test is skipped.  With
-# BUILD_ALL_CODEGEN=1 (the sanitizer build, for CI's time: nvcc's work is
-# the same in both builds) shardc writes every program (`compile --target
-# cuda --emit=c`) and nvcc is not run.
+# the GPU libraries in this build of shardc) the test is skipped.
 #   tests/cuda/build_all.sh SHARDC [JOBS]
 bin="$(realpath "$1")"
 jobs="${2:-2}"
@@ -58,27 +55,18 @@ build1() {
   s=$(basename "$s" .shard)
   d="$tmp/b-$s-$n-${st//[=,:]/_}"
   local args=(build "$src" -o "$d" --target cuda)
-  [ -n "${BUILD_ALL_CODEGEN:-}" ] && args=(compile "$src" --target cuda --emit=c)
   [ "$n" = - ] || args+=(--mesh "$n" --strategy "$st")
-  if [ -n "${BUILD_ALL_CODEGEN:-}" ]; then
-    if ! out=$("$bin" "${args[@]}" 2>&1 >"$d.cu"); then
-      echo "FAIL $s $n $st: $(tail -20 <<<"$out")"
-    elif ! grep -q "rt_train_main" "$d.cu"; then
-      echo "FAIL $s $n $st: no program written"
-    else
-      echo "ok $s $n $st"
-    fi
-  elif ! out=$("$bin" "${args[@]}" 2>&1); then
+  if ! out=$("$bin" "${args[@]}" 2>&1); then
     echo "FAIL $s $n $st: $(tail -20 <<<"$out")"
   elif grep -q "warning" <<<"$out"; then
     echo "FAIL $s $n $st: nvcc warned: $out"
   else
     echo "ok $s $n $st"
   fi
-  rm -rf "$d" "$d.cu"
+  rm -rf "$d"
 }
 export -f build1
-export bin tmp BUILD_ALL_CODEGEN
+export bin tmp
 xargs -P "$jobs" -L 1 bash -c 'build1 "$@"' _ <"$tmp/matrix" >"$tmp/results"
 while read -r r; do
   case "$r" in
@@ -86,5 +74,5 @@ while read -r r; do
   *) bad "${r#FAIL }" ;;
   esac
 done <"$tmp/results"
-echo "  $(grep -c '^ok' "$tmp/results") of $(wc -l <"$tmp/matrix") programs $([ -n "${BUILD_ALL_CODEGEN:-}" ] && echo "written (nvcc not run)" || echo "built by nvcc")"
+echo "  $(grep -c '^ok' "$tmp/results") of $(wc -l <"$tmp/matrix") programs built by nvcc"
 finish

@@ -102,6 +102,3 @@ endif()
 set_tests_properties(cuda/programs PROPERTIES TIMEOUT 1500 SKIP_RETURN_CODE 77
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;${SHARDC_CUDA_PROGRAMS_ENV}")
 set_tests_properties(cuda/build-all PROPERTIES TIMEOUT 1500 SKIP_RETURN_CODE 77)
-if(SHARDC_SANITIZE)  # the code generator under the sanitizers; nvcc ran in the other build
-  set_tests_properties(cuda/build-all PROPERTIES ENVIRONMENT "BUILD_ALL_CODEGEN=1")
-endif()
