@@ -13,16 +13,16 @@ echo "== tests (ASan + UBSan)"
 "$root/scripts/build.sh" "$root/build-asan" -DSHARDC_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 # The distributed equivalence matrix runs once, in the build above (its
 # programs are the same code; under the sanitizers it would double CI time),
-# and so do the optimizers' PyTorch parity and their CUDA host-build runs
-# (parity/optimizers, cuda/optim2: CI's time; codegen/optim and
-# cuda/k_optim2 run Shampoo and Adafactor under the sanitizers).
+# and so do the optimizers' PyTorch parity and the CUDA host-build programs
+# (parity/optimizers, cuda/optim2, cuda/programs: CI's time; codegen/optim
+# and the cuda/k_* kernel tests run the same code under the sanitizers).
 # Leaks are errors: LeakSanitizer with tests/lsan.supp, which suppresses
 # only Open MPI's own allocations.  (The sanitizer build sets the same for
 # every test, tests/tests.cmake and runtime/CMakeLists.txt, so a plain ctest
 # in build-asan checks leaks too, in the programs the tests run as well.)
 (cd "$root/build-asan" && ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
   LSAN_OPTIONS=suppressions="$root/tests/lsan.supp":print_suppressions=0 \
-  ctest -j"$jobs" --output-on-failure -E "^dist/|^parity/optimizers$|^cuda/optim2$")
+  ctest -j"$jobs" --output-on-failure -E "^dist/|^parity/optimizers$|^cuda/optim2$|^cuda/programs$")
 
 secs="${FUZZ_SECONDS:-60}"
 if [ "$secs" != 0 ]; then
