@@ -95,26 +95,14 @@ static int check(Module *m, const CgOptions *o) {
       diag_fatal_noloc("%s", msg);
     return -1;
   }
-  /* Shampoo and Adafactor run on the device (runtime/cuda/k_optim2.cu), but
-   * Adafactor's three-phase step of tensors split over tp (af_phase) has no
-   * device path, and neither has been run under bf16 storage. */
+  /* Shampoo and Adafactor run on the device (runtime/cuda/k_optim2.cu),
+   * Adafactor's three-phase step of tensors split over tp (af_phase) too;
+   * under bf16 storage their parameters, gradients and state are fp32. */
   bool blocked = t->opt.kind && (!strcmp(t->opt.kind, "shampoo") || !strcmp(t->opt.kind, "adafactor"));
   if (t->opt.kind && strcmp(t->opt.kind, "adamw") && strcmp(t->opt.kind, "sgd") && !blocked) {
     diag_fatal_noloc("optimizer %s is not generated yet by the cuda code generator (adamw, sgd, "
                      "shampoo and adafactor are); use --target cpu",
                      t->opt.kind);
-    return -1;
-  }
-  for (int r = 0; blocked && r < m->nrprog; r++)
-    if (m->rprog[r]->afsplit) {
-      diag_fatal_noloc("optimizer adafactor with tp is not generated yet by the cuda code "
-                       "generator (its statistics of split tensors run on the cpu target only); "
-                       "use --target cpu, or dp, pp and zero without tp");
-      return -1;
-    }
-  if (blocked && t->precision == DT_BF16) {
-    diag_fatal_noloc("optimizer %s with precision = bf16 is not generated yet by the cuda code "
-                     "generator; use precision = fp32", t->opt.kind);
     return -1;
   }
   if (t->precision == DT_BF16 && t->plan.sp_kind == SP_RING && t->plan.sp > 1) {

@@ -1229,8 +1229,13 @@ static RtShampooArgs blocked_args(const Trainer *t, long step, double lr, double
  * with the same arguments (rtc_optim.h). */
 #ifdef RT_TRAIN_CUDA
 #define BLOCKED(name) name##_cu
+/* Adafactor's reduced Σ u² (tp): the device kernel reads it where it is */
+#define AF_Q(q) (q)
+#define AF_ZERO(p, n) rt_opt_zero_cu((p), (n))
 #else
 #define BLOCKED(name) name##_f32
+#define AF_Q(q) ((double)*(q))
+#define AF_ZERO(p, n) memset((p), 0, sizeof(float) * (n))
 #endif
 
 /* The roots of block (bi, bj) of parameter p from its factors as they are. */
@@ -1363,13 +1368,12 @@ static void blocked_step(Trainer *t, long step, double lr, double grad_scale) {
     a.weight_decay = p->decay ? pg->weight_decay : 0.0;
     int rc = RT_OK;
     const RtAfSplit *sp = pg->afsplit ? &pg->afsplit[i] : NULL;
-    if (sp && sp->q >= 0) { /* split over tp: phase 3, after af_phase's (f32: a mesh program;
-                             * the cpu target only, codegen/cuda.c) */
+    if (sp && sp->q >= 0) { /* split over tp: phase 3, after af_phase's (f32: a mesh program) */
       const float *st = (const float *)(A + pg->afstats);
-      rt_adafactor_finish_f32((float *)(A + p->offset), (const float *)(A + p->grad),
-                              (float *)(A + p->opt), p->ndim, p->shape,
-                              st + (sp->x >= 0 ? sp->x : 0), sp->rows, (double)st[sp->q],
-                              sp->numel, &a);
+      BLOCKED(rt_adafactor_finish)((float *)(A + p->offset), (const float *)(A + p->grad),
+                                   (float *)(A + p->opt), p->ndim, p->shape,
+                                   st + (sp->x >= 0 ? sp->x : 0), sp->rows, AF_Q(st + sp->q),
+                                   sp->numel, &a);
     } else if (pg->opt == RT_OPT_ADAFACTOR && pg->f64)
       rt_adafactor_step_f64((double *)(A + p->offset), (double *)(A + p->grad),
                             (double *)(A + p->opt), p->ndim, p->shape, &a);
@@ -1414,9 +1418,9 @@ static void zero_blocked_step(Trainer *t, long step, double lr, double grad_scal
     const RtAfSplit *sp = pg->afsplit ? &pg->afsplit[i] : NULL;
     if (sp && sp->q >= 0) { /* split over tp: phase 3, after af_phase's */
       const float *st = (const float *)(A + pg->afstats);
-      rt_adafactor_finish_f32((float *)w, (const float *)g, (float *)(A + p->opt), p->ndim,
-                              p->shape, st + (sp->x >= 0 ? sp->x : 0), sp->rows,
-                              (double)st[sp->q], sp->numel, &a);
+      BLOCKED(rt_adafactor_finish)((float *)w, (const float *)g, (float *)(A + p->opt), p->ndim,
+                                   p->shape, st + (sp->x >= 0 ? sp->x : 0), sp->rows,
+                                   AF_Q(st + sp->q), sp->numel, &a);
     } else if (pg->opt == RT_OPT_ADAFACTOR && pg->f64)
       rt_adafactor_step_f64((double *)w, (double *)g, (double *)(A + p->opt), p->ndim, p->shape, &a);
     else if (pg->opt == RT_OPT_ADAFACTOR)
@@ -1442,14 +1446,11 @@ static void zero_blocked_step(Trainer *t, long step, double lr, double grad_scal
  * never f64). */
 static void af_phase(Trainer *t, int mode, long step, double grad_scale) {
   const RtProgram *pg = t->pg;
-  unsigned char *A = t->arena;
+  unsigned char *A = t->dev;
   RtShampooArgs a = blocked_args(t, step, 0, 1);
   float *st = (float *)(A + pg->afstats);
   if (pg->f64)
     fail(t, "internal: Adafactor's tp statistics in an f64 program");
-#ifdef RT_TRAIN_CUDA
-  fail(t, "internal: Adafactor split over tp in a cuda program (codegen/cuda.c refuses it)");
-#endif
   const size_t r = pg->zero >= 1 ? (size_t)coord(t, (RtAxis)pg->zaxis) : 0;
   for (int i = 0; i < pg->nparams; i++) {
     const RtParam *p = &pg->params[i];
@@ -1465,26 +1466,26 @@ static void af_phase(Trainer *t, int mode, long step, double grad_scale) {
        * zeros in its entries of the all-reduces */
       if (sp->q >= 0 && mode == RT_UPDATE_AF_SUMS) {
         if (S)
-          memset(S, 0, sizeof *S * (size_t)p->shape[0]);
+          AF_ZERO(S, (size_t)p->shape[0]);
         if (T)
-          memset(T, 0, sizeof *T * (size_t)p->shape[1]);
+          AF_ZERO(T, (size_t)p->shape[1]);
         if (sp->x >= 0)
-          *X = 0;
+          AF_ZERO(X, 1);
       } else if (sp->q >= 0)
-        st[sp->q] = 0;
+        AF_ZERO(st + sp->q, 1);
       continue;
     }
     if (pg->zero >= 1) /* its whole reduced gradient in this rank's shard */
       g = (float *)(A + pg->gshard_offset) + s;
     if (mode == RT_UPDATE_AF_SUMS)
-      rt_opt_scale_grad_f32(g, p->numel, grad_scale);
+      BLOCKED(rt_opt_scale_grad)(g, p->numel, grad_scale);
     if (sp->q < 0)
       continue;
     if (mode == RT_UPDATE_AF_SUMS)
-      rt_adafactor_sums_f32(g, o, p->ndim, p->shape, S, T, X, sp->rep, sp->cols, &a);
+      BLOCKED(rt_adafactor_sums)(g, o, p->ndim, p->shape, S, T, X, sp->rep, sp->cols, &a);
     else
-      rt_adafactor_squares_f32(g, o, p->ndim, p->shape, S, T, X, sp->rows, sp->cols, st + sp->q,
-                               &a);
+      BLOCKED(rt_adafactor_squares)(g, o, p->ndim, p->shape, S, T, X, sp->rows, sp->cols,
+                                    st + sp->q, &a);
   }
 }
 

@@ -589,3 +589,174 @@ void rt_adafactor_step_cu(float *param, float *grad, float *state, int ndim, con
              (const float *)rmean, (const float *)cl, (float)a->beta1, (float)(1 - a->beta1),
              (float)(1 - a->lr * a->weight_decay), (float)(-a->lr));
 }
+
+/* ---------------------------------------------------------------------------
+ * Adafactor of a tensor split over tp (k_optim2.inc rt_adafactor_sums,
+ * _squares, _finish): the sums of each row and column one thread each in
+ * the cpu's order, the totals by one thread in the cpu's order.
+ */
+
+void rt_opt_zero_cu(float *p, size_t n) {
+  if (n)
+    cudaCheck(cudaMemsetAsync(p, 0, n * sizeof(float), (cudaStream_t)rtc_stream));
+}
+
+// s[i] = Σ_j (g² + eps) over row i in double; S[i] = (float)s[i] when S
+__global__ void rtc_af_rowsum_kernel(double *s, float *S, const float *g, int64_t R, int64_t C,
+                                     float e1) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < R;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    double acc = 0;
+    for (int64_t j = 0; j < C; j++) {
+      float x = g[i * C + j];
+      acc = RTC_DADD(acc, (double)RTC_FADD(RTC_FMUL(x, x), e1));
+    }
+    s[i] = acc;
+    if (S)
+      S[i] = (float)acc;
+  }
+}
+
+// T[j] = (float)Σ_i (g² + eps) over column j
+__global__ void rtc_af_colsum_kernel(float *T, const float *g, int64_t R, int64_t C, float e1) {
+  for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < C;
+       j += (int64_t)gridDim.x * blockDim.x) {
+    double acc = 0;
+    for (int64_t i = 0; i < R; i++) {
+      float x = g[i * C + j];
+      acc = RTC_DADD(acc, (double)RTC_FADD(RTC_FMUL(x, x), e1));
+    }
+    T[j] = (float)acc;
+  }
+}
+
+// *X = ρ·Σ row / rep + (1-ρ)·Σ s / Cfull (one thread, the cpu's order)
+__global__ void rtc_af_x_kernel(float *X, const double *s, const float *row, int64_t R, double rd,
+                                double rep, double Cfull) {
+  double rows = 0, sums = 0;
+  for (int64_t i = 0; i < R; i++) {
+    sums = RTC_DADD(sums, s[i]);
+    rows = RTC_DADD(rows, (double)row[i]);
+  }
+  *X = (float)(rd * rows / rep + (1 - rd) * sums / Cfull);
+}
+
+// row[i] = ρ·row[i] + (1-ρ)·(S[i], or row i's sum) / Cfull
+__global__ void rtc_af_rows_from_kernel(float *row, const float *S, const float *g, int64_t R,
+                                        int64_t C, double Cfull, float rho, float omr, float e1) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < R;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    double s = 0;
+    if (S)
+      s = (double)S[i];
+    else
+      for (int64_t j = 0; j < C; j++) {
+        float x = g[i * C + j];
+        s = RTC_DADD(s, (double)RTC_FADD(RTC_FMUL(x, x), e1));
+      }
+    row[i] = RTC_FADD(RTC_FMUL(row[i], rho), RTC_FMUL(omr, (float)(s / Cfull)));
+  }
+}
+
+// col[j] = ρ·col[j] + (1-ρ)·(T[j], or column j's sum) / Rfull
+__global__ void rtc_af_cols_from_kernel(float *col, const float *T, const float *g, int64_t R,
+                                        int64_t C, double Rfull, float rho, float omr, float e1) {
+  for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < C;
+       j += (int64_t)gridDim.x * blockDim.x) {
+    double s = 0;
+    if (T)
+      s = (double)T[j];
+    else
+      for (int64_t i = 0; i < R; i++) {
+        float x = g[i * C + j];
+        s = RTC_DADD(s, (double)RTC_FADD(RTC_FMUL(x, x), e1));
+      }
+    col[j] = RTC_FADD(RTC_FMUL(col[j], rho), RTC_FMUL(omr, (float)(s / Rfull)));
+  }
+}
+
+// *rmean = X / Rfull (X reduced over the tp axes)
+__global__ void rtc_af_rmean_x_kernel(float *rmean, const float *X, double Rfull) {
+  *rmean = (float)((double)*X / Rfull);
+}
+
+// *q = (float)Σ parts (one thread)
+__global__ void rtc_af_q_kernel(float *q, const double *part, int64_t np) {
+  double ss = 0;
+  for (int64_t p = 0; p < np; p++)
+    ss = RTC_DADD(ss, part[p]);
+  *q = (float)ss;
+}
+
+// *cl = max(1, sqrt(q / n) / clip) from the reduced Σ u² (one thread)
+__global__ void rtc_af_clip_q_kernel(float *cl, const float *q, double n, double clip) {
+  double den = sqrt((double)*q / n) / clip;
+  *cl = (float)(den > 1 ? den : 1.0);
+}
+
+void rt_adafactor_sums_cu(const float *grad, const float *state, int ndim, const int64_t *shape,
+                          float *S, float *T, float *X, double rep, int64_t Cfull,
+                          const struct RtShampooArgs *a) {
+  if (ndim != 2)
+    return;
+  const int64_t R = shape[0], C = shape[1], n = R * C;
+  const float *row = state + (a->beta1 > 0 ? n : 0);
+  const double rd = 1 - pow((double)a->t, -a->decay_rate);
+  const float e1 = (float)a->eps;
+  double *s = (double *)rtc_af_scratch_((size_t)R * sizeof(double));
+  RTC_LAUNCH(rtc_af_rowsum_kernel, rtc_blocks((size_t)R, 128), 128, 0, s, S, grad, R, C, e1);
+  if (T)
+    RTC_LAUNCH(rtc_af_colsum_kernel, rtc_blocks((size_t)C, 128), 128, 0, T, grad, R, C, e1);
+  RTC_LAUNCH(rtc_af_x_kernel, 1, 1, 0, X, (const double *)s, row, R, rd, rep, (double)Cfull);
+}
+
+void rt_adafactor_squares_cu(const float *grad, float *state, int ndim, const int64_t *shape,
+                             const float *S, const float *T, const float *X, int64_t Rfull,
+                             int64_t Cfull, float *q, const struct RtShampooArgs *a) {
+  int64_t n = 1;
+  for (int k = 0; k < ndim; k++)
+    n *= shape[k];
+  float *acc = state + (a->beta1 > 0 ? n : 0);
+  const double rd = 1 - pow((double)a->t, -a->decay_rate);
+  const float rho = (float)rd, omr = (float)(1 - rd), e1 = (float)a->eps;
+  const int fac = ndim == 2;
+  const int64_t R = fac ? shape[0] : 1, C = fac ? shape[1] : n;
+  const int64_t np = fac ? R : (n + RTC_AF_CHUNK - 1) / RTC_AF_CHUNK, pc = fac ? C : RTC_AF_CHUNK;
+  double *part = (double *)rtc_af_scratch_((size_t)np * sizeof(double) + sizeof(float));
+  float *rmean = (float *)(part + np);
+  float *row = acc, *col = acc + R;
+  if (fac) {
+    RTC_LAUNCH(rtc_af_rows_from_kernel, rtc_blocks((size_t)R, 128), 128, 0, row, S, grad, R, C,
+               (double)Cfull, rho, omr, e1);
+    RTC_LAUNCH(rtc_af_cols_from_kernel, rtc_blocks((size_t)C, 128), 128, 0, col, T, grad, R, C,
+               (double)Rfull, rho, omr, e1);
+    RTC_LAUNCH(rtc_af_rmean_x_kernel, 1, 1, 0, rmean, X, (double)Rfull);
+  } else {
+    RTC_LAUNCH(rtc_af_full_kernel, rtc_blocks((size_t)n, RTC_O2_THREADS), RTC_O2_THREADS, 0, acc,
+               grad, (size_t)n, rho, omr, e1);
+  }
+  RTC_LAUNCH(rtc_af_part_kernel, rtc_blocks((size_t)np, 128), 128, 0, part, grad,
+             (const float *)row, (const float *)col, (const float *)acc, np, pc, n, fac,
+             (const float *)rmean);
+  RTC_LAUNCH(rtc_af_q_kernel, 1, 1, 0, q, (const double *)part, np);
+}
+
+void rt_adafactor_finish_cu(float *param, const float *grad, float *state, int ndim,
+                            const int64_t *shape, const float *X, int64_t Rfull, const float *q,
+                            int64_t nfull, const struct RtShampooArgs *a) {
+  int64_t n = 1;
+  for (int k = 0; k < ndim; k++)
+    n *= shape[k];
+  const int mom = a->beta1 > 0, fac = ndim == 2;
+  float *m = mom ? state : NULL, *acc = state + (mom ? n : 0);
+  const int64_t R = fac ? shape[0] : 1, C = fac ? shape[1] : n;
+  float *rmean = (float *)rtc_af_scratch_(2 * sizeof(float)), *cl = rmean + 1;
+  if (fac)
+    RTC_LAUNCH(rtc_af_rmean_x_kernel, 1, 1, 0, rmean, X, (double)Rfull);
+  RTC_LAUNCH(rtc_af_clip_q_kernel, 1, 1, 0, cl, q, (double)nfull, a->clip_threshold);
+  const unsigned th = RTC_O2_THREADS;
+  RTC_LAUNCH(rtc_af_apply_kernel, rtc_blocks((size_t)n, th), th, 0, param, grad, m,
+             (const float *)acc, (const float *)(acc + R), (const float *)acc, C, (size_t)n, fac,
+             (const float *)rmean, (const float *)cl, (float)a->beta1, (float)(1 - a->beta1),
+             (float)(1 - a->lr * a->weight_decay), (float)(-a->lr));
+}

@@ -76,6 +76,21 @@ int rt_shampoo_step_cu(float *param, float *grad, float *state, unsigned char *w
                        const int64_t *shape, const struct RtShampooArgs *a);
 void rt_adafactor_step_cu(float *param, float *grad, float *state, int ndim, const int64_t *shape,
                           const struct RtShampooArgs *a);
+/* Adafactor of a tensor split over tp, the three phases of k_optim2.inc
+ * (rt_adafactor_sums, _squares, _finish) on the device: S, T, X and q are
+ * device pointers into the statistics buffer the step's all-reduces sum;
+ * finish reads Σ u² from q on the device (the cpu's takes it as a value). */
+void rt_adafactor_sums_cu(const float *grad, const float *state, int ndim, const int64_t *shape,
+                          float *S, float *T, float *X, double rep, int64_t Cfull,
+                          const struct RtShampooArgs *a);
+void rt_adafactor_squares_cu(const float *grad, float *state, int ndim, const int64_t *shape,
+                             const float *S, const float *T, const float *X, int64_t Rfull,
+                             int64_t Cfull, float *q, const struct RtShampooArgs *a);
+void rt_adafactor_finish_cu(float *param, const float *grad, float *state, int ndim,
+                            const int64_t *shape, const float *X, int64_t Rfull, const float *q,
+                            int64_t nfull, const struct RtShampooArgs *a);
+/* n floats at p (device) = 0, on the program's stream. */
+void rt_opt_zero_cu(float *p, size_t n);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,8 @@
  * each grafting method, momentum on and off, preconditioning from step 3
  * with roots by Newton's iteration recomputed at steps 3 and 5 (through
  * rt_shampoo_step_cu, and unit by unit as the placed step runs them);
- * Adafactor on a factored 70 x 50 and an unfactored 1-D tensor.  After the
+ * Adafactor on a factored 70 x 50 and an unfactored 1-D tensor, and the
+ * three phases of a tensor split over tp (adafactor_split).  After the
  * last step the parameter and the whole state (factors, roots, moments)
  * are compared, limit 1e-5 (rtc_test.h's metric): the reductions' orders
  * differ from the cpu's sequential sums.  root = eigh has no device path:
@@ -125,6 +126,50 @@ static void adafactor(int ndim, const int64_t *shape, double beta1) {
   rtc_test_dfree(dw, dst, dg);
 }
 
+// Adafactor split over tp (rt_adafactor_sums/_squares/_finish): one shard's
+// three phases on both sides, the full tensor pretended larger (Rfull, Cfull,
+// rep as a tp group's shard sees them; no reduction between the phases, so
+// the statistics are this shard's own), S and T each present or not; the
+// statistics (poisoned on the device at the start) after every step, the
+// parameter and state after the last.
+static void adafactor_split(const int64_t *shape, double beta1, int withS, int withT) {
+  const int64_t R = shape[0], C = shape[1], n = R * C, Rfull = R + 3, Cfull = C + 7;
+  const double rep = 2;
+  RtShampooArgs a = args(RT_GRAFT_ADAM, beta1, 0, 0);
+  a.eps = 1e-30;
+  const size_t ns = (size_t)rt_adafactor_state_elems(2, shape, beta1 > 0), nst = (size_t)(R + C + 2);
+  float *w = rtc_test_host((size_t)n, -1, 1), *st = (float *)calloc(ns, sizeof(float));
+  float *stat = (float *)calloc(nst, sizeof(float));
+  float *dw = rtc_test_dev(w, (size_t)n), *dst = rtc_test_dev(st, ns), *dstat = rtc_test_poison(nst), *dg;
+  cudaCheck(cudaMalloc(&dg, (size_t)n * sizeof(float)));
+  float *S = withS ? stat : NULL, *T = withT ? stat + R : NULL, *X = stat + R + C, *q = X + 1;
+  float *dS = withS ? dstat : NULL, *dT = withT ? dstat + R : NULL, *dX = dstat + R + C, *dq = dX + 1;
+  char sh[64], name[64];
+  snprintf(sh, sizeof sh, "%" PRId64 "x%" PRId64 "%s%s", R, C, withS ? " S" : "", withT ? " T" : "");
+  snprintf(name, sizeof name, "adafactor tp%s", beta1 > 0 ? " mom" : "");
+  for (long t = 1; t <= 3; t++) {
+    float *g = rtc_test_host((size_t)n, -1, 1);
+    cudaCheck(cudaMemcpy(dg, g, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+    a.t = t;
+    rt_opt_scale_grad_f32(g, (size_t)n, a.grad_scale);
+    rt_opt_scale_grad_cu(dg, (size_t)n, a.grad_scale);
+    rt_adafactor_sums_f32(g, st, 2, shape, S, T, X, rep, Cfull, &a);
+    rt_adafactor_sums_cu(dg, dst, 2, shape, dS, dT, dX, rep, Cfull, &a);
+    rt_adafactor_squares_f32(g, st, 2, shape, S, T, X, Rfull, Cfull, q, &a);
+    rt_adafactor_squares_cu(dg, dst, 2, shape, dS, dT, dX, Rfull, Cfull, dq, &a);
+    rt_adafactor_finish_f32(w, g, st, 2, shape, X, Rfull, (double)*q, n * 3, &a);
+    rt_adafactor_finish_cu(dw, dg, dst, 2, shape, dX, Rfull, dq, n * 3, &a);
+    if (withS) rtc_test_check(name, sh, "row sums S", dS, S, (size_t)R);
+    if (withT) rtc_test_check(name, sh, "column sums T", dT, T, (size_t)C);
+    rtc_test_check(name, sh, "X and q", dX, X, 2);
+    free(g);
+  }
+  rtc_test_check(name, sh, "param", dw, w, (size_t)n);
+  rtc_test_check(name, sh, "state", dst, st, ns);
+  free(w), free(st), free(stat);
+  rtc_test_dfree(dw, dst, dstat, dg);
+}
+
 int main(void) {
   const int64_t m2[2] = {70, 50}, v1[1] = {40}, big1[1] = {9000};
   for (int graft = 0; graft < 3; graft++) shampoo(2, m2, graft, graft == 1 ? 0.0 : 0.9, 0);
@@ -134,5 +179,8 @@ int main(void) {
   adafactor(2, m2, 0.9);
   adafactor(2, m2, 0.0);
   adafactor(1, big1, 0.9); /* three partial sums of the unfactored moment */
+  adafactor_split(m2, 0.9, 1, 0); /* columns split (a column-parallel weight's transpose) */
+  adafactor_split(m2, 0.0, 0, 1); /* rows split */
+  adafactor_split(m2, 0.9, 1, 1); /* both (tp2d) */
   return rtc_test_done();
 }
