@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shardrt.h"
+
 extern void openblas_set_num_threads(int) __attribute__((weak));
 
 static double now(void) {
@@ -64,6 +66,7 @@ static double window = 0.15;
 static int reps_for(double a, double b) { return (int)(a / b); }
 
 int main(int argc, char **argv) {
+  rt_bind_shared_cores(); /* ranks placed as the programs place them (runtime/threads.c) */
   MPI_Init(&argc, &argv);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

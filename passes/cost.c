@@ -92,15 +92,6 @@ double cost_membound(const HwModel *hw, double bytes, double flops) {
   return (t > tf ? t : tf) + hw->launch_s;
 }
 
-double cost_share_speedup(const HwModel *hw, double busy) {
-  if (hw->cores <= 0 || hw->profile_np <= hw->cores || busy <= 0) return 1;
-  /* the profile: profile_np single-threaded ranks on `cores` cores, each
-   * with cores/profile_np of one; fewer busy ranks get more of one, up to
-   * all of it (ranks waiting in MPI yield their core) */
-  double now = busy > hw->cores ? hw->cores / busy : 1;
-  return now * hw->profile_np / hw->cores;
-}
-
 /* ---- collectives ---- */
 
 const char *cost_alg_name(CostAlg a) {
@@ -478,6 +469,27 @@ static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, 
   return t;
 }
 
+void cost_stage_rates(const HwModel *hw, int R, int per, const bool *running, double *rate) {
+  int C = hw->cores;
+  for (int k = 0; k < R; k++) rate[k] = 1;
+  if (C <= 0 || hw->profile_np <= C || per < 1) return;
+  enum { MAXC = 256 };
+  if (C > MAXC) C = MAXC;
+  int busy[MAXC] = {0};
+  for (int k = 0; k < R; k++)
+    if (running[k])
+      for (int j = 0; j < per; j++) busy[(k * per + j) % C]++;
+  /* the profile: profile_np ranks on C cores, cores / profile_np of one each */
+  double base = (double)C / hw->profile_np;
+  for (int k = 0; k < R; k++) {
+    if (!running[k]) continue;
+    int most = 1;
+    for (int j = 0; j < per; j++)
+      if (busy[(k * per + j) % C] > most) most = busy[(k * per + j) % C];
+    rate[k] = 1.0 / most / base;
+  }
+}
+
 int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
   memset(r, 0, sizeof *r);
   const Plan *p = &m->train.plan;
@@ -520,9 +532,8 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
    * backward for the next one's backward (messages take msg).  Ranks that
    * share cores (a profile measured with more ranks than cores) compute
    * faster while others wait: the simulation advances from event to event
-   * with every running action progressing at cost_share_speedup of the
-   * ranks computing at that moment (each pipeline rank's program stands
-   * for world / R ranks doing the same). */
+   * with every running action progressing at its cost_stage_rates rate (each
+   * pipeline rank's program stands for world / R ranks doing the same). */
   int S = nvs;
   double *fdone = calloc((size_t)(S * M + 1), sizeof(double)),
          *bdone = calloc((size_t)(S * M + 1), sizeof(double));
@@ -566,17 +577,18 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
       now = wake;
       continue;
     }
-    double rate = cost_share_speedup(hw, busy * per), dt = wake - now;
+    double rate[MAX_STAGES], dt = wake - now;
+    cost_stage_rates(hw, R, (int)per, running, rate);
     int first = -1;
     for (int k = 0; k < R; k++)
-      if (running[k] && left[k] / rate <= dt) {
-        dt = left[k] / rate;
+      if (running[k] && left[k] / rate[k] <= dt) {
+        dt = left[k] / rate[k];
         first = k;
       }
     now += dt;
     for (int k = 0; k < R; k++) {
       if (!running[k]) continue;
-      left[k] -= dt * rate;
+      left[k] -= dt * rate[k];
       if (k != first && left[k] > 1e-12 * (1 + dur[k])) continue;
       const RankProg *rp = m->rprog[k];
       const PAct *a = &rp->sched[pos[k]];

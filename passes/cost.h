@@ -83,10 +83,15 @@ const char *cost_alg_name(CostAlg a);
  * for reduce_scatter); the fastest algorithm in *alg. */
 double cost_coll(const HwModel *hw, const char *op, int n, int stride, double bytes, CostAlg *alg);
 
-/* How much faster each rank computes when only `busy` of the world's
- * `world` ranks compute than the profile measured it (every rank busy): 1
- * unless the profile's ranks shared too few cores. */
-double cost_share_speedup(const HwModel *hw, double busy);
+/* How fast each of R pipeline ranks computes, against the profile's
+ * every-rank-busy figures, when only the `running` ones compute (rate[k],
+ * for running k): ranks sharing cores are bound round robin
+ * (runtime/threads.c: rank g on core g % cores), so a core's busy ranks
+ * split it and waiting ones leave it to them; pipeline rank k's program
+ * stands for the `per` consecutive ranks k·per.. (its stage's tp, sp and
+ * dp ranks), which move at the pace of the most loaded core among theirs.
+ * 1 unless the profile's ranks shared too few cores (cores < profile_np). */
+void cost_stage_rates(const HwModel *hw, int R, int per, const bool *running, double *rate);
 
 /* Seconds of one IR node run as a kernel (its FLOPs and bytes). */
 double cost_node(const HwModel *hw, const Node *n);

@@ -177,6 +177,24 @@ void rt_f64_to_f32(float *dst, const double *src, size_t n);
 int rt_set_threads(int n);
 /* Threads the OpenMP kernels will use (1 when built without OpenMP). */
 int rt_threads(void);
+/* Ranks sharing cores: when the launcher started more ranks on this node
+ * (OMPI_COMM_WORLD_LOCAL_SIZE, or Slurm's SLURM_NTASKS_PER_NODE) than the
+ * cores this process may run on (its affinity: all of them unless the
+ * launcher or a cpuset narrowed it), binds this rank to the (local_rank %
+ * cores)-th of those cores (round robin:
+ * local ranks r and r + cores share a core, as `mpirun --map-by core
+ * --bind-to core:overload-allowed` places them).  Unbound, the kernel moves
+ * ranks between cores and ranks waiting in MPI (spinning, so never idle to
+ * the scheduler) keep ranks that compute from the cores they leave.  On 4
+ * ranks and 2 cores, the accuracy benchmark's GPT (fastest step of 8, three
+ * alternating runs each): dp=2,pp=2,mb=4 565-615 ms bound, 695-761 ms
+ * unbound; tp=4 731-810 ms bound, 771-904 ms unbound.  Placement is also
+ * the same from run to run, which the cost model's pipeline simulation
+ * counts on (passes/cost.c).
+ * SHARDC_NO_BIND=1 leaves placement to the launcher and the kernel.  Call
+ * before MPI_Init, so that MPI's threads inherit it.  Returns the core, or
+ * -1 when it bound nothing. */
+int rt_bind_shared_cores(void);
 
 /* ---------------------------------------------------------------------------
  * kernels.c — forward/backward kernels, templated over the element type:

@@ -1,6 +1,10 @@
 /* threads.c — the two thread pools a program runs on: OpenMP's (the
  * kernels' own loops) and OpenBLAS's (GEMMs), and how they share the cores.
  * The interplay is documented in shardrt.h, next to rt_set_threads. */
+#define _GNU_SOURCE /* sched_setaffinity */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #ifdef _OPENMP
@@ -47,4 +51,37 @@ int rt_blas_serial_begin(void) {
 void rt_blas_serial_end(int prev) {
   if (prev > 1 && openblas_set_num_threads)
     openblas_set_num_threads(prev);
+}
+
+int rt_bind_shared_cores(void) {
+  const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"), *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (!ls || !lr) { /* Slurm's names */
+    ls = getenv("SLURM_NTASKS_PER_NODE");
+    lr = getenv("SLURM_LOCALID");
+  }
+  const char *off = getenv("SHARDC_NO_BIND");
+  if (!ls || !lr || (off && *off && strcmp(off, "0")))
+    return -1;
+  int local = atoi(ls), me = atoi(lr);
+  cpu_set_t cur;
+  if (local <= 0 || me < 0 || sched_getaffinity(0, sizeof cur, &cur))
+    return -1;
+  /* the cores this rank may use (the launcher's binding or the container's
+   * cpuset): a core each, or more, leaves the choice to the kernel; else a
+   * core of them, so never outside what the launcher allowed */
+  int n = CPU_COUNT(&cur);
+  if (n <= 1 || local <= n)
+    return -1;
+  int want = me % n, k = 0;
+  for (int c = 0; c < CPU_SETSIZE; c++) {
+    if (!CPU_ISSET(c, &cur))
+      continue;
+    if (k++ == want) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(c, &one);
+      return sched_setaffinity(0, sizeof one, &one) ? -1 : c;
+    }
+  }
+  return -1;
 }

@@ -2215,6 +2215,7 @@ static int train(Trainer *t, long step, int say) {
 int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **argv) {
   rt_malloc_setup();
   rt_blas_setup(argc, argv); /* may run the program again: before MPI */
+  rt_bind_shared_cores();    /* more ranks than cores: one core each, round robin */
   Trainer tr, *t = &tr;
   memset(t, 0, sizeof *t);
   if (start(t, progs, nprogs, &argc, &argv))

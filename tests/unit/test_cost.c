@@ -90,22 +90,38 @@ int main(void) {
     ASSERT(1, ri.bubble_frac < rf.bubble_frac);
   }
   /* ranks sharing cores: a profile measured 4 single-threaded ranks on 2
-   * cores; with 2 computing, each has a whole core (twice the profile's
-   * rate); alone, still one core (single-threaded); with every rank busy,
-   * the profile's rate.  Dedicated devices (cores unknown, or cores >= np)
-   * never speed up. */
+   * cores, bound round robin (ranks 0 and 2 on core 0, 1 and 3 on core 1).
+   * pp=4: with stages 0 and 1 computing, each has a whole core (twice the
+   * profile's rate); stages 0, 1, 2: 0 and 2 split core 0 (the profile's
+   * rate), 1 has core 1 to itself; all four: the profile's rate.  pp=2 of
+   * two ranks each (dp=2): stage 0 alone has both cores.  Dedicated
+   * devices (cores unknown, or cores >= np) never speed up. */
   {
     HwModel sh = hw;
     sh.cores = 2;
     sh.profile_np = 4;
-    ASSERT_NEAR(1.0, cost_share_speedup(&sh, 4), 1e-12);
-    ASSERT_NEAR(2.0, cost_share_speedup(&sh, 2), 1e-12);
-    ASSERT_NEAR(2.0, cost_share_speedup(&sh, 1), 1e-12);
-    ASSERT_NEAR(4.0 / 3, cost_share_speedup(&sh, 3), 1e-12);
+    double r[4];
+    bool run01[4] = {1, 1, 0, 0}, run012[4] = {1, 1, 1, 0}, all[4] = {1, 1, 1, 1};
+    cost_stage_rates(&sh, 4, 1, run01, r);
+    ASSERT_NEAR(2.0, r[0], 1e-12);
+    ASSERT_NEAR(2.0, r[1], 1e-12);
+    cost_stage_rates(&sh, 4, 1, run012, r);
+    ASSERT_NEAR(1.0, r[0], 1e-12);
+    ASSERT_NEAR(2.0, r[1], 1e-12);
+    ASSERT_NEAR(1.0, r[2], 1e-12);
+    cost_stage_rates(&sh, 4, 1, all, r);
+    for (int k = 0; k < 4; k++) ASSERT_NEAR(1.0, r[k], 1e-12);
+    bool run0[2] = {1, 0};
+    cost_stage_rates(&sh, 2, 2, run0, r);
+    ASSERT_NEAR(2.0, r[0], 1e-12);
+    cost_stage_rates(&sh, 2, 2, all, r);
+    ASSERT_NEAR(1.0, r[1], 1e-12);
     sh.cores = 0;
-    ASSERT_NEAR(1.0, cost_share_speedup(&sh, 1), 1e-12);
+    cost_stage_rates(&sh, 4, 1, run01, r);
+    ASSERT_NEAR(1.0, r[0], 1e-12);
     sh.cores = 8;
-    ASSERT_NEAR(1.0, cost_share_speedup(&sh, 1), 1e-12);
+    cost_stage_rates(&sh, 4, 1, run01, r);
+    ASSERT_NEAR(1.0, r[0], 1e-12);
   }
   /* A pipeline's bubbles on shared cores: the stages that compute while
    * others wait run faster, so the step is shorter than on dedicated
