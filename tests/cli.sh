@@ -142,6 +142,8 @@ expect interleaved-too-deep 1 'pp=4 needs 64 pipeline stages but model gpt has o
 # ZeRO with interleaved chunks: each chunk reduce-scatters its own buckets
 # (ZeRO-1: in the last microbatch, requests numbered across the chunks)
 expect interleaved-zero 0 'c1\.bwd\.[0-9]+ +bucket blocks\.2: .* \+= grad_reduce_scatter .*\(request 3\)' -- "$bin" compile samples/gpt.shard --mesh 4 --emit=program --strategy pp=2,dp=2,schedule=interleaved:2,zero=1
+# ... and the deadlock check covers the chunks' ZeRO-3 gathers (one dropped)
+expect commcheck-interleaved-zero 1 'rank 0 issues all_gather of 16384 bytes .*instruction c0\.fwd\.[0-9]+\) but rank 1 issues all_gather of 65536 bytes' -- env SHARDC_DEBUG_BREAK_COMM=drop:0:0 "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=2,dp=2,zero=3,schedule=interleaved:2
 # (every op boundary that at most 4 activations cross is a place to cut)
 expect pp-too-deep 1 'pp=64 needs 64 pipeline stages but model gpt has only 61 places to cut it \(between layers or inside one, where at most 4 activations cross\); use pp=62 or less' -- "$bin" compile samples/gpt.shard --mesh 64 --strategy pp=64
 # 4 layers on 8 stages: blocks.0 .. blocks.2 cut between their attention and
