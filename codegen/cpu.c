@@ -380,7 +380,7 @@ static void coll(Emit *e, const PInstr *in) {
 static void bucket(Emit *e, const PInstr *in) {
   const Node *n = in->n;
   const char *ax = cg_axis((int)n->a.i[2]);
-  const Bucket *b = e->c->g->buckets.data[in->bucket];
+  const Bucket *b = e->p->buckets->data[in->bucket];
   if (in->req < 0) {
     P(e, "  rt_reduce_scatter_acc(p->mesh, %s, %s, %s, %" PRId64 ", %d, %s);\n", ax,
       R(e, in->out[0]), R(e, in->in[0]), cg_numel(n->out), e->es, R(e, in->scratch));

@@ -84,8 +84,7 @@ static const char *usage_build =
     "fp32 plans with dp=N, mb=N, zero=1|2|3, tp=N, tp2d=QxQ (2D tensor\n"
     "parallelism), sp=megatron, sp=ring:N and pp=N with schedule=gpipe|1f1b|\n"
     "interleaved:V, in any mix, with recompute=none|selective|full (or one per\n"
-    "stage, full+none), are implemented so far (not yet: ZeRO with interleaved\n"
-    "pipelines, tp2d with sp).\n"
+    "stage, full+none), are implemented so far (not yet: tp2d with sp).\n"
     "\n"
     "  -o DIR               output directory (created if missing)\n"
     "  --precision=fp64     build in double precision (for gradient checks:\n"
@@ -482,9 +481,8 @@ static int cmp_plan(const void *a, const void *b) {
  * replaces its figures by the compiled plan's; 1 when it did. */
 static int refine_plan(const Opts *o, PlanEval *e, const HwModel *hw) {
   const Plan *pl = &e->plan;
-  /* what the passes do not plan yet: recompute, ZeRO with interleaving, tp2d with sp */
-  if (pl->recompute != RECOMPUTE_NONE || (pl->zero && pl->schedule == SCHED_INTERLEAVED && pl->pp > 1) ||
-      (pl->tp2d > 1 && pl->sp_kind != SP_NONE))
+  /* what the passes do not plan yet: recompute, tp2d with sp */
+  if (pl->recompute != RECOMPUTE_NONE || (pl->tp2d > 1 && pl->sp_kind != SP_NONE))
     return 0;
   SemaOptions so = o->sema;
   so.strategy = e->spec;

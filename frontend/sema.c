@@ -893,8 +893,6 @@ static int check_support(TrainCfg *t) {
             nw += snprintf(what + nw, sizeof what - (size_t)nw, __VA_ARGS__)
   NOT_YET(p->tp2d > 1 && p->sp > 1, "tp2d=%dx%d with sp (the grid already splits the rows)",
           p->tp2d, p->tp2d);
-  NOT_YET(p->pp > 1 && p->schedule == SCHED_INTERLEAVED && p->zero >= 1, "zero=%d with "
-          "schedule=interleaved (ZeRO for pipeline chunks)", p->zero);
 #undef NOT_YET
   if (!nw) return 0;
   const char *msg = "strategy %s is not implemented yet: data parallelism (dp=N, mb=N, "

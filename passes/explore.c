@@ -782,7 +782,6 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
                   for (int z = 0; z <= 3; z++) {
                     if (z > 0 && dp * r < 2) continue;
                     if (given & PLAN_ZERO && z != fx->zero) continue;
-                    if (o->generatable && z > 0 && sc == SCHED_INTERLEAVED) continue;
                     for (int rc = 0; rc < 3; rc++) {
                       if (given & PLAN_RECOMPUTE && rc != (int)fx->recompute) continue;
                       Plan p;

@@ -36,12 +36,11 @@ static const char *who(const Module *m, int r) {
 }
 
 /* What would bring the largest part down, for this plan (only what runs:
- * no ZeRO in interleaved pipelines, no ring attention with pp or tp2d). */
+ * no ring attention with pp or tp2d). */
 static const char *hints(const Module *m, const char *top) {
   const TrainCfg *t = &m->train;
   const Plan *p = &t->plan;
   int group = p->dp * (p->sp_kind == SP_RING ? p->sp : 1);   /* ranks sharing ZeRO shards */
-  bool interleaved = p->pp > 1 && p->schedule == SCHED_INTERLEAVED;
   char *h = arena_strdup("");
 #define HINT(...) h = arena_printf("%s%s%s", h, *h ? "; " : "", arena_printf(__VA_ARGS__))
   bool stash = !strcmp(top, "pipeline stash");
@@ -49,9 +48,9 @@ static const char *hints(const Module *m, const char *top) {
     const char *zw = !strcmp(top, "params") ? "parameters, gradients and optimizer state"
                    : !strcmp(top, "grads") ? "gradients and optimizer state" : "optimizer state";
     int zneed = !strcmp(top, "params") ? 3 : !strcmp(top, "grads") ? 2 : 1;
-    if (group > 1 && !interleaved && p->zero < zneed)
+    if (group > 1 && p->zero < zneed)
       HINT("zero=%d shards the %s over the %d data-parallel ranks", zneed, zw, group);
-    else if (group > 1 && !interleaved && p->zero < 3)
+    else if (group > 1 && p->zero < 3)
       HINT("zero=%d shards more of the model state over the %d data-parallel ranks", p->zero + 1,
            group);
     HINT("tp=N or pp=N split the parameters and their state across devices");

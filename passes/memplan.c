@@ -313,7 +313,8 @@ transient:;
  * one after the other (then, for Adafactor under tp, one statistics buffer
  * for all of them), one transient region as large as the largest
  * chunk's (one action runs at a time), then every chunk's stash slots; each
- * chunk's values are relocated into it. */
+ * chunk's values are relocated into it.  Under ZeRO the chunks' persistent
+ * parts are already the rank's one (zero.c's zero_memplan). */
 static void layout_ranks(Module *m) {
   const Plan *p = &m->train.plan;
   int pp = m->nstages > 1 ? p->pp : 1, v = m->nstages > 1 ? m->nstages / pp : 1;
@@ -328,30 +329,47 @@ static void layout_ranks(Module *m) {
       *all = m->stage_mem[r];
       continue;
     }
+    /* ZeRO: every chunk planned the rank's one persistent part (zero.c) */
+    bool zero = m->stages[r]->buckets.len > 0;
     int64_t tbase = 0, tsize = 0;
+    if (zero) {
+      const MemPlan *c0 = &m->stage_mem[r];
+      tbase = c0->persistent_bytes;
+      all->param_bytes = c0->param_bytes;
+      all->grad_bytes = c0->grad_bytes;
+      all->optstate_bytes = c0->optstate_bytes;
+      all->zero_chunk = c0->zero_chunk;
+      all->zero_gshard_offset = c0->zero_gshard_offset;
+      all->zero_opt_offset = c0->zero_opt_offset;
+      all->opt_stats_offset = c0->opt_stats_offset;
+    }
     for (int c = 0; c < v; c++) {
       MemPlan *cm = &m->stage_mem[c * pp + r];
-      cm->base = tbase;
-      tbase += cm->persistent_bytes;
+      cm->base = zero ? 0 : tbase;
+      if (!zero) tbase += cm->persistent_bytes;
       if (cm->transient_peak > tsize) tsize = cm->transient_peak;
-      all->param_bytes += cm->param_bytes;
-      all->grad_bytes += cm->grad_bytes;
-      all->optstate_bytes += cm->optstate_bytes;
+      if (!zero) {
+        all->param_bytes += cm->param_bytes;
+        all->grad_bytes += cm->grad_bytes;
+        all->optstate_bytes += cm->optstate_bytes;
+      }
       all->input_bytes += cm->input_bytes;
       all->nbuffers += cm->nbuffers;
     }
-    /* Adafactor under tp: one statistics buffer for the parameters of
-     * every chunk, in chunk order (as program.c's step lays it out) */
-    PtrVec ps = {0};
-    for (int c = 0; c < v; c++) {
-      Graph *g = m->stages[c * pp + r];
-      for (int i = 0; i < g->params.len; i++) vec_push(&ps, g->params.data[i]);
+    if (!zero) {
+      /* Adafactor under tp: one statistics buffer for the parameters of
+       * every chunk, in chunk order (as program.c's step lays it out) */
+      PtrVec ps = {0};
+      for (int c = 0; c < v; c++) {
+        Graph *g = m->stages[c * pp + r];
+        for (int i = 0; i < g->params.len; i++) vec_push(&ps, g->params.data[i]);
+      }
+      Graph rg = {.params = ps};
+      int64_t af = optplace_af_bytes(m, &rg);
+      all->opt_stats_offset = tbase;
+      all->optstate_bytes += af;
+      tbase += af;
     }
-    Graph rg = {.params = ps};
-    int64_t af = optplace_af_bytes(m, &rg);
-    all->opt_stats_offset = tbase;
-    all->optstate_bytes += af;
-    tbase += af;
     int64_t top = tbase + tsize;
     for (int c = 0; c < v; c++) {
       MemPlan *cm = &m->stage_mem[c * pp + r];

@@ -28,6 +28,10 @@ int pass_memplan_all(Module *m);
 /* memplan's persistent layout for a plan with gradient buckets (zero.c):
  * 1 with *end set, or 0 when the plan has none. */
 int zero_memplan(Module *m, int64_t *end);
+/* The buckets of pipeline rank r: under an interleaved schedule its chunks'
+ * in chunk order (one flat layout and one shard array under ZeRO); else
+ * its stage's, or the model's. */
+const PtrVec *zero_rank_buckets(const Module *m, int r);
 /* The ZeRO bucket of a parameter: "blocks.3.attn.qkv.weight" -> "blocks.3",
  * "embed.weight" -> "embed" (explore.c replays zero.c's buckets with it). */
 const char *zero_bucket_key(const char *name);

@@ -359,8 +359,8 @@ static void node_bwd(B *b, PBlock *bl, Node *n, int i) {
     in = add(bl, PI_BUCKET, n);
     operands(b, in, n);
     comm(in, PC_COLL, (int)n->a.i[2], ir_ops[n->op].name, ir_comm_bytes(n));
-    for (int k = 0; k < b->c->g->buckets.len; k++)
-      if (((Bucket *)b->c->g->buckets.data[k])->grads == n->in[0]) in->bucket = k;
+    for (int k = 0; k < b->p->buckets->len; k++)   /* (the rank's: every chunk's) */
+      if (((Bucket *)b->p->buckets->data[k])->grads == n->in[0]) in->bucket = k;
     if (overlapped(n)) {
       in->req = b->p->nreq++;
       in->comm.last_mb = true;
@@ -530,10 +530,10 @@ static int holders(const Plan *pl, const Value *p) {
 
 /* A parameter's byte offset in the arena, or under ZeRO-3 (where only its
  * bucket's chunk is stored) in the flat bucket layout. */
-static int64_t param_offset(const B *b, const Graph *g, const Value *p) {
+static int64_t param_offset(const B *b, const Value *p) {
   if (b->p->zero != 3) return p->offset * b->scale;
-  for (int k = 0; k < g->buckets.len; k++) {
-    const Bucket *bk = g->buckets.data[k];
+  for (int k = 0; k < b->p->buckets->len; k++) {
+    const Bucket *bk = b->p->buckets->data[k];
     for (int j = 0; j < bk->params.len; j++)
       if (bk->params.data[j] == p) return (bk->flat + bk->pos[j]) * 4 * b->scale;
   }
@@ -545,7 +545,6 @@ static void param_table(B *b, PtrVec *ps) {
   const Optimizer *o = &b->m->train.opt;
   bool adam = o->kind && !strcmp(o->kind, "adamw"), mom = !adam && o->momentum > 0;
   const Plan *pl = &b->m->train.plan;
-  Graph *g0 = p->chunk[0].g;
   p->nparam = ps->len;
   p->param = arena_alloc(sizeof(PParam) * (size_t)(ps->len + 1));
   for (int i = 0; i < ps->len; i++) {
@@ -554,7 +553,7 @@ static void param_table(B *b, PtrVec *ps) {
     bool sharded = p->zero >= 1;
     int64_t stride = (numel(v) * 4 + 63) / 64 * 64 * b->scale;
     q->v = v;
-    q->offset = param_offset(b, g0, v);
+    q->offset = param_offset(b, v);
     q->grad = v->grad ? v->grad->offset * b->scale : -1;
     /* (ZeRO with shampoo or adafactor: the state on the parameter's owner,
      * zero.c owner_state) */
@@ -565,8 +564,8 @@ static void param_table(B *b, PtrVec *ps) {
     int h = holders(pl, v);
     q->norm_w = v->pp_shared && p->rank > 0 ? 0.0 : 1.0 / h;
     q->bucket = 0;
-    for (int k = 0; k < g0->buckets.len && p->zero >= 0; k++) {
-      const Bucket *bk = g0->buckets.data[k];
+    for (int k = 0; k < p->buckets->len && p->zero >= 0; k++) {
+      const Bucket *bk = p->buckets->data[k];
       for (int j = 0; j < bk->params.len; j++)
         if (bk->params.data[j] == v) q->bucket = k;
     }
@@ -798,15 +797,16 @@ static RankProg *build_rank(Module *m, int r, int scale) {
     ch->vs = staged ? s : 0;
     ch->grads_off = (ch->mem->base + ch->mem->param_bytes) * scale;
     ch->grads_bytes = ch->mem->grad_bytes * scale;
+    /* ZeRO, interleaved: the rank's one gradient range (zero.c), with chunk 0 */
+    if (c > 0 && ch->g->buckets.len) ch->grads_bytes = 0;
     ch->stash_off = ch->mem->stash_offset * scale;
     ch->stash_bytes = ch->mem->stash_bytes * scale;
     ch->slots = ch->mem->slots;
   }
-  Graph *g0 = p->chunk[0].g;
-  p->zero = p->dist && g0->buckets.len ? pl->zero : -1;
-  p->buckets = &g0->buckets;
+  p->buckets = zero_rank_buckets(m, r);
+  p->zero = p->dist && p->buckets->len ? pl->zero : -1;
   if (p->zero >= 1) {
-    const Bucket *last = g0->buckets.data[g0->buckets.len - 1];
+    const Bucket *last = p->buckets->data[p->buckets->len - 1];
     p->zflat = last->flat + last->numel;
     p->zgroup = pl->dp * (p->ring > 1 ? pl->sp : 1);
     p->zshard = p->mem->zero_chunk;

@@ -95,7 +95,7 @@ static void instr(FILE *out, const RankProg *p, const PInstr *in, const char *la
     return;
   }
   case PI_BUCKET: {
-    const Bucket *b = p->chunk[0].g->buckets.data[in->bucket];
+    const Bucket *b = p->buckets->data[in->bucket];
     fprintf(out, "bucket %s: %s%s%s\n", b->name, stmt(in, in->n, true),
             in->req >= 0 ? arena_printf(", started without blocking (request %d)", in->req) : "",
             comm_text(p, in));

@@ -76,11 +76,14 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
             g->params.len, g->nodes.len,
             v > 1 ? arena_printf(" (pipeline rank %d, chunk %d)", s % p->pp, s / p->pp) : "");
     fprintf(out, "%s  memory: %s bytes per rank (%s): params %s, grads %s, optimizer %s, "
-                 "activations %s at node %d, stash %d slot%s x %s bytes\n",
+                 "activations %s at node %d, stash %d slot%s x %s bytes%s\n",
             pf, a, human_bytes((double)mp->arena_bytes), human_bytes((double)mp->param_bytes),
             human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
             human_bytes((double)mp->transient_peak), mp->peak_node, mp->slots,
-            mp->slots == 1 ? "" : "s", st);
+            mp->slots == 1 ? "" : "s", st,
+            /* ZeRO over interleaved chunks: one layout per rank (zero.c) */
+            v > 1 && g->buckets.len ? " (params, grads, optimizer: its pipeline rank's ZeRO "
+                                      "layout, for all its chunks)" : "");
     comm_line(out, m, pf, v > 1 ? "  comm:   (its pipeline rank's) " : "  comm:   ");
     if (s < m->nstages - 1 && m->stage_cut[s] && g->nsend == 1) {
       /* what crosses the cut: the activation forward, its gradient backward */

@@ -33,6 +33,12 @@
  * gradient shard holds its whole reduced gradient, and only the owner keeps
  * its state (owner_state).
  *
+ * Under an interleaved schedule (zero >= 1) a pipeline rank's chunks share
+ * one flat layout and one shard array: each chunk's buckets continue where
+ * the rank's previous chunk's end (zero_rank_buckets), so the rank's state
+ * is laid out as one model's would be and the step sees one bucket table.
+ * (zero=0: the chunks' gradients are all-reduced after the schedule.)
+ *
  * The layout (offsets of parameters, shards and optimizer state) is placed
  * by zero_memplan, called from memplan.
  */
@@ -51,6 +57,20 @@ const char *zero_bucket_key(const char *name) {
     return arena_printf("%.*s", (int)(p - name), name);
   }
   return arena_printf("%.*s", (int)(dot - name), name);
+}
+
+/* The buckets of pipeline rank r (of the stage graphs, or of the model
+ * without a pipeline): under an interleaved schedule its chunks' (virtual
+ * stages c·pp + r) in chunk order, which share one flat layout and one
+ * shard array under ZeRO; else its stage's. */
+const PtrVec *zero_rank_buckets(const Module *m, int r) {
+  if (m->nstages <= 1) return &m->graph->buckets;
+  int pp = m->train.plan.pp;
+  if (m->nstages == pp) return &m->stages[r]->buckets;
+  PtrVec *bl = arena_alloc(sizeof *bl);
+  for (int s = r; s < m->nstages; s += pp)
+    for (int k = 0; k < m->stages[s]->buckets.len; k++) vec_push(bl, m->stages[s]->buckets.data[k]);
+  return bl;
 }
 
 static Value *root(Value *v) {
@@ -168,9 +188,10 @@ int pass_zero(Module *m) {
   const Plan *pl = &m->train.plan;
   bool ring = pl->sp_kind == SP_RING && pl->sp > 1;
   int dp = pl->dp * (ring ? pl->sp : 1), stage = pl->zero;
-  /* (interleaved pipeline chunks reduce their gradients after the schedule) */
-  bool chunks = pl->pp > 1 && pl->schedule == SCHED_INTERLEAVED;
-  if (!g || !g->nfwd || dp <= 1 || chunks) return 0;
+  /* (interleaved pipeline chunks without ZeRO reduce their gradients after
+   * the schedule) */
+  bool chunks = m->nstages > pl->pp && pl->pp > 1;
+  if (!g || !g->nfwd || dp <= 1 || (chunks && !stage)) return 0;
   zaxis = ring ? AX_DATA : AX_DP;
   if (stage == 3)
     for (int i = 0; i < g->values.len; i++) {
@@ -195,13 +216,27 @@ int pass_zero(Module *m) {
     vec_push(&b->params, p);
   }
   int64_t flat = 0, shard = 0;
+  /* interleaved: after the rank's earlier chunks (per_stage runs them first) */
+  for (int s = g->stage - pl->pp; chunks && s >= 0 && !flat; s -= pl->pp) {
+    const PtrVec *pb = &m->stages[s]->buckets;
+    if (!pb->len) continue;
+    const Bucket *l = pb->data[pb->len - 1];
+    flat = l->flat + l->numel;
+    shard = l->shard + l->chunk;
+  }
   bool whole = stage >= 1 && opt_blocked(&m->train.opt);
   int64_t *owned = arena_alloc(sizeof(int64_t) * (size_t)dp);
   for (int k = 0; k < g->buckets.len; k++) {
     Bucket *b = g->buckets.data[k];
     b->pos = arena_alloc(sizeof(int64_t) * (size_t)b->params.len);
     int64_t n = 0;
-    if (whole)
+    if (whole && b->tied) {
+      /* its owner alike at both ends of the pipeline (the shard is summed
+       * over EMBED): as if it were the stage's first bucket */
+      int64_t *fresh = arena_alloc(sizeof(int64_t) * (size_t)dp);
+      n = owner_layout(b, dp, fresh);
+      for (int r = 0; r < dp; r++) owned[r] += fresh[r];
+    } else if (whole)
       n = owner_layout(b, dp, owned);
     else
       for (int j = 0; j < b->params.len; j++) {
@@ -312,13 +347,12 @@ int pass_zero(Module *m) {
  * owner only.  The region is the most loaded owner's (every rank's arena
  * is laid out alike), then the step's workspace at *work_off.  Returns the
  * bytes of both. */
-static int64_t owner_state(Module *m, int64_t off, int64_t *work_off) {
-  Graph *g = m->graph;
+static int64_t owner_state(Module *m, const PtrVec *bl, int64_t off, int64_t *work_off) {
   const Optimizer *o = &m->train.opt;
   int dp = optplace_ranks(m);
   int64_t *fill = arena_alloc(sizeof(int64_t) * (size_t)dp), most = 0;
-  for (int k = 0; k < g->buckets.len; k++) {
-    Bucket *b = g->buckets.data[k];
+  for (int k = 0; k < bl->len; k++) {
+    Bucket *b = bl->data[k];
     for (int j = 0; j < b->params.len; j++) {
       Value *p = b->params.data[j];
       if (!p->grad) continue;
@@ -327,7 +361,7 @@ static int64_t owner_state(Module *m, int64_t off, int64_t *work_off) {
       if (fill[b->owner[j]] > most) most = fill[b->owner[j]];
     }
   }
-  const Graph *w = m->nstages > 1 ? m->whole : g;
+  const Graph *w = m->nstages > 1 ? m->whole : m->graph;
   const Shape **shapes = arena_alloc(sizeof *shapes * (size_t)(w->params.len + 1));
   for (int i = 0; i < w->params.len; i++) shapes[i] = &((const Value *)w->params.data[i])->shape;
   *work_off = off + most;
@@ -343,13 +377,26 @@ static int64_t owner_state(Module *m, int64_t off, int64_t *work_off) {
  * A shard array holds the rank's chunk of every bucket, in bucket order.
  * Shampoo and Adafactor: the optimizer state is that of the tensors the
  * rank owns, then the step's workspace (owner_state), then under tp
- * Adafactor's statistics buffer. */
+ * Adafactor's statistics buffer.
+ * An interleaved chunk (zero >= 1): the layout of its pipeline rank's
+ * buckets (zero_rank_buckets), offsets in the rank's arena; every chunk of
+ * the rank plans the same persistent part (memplan's layout_ranks keeps
+ * it once). */
 int zero_memplan(Module *m, int64_t *end) {
   Graph *g = m->graph;
   MemPlan *mp = &m->mem;
   if (!g->buckets.len) return 0;
   int stage = m->train.plan.zero, nstate = opt_states(&m->train.opt);
   int64_t off = 0, nshard = 0;
+  int pp = m->train.plan.pp;
+  bool chunks = m->nstages > pp && pp > 1;
+  const PtrVec *bl = chunks ? zero_rank_buckets(m, g->stage % pp) : &g->buckets;
+  Graph rg = *g;   /* the rank's parameters, for Adafactor's statistics under tp */
+  if (chunks) {
+    rg.params = (PtrVec){0};
+    for (int s = g->stage % pp; s < m->nstages; s += pp)
+      for (int i = 0; i < m->stages[s]->params.len; i++) vec_push(&rg.params, m->stages[s]->params.data[i]);
+  }
   if (stage == 0) {
     for (int i = 0; i < g->params.len; i++) {
       Value *p = g->params.data[i];
@@ -381,8 +428,8 @@ int zero_memplan(Module *m, int64_t *end) {
     mp->persistent_bytes = *end = off;
     return 1;
   }
-  for (int k = 0; k < g->buckets.len; k++) {
-    Bucket *b = g->buckets.data[k];
+  for (int k = 0; k < bl->len; k++) {
+    Bucket *b = bl->data[k];
     nshard += b->chunk;
     for (int j = 0; j < b->params.len; j++) {
       Value *p = b->params.data[j];
@@ -398,17 +445,17 @@ int zero_memplan(Module *m, int64_t *end) {
       b->pshard->offset = b->shard * 4;
     }
   }
-  mp->param_bytes = stage == 3 ? nshard * 4 : (((Bucket *)g->buckets.data[g->buckets.len - 1])->flat +
-                                               ((Bucket *)g->buckets.data[g->buckets.len - 1])->numel) * 4;
+  mp->param_bytes = stage == 3 ? nshard * 4 : (((Bucket *)bl->data[bl->len - 1])->flat +
+                                               ((Bucket *)bl->data[bl->len - 1])->numel) * 4;
   int64_t full = 0;   /* zero=1: the buckets of gradients, whole */
-  for (int k = 0; k < g->buckets.len && stage == 1; k++) {
-    Bucket *b = g->buckets.data[k];
+  for (int k = 0; k < bl->len && stage == 1; k++) {
+    Bucket *b = bl->data[k];
     b->grads->persistent = true;
     b->grads->offset = mp->param_bytes + b->flat * 4;
     full += b->numel * 4;
   }
-  for (int k = 0; k < g->buckets.len; k++) {
-    Bucket *b = g->buckets.data[k];
+  for (int k = 0; k < bl->len; k++) {
+    Bucket *b = bl->data[k];
     b->gshard->persistent = true;
     b->gshard->offset = mp->param_bytes + full + b->shard * 4;
   }
@@ -418,11 +465,11 @@ int zero_memplan(Module *m, int64_t *end) {
   mp->zero_opt_offset = mp->param_bytes + mp->grad_bytes;
   mp->optstate_bytes = nstate * nshard * 4;
   if (opt_blocked(&m->train.opt)) {
-    mp->optstate_bytes = owner_state(m, mp->zero_opt_offset, &mp->opt_work_offset);
+    mp->optstate_bytes = owner_state(m, bl, mp->zero_opt_offset, &mp->opt_work_offset);
     /* Adafactor under tp: the statistics buffer all-reduced over the tp
      * axes (optplace_af_layout), entries of the tensors this rank owns */
     mp->opt_stats_offset = mp->zero_opt_offset + mp->optstate_bytes;
-    mp->optstate_bytes += optplace_af_bytes(m, g);
+    mp->optstate_bytes += optplace_af_bytes(m, &rg);
   }
   mp->persistent_bytes = *end = mp->zero_opt_offset + mp->optstate_bytes;
   return 1;

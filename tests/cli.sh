@@ -139,7 +139,11 @@ expect plan-interleaved 0 '^rank 0:   memory 22,003,712 bytes per rank .*persist
 expect commcheck-interleaved 1 'deadlock: 2 ranks can never finish: rank 0 waits at event 0 in recv of 131072 bytes with tag 2 from rank 1 \(activation of microbatch 1 from stage 1: instruction c1.fwd.1\)' -- env SHARDC_DEBUG_BREAK_COMM=swap:0:1,swap:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=interleaved:2
 expect interleaved-sizes 1 'pp=2: 2 stage sizes for 4 stages \(interleaved chunks take no explicit sizes yet\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:2+2,schedule=interleaved:2
 expect interleaved-too-deep 1 'pp=4 needs 64 pipeline stages but model gpt has only 61 places to cut it .*use fewer interleaved chunks or a smaller pp' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=interleaved:16
-expect interleaved-zero 1 'strategy zero=1 with schedule=interleaved \(ZeRO for pipeline chunks\) is not implemented yet' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2,schedule=interleaved:2,zero=1
+# ZeRO with interleaved chunks: each chunk reduce-scatters its own buckets
+# (ZeRO-1: in the last microbatch, requests numbered across the chunks)
+expect interleaved-zero 0 'c1\.bwd\.[0-9]+ +bucket blocks\.2: .* \+= grad_reduce_scatter .*\(request 3\)' -- "$bin" compile samples/gpt.shard --mesh 4 --emit=program --strategy pp=2,dp=2,schedule=interleaved:2,zero=1
+# ... and the deadlock check covers the chunks' ZeRO-3 gathers (one dropped)
+expect commcheck-interleaved-zero 1 'rank 0 issues all_gather of 16384 bytes .*instruction c0\.fwd\.[0-9]+\) but rank 1 issues all_gather of 65536 bytes' -- env SHARDC_DEBUG_BREAK_COMM=drop:0:0 "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=2,dp=2,zero=3,schedule=interleaved:2
 # (every op boundary that at most 4 activations cross is a place to cut)
 expect pp-too-deep 1 'pp=64 needs 64 pipeline stages but model gpt has only 61 places to cut it \(between layers or inside one, where at most 4 activations cross\); use pp=62 or less' -- "$bin" compile samples/gpt.shard --mesh 64 --strategy pp=64
 # 4 layers on 8 stages: blocks.0 .. blocks.2 cut between their attention and
@@ -208,7 +212,7 @@ expect build-help 0 'usage: shardc build' -- "$bin" build --help
 # nvcc named but absent (or a shardc built without the GPU libraries, as the
 # sanitizer build is): said before any compiling
 expect build-cuda-nvcc 1 "the compiler '/nonexistent/nvcc' is not on PATH|--target cuda needs nvcc, which this build of shardc did not find" -- env SHARDC_NVCC=/nonexistent/nvcc "$bin" build samples/gpt.shard --target cuda -o "$tmp/cuda"
-expect build-pp 1 'strategy zero=1 with schedule=interleaved' -- "$bin" build samples/gpt.shard --strategy dp=2,pp=2,schedule=interleaved:2,zero=1 -o "$tmp/pp"
+expect build-pp 1 'strategy tp2d=2x2 with sp' -- "$bin" build samples/gpt.shard --mesh 8 --strategy tp2d=2x2,sp=ring:2 -o "$tmp/pp"
 expect explore-table 0 'plans evaluated in .* s; best' -- "$bin" explore samples/gpt.shard
 expect explore-json 0 '^\[\{"strategy": "dp=[0-9]+.*"step_time_s": .*"mem_by_stage": \[.*"feasible": true' -- "$bin" explore samples/gpt.shard --json --top 3
 expect explore-partial 0 '^1 +dp=2,tp=2' -- "$bin" explore samples/gpt.shard --strategy tp=2

@@ -23,11 +23,12 @@ reference() {
   [ $rc -eq 0 ] || { bad "$s reference run: $out"; return 1; }
 }
 
-# check SAMPLE RANKS STRATEGY
+# check SAMPLE RANKS STRATEGY [SOURCE]: SOURCE (a .shard, default SAMPLE)
+# against SAMPLE's reference run
 check() {
-  local s="$1" n="$2" st="$3"
-  local d="$tmp/$s-$2-${3//[=,]/_}"
-  build "$s" "$d" --mesh "$n" --strategy "$st" || return
+  local s="$1" n="$2" st="$3" src="${4:-$1}"
+  local d="$tmp/$s-$2-${3//[=,]/_}${4:+-$(basename "$4" .shard)}"
+  build "$src" "$d" --mesh "$n" --strategy "$st" || return
   train "$d" --steps $STEPS --log "$d.jsonl" --save "$d.st"
   printf '%s\n' "$out" >"$d.out"
   if [ $rc -ne 0 ]; then bad "$s $st: exit $rc: $out"; return; fi
@@ -45,6 +46,7 @@ check() {
   fi
 }
 
+sed 's/microbatch = 4/microbatch = 2/' samples/gpt.shard >"$tmp/gptmb2.shard"
 reference gpt && {
   check gpt 2 dp=2
   check gpt 2 tp=2
@@ -89,6 +91,12 @@ reference gpt && {
   check gpt 4 tp=2,dp=2,zero=3
   check gpt 4 tp=2,sp=megatron,dp=2,zero=2
   check gpt 4 pp=2,dp=2,zero=3
+  # ZeRO with interleaved chunks: one shard layout over the rank's chunks
+  check gpt 4 pp=2,dp=2,zero=1,schedule=interleaved:2
+  check gpt 4 dp=2,pp=2,zero=3,schedule=interleaved:2
+  # and ZeRO-2 with 4 microbatches (of 2 rows: the same batch), each
+  # chunk's buckets reduce-scattered every microbatch
+  check gpt 4 pp=2,dp=2,zero=2,schedule=interleaved:2,mb=4 "$tmp/gptmb2.shard"
   # 2D tensor parallelism (Optimus: SUMMA on a 2x2 grid), alone and with dp
   check gpt 4 tp2d=2x2
   check gpt 8 tp2d=2x2,dp=2
@@ -198,6 +206,9 @@ reshard "$tmp/gpt-4-dp_4_zero_1" "$tmp/gpt-8-tp_4_dp_2" "dp=4,zero=1 -> tp=4,dp=
 # tp=2,dp=2; and saved under tp=2,dp=2 then resumed under tp=2,dp=2,zero=3.
 reshard "$tmp/gpt-4-dp_4_zero_3" "$tmp/gpt-4-tp_2_dp_2" "dp=4,zero=3 -> tp=2,dp=2"
 reshard "$tmp/gpt-4-tp_2_dp_2" "$tmp/gpt-4-tp_2_dp_2_zero_3" "tp=2,dp=2 -> tp=2,dp=2,zero=3"
+# ZeRO-2 over interleaved chunks: saved at step 5, resumed under tp=2,dp=2
+reshard "$tmp/gpt-4-pp_2_dp_2_zero_2_schedule_interleaved:2_mb_4-gptmb2" "$tmp/gpt-4-tp_2_dp_2" \
+  "pp=2,dp=2,zero=2,schedule=interleaved:2,mb=4 -> tp=2,dp=2"
 # 2D tensor parallelism: save on the 2x2 grid, resume under tp=4; and from
 # ZeRO-1 (its flat moments) into the grid with dp.
 reshard "$tmp/gpt-4-tp2d_2x2" "$tmp/gpt-4-tp_4" "tp2d=2x2 -> tp=4"
