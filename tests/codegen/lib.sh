@@ -62,9 +62,9 @@ train() {
   local n
   n=$(ranks "$dir")
   if [ "$n" = 1 ]; then
-    out=$(timeout 300 "$dir/train" "$@" 2>&1)
+    out=$(timeout "${TRAIN_TIMEOUT:-300}" "$dir/train" "$@" 2>&1)
   else
-    out=$(timeout 300 "${MPIRUN[@]}" -np "$n" "$dir/train" "$@" 2>&1)
+    out=$(timeout "${TRAIN_TIMEOUT:-300}" "${MPIRUN[@]}" -np "$n" "$dir/train" "$@" 2>&1)
   fi
   rc=$?
   if grep -qE "AddressSanitizer|LeakSanitizer|runtime error:" <<<"$out"; then

@@ -13,6 +13,15 @@
 # trains 10 steps under dp=2, pp=2,dp=2, tp=2, dp=2,tp=2, pp=2,tp=2 and
 # tp2d=2x2 alike, and resumes under dp=2 what tp=2 saved.
 #   tests/dist/shampoo.sh SHARDC
+#   ALL=1 tests/dist/shampoo.sh SHARDC   every strategy of tests/dist/equiv.sh
+# ALL=1: each `check MODEL RANKS STRATEGY` line of tests/dist/equiv.sh trains
+# the Shampoo variant of MODEL (gpt: gpt_shampoo.shard; another model: its
+# own optimizer replaced by gpt_shampoo's) for 30 steps against one rank,
+# with blocks of 48, or of the size the compiler suggests where 48 would
+# straddle a tensor's shards; every strategy also runs on the gpt.  A
+# compile-time refusal is listed with its reason.  OPT=adafactor does the
+# same with gpt_adafactor's optimizer; ALL_TABLE=FILE also writes the table
+# there (bench/results/shampoo-all-*.txt).
 bin="$(realpath "$1")"
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/../codegen/lib.sh"
@@ -21,6 +30,11 @@ need_mpi
 export SHARDC_STRICT_COMM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 S=gpt_shampoo
 STEPS=30
+
+if [ "${ALL:-0}" = 1 ]; then
+  source "$here/shampoo_all.sh"
+  finish
+fi
 
 REF="$tmp/ref"
 build $S "$REF" --mesh 1 --strategy dp=1 || finish
