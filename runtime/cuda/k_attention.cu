@@ -74,9 +74,9 @@
  * at D=128; backward (both kernels) 88.6 KB and 120.6 KB (at D=64 an
  * sm_90 SM holds 3 forward or 2 backward blocks).  Registers (nvcc 13.0
  * -Xptxas -v, NJ = 1/2/4/8): sm_90a forward 64/64/72/56, dk/dv
- * 80/96/168/255, dq 80/70/96/168; sm_80 forward 72/96/96/72, dk/dv
- * 80/96/164/254, dq 96/80/126/168.  No spills except dk/dv at NJ=8 on
- * sm_90a (4 bytes) and the forward at NJ=1 on sm_80 (12 bytes).  Not done
+ * 80/96/168/250, dq 80/70/96/168; sm_80 forward 72/96/96/72, dk/dv
+ * 80/96/159/248, dq 96/80/126/168.  No spills except the forward at NJ=1 on
+ * sm_80 (12 bytes).  Not done
  * yet: overlapping the next tile's loads with the GEMMs (cp.async or the
  * bulk tensor copies) and Hopper's wgmma; the speed on a GPU is unmeasured.
  */
@@ -107,8 +107,10 @@ namespace wmma = nvcuda::wmma;
 // accumulators stay in registers (g++ of the host build spells it its way).
 #ifdef RTC_HOST
 #define ATT_UNROLL _Pragma("GCC unroll 8")
+#define ATT_UNROLL2 _Pragma("GCC unroll 2")
 #else
 #define ATT_UNROLL _Pragma("unroll")
+#define ATT_UNROLL2 _Pragma("unroll 2")  // dk/dv's score GEMMs: no spill at D=128
 #endif
 
 // Element loads and stores of q, k, v, out and the gradients: fp32, or bf16
@@ -760,7 +762,7 @@ ATT_UNROLL
         att_fc s, dp;
         wmma::fill_fragment(s, 0.0f);
         wmma::fill_fragment(dp, 0.0f);
-ATT_UNROLL
+ATT_UNROLL2
         for (int kk = 0; kk < NJ; kk++) {
           att_fa a;
           att_fbt bt;
