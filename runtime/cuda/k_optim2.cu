@@ -451,31 +451,38 @@ static void *rtc_af_scratch_(size_t bytes) {
   return rtc_af_buf_;
 }
 
-// row[i] = ρ·row[i] + (1-ρ)·mean_j(g² + eps) (one thread per row, the cpu's order)
-__global__ void rtc_af_rows_kernel(float *row, const float *g, int64_t R, int64_t C, float rho,
-                                   float omr, float e1) {
+// row[i] = ρ·row[i] + (1-ρ)·(S[i], or row i's Σ_j (g² + eps)) / Cfull (one thread per
+// row, the cpu's order; the whole tensor's step: S = NULL, Cfull = C)
+__global__ void rtc_af_rows_from_kernel(float *row, const float *S, const float *g, int64_t R,
+                                        int64_t C, double Cfull, float rho, float omr, float e1) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < R;
        i += (int64_t)gridDim.x * blockDim.x) {
     double s = 0;
-    for (int64_t j = 0; j < C; j++) {
-      float x = g[i * C + j];
-      s = RTC_DADD(s, (double)RTC_FADD(RTC_FMUL(x, x), e1));
-    }
-    row[i] = RTC_FADD(RTC_FMUL(row[i], rho), RTC_FMUL(omr, (float)(s / (double)C)));
+    if (S)
+      s = (double)S[i];
+    else
+      for (int64_t j = 0; j < C; j++) {
+        float x = g[i * C + j];
+        s = RTC_DADD(s, (double)RTC_FADD(RTC_FMUL(x, x), e1));
+      }
+    row[i] = RTC_FADD(RTC_FMUL(row[i], rho), RTC_FMUL(omr, (float)(s / Cfull)));
   }
 }
 
-// col[j] = ρ·col[j] + (1-ρ)·mean_i(g² + eps) (one thread per column)
-__global__ void rtc_af_cols_kernel(float *col, const float *g, int64_t R, int64_t C, float rho,
-                                   float omr, float e1) {
+// col[j] = ρ·col[j] + (1-ρ)·(T[j], or column j's sum) / Rfull
+__global__ void rtc_af_cols_from_kernel(float *col, const float *T, const float *g, int64_t R,
+                                        int64_t C, double Rfull, float rho, float omr, float e1) {
   for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < C;
        j += (int64_t)gridDim.x * blockDim.x) {
     double s = 0;
-    for (int64_t i = 0; i < R; i++) {
-      float x = g[i * C + j];
-      s = RTC_DADD(s, (double)RTC_FADD(RTC_FMUL(x, x), e1));
-    }
-    col[j] = RTC_FADD(RTC_FMUL(col[j], rho), RTC_FMUL(omr, (float)(s / (double)R)));
+    if (T)
+      s = (double)T[j];
+    else
+      for (int64_t i = 0; i < R; i++) {
+        float x = g[i * C + j];
+        s = RTC_DADD(s, (double)RTC_FADD(RTC_FMUL(x, x), e1));
+      }
+    col[j] = RTC_FADD(RTC_FMUL(col[j], rho), RTC_FMUL(omr, (float)(s / Rfull)));
   }
 }
 
@@ -570,10 +577,10 @@ void rt_adafactor_step_cu(float *param, float *grad, float *state, int ndim, con
   float *row = acc, *col = acc + R;
   const unsigned th = RTC_O2_THREADS;
   if (fac) {
-    RTC_LAUNCH(rtc_af_rows_kernel, rtc_blocks((size_t)R, 128), 128, 0, row, (const float *)grad, R,
-               C, rho, omr, e1);
-    RTC_LAUNCH(rtc_af_cols_kernel, rtc_blocks((size_t)C, 128), 128, 0, col, (const float *)grad, R,
-               C, rho, omr, e1);
+    RTC_LAUNCH(rtc_af_rows_from_kernel, rtc_blocks((size_t)R, 128), 128, 0, row, (const float *)NULL,
+               (const float *)grad, R, C, (double)C, rho, omr, e1);
+    RTC_LAUNCH(rtc_af_cols_from_kernel, rtc_blocks((size_t)C, 128), 128, 0, col, (const float *)NULL,
+               (const float *)grad, R, C, (double)R, rho, omr, e1);
     RTC_LAUNCH(rtc_af_rmean_kernel, 1, 1, 0, rmean, (const float *)row, R);
   } else {
     RTC_LAUNCH(rtc_af_full_kernel, rtc_blocks((size_t)n, th), th, 0, acc, (const float *)grad,
@@ -639,40 +646,6 @@ __global__ void rtc_af_x_kernel(float *X, const double *s, const float *row, int
     rows = RTC_DADD(rows, (double)row[i]);
   }
   *X = (float)(rd * rows / rep + (1 - rd) * sums / Cfull);
-}
-
-// row[i] = ρ·row[i] + (1-ρ)·(S[i], or row i's sum) / Cfull
-__global__ void rtc_af_rows_from_kernel(float *row, const float *S, const float *g, int64_t R,
-                                        int64_t C, double Cfull, float rho, float omr, float e1) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < R;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    double s = 0;
-    if (S)
-      s = (double)S[i];
-    else
-      for (int64_t j = 0; j < C; j++) {
-        float x = g[i * C + j];
-        s = RTC_DADD(s, (double)RTC_FADD(RTC_FMUL(x, x), e1));
-      }
-    row[i] = RTC_FADD(RTC_FMUL(row[i], rho), RTC_FMUL(omr, (float)(s / Cfull)));
-  }
-}
-
-// col[j] = ρ·col[j] + (1-ρ)·(T[j], or column j's sum) / Rfull
-__global__ void rtc_af_cols_from_kernel(float *col, const float *T, const float *g, int64_t R,
-                                        int64_t C, double Rfull, float rho, float omr, float e1) {
-  for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < C;
-       j += (int64_t)gridDim.x * blockDim.x) {
-    double s = 0;
-    if (T)
-      s = (double)T[j];
-    else
-      for (int64_t i = 0; i < R; i++) {
-        float x = g[i * C + j];
-        s = RTC_DADD(s, (double)RTC_FADD(RTC_FMUL(x, x), e1));
-      }
-    col[j] = RTC_FADD(RTC_FMUL(col[j], rho), RTC_FMUL(omr, (float)(s / Rfull)));
-  }
 }
 
 // *rmean = X / Rfull (X reduced over the tp axes)
