@@ -1,8 +1,9 @@
 /* cuda_host.cc — the scheduler and runtime API behind cuda_host.h.
  *
- * A launch runs its blocks in turn.  A block of n threads gets n fibers
- * (ucontext, stacks of RTCH_STACK bytes allocated on first use and kept for
- * later launches).  The scheduler runs every runnable fiber, in linear-id
+ * A launch runs its blocks in turn.  A block of n threads gets n fibers,
+ * each on a stack of RTCH_STACK bytes from a pool while it runs or waits
+ * (a thread that ends gives its stack to the next one: a block without
+ * barriers runs on one stack; the stacks are kept for later launches).  The scheduler runs every runnable fiber, in linear-id
  * order, until it returns or waits at a barrier; when none is runnable it
  * releases the warps whose live lanes all wait at a warp barrier, or else,
  * when every live thread waits at __syncthreads, the whole block.  Nothing to
@@ -37,7 +38,7 @@
 #endif
 
 enum { RTCH_MAX_THREADS = 1024, RTCH_STACK = 128 * 1024 };
-enum { F_RUN, F_WARP_BAR, F_BLOCK_BAR, F_DONE };
+enum { F_NEW, F_RUN, F_WARP_BAR, F_BLOCK_BAR, F_DONE };
 
 #if defined(__x86_64__) && !defined(RTCH_UCONTEXT)
 #define RTCH_ASM_SWITCH 1
@@ -236,6 +237,47 @@ static int release(unsigned live) {
   return 1;
 }
 
+/* Stacks: a thread takes one from the pool when it starts and gives it back
+ * when it ends, so a block whose threads never wait at a barrier runs them
+ * all on one stack, warm in the cache; only threads suspended at a barrier
+ * hold one each.  Kept for later launches. */
+static char *rtch_pool[RTCH_MAX_THREADS];
+static unsigned rtch_pool_n;
+
+static void start_fiber(rtch_fiber *f) {
+  if (rtch_pool_n) {
+    f->stack = rtch_pool[--rtch_pool_n];
+  } else {
+    f->stack = (char *)malloc(RTCH_STACK);
+    if (!f->stack) {
+      fprintf(stderr, "cuda_host: out of memory for the stacks of %u threads\n", rtch_n);
+      abort();
+    }
+  }
+#ifdef RTCH_ASAN
+  /* the stack's last fiber left its frames' redzones poisoned */
+  ASAN_UNPOISON_MEMORY_REGION(f->stack, RTCH_STACK);
+#endif
+#ifdef RTCH_ASM_SWITCH
+  /* From the top: a 0 return address for fiber_entry (never returns),
+   * fiber_entry for rtch_switch's ret, six zero registers; fiber_entry
+   * starts with rsp = 8 mod 16 as after a call. */
+  uintptr_t top = ((uintptr_t)f->stack + RTCH_STACK) & ~(uintptr_t)15;
+  void **sp = (void **)top;
+  *--sp = NULL;
+  *--sp = (void *)fiber_entry;
+  for (int r = 0; r < 6; r++) *--sp = NULL;
+  f->sp = sp;
+#else
+  getcontext(&f->ctx);
+  f->ctx.uc_stack.ss_sp = f->stack;
+  f->ctx.uc_stack.ss_size = RTCH_STACK;
+  f->ctx.uc_link = &rtch_sched_ctx;
+  makecontext(&f->ctx, fiber_entry, 0);
+#endif
+  f->state = F_RUN;
+}
+
 static void run_block(void) {
   dim3 bd = rtch_blk.block_dim;
   memset(rtch_slots, 0xff, sizeof rtch_slots);
@@ -244,50 +286,30 @@ static void run_block(void) {
     rtch_fiber *f = &rtch_f[i];
     f->t.lin = i;
     f->t.tid = dim3(i % bd.x, (i / bd.x) % bd.y, i / (bd.x * bd.y));
-    f->state = F_RUN;
+    f->state = F_NEW;
   }
   if (rtch_direct) {
+    rtch_f[0].state = F_RUN;
     rtch_cur = &rtch_f[0].t;
     rtch_call(rtch_fn);
     return;
   }
-  for (unsigned i = 0; i < rtch_n; i++) {
-    rtch_fiber *f = &rtch_f[i];
-    if (!f->stack) {
-      f->stack = (char *)malloc(RTCH_STACK);
-      if (!f->stack) {
-        fprintf(stderr, "cuda_host: out of memory for the stacks of %u threads\n", rtch_n);
-        abort();
-      }
-    }
-#ifdef RTCH_ASAN
-    /* the stack's last fiber left its frames' redzones poisoned */
-    ASAN_UNPOISON_MEMORY_REGION(f->stack, RTCH_STACK);
-#endif
-#ifdef RTCH_ASM_SWITCH
-    /* From the top: a 0 return address for fiber_entry (never returns),
-     * fiber_entry for rtch_switch's ret, six zero registers; fiber_entry
-     * starts with rsp = 8 mod 16 as after a call. */
-    uintptr_t top = ((uintptr_t)f->stack + RTCH_STACK) & ~(uintptr_t)15;
-    void **sp = (void **)top;
-    *--sp = NULL;
-    *--sp = (void *)fiber_entry;
-    for (int r = 0; r < 6; r++) *--sp = NULL;
-    f->sp = sp;
-#else
-    getcontext(&f->ctx);
-    f->ctx.uc_stack.ss_sp = f->stack;
-    f->ctx.uc_stack.ss_size = RTCH_STACK;
-    f->ctx.uc_link = &rtch_sched_ctx;
-    makecontext(&f->ctx, fiber_entry, 0);
-#endif
-  }
+  /* Every thread runs, in linear-id order, until it ends or waits; then
+   * the barriers that can release do, and the released threads run. */
   unsigned live = rtch_n;
   for (;;) {
     for (unsigned i = 0; i < rtch_n; i++) {
-      if (rtch_f[i].state != F_RUN) continue;
-      to_fiber(&rtch_f[i]);
-      live -= rtch_f[i].state == F_DONE;
+      rtch_fiber *f = &rtch_f[i];
+      if (f->state == F_NEW)
+        start_fiber(f);
+      else if (f->state != F_RUN)
+        continue;
+      to_fiber(f);
+      if (f->state == F_DONE) {
+        live--;
+        rtch_pool[rtch_pool_n++] = f->stack;
+        f->stack = NULL;
+      }
     }
     if (!live) break;
     if (!release(live)) deadlock();
