@@ -2,7 +2,7 @@
 # Shampoo and Adafactor under ZeRO (issue 13): each tensor lies whole in one
 # data rank's chunk of its bucket, and that rank alone updates it and keeps
 # its state (passes/zero.c owner_layout).  The tiny GPT of shampoo.sh under
-# zero=1, 2 and 3 with dp=2 and dp=4, zero=1 and 3 with pp=2, zero=2 with ring
+# zero=1 and 3 with dp=2 and zero=2 with dp=4, zero=1 and 3 with pp=2, zero=2 with ring
 # attention (the ZeRO group dp x sp) and, with blocks of 32, zero=2 with
 # tp=2 must give the single-rank run's per-step losses within 1e-4 relative
 # and its final parameters within 1e-4 over 30 steps, with memory and
@@ -36,12 +36,11 @@ build $S "$REF" --mesh 1 --strategy dp=1 || finish
 train "$REF" --steps $STEPS --quiet --log "$REF.jsonl" --save "$REF.st"
 [ $rc -eq 0 ] || { bad "reference run: $out"; finish; }
 
+# each stage once on 2 or 4 data ranks (the owners are laid out alike for
+# 1, 2 and 3; the ALL=1 walk of shampoo.sh runs the rest; CI's time)
 check 2 dp=2,zero=1
-check 2 dp=2,zero=2
-check 2 dp=2,zero=3
-check 4 dp=4,zero=1
 check 4 dp=4,zero=2
-check 4 dp=4,zero=3
+check 2 dp=2,zero=3
 check 4 pp=2,dp=2,zero=1,schedule=1f1b
 check 4 pp=2,dp=2,zero=3,schedule=gpipe
 check 4 dp=2,sp=ring:2,zero=2
