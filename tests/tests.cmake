@@ -64,5 +64,19 @@ set_tests_properties(dist/shampoo_zero PROPERTIES TIMEOUT 2400 SKIP_RETURN_CODE 
 # The CUDA kernels on the host shim, against the cpu kernels (issue 10).
 include(${CMAKE_CURRENT_LIST_DIR}/cuda/tests.cmake)
 
+# The longest tests first (ctest -j starts the highest COST first; a clean
+# clone has no timings of its own yet), so that no long test runs alone at
+# the end of CI with the other core idle.  Seconds on CI's 2 cores, roughly.
+foreach(tc dist/equiv:300 cuda/programs:300 dist/shampoo_zero:200 cuda/build-all:170
+           parity/optimizers:150 dist/shampoo:150 cuda/optim2:150 dist/equiv-opcuts:100
+           dist/recompute:80 codegen/optim:60)
+  string(REPLACE ":" ";" tc "${tc}")
+  list(GET tc 0 name)
+  list(GET tc 1 cost)
+  if(TEST ${name})
+    set_tests_properties(${name} PROPERTIES COST ${cost})
+  endif()
+endforeach()
+
 # Sanitizer builds: leak reports too (CMakeLists.txt).
 shardc_sanitize_tests()
