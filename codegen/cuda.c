@@ -110,25 +110,19 @@ static int check(Module *m, const CgOptions *o) {
 
 static void prelude(Emit *e) {
   const RankProg *p = e->m->rprog[0];
-  bool ring = p->ring > 1, summa = e->m->train.plan.tp2d > 1;
+  bool summa = e->m->train.plan.tp2d > 1;
   P(e, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"rt_train.h\"\n");
   if (p->dist) P(e, "#include \"dist.h\"\n");
-  if (ring) P(e, "#include \"dist_ring.h\"\n");
   if (summa) P(e, "#include \"dist_summa.h\"\n");
   P(e, "#include \"rtc_program.cuh\"\n");
-  P(e, "\n/* Buffers of the microbatch being run (RtPass *p): device memory; HF, HI are\n"
-       " * the arena's host mirror, for instructions staged through the host. */\n");
+  P(e, "\n/* Buffers of the microbatch being run (RtPass *p): device memory. */\n");
   P(e, "#define F(off) ((float *)(p->arena + (off)))\n");
   P(e, "#define I(off) ((int32_t *)(p->arena + (off)))\n");
   if (e->m->train.precision == DT_BF16)
     P(e, "#define BF(off) ((rtc_bf16 *)(p->arena + (off)))\n");
-  P(e, "#define HF(off) ((float *)(p->host + (off)))\n");
-  P(e, "#define HI(off) ((int32_t *)(p->host + (off)))\n");
   if (p->pp > 1) {
     P(e, "#define FS(off) ((float *)(p->stash + (off)))\n#define IS(off) ((int32_t *)(p->stash + (off)))\n");
     if (e->m->train.precision == DT_BF16) P(e, "#define BFS(off) ((rtc_bf16 *)(p->stash + (off)))\n");
-    P(e, "#define HFS(off) ((float *)(p->host + (p->stash - p->arena) + (off)))\n"
-         "#define HIS(off) ((int32_t *)(p->host + (p->stash - p->arena) + (off)))\n");
   }
   P(e, "\n");
 }
@@ -362,8 +356,7 @@ static void instr(Emit *e, const PInstr *in) {
  * compiles the file. */
 #define CUDA_TARGET(name, build)                                                          \
   {name, check, prelude, instr, build, "model.cu", "_cu", "rtc_memset", "rtc_copy",        \
-   "rtc_pass_loss_f32(p, %s)", "rtc_store_f32(%s, %s);", "rtc_pass_loss(p, &%s)", NULL,   \
-   kernel_ws}
+   "rtc_pass_loss_f32(p, %s)", "rtc_store_f32(%s, %s);", "rtc_pass_loss(p, &%s)", kernel_ws}
 const Target cg_target_cuda = CUDA_TARGET("cuda", cg_build_cuda);
 /* The same program built for this machine's CPU through the CUDA emulation
  * header (runtime/cuda/host/cuda_host.h): how CI without a GPU runs it. */

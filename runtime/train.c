@@ -843,7 +843,7 @@ static double run_microbatches(Trainer *t, long step, int with_backward) {
 #else
     memset(t->arena + pg->chunks[c].grads_offset, 0, (size_t)pg->chunks[c].grads_bytes);
 #endif
-  RtPass p = {.arena = t->dev, .host = t->arena, .step = step, .seed = t->args.seed,
+  RtPass p = {.arena = t->dev, .step = step, .seed = t->args.seed,
               .mesh = t->mesh, .t = t};
   double loss = 0;
   if (pg->order) {
@@ -1890,8 +1890,6 @@ static const char *graph_setup(Trainer *t) {
     return "SHARDC_PROFILE times every kernel";
   if (pg->pp > 1)
     return "pipeline messages run on the host";
-  if (pg->staged)
-    return "the program stages instructions through the host";
   if (pg->opt >= RT_OPT_SHAMPOO)
     return "Shampoo and Adafactor steps run eagerly (root phases and Newton's stopping test "
            "on the host)";
