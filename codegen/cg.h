@@ -39,8 +39,6 @@ typedef struct Emit {
   int es;                 /* element bytes */
   const char *pre;        /* symbol prefix of a pipeline rank's program: "" or "r1_" */
   const char *sfx;        /* a chunk's function suffix: "" or "_c1" */
-  int host;               /* buffers named in the host mirror (HF, HI: instructions a
-                           * device target stages through the host), spelled as the cpu's */
 } Emit;
 
 /* A target: how it spells what the program holds (QBE's struct Target,
@@ -64,10 +62,6 @@ struct Target {
   /* How a forward returns its cross-entropy's loss slot ("ce_loss[0]"):
    * NULL for the slot itself. */
   const char *loss_fmt;
-  /* Whether the target runs instruction in on the host (a device target's
-   * staged instructions); NULL: none.  The program table counts them
-   * (.staged): the driver does not capture such a step as a graph. */
-  bool (*staged)(const PInstr *in);
   /* The kernel workspace instruction in's launcher takes (bytes; the
    * program's region is the largest: runtime/cuda/rtc_ws.h); NULL: none. */
   size_t (*kernel_ws)(const PInstr *in);
@@ -86,12 +80,10 @@ int cg_emit(FILE *out, Module *m, const char *target, const CgOptions *o);
 
 /* ---- emit.c, for the targets ---- */
 void cg_printf(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* "F(1234)", "I(1234)", "FS(64)" (stash-relative), "IS(64)", or "NULL";
- * with e->host the host mirror's "HF(1234)" ... */
+/* "F(1234)", "I(1234)", "FS(64)" (stash-relative), "IS(64)", or "NULL". */
 const char *cg_ref(const Emit *e, PRef r);
 /* A scalar buffer read by host code ("*F(8)"), and the statement that
- * writes one ("  *F(8) = val;\n"), in the target's spelling (the cpu's
- * when e->host). */
+ * writes one ("  *F(8) = val;\n"), in the target's spelling. */
 const char *cg_load(const Emit *e, PRef r);
 void cg_store(Emit *e, PRef r, const char *val);
 /* A fused loop's operands: declares its buffers as pointers named by value
@@ -104,7 +96,7 @@ bool cg_is16(const Value *v);
 /* cpu.c: every value f32, i32 or half (DT_F32: no 16-bit values), each
  * placed by the memory plan; an error otherwise. */
 int cg_check_values(Module *m, DType half);
-/* The target's memset / memcpy (the cpu's when e->host). */
+/* The target's memset / memcpy. */
 const char *cg_memset(const Emit *e);
 const char *cg_memcpy(const Emit *e);
 /* "RT_AX_TP" */

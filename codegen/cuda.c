@@ -25,11 +25,10 @@
  * row kernels around an NCCL all-reduce of the rows' sums
  * (rt_layernorm_split_forward_cu, ...).
  *
- * Instructions that have no CUDA kernel yet (ring attention) are staged:
- * their buffers are copied to the arena's host
- * mirror (HF / HI), the cpu runtime runs them there over MPI, and what they
- * write is copied back.  The plan header lists them; they are correct and
- * slow.
+ * Ring attention (sp=ring) is rtc_ring.cu's launchers: the cpu runtime's
+ * walk with its K, V (and dK, dV) blocks travelling as NCCL send/recv
+ * groups on the sp axis, each block's compute the device attention, the
+ * forward's partial results merged by log-sum-exp on the device.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -41,27 +40,26 @@
 
 static const char *R(const Emit *e, PRef r) { return cg_ref(e, r); }
 
-/* Whether the device code has no kernel for this instruction: it runs on
- * the host mirror through the cpu runtime. */
-
-static bool staged(const PInstr *in) {
-  if (in->kind != PI_KERNEL) return false;
-  const Node *n = in->n;
-  return ir_ring_size(n) > 1;
-}
-
 /* The scratch a kernel instruction's launcher takes (runtime/cuda/rtc_ws.h):
  * cuBLASLt's workspace for a GEMM, attention backward's delta, a norm
- * backward's weight-gradient partials, a cross-entropy's row losses.
- * Staged instructions run the cpu kernels: none. */
+ * backward's weight-gradient partials, a cross-entropy's row losses, bf16
+ * ring attention's fp32 sums. */
 static size_t kernel_ws(const PInstr *in) {
-  if (in->kind != PI_KERNEL || !in->n || staged(in)) return 0;
+  if (in->kind != PI_KERNEL || !in->n) return 0;
   const Node *n = in->n;
   switch (n->op) {
   case OP_MATMUL:
   case OP_MATMUL_BWD: return rtc_ws_matmul();
+  case OP_ATTENTION: {
+    if (ir_ring_size(n) <= 1) return 0;
+    const Shape *q = &n->in[0]->shape; /* [B, Tl, H, D] */
+    return rtc_ws_ring_fwd(q->d[0].n, q->d[1].n, q->d[2].n, q->d[3].n, cg_is16(n->in[0]));
+  }
   case OP_ATTENTION_BWD: {
-    const Shape *q = &n->in[1]->shape; /* [B, T, H, D] */
+    const Shape *q = &n->in[1]->shape, *k = &n->in[2]->shape; /* [B, T, H, D], [B, T, Hkv, D] */
+    if (ir_ring_size(n) > 1)
+      return rtc_ws_ring_bwd(q->d[0].n, q->d[1].n, q->d[2].n, k->d[2].n, q->d[3].n,
+                             cg_is16(n->in[1]));
     return rtc_ws_attention_bwd(q->d[0].n, q->d[1].n, q->d[2].n);
   }
   case OP_LAYERNORM_BWD:
@@ -105,12 +103,6 @@ static int check(Module *m, const CgOptions *o) {
                      t->opt.kind);
     return -1;
   }
-  if (t->precision == DT_BF16 && t->plan.sp_kind == SP_RING && t->plan.sp > 1) {
-    diag_fatal_noloc("sp=ring with precision = bf16: ring attention has no CUDA kernel yet and "
-                     "runs staged through the cpu runtime in fp32; use precision = fp32 or "
-                     "sp=megatron");
-    return -1;
-  }
   /* The values the program touches are the cpu target's: f32 and i32, and
    * under precision = bf16 the 16-bit activations of passes/precision.c. */
   return cg_check_values(m, t->precision == DT_BF16 ? DT_BF16 : DT_F32);
@@ -118,25 +110,19 @@ static int check(Module *m, const CgOptions *o) {
 
 static void prelude(Emit *e) {
   const RankProg *p = e->m->rprog[0];
-  bool ring = p->ring > 1, summa = e->m->train.plan.tp2d > 1;
+  bool summa = e->m->train.plan.tp2d > 1;
   P(e, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"rt_train.h\"\n");
   if (p->dist) P(e, "#include \"dist.h\"\n");
-  if (ring) P(e, "#include \"dist_ring.h\"\n");
   if (summa) P(e, "#include \"dist_summa.h\"\n");
   P(e, "#include \"rtc_program.cuh\"\n");
-  P(e, "\n/* Buffers of the microbatch being run (RtPass *p): device memory; HF, HI are\n"
-       " * the arena's host mirror, for instructions staged through the host. */\n");
+  P(e, "\n/* Buffers of the microbatch being run (RtPass *p): device memory. */\n");
   P(e, "#define F(off) ((float *)(p->arena + (off)))\n");
   P(e, "#define I(off) ((int32_t *)(p->arena + (off)))\n");
   if (e->m->train.precision == DT_BF16)
     P(e, "#define BF(off) ((rtc_bf16 *)(p->arena + (off)))\n");
-  P(e, "#define HF(off) ((float *)(p->host + (off)))\n");
-  P(e, "#define HI(off) ((int32_t *)(p->host + (off)))\n");
   if (p->pp > 1) {
     P(e, "#define FS(off) ((float *)(p->stash + (off)))\n#define IS(off) ((int32_t *)(p->stash + (off)))\n");
     if (e->m->train.precision == DT_BF16) P(e, "#define BFS(off) ((rtc_bf16 *)(p->stash + (off)))\n");
-    P(e, "#define HFS(off) ((float *)(p->host + (p->stash - p->arena) + (off)))\n"
-         "#define HIS(off) ((int32_t *)(p->host + (p->stash - p->arena) + (off)))\n");
   }
   P(e, "\n");
 }
@@ -196,48 +182,6 @@ static void loop(Emit *e, const PLoop *L) {
   P(e, "    });\n  }\n");
 }
 
-/* ---- staged instructions ---- */
-
-static int64_t ref_bytes(PRef r) {
-  return ir_numel(&r.v->shape) * 4; /* f32 or i32 */
-}
-
-/* Copies each distinct buffer of refs between the device and the mirror. */
-static void transfer(Emit *e, const PRef *refs, int n, const PRef *seen, int nseen, bool up) {
-  for (int k = 0; k < n; k++) {
-    if (!refs[k].v) continue;
-    bool dup = false;
-    for (int j = 0; j < nseen; j++)
-      dup |= seen[j].v && seen[j].off == refs[k].off && seen[j].stash == refs[k].stash;
-    for (int j = 0; j < k; j++)
-      dup |= refs[j].v && refs[j].off == refs[k].off && refs[j].stash == refs[k].stash;
-    if (dup) continue;
-    Emit h = *e;
-    h.host = 1;
-    if (up)
-      P(e, "  rtc_to_device(%s, %s, %" PRId64 ");\n", R(e, refs[k]), R(&h, refs[k]),
-        ref_bytes(refs[k]));
-    else
-      P(e, "  rtc_to_host(%s, %s, %" PRId64 ");\n", R(&h, refs[k]), R(e, refs[k]),
-        ref_bytes(refs[k]));
-  }
-}
-
-static void stage(Emit *e, const PInstr *in) {
-  P(e, "  // no CUDA kernel for this yet: staged through the host mirror (cpu runtime, MPI)\n");
-  /* inputs, and a backward's outputs, which accumulate (a forward writes its own) */
-  transfer(e, in->in, in->n->nin, NULL, 0, false);
-  if (in->n->bwd) transfer(e, in->out, in->n->nout, in->in, in->n->nin, false);
-  Emit h = *e;
-  h.host = 1;
-  h.S = "_f32";
-  cg_target_cpu.instr(&h, in);
-  transfer(e, in->out, in->n->nout, NULL, 0, true);
-  /* and its scratch, so that the device arena holds what the plan says
-   * (the first step's high-water check) */
-  transfer(e, &in->scratch, 1, NULL, 0, true);
-}
-
 /* ---- communication: NCCL (runtime/cuda/rtc_dist.cu) ---- */
 
 static void coll(Emit *e, const PInstr *in) {
@@ -283,6 +227,26 @@ static void vp_cross_entropy(Emit *e, const PInstr *in) {
   P(e, "  rt_vp_crossentropy_backward_acc_cu(p->mesh, %s, %s, %s, %s, %" PRId64 ", %" PRId64
        ", p->mesh->coord[%s] * %" PRId64 ", %s, %s, (double *)%s);\n",
     ax, R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(xl), vl, ax, vl, R(e, x[0]), rows,
+    R(e, in->scratch));
+}
+
+/* Ring attention over the sp axis (runtime/cuda/rtc_ring.cu): the cpu
+ * record's operands (cpu.c's ring_attention) with the mesh and axis
+ * instead of its communicator and byte counter. */
+static void ring_attention(Emit *e, const PInstr *in) {
+  const Node *n = in->n;
+  bool fwd = n->op == OP_ATTENTION;
+  const Shape *q = &n->in[fwd ? 0 : 1]->shape, *k = &n->in[fwd ? 1 : 2]->shape;
+  const char *fn = fwd ? "rt_ring_attention_forward_cu(" : "rt_ring_attention_backward_cu(";
+  int ind = 2 + (int)strlen(fn);
+  P(e, "  // ring over %d sp ranks: K, V %stravel (NCCL send/recv); scratch %s\n",
+    (int)n->a.i[1], fwd ? "" : "(and dK, dV) ", cg_shape(e, n->scratch));
+  P(e, "  %sp->mesh, %s,\n%*s", fn, cg_axis((int)n->a.i[2]), ind, "");
+  for (int j = 0; j < n->nout; j++) P(e, "%s%s", j ? ", " : "", R(e, in->out[j]));
+  P(e, ",\n%*s", ind, "");
+  for (int j = 0; j < n->nin; j++) P(e, "%s%s", j ? ", " : "", R(e, in->in[j]));
+  P(e, ",\n%*s%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s);\n", ind,
+    "", q->d[0].n, q->d[1].n, q->d[2].n, k->d[2].n, q->d[3].n, n->a.i[0] ? 1 : 0,
     R(e, in->scratch));
 }
 
@@ -348,7 +312,6 @@ static void cross_entropy(Emit *e, const PInstr *in) {
 }
 
 static void instr(Emit *e, const PInstr *in) {
-  if (staged(in)) return stage(e, in);
   switch (in->kind) {
   case PI_LOOP:
     loop(e, in->loop);
@@ -370,6 +333,7 @@ static void instr(Emit *e, const PInstr *in) {
       return cross_entropy(e, in);
     if (ir_summa_q(in->n)) return summa(e, in);
     if (ir_norm_split(in->n)) return norm_split(e, in);
+    if (ir_ring_size(in->n) > 1) return ring_attention(e, in);
     if (in->n->op == OP_SHARD) {
       const Node *n = in->n;
       int64_t outer, inner;
@@ -392,8 +356,7 @@ static void instr(Emit *e, const PInstr *in) {
  * compiles the file. */
 #define CUDA_TARGET(name, build)                                                          \
   {name, check, prelude, instr, build, "model.cu", "_cu", "rtc_memset", "rtc_copy",        \
-   "rtc_pass_loss_f32(p, %s)", "rtc_store_f32(%s, %s);", "rtc_pass_loss(p, &%s)", staged, \
-   kernel_ws}
+   "rtc_pass_loss_f32(p, %s)", "rtc_store_f32(%s, %s);", "rtc_pass_loss(p, &%s)", kernel_ws}
 const Target cg_target_cuda = CUDA_TARGET("cuda", cg_build_cuda);
 /* The same program built for this machine's CPU through the CUDA emulation
  * header (runtime/cuda/host/cuda_host.h): how CI without a GPU runs it. */

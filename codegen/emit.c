@@ -46,17 +46,14 @@ const char *cg_axis(int ax) {
 const char *cg_ref(const Emit *e, PRef r) {
   if (!r.v) return "NULL";
   bool i = r.v->dtype == DT_I32, h = r.v->dtype == DT_BF16 || r.v->dtype == DT_F16;
-  return arena_printf("%s%s%s(%" PRId64 ")", e->host ? "H" : "", i ? "I" : h ? "BF" : "F",
-                      r.stash ? "S" : "", r.off);
+  return arena_printf("%s%s(%" PRId64 ")", i ? "I" : h ? "BF" : "F", r.stash ? "S" : "", r.off);
 }
 
-static const Target *spelling(const Emit *e) { return e->host ? &cg_target_cpu : e->t; }
-
-const char *cg_load(const Emit *e, PRef r) { return arena_printf(spelling(e)->load_fmt, cg_ref(e, r)); }
+const char *cg_load(const Emit *e, PRef r) { return arena_printf(e->t->load_fmt, cg_ref(e, r)); }
 
 void cg_store(Emit *e, PRef r, const char *val) {
   P(e, "  ");
-  P(e, spelling(e)->store_fmt, cg_ref(e, r), val);
+  P(e, e->t->store_fmt, cg_ref(e, r), val);
   P(e, "\n");
 }
 
@@ -104,8 +101,8 @@ void cg_loop_operands(Emit *e, const PLoop *L, const char ***argn, const char **
   *lhs = ln;
 }
 
-const char *cg_memset(const Emit *e) { return spelling(e)->memset_fn; }
-const char *cg_memcpy(const Emit *e) { return spelling(e)->memcpy_fn; }
+const char *cg_memset(const Emit *e) { return e->t->memset_fn; }
+const char *cg_memcpy(const Emit *e) { return e->t->memcpy_fn; }
 
 int64_t cg_numel(const Value *v) { return ir_numel(&v->shape); }
 int64_t cg_last_dim(const Value *v) { return v->shape.ndim ? v->shape.d[v->shape.ndim - 1].n : 1; }
@@ -533,14 +530,6 @@ static void program_struct(Emit *e) {
   P(e, "    .chunks = %schunks, .nchunks = %d,%s\n", pre, p->nchunks,
     p->pp > 1 ? arena_printf(" .order = %sorder, .norder = %d,", pre, p->nsched) : "");
   P(e, "    .step = %sstep, .nstep = %d,\n", pre, p->nstep);
-  int nstaged = 0;
-  for (int c = 0; e->t->staged && c < p->nchunks; c++)
-    for (int b = 0; b < 2; b++) {
-      const PBlock *bl = b ? &p->chunk[c].bwd : &p->chunk[c].fwd;
-      for (int j = 0; j < bl->n; j++) nstaged += e->t->staged(&bl->ins[j]);
-    }
-  if (nstaged)
-    P(e, "    .staged = %d,  /* instructions staged through the host: no CUDA graph */\n", nstaged);
   size_t ws = 0;
   for (int c = 0; e->t->kernel_ws && c < p->nchunks; c++)
     for (int b = 0; b < 2; b++) {

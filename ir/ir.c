@@ -795,7 +795,9 @@ uint64_t ir_comm_bytes(const Node *n) {
     int R = ir_ring_size(n), es = ir_dtype_size(n->in[0]->dtype);
     if (R <= 1) return 0;
     size_t kv = (size_t)ir_ring_kv(n);
-    return n->op == OP_ATTENTION ? rt_vol_ring_fwd(kv, es, R) : rt_vol_ring_bwd(kv, es, R);
+    /* with 16-bit data dK, dV travel as their fp32 sums (runtime/cuda/rtc_ring.cu) */
+    return n->op == OP_ATTENTION ? rt_vol_ring_fwd(kv, es, R)
+                                 : rt_vol_ring_bwd2(kv, es, es == 2 ? 4 : es, R);
   }
   default:
     return 0;

@@ -55,7 +55,9 @@ static void coll(Ev *v, int axis, const char *op, uint64_t bytes, bool counted, 
 static void ring_messages(Ev *v, const Node *nd, int k, bool fwd, const char *where) {
   static const char *const name[RT_RING_NBLOCKS] = {"K", "V", "dK", "dV"};
   int ax = (int)nd->a.i[2];
-  RtRingCall call = {!fwd, ir_ring_size(nd), (size_t)ir_ring_kv(nd), ir_dtype_size(nd->in[0]->dtype)};
+  int es = ir_dtype_size(nd->in[0]->dtype);
+  /* with 16-bit data dK, dV travel as their fp32 sums (runtime/cuda/rtc_ring.cu) */
+  RtRingCall call = {!fwd, ir_ring_size(nd), (size_t)ir_ring_kv(nd), es, es == 2 ? 4 : 0};
   RtRingMsg *msg = arena_alloc(sizeof(RtRingMsg) * (size_t)(rt_ring_msgs(&call, NULL) + 1));
   int n = rt_ring_msgs(&call, msg);
   for (int j = 0; j < n; j++) {

@@ -753,9 +753,6 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
         if (spk == SP_MEGATRON && (t < 2 || q > 1)) continue;
         if (!ms->layers && spk != SP_NONE) continue;
         if (o->generatable && spk != SP_NONE && q > 1) continue;
-        /* 16-bit activations are the cuda target's, whose ring attention
-         * is refused with them (codegen/cuda.c) */
-        if (o->generatable && spk == SP_RING && ms->elt == 2) continue;
         for (int r = 1; r <= (spk == SP_RING ? 16 : 1); r *= 2) {
           if (spk == SP_RING && r < 2) continue;
           if (spk == SP_RING && (given & PLAN_SP) && fx->sp && r != fx->sp) continue;

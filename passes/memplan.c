@@ -106,9 +106,11 @@ static int64_t scratch_bytes(const Node *n) {
     const Shape *k = &n->in[n->op == OP_ATTENTION ? 1 : 2]->shape;
     size_t B = (size_t)q->d[0].n, Tl = (size_t)q->d[1].n, H = (size_t)q->d[2].n;
     size_t Hkv = (size_t)k->d[2].n, D = (size_t)q->d[3].n;
-    size_t el = n->op == OP_ATTENTION ? rt_scratch_ring_fwd(B, Tl, H, Hkv, D)
-                                      : rt_scratch_ring_bwd(B, Tl, H, Hkv, D);
-    return (int64_t)el * ir_dtype_size(n->in[0]->dtype);
+    int es = ir_dtype_size(n->in[0]->dtype);
+    size_t el = es == 2                ? rt_scratch_ring16(B, Tl, Hkv, D)
+                : n->op == OP_ATTENTION ? rt_scratch_ring_fwd(B, Tl, H, Hkv, D)
+                                        : rt_scratch_ring_bwd(B, Tl, H, Hkv, D);
+    return (int64_t)el * es;
   }
   case OP_GRAD_REDUCE_SCATTER:   /* the chunk, reduced before it is added (not ZeRO-1's) */
     return n->a.i[3] ? 0 : ir_numel(&n->out->shape) * esize;

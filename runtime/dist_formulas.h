@@ -79,6 +79,12 @@ static inline uint64_t rt_vol_ring_fwd(size_t kv, int esize, int P) {
 static inline uint64_t rt_vol_ring_bwd(size_t kv, int esize, int P) {
   return P > 1 ? ((uint64_t)(P - 1) * 4 + 2) * kv * (uint64_t)esize : 0;
 }
+/* The backward with dK, dV travelling at gsize bytes an element (bf16
+ * activations: K, V at 2, the fp32 sums dK, dV at 4; runtime/cuda/rtc_ring.cu). */
+static inline uint64_t rt_vol_ring_bwd2(size_t kv, int esize, int gsize, int P) {
+  return P > 1 ? (uint64_t)(P - 1) * 2 * kv * (uint64_t)esize + (uint64_t)P * 2 * kv * (uint64_t)gsize
+               : 0;
+}
 /* Scratch: forward two (K, V) buffers + one block's output (B·Tl·H·D) and
  * lse (B·H·Tl); backward two (K, V, dK, dV) buffers. */
 static inline size_t rt_scratch_ring_fwd(size_t B, size_t Tl, size_t H, size_t Hkv, size_t D) {
@@ -87,6 +93,12 @@ static inline size_t rt_scratch_ring_fwd(size_t B, size_t Tl, size_t H, size_t H
 static inline size_t rt_scratch_ring_bwd(size_t B, size_t Tl, size_t H, size_t Hkv, size_t D) {
   (void)H;
   return 8 * B * Tl * Hkv * D;
+}
+/* 16-bit activations (the CUDA runtime's ring, runtime/cuda/rtc_ring.cu):
+ * forward and backward, two (K, V) receive buffers; its fp32 sums are in
+ * the kernel workspace (rtc_ws.h's rtc_ws_ring_fwd / _bwd). */
+static inline size_t rt_scratch_ring16(size_t B, size_t Tl, size_t Hkv, size_t D) {
+  return 4 * B * Tl * Hkv * D;
 }
 
 /* SUMMA on a q×q grid, Y[M,N] = X[M,K]·W[N,K]ᵀ; local blocks X (M/q, K/q),

@@ -41,6 +41,8 @@ typedef struct RtRingCall {
   int P;            /* ranks on the ring */
   size_t kv;        /* elements of one block: B·Tl·Hkv·D */
   int esize;        /* bytes per element */
+  int gsize;        /* bytes per element of dK, dV; 0: esize (bf16 activations: 4,
+                     * the CUDA runtime's fp32 sums, runtime/cuda/rtc_ring.cu) */
 } RtRingCall;
 
 typedef struct RtRingMsg {
@@ -49,7 +51,7 @@ typedef struct RtRingMsg {
   int block;        /* RtRingBlock */
   int after;        /* 1: posted after the step's compute (dK, dV carry what it added) */
   size_t n;         /* elements (kv) */
-  uint64_t bytes;   /* n·esize: sent by the sender, counted once */
+  uint64_t bytes;   /* n·esize (dK, dV: n·gsize): sent by the sender, counted once */
 } RtRingMsg;
 
 /* Step s's messages in order into out (RT_RING_STEP_MAX entries); returns
@@ -64,9 +66,11 @@ static inline int rt_ring_step(const RtRingCall *c, int s, RtRingMsg *out) {
     first = RT_RING_DK;
   }
   for (int send = 1; send >= 0; send--)
-    for (int b = first; b <= last; b++)
+    for (int b = first; b <= last; b++) {
+      int es = b >= RT_RING_DK && c->gsize ? c->gsize : c->esize;
       out[n++] = (RtRingMsg){s, send, b, send && b >= RT_RING_DK, c->kv,
-                             (uint64_t)c->kv * (uint64_t)c->esize};
+                             (uint64_t)c->kv * (uint64_t)es};
+    }
   return n;
 }
 

@@ -165,7 +165,7 @@ void FN(rt_ring_attention_forward)(MPI_Comm comm, uint64_t *bytes, REAL *out, RE
   size_t kv = (size_t)B * Tl * Hkv * D;
   Ring R;
   ring_open_(&R, comm, bytes, RING_MPI_TYPE, (int)sizeof(REAL), kv);
-  RtRingCall call = {0, R.P, kv, (int)sizeof(REAL)};
+  RtRingCall call = {0, R.P, kv, (int)sizeof(REAL), 0};
   REAL *ob = scratch + 4 * kv, *lb = ob + (size_t)B * Tl * H * D;
   // the blocks in hand (K, V), from rank (rank - s) mod P, only read (the
   // caller's k, v at step 0); causal: passed on even when masked here, the
@@ -209,7 +209,7 @@ void FN(rt_ring_attention_backward)(MPI_Comm comm, uint64_t *bytes, REAL *dq, RE
   // their dK, dV accumulating the contributions of the queries they have
   // met. Step s receives into buffer s&1, so step 0's (zeroed) accumulators
   // live in buffer 1.
-  RtRingCall call = {1, R.P, kv, (int)sizeof(REAL)};
+  RtRingCall call = {1, R.P, kv, (int)sizeof(REAL), 0};
   REAL *acc = scratch + 4 * kv + 2 * kv;
   memset(acc, 0, 2 * kv * sizeof(REAL));
   void *hand[RT_RING_NBLOCKS] = {(void *)k, (void *)v, acc, acc + kv};

@@ -216,7 +216,6 @@ typedef struct RtProgram {
   /* the step */
   const RtStepOp *step;
   int nstep;
-  int staged;              /* cuda: instructions staged through the host (no CUDA graph) */
   size_t kernel_ws;        /* cuda: the launchers' scratch (runtime/cuda/rtc_ws.h), allocated with the arena */
   /* training; in the order emit.c writes them (C++ designated initializers
    * must follow the declaration: the cuda target's programs are C++) */
@@ -266,7 +265,6 @@ struct RtMesh;
 struct RtTrainer;
 struct RtPass {
   unsigned char *arena;    /* the rank's arena (device memory on the cuda target) */
-  unsigned char *host;     /* cuda: the arena's host mirror, where staged instructions run */
   unsigned char *stash;    /* pipelines: the stash slot of this microbatch */
   long step;               /* 0-based global step */
   int mb;                  /* microbatch within the step */

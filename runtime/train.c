@@ -843,7 +843,7 @@ static double run_microbatches(Trainer *t, long step, int with_backward) {
 #else
     memset(t->arena + pg->chunks[c].grads_offset, 0, (size_t)pg->chunks[c].grads_bytes);
 #endif
-  RtPass p = {.arena = t->dev, .host = t->arena, .step = step, .seed = t->args.seed,
+  RtPass p = {.arena = t->dev, .step = step, .seed = t->args.seed,
               .mesh = t->mesh, .t = t};
   double loss = 0;
   if (pg->order) {
@@ -1833,8 +1833,14 @@ static int step_graphed(Trainer *t, long step, double *loss, double *lr, double 
   const RtProgram *pg = t->pg;
   for (int k = 0; k < pg->mb; k++) {
     unsigned char *s = t->slots + (size_t)k * (t->slot0 + t->slot1);
-    rt_check(rt_train_data_batch(&t->data, step, row_base(t) + k * pg->microbatch,
-                                 pg->microbatch, s, s + t->slot0));
+    int row0 = row_base(t) + k * pg->microbatch;
+    if (pg->ring) { /* this rank's tokens of the rows, as rt_load_batch's */
+      int tn = pg->seq / pg->sp;
+      rt_check(rt_train_data_batch_cols(&t->data, step, row0, pg->microbatch,
+                                        coord(t, RT_AX_SP) * tn, tn, s, s + t->slot0));
+    } else {
+      rt_check(rt_train_data_batch(&t->data, step, row0, pg->microbatch, s, s + t->slot0));
+    }
   }
   if (!t->ga) {
     counts_diff(t, t->cnt_a, 0);
@@ -1884,15 +1890,14 @@ static const char *graph_setup(Trainer *t) {
     return "SHARDC_PROFILE times every kernel";
   if (pg->pp > 1)
     return "pipeline messages run on the host";
-  if (pg->staged)
-    return "the program stages instructions through the host";
   if (pg->opt >= RT_OPT_SHAMPOO)
     return "Shampoo and Adafactor steps run eagerly (root phases and Newton's stopping test "
            "on the host)";
   if (t->mesh && t->args.comm_mpi)
     return "--comm mpi stages collectives through the host";
   size_t rows = (size_t)pg->microbatch;
-  t->slot0 = pg->data == RT_TRAIN_SYNTH ? rows * (size_t)pg->features * 4 : rows * (size_t)pg->seq * 4;
+  size_t seq = (size_t)(pg->ring ? pg->seq / pg->sp : pg->seq); /* this rank's tokens */
+  t->slot0 = pg->data == RT_TRAIN_SYNTH ? rows * (size_t)pg->features * 4 : rows * seq * 4;
   t->slot1 = pg->data == RT_TRAIN_SYNTH ? rows * 4 : t->slot0;
   t->slots = rtc_pinned_alloc((size_t)pg->mb * (t->slot0 + t->slot1));
   t->loss_dev = rtc_dev_alloc((size_t)pg->mb * sizeof(double));

@@ -216,16 +216,11 @@ expect build-pp 1 'strategy tp2d=2x2 with sp' -- "$bin" build samples/gpt.shard 
 expect explore-table 0 'plans evaluated in .* s; best' -- "$bin" explore samples/gpt.shard
 expect explore-json 0 '^\[\{"strategy": "dp=[0-9]+.*"step_time_s": .*"mem_by_stage": \[.*"feasible": true' -- "$bin" explore samples/gpt.shard --json --top 3
 expect explore-partial 0 '^1 +dp=2,tp=2' -- "$bin" explore samples/gpt.shard --strategy tp=2
-# what auto may pick: no ring attention with bf16 activations (the cuda
-# target's, which refuses ring with them), while explore still ranks it
+# what auto may pick: ring attention with bf16 activations too (the cuda
+# target's bf16 ring kernels), and the cuda target generates it
 sed 's/precision = fp32/precision = bf16/' samples/gpt.shard >"$tmp/gpt-bf16.shard"
-expect explore-ring-bf16 0 'sp=ring' -- "$bin" explore "$tmp/gpt-bf16.shard" --mesh 4 --top 200
-if "$bin" explore "$tmp/gpt-bf16.shard" --mesh 4 --top 200 --generatable 2>&1 | grep -q 'sp=ring'; then
-  echo "FAIL: explore-ring-bf16-generatable: a ring plan offered for bf16 activations"
-  fail=$((fail + 1))
-else
-  pass=$((pass + 1))
-fi
+expect explore-ring-bf16-generatable 0 'sp=ring' -- "$bin" explore "$tmp/gpt-bf16.shard" --mesh 4 --top 200 --generatable
+expect emit-cuda-ring-bf16 0 'rt_ring_attention_backward_cu\(p->mesh, RT_AX_SP,' -- "$bin" compile "$tmp/gpt-bf16.shard" --target cuda --mesh 2 --strategy sp=ring:2 --emit=c
 expect explore-infeasible 0 'INFEASIBLE: stage [0-9]+ needs [0-9.]+ GB > 80.0 GB' -- "$bin" explore bench/models/gpt3-175b.shard --mesh 4x8:A100_SXM --strategy tp=8,pp=4 --top 1
 if command -v mpirun >/dev/null && [ -x "$(dirname "$bin")/shardc-calib" ]; then
   SHARDC_CALIB_QUICK=1 expect calibrate 0 'wrote .*prof2.json: 2 ranks; SGEMM up to' -- "$bin" calibrate --np 2 -o "$tmp/prof2.json"

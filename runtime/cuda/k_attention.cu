@@ -589,10 +589,11 @@ __device__ __forceinline__ void att_tc_load(rtc_bf16 *s, int ld, const rtc_bf16 
 // out is (B,T,H,D), lse is (B,H,T), q is (B,T,H,D), k and v are (B,T,Hkv,D);
 // grid (ceil(T/64), H, B), ATT_THREADS threads, att_tc_fwd_smem(16·NJ) bytes.
 // Warp w owns query rows 16w..16w+15 of the tile; in the softmax lane l
-// holds row l/2 of the warp's and columns l%2 + 2j.
-template <int NJ>
+// holds row l/2 of the warp's and columns l%2 + 2j.  out is bf16 or (O =
+// float) fp32, unrounded.
+template <int NJ, class O>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attention_forward_tc_kernel(rtc_bf16 *out, float *lse, const rtc_bf16 *q,
+    attention_forward_tc_kernel(O *out, float *lse, const rtc_bf16 *q,
                                 const rtc_bf16 *k, const rtc_bf16 *v, int T, int H, int Hkv,
                                 int D, int causal, float scale) {
   const int dc = 16 * NJ, ldt = dc + 8, ldo = dc + 4;
@@ -676,16 +677,16 @@ ATT_UNROLL
   }
   if (t >= T) return;
   float inv = 1.0f / l;
-  rtc_bf16 *orow = out + ((size_t)b * T + t) * ldh + (size_t)h * D;
-  for (int c = half; c < D; c += 2) orow[c] = rtc_f2bf(Os[row * ldo + c] * inv);
+  O *orow = out + ((size_t)b * T + t) * ldh + (size_t)h * D;
+  for (int c = half; c < D; c += 2) att_st(orow + c, Os[row * ldo + c] * inv);
   if (lse && !half) lse[((size_t)b * H + h) * T + t] = m + logf(l);
 }
 
 // Adds a warp's (16, dc) accumulators acc to rows r0.. of g (rows ldg
-// apart, columns < D, rows < T), through the warp's (16, 16) stage in
-// shared memory (rows ATC_LDS apart).
-template <int NJ>
-__device__ __forceinline__ void att_tc_add(rtc_bf16 *g, size_t ldg, int r0, int T, int D,
+// apart, columns < D, rows < T; bf16 or fp32), through the warp's (16, 16)
+// stage in shared memory (rows ATC_LDS apart).
+template <int NJ, class G>
+__device__ __forceinline__ void att_tc_add(G *g, size_t ldg, int r0, int T, int D,
                                            att_fc (&acc)[NJ], float *stage) {
   int lane = threadIdx.x % 32;
 ATT_UNROLL
@@ -695,8 +696,8 @@ ATT_UNROLL
     for (int e = lane; e < 256; e += 32) {
       int r = e / 16, d = 16 * n + e % 16;
       if (r0 + r < T && d < D) {
-        rtc_bf16 *p = g + (size_t)(r0 + r) * ldg + d;
-        *p = rtc_f2bf(rtc_bf2f(*p) + stage[r * ATC_LDS + e % 16]);
+        G *p = g + (size_t)(r0 + r) * ldg + d;
+        att_st(p, att_ld(p) + stage[r * ATC_LDS + e % 16]);
       }
     }
     __syncwarp();  // the stage is read
@@ -707,10 +708,10 @@ ATT_UNROLL
 // (ceil(T/64), Hkv, B), ATT_THREADS threads, att_tc_bwd_smem(16·NJ) bytes.
 // Warp w owns keys 16w..16w+15 of the tile and their dk, dv (NJ fragments
 // each); in its score tiles (Sᵀ) rows are keys and columns queries, lane l
-// holding row l/2 and columns l%2 + 2j.
-template <int NJ>
+// holding row l/2 and columns l%2 + 2j.  dk, dv bf16 or (G = float) fp32.
+template <int NJ, class G>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attention_backward_dkdv_tc_kernel(rtc_bf16 *dk, rtc_bf16 *dv, const rtc_bf16 *dout,
+    attention_backward_dkdv_tc_kernel(G *dk, G *dv, const rtc_bf16 *dout,
                                       const rtc_bf16 *q, const rtc_bf16 *k, const rtc_bf16 *v,
                                       const float *lse, const float *delta, int T, int H,
                                       int Hkv, int D, int causal, float scale) {
@@ -820,9 +821,10 @@ ATT_UNROLL
 // (ceil(T/64), H, B), ATT_THREADS threads, att_tc_bwd_smem(16·NJ) bytes.
 // Warp w owns query rows 16w..16w+15 of the tile and their dq (NJ
 // fragments); lane l holds row l/2 of its score rows, columns l%2 + 2j.
-template <int NJ>
+// dq bf16 or (G = float) fp32.
+template <int NJ, class G>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attention_backward_dq_tc_kernel(rtc_bf16 *dq, const rtc_bf16 *dout, const rtc_bf16 *q,
+    attention_backward_dq_tc_kernel(G *dq, const rtc_bf16 *dout, const rtc_bf16 *q,
                                     const rtc_bf16 *k, const rtc_bf16 *v, const float *lse,
                                     const float *delta, int T, int H, int Hkv, int D,
                                     int causal, float scale) {
@@ -913,24 +915,25 @@ static int att_nj(int D, const char *who) {
   return D <= 16 ? 1 : D <= 32 ? 2 : D <= 64 ? 4 : 8;
 }
 
-// The launchers of one NJ and storage S: the dynamic shared memory limit
+// The launchers of one NJ, storage S and output (gradient) type O (G):
+// S itself, or fp32 for bf16 storage.  The dynamic shared memory limit
 // is raised once per kernel, to its size at D = 16·NJ (the largest D it
 // serves).  The kernel names are parenthesized for RTC_LAUNCH (their
 // template arguments' comma).
-template <int NJ, class S>
-static void att_forward(S *out, float *lse, const S *q, const S *k, const S *v, int B, int T,
+template <int NJ, class S, class O>
+static void att_forward(O *out, float *lse, const S *q, const S *k, const S *v, int B, int T,
                         int H, int Hkv, int D, int causal, float scale) {
   static int ready = 0;
   dim3 grid((T + ATT_BQ - 1) / ATT_BQ, H, B);
   if constexpr (std::is_same<S, rtc_bf16>::value) {
     size_t smem = att_tc_fwd_smem(16 * NJ);
     if (!ready) {
-      cudaCheck(cudaFuncSetAttribute(attention_forward_tc_kernel<NJ>,
+      cudaCheck(cudaFuncSetAttribute(attention_forward_tc_kernel<NJ, O>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
       ready = 1;
     }
-    RTC_LAUNCH(attention_forward_tc_kernel<NJ>, grid, ATT_THREADS, smem, out, lse, q, k, v, T, H,
-               Hkv, D, causal, scale);
+    RTC_LAUNCH((attention_forward_tc_kernel<NJ, O>), grid, ATT_THREADS, smem, out, lse, q, k, v, T,
+               H, Hkv, D, causal, scale);
   } else {  // fp32: the CUDA-core kernels
     if (!ready) {
       cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<NJ, S>,
@@ -943,8 +946,8 @@ static void att_forward(S *out, float *lse, const S *q, const S *k, const S *v, 
   }
 }
 
-template <int NJ, class S>
-static void att_backward(S *dq, S *dk, S *dv, const S *dout, const S *q, const S *k, const S *v,
+template <int NJ, class S, class G>
+static void att_backward(G *dq, G *dk, G *dv, const S *dout, const S *q, const S *k, const S *v,
                          const float *lse, const float *delta, int B, int T, int H, int Hkv,
                          int D, int causal, float scale) {
   static int ready = 0;
@@ -952,18 +955,18 @@ static void att_backward(S *dq, S *dk, S *dv, const S *dout, const S *q, const S
   if constexpr (std::is_same<S, rtc_bf16>::value) {
     size_t smem = att_tc_bwd_smem(16 * NJ);
     if (!ready) {
-      cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_tc_kernel<NJ>,
+      cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_tc_kernel<NJ, G>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-      cudaCheck(cudaFuncSetAttribute(attention_backward_dq_tc_kernel<NJ>,
+      cudaCheck(cudaFuncSetAttribute(attention_backward_dq_tc_kernel<NJ, G>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
       ready = 1;
     }
     if (dk || dv)
-      RTC_LAUNCH(attention_backward_dkdv_tc_kernel<NJ>, dim3(ntiles, Hkv, B), ATT_THREADS, smem,
-                 dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
+      RTC_LAUNCH((attention_backward_dkdv_tc_kernel<NJ, G>), dim3(ntiles, Hkv, B), ATT_THREADS,
+                 smem, dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
     if (dq)
-      RTC_LAUNCH(attention_backward_dq_tc_kernel<NJ>, dim3(ntiles, H, B), ATT_THREADS, smem, dq,
-                 dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
+      RTC_LAUNCH((attention_backward_dq_tc_kernel<NJ, G>), dim3(ntiles, H, B), ATT_THREADS, smem,
+                 dq, dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
   } else {  // fp32: the CUDA-core kernels
     int max_smem = (int)att_bwd_smem(16 * NJ, 16 * NJ);
     if (!ready) {
@@ -993,23 +996,23 @@ static float *att_workspace(int B, int T, int H) {
 }
 
 // out is (B,T,H,D), lse is (B,H,T) or NULL, q is (B,T,H,D), k and v are (B,T,Hkv,D)
-template <class S>
-static void att_forward_any(S *out, float *lse, const S *q, const S *k, const S *v, int B, int T,
+template <class S, class O>
+static void att_forward_any(O *out, float *lse, const S *q, const S *k, const S *v, int B, int T,
                             int H, int Hkv, int D, int causal) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   float scale = (float)(1 / sqrt((double)D));
   switch (att_nj(D, "rt_attention_forward_cu")) {
-    case 1: att_forward<1>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale); break;
-    case 2: att_forward<2>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale); break;
-    case 4: att_forward<4>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale); break;
-    default: att_forward<8>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale); break;
+    case 1: att_forward<1, S>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale); break;
+    case 2: att_forward<2, S>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale); break;
+    case 4: att_forward<4, S>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale); break;
+    default: att_forward<8, S>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale); break;
   }
 }
 
 // dq is (B,T,H,D), dk and dv are (B,T,Hkv,D), each accumulated (+=) or NULL;
 // dout and out are (B,T,H,D), lse is (B,H,T) from the forward
-template <class S>
-static void att_backward_any(S *dq, S *dk, S *dv, const S *dout, const S *q, const S *k,
+template <class S, class G>
+static void att_backward_any(G *dq, G *dk, G *dv, const S *dout, const S *q, const S *k,
                              const S *v, const S *out, const float *lse, int B, int T, int H,
                              int Hkv, int D, int causal) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0 || (!dq && !dk && !dv)) return;
@@ -1020,10 +1023,10 @@ static void att_backward_any(S *dq, S *dk, S *dv, const S *dout, const S *q, con
   RTC_LAUNCH(attention_delta_kernel<S>, rtc_blocks(rows, ATT_THREADS / 32), ATT_THREADS, 0, delta,
              dout, out, B, T, H, D);
   switch (nj) {
-    case 1: att_backward<1>(dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale); break;
-    case 2: att_backward<2>(dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale); break;
-    case 4: att_backward<4>(dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale); break;
-    default: att_backward<8>(dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale); break;
+    case 1: att_backward<1, S>(dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale); break;
+    case 2: att_backward<2, S>(dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale); break;
+    case 4: att_backward<4, S>(dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale); break;
+    default: att_backward<8, S>(dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale); break;
   }
 }
 
@@ -1051,6 +1054,21 @@ void rt_attention_forward_cu(rtc_bf16 *out, float *lse, const rtc_bf16 *q, const
 }
 
 void rt_attention_backward_cu(rtc_bf16 *dq, rtc_bf16 *dk, rtc_bf16 *dv, const rtc_bf16 *dout,
+                              const rtc_bf16 *q, const rtc_bf16 *k, const rtc_bf16 *v,
+                              const rtc_bf16 *out, const float *lse, int B, int T, int H,
+                              int Hkv, int D, int causal) {
+  att_backward_any(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D, causal);
+}
+
+// bf16 storage with fp32 results (rtc.h): ring attention's blocks
+// (rtc_ring.cu), merged and summed in fp32
+void rt_attention_forward_cu(float *out, float *lse, const rtc_bf16 *q, const rtc_bf16 *k,
+                             const rtc_bf16 *v, int B, int T, int H, int Hkv, int D,
+                             int causal) {
+  att_forward_any(out, lse, q, k, v, B, T, H, Hkv, D, causal);
+}
+
+void rt_attention_backward_cu(float *dq, float *dk, float *dv, const rtc_bf16 *dout,
                               const rtc_bf16 *q, const rtc_bf16 *k, const rtc_bf16 *v,
                               const rtc_bf16 *out, const float *lse, int B, int T, int H,
                               int Hkv, int D, int causal) {

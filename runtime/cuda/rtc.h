@@ -293,6 +293,14 @@ void rt_attention_backward_cu(rtc_bf16 *dq, rtc_bf16 *dk, rtc_bf16 *dv, const rt
                               const rtc_bf16 *q, const rtc_bf16 *k, const rtc_bf16 *v,
                               const rtc_bf16 *out, const float *lse, int B, int T, int H,
                               int Hkv, int D, int causal);
+/* The same on bf16 q, k, v, dout, out with fp32 results: out WRITTEN,
+ * dq, dk, dv ACCUMULATED unrounded (ring attention's blocks, rtc_ring.cu). */
+void rt_attention_forward_cu(float *out, float *lse, const rtc_bf16 *q, const rtc_bf16 *k,
+                             const rtc_bf16 *v, int B, int T, int H, int Hkv, int D, int causal);
+void rt_attention_backward_cu(float *dq, float *dk, float *dv, const rtc_bf16 *dout,
+                              const rtc_bf16 *q, const rtc_bf16 *k, const rtc_bf16 *v,
+                              const rtc_bf16 *out, const float *lse, int B, int T, int H,
+                              int Hkv, int D, int causal);
 
 #endif
 #endif

@@ -175,6 +175,29 @@ void rt_rmsnorm_split_backward_cu(struct RtMesh *m, RtAxis ax, float *dx, float 
                                   const float *dout, const float *x, const float *w,
                                   const float *rstd, int N, int Cl, int C, double *scratch);
 
+/* ---- ring attention over the sequence split on an axis (rtc_ring.cu):
+ * dist_ring.h's rt_ring_attention_forward_f32 / _backward_f32 on device
+ * buffers, with their shapes, semantics (out WRITTEN, dq, dk, dv
+ * ACCUMULATED, dk, dv may be NULL), scratch (rt_scratch_ring_fwd / _bwd
+ * elements of the activations' type) and byte counts on m->bytes[ax] (no
+ * calls counted, as there): the messages of dist_orders.h's rt_ring_step,
+ * each step's one NCCL group of sends and receives on the compute stream
+ * (capturable), the compute k_attention.cu's launchers.  Kernel
+ * workspace: rtc_ws_ring_fwd / _bwd (rtc_ws.h).  Staged (mpi): the cpu
+ * functions on host copies. ---- */
+void rt_ring_attention_forward_cu(struct RtMesh *m, RtAxis ax, float *out, float *lse,
+                                  const float *q, const float *k, const float *v, int B, int Tl,
+                                  int H, int Hkv, int D, int causal, void *scratch);
+void rt_ring_attention_backward_cu(struct RtMesh *m, RtAxis ax, float *dq, float *dk, float *dv,
+                                   const float *dout, const float *q, const float *k,
+                                   const float *v, const float *out, const float *lse, int B,
+                                   int Tl, int H, int Hkv, int D, int causal, void *scratch);
+/* Its merge: acc, ob (B,Tl,H,D), lse, lb (B,H,Tl); the running (acc, lse)
+ * folded with a block's (ob, lb) by log-sum-exp, lse' = logaddexp(lse, lb),
+ * acc' = e^(lse-lse')·acc + e^(lb-lse')·ob; first: acc' = ob, lse' = lb. */
+void rt_ring_merge_cu(float *acc, float *lse, const float *ob, const float *lb, int B, int Tl,
+                      int H, int D, int first);
+
 #ifdef __cplusplus
 }
 #endif
@@ -237,6 +260,24 @@ void rt_summa_forward_cu(struct RtMesh *m, RtAxis row, RtAxis col, rtc_bf16 *y,
 void rt_summa_backward_cu(struct RtMesh *m, RtAxis row, RtAxis col, rtc_bf16 *dx, float *dw,
                           float *dbias, const rtc_bf16 *dy, const rtc_bf16 *x, const rtc_bf16 *w,
                           int Mb, int Kb, int Nb, void *scratch);
+/* Ring attention on bf16 q, k, v, out and gradients (lse fp32): K, V move
+ * as bf16 (2 bytes an element counted), the backward's dK, dV as fp32 sums
+ * (4 bytes: dist_formulas.h's rt_vol_ring_bwd2); blocks through the
+ * tensor-core attention with fp32 results, the forward's running output,
+ * merge and the backward's sums fp32 (kernel workspace rtc_ws_ring_fwd /
+ * _bwd), out, dq, dk, dv rounded once; scratch rt_scratch_ring16 bf16
+ * elements (the (K, V) receive buffers). */
+void rt_ring_attention_forward_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *out, float *lse,
+                                  const rtc_bf16 *q, const rtc_bf16 *k, const rtc_bf16 *v, int B,
+                                  int Tl, int H, int Hkv, int D, int causal, void *scratch);
+void rt_ring_attention_backward_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *dq, rtc_bf16 *dk,
+                                   rtc_bf16 *dv, const rtc_bf16 *dout, const rtc_bf16 *q,
+                                   const rtc_bf16 *k, const rtc_bf16 *v, const rtc_bf16 *out,
+                                   const float *lse, int B, int Tl, int H, int Hkv, int D,
+                                   int causal, void *scratch);
+/* The merge with fin (or NULL) getting acc' rounded. */
+void rt_ring_merge_cu(float *acc, float *lse, const float *ob, const float *lb, rtc_bf16 *fin,
+                      int B, int Tl, int H, int D, int first);
 #endif
 
 #endif

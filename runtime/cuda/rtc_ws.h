@@ -1,13 +1,14 @@
 /* rtc_ws.h — the scratch the CUDA launchers use within one call (cuBLASLt's
  * workspace and the bias gradient's partial sums, attention's backward
  * delta, the norms' weight-gradient partials, the cross-entropy's per-row
- * losses).  Every use lies inside one launcher call, in stream order, so
- * one region serves them all: the compiler (codegen/cuda.c) sizes it for a
- * program as the largest need of its kernel instructions, by these
- * formulas, and the driver takes it from the same cudaMalloc as the arena
- * (runtime/train.c, after the arena; rtc_ws_attach), so the memory check
- * before the first step covers it.  A launcher called without an attached
- * region (the kernels' own tests) allocates its scratch on first use.
+ * losses, bf16 ring attention's fp32 sums).  Every use lies
+ * inside one launcher call, in stream order, so one region serves them
+ * all: the compiler (codegen/cuda.c) sizes it for a program as the largest
+ * need of its kernel instructions, by these formulas, and the driver takes
+ * it from the same cudaMalloc as the arena (runtime/train.c, after the
+ * arena; rtc_ws_attach), so the memory check before the first step covers
+ * it.  A launcher called without an attached region (the kernels' own
+ * tests) allocates its scratch on first use.
  * Plain C: the compiler includes it. */
 #ifndef SHARDC_RTC_WS_H
 #define SHARDC_RTC_WS_H
@@ -36,6 +37,24 @@ static inline size_t rtc_ws_norm_params(int64_t N, int64_t C) {
 /* the cross-entropy's forward over N rows: per-row losses, then a result */
 static inline size_t rtc_ws_cross_entropy(int64_t N) {
   return rtc_ws_round((size_t)N * sizeof(double)) + RTC_CE_RESULT_BYTES;
+}
+
+/* ring attention (rtc_ring.cu) over sequence shards of Tl tokens; on bf16
+ * activations its sums are fp32 here (fp32 activations: in the arena's
+ * scratch).  Forward: the running output and a block's output (B,Tl,H,D),
+ * a block's lse (B,H,Tl).  Backward: attention's delta, then dq's sum
+ * (B,Tl,H,D) and two (dK, dV) buffers of kv = B·Tl·Hkv·D each. */
+static inline size_t rtc_ws_ring_fwd(int64_t B, int64_t Tl, int64_t H, int64_t D, int bf16) {
+  if (!bf16) return 0;
+  return 2 * rtc_ws_round((size_t)(B * Tl * H * D) * sizeof(float)) +
+         rtc_ws_round((size_t)(B * H * Tl) * sizeof(float));
+}
+static inline size_t rtc_ws_ring_bwd(int64_t B, int64_t Tl, int64_t H, int64_t Hkv, int64_t D,
+                                     int bf16) {
+  size_t w = rtc_ws_attention_bwd(B, Tl, H);
+  if (!bf16) return w;
+  return w + rtc_ws_round((size_t)(B * Tl * H * D) * sizeof(float)) +
+         rtc_ws_round((size_t)(4 * B * Tl * Hkv * D) * sizeof(float));
 }
 
 #ifdef __cplusplus

@@ -35,8 +35,8 @@ done
 check "mish fp64" tests/golden-c/mish-f64.c samples/mish.shard --precision=fp64
 # The cuda target: one rank with fused elementwise chains as device lambdas
 # (an imported C function), a mesh with NCCL collectives and overlapped
-# gradient buckets, and a 2D grid whose SUMMA matmuls are staged through
-# the host mirror.
+# gradient buckets, and a 2D grid whose SUMMA matmuls are rtc_summa.cu's
+# NCCL launchers.
 check "mish cuda" tests/golden-c/mish.cu samples/mish.shard --target cuda
 check "gpt cuda tp=2,dp=2" tests/golden-c/gpt-tp2-dp2.cu samples/gpt.shard --target cuda \
   --mesh 4 --strategy tp=2,dp=2

@@ -41,7 +41,8 @@ fi
   # precision = bf16 (16-bit activations: each parallel form's launchers
   # and collectives in their bf16 overloads)
   for st in "1 dp=1" "4 tp=2,sp=megatron,dp=2" "4 tp2d=2x2" "2 pp=2,schedule=1f1b" \
-            "4 dp=2,pp=2,schedule=interleaved:2" "2 dp=2,zero=3" "4 tp=2,dp=2,zero=1"; do
+            "4 dp=2,pp=2,schedule=interleaved:2" "2 dp=2,zero=3" "4 tp=2,dp=2,zero=1" \
+            "2 sp=ring:2"; do
     echo "$tmp/gpt_bf16.shard $st"
   done
   echo "$tmp/llama_bf16.shard 2 tp=2,sp=megatron"

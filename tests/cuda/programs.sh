@@ -107,7 +107,7 @@ elif command -v mpirun >/dev/null && command -v mpicxx >/dev/null; then
     # pipelines: with tp here, alone on gpt3 below (CI's time)
     host gpt 4 tp=2,pp=2,schedule=1f1b 3 "off (pipeline"  # the cross-entropy on stashed buffers
     host gpt 4 tp2d=2x2 3 on  # SUMMA and split norms on NCCL, captured
-    host gpt 2 sp=ring:2 3 "off (the program stages"
+    host gpt 2 sp=ring:2 3 on  # ring attention's K, V on NCCL send/recv, captured
   }
   reference llama 3 && host llama 2 tp=2 3 on
   # a pipeline cut that two tensors cross (tests/dist/gpt3.shard's pp=2 cuts
@@ -164,6 +164,8 @@ if [ -z "${CUDA_PROGRAMS_QUICK:-}" ] && command -v mpirun >/dev/null && command 
   # through a pointer into a stack frame long gone)
   build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16-2d" --target cuda-host --mesh 4 --strategy tp2d=2x2 &&
     near "gpt bf16 cuda-host tp2d=2x2" "$tmp/gpt-bf16-2d" 3
+  build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16-ring" --target cuda-host --mesh 2 --strategy sp=ring:2 &&
+    near "gpt bf16 cuda-host sp=ring:2" "$tmp/gpt-bf16-ring" 3
   # bf16 messages of a cut that two tensors cross (16-bit each), against
   # gpt3's fp32 cpu run (from the mesh runs above)
   sed 's/precision = fp32/precision = bf16/' tests/dist/gpt3.shard >"$tmp/gpt3_bf16.shard"

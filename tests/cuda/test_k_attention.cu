@@ -20,7 +20,8 @@
  * the tensor's rms): below
  * 1e-2 for the bf16 results (out, dq, dk, dv), 1e-5 for lse (fp32, computed
  * from the same rounded values).  out starts poisoned, dq, dk, dv from
- * random values. */
+ * random values.  The overloads with fp32 results (out, dq, dk, dv fp32,
+ * ring attention's) on the same inputs, below 1e-2 too. */
 #include "bf16_cmp.h"
 
 static int bitwise_equal(const float *d_a, const float *d_b, size_t n) {
@@ -84,7 +85,8 @@ static void test_attention(int B, int T, int H, int Hkv, int D, int causal) {
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
 }
 
-// the bf16 overloads: q is (B,T,H,D), k and v are (B,T,Hkv,D)
+// the bf16 overloads, and those with fp32 results: q is (B,T,H,D), k and v
+// are (B,T,Hkv,D)
 static void test_attention_bf16(int B, int T, int H, int Hkv, int D, int causal) {
   char shape[64];
   snprintf(shape, sizeof shape, "B=%d T=%d H=%d/%d D=%d%s", B, T, H, Hkv, D,
@@ -100,6 +102,9 @@ static void test_attention_bf16(int B, int T, int H, int Hkv, int D, int causal)
   rt_attention_forward_cu(d_out, d_lse, d_q, d_k, d_v, B, T, H, Hkv, D, causal);
   bf16_check("bf16 attention_forward", shape, "out", d_out, out, nq);
   f32_check("bf16 attention_forward", shape, "lse", d_lse, lse, nl, 1e-5);
+  float *d_out32 = rtc_test_poison(nq);  // fp32 output (ring attention's blocks)
+  rt_attention_forward_cu(d_out32, d_lse, d_q, d_k, d_v, B, T, H, Hkv, D, causal);
+  f32_check("bf16 attention_forward", shape, "out f32", d_out32, out, nq, BF16_TOL);
 
   /* backward from the cpu's out (rounded, as a bf16 program stores it) and lse */
   bf16_round_host(out, nq);
@@ -108,14 +113,23 @@ static void test_attention_bf16(int B, int T, int H, int Hkv, int D, int causal)
   rtc_bf16 *d_dout = bf16_dev(dout, nq), *d_o = bf16_dev(out, nq);
   float *d_l = rtc_test_dev(lse, nl);
   rtc_bf16 *d_dq = bf16_dev(dq, nq), *d_dk = bf16_dev(dk, nk), *d_dv = bf16_dev(dv, nk);
+  // fp32 gradients (ring attention's sums) accumulate the same contributions
+  float *d_dq32 = rtc_test_dev(dq, nq), *d_dk32 = rtc_test_dev(dk, nk);
+  float *d_dv32 = rtc_test_dev(dv, nk);
   rt_attention_backward_f32(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D, causal);
   rt_attention_backward_cu(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_o, d_l, B, T, H, Hkv, D,
                            causal);
   bf16_check("bf16 attention_backward", shape, "dq", d_dq, dq, nq);
   bf16_check("bf16 attention_backward", shape, "dk", d_dk, dk, nk);
   bf16_check("bf16 attention_backward", shape, "dv", d_dv, dv, nk);
+  rt_attention_backward_cu(d_dq32, d_dk32, d_dv32, d_dout, d_q, d_k, d_v, d_o, d_l, B, T, H, Hkv,
+                           D, causal);
+  f32_check("bf16 attention_backward", shape, "dq f32", d_dq32, dq, nq, BF16_TOL);
+  f32_check("bf16 attention_backward", shape, "dk f32", d_dk32, dk, nk, BF16_TOL);
+  f32_check("bf16 attention_backward", shape, "dv f32", d_dv32, dv, nk, BF16_TOL);
   free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
-  rtc_test_dfree(d_q, d_k, d_v, d_out, d_lse, d_dout, d_o, d_l, d_dq, d_dk, d_dv);
+  rtc_test_dfree(d_q, d_k, d_v, d_out, d_lse, d_dout, d_o, d_l, d_dq, d_dk, d_dv, d_out32,
+                 d_dq32, d_dk32, d_dv32);
 }
 
 int main(void) {

@@ -45,6 +45,8 @@ endforeach()
 #   cuda/normsplit  split-channel layernorm/rmsnorm (dist_summa.h), 2 and 4
 #                   ranks (tp, dp and the tp2d grid's axes)
 #   cuda/coll_bf16  the collectives' bf16 overloads (rtc_dist.cu), 2 and 4 ranks
+#   cuda/ring       ring attention (rtc_ring.cu) and its merge against the
+#                   single-device attention, 2 and 4 ranks on the sp axis
 # shardc_cuda_mpi_test(NAME TIMEOUT NP...): tests/cuda/test_NAME.cu as host
 # C++, registered as cuda/NAME/npN for each N.
 function(shardc_cuda_mpi_test name timeout)
@@ -72,6 +74,7 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   shardc_cuda_mpi_test(summa 180 4 9)
   shardc_cuda_mpi_test(normsplit 120 2 4)
   shardc_cuda_mpi_test(coll_bf16 120 2 4)
+  shardc_cuda_mpi_test(ring 120 2 4)
 endif()
 
 # The CUDA programs (issue 10): every CUDA/cuBLASLt/NCCL call checked; the

@@ -37,12 +37,9 @@
 #include "dist.h"
 #include "rtc_program.cuh"
 
-/* Buffers of the microbatch being run (RtPass *p): device memory; HF, HI are
- * the arena's host mirror, for instructions staged through the host. */
+/* Buffers of the microbatch being run (RtPass *p): device memory. */
 #define F(off) ((float *)(p->arena + (off)))
 #define I(off) ((int32_t *)(p->arena + (off)))
-#define HF(off) ((float *)(p->host + (off)))
-#define HI(off) ((int32_t *)(p->host + (off)))
 
 /* Training text when --data is not given (`shardc build` passes an absolute path). */
 #ifndef DEFAULT_DATA

@@ -121,7 +121,7 @@ static void test_layout(void) {
  * the blocks sent, in the same order (the previous rank runs the same
  * list); only dK and dV wait for the compute. */
 static void check_ring(int bwd, int P, size_t kv, int esize) {
-  RtRingCall call = {bwd, P, kv, esize};
+  RtRingCall call = {bwd, P, kv, esize, 0};
   int n = rt_ring_msgs(&call, NULL);
   ASSERT(P == 1 ? 0 : bwd ? (P - 1) * 8 + 4 : (P - 1) * 4, n);
   RtRingMsg all[64];
@@ -222,7 +222,7 @@ static void test_orders(void) {
   }
   /* the forward of sp=ring:4 on samples/gpt.shard (32,768-byte blocks):
    * step 1 sends K, V on and receives the next; the last step moves nothing */
-  RtRingCall call = {0, 4, 8192, 4};
+  RtRingCall call = {0, 4, 8192, 4, 0};
   RtRingMsg step[RT_RING_STEP_MAX];
   ASSERT(4, rt_ring_step(&call, 0, step));
   ASSERT(1, step[0].send && step[0].block == RT_RING_K && step[1].block == RT_RING_V);

@@ -197,10 +197,11 @@ static inline ncclResult_t ncclReduce(const void *send, void *recv, size_t count
                       rtc_nccl_mpi_type_(t), mop, root, comm);
   });
 }
-/* Point-to-point (the calibrator's send/recv): nonblocking MPI calls,
- * completed at the end of the group they are in (at once outside one), so
- * that two ranks' sends and receives of one group pair up as NCCL's do.
- * Not recorded in a capture. */
+/* Point-to-point (the calibrator's send/recv, ring attention's blocks):
+ * nonblocking MPI calls, completed at the end of the group they are in (at
+ * once outside one), so that two ranks' sends and receives of one group
+ * pair up as NCCL's do.  While a capture is open each post, and each
+ * group's completion, is recorded, and made when the graph is replayed. */
 struct rtc_nccl_p2p_state_ {
   int depth, n;
   MPI_Request req[64];
@@ -209,20 +210,28 @@ static inline rtc_nccl_p2p_state_ &rtc_nccl_p2p_(void) {
   static rtc_nccl_p2p_state_ st;
   return st;
 }
-static inline ncclResult_t rtc_nccl_p2p_flush_(void) {
+static inline int rtc_nccl_p2p_wait_(void) {
   rtc_nccl_p2p_state_ &st = rtc_nccl_p2p_();
   int rc = st.n ? MPI_Waitall(st.n, st.req, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
   st.n = 0;
-  return rtc_nccl_ok_(rc);
+  return rc;
+}
+static inline ncclResult_t rtc_nccl_p2p_flush_(void) {
+  return rtc_nccl_run_([]() { return rtc_nccl_p2p_wait_(); });
 }
 static inline ncclResult_t rtc_nccl_p2p_post_(void *buf, size_t count, ncclDataType_t t,
                                              int peer, ncclComm_t c, int send) {
   rtc_nccl_p2p_state_ &st = rtc_nccl_p2p_();
-  if (rtch_capturing() || st.n == 64) return ncclInvalidArgument;
-  int rc = send ? MPI_Isend(buf, (int)count, rtc_nccl_mpi_type_(t), peer, 0, c->comm, &st.req[st.n])
-                : MPI_Irecv(buf, (int)count, rtc_nccl_mpi_type_(t), peer, 0, c->comm, &st.req[st.n]);
-  if (rc != MPI_SUCCESS) return ncclSystemError;
-  st.n++;
+  MPI_Comm comm = c->comm;
+  ncclResult_t r = rtc_nccl_run_([=]() {
+    rtc_nccl_p2p_state_ &s = rtc_nccl_p2p_();
+    if (s.n == 64) return (int)MPI_ERR_COUNT;
+    int rc = send ? MPI_Isend(buf, (int)count, rtc_nccl_mpi_type_(t), peer, 0, comm, &s.req[s.n])
+                  : MPI_Irecv(buf, (int)count, rtc_nccl_mpi_type_(t), peer, 0, comm, &s.req[s.n]);
+    if (rc == MPI_SUCCESS) s.n++;
+    return rc;
+  });
+  if (r != ncclSuccess) return r;
   return st.depth ? ncclSuccess : rtc_nccl_p2p_flush_();
 }
 static inline ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer,
