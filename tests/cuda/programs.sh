@@ -5,9 +5,9 @@
 # MPI.  The tiny GPT and the classifier train 10 steps and must give the cpu
 # target's per-step losses and final checkpoint within 1e-4; plans on 2 and
 # 4 ranks (NCCL collectives and overlapped buckets; ZeRO; a pipeline, whose
-# messages are staged; 2D tensor parallelism and ring attention, whose
-# instructions are staged through the host mirror; tensor parallelism with
-# --comm mpi) train 3 steps against the 1-rank cpu run.  Every run's planned memory equals the device arena's
+# messages are staged; 2D tensor parallelism; ring attention on NCCL
+# send/recv; tensor parallelism with --comm mpi) train 3 steps against the
+# 1-rank cpu run.  Every run's planned memory equals the device arena's
 # high-water mark and, on a mesh, the bytes sent equal the plan's (replayed
 # steps counted too).  Runs use CUDA graphs (the default) where the plan
 # allows them; the tiny GPT also runs with --no-graph and must give bitwise
