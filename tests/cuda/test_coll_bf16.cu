@@ -21,17 +21,7 @@ extern "C" {
 #include "dist.h"
 }
 
-static int world_rank;
-
-#define CHECK(cond, ...)                                                             \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      printf("rank %d: FAIL %s:%d: ", world_rank, __FILE__, __LINE__);               \
-      printf(__VA_ARGS__);                                                           \
-      printf("\n");                                                                  \
-      rtc_test_failures++;                                                           \
-    }                                                                                \
-  } while (0)
+#include "rtc_test_mpi.h"
 
 static void check_bytes_(RtMesh *m, RtAxis ax, const char *what, uint64_t want) {
   CHECK(m->bytes[ax] == want && m->calls[ax] == 1 && rt_mesh_total_bytes(m) == want,
@@ -130,9 +120,5 @@ int main(int argc, char **argv) {
   check_mesh(1, world);
   if (world % 2 == 0 && world > 2) check_mesh(2, world / 2);
   bf16_selftest();
-  int failed = rtc_test_failures, any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world_rank == 0) printf(any ? "%d check(s) FAILED\n" : "all checks passed\n", any);
-  MPI_Finalize();
-  return any ? 1 : 0;
+  return rtc_test_mpi_finish();
 }

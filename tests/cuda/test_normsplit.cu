@@ -27,17 +27,7 @@ extern "C" {
 #include "dist_summa.h"
 }
 
-static int world_rank;
-
-#define CHECK(cond, ...)                                                             \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      printf("rank %d: FAIL %s:%d: ", world_rank, __FILE__, __LINE__);               \
-      printf(__VA_ARGS__);                                                           \
-      printf("\n");                                                                  \
-      rtc_test_failures++;                                                           \
-    }                                                                                \
-  } while (0)
+#include "rtc_test_mpi.h"
 
 // n device doubles against the cpu's: the largest relative error
 static void check_d(const char *label, const char *shape, const double *dev, const double *want,
@@ -370,9 +360,5 @@ int main(int argc, char **argv) {
   check_mesh(1, world, 0);
   if (world == 4) check_mesh(1, 4, 2); // the tp2d grid: row and column axes
   if (world % 2 == 0 && world > 2) check_mesh(2, world / 2, 0);
-  int failed = rtc_test_failures, any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world_rank == 0) printf(any ? "%d check(s) FAILED\n" : "all checks passed\n", any);
-  MPI_Finalize();
-  return any ? 1 : 0;
+  return rtc_test_mpi_finish();
 }

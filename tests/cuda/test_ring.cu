@@ -29,17 +29,7 @@ extern "C" {
 #include "dist.h"
 }
 
-static int world_rank;
-
-#define CHECK(cond, ...)                                                             \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      printf("rank %d: FAIL %s:%d: ", world_rank, __FILE__, __LINE__);               \
-      printf(__VA_ARGS__);                                                           \
-      printf("\n");                                                                  \
-      rtc_test_failures++;                                                           \
-    }                                                                                \
-  } while (0)
+#include "rtc_test_mpi.h"
 
 static const RtAxis SP = RT_AX_SP;
 
@@ -283,9 +273,5 @@ int main(int argc, char **argv) {
     rtc_mesh_free();
   }
   rt_mesh_free(&m);
-  int failed = rtc_test_failures, any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world_rank == 0) printf(any ? "%d check(s) FAILED\n" : "all checks passed\n", any);
-  MPI_Finalize();
-  return any ? 1 : 0;
+  return rtc_test_mpi_finish();
 }

@@ -39,17 +39,7 @@ extern "C" {
 #include "dist_summa.h"
 }
 
-static int world_rank;
-
-#define CHECK(cond, ...)                                                             \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      printf("rank %d: FAIL %s:%d: ", world_rank, __FILE__, __LINE__);               \
-      printf(__VA_ARGS__);                                                           \
-      printf("\n");                                                                  \
-      rtc_test_failures++;                                                           \
-    }                                                                                \
-  } while (0)
+#include "rtc_test_mpi.h"
 
 static const RtAxis ROW = RT_AX_TPR, COL = RT_AX_TPC;
 
@@ -302,9 +292,5 @@ int main(int argc, char **argv) {
   }
   rt_mesh_free(&m);
   bf16_selftest();
-  int failed = rtc_test_failures, any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world_rank == 0) printf(any ? "%d check(s) FAILED\n" : "all checks passed\n", any);
-  MPI_Finalize();
-  return any ? 1 : 0;
+  return rtc_test_mpi_finish();
 }

@@ -30,17 +30,7 @@ extern "C" {
 
 enum { N = 37, VL = 300 }; // rows; a slice wider than a row's block of 256 threads
 
-static int world_rank;
-
-#define CHECK(cond, ...)                                                             \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      printf("rank %d: FAIL %s:%d: ", world_rank, __FILE__, __LINE__);               \
-      printf(__VA_ARGS__);                                                           \
-      printf("\n");                                                                  \
-      rtc_test_failures++;                                                           \
-    }                                                                                \
-  } while (0)
+#include "rtc_test_mpi.h"
 
 static double rel(double got, double want) {
   return fabs(got - want) / (fabs(want) > 1e-30 ? fabs(want) : 1e-30);
@@ -279,9 +269,5 @@ int main(int argc, char **argv) {
   }
   check_mesh(1, world);
   if (world % 2 == 0 && world > 2) check_mesh(2, world / 2);
-  int failed = rtc_test_failures, any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world_rank == 0) printf(any ? "%d check(s) FAILED\n" : "all checks passed\n", any);
-  MPI_Finalize();
-  return any ? 1 : 0;
+  return rtc_test_mpi_finish();
 }
