@@ -451,38 +451,25 @@ static void *rtc_af_scratch_(size_t bytes) {
   return rtc_af_buf_;
 }
 
-// row[i] = ρ·row[i] + (1-ρ)·(S[i], or row i's Σ_j (g² + eps)) / Cfull (one thread per
-// row, the cpu's order; the whole tensor's step: S = NULL, Cfull = C)
-__global__ void rtc_af_rows_from_kernel(float *row, const float *S, const float *g, int64_t R,
-                                        int64_t C, double Cfull, float rho, float omr, float e1) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < R;
-       i += (int64_t)gridDim.x * blockDim.x) {
+// The row or the column accumulators, one thread per line a of n (the
+// cpu's order): acc[a] = ρ·acc[a] + (1-ρ)·(S[a], or Σ_b (g² + eps) over the
+// line's m elements g[a·sa + b·sb]) / full.  Rows: n = R, m = C, sa = C,
+// sb = 1, full = Cfull; columns: n = C, m = R, sa = 1, sb = C, full = Rfull
+// (the whole tensor's step: S = NULL, full = the line's length).
+__global__ void rtc_af_lines_kernel(float *acc, const float *S, const float *g, int64_t n,
+                                    int64_t m, int64_t sa, int64_t sb, double full, float rho,
+                                    float omr, float e1) {
+  for (int64_t a = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; a < n;
+       a += (int64_t)gridDim.x * blockDim.x) {
     double s = 0;
     if (S)
-      s = (double)S[i];
+      s = (double)S[a];
     else
-      for (int64_t j = 0; j < C; j++) {
-        float x = g[i * C + j];
+      for (int64_t b = 0; b < m; b++) {
+        float x = g[a * sa + b * sb];
         s = RTC_DADD(s, (double)RTC_FADD(RTC_FMUL(x, x), e1));
       }
-    row[i] = RTC_FADD(RTC_FMUL(row[i], rho), RTC_FMUL(omr, (float)(s / Cfull)));
-  }
-}
-
-// col[j] = ρ·col[j] + (1-ρ)·(T[j], or column j's sum) / Rfull
-__global__ void rtc_af_cols_from_kernel(float *col, const float *T, const float *g, int64_t R,
-                                        int64_t C, double Rfull, float rho, float omr, float e1) {
-  for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < C;
-       j += (int64_t)gridDim.x * blockDim.x) {
-    double s = 0;
-    if (T)
-      s = (double)T[j];
-    else
-      for (int64_t i = 0; i < R; i++) {
-        float x = g[i * C + j];
-        s = RTC_DADD(s, (double)RTC_FADD(RTC_FMUL(x, x), e1));
-      }
-    col[j] = RTC_FADD(RTC_FMUL(col[j], rho), RTC_FMUL(omr, (float)(s / Rfull)));
+    acc[a] = RTC_FADD(RTC_FMUL(acc[a], rho), RTC_FMUL(omr, (float)(s / full)));
   }
 }
 
@@ -577,10 +564,10 @@ void rt_adafactor_step_cu(float *param, float *grad, float *state, int ndim, con
   float *row = acc, *col = acc + R;
   const unsigned th = RTC_O2_THREADS;
   if (fac) {
-    RTC_LAUNCH(rtc_af_rows_from_kernel, rtc_blocks((size_t)R, 128), 128, 0, row, (const float *)NULL,
-               (const float *)grad, R, C, (double)C, rho, omr, e1);
-    RTC_LAUNCH(rtc_af_cols_from_kernel, rtc_blocks((size_t)C, 128), 128, 0, col, (const float *)NULL,
-               (const float *)grad, R, C, (double)R, rho, omr, e1);
+    RTC_LAUNCH(rtc_af_lines_kernel, rtc_blocks((size_t)R, 128), 128, 0, row, (const float *)NULL,
+               (const float *)grad, R, C, C, (int64_t)1, (double)C, rho, omr, e1);
+    RTC_LAUNCH(rtc_af_lines_kernel, rtc_blocks((size_t)C, 128), 128, 0, col, (const float *)NULL,
+               (const float *)grad, C, R, (int64_t)1, C, (double)R, rho, omr, e1);
     RTC_LAUNCH(rtc_af_rmean_kernel, 1, 1, 0, rmean, (const float *)row, R);
   } else {
     RTC_LAUNCH(rtc_af_full_kernel, rtc_blocks((size_t)n, th), th, 0, acc, (const float *)grad,
@@ -699,10 +686,10 @@ void rt_adafactor_squares_cu(const float *grad, float *state, int ndim, const in
   float *rmean = (float *)(part + np);
   float *row = acc, *col = acc + R;
   if (fac) {
-    RTC_LAUNCH(rtc_af_rows_from_kernel, rtc_blocks((size_t)R, 128), 128, 0, row, S, grad, R, C,
-               (double)Cfull, rho, omr, e1);
-    RTC_LAUNCH(rtc_af_cols_from_kernel, rtc_blocks((size_t)C, 128), 128, 0, col, T, grad, R, C,
-               (double)Rfull, rho, omr, e1);
+    RTC_LAUNCH(rtc_af_lines_kernel, rtc_blocks((size_t)R, 128), 128, 0, row, S, grad, R, C, C,
+               (int64_t)1, (double)Cfull, rho, omr, e1);
+    RTC_LAUNCH(rtc_af_lines_kernel, rtc_blocks((size_t)C, 128), 128, 0, col, T, grad, C, R,
+               (int64_t)1, C, (double)Rfull, rho, omr, e1);
     RTC_LAUNCH(rtc_af_rmean_x_kernel, 1, 1, 0, rmean, X, (double)Rfull);
   } else {
     RTC_LAUNCH(rtc_af_full_kernel, rtc_blocks((size_t)n, RTC_O2_THREADS), RTC_O2_THREADS, 0, acc,
