@@ -85,9 +85,10 @@ while read -r s n st; do
   [ -f "$seen" ] || : >"$seen"
   # identifiers of the code (comments dropped; d12 / x34, the printer's
   # names for values, say nothing about which code is there)
-  g++ -fpreprocessed -dD -E -P -x c++ "$tmp/gen.cu" 2>/dev/null |
-    grep -oE '\b[A-Za-z_][A-Za-z0-9_]*\b' | grep -vE '^[dx][0-9]+$' | sort -u >"$tmp/ids"
-  if [ -n "${ALL:-}" ] || [ -n "$(comm -23 "$tmp/ids" "$seen")" ]; then
+  # (none read, the preprocessor missing or failing: nvcc builds the line)
+  if ! g++ -fpreprocessed -dD -E -P -x c++ "$tmp/gen.cu" 2>/dev/null |
+       grep -oE '\b[A-Za-z_][A-Za-z0-9_]*\b' | grep -vE '^[dx][0-9]+$' | sort -u >"$tmp/ids" ||
+     [ ! -s "$tmp/ids" ] || [ -n "${ALL:-}" ] || [ -n "$(comm -23 "$tmp/ids" "$seen")" ]; then
     echo "$s $n $st" >>"$tmp/compile"
     sort -u -o "$seen" "$seen" "$tmp/ids"
   fi
