@@ -296,6 +296,13 @@ static void chunk_functions(Emit *e) {
   P(e, "static void %sbackward%s(RtPass *p) {\n", e->pre, e->sfx);
   block(e, &c->bwd);
   P(e, "}\n\n");
+  if (c->cast.n) {
+    P(e, "/* ---- once per step, before the first microbatch: the 16-bit copies of the\n"
+         " * parameters the kernels read (after the last step's update) ---- */\n");
+    P(e, "static void %scast%s(RtPass *p) {\n", e->pre, e->sfx);
+    block(e, &c->cast);
+    P(e, "}\n\n");
+  }
 }
 
 /* ---- tables ---- */
@@ -469,14 +476,14 @@ static void step_table(Emit *e) {
 static void chunk_table(Emit *e) {
   const RankProg *p = e->p;
   P(e, "/* The chunks: forward, backward, virtual stage, gradients (offset, bytes), stash\n"
-       " * slots (offset, bytes of one, how many). */\n");
+       " * slots (offset, bytes of one, how many), the step's weight casts (or NULL). */\n");
   P(e, "static const RtChunk %schunks[%d] = {\n", e->pre, p->nchunks);
   for (int c = 0; c < p->nchunks; c++) {
     const PChunk *ch = &p->chunk[c];
     const char *sfx = p->nchunks > 1 ? arena_printf("_c%d", c) : "";
-    P(e, "    {%sforward%s, %sbackward%s, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d},\n",
+    P(e, "    {%sforward%s, %sbackward%s, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s},\n",
       e->pre, sfx, e->pre, sfx, ch->vs, ch->grads_off, ch->grads_bytes, ch->stash_off,
-      ch->stash_bytes, ch->slots);
+      ch->stash_bytes, ch->slots, ch->cast.n ? arena_printf("%scast%s", e->pre, sfx) : "NULL");
   }
   P(e, "};\n\n");
   if (p->pp <= 1) return;

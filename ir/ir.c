@@ -509,11 +509,12 @@ Graph *ir_graph_clone(const Graph *g) {
   memset(&c->params, 0, sizeof c->params);
   memset(&c->inputs, 0, sizeof c->inputs);
   memset(&c->buckets, 0, sizeof c->buckets);
+  memset(&c->wcasts, 0, sizeof c->wcasts);
   int nv = g->values.len, nn = g->nodes.len;
   Value **vm = arena_alloc(sizeof(Value *) * (size_t)(nv + 1));
   Node **nm = arena_alloc(sizeof(Node *) * (size_t)(nn + 1));
 #define V(x) ((x) ? vm[(x)->id] : NULL)
-#define N(x) ((x) ? nm[(x)->id] : NULL)
+#define N(x) ((x) && (x)->id >= 0 ? nm[(x)->id] : NULL)
   for (int i = 0; i < nv; i++) {
     vm[i] = arena_alloc(sizeof(Value));
     *vm[i] = *(Value *)g->values.data[i];
@@ -539,6 +540,14 @@ Graph *ir_graph_clone(const Graph *g) {
     n->fwd = N(n->fwd);
     n->remat = N(n->remat);
     n->scratch = V(n->scratch);
+  }
+  for (int i = 0; i < g->wcasts.len; i++) {
+    Node *w = arena_alloc(sizeof(Node));
+    *w = *(Node *)g->wcasts.data[i];
+    w->in[0] = V(w->in[0]);
+    w->out = w->outs[0] = V(w->out);
+    w->out->def = w;
+    vec_push(&c->wcasts, w);
   }
   for (int i = 0; i < g->params.len; i++) vec_push(&c->params, V((Value *)g->params.data[i]));
   for (int i = 0; i < g->inputs.len; i++) vec_push(&c->inputs, V((Value *)g->inputs.data[i]));
@@ -896,6 +905,14 @@ int ir_verify(Graph *g) {
   int *last_write = arena_alloc(sizeof(int) * ((size_t)nv + 1));
   int *first_read = arena_alloc(sizeof(int) * ((size_t)nv + 1));
   for (int i = 0; i < nv; i++) first_read[i] = -1, last_write[i] = -1;
+  for (int i = 0; i < g->wcasts.len; i++) {   /* made once per step, before the schedule */
+    const Node *w = g->wcasts.data[i];
+    if (w->out->def != w || w->in[0]->role != ROLE_PARAM) {
+      diag_error(w->loc, "internal: the step's cast of %s is malformed", w->in[0]->name);
+      errors++;
+    }
+    defined[w->out->id] = 1;
+  }
   for (int i = 0; i < g->nodes.len; i++) {
     Node *n = g->nodes.data[i];
     const OpInfo *info = &ir_ops[n->op];
@@ -1071,6 +1088,38 @@ static void print_pipe_send(FILE *out, const Graph *g, int i) {
   }
 }
 
+/* One node of the graph: outputs = op operands {attrs} : shapes  # file:line */
+static void print_op(FILE *out, const Graph *g, const Node *n) {
+  char sh[256];
+  fputs("  ", out);
+  for (int j = 0; j < n->nout; j++) {
+    if (j) fputs(", ", out);
+    print_value_ref(out, n->outs[j]);
+  }
+  fprintf(out, " %s %s", n->bwd ? "+=" : "=", ir_ops[n->op].name);
+  for (int j = 0; j < n->nin; j++) {
+    fputs(j ? ", " : " ", out);
+    print_value_ref(out, n->in[j]);
+  }
+  if (n->op == OP_RECV) /* a pipeline stage's output gradient, from the next stage */
+    fprintf(out, " {from stage %d, bytes=%" PRId64 "}", g->stage + 1,
+            ir_numel(&n->out->shape) * ir_dtype_size(n->out->dtype));
+  else
+    print_attrs(out, n);
+  const char *sep = " : ";
+  for (int j = 0; j < n->nout; j++) {
+    if (!n->outs[j]) continue;
+    ir_shape_str(g, n->outs[j], sh, sizeof sh);
+    fprintf(out, "%s%s", sep, sh);
+    sep = ", ";
+  }
+  if (n->loc.file) {
+    const char *base = strrchr(n->loc.file->path, '/');
+    fprintf(out, "  # %s:%d", base ? base + 1 : n->loc.file->path, n->loc.line);
+  }
+  fputc('\n', out);
+}
+
 void ir_print(FILE *out, const Graph *g) {
   fprintf(out, "graph %s {\n", g->model);
   if (g->nsym) {
@@ -1129,35 +1178,11 @@ void ir_print(FILE *out, const Graph *g) {
       fputc('\n', out);
       continue;
     }
-    fputs("  ", out);
-    for (int j = 0; j < n->nout; j++) {
-      if (j) fputs(", ", out);
-      print_value_ref(out, n->outs[j]);
-    }
-    fprintf(out, " %s %s", n->bwd ? "+=" : "=", ir_ops[n->op].name);
-    for (int j = 0; j < n->nin; j++) {
-      fputs(j ? ", " : " ", out);
-      print_value_ref(out, n->in[j]);
-    }
-    if (n->op == OP_RECV) /* a pipeline stage's output gradient, from the next stage */
-      fprintf(out, " {from stage %d, bytes=%" PRId64 "}", g->stage + 1,
-              ir_numel(&n->out->shape) * ir_dtype_size(n->out->dtype));
-    else
-      print_attrs(out, n);
-    const char *sep = " : ";
-    for (int j = 0; j < n->nout; j++) {
-      if (!n->outs[j]) continue;
-      ir_shape_str(g, n->outs[j], sh, sizeof sh);
-      fprintf(out, "%s%s", sep, sh);
-      sep = ", ";
-    }
-    if (n->loc.file) {
-      const char *base = strrchr(n->loc.file->path, '/');
-      fprintf(out, "  # %s:%d", base ? base + 1 : n->loc.file->path, n->loc.line);
-    }
-    fputc('\n', out);
+    print_op(out, g, n);
     print_pipe_send(out, g, i);
   }
+  if (g->wcasts.len) fprintf(out, "  # once per step, before the first microbatch:\n");
+  for (int i = 0; i < g->wcasts.len; i++) print_op(out, g, g->wcasts.data[i]);
   if (g->loss) {
     fprintf(out, "  return ");
     print_value_ref(out, g->loss);

@@ -218,6 +218,10 @@ typedef struct Graph {
   int nrecv, nsend;
   bool pipe_out;
   PtrVec buckets;       /* Bucket*, from passes/zero.c (empty without data parallelism) */
+  /* precision = bf16: OP_CAST nodes of a parameter into its persistent
+   * 16-bit copy (passes/precision.c), not in nodes: the program runs them
+   * once per step, before the first microbatch (id -1) */
+  PtrVec wcasts;
   const char *recompute_desc;   /* recompute=auto: what it chose and why (passes/recompute.c) */
   const char *symname[8];
   int64_t symval[8];

@@ -62,7 +62,11 @@ static inline SrcLoc plan_key_loc(const TrainCfg *t, unsigned bit) {
 /* The memory plan of one rank: one arena, persistent part first. */
 typedef struct MemPlan {
   int64_t param_bytes, grad_bytes, optstate_bytes, input_bytes;
-  int64_t persistent_bytes;   /* params + grads + optimizer state */
+  int64_t persistent_bytes;   /* params + grads + optimizer state + 16-bit weight copies */
+  /* precision = bf16: the 16-bit copies of the parameters kernels read
+   * (the graph's wcasts, cast once per step), after the optimizer state;
+   * interleaved: every chunk's (under ZeRO, the rank's one part) */
+  int64_t wcopy_offset, wcopy_bytes;
   int64_t transient_peak;     /* activations, their gradients and inputs, at the peak */
   int64_t arena_bytes;        /* persistent + transient peak: the planned peak */
   int peak_node;              /* node index at which the transient peak is reached */

@@ -8,8 +8,10 @@
  * one; every rank of the mesh runs its pipeline rank's program on its own
  * coordinates).  It holds one or more chunks (interleaved pipelines: the
  * virtual stages c*pp + r), each with a forward and a backward block of one
- * microbatch; the schedule (which chunk's forward or backward of which
- * microbatch runs when); and the step that follows the microbatches
+ * microbatch, and a block run once per step before the microbatches (the
+ * 16-bit weight copies of precision = bf16); the schedule (which chunk's
+ * forward or backward of which microbatch runs when); and the step that
+ * follows the microbatches
  * (gradient reductions, the loss and gradient-norm sums, the optimizer,
  * ZeRO's parameter gathers).
  *
@@ -156,6 +158,10 @@ typedef struct PChunk {
   const MemPlan *mem;
   int vs;                 /* virtual stage (c*pp + r), 0 without a pipeline */
   PBlock fwd, bwd;
+  /* once per step, before the schedule's first action: the 16-bit copies
+   * of the parameters its kernels read (precision = bf16; passes/precision.c
+   * wcasts), one PI_LOOP each; empty otherwise */
+  PBlock cast;
   int nce;                /* cross_entropy slots */
   bool dropout;
   /* forward's result: the loss from ce slot loss_slot, or from loss (a

@@ -506,6 +506,9 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
     async[k] = 0;
     for (int c = 0; c < rp->nchunks && c < 8; c++) {
       double b, cm, as;
+      /* once per step, before the rank's first action: the weight casts */
+      block_time(hw, m, &rp->chunk[c].cast, &b, &cm, &as, false);
+      r->stage[k].cast_s += b;
       block_time(hw, m, &rp->chunk[c].fwd, &b, &cm, &as, false);
       fwd[k][c] = b;
       r->stage[k].fwd_s += b;
@@ -554,7 +557,7 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
       if (!running[k] && pos[k] < rp->nsched) {
         const PAct *a = &rp->sched[pos[k]];
         int vs = rp->chunk[a->chunk].vs;
-        double ready = 0;
+        double ready = r->stage[k].cast_s;   /* the rank starts after its weight casts */
         bool can = true;
         if (a->fwd && vs > 0) {
           can = fset[(vs - 1) * M + a->mb];
@@ -618,6 +621,7 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
     const RankProg *rp = m->rprog[k];
     double left = async[k] * (1 - hw->overlap);
     double st = step_time(hw, m, rp, &left);
+    r->stage[k].busy_s += r->stage[k].cast_s;
     r->stage[k].step_s = st + left;
     r->stage[k].end_s = clock[k] + st + left;
     r->stage[k].bytes = (double)prog_comm_bytes(rp, NULL);
@@ -696,9 +700,11 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
             hw->peak / 1e12);
   for (int k = 0; k < r.nstages; k++) {
     const RankProg *rp = m->rprog[k];
-    fprintf(out, "%s  rank %d%s: forward %s + backward %s per microbatch (x%d; blocking comm %s), "
+    fprintf(out, "%s  rank %d%s: %sforward %s + backward %s per microbatch (x%d; blocking comm %s), "
                  "step tail %s, busy %s, ends %s\n",
-            pf, k, r.nstages > 1 ? " (pipeline)" : "", ms(r.stage[k].fwd_s), ms(r.stage[k].bwd_s), M,
+            pf, k, r.nstages > 1 ? " (pipeline)" : "",
+            r.stage[k].cast_s > 0 ? arena_printf("weight casts %s per step, ", ms(r.stage[k].cast_s)) : "",
+            ms(r.stage[k].fwd_s), ms(r.stage[k].bwd_s), M,
             ms(r.stage[k].comm_s), ms(r.stage[k].step_s), ms(r.stage[k].busy_s), ms(r.stage[k].end_s));
     /* per op: count and predicted time over one microbatch, heaviest first */
     enum { NOPS = 64 };

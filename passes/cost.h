@@ -104,6 +104,7 @@ typedef struct CostStage {
   double fwd_s, bwd_s;        /* one microbatch's forward and backward, per chunk summed */
   double comm_s;              /* of which blocking communication */
   double busy_s;              /* the rank's compute + blocking comm over the step */
+  double cast_s;              /* the step's part before the microbatches (bf16 weight copies) */
   double step_s;              /* the step's part after the microbatches (reductions, optimizer) */
   double end_s;               /* when the rank finishes the step */
   double bytes;               /* bytes sent per step */

@@ -158,6 +158,21 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
   }
   if (m->train.microbatch > 0 && m->train.microbatch != m->train.batch) ms->fixed_b = (int)m->train.microbatch;
   ms->param_elt = g->params.len ? ir_dtype_size(((Value *)g->params.data[0])->dtype) : 4;
+  if (ms->elt == 2) {
+    bool *seen = arena_alloc((size_t)g->values.len + 1);
+    double wc = 0, all = 0;
+    for (int i = 0; i < g->params.len; i++) all += (double)ir_numel(&((Value *)g->params.data[i])->shape);
+    for (int i = 0; i < g->nodes.len; i++) {
+      const Node *n = g->nodes.data[i];
+      if (n->op != OP_MATMUL) continue;
+      const Value *w = n->in[1];
+      if (w->def && w->def->op == OP_CAST) w = w->def->in[0];
+      if (w->role != ROLE_PARAM || w->alias || seen[w->id]) continue;
+      seen[w->id] = true;
+      wc += (double)ir_numel(&w->shape);
+    }
+    ms->wcopy_frac = all > 0 ? wc / all : 0;
+  }
   double nseq = g->inputs.len ? (double)((Value *)g->inputs.data[0])->shape.d[0].n : 1;
   if (nseq < 1) nseq = 1;
   int nf = g->nfwd ? g->nfwd : g->nodes.len;
@@ -645,7 +660,11 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
       out->t_reduce = red;
       out->t_opt = opt;
     }
-    if (red + opt > tail) tail = red + opt;
+    /* 16-bit plans: the weights' copies, cast once per step (read fp32,
+     * write 16-bit) and kept for the step; ZeRO-3 casts per use instead */
+    double wcopy = p->zero == 3 && D > 1 ? 0 : prm[k] * ms->wcopy_frac;
+    double cast = wcopy > 0 ? cost_membound(hw, wcopy * (ms->param_elt + 2), wcopy) : 0;
+    if (red + opt + cast > tail) tail = red + opt + cast;
     /* memory: parameters, gradients, optimizer state (ZeRO shards them over
      * the data ranks), and the microbatches in flight */
     double zp = p->zero >= 3 && D > 1 ? D : 1, zg = p->zero >= 2 && D > 1 ? D : 1,
@@ -658,7 +677,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
                                     pp > 1, p->zero >= 1 ? D : 1);
       if (ob >= 0) ostate = ob;
     }
-    double mem = prm[k] * ms->param_elt * (1 / zp + 1 / zg) + ostate;
+    double mem = prm[k] * ms->param_elt * (1 / zp + 1 / zg) + ostate + wcopy * 2;
     double inflight = 1;
     if (pp > 1) {
       if (p->schedule == SCHED_GPIPE)
@@ -670,7 +689,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
       if (inflight > m) inflight = m;
     }
     /* plus one layer's working set during its backward */
-    out->mem_kind[k][0] = prm[k] * ms->param_elt / zp;
+    out->mem_kind[k][0] = prm[k] * ms->param_elt / zp + wcopy * 2;   /* with their 16-bit copies */
     out->mem_kind[k][1] = prm[k] * ms->param_elt / zg;
     out->mem_kind[k][2] = ostate;
     out->mem_kind[k][3] = inflight * act[k] + lay->act + (k == pp - 1 ? post->act : 0);

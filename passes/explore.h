@@ -54,6 +54,8 @@ typedef struct ModelShape {
   int fixed_b;        /* the train block's microbatch (sequences), 0: free */
   double opt_work;    /* Shampoo's step workspace, bytes (64-aligned) */
   bool owner_exact;   /* every parameter listed in its LayerModel (nt) */
+  double wcopy_frac;  /* 16-bit plans: the parameter elements matmuls read, over all, which
+                       * get a persistent 16-bit copy cast once per step (precision.c) */
   LayerModel layer;   /* one repeated layer */
   LayerModel pre, post;   /* ops before the first layer and after the last */
 } ModelShape;

@@ -87,20 +87,21 @@ int plan_memory_check(Module *m, int scale) {
 
   const MemPlan *mp = &m->rank_mem[worst];
   int64_t stash = mp->arena_bytes - mp->persistent_bytes - mp->transient_peak;
-  MemPart part[5] = {{"activations", mp->transient_peak},
+  MemPart part[6] = {{"activations", mp->transient_peak},
                      {"optimizer state", mp->optstate_bytes},
                      {"params", mp->param_bytes},
                      {"grads", mp->grad_bytes},
-                     {"pipeline stash", stash}};
-  /* largest first (a stable insertion sort of five) */
-  for (int i = 1; i < 5; i++)
+                     {"pipeline stash", stash},
+                     {"16-bit weight copies", mp->wcopy_bytes}};
+  /* largest first (a stable insertion sort of six) */
+  for (int i = 1; i < 6; i++)
     for (int j = i; j > 0 && part[j].bytes > part[j - 1].bytes; j--) {
       MemPart x = part[j];
       part[j] = part[j - 1];
       part[j - 1] = x;
     }
   char *parts = arena_strdup("");
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < 6; i++)
     if (part[i].bytes > 0)
       parts = arena_printf("%s%s%s %s (%.0f%%)", parts, *parts ? ", " : "", part[i].what,
                            report_size((double)part[i].bytes * scale),

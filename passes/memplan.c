@@ -233,6 +233,26 @@ int pass_memplan(Module *m) {
   mp->persistent_bytes = off;
 
 transient:;
+  /* The 16-bit weight copies (precision.c), made once per step: persistent.
+   * Interleaved under ZeRO every chunk plans its rank's one persistent part,
+   * so each places the copies of all the rank's chunks, in chunk order. */
+  mp->wcopy_offset = off = mp->persistent_bytes;
+  {
+    int pp = m->train.plan.pp;
+    bool shared = g->buckets.len && m->nstages > pp && pp > 1 && m->train.plan.zero >= 1;
+    for (int s = shared ? g->stage % pp : g->stage; s < (shared ? m->nstages : g->stage + 1);
+         s += shared ? pp : 1) {
+      const Graph *sg = s == g->stage || !shared ? g : m->stages[s];
+      for (int i = 0; i < sg->wcasts.len; i++) {
+        Value *c = ((Node *)sg->wcasts.data[i])->out;
+        c->persistent = true;
+        c->offset = off;
+        off += align_up(bytes_of(c));
+      }
+    }
+  }
+  mp->wcopy_bytes = off - mp->wcopy_offset;
+  mp->persistent_bytes = off;
   /* A pipeline stage keeps what its backward reads of a microbatch's
    * forward in that microbatch's stash slot, and the messages it sends
    * (activation, input gradient) there until they are delivered. */
@@ -344,6 +364,8 @@ static void layout_ranks(Module *m) {
       all->zero_gshard_offset = c0->zero_gshard_offset;
       all->zero_opt_offset = c0->zero_opt_offset;
       all->opt_stats_offset = c0->opt_stats_offset;
+      all->wcopy_offset = c0->wcopy_offset;
+      all->wcopy_bytes = c0->wcopy_bytes;
     }
     for (int c = 0; c < v; c++) {
       MemPlan *cm = &m->stage_mem[c * pp + r];
@@ -354,6 +376,7 @@ static void layout_ranks(Module *m) {
         all->param_bytes += cm->param_bytes;
         all->grad_bytes += cm->grad_bytes;
         all->optstate_bytes += cm->optstate_bytes;
+        all->wcopy_bytes += cm->wcopy_bytes;
       }
       all->input_bytes += cm->input_bytes;
       all->nbuffers += cm->nbuffers;

@@ -28,6 +28,9 @@ int pass_memplan_all(Module *m);
 /* memplan's persistent layout for a plan with gradient buckets (zero.c):
  * 1 with *end set, or 0 when the plan has none. */
 int zero_memplan(Module *m, int64_t *end);
+/* ZeRO-3 on a data-parallel mesh: parameters are gathered per use, never
+ * whole on a rank for the step. */
+bool zero_gathers_params(const Module *m);
 /* The buckets of pipeline rank r: under an interleaved schedule its chunks'
  * in chunk order (one flat layout and one shard array under ZeRO); else
  * its stage's, or the model's. */
@@ -45,9 +48,12 @@ int pass_recompute(Module *m);
 /* precision = bf16 / fp16 (precision.c): 16-bit activations and their
  * gradients, fp32 parameters, gradients, state, statistics and loss; casts
  * before the kernels that read fp32 data.  precision_apply does it to one
- * stage graph (t: the 16-bit dtype; anything else: nothing). */
+ * stage graph (t: the 16-bit dtype; anything else: nothing); step_casts:
+ * a parameter read as 16-bit data gets one persistent copy made once per
+ * step (g->wcasts) instead of a cast before each reader (false under
+ * ZeRO-3, whose parameters are gathered per use). */
 int pass_precision(Module *m);
-int precision_apply(Graph *g, DType t);
+int precision_apply(Graph *g, DType t, bool step_casts);
 /* The forward values of g (after autodiff, before recompute) that policy
  * `how` drops for every layer: drop[value id] (for the cost model). */
 void recompute_dropped(Graph *g, Recompute how, bool *drop);

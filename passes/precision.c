@@ -18,11 +18,25 @@
  *   2. a gradient has its forward value's width (a parameter's: fp32).
  *   3. backward temporaries (a collective's adjoint) the width of their
  *      operand.
- *   4. where a kernel reads a data operand in fp32 (a parameter as a
- *      matmul's weight, a float input), a cast node right before it makes
- *      the 16-bit copy the kernel reads (transient: freed after the kernel);
- *      where an accumulation (acc, shard_bwd) adds one width into the other,
- *      its source is cast to its destination's.
+ *   4. where a kernel reads a data operand in fp32, a 16-bit copy:
+ *      - of a parameter the rank holds for the whole step (a matmul's
+ *        weight): one persistent copy per parameter, made by an OP_CAST
+ *        node in g->wcasts rather than the schedule; the per-rank program
+ *        runs those once per step, before the first microbatch and after
+ *        the last step's update (passes/program.c, the chunk's cast block),
+ *        and memplan places the copies after the optimizer state.  Every
+ *        microbatch's forward and backward (and a recompute) read the same
+ *        copy, as llm.c and Megatron keep one bf16 weight per step, where a
+ *        cast per reader read every fp32 weight and wrote its copy 2 x mb
+ *        times a step.  The values are the same: the masters do not change
+ *        between the microbatches, and the cast rounds them alike.
+ *      - of anything else (a float input, a view or shard of a parameter,
+ *        and under ZeRO-3 every parameter: gathered into a transient copy
+ *        of its bucket before its forward and again before its backward,
+ *        never whole for the step, so there is nothing to cast once), a
+ *        cast node right before the kernel (transient: freed after it).
+ *      Where an accumulation (acc, shard_bwd) adds one width into the
+ *      other, its source is cast to its destination's.
  * Node ids stay schedule positions (dropout_bwd's forward index follows).
  */
 #include <stdlib.h>
@@ -120,7 +134,7 @@ static int by_before(const void *a, const void *b) {
   return x->before != y->before ? (x->before < y->before ? -1 : 1) : (x->n->id < y->n->id ? -1 : 1);
 }
 
-int precision_apply(Graph *g, DType t) {
+int precision_apply(Graph *g, DType t, bool step_casts) {
   if (!is16(t)) return 0;
   int nn = g->nodes.len;
   /* the activation received from the previous pipeline stage (an input) */
@@ -186,6 +200,26 @@ int precision_apply(Graph *g, DType t) {
         want = n->out->dtype;
       else
         continue;
+      /* a parameter the rank holds for the whole step: one persistent copy,
+       * cast once per step (the graph's wcasts; memplan places it) */
+      if (step_casts && want == t && v->role == ROLE_PARAM && !v->alias) {
+        Node *w = NULL;
+        for (int c = 0; c < g->wcasts.len && !w; c++)
+          if (((Node *)g->wcasts.data[c])->in[0] == v) w = g->wcasts.data[c];
+        if (!w) {
+          Attrs a = {0};
+          a.i[0] = t;
+          a.ni = 1;
+          w = ir_add(g, OP_CAST, &v, 1, &a, v->loc, "", "cast");
+          if (!w) return -1;
+          g->nodes.len--;   /* not in the schedule: the step runs it */
+          w->id = -1;
+          w->out->role = ROLE_ACT;
+          vec_push(&g->wcasts, w);
+        }
+        n->in[k] = w->out;
+        continue;
+      }
       /* one cast per value and node */
       Value *done = NULL;
       for (int c = 0; c < ncast; c++)
@@ -234,7 +268,9 @@ int precision_apply(Graph *g, DType t) {
   return 0;
 }
 
-static int precision_stage(Module *m) { return precision_apply(m->graph, m->train.precision); }
+static int precision_stage(Module *m) {
+  return precision_apply(m->graph, m->train.precision, !zero_gathers_params(m));
+}
 
 int pass_precision(Module *m) {
   if (!is16(m->train.precision)) return 0;

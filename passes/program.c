@@ -13,6 +13,8 @@
  *   backward (to and from virtual stages vs -+ 1, tagged 2 (k S + the lower
  *   stage) + (1 for a gradient)), gradient buckets started in the last
  *   microbatch;
+ * - the 16-bit weight copies of precision = bf16, made once per step before
+ *   the microbatches (each chunk's cast block);
  * - the schedule of each pipeline rank (passes/schedule.c);
  * - the step: gradient reductions, the loss and gradient-norm sums, the
  *   optimizer, ZeRO's parameter gathers;
@@ -448,6 +450,16 @@ static void pipe_msg(B *b, PBlock *bl, PInstrKind k, Value *v, int peer, int low
   comm(in, PC_P2P, AX_PP, k == PI_RECV ? "recv" : "send", (uint64_t)in->count * 4 * b->scale);
 }
 
+/* The step's cast of a parameter into its persistent 16-bit copy. */
+static void cast_loop(B *b, PBlock *bl, Node *n) {
+  Loop L = {0};
+  L.n = numel(n->out);
+  SExpr *x = loop_arg(b, &L, n->in[0], false);
+  loop_out(b, &L, n->out, "=", false, fuse_op_expr(n, &x));
+  PInstr *in = add(bl, PI_LOOP, n);
+  in->loop = loop_copy(&L);
+}
+
 static void build_chunk(B *b, int k0) {
   PChunk *c = b->c;
   Graph *g = c->g;
@@ -457,6 +469,7 @@ static void build_chunk(B *b, int k0) {
   c->ndbias = b->f->ndbias;
   c->nchains = b->f->nchains;
   c->nchained = b->f->nchained;
+  for (int i = 0; i < g->wcasts.len; i++) cast_loop(b, &c->cast, g->wcasts.data[i]);
   if (b->p->data != PDATA_NONE) {
     PInstr *ld = add(&c->fwd, PI_LOAD, NULL);
     ld->out[0] = ref(b, g->inputs.data[k0]);

@@ -189,9 +189,11 @@ void prog_print(FILE *out, const Module *m) {
     fprintf(out, "program %s: %d chunk%s, %d microbatch%s per step, %d instructions in the step\n",
             p->chunk[0].g->model, p->nchunks, p->nchunks == 1 ? "" : "s", p->mb,
             p->mb == 1 ? "" : "es", p->nstep);
-    fprintf(out, "arena: %s bytes = persistent %s (params %s, grads %s, optimizer %s) + transient %s%s\n",
+    fprintf(out, "arena: %s bytes = persistent %s (params %s, grads %s, optimizer %s%s) + transient %s%s\n",
             commas(mp->arena_bytes), commas(mp->persistent_bytes), commas(mp->param_bytes),
-            commas(mp->grad_bytes), commas(mp->optstate_bytes), commas(mp->transient_peak),
+            commas(mp->grad_bytes), commas(mp->optstate_bytes),
+            mp->wcopy_bytes ? arena_printf(", 16-bit weight copies %s", commas(mp->wcopy_bytes)) : "",
+            commas(mp->transient_peak),
             mp->arena_bytes > mp->persistent_bytes + mp->transient_peak
                 ? arena_printf(" + stash %s", commas(mp->arena_bytes - mp->persistent_bytes - mp->transient_peak))
                 : "");
@@ -200,6 +202,10 @@ void prog_print(FILE *out, const Module *m) {
       if (m->nstages > 1)
         fprintf(out, "chunk %d: stage %d, stash %d slot%s x %s bytes at %s\n", c, ch->vs, ch->slots,
                 ch->slots == 1 ? "" : "s", commas(ch->stash_bytes), commas(ch->stash_off));
+      if (ch->cast.n) {
+        fprintf(out, "cast (once per step, before the first microbatch):\n");
+        block(out, p, c, &ch->cast, "cast");
+      }
       fprintf(out, "forward:\n");
       block(out, p, c, &ch->fwd, "fwd");
       if (ch->g->pipe_out) fprintf(out, "  (returns 0: the last stage has the loss)\n");

@@ -294,7 +294,7 @@ static int64_t try_plan(Module *m, const Graph *g, const Recompute *how, const b
   MemPlan keep_mem = m->mem;
   bool keep_planned = m->planned;
   m->graph = c;
-  int rc = precision_apply(c, m->train.precision);
+  int rc = precision_apply(c, m->train.precision, !zero_gathers_params(m));
   if (!rc) rc = pass_zero(m);
   if (!rc) rc = pass_memplan(m);
   int64_t bytes = rc ? -1 : m->mem.arena_bytes;

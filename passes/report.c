@@ -54,6 +54,12 @@ static void comm_line(FILE *out, const Module *m, const char *pf, const char *wh
 
 /* A pipeline: the schedule, then per stage its layers, memory (with the
  * stash slots) and communication. */
+/* "bf16 weight copies 237.35 MiB, " (precision = bf16), or nothing. */
+static const char *wcopy_text(const MemPlan *mp) {
+  return mp->wcopy_bytes ? arena_printf("16-bit weight copies %s, ", human_bytes((double)mp->wcopy_bytes))
+                         : "";
+}
+
 static void report_stages(FILE *out, Module *m, const char *pf) {
   const Plan *p = &m->train.plan;
   Graph *sel = m->graph;
@@ -75,10 +81,11 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
     fprintf(out, "%sstage %d:  %s; %d params, %d nodes%s\n", pf, s, m->stage_desc[s],
             g->params.len, g->nodes.len,
             v > 1 ? arena_printf(" (pipeline rank %d, chunk %d)", s % p->pp, s / p->pp) : "");
-    fprintf(out, "%s  memory: %s bytes per rank (%s): params %s, grads %s, optimizer %s, "
+    fprintf(out, "%s  memory: %s bytes per rank (%s): params %s, grads %s, optimizer %s, %s"
                  "activations %s at node %d, stash %d slot%s x %s bytes%s\n",
             pf, a, human_bytes((double)mp->arena_bytes), human_bytes((double)mp->param_bytes),
             human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
+            wcopy_text(mp),
             human_bytes((double)mp->transient_peak), mp->peak_node, mp->slots,
             mp->slots == 1 ? "" : "s", st,
             /* ZeRO over interleaved chunks: one layout per rank (zero.c) */
@@ -226,10 +233,11 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
     const MemPlan *mp = &m->mem;
     char a[32];
     report_commas(a, sizeof a, mp->arena_bytes);
-    fprintf(out, "%smemory:   %s bytes per rank (%s): params %s, grads %s, optimizer %s, "
+    fprintf(out, "%smemory:   %s bytes per rank (%s): params %s, grads %s, optimizer %s, %s"
                  "activations+inputs %s at node %d\n",
             pf, a, human_bytes((double)mp->arena_bytes), human_bytes((double)mp->param_bytes),
             human_bytes((double)mp->grad_bytes), human_bytes((double)mp->optstate_bytes),
+            wcopy_text(mp),
             human_bytes((double)mp->transient_peak), mp->peak_node);
     if (t->mesh && t->mesh->ndev > 1) comm_line(out, m, pf, "comm:     ");
   }

@@ -183,6 +183,12 @@ static int64_t owner_layout(Bucket *b, int dp, int64_t *owned) {
   return chunk * dp;
 }
 
+bool zero_gathers_params(const Module *m) {
+  const Plan *pl = &m->train.plan;
+  bool ring = pl->sp_kind == SP_RING && pl->sp > 1;
+  return pl->zero == 3 && pl->dp * (ring ? pl->sp : 1) > 1;
+}
+
 int pass_zero(Module *m) {
   Graph *g = m->graph;
   const Plan *pl = &m->train.plan;

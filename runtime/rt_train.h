@@ -88,6 +88,8 @@ typedef struct RtChunk {
   int64_t grads_offset, grads_bytes;  /* its parameter gradients, one range: zeroed per step */
   int64_t stash_offset, stash_bytes;  /* pipelines: its stash slots, */
   int slots;                          /* the most microbatches in flight on it */
+  RtBackwardFn cast;                  /* once per step before the microbatches: the 16-bit
+                                       * weight copies (precision = bf16), or NULL */
 } RtChunk;
 
 /* One action of a pipeline rank's schedule. */

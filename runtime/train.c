@@ -846,6 +846,10 @@ static double run_microbatches(Trainer *t, long step, int with_backward) {
   RtPass p = {.arena = t->dev, .step = step, .seed = t->args.seed,
               .mesh = t->mesh, .t = t};
   double loss = 0;
+  /* the step's 16-bit weight copies, from the masters the last update wrote */
+  for (int c = 0; c < pg->nchunks; c++)
+    if (pg->chunks[c].cast)
+      pg->chunks[c].cast(&p);
   if (pg->order) {
     loss = run_schedule(t, &p, with_backward);
   } else {

@@ -338,8 +338,9 @@ expect memory-no-check-plan 0 '^memory:   22,822,976 bytes per rank' -- "$bin" c
 sed 's/precision = bf16/precision = fp32/' samples/gpt2-124m.shard >"$tmp/gpt2-fp32.shard"
 expect memory-cli-mesh 1 "gpt2-fp32.shard:27:14: error: the plan does not fit in device memory: every rank needs 18,355,507,328 bytes \(17.09 GiB\), but a device of mesh '8' \(cpu\) has 16,000,000,000 bytes \(14.90 GiB\)" -- "$bin" check "$tmp/gpt2-fp32.shard" --mesh 8
 # bf16 (the cuda target's precision): half the activations, the same fp32
-# parameters, gradients and optimizer state
-expect memory-bf16-plan 0 "^memory:   10,264,098,304 bytes per rank \(9.56 GiB\): params 474.70 MiB, grads 474.70 MiB, optimizer 949.40 MiB, activations\+inputs 7.70 GiB" -- "$bin" compile samples/gpt2-124m.shard --target cuda
+# parameters, gradients and optimizer state, and the 16-bit copies of the
+# weights matmuls read (cast once per step; 2 bytes per element)
+expect memory-bf16-plan 0 "^memory:   10,426,758,784 bytes per rank \(9.71 GiB\): params 474.70 MiB, grads 474.70 MiB, optimizer 949.40 MiB, 16-bit weight copies 235.62 MiB, activations\+inputs 7.63 GiB" -- "$bin" compile samples/gpt2-124m.shard --target cuda
 expect memory-fits-h100 1 '^samples/gpt2-124m.shard:26:15: error: precision bf16' -- "$bin" check samples/gpt2-124m.shard --mesh 8:H100_SXM
 
 # FLOPs (passes/report.c plan_flops; tests/unit/test_flops.c against the
@@ -366,6 +367,33 @@ expect strategy-bad-key 1 "unknown strategy key 'tq'" -- "$bin" check samples/gp
 expect strategy-tp-heads 1 'attention: heads 4 cannot be split over tp=8' -- "$bin" check samples/gpt.shard --mesh 8 --strategy tp=8
 expect model-flag-bad 1 "--model 'nope' is not a model" -- "$bin" check samples/gpt.shard --model nope
 expect warnings-quiet 0 '' -- "$bin" check samples/gpt.shard -w
+
+# precision = bf16 with 4 microbatches (passes/precision.c): each weight a
+# matmul reads has one 16-bit copy, cast once per step in the program's cast
+# block, and no cast in the forward or backward; under zero=3 (parameters
+# gathered per use) the casts stay before their readers.
+sed 's/precision = fp32/precision = bf16/' samples/gpt.shard >"$tmp/gpt_bf16.shard"
+bf16_casts() {
+  local name="$1" want="$2" out ncast nuniq nmm nuse
+  shift 2
+  out=$(timeout 20 "$bin" compile "$tmp/gpt_bf16.shard" --target cuda --emit=program "$@" 2>&1)
+  ncast=$(grep -cE '^  cast\.[0-9]+ ' <<<"$out")
+  nuniq=$(grep -E '^  cast\.[0-9]+ ' <<<"$out" | grep -oE '= cast @[^ }]+' | sort -u | wc -l)
+  nmm=$(grep -E '^  fwd\.[0-9]+ ' <<<"$out" | grep -c '= matmul ')
+  nuse=$(grep -E '^  (fwd|bwd)\.[0-9]+ ' <<<"$out" | grep -c '= cast @')
+  if [ "$want" = once ] && [ "$ncast" -gt 0 ] && [ "$ncast" = "$nuniq" ] && [ "$ncast" = "$nmm" ] &&
+     [ "$nuse" = 0 ] && grep -q '16-bit weight copies' <<<"$out"; then
+    pass=$((pass + 1))
+  elif [ "$want" = per-use ] && [ "$ncast" = 0 ] && [ "$nuse" -ge $((2 * nmm)) ]; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL: $name: $ncast step casts ($nuniq weights), $nmm matmuls, $nuse casts in the microbatch (want $want)"
+    fail=$((fail + 1))
+  fi
+}
+bf16_casts bf16-casts-once once --mesh 1 --strategy dp=1,mb=4
+bf16_casts bf16-casts-once-pp once --mesh 2 --strategy pp=2,mb=4
+bf16_casts bf16-casts-zero3 per-use --mesh 2 --strategy dp=2,zero=3,mb=2
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

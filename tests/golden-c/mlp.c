@@ -126,9 +126,9 @@ static void backward(RtPass *p) {
 }
 
 /* The chunks: forward, backward, virtual stage, gradients (offset, bytes), stash
- * slots (offset, bytes of one, how many). */
+ * slots (offset, bytes of one, how many), the step's weight casts (or NULL). */
 static const RtChunk chunks[1] = {
-    {forward, backward, 0, 340032, 340032, 0, 0, 0},
+    {forward, backward, 0, 340032, 340032, 0, 0, 0, NULL},
 };
 
 /* The step after the microbatches: {op, axis, mode, byte offset, count, divisor}. */
