@@ -23,7 +23,7 @@ void dsyevd_(const char *jobz, const char *uplo, const int *n, double *a, const 
  * bits). Exactly 0 below -87.33 (so exp(-inf) = 0), saturates near 2.2e38
  * above 88.3 instead of overflowing, NaN stays NaN. */
 static inline float rt_expf_(float x0) {
-  float x = x0 < -87.33f ? -87.33f : x0;
+  float x = x0 < -87.33f ? -87.33f : x0; // selects between values only: the loop vectorizes
   x = x > 88.3f ? 88.3f : x;
   // t's low mantissa bits hold n = round(x / ln 2), without a float->int conversion
   float t = x * 1.44269504088896341f + 12582912.0f;
@@ -42,7 +42,8 @@ static inline float rt_expf_(float x0) {
   uint32_t sbits = (bits << 23) + (127u << 23); // 2^n
   float s;
   memcpy(&s, &sbits, sizeof s);
-  return x0 < -87.33f ? 0.0f : p * s;
+  float y = p * s; // computed on every lane, then selected (no product under a branch)
+  return x0 < -87.33f ? 0.0f : y;
 }
 
 #define REAL float
