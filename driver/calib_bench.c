@@ -83,6 +83,7 @@ int main(int argc, char **argv) {
   int threads = cores > 0 && local > 0 ? (int)(cores / local) : 1;
   if (threads < 1) threads = 1;
   if (openblas_set_num_threads && !getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(threads);
+  if (!getenv("OMP_NUM_THREADS") && !getenv("OPENBLAS_NUM_THREADS")) rt_set_threads(threads); /* the kernels' pool */
 
   FILE *out = NULL;
   if (!rank) {
@@ -155,6 +156,11 @@ int main(int argc, char **argv) {
     }
     fprintf(out, "],\n");
   }
+  /* The GEMMs left their products in the pool, and products of products
+   * shrink towards subnormal floats, which some CPUs compute many times
+   * slower: the pool is refilled with values of an activation's range
+   * before the sections that read it next. */
+  for (long i = 0; i < POOL; i++) pool[i] = -2.0f + 4e-3f * (float)(i % 1001);
   /* ---- memory-bound: y = a + s*b over sizes (3 streams) ---- */
   if (!rank) fprintf(out, "\"bw\": [");
   {
@@ -162,7 +168,14 @@ int main(int argc, char **argv) {
     for (long n = 1024; n <= (long)MAXD * MAXD * 4; n *= 4) {
       double bytes = 3.0 * n * 4, t;
       int reps = reps_for(bytes, 5e9 / world);
-      TIME_ALL(reps, for (long i = 0; i < n; i++) C[i] = A[i] + 0.5f * B[i], t);
+      /* the three arrays rotate through the pool, as a step's kernels meet
+       * activations written long before (a GEMM or more in between): warm
+       * arrays would measure the cache, 2-3x the bandwidth a layernorm or a
+       * fused loop of a training step gets */
+      long slot = 0, nslots = POOL / (3 * n) > 1 ? POOL / (3 * n) : 1;
+      TIME_ALL(reps, slot = (slot + 1) % nslots; const float *a_ = pool + slot * 3 * n;
+               const float *b_ = a_ + n; float *c_ = (float *)b_ + n;
+               for (long i = 0; i < n; i++) c_[i] = a_[i] + 0.5f * b_[i], t);
       if (!rank) {
         fprintf(out, "%s[%.6g, %.6g]", first ? "" : ", ", bytes, bytes / t);
         first = 0;
@@ -192,6 +205,40 @@ int main(int argc, char **argv) {
       }
       if (!rank) fprintf(out, "%s\"%s\": %.6g", f ? ", " : "", names[f], t / NS);
     }
+  }
+  /* ---- the runtime's row and activation kernels a step calls, seconds
+   * per element: their passes over the rows, reductions and exp cost more
+   * than one streaming pass (GELU: an exp and a division per element;
+   * layernorm's backward: three passes and the weight gradients).  Rows of
+   * C = 1024, operands rotating through the pool (cold, as in a step). ---- */
+  if (!rank) fprintf(out, "},\n\"kernels\": {");
+  {
+    enum { KC = 1024, KR = 1024, KN = KC * KR };
+    float *st = A, *w = A + 4 * KR, *bb = w + KC, *dw = bb + KC, *db = dw + KC; /* small, warm */
+    for (int i = 0; i < 2 * KR; i++) st[i] = 1.0f + 1e-3f * (float)(i % 7);
+    for (long i = 0; i < POOL; i++) pool[i] = -2.0f + 4e-3f * (float)(i % 1001); /* as above */
+    long slot = 0, nslots = POOL / (3L * KN) > 1 ? POOL / (3L * KN) : 1;
+#define KOPS_ (slot = (slot + 1) % nslots, pool + slot * 3L * KN)
+    static const char *names[] = {"gelu", "gelu_bwd", "silu", "silu_bwd",
+                                  "layernorm", "layernorm_bwd", "rmsnorm", "rmsnorm_bwd"};
+    for (int k = 0; k < 8; k++) {
+      double t;
+      float *x, *y, *z;
+#define KBODY(call) TIME_ALL(0, x = KOPS_; y = x + KN; z = y + KN; call, t)
+      switch (k) {
+      case 0: KBODY(rt_gelu_forward_f32(y, x, KN)); break;
+      case 1: KBODY(rt_gelu_backward_f32(z, x, y, KN)); break;
+      case 2: KBODY(rt_silu_forward_f32(y, x, KN)); break;
+      case 3: KBODY(rt_silu_backward_f32(z, x, y, KN)); break;
+      case 4: KBODY(rt_layernorm_forward_eps_f32(y, st, st + KR, x, w, bb, KR, KC, 1e-5)); break;
+      case 5: KBODY(rt_layernorm_backward_f32(z, dw, db, y, x, w, st, st + KR, KR, KC)); break;
+      case 6: KBODY(rt_rmsnorm_forward_f32(y, st + KR, x, w, KR, KC, 1e-5)); break;
+      default: KBODY(rt_rmsnorm_backward_f32(z, dw, y, x, w, st + KR, KR, KC)); break;
+      }
+#undef KBODY
+      if (!rank) fprintf(out, "%s\"%s\": %.6g", k ? ", " : "", names[k], t / KN);
+    }
+#undef KOPS_
   }
   if (!rank) fprintf(out, "},\n\"coll\": [");
   /* ---- collectives: groups of n consecutive ranks, all at once ---- */

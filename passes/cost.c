@@ -13,6 +13,8 @@
 /* ---- hardware ---- */
 
 const char *const cost_sf_names[COST_SF_N] = {"exp", "log", "tanh", "erf", "sin", "cos", "pow", "sqrt"};
+const char *const cost_kern_names[COST_K_N] = {"gelu",      "gelu_bwd",      "silu",    "silu_bwd",
+                                               "layernorm", "layernorm_bwd", "rmsnorm", "rmsnorm_bwd"};
 
 void cost_hw_from_mesh(HwModel *hw, const Mesh *me, DType prec) {
   memset(hw, 0, sizeof *hw);
@@ -267,6 +269,21 @@ double cost_node(const HwModel *hw, const Node *n) {
   }
   default: break;
   }
+  /* the runtime's row and activation kernels at a profile's measured time
+   * per element (their exp, divisions and extra passes over the rows) */
+  int k = n->op == OP_GELU            ? COST_K_GELU
+          : n->op == OP_GELU_BWD      ? COST_K_GELU_BWD
+          : n->op == OP_SILU          ? COST_K_SILU
+          : n->op == OP_SILU_BWD      ? COST_K_SILU_BWD
+          : n->op == OP_LAYERNORM     ? COST_K_LAYERNORM
+          : n->op == OP_LAYERNORM_BWD ? COST_K_LAYERNORM_BWD
+          : n->op == OP_RMSNORM       ? COST_K_RMSNORM
+          : n->op == OP_RMSNORM_BWD   ? COST_K_RMSNORM_BWD
+                                      : -1;
+  if (k >= 0 && hw->kern[k] > 0) {
+    const Value *x = n->in[ir_ops[n->op].cls == OPC_B_UNARY || ir_ops[n->op].cls == OPC_B_NORM ? 1 : 0];
+    return (double)ir_numel(&x->shape) * hw->kern[k] + hw->launch_s;
+  }
   if (ir_is_comm(n->op) || ir_ops[n->op].cls == OPC_BUCKET || ir_ops[n->op].cls == OPC_LEAF ||
       ir_ops[n->op].cls == OPC_VIEW)
     return 0;
@@ -390,7 +407,7 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
   default: break;
   }
   /* zeroing the first writer's gradients */
-  for (int k = 0; k < in->nzero; k++) t += (double)in->zero_bytes[k] / (hw->mem_bw * hw->mem_eff);
+  for (int k = 0; k < in->nzero; k++) t += cost_membound(hw, (double)in->zero_bytes[k], 0); /* a memset each */
   /* communication: blocking inside the instruction (kernels with comm,
    * collectives, receives; a send's transfer is charged to its receiver) */
   if (in->comm.kind != PC_NONE && in->kind != PI_SEND && in->kind != PI_BUCKET)
@@ -898,6 +915,34 @@ static int jcoll(JReader *j, CostColl *c) {
   }
 }
 
+/* {"name": seconds, ...} into out[k] for names[k] (names it does not know
+ * are skipped); each between 0 and 1 ms. */
+static int jtimes(JReader *j, const char *const *names, int n, double *out, const char *what) {
+  if (jexpect(j, '{')) return -1;
+  jws(j);
+  if (*j->s == '}') {
+    j->s++;
+    return 0;
+  }
+  for (;;) {
+    char name[24], msg[96];
+    double v;
+    if (jstring(j, name, sizeof name) || jexpect(j, ':') || jnumber(j, &v)) return -1;
+    if (!(v >= 0 && v < 1e-3)) {
+      snprintf(msg, sizeof msg, "%s must be between 0 and 1 ms", what);
+      return jfail(j, msg);
+    }
+    for (int k = 0; k < n; k++)
+      if (!strcmp(name, names[k])) out[k] = v;
+    jws(j);
+    if (*j->s == ',') {
+      j->s++;
+      continue;
+    }
+    return jexpect(j, '}');
+  }
+}
+
 int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
   FILE *f = fopen(path, "rb");
   if (!f) {
@@ -948,30 +993,9 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
     } else if (!strcmp(key, "bw")) {
       if (jcurve(&j, &h.bw)) goto fail;
     } else if (!strcmp(key, "special")) {
-      /* {"exp": seconds, ...}: names it does not know are skipped */
-      if (jexpect(&j, '{')) goto fail;
-      jws(&j);
-      if (*j.s == '}') {
-        j.s++;
-      } else {
-        for (;;) {
-          char fn[16];
-          if (jstring(&j, fn, sizeof fn) || jexpect(&j, ':') || jnumber(&j, &v)) goto fail;
-          if (!(v >= 0 && v < 1e-3)) {
-            jfail(&j, "a special function's time must be between 0 and 1 ms");
-            goto fail;
-          }
-          for (int k = 0; k < COST_SF_N; k++)
-            if (!strcmp(fn, cost_sf_names[k])) h.special[k] = v;
-          jws(&j);
-          if (*j.s == ',') {
-            j.s++;
-            continue;
-          }
-          if (jexpect(&j, '}')) goto fail;
-          break;
-        }
-      }
+      if (jtimes(&j, cost_sf_names, COST_SF_N, h.special, "a special function's time")) goto fail;
+    } else if (!strcmp(key, "kernels")) {
+      if (jtimes(&j, cost_kern_names, COST_K_N, h.kern, "a kernel's time per element")) goto fail;
     } else if (!strcmp(key, "coll")) {
       if (jexpect(&j, '[')) goto fail;
       h.ncoll = 0;

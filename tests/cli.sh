@@ -226,6 +226,7 @@ if command -v mpirun >/dev/null && [ -x "$(dirname "$bin")/shardc-calib" ]; then
   SHARDC_CALIB_QUICK=1 expect calibrate 0 'wrote .*prof2.json: 2 ranks; SGEMM up to' -- "$bin" calibrate --np 2 -o "$tmp/prof2.json"
   expect compile-profile 0 'predicted step .* \(profile .*prof2.json \(cpu, 2 ranks\)\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy dp=2 --profile "$tmp/prof2.json"
   expect calibrate-special 0 '"special": \{"exp": [0-9.e-]+, "log": .*"tanh": [0-9.e-]+' -- cat "$tmp/prof2.json"
+  expect calibrate-kernels 0 '"kernels": \{"gelu": [0-9.e-]+, "gelu_bwd": .*"layernorm_bwd": [0-9.e-]+' -- cat "$tmp/prof2.json"
   expect explore-profile 0 'profile .*prof2.json' -- "$bin" explore samples/gpt.shard --mesh 2 --profile "$tmp/prof2.json"
 fi
 # the cuda calibrator's host build (rtc_calib.cu as host C++: no GPU, NCCL as MPI)
@@ -251,6 +252,8 @@ echo '{"not": 1}' >"$tmp/bad.json"
 expect profile-bad 1 'not a shardc profile' -- "$bin" compile samples/gpt.shard --profile "$tmp/bad.json"
 printf '{"shardc_profile": 1, "special": {"tanh": -1}}' >"$tmp/badsf.json"
 expect profile-bad-special 1 "special function's time must be between 0 and 1 ms" -- "$bin" compile samples/gpt.shard --profile "$tmp/badsf.json"
+printf '{"shardc_profile": 1, "kernels": {"gelu": 2}}' >"$tmp/badk.json"
+expect profile-bad-kernel 1 "kernel's time per element must be between 0 and 1 ms" -- "$bin" compile samples/gpt.shard --profile "$tmp/badk.json"
 expect profile-missing 1 'profile /nonexistent.json: cannot open it' -- "$bin" explore samples/gpt.shard --profile /nonexistent.json
 expect calibrate-no-out 1 'no output file' -- "$bin" calibrate --np 2
 expect explore-report 0 'plans evaluated' -- "$bin" explore bench/models/gpt3-175b.shard --top 3 --report "$tmp/report.html"

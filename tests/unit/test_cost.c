@@ -199,7 +199,8 @@ int main(void) {
     if (f) {
       fputs("{\"shardc_profile\": 1, \"device\": \"test GPU\", \"np\": 1, \"launch_s\": 0,\n"
             "\"gemm\": [[1e6, 1e12], [1e9, 5e13]], \"gemm_bf16\": [[1e6, 2e12], [1e9, 4e14]],\n"
-            "\"bw\": [[1e6, 1e12]], \"coll\": []}\n",
+            "\"bw\": [[1e6, 1e12]], \"kernels\": {\"gelu\": 3e-9, \"future\": 1e-9, \"layernorm_bwd\": 5e-9},\n"
+            "\"coll\": []}\n",
             f);
       fclose(f);
       HwModel b16 = h100(1), f32 = h100(1);
@@ -212,6 +213,30 @@ int main(void) {
       /* 1000^3: 2e9 FLOPs, past the curve's end */
       ASSERT_NEAR(2e9 / 4e14, cost_gemm(&b16, 1000, 1000, 1000), 1e-12);
       ASSERT_NEAR(2e9 / 5e13, cost_gemm(&f32, 1000, 1000, 1000), 1e-12);
+      /* the runtime kernels' times per element (names it does not know skipped) */
+      ASSERT_NEAR(3e-9, f32.kern[COST_K_GELU], 1e-20);
+      ASSERT_NEAR(5e-9, f32.kern[COST_K_LAYERNORM_BWD], 1e-20);
+      ASSERT_NEAR(0.0, f32.kern[COST_K_SILU], 1e-20);
+      /* and the nodes priced by them: a GELU and a layernorm backward of
+       * the gpt sample, per element of their input (x: the backward's
+       * second operand); a layernorm forward keeps the streaming formula */
+      Module *m1 = compile("../samples/gpt.shard", "1", "dp=1");
+      ASSERT(1, m1 != NULL);
+      int seen = 0;
+      for (int i = 0; m1 && i < m1->graph->nodes.len; i++) {
+        const Node *n = m1->graph->nodes.data[i];
+        if (n->op == OP_GELU || n->op == OP_LAYERNORM_BWD) {
+          double per = n->op == OP_GELU ? 3e-9 : 5e-9;
+          const Value *x = n->in[n->op == OP_GELU ? 0 : 1];
+          ASSERT_NEAR((double)ir_numel(&x->shape) * per, cost_node(&f32, n), 1e-15);
+          seen |= n->op == OP_GELU ? 1 : 2;
+        } else if (n->op == OP_LAYERNORM) {
+          HwModel none = f32;
+          memset(none.kern, 0, sizeof none.kern);
+          ASSERT_NEAR(cost_node(&none, n), cost_node(&f32, n), 1e-15);
+        }
+      }
+      ASSERT(3, seen);
       remove(path);
     }
   }
