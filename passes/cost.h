@@ -29,6 +29,16 @@ typedef struct CostColl {
   CostCurve t;        /* seconds vs bytes per rank */
 } CostColl;
 
+/* The special functions a fused loop evaluates per element. */
+enum { COST_SF_EXP, COST_SF_LOG, COST_SF_TANH, COST_SF_ERF, COST_SF_SIN, COST_SF_COS, COST_SF_POW,
+       COST_SF_SQRT, COST_SF_N };
+extern const char *const cost_sf_names[COST_SF_N];
+
+/* The runtime kernels a profile times per element ("kernels"). */
+enum { COST_K_GELU, COST_K_GELU_BWD, COST_K_SILU, COST_K_SILU_BWD, COST_K_LAYERNORM,
+       COST_K_LAYERNORM_BWD, COST_K_RMSNORM, COST_K_RMSNORM_BWD, COST_K_N };
+extern const char *const cost_kern_names[COST_K_N];
+
 /* The hardware model one evaluation uses. */
 typedef struct HwModel {
   char source[160];       /* "catalog H100_SXM, bf16" or "profile P.json (...)" */
@@ -52,22 +62,13 @@ typedef struct HwModel {
   /* seconds per evaluation of each special function (COST_SF_*) a fused
    * loop calls, on top of its memory time: libm on a CPU core runs them one
    * element at a time; a GPU's special-function units hide them (0) */
-  double special[8];
+  double special[COST_SF_N];
   /* seconds per element of the runtime's row and activation kernels
    * (COST_K_*) as a profile measured them, operands cold (0: the
    * memory-bound formula) */
-  double kern[8];
+  double kern[COST_K_N];
 } HwModel;
 
-/* The special functions a fused loop evaluates per element. */
-enum { COST_SF_EXP, COST_SF_LOG, COST_SF_TANH, COST_SF_ERF, COST_SF_SIN, COST_SF_COS, COST_SF_POW,
-       COST_SF_SQRT, COST_SF_N };
-extern const char *const cost_sf_names[COST_SF_N];
-
-/* The runtime kernels a profile times per element ("kernels"). */
-enum { COST_K_GELU, COST_K_GELU_BWD, COST_K_SILU, COST_K_SILU_BWD, COST_K_LAYERNORM,
-       COST_K_LAYERNORM_BWD, COST_K_RMSNORM, COST_K_RMSNORM_BWD, COST_K_N };
-extern const char *const cost_kern_names[COST_K_N];
 
 /* The mesh's figures at a precision (DT_F32: tf32 on a device with tensor
  * cores only when tf32 is set, else plain fp32). */

@@ -240,9 +240,11 @@ transient:;
   {
     int pp = m->train.plan.pp;
     bool shared = g->buckets.len && m->nstages > pp && pp > 1 && m->train.plan.zero >= 1;
-    for (int s = shared ? g->stage % pp : g->stage; s < (shared ? m->nstages : g->stage + 1);
-         s += shared ? pp : 1) {
-      const Graph *sg = s == g->stage || !shared ? g : m->stages[s];
+    /* shared: the rank's chunks are stages stage % pp, + pp, ...; else this stage alone */
+    int first = shared ? g->stage % pp : g->stage, end = shared ? m->nstages : g->stage + 1,
+        stride = shared ? pp : 1;
+    for (int s = first; s < end; s += stride) {
+      const Graph *sg = s == g->stage ? g : m->stages[s];
       for (int i = 0; i < sg->wcasts.len; i++) {
         Value *c = ((Node *)sg->wcasts.data[i])->out;
         c->persistent = true;
