@@ -165,7 +165,8 @@ int cg_build_cpu(Module *m, const char *dir, const char *src) {
   const char *bin = arena_printf("%s/train", dir);
   PtrVec argv = {0};
   push_words(&argv, cc);
-  push_words(&argv, "-std=gnu11 -O2 -Wall");
+  push_words(&argv, "-std=gnu11 -Wall");
+  push_words(&argv, SHARDC_PROGRAM_CFLAGS);
   if (mpi) vec_push(&argv, "-DSHARDC_MPI=1");
   const char *data = cg_default_data(m);
   if (data) vec_push(&argv, arena_printf("-DDEFAULT_DATA=\"%s\"", data));

@@ -37,7 +37,7 @@ enum { P_COND = 3, P_OR = 4, P_AND = 5, P_LOGIC_OPERAND = 6, P_EQ = 9, P_REL = 1
 
 typedef struct Ctx {
   FILE *out;
-  int f64;
+  int f64, rtmath;
   const char *const *argnames;
   const SExpr **node;   /* distinct nodes, post-order (operands first) */
   int *uses, *temp;     /* per node: references; temporary number or -1 */
@@ -87,7 +87,10 @@ static int prec(const SExpr *e) {
   }
 }
 
-static const char *fn_name(SxKind k, int f64) {
+static const char *fn_name(SxKind k, int f64, int rtmath) {
+  /* rt_math.h's branch-free exp and tanh vectorize; libm's are scalar calls */
+  if (rtmath && !f64 && k == SX_EXP) return "rt_expf";
+  if (rtmath && !f64 && k == SX_TANH) return "rt_tanhf";
   static const struct { SxKind k; const char *f; } fns[] = {
       {SX_EXP, "exp"},   {SX_LOG, "log"}, {SX_TANH, "tanh"}, {SX_SQRT, "sqrt"},
       {SX_SIN, "sin"},   {SX_COS, "cos"}, {SX_ABS, "fabs"},  {SX_POW, "pow"},
@@ -155,7 +158,7 @@ static void print(Ctx *c, const SExpr *e, int minprec, int top) {
     print(c, e->c, P_COND, 0);
     break;
   default: {
-    const char *fn = fn_name(e->kind, c->f64);
+    const char *fn = fn_name(e->kind, c->f64, c->rtmath);
     fprintf(o, "%s(", fn ? fn : "unsupported_op");
     print(c, e->a, 0, 0);
     if (e->b) {
@@ -170,8 +173,9 @@ static void print(Ctx *c, const SExpr *e, int minprec, int top) {
 
 void cg_emit_exprs(FILE *out, SExpr *const *roots, const char *const *lhs,
                    const char *const *ops, int n, const char *const *argnames,
-                   const char *indent, int f64) {
-  Ctx c = {out, f64, argnames, NULL, NULL, NULL, 0, 0};
+                   const char *indent, int flags) {
+  const int f64 = !!(flags & CG_F64);
+  Ctx c = {out, f64, !!(flags & CG_RTMATH), argnames, NULL, NULL, NULL, 0, 0};
   for (int i = 0; i < n; i++) visit(&c, roots[i]);
   int ntemp = 0;
   for (int i = 0; i < c.n; i++) {

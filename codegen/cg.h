@@ -127,13 +127,16 @@ int cg_build_cuda_host(Module *m, const char *dir, const char *src);
 
 /* ---- cexpr.c ---- */
 
+/* cg_emit_exprs's flags: double arithmetic; rt_math.h's vectorizable
+ * rt_expf/rt_tanhf for float exp and tanh (the cpu target) */
+enum { CG_F64 = 1, CG_RTMATH = 2 };
 /* Emits `lhs[k] ops[k] roots[k];` for k < n, with every subexpression used
  * more than once computed once into `const T tN` temporaries (T = float, or
- * double when f64).  argnames name SX_ARG k.  Math functions and literals in
- * float (expf, 1.5f) or double (exp, 1.5). */
+ * double with CG_F64).  argnames name SX_ARG k.  Math functions and literals
+ * in float (expf, 1.5f) or double (exp, 1.5). */
 void cg_emit_exprs(FILE *out, SExpr *const *roots, const char *const *lhs,
                    const char *const *ops, int n, const char *const *argnames,
-                   const char *indent, int f64);
+                   const char *indent, int flags);
 /* A C literal for v: "0.5f" (f32) or "0.5" (f64), shortest that round-trips. */
 void cg_literal(char *buf, int cap, double v, int f64);
 

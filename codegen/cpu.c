@@ -57,7 +57,8 @@ int cg_check_values(Module *m, DType half) {
 static void prelude(Emit *e) {
   const RankProg *p = e->m->rprog[0];
   bool ring = p->ring > 1, summa = e->m->train.plan.tp2d > 1;
-  P(e, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"rt_train.h\"\n");
+  P(e, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"rt_math.h\"\n"
+       "#include \"rt_train.h\"\n");
   if (p->dist) P(e, "#include \"dist.h\"\n");
   if (ring) P(e, "#include \"dist_ring.h\"\n");
   if (summa) P(e, "#include \"dist_summa.h\"\n");
@@ -85,7 +86,7 @@ static void loop(Emit *e, const PLoop *L) {
   } else {
     P(e, "    for (size_t i = 0; i < %" PRId64 "; i++) {\n", L->n);
   }
-  cg_emit_exprs(e->o, L->expr, lhs, L->op, L->nout, argn, ind, e->f64);
+  cg_emit_exprs(e->o, L->expr, lhs, L->op, L->nout, argn, ind, e->f64 ? CG_F64 : CG_RTMATH);
   P(e, L->inner ? "      }\n  }\n" : "    }\n  }\n");
 }
 

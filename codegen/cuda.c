@@ -155,7 +155,7 @@ static void loop_body(Emit *e, const PLoop *L, const char **argn, const char **l
     }
     lhs[k] = tmp[k];
   }
-  cg_emit_exprs(e->o, L->expr, lhs, L->op, L->nout, argn, ind, e->f64);
+  cg_emit_exprs(e->o, L->expr, lhs, L->op, L->nout, argn, ind, e->f64 ? CG_F64 : 0);
   for (int k = 0; k < L->nout; k++) {
     bool last = tmp[k] != NULL;
     for (int j = k + 1; j < L->nout; j++) last &= !(tmp[j] && tmp[j] == tmp[k]);

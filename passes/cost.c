@@ -45,11 +45,12 @@ void cost_hw_from_mesh(HwModel *hw, const Mesh *me, DType prec) {
   hw->overlap = gpu ? 0.9 : 0.0;
   hw->per_node = me->per_node;
   hw->nodes = me->nodes;
-  /* One evaluation of glibc's scalar float functions on a ~3 GHz core: exp,
-   * log, sin, cos ~10 cycles, sqrt ~5, pow ~20, tanh and erf ~45 (through
-   * expm1).  A GPU evaluates them on its special-function units under the
-   * memory time of the kernel: free. */
-  static const double cpu_sf[COST_SF_N] = {3.5e-9, 4e-9, 16e-9, 14e-9, 3.5e-9, 3.5e-9, 6.5e-9, 1.5e-9};
+  /* One evaluation in a fused loop on a ~3 GHz core with 256-bit vectors:
+   * rt_math.h's exp and tanh vectorize (~2 and ~4 cycles an element:
+   * a polynomial, tanh's division); glibc's scalar log, sin, cos ~10 cycles,
+   * pow ~20, erf ~45; sqrt vectorizes (~1.5).  A GPU evaluates them on its
+   * special-function units under the memory time of the kernel: free. */
+  static const double cpu_sf[COST_SF_N] = {0.7e-9, 4e-9, 1.5e-9, 14e-9, 3.5e-9, 3.5e-9, 6.5e-9, 0.5e-9};
   for (int k = 0; k < COST_SF_N; k++) hw->special[k] = gpu ? 0 : cpu_sf[k];
   snprintf(hw->source, sizeof hw->source, "catalog %s, %s", me->device->name,
            half ? "bf16" : hw->peak == me->peak_tf32 ? "tf32" : "fp32");
@@ -356,17 +357,44 @@ static double comm_time(const HwModel *hw, const Plan *p, const PComm *c, const 
   }
 }
 
+/* The memory passes around SUMMA's local GEMMs (runtime/dist_summa.c):
+ * the forward's output set to the bias (or zeroed by the BLAS at beta 0)
+ * before the first step; in the backward every step writes its dX and dW
+ * partials by GEMMs at beta 0 (the BLAS zeroes them first), and each rank,
+ * root of one of the q steps' reduces, sums the received partial into its
+ * own and adds the result to its gradient (three passes each). */
+static double summa_passes(const HwModel *hw, const Node *n, int q) {
+  double elt = hw->elt;
+  if (n->op == OP_MATMUL) return cost_membound(hw, (double)ir_numel(&n->out->shape) * elt, 0);
+  if (n->op != OP_MATMUL_BWD) return 0;
+  double N = (double)n->in[2]->shape.d[0].n, K = (double)n->in[2]->shape.d[1].n;
+  double M = (double)ir_numel(&n->in[0]->shape) / N;
+  double t = 0;
+  for (int k = 0; k < 2; k++) {
+    double b = (k ? N : M) * K * elt;
+    t += q * cost_membound(hw, b, 0) + 2 * cost_membound(hw, 3 * b, 0);
+  }
+  return t;
+}
+
 double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
   const Plan *p = &m->train.plan;
   double t = 0;
   switch (in->kind) {
   case PI_KERNEL:
     t = in->n ? cost_node(hw, in->n) : 0;
+    /* a bias gradient summed by the matmul's backward: one more pass over dy */
+    if (in->n && in->n->op == OP_MATMUL_BWD && in->dbias.v)
+      t += cost_membound(hw, vbytes(in->n->in[0], hw->elt), 0) - hw->launch_s;
     /* SUMMA runs the local GEMM once per step of the q x q grid (the node's
      * shapes are one step's blocks); ring attention once per K/V block that
      * arrives, a causal mask skipping the blocks after its own (about
      * (P+1)/2 of P) */
-    if (in->n && ir_summa_q(in->n) > 1) t = (t - hw->launch_s) * ir_summa_q(in->n) + hw->launch_s;
+    if (in->n && ir_summa_q(in->n) > 1) {
+      int q = ir_summa_q(in->n);
+      t = (t - hw->launch_s) * q + hw->launch_s;
+      t += summa_passes(hw, in->n, q);
+    }
     if (in->n && ir_ring_size(in->n) > 1) {
       int P = ir_ring_size(in->n);
       bool causal = in->n->a.i[0] != 0;
@@ -379,9 +407,11 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
     for (int k = 0; l && k < l->nin; k++)
       bytes += (l->in[k].bcast ? (double)l->inner : (double)l->n) * vbytes(l->in[k].r.v, hw->elt) /
                (double)ir_numel(&l->in[k].r.v->shape);
+    /* an output broadcast over the rows (a bias gradient summed over
+     * them) is one row, read and written from cache per row */
     for (int k = 0; l && k < l->nout; k++)
-      bytes += (double)l->n * vbytes(l->out[k].r.v, hw->elt) / (double)ir_numel(&l->out[k].r.v->shape) *
-               (strcmp(l->op[k], "=") ? 2 : 1);
+      bytes += (l->out[k].bcast ? (double)l->inner : (double)l->n) * vbytes(l->out[k].r.v, hw->elt) /
+               (double)ir_numel(&l->out[k].r.v->shape) * (strcmp(l->op[k], "=") ? 2 : 1);
     for (int k = 0; k < in->nnodes; k++) flops += cost_node_flops(in->nodes[k]);
     t = cost_membound(hw, bytes, flops) + (l ? loop_special(hw, l) : 0);
     break;

@@ -7,6 +7,7 @@
 
 #include "dist.h"
 #include "rt_internal.h"
+#include "rt_math.h"
 
 /* Elements per MPI call where a call is split (allreduce, bcast, the
  * checkpoint messages): MPI counts are ints. */
@@ -370,32 +371,62 @@ void rt_progress(RtMesh *m, int n, MPI_Request *reqs) {
 }
 
 /* ---- vocab-parallel cross-entropy ----
- * Per-row pieces, written once per element type: the local max (NaNs
- * skipped, -inf for an empty slice), Σ exp(x - mx) in double, and the
- * gradient row. */
+ * Per-row pieces: the local max (NaNs skipped, -inf for an empty slice),
+ * Σ exp(x - mx) summed in double, and the gradient row.  The f32 pieces
+ * take exp in float from rt_math.h as the one-rank kernel does (a
+ * vectorized polynomial: libm's double exp was a tenth of a tp2d step), the
+ * f64 ones libm's. */
 
-#define RT_VP_ROWS(REAL, SFX)                                                         \
-  static double vp_max##SFX(const REAL *x, int n) {                                   \
-    REAL mx = -INFINITY;                                                              \
-    for (int i = 0; i < n; i++)                                                       \
-      mx = x[i] > mx ? x[i] : mx;                                                     \
-    return mx;                                                                        \
-  }                                                                                   \
-  static double vp_sumexp##SFX(const REAL *x, int n, double mx) {                     \
-    double s = 0;                                                                     \
-    for (int i = 0; i < n; i++)                                                       \
-      s += exp((double)x[i] - mx);                                                    \
-    return s;                                                                         \
-  }                                                                                   \
-  /* dx += (exp(x - lse) - (i == tl))·scale; tl < 0 or >= n: not in this slice */    \
-  static void vp_grad##SFX(REAL *dx, const REAL *x, int n, double lse, int tl,        \
-                           double scale) {                                            \
-    for (int i = 0; i < n; i++)                                                       \
-      dx[i] += (REAL)((exp((double)x[i] - lse) - (i == tl)) * scale);                 \
+static double vp_max_f32(const float *x, int n) {
+  float mx = -INFINITY;
+  for (int i = 0; i < n; i++)
+    mx = x[i] > mx ? x[i] : mx;
+  return mx;
+}
+static double vp_max_f64(const double *x, int n) {
+  double mx = -INFINITY;
+  for (int i = 0; i < n; i++)
+    mx = x[i] > mx ? x[i] : mx;
+  return mx;
+}
+static double vp_sumexp_f32(const float *x, int n, double mx) {
+  /* eight partial sums in a fixed order (one dependent add per element
+   * was the loop's bound), a chunk's exps first: both loops vectorize */
+  enum { CH = 256, LN = 8 };
+  float e[CH], m = (float)mx; /* mx is a float of the row (or -inf) */
+  double acc[LN] = {0};
+  for (int i0 = 0; i0 < n; i0 += CH) {
+    int c = n - i0 < CH ? n - i0 : CH;
+    for (int i = 0; i < c; i++)
+      e[i] = rt_expf(x[i0 + i] - m);
+    for (int i = c; i < (c + LN - 1) / LN * LN; i++)
+      e[i] = 0;
+    for (int i = 0; i < c; i += LN)
+      for (int j = 0; j < LN; j++)
+        acc[j] += e[i + j];
   }
-
-RT_VP_ROWS(float, _f32)
-RT_VP_ROWS(double, _f64)
+  double s = 0;
+  for (int j = 0; j < LN; j++)
+    s += acc[j];
+  return s;
+}
+static double vp_sumexp_f64(const double *x, int n, double mx) {
+  double s = 0;
+  for (int i = 0; i < n; i++)
+    s += exp(x[i] - mx);
+  return s;
+}
+/* dx += (exp(x - lse) - (i == tl))·scale; tl < 0 or >= n: not in this slice.
+ * In float, lse and scale rounded once, as the one-rank kernel has them. */
+static void vp_grad_f32(float *dx, const float *x, int n, double lse, int tl, double scale) {
+  const float l = (float)lse, sc = (float)scale;
+  for (int i = 0; i < n; i++)
+    dx[i] += (rt_expf(x[i] - l) - (float)(i == tl)) * sc;
+}
+static void vp_grad_f64(double *dx, const double *x, int n, double lse, int tl, double scale) {
+  for (int i = 0; i < n; i++)
+    dx[i] += (exp(x[i] - lse) - (i == tl)) * scale;
+}
 
 #define VP_ROW(esize, base, n, Vl) ((const char *)(base) + (size_t)(n) * (Vl) * (esize))
 

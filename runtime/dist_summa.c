@@ -26,6 +26,24 @@ static void summa_order_fail_(MPI_Comm comm, int step, const char *why) {
   MPI_Abort(comm, 1);
 }
 
+/* Σ TERM(c) for c < n into the double `out`, in RT_DSUM_LANES partial sums
+ * added in a fixed order (so every run rounds alike): one dependent add
+ * per element bound the split norms' row sums at 4 cycles an element;
+ * lanes vectorize. */
+#define RT_DSUM_LANES 8
+#define RT_DSUM(out, n, TERM)                                                      \
+  do {                                                                             \
+    double acc_[RT_DSUM_LANES] = {0};                                              \
+    int c_ = 0;                                                                    \
+    for (; c_ + RT_DSUM_LANES <= (n); c_ += RT_DSUM_LANES)                         \
+      for (int j_ = 0; j_ < RT_DSUM_LANES; j_++)                                   \
+        acc_[j_] += TERM(c_ + j_);                                                 \
+    for (; c_ < (n); c_++)                                                         \
+      acc_[c_ % RT_DSUM_LANES] += TERM(c_);                                        \
+    out = ((acc_[0] + acc_[1]) + (acc_[2] + acc_[3])) +                            \
+          ((acc_[4] + acc_[5]) + (acc_[6] + acc_[7]));                             \
+  } while (0)
+
 /* MPI counts are ints: a collective on more elements goes in pieces. */
 #define RT_MPI_PIECE ((size_t)1 << 30)
 
@@ -201,12 +219,14 @@ void FN(rt_layernorm_split_forward)(MPI_Comm comm, uint64_t *bytes, REAL *out, R
   RT_OMP_FOR((size_t)N * Cl)
   for (int n = 0; n < N; n++) {
     const REAL *xr = x + (size_t)n * Cl;
-    double s = 0, m2 = 0;
-    for (int c = 0; c < Cl; c++)
-      s += xr[c];
+    double s, m2;
+#define TERM(c) (double)xr[c]
+    RT_DSUM(s, Cl, TERM);
+#undef TERM
     double m = Cl > 0 ? s / Cl : 0;
-    for (int c = 0; c < Cl; c++)
-      m2 += (xr[c] - m) * (xr[c] - m);
+#define TERM(c) ((double)xr[c] - m) * ((double)xr[c] - m)
+    RT_DSUM(m2, Cl, TERM);
+#undef TERM
     scratch[2 * n] = s;
     scratch[2 * n + 1] = m2 + s * m; // Σx² = Σ(x - m)² + Cl·m²
   }
@@ -247,12 +267,13 @@ void FN(rt_layernorm_split_backward)(MPI_Comm comm, uint64_t *bytes, REAL *dx, R
   for (int n = 0; n < N; n++) {
     const REAL *xr = x + (size_t)n * Cl, *dy = dout + (size_t)n * Cl;
     REAL m = mean[n], s = rstd[n];
-    double a = 0, an = 0;
-    for (int c = 0; c < Cl; c++) {
-      REAL dnorm = w[c] * dy[c];
-      a += dnorm;
-      an += dnorm * ((xr[c] - m) * s);
-    }
+    double a, an;
+#define TERM(c) (double)(w[c] * dy[c])
+    RT_DSUM(a, Cl, TERM);
+#undef TERM
+#define TERM(c) (double)((w[c] * dy[c]) * ((xr[c] - m) * s))
+    RT_DSUM(an, Cl, TERM);
+#undef TERM
     scratch[2 * n] = a;
     scratch[2 * n + 1] = an;
   }
@@ -283,9 +304,10 @@ void FN(rt_rmsnorm_split_forward)(MPI_Comm comm, uint64_t *bytes, REAL *out, REA
   RT_OMP_FOR((size_t)N * Cl)
   for (int n = 0; n < N; n++) {
     const REAL *xr = x + (size_t)n * Cl;
-    double ss = 0;
-    for (int c = 0; c < Cl; c++)
-      ss += (double)xr[c] * xr[c];
+    double ss;
+#define TERM(c) (double)xr[c] * xr[c]
+    RT_DSUM(ss, Cl, TERM);
+#undef TERM
     scratch[n] = ss;
   }
   rt_allreduce_(scratch, (size_t)N, MPI_DOUBLE, sizeof(double), comm);
@@ -316,9 +338,10 @@ void FN(rt_rmsnorm_split_backward)(MPI_Comm comm, uint64_t *bytes, REAL *dx, REA
   RT_OMP_FOR((size_t)N * Cl)
   for (int n = 0; n < N; n++) {
     const REAL *xr = x + (size_t)n * Cl, *dy = dout + (size_t)n * Cl;
-    double a = 0;
-    for (int c = 0; c < Cl; c++)
-      a += (double)(w[c] * dy[c]) * xr[c];
+    double a;
+#define TERM(c) (double)(w[c] * dy[c]) * xr[c]
+    RT_DSUM(a, Cl, TERM);
+#undef TERM
     scratch[n] = a;
   }
   rt_allreduce_(scratch, (size_t)N, MPI_DOUBLE, sizeof(double), comm);

@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "rt_math.h"
 #include "rt_train.h"
 #include "dist.h"
 

@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "rt_math.h"
 #include "rt_train.h"
 #include "dist.h"
 
@@ -244,7 +245,7 @@ static double forward(RtPass *p) {
     float *x30 = F(13931520);
     float *x31 = F(14283776);
     for (size_t i = 0; i < 88064; i++) {
-      const float t0 = x27[i] / (1.0f + expf(-x27[i]));
+      const float t0 = x27[i] / (1.0f + rt_expf(-x27[i]));
       x30[i] = t0;
       x31[i] = t0 * x29[i];
     }
@@ -316,7 +317,7 @@ static double forward(RtPass *p) {
     float *x61 = F(16389120);
     float *x62 = F(16741376);
     for (size_t i = 0; i < 88064; i++) {
-      const float t0 = x58[i] / (1.0f + expf(-x58[i]));
+      const float t0 = x58[i] / (1.0f + rt_expf(-x58[i]));
       x61[i] = t0;
       x62[i] = t0 * x60[i];
     }
@@ -388,7 +389,7 @@ static double forward(RtPass *p) {
     float *x92 = F(18813952);
     float *x93 = F(19166208);
     for (size_t i = 0; i < 88064; i++) {
-      const float t0 = x89[i] / (1.0f + expf(-x89[i]));
+      const float t0 = x89[i] / (1.0f + rt_expf(-x89[i]));
       x92[i] = t0;
       x93[i] = t0 * x91[i];
     }
@@ -460,7 +461,7 @@ static double forward(RtPass *p) {
     float *x123 = F(21238784);
     float *x124 = F(21591040);
     for (size_t i = 0; i < 88064; i++) {
-      const float t0 = x120[i] / (1.0f + expf(-x120[i]));
+      const float t0 = x120[i] / (1.0f + rt_expf(-x120[i]));
       x123[i] = t0;
       x124[i] = t0 * x122[i];
     }

@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "rt_math.h"
 #include "rt_train.h"
 
 /* Buffers of the microbatch being run (RtPass *p). */
@@ -160,7 +161,7 @@ static double forward(RtPass *p) {
     const float *x37 = F(2294784);
     float *x38 = F(2163712);
     for (size_t i = 0; i < 32768; i++) {
-      x38[i] = x37[i] * tanhf(logf(1.0f + expf(x37[i])));
+      x38[i] = x37[i] * rt_tanhf(logf(1.0f + rt_expf(x37[i])));
     }
   }
   // mish.shard:10 (blocks.0.mlp)  %40 = matmul %38, @blocks.0.mlp.proj.weight; %42 = add %40, @blocks.0.mlp.proj.bias
@@ -219,7 +220,7 @@ static double forward(RtPass *p) {
     const float *x75 = F(2823168);
     float *x76 = F(2692096);
     for (size_t i = 0; i < 32768; i++) {
-      x76[i] = x75[i] * tanhf(logf(1.0f + expf(x75[i])));
+      x76[i] = x75[i] * rt_tanhf(logf(1.0f + rt_expf(x75[i])));
     }
   }
   // mish.shard:10 (blocks.1.mlp)  %78 = matmul %76, @blocks.1.mlp.proj.weight; %80 = add %78, @blocks.1.mlp.proj.bias
@@ -284,9 +285,9 @@ static void backward(RtPass *p) {
     const float *x75 = F(2823168);
     float *d75 = F(2692096);
     for (size_t i = 0; i < 32768; i++) {
-      const float t0 = expf(x75[i]);
+      const float t0 = rt_expf(x75[i]);
       const float t1 = 1.0f + t0;
-      const float t2 = tanhf(logf(t1));
+      const float t2 = rt_tanhf(logf(t1));
       d75[i] = d76[i] * (t2 + x75[i] * ((1.0f - t2 * t2) * (t0 / t1)));
     }
   }
@@ -354,9 +355,9 @@ static void backward(RtPass *p) {
     const float *x37 = F(2294784);
     float *d37 = F(2163712);
     for (size_t i = 0; i < 32768; i++) {
-      const float t0 = expf(x37[i]);
+      const float t0 = rt_expf(x37[i]);
       const float t1 = 1.0f + t0;
-      const float t2 = tanhf(logf(t1));
+      const float t2 = rt_tanhf(logf(t1));
       d37[i] = d38[i] * (t2 + x37[i] * ((1.0f - t2 * t2) * (t0 / t1)));
     }
   }

@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "rt_math.h"
 #include "rt_train.h"
 
 /* Buffers of the microbatch being run (RtPass *p). */

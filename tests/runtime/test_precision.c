@@ -2,6 +2,7 @@
  * (f32-representable) inputs: one template, two instantiations, so this
  * catches float-specific mistakes (overflow in exp, lost precision, a
  * constant typed double in one place). */
+#include "rt_math.h"
 #include "rt_test.h"
 
 /* f64 data rounded to f32, and its f32 copy. */
@@ -234,7 +235,38 @@ static void test_optim(void) {
   pfree(&p), pfree(&m), pfree(&v), pfree(&mom), pfree(&p2), pfree(&w);
 }
 
+/* |got - want| in units of the last place of want rounded to float */
+static double ulps(float got, double want) {
+  float w = (float)want;
+  double u = fabs((double)nextafterf(w, INFINITY) - (double)w);
+  return fabs((double)got - want) / u;
+}
+
+/* rt_math.h's exp and tanh (the f32 kernels' and generated loops') against
+ * libm's double on a dense grid: within 1.5 and 2 ulp; the edges exact */
+static void test_rt_math(void) {
+  double worst_e = 0, worst_t = 0;
+  for (float x = -87.0f; x < 88.0f; x += 1e-3f + fabsf(x) * 1e-5f)
+    worst_e = fmax(worst_e, ulps(rt_expf(x), exp((double)x)));
+  for (float x = -12.0f; x < 12.0f; x += 1e-5f + fabsf(x) * 1e-5f)
+    worst_t = fmax(worst_t, ulps(rt_tanhf(x), tanh((double)x)));
+  for (float x = 1e-30f; x < 1e-2f; x *= 1.01f) { /* no cancellation near 0 */
+    worst_t = fmax(worst_t, ulps(rt_tanhf(x), tanh((double)x)));
+    worst_t = fmax(worst_t, ulps(rt_tanhf(-x), tanh(-(double)x)));
+  }
+  ASSERT_TRUE(worst_e <= 1.5);
+  ASSERT_TRUE(worst_t <= 2.0);
+  ASSERT_NEAR(0, rt_expf(-INFINITY), 0);
+  ASSERT_NEAR(0, rt_expf(-100), 0);
+  ASSERT_TRUE(isfinite(rt_expf(100)) && rt_expf(100) > 1e38f);
+  ASSERT_TRUE(isnan(rt_expf(NAN)) && isnan(rt_tanhf(NAN)));
+  ASSERT_NEAR(1, rt_tanhf(INFINITY), 0);
+  ASSERT_NEAR(-1, rt_tanhf(-50), 0);
+  ASSERT_TRUE(rt_tanhf(-0.0f) == 0 && signbit(rt_tanhf(-0.0f)));
+}
+
 int main(void) {
+  test_rt_math();
   test_matmul();
   test_norms();
   test_pointwise();

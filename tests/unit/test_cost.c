@@ -22,6 +22,13 @@ static HwModel h100(int nodes) {
   return hw;
 }
 
+/* the memsets of an instruction's first-written gradients */
+static double zeroing(const HwModel *hw, const PInstr *in) {
+  double t = 0;
+  for (int k = 0; k < in->nzero; k++) t += cost_membound(hw, (double)in->zero_bytes[k], 0);
+  return t;
+}
+
 int main(void) {
   /* ring all-reduce inside a node: 2(n-1)a + 2(n-1)/n S/b */
   HwModel hw = h100(1);
@@ -176,6 +183,66 @@ int main(void) {
       ASSERT_NEAR(gelu ? (double)in->loop->n * 1e-6 : 0.0, d, 1e-12);
       loops += gelu;
     }
+    ASSERT(1, loops > 0);
+    /* SUMMA's local GEMMs (q = 2) and the memory passes around them:
+     * the forward's output set once; in the backward, per step the dX and
+     * dW partials zeroed (BLAS at beta 0), and on the rank that is the
+     * step's root the reduce's sum and the axpy (three passes each).  The
+     * passes are what a faster memory takes off (the GEMMs and the
+     * broadcasts do not depend on it). */
+    HwModel f = z;
+    f.mem_bw *= 1e3;
+    int summa = 0;
+    for (int i = 0; i < rp->chunk[0].bwd.n; i++) {
+      const PInstr *in = &rp->chunk[0].bwd.ins[i];
+      if (in->kind != PI_KERNEL || !in->n || in->n->op != OP_MATMUL_BWD) continue;
+      if (ir_summa_q(in->n) != 2) continue;
+      const Node *n = in->n;
+      double N = (double)n->in[2]->shape.d[0].n, K = (double)n->in[2]->shape.d[1].n;
+      double M = (double)ir_numel(&n->in[0]->shape) / N, bx = M * K * 4, bw = N * K * 4;
+      double pz = 2 * (cost_membound(&z, bx, 0) + cost_membound(&z, bw, 0)) +
+                  2 * (cost_membound(&z, 3 * bx, 0) + cost_membound(&z, 3 * bw, 0)) + zeroing(&z, in);
+      double pf = 2 * (cost_membound(&f, bx, 0) + cost_membound(&f, bw, 0)) +
+                  2 * (cost_membound(&f, 3 * bx, 0) + cost_membound(&f, 3 * bw, 0)) + zeroing(&f, in);
+      ASSERT(1, pz > pf);
+      ASSERT_NEAR(pz - pf, cost_instr(&z, mg, in) - cost_instr(&f, mg, in), 1e-12);
+      summa++;
+    }
+    ASSERT(1, summa > 0);
+  }
+  /* Bias gradients: summed by the matmul's backward call (one more pass
+   * over dy), or, where that call cannot (ZeRO's gradient staging), by a
+   * loop whose broadcast output is one row kept in cache: its memory is
+   * the input's pass and the row, not a full-size read-modify-write */
+  Module *md = compile("../samples/gpt.shard", "4", "dp=4");
+  Module *mz = compile("../samples/gpt.shard", "4", "dp=4,zero=2");
+  ASSERT(1, md && mz);
+  if (md && mz) {
+    HwModel z;
+    cost_hw_from_mesh(&z, md->train.mesh, DT_F32);
+    for (int k = 0; k < COST_SF_N; k++) z.special[k] = 0;
+    int fused = 0, loops = 0;
+    const PBlock *b = &md->rprog[0]->chunk[0].bwd;
+    for (int i = 0; i < b->n; i++) {
+      const PInstr *in = &b->ins[i];
+      if (in->kind != PI_KERNEL || !in->n || in->n->op != OP_MATMUL_BWD || !in->dbias.v) continue;
+      double dy = (double)ir_numel(&in->n->in[0]->shape) * 4;
+      ASSERT_NEAR(cost_node(&z, in->n) + cost_membound(&z, dy, 0) - z.launch_s + zeroing(&z, in),
+                  cost_instr(&z, md, in), 1e-12);
+      fused++;
+    }
+    b = &mz->rprog[0]->chunk[0].bwd;
+    for (int i = 0; i < b->n; i++) {
+      const PInstr *in = &b->ins[i];
+      const PLoop *l = in->loop;
+      if (in->kind != PI_LOOP || !l || l->nin != 1 || l->nout != 1 || !l->out[0].bcast) continue;
+      double flops = 0;
+      for (int k = 0; k < in->nnodes; k++) flops += cost_node_flops(in->nodes[k]);
+      double bytes = (double)l->n * 4 + 2.0 * (double)l->inner * 4;
+      ASSERT_NEAR(cost_membound(&z, bytes, flops) + zeroing(&z, in), cost_instr(&z, mz, in), 1e-12);
+      loops++;
+    }
+    ASSERT(1, fused > 0);
     ASSERT(1, loops > 0);
   }
   /* the same model FLOPs under any plan */
