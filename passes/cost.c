@@ -388,8 +388,10 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
       t += cost_membound(hw, vbytes(in->n->in[0], hw->elt), 0) - hw->launch_s;
     /* SUMMA runs the local GEMM once per step of the q x q grid (the node's
      * shapes are one step's blocks); ring attention once per K/V block that
-     * arrives, a causal mask skipping the blocks after its own (about
-     * (P+1)/2 of P) */
+     * arrives.  Under a causal mask rank r skips the blocks of later ranks,
+     * but the ring's exchanges keep the ranks in step, and the last rank
+     * computes in every one of the P steps (P - 1 unmasked blocks and its
+     * own): the step waits for it */
     if (in->n && ir_summa_q(in->n) > 1) {
       int q = ir_summa_q(in->n);
       t = (t - hw->launch_s) * q + hw->launch_s;
@@ -397,8 +399,7 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
     }
     if (in->n && ir_ring_size(in->n) > 1) {
       int P = ir_ring_size(in->n);
-      bool causal = in->n->a.i[0] != 0;
-      t = (t - hw->launch_s) * (causal ? (P + 1) / 2.0 : P) + hw->launch_s * P;
+      t = (t - hw->launch_s) * P + hw->launch_s * P;
     }
     break;
   case PI_LOOP: {

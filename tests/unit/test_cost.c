@@ -210,6 +210,32 @@ int main(void) {
     }
     ASSERT(1, summa > 0);
   }
+  /* Ring attention (P = 2, causal): the ranks exchange K/V blocks in
+   * step, and the last one computes in all P steps, so the kernel costs P
+   * local blocks (the part a faster device takes off; messages do not
+   * depend on it) */
+  Module *mr = compile("../samples/gpt.shard", "2", "sp=ring:2");
+  ASSERT(1, mr != NULL);
+  if (mr) {
+    HwModel z, f;
+    cost_hw_from_mesh(&z, mr->train.mesh, DT_F32);
+    f = z;
+    f.peak *= 2;
+    int rings = 0;
+    const RankProg *rp = mr->rprog[0];
+    for (int c = 0; c < 2; c++) {
+      const PBlock *b = c ? &rp->chunk[0].bwd : &rp->chunk[0].fwd;
+      for (int i = 0; i < b->n; i++) {
+        const PInstr *in = &b->ins[i];
+        if (in->kind != PI_KERNEL || !in->n || ir_ring_size(in->n) != 2) continue;
+        ASSERT(1, in->n->a.i[0] != 0); /* causal */
+        ASSERT_NEAR(2 * (cost_node(&z, in->n) - cost_node(&f, in->n)),
+                    cost_instr(&z, mr, in) - cost_instr(&f, mr, in), 1e-12);
+        rings++;
+      }
+    }
+    ASSERT(1, rings > 0);
+  }
   /* Bias gradients: summed by the matmul's backward call (one more pass
    * over dy), or, where that call cannot (ZeRO's gradient staging), by a
    * loop whose broadcast output is one row kept in cache: its memory is
