@@ -219,6 +219,8 @@ static const char *where(const Node *n) {
   return arena_printf("%s:%d", base, n->loc.line);
 }
 
+const char *cg_where(const Node *n) { return where(n); }
+
 /* "// model.shard:LINE (scope)  <IR statements>" then "// <shapes in> -> <shapes out>" */
 static void comment(Emit *e, const PInstr *in) {
   const Node *const *ns = in->nodes;
@@ -300,7 +302,7 @@ static void chunk_functions(Emit *e) {
     P(e, "/* ---- once per step, before the first microbatch: the 16-bit copies of the\n"
          " * parameters the kernels read (after the last step's update) ---- */\n");
     P(e, "static void %scast%s(RtPass *p) {\n", e->pre, e->sfx);
-    block(e, &c->cast);
+    if (!e->t->casts || !e->t->casts(e, &c->cast)) block(e, &c->cast);
     P(e, "}\n\n");
   }
 }
