@@ -70,6 +70,10 @@ struct Target {
    * writes it and returns true, or returns false having written nothing
    * (emit.c then walks the block).  NULL: always walked. */
   bool (*casts)(Emit *e, const PBlock *bl);
+  /* The wait for a gather ahead's slot (PInstr.wait) before the instruction
+   * that first touches its buffer ("rtc_gather_wait(%d);"); NULL: the
+   * target's gathers block (PInstr.ahead ignored). */
+  const char *wait_fmt;
 };
 
 extern const Target cg_target_cpu, cg_target_cuda, cg_target_cuda_host;

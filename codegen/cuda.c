@@ -198,6 +198,13 @@ static void coll(Emit *e, const PInstr *in) {
   bool gather = n->op == OP_ALLGATHER || n->op == OP_ALLGATHER_G;
   int64_t outer, inner;
   ir_dim_split(&(gather ? yv : xv)->shape, (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
+  if (in->ahead && outer == 1 && xv->dtype == DT_F32 && !in->scratch.v) {
+    /* ZeRO-3's gather one layer ahead: on the communication stream, after
+     * the work issued so far; its first reader waits (rtc_gather_wait) */
+    P(e, "  rtc_allgather_ahead(p->mesh, %s, %s, %s, %" PRId64 ", %d);\n", ax, R(e, in->out[0]),
+      R(e, in->in[0]), inner, in->ahead - 1);
+    return;
+  }
   P(e, "  rtc_%s_dim(p->mesh, %s, %s, %s, %" PRId64 ", %" PRId64 ", %s);\n",
     gather ? "allgather" : "reduce_scatter", ax, R(e, in->out[0]), R(e, in->in[0]), outer, inner,
     R(e, in->scratch));
@@ -386,7 +393,7 @@ static bool casts(Emit *e, const PBlock *bl) {
 #define CUDA_TARGET(name, build)                                                          \
   {name, check, prelude, instr, build, "model.cu", "_cu", "rtc_memset", "rtc_copy",        \
    "rtc_pass_loss_f32(p, %s)", "rtc_store_f32(%s, %s);", "rtc_pass_loss(p, &%s)", kernel_ws, \
-   casts}
+   casts, "rtc_gather_wait(%d);"}
 const Target cg_target_cuda = CUDA_TARGET("cuda", cg_build_cuda);
 /* The same program built for this machine's CPU through the CUDA emulation
  * header (runtime/cuda/host/cuda_host.h): how CI without a GPU runs it. */

@@ -264,6 +264,12 @@ static void block(Emit *e, const PBlock *bl) {
   for (int j = 0; j < bl->n; j++) {
     const PInstr *in = &bl->ins[j];
     if (in->nnodes) comment(e, in);
+    for (int s = 0; e->t->wait_fmt && s < PROG_AHEAD_SLOTS; s++)
+      if (in->wait >> s & 1) {
+        P(e, "  ");
+        P(e, e->t->wait_fmt, s);
+        P(e, "  // the gather ahead in slot %d\n", s);
+      }
     for (int z = 0; z < in->nzero; z++)
       P(e, "  %s(%s, 0, %" PRId64 ");  // %s starts here\n", cg_memset(e), cg_ref(e, in->zero[z]),
         in->zero_bytes[z], prog_vname(in->zero_of[z]));
