@@ -283,7 +283,8 @@ int pass_zero(Module *m) {
   PtrVec *before = arena_alloc(sizeof(PtrVec) * (size_t)(nn + 1));
   PtrVec *after = arena_alloc(sizeof(PtrVec) * (size_t)(nn + 1));
   /* ZeRO-3's gathers with the node of their bucket's first use */
-  struct { int first; Node *n; } *gat = arena_alloc(sizeof *gat * (size_t)(2 * g->buckets.len + 1));
+  typedef struct { int first; Node *n; } Gather;
+  Gather *gat = arena_alloc(sizeof *gat * (size_t)(2 * g->buckets.len + 1));
   int ngat = 0;
   for (int k = 0; k < g->buckets.len; k++) {
     Bucket *b = g->buckets.data[k];
@@ -341,11 +342,9 @@ int pass_zero(Module *m) {
    * gathers keep their order, the same on every rank. */
   for (int a = 1; a < ngat; a++)   /* by first use (stable: bucket order on ties) */
     for (int j = a; j > 0 && gat[j - 1].first > gat[j].first; j--) {
-      int f = gat[j].first;
-      Node *t = gat[j].n;
+      Gather t = gat[j];
       gat[j] = gat[j - 1];
-      gat[j - 1].first = f;
-      gat[j - 1].n = t;
+      gat[j - 1] = t;
     }
   for (int j = 0; j < ngat; j++) {
     int at = gat[j].first, fwd = at < g->nfwd;
