@@ -65,6 +65,15 @@ struct Target {
   /* The kernel workspace instruction in's launcher takes (bytes; the
    * program's region is the largest: runtime/cuda/rtc_ws.h); NULL: none. */
   size_t (*kernel_ws)(const PInstr *in);
+  /* The body of a chunk's cast() (the step's weight casts, PChunk.cast) when
+   * the target writes the block otherwise than instruction by instruction:
+   * writes it and returns true, or returns false having written nothing
+   * (emit.c then walks the block).  NULL: always walked. */
+  bool (*casts)(Emit *e, const PBlock *bl);
+  /* The wait for a gather ahead's slot (PInstr.wait) before the instruction
+   * that first touches its buffer ("rtc_gather_wait(%d);"); NULL: the
+   * target's gathers block (PInstr.ahead ignored). */
+  const char *wait_fmt;
 };
 
 extern const Target cg_target_cpu, cg_target_cuda, cg_target_cuda_host;
@@ -101,6 +110,8 @@ const char *cg_memset(const Emit *e);
 const char *cg_memcpy(const Emit *e);
 /* "RT_AX_TP" */
 const char *cg_axis(int ax);
+/* "model.shard:LINE (scope)": where node n comes from, for comments. */
+const char *cg_where(const Node *n);
 /* "f32[B=4,T=64,128]" */
 const char *cg_shape(const Emit *e, const Value *v);
 int64_t cg_numel(const Value *v);

@@ -198,6 +198,13 @@ static void coll(Emit *e, const PInstr *in) {
   bool gather = n->op == OP_ALLGATHER || n->op == OP_ALLGATHER_G;
   int64_t outer, inner;
   ir_dim_split(&(gather ? yv : xv)->shape, (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
+  if (in->ahead && outer == 1 && xv->dtype == DT_F32 && !in->scratch.v) {
+    /* ZeRO-3's gather one layer ahead: on the communication stream, after
+     * the work issued so far; its first reader waits (rtc_gather_wait) */
+    P(e, "  rtc_allgather_ahead(p->mesh, %s, %s, %s, %" PRId64 ", %d);\n", ax, R(e, in->out[0]),
+      R(e, in->in[0]), inner, in->ahead - 1);
+    return;
+  }
   P(e, "  rtc_%s_dim(p->mesh, %s, %s, %s, %" PRId64 ", %" PRId64 ", %s);\n",
     gather ? "allgather" : "reduce_scatter", ax, R(e, in->out[0]), R(e, in->in[0]), outer, inner,
     R(e, in->scratch));
@@ -352,11 +359,41 @@ static void instr(Emit *e, const PInstr *in) {
   cg_target_cpu.instr(e, in);
 }
 
+/* The step's weight casts (a chunk's cast block: one fused loop per
+ * parameter, passes/program.c cast_loop) as one launch over a table of
+ * {master, copy, elements} in the arena: rt_cast_bf16_multi_cu
+ * (runtime/cuda/k_act.cu), which rounds each element as the loop would
+ * (rtc_f2bf).  A block with anything else is walked as usual. */
+static bool weight_cast(const PInstr *in) {
+  const PLoop *L = in->loop;
+  return in->kind == PI_LOOP && in->n && in->n->op == OP_CAST && in->nzero == 0 && L &&
+         L->nin == 1 && L->nout == 1 && !L->inner && L->expr[0]->kind == SX_ARG &&
+         L->expr[0]->arg == 0 && !strcmp(L->op[0], "=") && !L->in[0].r.stash &&
+         !L->out[0].r.stash && L->in[0].r.v->dtype == DT_F32 && L->out[0].r.v->dtype == DT_BF16;
+}
+
+static bool casts(Emit *e, const PBlock *bl) {
+  for (int j = 0; j < bl->n; j++)
+    if (!weight_cast(&bl->ins[j])) return false;
+  P(e, "  /* {fp32 master, bf16 copy (arena bytes), elements}: one launch for all */\n");
+  P(e, "  static const RtcCastSeg segs[%d] = {\n", bl->n);
+  for (int j = 0; j < bl->n; j++) {
+    const PLoop *L = bl->ins[j].loop;
+    const Node *n = bl->ins[j].n;
+    P(e, "      {%" PRId64 ", %" PRId64 ", %" PRId64 "},  // %s  %s %s -> %s\n", L->in[0].r.off,
+      L->out[0].r.off, L->n, cg_where(n), n->in[0]->name ? n->in[0]->name : "?",
+      cg_shape(e, n->in[0]), cg_shape(e, n->out));
+  }
+  P(e, "  };\n  rt_cast_bf16_multi_cu(p->arena, segs, %d);\n", bl->n);
+  return true;
+}
+
 /* The two builds of the cuda target differ only in how `shardc build`
  * compiles the file. */
 #define CUDA_TARGET(name, build)                                                          \
   {name, check, prelude, instr, build, "model.cu", "_cu", "rtc_memset", "rtc_copy",        \
-   "rtc_pass_loss_f32(p, %s)", "rtc_store_f32(%s, %s);", "rtc_pass_loss(p, &%s)", kernel_ws}
+   "rtc_pass_loss_f32(p, %s)", "rtc_store_f32(%s, %s);", "rtc_pass_loss(p, &%s)", kernel_ws, \
+   casts, "rtc_gather_wait(%d);"}
 const Target cg_target_cuda = CUDA_TARGET("cuda", cg_build_cuda);
 /* The same program built for this machine's CPU through the CUDA emulation
  * header (runtime/cuda/host/cuda_host.h): how CI without a GPU runs it. */

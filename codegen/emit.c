@@ -219,6 +219,8 @@ static const char *where(const Node *n) {
   return arena_printf("%s:%d", base, n->loc.line);
 }
 
+const char *cg_where(const Node *n) { return where(n); }
+
 /* "// model.shard:LINE (scope)  <IR statements>" then "// <shapes in> -> <shapes out>" */
 static void comment(Emit *e, const PInstr *in) {
   const Node *const *ns = in->nodes;
@@ -262,6 +264,12 @@ static void block(Emit *e, const PBlock *bl) {
   for (int j = 0; j < bl->n; j++) {
     const PInstr *in = &bl->ins[j];
     if (in->nnodes) comment(e, in);
+    for (int s = 0; e->t->wait_fmt && s < PROG_AHEAD_SLOTS; s++)
+      if (in->wait >> s & 1) {
+        P(e, "  ");
+        P(e, e->t->wait_fmt, s);
+        P(e, "  // the gather ahead in slot %d\n", s);
+      }
     for (int z = 0; z < in->nzero; z++)
       P(e, "  %s(%s, 0, %" PRId64 ");  // %s starts here\n", cg_memset(e), cg_ref(e, in->zero[z]),
         in->zero_bytes[z], prog_vname(in->zero_of[z]));
@@ -300,7 +308,7 @@ static void chunk_functions(Emit *e) {
     P(e, "/* ---- once per step, before the first microbatch: the 16-bit copies of the\n"
          " * parameters the kernels read (after the last step's update) ---- */\n");
     P(e, "static void %scast%s(RtPass *p) {\n", e->pre, e->sfx);
-    block(e, &c->cast);
+    if (!e->t->casts || !e->t->casts(e, &c->cast)) block(e, &c->cast);
     P(e, "}\n\n");
   }
 }

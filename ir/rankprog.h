@@ -145,7 +145,21 @@ typedef struct PInstr {
   /* BUCKET */
   int bucket;             /* index in the graph's buckets */
   int req;                /* overlapped: its request among the step's (-1: blocking) */
+  /* COLL: a ZeRO-3 parameter gather (passes/zero.c places it one layer
+   * ahead): 1 + its slot (0: none).  A target may run it beside the
+   * kernels that follow, after those before it (the buffer it writes is
+   * free by then: the memory plan placed it so), until the instruction
+   * whose wait names the same slot. */
+  int ahead;
+  /* bit s: this instruction is the first in its block to touch the buffer
+   * of slot s's gather ahead, and waits for it first (0: none) */
+  int wait;
 } PInstr;
+
+/* Slots of gathers ahead: gathers take them in turn; at most two are in
+ * flight (the next layer's beside the one being read), and waiting on a
+ * slot's later gather only waits longer (in order on one stream). */
+#define PROG_AHEAD_SLOTS 2
 
 typedef struct PBlock {
   PInstr *ins;

@@ -460,6 +460,46 @@ static void cast_loop(B *b, PBlock *bl, Node *n) {
   in->loop = loop_copy(&L);
 }
 
+/* Whether instruction in touches (reads, writes, or names) storage of whole
+ * or of a view of it. */
+static bool touches_root(const PInstr *in, const Value *whole) {
+  for (int k = 0; k < IR_MAXIN; k++)
+    if (in->in[k].v && root((Value *)in->in[k].v) == whole) return true;
+  for (int k = 0; k < IR_MAXOUT; k++)
+    if ((in->out[k].v && root((Value *)in->out[k].v) == whole) ||
+        (in->zero[k].v && root((Value *)in->zero[k].v) == whole))
+      return true;
+  const PRef extra[] = {in->scratch, in->bias, in->dbias};
+  for (int k = 0; k < 3; k++)
+    if (extra[k].v && root((Value *)extra[k].v) == whole) return true;
+  for (int k = 0; in->loop && k < in->loop->nin; k++)
+    if (root((Value *)in->loop->in[k].r.v) == whole) return true;
+  for (int k = 0; in->loop && k < in->loop->nout; k++)
+    if (root((Value *)in->loop->out[k].r.v) == whole) return true;
+  return false;
+}
+
+/* ZeRO-3's parameter gathers (an all_gather of a bucket's parameter shard,
+ * placed one layer ahead by passes/zero.c): each takes the next slot and
+ * the first later instruction of its block that touches the gathered copy
+ * waits for it.  A gather without such an instruction stays blocking. */
+static void gathers_ahead(PBlock *bl) {
+  int next = 0;
+  for (int j = 0; j < bl->n; j++) {
+    PInstr *g = &bl->ins[j];
+    if (g->kind != PI_COLL || g->n->op != OP_ALLGATHER || g->n->in[0]->role != ROLE_OPTSTATE)
+      continue;
+    const Value *whole = root(g->n->out);
+    for (int k = j + 1; k < bl->n; k++)
+      if (touches_root(&bl->ins[k], whole)) {
+        g->ahead = 1 + next;
+        bl->ins[k].wait |= 1 << next;
+        next = (next + 1) % PROG_AHEAD_SLOTS;
+        break;
+      }
+  }
+}
+
 static void build_chunk(B *b, int k0) {
   PChunk *c = b->c;
   Graph *g = c->g;
@@ -493,6 +533,8 @@ static void build_chunk(B *b, int k0) {
   }
   for (int i = 0; b->staged && vs > 0 && i < g->nrecv; i++)
     if (g->recv_act[i]->grad) pipe_msg(b, &c->bwd, PI_SEND, g->recv_act[i]->grad, vs - 1, vs - 1, true);
+  gathers_ahead(&c->fwd);
+  gathers_ahead(&c->bwd);
   /* the forward's result */
   c->loss_slot = -1;
   Node *ld = g->loss->def;

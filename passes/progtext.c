@@ -57,6 +57,8 @@ static const char *comm_text(const RankProg *p, const PInstr *in) {
 
 static void instr(FILE *out, const RankProg *p, const PInstr *in, const char *label) {
   fprintf(out, "  %-10s", label);
+  for (int s = 0; s < PROG_AHEAD_SLOTS; s++)
+    if (in->wait >> s & 1) fprintf(out, "wait for gather slot %d; ", s);
   for (int z = 0; z < in->nzero; z++)
     fprintf(out, "zero %s (%s bytes); ", opnd(in->zero[z]), commas(in->zero_bytes[z]));
   switch (in->kind) {
@@ -110,6 +112,7 @@ static void instr(FILE *out, const RankProg *p, const PInstr *in, const char *la
     if (in->dbias.v) fprintf(out, " (bias gradient %s summed)", opnd(in->dbias));
     if (in->assign) fprintf(out, " (writes: the first contribution)");
     if (in->scratch.v) fprintf(out, " scratch %s", opnd(in->scratch));
+    if (in->ahead) fprintf(out, " (ahead: beside what follows, slot %d)", in->ahead - 1);
     fprintf(out, "%s\n", comm_text(p, in));
     return;
   }

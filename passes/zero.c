@@ -282,6 +282,10 @@ int pass_zero(Module *m) {
   int nn = g->nodes.len;
   PtrVec *before = arena_alloc(sizeof(PtrVec) * (size_t)(nn + 1));
   PtrVec *after = arena_alloc(sizeof(PtrVec) * (size_t)(nn + 1));
+  /* ZeRO-3's gathers with the node of their bucket's first use */
+  typedef struct { int first; Node *n; } Gather;
+  Gather *gat = arena_alloc(sizeof *gat * (size_t)(2 * g->buckets.len + 1));
+  int ngat = 0;
   for (int k = 0; k < g->buckets.len; k++) {
     Bucket *b = g->buckets.data[k];
     if (stage == 3) {
@@ -308,7 +312,11 @@ int pass_zero(Module *m) {
         int first = -1;
         for (int i = d ? g->nfwd : 0; i < (d ? nn : g->nfwd) && first < 0; i++)
           if (touches(g->nodes.data[i], whole[d], d ? READS : TAKES)) first = i;
-        if (first >= 0) vec_push(&before[first], comm_node(OP_ALLGATHER, b->pshard, whole[d], dp, b, false));
+        if (first >= 0) {
+          gat[ngat].first = first;
+          gat[ngat].n = comm_node(OP_ALLGATHER, b->pshard, whole[d], dp, b, false);
+          ngat++;
+        }
       }
     }
     int last = -1;
@@ -322,6 +330,30 @@ int pass_zero(Module *m) {
       vec_push(&after[last], rs);
     } else
       vec_push(&after[last], comm_node(OP_GRAD_ALLREDUCE, b->grads, b->grads, dp, b, true));
+  }
+
+  /* ZeRO-3: each bucket's gather one layer ahead, right before the first
+   * use of the bucket used before it in the same direction (the first
+   * bucket's at its own first use), so that a target that runs collectives
+   * beside the kernels (the cuda target's communication stream) gathers
+   * layer i+1 while layer i computes.  Its copy is then live from there:
+   * the memory plan gives it a buffer of its own beside the one being read
+   * (two gathered layers at a time, counted in the planned peak).  The
+   * gathers keep their order, the same on every rank. */
+  for (int a = 1; a < ngat; a++)   /* by first use (stable: bucket order on ties) */
+    for (int j = a; j > 0 && gat[j - 1].first > gat[j].first; j--) {
+      Gather t = gat[j];
+      gat[j] = gat[j - 1];
+      gat[j - 1] = t;
+    }
+  for (int j = 0; j < ngat; j++) {
+    int at = gat[j].first, fwd = at < g->nfwd;
+    for (int q = j - 1; q >= 0; q--)
+      if ((gat[q].first < g->nfwd) == fwd) {
+        at = gat[q].first;
+        break;
+      }
+    vec_push(&before[at], gat[j].n);
   }
 
   /* The new schedule; node ids are schedule positions. */

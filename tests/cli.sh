@@ -398,5 +398,24 @@ bf16_casts bf16-casts-once once --mesh 1 --strategy dp=1,mb=4
 bf16_casts bf16-casts-once-pp once --mesh 2 --strategy pp=2,mb=4
 bf16_casts bf16-casts-zero3 per-use --mesh 2 --strategy dp=2,zero=3,mb=2
 
+# zero=3 on the cuda target (passes/zero.c, program.c): every parameter
+# gather runs ahead on the communication stream and has one wait before its
+# first reader; the next layer's gather is issued before the current layer's
+# wait (two in flight at a time), none blocks.
+zero3_ahead() {
+  local out nah nw peak
+  out=$(timeout 20 "$bin" compile samples/gpt.shard --target cuda --emit=c --mesh 2 --strategy dp=2,zero=3 2>&1)
+  nah=$(grep -c 'rtc_allgather_ahead(' <<<"$out")
+  nw=$(grep -c 'rtc_gather_wait(' <<<"$out")
+  peak=$(awk '/rtc_allgather_ahead\(/ {n++; if (n > m) m = n} /rtc_gather_wait\(/ {n--} END {print m + 0}' <<<"$out")
+  if [ "$nah" -gt 0 ] && [ "$nah" = "$nw" ] && [ "$peak" = 2 ] && ! grep -q 'rtc_allgather_dim(' <<<"$out"; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL: zero3-gathers-ahead: $nah gathers ahead, $nw waits, at most $peak in flight"
+    fail=$((fail + 1))
+  fi
+}
+zero3_ahead
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

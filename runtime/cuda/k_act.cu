@@ -7,6 +7,8 @@
  * Dropout draws rt_rng_uniform (runtime/rng.c) bit for bit, so the GPU keeps
  * the same elements as the cpu for the same (seed, step, offset).
  */
+#include <stdlib.h>
+
 #include <type_traits>
 
 #include "common.cuh"
@@ -248,6 +250,29 @@ __global__ void cast_bf16_kernel(rtc_bf16 *out, const float *in, size_t n) {
 }
 __global__ void widen_bf16_kernel(float *out, const rtc_bf16 *in, size_t n) {
   GRID_STRIDE(i, n) out[i] = rtc_bf2f(in[i]);
+}
+
+/* The step's weight casts as one launch: a block casts up to
+ * RTC_CAST_CHUNK elements of one segment, the segment whose first block
+ * (blk0, ascending) is the last at or below blockIdx.x (a binary search
+ * of the device table; empty segments are left out of it). */
+#define RTC_CAST_CHUNK (RT_ACT_THREADS * 16)
+typedef struct {
+  int64_t src, dst, n, blk0;
+} RtcCastDev;
+__global__ void cast_bf16_multi_kernel(unsigned char *arena, const RtcCastDev *segs, int count) {
+  const int64_t b = blockIdx.x;
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (segs[mid].blk0 <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  const RtcCastDev s = segs[lo];
+  const float *in = (const float *)(arena + s.src);
+  rtc_bf16 *out = (rtc_bf16 *)(arena + s.dst);
+  int64_t i0 = (b - s.blk0) * RTC_CAST_CHUNK, end = i0 + RTC_CAST_CHUNK < s.n ? i0 + RTC_CAST_CHUNK : s.n;
+  for (int64_t i = i0 + threadIdx.x; i < end; i += blockDim.x) out[i] = rtc_f2bf(in[i]);
 }
 
 static unsigned blocks(size_t n) { return rtc_blocks(n, RT_ACT_THREADS); }
@@ -510,4 +535,61 @@ void rt_cast_bf16_cu(rtc_bf16 *out, const float *in, size_t n) {
 }
 void rt_widen_bf16_cu(float *out, const rtc_bf16 *in, size_t n) {
   if (n) RTC_LAUNCH(widen_bf16_kernel, blocks(n), RT_ACT_THREADS, 0, out, in, n);
+}
+
+/* The device copies of the cast tables seen so far, keyed by the caller's
+ * table: uploaded on its first call (an eager step), reused by every later
+ * call and graph replay. */
+typedef struct RtcCastTable {
+  const RtcCastSeg *key;
+  int count;            /* of the caller's table */
+  RtcCastDev *dev;      /* its non-empty segments, with their first blocks */
+  int ndev;
+  unsigned blocks;
+  struct RtcCastTable *next;
+} RtcCastTable;
+static RtcCastTable *rtc_cast_tables_;
+
+static const RtcCastTable *rtc_cast_table_(const RtcCastSeg *segs, int count) {
+  for (const RtcCastTable *t = rtc_cast_tables_; t; t = t->next)
+    if (t->key == segs && t->count == count) return t;
+  if (rtc_capturing()) // a graph must not hold the upload, nor find the table missing later
+    rtc_fail("CUDA", "rt_cast_bf16_multi_cu", "a weight-cast table first seen during a stream capture",
+             __FILE__, __LINE__, "run the program's casts eagerly once before capturing a step");
+  RtcCastTable *t = (RtcCastTable *)calloc(1, sizeof *t);
+  RtcCastDev *h = (RtcCastDev *)malloc(sizeof(RtcCastDev) * (size_t)(count ? count : 1));
+  if (!t || !h)
+    rtc_fail("CUDA", "malloc", "out of host memory for a weight-cast table", __FILE__, __LINE__,
+             "");
+  int64_t blk = 0;
+  for (int k = 0; k < count; k++) {
+    if (segs[k].n <= 0) continue;
+    h[t->ndev] = RtcCastDev{segs[k].src, segs[k].dst, segs[k].n, blk};
+    t->ndev++;
+    blk += (segs[k].n + RTC_CAST_CHUNK - 1) / RTC_CAST_CHUNK;
+  }
+  if (blk > 0x7fffffff)
+    rtc_fail("CUDA", "rt_cast_bf16_multi_cu", "more than 2^31 blocks of weight casts", __FILE__,
+             __LINE__, "");
+  t->key = segs;
+  t->count = count;
+  t->blocks = (unsigned)blk;
+  if (t->ndev) {
+    cudaCheck(cudaMalloc((void **)&t->dev, sizeof(RtcCastDev) * (size_t)t->ndev));
+    // on rtc_stream, before the launch that reads it; from pageable memory the
+    // call has copied h out when it returns
+    cudaCheck(cudaMemcpyAsync(t->dev, h, sizeof(RtcCastDev) * (size_t)t->ndev,
+                              cudaMemcpyHostToDevice, (cudaStream_t)rtc_stream));
+  }
+  free(h);
+  t->next = rtc_cast_tables_;
+  rtc_cast_tables_ = t;
+  return t;
+}
+
+void rt_cast_bf16_multi_cu(unsigned char *arena, const RtcCastSeg *segs, int count) {
+  const RtcCastTable *t = rtc_cast_table_(segs, count);
+  if (t->ndev)
+    RTC_LAUNCH(cast_bf16_multi_kernel, t->blocks, RT_ACT_THREADS, 0, arena,
+               (const RtcCastDev *)t->dev, t->ndev);
 }

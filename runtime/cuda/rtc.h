@@ -168,6 +168,18 @@ double rt_sumsq_list_cu(const float *const *bufs, const size_t *ns, int count);
 void rt_sumsq_dev_cu(double *out, const float *x, size_t n);
 void rt_sumsq_list_dev_cu(double *out, const float *const *bufs, const size_t *ns, int count);
 
+/* ---- the step's weight casts (k_act.cu; precision = bf16) ---- */
+/* One cast of a table: n elements of the fp32 master at byte src of the
+ * arena rounded (as rt_cast_bf16_cu) into its bf16 copy at byte dst. */
+typedef struct RtcCastSeg {
+  int64_t src, dst, n;
+} RtcCastSeg;
+/* Every cast of segs[0..count) as one launch (a multi-tensor kernel).  segs
+ * is a table the caller keeps unchanged for the process (a program's
+ * static): the first call with it copies it to device memory kept for the
+ * process (not while capturing: rtc_fail), later calls reuse that copy. */
+void rt_cast_bf16_multi_cu(unsigned char *arena, const RtcCastSeg *segs, int count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,6 +23,9 @@ static ncclComm_t comm_[RT_AX_COUNT], world_;
 static int staged_;
 static cudaEvent_t ready_, done_;  /* compute work before a bucket; the buckets' end */
 static int pending_;               /* buckets started since the last wait */
+#define RTC_AHEAD_SLOTS 2          /* ir/rankprog.h PROG_AHEAD_SLOTS */
+static cudaEvent_t ahead_[RTC_AHEAD_SLOTS], rs_done_;  /* gathers ahead; a reduce-scatter's end */
+static int ahead_pending_[RTC_AHEAD_SLOTS];
 
 /* Host buffers of the staged mode, grown as needed. */
 static void *host_buf_[4];
@@ -48,6 +51,11 @@ int rtc_mesh_init(RtMesh *m, int staged) {
   staged_ = staged;
   if (!ready_) cudaCheck(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   if (!done_) cudaCheck(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  if (!rs_done_) cudaCheck(cudaEventCreateWithFlags(&rs_done_, cudaEventDisableTiming));
+  for (int k = 0; k < RTC_AHEAD_SLOTS; k++) {
+    if (!ahead_[k]) cudaCheck(cudaEventCreateWithFlags(&ahead_[k], cudaEventDisableTiming));
+    ahead_pending_[k] = 0;
+  }
   if (staged) return RT_OK;
   ncclUniqueId id;
   if (m->rank == 0) ncclCheck(ncclGetUniqueId(&id));
@@ -73,6 +81,13 @@ void rtc_mesh_free(void) {
   if (ready_) cudaCheck(cudaEventDestroy(ready_));
   if (done_) cudaCheck(cudaEventDestroy(done_));
   ready_ = done_ = NULL;
+  if (rs_done_) cudaCheck(cudaEventDestroy(rs_done_));
+  rs_done_ = NULL;
+  for (int k = 0; k < RTC_AHEAD_SLOTS; k++) {
+    if (ahead_[k]) cudaCheck(cudaEventDestroy(ahead_[k]));
+    ahead_[k] = NULL;
+    ahead_pending_[k] = 0;
+  }
   for (int ax = 0; ax < RT_AX_COUNT; ax++) {
     if (comm_[ax]) ncclCheck(ncclCommDestroy(comm_[ax]));
     comm_[ax] = NULL;
@@ -189,8 +204,46 @@ void rtc_reduce_scatter_dim(RtMesh *m, RtAxis ax, float *dst, const float *src, 
 void rtc_reduce_scatter_acc(RtMesh *m, RtAxis ax, float *dst, const float *src, size_t inner,
                             float *scratch) {
   if (!scratch) rt_mesh_fail(m, "rtc_reduce_scatter_acc: needs scratch");
-  rtc_reduce_scatter_dim(m, ax, scratch, src, 1, inner, NULL);
+  int P = m->size[ax];
+  if (staged_ || P == 1) {
+    rtc_reduce_scatter_dim(m, ax, scratch, src, 1, inner, NULL);
+  } else {
+    /* on the communication stream, behind any gather ahead on the same
+     * communicator (rtc_allgather_ahead), and waited for at once */
+    count_(m, ax, rt_vol_reduce_scatter((uint64_t)P * inner * 4, P));
+    cudaCheck(cudaEventRecord(ready_, stream_()));
+    cudaCheck(cudaStreamWaitEvent(rtc_comm_stream, ready_, 0));
+    ncclCheck(ncclReduceScatter(src, scratch, inner, ncclFloat, ncclSum,
+                                comm_of_(m, ax, "rtc_reduce_scatter_acc"), rtc_comm_stream));
+    cudaCheck(cudaEventRecord(rs_done_, rtc_comm_stream));
+    cudaCheck(cudaStreamWaitEvent(stream_(), rs_done_, 0));
+  }
   rt_acc_cu(dst, scratch, inner);
+}
+
+void rtc_allgather_ahead(RtMesh *m, RtAxis ax, float *dst, const float *src, size_t n,
+                         int slot) {
+  int P = m->size[ax];
+  if (slot < 0 || slot >= RTC_AHEAD_SLOTS)
+    rt_mesh_fail(m, "rtc_allgather_ahead: slot %d (there are %d)", slot, RTC_AHEAD_SLOTS);
+  if (staged_ || P == 1) {
+    rtc_allgather_dim(m, ax, dst, src, 1, n, NULL);
+    return;
+  }
+  count_(m, ax, rt_vol_allgather((uint64_t)P * n * 4, P));
+  /* after the kernels issued so far: the last reader of what dst held */
+  cudaCheck(cudaEventRecord(ready_, stream_()));
+  cudaCheck(cudaStreamWaitEvent(rtc_comm_stream, ready_, 0));
+  ncclCheck(ncclAllGather(src, dst, n, ncclFloat, comm_of_(m, ax, "rtc_allgather_ahead"),
+                          rtc_comm_stream));
+  cudaCheck(cudaEventRecord(ahead_[slot], rtc_comm_stream));
+  ahead_pending_[slot] = 1;
+}
+
+void rtc_gather_wait(int slot) {
+  if (slot < 0 || slot >= RTC_AHEAD_SLOTS || !ahead_pending_[slot]) return;
+  cudaCheck(cudaStreamWaitEvent(stream_(), ahead_[slot], 0));
+  ahead_pending_[slot] = 0;
 }
 
 /* ---- bf16 activations (rtc_train.h's bf16 block): NCCL's ncclBfloat16,

@@ -107,6 +107,17 @@ void rtc_bucket_allreduce(struct RtMesh *m, RtAxis ax, float *buf, size_t n);
 void rtc_bucket_reduce_scatter(struct RtMesh *m, RtAxis ax, float *dst, const float *src,
                                size_t n);
 void rtc_bucket_wait(void);
+/* ZeRO-3's parameter gathers one layer ahead (ir/rankprog.h PInstr.ahead):
+ * rtc_allgather_dim's gather of n elements a rank into dst, started on the
+ * communication stream once the compute stream's work so far is done (the
+ * buffer dst is free by then), its end recorded in slot's event;
+ * rtc_gather_wait(slot) makes the compute stream wait for it before the
+ * first kernel that reads dst.  Staged: blocking (the wait does nothing).
+ * The blocking reduce-scatters (rtc_reduce_scatter_acc) run on the same
+ * stream, so that every collective of the data axis keeps issue order. */
+void rtc_allgather_ahead(struct RtMesh *m, RtAxis ax, float *dst, const float *src, size_t n,
+                         int slot);
+void rtc_gather_wait(int slot);
 
 /* ---- the vocab-parallel cross-entropy (rtc_vpce.cu): dist.h's
  * rt_vp_crossentropy_forward_f32 / _backward_acc_f32 on device buffers,

@@ -7,7 +7,9 @@
  * rounded to bf16, against the cpu kernel on those values
  * (rtc_test_bf16.h's limit); their dropout drops exactly the fp32
  * launcher's elements; rt_cast_bf16_cu rounds as rtc_f2bf (to nearest,
- * ties to even) and rt_widen_bf16_cu widens exactly. */
+ * ties to even) and rt_widen_bf16_cu widens exactly.  The step's weight
+ * casts as one launch (rt_cast_bf16_multi_cu) write, in an arena poisoned
+ * elsewhere, exactly the bytes one rt_cast_bf16_cu per segment writes. */
 #include "rtc_test_bf16.h"
 
 typedef void (*unary_f32)(float *, const float *, size_t);
@@ -413,6 +415,73 @@ static void test_cast(size_t n) {
   rtc_test_dfree(d_x, d_b, d_w);
 }
 
+/* rt_cast_bf16_multi_cu against rt_cast_bf16_cu per segment: the masters
+ * (random, the edge cases in the first) and the copies at scattered 64-byte
+ * aligned offsets of an arena whose other bytes are poison, the copies in
+ * another order than the masters; sizes around the kernel's chunk (4096)
+ * and an empty one.  Both arenas must end byte for byte equal (nothing
+ * written outside the copies), and each copy must be rtc_f2bf of its
+ * master.  Each table is cast twice (the second launch reuses its device
+ * copy) and two tables alternate, as a pipeline's chunks do. */
+static void test_cast_multi(void) {
+  const int64_t sizes[] = {4099, 1, 0, 4095, 4096, 70001, 16, 12345};
+  enum { NS = sizeof sizes / sizeof *sizes };
+  static RtcCastSeg segs[NS], rev[3];
+  int64_t off = 192;
+  for (int k = 0; k < NS; k++) {
+    segs[k].src = off;
+    segs[k].n = sizes[k];
+    off += (sizes[k] * 4 + 63) / 64 * 64 + 64 * (k % 3);
+  }
+  for (int k = NS - 1; k >= 0; k--) {  // copies in reverse order
+    segs[k].dst = off;
+    off += (sizes[k] * 2 + 63) / 64 * 64 + 64 * (k % 2);
+  }
+  const size_t bytes = (size_t)off + 128;
+  rev[0] = segs[5], rev[1] = segs[2], rev[2] = segs[0];
+  unsigned char *h = (unsigned char *)malloc(bytes);
+  memset(h, 0xff, bytes);
+  for (int k = 0; k < NS; k++) {
+    float *x = rtc_test_host((size_t)sizes[k], -100.0f, 100.0f);
+    memcpy(h + segs[k].src, x, (size_t)sizes[k] * 4);
+    free(x);
+  }
+  const uint32_t edges[] = {0x3f808000u, 0x3f818000u, 0x3f808001u, 0x7f7fffffu, 0x80000000u,
+                            0x00000001u, 0x7f800000u, 0xff800000u, 0x7fc00000u};
+  memcpy(h + segs[0].src, edges, sizeof edges);
+  unsigned char *d_a = rtc_test_dev(h, bytes), *d_b = rtc_test_dev(h, bytes);
+  for (int r = 0; r < 2; r++) {
+    rt_cast_bf16_multi_cu(d_a, segs, NS);
+    rt_cast_bf16_multi_cu(d_a, rev, 3);
+    rt_cast_bf16_multi_cu(d_a, rev, 0);
+  }
+  for (int k = 0; k < NS; k++)
+    rt_cast_bf16_cu((rtc_bf16 *)(d_b + segs[k].dst), (const float *)(d_b + segs[k].src),
+                    (size_t)segs[k].n);
+  unsigned char *a = (unsigned char *)malloc(bytes), *b = (unsigned char *)malloc(bytes);
+  cudaCheck(cudaDeviceSynchronize());
+  cudaCheck(cudaMemcpy(a, d_a, bytes, cudaMemcpyDeviceToHost));
+  cudaCheck(cudaMemcpy(b, d_b, bytes, cudaMemcpyDeviceToHost));
+  size_t bad = 0, wrong = 0;
+  for (size_t i = 0; i < bytes; i++) bad += a[i] != b[i];
+  for (int k = 0; k < NS; k++)
+    for (int64_t i = 0; i < sizes[k]; i++) {
+      float x;
+      rtc_bf16 got;
+      memcpy(&x, h + segs[k].src + 4 * i, 4);
+      rtc_bf16 want = rtc_f2bf(x);
+      memcpy(&got, a + segs[k].dst + 2 * i, 2);
+      wrong += memcmp(&got, &want, 2) != 0;
+    }
+  char shape[64];
+  snprintf(shape, sizeof shape, "%d segments", (int)NS);
+  printf("%-26s %-22s %-8s %zu bytes differ, %zu copies not rtc_f2bf %s\n", "cast_bf16_multi", shape,
+         "bits", bad, wrong, bad || wrong ? "FAIL" : "PASS");
+  if (bad || wrong) rtc_test_failures++;
+  free(h), free(a), free(b);
+  rtc_test_dfree(d_a, d_b);
+}
+
 int main(void) {
   const size_t sizes[] = {1, 1000, 70001};
   for (size_t n : sizes) {
@@ -450,6 +519,7 @@ int main(void) {
     test_elementwise_bf16(n);
     test_cast(n);
   }
+  test_cast_multi();
   test_swiglu_bf16(1, 1, 1);
   test_swiglu_bf16(37, 53, 106);
   test_swiglu_bf16(300, 200, 200);
