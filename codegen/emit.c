@@ -209,7 +209,7 @@ static const char *ir_stmt(const Node *n) {
   return s;
 }
 
-static const char *where(const Node *n) {
+const char *cg_where(const Node *n) {
   const char *scope = n->scope;
   if ((!scope || !*scope) && n->fwd) scope = n->fwd->scope;
   if (!n->loc.file) return "(no source)";
@@ -219,8 +219,6 @@ static const char *where(const Node *n) {
   return arena_printf("%s:%d", base, n->loc.line);
 }
 
-const char *cg_where(const Node *n) { return where(n); }
-
 /* "// model.shard:LINE (scope)  <IR statements>" then "// <shapes in> -> <shapes out>" */
 static void comment(Emit *e, const PInstr *in) {
   const Node *const *ns = in->nodes;
@@ -228,13 +226,13 @@ static void comment(Emit *e, const PInstr *in) {
   if (in->kind == PI_KERNEL && in->dbias.v) {
     /* a matmul_bwd that also sums its bias's gradient (the add_bwd first) */
     const Node *n = ns[1];
-    P(e, "  // %s  %s; %s\n", where(n), ir_stmt(ns[0]), ir_stmt(n));
+    P(e, "  // %s  %s; %s\n", cg_where(n), ir_stmt(ns[0]), ir_stmt(n));
     P(e, "  // %s, %s, %s -> %s, %s, %s\n", cg_shape(e, n->in[0]), cg_shape(e, n->in[1]),
       cg_shape(e, n->in[2]), n->outs[0] ? cg_shape(e, n->outs[0]) : "_",
       n->outs[1] ? cg_shape(e, n->outs[1]) : "_", cg_shape(e, in->dbias.v));
     return;
   }
-  P(e, "  // %s  ", where(ns[0]));
+  P(e, "  // %s  ", cg_where(ns[0]));
   for (int i = 0; i < count; i++) P(e, "%s%s", i ? "; " : "", ir_stmt(ns[i]));
   P(e, "\n  // ");
   /* Shapes: the first node's inputs, then what the group writes last. */

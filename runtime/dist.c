@@ -377,37 +377,22 @@ void rt_progress(RtMesh *m, int n, MPI_Request *reqs) {
  * vectorized polynomial: libm's double exp was a tenth of a tp2d step), the
  * f64 ones libm's. */
 
-static double vp_max_f32(const float *x, int n) {
-  float mx = -INFINITY;
-  for (int i = 0; i < n; i++)
-    mx = x[i] > mx ? x[i] : mx;
-  return mx;
-}
-static double vp_max_f64(const double *x, int n) {
-  double mx = -INFINITY;
-  for (int i = 0; i < n; i++)
-    mx = x[i] > mx ? x[i] : mx;
-  return mx;
-}
-static double vp_sumexp_f32(const float *x, int n, double mx) {
-  /* eight partial sums in a fixed order (one dependent add per element
-   * was the loop's bound), a chunk's exps first: both loops vectorize */
-  enum { CH = 256, LN = 8 };
-  float e[CH], m = (float)mx; /* mx is a float of the row (or -inf) */
-  double acc[LN] = {0};
-  for (int i0 = 0; i0 < n; i0 += CH) {
-    int c = n - i0 < CH ? n - i0 : CH;
-    for (int i = 0; i < c; i++)
-      e[i] = rt_expf(x[i0 + i] - m);
-    for (int i = c; i < (c + LN - 1) / LN * LN; i++)
-      e[i] = 0;
-    for (int i = 0; i < c; i += LN)
-      for (int j = 0; j < LN; j++)
-        acc[j] += e[i + j];
+#define RT_VP_MAX(REAL, SFX)                                                          \
+  static double vp_max##SFX(const REAL *x, int n) {                                   \
+    REAL mx = -INFINITY;                                                              \
+    for (int i = 0; i < n; i++)                                                       \
+      mx = x[i] > mx ? x[i] : mx;                                                     \
+    return mx;                                                                        \
   }
-  double s = 0;
-  for (int j = 0; j < LN; j++)
-    s += acc[j];
+RT_VP_MAX(float, _f32)
+RT_VP_MAX(double, _f64)
+
+static double vp_sumexp_f32(const float *x, int n, double mx) {
+  const float m = (float)mx; /* mx is a float of the row (or -inf) */
+  double s;
+#define TERM(i) (double)rt_expf(x[i] - m)
+  RT_DSUM(s, n, TERM);
+#undef TERM
   return s;
 }
 static double vp_sumexp_f64(const double *x, int n, double mx) {

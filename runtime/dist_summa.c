@@ -26,24 +26,6 @@ static void summa_order_fail_(MPI_Comm comm, int step, const char *why) {
   MPI_Abort(comm, 1);
 }
 
-/* Σ TERM(c) for c < n into the double `out`, in RT_DSUM_LANES partial sums
- * added in a fixed order (so every run rounds alike): one dependent add
- * per element bound the split norms' row sums at 4 cycles an element;
- * lanes vectorize. */
-#define RT_DSUM_LANES 8
-#define RT_DSUM(out, n, TERM)                                                      \
-  do {                                                                             \
-    double acc_[RT_DSUM_LANES] = {0};                                              \
-    int c_ = 0;                                                                    \
-    for (; c_ + RT_DSUM_LANES <= (n); c_ += RT_DSUM_LANES)                         \
-      for (int j_ = 0; j_ < RT_DSUM_LANES; j_++)                                   \
-        acc_[j_] += TERM(c_ + j_);                                                 \
-    for (; c_ < (n); c_++)                                                         \
-      acc_[c_ % RT_DSUM_LANES] += TERM(c_);                                        \
-    out = ((acc_[0] + acc_[1]) + (acc_[2] + acc_[3])) +                            \
-          ((acc_[4] + acc_[5]) + (acc_[6] + acc_[7]));                             \
-  } while (0)
-
 /* MPI counts are ints: a collective on more elements goes in pieces. */
 #define RT_MPI_PIECE ((size_t)1 << 30)
 

@@ -22,6 +22,24 @@
 #define RT_OMP_FOR_DYNAMIC(work)
 #endif
 
+/* Σ TERM(c) for c < n into the double `out`, in RT_DSUM_LANES partial sums
+ * added in a fixed order (so every run rounds alike): one dependent add
+ * per element bound the split norms' and the vocab-parallel
+ * cross-entropy's row sums at 4 cycles an element; lanes vectorize. */
+#define RT_DSUM_LANES 8
+#define RT_DSUM(out, n, TERM)                                                      \
+  do {                                                                             \
+    double acc_[RT_DSUM_LANES] = {0};                                              \
+    int c_ = 0;                                                                    \
+    for (; c_ + RT_DSUM_LANES <= (n); c_ += RT_DSUM_LANES)                         \
+      for (int j_ = 0; j_ < RT_DSUM_LANES; j_++)                                   \
+        acc_[j_] += TERM(c_ + j_);                                                 \
+    for (; c_ < (n); c_++)                                                         \
+      acc_[c_ % RT_DSUM_LANES] += TERM(c_);                                        \
+    out = ((acc_[0] + acc_[1]) + (acc_[2] + acc_[3])) +                            \
+          ((acc_[4] + acc_[5]) + (acc_[6] + acc_[7]));                             \
+  } while (0)
+
 /* Column-parallel reductions over rows (parameter gradients) give each task
  * this many columns: a few cache lines per row, rows summed in order. */
 #define RT_COL_CHUNK 64

@@ -240,7 +240,7 @@ int main(void) {
    * over dy), or, where that call cannot (ZeRO's gradient staging), by a
    * loop whose broadcast output is one row kept in cache: its memory is
    * the input's pass and the row, not a full-size read-modify-write */
-  Module *md = compile("../samples/gpt.shard", "4", "dp=4");
+  Module *md = pd; /* gpt on 4 ranks, dp=4 (above) */
   Module *mz = compile("../samples/gpt.shard", "4", "dp=4,zero=2");
   ASSERT(1, md && mz);
   if (md && mz) {
