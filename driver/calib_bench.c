@@ -9,6 +9,7 @@
  *   - all-reduce, all-gather, reduce-scatter, broadcast and send/recv over
  *     message sizes, for groups of 2, 4, ... consecutive ranks (all groups
  *     at once, as a plan's tp or dp groups run);
+ * the whole suite ROUNDS times (default 3), each figure its fastest round,
  * and rank 0 writes the profile (cost.h's format) to argv[1]. */
 #include <cblas.h>
 #include <math.h>
@@ -36,14 +37,13 @@ static double window = 0.15;
 
 /* Time per call of `body` on every rank at once: a first call sizes the
  * repetitions to about 0.15 s (the same on every rank: the slowest's), then
- * three trials; a trial lasts from the first rank's start to the last
- * rank's end (one node's monotonic clock: ranks sharing cores may start
+ * two trials (and the suite runs `rounds` times, below); a trial lasts
+ * from the first rank's start to the last rank's end (one node's monotonic clock: ranks sharing cores may start
  * late, after others ran), and the fastest trial is kept (the machine
  * least disturbed by other work; the accuracy benchmark takes the fastest
  * step alike). */
-#define TIME_ALL(reps_unused, body, out)                                              \
+#define TIME_ALL(body, out)                                                            \
   do {                                                                               \
-    (void)(reps_unused);                                                             \
     MPI_Barrier(MPI_COMM_WORLD);                                                     \
     double t0_ = now();                                                              \
     body;                                                                            \
@@ -51,8 +51,8 @@ static double window = 0.15;
     MPI_Allreduce(&d_, &dmax_, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);              \
     int reps_ = (int)(window / (dmax_ > 1e-7 ? dmax_ : 1e-7));                         \
     reps_ = reps_ < 1 ? 1 : reps_ > 20000 ? 20000 : reps_;                           \
-    double tr_[3];                                                                   \
-    for (int k_ = 0; k_ < 3; k_++) {                                                 \
+    double tr_[2];                                                                   \
+    for (int k_ = 0; k_ < 2; k_++) {                                                 \
       MPI_Barrier(MPI_COMM_WORLD);                                                   \
       double s_ = now(), smin_;                                                      \
       for (int r_ = 0; r_ < reps_; r_++) { body; }                                   \
@@ -61,10 +61,8 @@ static double window = 0.15;
       MPI_Allreduce(&e_, &emax_, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);            \
       tr_[k_] = (emax_ - smin_) / reps_;                                             \
     }                                                                                \
-    (out) = fmin(tr_[0], fmin(tr_[1], tr_[2]));                                      \
+    (out) = fmin(tr_[0], tr_[1]);                                                     \
   } while (0)
-
-static int reps_for(double a, double b) { return (int)(a / b); }
 
 int main(int argc, char **argv) {
   rt_bind_shared_cores(); /* ranks placed as the programs place them (runtime/threads.c) */
@@ -72,8 +70,9 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (getenv("SHARDC_CALIB_QUICK")) window = 0.003;
-  if (argc < 2) {
-    if (!rank) fprintf(stderr, "usage: mpirun -np N shardc-calib OUT.json\n");
+  int rounds = argc > 2 ? atoi(argv[2]) : 3;
+  if (argc < 2 || rounds < 1 || rounds > 100) {
+    if (!rank) fprintf(stderr, "usage: mpirun -np N shardc-calib OUT.json [ROUNDS 1-100]\n");
     MPI_Finalize();
     return 1;
   }
@@ -96,212 +95,253 @@ int main(int argc, char **argv) {
     fprintf(out, "{\"shardc_profile\": 1, \"device\": \"cpu\", \"np\": %d, \"threads\": %d, \"cores\": %ld,\n",
             world, threads, cores);
   }
-  /* ---- GEMM over shapes: square and the skinny ones training runs ---- */
-  enum { MAXD = 1024 };
+  /* Every figure is the fastest of `rounds` rounds of the whole suite: a
+   * trial's minimum escapes a disturbance of a fraction of a second, but
+   * on a shared host a neighbour's memory traffic or a busy core lasts
+   * seconds to minutes (bandwidth measured 9 then 14 GB/s a quarter of an
+   * hour apart), so the suite runs again later and each figure keeps its
+   * least disturbed round. */
+  enum { MAXD = 1024, NSH = 18, NBW = 7, NSF = 8, NKERN = 8, NOPS = 5, NBYTES = 10, NGRP = 13 };
   float *A = malloc(sizeof(float) * MAXD * MAXD * 4), *B = malloc(sizeof(float) * MAXD * MAXD * 4),
         *C = malloc(sizeof(float) * MAXD * MAXD * 4);
   for (long i = 0; i < (long)MAXD * MAXD * 4; i++) A[i] = B[i] = C[i] = 1e-3f * (float)(i % 7);
   /* 64 MiB per rank, over the last-level cache of the whole socket */
   enum { POOL = 16L << 20 };
   float *pool = malloc(sizeof(float) * POOL);
-  for (long i = 0; i < POOL; i++) pool[i] = 1e-3f * (float)(i % 5);
-  static const int shapes[][3] = {
+  static const int shapes[NSH][3] = {
       {1, 1, 1},       {8, 8, 8},       {16, 16, 16},     {32, 32, 32},     {64, 64, 64},
       {256, 64, 64},   {128, 128, 128}, {256, 128, 128},  {256, 256, 128},  {256, 256, 256},
       {256, 512, 128}, {512, 384, 128}, {512, 512, 256},  {512, 512, 512},  {1024, 512, 512},
       {1024, 1024, 512}, {1024, 1024, 1024}, {2048, 1024, 1024}};
-  int nsh = sizeof shapes / sizeof shapes[0];
-  double gx[32], gy[32], launch = 0;
-  for (int i = 0; i < nsh; i++) {
-    int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
-    double fl = 2.0 * M * N * K, t;
-    int reps = reps_for(fl, 2e10 / world);
-    /* the three layouts a linear runs: y = x·Wᵀ, dx = dy·W, dW = dyᵀ·x; the
-     * operands rotate through a pool larger than the caches, as a step's
-     * tensors do through its arena */
-    long slot = 0, need = (long)M * K + (long)K * N + (long)M * N;
-    long nslots = POOL / need > 1 ? POOL / need : 1;
-#define OPS_ (slot = (slot + 1) % nslots, pool + slot * need)
-    TIME_ALL(reps, float *a_ = OPS_; float *b_ = a_ + (long)M * K; float *c_ = b_ + (long)K * N;
-             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a_, K, b_, K, 0.0f, c_, N);
-             a_ = OPS_; b_ = a_ + (long)M * K; c_ = b_ + (long)K * N;
-             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a_, K, b_, N, 0.0f, c_, N);
-             a_ = OPS_; b_ = a_ + (long)M * K; c_ = b_ + (long)K * N;
-             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, 1.0f, a_, M, b_, N, 0.0f, c_, N), t);
-#undef OPS_
-    t /= 3;
-    if (i == 0) launch = t;
-    gx[i] = fl;
-    gy[i] = fl / (t > launch && i ? t - launch : t);
+  static const char *sf_names[NSF] = {"exp", "log", "tanh", "erf", "sin", "cos", "pow", "sqrt"};
+  static const char *kern_names[NKERN] = {"gelu", "gelu_bwd", "silu", "silu_bwd",
+                                          "layernorm", "layernorm_bwd", "rmsnorm", "rmsnorm_bwd"};
+  static const char *ops[NOPS] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "p2p"};
+  double gemm_t[NSH], bw_t[NBW], sf_t[NSF], kern_t[NKERN], coll_t[NGRP][NOPS][NBYTES];
+  for (int i = 0; i < NSH; i++) gemm_t[i] = INFINITY;
+  for (int i = 0; i < NBW; i++) bw_t[i] = INFINITY;
+  for (int i = 0; i < NSF; i++) sf_t[i] = INFINITY;
+  for (int i = 0; i < NKERN; i++) kern_t[i] = INFINITY;
+  for (int g = 0; g < NGRP; g++)
+    for (int o = 0; o < NOPS; o++)
+      for (int b = 0; b < NBYTES; b++) coll_t[g][o][b] = INFINITY;
+  /* groups of n = 2, 4, ... consecutive ranks, all at once */
+  MPI_Comm groups[NGRP];
+  int ngroups = 0;
+  for (int n = 2; n <= world && ngroups < NGRP; n *= 2) {
+    groups[ngroups] = MPI_COMM_NULL;
+    if (world % n == 0) MPI_Comm_split(MPI_COMM_WORLD, rank / n, rank, &groups[ngroups]);
+    ngroups++;
   }
+  long maxb = 16L << 20;
+  char *sb = malloc((size_t)maxb), *rb = malloc((size_t)maxb);
+  memset(sb, 1, (size_t)maxb);
+#define BEST(slot, t) ((slot) = fmin((slot), (t)))
+
+  for (int round = 0; round < rounds; round++) {
+    for (long i = 0; i < POOL; i++) pool[i] = 1e-3f * (float)(i % 5);
+    /* ---- GEMM over shapes: square and the skinny ones training runs, in
+     * the three layouts a linear runs: y = x·Wᵀ, dx = dy·W, dW = dyᵀ·x.
+     * The weight operand is a fresh one each call, rotating through a pool
+     * larger than the caches (a step walks all its parameters between two
+     * uses of one); the activation operands are reused, as consecutive ops
+     * hand a microbatch's activations over through the cache (a small
+     * microbatch's stay there, a large one's fall out by themselves).  The
+     * weight gradient (dW's output) is the weight-shaped operand there. */
+    for (int i = 0; i < NSH; i++) {
+      int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+      double t;
+      /* no product feeds another (values stay of one scale, never
+       * subnormal): dx has its own buffer, and the weight gradients their
+       * own half of the rotating region */
+      float *x_ = pool, *y_ = x_ + (long)M * K, *dx_ = y_ + (long)M * N;
+      float *wpool = dx_ + (long)M * K;
+      long wslot = 0, wn = (long)K * N, half = (POOL - (wpool - pool)) / 2;
+      long nw = half / wn > 1 ? half / wn : 1;
+      float *gpool = wpool + nw * wn;
+#define W_ (wpool + wslot * wn)
+#define G_ (gpool + wslot * wn)
+      TIME_ALL(wslot = (wslot + 1) % nw;
+               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x_, K, W_, K, 0.0f, y_, N);
+               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, y_, N, W_, K, 0.0f, dx_, K);
+               cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, y_, N, x_, K, 0.0f, G_, K), t);
+#undef W_
+#undef G_
+      BEST(gemm_t[i], t / 3);
+    }
+    /* The GEMMs left their products in the pool, and products of products
+     * shrink towards subnormal floats, which some CPUs compute many times
+     * slower: the pool is refilled with values of an activation's range
+     * before the sections that read it next (the streaming kernel below
+     * writes each slot's third array from its first two, never chaining, so
+     * the kernels' section after it still reads these values). */
+    for (long i = 0; i < POOL; i++) pool[i] = -2.0f + 4e-3f * (float)(i % 1001);
+    /* ---- memory-bound: y = a + s*b over sizes (3 streams) ---- */
+    {
+      int k = 0;
+      for (long n = 1024; n <= (long)MAXD * MAXD * 4 && k < NBW; n *= 4, k++) {
+        double t;
+        /* the three arrays rotate through the pool, as a step's kernels meet
+         * activations written long before (a GEMM or more in between): warm
+         * arrays would measure the cache, 2-3x the bandwidth a layernorm or a
+         * fused loop of a training step gets */
+        long slot = 0, nslots = POOL / (3 * n) > 1 ? POOL / (3 * n) : 1;
+        TIME_ALL(slot = (slot + 1) % nslots; const float *a_ = pool + slot * 3 * n;
+                 const float *b_ = a_ + n; float *c_ = (float *)b_ + n;
+                 for (long i = 0; i < n; i++) c_[i] = a_[i] + 0.5f * b_[i], t);
+        BEST(bw_t[k], t);
+      }
+    }
+    /* ---- special functions: seconds per evaluation, as generated fused
+     * loops call them: exp and tanh from rt_math.h (vectorized), the others
+     * from libm (one element at a time) ---- */
+    {
+      enum { NS = 4096 };
+      float *in = A, *res = C;
+      for (int i = 0; i < NS; i++) in[i] = -4.0f + 8.0f * (float)i / NS; /* activations' range */
+      for (int f = 0; f < NSF; f++) {
+        double t;
+        switch (f) {
+        case 0: TIME_ALL(for (int i = 0; i < NS; i++) res[i] = rt_expf(in[i]), t); break;
+        case 1: TIME_ALL(for (int i = 0; i < NS; i++) res[i] = logf(in[i] + 4.5f), t); break;
+        case 2: TIME_ALL(for (int i = 0; i < NS; i++) res[i] = rt_tanhf(in[i]), t); break;
+        case 3: TIME_ALL(for (int i = 0; i < NS; i++) res[i] = erff(in[i]), t); break;
+        case 4: TIME_ALL(for (int i = 0; i < NS; i++) res[i] = sinf(in[i]), t); break;
+        case 5: TIME_ALL(for (int i = 0; i < NS; i++) res[i] = cosf(in[i]), t); break;
+        case 6: TIME_ALL(for (int i = 0; i < NS; i++) res[i] = powf(in[i] + 4.5f, 1.7f), t); break;
+        default: TIME_ALL(for (int i = 0; i < NS; i++) res[i] = sqrtf(in[i] + 4.5f), t); break;
+        }
+        BEST(sf_t[f], t / NS);
+      }
+    }
+    /* ---- the runtime's row and activation kernels a step calls, seconds
+     * per element: their passes over the rows, reductions and exp cost more
+     * than one streaming pass (GELU: an exp and a division per element;
+     * layernorm's backward: three passes and the weight gradients).  Rows of
+     * C = 1024, operands rotating through the pool (cold, as in a step). ---- */
+    {
+      enum { KC = 1024, KR = 1024, KN = KC * KR };
+      float *st = A, *w = A + 4 * KR, *bb = w + KC, *dw = bb + KC, *db = dw + KC; /* small, warm */
+      for (int i = 0; i < 2 * KR; i++) st[i] = 1.0f + 1e-3f * (float)(i % 7);
+      long slot = 0, nslots = POOL / (3L * KN) > 1 ? POOL / (3L * KN) : 1;
+#define KOPS_ (slot = (slot + 1) % nslots, pool + slot * 3L * KN)
+      for (int k = 0; k < NKERN; k++) {
+        double t;
+        float *x, *y, *z;
+#define KBODY(call) TIME_ALL(x = KOPS_; y = x + KN; z = y + KN; call, t)
+        switch (k) {
+        case 0: KBODY(rt_gelu_forward_f32(y, x, KN)); break;
+        case 1: KBODY(rt_gelu_backward_f32(z, x, y, KN)); break;
+        case 2: KBODY(rt_silu_forward_f32(y, x, KN)); break;
+        case 3: KBODY(rt_silu_backward_f32(z, x, y, KN)); break;
+        case 4: KBODY(rt_layernorm_forward_eps_f32(y, st, st + KR, x, w, bb, KR, KC, 1e-5)); break;
+        case 5: KBODY(rt_layernorm_backward_f32(z, dw, db, y, x, w, st, st + KR, KR, KC)); break;
+        case 6: KBODY(rt_rmsnorm_forward_f32(y, st + KR, x, w, KR, KC, 1e-5)); break;
+        default: KBODY(rt_rmsnorm_backward_f32(z, dw, y, x, w, st + KR, KR, KC)); break;
+        }
+#undef KBODY
+        BEST(kern_t[k], t / KN);
+      }
+#undef KOPS_
+    }
+    /* ---- collectives: groups of n consecutive ranks, all at once, as a
+     * step meets them: after a stretch of compute on every rank (ranks
+     * sharing cores then arrive out of step and must be scheduled in), so
+     * each is timed behind a GEMM and the GEMM's own time taken off. ---- */
+    const int GM = 192;
+    double tg;
+#define WORK cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, GM, GM, GM, 1.0f, A, GM, B, GM, 0.0f, C, GM)
+    TIME_ALL(WORK, tg);
+    for (int gi = 0; gi < ngroups; gi++) {
+      int n = 2 << gi;
+      MPI_Comm g = groups[gi];
+      if (g == MPI_COMM_NULL) continue;
+      int gr;
+      MPI_Comm_rank(g, &gr);
+      for (int o = 0; o < NOPS; o++) {
+        if (o == 4 && n != 2) continue;
+        int bi = 0;
+        for (long bytes = 64; bytes <= maxb && bi < NBYTES; bytes *= 4, bi++) {
+          long cnt = bytes / 4;
+          double t;
+          /* the all-reduce in place, as runtime/dist.c runs it, on buffers
+           * rotating through the pool as a step's activations do */
+          long aslot = 0, naslots = (long)POOL * 4 / bytes > 1 ? (long)POOL * 4 / bytes : 1;
+#define AR_BUF_ ((aslot = (aslot + 1) % naslots), (char *)pool + aslot * bytes)
+          switch (o) {
+          case 0: TIME_ALL(WORK; MPI_Allreduce(MPI_IN_PLACE, AR_BUF_, (int)cnt, MPI_FLOAT, MPI_SUM, g), t); break;
+          case 1: TIME_ALL(WORK; MPI_Allgather(sb, (int)(cnt / n), MPI_FLOAT, rb, (int)(cnt / n), MPI_FLOAT, g), t); break;
+          case 2: TIME_ALL(WORK; MPI_Reduce_scatter_block(sb, rb, (int)(cnt / n), MPI_FLOAT, MPI_SUM, g), t); break;
+          case 3: TIME_ALL(WORK; MPI_Bcast(sb, (int)cnt, MPI_FLOAT, 0, g), t); break;
+          default:
+            TIME_ALL(WORK; MPI_Sendrecv(sb, (int)cnt, MPI_FLOAT, gr ^ 1, 7, rb, (int)cnt, MPI_FLOAT, gr ^ 1, 7, g, MPI_STATUS_IGNORE), t);
+            break;
+          }
+#undef AR_BUF_
+          t -= tg;
+          BEST(coll_t[gi][o][bi], t < 1e-6 ? 1e-6 : t);
+        }
+      }
+    }
+#undef WORK
+  }
+#undef BEST
+
   if (!rank) {
-    /* a curve of rate by FLOPs: sorted, equal FLOPs merged */
-    fprintf(out, "\"launch_s\": %.6g,\n\"gemm\": [", launch);
-    int first = 1;
-    /* sort indices by flops */
-    int idx[32], n = 0;
-    for (int i = 1; i < nsh; i++) idx[n++] = i;
+    /* GEMM: a curve of rate by FLOPs, sorted, equal FLOPs merged; the
+     * rates net of one call's cost (the 1x1x1 product's time) */
+    double launch = gemm_t[0];
+    fprintf(out, "\"rounds\": %d,\n\"launch_s\": %.6g,\n\"gemm\": [", rounds, launch);
+    int idx[NSH], n = 0;
+    for (int i = 1; i < NSH; i++) idx[n++] = i;
     for (int a = 0; a < n; a++)
-      for (int b = a + 1; b < n; b++)
-        if (gx[idx[b]] < gx[idx[a]]) {
+      for (int b = a + 1; b < n; b++) {
+        double fa = 2.0 * shapes[idx[a]][0] * shapes[idx[a]][1] * shapes[idx[a]][2];
+        double fb = 2.0 * shapes[idx[b]][0] * shapes[idx[b]][1] * shapes[idx[b]][2];
+        if (fb < fa) {
           int t = idx[a];
           idx[a] = idx[b];
           idx[b] = t;
         }
+      }
     double last = 0;
-    for (int a = 0; a < n; a++) {
-      if (gx[idx[a]] <= last) continue;
-      fprintf(out, "%s[%.6g, %.6g]", first ? "" : ", ", gx[idx[a]], gy[idx[a]]);
-      first = 0;
-      last = gx[idx[a]];
-    }
-    fprintf(out, "],\n");
-  }
-  /* The GEMMs left their products in the pool, and products of products
-   * shrink towards subnormal floats, which some CPUs compute many times
-   * slower: the pool is refilled with values of an activation's range
-   * before the sections that read it next (the streaming kernel below
-   * writes each slot's third array from its first two, never chaining, so
-   * the kernels' section after it still reads these values). */
-  for (long i = 0; i < POOL; i++) pool[i] = -2.0f + 4e-3f * (float)(i % 1001);
-  /* ---- memory-bound: y = a + s*b over sizes (3 streams) ---- */
-  if (!rank) fprintf(out, "\"bw\": [");
-  {
     int first = 1;
-    for (long n = 1024; n <= (long)MAXD * MAXD * 4; n *= 4) {
-      double bytes = 3.0 * n * 4, t;
-      int reps = reps_for(bytes, 5e9 / world);
-      /* the three arrays rotate through the pool, as a step's kernels meet
-       * activations written long before (a GEMM or more in between): warm
-       * arrays would measure the cache, 2-3x the bandwidth a layernorm or a
-       * fused loop of a training step gets */
-      long slot = 0, nslots = POOL / (3 * n) > 1 ? POOL / (3 * n) : 1;
-      TIME_ALL(reps, slot = (slot + 1) % nslots; const float *a_ = pool + slot * 3 * n;
-               const float *b_ = a_ + n; float *c_ = (float *)b_ + n;
-               for (long i = 0; i < n; i++) c_[i] = a_[i] + 0.5f * b_[i], t);
-      if (!rank) {
-        fprintf(out, "%s[%.6g, %.6g]", first ? "" : ", ", bytes, bytes / t);
-        first = 0;
+    for (int a = 0; a < n; a++) {
+      const int *s = shapes[idx[a]];
+      double fl = 2.0 * s[0] * s[1] * s[2], t = gemm_t[idx[a]];
+      if (fl <= last) continue;
+      fprintf(out, "%s[%.6g, %.6g]", first ? "" : ", ", fl, fl / (t > launch ? t - launch : t));
+      first = 0;
+      last = fl;
+    }
+    fprintf(out, "],\n\"bw\": [");
+    int k = 0;
+    for (long nn = 1024; nn <= (long)MAXD * MAXD * 4 && k < NBW; nn *= 4, k++)
+      fprintf(out, "%s[%.6g, %.6g]", k ? ", " : "", 3.0 * nn * 4, 3.0 * nn * 4 / bw_t[k]);
+    fprintf(out, "],\n\"special\": {");
+    for (int f = 0; f < NSF; f++) fprintf(out, "%s\"%s\": %.6g", f ? ", " : "", sf_names[f], sf_t[f]);
+    fprintf(out, "},\n\"kernels\": {");
+    for (int f = 0; f < NKERN; f++) fprintf(out, "%s\"%s\": %.6g", f ? ", " : "", kern_names[f], kern_t[f]);
+    fprintf(out, "},\n\"coll\": [");
+    int firstc = 1;
+    for (int gi = 0; gi < ngroups; gi++) {
+      int gn = 2 << gi;
+      if (world % gn) continue;
+      for (int o = 0; o < NOPS; o++) {
+        if (o == 4 && gn != 2) continue;
+        fprintf(out, "%s{\"op\": \"%s\", \"n\": %d, \"t\": [", firstc ? "" : ",\n ", ops[o], gn);
+        firstc = 0;
+        int bi = 0;
+        for (long bytes = 64; bytes <= maxb && bi < NBYTES; bytes *= 4, bi++)
+          fprintf(out, "%s[%ld, %.6g]", bi ? ", " : "", bytes, coll_t[gi][o][bi]);
+        fprintf(out, "]}");
       }
     }
-  }
-  /* ---- special functions: seconds per evaluation, as generated fused
-   * loops call them: exp and tanh from rt_math.h (vectorized), the others
-   * from libm (one element at a time) ---- */
-  if (!rank) fprintf(out, "],\n\"special\": {");
-  {
-    enum { NS = 4096 };
-    float *in = A, *res = C;
-    for (int i = 0; i < NS; i++) in[i] = -4.0f + 8.0f * (float)i / NS; /* activations' range */
-    static const char *names[] = {"exp", "log", "tanh", "erf", "sin", "cos", "pow", "sqrt"};
-    for (int f = 0; f < 8; f++) {
-      double t;
-      int reps = reps_for(1e8, 1e2 * NS * world);
-      switch (f) {
-      case 0: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = rt_expf(in[i]), t); break;
-      case 1: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = logf(in[i] + 4.5f), t); break;
-      case 2: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = rt_tanhf(in[i]), t); break;
-      case 3: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = erff(in[i]), t); break;
-      case 4: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = sinf(in[i]), t); break;
-      case 5: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = cosf(in[i]), t); break;
-      case 6: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = powf(in[i] + 4.5f, 1.7f), t); break;
-      default: TIME_ALL(reps, for (int i = 0; i < NS; i++) res[i] = sqrtf(in[i] + 4.5f), t); break;
-      }
-      if (!rank) fprintf(out, "%s\"%s\": %.6g", f ? ", " : "", names[f], t / NS);
-    }
-  }
-  /* ---- the runtime's row and activation kernels a step calls, seconds
-   * per element: their passes over the rows, reductions and exp cost more
-   * than one streaming pass (GELU: an exp and a division per element;
-   * layernorm's backward: three passes and the weight gradients).  Rows of
-   * C = 1024, operands rotating through the pool (cold, as in a step). ---- */
-  if (!rank) fprintf(out, "},\n\"kernels\": {");
-  {
-    enum { KC = 1024, KR = 1024, KN = KC * KR };
-    float *st = A, *w = A + 4 * KR, *bb = w + KC, *dw = bb + KC, *db = dw + KC; /* small, warm */
-    for (int i = 0; i < 2 * KR; i++) st[i] = 1.0f + 1e-3f * (float)(i % 7);
-    long slot = 0, nslots = POOL / (3L * KN) > 1 ? POOL / (3L * KN) : 1;
-#define KOPS_ (slot = (slot + 1) % nslots, pool + slot * 3L * KN)
-    static const char *names[] = {"gelu", "gelu_bwd", "silu", "silu_bwd",
-                                  "layernorm", "layernorm_bwd", "rmsnorm", "rmsnorm_bwd"};
-    for (int k = 0; k < 8; k++) {
-      double t;
-      float *x, *y, *z;
-#define KBODY(call) TIME_ALL(0, x = KOPS_; y = x + KN; z = y + KN; call, t)
-      switch (k) {
-      case 0: KBODY(rt_gelu_forward_f32(y, x, KN)); break;
-      case 1: KBODY(rt_gelu_backward_f32(z, x, y, KN)); break;
-      case 2: KBODY(rt_silu_forward_f32(y, x, KN)); break;
-      case 3: KBODY(rt_silu_backward_f32(z, x, y, KN)); break;
-      case 4: KBODY(rt_layernorm_forward_eps_f32(y, st, st + KR, x, w, bb, KR, KC, 1e-5)); break;
-      case 5: KBODY(rt_layernorm_backward_f32(z, dw, db, y, x, w, st, st + KR, KR, KC)); break;
-      case 6: KBODY(rt_rmsnorm_forward_f32(y, st + KR, x, w, KR, KC, 1e-5)); break;
-      default: KBODY(rt_rmsnorm_backward_f32(z, dw, y, x, w, st + KR, KR, KC)); break;
-      }
-#undef KBODY
-      if (!rank) fprintf(out, "%s\"%s\": %.6g", k ? ", " : "", names[k], t / KN);
-    }
-#undef KOPS_
-  }
-  if (!rank) fprintf(out, "},\n\"coll\": [");
-  /* ---- collectives: groups of n consecutive ranks, all at once ---- */
-  int firstc = 1;
-  long maxb = 16L << 20;
-  char *sb = malloc((size_t)maxb), *rb = malloc((size_t)maxb);
-  memset(sb, 1, (size_t)maxb);
-  /* Collectives as a step meets them: after a stretch of compute on every
-   * rank (ranks sharing cores then arrive out of step and must be scheduled
-   * in), so each is timed behind a GEMM and the GEMM's own time taken off. */
-  const int GM = 192;
-  double tg;
-#define WORK cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, GM, GM, GM, 1.0f, A, GM, B, GM, 0.0f, C, GM)
-  TIME_ALL(0, WORK, tg);
-  for (int n = 2; n <= world; n *= 2) {
-    if (world % n) continue;
-    MPI_Comm g;
-    MPI_Comm_split(MPI_COMM_WORLD, rank / n, rank, &g);
-    static const char *ops[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "p2p"};
-    for (int o = 0; o < 5; o++) {
-      if (o == 4 && n != 2) continue;
-      if (!rank) fprintf(out, "%s{\"op\": \"%s\", \"n\": %d, \"t\": [", firstc ? "" : ",\n ", ops[o], n);
-      firstc = 0;
-      int first = 1;
-      for (long bytes = 64; bytes <= maxb; bytes *= 4) {
-        long cnt = bytes / 4;
-        double t;
-        int reps = reps_for((double)bytes, 1e9 / world);
-        if (reps > 200) reps = 200;
-        int gr;
-        MPI_Comm_rank(g, &gr);
-        /* the all-reduce in place, as runtime/dist.c runs it, on buffers
-         * rotating through the pool as a step's activations do */
-        long aslot = 0, naslots = (long)POOL * 4 / bytes > 1 ? (long)POOL * 4 / bytes : 1;
-#define AR_BUF_ ((aslot = (aslot + 1) % naslots), (char *)pool + aslot * bytes)
-        switch (o) {
-        case 0: TIME_ALL(reps, WORK; MPI_Allreduce(MPI_IN_PLACE, AR_BUF_, (int)cnt, MPI_FLOAT, MPI_SUM, g), t); break;
-        case 1: TIME_ALL(reps, WORK; MPI_Allgather(sb, (int)(cnt / n), MPI_FLOAT, rb, (int)(cnt / n), MPI_FLOAT, g), t); break;
-        case 2: TIME_ALL(reps, WORK; MPI_Reduce_scatter_block(sb, rb, (int)(cnt / n), MPI_FLOAT, MPI_SUM, g), t); break;
-        case 3: TIME_ALL(reps, WORK; MPI_Bcast(sb, (int)cnt, MPI_FLOAT, 0, g), t); break;
-        default:
-          TIME_ALL(reps, WORK; MPI_Sendrecv(sb, (int)cnt, MPI_FLOAT, gr ^ 1, 7, rb, (int)cnt, MPI_FLOAT, gr ^ 1, 7, g, MPI_STATUS_IGNORE), t);
-          break;
-        }
-#undef AR_BUF_
-        t -= tg;
-        if (t < 1e-6) t = 1e-6;
-        if (!rank) {
-          fprintf(out, "%s[%ld, %.6g]", first ? "" : ", ", bytes, t);
-          first = 0;
-        }
-      }
-      if (!rank) fprintf(out, "]}");
-    }
-    MPI_Comm_free(&g);
-  }
-  if (!rank) {
     fprintf(out, "]}\n");
     fclose(out);
   }
+  for (int gi = 0; gi < ngroups; gi++)
+    if (groups[gi] != MPI_COMM_NULL) MPI_Comm_free(&groups[gi]);
   free(A);
   free(pool);
   free(B);

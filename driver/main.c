@@ -111,7 +111,7 @@ static const char *usage_explore =
     "                       plan's pipeline timeline, memory per stage by kind, time breakdown\n";
 
 static const char *usage_calibrate =
-    "usage: shardc calibrate [--target cpu|cuda|cuda-host] [--np N] -o PROFILE.json\n"
+    "usage: shardc calibrate [--target cpu|cuda|cuda-host] [--np N] [--rounds R] -o PROFILE.json\n"
     "\n"
     "Measures this machine under mpirun with N ranks placed as training programs\n"
     "place them: GEMM throughput over shapes through the library the programs call,\n"
@@ -126,7 +126,10 @@ static const char *usage_calibrate =
     "                       cuBLASLt fp32 (gemm) and bf16 tensor cores (gemm_bf16, what\n"
     "                       precision = bf16 plans use), NCCL collectives\n"
     "  --target cuda-host   the cuda calibrator's host build (no GPU: kernels on the CPU,\n"
-    "                       NCCL as MPI), for tests; its figures describe no GPU\n";
+    "                       NCCL as MPI), for tests; its figures describe no GPU\n"
+    "  --rounds R           (cpu target; default 3, 1 to 100) run the whole suite R times\n"
+    "                       and keep each figure's fastest round: on a shared host a\n"
+    "                       disturbance lasts seconds to minutes, longer than one trial\n";
 
 typedef struct Opts {
   const char *cmd;
@@ -202,7 +205,7 @@ static int count_gpus(void) {
 }
 
 static int run_calibrate(int argc, char **argv) {
-  int np = 0;
+  int np = 0, rounds = 0;
   const char *outp = NULL, *target = "cpu";
   for (int i = 2; i < argc; i++) {
     const char *v;
@@ -215,6 +218,12 @@ static int run_calibrate(int argc, char **argv) {
       if (!*v || *end || k < 1 || k > 4096)
         return usage_error(usage_calibrate, "--np must be a number of ranks from 1 to 4096, got '%s'", v);
       np = (int)k;
+    } else if ((v = flag_value(argc, argv, &i, "--rounds"))) {
+      char *end;
+      long k = strtol(v, &end, 10);
+      if (!*v || *end || k < 1 || k > 100)
+        return usage_error(usage_calibrate, "--rounds must be a number from 1 to 100, got '%s'", v);
+      rounds = (int)k;
     } else if ((v = flag_value(argc, argv, &i, "--target"))) {
       if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "cuda-host"))
         return usage_error(usage_calibrate, "--target must be cpu, cuda or cuda-host, got '%s'", v);
@@ -227,6 +236,8 @@ static int run_calibrate(int argc, char **argv) {
     }
   }
   if (!outp) return usage_error(usage_calibrate, "%s", "no output file (-o PROFILE.json)");
+  if (rounds && strcmp(target, "cpu"))
+    return usage_error(usage_calibrate, "%s", "--rounds is for --target cpu (a GPU's figures are steady: one round)");
   bool cuda = !strcmp(target, "cuda"), cuda_host = !strcmp(target, "cuda-host");
   const char *bin = cuda ? SHARDC_CALIB_CUDA_BIN : cuda_host ? SHARDC_CALIB_CUDA_HOST_BIN : SHARDC_CALIB_BIN;
   if (!SHARDC_CALIB_BIN[0]) {
@@ -252,8 +263,9 @@ static int run_calibrate(int argc, char **argv) {
     if (!np) np = gpus;
   }
   if (!np) np = 1;
-  char nps[16];
+  char nps[16], rds[16];
   snprintf(nps, sizeof nps, "%d", np);
+  snprintf(rds, sizeof rds, "%d", rounds ? rounds : 3);
   const char *args[16];
   int k = 0;
   args[k++] = "mpirun";
@@ -263,6 +275,7 @@ static int run_calibrate(int argc, char **argv) {
   args[k++] = nps;
   args[k++] = bin;
   args[k++] = outp;
+  if (!cuda && !cuda_host) args[k++] = rds;
   args[k] = NULL;
   fprintf(stderr, "shardc calibrate: mpirun -np %d %s %s\n", np, bin, outp);
   fflush(stderr);

@@ -223,7 +223,16 @@ expect explore-ring-bf16-generatable 0 'sp=ring' -- "$bin" explore "$tmp/gpt-bf1
 expect emit-cuda-ring-bf16 0 'rt_ring_attention_backward_cu\(p->mesh, RT_AX_SP,' -- "$bin" compile "$tmp/gpt-bf16.shard" --target cuda --mesh 2 --strategy sp=ring:2 --emit=c
 expect explore-infeasible 0 'INFEASIBLE: stage [0-9]+ needs [0-9.]+ GB > 80.0 GB' -- "$bin" explore bench/models/gpt3-175b.shard --mesh 4x8:A100_SXM --strategy tp=8,pp=4 --top 1
 if command -v mpirun >/dev/null && [ -x "$(dirname "$bin")/shardc-calib" ]; then
-  SHARDC_CALIB_QUICK=1 expect calibrate 0 'wrote .*prof2.json: 2 ranks; SGEMM up to' -- "$bin" calibrate --np 2 -o "$tmp/prof2.json"
+  SHARDC_CALIB_QUICK=1 expect calibrate 0 'wrote .*prof2.json: 2 ranks; SGEMM up to' -- "$bin" calibrate --np 2 --rounds 2 -o "$tmp/prof2.json"
+  # every figure measured (the fastest of 2 rounds: finite, positive), the rounds recorded
+  expect calibrate-rounds 0 'rounds 2, all figures finite' -- python3 -c '
+import json, math, sys
+p = json.load(open(sys.argv[1]))
+figs = [y for k in ("gemm", "bw") for x, y in p[k]] + list(p["special"].values()) + list(p["kernels"].values())
+figs += [t for c in p["coll"] for b, t in c["t"]]
+assert len(p["gemm"]) >= 10 and len(p["bw"]) >= 5 and len(p["coll"]) == 5, p.keys()
+assert all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in figs), figs
+print("rounds %d, all figures finite" % p["rounds"])' "$tmp/prof2.json"
   expect compile-profile 0 'predicted step .* \(profile .*prof2.json \(cpu, 2 ranks\)\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy dp=2 --profile "$tmp/prof2.json"
   expect calibrate-special 0 '"special": \{"exp": [0-9.e-]+, "log": .*"tanh": [0-9.e-]+' -- cat "$tmp/prof2.json"
   expect calibrate-kernels 0 '"kernels": \{"gelu": [0-9.e-]+, "gelu_bwd": .*"layernorm_bwd": [0-9.e-]+' -- cat "$tmp/prof2.json"
@@ -256,6 +265,8 @@ printf '{"shardc_profile": 1, "kernels": {"gelu": 2}}' >"$tmp/badk.json"
 expect profile-bad-kernel 1 "kernel's time per element must be between 0 and 1 ms" -- "$bin" compile samples/gpt.shard --profile "$tmp/badk.json"
 expect profile-missing 1 'profile /nonexistent.json: cannot open it' -- "$bin" explore samples/gpt.shard --profile /nonexistent.json
 expect calibrate-no-out 1 'no output file' -- "$bin" calibrate --np 2
+expect calibrate-rounds-bad 1 "--rounds must be a number from 1 to 100, got '0'" -- "$bin" calibrate --rounds 0 -o "$tmp/x.json"
+expect calibrate-rounds-cuda 1 '--rounds is for --target cpu' -- "$bin" calibrate --target cuda-host --rounds 2 -o "$tmp/x.json"
 expect explore-report 0 'plans evaluated' -- "$bin" explore bench/models/gpt3-175b.shard --top 3 --report "$tmp/report.html"
 if command -v xmllint >/dev/null; then
   if xmllint --noout "$tmp/report.html" 2>/dev/null &&
