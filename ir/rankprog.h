@@ -158,7 +158,9 @@ typedef struct PInstr {
 
 /* Slots of gathers ahead: gathers take them in turn; at most two are in
  * flight (the next layer's beside the one being read), and waiting on a
- * slot's later gather only waits longer (in order on one stream). */
+ * slot's later gather only waits longer (in order on one stream).  The CUDA
+ * runtime's RTC_AHEAD_SLOTS (runtime/cuda/rtc_slots.h) is the same number;
+ * tests/unit/test_program.c asserts it. */
 #define PROG_AHEAD_SLOTS 2
 
 typedef struct PBlock {

@@ -448,16 +448,40 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
 }
 
 /* One chunk's block: compute + blocking comm, and the asynchronous bucket
- * reductions it starts (in the last microbatch). */
+ * reductions it starts (in the last microbatch).
+ *
+ * ZeRO-3's gathers one layer ahead (PInstr.ahead) run, where collectives
+ * have a stream beside the kernels (hw->overlap > 0: the CUDA target), on
+ * that stream in issue order while the kernels after them go on; the
+ * instruction that waits for one (PInstr.wait) stalls for what is left of
+ * it, and the kernels meanwhile lose the share of the gather that overlap
+ * does not hide.  Elsewhere (the cpu target) a gather blocks where it is. */
 static void block_time(const HwModel *hw, const Module *m, const PBlock *b, double *busy,
                        double *comm, double *async, bool last) {
   *busy = *comm = *async = 0;
+  double end[PROG_AHEAD_SLOTS] = {0}, stream_free = 0; /* times within the block */
+  bool pending[PROG_AHEAD_SLOTS] = {false};
   for (int i = 0; i < b->n; i++) {
     const PInstr *in = &b->ins[i];
+    for (int s = 0; s < PROG_AHEAD_SLOTS; s++)
+      if ((in->wait >> s & 1) && pending[s]) {
+        if (end[s] > *busy) *busy = end[s];
+        pending[s] = false;
+      }
     double t = cost_instr(hw, m, in);
     if (in->kind == PI_RECV) continue; /* waits are the simulation's */
     if (in->kind == PI_BUCKET && in->req >= 0) {
       if (last) *async += t;
+      continue;
+    }
+    if (in->ahead > 0 && in->ahead <= PROG_AHEAD_SLOTS && hw->overlap > 0) {
+      double c = comm_time(hw, &m->train.plan, &in->comm, in->n);
+      int s = in->ahead - 1;
+      double start = stream_free > *busy ? stream_free : *busy;
+      end[s] = stream_free = start + c;
+      pending[s] = true;
+      *comm += c;
+      *busy += (t - c) + (1 - hw->overlap) * c;
       continue;
     }
     if (in->comm.kind == PC_COLL || in->comm.kind == PC_RING || in->comm.kind == PC_SUMMA ||
@@ -467,6 +491,20 @@ static void block_time(const HwModel *hw, const Module *m, const PBlock *b, doub
     }
     *busy += t;
   }
+  /* a gather the block leaves running is waited for by its end */
+  for (int s = 0; s < PROG_AHEAD_SLOTS; s++)
+    if (pending[s] && end[s] > *busy) *busy = end[s];
+}
+
+/* The weight casts of a bf16 step: a loop each, but where kernels have a
+ * launch cost to save (hw->overlap > 0: the CUDA target) the target runs
+ * the whole block as one kernel over a table of segments
+ * (rt_cast_bf16_multi_cu): one launch. */
+static double cast_time(const HwModel *hw, const Module *m, const PBlock *b) {
+  double busy, cm, as;
+  block_time(hw, m, b, &busy, &cm, &as, false);
+  if (hw->overlap > 0 && b->n > 1) busy -= (b->n - 1) * hw->launch_s;
+  return busy;
 }
 
 static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, double *async_left) {
@@ -555,8 +593,7 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
     for (int c = 0; c < rp->nchunks && c < 8; c++) {
       double b, cm, as;
       /* once per step, before the rank's first action: the weight casts */
-      block_time(hw, m, &rp->chunk[c].cast, &b, &cm, &as, false);
-      r->stage[k].cast_s += b;
+      r->stage[k].cast_s += cast_time(hw, m, &rp->chunk[c].cast);
       block_time(hw, m, &rp->chunk[c].fwd, &b, &cm, &as, false);
       fwd[k][c] = b;
       r->stage[k].fwd_s += b;

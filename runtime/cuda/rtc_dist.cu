@@ -23,7 +23,6 @@ static ncclComm_t comm_[RT_AX_COUNT], world_;
 static int staged_;
 static cudaEvent_t ready_, done_;  /* compute work before a bucket; the buckets' end */
 static int pending_;               /* buckets started since the last wait */
-#define RTC_AHEAD_SLOTS 2          /* ir/rankprog.h PROG_AHEAD_SLOTS */
 static cudaEvent_t ahead_[RTC_AHEAD_SLOTS], rs_done_;  /* gathers ahead; a reduce-scatter's end */
 static int ahead_pending_[RTC_AHEAD_SLOTS];
 
@@ -46,6 +45,21 @@ static void count_(RtMesh *m, RtAxis ax, uint64_t bytes) {
 }
 
 static cudaStream_t stream_(void) { return (cudaStream_t)rtc_stream; }
+
+/* The communication stream's next collective starts once the kernels
+ * issued so far on the compute stream are done (the writers of what it
+ * sends, the last readers of what it overwrites). */
+static void comm_after_compute_(void) {
+  cudaCheck(cudaEventRecord(ready_, stream_()));
+  cudaCheck(cudaStreamWaitEvent(rtc_comm_stream, ready_, 0));
+}
+
+/* The compute stream's next kernel waits for the communication stream's
+ * work so far, its end recorded in e. */
+static void compute_after_comm_(cudaEvent_t e) {
+  cudaCheck(cudaEventRecord(e, rtc_comm_stream));
+  cudaCheck(cudaStreamWaitEvent(stream_(), e, 0));
+}
 
 int rtc_mesh_init(RtMesh *m, int staged) {
   staged_ = staged;
@@ -211,12 +225,10 @@ void rtc_reduce_scatter_acc(RtMesh *m, RtAxis ax, float *dst, const float *src, 
     /* on the communication stream, behind any gather ahead on the same
      * communicator (rtc_allgather_ahead), and waited for at once */
     count_(m, ax, rt_vol_reduce_scatter((uint64_t)P * inner * 4, P));
-    cudaCheck(cudaEventRecord(ready_, stream_()));
-    cudaCheck(cudaStreamWaitEvent(rtc_comm_stream, ready_, 0));
+    comm_after_compute_();
     ncclCheck(ncclReduceScatter(src, scratch, inner, ncclFloat, ncclSum,
                                 comm_of_(m, ax, "rtc_reduce_scatter_acc"), rtc_comm_stream));
-    cudaCheck(cudaEventRecord(rs_done_, rtc_comm_stream));
-    cudaCheck(cudaStreamWaitEvent(stream_(), rs_done_, 0));
+    compute_after_comm_(rs_done_);
   }
   rt_acc_cu(dst, scratch, inner);
 }
@@ -232,8 +244,7 @@ void rtc_allgather_ahead(RtMesh *m, RtAxis ax, float *dst, const float *src, siz
   }
   count_(m, ax, rt_vol_allgather((uint64_t)P * n * 4, P));
   /* after the kernels issued so far: the last reader of what dst held */
-  cudaCheck(cudaEventRecord(ready_, stream_()));
-  cudaCheck(cudaStreamWaitEvent(rtc_comm_stream, ready_, 0));
+  comm_after_compute_();
   ncclCheck(ncclAllGather(src, dst, n, ncclFloat, comm_of_(m, ax, "rtc_allgather_ahead"),
                           rtc_comm_stream));
   cudaCheck(cudaEventRecord(ahead_[slot], rtc_comm_stream));
@@ -350,8 +361,7 @@ void rtc_bucket_allreduce(RtMesh *m, RtAxis ax, float *buf, size_t n) {
   count_(m, ax, rt_vol_allreduce((uint64_t)n * 4, P));
   if (P == 1) return;
   /* after the kernels that wrote the bucket; the backward goes on meanwhile */
-  cudaCheck(cudaEventRecord(ready_, stream_()));
-  cudaCheck(cudaStreamWaitEvent(rtc_comm_stream, ready_, 0));
+  comm_after_compute_();
   ncclCheck(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_of_(m, ax, "rtc_bucket_allreduce"),
                           rtc_comm_stream));
   pending_ = 1;
@@ -368,8 +378,7 @@ void rtc_bucket_reduce_scatter(RtMesh *m, RtAxis ax, float *dst, const float *sr
     rtc_copy(dst, src, n * 4);
     return;
   }
-  cudaCheck(cudaEventRecord(ready_, stream_()));
-  cudaCheck(cudaStreamWaitEvent(rtc_comm_stream, ready_, 0));
+  comm_after_compute_();
   ncclCheck(ncclReduceScatter(src, dst, n, ncclFloat, ncclSum,
                               comm_of_(m, ax, "rtc_bucket_reduce_scatter"), rtc_comm_stream));
   pending_ = 1;
@@ -377,7 +386,6 @@ void rtc_bucket_reduce_scatter(RtMesh *m, RtAxis ax, float *dst, const float *sr
 
 void rtc_bucket_wait(void) {
   if (!pending_) return;
-  cudaCheck(cudaEventRecord(done_, rtc_comm_stream));
-  cudaCheck(cudaStreamWaitEvent(stream_(), done_, 0));
+  compute_after_comm_(done_);
   pending_ = 0;
 }

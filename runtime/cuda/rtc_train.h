@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "dist_axes.h"
+#include "rtc_slots.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -333,5 +333,74 @@ int main(void) {
       remove(path);
     }
   }
+  /* ZeRO-3's gathers one layer ahead on GPUs (collectives on a stream
+   * beside the kernels): the step is shorter than with every gather
+   * blocking, by no more than the gathers' own time; on the cpu target
+   * (overlap 0) they block where they are.  bf16: the weight casts run as
+   * one launch there, a loop each on the cpu. */
+  {
+    Module *mz = compile("../samples/gpt.shard", "4x1:H100_SXM", "dp=4,zero=3");
+    ASSERT(1, mz != NULL);
+    if (mz) {
+      HwModel g;
+      cost_hw_from_mesh(&g, mz->train.mesh, DT_F32);
+      ASSERT(1, g.overlap > 0);
+      HwModel blocking = g;
+      blocking.overlap = 0;
+      CostResult a, b;
+      ASSERT(0, cost_module(mz, &g, &a));
+      ASSERT(0, cost_module(mz, &blocking, &b));
+      const RankProg *rp = mz->rprog[0];
+      double gathers = 0;
+      int nahead = 0;
+      for (int c = 0; c < rp->nchunks; c++)
+        for (int f = 0; f < 2; f++) {
+          const PBlock *blk = f ? &rp->chunk[c].bwd : &rp->chunk[c].fwd;
+          for (int i = 0; i < blk->n; i++)
+            if (blk->ins[i].ahead) {
+              gathers += cost_instr(&g, mz, &blk->ins[i]);
+              nahead++;
+            }
+        }
+      ASSERT(1, nahead > 2);
+      ASSERT(1, a.step_s < b.step_s);
+      /* per microbatch, each gather hidden at most once */
+      int M = mz->train.plan.mb > 0 ? mz->train.plan.mb : 1;
+      ASSERT(1, b.step_s - a.step_s <= gathers * M + 1e-12);
+      /* most of a small model's gathers hide behind its kernels */
+      ASSERT(1, b.step_s - a.step_s > 0.3 * gathers * M);
+    }
+    /* the gpt sample at precision = bf16 */
+    char path[] = "/tmp/shardc_test_cost_bf16_XXXXXX";
+    int fd = mkstemp(path);
+    FILE *src = fopen("../samples/gpt.shard", "r");
+    ASSERT(1, fd >= 0 && src != NULL);
+    if (fd >= 0 && src) {
+      FILE *dst = fdopen(fd, "w");
+      char line[512];
+      while (fgets(line, sizeof line, src)) {
+        char *p = strstr(line, "precision = fp32");
+        if (p) memcpy(p, "precision = bf16", 16);
+        fputs(line, dst);
+      }
+      fclose(dst);
+      Module *mc = compile(path, "2x1:H100_SXM", "dp=2");
+      ASSERT(1, mc != NULL);
+      if (mc) {
+        HwModel g;
+        cost_hw_from_mesh(&g, mc->train.mesh, DT_BF16);
+        const PBlock *cast = &mc->rprog[0]->chunk[0].cast;
+        ASSERT(1, cast->n > 1);
+        CostResult a, b;
+        HwModel cpu_like = g;
+        cpu_like.overlap = 0;
+        ASSERT(0, cost_module(mc, &g, &a));
+        ASSERT(0, cost_module(mc, &cpu_like, &b));
+        ASSERT_NEAR((cast->n - 1) * g.launch_s, b.stage[0].cast_s - a.stage[0].cast_s, 1e-12);
+      }
+      remove(path);
+    }
+    if (src) fclose(src);
+  }
   TEST_MAIN_END();
 }

@@ -11,6 +11,10 @@
 #include "sema.h"
 #include "test.h"
 #include "compile.h"
+#include "../../runtime/cuda/rtc_slots.h"
+
+/* the CUDA runtime keeps as many gathers ahead as the programs number */
+_Static_assert(RTC_AHEAD_SLOTS == PROG_AHEAD_SLOTS, "runtime/cuda/rtc_slots.h and ir/rankprog.h disagree");
 
 static Module *compile(const char *path, const char *mesh, const char *strategy) {
   return test_compile(path, mesh, strategy);
