@@ -64,6 +64,35 @@ static double window = 0.15;
     (out) = fmin(tr_[0], tr_[1]);                                                     \
   } while (0)
 
+/* One linear layer's three GEMMs of an M x N x K product, in the layouts
+ * it runs: y = x·Wᵀ, dx = dy·W, dW = dyᵀ·x; seconds per GEMM.  The weight
+ * operand is a fresh one each call, rotating through a pool larger than
+ * the caches (a step walks all its parameters between two uses of one);
+ * the activation operands are reused, as consecutive ops hand a
+ * microbatch's activations over through the cache (a small microbatch's
+ * stay there, a large one's fall out by themselves).  The weight gradient
+ * (dW's output) is the weight-shaped operand there. */
+static double time_linear(int M, int N, int K, float *pool, long pool_n) {
+  double t;
+  /* no product feeds another (values stay of one scale, never
+   * subnormal): dx has its own buffer, and the weight gradients their
+   * own half of the rotating region */
+  float *x_ = pool, *y_ = x_ + (long)M * K, *dx_ = y_ + (long)M * N;
+  float *wpool = dx_ + (long)M * K;
+  long wslot = 0, wn = (long)K * N, half = (pool_n - (wpool - pool)) / 2;
+  long nw = half / wn > 1 ? half / wn : 1;
+  float *gpool = wpool + nw * wn;
+#define W_ (wpool + wslot * wn)
+#define G_ (gpool + wslot * wn)
+  TIME_ALL(wslot = (wslot + 1) % nw;
+           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x_, K, W_, K, 0.0f, y_, N);
+           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, y_, N, W_, K, 0.0f, dx_, K);
+           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, y_, N, x_, K, 0.0f, G_, K), t);
+#undef W_
+#undef G_
+  return t / 3;
+}
+
 int main(int argc, char **argv) {
   rt_bind_shared_cores(); /* ranks placed as the programs place them (runtime/threads.c) */
   MPI_Init(&argc, &argv);
@@ -101,7 +130,7 @@ int main(int argc, char **argv) {
    * seconds to minutes (bandwidth measured 9 then 14 GB/s a quarter of an
    * hour apart), so the suite runs again later and each figure keeps its
    * least disturbed round. */
-  enum { MAXD = 1024, NSH = 18, NBW = 7, NSF = 8, NKERN = 8, NOPS = 5, NBYTES = 10, NGRP = 13 };
+  enum { MAXD = 1024, NSH = 18, NTHIN = 7, NBW = 7, NSF = 8, NKERN = 8, NOPS = 5, NBYTES = 10, NGRP = 13 };
   float *A = malloc(sizeof(float) * MAXD * MAXD * 4), *B = malloc(sizeof(float) * MAXD * MAXD * 4),
         *C = malloc(sizeof(float) * MAXD * MAXD * 4);
   for (long i = 0; i < (long)MAXD * MAXD * 4; i++) A[i] = B[i] = C[i] = 1e-3f * (float)(i % 7);
@@ -113,11 +142,17 @@ int main(int argc, char **argv) {
       {256, 64, 64},   {128, 128, 128}, {256, 128, 128},  {256, 256, 128},  {256, 256, 256},
       {256, 512, 128}, {512, 384, 128}, {512, 512, 256},  {512, 512, 512},  {1024, 512, 512},
       {1024, 1024, 512}, {1024, 1024, 1024}, {2048, 1024, 1024}};
+  static const int thin[NTHIN] = {8, 16, 32, 64, 128, 256, 512};
   static const char *sf_names[NSF] = {"exp", "log", "tanh", "erf", "sin", "cos", "pow", "sqrt"};
   static const char *kern_names[NKERN] = {"gelu", "gelu_bwd", "silu", "silu_bwd",
                                           "layernorm", "layernorm_bwd", "rmsnorm", "rmsnorm_bwd"};
   static const char *ops[NOPS] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "p2p"};
+  /* coll_t: a collective behind the GEMM, and gemm_behind the GEMM alone:
+   * each the fastest of its rounds, subtracted at the end (the fastest of
+   * the differences would keep the rounds where noise made it small) */
   double gemm_t[NSH], bw_t[NBW], sf_t[NSF], kern_t[NKERN], coll_t[NGRP][NOPS][NBYTES];
+  double gemm_behind = INFINITY, thin_t[NTHIN];
+  for (int i = 0; i < NTHIN; i++) thin_t[i] = INFINITY;
   for (int i = 0; i < NSH; i++) gemm_t[i] = INFINITY;
   for (int i = 0; i < NBW; i++) bw_t[i] = INFINITY;
   for (int i = 0; i < NSF; i++) sf_t[i] = INFINITY;
@@ -140,35 +175,10 @@ int main(int argc, char **argv) {
 
   for (int round = 0; round < rounds; round++) {
     for (long i = 0; i < POOL; i++) pool[i] = 1e-3f * (float)(i % 5);
-    /* ---- GEMM over shapes: square and the skinny ones training runs, in
-     * the three layouts a linear runs: y = x·Wᵀ, dx = dy·W, dW = dyᵀ·x.
-     * The weight operand is a fresh one each call, rotating through a pool
-     * larger than the caches (a step walks all its parameters between two
-     * uses of one); the activation operands are reused, as consecutive ops
-     * hand a microbatch's activations over through the cache (a small
-     * microbatch's stay there, a large one's fall out by themselves).  The
-     * weight gradient (dW's output) is the weight-shaped operand there. */
-    for (int i = 0; i < NSH; i++) {
-      int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
-      double t;
-      /* no product feeds another (values stay of one scale, never
-       * subnormal): dx has its own buffer, and the weight gradients their
-       * own half of the rotating region */
-      float *x_ = pool, *y_ = x_ + (long)M * K, *dx_ = y_ + (long)M * N;
-      float *wpool = dx_ + (long)M * K;
-      long wslot = 0, wn = (long)K * N, half = (POOL - (wpool - pool)) / 2;
-      long nw = half / wn > 1 ? half / wn : 1;
-      float *gpool = wpool + nw * wn;
-#define W_ (wpool + wslot * wn)
-#define G_ (gpool + wslot * wn)
-      TIME_ALL(wslot = (wslot + 1) % nw;
-               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x_, K, W_, K, 0.0f, y_, N);
-               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, y_, N, W_, K, 0.0f, dx_, K);
-               cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, y_, N, x_, K, 0.0f, G_, K), t);
-#undef W_
-#undef G_
-      BEST(gemm_t[i], t / 3);
-    }
+    /* ---- GEMM over shapes: square and the skinny ones training runs ---- */
+    for (int i = 0; i < NSH; i++) BEST(gemm_t[i], time_linear(shapes[i][0], shapes[i][1], shapes[i][2], pool, POOL));
+    /* thin: the smallest dim alone, the other two large */
+    for (int i = 0; i < NTHIN; i++) BEST(thin_t[i], time_linear(2048, 512, thin[i], pool, POOL));
     /* The GEMMs left their products in the pool, and products of products
      * shrink towards subnormal floats, which some CPUs compute many times
      * slower: the pool is refilled with values of an activation's range
@@ -252,6 +262,7 @@ int main(int argc, char **argv) {
     double tg;
 #define WORK cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, GM, GM, GM, 1.0f, A, GM, B, GM, 0.0f, C, GM)
     TIME_ALL(WORK, tg);
+    BEST(gemm_behind, tg);
     for (int gi = 0; gi < ngroups; gi++) {
       int n = 2 << gi;
       MPI_Comm g = groups[gi];
@@ -278,8 +289,7 @@ int main(int argc, char **argv) {
             break;
           }
 #undef AR_BUF_
-          t -= tg;
-          BEST(coll_t[gi][o][bi], t < 1e-6 ? 1e-6 : t);
+          BEST(coll_t[gi][o][bi], t);
         }
       }
     }
@@ -314,6 +324,11 @@ int main(int argc, char **argv) {
       first = 0;
       last = fl;
     }
+    fprintf(out, "],\n\"gemm_thin\": [");
+    for (int i = 0; i < NTHIN; i++) {
+      double fl = 2.0 * 2048 * 512 * thin[i], t = thin_t[i];
+      fprintf(out, "%s[%d, %.6g]", i ? ", " : "", thin[i], fl / (t > launch ? t - launch : t));
+    }
     fprintf(out, "],\n\"bw\": [");
     int k = 0;
     for (long nn = 1024; nn <= (long)MAXD * MAXD * 4 && k < NBW; nn *= 4, k++)
@@ -332,8 +347,10 @@ int main(int argc, char **argv) {
         fprintf(out, "%s{\"op\": \"%s\", \"n\": %d, \"t\": [", firstc ? "" : ",\n ", ops[o], gn);
         firstc = 0;
         int bi = 0;
-        for (long bytes = 64; bytes <= maxb && bi < NBYTES; bytes *= 4, bi++)
-          fprintf(out, "%s[%ld, %.6g]", bi ? ", " : "", bytes, coll_t[gi][o][bi]);
+        for (long bytes = 64; bytes <= maxb && bi < NBYTES; bytes *= 4, bi++) {
+          double t = coll_t[gi][o][bi] - gemm_behind;
+          fprintf(out, "%s[%ld, %.6g]", bi ? ", " : "", bytes, t < 1e-6 ? 1e-6 : t);
+        }
         fprintf(out, "]}");
       }
     }

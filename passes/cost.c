@@ -78,6 +78,15 @@ double cost_gemm(const HwModel *hw, double M, double N, double K) {
   double rate;
   if (hw->gemm.n) {
     rate = cost_curve(&hw->gemm, flops);
+    /* The FLOPs curve was measured on shapes with no dim under 64 above a
+     * few MFLOP; a thin dim (a row-parallel linear's split K, a vocabulary
+     * split's N, a SUMMA block, an attention head's D) bounds the rate by
+     * itself however large the others: the lower of the two bounds. */
+    double md = M < N ? (M < K ? M : K) : (N < K ? N : K);
+    if (hw->gemm_thin.n && md < hw->gemm_thin.x[hw->gemm_thin.n - 1]) {
+      double thin = cost_curve(&hw->gemm_thin, md);
+      if (thin < rate) rate = thin;
+    }
   } else {
     /* the smallest dim limits a GEMM most; all three share the loss */
     double e = dim_eff(M, hw->gemm_half) * dim_eff(N, hw->gemm_half) * dim_eff(K, hw->gemm_half);
@@ -831,7 +840,8 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
 
 /* ---- profiles (shardc calibrate) ----
  * {"shardc_profile": 1, "device": "cpu", "np": 4, "launch_s": 2e-06,
- *  "gemm": [[flops, flop_per_s], ...], "bw": [[bytes, bytes_per_s], ...],
+ *  "gemm": [[flops, flop_per_s], ...], "gemm_thin": [[smallest_dim, flop_per_s], ...],
+ *  "bw": [[bytes, bytes_per_s], ...],
  *  "coll": [{"op": "all_reduce", "n": 4, "t": [[bytes, seconds], ...]}, ...]}
  * A small reader for this shape of JSON: objects, arrays, numbers, strings. */
 
@@ -1055,6 +1065,8 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
       h.launch_s = v;
     } else if (!strcmp(key, "gemm")) {
       if (jcurve(&j, &h.gemm)) goto fail;
+    } else if (!strcmp(key, "gemm_thin")) {
+      if (jcurve(&j, &h.gemm_thin)) goto fail;
     } else if (!strcmp(key, "gemm_bf16")) {
       /* a GPU's GEMMs on bf16 tensor cores (precision = bf16 runs them) */
       if (jcurve(&j, &gemm16)) goto fail;
@@ -1102,7 +1114,10 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
   }
   /* A 16-bit plan's GEMMs at the bf16 rate where the profile has one (the
    * cpu profile has not: its fp32 BLAS runs them) */
-  if (hw->elt == 2 && gemm16.n) h.gemm = gemm16;
+  if (hw->elt == 2 && gemm16.n) {
+    h.gemm = gemm16;
+    h.gemm_thin.n = 0; /* measured in fp32 */
+  }
   if (h.gemm.n) h.peak = h.gemm.y[h.gemm.n - 1] / h.gemm_eff; /* what MFU is measured against */
   snprintf(h.source, sizeof h.source, "profile %s (%s, %d ranks)", path, device[0] ? device : "?",
            h.profile_np);

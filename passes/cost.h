@@ -54,6 +54,7 @@ typedef struct HwModel {
   int elt;                /* bytes per element of the plan's precision */
   /* a profile's measurements (n == 0: use the formulas) */
   CostCurve gemm;         /* FLOP/s vs the FLOPs of one GEMM */
+  CostCurve gemm_thin;    /* FLOP/s vs the smallest dim of a GEMM whose other two are large */
   CostCurve bw;           /* bytes/s vs bytes one memory-bound kernel moves */
   CostColl coll[COST_MAXCOLL];
   int ncoll;

@@ -292,6 +292,7 @@ int main(void) {
     if (f) {
       fputs("{\"shardc_profile\": 1, \"device\": \"test GPU\", \"np\": 1, \"launch_s\": 0,\n"
             "\"gemm\": [[1e6, 1e12], [1e9, 5e13]], \"gemm_bf16\": [[1e6, 2e12], [1e9, 4e14]],\n"
+            "\"gemm_thin\": [[16, 1e12], [64, 2e13], [512, 5e13]],\n"
             "\"bw\": [[1e6, 1e12]], \"kernels\": {\"gelu\": 3e-9, \"future\": 1e-9, \"layernorm_bwd\": 5e-9},\n"
             "\"coll\": []}\n",
             f);
@@ -306,6 +307,16 @@ int main(void) {
       /* 1000^3: 2e9 FLOPs, past the curve's end */
       ASSERT_NEAR(2e9 / 4e14, cost_gemm(&b16, 1000, 1000, 1000), 1e-12);
       ASSERT_NEAR(2e9 / 5e13, cost_gemm(&f32, 1000, 1000, 1000), 1e-12);
+      /* a thin dim bounds the rate, in any position: 4000 x 1000 x 64 at
+       * gemm_thin(64), below the FLOPs curve's 5e13; the fp32 thin curve
+       * does not bound the bf16 GEMMs (their curve replaced gemm) */
+      ASSERT_NEAR(2.0 * 4000 * 1000 * 64 / 2e13, cost_gemm(&f32, 4000, 1000, 64), 1e-12);
+      ASSERT_NEAR(2.0 * 4000 * 1000 * 64 / 2e13, cost_gemm(&f32, 64, 4000, 1000), 1e-12);
+      ASSERT(0, b16.gemm_thin.n);
+      /* at 512 and above, the FLOPs curve alone */
+      ASSERT_NEAR(2.0 * 4000 * 1000 * 512 / 5e13, cost_gemm(&f32, 4000, 1000, 512), 1e-12);
+      /* and where the FLOPs curve is the lower: 100 x 100 x 64 (1.28e6 FLOPs) */
+      ASSERT_NEAR(1.28e6 / cost_curve(&f32.gemm, 1.28e6), cost_gemm(&f32, 100, 100, 64), 1e-12);
       /* the runtime kernels' times per element (names it does not know skipped) */
       ASSERT_NEAR(3e-9, f32.kern[COST_K_GELU], 1e-20);
       ASSERT_NEAR(5e-9, f32.kern[COST_K_LAYERNORM_BWD], 1e-20);
