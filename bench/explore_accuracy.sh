@@ -5,7 +5,8 @@
 # calibrate --np N) against the measured one (the fastest step of steps
 # 2..STEPS of DIR/train: on a machine shared with other work the fastest
 # step is the least disturbed one, as calibrate keeps its fastest trial;
-# each plan runs REPEAT times, default 2, at different moments), and the
+# each plan runs REPEAT times, default 2: REPEAT passes over all the plans,
+# so a plan's runs are minutes apart), and the
 # planned peak memory per rank against the runtime's measured high-water
 # mark.  Prints a table, then MAPE and the Spearman rank correlation, for
 # all plans, per rank count, and for the original 18.
@@ -48,16 +49,32 @@ for np in 4 8; do
     "$bin" calibrate --np "$np" -o "$prof" >&2 || exit 1
   fi
   if [ "$np" = 4 ]; then plans=("${plans4[@]}"); else plans=("${plans8[@]}"); fi
+  # every plan built and predicted first; then REPEAT passes over all of
+  # them, so that the runs of one plan are minutes apart (a disturbance of
+  # the host lasts seconds to minutes: two runs in a row would both meet it)
+  ok=()
+  for s in "${plans[@]}"; do
+    d="$work/np$np-$(echo "$s" | tr ',=:' '___')"
+    "$bin" compile "$model" --mesh "$np" --strategy "$s" --profile "$prof" >"$d.plan" 2>&1
+    if "$bin" build "$model" --mesh "$np" --strategy "$s" -o "$d" >/dev/null 2>&1; then
+      ok+=("$s")
+    else
+      echo "build failed: $s" >&2
+    fi
+  done
+  for r in $(seq "$repeat"); do
+    for s in "${ok[@]}"; do
+      d="$work/np$np-$(echo "$s" | tr ',=:' '___')"
+      "${mpi[@]}" -np "$np" "$d/train" --steps "$steps" --log "$d/log$r.jsonl" >"$d/out$r.txt" 2>&1
+    done
+  done
   k=0
   for s in "${plans[@]}"; do
     d="$work/np$np-$(echo "$s" | tr ',=:' '___')"
-    pred=$("$bin" compile "$model" --mesh "$np" --strategy "$s" --profile "$prof" |
-           sed -n 's/^cost: *predicted step \([0-9.]*\) \(m\?s\).*/\1 \2/p')
+    [ -f "$d/out1.txt" ] || { k=$((k + 1)); continue; }
+    pred=$(sed -n 's/^cost: *predicted step \([0-9.]*\) \(m\?s\).*/\1 \2/p' "$d.plan")
     pred_s=$(awk -v v="${pred% *}" -v u="${pred#* }" 'BEGIN { print (u == "ms" ? v / 1000 : v) }')
-    "$bin" build "$model" --mesh "$np" --strategy "$s" -o "$d" >/dev/null 2>&1 || { echo "build failed: $s" >&2; continue; }
-    for r in $(seq "$repeat"); do
-      out=$("${mpi[@]}" -np "$np" "$d/train" --steps "$steps" --log "$d/log$r.jsonl" 2>&1)
-    done
+    out=$(cat "$d/out$repeat.txt")
     meas_s=$(python3 - "$d"/log*.jsonl <<'PY'
 import json, sys
 best = []
