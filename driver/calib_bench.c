@@ -143,6 +143,7 @@ int main(int argc, char **argv) {
       {256, 512, 128}, {512, 384, 128}, {512, 512, 256},  {512, 512, 512},  {1024, 512, 512},
       {1024, 1024, 512}, {1024, 1024, 1024}, {2048, 1024, 1024}};
   static const int thin[NTHIN] = {8, 16, 32, 64, 128, 256, 512};
+  enum { REF_SHAPE = 15 }; /* 1024 x 1024 x 512: the FLOPs of 2048 x 512 x 512 */
   static const char *sf_names[NSF] = {"exp", "log", "tanh", "erf", "sin", "cos", "pow", "sqrt"};
   static const char *kern_names[NKERN] = {"gelu", "gelu_bwd", "silu", "silu_bwd",
                                           "layernorm", "layernorm_bwd", "rmsnorm", "rmsnorm_bwd"};
@@ -151,8 +152,11 @@ int main(int argc, char **argv) {
    * each the fastest of its rounds, subtracted at the end (the fastest of
    * the differences would keep the rounds where noise made it small) */
   double gemm_t[NSH], bw_t[NBW], sf_t[NSF], kern_t[NKERN], coll_t[NGRP][NOPS][NBYTES];
-  double gemm_behind = INFINITY, thin_t[NTHIN];
-  for (int i = 0; i < NTHIN; i++) thin_t[i] = INFINITY;
+  /* the thin shapes' rates relative to 2048 x 512 x 512 timed right after
+   * each (a disturbance of the host slows both), per round; and the
+   * rounds' spread of two figures, to warn of a busy host */
+  double gemm_behind = INFINITY, thin_ratio[NTHIN][100];
+  double big_lo = INFINITY, big_hi = 0, bw_lo = INFINITY, bw_hi = 0;
   for (int i = 0; i < NSH; i++) gemm_t[i] = INFINITY;
   for (int i = 0; i < NBW; i++) bw_t[i] = INFINITY;
   for (int i = 0; i < NSF; i++) sf_t[i] = INFINITY;
@@ -176,9 +180,22 @@ int main(int argc, char **argv) {
   for (int round = 0; round < rounds; round++) {
     for (long i = 0; i < POOL; i++) pool[i] = 1e-3f * (float)(i % 5);
     /* ---- GEMM over shapes: square and the skinny ones training runs ---- */
-    for (int i = 0; i < NSH; i++) BEST(gemm_t[i], time_linear(shapes[i][0], shapes[i][1], shapes[i][2], pool, POOL));
-    /* thin: the smallest dim alone, the other two large */
-    for (int i = 0; i < NTHIN; i++) BEST(thin_t[i], time_linear(2048, 512, thin[i], pool, POOL));
+    for (int i = 0; i < NSH; i++) {
+      double t = time_linear(shapes[i][0], shapes[i][1], shapes[i][2], pool, POOL);
+      BEST(gemm_t[i], t);
+      if (i == NSH - 1) {
+        big_lo = fmin(big_lo, t);
+        big_hi = fmax(big_hi, t);
+      }
+    }
+    /* thin: the smallest dim alone, the other two large, as a ratio to the
+     * reference beside it (the rate written is the ratio's median over the
+     * rounds times the reference shape's rate from the curve above) */
+    for (int i = 0; i < NTHIN; i++) {
+      double tk = time_linear(2048, 512, thin[i], pool, POOL);
+      double tr = time_linear(2048, 512, 512, pool, POOL);
+      thin_ratio[i][round] = (2.0 * 2048 * 512 * thin[i] / tk) / (2.0 * 2048 * 512 * 512 / tr);
+    }
     /* The GEMMs left their products in the pool, and products of products
      * shrink towards subnormal floats, which some CPUs compute many times
      * slower: the pool is refilled with values of an activation's range
@@ -200,6 +217,10 @@ int main(int argc, char **argv) {
                  const float *b_ = a_ + n; float *c_ = (float *)b_ + n;
                  for (long i = 0; i < n; i++) c_[i] = a_[i] + 0.5f * b_[i], t);
         BEST(bw_t[k], t);
+        if (k == NBW - 1) {
+          bw_lo = fmin(bw_lo, t);
+          bw_hi = fmax(bw_hi, t);
+        }
       }
     }
     /* ---- special functions: seconds per evaluation, as generated fused
@@ -325,9 +346,21 @@ int main(int argc, char **argv) {
       last = fl;
     }
     fprintf(out, "],\n\"gemm_thin\": [");
+    const int *rs = shapes[REF_SHAPE];
+    double rfl = 2.0 * rs[0] * rs[1] * rs[2], rt = gemm_t[REF_SHAPE];
+    double ref_rate = rfl / (rt > launch ? rt - launch : rt);
     for (int i = 0; i < NTHIN; i++) {
-      double fl = 2.0 * 2048 * 512 * thin[i], t = thin_t[i];
-      fprintf(out, "%s[%d, %.6g]", i ? ", " : "", thin[i], fl / (t > launch ? t - launch : t));
+      double r[100];
+      for (int k = 0; k < rounds; k++) { /* insertion sort for the median */
+        int j = k;
+        while (j > 0 && r[j - 1] > thin_ratio[i][k]) {
+          r[j] = r[j - 1];
+          j--;
+        }
+        r[j] = thin_ratio[i][k];
+      }
+      double med = rounds % 2 ? r[rounds / 2] : 0.5 * (r[rounds / 2 - 1] + r[rounds / 2]);
+      fprintf(out, "%s[%d, %.6g]", i ? ", " : "", thin[i], med * ref_rate);
     }
     fprintf(out, "],\n\"bw\": [");
     int k = 0;
@@ -356,6 +389,14 @@ int main(int argc, char **argv) {
     }
     fprintf(out, "]}\n");
     fclose(out);
+    /* a host busy with other work: the rounds disagree */
+    double sg = big_hi / big_lo - 1, sb = bw_hi / bw_lo - 1;
+    if (rounds > 1 && (sg > 0.1 || sb > 0.1))
+      fprintf(stderr,
+              "shardc calibrate: warning: the rounds disagree (the largest GEMM by %.0f%%, streaming "
+              "bandwidth by %.0f%%): other work was running; the profile keeps each figure's fastest "
+              "round, but predictions from it are steadier after a calibration on a quiet machine\n",
+              100 * sg, 100 * sb);
   }
   for (int gi = 0; gi < ngroups; gi++)
     if (groups[gi] != MPI_COMM_NULL) MPI_Comm_free(&groups[gi]);

@@ -228,9 +228,10 @@ if command -v mpirun >/dev/null && [ -x "$(dirname "$bin")/shardc-calib" ]; then
   expect calibrate-rounds 0 'rounds 2, all figures finite' -- python3 -c '
 import json, math, sys
 p = json.load(open(sys.argv[1]))
-figs = [y for k in ("gemm", "bw") for x, y in p[k]] + list(p["special"].values()) + list(p["kernels"].values())
+figs = [y for k in ("gemm", "gemm_thin", "bw") for x, y in p[k]] + list(p["special"].values()) + list(p["kernels"].values())
 figs += [t for c in p["coll"] for b, t in c["t"]]
 assert len(p["gemm"]) >= 10 and len(p["bw"]) >= 5 and len(p["coll"]) == 5, p.keys()
+assert [x for x, y in p["gemm_thin"]] == [8, 16, 32, 64, 128, 256, 512], p["gemm_thin"]
 assert all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in figs), figs
 print("rounds %d, all figures finite" % p["rounds"])' "$tmp/prof2.json"
   expect compile-profile 0 'predicted step .* \(profile .*prof2.json \(cpu, 2 ranks\)\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy dp=2 --profile "$tmp/prof2.json"
