@@ -192,6 +192,16 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
   return NULL;
 }
 
+/* A flag's whole-number value within [lo, hi] into *out; -1 where it is
+ * empty, not a number or out of range (the caller says which flag). */
+static int int_value(const char *v, long lo, long hi, int *out) {
+  char *end;
+  long k = strtol(v, &end, 10);
+  if (!*v || *end || k < lo || k > hi) return -1;
+  *out = (int)k;
+  return 0;
+}
+
 /* The GPUs nvidia-smi lists (0: none, or no nvidia-smi). */
 static int count_gpus(void) {
   FILE *p = popen("nvidia-smi -L 2>/dev/null", "r");
@@ -213,17 +223,11 @@ static int run_calibrate(int argc, char **argv) {
       fputs(usage_calibrate, stdout);
       return 0;
     } else if ((v = flag_value(argc, argv, &i, "--np"))) {
-      char *end;
-      long k = strtol(v, &end, 10);
-      if (!*v || *end || k < 1 || k > 4096)
+      if (int_value(v, 1, 4096, &np))
         return usage_error(usage_calibrate, "--np must be a number of ranks from 1 to 4096, got '%s'", v);
-      np = (int)k;
     } else if ((v = flag_value(argc, argv, &i, "--rounds"))) {
-      char *end;
-      long k = strtol(v, &end, 10);
-      if (!*v || *end || k < 1 || k > 100)
+      if (int_value(v, 1, 100, &rounds))
         return usage_error(usage_calibrate, "--rounds must be a number from 1 to 100, got '%s'", v);
-      rounds = (int)k;
     } else if ((v = flag_value(argc, argv, &i, "--target"))) {
       if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "cuda-host"))
         return usage_error(usage_calibrate, "--target must be cpu, cuda or cuda-host, got '%s'", v);
@@ -339,11 +343,8 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       if (parse_size(v, &o->sema.memory))
         return usage_error(usage, "--memory needs a size such as 80GB, 24GiB or 512MiB, got '%s'", v);
     } else if (!strcmp(o->cmd, "explore") && (v = flag_value(argc, argv, &i, "--top"))) {
-      char *end;
-      long k = strtol(v, &end, 10);
-      if (!*v || *end || k < 1 || k > 10000)
+      if (int_value(v, 1, 10000, &o->top))
         return usage_error(usage, "--top must be a number from 1 to 10000, got '%s'", v);
-      o->top = (int)k;
     } else if (!strcmp(o->cmd, "explore") && (v = flag_value(argc, argv, &i, "--report"))) {
       if (!*v) return usage_error(usage, "%s needs a file", "--report");
       o->report = v;
