@@ -38,8 +38,9 @@ static double window = 0.15;
 /* Time per call of `body` on every rank at once: a first call sizes the
  * repetitions to about 0.15 s (the same on every rank: the slowest's), then
  * two trials (and the suite runs `rounds` times, below); a trial lasts
- * from the first rank's start to the last rank's end (one node's monotonic clock: ranks sharing cores may start
- * late, after others ran), and the fastest trial is kept (the machine
+ * from the first rank's start to the last rank's end (one node's
+ * monotonic clock: ranks sharing cores may start late, after others ran),
+ * and the fastest trial is kept (the machine
  * least disturbed by other work; the accuracy benchmark takes the fastest
  * step alike). */
 #define TIME_ALL(body, out)                                                            \
