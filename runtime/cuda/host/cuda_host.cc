@@ -1,14 +1,18 @@
 /* cuda_host.cc — the scheduler and runtime API behind cuda_host.h.
  *
- * A launch runs its blocks in turn.  A block of n threads gets n fibers,
- * each on a stack of RTCH_STACK bytes from a pool while it runs or waits
- * (a thread that ends gives its stack to the next one: a block without
- * barriers runs on one stack; the stacks are kept for later launches).  The scheduler runs every runnable fiber, in linear-id
- * order, until it returns or waits at a barrier; when none is runnable it
- * releases the warps whose live lanes all wait at a warp barrier, or else,
- * when every live thread waits at __syncthreads, the whole block.  Nothing to
- * release with threads still live is a deadlock (threads of one block or one
- * warp waiting at different barriers): reported, then abort().
+ * A launch runs its blocks in turn.  A block's threads run in linear-id
+ * order on runner fibers: a runner (a stack of RTCH_STACK bytes from a pool)
+ * calls one thread after another, with no switch between them, until the
+ * thread it runs waits at a barrier; that thread keeps the runner's stack
+ * and a new runner goes on with the next thread.  A block without barriers
+ * thus costs two switches, whatever its size; only threads suspended at a
+ * barrier hold a stack each (kept for later launches).  When every thread
+ * has started and none can run, the scheduler releases the warps whose live
+ * lanes all wait at a warp barrier, or else, when every live thread waits at
+ * __syncthreads, the whole block; the released threads resume in linear-id
+ * order (one that ends finishes its runner).  Nothing to release with
+ * threads still live is a deadlock (threads of one block or one warp waiting
+ * at different barriers): reported, then abort().
  * A block of one thread runs on the caller's stack with no fiber.
  * On x86-64 a fiber switch is a few instructions (rtch_switch: callee-saved
  * registers and the stack pointer); glibc's swapcontext also saves the
@@ -37,7 +41,7 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-enum { RTCH_MAX_THREADS = 1024, RTCH_STACK = 128 * 1024 };
+enum { RTCH_MAX_THREADS = 1024, RTCH_STACK = 256 * 1024 };
 enum { F_NEW, F_RUN, F_WARP_BAR, F_BLOCK_BAR, F_DONE };
 
 #if defined(__x86_64__) && !defined(RTCH_UCONTEXT)
@@ -124,13 +128,29 @@ static void to_scheduler(rtch_fiber *f) {
 #endif
 }
 
-static void fiber_entry(void) {
-  rtch_fiber *f = cur_fiber();
+/* A runner: the next unstarted threads, one after another, on this stack
+ * (see the top of the file). */
+static unsigned rtch_next;         // the first thread not started yet
+static unsigned rtch_live;         // threads started or not, not ended
+static char *rtch_runner_stack;    // the stack the scheduler starts a runner on
+static char *rtch_exited;          // the stack of a runner that ended
+
+static void runner_entry(void) {
+  char *stack = rtch_runner_stack;
 #ifdef RTCH_ASAN
   __sanitizer_finish_switch_fiber(NULL, &rtch_main_bottom, &rtch_main_size);
 #endif
-  rtch_call(rtch_fn);
-  f->state = F_DONE;
+  while (rtch_next < rtch_n) {
+    rtch_fiber *f = &rtch_f[rtch_next++];
+    f->stack = stack;
+    f->state = F_RUN;
+    rtch_cur = &f->t;
+    rtch_call(rtch_fn);
+    f->state = F_DONE;
+    f->stack = NULL;
+    rtch_live--;
+  }
+  rtch_exited = stack;
 #ifdef RTCH_ASAN
   __sanitizer_start_switch_fiber(NULL, rtch_main_bottom, rtch_main_size);
 #endif
@@ -237,56 +257,87 @@ static int release(unsigned live) {
   return 1;
 }
 
-/* Stacks: a thread takes one from the pool when it starts and gives it back
- * when it ends, so a block whose threads never wait at a barrier runs them
- * all on one stack, warm in the cache; only threads suspended at a barrier
- * hold one each.  Kept for later launches. */
+/* Stacks: a runner takes one from the pool when it starts and gives it back
+ * when it ends; a thread suspended at a barrier keeps its runner's.  Kept for
+ * later launches. */
 static char *rtch_pool[RTCH_MAX_THREADS];
 static unsigned rtch_pool_n;
 
-static void start_fiber(rtch_fiber *f) {
+/* Where a stack's frames start below its top: the stacks lie a multiple of
+ * the page apart, so that tops at one offset would all fall into the same
+ * few cache sets (a block's fibers take turns at every barrier: each switch
+ * then missed); 61 colours 1088 bytes apart spread them over 64 KiB. */
+static uintptr_t stack_color(const char *stack) {
+  return ((uintptr_t)stack >> 12) % 61 * 1088;
+}
+
+/* Starts a runner at thread rtch_next; back when its thread waits or every
+ * thread has started and its own has ended. */
+static void start_runner(void) {
+  char *stack;
   if (rtch_pool_n) {
-    f->stack = rtch_pool[--rtch_pool_n];
+    stack = rtch_pool[--rtch_pool_n];
   } else {
-    f->stack = (char *)malloc(RTCH_STACK);
-    if (!f->stack) {
+    stack = (char *)malloc(RTCH_STACK);
+    if (!stack) {
       fprintf(stderr, "cuda_host: out of memory for the stacks of %u threads\n", rtch_n);
       abort();
     }
   }
+  rtch_runner_stack = stack;
 #ifdef RTCH_ASAN
-  /* the stack's last fiber left its frames' redzones poisoned */
-  ASAN_UNPOISON_MEMORY_REGION(f->stack, RTCH_STACK);
+  /* the stack's last runner left its frames' redzones poisoned */
+  ASAN_UNPOISON_MEMORY_REGION(stack, RTCH_STACK);
+  void *fake = NULL;
+  __sanitizer_start_switch_fiber(&fake, stack, RTCH_STACK);
 #endif
 #ifdef RTCH_ASM_SWITCH
-  /* From the top: a 0 return address for fiber_entry (never returns),
-   * fiber_entry for rtch_switch's ret, six zero registers; fiber_entry
+  /* From the top: a 0 return address for runner_entry (never returns),
+   * runner_entry for rtch_switch's ret, six zero registers; runner_entry
    * starts with rsp = 8 mod 16 as after a call. */
-  uintptr_t top = ((uintptr_t)f->stack + RTCH_STACK) & ~(uintptr_t)15;
+  uintptr_t top = ((uintptr_t)stack + RTCH_STACK - stack_color(stack)) & ~(uintptr_t)15;
   void **sp = (void **)top;
   *--sp = NULL;
-  *--sp = (void *)fiber_entry;
+  *--sp = (void *)runner_entry;
   for (int r = 0; r < 6; r++) *--sp = NULL;
-  f->sp = sp;
+  rtch_switch(&rtch_sched_sp, sp);
 #else
-  getcontext(&f->ctx);
-  f->ctx.uc_stack.ss_sp = f->stack;
-  f->ctx.uc_stack.ss_size = RTCH_STACK;
-  f->ctx.uc_link = &rtch_sched_ctx;
-  makecontext(&f->ctx, fiber_entry, 0);
+  static ucontext_t ctx;
+  getcontext(&ctx);
+  ctx.uc_stack.ss_sp = stack;
+  ctx.uc_stack.ss_size = RTCH_STACK - stack_color(stack);
+  ctx.uc_link = &rtch_sched_ctx;
+  makecontext(&ctx, runner_entry, 0);
+  swapcontext(&rtch_sched_ctx, &ctx);
 #endif
-  f->state = F_RUN;
+#ifdef RTCH_ASAN
+  __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+}
+
+/* Back in the scheduler: a runner that ended gives its stack back. */
+static void collect_runner(void) {
+  if (rtch_exited) {
+    rtch_pool[rtch_pool_n++] = rtch_exited;
+    rtch_exited = NULL;
+  }
 }
 
 static void run_block(void) {
   dim3 bd = rtch_blk.block_dim;
-  memset(rtch_slots, 0xff, sizeof rtch_slots);
+  /* poison the warp slots in use: a lane past the end reads it */
+  memset(rtch_slots, 0xff, (rtch_n + 31) / 32 * sizeof rtch_slots[0]);
   if (rtch_shmem_n) memset(rtch_shmem, 0xff, rtch_shmem_n);
+  dim3 t(0, 0, 0);
   for (unsigned i = 0; i < rtch_n; i++) {
     rtch_fiber *f = &rtch_f[i];
     f->t.lin = i;
-    f->t.tid = dim3(i % bd.x, (i / bd.x) % bd.y, i / (bd.x * bd.y));
+    f->t.tid = t;  // x fastest, then y, z
     f->state = F_NEW;
+    if (++t.x == bd.x) {
+      t.x = 0;
+      if (++t.y == bd.y) t.y = 0, t.z++;
+    }
   }
   if (rtch_direct) {
     rtch_f[0].state = F_RUN;
@@ -294,25 +345,22 @@ static void run_block(void) {
     rtch_call(rtch_fn);
     return;
   }
-  /* Every thread runs, in linear-id order, until it ends or waits; then
-   * the barriers that can release do, and the released threads run. */
-  unsigned live = rtch_n;
+  rtch_next = 0;
+  rtch_live = rtch_n;
   for (;;) {
-    for (unsigned i = 0; i < rtch_n; i++) {
-      rtch_fiber *f = &rtch_f[i];
-      if (f->state == F_NEW)
-        start_fiber(f);
-      else if (f->state != F_RUN)
-        continue;
-      to_fiber(f);
-      if (f->state == F_DONE) {
-        live--;
-        rtch_pool[rtch_pool_n++] = f->stack;
-        f->stack = NULL;
+    /* the released threads, in linear-id order (none in the first round) */
+    for (unsigned i = 0; i < rtch_next; i++)
+      if (rtch_f[i].state == F_RUN) {
+        to_fiber(&rtch_f[i]);
+        collect_runner();
       }
+    /* then every thread not started, runner after runner */
+    while (rtch_next < rtch_n) {
+      start_runner();
+      collect_runner();
     }
-    if (!live) break;
-    if (!release(live)) deadlock();
+    if (!rtch_live) break;
+    if (!release(rtch_live)) deadlock();
   }
 }
 
