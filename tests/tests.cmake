@@ -79,4 +79,4 @@ foreach(tc dist/equiv:300 cuda/programs:300 dist/shampoo_zero:200 cuda/build-all
 endforeach()
 
 # Sanitizer builds: leak reports too (CMakeLists.txt).
-shardc_sanitize_tests()
+shardc_test_environment()

@@ -10,6 +10,9 @@ trap 'rm -rf "$tmp"' EXIT
 export SHARDC_CFLAGS="${SHARDC_CFLAGS:--Wextra -Werror}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# shared memory alone, as ctest sets it (CMakeLists.txt, shardc_test_environment)
+export OMPI_MCA_pml="${OMPI_MCA_pml:-ob1}" OMPI_MCA_btl="${OMPI_MCA_btl:-self,vader}"
+export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 
 ok() { pass=$((pass + 1)); }
