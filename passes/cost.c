@@ -841,6 +841,7 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
 /* ---- profiles (shardc calibrate) ----
  * {"shardc_profile": 1, "device": "cpu", "np": 4, "launch_s": 2e-06,
  *  "gemm": [[flops, flop_per_s], ...], "gemm_thin": [[smallest_dim, flop_per_s], ...],
+ *  (a GPU's also "gemm_bf16" and "gemm_thin_bf16", which a 16-bit plan uses instead)
  *  "bw": [[bytes, bytes_per_s], ...],
  *  "coll": [{"op": "all_reduce", "n": 4, "t": [[bytes, seconds], ...]}, ...]}
  * A small reader for this shape of JSON: objects, arrays, numbers, strings. */
@@ -1043,7 +1044,7 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
   HwModel h = *hw;
   int version = 0;
   char device[64] = "";
-  CostCurve gemm16 = {0};
+  CostCurve gemm16 = {0}, thin16 = {0};
   if (jexpect(&j, '{')) goto fail;
   for (;;) {
     char key[32];
@@ -1070,6 +1071,9 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
     } else if (!strcmp(key, "gemm_bf16")) {
       /* a GPU's GEMMs on bf16 tensor cores (precision = bf16 runs them) */
       if (jcurve(&j, &gemm16)) goto fail;
+    } else if (!strcmp(key, "gemm_thin_bf16")) {
+      /* the bf16 GEMMs' rate by their smallest dim (the cuda calibrator) */
+      if (jcurve(&j, &thin16)) goto fail;
     } else if (!strcmp(key, "bw")) {
       if (jcurve(&j, &h.bw)) goto fail;
     } else if (!strcmp(key, "special")) {
@@ -1116,7 +1120,7 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
    * cpu profile has not: its fp32 BLAS runs them) */
   if (hw->elt == 2 && gemm16.n) {
     h.gemm = gemm16;
-    h.gemm_thin.n = 0; /* measured in fp32 */
+    h.gemm_thin = thin16; /* not the fp32 one: none where the profile has none */
   }
   if (h.gemm.n) h.peak = h.gemm.y[h.gemm.n - 1] / h.gemm_eff; /* what MFU is measured against */
   snprintf(h.source, sizeof h.source, "profile %s (%s, %d ranks)", path, device[0] ? device : "?",

@@ -246,7 +246,7 @@ if command -v mpirun >/dev/null && [ -x "$(dirname "$bin")/shardc-calib-cuda-hos
 import json, sys
 p = json.load(open(sys.argv[1]))
 assert p["shardc_profile"] == 1 and p["np"] == 2, p
-for k in ("gemm", "gemm_bf16", "bw"):
+for k in ("gemm", "gemm_bf16", "gemm_thin", "gemm_thin_bf16", "bw"):
     assert len(p[k]) >= 3 and all(y > 0 for x, y in p[k]), k
 assert p["launch_s"] > 0
 ops = {c["op"] for c in p["coll"] if c["n"] == 2 and c["t"]}

@@ -4,7 +4,8 @@
  * once
  *   - the GEMM rate over shapes through the launcher the programs call
  *     (rt_gemm_cu: cuBLASLt), fp32 with TF32 off ("gemm") and on bf16
- *     tensor cores as precision = bf16 runs them ("gemm_bf16");
+ *     tensor cores as precision = bf16 runs them ("gemm_bf16"), and by the
+ *     smallest dim of a thin GEMM ("gemm_thin", "gemm_thin_bf16");
  *   - a memory-bound kernel's bandwidth over sizes (rt_axpy_cu);
  *   - the cost of one kernel launch (an empty kernel);
  *   - NCCL all-reduce, all-gather, reduce-scatter, broadcast and send/recv
@@ -245,6 +246,37 @@ int main(int argc, char **argv) {
         n++;
       }
       if (!rank_) write_curve_(out, bf16 ? "gemm_bf16" : "gemm", gx, gy, n, ",\n");
+      /* Thin GEMMs: a linear with k input features (y = x·Wᵀ, dx = dy·W,
+       * dW = dyᵀ·x put k in each of the three positions), the other two
+       * dims large; the rate by k, which bounds a GEMM whose smallest dim
+       * is k however large the others (passes/cost.c cost_gemm): a
+       * row-parallel linear's split K, a vocabulary split, a SUMMA block,
+       * an attention head. */
+      static const int thin[] = {8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+      long big = gemm_max / 2;
+      n = 0;
+      for (int i = 0; i < (int)(sizeof thin / sizeof thin[0]) && thin[i] < big; i++) {
+        int M = (int)big, N = (int)big, k = thin[i];
+        long need = (long)M * k + (long)N * k + (long)M * N, nslots = pool_n / need, slot = 0;
+        auto ops = [&]() {
+          float *p = pool + slot * need;
+          slot = (slot + 1) % nslots;
+          return p;
+        };
+        double t = time_all_([&]() {
+          float *x = ops(), *w = x + (long)M * k, *y = w + (long)N * k;
+          rt_gemm_cu(0, 1, M, N, k, 1.0, x, k, w, k, 0.0, y, N);  /* y = x·Wᵀ */
+          x = ops(), w = x + (long)M * k, y = w + (long)N * k;
+          rt_gemm_cu(0, 0, M, k, N, 1.0, y, N, w, k, 0.0, x, k);  /* dx = dy·W */
+          x = ops(), w = x + (long)M * k, y = w + (long)N * k;
+          rt_gemm_cu(1, 0, N, k, M, 1.0, y, N, x, k, 0.0, w, k);  /* dW = dyᵀ·x */
+        }) / 3;
+        double net = t - launch > 0.25 * t ? t - launch : 0.25 * t;
+        gx[n] = (double)k;
+        gy[n] = 2.0 * M * N * k / net;
+        n++;
+      }
+      if (!rank_ && n) write_curve_(out, bf16 ? "gemm_thin_bf16" : "gemm_thin", gx, gy, n, ",\n");
     }
     rtc_gemm_bf16 = 0;
     cudaCheck(cudaFree(pool));

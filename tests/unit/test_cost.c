@@ -313,6 +313,31 @@ int main(void) {
       ASSERT_NEAR(2.0 * 4000 * 1000 * 64 / 2e13, cost_gemm(&f32, 4000, 1000, 64), 1e-12);
       ASSERT_NEAR(2.0 * 4000 * 1000 * 64 / 2e13, cost_gemm(&f32, 64, 4000, 1000), 1e-12);
       ASSERT(0, b16.gemm_thin.n);
+      /* a GPU profile's own bf16 thin curve (gemm_thin_bf16) bounds them */
+      {
+        char p2[] = "/tmp/shardc_test_cost_thin16_XXXXXX";
+        int fd2 = mkstemp(p2);
+        ASSERT(1, fd2 >= 0);
+        FILE *f2 = fd2 >= 0 ? fdopen(fd2, "w") : NULL;
+        if (f2) {
+          fputs("{\"shardc_profile\": 1, \"device\": \"test GPU\", \"np\": 1, \"launch_s\": 0,\n"
+                "\"gemm\": [[1e6, 1e12], [1e9, 5e13]], \"gemm_bf16\": [[1e6, 2e12], [1e9, 4e14]],\n"
+                "\"gemm_thin\": [[16, 1e12], [64, 2e13], [512, 5e13]],\n"
+                "\"gemm_thin_bf16\": [[16, 1e13], [64, 1e14], [2048, 4e14]], \"coll\": []}\n",
+                f2);
+          fclose(f2);
+          HwModel t16 = h100(1), t32 = h100(1);
+          t32.elt = 4;
+          ASSERT(0, cost_load_profile(&t16, p2, err, sizeof err));
+          ASSERT(0, cost_load_profile(&t32, p2, err, sizeof err));
+          ASSERT_NEAR(2.0 * 4000 * 1000 * 64 / 1e14, cost_gemm(&t16, 4000, 64, 1000), 1e-12);
+          ASSERT_NEAR(2.0 * 4000 * 1000 * 64 / 2e13, cost_gemm(&t32, 4000, 64, 1000), 1e-12);
+          /* up to the bf16 curve's last point (2048), not the fp32 one's */
+          ASSERT(1, cost_gemm(&t16, 4000, 4000, 1024) > 2.0 * 4000 * 4000 * 1024 / 4e14 * 1.01);
+          ASSERT_NEAR(2.0 * 4000 * 4000 * 2048 / 4e14, cost_gemm(&t16, 4000, 4000, 2048), 1e-12);
+        }
+        remove(p2);
+      }
       /* at 512 and above, the FLOPs curve alone */
       ASSERT_NEAR(2.0 * 4000 * 1000 * 512 / 5e13, cost_gemm(&f32, 4000, 1000, 512), 1e-12);
       /* and where the FLOPs curve is the lower: 100 x 100 x 64 (1.28e6 FLOPs) */
