@@ -15,14 +15,17 @@ echo "== tests (ASan + UBSan)"
 # programs are the same code; under the sanitizers it would double CI time),
 # and so do the optimizers' PyTorch parity and the CUDA host-build programs
 # (parity/optimizers, cuda/optim2, cuda/programs: CI's time; codegen/optim
-# and the cuda/k_* kernel tests run the same code under the sanitizers).
+# and the cuda/k_* kernel tests run the same code under the sanitizers), and
+# the samples' PyTorch parity (parity/torch: its programs are the samples'
+# that codegen/train and codegen/resume build and train under the
+# sanitizers; its other half is PyTorch).
 # Leaks are errors: LeakSanitizer with tests/lsan.supp, which suppresses
 # only Open MPI's own allocations.  (The sanitizer build sets the same for
 # every test, tests/tests.cmake and runtime/CMakeLists.txt, so a plain ctest
 # in build-asan checks leaks too, in the programs the tests run as well.)
 (cd "$root/build-asan" && ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
   LSAN_OPTIONS=suppressions="$root/tests/lsan.supp":print_suppressions=0 \
-  ctest -j"$jobs" --output-on-failure -E "^dist/|^parity/optimizers$|^cuda/optim2$|^cuda/programs$")
+  ctest -j"$jobs" --output-on-failure -E "^dist/|^parity/optimizers$|^parity/torch$|^cuda/optim2$|^cuda/programs$")
 
 secs="${FUZZ_SECONDS:-60}"
 if [ "$secs" != 0 ]; then
