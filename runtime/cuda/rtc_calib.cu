@@ -137,6 +137,19 @@ static void write_curve_(FILE *out, const char *key, const double *x, const doub
   fprintf(out, "]%s", tail);
 }
 
+/* A GEMM's operands, need floats, each call the next slot of a pool
+ * larger than the L2 cache, as a step's tensors go through its arena. */
+struct Rotation_ {
+  float *pool;
+  long need, nslots, slot = 0;
+  Rotation_(float *p, long pool_n, long n) : pool(p), need(n), nslots(pool_n / n) {}
+  float *operator()() {
+    float *p = pool + slot * need;
+    slot = (slot + 1) % nslots;
+    return p;
+  }
+};
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_size(MPI_COMM_WORLD, &world_);
@@ -225,12 +238,7 @@ int main(int argc, char **argv) {
       for (int i = 0; i < nsh; i++) {
         int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
         if (M > gemm_max || N > gemm_max || K > gemm_max) continue;
-        long need = (long)M * K + (long)K * N + (long)M * N, nslots = pool_n / need, slot = 0;
-        auto ops = [&]() {
-          float *p = pool + slot * need;
-          slot = (slot + 1) % nslots;
-          return p;
-        };
+        Rotation_ ops(pool, pool_n, (long)M * K + (long)K * N + (long)M * N);
         double t = time_all_([&]() {
           float *a = ops(), *b = a + (long)M * K, *c = b + (long)K * N;
           rt_gemm_cu(0, 1, M, N, K, 1.0, a, K, b, K, 0.0, c, N);
@@ -257,12 +265,7 @@ int main(int argc, char **argv) {
       n = 0;
       for (int i = 0; i < (int)(sizeof thin / sizeof thin[0]) && thin[i] < big; i++) {
         int M = (int)big, N = (int)big, k = thin[i];
-        long need = (long)M * k + (long)N * k + (long)M * N, nslots = pool_n / need, slot = 0;
-        auto ops = [&]() {
-          float *p = pool + slot * need;
-          slot = (slot + 1) % nslots;
-          return p;
-        };
+        Rotation_ ops(pool, pool_n, (long)M * k + (long)N * k + (long)M * N);
         double t = time_all_([&]() {
           float *x = ops(), *w = x + (long)M * k, *y = w + (long)N * k;
           rt_gemm_cu(0, 1, M, N, k, 1.0, x, k, w, k, 0.0, y, N);  /* y = x·Wᵀ */
