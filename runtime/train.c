@@ -62,8 +62,16 @@ struct RtTrainer {
 #endif
   /* Shampoo: this step recomputes roots (from the factors of the steps
    * before): every block's (roots_phase -1) or those of phase roots_phase;
-   * the first roots_next of this rank's due blocks already done */
-  int roots_due, roots_next, roots_phase;
+   * where the walk over this rank's blocks stands (roots_one resumes
+   * there: each due block is visited once a step, however many there are) */
+  int roots_due, roots_phase;
+  int rc_i;                /* the parameter */
+  int64_t rc_bi, rc_bj;    /* its next block */
+  int64_t rc_base;         /* the parameter's first entry of root_phase */
+  /* placed Shampoo (pg->nunits): the owner of each local block, at
+   * unit_off[param] + bi·(its block columns) + bj; -1 none (built once) */
+  int *unit_owner;
+  int64_t *unit_off;
 #ifdef RT_TRAIN_CUDA
   /* every parameter with a gradient, for one-launch updates and norms */
   int nlist;
@@ -114,6 +122,10 @@ static void mpi_check(int err, const char *call, int line) {
 static int finish(Trainer *t, int status) {
   rt_metrics_close(&t->log);
   rt_train_data_close(&t->data);
+  free(t->unit_owner);
+  free(t->unit_off);
+  t->unit_owner = NULL;
+  t->unit_off = NULL;
   if (t->mem)
     rt_arena_destroy(t->mem);
   t->mem = NULL;
@@ -1281,22 +1293,61 @@ static int unit_roots(Trainer *t, const RtParam *p, int64_t bi, int64_t bj,
  * roots_one computes the next due block's of this rank (under placement its
  * data rank's units, else every block of its parameters), 0 when none is
  * left. */
+/* The owner table of placed Shampoo's units (Trainer.unit_owner): one
+ * lookup per block where a scan of the units per block made the roots'
+ * walk cubic in the blocks (tens of thousands of them with small blocks). */
+static void unit_owners(Trainer *t) {
+  const RtProgram *pg = t->pg;
+  int64_t n = 0;
+  t->unit_off = malloc((size_t)pg->nparams * sizeof *t->unit_off);
+  if (!t->unit_off)
+    fail(t, "out of memory for the Shampoo units' owners");
+  for (int i = 0; i < pg->nparams; i++) {
+    const RtParam *p = &pg->params[i];
+    t->unit_off[i] = n;
+    if (p->ndim == 2)
+      n += rt_shampoo_nblocks(p->shape[0], pg->block) * rt_shampoo_nblocks(p->shape[1], pg->block);
+  }
+  t->unit_owner = malloc((size_t)(n > 0 ? n : 1) * sizeof *t->unit_owner);
+  if (!t->unit_owner)
+    fail(t, "out of memory for the Shampoo units' owners");
+  for (int64_t k = 0; k < n; k++)
+    t->unit_owner[k] = -1;
+  for (int u = 0; u < pg->nunits; u++) {
+    const RtOptUnit *un = &pg->units[u];
+    if (un->param < 0 || un->param >= pg->nparams)
+      fail(t, "internal: a Shampoo unit of no parameter");
+    const RtParam *p = &pg->params[un->param];
+    if (!rt_shampoo_preconditioned(p->ndim, p->shape))
+      continue; /* the grafting method's whole tensor: no roots */
+    int64_t nbr = rt_shampoo_nblocks(p->shape[0], pg->block);
+    int64_t nbc = rt_shampoo_nblocks(p->shape[1], pg->block);
+    if (un->bi < 0 || un->bi >= nbr || un->bj < 0 || un->bj >= nbc)
+      fail(t, "internal: a Shampoo unit outside its parameter's blocks");
+    t->unit_owner[t->unit_off[un->param] + un->bi * nbc + un->bj] = un->owner;
+  }
+}
+
 static void roots_begin(Trainer *t, long s) {
   const RtProgram *pg = t->pg;
   long o = s - pg->start_preconditioning;
   t->roots_due = pg->opt == RT_OPT_SHAMPOO && o >= 0 &&
                  (o == 0 || pg->root_phase || o % pg->precondition_every == 0);
   t->roots_phase = o > 0 && pg->root_phase ? (int)(o % pg->precondition_every) : -1;
-  t->roots_next = 0;
+  t->rc_i = 0;
+  t->rc_bi = t->rc_bj = t->rc_base = 0;
+  if (t->roots_due && pg->nunits && !t->unit_owner)
+    unit_owners(t);
 }
 
 static int roots_one(Trainer *t) {
   const RtProgram *pg = t->pg;
   if (!t->roots_due)
     return 0;
-  int me = coord(t, RT_AX_DATA), k = 0;
-  int64_t base = 0; /* the parameter's first entry of root_phase */
-  for (int i = 0; i < pg->nparams; i++) {
+  int me = coord(t, RT_AX_DATA);
+  /* from where the previous call stopped (roots_begin starts the walk) */
+  for (; t->rc_i < pg->nparams; t->rc_i++, t->rc_bi = t->rc_bj = 0) {
+    const int i = t->rc_i;
     const RtParam *p = &pg->params[i];
     if (p->grad < 0 || !rt_shampoo_preconditioned(p->ndim, p->shape))
       continue;
@@ -1319,8 +1370,9 @@ static int roots_one(Trainer *t) {
     size_t za, zz, zs; /* ZeRO: the owner's (its chunk holds the tensor) */
     const int skip = pg->zero >= 1 &&
                      !zero_range(t, i, (size_t)coord(t, (RtAxis)pg->zaxis), &za, &zz, &zs);
-    for (int64_t bi = 0; bi < nbr && !skip; bi++)
-      for (int64_t bj = 0; bj < nbc; bj++) {
+    for (; t->rc_bi < nbr && !skip; t->rc_bi++, t->rc_bj = 0)
+      for (; t->rc_bj < nbc; t->rc_bj++) {
+        const int64_t bi = t->rc_bi, bj = t->rc_bj;
         int64_t gi = bi, gj = bj;
 #ifdef RT_TRAIN_MPI
         if (sh) {
@@ -1328,30 +1380,23 @@ static int roots_one(Trainer *t) {
           gj = global_block(sh, sc, 1, p->shape[1], pg->block, bj);
         }
 #endif
-        int64_t b = base + gi * gnbc + gj;
+        int64_t b = t->rc_base + gi * gnbc + gj;
         if (pg->root_phase && b >= pg->nroot_phase)
           fail(t, "internal: more Shampoo blocks than root phases");
         int phase = pg->root_phase ? pg->root_phase[b] : -1;
         if (t->roots_phase >= 0 && phase != t->roots_phase)
           continue;
-        if (pg->nunits) { /* placed: this data rank's units only */
-          int mine = 0;
-          for (int u = 0; u < pg->nunits; u++)
-            if (pg->units[u].param == i && pg->units[u].bi == bi && pg->units[u].bj == bj)
-              mine = pg->units[u].owner == me;
-          if (!mine)
-            continue;
-        }
-        if (k++ < t->roots_next)
+        /* placed: this data rank's units only */
+        if (pg->nunits && t->unit_owner[t->unit_off[i] + bi * nbc + bj] != me)
           continue;
         RtShampooArgs a = blocked_args(t, 1, 0, 1);
         int rc = unit_roots(t, p, bi, bj, &a);
         if (rc != RT_OK)
           fail(t, rt_last_error());
-        t->roots_next++;
+        t->rc_bj++; /* the next call goes on after this block */
         return 1;
       }
-    base += rt_shampoo_nblocks(gr, pg->block) * gnbc;
+    t->rc_base += rt_shampoo_nblocks(gr, pg->block) * gnbc;
   }
   t->roots_due = 0;
   return 0;
