@@ -224,6 +224,63 @@ static int jstring(JParser *jp, char **out) {
   return 0;
 }
 
+/* A set of names (pointers to strings that outlive it), open addressing:
+ * the duplicate checks of a header's keys and of a writer's tensors, one
+ * lookup each where a scan of the names so far made a checkpoint of 10^5
+ * tensors (Shampoo with small blocks: four per block) take minutes. */
+typedef struct NameSet {
+  const char **slot;
+  size_t cap, n;
+} NameSet;
+
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+/* 1: added, 0: already there, -1: out of memory. */
+static int nameset_add(NameSet *h, const char *name) {
+  if (2 * (h->n + 1) > h->cap) {
+    size_t ncap = h->cap ? 2 * h->cap : 64;
+    const char **ns = calloc(ncap, sizeof *ns);
+    if (!ns)
+      return -1;
+    for (size_t i = 0; i < h->cap; i++)
+      if (h->slot[i]) {
+        size_t k = name_hash(h->slot[i]) & (ncap - 1);
+        while (ns[k])
+          k = (k + 1) & (ncap - 1);
+        ns[k] = h->slot[i];
+      }
+    free(h->slot);
+    h->slot = ns;
+    h->cap = ncap;
+  }
+  size_t k = name_hash(name) & (h->cap - 1);
+  for (; h->slot[k]; k = (k + 1) & (h->cap - 1))
+    if (strcmp(h->slot[k], name) == 0)
+      return 0;
+  h->slot[k] = name;
+  h->n++;
+  return 1;
+}
+
+static int nameset_has(const NameSet *h, const char *name) {
+  if (!h->cap)
+    return 0;
+  for (size_t k = name_hash(name) & (h->cap - 1); h->slot[k]; k = (k + 1) & (h->cap - 1))
+    if (strcmp(h->slot[k], name) == 0)
+      return 1;
+  return 0;
+}
+
+static void nameset_free(NameSet *h) {
+  free(h->slot);
+  memset(h, 0, sizeof *h);
+}
+
 static int jvalue(JParser *jp, JVal *v);
 
 static int jpush(JParser *jp, JVal *v, int *cap, char *key) {
@@ -248,7 +305,16 @@ static int jpush(JParser *jp, JVal *v, int *cap, char *key) {
   return 0;
 }
 
+static int jcontainer_(JParser *jp, JVal *v, int is_obj, NameSet *seen);
+
 static int jcontainer(JParser *jp, JVal *v, int is_obj) {
+  NameSet seen = {0};
+  int rc = jcontainer_(jp, v, is_obj, &seen);
+  nameset_free(&seen);
+  return rc;
+}
+
+static int jcontainer_(JParser *jp, JVal *v, int is_obj, NameSet *seen) {
   if (++jp->depth > RT_JSON_MAX_DEPTH)
     return jerr(jp, "nesting too deep");
   v->type = is_obj ? J_OBJ : J_ARR;
@@ -268,12 +334,12 @@ static int jcontainer(JParser *jp, JVal *v, int is_obj) {
       const char *kpos = jp->p;
       if (jstring(jp, &key))
         return -1;
-      for (int i = 0; i < v->n; i++)
-        if (strcmp(v->keys[i], key) == 0) {
-          free(key);
-          jp->p = kpos;
-          return jerr(jp, "duplicate key");
-        }
+      int fresh = nameset_add(seen, key);
+      if (fresh <= 0) {
+        free(key);
+        jp->p = kpos;
+        return jerr(jp, fresh < 0 ? "out of memory" : "duplicate key");
+      }
       jws(jp);
       if (jp->p >= jp->end || *jp->p != ':') {
         free(key);
@@ -385,6 +451,7 @@ typedef struct {
 struct RtStWriter {
   WTensor *t;
   int n, cap;
+  NameSet names; /* the tensors' (their strdup'd names) */
   char **mkeys, **mvals;
   int nmeta, mcap;
 };
@@ -406,6 +473,7 @@ void rt_st_writer_free(RtStWriter *w) {
     free(w->mvals[i]);
   }
   free(w->t);
+  nameset_free(&w->names);
   free(w->mkeys);
   free(w->mvals);
   free(w);
@@ -426,9 +494,8 @@ int rt_st_add(RtStWriter *w, const char *name, RtDtype dtype, int ndim,
   size_t nbytes = (size_t)numel * rt_dtype_size(dtype);
   if (nbytes && !data)
     return rt_errorf(RT_ERR_ARG, "safetensors: tensor '%s': no data", name);
-  for (int i = 0; i < w->n; i++)
-    if (strcmp(w->t[i].name, name) == 0)
-      return rt_errorf(RT_ERR_ARG, "safetensors: tensor '%s' added twice", name);
+  if (nameset_has(&w->names, name))
+    return rt_errorf(RT_ERR_ARG, "safetensors: tensor '%s' added twice", name);
   if (w->n == w->cap) {
     int ncap = w->cap ? 2 * w->cap : 16;
     WTensor *t = realloc(w->t, (size_t)ncap * sizeof *t);
@@ -441,6 +508,11 @@ int rt_st_add(RtStWriter *w, const char *name, RtDtype dtype, int ndim,
   memset(t, 0, sizeof *t);
   if (!(t->name = strdup(name)))
     return rt_errorf(RT_ERR_NOMEM, "safetensors: out of memory");
+  if (nameset_add(&w->names, t->name) < 0) {
+    free(t->name);
+    t->name = NULL;
+    return rt_errorf(RT_ERR_NOMEM, "safetensors: out of memory");
+  }
   t->dtype = dtype;
   t->ndim = ndim;
   for (int i = 0; i < ndim; i++)
@@ -1015,12 +1087,21 @@ int rt_st_check_model(const RtStFile *f, const RtStSpec *specs, int nspecs, int 
   for (int i = 0; i < nspecs; i++)
     if (!rt_st_find(f, specs[i].name))
       missing[nmissing++] = specs[i].name;
-  for (int i = 0; i < f->ntensors && !allow_extra; i++) {
-    int known = 0;
-    for (int j = 0; j < nspecs && !known; j++)
-      known = strcmp(specs[j].name, f->tensors[i].name) == 0;
-    if (!known)
-      extra[nextra++] = f->tensors[i].name;
+  if (!allow_extra) {
+    NameSet known = {0};
+    for (int j = 0; j < nspecs; j++)
+      if (nameset_add(&known, specs[j].name) < 0) {
+        nameset_free(&known);
+        fclose(m);
+        free(msg);
+        free(missing);
+        free(extra);
+        return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", f->path);
+      }
+    for (int i = 0; i < f->ntensors; i++)
+      if (!nameset_has(&known, f->tensors[i].name))
+        extra[nextra++] = f->tensors[i].name;
+    nameset_free(&known);
   }
   fprintf(m, "%s: checkpoint does not match the model", f->path);
   if (model) {
