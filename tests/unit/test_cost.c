@@ -4,6 +4,8 @@
  * the pipeline bubble shrinks with more microbatches, interleaving shrinks
  * it further, and the per-rank times add up; ranks sharing cores; special
  * functions in fused loops. */
+#include <unistd.h>
+
 #include "cost.h"
 #include "passes.h"
 #include "sema.h"
@@ -13,6 +15,24 @@
 static Module *compile(const char *path, const char *mesh, const char *strategy) {
   return test_compile(path, mesh, strategy);
 }
+
+/* Writes text to a fresh file from the mkstemp template path; 0 on success. */
+static int write_temp(char *path, const char *text) {
+  int fd = mkstemp(path);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  fputs(text, f);
+  return fclose(f);
+}
+
+/* A test GPU's profile: its FLOPs curves in fp32 and bf16 and the fp32 thin curve */
+#define TEST_GPU_PROFILE_HEAD                                                                  \
+  "{\"shardc_profile\": 1, \"device\": \"test GPU\", \"np\": 1, \"launch_s\": 0,\n"                 \
+  "\"gemm\": [[1e6, 1e12], [1e9, 5e13]], \"gemm_bf16\": [[1e6, 2e12], [1e9, 4e14]],\n"            \
+  "\"gemm_thin\": [[16, 1e12], [64, 2e13], [512, 5e13]],\n"
 
 static HwModel h100(int nodes) {
   Mesh me = {.nodes = nodes, .per_node = 8, .ndev = 8 * nodes, .device = ir_device_lookup("H100_SXM")};
@@ -286,17 +306,11 @@ int main(void) {
    * (and profiles without it, the cpu's) keep gemm */
   {
     char path[] = "/tmp/shardc_test_cost_XXXXXX";
-    int fd = mkstemp(path);
-    ASSERT(1, fd >= 0);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (f) {
-      fputs("{\"shardc_profile\": 1, \"device\": \"test GPU\", \"np\": 1, \"launch_s\": 0,\n"
-            "\"gemm\": [[1e6, 1e12], [1e9, 5e13]], \"gemm_bf16\": [[1e6, 2e12], [1e9, 4e14]],\n"
-            "\"gemm_thin\": [[16, 1e12], [64, 2e13], [512, 5e13]],\n"
-            "\"bw\": [[1e6, 1e12]], \"kernels\": {\"gelu\": 3e-9, \"future\": 1e-9, \"layernorm_bwd\": 5e-9},\n"
-            "\"coll\": []}\n",
-            f);
-      fclose(f);
+    int wrote = write_temp(path, TEST_GPU_PROFILE_HEAD
+                           "\"bw\": [[1e6, 1e12]], \"kernels\": {\"gelu\": 3e-9, \"future\": 1e-9, "
+                           "\"layernorm_bwd\": 5e-9},\n\"coll\": []}\n");
+    ASSERT(0, wrote);
+    if (wrote == 0) {
       HwModel b16 = h100(1), f32 = h100(1);
       f32.elt = 4;
       char err[256];
@@ -316,16 +330,10 @@ int main(void) {
       /* a GPU profile's own bf16 thin curve (gemm_thin_bf16) bounds them */
       {
         char p2[] = "/tmp/shardc_test_cost_thin16_XXXXXX";
-        int fd2 = mkstemp(p2);
-        ASSERT(1, fd2 >= 0);
-        FILE *f2 = fd2 >= 0 ? fdopen(fd2, "w") : NULL;
-        if (f2) {
-          fputs("{\"shardc_profile\": 1, \"device\": \"test GPU\", \"np\": 1, \"launch_s\": 0,\n"
-                "\"gemm\": [[1e6, 1e12], [1e9, 5e13]], \"gemm_bf16\": [[1e6, 2e12], [1e9, 4e14]],\n"
-                "\"gemm_thin\": [[16, 1e12], [64, 2e13], [512, 5e13]],\n"
-                "\"gemm_thin_bf16\": [[16, 1e13], [64, 1e14], [2048, 4e14]], \"coll\": []}\n",
-                f2);
-          fclose(f2);
+        int wrote2 = write_temp(p2, TEST_GPU_PROFILE_HEAD
+                                "\"gemm_thin_bf16\": [[16, 1e13], [64, 1e14], [2048, 4e14]], \"coll\": []}\n");
+        ASSERT(0, wrote2);
+        if (wrote2 == 0) {
           HwModel t16 = h100(1), t32 = h100(1);
           t32.elt = 4;
           ASSERT(0, cost_load_profile(&t16, p2, err, sizeof err));
