@@ -240,6 +240,19 @@ static uint64_t name_hash(const char *s) {
   return h;
 }
 
+/* The slot of name in a table of cap (a power of two) slots: where it is,
+ * or the empty one where it would go. */
+static size_t nameset_slot(const char *const *slot, size_t cap, const char *name) {
+  size_t k = name_hash(name) & (cap - 1);
+  while (slot[k] && strcmp(slot[k], name) != 0)
+    k = (k + 1) & (cap - 1);
+  return k;
+}
+
+static int nameset_has(const NameSet *h, const char *name) {
+  return h->cap && h->slot[nameset_slot(h->slot, h->cap, name)];
+}
+
 /* 1: added, 0: already there, -1: out of memory. */
 static int nameset_add(NameSet *h, const char *name) {
   if (2 * (h->n + 1) > h->cap) {
@@ -248,32 +261,18 @@ static int nameset_add(NameSet *h, const char *name) {
     if (!ns)
       return -1;
     for (size_t i = 0; i < h->cap; i++)
-      if (h->slot[i]) {
-        size_t k = name_hash(h->slot[i]) & (ncap - 1);
-        while (ns[k])
-          k = (k + 1) & (ncap - 1);
-        ns[k] = h->slot[i];
-      }
+      if (h->slot[i])
+        ns[nameset_slot(ns, ncap, h->slot[i])] = h->slot[i];
     free(h->slot);
     h->slot = ns;
     h->cap = ncap;
   }
-  size_t k = name_hash(name) & (h->cap - 1);
-  for (; h->slot[k]; k = (k + 1) & (h->cap - 1))
-    if (strcmp(h->slot[k], name) == 0)
-      return 0;
+  size_t k = nameset_slot(h->slot, h->cap, name);
+  if (h->slot[k])
+    return 0;
   h->slot[k] = name;
   h->n++;
   return 1;
-}
-
-static int nameset_has(const NameSet *h, const char *name) {
-  if (!h->cap)
-    return 0;
-  for (size_t k = name_hash(name) & (h->cap - 1); h->slot[k]; k = (k + 1) & (h->cap - 1))
-    if (strcmp(h->slot[k], name) == 0)
-      return 1;
-  return 0;
 }
 
 static void nameset_free(NameSet *h) {
