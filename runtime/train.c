@@ -1283,16 +1283,6 @@ static int unit_roots(Trainer *t, const RtParam *p, int64_t bi, int64_t bj,
 #endif
 }
 
-/* Shampoo's roots are recomputed from the factors as the steps before left
- * them, so any time between the end of the previous step's update and this
- * step's directions will do: while a pipeline receive waits (rt_pipe_recv:
- * the schedule's bubbles), and what is left at the start of the optimizer.
- * Every block's at the 0-based step start; then, staggered (root_phase),
- * a block's at the steps s with (s - start) % every = its phase, else
- * every block's at start + k·every.  roots_begin marks a step's roots due;
- * roots_one computes the next due block's of this rank (under placement its
- * data rank's units, else every block of its parameters), 0 when none is
- * left. */
 /* The owner table of placed Shampoo's units (Trainer.unit_owner): one
  * lookup per block where a scan of the units per block made the roots'
  * walk cubic in the blocks (tens of thousands of them with small blocks). */
@@ -1305,7 +1295,7 @@ static void unit_owners(Trainer *t) {
   for (int i = 0; i < pg->nparams; i++) {
     const RtParam *p = &pg->params[i];
     t->unit_off[i] = n;
-    if (p->ndim == 2)
+    if (rt_shampoo_preconditioned(p->ndim, p->shape))
       n += rt_shampoo_nblocks(p->shape[0], pg->block) * rt_shampoo_nblocks(p->shape[1], pg->block);
   }
   t->unit_owner = malloc((size_t)(n > 0 ? n : 1) * sizeof *t->unit_owner);
@@ -1328,6 +1318,16 @@ static void unit_owners(Trainer *t) {
   }
 }
 
+/* Shampoo's roots are recomputed from the factors as the steps before left
+ * them, so any time between the end of the previous step's update and this
+ * step's directions will do: while a pipeline receive waits (rt_pipe_recv:
+ * the schedule's bubbles), and what is left at the start of the optimizer.
+ * Every block's at the 0-based step start; then, staggered (root_phase),
+ * a block's at the steps s with (s - start) % every = its phase, else
+ * every block's at start + k·every.  roots_begin marks a step's roots due;
+ * roots_one computes the next due block's of this rank (under placement its
+ * data rank's units, else every block of its parameters), 0 when none is
+ * left. */
 static void roots_begin(Trainer *t, long s) {
   const RtProgram *pg = t->pg;
   long o = s - pg->start_preconditioning;
