@@ -8,12 +8,13 @@ pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# expect NAME EXIT PATTERN -- command...   (PATTERN is an extended regex on stdout+stderr)
+# expect NAME EXIT PATTERN -- command...   (PATTERN is an extended regex on stdout+stderr;
+# the command gets EXPECT_TIMEOUT seconds, default 20)
 expect() {
   local name="$1" want="$2" pat="$3"
   shift 4
   local out rc
-  out=$(timeout 20 "$@" 2>&1)
+  out=$(timeout "${EXPECT_TIMEOUT:-20}" "$@" 2>&1)
   rc=$?
   if [ "$rc" != "$want" ]; then
     echo "FAIL: $name: exit $rc, expected $want"
@@ -223,7 +224,9 @@ expect explore-ring-bf16-generatable 0 'sp=ring' -- "$bin" explore "$tmp/gpt-bf1
 expect emit-cuda-ring-bf16 0 'rt_ring_attention_backward_cu\(p->mesh, RT_AX_SP,' -- "$bin" compile "$tmp/gpt-bf16.shard" --target cuda --mesh 2 --strategy sp=ring:2 --emit=c
 expect explore-infeasible 0 'INFEASIBLE: stage [0-9]+ needs [0-9.]+ GB > 80.0 GB' -- "$bin" explore bench/models/gpt3-175b.shard --mesh 4x8:A100_SXM --strategy tp=8,pp=4 --top 1
 if command -v mpirun >/dev/null && [ -x "$(dirname "$bin")/shardc-calib" ]; then
-  SHARDC_CALIB_QUICK=1 expect calibrate 0 'wrote .*prof2.json: 2 ranks; SGEMM up to' -- "$bin" calibrate --np 2 --rounds 2 -o "$tmp/prof2.json"
+  # (the microbenchmarks take 11 s under the sanitizers on an idle 2-core
+  # machine, more beside another test: a minute before it counts as a hang)
+  SHARDC_CALIB_QUICK=1 EXPECT_TIMEOUT=90 expect calibrate 0 'wrote .*prof2.json: 2 ranks; SGEMM up to' -- "$bin" calibrate --np 2 --rounds 2 -o "$tmp/prof2.json"
   # every figure measured (the fastest of 2 rounds: finite, positive), the rounds recorded
   expect calibrate-rounds 0 'rounds 2, all figures finite' -- python3 -c '
 import json, math, sys
@@ -241,7 +244,7 @@ print("rounds %d, all figures finite" % p["rounds"])' "$tmp/prof2.json"
 fi
 # the cuda calibrator's host build (rtc_calib.cu as host C++: no GPU, NCCL as MPI)
 if command -v mpirun >/dev/null && [ -x "$(dirname "$bin")/shardc-calib-cuda-host" ]; then
-  SHARDC_CALIB_QUICK=1 expect calibrate-cuda-host 0 'wrote .*profch.json: 2 ranks; fp32 GEMM up to [0-9.e+]+ GFLOP/s per rank, bf16 GEMM up to [0-9.e+]+ GFLOP/s' -- "$bin" calibrate --target cuda-host --np 2 -o "$tmp/profch.json"
+  SHARDC_CALIB_QUICK=1 EXPECT_TIMEOUT=90 expect calibrate-cuda-host 0 'wrote .*profch.json: 2 ranks; fp32 GEMM up to [0-9.e+]+ GFLOP/s per rank, bf16 GEMM up to [0-9.e+]+ GFLOP/s' -- "$bin" calibrate --target cuda-host --np 2 -o "$tmp/profch.json"
   expect calibrate-cuda-host-keys 0 '"device": "host build of the cuda target' -- python3 -c '
 import json, sys
 p = json.load(open(sys.argv[1]))
