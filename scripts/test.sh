@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: build (warnings are errors) and run every test, then again
 # under AddressSanitizer + UndefinedBehaviorSanitizer, then fuzz the frontend
-# for a bounded time (FUZZ_SECONDS, default 60; 0 skips).
+# for a bounded time (FUZZ_SECONDS, default 30, on every core; 0 skips).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 jobs="$(nproc)"
@@ -27,9 +27,9 @@ echo "== tests (ASan + UBSan)"
   LSAN_OPTIONS=suppressions="$root/tests/lsan.supp":print_suppressions=0 \
   ctest -j"$jobs" --output-on-failure -E "^dist/|^parity/optimizers$|^parity/torch$|^cuda/optim2$|^cuda/programs$")
 
-secs="${FUZZ_SECONDS:-60}"
+secs="${FUZZ_SECONDS:-30}"
 if [ "$secs" != 0 ]; then
-  echo "== fuzz (${secs}s)"
-  "$root/scripts/fuzz.sh" "$secs"
+  echo "== fuzz (${secs}s x $jobs workers)"
+  "$root/scripts/fuzz.sh" "$secs" "$jobs"
 fi
 echo "== all tests passed"
