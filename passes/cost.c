@@ -366,6 +366,20 @@ static double comm_time(const HwModel *hw, const Plan *p, const PComm *c, const 
   }
 }
 
+/* Ring attention where collectives have a stream beside the kernels (the
+ * CUDA target, runtime/cuda/rtc_ring.cu), cb one step's compute: a step's
+ * K, V travel while it computes (hidden but for 1 - overlap of the shorter
+ * of the two), the backward's dK, dV after it, and the next step waits for
+ * both.  comm_time's units: P - 1 steps of (K, V) forward; backward also
+ * P of (dK, dV), the last step's alone. */
+static double ring_overlapped(const HwModel *hw, const Plan *p, const PInstr *in, double cb) {
+  int P = ir_ring_size(in->n);
+  bool bwd = in->n->op == OP_ATTENTION_BWD;
+  double u = comm_time(hw, p, &in->comm, in->n) / (bwd ? 2.0 * (P - 1) + 1 : P - 1.0);
+  double step = cb + u - hw->overlap * (cb < u ? cb : u);
+  return (P - 1) * step + cb + (bwd ? P * u : 0);
+}
+
 /* The memory passes around SUMMA's local GEMMs (runtime/dist_summa.c):
  * the forward's output set to the bias (or zeroed by the BLAS at beta 0)
  * before the first step; in the backward every step writes its dX and dW
@@ -388,7 +402,7 @@ static double summa_passes(const HwModel *hw, const Node *n, int q) {
 
 double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
   const Plan *p = &m->train.plan;
-  double t = 0;
+  double t = 0, ring_cb = -1; /* ring attention: one step's compute */
   switch (in->kind) {
   case PI_KERNEL:
     t = in->n ? cost_node(hw, in->n) : 0;
@@ -407,8 +421,8 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
       t += summa_passes(hw, in->n, q);
     }
     if (in->n && ir_ring_size(in->n) > 1) {
-      int P = ir_ring_size(in->n);
-      t = (t - hw->launch_s) * P + hw->launch_s * P;
+      ring_cb = t;
+      t *= ir_ring_size(in->n);
     }
     break;
   case PI_LOOP: {
@@ -449,8 +463,11 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
   /* zeroing the first writer's gradients */
   for (int k = 0; k < in->nzero; k++) t += cost_membound(hw, (double)in->zero_bytes[k], 0); /* a memset each */
   /* communication: blocking inside the instruction (kernels with comm,
-   * collectives, receives; a send's transfer is charged to its receiver) */
-  if (in->comm.kind != PC_NONE && in->kind != PI_SEND && in->kind != PI_BUCKET)
+   * collectives, receives; a send's transfer is charged to its receiver),
+   * but ring attention's where the target overlaps it */
+  if (ring_cb >= 0 && in->comm.kind == PC_RING && hw->overlap > 0)
+    t += ring_overlapped(hw, p, in, ring_cb) - ring_cb * ir_ring_size(in->n);
+  else if (in->comm.kind != PC_NONE && in->kind != PI_SEND && in->kind != PI_BUCKET)
     t += comm_time(hw, p, &in->comm, in->n);
   if (in->kind == PI_BUCKET) t += comm_time(hw, p, &in->comm, in->n);
   return t;

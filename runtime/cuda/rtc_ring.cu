@@ -7,16 +7,21 @@
  * moves the messages of dist_orders.h's rt_ring_step (the list the
  * compiler's communication check proves deadlock-free) one rank on, each
  * send's bytes added to m->bytes[ax] as the cpu adds them (no calls
- * counted, as there).  A step's messages are one NCCL group
- * (ncclSend to the next rank, ncclRecv from the previous, in the step's
- * order) on the compute stream after the step's compute, so dK, dV carry
- * what it added (the cpu's `after`): a group must hold a receive and its
- * matching send, or the ranks would wait on each other.  Receives go to
- * the other of two scratch buffers, the one the previous step read.  No
- * host synchronization, no allocation during a call (scratch: the arena's
- * and the kernel workspace, rtc_ws.h): a step captures as a CUDA graph.
- * Not done yet: overlapping a step's transfer with its compute (a second
- * stream and events).
+ * counted, as there).  The messages travel on the communication stream
+ * (rtc_comm_stream) while the step computes: a step's K, V (the step only
+ * reads them) are one NCCL group issued before its kernels, the
+ * backward's dK, dV a second group after them (they carry what the step
+ * added: the cpu's `after`); a group holds each receive with the send that
+ * matches it on the previous rank, or the ranks would wait on each other.
+ * Receives go to the other of two scratch buffers, the one the previous
+ * step read, so the communication stream first waits for the kernels
+ * issued so far (the previous step's readers; for dK, dV this step's
+ * writers), and the next step's kernels wait for the messages (events, no
+ * host synchronization); the call ends with the compute stream waiting
+ * for the last of them, so its caller and a graph capture see one stream.
+ * No allocation during a call (scratch: the arena's and the kernel
+ * workspace, rtc_ws.h): a step captures as a CUDA graph.  The host build
+ * runs the two streams in issue order (runtime/cuda/host/cuda_host.h).
  *
  * Forward: the partial results merge by log-sum-exp (ring_merge_kernel).
  * fp32: into out and lse, as the cpu does.  bf16: each block's attention
@@ -125,31 +130,53 @@ static void ring_open_(RtMesh *m, size_t kv) {
                  "MPI count)", kv, INT_MAX);
 }
 
-// Step s's messages (rt_ring_step) as one NCCL group: a send of the block
-// in hand hand[block] to the next rank (its bytes counted on ax), a
-// receive into in[block] from the previous; K, V of kvtype, dK, dV of
-// gtype.  Returns the bit set (1 << block) of the blocks received.
+// The two streams (rtc_mem.cu): the communication stream's next work
+// after the kernels issued so far, and the compute stream's next kernel
+// after the communication issued so far.
+static cudaEvent_t ev_ready_, ev_done_;
+static void comm_after_compute_(void) {
+  if (!ev_ready_) cudaCheck(cudaEventCreateWithFlags(&ev_ready_, cudaEventDisableTiming));
+  cudaCheck(cudaEventRecord(ev_ready_, stream_()));
+  cudaCheck(cudaStreamWaitEvent(rtc_comm_stream, ev_ready_, 0));
+}
+static void compute_after_comm_(void) {
+  if (!ev_done_) cudaCheck(cudaEventCreateWithFlags(&ev_done_, cudaEventDisableTiming));
+  cudaCheck(cudaEventRecord(ev_done_, rtc_comm_stream));
+  cudaCheck(cudaStreamWaitEvent(stream_(), ev_done_, 0));
+}
+
+// Step s's messages (rt_ring_step) of K, V (late = 0: they travel while
+// the step computes) or of dK, dV (late = 1: after it) as one NCCL group
+// on the communication stream, after the kernels issued so far: a send of
+// the block in hand hand[block] to the next rank (its bytes counted on
+// ax), a receive into in[block] from the previous; K, V of kvtype, dK, dV
+// of gtype.  Returns the bit set (1 << block) of the blocks received.
 static unsigned ring_step_(RtMesh *m, RtAxis ax, ncclComm_t c, const RtRingCall *call, int s,
-                           void *const *hand, void *const *in, ncclDataType_t kvtype,
-                           ncclDataType_t gtype) {
+                           int late, void *const *hand, void *const *in,
+                           ncclDataType_t kvtype, ncclDataType_t gtype) {
   RtRingMsg msg[RT_RING_STEP_MAX];
-  int n = rt_ring_step(call, s, msg);
+  int n = rt_ring_step(call, s, msg), mine = 0;
   int P = call->P, rank = m->coord[ax];
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
+    if ((msg[i].block >= RT_RING_DK) != late) continue;
+    mine++;
     if (msg[i].send ? !hand[msg[i].block] : !in[msg[i].block])
       rt_mesh_fail(m, "ring attention: step %d moves block %d, which the %s has not", s,
                    msg[i].block, call->bwd ? "backward" : "forward");
-  if (!n) return 0;
+  }
+  if (!mine) return 0;
+  comm_after_compute_();
   unsigned got = 0;
   ncclCheck(ncclGroupStart());
   for (int i = 0; i < n; i++) {
     const RtRingMsg *g = &msg[i];
+    if ((g->block >= RT_RING_DK) != late) continue;
     ncclDataType_t type = g->block >= RT_RING_DK ? gtype : kvtype;
     if (g->send) {
-      ncclCheck(ncclSend(hand[g->block], g->n, type, (rank + 1) % P, c, stream_()));
+      ncclCheck(ncclSend(hand[g->block], g->n, type, (rank + 1) % P, c, rtc_comm_stream));
       m->bytes[ax] += g->bytes;
     } else {
-      ncclCheck(ncclRecv(in[g->block], g->n, type, (rank + P - 1) % P, c, stream_()));
+      ncclCheck(ncclRecv(in[g->block], g->n, type, (rank + P - 1) % P, c, rtc_comm_stream));
       got |= 1u << g->block;
     }
   }
@@ -279,6 +306,8 @@ static void forward_(RtMesh *m, RtAxis ax, S *out, float *lse, const S *q, const
     void *in[RT_RING_NBLOCKS] = {nk, nk + kv, NULL, NULL};
     const S *ck = (const S *)hand[RT_RING_K], *cv = (const S *)hand[RT_RING_V];
     S *fin = bf16 && s == last ? out : NULL;
+    // the blocks in hand move on while this step computes with them
+    unsigned got = ring_step_(m, ax, c, &call, s, 0, hand, in, nccl_type_<S>(), ncclFloat);
     if (s == 0) {  // the diagonal block: query t sees keys <= t, as on one device
       rt_attention_forward_cu(acc, lse, q, ck, cv, B, Tl, H, Hkv, D, causal);
       if (fin) merge_(acc, lse, acc, lse, fin, B, Tl, H, D, 1);
@@ -286,10 +315,11 @@ static void forward_(RtMesh *m, RtAxis ax, S *out, float *lse, const S *q, const
       rt_attention_forward_cu(ob, lb, q, ck, cv, B, Tl, H, Hkv, D, 0);
       merge_(acc, lse, ob, lb, fin, B, Tl, H, D, 0);
     }  // else later tokens, all masked
-    unsigned got = ring_step_(m, ax, c, &call, s, hand, in, nccl_type_<S>(), ncclFloat);
+    if (got) compute_after_comm_();  // the next step computes with what arrived
     for (int b = 0; b < RT_RING_NBLOCKS; b++)
       if (got >> b & 1) hand[b] = in[b];
   }
+  compute_after_comm_();  // the last sends have read k, v and the scratch
 }
 
 template <class S>
@@ -338,16 +368,20 @@ static void backward_(RtMesh *m, RtAxis ax, S *dq, S *dk, S *dv, const S *dout, 
     S *n = kvb[s & 1];
     float *ng = gb[s & 1];
     void *in[RT_RING_NBLOCKS] = {n, n + kv, ng, ng + kv};
+    // K, V move on while the step computes with them; dK, dV after it
+    unsigned got = ring_step_(m, ax, c, &call, s, 0, hand, in, nccl_type_<S>(), ncclFloat);
     // With the final out and lse, P = exp(S - lse) of each block is exact,
     // so its contributions simply add up (FlashAttention-2's backward).
     if (!causal || src <= rank)
       rt_attention_backward_cu(dq32, (float *)hand[RT_RING_DK], (float *)hand[RT_RING_DV], dout,
                                q, (const S *)hand[RT_RING_K], (const S *)hand[RT_RING_V], out,
                                lse, B, Tl, H, Hkv, D, causal && src == rank);
-    unsigned got = ring_step_(m, ax, c, &call, s, hand, in, nccl_type_<S>(), ncclFloat);
+    got |= ring_step_(m, ax, c, &call, s, 1, hand, in, nccl_type_<S>(), ncclFloat);
+    if (got) compute_after_comm_();  // the next step computes and adds into what arrived
     for (int b = 0; b < RT_RING_NBLOCKS; b++)
       if (got >> b & 1) hand[b] = in[b];
   }
+  compute_after_comm_();  // the last sends have read k, v and the scratch
   // this rank's own block's sums from every rank's queries; bf16: rounded once
   if (bf16 && dq) add_(dq, dq32, qn);
   if (dk) add_(dk, (const float *)hand[RT_RING_DK], kv);

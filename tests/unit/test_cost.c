@@ -233,7 +233,7 @@ int main(void) {
   /* Ring attention (P = 2, causal): the ranks exchange K/V blocks in
    * step, and the last one computes in all P steps, so the kernel costs P
    * local blocks (the part a faster device takes off; messages do not
-   * depend on it) */
+   * depend on it); on the CPU its messages block */
   Module *mr = compile("../samples/gpt.shard", "2", "sp=ring:2");
   ASSERT(1, mr != NULL);
   if (mr) {
@@ -251,6 +251,19 @@ int main(void) {
         ASSERT(1, in->n->a.i[0] != 0); /* causal */
         ASSERT_NEAR(2 * (cost_node(&z, in->n) - cost_node(&f, in->n)),
                     cost_instr(&z, mr, in) - cost_instr(&f, mr, in), 1e-12);
+        /* where the target overlaps (the CUDA target's 0.9): step 0's K, V
+         * travel while it computes, the backward's dK, dV after each step
+         * (units of the blocking time X: 1 forward, 2(P-1)+1 backward) */
+        HwModel o = z;
+        o.overlap = 0.9;
+        double cb = cost_node(&z, in->n), blocking = cost_instr(&z, mr, in);
+        double X = blocking - 2 * cb - zeroing(&z, in);
+        int bwd = in->n->op == OP_ATTENTION_BWD;
+        double u = X / (bwd ? 3 : 1);
+        ASSERT(1, X > 0);
+        ASSERT_NEAR(cb + u - 0.9 * (cb < u ? cb : u) + cb + (bwd ? 2 * u : 0) + zeroing(&z, in),
+                    cost_instr(&o, mr, in), 1e-12);
+        ASSERT(1, cost_instr(&o, mr, in) < blocking);
         rings++;
       }
     }
