@@ -261,7 +261,12 @@ static int build_cuda(Module *m, const char *dir, const char *src, bool gpu) {
   push_words(&argv, cc);
   if (gpu) {
     push_words(&argv, "-std=c++17 -O2 --extended-lambda -Werror all-warnings -Xcompiler -Wall");
-    vec_push(&argv, arena_printf("-arch=%s", cuda_arch(m)));
+    /* sm_90a in the -gencode form: CUDA 13.0's -arch=sm_90a shorthand also
+     * runs a plain compute_90 pass and embeds its PTX, a second device
+     * compile of every kernel for no GPU the program is built for */
+    const char *arch = cuda_arch(m);
+    vec_push(&argv, strcmp(arch, "sm_90a") ? arena_printf("-arch=%s", arch)
+                                           : "-gencode=arch=compute_90a,code=sm_90a");
     if (mpi) push_words(&argv, "-ccbin mpicxx");
   } else {
     push_words(&argv, "-std=c++17 -O2 -Wall -ffp-contract=off -DRTC_HOST -x c++");
