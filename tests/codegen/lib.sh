@@ -33,11 +33,13 @@ need_mpi() {
 }
 
 # build SAMPLE DIR [shardc flags...]: shardc build samples/SAMPLE.shard -o DIR
-# (or tests/dist/SAMPLE.shard, a test model no sample covers, or a path)
+# (or tests/dist/SAMPLE.shard, a test model no sample covers, or a path);
+# a script's own variant $MODELS_DIR/SAMPLE.shard first where it has one
 build() {
   local s="$1" dir="$2"
   shift 2
-  local out src="samples/$s.shard"
+  local out src="${MODELS_DIR:-samples}/$s.shard"
+  [ -f "$src" ] || src="samples/$s.shard"
   [ -f "$src" ] || src="tests/dist/$s.shard"
   [ -f "$src" ] || src="$s"   # a path
   if ! out=$("$bin" build "$src" -o "$dir" "$@" 2>&1); then
@@ -48,6 +50,23 @@ build() {
     bad "build $s: the C compiler warned: $out"
     return 1
   fi
+}
+
+# small_models [BATCH]: MODELS_DIR=$tmp/models holds the tiny GPT, the
+# tiny llama and tests/dist/gpt3.shard training batches of BATCH sequences
+# (default 8) in microbatches of 2 (theirs are 16 or 8 in 4s), for the
+# scripts whose runs check what does not depend on the batch (CI's time: a
+# step costs its rows); the other samples as they are.
+small_models() {
+  local b="${1:-8}" f
+  export MODELS_DIR="$tmp/models"
+  mkdir -p "$MODELS_DIR"
+  for f in samples/gpt.shard samples/llama.shard tests/dist/gpt3.shard; do
+    sed "s/batch = \(16\|8\), seq = ctx, microbatch = 4/batch = $b, seq = ctx, microbatch = 2/" \
+      "$f" >"$MODELS_DIR/$(basename "$f")"
+    grep -q "batch = $b, seq = ctx, microbatch = 2" "$MODELS_DIR/$(basename "$f")" ||
+      bad "small_models: no batch line to shrink in $f"
+  done
 }
 
 # ranks DIR: the mesh size the program in DIR is planned for

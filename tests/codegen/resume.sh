@@ -9,6 +9,7 @@
 bin="$1"
 source "$(dirname "$0")/lib.sh"
 need_mpi
+small_models  # batches of 8 (lib.sh): the 4 ranks' rows do not matter here
 build gpt "$tmp/gpt" || finish
 
 run() {  # name args...: a run that must succeed

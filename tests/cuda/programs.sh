@@ -17,6 +17,11 @@
 bin="$(realpath "$1")"
 source "$(dirname "$0")/../codegen/lib.sh"
 export SHARDC_STRICT_COMM=1
+# CI's time: the tiny GPT, llama and gpt3 train batches of 4 sequences in
+# microbatches of 2 (lib.sh's small_models): the host build runs the kernels one thread
+# after another, and a step costs its rows.  Kernels, plans, collectives
+# and graphs are the samples'.
+small_models 4
 
 # same NAME DIR STEPS REF [train flags...]: DIR's run (DIR.jsonl, DIR.st) against REF's
 same() {
@@ -125,7 +130,7 @@ fi
 # collectives and the vocab-parallel cross-entropy) and tp2d=2x2 (bf16
 # SUMMA) against the same reference, and a pipeline (bf16 messages, gpt3's
 # cut) against gpt3's.
-sed 's/precision = fp32/precision = bf16/' samples/gpt.shard >"$tmp/gpt_bf16.shard"
+sed 's/precision = fp32/precision = bf16/' "$MODELS_DIR/gpt.shard" >"$tmp/gpt_bf16.shard"
 # near NAME DIR STEPS: DIR's losses against the gpt cpu reference (or
 # $NEAR_REF's), 2e-2
 near() {
@@ -168,7 +173,7 @@ if [ -z "${CUDA_PROGRAMS_QUICK:-}" ] && command -v mpirun >/dev/null && command 
     near "gpt bf16 cuda-host sp=ring:2" "$tmp/gpt-bf16-ring" 3
   # bf16 messages of a cut that two tensors cross (16-bit each), against
   # gpt3's fp32 cpu run (from the mesh runs above)
-  sed 's/precision = fp32/precision = bf16/' tests/dist/gpt3.shard >"$tmp/gpt3_bf16.shard"
+  sed 's/precision = fp32/precision = bf16/' "$MODELS_DIR/gpt3.shard" >"$tmp/gpt3_bf16.shard"
   [ -f "$tmp/gpt3-cpu.jsonl" ] &&
     build "$tmp/gpt3_bf16.shard" "$tmp/gpt3-bf16-pp" --target cuda-host --mesh 2 --strategy pp=2,schedule=1f1b &&
     NEAR_REF="$tmp/gpt3-cpu" near "gpt3 bf16 cuda-host pp=2 (2-tensor cut)" "$tmp/gpt3-bf16-pp" 3

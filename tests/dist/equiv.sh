@@ -46,7 +46,12 @@ check() {
   fi
 }
 
-sed 's/microbatch = 4/microbatch = 2/' samples/gpt.shard >"$tmp/gptmb2.shard"
+# The models train batches of 8 sequences in microbatches of 2 (lib.sh's
+# small_models; the samples' are 16 or 8 in 4s): CI's time, every plan's
+# shards, microbatches and messages as with the samples'.
+small_models
+gs="$MODELS_DIR/gpt.shard"
+sed 's/microbatch = 2/microbatch = 1/' "$gs" >"$tmp/gptmb1.shard"
 reference gpt && {
   check gpt 2 dp=2
   check gpt 2 tp=2
@@ -94,9 +99,9 @@ reference gpt && {
   # ZeRO with interleaved chunks: one shard layout over the rank's chunks
   check gpt 4 pp=2,dp=2,zero=1,schedule=interleaved:2
   check gpt 4 dp=2,pp=2,zero=3,schedule=interleaved:2
-  # and ZeRO-2 with 4 microbatches (of 2 rows: the same batch), each
+  # and ZeRO-2 with 4 microbatches (of 1 row: the same batch), each
   # chunk's buckets reduce-scattered every microbatch
-  check gpt 4 pp=2,dp=2,zero=2,schedule=interleaved:2,mb=4 "$tmp/gptmb2.shard"
+  check gpt 4 pp=2,dp=2,zero=2,schedule=interleaved:2,mb=4 "$tmp/gptmb1.shard"
   # 2D tensor parallelism (Optimus: SUMMA on a 2x2 grid), alone and with dp
   check gpt 4 tp2d=2x2
   check gpt 8 tp2d=2x2,dp=2
@@ -138,8 +143,8 @@ reference bigvocab && check bigvocab 4 pp=4:memory
 # Memory shrinks as theory says: tp=4 holds a quarter of every split
 # weight; ZeRO-1 at dp=4 a quarter of the optimizer state, ZeRO-2 also a
 # quarter of the gradients, ZeRO-3 also a quarter of the parameters.
-"$bin" compile samples/gpt.shard --mesh 1 --strategy dp=1 --emit=ir >"$tmp/ref.ir" 2>&1
-"$bin" compile samples/gpt.shard --mesh 4 --strategy tp=4 --emit=ir >"$tmp/tp4.ir" 2>&1
+"$bin" compile "$gs" --mesh 1 --strategy dp=1 --emit=ir >"$tmp/ref.ir" 2>&1
+"$bin" compile "$gs" --mesh 4 --strategy tp=4 --emit=ir >"$tmp/tp4.ir" 2>&1
 if [ -f "$tmp/gpt-4-dp_4_zero_1/model.c" ] && [ -f "$tmp/gpt-4-dp_4/model.c" ] &&
    [ -f "$tmp/gpt-4-dp_4_zero_2/model.c" ] && [ -f "$tmp/gpt-4-dp_4_zero_3/model.c" ] &&
    cmp=$(tests/dist/shrink.py "$tmp/ref.ir" "$tmp/tp4.ir" 4 "$tmp/gpt-ref/model.c" \
@@ -152,9 +157,9 @@ else
 fi
 
 # tp2d=2x2: every matrix 1/4 per rank, every vector 1/2; activations shrink.
-"$bin" compile samples/gpt.shard --mesh 4 --strategy tp2d=2x2 --emit=ir >"$tmp/tp2d.ir" 2>&1
-"$bin" compile samples/gpt.shard --mesh 1 --strategy dp=1 --emit=plan >"$tmp/ref.plan" 2>&1
-"$bin" compile samples/gpt.shard --mesh 4 --strategy tp2d=2x2 --emit=plan >"$tmp/tp2d.plan" 2>&1
+"$bin" compile "$gs" --mesh 4 --strategy tp2d=2x2 --emit=ir >"$tmp/tp2d.ir" 2>&1
+"$bin" compile "$gs" --mesh 1 --strategy dp=1 --emit=plan >"$tmp/ref.plan" 2>&1
+"$bin" compile "$gs" --mesh 4 --strategy tp2d=2x2 --emit=plan >"$tmp/tp2d.plan" 2>&1
 if cmp=$(tests/dist/shrink2d.py "$tmp/ref.ir" "$tmp/tp2d.ir" 2 "$tmp/ref.plan" "$tmp/tp2d.plan"); then
   ok
   echo "  memory: $cmp"
@@ -166,8 +171,8 @@ fi
 # the 2 stages, 1F1B at most pp - stage; measured peaks equal the plans.
 g="$tmp/gpt-2-pp_2_schedule_gpipe" f="$tmp/gpt-2-pp_2_schedule_1f1b"
 if [ -f "$g.out" ] && [ -f "$f.out" ] &&
-   "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=gpipe >"$g.plan" 2>&1 &&
-   "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b >"$f.plan" 2>&1 &&
+   "$bin" compile "$gs" --mesh 2 --strategy pp=2,schedule=gpipe >"$g.plan" 2>&1 &&
+   "$bin" compile "$gs" --mesh 2 --strategy pp=2,schedule=1f1b >"$f.plan" 2>&1 &&
    cmp=$(tests/dist/pipemem.py "$g.plan" "$g.out" "$f.plan" "$f.out" 2 4); then
   ok
   echo "  pipeline memory: $cmp"
@@ -207,7 +212,7 @@ reshard "$tmp/gpt-4-dp_4_zero_1" "$tmp/gpt-8-tp_4_dp_2" "dp=4,zero=1 -> tp=4,dp=
 reshard "$tmp/gpt-4-dp_4_zero_3" "$tmp/gpt-4-tp_2_dp_2" "dp=4,zero=3 -> tp=2,dp=2"
 reshard "$tmp/gpt-4-tp_2_dp_2" "$tmp/gpt-4-tp_2_dp_2_zero_3" "tp=2,dp=2 -> tp=2,dp=2,zero=3"
 # ZeRO-2 over interleaved chunks: saved at step 5, resumed under tp=2,dp=2
-reshard "$tmp/gpt-4-pp_2_dp_2_zero_2_schedule_interleaved:2_mb_4-gptmb2" "$tmp/gpt-4-tp_2_dp_2" \
+reshard "$tmp/gpt-4-pp_2_dp_2_zero_2_schedule_interleaved:2_mb_4-gptmb1" "$tmp/gpt-4-tp_2_dp_2" \
   "pp=2,dp=2,zero=2,schedule=interleaved:2,mb=4 -> tp=2,dp=2"
 # 2D tensor parallelism: save on the 2x2 grid, resume under tp=4; and from
 # ZeRO-1 (its flat moments) into the grid with dp.

@@ -17,6 +17,7 @@ need_mpi
 export SHARDC_STRICT_COMM=1
 STEPS=10
 TOL=1e-6 TENSOR_TOL=1e-5
+small_models  # batches of 8 in microbatches of 2 (lib.sh): CI's time
 
 # reference SAMPLE: the single-rank run ($tmp/SAMPLE-ref.{jsonl,st})
 reference() {
@@ -28,7 +29,8 @@ reference() {
 
 # check SAMPLE RANKS STRATEGY [multi]
 check() {
-  local s="$1" n="$2" st="$3" multi="${4:-}" src="samples/$1.shard"
+  local s="$1" n="$2" st="$3" multi="${4:-}" src="$MODELS_DIR/$1.shard"
+  [ -f "$src" ] || src="samples/$1.shard"
   [ -f "$src" ] || src="tests/dist/$1.shard"
   local d="$tmp/$s-$2-${3//[=,:+]/_}"
   local plan
