@@ -20,14 +20,16 @@ echo "== tests (ASan + UBSan)"
 # that codegen/train and codegen/resume build and train under the
 # sanitizers; its other half is PyTorch), and the gradient checks
 # (codegen/gradcheck: the fp64 twins of the programs codegen/train and
-# codegen/resume run under the sanitizers).
+# codegen/resume run under the sanitizers) and the driver's own mesh test
+# (runtime/mpi/test_train: train.c, which the programs of codegen/train,
+# codegen/resume and codegen/bad_input link and run under them).
 # Leaks are errors: LeakSanitizer with tests/lsan.supp, which suppresses
 # only Open MPI's own allocations.  (The sanitizer build sets the same for
 # every test, tests/tests.cmake and runtime/CMakeLists.txt, so a plain ctest
 # in build-asan checks leaks too, in the programs the tests run as well.)
 (cd "$root/build-asan" && ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
   LSAN_OPTIONS=suppressions="$root/tests/lsan.supp":print_suppressions=0 \
-  ctest -j"$jobs" --output-on-failure -E "^dist/|^parity/optimizers$|^parity/torch$|^cuda/optim2$|^cuda/programs$|^codegen/gradcheck$")
+  ctest -j"$jobs" --output-on-failure -E "^dist/|^parity/optimizers$|^parity/torch$|^cuda/optim2$|^cuda/programs$|^codegen/gradcheck$|^runtime/mpi/test_train$")
 
 secs="${FUZZ_SECONDS:-30}"
 if [ "$secs" != 0 ]; then
