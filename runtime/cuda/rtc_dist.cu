@@ -61,6 +61,9 @@ static void compute_after_comm_(cudaEvent_t e) {
   cudaCheck(cudaStreamWaitEvent(stream_(), e, 0));
 }
 
+void rtc_comm_after_compute(void) { comm_after_compute_(); }
+void rtc_compute_after_comm(void) { compute_after_comm_(done_); }
+
 int rtc_mesh_init(RtMesh *m, int staged) {
   staged_ = staged;
   if (!ready_) cudaCheck(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));

@@ -25,4 +25,11 @@ float *rtc_host_buf(int k, size_t n);
 void rtc_allreduce_f64_nocount(struct RtMesh *m, RtAxis ax, double *buf, size_t n,
                                const char *what);
 
+/* rtc_dist.cu, for the files that put their own messages on the
+ * communication stream (rtc_ring.cu): its next work waits for the kernels
+ * issued so far on the compute stream; the compute stream's next kernel
+ * waits for the communication issued so far. */
+void rtc_comm_after_compute(void);
+void rtc_compute_after_comm(void);
+
 #endif

@@ -55,8 +55,6 @@
 #include "rtc_nccl.h"
 #include "rtc_ws.h"
 
-static cudaStream_t stream_(void) { return (cudaStream_t)rtc_stream; }
-
 __device__ __forceinline__ float ring_ld_(const float *p) { return *p; }
 __device__ __forceinline__ float ring_ld_(const rtc_bf16 *p) { return rtc_bf2f(*p); }
 __device__ __forceinline__ void ring_st_(float *p, float v) { *p = v; }
@@ -130,21 +128,6 @@ static void ring_open_(RtMesh *m, size_t kv) {
                  "MPI count)", kv, INT_MAX);
 }
 
-// The two streams (rtc_mem.cu): the communication stream's next work
-// after the kernels issued so far, and the compute stream's next kernel
-// after the communication issued so far.
-static cudaEvent_t ev_ready_, ev_done_;
-static void comm_after_compute_(void) {
-  if (!ev_ready_) cudaCheck(cudaEventCreateWithFlags(&ev_ready_, cudaEventDisableTiming));
-  cudaCheck(cudaEventRecord(ev_ready_, stream_()));
-  cudaCheck(cudaStreamWaitEvent(rtc_comm_stream, ev_ready_, 0));
-}
-static void compute_after_comm_(void) {
-  if (!ev_done_) cudaCheck(cudaEventCreateWithFlags(&ev_done_, cudaEventDisableTiming));
-  cudaCheck(cudaEventRecord(ev_done_, rtc_comm_stream));
-  cudaCheck(cudaStreamWaitEvent(stream_(), ev_done_, 0));
-}
-
 // Step s's messages (rt_ring_step) of K, V (late = 0: they travel while
 // the step computes) or of dK, dV (late = 1: after it) as one NCCL group
 // on the communication stream, after the kernels issued so far: a send of
@@ -165,7 +148,7 @@ static unsigned ring_step_(RtMesh *m, RtAxis ax, ncclComm_t c, const RtRingCall 
                    msg[i].block, call->bwd ? "backward" : "forward");
   }
   if (!mine) return 0;
-  comm_after_compute_();
+  rtc_comm_after_compute();
   unsigned got = 0;
   ncclCheck(ncclGroupStart());
   for (int i = 0; i < n; i++) {
@@ -315,11 +298,11 @@ static void forward_(RtMesh *m, RtAxis ax, S *out, float *lse, const S *q, const
       rt_attention_forward_cu(ob, lb, q, ck, cv, B, Tl, H, Hkv, D, 0);
       merge_(acc, lse, ob, lb, fin, B, Tl, H, D, 0);
     }  // else later tokens, all masked
-    if (got) compute_after_comm_();  // the next step computes with what arrived
+    if (got) rtc_compute_after_comm();  // the next step computes with what arrived
     for (int b = 0; b < RT_RING_NBLOCKS; b++)
       if (got >> b & 1) hand[b] = in[b];
   }
-  compute_after_comm_();  // the last sends have read k, v and the scratch
+  rtc_compute_after_comm();  // the last sends have read k, v and the scratch
 }
 
 template <class S>
@@ -377,11 +360,11 @@ static void backward_(RtMesh *m, RtAxis ax, S *dq, S *dk, S *dv, const S *dout, 
                                q, (const S *)hand[RT_RING_K], (const S *)hand[RT_RING_V], out,
                                lse, B, Tl, H, Hkv, D, causal && src == rank);
     got |= ring_step_(m, ax, c, &call, s, 1, hand, in, nccl_type_<S>(), ncclFloat);
-    if (got) compute_after_comm_();  // the next step computes and adds into what arrived
+    if (got) rtc_compute_after_comm();  // the next step computes and adds into what arrived
     for (int b = 0; b < RT_RING_NBLOCKS; b++)
       if (got >> b & 1) hand[b] = in[b];
   }
-  compute_after_comm_();  // the last sends have read k, v and the scratch
+  rtc_compute_after_comm();  // the last sends have read k, v and the scratch
   // this rank's own block's sums from every rank's queries; bf16: rounded once
   if (bf16 && dq) add_(dq, dq32, qn);
   if (dk) add_(dk, (const float *)hand[RT_RING_DK], kv);
