@@ -32,16 +32,23 @@ need_mpi() {
   fi
 }
 
-# build SAMPLE DIR [shardc flags...]: shardc build samples/SAMPLE.shard -o DIR
-# (or tests/dist/SAMPLE.shard, a test model no sample covers, or a path);
-# a script's own variant $MODELS_DIR/SAMPLE.shard first where it has one
+# model_of SAMPLE: the model file of SAMPLE: a script's own variant
+# $MODELS_DIR/SAMPLE.shard where it has one, else samples/SAMPLE.shard, else
+# tests/dist/SAMPLE.shard (a test model no sample covers), else SAMPLE (a path)
+model_of() {
+  local src="${MODELS_DIR:-samples}/$1.shard"
+  [ -f "$src" ] || src="samples/$1.shard"
+  [ -f "$src" ] || src="tests/dist/$1.shard"
+  [ -f "$src" ] || src="$1"
+  echo "$src"
+}
+
+# build SAMPLE DIR [shardc flags...]: shardc build SAMPLE's model_of -o DIR
 build() {
   local s="$1" dir="$2"
   shift 2
-  local out src="${MODELS_DIR:-samples}/$s.shard"
-  [ -f "$src" ] || src="samples/$s.shard"
-  [ -f "$src" ] || src="tests/dist/$s.shard"
-  [ -f "$src" ] || src="$s"   # a path
+  local out src
+  src=$(model_of "$s")
   if ! out=$("$bin" build "$src" -o "$dir" "$@" 2>&1); then
     bad "build $s $*: $out"
     return 1

@@ -29,9 +29,8 @@ reference() {
 
 # check SAMPLE RANKS STRATEGY [multi]
 check() {
-  local s="$1" n="$2" st="$3" multi="${4:-}" src="$MODELS_DIR/$1.shard"
-  [ -f "$src" ] || src="samples/$1.shard"
-  [ -f "$src" ] || src="tests/dist/$1.shard"
+  local s="$1" n="$2" st="$3" multi="${4:-}" src
+  src=$(model_of "$1")
   local d="$tmp/$s-$2-${3//[=,:+]/_}"
   local plan
   plan=$("$bin" compile "$src" --mesh "$n" --strategy "$st" --emit=plan 2>&1)

@@ -22,10 +22,7 @@ small_models  # batches of 8 in 2s (lib.sh; not the auto cases' models, sized fo
 
 # planned SAMPLE RANKS STRATEGY: the largest rank's planned arena bytes
 planned() {
-  local src="${MODELS_DIR:-samples}/$1.shard"
-  [ -f "$src" ] || src="samples/$1.shard"
-  [ -f "$src" ] || src="tests/dist/$1.shard"
-  "$bin" compile "$src" --mesh "$2" --strategy "$3" --emit=program 2>/dev/null |
+  "$bin" compile "$(model_of "$1")" --mesh "$2" --strategy "$3" --emit=program 2>/dev/null |
     sed -n 's/^arena: \([0-9,]*\) bytes.*/\1/p' | tr -d , | sort -n | tail -1
 }
 
