@@ -175,6 +175,9 @@ void rt_f64_to_f32(float *dst, const double *src, size_t n);
  * when the library was built with it; OpenBLAS only when linked with it).
  * Returns the count set. */
 int rt_set_threads(int n);
+/* rt_set_threads(n) for each pool whose size the environment does not set
+ * (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS): the user's figure wins. */
+void rt_set_threads_unless_env(int n);
 /* Threads the OpenMP kernels will use (1 when built without OpenMP). */
 int rt_threads(void);
 /* Ranks sharing cores: when the launcher started more ranks on this node

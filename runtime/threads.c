@@ -31,6 +31,15 @@ int rt_set_threads(int n) {
   return n;
 }
 
+void rt_set_threads_unless_env(int n) {
+#ifdef _OPENMP
+  if (!getenv("OMP_NUM_THREADS"))
+    omp_set_num_threads(n);
+#endif
+  if (!getenv("OPENBLAS_NUM_THREADS") && openblas_set_num_threads)
+    openblas_set_num_threads(n);
+}
+
 int rt_threads(void) {
 #ifdef _OPENMP
   return omp_get_max_threads();

@@ -56,7 +56,8 @@ void rt_blas_setup(int argc, char **argv);
 /* glibc keeps freed memory (no per-call mmap/munmap of MPI's buffers). */
 void rt_malloc_setup(void);
 /* Threads of both pools (rt_set_threads): the cores of this node divided by
- * its ranks, unless OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is set. */
+ * its ranks; a pool whose variable is set (OMP_NUM_THREADS,
+ * OPENBLAS_NUM_THREADS) keeps the size it says. */
 void rt_train_threads(int ranks);
 
 /* ---------------------------------------------------------------------------

@@ -42,9 +42,8 @@ int rtc_device_init(int world_rank, const char **name) {
 #ifdef RTC_HOST
   /* The emulated device runs its kernels on this thread, one at a time:
    * the GEMMs (OpenBLAS) get one thread too, not a pool spinning beside it
-   * (a third of the CPU time of a run), unless the user sized the pools. */
-  if (!getenv("OMP_NUM_THREADS") && !getenv("OPENBLAS_NUM_THREADS"))
-    rt_set_threads(1);
+   * (a third of the CPU time of a run), unless the user sized the pool. */
+  rt_set_threads_unless_env(1);
 #endif
   return RT_OK;
 }

@@ -117,7 +117,7 @@ static void test_roundtrip(const char *dir) {
   // one line cut mid-word)
   enum { NS = 300 };
   static RtStSpec many[NS];
-  static char names[NS][48];
+  static char names[NS][64];
   for (int i = 0; i < NS; i++) {
     snprintf(names[i], sizeof names[i], "transformer.h.%d.attention.dense.weight", i);
     many[i] = (RtStSpec){names[i], RT_F32, 1, {4}};

@@ -194,6 +194,29 @@ static void run(Hashes *h, int threads, int sh) {
   free_all();
 }
 
+/* rt_set_threads_unless_env: a pool whose variable is set keeps its size,
+ * the other takes n (OPENBLAS_NUM_THREADS=1 alone once left OpenMP at every
+ * core in every rank of a run with more ranks than cores). */
+extern int openblas_get_num_threads(void) __attribute__((weak));
+static void env_rule(int par) {
+  rt_set_threads(2);
+  int blas2 = openblas_get_num_threads ? openblas_get_num_threads() : 0;
+  setenv("OPENBLAS_NUM_THREADS", "2", 1);
+  unsetenv("OMP_NUM_THREADS");
+  rt_set_threads_unless_env(1);
+  if (par) ASSERT(1, rt_threads());
+  if (blas2) ASSERT(blas2, openblas_get_num_threads());
+  rt_set_threads(2);
+  unsetenv("OPENBLAS_NUM_THREADS");
+  setenv("OMP_NUM_THREADS", "2", 1);
+  rt_set_threads_unless_env(1);
+  if (par) ASSERT(2, rt_threads());
+  if (blas2) ASSERT(1, openblas_get_num_threads());
+  unsetenv("OMP_NUM_THREADS");
+  rt_set_threads_unless_env(1);
+  if (par) ASSERT(1, rt_threads());
+}
+
 int main(void) {
   Hashes a, b, c;
   run(&a, 2, 0);
@@ -222,5 +245,6 @@ int main(void) {
   }
   if (!par)
     printf("note: built without OpenMP, only the run-to-run checks mean anything\n");
+  env_rule(par);
   TEST_MAIN_END();
 }
