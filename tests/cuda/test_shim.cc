@@ -62,6 +62,19 @@ __global__ void k_shfl(int *bcast, double *up) {
   up[threadIdx.x] = __shfl_up_sync(0xffffffffu, (double)l + 0.5, 3);
 }
 
+/* Exchanges back to back (the shim's two sets of warp slots in turn), a
+ * vote between them, then __syncthreads and one more exchange: a lane
+ * reading the set of the exchange before would see the wrong values. */
+__global__ void k_chain(int *out) {
+  int l = threadIdx.x % 32, w = threadIdx.x / 32;
+  int a = __shfl_sync(0xffffffffu, 1000 * (w + 1) + 10 * blockIdx.x + l, (l + 1) % 32);
+  int b = __shfl_xor_sync(0xffffffffu, a, 5);
+  unsigned m = __ballot_sync(0xffffffffu, b % 3 == 0);
+  int c = __shfl_sync(0xffffffffu, b + __builtin_popcount(m), 31 - l);
+  __syncthreads();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = __shfl_down_sync(0xffffffffu, c, 1);
+}
+
 /* Every thread of a 3-D grid of 3-D blocks writes its global linear id. */
 __global__ void k_index(int *out) {
   unsigned bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;
@@ -204,6 +217,27 @@ int main(void) {
     check("shuffle: __shfl_sync (int), __shfl_up_sync (double)", ok);
     cudaCheck(cudaFree(db));
     cudaCheck(cudaFree(du));
+  }
+  /* 3b. exchanges back to back, a vote, __syncthreads, an exchange: 2
+   * blocks of 3 warps */
+  {
+    int h[192], *d;
+    cudaCheck(cudaMalloc(&d, sizeof h));
+    RTC_LAUNCH(k_chain, 2, 96, 0, d);
+    cudaCheck(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    int ok = 1;
+    for (int blk = 0; blk < 2; blk++)
+      for (int w = 0; w < 3; w++) {
+        int a[32], b[32], c[32];
+        for (int l = 0; l < 32; l++) a[l] = 1000 * (w + 1) + 10 * blk + (l + 1) % 32;
+        for (int l = 0; l < 32; l++) b[l] = a[l ^ 5];
+        int m = 0;
+        for (int l = 0; l < 32; l++) m += b[l] % 3 == 0;
+        for (int l = 0; l < 32; l++) c[l] = b[31 - l] + m;
+        for (int l = 0; l < 32; l++) ok &= h[blk * 96 + w * 32 + l] == (l < 31 ? c[l + 1] : c[l]);
+      }
+    check("shuffle: exchanges back to back, a vote, __syncthreads, 2 x 96 threads", ok);
+    cudaCheck(cudaFree(d));
   }
   /* 4. 3-D grid of 3-D blocks */
   {

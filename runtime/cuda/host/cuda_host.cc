@@ -6,13 +6,16 @@
  * thread it runs waits at a barrier; that thread keeps the runner's stack
  * and a new runner goes on with the next thread.  A block without barriers
  * thus costs two switches, whatever its size; only threads suspended at a
- * barrier hold a stack each (kept for later launches).  When every thread
- * has started and none can run, the scheduler releases the warps whose live
- * lanes all wait at a warp barrier, or else, when every live thread waits at
- * __syncthreads, the whole block; the released threads resume in linear-id
- * order (one that ends finishes its runner).  Nothing to release with
- * threads still live is a deadlock (threads of one block or one warp waiting
- * at different barriers): reported, then abort().
+ * barrier hold a stack each (kept for later launches).  Once a thread has
+ * waited, the block runs one warp at a time (run_block): the warp's threads
+ * start, and its warp barriers release its lanes as soon as all its live
+ * lanes wait there, until every one has ended or waits at __syncthreads;
+ * then the next warp.  When the last warp is there and every live thread
+ * waits at __syncthreads, the whole block is released and the warps go on
+ * again in turn; released threads resume in linear-id order (one that ends
+ * finishes its runner).  Nothing to release with threads still live is a
+ * deadlock (threads of one block or one warp waiting at different
+ * barriers): reported, then abort().
  * A block of one thread runs on the caller's stack with no fiber.
  * On x86-64 a fiber switch is a few instructions (rtch_switch: callee-saved
  * registers and the stack pointer); glibc's swapcontext also saves the
@@ -71,6 +74,7 @@ struct rtch_fiber {
 #endif
   char *stack;
   void *fake_stack;  // AddressSanitizer's fake stack while switched away
+  int slot_set;      // the set of warp slots its next exchange writes
 };
 
 rtch_thread *rtch_cur;
@@ -86,7 +90,7 @@ static unsigned rtch_n;        // threads per block
 static int rtch_direct;        // one thread: no fiber, barriers are no-ops
 static void (*rtch_call)(const void *);
 static const void *rtch_fn;
-static uint64_t rtch_slots[RTCH_MAX_THREADS / 32][32];
+static uint64_t rtch_slots[2][RTCH_MAX_THREADS / 32][32];
 static unsigned char *rtch_shmem;
 static size_t rtch_shmem_n, rtch_shmem_cap;
 static cudaError_t rtch_last_error = cudaSuccess;
@@ -131,6 +135,8 @@ static void to_scheduler(rtch_fiber *f) {
 /* A runner: the next unstarted threads, one after another, on this stack
  * (see the top of the file). */
 static unsigned rtch_next;         // the first thread not started yet
+static unsigned rtch_limit;        // the window's end (see run_block)
+static int rtch_waited;            // a thread of this block has waited at a barrier
 static unsigned rtch_live;         // threads started or not, not ended
 static char *rtch_runner_stack;    // the stack the scheduler starts a runner on
 static char *rtch_exited;          // the stack of a runner that ended
@@ -140,7 +146,9 @@ static void runner_entry(void) {
 #ifdef RTCH_ASAN
   __sanitizer_finish_switch_fiber(NULL, &rtch_main_bottom, &rtch_main_size);
 #endif
-  while (rtch_next < rtch_n) {
+  /* (until a thread waits, every thread runs to its end here: a block
+   * without barriers costs two switches, whatever its size) */
+  while (rtch_next < (rtch_waited ? rtch_limit : rtch_n)) {
     rtch_fiber *f = &rtch_f[rtch_next++];
     f->stack = stack;
     f->state = F_RUN;
@@ -166,29 +174,40 @@ static void wait_at(int state) {
   if (rtch_direct) return;
   rtch_fiber *f = cur_fiber();
   f->state = state;
+  rtch_waited = 1;
   to_scheduler(f);
 }
 
 void __syncthreads(void) { wait_at(F_BLOCK_BAR); }
 void rtch_syncwarp(void) { wait_at(F_WARP_BAR); }
 
+/* A warp's exchanges (shuffles, votes) go through two sets of slots in
+ * turn: a lane writes its slot of set p, waits for the warp, reads set p,
+ * and its next exchange uses the other set.  No lane writes set p again
+ * before the whole warp has passed the next exchange's barrier, so after
+ * every lane has read set p: one barrier an exchange, not two (every lane
+ * of a warp runs the same exchanges, as a full-mask shuffle requires). */
+static uint64_t *warp_slots(void) {
+  rtch_fiber *f = cur_fiber();
+  uint64_t *w = rtch_slots[f->slot_set][f->t.lin / 32];
+  f->slot_set ^= 1;
+  return w;
+}
+
 uint64_t rtch_warp_exchange(uint64_t v, int src) {
   unsigned lin = rtch_cur->lin;
-  uint64_t *w = rtch_slots[lin / 32];
+  uint64_t *w = warp_slots();
   w[lin % 32] = v;
   wait_at(F_WARP_BAR);
-  uint64_t r = w[src & 31];
-  wait_at(F_WARP_BAR);
-  return r;
+  return w[src & 31];
 }
 
 void rtch_warp_gather(uint64_t v, uint64_t *slots) {
   unsigned lin = rtch_cur->lin;
-  uint64_t *w = rtch_slots[lin / 32];
+  uint64_t *w = warp_slots();
   w[lin % 32] = v;
   wait_at(F_WARP_BAR);
   memcpy(slots, w, 32 * sizeof *slots);
-  wait_at(F_WARP_BAR);
 }
 
 /* Votes count the lanes that exist (a partial last warp) and are live. */
@@ -232,23 +251,29 @@ static void deadlock(void) {
   abort();
 }
 
-/* Releases what can go on; 0 when nothing can. */
-static int release(unsigned live) {
+/* Releases the warps of threads [lo, hi) whose live lanes all wait at a
+ * warp barrier; 0 when there is none. */
+static int release_warps(unsigned lo, unsigned hi) {
   int released = 0;
-  for (unsigned w = 0; w * 32 < rtch_n; w++) {
-    unsigned end = w * 32 + 32 < rtch_n ? w * 32 + 32 : rtch_n, waiting = 0, lanes = 0;
-    for (unsigned i = w * 32; i < end; i++) {
+  for (unsigned w = lo; w < hi; w += 32) {
+    unsigned end = w + 32 < hi ? w + 32 : hi, waiting = 0, lanes = 0;
+    for (unsigned i = w; i < end; i++) {
       if (rtch_f[i].state == F_DONE) continue;
       lanes++;
       waiting += rtch_f[i].state == F_WARP_BAR;
     }
     if (lanes && waiting == lanes) {
-      for (unsigned i = w * 32; i < end; i++)
+      for (unsigned i = w; i < end; i++)
         if (rtch_f[i].state == F_WARP_BAR) rtch_f[i].state = F_RUN;
       released = 1;
     }
   }
-  if (released) return 1;
+  return released;
+}
+
+/* Releases the block when every live thread waits at __syncthreads; 0 when
+ * not. */
+static int release_block(unsigned live) {
   unsigned at_block = 0;
   for (unsigned i = 0; i < rtch_n; i++) at_block += rtch_f[i].state == F_BLOCK_BAR;
   if (at_block != live) return 0;
@@ -326,7 +351,8 @@ static void collect_runner(void) {
 static void run_block(void) {
   dim3 bd = rtch_blk.block_dim;
   /* poison the warp slots in use: a lane past the end reads it */
-  memset(rtch_slots, 0xff, (rtch_n + 31) / 32 * sizeof rtch_slots[0]);
+  for (int p = 0; p < 2; p++)
+    memset(rtch_slots[p], 0xff, (rtch_n + 31) / 32 * sizeof rtch_slots[p][0]);
   if (rtch_shmem_n) memset(rtch_shmem, 0xff, rtch_shmem_n);
   dim3 t(0, 0, 0);
   for (unsigned i = 0; i < rtch_n; i++) {
@@ -334,6 +360,7 @@ static void run_block(void) {
     f->t.lin = i;
     f->t.tid = t;  // x fastest, then y, z
     f->state = F_NEW;
+    f->slot_set = 0;
     if (++t.x == bd.x) {
       t.x = 0;
       if (++t.y == bd.y) t.y = 0, t.z++;
@@ -345,22 +372,41 @@ static void run_block(void) {
     rtch_call(rtch_fn);
     return;
   }
+  /* One warp at a time (the window [lo, hi)): its threads start, run and
+   * meet at warp barriers until each has ended or waits at __syncthreads,
+   * then the next warp's; when the last warp is there, the block barrier
+   * releases every thread and the windows start over.  The fibers of one
+   * warp at a time stay in the caches (a 256-thread block's stacks in turn
+   * at every shuffle did not), and the stacks of a warp that ended serve
+   * the next.  (Any order of warps between two __syncthreads is one a GPU
+   * may run.) */
   rtch_next = 0;
   rtch_live = rtch_n;
+  rtch_waited = 0;
+  unsigned lo = 0, hi = rtch_n < 32 ? rtch_n : 32;
   for (;;) {
-    /* the released threads, in linear-id order (none in the first round) */
-    for (unsigned i = 0; i < rtch_next; i++)
+    /* the window's released threads, in linear-id order */
+    rtch_limit = hi;
+    for (unsigned i = lo; i < hi && i < rtch_next; i++)
       if (rtch_f[i].state == F_RUN) {
         to_fiber(&rtch_f[i]);
         collect_runner();
       }
-    /* then every thread not started, runner after runner */
-    while (rtch_next < rtch_n) {
+    /* then the window's threads not started, runner after runner */
+    while (rtch_next < hi) {
       start_runner();
       collect_runner();
     }
     if (!rtch_live) break;
-    if (!release(rtch_live)) deadlock();
+    if (release_warps(lo, hi)) continue;
+    if (hi < rtch_n) {
+      lo = hi;
+      hi = hi + 32 < rtch_n ? hi + 32 : rtch_n;
+      continue;
+    }
+    if (!release_block(rtch_live)) deadlock();
+    lo = 0;
+    hi = rtch_n < 32 ? rtch_n : 32;
   }
 }
 

@@ -133,7 +133,7 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu) {
   rtch_syncwarp();
 }
 /* Writes v to the calling lane's slot, waits for the warp, returns lane
- * src's slot, waits again (so the slots may be reused). */
+ * src's slot (two sets of slots used in turn: one barrier an exchange). */
 uint64_t rtch_warp_exchange(uint64_t v, int src);
 /* Every lane's slot after the calling lane writes v (slots[32]). */
 void rtch_warp_gather(uint64_t v, uint64_t *slots);
