@@ -23,6 +23,7 @@
 bin="$(realpath "$1")"
 source "$(dirname "$0")/../codegen/lib.sh"
 export SHARDC_STRICT_COMM=1
+fast_runs  # (lib.sh: -O1, a thread a rank; CI's time)
 
 # compare REF RUN: losses, parameters and optimizer state (above)
 compare() {

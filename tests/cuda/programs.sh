@@ -17,6 +17,7 @@
 bin="$(realpath "$1")"
 source "$(dirname "$0")/../codegen/lib.sh"
 export SHARDC_STRICT_COMM=1
+fast_runs  # (lib.sh: -O1, a thread a rank, one Python; CI's time)
 # CI's time: the tiny GPT, llama and gpt3 train batches of 4 sequences in
 # microbatches of 2 (lib.sh's small_models): the host build runs the kernels one thread
 # after another, and a step costs its rows.  Kernels, plans, collectives
@@ -34,7 +35,7 @@ same() {
     return
   fi
   local cmp
-  if cmp=$(tests/dist/compare.py "$ref.jsonl" "$d.jsonl" "$ref.st" "$d.st" 1e-4); then
+  if cmp=$(py tests/dist/compare.py "$ref.jsonl" "$d.jsonl" "$ref.st" "$d.st" 1e-4); then
     ok
     printf '  %-36s %s\n' "$name" "$cmp"
   else
@@ -143,7 +144,7 @@ near() {
     return
   fi
   local cmp
-  if cmp=$(tests/dist/compare.py "$ref.jsonl" "$d.jsonl" "$ref.st" "$d.st" 2e-2 1e9) &&
+  if cmp=$(py tests/dist/compare.py "$ref.jsonl" "$d.jsonl" "$ref.st" "$d.st" 2e-2 1e9) &&
      [ "$(losses "$d.jsonl")" != "$(losses "$ref.jsonl")" ]; then
     ok
     printf '  %-36s %s\n' "$name" "$cmp"

@@ -13,6 +13,7 @@ bin="$(realpath "$1")"
 source "$(dirname "$0")/../codegen/lib.sh"
 need_mpi
 export SHARDC_STRICT_COMM=1
+fast_runs  # (lib.sh: -O1, a thread a rank, one Python; CI's time)
 STEPS=10
 
 # reference SAMPLE: the single-rank run ($tmp/SAMPLE-ref.{jsonl,st})
@@ -38,7 +39,7 @@ check() {
     return
   fi
   local cmp
-  if cmp=$(tests/dist/compare.py "$tmp/$s-ref.jsonl" "$d.jsonl" "$tmp/$s-ref.st" "$d.st"); then
+  if cmp=$(py tests/dist/compare.py "$tmp/$s-ref.jsonl" "$d.jsonl" "$tmp/$s-ref.st" "$d.st"); then
     ok
     printf '  %-7s %-28s %d ranks  %s\n' "$s" "$st" "$n" "$cmp"
   else
@@ -147,7 +148,7 @@ reference bigvocab && check bigvocab 4 pp=4:memory
 "$bin" compile "$gs" --mesh 4 --strategy tp=4 --emit=ir >"$tmp/tp4.ir" 2>&1
 if [ -f "$tmp/gpt-4-dp_4_zero_1/model.c" ] && [ -f "$tmp/gpt-4-dp_4/model.c" ] &&
    [ -f "$tmp/gpt-4-dp_4_zero_2/model.c" ] && [ -f "$tmp/gpt-4-dp_4_zero_3/model.c" ] &&
-   cmp=$(tests/dist/shrink.py "$tmp/ref.ir" "$tmp/tp4.ir" 4 "$tmp/gpt-ref/model.c" \
+   cmp=$(py tests/dist/shrink.py "$tmp/ref.ir" "$tmp/tp4.ir" 4 "$tmp/gpt-ref/model.c" \
          "$tmp/gpt-4-dp_4_zero_1/model.c" "$tmp/gpt-4-dp_4/model.c" 4 \
          "$tmp/gpt-4-dp_4_zero_2/model.c" "$tmp/gpt-4-dp_4_zero_3/model.c"); then
   ok
@@ -160,7 +161,7 @@ fi
 "$bin" compile "$gs" --mesh 4 --strategy tp2d=2x2 --emit=ir >"$tmp/tp2d.ir" 2>&1
 "$bin" compile "$gs" --mesh 1 --strategy dp=1 --emit=plan >"$tmp/ref.plan" 2>&1
 "$bin" compile "$gs" --mesh 4 --strategy tp2d=2x2 --emit=plan >"$tmp/tp2d.plan" 2>&1
-if cmp=$(tests/dist/shrink2d.py "$tmp/ref.ir" "$tmp/tp2d.ir" 2 "$tmp/ref.plan" "$tmp/tp2d.plan"); then
+if cmp=$(py tests/dist/shrink2d.py "$tmp/ref.ir" "$tmp/tp2d.ir" 2 "$tmp/ref.plan" "$tmp/tp2d.plan"); then
   ok
   echo "  memory: $cmp"
 else
@@ -173,7 +174,7 @@ g="$tmp/gpt-2-pp_2_schedule_gpipe" f="$tmp/gpt-2-pp_2_schedule_1f1b"
 if [ -f "$g.out" ] && [ -f "$f.out" ] &&
    "$bin" compile "$gs" --mesh 2 --strategy pp=2,schedule=gpipe >"$g.plan" 2>&1 &&
    "$bin" compile "$gs" --mesh 2 --strategy pp=2,schedule=1f1b >"$f.plan" 2>&1 &&
-   cmp=$(tests/dist/pipemem.py "$g.plan" "$g.out" "$f.plan" "$f.out" 2 4); then
+   cmp=$(py tests/dist/pipemem.py "$g.plan" "$g.out" "$f.plan" "$f.out" 2 4); then
   ok
   echo "  pipeline memory: $cmp"
 else
@@ -190,7 +191,7 @@ reshard() {
   train "$d2" --steps $STEPS --quiet --load "$tmp/r3-5.st" --log "$tmp/r3.jsonl" --save "$tmp/r3.st"
   if [ $rc -ne 0 ]; then
     bad "reshard $what: resume: $out"
-  elif cmp=$(tests/dist/compare.py "$tmp/gpt-ref.jsonl" "$tmp/r3.jsonl" "$tmp/gpt-ref.st" "$tmp/r3.st"); then
+  elif cmp=$(py tests/dist/compare.py "$tmp/gpt-ref.jsonl" "$tmp/r3.jsonl" "$tmp/gpt-ref.st" "$tmp/r3.st"); then
     ok
     echo "  reshard $what at step 5: $cmp"
   else

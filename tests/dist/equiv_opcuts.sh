@@ -15,6 +15,7 @@ bin="$(realpath "$1")"
 source "$(dirname "$0")/../codegen/lib.sh"
 need_mpi
 export SHARDC_STRICT_COMM=1
+fast_runs  # (lib.sh: -O1, a thread a rank, one Python; CI's time)
 STEPS=10
 TOL=1e-6 TENSOR_TOL=1e-5
 small_models  # batches of 8 in microbatches of 2 (lib.sh): CI's time
@@ -51,7 +52,7 @@ check() {
     return
   fi
   local cmp
-  if cmp=$(tests/dist/compare.py "$tmp/$s-ref.jsonl" "$d.jsonl" "$tmp/$s-ref.st" "$d.st" $TOL $TENSOR_TOL); then
+  if cmp=$(py tests/dist/compare.py "$tmp/$s-ref.jsonl" "$d.jsonl" "$tmp/$s-ref.st" "$d.st" $TOL $TENSOR_TOL); then
     ok
     printf '  %-5s %-40s %d ranks  %s\n' "$s" "$st" "$n" "$cmp"
   else

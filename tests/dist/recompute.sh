@@ -16,7 +16,8 @@
 bin="$(realpath "$1")"
 source "$(dirname "$0")/../codegen/lib.sh"
 need_mpi
-export SHARDC_STRICT_COMM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+export SHARDC_STRICT_COMM=1
+fast_runs  # (lib.sh: -O1, a thread a rank; CI's time)
 STEPS=5   # byte for byte: a difference shows at once
 small_models  # batches of 8 in 2s (lib.sh; not the auto cases' models, sized for their budgets)
 

@@ -27,7 +27,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/../codegen/lib.sh"
 source "$here/shampoo_lib.sh"
 need_mpi
-export SHARDC_STRICT_COMM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+export SHARDC_STRICT_COMM=1
+fast_runs  # (lib.sh: -O1, a thread a rank, one Python; CI's time)
 S=gpt_shampoo
 STEPS=30
 

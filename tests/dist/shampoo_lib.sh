@@ -5,22 +5,7 @@
 # final checkpoint), STEPS and SAVE_AT.
 
 compare() {  # REF.jsonl RUN.jsonl REF.st RUN.st: losses and parameters within 1e-4
-  /usr/bin/python3 - "$@" <<'PY'
-import json, sys
-sys.path.insert(0, "tests/dist")
-from compare import tensors
-a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if l.strip()]
-b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if l.strip()]
-if len(a) != len(b) or not a:
-    print(f"loss logs have {len(a)} and {len(b)} steps"); sys.exit(1)
-rel = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-A, B = tensors(sys.argv[3]), tensors(sys.argv[4])
-if A.keys() != B.keys():
-    print("checkpoints hold different tensors:", sorted(A.keys() ^ B.keys())[:4]); sys.exit(1)
-w = max(float(abs(A[k] - B[k]).max()) for k in A if not k.startswith("optimizer."))
-print(f"loss rel {rel:.2e}, parameters {w:.2e}")
-sys.exit(0 if rel <= 1e-4 and w <= 1e-4 else 1)
-PY
+  py tests/dist/compare_params.py "$@"
 }
 
 check() {  # RANKS STRATEGY (against $REF's run of $STEPS steps)
