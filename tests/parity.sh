@@ -13,9 +13,12 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# the runs in one Python interpreter (torch imported once: 1.7 s a run)
+source tests/pyserve.sh
+pyserve_start
 pass=0 fail=0
 run() {
-  if /usr/bin/python3 tests/parity/parity.py "$bin" "$@" >"$tmp/out" 2>&1; then
+  if py tests/parity/parity.py "$bin" "$@" >"$tmp/out" 2>&1; then
     pass=$((pass + 1))
   else
     fail=$((fail + 1))

@@ -17,6 +17,9 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# the runs in one Python interpreter (torch imported once: 1.7 s a run)
+source tests/pyserve.sh
+pyserve_start
 pass=0 fail=0
 # batches of 8 sequences (GPT) and 4 (LLaMA) in microbatches of 2, half the
 # samples': CI's time, both implementations' cost being the rows
@@ -26,7 +29,7 @@ sed 's/batch = 8, seq = ctx, microbatch = 4/batch = 4, seq = ctx, microbatch = 2
   echo "parity: cannot set the batches of the samples"; exit 1; }
 run() {  # SAMPLE KIND NAME OPTIMIZER [STEPS]
   echo "$2 $3: $4"
-  if /usr/bin/python3 tests/parity/parity.py "$bin" "$tmp/$1.shard" "$2" "$tmp/$3" "${5:-30}" - "$4" \
+  if py tests/parity/parity.py "$bin" "$tmp/$1.shard" "$2" "$tmp/$3" "${5:-30}" - "$4" \
        >"$tmp/out" 2>&1; then
     pass=$((pass + 1))
   else

@@ -9,7 +9,7 @@ arguments, separated by tabs; runs the script as __main__ with those
 arguments (runpy: imports such as numpy stay loaded between requests),
 writes what it printed (stdout and stderr) to the FIFO OUT, then a line
 "__rc__ N" with its exit status (1 for an uncaught exception, whose
-traceback is printed).  tests/codegen/lib.sh starts it (pyserve_start) and
+traceback is printed).  tests/pyserve.sh starts it (pyserve_start) and
 sends it requests (py); it ends when IN is closed.
 """
 import contextlib

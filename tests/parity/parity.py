@@ -33,9 +33,18 @@ LOSS_RTOL, WEIGHT_ATOL = 1e-5, 1e-4
 ONE_RANK = ["--mesh", "1", "--strategy", "dp=1"]
 
 
+def run(cmd, env=None):
+    """cmd's output, captured (tests/pyserve.py runs this script in a server
+    whose own stdout is not the caller's); its output and exit 1 when it fails."""
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode:
+        print(r.stdout + r.stderr)
+        sys.exit(f"parity: {' '.join(cmd)}: exit status {r.returncode}")
+    return r.stdout
+
+
 def plan_of(shardc, sample):
-    out = subprocess.run([shardc, "compile", sample, "--emit=plan"] + ONE_RANK, check=True,
-                         capture_output=True, text=True).stdout
+    out = run([shardc, "compile", sample, "--emit=plan"] + ONE_RANK)
     info = {}
     m = re.search(r"^optim:\s+(\w+) (.*)$", out, re.M)
     info["optimizer"] = m.group(1)
@@ -72,7 +81,7 @@ def main():
             f.write(text)
     p = plan_of(shardc, sample)
     out = os.path.join(work, "out")
-    subprocess.run([shardc, "build", sample, "-o", out] + ONE_RANK, check=True)
+    run([shardc, "build", sample, "-o", out] + ONE_RANK)
     train = os.path.join(out, "train")
     init = os.path.join(work, "init.safetensors")
     final = os.path.join(work, "final.safetensors")
@@ -82,9 +91,9 @@ def main():
         if os.path.exists(f):
             os.remove(f)
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    subprocess.run([train, "--steps", "0", "--save", init, "--quiet"], check=True, env=env)
-    subprocess.run([train, "--steps", str(steps), "--log", log, "--save", final, "--quiet"],
-                   check=True, env=dict(env, SHARDC_DUMP_BATCHES=batches))
+    run([train, "--steps", "0", "--save", init, "--quiet"], env=env)
+    run([train, "--steps", str(steps), "--log", log, "--save", final, "--quiet"],
+        env=dict(env, SHARDC_DUMP_BATCHES=batches))
     ours = [json.loads(l)["loss"] for l in open(log)]
 
     cfg = {"gpt": {"layers": 4, "heads": 4}, "llama": {"layers": 4, "heads": 8, "kv_heads": 2},
@@ -92,7 +101,7 @@ def main():
     shape = f"{p['micro']},{p['seq']}" if p["seq"] else p["micro"]
     ref_losses = os.path.join(work, "torch_losses.txt")
     ref_final = os.path.join(work, "torch_final.npz")
-    args = [sys.executable, os.path.join(here, "torch_ref.py"), "--model", kind,
+    args = ["--model", kind,
             "--config", json.dumps(cfg), "--init", init, "--batches", batches,
             "--input-shape", shape, "--steps", str(steps), "--mb", p["mb"],
             "--optimizer", p["optimizer"], "--lr", p["lr"], "--weight-decay", p["weight_decay"],
@@ -115,7 +124,10 @@ def main():
         args += ["--momentum", p["momentum"]]
     if kind == "mlp":
         args += ["--input-float", "64"]
-    subprocess.run(args, check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    # in this interpreter (torch imported once, not per run: 1.7 s), on one
+    # thread as the program ran
+    torch_ref.torch.set_num_threads(1)
+    torch_ref.main(args)
     ref = [float(l) for l in open(ref_losses)]
 
     fails = 0

@@ -326,7 +326,7 @@ def lr_at(step, a):
     return a.lr * (a.min_lr_ratio + coeff * (1.0 - a.min_lr_ratio))
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True, choices=sorted(MODELS))
     ap.add_argument("--config", default="{}", help="JSON: layers, heads, kv_heads")
@@ -359,7 +359,7 @@ def main():
     ap.add_argument("--clip-threshold", type=float, default=1.0)
     ap.add_argument("--losses", required=True)
     ap.add_argument("--final", default="")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     a.steps_run = a.steps
     if a.total_steps:
         a.steps = a.total_steps
