@@ -87,7 +87,9 @@ while read -r s n st; do
   # names for values, say nothing about which code is there)
   # (none read, the preprocessor missing or failing: nvcc builds the line)
   if ! g++ -fpreprocessed -dD -E -P -x c++ "$tmp/gen.cu" 2>/dev/null |
-       grep -oE '\b[A-Za-z_][A-Za-z0-9_]*\b' | grep -vE '^[dx][0-9]+$' | sort -u >"$tmp/ids" ||
+       sed -E "s/\"([^\"\\\\]|\\\\.)*\"/\"\"/g; s/'([^'\\\\]|\\\\.)*'/''/g" |
+       grep -oE '\b[A-Za-z_][A-Za-z0-9_]*\b' | grep -vE '^[a-z][0-9]+$' |
+       sed -E 's/^r[0-9]+_/r#_/; s/_c[0-9]+$/_c#/' | sort -u >"$tmp/ids" ||
      [ ! -s "$tmp/ids" ] || [ -n "${ALL:-}" ] || [ -n "$(comm -23 "$tmp/ids" "$seen")" ]; then
     echo "$s $n $st" >>"$tmp/compile"
     sort -u -o "$seen" "$seen" "$tmp/ids"
