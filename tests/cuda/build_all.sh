@@ -60,20 +60,12 @@ for s in gpt llama; do
     sed -i 's/^train {/train {\n  precision = bf16/' "$tmp/${s}_bf16.shard"
 done
 
-# source SAMPLE: the model file of a matrix line
-source_of() {
-  local src="samples/$1.shard"
-  [ -f "$src" ] || src="tests/dist/$1.shard"
-  [ -f "$src" ] || src="$1"   # a path (the bf16 copies)
-  echo "$src"
-}
-
 # Generate every line's program; keep for nvcc the lines that bring code
 # new to their model source (all of them under ALL=1).
 generated=0
 : >"$tmp/compile"
 while read -r s n st; do
-  src=$(source_of "$s")
+  src=$(model_of "$s")
   args=(compile "$src" --target cuda --emit=c)
   [ "$n" = - ] || args+=(--mesh "$n" --strategy "$st")
   if ! "$bin" "${args[@]}" >"$tmp/gen.cu" 2>"$tmp/gen.err"; then
@@ -99,7 +91,7 @@ done <"$tmp/matrix"
 # build1 SAMPLE RANKS STRATEGY: prints "ok ..." or the failure
 build1() {
   local s="$1" n="$2" st="$3" src d out
-  src=$(source_of "$s")
+  src=$(model_of "$s")
   s=$(basename "$s" .shard)
   d="$tmp/b-$s-$n-${st//[=,:]/_}"
   local args=(build "$src" -o "$d" --target cuda)
@@ -113,7 +105,7 @@ build1() {
   fi
   rm -rf "$d"
 }
-export -f build1 source_of
+export -f build1 model_of
 export bin tmp
 xargs -P "$jobs" -L 1 bash -c 'build1 "$@"' _ <"$tmp/compile" >"$tmp/results"
 while read -r r; do
