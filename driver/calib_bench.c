@@ -23,8 +23,6 @@
 #include "rt_math.h"
 #include "shardrt.h"
 
-extern void openblas_set_num_threads(int) __attribute__((weak));
-
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -112,8 +110,7 @@ int main(int argc, char **argv) {
   int local = ls ? atoi(ls) : world;
   int threads = cores > 0 && local > 0 ? (int)(cores / local) : 1;
   if (threads < 1) threads = 1;
-  if (openblas_set_num_threads && !getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(threads);
-  if (!getenv("OMP_NUM_THREADS") && !getenv("OPENBLAS_NUM_THREADS")) rt_set_threads(threads); /* the kernels' pool */
+  rt_set_threads_unless_env(threads);
 
   FILE *out = NULL;
   if (!rank) {
