@@ -5,17 +5,15 @@ Shampoo's and Adafactor's distributed runs (tests/dist/shampoo_lib.sh):
 per-step losses within 1e-4 relative and every parameter within 1e-4
 absolute of the reference run (the optimizer state is not compared: its
 layout follows the placement)."""
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import tensors  # noqa: E402
+from compare import losses, tensors  # noqa: E402
 
 
 def main():
-    a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if l.strip()]
-    b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if l.strip()]
+    a, b = losses(sys.argv[1]), losses(sys.argv[2])
     if len(a) != len(b) or not a:
         print(f"loss logs have {len(a)} and {len(b)} steps")
         return 1
