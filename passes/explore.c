@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "explore.h"
+#include "fuse.h"
 #include "passes.h"
 #include "runtime/rt_optim.h"
 
@@ -31,9 +32,41 @@ static void layer_name(const Node *n, char *buf, int cap) {
 
 static double numel(const Value *v) { return v ? (double)ir_numel(&v->shape) : 0; }
 
+/* Whether value v is on split channels (heads, the MLP's hidden; the
+ * outputs of column-parallel GEMMs and attention, and what elementwise ops
+ * and slices make of them), marked in graph order by mark_split. */
+static void mark_split(const Node *n, const bool *vocab_mm, bool *splitv) {
+  bool sp = false;
+  switch (n->op) {
+  case OP_MATMUL: sp = n->in[1]->tph == TPH_COL || n->in[1]->tph == TPH_VOCAB || vocab_mm[n->id]; break;
+  case OP_ATTENTION: sp = true; break;
+  default:
+    if (ir_ops[n->op].cls == OPC_LEAF) break;
+    for (int i = 0; i < n->nin; i++)
+      if (n->in[i]->role != ROLE_PARAM && splitv[n->in[i]->id]) sp = true;
+  }
+  for (int i = 0; i < n->nout; i++)
+    if (n->outs[i]) splitv[n->outs[i]->id] = sp;
+  if (n->out) splitv[n->out->id] = sp;
+}
+
+/* What explore_model_shape knows of the graph beyond a node. */
+typedef struct ShapeCtx {
+  const Fusion *fu;     /* the program's fused loops and bias epilogues, or NULL */
+  const bool *splitv;   /* value id -> on split channels (mark_split) */
+  const bool *vocab_mm; /* node id -> the projection to the vocabulary that the
+                         * shard pass makes column-parallel (prefer_vocab_parallel) */
+} ShapeCtx;
+
 static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Value **colin,
-                   int *ncolin) {
+                   int *ncolin, const ShapeCtx *cx) {
+  const Fusion *fu = cx->fu;
+  const bool *splitv = cx->splitv;
   if (L->nop == LAYER_MAXOPS) return;
+  /* what the program runs as part of another node: a bias add in its
+   * matmul's epilogue, a node inside a fused elementwise loop (counted
+   * with the loop's first node) */
+  if (fu && fu->skip[n->id]) return;
   LOp o = {0};
   o.flops = ir_ops[n->op].flops(n) / nseq;
   switch (n->op) {
@@ -43,6 +76,7 @@ static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Val
     o.N = (double)n->in[1]->shape.d[0].n;
     o.rows = numel(n->in[0]) / o.K / nseq;
     o.split = n->in[1]->tph;
+    if (o.split == TPH_NONE && cx->vocab_mm[n->id]) o.split = TPH_VOCAB;
     /* Megatron's f: one all-reduce in the backward per distinct input of
      * column-parallel GEMMs (q,k,v fused; gate and up share theirs) */
     if (o.split == TPH_COL || o.split == TPH_VOCAB) {
@@ -78,11 +112,23 @@ static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Val
     const OpInfo *oi = &ir_ops[n->op];
     if (oi->cls == OPC_LEAF || oi->cls == OPC_VIEW || ir_is_comm(n->op)) return;
     o.kind = LO_ELEM;
-    for (int i = 0; i < n->nin; i++)
-      if (ir_reads_data(n, i) && n->in[i]->role != ROLE_PARAM) o.elems += numel(n->in[i]) / nseq;
-    for (int i = 0; i < n->nout; i++) o.elems += numel(n->outs[i]) / nseq;
-    const Shape *s = &n->out->shape;
-    o.split = s->ndim > 0 && (double)s->d[s->ndim - 1].n != hidden;
+    /* a fused loop (passes/fuse.c) reads its operands once and writes what
+     * it stores: the chain's inner values stay in registers */
+    Node *ch[FUSE_MAX_CHAIN];
+    int len = fu ? fuse_chain(fu, (Node *)n, ch) : 1;
+    if (!fu) ch[0] = (Node *)n;
+    o.flops = 0;
+    for (int k = 0; k < len; k++) {
+      const Node *c = ch[k];
+      o.flops += ir_ops[c->op].flops(c) / nseq;
+      for (int i = 0; i < c->nin; i++)
+        if (ir_reads_data(c, i) && c->in[i]->role != ROLE_PARAM && (k == 0 || c->in[i] != ch[k - 1]->out))
+          o.elems += numel(c->in[i]) / nseq;
+      if (len > 1 && k < len - 1 && !fuse_chain_stored(fu, ch, len, k)) continue;
+      for (int i = 0; i < c->nout; i++) o.elems += numel(c->outs[i]) / nseq;
+    }
+    const Shape *s = &ch[len - 1]->out->shape;
+    o.split = (s->ndim > 0 && (double)s->d[s->ndim - 1].n != hidden) || (splitv && splitv[ch[len - 1]->out->id]);
     o.H = oi->cls == OPC_NORM; /* a norm: tp2d all-reduces its row statistics */
     break;
   }
@@ -202,16 +248,51 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
   double hidden = (double)ms->hidden;
   Value *colin[16];
   int ncol = 0;
+  /* the fused loops and bias epilogues the program will run (fuse.c reads
+   * node ids as schedule positions: only where they are) */
+  bool ids_ok = true;
+  for (int i = 0; i < g->nodes.len && ids_ok; i++) ids_ok = ((Node *)g->nodes.data[i])->id == i;
+  /* no memory plan yet: nothing is placed, so no stored value overlaps
+   * another (the plan keeps fused groups' operands apart, fuse.h) */
+  int64_t *off = malloc(sizeof *off * (size_t)(g->values.len + 1));
+  for (int i = 0; i < g->values.len; i++) {
+    Value *v = g->values.data[i];
+    off[i] = v->offset;
+    v->offset = -1;
+  }
+  Fusion *fu = ids_ok ? fuse_analyse((Graph *)g) : NULL;
+  for (int i = 0; i < g->values.len; i++) ((Value *)g->values.data[i])->offset = off[i];
+  free(off);
+  bool *splitv = calloc((size_t)g->values.len + 1, 1);
+  bool *vocab_mm = calloc((size_t)g->nodes.len + 1, 1);
+  bool *vocab_w = calloc((size_t)g->values.len + 1, 1);
+  for (int i = 0; i < nf; i++) {
+    /* as the shard pass sees it, before autodiff: the logits' only reader
+     * in the forward is the cross-entropy */
+    Node *n = g->nodes.data[i];
+    Node *mm = n->op == OP_CROSS_ENTROPY ? n->in[0]->def : NULL;
+    if (!mm || mm->op != OP_MATMUL || mm->in[1]->role != ROLE_PARAM || mm->id < 0 || mm->id >= g->nodes.len)
+      continue;
+    int readers = 0;
+    for (int j = 0; j < nf; j++) {
+      const Node *r = g->nodes.data[j];
+      for (int k = 0; k < r->nin; k++) readers += r->in[k] == n->in[0];
+    }
+    vocab_mm[mm->id] = readers == 1;
+    if (readers == 1) vocab_w[mm->in[1]->id] = true;
+  }
+  ShapeCtx cx = {fu, splitv, vocab_mm};
   for (int i = 0; i < nf; i++) {
     const Node *n = g->nodes.data[i];
+    mark_split(n, vocab_mm, splitv);
     if (n->op == OP_PARAM || n->op == OP_INPUT) continue;
     layer_name(n, cur, sizeof cur);
     if (!strcmp(cur, first))
-      add_op(&ms->layer, n, nseq, hidden, colin, &ncol);
+      add_op(&ms->layer, n, nseq, hidden, colin, &ncol, &cx);
     else if (!cur[0])
-      add_op(i < first_at ? &ms->pre : &ms->post, n, nseq, hidden, colin, &ncol);
+      add_op(i < first_at ? &ms->pre : &ms->post, n, nseq, hidden, colin, &ncol, &cx);
     else if (i > last_end)
-      add_op(&ms->post, n, nseq, hidden, colin, &ncol);
+      add_op(&ms->post, n, nseq, hidden, colin, &ncol, &cx);
     if (n->op == OP_ATTENTION && !ms->heads) {
       ms->heads = n->in[0]->shape.d[2].n;
       ms->kv_heads = n->in[1]->shape.d[2].n;
@@ -241,7 +322,7 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
       L = pre ? &ms->pre : &ms->post;
     }
     L->params += e;
-    if (v->tph != TPH_NONE) L->params_split += e;
+    if (v->tph != TPH_NONE || vocab_w[v->id]) L->params_split += e;
     if (opt_blocked(&m->train.opt) && v->grad) {
       /* a pre parameter a post op reads too (a tied embedding): a pipeline's
        * last stage keeps a copy in a bucket of its own (passes/zero.c) */
@@ -305,6 +386,9 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     }
   }
   free(mark);
+  free(splitv);
+  free(vocab_mm);
+  free(vocab_w);
   free(sel);
   ms->layer.input = (double)ms->seq * hidden;
   return 0;
@@ -573,7 +657,12 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   if (p->nstage_layers == pp && v == 1) {
     for (int k = 0; k < pp; k++) n[k] = p->stage_layers[k], half[k] = p->stage_frac[k] / 100.0;
   } else if (v > 1) {
-    for (int k = 0; k < S; k++) n[k] = ms->layers / S;
+    /* L / S layers per virtual stage; where S does not divide L, the
+     * compiler cuts inside layers to balance them (passes/stage.c) */
+    for (int k = 0; k < S; k++) {
+      n[k] = ms->layers / S;
+      half[k] = (double)ms->layers / S - n[k];
+    }
   } else if (partition(ms->layers, pp, lay->f + lay->b, pre->f + pre->b, post->f + post->b, n)) {
     snprintf(out->reason, sizeof out->reason, "pp=%d is more stages than the %d layers allow", pp,
              ms->layers);
@@ -793,7 +882,7 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
                 if (pp == 1 && sc != SCHED_1F1B) continue;
                 if (given & PLAN_SCHED && sc != (int)fx->schedule) continue;
                 for (int v = sc == SCHED_INTERLEAVED ? 2 : 1; v <= (sc == SCHED_INTERLEAVED ? 4 : 1); v *= 2) {
-                  if (sc == SCHED_INTERLEAVED && (m % pp || ms->layers % (pp * v))) continue;
+                  if (sc == SCHED_INTERLEAVED && (m % pp || ms->layers < pp * v)) continue;
                   if ((given & PLAN_SCHED) && sc == SCHED_INTERLEAVED && v != fx->vchunks) continue;
                   for (int z = 0; z <= 3; z++) {
                     if (z > 0 && dp * r < 2) continue;

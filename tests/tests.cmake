@@ -14,6 +14,7 @@ set(SHARDC_BIN $<TARGET_FILE:shardc>)
 add_test(NAME golden/ir COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/golden.sh ${SHARDC_BIN})
 add_test(NAME diag/corpus COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/diag.sh ${SHARDC_BIN})
 add_test(NAME cli/driver COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli.sh ${SHARDC_BIN})
+add_test(NAME cost/published COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/bench/explore_published.sh ${CMAKE_BINARY_DIR} 25)
 add_test(NAME samples/check COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/samples.sh ${SHARDC_BIN})
 add_test(NAME fuzz/regressions COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/fuzz_regress.sh ${SHARDC_BIN})
 

@@ -108,6 +108,43 @@ int main(void) {
     ASSERT_NEAR(64.0 * 128, ms.layer.input, 1e-9);
   }
 
+  /* The layer the search prices is the program's: a bias add runs in its
+   * matmul's epilogue (passes/fuse.c), so no elementwise op of its own;
+   * the slices of the fused q,k,v output and the GELU are on split
+   * channels (a tensor-parallel rank slices its own heads), the norms and
+   * residual adds are not.  Per sequence of the tiny GPT (T 64, d 128):
+   * replicated: two layernorms (x in, y out, mean and rstd: 2·8192 + 128)
+   * and two residual adds (two operands, one result); split: three slices
+   * (the 384-wide q,k,v in, 128 out) and the GELU (512 wide, in and out). */
+  {
+    ModelShape ms;
+    ASSERT(0, shape_of("../samples/gpt.shard", "1", &ms, NULL));
+    double rep = 0, split = 0;
+    int elem = 0;
+    for (int i = 0; i < ms.layer.nop; i++) {
+      const LOp *o = &ms.layer.op[i];
+      if (o->kind != LO_ELEM) continue;
+      elem++;
+      if (o->split)
+        split += o->elems;
+      else
+        rep += o->elems;
+    }
+    ASSERT(8, elem);
+    ASSERT_NEAR(2 * (2 * 8192 + 128) + 2 * 3 * 8192, rep, 0);
+    ASSERT_NEAR(3 * (64 * 384 + 8192) + 2 * 64 * 512, split, 0);
+    /* an untied projection to the vocabulary (the tiny LLaMA's lm_head) is
+     * vocabulary-parallel, as the shard pass makes it: its GEMM split and
+     * its weight among the split parameters */
+    ModelShape ml;
+    ASSERT(0, shape_of("../samples/llama.shard", "1", &ml, NULL));
+    int vocab_gemm = 0;
+    for (int i = 0; i < ml.post.nop; i++)
+      vocab_gemm += ml.post.op[i].kind == LO_GEMM && ml.post.op[i].split == TPH_VOCAB;
+    ASSERT(1, vocab_gemm);
+    ASSERT_NEAR(256.0 * 128, ml.post.params_split, 0);
+  }
+
   /* Sensible plans. */
   HwModel hw;
   Mesh *me = m3->train.mesh;
@@ -137,6 +174,22 @@ int main(void) {
          me_eval.peak_mem / 1e9);
   ASSERT(1, me_eval.feasible);
   ASSERT(1, best[0].step_s <= me_eval.step_s);
+  /* interleaving over chunks that do not divide the layers (96 layers in
+   * 16 x 4 virtual stages: the compiler cuts inside layers) is in the
+   * space, and priced like the even split: each rank 6 layers */
+  Plan il;
+  plan_default(&il);
+  ASSERT(0, plan_parse_spec("tp=8,pp=16,schedule=interleaved:4,dp=8,mb=192,recompute=full", &il, err, sizeof err));
+  PlanEval il_eval;
+  explore_eval(&g3, &hw, me, &il, 1, true, &il_eval);
+  ASSERT(1, il_eval.spec[0] && il_eval.step_s > 0);
+  for (int s = 1; s < 15; s++) ASSERT_NEAR(il_eval.tf[1], il_eval.tf[s], il_eval.tf[1] * 1e-9);
+  Plan ilfix;
+  plan_default(&ilfix);
+  ASSERT(0, plan_parse_spec("tp=8,pp=16,schedule=interleaved:4,dp=8", &ilfix, err, sizeof err));
+  ExploreOpts oil = {.fixed = &ilfix};
+  k = explore_search(&g3, &hw, me, &oil, best, 1, &n);
+  ASSERT(1, k == 1 && n > 0);
   /* without pipeline or recompute and without ZeRO-3, 175B does not fit */
   Plan fix;
   plan_default(&fix);
