@@ -19,7 +19,10 @@
 #     interleaved REPEATS times: the median ordinary step of the stagger =
 #     false run (no roots), its slowest root step, and the slowest and the
 #     median step of the stagger = true run over the same window (every one
-#     a root step); medians over the repeats;
+#     a root step); medians over the repeats; and per step, its median over
+#     the repeats (one run's disturbance at one step filtered, a root step's
+#     cost, which recurs at that step in every run, kept): the slowest root
+#     step of each mode against stagger = false's median ordinary step;
 #  4. convergence: the tiny GPT (samples/gpt.shard) on the built-in text, 300
 #     steps, AdamW vs Shampoo (grafted on Adam) at the same learning-rate
 #     schedule; both loss curves go to bench/results/, with the first step
@@ -97,6 +100,26 @@ root = [r["step_ms"] for r in timed if isroot(r)] or [float("nan")]
 allv = [r["step_ms"] for r in timed]
 first = [r["step_ms"] for r in rows if r["step"] - 1 == start] or [float("nan")]
 print(f"{statistics.median(ordn):.1f} {max(root):.1f} {statistics.median(allv):.1f} {max(allv):.1f} {first[0]:.1f} {max(ordn):.1f}")
+PY
+}
+# perstep EVERY START REPEATS: each step's median over the repeats (a
+# disturbance hits one run at one step; a root step's cost recurs at the same
+# step in every run), over steps 4..: "stagger = false's median ordinary
+# step, its slowest root step, its slowest ordinary step (the noise left),
+# stagger = true's slowest step and its median"
+perstep() {
+  /usr/bin/python3 - "$tmp" "$1" "$2" "$3" <<'PY'
+import json, statistics, sys
+tmp, every, start, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+def steps(name):
+    runs = [{r["step"]: r["step_ms"] for r in map(json.loads, open(f"{tmp}/{name}{k}.jsonl"))} for k in range(1, reps + 1)]
+    common = sorted(set.intersection(*(set(r) for r in runs)))
+    return {s: statistics.median(r[s] for r in runs) for s in common if s >= 4}
+isroot = lambda s: s - 1 >= start and (s - 1 - start) % every == 0
+off, on = steps("pp_off"), steps("pp_on")
+ordn = [v for s, v in off.items() if not isroot(s)]
+root = [v for s, v in off.items() if isroot(s)]
+print(f"{statistics.median(ordn):.1f} {max(root):.1f} {max(ordn):.1f} {max(on.values()):.1f} {statistics.median(on.values()):.1f}")
 PY
 }
 # med X...: the median
@@ -191,6 +214,10 @@ if want 3; then
       "$(awk -v o="$o" -v x="$(med "${fx[@]}")" 'BEGIN { print 100 * (x / o - 1) }')" "${fx[*]}"
     printf '   the first preconditioning step (0-based 2: every root, both modes): %s ms (stagger = false), %s ms (stagger = true)\n' \
       "$(med "${ff[@]}")" "$(med "${nf[@]}")"
+    read -r po pr px pn pm <<<"$(perstep 10 2 "$repeats")"
+    printf '   per step, its median over the %s runs (one-off disturbances filtered, a cost that recurs at a step kept): stagger = false: ordinary %.1f ms, slowest root step %.1f ms (%+.1f%%), slowest ordinary step %.1f ms (%+.1f%%: the noise left); stagger = true: median %.1f ms (%+.1f%%), slowest %.1f ms (%+.1f%%)\n' \
+      "$repeats" "$po" "$pr" "$(awk -v o="$po" -v r="$pr" 'BEGIN { print 100 * (r / o - 1) }')" "$px" "$(awk -v o="$po" -v r="$px" 'BEGIN { print 100 * (r / o - 1) }')" \
+      "$pm" "$(awk -v o="$po" -v r="$pm" 'BEGIN { print 100 * (r / o - 1) }')" "$pn" "$(awk -v o="$po" -v r="$pn" 'BEGIN { print 100 * (r / o - 1) }')"
     echo "   (target: spike < 10%; each stage computes its due roots while its pipeline receives wait, the rest at the start of its optimizer step)"
   } | tee -a "$tmp/tables.txt"
 fi
