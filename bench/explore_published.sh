@@ -18,6 +18,12 @@
 #  K22  Korthikanti et al. 2022, "Reducing Activation Recomputation in
 #       Large Transformer Models", Tables 3 and 4: iteration times with full
 #       recompute, and with sequence parallelism + selective recompute.
+#  B22  BLOOM 176B (BigScience 2022; model card and training notes): 70
+#       layers, d 14336, 112 heads, vocab 250880 (padded), seq 2048, batch
+#       2048 in microbatches of 2, on 384 A100 80GB (48 nodes, 4 x 100 Gb/s
+#       Omni-Path each: 6.25 GB/s per GPU), tp 4, pp 12, dp 8, ZeRO-1, full
+#       recompute; about 150 TFLOP/s per GPU as Megatron-DeepSpeed counts
+#       them (the 96 formula with this vocabulary).
 #  L24  Llama 3 herd of models (Dubey et al. 2024), Table 4: 405B (126
 #       layers, d 16384, 128 heads, 8 kv heads, FFN 53248, vocab 128256) on
 #       H100s at seq 8192, TFLOP/s per GPU by the model FLOPs of the
@@ -48,6 +54,30 @@ mesh m { nodes = $(($5 / 8)), per_node = 8, device = $8 }
 train {
   model = gpt, mesh = m
   batch = $6, seq = ctx, microbatch = $7, steps = 1
+  optimizer = adamw(lr = 1e-4, betas = (0.9, 0.95), weight_decay = 0.1)
+  precision = bf16
+}
+EOF
+}
+
+bloom() { # file
+  cat >"$1" <<EOF
+const vocab = 250880, ctx = 2048, d = 14336, heads = 112, layers = 70
+layer block(x) {
+  x = x + attention(layernorm(x), heads = heads, causal = true)
+  x = x + mlp(layernorm(x), hidden = 4 * d, act = gelu)
+  return x
+}
+model bloom(tokens: i32[B, T], targets: i32[B, T]) {
+  x = layernorm(embedding(tokens, vocab, d))
+  repeat layers { x = block(x) }
+  logits = linear(layernorm(x), vocab, bias = false, tied = embedding)
+  return cross_entropy(logits, targets)
+}
+mesh m { nodes = 48, per_node = 8, device = A100_SXM, inter = 6.25 GB/s }
+train {
+  model = bloom, mesh = m
+  batch = 2048, seq = ctx, microbatch = 2, steps = 1
   optimizer = adamw(lr = 1e-4, betas = (0.9, 0.95), weight_decay = 0.1)
   precision = bf16
 }
@@ -100,6 +130,7 @@ runs=$(cat <<'EOF'
 530B-sp+sel K22 128 20480 105 280 280 1 A100_SXM tp=8,pp=35,dp=1,sp=megatron,recompute=selective s 37.83
 1T-full K22 160 25600 128 512 512 1 A100_SXM tp=8,pp=64,dp=1,sp=none,recompute=full s 94.42
 1T-sp+sel K22 160 25600 128 512 512 1 A100_SXM tp=8,pp=64,dp=1,sp=megatron,recompute=selective s 71.49
+176B B22 112 14336 70 384 2048 2 A100_SXM tp=4,pp=12,dp=8,sp=none,zero=1,recompute=full tf96 150
 405B-8k L24 - - - 8192 2048 1 H100_SXM tp=8,pp=16,dp=64 tfm 430
 405B-16k L24 - - - 16384 2048 1 H100_SXM tp=8,pp=16,dp=128 tfm 400
 EOF
@@ -111,7 +142,13 @@ sum=0
 cnt=0
 while read -r id src heads d layers gpus batch mbs dev strat kind val; do
   f="$tmp/$id.shard"
-  if [ "$src" = L24 ]; then llama405 "$f" "$gpus" "$batch"; else gpt "$f" "$heads" "$d" "$layers" "$gpus" "$batch" "$mbs" "$dev"; fi
+  case $src in
+  L24) llama405 "$f" "$gpus" "$batch" ;;
+  B22) bloom "$f" ;;
+  *) gpt "$f" "$heads" "$d" "$layers" "$gpus" "$batch" "$mbs" "$dev" ;;
+  esac
+  V=51200
+  [ "$src" = B22 ] && V=250880
   json=$("$bin" explore "$f" --strategy "$strat" --top 1 --json 2>"$tmp/err") || {
     echo "$id: shardc explore failed: $(cat "$tmp/err")"
     rc=1
@@ -119,7 +156,7 @@ while read -r id src heads d layers gpus batch mbs dev strat kind val; do
   }
   read -r pred spec tfm <<<"$(/usr/bin/python3 -c 'import json,sys; e=json.load(sys.stdin)[0]; print(e["step_time_s"], e["strategy"], e["model_tflops_per_device"])' <<<"$json")"
   case $kind in
-  tf96) pub=$(awk -v B="$batch" -v l="$layers" -v h="$d" -v n="$gpus" -v tf="$val" 'BEGIN { s = 2048; V = 51200
+  tf96) pub=$(awk -v B="$batch" -v l="$layers" -v h="$d" -v n="$gpus" -v tf="$val" -v V="$V" 'BEGIN { s = 2048
           printf "%.4g", 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)) / (n * tf * 1e12) }') ;;
   s) pub=$val ;;
   tfm) pub=$(awk -v p="$pred" -v t="$tfm" -v v="$val" 'BEGIN { printf "%.4g", p * t / v }') ;;
