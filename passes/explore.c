@@ -47,7 +47,6 @@ static void mark_split(const Node *n, const bool *vocab_mm, bool *splitv) {
   }
   for (int i = 0; i < n->nout; i++)
     if (n->outs[i]) splitv[n->outs[i]->id] = sp;
-  if (n->out) splitv[n->out->id] = sp;
 }
 
 /* What explore_model_shape knows of the graph beyond a node. */
@@ -61,7 +60,6 @@ typedef struct ShapeCtx {
 static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Value **colin,
                    int *ncolin, const ShapeCtx *cx) {
   const Fusion *fu = cx->fu;
-  const bool *splitv = cx->splitv;
   if (L->nop == LAYER_MAXOPS) return;
   /* what the program runs as part of another node: a bias add in its
    * matmul's epilogue, a node inside a fused elementwise loop (counted
@@ -128,7 +126,7 @@ static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Val
       for (int i = 0; i < c->nout; i++) o.elems += numel(c->outs[i]) / nseq;
     }
     const Shape *s = &ch[len - 1]->out->shape;
-    o.split = (s->ndim > 0 && (double)s->d[s->ndim - 1].n != hidden) || (splitv && splitv[ch[len - 1]->out->id]);
+    o.split = (s->ndim > 0 && (double)s->d[s->ndim - 1].n != hidden) || cx->splitv[ch[len - 1]->out->id];
     o.H = oi->cls == OPC_NORM; /* a norm: tp2d all-reduces its row statistics */
     break;
   }
@@ -252,17 +250,20 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
    * node ids as schedule positions: only where they are) */
   bool ids_ok = true;
   for (int i = 0; i < g->nodes.len && ids_ok; i++) ids_ok = ((Node *)g->nodes.data[i])->id == i;
-  /* no memory plan yet: nothing is placed, so no stored value overlaps
-   * another (the plan keeps fused groups' operands apart, fuse.h) */
-  int64_t *off = malloc(sizeof *off * (size_t)(g->values.len + 1));
-  for (int i = 0; i < g->values.len; i++) {
-    Value *v = g->values.data[i];
-    off[i] = v->offset;
-    v->offset = -1;
+  Fusion *fu = NULL;
+  if (ids_ok) {
+    /* no memory plan yet: nothing is placed, so no stored value overlaps
+     * another (the plan keeps fused groups' operands apart, fuse.h) */
+    int64_t *off = malloc(sizeof *off * (size_t)(g->values.len + 1));
+    for (int i = 0; i < g->values.len; i++) {
+      Value *v = g->values.data[i];
+      off[i] = v->offset;
+      v->offset = -1;
+    }
+    fu = fuse_analyse((Graph *)g);
+    for (int i = 0; i < g->values.len; i++) ((Value *)g->values.data[i])->offset = off[i];
+    free(off);
   }
-  Fusion *fu = ids_ok ? fuse_analyse((Graph *)g) : NULL;
-  for (int i = 0; i < g->values.len; i++) ((Value *)g->values.data[i])->offset = off[i];
-  free(off);
   bool *splitv = calloc((size_t)g->values.len + 1, 1);
   bool *vocab_mm = calloc((size_t)g->nodes.len + 1, 1);
   bool *vocab_w = calloc((size_t)g->values.len + 1, 1);
