@@ -406,9 +406,11 @@ static void instr(Emit *e, const PInstr *in) {
   case PI_SEND: {
     bool recv = in->kind == PI_RECV;
     PRef b = recv ? in->out[0] : in->in[0];
-    P(e, "  rt_pipe_%s(p, %d, %d, %d, %s, %" PRId64 ");  // %s %s stage %d\n", recv ? "recv" : "send",
-      in->peer_vs, in->lower_vs, in->grad, R(e, b), in->count, prog_vname(b.v), recv ? "from" : "to",
-      in->peer_vs);
+    /* scatter/gather: this tp rank's slice, the receive all-gathers it */
+    const char *fn = in->split ? (recv ? "recv_gather" : "send_scatter") : (recv ? "recv" : "send");
+    P(e, "  rt_pipe_%s(p, %d, %d, %d, %s, %" PRId64 ");  // %s %s stage %d%s\n", fn, in->peer_vs,
+      in->lower_vs, in->grad, R(e, b), in->count, prog_vname(b.v), recv ? "from" : "to",
+      in->peer_vs, in->split ? arena_printf(", 1/%d per tp rank", in->split) : "");
     return;
   }
   case PI_SEED:

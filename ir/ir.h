@@ -371,6 +371,12 @@ typedef struct Mesh {
 /* Fills a mesh's figures from its device (inter: the node's NICs shared by
  * its devices); the mesh block's keys then override them. */
 void ir_mesh_defaults(Mesh *me);
+/* Whether a pipeline of pp stages (the outermost axis: stage k holds ranks
+ * [k·ndev/pp, (k+1)·ndev/pp), ranks numbered node by node) sends between
+ * nodes at some stage boundary, the wrap-around of interleaved schedules
+ * included.  Messages whole on every tp rank then go scattered over tp
+ * (passes/program.c): 1/tp of the bytes over the inter-node link. */
+bool ir_mesh_pp_crosses_nodes(const Mesh *me, int pp);
 
 typedef enum { SP_NONE, SP_MEGATRON, SP_RING } SpKind;
 enum { PLAN_MAXSTAGES = 64 };

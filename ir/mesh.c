@@ -66,6 +66,16 @@ void ir_mesh_defaults(Mesh *me) {
 
 /* ---- plans ---- */
 
+bool ir_mesh_pp_crosses_nodes(const Mesh *me, int pp) {
+  if (!me || pp <= 1 || me->nodes <= 1 || me->per_node <= 0) return false;
+  int stride = me->ndev / pp;
+  for (int r = 0; r < me->ndev; r++) {
+    int peer = (r + stride) % me->ndev;
+    if (r / me->per_node != peer / me->per_node) return true;
+  }
+  return false;
+}
+
 void plan_default(Plan *p) {
   memset(p, 0, sizeof *p);
   p->dp = p->tp = p->tp2d = p->sp = p->pp = 1;

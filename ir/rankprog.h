@@ -142,6 +142,14 @@ typedef struct PInstr {
   /* RECV, SEND: peer virtual stage, tag 2 (mb S + lower) + grad, request slot */
   int peer_vs, lower_vs;
   bool grad;
+  /* RECV, SEND of a value whole on every tensor-parallel rank (1D tp, no
+   * sequence split over tp): Megatron's scatter/gather.  Each of the split
+   * tp ranks sends its 1/split of the message (count / split elements at
+   * coord · count / split) to the same tp rank of the peer stage, and the
+   * receive all-gathers the whole over tp (gather: that collective, tp
+   * bytes).  0: the whole message on every tp rank. */
+  int split;
+  PComm gather;
   /* BUCKET */
   int bucket;             /* index in the graph's buckets */
   int req;                /* overlapped: its request among the step's (-1: blocking) */

@@ -130,6 +130,11 @@ static void block_events(Ev *v, const RankProg *p, const PChunk *c, const PBlock
       e->what = arena_printf("%s of microbatch %d %s stage %d: %s",
                              in->grad ? "gradient" : "activation", k + 1, send ? "to" : "from",
                              in->peer_vs, where);
+      /* scatter/gather: the received slices made whole over tp */
+      if (!send && in->split)
+        coll(v, in->gather.axis, in->gather.op, in->gather.bytes, true,
+             arena_printf("all-gather over tp of the %s of microbatch %d from stage %d: %s",
+                          in->grad ? "gradient" : "activation", k + 1, in->peer_vs, where));
       break;
     }
     case PC_RING:

@@ -470,6 +470,7 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
   else if (in->comm.kind != PC_NONE && in->kind != PI_SEND && in->kind != PI_BUCKET)
     t += comm_time(hw, p, &in->comm, in->n);
   if (in->kind == PI_BUCKET) t += comm_time(hw, p, &in->comm, in->n);
+  if (in->kind == PI_RECV && in->split) t += comm_time(hw, p, &in->gather, NULL);
   return t;
 }
 
@@ -495,7 +496,16 @@ static void block_time(const HwModel *hw, const Module *m, const PBlock *b, doub
         pending[s] = false;
       }
     double t = cost_instr(hw, m, in);
-    if (in->kind == PI_RECV) continue; /* waits are the simulation's */
+    if (in->kind == PI_RECV) {
+      /* the wait is the simulation's; a scatter/gather's all-gather over
+       * tp (PInstr.split) blocks after it */
+      if (in->split) {
+        double c = comm_time(hw, &m->train.plan, &in->gather, NULL);
+        *busy += c;
+        *comm += c;
+      }
+      continue;
+    }
     if (in->kind == PI_BUCKET && in->req >= 0) {
       if (last) *async += t;
       continue;

@@ -633,6 +633,22 @@ static int partition(int L, int p, double c, double pre, double post, int *n) {
   return 0;
 }
 
+double explore_msg_time(const ModelShape *ms, const HwModel *hw, const Mesh *me, const Plan *p,
+                        int b) {
+  if (p->pp <= 1) return 0;
+  int q = p->tp2d > 1 ? p->tp2d : 1, r = p->sp_kind == SP_RING ? p->sp : 1, t = p->tp;
+  bool spm = p->sp_kind == SP_MEGATRON;
+  double bytes = (double)b * ms->seq * ms->hidden * ms->elt / (r * q * q * (spm ? t : 1));
+  int stride = t * q * q * r * p->dp;
+  /* whole on every rank of a 1D tp group (no Megatron-SP) and sent between
+   * nodes: each tp rank sends 1/t of it and the receiver all-gathers it
+   * over tp (scatter/gather, passes/program.c pipe_split) */
+  if (t > 1 && q == 1 && !spm && ir_mesh_pp_crosses_nodes(me, p->pp))
+    return cost_coll(hw, "p2p", 2, stride, bytes / t, NULL) +
+           cost_coll(hw, "all_gather", t, 1, bytes, NULL);
+  return cost_coll(hw, "p2p", 2, stride, bytes, NULL);
+}
+
 void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const Plan *p, int b,
                   bool recompute_ok, PlanEval *out) {
   (void)recompute_ok;
@@ -646,10 +662,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   Split s = {t, q, r, p->sp_kind == SP_MEGATRON, b, p->recompute};
   const LCost *lc = costs(ms, hw, &s);
   const LCost *pre = &lc[0], *lay = &lc[1], *post = &lc[2];
-  /* pipeline messages: one activation per microbatch and boundary */
-  double msg_bytes = (double)b * ms->seq * ms->hidden * ms->elt / (r * q * q * (s.spm ? t : 1));
-  int st_stride = T * r * p->dp;
-  double msg = pp > 1 ? cost_coll(hw, "p2p", 2, st_stride, msg_bytes, NULL) : 0;
+  double msg = explore_msg_time(ms, hw, me, p, b);
   /* stage partition */
   int n[PLAN_MAXSTAGES * 8];
   double half[PLAN_MAXSTAGES * 8] = {0};   /* pp=N:a.5+...: half a layer more */

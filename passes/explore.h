@@ -89,6 +89,12 @@ typedef struct ExplorePoint {
   bool feasible;
 } ExplorePoint;
 
+/* One pipeline message's time (an activation of b sequences between
+ * neighbouring stages, the receiver's wait): scattered over tp where the
+ * pipeline crosses nodes (passes/program.c), whole otherwise; 0 without pp. */
+double explore_msg_time(const ModelShape *ms, const HwModel *hw, const Mesh *me, const Plan *p,
+                        int b);
+
 /* Evaluates one resolved plan (microbatch b sequences). */
 void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const Plan *p, int b,
                   bool recompute_ok, PlanEval *out);

@@ -437,6 +437,25 @@ static int data_roles(RankProg *p, Graph *g) {
 
 /* ---- a chunk's blocks ---- */
 
+/* The tp ranks a pipeline message of v (count runtime elements) is split
+ * over (0: none): where the pipeline crosses nodes, v and its gradient
+ * whole on every rank of a 1D tp group, the count a multiple of tp.  (A
+ * value split over tp, by Megatron-SP or a column GEMM, already sends only
+ * this rank's part.  Inside a node the whole message and the all-gather
+ * would move as many bytes over the same links, so it goes whole.) */
+static int pipe_split(const B *b, const Value *v, int64_t count) {
+  const Plan *pl = &b->m->train.plan;
+  const Value *f = v->grad_of ? v->grad_of : v;
+  uint32_t tpb = 1u << AX_TP | 1u << AX_TPR | 1u << AX_TPC;
+  if (pl->tp <= 1 || pl->tp2d > 1 || count % pl->tp) return 0;
+  if (!ir_mesh_pp_crosses_nodes(b->m->train.mesh, pl->pp)) return 0;
+  if ((f->shard.partial | f->shard.gpartial | v->shard.partial) & tpb) return 0;
+  for (int d = 0; d < f->shape.ndim; d++)
+    if (f->shard.axis[d] == AX_TP || f->shard.axis[d] == AX_TPR || f->shard.axis[d] == AX_TPC)
+      return 0;
+  return pl->tp;
+}
+
 static void pipe_msg(B *b, PBlock *bl, PInstrKind k, Value *v, int peer, int lower, bool grad) {
   PInstr *in = add(bl, k, NULL);
   if (k == PI_RECV) in->out[0] = ref(b, v);
@@ -447,7 +466,11 @@ static void pipe_msg(B *b, PBlock *bl, PInstrKind k, Value *v, int peer, int low
   in->peer_vs = peer;
   in->lower_vs = lower;
   in->grad = grad;
-  comm(in, PC_P2P, AX_PP, k == PI_RECV ? "recv" : "send", (uint64_t)in->count * 4 * b->scale);
+  in->split = pipe_split(b, v, in->count);
+  uint64_t bytes = (uint64_t)in->count * 4 * b->scale;
+  comm(in, PC_P2P, AX_PP, k == PI_RECV ? "recv" : "send", in->split ? bytes / in->split : bytes);
+  if (in->split && k == PI_RECV)
+    in->gather = (PComm){PC_COLL, AX_TP, "all_gather", rt_vol_allgather(bytes, in->split), false};
 }
 
 /* The step's cast of a parameter into its persistent 16-bit copy. */

@@ -67,11 +67,18 @@ static void instr(FILE *out, const RankProg *p, const PInstr *in, const char *la
             p->ring > 1 ? " (this rank's sequence columns)" : "");
     return;
   case PI_RECV:
-    fprintf(out, "recv %s from stage %d%s\n", opnd(in->out[0]), in->peer_vs, comm_text(p, in));
+    if (in->split)
+      fprintf(out, "recv this tp rank's 1/%d of %s from stage %d%s, then all_gather it over tp "
+                   "[%s bytes]\n",
+              in->split, opnd(in->out[0]), in->peer_vs, comm_text(p, in),
+              commas((int64_t)in->gather.bytes));
+    else
+      fprintf(out, "recv %s from stage %d%s\n", opnd(in->out[0]), in->peer_vs, comm_text(p, in));
     return;
   case PI_SEND:
-    fprintf(out, "send %s to stage %d, non-blocking%s\n", opnd(in->in[0]), in->peer_vs,
-            comm_text(p, in));
+    fprintf(out, "send %s%s to stage %d, non-blocking%s\n",
+            in->split ? arena_printf("this tp rank's 1/%d of ", in->split) : "", opnd(in->in[0]),
+            in->peer_vs, comm_text(p, in));
     return;
   case PI_SEED:
     if (in->received)

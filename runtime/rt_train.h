@@ -290,6 +290,14 @@ void rt_load_batch(RtPass *p, void *in0, void *in1);
  * slot's messages were delivered. */
 void rt_pipe_recv(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t n);
 void rt_pipe_send(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf, size_t n);
+/* Megatron's scatter/gather, for a message whole on every rank of the tp
+ * axis (P ranks; n a multiple of P): each tp rank sends only its 1/P of buf
+ * (n/P elements at coord·n/P) to the same tp rank of the peer stage, and
+ * the receiver all-gathers the slices over tp into the whole buf, so a
+ * stage boundary carries n/P elements per rank instead of n. */
+void rt_pipe_recv_gather(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t n);
+void rt_pipe_send_scatter(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf,
+                          size_t n);
 /* Overlapped gradient-bucket reductions, started in the last microbatch
  * (request req of the step's nreq; RT_STEP_WAIT completes them): an
  * all-reduce of buf (n) in place, or a reduce-scatter of src (P·n) into dst

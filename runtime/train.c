@@ -942,7 +942,9 @@ static int pipe_peer(const Trainer *t, int vs) {
   return t->rank + (vs % pg->pp - pg->rank) * (pg->ranks / pg->pp);
 }
 
-void rt_pipe_recv(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t n) {
+/* Receives n elements at element off of buf (the whole message: off 0). */
+static void pipe_recv_(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t off,
+                       size_t n) {
   Trainer *t = p->t;
   int peer = pipe_peer(t, peer_vs), tag = rt_pipe_tag(p->mb, t->pg->nstages, lower_vs, grad);
   /* a bubble: Shampoo's due roots, one block at a time, until the message is there */
@@ -951,24 +953,27 @@ void rt_pipe_recv(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, siz
     if (flag || !roots_one(t))
       break;
   }
+  unsigned char *b = (unsigned char *)buf + off * (size_t)t->es;
 #ifdef RT_TRAIN_CUDA
   /* staged through the host mirror */
-  unsigned char *h = t->arena + ((unsigned char *)buf - t->dev);
+  unsigned char *h = t->arena + (b - t->dev);
   rt_recv(t->mesh, peer, tag, h, n, t->es);
-  rtc_to_device(buf, h, n * (size_t)t->es);
+  rtc_to_device(b, h, n * (size_t)t->es);
 #else
-  rt_recv(t->mesh, peer, tag, buf, n, t->es);
+  rt_recv(t->mesh, peer, tag, b, n, t->es);
 #endif
 }
 
-void rt_pipe_send(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf, size_t n) {
+static void pipe_send_(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf,
+                       size_t off, size_t n) {
   Trainer *t = p->t;
+  const unsigned char *b = (const unsigned char *)buf + off * (size_t)t->es;
 #ifdef RT_TRAIN_CUDA
   /* from the host mirror of the stash slot, which the driver reuses only
    * once the message was delivered */
-  unsigned char *h = t->arena + ((const unsigned char *)buf - t->dev);
-  rtc_to_host(h, buf, n * (size_t)t->es);
-  buf = h;
+  unsigned char *h = t->arena + (b - t->dev);
+  rtc_to_host(h, b, n * (size_t)t->es);
+  b = h;
 #endif
   /* the slot's first free request of this direction (a cut's messages) */
   MPI_Request *req = sent_of(t, t->chunk, t->slot) + (grad ? RT_PIPE_MAXMSG : 0);
@@ -979,7 +984,46 @@ void rt_pipe_send(RtPass *p, int peer_vs, int lower_vs, int grad, const void *bu
     rt_mesh_fail(t->mesh, "internal: more than %d pipeline messages in flight from one slot",
                  RT_PIPE_MAXMSG);
   rt_isend(t->mesh, pipe_peer(t, peer_vs), rt_pipe_tag(p->mb, t->pg->nstages, lower_vs, grad),
-           buf, n, t->es, &req[i]);
+           b, n, t->es, &req[i]);
+}
+
+void rt_pipe_recv(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t n) {
+  pipe_recv_(p, peer_vs, lower_vs, grad, buf, 0, n);
+}
+
+void rt_pipe_send(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf, size_t n) {
+  pipe_send_(p, peer_vs, lower_vs, grad, buf, 0, n);
+}
+
+/* This tp rank's slice of an n-element scatter/gather message. */
+static size_t pipe_slice(const Trainer *t, size_t n, size_t *len) {
+  int P = t->mesh->size[RT_AX_TP];
+  if (n % (size_t)P)
+    rt_mesh_fail(t->mesh, "internal: a pipeline message of %zu elements split over %d tp ranks", n,
+                 P);
+  *len = n / (size_t)P;
+  return *len * (size_t)coord(t, RT_AX_TP);
+}
+
+void rt_pipe_recv_gather(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t n) {
+  Trainer *t = p->t;
+  size_t len, off = pipe_slice(t, n, &len);
+  pipe_recv_(p, peer_vs, lower_vs, grad, buf, off, len);
+#ifdef RT_TRAIN_CUDA
+  /* the message in floats (a 16-bit value's bytes as whole floats) */
+  size_t f = (size_t)t->es / 4;
+  rtc_allgather_dim(t->mesh, RT_AX_TP, (float *)buf, (const float *)buf + off * f, 1, len * f,
+                    NULL);
+#else
+  rt_allgather_dim(t->mesh, RT_AX_TP, buf, (unsigned char *)buf + off * (size_t)t->es, 1, len,
+                   t->es, NULL);
+#endif
+}
+
+void rt_pipe_send_scatter(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf,
+                          size_t n) {
+  size_t len, off = pipe_slice(p->t, n, &len);
+  pipe_send_(p, peer_vs, lower_vs, grad, buf, off, len);
 }
 
 static void check_req(Trainer *t, int req) {

@@ -172,6 +172,13 @@ if [ -z "${CUDA_PROGRAMS_QUICK:-}" ] && command -v mpirun >/dev/null && command 
     near "gpt bf16 cuda-host tp2d=2x2" "$tmp/gpt-bf16-2d" 3
   build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16-ring" --target cuda-host --mesh 2 --strategy sp=ring:2 &&
     near "gpt bf16 cuda-host sp=ring:2" "$tmp/gpt-bf16-ring" 3
+  # scatter/gather (stages on two nodes): each tp rank sends half of a bf16
+  # boundary message, the receiver all-gathers the halves over tp on NCCL
+  build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16-pptp" --target cuda-host --mesh 2x2 --strategy pp=2,tp=2 && {
+    if grep -q "rt_pipe_recv_gather" "$tmp/gpt-bf16-pptp/model.cu"; then
+      near "gpt bf16 cuda-host pp=2,tp=2 (scatter/gather)" "$tmp/gpt-bf16-pptp" 3
+    else bad "gpt bf16 pp=2,tp=2: its messages are not scattered (no rt_pipe_recv_gather)"; fi
+  }
   # bf16 messages of a cut that two tensors cross (16-bit each), against
   # gpt3's fp32 cpu run (from the mesh runs above)
   sed 's/precision = fp32/precision = bf16/' "$MODELS_DIR/gpt3.shard" >"$tmp/gpt3_bf16.shard"

@@ -76,7 +76,11 @@ reference gpt && {
   check gpt 4 pp=4,schedule=1f1b
   check gpt 4 pp=2,tp=2
   check gpt 4 pp=2,dp=2,zero=1
-  check gpt 8 tp=2,pp=2,dp=2
+  # stages on two nodes (2x2: 2 nodes of 2; 2x4): messages whole on every
+  # tp rank travel scattered over tp and are all-gathered by the receiver
+  check gpt 2x2 pp=2,tp=2
+  check gpt 2x4 tp=2,pp=2,dp=2
+  check gpt 2x4 tp=2,pp=2,dp=2,zero=1
   check gpt 8 tp=2,sp=megatron,pp=2,dp=2
   check gpt 2 sp=ring:2
   check gpt 4 dp=2,sp=ring:2
@@ -90,7 +94,7 @@ reference gpt && {
   check gpt 4 pp=2,sp=ring:2,schedule=interleaved:2
   check gpt 4 pp=2,sp=ring:2,zero=1
   check gpt 8 pp=2,sp=ring:2,dp=2
-  check gpt 8 pp=2,sp=ring:2,tp=2
+  check gpt 2x4 pp=2,sp=ring:2,tp=2
   check gpt 4 dp=4,zero=2
   check gpt 4 dp=4,zero=3
   check gpt 2 dp=2,zero=3
@@ -117,7 +121,7 @@ reference llama && {
   check llama 4 tp=2,dp=2
   check llama 4 tp=2,sp=megatron,dp=2
   check llama 4 pp=2,tp=2
-  check llama 4 pp=2,tp=2,schedule=interleaved:2
+  check llama 2x2 pp=2,tp=2,schedule=interleaved:2
   check llama 2 sp=ring:2
   check llama 4 tp=2,sp=ring:2
   check llama 4 pp=2,sp=ring:2

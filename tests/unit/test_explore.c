@@ -174,6 +174,30 @@ int main(void) {
          me_eval.peak_mem / 1e9);
   ASSERT(1, me_eval.feasible);
   ASSERT(1, best[0].step_s <= me_eval.step_s);
+  /* pipeline messages across nodes (8 A100s a node, tp=8 inside it): whole
+   * on every tp rank without Megatron-SP, so scattered, 1/8 over the NICs
+   * and an all-gather over NVSwitch (passes/program.c); on one node whole;
+   * under Megatron-SP each rank's own 1/8 */
+  Plan pt;
+  plan_default(&pt);
+  ASSERT(0, plan_parse_spec("tp=8,pp=16,dp=8,mb=192", &pt, err, sizeof err));
+  double mb_bytes = (double)g3.seq * g3.hidden * g3.elt;
+  double whole = cost_coll(&hw, "p2p", 2, 64, mb_bytes, NULL);
+  double sc = explore_msg_time(&g3, &hw, me, &pt, 1);
+  ASSERT(1, ir_mesh_pp_crosses_nodes(me, 16));
+  ASSERT_NEAR(cost_coll(&hw, "p2p", 2, 64, mb_bytes / 8, NULL) +
+                  cost_coll(&hw, "all_gather", 8, 1, mb_bytes, NULL),
+              sc, 1e-12);
+  ASSERT(1, sc < whole / 2);
+  Mesh one = *me;
+  one.nodes = 1;
+  one.per_node = one.ndev;
+  ASSERT(0, ir_mesh_pp_crosses_nodes(&one, 16));
+  ASSERT_NEAR(whole, explore_msg_time(&g3, &hw, &one, &pt, 1), 1e-12);
+  Plan ptsp = pt;
+  ptsp.sp_kind = SP_MEGATRON;
+  ASSERT_NEAR(cost_coll(&hw, "p2p", 2, 64, mb_bytes / 8, NULL), explore_msg_time(&g3, &hw, me, &ptsp, 1),
+              1e-12);
   /* interleaving over chunks that do not divide the layers (96 layers in
    * 16 x 4 virtual stages: the compiler cuts inside layers) is in the
    * space, and priced like the even split: each rank 6 layers */

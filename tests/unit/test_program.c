@@ -12,6 +12,7 @@
 #include "test.h"
 #include "compile.h"
 #include "../../runtime/cuda/rtc_slots.h"
+#include "../../runtime/dist_formulas.h"
 
 /* the CUDA runtime keeps as many gathers ahead as the programs number */
 _Static_assert(RTC_AHEAD_SLOTS == PROG_AHEAD_SLOTS, "runtime/cuda/rtc_slots.h and ir/rankprog.h disagree");
@@ -133,10 +134,78 @@ static void test_pipeline_program(void) {
   ASSERT(0, commcheck(&cp, err, sizeof err));
 }
 
+/* The first instruction of kind k in b (NULL: none). */
+static const PInstr *first(const PBlock *b, PInstrKind k) {
+  for (int i = 0; i < b->n; i++)
+    if (b->ins[i].kind == k) return &b->ins[i];
+  return NULL;
+}
+
+/* Scatter/gather: with tp=2 and the two stages on two nodes, a stage
+ * boundary's activation (whole on both tp ranks) and its gradient travel as
+ * halves, 1/2 of the bytes per rank, and each receive all-gathers the
+ * message over tp; the check still passes and the plan's bytes are the
+ * counted events (the gathers counted on tp).  On one node, and under
+ * Megatron-SP (the boundary already split over tp), messages go whole. */
+static void test_pipeline_scatter(void) {
+  Module *one = compile("../samples/gpt.shard", "4", "pp=2,tp=2");
+  if (one) {
+    const PInstr *w = first(&one->rprog[0]->chunk[0].fwd, PI_SEND);
+    ASSERT(1, w && !w->split && w->comm.bytes == (uint64_t)w->count * 4);
+  }
+  Module *m = compile("../samples/gpt.shard", "2x2", "pp=2,tp=2");
+  if (!m) return;
+  ASSERT(2, m->nrprog);
+  const PInstr *s0 = first(&m->rprog[0]->chunk[0].fwd, PI_SEND),
+               *r1 = first(&m->rprog[1]->chunk[0].fwd, PI_RECV),
+               *g1 = first(&m->rprog[1]->chunk[0].bwd, PI_SEND),
+               *r0 = first(&m->rprog[0]->chunk[0].bwd, PI_RECV);
+  ASSERT(1, s0 && r1 && g1 && r0);
+  if (!s0 || !r1 || !g1 || !r0) return;
+  const PInstr *all[] = {s0, r1, g1, r0};
+  for (int i = 0; i < 4; i++) {
+    ASSERT(2, all[i]->split);
+    ASSERT((uint64_t)all[i]->count * 4 / 2, all[i]->comm.bytes);
+  }
+  ASSERT(s0->count, r1->count);
+  ASSERT(PC_COLL, r1->gather.kind);
+  ASSERT(AX_TP, r1->gather.axis);
+  ASSERT(rt_vol_allgather((uint64_t)r1->count * 4, 2), r1->gather.bytes);
+  ASSERT(rt_vol_allgather((uint64_t)r0->count * 4, 2), r0->gather.bytes);
+  ASSERT(PC_NONE, s0->gather.kind);
+  PEvent *ev;
+  int n = prog_events(m->rprog[1], &ev), gathers = 0;
+  uint64_t sum = 0, tp = 0;
+  for (int i = 0; i < n; i++) {
+    if (ev[i].counted) sum += ev[i].bytes;
+    if (ev[i].counted && ev[i].axis == AX_TP) tp += ev[i].bytes;
+    gathers += ev[i].op && !strcmp(ev[i].op, "all_gather") && ev[i].axis == AX_TP &&
+               ev[i].what && strstr(ev[i].what, "from stage 0");
+  }
+  ASSERT(m->rprog[1]->mb, gathers);
+  ASSERT(1, tp >= (uint64_t)gathers * r1->gather.bytes);
+  CommProgram cp;
+  ASSERT(4, comm_program(m, &cp));
+  char err[4096];
+  ASSERT(0, commcheck(&cp, err, sizeof err));
+  ASSERT(sum, prog_comm_bytes(m->rprog[1], NULL));
+  /* Megatron-SP: this rank's sequence part, whole */
+  Module *sp = compile("../samples/gpt.shard", "2x2", "pp=2,tp=2,sp=megatron");
+  if (!sp) return;
+  const PInstr *q = first(&sp->rprog[0]->chunk[0].fwd, PI_SEND);
+  ASSERT(1, q != NULL);
+  if (q) {
+    ASSERT(0, q->split);
+    ASSERT((uint64_t)q->count * 4, q->comm.bytes);
+    ASSERT(s0->count / 2, q->count);
+  }
+}
+
 int main(void) {
   test_swap_deadlock();
   test_dp_program();
   test_pipeline_program();
+  test_pipeline_scatter();
   printf("test_program: %d checks, %d failures\n", test_checks, test_failures);
   return test_failures ? 1 : 0;
 }
