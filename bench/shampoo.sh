@@ -33,6 +33,7 @@
 #   BATCHES="4 16" bench/shampoo.sh             (section 1's global batches, sequences per step)
 #   PP=2 SECTIONS=3 bench/shampoo.sh            (section 3's pipeline stages, one rank each; default 4:
 #                                                on 2 cores, 4 ranks leave the bubbles no idle core)
+#   MB=2 SECTIONS=3 bench/shampoo.sh            (section 3's microbatches, default 4; fewer: larger bubbles)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 steps="${1:-24}"
@@ -40,6 +41,7 @@ sections="${SECTIONS:-1 2 3 4}"
 repeats="${REPEATS:-3}"
 batches="${BATCHES:-4 16}"
 pp="${PP:-4}"
+mbs="${MB:-4}"
 want() { [[ " $sections " == *" $1 "* ]]; }
 [ -x "$root/build/shardc" ] || { cmake -S "$root" -B "$root/build" >/dev/null && cmake --build "$root/build" -j2 >/dev/null; }
 shardc="$root/build/shardc"
@@ -193,8 +195,8 @@ fi
 if want 3; then
   variant "$B" pp_off "$sh, stagger = false)" "${lng[@]}"
   variant "$B" pp_on "$sh)" "${lng[@]}"
-  build pp_off "$pp" "pp=$pp,schedule=1f1b,mb=4"
-  build pp_on "$pp" "pp=$pp,schedule=1f1b,mb=4"
+  build pp_off "$pp" "pp=$pp,schedule=1f1b,mb=$mbs"
+  build pp_on "$pp" "pp=$pp,schedule=1f1b,mb=$mbs"
   fo=() fr=() ff=() fx=() nm=() nx=() nf=()
   for rep in $(seq "$repeats"); do
     train pp_off "$pp" "pp_off$rep"
@@ -207,7 +209,7 @@ if want 3; then
   o=$(med "${fo[@]}") r=$(med "${fr[@]}") m=$(med "${nm[@]}") x=$(med "${nx[@]}")
   {
     echo
-    echo "3. pp=$pp (1f1b, mb=4), $pp ranks on $(nproc --all) cores: root steps against ordinary steps over steps 4..$steps (0-based 3..$((steps - 1)))"
+    echo "3. pp=$pp (1f1b, mb=$mbs), $pp ranks on $(nproc --all) cores: root steps against ordinary steps over steps 4..$steps (0-based 3..$((steps - 1)))"
     printf '   stagger = false: ordinary step (median) %.1f ms, slowest root step %.1f ms: spike %+.1f%%   (runs: ordinary %s; root %s)\n' \
       "$o" "$r" "$(awk -v o="$o" -v r="$r" 'BEGIN { print 100 * (r / o - 1) }')" "${fo[*]}" "${fr[*]}"
     printf '   stagger = true:  every step a root step: median %.1f ms, slowest %.1f ms: spike %+.1f%% over stagger = false'"'"'s ordinary step, %+.1f%% over its own median   (runs: median %s; slowest %s)\n' \
