@@ -20,6 +20,22 @@ void report_commas(char *buf, int cap, int64_t n) {
   buf[o] = 0;
 }
 
+/* Where virtual stage s's program sends x scattered over tp (passes/program.c
+ * pipe_split): ", scattered over tp: N bytes a rank, all-gathered there";
+ * "" otherwise. */
+static const char *scatter_text(const Module *m, int s, const Value *x) {
+  int pp = m->train.plan.pp > 0 ? m->train.plan.pp : 1;
+  if (s % pp >= m->nrprog || !m->rprog[s % pp] || s / pp >= m->rprog[s % pp]->nchunks) return "";
+  const PBlock *b = &m->rprog[s % pp]->chunk[s / pp].fwd;
+  for (int i = 0; i < b->n; i++)
+    if (b->ins[i].kind == PI_SEND && b->ins[i].in[0].v == x && b->ins[i].split) {
+      char by[32];
+      report_commas(by, sizeof by, (int64_t)b->ins[i].comm.bytes);
+      return arena_printf(", scattered over tp: %s bytes a rank, all-gathered there", by);
+    }
+  return "";
+}
+
 static const char *human_bytes(double b) {
   static char buf[8][32];
   static int k;
@@ -98,9 +114,9 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
       char sh[256], by[32];
       ir_shape_str(g, x, sh, sizeof sh);
       report_commas(by, sizeof by, ir_numel(&x->shape) * ir_dtype_size(x->dtype));
-      fprintf(out, "%scut %d:    %s; the message per microbatch: %%%d %s (%s bytes) to stage %d, "
+      fprintf(out, "%scut %d:    %s; the message per microbatch: %%%d %s (%s bytes) to stage %d%s, "
                    "its gradient back\n",
-              pf, s, m->stage_cut[s], x->id, sh, by, s + 1);
+              pf, s, m->stage_cut[s], x->id, sh, by, s + 1, scatter_text(m, s, x));
     } else if (s < m->nstages - 1 && m->stage_cut[s] && g->nsend > 1) {
       /* several tensors cross: one message each, in this order */
       int64_t all = 0;
@@ -117,7 +133,8 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
         ir_shape_str(g, x, sh, sizeof sh);
         report_commas(b1, sizeof b1, ir_numel(&x->shape) * ir_dtype_size(x->dtype));
         const char *what = x->def ? ir_ops[x->def->op].name : "?";
-        fprintf(out, "%s             %%%d %s (%s bytes), %s's output\n", pf, x->id, sh, b1, what);
+        fprintf(out, "%s             %%%d %s (%s bytes), %s's output%s\n", pf, x->id, sh, b1, what,
+                scatter_text(m, s, x));
       }
     }
   }

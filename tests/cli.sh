@@ -328,6 +328,12 @@ expect cut-inside-stage 0 '^stage 1:  blocks.1 from add .. blocks.2, model ops; 
 expect cut-inside-one 0 '^cut 0:    inside blocks.1 \(after 1.5 layers\), after add \(gpt3.shard:5\), before layernorm; the message per microbatch: %[0-9]+ f32\[B=4,T=64,128\] \(131,072 bytes\) to stage 1, its gradient back' -- "$bin" compile tests/dist/gpt3.shard --mesh 2 --strategy pp=2:1.5+1.5
 expect cut-inside-given 0 '^stage 0:  model ops, blocks.0 .. blocks.1 to add; 43.8% of the FLOPs' -- "$bin" compile tests/dist/gpt3.shard --mesh 2 --strategy pp=2:1.5+1.5
 expect cut-inside-spec 0 '^strategy: dp=1,pp=2:1.5\+1.5,schedule=1f1b' -- "$bin" compile tests/dist/gpt3.shard --mesh 2 --strategy pp=2:1.5+1.5
+# stages on two nodes with tp=2: the residual stream (whole on both tp ranks)
+# goes scattered, half a rank; the column matmul's output (split over tp)
+# goes as each rank's own part; on one node both go whole
+expect cut-scatter 0 '^             %[0-9]+ f32\[B=4,T=64,128\] \(131,072 bytes\), add.s output, scattered over tp: 65,536 bytes a rank, all-gathered there$' -- "$bin" compile tests/dist/gpt3.shard --mesh 2x2 --strategy pp=2,tp=2
+expect cut-scatter-split 0 '^             %[0-9]+ f32\[B=4,T=64,256\] \(262,144 bytes\), matmul.s output$' -- "$bin" compile tests/dist/gpt3.shard --mesh 2x2 --strategy pp=2,tp=2
+expect cut-scatter-one-node 0 '^             %[0-9]+ f32\[B=4,T=64,128\] \(131,072 bytes\), add.s output$' -- "$bin" compile tests/dist/gpt3.shard --mesh 4 --strategy pp=2,tp=2
 # pp=2:1.25+1.75: the boundary nearest a quarter of blocks.1's FLOPs, after
 # its qkv matmul's bias add (the residual and the qkv output cross it)
 expect cut-frac 0 '^cut 0:    inside blocks.1 \(after 1.23 layers\), after add \(gpt3.shard:5\), before slice; 2 tensors cross it; 2 messages per microbatch \(524,288 bytes\)' -- "$bin" compile tests/dist/gpt3.shard --mesh 2 --strategy pp=2:1.25+1.75
