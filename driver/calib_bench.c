@@ -106,10 +106,7 @@ int main(int argc, char **argv) {
   }
   /* threads as runtime/train_support.c's rt_train_threads sets them */
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  int local = ls ? atoi(ls) : world;
-  int threads = cores > 0 && local > 0 ? (int)(cores / local) : 1;
-  if (threads < 1) threads = 1;
+  int threads = rt_threads_per_rank(world);
   rt_set_threads_unless_env(threads);
 
   FILE *out = NULL;

@@ -180,8 +180,17 @@ int rt_set_threads(int n);
 void rt_set_threads_unless_env(int n);
 /* Threads the OpenMP kernels will use (1 when built without OpenMP). */
 int rt_threads(void);
+/* Ranks the launcher started on this node: Open MPI's
+ * OMPI_COMM_WORLD_LOCAL_SIZE, else Slurm's SLURM_NTASKS_PER_NODE or the
+ * first figure of SLURM_TASKS_PER_NODE ("2(x4)": 2); def when neither says. */
+int rt_local_ranks(int def);
+/* Threads per rank: the node's online cores over its ranks
+ * (rt_local_ranks(ranks)), at least 1.  The training driver and the
+ * calibrator size their pools with it. */
+int rt_threads_per_rank(int ranks);
 /* Ranks sharing cores: when the launcher started more ranks on this node
- * (OMPI_COMM_WORLD_LOCAL_SIZE, or Slurm's SLURM_NTASKS_PER_NODE) than the
+ * (rt_local_ranks; this rank's place among them from
+ * OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID) than the
  * cores this process may run on (its affinity: all of them unless the
  * launcher or a cpuset narrowed it), binds this rank to the (local_rank %
  * cores)-th of those cores (round robin:

@@ -62,16 +62,42 @@ void rt_blas_serial_end(int prev) {
     openblas_set_num_threads(prev);
 }
 
-int rt_bind_shared_cores(void) {
-  const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"), *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  if (!ls || !lr) { /* Slurm's names */
-    ls = getenv("SLURM_NTASKS_PER_NODE");
-    lr = getenv("SLURM_LOCALID");
+/* A positive count at the start of s ("4", "2(x4)", "2,1"), or 0. */
+static int leading_count(const char *s) {
+  if (!s || *s < '0' || *s > '9')
+    return 0;
+  char *end;
+  long v = strtol(s, &end, 10);
+  return v > 0 && v <= 1 << 20 && (*end == 0 || *end == '(' || *end == ',') ? (int)v : 0;
+}
+
+int rt_local_ranks(int def) {
+  static const char *names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
+                                "SLURM_TASKS_PER_NODE"};
+  for (int i = 0; i < 3; i++) {
+    int n = leading_count(getenv(names[i]));
+    if (n > 0)
+      return n;
   }
+  return def;
+}
+
+int rt_threads_per_rank(int ranks) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int local = rt_local_ranks(ranks);
+  long t = cores > 0 && local > 0 ? cores / local : 1;
+  return t < 1 ? 1 : (int)t;
+}
+
+int rt_bind_shared_cores(void) {
+  const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (!lr) /* Slurm's name */
+    lr = getenv("SLURM_LOCALID");
   const char *off = getenv("SHARDC_NO_BIND");
-  if (!ls || !lr || (off && *off && strcmp(off, "0")))
+  int local = rt_local_ranks(0);
+  if (!local || !lr || (off && *off && strcmp(off, "0")))
     return -1;
-  int local = atoi(ls), me = atoi(lr);
+  int me = atoi(lr);
   cpu_set_t cur;
   if (local <= 0 || me < 0 || sched_getaffinity(0, sizeof cur, &cur))
     return -1;

@@ -270,13 +270,10 @@ void rt_blas_setup(int argc, char **argv) {
 }
 
 void rt_train_threads(int ranks) {
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", ranks);
-  long t = cores > 0 && local > 0 ? cores / local : 1;
   /* each pool the environment does not size: OPENBLAS_NUM_THREADS=1 alone
    * (a common habit) left OpenMP at every core in every rank, and 4 ranks
    * on 2 cores ran ten times slower */
-  rt_set_threads_unless_env(t < 1 ? 1 : (int)t);
+  rt_set_threads_unless_env(rt_threads_per_rank(ranks));
 }
 
 void rt_params_init(const RtProgram *pg, const RtParam *ps, int n, unsigned char *base,

@@ -168,12 +168,12 @@ int main(int argc, char **argv) {
 #ifndef RTC_HOST
   /* NCCL refuses two ranks on one device: calibrate one rank per GPU */
   int ndev = 0;
-  const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  int local = rt_local_ranks(0);
   if (ok) cudaCheck(cudaGetDeviceCount(&ndev));
-  if (ok && ls && atoi(ls) > ndev) {
+  if (ok && local > ndev) {
     if (!rank_)
       fprintf(stderr, "shardc-calib-cuda: %d ranks on a node with %d GPU%s: calibrate runs one "
-              "rank per GPU (--np at most the GPUs)\n", atoi(ls), ndev, ndev == 1 ? "" : "s");
+              "rank per GPU (--np at most the GPUs)\n", local, ndev, ndev == 1 ? "" : "s");
     ok = 0;
   }
 #endif

@@ -217,7 +217,33 @@ static void env_rule(int par) {
   if (par) ASSERT(1, rt_threads());
 }
 
+/* Threads per rank: the node's cores over the ranks the launcher started on
+ * it (Open MPI's or Slurm's count; Slurm's "2(x4)" is 2 a node), never 0;
+ * without a launcher's count, the ranks given. */
+static void per_rank_rule(void) {
+  static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
+                               "SLURM_TASKS_PER_NODE"};
+  for (int i = 0; i < 3; i++)
+    unsetenv(vars[i]);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  ASSERT(7, rt_local_ranks(7));
+  ASSERT(cores > 1 ? (int)cores : 1, rt_threads_per_rank(1));
+  ASSERT(1, rt_threads_per_rank(1000));
+  setenv("SLURM_TASKS_PER_NODE", "2(x4)", 1);
+  ASSERT(2, rt_local_ranks(8));
+  ASSERT(cores / 2 > 1 ? (int)(cores / 2) : 1, rt_threads_per_rank(8));
+  setenv("SLURM_NTASKS_PER_NODE", "1", 1);
+  ASSERT(1, rt_local_ranks(8));
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "3", 1);
+  ASSERT(3, rt_local_ranks(8));
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "x", 1); /* not a count: the next one */
+  ASSERT(1, rt_local_ranks(8));
+  for (int i = 0; i < 3; i++)
+    unsetenv(vars[i]);
+}
+
 int main(void) {
+  per_rank_rule();
   Hashes a, b, c;
   run(&a, 2, 0);
   int par = rt_threads() == 2;
