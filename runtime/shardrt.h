@@ -181,8 +181,9 @@ void rt_set_threads_unless_env(int n);
 /* Threads the OpenMP kernels will use (1 when built without OpenMP). */
 int rt_threads(void);
 /* Ranks the launcher started on this node: Open MPI's
- * OMPI_COMM_WORLD_LOCAL_SIZE, else Slurm's SLURM_NTASKS_PER_NODE or the
- * first figure of SLURM_TASKS_PER_NODE ("2(x4)": 2); def when neither says. */
+ * OMPI_COMM_WORLD_LOCAL_SIZE, else Slurm's SLURM_NTASKS_PER_NODE, else this
+ * node's (SLURM_NODEID's) figure in SLURM_TASKS_PER_NODE ("2(x3),1": 2 on
+ * nodes 0-2, 1 on node 3); def when none says. */
 int rt_local_ranks(int def);
 /* Threads per rank: the node's online cores over its ranks
  * (rt_local_ranks(ranks)), at least 1.  The training driver and the

@@ -62,24 +62,58 @@ void rt_blas_serial_end(int prev) {
     openblas_set_num_threads(prev);
 }
 
-/* A positive count at the start of s ("4", "2(x4)", "2,1"), or 0. */
+/* A positive count at the start of s ("4"), or 0. */
 static int leading_count(const char *s) {
   if (!s || *s < '0' || *s > '9')
     return 0;
   char *end;
   long v = strtol(s, &end, 10);
-  return v > 0 && v <= 1 << 20 && (*end == 0 || *end == '(' || *end == ',') ? (int)v : 0;
+  return v > 0 && v <= 1 << 20 && *end == 0 ? (int)v : 0;
+}
+
+/* Slurm's SLURM_TASKS_PER_NODE ("2(x3),1": 2 tasks on each of the first 3
+ * nodes, 1 on the 4th) at node `node`, or 0 when it does not parse. */
+static int slurm_tasks_on(const char *s, int node) {
+  if (!s || node < 0)
+    return 0;
+  while (*s) {
+    char *end;
+    long n = strtol(s, &end, 10), times = 1;
+    if (end == s || n <= 0 || n > 1 << 20)
+      return 0;
+    s = end;
+    if (*s == '(') {
+      if (s[1] != 'x')
+        return 0;
+      times = strtol(s + 2, &end, 10);
+      if (end == s + 2 || times <= 0 || *end != ')')
+        return 0;
+      s = end + 1;
+    }
+    if (node < times)
+      return (int)n;
+    node -= (int)times;
+    if (*s == ',')
+      s++;
+    else if (*s)
+      return 0;
+  }
+  return 0;
 }
 
 int rt_local_ranks(int def) {
-  static const char *names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
-                                "SLURM_TASKS_PER_NODE"};
-  for (int i = 0; i < 3; i++) {
-    int n = leading_count(getenv(names[i]));
-    if (n > 0)
-      return n;
+  int n = leading_count(getenv("OMPI_COMM_WORLD_LOCAL_SIZE"));
+  if (n <= 0)
+    n = leading_count(getenv("SLURM_NTASKS_PER_NODE"));
+  if (n <= 0) {
+    /* this node's figure (SLURM_NODEID, 0 when unset) */
+    const char *id = getenv("SLURM_NODEID");
+    char *end = NULL;
+    long node = id && *id ? strtol(id, &end, 10) : 0;
+    if (!id || !*id || (*end == 0 && node >= 0 && node < 1 << 20))
+      n = slurm_tasks_on(getenv("SLURM_TASKS_PER_NODE"), (int)node);
   }
-  return def;
+  return n > 0 ? n : def;
 }
 
 int rt_threads_per_rank(int ranks) {

@@ -232,6 +232,21 @@ static void per_rank_rule(void) {
   setenv("SLURM_TASKS_PER_NODE", "2(x4)", 1);
   ASSERT(2, rt_local_ranks(8));
   ASSERT(cores / 2 > 1 ? (int)(cores / 2) : 1, rt_threads_per_rank(8));
+  /* uneven nodes: this node's figure */
+  setenv("SLURM_TASKS_PER_NODE", "3(x2),1,4", 1);
+  setenv("SLURM_NODEID", "1", 1);
+  ASSERT(3, rt_local_ranks(11));
+  setenv("SLURM_NODEID", "2", 1);
+  ASSERT(1, rt_local_ranks(11));
+  setenv("SLURM_NODEID", "3", 1);
+  ASSERT(4, rt_local_ranks(11));
+  setenv("SLURM_NODEID", "4", 1); /* past the list, or not a figure: the default */
+  ASSERT(11, rt_local_ranks(11));
+  setenv("SLURM_TASKS_PER_NODE", "3(y2)", 1);
+  setenv("SLURM_NODEID", "0", 1);
+  ASSERT(11, rt_local_ranks(11));
+  unsetenv("SLURM_NODEID");
+  setenv("SLURM_TASKS_PER_NODE", "2(x4)", 1);
   setenv("SLURM_NTASKS_PER_NODE", "1", 1);
   ASSERT(1, rt_local_ranks(8));
   setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "3", 1);
