@@ -67,7 +67,9 @@ if build $S "$REF" --mesh 1 --strategy dp=1 &&
   check 2 tp=2
   check 4 tp=4
   check 4 dp=2,tp=2
-  check 4 pp=2,tp=2,schedule=1f1b
+  # stages on two nodes: the pipeline's messages scattered over tp, the roots
+  # computed while a scattered receive waits
+  check 2x2 pp=2,tp=2,schedule=1f1b
   reshard 2 tp=2 2 dp=2
   reshard 2 dp=2 4 tp=4
 else

@@ -20,7 +20,7 @@ check() {  # RANKS STRATEGY (against $REF's run of $STEPS steps)
   local c
   if c=$(compare "$REF.jsonl" "$d.jsonl" "$REF.st" "$d.st"); then
     ok
-    printf '  %-32s %d ranks  %s\n' "$2" "$1" "$c"
+    printf '  %-32s %s ranks  %s\n' "$2" "$1" "$c"
   else
     bad "$2: $c"
   fi
