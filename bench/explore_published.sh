@@ -131,8 +131,8 @@ runs=$(cat <<'EOF'
 1T-full K22 160 25600 128 512 512 1 A100_SXM tp=8,pp=64,dp=1,sp=none,recompute=full s 94.42
 1T-sp+sel K22 160 25600 128 512 512 1 A100_SXM tp=8,pp=64,dp=1,sp=megatron,recompute=selective s 71.49
 176B B22 112 14336 70 384 2048 2 A100_SXM tp=4,pp=12,dp=8,sp=none,zero=1,recompute=full tf96 150
-405B-8k L24 - - - 8192 2048 1 H100_SXM tp=8,pp=16,dp=64 tfm 430
-405B-16k L24 - - - 16384 2048 1 H100_SXM tp=8,pp=16,dp=128 tfm 400
+405B-8k L24 - - - 8192 2048 1 H100_SXM tp=8,pp=16,dp=64 tfm 430 fsdp
+405B-16k L24 - - - 16384 2048 1 H100_SXM tp=8,pp=16,dp=128 tfm 400 fsdp
 EOF
 )
 
@@ -140,7 +140,9 @@ printf '%-12s %-4s %6s  %-58s %10s %10s %8s\n' run src GPUs "plan (published; th
 rc=0
 sum=0
 cnt=0
-while read -r id src heads d layers gpus batch mbs dev strat kind val; do
+sum_in=0
+cnt_in=0
+while read -r id src heads d layers gpus batch mbs dev strat kind val note; do
   f="$tmp/$id.shard"
   case $src in
   L24) llama405 "$f" "$gpus" "$batch" ;;
@@ -162,13 +164,21 @@ while read -r id src heads d layers gpus batch mbs dev strat kind val; do
   tfm) pub=$(awk -v p="$pred" -v t="$tfm" -v v="$val" 'BEGIN { printf "%.4g", p * t / v }') ;;
   esac
   err=$(awk -v a="$pred" -v b="$pub" 'BEGIN { printf "%+.1f", 100 * (a - b) / b }')
-  printf "%-12s %-4s %6s  %-58s %9.4gs %9.4gs %7s%%\n" "$id" "$src" "$gpus" "${spec:0:58}" "$pub" "$pred" "$err"
+  printf "%-12s %-4s %6s  %-58s %9.4gs %9.4gs %7s%%%s\n" "$id" "$src" "$gpus" "${spec:0:58}" "$pub" "$pred" "$err" \
+    "${note:+ (*)}"
   sum=$(awk -v s="$sum" -v e="$err" 'BEGIN { print s + (e < 0 ? -e : e) }')
   cnt=$((cnt + 1))
+  [ -n "${note:-}" ] && continue
+  sum_in=$(awk -v s="$sum_in" -v e="$err" 'BEGIN { print s + (e < 0 ? -e : e) }')
+  cnt_in=$((cnt_in + 1))
   if [ -n "$max" ] && awk -v e="$err" -v m="$max" 'BEGIN { exit !(e > m || e < -m) }'; then
     echo "  OFF: $id is more than $max% from the published figure"
     rc=1
   fi
 done <<<"$runs"
-awk -v s="$sum" -v n="$cnt" 'BEGIN { printf "%d runs: mean absolute error %.1f%%\n", n, s / n }'
+awk -v s="$sum" -v n="$cnt" -v si="$sum_in" -v ni="$cnt_in" 'BEGIN {
+  printf "%d runs: mean absolute error %.1f%%; the %d whose scheme the plan space holds: %.1f%%\n", n, s / n, ni, si / ni }'
+echo "(*) outside the plan space, not held to the bound: Llama 3 ran FSDP with its pipeline (parameters,"
+echo "    gradients and optimizer state sharded at rest); shardc's ZeRO-2/3 reduce-scatter every microbatch's"
+echo "    gradients (as DeepSpeed's do) and its ZeRO-1 keeps whole gradients, so the search's plan differs"
 exit $rc

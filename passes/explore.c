@@ -407,6 +407,7 @@ typedef struct LCost {
   double f, b;        /* forward, backward seconds per microbatch (with recompute) */
   double gemm, attn, elem;  /* of which compute by kind, forward + backward */
   double comm_f, comm_b;
+  double sent_f, sent_b;  /* bytes this rank sends per microbatch (runtime/dist_formulas.h's count) */
   double act;         /* bytes held per microbatch until its backward */
   double params;      /* local parameter elements */
 } LCost;
@@ -421,6 +422,12 @@ typedef struct Split {
 static double coll_axis(const HwModel *hw, const char *op, int n, int stride, double bytes) {
   return cost_coll(hw, op, n, stride, bytes, NULL);
 }
+
+/* Bytes a rank sends, as runtime/dist_formulas.h counts them: an all-reduce
+ * of S bytes over P ranks 2(P-1)/P S; an all-gather, reduce-scatter,
+ * broadcast or reduce of S (the whole) (P-1)/P S. */
+static double vol_ar(double S, int P) { return P > 1 ? 2.0 * (P - 1) / P * S : 0; }
+static double vol_ag(double S, int P) { return P > 1 ? (double)(P - 1) / P * S : 0; }
 
 static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel *hw, const Split *s,
                        bool is_layer, LCost *c) {
@@ -447,6 +454,8 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
         double cb = 2 * cf;
         c->comm_f += cf;
         c->comm_b += cb;
+        c->sent_f += q * (vol_ag(xb, q) + vol_ag(wb, q));
+        c->sent_b += 2 * q * (vol_ag(xb, q) + vol_ag(wb, q));
         f += cf;
         b += cb;
       } else {
@@ -460,11 +469,13 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
            * the next region's all-gather, the same bytes) */
           double cf = coll_axis(hw, "all_reduce", t, 1, M * o->N * elt);
           c->comm_f += cf;
+          c->sent_f += vol_ar(M * o->N * elt, t);
           f += cf;
         }
         if (t > 1 && (o->split == TPH_COL || o->split == TPH_VOCAB) && o->elems > 0) {
           double cb = coll_axis(hw, "all_reduce", t, 1, M * o->K * elt);
           c->comm_b += cb;
+          c->sent_b += vol_ar(M * o->K * elt, t);
           b += cb;
         }
       }
@@ -489,6 +500,8 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
         double cb = (2 * (r - 1) + 1) * coll_axis(hw, "p2p", 2, T, 2 * kv);
         c->comm_f += cf;
         c->comm_b += cb;
+        c->sent_f += (r - 1) * 2 * kv;
+        c->sent_b += (2 * (r - 1) + 1) * 2 * kv;
         f += cf;
         b += cb;
       }
@@ -509,6 +522,8 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
         b += st;
         c->comm_f += st;
         c->comm_b += st;
+        c->sent_f += vol_ar(rows / q * 16, q);
+        c->sent_b += vol_ar(rows / q * 16, q);
       }
       c->f += f;
       c->b += b;
@@ -521,6 +536,7 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
         double cf = coll_axis(hw, "all_reduce", q > 1 ? q : t, q > 1 ? q : 1, e * (q > 1 ? 1 : 1) * elt);
         f += cf;
         c->comm_f += cf;
+        c->sent_f += vol_ar(e * elt, q > 1 ? q : t);
       }
       c->f += f;
       c->b += b;
@@ -536,6 +552,8 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
         b += cf;
         c->comm_f += cf;
         c->comm_b += cf;
+        c->sent_f += 2 * vol_ar(rw * 16, q > 1 ? q : t);
+        c->sent_b += 2 * vol_ar(rw * 16, q > 1 ? q : t);
       }
       c->f += f;
       c->b += b;
@@ -544,7 +562,10 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
     }
   }
   /* recompute: the backward reruns the forward it dropped */
-  if (is_layer && s->rc == RECOMPUTE_FULL) c->b += c->f;
+  if (is_layer && s->rc == RECOMPUTE_FULL) {
+    c->b += c->f;
+    c->sent_b += c->sent_f;
+  }
   /* selective (passes/recompute.c): the norms and elementwise ops whose
    * outputs it drops, memory-bound */
   if (is_layer && s->rc == RECOMPUTE_SELECTIVE) {
@@ -633,19 +654,27 @@ static int partition(int L, int p, double c, double pre, double post, int *n) {
   return 0;
 }
 
+/* A pipeline message of b sequences: its bytes on one rank, and the tp
+ * ranks it is scattered over (0: none).  Whole on every rank of a 1D tp
+ * group (no Megatron-SP) and sent between nodes, each tp rank sends 1/t of
+ * it and the receiver all-gathers it over tp (scatter/gather,
+ * passes/program.c pipe_split). */
+static double msg_bytes(const ModelShape *ms, const Mesh *me, const Plan *p, int b, int *split) {
+  int q = p->tp2d > 1 ? p->tp2d : 1, r = p->sp_kind == SP_RING ? p->sp : 1, t = p->tp;
+  bool spm = p->sp_kind == SP_MEGATRON;
+  *split = t > 1 && q == 1 && !spm && ir_mesh_pp_crosses_nodes(me, p->pp) ? t : 0;
+  return (double)b * ms->seq * ms->hidden * ms->elt / (r * q * q * (spm ? t : 1));
+}
+
 double explore_msg_time(const ModelShape *ms, const HwModel *hw, const Mesh *me, const Plan *p,
                         int b) {
   if (p->pp <= 1) return 0;
-  int q = p->tp2d > 1 ? p->tp2d : 1, r = p->sp_kind == SP_RING ? p->sp : 1, t = p->tp;
-  bool spm = p->sp_kind == SP_MEGATRON;
-  double bytes = (double)b * ms->seq * ms->hidden * ms->elt / (r * q * q * (spm ? t : 1));
-  int stride = t * q * q * r * p->dp;
-  /* whole on every rank of a 1D tp group (no Megatron-SP) and sent between
-   * nodes: each tp rank sends 1/t of it and the receiver all-gathers it
-   * over tp (scatter/gather, passes/program.c pipe_split) */
-  if (t > 1 && q == 1 && !spm && ir_mesh_pp_crosses_nodes(me, p->pp))
-    return cost_coll(hw, "p2p", 2, stride, bytes / t, NULL) +
-           cost_coll(hw, "all_gather", t, 1, bytes, NULL);
+  int split, stride = p->tp * (p->tp2d > 1 ? p->tp2d * p->tp2d : 1) *
+                      (p->sp_kind == SP_RING ? p->sp : 1) * p->dp;
+  double bytes = msg_bytes(ms, me, p, b, &split);
+  if (split)
+    return cost_coll(hw, "p2p", 2, stride, bytes / split, NULL) +
+           cost_coll(hw, "all_gather", split, 1, bytes, NULL);
   return cost_coll(hw, "p2p", 2, stride, bytes, NULL);
 }
 
@@ -689,9 +718,12 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   }
   /* per pipeline rank: forward and backward of one microbatch over its chunks */
   double tf[PLAN_MAXSTAGES], tb[PLAN_MAXSTAGES], prm[PLAN_MAXSTAGES], act[PLAN_MAXSTAGES];
+  double sent[PLAN_MAXSTAGES];   /* bytes each pipeline rank sends per step */
+  int split;
+  double mbytes = msg_bytes(ms, me, p, b, &split);
   double tmax = 0, tsum = 0;
   for (int k = 0; k < pp; k++) {
-    tf[k] = tb[k] = prm[k] = act[k] = 0;
+    tf[k] = tb[k] = prm[k] = act[k] = sent[k] = 0;
     for (int c = 0; c < v; c++) {
       int vs = c * pp + k;
       double nl = n[vs] + half[vs];
@@ -699,9 +731,16 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
       tb[k] += nl * lay->b + (vs == 0 ? pre->b : 0) + (vs == S - 1 ? post->b : 0);
       prm[k] += nl * lay->params + (vs == 0 ? pre->params : 0) + (vs == S - 1 ? post->params : 0);
       act[k] += nl * lay->act + (vs == 0 ? pre->act : 0) + (vs == S - 1 ? post->act : 0);
+      sent[k] += m * (nl * (lay->sent_f + lay->sent_b) +
+                      (vs == 0 ? pre->sent_f + pre->sent_b : 0) +
+                      (vs == S - 1 ? post->sent_f + post->sent_b : 0));
       if (S > 1) {
         tf[k] += msg * (vs > 0); /* the receiver waits for the message */
         tb[k] += msg * (vs < S - 1);
+        /* the activation on, the gradient back; a scattered one's slices
+         * all-gathered by each receiver */
+        int sends = (vs < S - 1) + (vs > 0);
+        sent[k] += m * sends * (split ? mbytes / split + vol_ag(mbytes, split) : mbytes);
       }
     }
     /* ZeRO-3: each layer's parameters gathered before its forward and its backward */
@@ -712,6 +751,10 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
       tf[k] += g;
       tb[k] += g;
     }
+    /* ZeRO-2 and 3 keep only their shard of the gradients: each
+     * microbatch's backward reduce-scatters its buckets, blocking
+     * (passes/program.c; ZeRO-1's, overlapped, only in the last) */
+    if (p->zero >= 2 && D > 1) tb[k] += cost_coll(hw, "reduce_scatter", D, T, prm[k] * ms->param_elt, NULL);
     if (tf[k] + tb[k] > tmax) tmax = tf[k] + tb[k];
     tsum += tf[k] + tb[k];
   }
@@ -747,15 +790,25 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   for (int k = 0; k < pp; k++) {
     double red = 0, gbytes = prm[k] * ms->param_elt;
     if (D > 1) {
-      if (p->zero >= 2)
-        red = cost_coll(hw, "reduce_scatter", D, T, gbytes, NULL);
+      /* the gradients: all-reduced (ZeRO-1: reduce-scattered), started in
+       * the last microbatch's backward and overlapped with it where the
+       * target overlaps; ZeRO-2/3's per microbatch are in tb above */
+      if (p->zero <= 1) {
+        red = cost_coll(hw, p->zero == 1 ? "reduce_scatter" : "all_reduce", D, T, gbytes, NULL);
+        double hidden_part = hw->overlap * red;
+        if (hidden_part > tb[k]) hidden_part = tb[k];
+        red -= hidden_part;
+      }
+      /* ZeRO-1/2: the updated shards all-gathered after the step (ZeRO-3
+       * gathers the parameters before each use instead) */
+      if (p->zero == 1 || p->zero == 2) red += cost_coll(hw, "all_gather", D, T, gbytes, NULL);
+      if (p->zero == 0)
+        sent[k] += vol_ar(gbytes, D);
+      else if (p->zero == 1)
+        sent[k] += 2 * vol_ag(gbytes, D);
       else
-        red = cost_coll(hw, "all_reduce", D, T, gbytes, NULL);
-      double hidden_part = hw->overlap * red;
-      if (hidden_part > tb[k]) hidden_part = tb[k];
-      red -= hidden_part;
-      if (p->zero >= 1) red += cost_coll(hw, "all_gather", D, T, gbytes, NULL);
-      bytes_sent += 2.0 * (D - 1) / D * gbytes;
+        sent[k] += m * vol_ag(gbytes, D) +
+                   (p->zero == 2 ? vol_ag(gbytes, D) : 2 * m * vol_ag(gbytes, D));
     }
     double opt_elems = p->zero >= 1 && D > 1 ? prm[k] / D : prm[k];
     double opt = cost_membound(hw, 7 * opt_elems * 4, 12 * opt_elems);
@@ -768,6 +821,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     double wcopy = p->zero == 3 && D > 1 ? 0 : prm[k] * ms->wcopy_frac;
     double cast = wcopy > 0 ? cost_membound(hw, wcopy * (ms->param_elt + 2), wcopy) : 0;
     if (red + opt + cast > tail) tail = red + opt + cast;
+    if (sent[k] > bytes_sent) bytes_sent = sent[k];
     /* memory: parameters, gradients, optimizer state (ZeRO shards them over
      * the data ranks), and the microbatches in flight */
     double zp = p->zero >= 3 && D > 1 ? D : 1, zg = p->zero >= 2 && D > 1 ? D : 1,

@@ -15,6 +15,7 @@
 
 #include "explore.h"
 #include "passes.h"
+#include "rankprog.h"
 #include "sema.h"
 #include "test.h"
 #include "compile.h"
@@ -236,6 +237,37 @@ int main(void) {
   printf("gpt2-124m on 8 H100: best %s\n", best[0].spec);
   ASSERT(1, best[0].plan.tp == 1 && best[0].plan.pp == 1 && best[0].plan.tp2d == 1);
   ASSERT(8, best[0].plan.dp);
+
+  /* Bytes sent per rank: the search's count (tensor-parallel collectives,
+   * ring exchanges, SUMMA broadcasts, pipeline messages, gradient
+   * reductions) against the compiled programs' counted events, the busiest
+   * pipeline rank's, for the tiny GPT's plans on 4 and 8 ranks (two nodes
+   * where the mesh says so: scattered messages) */
+  const char *bmesh[] = {"4", "4", "4", "4", "4", "4", "8", "2x4", "4", "2x2", "8", "4", "4", "4", "4", "2"};
+  const char *bplan[] = {"dp=4", "tp=4", "dp=2,tp=2,sp=megatron", "dp=4,zero=1", "sp=ring:4",
+                         "tp2d=2x2", "dp=2,tp=2,pp=2", "dp=2,tp=2,pp=2", "pp=4",
+                         "pp=2,tp=2", "dp=4,zero=3,pp=2", "dp=4,zero=3", "dp=4,zero=2", "dp=2,pp=2,zero=3",
+                         "dp=2,pp=2,zero=2", "dp=2,zero=2"};
+  for (int c = 0; c < 16; c++) {
+    ModelShape sb;
+    Module *mb = NULL;
+    ASSERT(0, shape_of("../samples/gpt.shard", bmesh[c], &sb, &mb));
+    Module *mc = compile("../samples/gpt.shard", bmesh[c], bplan[c]);
+    if (!mb || !mc) continue;
+    HwModel hb;
+    cost_hw_from_mesh(&hb, mb->train.mesh, DT_F32);
+    Plan pb = mc->train.plan;
+    PlanEval pe;
+    explore_eval(&sb, &hb, mb->train.mesh, &pb, (int)mc->train.microbatch, true, &pe);
+    double counted = 0;
+    for (int r = 0; r < mc->nrprog; r++) {
+      double x = (double)prog_comm_bytes(mc->rprog[r], NULL);
+      if (x > counted) counted = x;
+    }
+    printf("gpt %s on %s: %.0f bytes sent per rank searched, %.0f counted (%+.1f%%)\n", bplan[c],
+           bmesh[c], pe.bytes_per_rank, counted, 100 * (pe.bytes_per_rank / counted - 1));
+    ASSERT(1, fabs(pe.bytes_per_rank / counted - 1) < 0.25);
+  }
 
   /* Second-order state counts: the search's optimizer memory for Shampoo
    * (factors, roots, grafting state per block, the step's workspace) and
