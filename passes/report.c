@@ -187,6 +187,13 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
     if (t->seq) fprintf(out, "; seq %lld", (long long)t->seq);
     fputc('\n', out);
   }
+  /* ZeRO-2/3 over several microbatches: a gradient reduction in each */
+  int zg = m->nrprog > 0 && m->rprog[0] ? m->rprog[0]->zgroup : 0;
+  if (p->zero >= 2 && p->mb > 1 && zg > 1)
+    fprintf(out, "%szero:     %d: each rank keeps its 1/%d of the gradients, so every one of the %d "
+                 "microbatches' backward reduce-scatters them (%d reductions a step; zero=1 reduces "
+                 "once and keeps whole gradients)\n",
+            pf, p->zero, zg, p->mb, p->mb);
   const Optimizer *o = &t->opt;
   if (o->kind) {
     if (!strcmp(o->kind, "adamw"))

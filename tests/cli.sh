@@ -334,6 +334,15 @@ expect cut-inside-spec 0 '^strategy: dp=1,pp=2:1.5\+1.5,schedule=1f1b' -- "$bin"
 expect cut-scatter 0 '^             %[0-9]+ f32\[B=4,T=64,128\] \(131,072 bytes\), add.s output, scattered over tp: 65,536 bytes a rank, all-gathered there$' -- "$bin" compile tests/dist/gpt3.shard --mesh 2x2 --strategy pp=2,tp=2
 expect cut-scatter-split 0 '^             %[0-9]+ f32\[B=4,T=64,256\] \(262,144 bytes\), matmul.s output$' -- "$bin" compile tests/dist/gpt3.shard --mesh 2x2 --strategy pp=2,tp=2
 expect cut-scatter-one-node 0 '^             %[0-9]+ f32\[B=4,T=64,128\] \(131,072 bytes\), add.s output$' -- "$bin" compile tests/dist/gpt3.shard --mesh 4 --strategy pp=2,tp=2
+# ZeRO-2/3 over several microbatches: the plan says each one reduce-scatters
+# the gradients; with one microbatch a rank it says nothing
+expect zero2-per-mb 0 '^zero:     2: each rank keeps its 1/2 of the gradients, so every one of the 2 microbatches. backward reduce-scatters them \(2 reductions a step; zero=1 reduces once' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=2,dp=2,zero=2
+if "$bin" compile samples/gpt.shard --mesh 4 --strategy dp=4,zero=2 2>&1 | grep -q '^zero:'; then
+  echo "FAIL: zero2-one-mb: a zero: line with one microbatch a rank"
+  fail=$((fail + 1))
+else
+  pass=$((pass + 1))
+fi
 # pp=2:1.25+1.75: the boundary nearest a quarter of blocks.1's FLOPs, after
 # its qkv matmul's bias add (the residual and the qkv output cross it)
 expect cut-frac 0 '^cut 0:    inside blocks.1 \(after 1.23 layers\), after add \(gpt3.shard:5\), before slice; 2 tensors cross it; 2 messages per microbatch \(524,288 bytes\)' -- "$bin" compile tests/dist/gpt3.shard --mesh 2 --strategy pp=2:1.25+1.75
