@@ -29,6 +29,7 @@
 #include "rankprog.h"
 #include "runtime/dist_formulas.h"
 #include "schedule.h"
+#include "shardrules.h"
 
 typedef struct B {
   Module *m;
@@ -449,10 +450,7 @@ static int pipe_split(const B *b, const Value *v, int64_t count) {
   uint32_t tpb = 1u << AX_TP | 1u << AX_TPR | 1u << AX_TPC;
   if (pl->tp <= 1 || pl->tp2d > 1 || count % pl->tp) return 0;
   if (!ir_mesh_pp_crosses_nodes(b->m->train.mesh, pl->pp)) return 0;
-  if ((f->shard.partial | f->shard.gpartial | v->shard.partial) & tpb) return 0;
-  for (int d = 0; d < f->shape.ndim; d++)
-    if (f->shard.axis[d] == AX_TP || f->shard.axis[d] == AX_TPR || f->shard.axis[d] == AX_TPC)
-      return 0;
+  if ((f->shard.gpartial | v->shard.partial) & tpb || !sh_whole_over(f, tpb)) return 0;
   return pl->tp;
 }
 

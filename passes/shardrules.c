@@ -24,11 +24,13 @@ int sh_dim(const Value *v, int ax) {
 /* Whether mesh axis ax (-1: none) is one the pass splits over. */
 static bool mine(const Sharder *s, int ax) { return ax >= 0 && (s->axes >> ax & 1); }
 
-bool sh_whole(const Sharder *s, const Value *v) {
+bool sh_whole_over(const Value *v, uint32_t axes) {
   for (int d = 0; d < v->shape.ndim; d++)
-    if (mine(s, v->shard.axis[d])) return false;
-  return !(v->shard.partial & s->axes);
+    if (v->shard.axis[d] >= 0 && (axes >> v->shard.axis[d] & 1)) return false;
+  return !(v->shard.partial & axes);
 }
+
+bool sh_whole(const Sharder *s, const Value *v) { return sh_whole_over(v, s->axes); }
 
 void sh_clear(Value *v) {
   for (int d = 0; d < IR_MAXDIM; d++) v->shard.axis[d] = -1;

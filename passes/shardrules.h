@@ -47,6 +47,9 @@ int sh_dim(const Value *v, int ax);
 /* Whether v is whole on every rank of the pass: no dim split over its
  * axes and no pending partial sum over them. */
 bool sh_whole(const Sharder *s, const Value *v);
+/* The same over the mesh axes in `axes` (1 << axis each), for passes after
+ * the shard passes (a pipeline message whole on every tp rank, program.c). */
+bool sh_whole_over(const Value *v, uint32_t axes);
 /* v replicated, no partial sums, no segments. */
 void sh_clear(Value *v);
 /* Every output of n gets from's spec; a gradient that would be partial
