@@ -12,8 +12,16 @@
  * three phases of a tensor split over tp (adafactor_split).  After the
  * last step the parameter and the whole state (factors, roots, moments)
  * are compared, limit 1e-5 (rtc_test.h's metric): the reductions' orders
- * differ from the cpu's sequential sums.  root = eigh has no device path:
- * rt_shampoo_unit_roots_cu must refuse it.
+ * differ from the cpu's sequential sums.  epsilon is 1e-2, not a training
+ * run's 1e-6, because the ragged blocks' factors are singular when their
+ * roots are taken (a 6 x 32 block's R = Gᵀ G has rank 18 at step 3 and 30
+ * at step 5): there (R + eps I)^-1/4 moves by δλ / (4 eps) relative for a
+ * δλ of rounding in R, so cuBLAS's and the cpu's summation orders (a few
+ * 1e-9 apart on these factors) moved the roots on the H200 by 1-2% with
+ * eps = 1e-6 and by 1.4e-5 with 1e-3 (bench/results/gpu_check-2026-12-04.txt)
+ * while agreeing to 1e-7 where the factors are well conditioned.  eps = 1e-2
+ * keeps the comparison about the kernels, not about the conditioning.
+ * root = eigh has no device path: rt_shampoo_unit_roots_cu must refuse it.
  */
 #include <inttypes.h>
 
@@ -24,7 +32,7 @@
 static RtShampooArgs args(int graft, double beta1, int64_t block, int root) {
   RtShampooArgs a;
   memset(&a, 0, sizeof a);
-  a.lr = 3e-3, a.beta1 = beta1, a.beta2 = 0.95, a.eps = 1e-6, a.graft_eps = 1e-8;
+  a.lr = 3e-3, a.beta1 = beta1, a.beta2 = 0.95, a.eps = 1e-2, a.graft_eps = 1e-8;
   a.weight_decay = 0.1, a.grad_scale = 0.5, a.decay_rate = 0.8, a.clip_threshold = 1.0;
   a.block = (int)block, a.graft = graft, a.root = root;
   return a;
