@@ -27,7 +27,10 @@
 #        $OUT/profile-h200.json, and the measured step of the three programs
 #        above beside the cost model's prediction from the H200's catalog
 #        figures (made when packing: shardc needs libclang, which the GPU
-#        machine lacks).
+#        machine lacks);
+#     7. GPT-2's bf16 GEMMs (bench/gemm_cuda.cu): the runtime's cuBLASLt
+#        configuration against the best of 8 heuristic algorithms and
+#        cublasGemmEx, the LM head at the vocabulary as given and padded.
 #   bench/gpu_check.sh predict PROFILE.json [GPU_CHECK.txt]
 #                             back here: the predictions from the profile the
 #                             run wrote, beside the run's measured steps.
@@ -63,6 +66,11 @@ pack() {
   # the calibrator: one rank, no MPI or NCCL (the GPU machine has neither)
   cp "$b/shardc-calib-cuda-serial" "$p/bin/" && strip "$p/bin/shardc-calib-cuda-serial" ||
     echo "gpu_check pack: no shardc-calib-cuda-serial (step 6 will say so)"
+  # the GEMM check (step 7): GPT-2's bf16 GEMMs as the runtime calls cuBLASLt and two other ways
+  local nvcc_bin
+  nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  "$nvcc_bin" -O2 -std=c++17 -arch=sm_90a -o "$p/bin/gemm_cuda" "$root/bench/gemm_cuda.cu" \
+    -lcublasLt -lcublas || echo "gpu_check pack: bench/gemm_cuda.cu did not build (step 7 will say so)"
   # the programs: the tiny GPT in fp32 and in bf16 (16-bit activations), and GPT-2 124M
   local g="$p/src"
   mkdir -p "$g"
@@ -291,6 +299,13 @@ EOF
     say "$m: measured $measured; catalog's $(cat "$w/models/$m.predicted" 2>/dev/null)"
   done
   [ -z "$prof" ] || say "(predictions from the profile: bench/gpu_check.sh predict profile-h200.json gpu_check.txt, where shardc runs)"
+  say ""
+  say "## 7. GPT-2's bf16 GEMMs (M = 131072 tokens): the runtime's cuBLASLt call, the best of 8 algorithms, cublasGemmEx"
+  if [ -x "$w/bin/gemm_cuda" ]; then
+    timeout 120 "$w/bin/gemm_cuda" 2>&1 | tee -a "$res"
+  else
+    say "(no bench/gemm_cuda in the pack)"
+  fi
   say ""
   say "$pass passed, $fail failed"
   keep "$w/gpt-nograph.jsonl" "$w/calib.out"

@@ -79,6 +79,39 @@ __global__ void gelu_backward_kernel(T *dinp, const T *inp, const T *dout, size_
     rtc_stf(dinp + i, rtc_ldf(dinp + i) + (sp + 2.0f * x * sp * sm * du) * rtc_ldf(dout + i));
   }
 }
+/* GELU on 16-byte vectors (n a multiple of RTC_VEC(T), pointers 16-byte
+ * aligned): each element as the kernels above compute it, bit for bit, a
+ * load or store instruction a vector (element by element, GPT-2's GELU
+ * backward ran at 40% of the H200's bandwidth: gpu_check-2026-12-04). */
+template <class T>
+__global__ void gelu_forward_vec_kernel(T *out, const T *inp, size_t nv) {
+  constexpr int V = RTC_VEC(T);
+  GRID_STRIDE(j, nv) {
+    float f[V];
+    rtc_ldv(f, inp + j * V);
+    for (int k = 0; k < V; k++) {
+      float sm, x = f[k];
+      f[k] = x * gelu_sp(x, &sm);
+    }
+    rtc_stv(out + j * V, f);
+  }
+}
+template <class T>
+__global__ void gelu_backward_vec_kernel(T *dinp, const T *inp, const T *dout, size_t nv) {
+  constexpr int V = RTC_VEC(T);
+  GRID_STRIDE(j, nv) {
+    float fx[V], fy[V], fd[V];
+    rtc_ldv(fx, inp + j * V);
+    rtc_ldv(fy, dout + j * V);
+    rtc_ldv(fd, dinp + j * V);
+    for (int k = 0; k < V; k++) {
+      float x = fx[k], sm, sp = gelu_sp(x, &sm);
+      float du = RTC_GELU_K * (1.0f + (float)(3 * 0.044715) * x * x);
+      fd[k] = fd[k] + (sp + 2.0f * x * sp * sm * du) * fy[k];
+    }
+    rtc_stv(dinp + j * V, fd);
+  }
+}
 template <class T>
 __global__ void relu_forward_kernel(T *out, const T *inp, size_t n) {
   GRID_STRIDE(i, n) {
@@ -224,6 +257,36 @@ __global__ void slice_cols_backward_kernel(T *dinp, const T *dout, int N, int C,
   }
 }
 
+/* The column slices on 16-byte vectors (C, c0, W multiples of RTC_VEC(T),
+ * pointers 16-byte aligned): grid (vectors of a slice row / blockDim.x,
+ * rows), no division per element. */
+template <class T>
+__global__ void slice_cols_forward_vec_kernel(T *out, const T *inp, int N, int C, int c0, int W) {
+  constexpr int V = RTC_VEC(T);
+  int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+  if (c >= W) return;
+  float f[V];
+  for (int n = blockIdx.y; n < N; n += gridDim.y) {
+    rtc_ldv(f, inp + (size_t)n * C + c0 + c);
+    rtc_stv(out + (size_t)n * W + c, f);
+  }
+}
+template <class T>
+__global__ void slice_cols_backward_vec_kernel(T *dinp, const T *dout, int N, int C, int c0,
+                                               int W) {
+  constexpr int V = RTC_VEC(T);
+  int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+  if (c >= W) return;
+  float f[V], g[V];
+  for (int n = blockIdx.y; n < N; n += gridDim.y) {
+    T *d = dinp + (size_t)n * C + c0 + c;
+    rtc_ldv(f, d);
+    rtc_ldv(g, dout + (size_t)n * W + c);
+    for (int k = 0; k < V; k++) f[k] = f[k] + g[k];
+    rtc_stv(d, f);
+  }
+}
+
 // src is [outer, P·inner] of T: dst [outer, inner] = chunk r of every row
 template <class T>
 __global__ void chunk_copy_kernel(T *dst, const T *src, size_t outer, size_t inner, int P,
@@ -280,13 +343,33 @@ static unsigned row_blocks(int N) { return (unsigned)((N + RT_ACT_WARPS - 1) / R
 
 /* The launchers, for either storage type; the fp32 ones (extern "C") and
  * the bf16 overloads below call them. */
+// n elements of T at each pointer given: all on 16-byte vectors?
+template <class T>
+static bool vec_ok(size_t n, std::initializer_list<const void *> ps) {
+  return n % RTC_VEC(T) == 0 && rtc_rows_vec_ok<T>(0, ps);
+}
+// grid (vectors of a W-wide row / threads, rows) of the slice kernels
+static dim3 slice_grid(int N, int W, int V, int *th) {
+  const int nv = W / V;
+  *th = nv < 128 ? (nv + 31) / 32 * 32 : 128;
+  return dim3((unsigned)((nv + *th - 1) / *th), (unsigned)(N < 65535 ? N : 65535));
+}
+
 template <class T>
 static void gelu_forward_(T *out, const T *inp, size_t n) {
-  if (n) RTC_LAUNCH(gelu_forward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, out, inp, n);
+  if (n && vec_ok<T>(n, {out, inp}))
+    RTC_LAUNCH(gelu_forward_vec_kernel<T>, blocks(n / RTC_VEC(T)), RT_ACT_THREADS, 0, out, inp,
+               n / RTC_VEC(T));
+  else if (n)
+    RTC_LAUNCH(gelu_forward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, out, inp, n);
 }
 template <class T>
 static void gelu_backward_(T *dinp, const T *inp, const T *dout, size_t n) {
-  if (n) RTC_LAUNCH(gelu_backward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dinp, inp, dout, n);
+  if (n && vec_ok<T>(n, {dinp, inp, dout}))
+    RTC_LAUNCH(gelu_backward_vec_kernel<T>, blocks(n / RTC_VEC(T)), RT_ACT_THREADS, 0, dinp, inp,
+               dout, n / RTC_VEC(T));
+  else if (n)
+    RTC_LAUNCH(gelu_backward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dinp, inp, dout, n);
 }
 template <class T>
 static void relu_forward_(T *out, const T *inp, size_t n) {
@@ -373,14 +456,24 @@ static void scale_(T *x, size_t n, double s) {
 template <class T>
 static void slice_cols_forward_(T *out, const T *inp, int N, int C, int c0, int W) {
   size_t n = N > 0 && W > 0 ? (size_t)N * W : 0;
-  if (n)
+  int th;
+  if (n && C % RTC_VEC(T) == 0 && c0 % RTC_VEC(T) == 0 && W % RTC_VEC(T) == 0 &&
+      rtc_rows_vec_ok<T>(0, {out, inp})) {
+    dim3 g = slice_grid(N, W, RTC_VEC(T), &th);
+    RTC_LAUNCH(slice_cols_forward_vec_kernel<T>, g, th, 0, out, inp, N, C, c0, W);
+  } else if (n)
     RTC_LAUNCH(slice_cols_forward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, out, inp, N, C, c0,
                W);
 }
 template <class T>
 static void slice_cols_backward_(T *dinp, const T *dout, int N, int C, int c0, int W) {
   size_t n = N > 0 && W > 0 ? (size_t)N * W : 0;
-  if (n)
+  int th;
+  if (n && C % RTC_VEC(T) == 0 && c0 % RTC_VEC(T) == 0 && W % RTC_VEC(T) == 0 &&
+      rtc_rows_vec_ok<T>(0, {dinp, dout})) {
+    dim3 g = slice_grid(N, W, RTC_VEC(T), &th);
+    RTC_LAUNCH(slice_cols_backward_vec_kernel<T>, g, th, 0, dinp, dout, N, C, c0, W);
+  } else if (n)
     RTC_LAUNCH(slice_cols_backward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dinp, dout, N, C, c0,
                W);
 }

@@ -1,7 +1,9 @@
 /* k_norm.cu — layernorm and rmsnorm (runtime/k_norm.inc on the GPU).
  *
  * Rows: one warp per row, 8 rows a 256-thread block, the row's sums by warp
- * shuffles.  Weight and bias gradients (sums over rows) in two fixed-order
+ * shuffles; rows that are 16-byte aligned are read and written 16 bytes a
+ * lane (the _vec kernels: 3.35 ms a GPT-2 backward call element by element
+ * on the H200, bench/results/gpu_check-2026-12-04.txt).  Weight and bias gradients (sums over rows) in two fixed-order
  * passes, no atomics: pass 1 gives each chunk of RT_NORM_ROWS rows and each
  * column a partial sum (rows in order) in a scratch buffer, pass 2 adds a
  * column's partials in chunk order to dweight/dbias.  The chunking depends
@@ -109,6 +111,111 @@ __global__ void norm_backward_kernel(T *dinp, const T *dout, const T *inp,
   }
 }
 
+/* The same three kernels on 16-byte vectors (rtc_ldv): lane l takes vectors
+ * l, l + 32, ... of a row, so a warp reads 512 contiguous bytes an
+ * instruction; for rows that are 16-byte aligned (rtc_rows_vec_ok).  The
+ * sums are the scalar kernels' in another order (a lane adds its V
+ * elements, then the warp's lanes), the same run to run. */
+template <class T>
+__global__ void layernorm_forward_vec_kernel(T *out, float *mean, float *rstd, const T *inp,
+                                             const float *__restrict__ weight,
+                                             const float *__restrict__ bias, int N, int C,
+                                             float eps) {
+  constexpr int V = RTC_VEC(T);
+  int lane = threadIdx.x % 32;
+  int n = blockIdx.x * RT_NORM_WARPS + threadIdx.x / 32;
+  if (n >= N) return;
+  const T *x = inp + (size_t)n * C;
+  T *y = out + (size_t)n * C;
+  float f[V], s = 0.0f;
+  for (int i = lane * V; i < C; i += 32 * V) {
+    rtc_ldv(f, x + i);
+    for (int k = 0; k < V; k++) s += f[k];
+  }
+  float m = rtc_warp_sum(s) / C;
+  float v = 0.0f;
+  for (int i = lane * V; i < C; i += 32 * V) {
+    rtc_ldv(f, x + i);
+    for (int k = 0; k < V; k++) {
+      float d = f[k] - m;
+      v += d * d;
+    }
+  }
+  float r = 1.0f / sqrtf(rtc_warp_sum(v) / C + eps);
+  for (int i = lane * V; i < C; i += 32 * V) {
+    rtc_ldv(f, x + i);
+    for (int k = 0; k < V; k++) {
+      float o = (f[k] - m) * r * __ldg(weight + i + k);
+      f[k] = bias ? o + __ldg(bias + i + k) : o;
+    }
+    rtc_stv(y + i, f);
+  }
+  if (lane == 0) {
+    if (mean) mean[n] = m;
+    if (rstd) rstd[n] = r;
+  }
+}
+
+template <class T>
+__global__ void rmsnorm_forward_vec_kernel(T *out, float *rstd, const T *inp,
+                                           const float *__restrict__ weight, int N, int C,
+                                           float eps) {
+  constexpr int V = RTC_VEC(T);
+  int lane = threadIdx.x % 32;
+  int n = blockIdx.x * RT_NORM_WARPS + threadIdx.x / 32;
+  if (n >= N) return;
+  const T *x = inp + (size_t)n * C;
+  T *y = out + (size_t)n * C;
+  float f[V], s = 0.0f;
+  for (int i = lane * V; i < C; i += 32 * V) {
+    rtc_ldv(f, x + i);
+    for (int k = 0; k < V; k++) s += f[k] * f[k];
+  }
+  float r = 1.0f / sqrtf(rtc_warp_sum(s) / C + eps);
+  for (int i = lane * V; i < C; i += 32 * V) {
+    rtc_ldv(f, x + i);
+    for (int k = 0; k < V; k++) f[k] = f[k] * r * __ldg(weight + i + k);
+    rtc_stv(y + i, f);
+  }
+  if (lane == 0 && rstd) rstd[n] = r;
+}
+
+template <class T>
+__global__ void norm_backward_vec_kernel(T *dinp, const T *dout, const T *inp,
+                                         const float *__restrict__ weight,
+                                         const float *__restrict__ mean,
+                                         const float *__restrict__ rstd, int N, int C) {
+  constexpr int V = RTC_VEC(T);
+  int lane = threadIdx.x % 32;
+  int n = blockIdx.x * RT_NORM_WARPS + threadIdx.x / 32;
+  if (n >= N) return;
+  const T *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+  T *dx = dinp + (size_t)n * C;
+  float m = mean ? mean[n] : 0.0f, s = rstd[n];
+  float a = 0.0f, b = 0.0f, fx[V], fy[V], fd[V];
+  for (int i = lane * V; i < C; i += 32 * V) {
+    rtc_ldv(fx, x + i);
+    rtc_ldv(fy, dy + i);
+    for (int k = 0; k < V; k++) {
+      float wdy = __ldg(weight + i + k) * fy[k];
+      a += wdy;
+      b += wdy * ((fx[k] - m) * s);
+    }
+  }
+  float dnorm_mean = mean ? rtc_warp_sum(a) / C : 0.0f;
+  float dnorm_norm_mean = rtc_warp_sum(b) / C;
+  for (int i = lane * V; i < C; i += 32 * V) {
+    rtc_ldv(fx, x + i);
+    rtc_ldv(fy, dy + i);
+    rtc_ldv(fd, dx + i);
+    for (int k = 0; k < V; k++) {
+      float norm = (fx[k] - m) * s;
+      fd[k] = fd[k] + s * (__ldg(weight + i + k) * fy[k] - dnorm_mean - norm * dnorm_norm_mean);
+    }
+    rtc_stv(dx + i, fd);
+  }
+}
+
 // Pass 1 of the parameter gradients.  grid (ceil(C/256), nchunks): pw and pb
 // are (nchunks, C): pw[k,c] = Σ_{n in chunk k} (x - m)·s·dy, pb[k,c] = Σ dy,
 // rows in order.  mean is (N) or NULL; pb unused when NULL.
@@ -127,6 +234,33 @@ __global__ void norm_param_partial_kernel(float *pw, float *pb, const T *dout, c
   }
   pw[(size_t)blockIdx.y * C + c] = sw;
   if (pb) pb[(size_t)blockIdx.y * C + c] = sb;
+}
+
+// Pass 1 on vectors: thread t of the grid's x takes columns V t .. V t + V - 1
+// (the same sums, rows in order, as the scalar kernel: bitwise equal)
+template <class T>
+__global__ void norm_param_partial_vec_kernel(float *pw, float *pb, const T *dout, const T *inp,
+                                              const float *mean, const float *rstd, int N,
+                                              int C) {
+  constexpr int V = RTC_VEC(T);
+  int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+  if (c >= C) return;
+  int n0 = blockIdx.y * RT_NORM_ROWS, n1 = min(n0 + RT_NORM_ROWS, N);
+  float sw[V], sb[V], fy[V], fx[V];
+  for (int k = 0; k < V; k++) sw[k] = 0.0f, sb[k] = 0.0f;
+  for (int n = n0; n < n1; n++) {
+    rtc_ldv(fy, dout + (size_t)n * C + c);
+    rtc_ldv(fx, inp + (size_t)n * C + c);
+    float m = mean ? __ldg(mean + n) : 0.0f, r = __ldg(rstd + n);
+    for (int k = 0; k < V; k++) {
+      sb[k] += fy[k];
+      sw[k] += (fx[k] - m) * r * fy[k];
+    }
+  }
+  for (int k = 0; k < V; k++) {
+    pw[(size_t)blockIdx.y * C + c + k] = sw[k];
+    if (pb) pb[(size_t)blockIdx.y * C + c + k] = sb[k];
+  }
 }
 
 // Pass 2: dweight[c] += Σ_k pw[k,c], dbias[c] += Σ_k pb[k,c], k in order
@@ -151,8 +285,15 @@ static void norm_param_grads(float *dweight, float *dbias, const T *dout, const 
   int nchunks = (N + RT_NORM_ROWS - 1) / RT_NORM_ROWS;
   float *pw = rtc_norm_workspace(N, C);
   float *pb = dbias ? pw + (size_t)nchunks * C : NULL;
-  dim3 grid((unsigned)((C + 255) / 256), (unsigned)nchunks);
-  RTC_LAUNCH(norm_param_partial_kernel<T>, grid, 256, 0, pw, pb, dout, inp, mean, rstd, N, C);
+  if (rtc_rows_vec_ok<T>(C, {dout, inp})) {
+    const int nv = C / RTC_VEC(T), th = nv < 128 ? (nv + 31) / 32 * 32 : 128;
+    dim3 grid((unsigned)((nv + th - 1) / th), (unsigned)nchunks);
+    RTC_LAUNCH(norm_param_partial_vec_kernel<T>, grid, th, 0, pw, pb, dout, inp, mean, rstd, N,
+               C);
+  } else {
+    dim3 grid((unsigned)((C + 255) / 256), (unsigned)nchunks);
+    RTC_LAUNCH(norm_param_partial_kernel<T>, grid, 256, 0, pw, pb, dout, inp, mean, rstd, N, C);
+  }
   RTC_LAUNCH(norm_param_sum_kernel, (C + 255) / 256, 256, 0, dweight, dbias, pw, pb, nchunks,
              C);
 }
@@ -165,8 +306,12 @@ static void layernorm_forward_(T *out, float *mean, float *rstd, const T *inp,
                                const float *weight, const float *bias, int N, int C,
                                double eps) {
   if (N <= 0) return;
-  RTC_LAUNCH(layernorm_forward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, mean, rstd,
-             inp, weight, bias, N, C, (float)eps);
+  if (rtc_rows_vec_ok<T>(C, {out, inp}))
+    RTC_LAUNCH(layernorm_forward_vec_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, mean,
+               rstd, inp, weight, bias, N, C, (float)eps);
+  else
+    RTC_LAUNCH(layernorm_forward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, mean, rstd,
+               inp, weight, bias, N, C, (float)eps);
 }
 
 template <class T>
@@ -175,16 +320,24 @@ static void layernorm_backward_(T *dinp, float *dweight, float *dbias, const T *
                                 const float *rstd, int N, int C) {
   if (dweight || dbias) norm_param_grads(dweight, dbias, dout, inp, mean, rstd, N, C);
   if (!dinp || N <= 0) return;
-  RTC_LAUNCH(norm_backward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
-             weight, mean, rstd, N, C);
+  if (rtc_rows_vec_ok<T>(C, {dinp, dout, inp}))
+    RTC_LAUNCH(norm_backward_vec_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
+               weight, mean, rstd, N, C);
+  else
+    RTC_LAUNCH(norm_backward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
+               weight, mean, rstd, N, C);
 }
 
 template <class T>
 static void rmsnorm_forward_(T *out, float *rstd, const T *inp, const float *weight, int N,
                              int C, double eps) {
   if (N <= 0) return;
-  RTC_LAUNCH(rmsnorm_forward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, rstd, inp,
-             weight, N, C, (float)eps);
+  if (rtc_rows_vec_ok<T>(C, {out, inp}))
+    RTC_LAUNCH(rmsnorm_forward_vec_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, rstd,
+               inp, weight, N, C, (float)eps);
+  else
+    RTC_LAUNCH(rmsnorm_forward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, rstd, inp,
+               weight, N, C, (float)eps);
 }
 
 template <class T>
@@ -192,8 +345,12 @@ static void rmsnorm_backward_(T *dinp, float *dweight, const T *dout, const T *i
                               const float *weight, const float *rstd, int N, int C) {
   if (dweight) norm_param_grads(dweight, (float *)NULL, dout, inp, (const float *)NULL, rstd, N, C);
   if (!dinp || N <= 0) return;
-  RTC_LAUNCH(norm_backward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
-             weight, (const float *)NULL, rstd, N, C);
+  if (rtc_rows_vec_ok<T>(C, {dinp, dout, inp}))
+    RTC_LAUNCH(norm_backward_vec_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
+               weight, (const float *)NULL, rstd, N, C);
+  else
+    RTC_LAUNCH(norm_backward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
+               weight, (const float *)NULL, rstd, N, C);
 }
 
 extern "C" {

@@ -8,11 +8,52 @@
 #ifndef RTC_BF16_IO_CUH
 #define RTC_BF16_IO_CUH
 
+#include <initializer_list>
+#include <string.h>
+
 #include "common.cuh"
 
 __device__ __forceinline__ float rtc_ldf(const float *p) { return *p; }
 __device__ __forceinline__ float rtc_ldf(const rtc_bf16 *p) { return rtc_bf2f(*p); }
 __device__ __forceinline__ void rtc_stf(float *p, float v) { *p = v; }
 __device__ __forceinline__ void rtc_stf(rtc_bf16 *p, float v) { *p = rtc_f2bf(v); }
+
+/* 16-byte vectors of T (4 floats or 8 bf16), for row kernels whose rows
+ * are 16-byte aligned: one load or store instruction a vector, where an
+ * element at a time spends a 2-byte access per lane.  rtc_ldv reads
+ * RTC_VEC(T) elements at p into f as floats; rtc_stv stores them rounded. */
+#define RTC_VEC(T) ((int)(16 / sizeof(T)))
+
+template <class T>
+__device__ __forceinline__ void rtc_ldv(float *f, const T *p) {
+  alignas(16) T e[RTC_VEC(T)];
+#ifdef RTC_HOST
+  memcpy(e, p, 16);
+#else
+  *(uint4 *)e = *(const uint4 *)p;
+#endif
+  for (int k = 0; k < RTC_VEC(T); k++) f[k] = rtc_ldf(e + k);
+}
+
+template <class T>
+__device__ __forceinline__ void rtc_stv(T *p, const float *f) {
+  alignas(16) T e[RTC_VEC(T)];
+  for (int k = 0; k < RTC_VEC(T); k++) rtc_stf(e + k, f[k]);
+#ifdef RTC_HOST
+  memcpy(p, e, 16);
+#else
+  *(uint4 *)p = *(const uint4 *)e;
+#endif
+}
+
+/* Whether rows of C elements of T starting at each pointer given (NULLs
+ * skipped) are all 16-byte aligned, so the vector kernels may run. */
+template <class T>
+static inline bool rtc_rows_vec_ok(int C, std::initializer_list<const void *> ps) {
+  if (C % RTC_VEC(T)) return false;
+  for (const void *q : ps)
+    if (q && ((uintptr_t)q & 15)) return false;
+  return true;
+}
 
 #endif

@@ -3,10 +3,13 @@
  * training runtime picks it, rtc_device_init), it measures on every rank at
  * once
  *   - the GEMM rate over shapes through the launcher the programs call
- *     (rt_gemm_cu: cuBLASLt), fp32 with TF32 off ("gemm") and on bf16
- *     tensor cores as precision = bf16 runs them ("gemm_bf16"), and by the
- *     smallest dim of a thin GEMM ("gemm_thin", "gemm_thin_bf16");
- *   - a memory-bound kernel's bandwidth over sizes (rt_axpy_cu);
+ *     (rt_gemm_cu: cuBLASLt), fp32 with TF32 off ("gemm") and with bf16
+ *     operands and product on the tensor cores, fp32 accumulation, as
+ *     precision = bf16 runs them ("gemm_bf16"), and by the smallest dim of
+ *     a thin GEMM ("gemm_thin", "gemm_thin_bf16");
+ *   - a memory-bound kernel's bandwidth over sizes (rt_axpy_cu), net of
+ *     the launch as the GEMM rates are (the cost model adds one launch to
+ *     every kernel);
  *   - the cost of one kernel launch (an empty kernel);
  *   - NCCL all-reduce, all-gather, reduce-scatter, broadcast and send/recv
  *     over message sizes, for groups of 2, 4, ... consecutive ranks (all
@@ -232,7 +235,16 @@ int main(int argc, char **argv) {
     /* (the legacy stream's memsets before rtc_stream, which does not wait for it) */
     cudaCheck(cudaDeviceSynchronize());
     for (int bf16 = 0; bf16 < 2; bf16++) {
-      rtc_gemm_bf16 = bf16;
+      /* bf16: bf16 operands and product in the pool's memory (half of each
+       * slot), fp32 accumulation, as precision = bf16 programs call it */
+      auto mm = [&](int ta, int tb, int M, int N, int K, float *a, int lda, float *b, int ldb,
+                    float *c, int ldc) {
+        if (bf16)
+          rt_gemm_cu(ta, tb, M, N, K, 1.0, (const rtc_bf16 *)a, lda, (const rtc_bf16 *)b, ldb, 0.0,
+                     (rtc_bf16 *)c, ldc);
+        else
+          rt_gemm_cu(ta, tb, M, N, K, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+      };
       double gx[64], gy[64];
       int n = 0;
       for (int i = 0; i < nsh; i++) {
@@ -241,11 +253,11 @@ int main(int argc, char **argv) {
         Rotation_ ops(pool, pool_n, (long)M * K + (long)K * N + (long)M * N);
         double t = time_all_([&]() {
           float *a = ops(), *b = a + (long)M * K, *c = b + (long)K * N;
-          rt_gemm_cu(0, 1, M, N, K, 1.0, a, K, b, K, 0.0, c, N);
+          mm(0, 1, M, N, K, a, K, b, K, c, N);
           a = ops(), b = a + (long)M * K, c = b + (long)K * N;
-          rt_gemm_cu(0, 0, M, N, K, 1.0, a, K, b, N, 0.0, c, N);
+          mm(0, 0, M, N, K, a, K, b, N, c, N);
           a = ops(), b = a + (long)M * K, c = b + (long)K * N;
-          rt_gemm_cu(1, 0, M, N, K, 1.0, a, M, b, N, 0.0, c, N);
+          mm(1, 0, M, N, K, a, M, b, N, c, N);
         }) / 3;
         /* the rate net of the launch the cost model adds to every call */
         double net = t - launch > 0.25 * t ? t - launch : 0.25 * t;
@@ -268,11 +280,11 @@ int main(int argc, char **argv) {
         Rotation_ ops(pool, pool_n, (long)M * k + (long)N * k + (long)M * N);
         double t = time_all_([&]() {
           float *x = ops(), *w = x + (long)M * k, *y = w + (long)N * k;
-          rt_gemm_cu(0, 1, M, N, k, 1.0, x, k, w, k, 0.0, y, N);  /* y = x·Wᵀ */
+          mm(0, 1, M, N, k, x, k, w, k, y, N);  /* y = x·Wᵀ */
           x = ops(), w = x + (long)M * k, y = w + (long)N * k;
-          rt_gemm_cu(0, 0, M, k, N, 1.0, y, N, w, k, 0.0, x, k);  /* dx = dy·W */
+          mm(0, 0, M, k, N, y, N, w, k, x, k);  /* dx = dy·W */
           x = ops(), w = x + (long)M * k, y = w + (long)N * k;
-          rt_gemm_cu(1, 0, N, k, M, 1.0, y, N, x, k, 0.0, w, k);  /* dW = dyᵀ·x */
+          mm(1, 0, N, k, M, y, N, x, k, w, k);  /* dW = dyᵀ·x */
         }) / 3;
         double net = t - launch > 0.25 * t ? t - launch : 0.25 * t;
         gx[n] = (double)k;
@@ -281,7 +293,6 @@ int main(int argc, char **argv) {
       }
       if (!rank_ && n) write_curve_(out, bf16 ? "gemm_thin_bf16" : "gemm_thin", gx, gy, n, ",\n");
     }
-    rtc_gemm_bf16 = 0;
     cudaCheck(cudaFree(pool));
   }
 
@@ -297,8 +308,9 @@ int main(int argc, char **argv) {
     int n = 0;
     for (long k = 1024; k <= bw_max && n < 32; k *= 4) {
       double t = time_all_([&]() { rt_axpy_cu(y, x, 1e-6, (size_t)k); });
+      double net = t - launch > 0.25 * t ? t - launch : 0.25 * t;
       bx[n] = 3.0 * k * sizeof(float);
-      by[n] = bx[n] / t;
+      by[n] = bx[n] / net;
       n++;
     }
     if (!rank_) write_curve_(out, "bw", bx, by, n, ",\n");

@@ -505,6 +505,8 @@ int main(void) {
   }
   test_slice(1, 5, 2, 3);
   test_slice(77, 96, 32, 33);
+  test_slice(77, 96, 32, 32);   /* 16-byte vectors (k_act.cu's _vec kernels) */
+  test_slice(70000, 16, 8, 8);  /* more rows than the vector grid's 65535 */
   test_chunks(1, 1, 1, 0);
   test_chunks(7, 10, 3, 2);
   test_chunks(33, 64, 4, 1);
@@ -530,6 +532,8 @@ int main(void) {
   }
   test_slice_bf16(1, 5, 2, 3);
   test_slice_bf16(77, 96, 32, 33);
+  test_slice_bf16(77, 96, 32, 32);
+  test_slice_bf16(70000, 16, 8, 8);
   test_chunks_bf16(1, 1, 1, 0);
   test_chunks_bf16(7, 10, 3, 2);
   test_chunks_bf16(33, 64, 4, 1);

@@ -310,6 +310,8 @@ static void test_bf16_gemm(int ta, int tb, int M, int N, int K, double alpha, do
 
 static void test_bf16(void) {
   bf16_selftest();
+  /* {1000, 48, 40}: the bias added on 16-byte vectors (OC % 8 == 0; its
+   * grid's row loop past 65535 rows is test_k_act's slice test) */
   static const int shapes[][3] = {{1, 1, 1}, {37, 19, 23}, {129, 257, 65}, {1000, 48, 40},
                                   {2049, 3, 130}};
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)

@@ -1,0 +1,152 @@
+/* gemm_cuda.cu — the bf16 GEMMs of GPT-2 124M's step on one GPU, timed
+ * three ways, to tell what the cuda target's GEMMs leave on the table
+ * (bench/gpu_check.sh builds it when packing and runs it as step 7):
+ *
+ *   ours   cuBLASLt as runtime/cuda/k_matmul.cu calls it: bf16 A, B and D
+ *          (fp32 D for a weight gradient), CUBLAS_COMPUTE_32F, a 32 MiB
+ *          workspace, the heuristic's first algorithm, alignments given;
+ *   best8  the same descriptor, the heuristic's first eight algorithms each
+ *          timed, the fastest kept (what an autotuned launcher would get);
+ *   gemmex cublasGemmEx, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT.
+ *
+ * Shapes (row-major, tokens M = 128 x 1024 = 131072, as the check's
+ * microbatch): the forward's y = x Wᵀ for the four linears of a block and
+ * the LM head at the vocabulary as given (50257, rows not 16-byte aligned)
+ * and padded to 50304 (llm.c's padding); the backward's dx = dy W and
+ * dW += dyᵀ x for the first linear and the head.  Prints one line a shape:
+ * TFLOP/s of each way.  Usage: gemm_cuda [M]
+ */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CK(x)                                                                          \
+  do {                                                                                 \
+    cudaError_t e_ = (x);                                                              \
+    if (e_ != cudaSuccess) {                                                           \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                         \
+    }                                                                                  \
+  } while (0)
+#define BK(x)                                                                          \
+  do {                                                                                 \
+    cublasStatus_t s_ = (x);                                                           \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+      fprintf(stderr, "%s:%d: %s: status %d\n", __FILE__, __LINE__, #x, (int)s_);      \
+      exit(1);                                                                         \
+    }                                                                                  \
+  } while (0)
+
+static cublasLtHandle_t lt;
+static cublasHandle_t bl;
+static void *ws;
+static const size_t WS = (size_t)32 << 20;
+static cudaEvent_t e0, e1;
+
+// time fn over reps after 2 warm-up calls, seconds a call
+template <class F>
+static double timeit(F fn, int reps) {
+  fn(), fn();
+  CK(cudaEventRecord(e0));
+  for (int i = 0; i < reps; i++) fn();
+  CK(cudaEventRecord(e1));
+  CK(cudaEventSynchronize(e1));
+  float ms;
+  CK(cudaEventElapsedTime(&ms, e0, e1));
+  return ms / 1e3 / reps;
+}
+
+/* row-major C[M,N] (ldc) = op(A) op(B) + beta C, op(A) (M,K), op(B) (K,N);
+ * ta: A stored (K,M); tb: B stored (N,K).  Column-major: Cᵀ = op(B)ᵀ op(A)ᵀ. */
+struct G {
+  const char *name;
+  int M, N, K, ta, tb, c32;
+  float beta;
+};
+
+static void run(const G &g, void *A, void *B, void *C) {
+  int lda = g.ta ? g.M : g.K, ldb = g.tb ? g.K : g.N, ldc = g.N;
+  cudaDataType_t tc = g.c32 ? CUDA_R_32F : CUDA_R_16BF;
+  cublasLtMatmulDesc_t op;
+  BK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t opb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  BK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof opb));
+  BK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof opa));
+  cublasLtMatrixLayout_t lb, la, lc;
+  BK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.tb ? g.K : g.N, g.tb ? g.N : g.K, ldb));
+  BK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.ta ? g.M : g.K, g.ta ? g.K : g.M, lda));
+  BK(cublasLtMatrixLayoutCreate(&lc, tc, g.N, g.M, ldc));
+  cublasLtMatmulPreference_t pref;
+  BK(cublasLtMatmulPreferenceCreate(&pref));
+  BK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &WS,
+                                          sizeof WS));
+  cublasLtMatmulHeuristicResult_t res[8];
+  int found = 0;
+  BK(cublasLtMatmulAlgoGetHeuristic(lt, op, lb, la, lc, lc, pref, 8, res, &found));
+  float alpha = 1.0f, beta = g.beta;
+  double flops = 2.0 * g.M * g.N * g.K, ours = 0, best = 0;
+  int reps = flops > 1e12 ? 10 : 30;
+  for (int i = 0; i < found; i++) {
+    double t = timeit([&]() {
+      BK(cublasLtMatmul(lt, op, &alpha, B, lb, A, la, &beta, C, lc, C, lc, &res[i].algo, ws, WS,
+                        0));
+    }, reps);
+    double r = flops / t / 1e12;
+    if (i == 0) ours = r;
+    if (r > best) best = r;
+  }
+  double gx = flops / timeit([&]() {
+    BK(cublasGemmEx(bl, opb, opa, g.N, g.M, g.K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda,
+                    &beta, C, tc, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }, reps) / 1e12;
+  printf("%-26s %7d %6d %5d  %7.1f  %7.1f  %7.1f   (%d algorithms)\n", g.name, g.M, g.N, g.K, ours,
+         best, gx, found);
+  fflush(stdout);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(op);
+}
+
+int main(int argc, char **argv) {
+  int M = argc > 1 ? atoi(argv[1]) : 131072;
+  BK(cublasLtCreate(&lt));
+  BK(cublasCreate(&bl));
+  CK(cudaMalloc(&ws, WS));
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  const G gs[] = {
+      {"fwd qkv  x Wt", M, 2304, 768, 0, 1, 0, 0.0f},
+      {"fwd proj x Wt", M, 768, 768, 0, 1, 0, 0.0f},
+      {"fwd fc   x Wt", M, 3072, 768, 0, 1, 0, 0.0f},
+      {"fwd fcp  x Wt", M, 768, 3072, 0, 1, 0, 0.0f},
+      {"fwd head V=50257", M, 50257, 768, 0, 1, 0, 0.0f},
+      {"fwd head V=50304", M, 50304, 768, 0, 1, 0, 0.0f},
+      {"bwd qkv  dx += dy W", M, 768, 2304, 0, 0, 0, 1.0f},
+      {"bwd qkv  dW += dyt x", 2304, 768, M, 1, 0, 1, 1.0f},
+      {"bwd head dx += dy W 50257", M, 768, 50257, 0, 0, 0, 1.0f},
+      {"bwd head dx += dy W 50304", M, 768, 50304, 0, 0, 0, 1.0f},
+      {"bwd head dW += dyt x 50257", 50257, 768, M, 1, 0, 1, 1.0f},
+      {"bwd head dW += dyt x 50304", 50304, 768, M, 1, 0, 1, 1.0f},
+  };
+  size_t most = 0;
+  for (const G &g : gs) {
+    size_t a = (size_t)g.M * g.K, b = (size_t)g.K * g.N, c = (size_t)g.M * g.N * (g.c32 ? 2 : 1);
+    size_t t = a > b ? a : b;
+    t = t > c ? t : c;
+    most = t > most ? t : most;
+  }
+  void *A, *B, *C;
+  CK(cudaMalloc(&A, most * 2));
+  CK(cudaMalloc(&B, most * 2));
+  CK(cudaMalloc(&C, most * 2));
+  CK(cudaMemset(A, 0x3c, most * 2));
+  CK(cudaMemset(B, 0x3c, most * 2));
+  CK(cudaMemset(C, 0, most * 2));
+  printf("%-26s %7s %6s %5s  %7s  %7s  %7s   TFLOP/s\n", "GEMM (row-major M x N, K)", "M", "N",
+         "K", "ours", "best8", "gemmex");
+  for (const G &g : gs) run(g, A, B, C);
+  return 0;
+}
