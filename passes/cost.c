@@ -32,6 +32,13 @@ void cost_hw_from_mesh(HwModel *hw, const Mesh *me, DType prec) {
   /* the GEMM dim at which efficiency halves: a tile's worth of rows (128 on
    * tensor cores; a register block's on a CPU) */
   hw->gemm_half = gpu ? 96 : 12;
+  /* cuBLAS's tensor-core kernels need every matrix's rows 16-byte aligned;
+   * with a dim such as GPT-2's vocabulary of 50257 (rows of 100,514 bytes
+   * in bf16) the heuristic falls back to kernels that ran GPT-2's LM head
+   * at 103-153 TFLOP/s on an H200 against 760-830 at 50304 (cuBLASLt 13.0,
+   * bench/gemm_cuda.cu, bench/results/gpu_check-2026-12-04.txt): 0.16 of
+   * the rate.  OpenBLAS has no such cliff. */
+  hw->unaligned_eff = gpu ? 0.16 : 1.0;
   hw->mem_bw = me->mem_bw;
   hw->mem_eff = gpu ? 0.88 : 0.6;
   hw->launch_s = me->launch_s;
@@ -91,6 +98,17 @@ double cost_gemm(const HwModel *hw, double M, double N, double K) {
     /* the smallest dim limits a GEMM most; all three share the loss */
     double e = dim_eff(M, hw->gemm_half) * dim_eff(N, hw->gemm_half) * dim_eff(K, hw->gemm_half);
     rate = hw->peak * hw->gemm_eff * cbrt(e) * cbrt(e) * cbrt(e);
+  }
+  /* a dim of rows that are not 16-byte aligned (the three dims of a
+   * linear's GEMMs are its two feature counts, always some matrix's row
+   * length, and its tokens, a multiple of 8 in practice) */
+  if (hw->unaligned_eff > 0 && hw->unaligned_eff < 1) {
+    const double d3[3] = {M, N, K};
+    for (int i = 0; i < 3; i++)
+      if (fmod(d3[i] * hw->elt, 16.0) != 0) {
+        rate *= hw->unaligned_eff;
+        break;
+      }
   }
   double bytes = (M * K + K * N + M * N) * hw->elt;
   double t_mem = bytes / (hw->mem_bw * hw->mem_eff);

@@ -45,6 +45,8 @@ typedef struct HwModel {
   double peak;            /* dense FLOP/s at the plan's precision */
   double gemm_eff;        /* fraction of peak a large GEMM reaches */
   double gemm_half;       /* a GEMM dim at which that dim alone halves the efficiency */
+  double unaligned_eff;   /* rate of a GEMM with a dim whose rows are not 16-byte aligned, as a
+                           * fraction of the aligned one's (1: no such penalty) */
   double mem_bw, mem_eff; /* memory-bound kernels: bandwidth and the fraction reached */
   double launch_s;        /* per kernel call */
   double intra_bw, intra_lat, inter_bw, inter_lat;
