@@ -3,6 +3,7 @@
  * action by action) and whole steps, over the per-rank programs.
  * cost.h says what each entry computes; explore.c holds the search's fast
  * evaluator, which uses the same formulas.  Memory comes from memplan. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -837,6 +838,27 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
     fprintf(out, "%s          %.3g TFLOP/s per device model FLOPs, MFU %.1f%% of %.3g TFLOP/s peak\n", pf,
             r.model_flops / r.step_s / ndev / 1e12, 100 * r.model_flops / r.step_s / ndev / hw->peak,
             hw->peak / 1e12);
+  /* a GEMM dim whose rows are not 16-byte aligned (cost_gemm's penalty):
+   * which, what it costs, and the step with aligned rows (the vocabulary
+   * padded with unused rows, as Megatron-LM and llm.c pad it) */
+  if (hw->unaligned_eff > 0 && hw->unaligned_eff < 1 && m->graph && r.step_s > 0) {
+    int64_t bad = 0;
+    for (int i = 0; i < m->graph->nodes.len && !bad; i++) {
+      const Node *n = m->graph->nodes.data[i];
+      if (n->op != OP_MATMUL) continue;
+      for (int d = 0; d < 2 && !bad; d++)
+        if (n->in[1]->shape.d[d].n * hw->elt % 16) bad = n->in[1]->shape.d[d].n;
+    }
+    HwModel al = *hw;
+    al.unaligned_eff = 1;
+    CostResult ra;
+    if (bad && !cost_module(m, &al, &ra) && ra.step_s < r.step_s)
+      fprintf(out, "%s          unaligned: rows of %" PRId64 " features (%" PRId64 " bytes) are not a "
+                   "multiple of 16 bytes, so cuBLAS runs their GEMMs at %.2f of its rate: %.0f%% of "
+                   "the step; padded to %" PRId64 " the step would be about %s\n",
+              pf, bad, bad * hw->elt, hw->unaligned_eff, 100 * (r.step_s - ra.step_s) / r.step_s,
+              (bad + 63) / 64 * 64, ms(ra.step_s));
+  }
   for (int k = 0; k < r.nstages; k++) {
     const RankProg *rp = m->rprog[k];
     fprintf(out, "%s  rank %d%s: %sforward %s + backward %s per microbatch (x%d; blocking comm %s), "

@@ -334,6 +334,21 @@ expect cut-inside-spec 0 '^strategy: dp=1,pp=2:1.5\+1.5,schedule=1f1b' -- "$bin"
 expect cut-scatter 0 '^             %[0-9]+ f32\[B=4,T=64,128\] \(131,072 bytes\), add.s output, scattered over tp: 65,536 bytes a rank, all-gathered there$' -- "$bin" compile tests/dist/gpt3.shard --mesh 2x2 --strategy pp=2,tp=2
 expect cut-scatter-split 0 '^             %[0-9]+ f32\[B=4,T=64,256\] \(262,144 bytes\), matmul.s output$' -- "$bin" compile tests/dist/gpt3.shard --mesh 2x2 --strategy pp=2,tp=2
 expect cut-scatter-one-node 0 '^             %[0-9]+ f32\[B=4,T=64,128\] \(131,072 bytes\), add.s output$' -- "$bin" compile tests/dist/gpt3.shard --mesh 4 --strategy pp=2,tp=2
+# a GPU plan whose GEMMs have rows that are not 16-byte aligned (GPT-2's
+# vocabulary of 50257 in bf16): the plan says so and prices the padding; a
+# padded vocabulary (50304), a cpu mesh: no such line
+expect unaligned-vocab 0 '^          unaligned: rows of 50257 features \(100514 bytes\) are not a multiple of 16 bytes, so cuBLAS runs their GEMMs at 0.16 of its rate: [0-9]+% of the step; padded to 50304 the step would be about ' -- "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 1:H200_SXM --strategy dp=1
+sed 's/const vocab = 50257/const vocab = 50304/' samples/gpt2-124m.shard >"$tmp/gpt2_padded.shard"
+for args in "$tmp/gpt2_padded.shard --target cuda --mesh 1:H200_SXM --strategy dp=1" \
+            "samples/gpt2-124m.shard --mesh 1 --strategy dp=1"; do
+  # shellcheck disable=SC2086
+  if "$bin" compile $args 2>&1 | grep -q 'unaligned:'; then
+    echo "FAIL: unaligned-none: an unaligned: line for $args"
+    fail=$((fail + 1))
+  else
+    pass=$((pass + 1))
+  fi
+done
 # ZeRO-2/3 over several microbatches: the plan says each one reduce-scatters
 # the gradients; with one microbatch a rank it says nothing
 expect zero2-per-mb 0 '^zero:     2: each rank keeps its 1/2 of the gradients, so every one of the 2 microbatches. backward reduce-scatters them \(2 reductions a step; zero=1 reduces once' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=2,dp=2,zero=2
