@@ -117,6 +117,9 @@ const char *cg_shape(const Emit *e, const Value *v);
 int64_t cg_numel(const Value *v);
 int64_t cg_rows(const Value *v);
 int64_t cg_last_dim(const Value *v);
+/* A cross-entropy's classes among cols columns of its logits (cols unless
+ * `classes` gave fewer: the rest are a padded vocabulary's unused columns). */
+int64_t cg_xent_classes(const Node *n, int64_t cols);
 
 /* The data file a generated program reads by default: the train block's
  * `data` resolved against the model's directory, else the built-in text in

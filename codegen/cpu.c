@@ -259,10 +259,13 @@ static void kernel(Emit *e, const PInstr *in) {
       P(e, "  rt_check(rt_vp_crossentropy_forward%s(p->mesh, %s, &%s, %s, %s, %" PRId64
            ", %" PRId64 ", p->mesh->coord[%s] * %" PRId64 ", %" PRId64 ", (double *)%s));\n",
         S, cg_axis((int)n->a.i[3]), loss, R(e, x[0]), R(e, x[1]), cg_rows(xv[0]), vl,
-        cg_axis((int)n->a.i[3]), vl,
-        e->p->data == PDATA_TOKENS ? (int64_t)e->p->vocab : vl * n->a.i[2], /* classes */
-        R(e, in->scratch));
+        cg_axis((int)n->a.i[3]), vl, cg_xent_classes(n, vl * n->a.i[2]), R(e, in->scratch));
       P(e, "  %s = %" PRId64 ";\n", rows, cg_rows(xv[0]));
+    } else if (cg_xent_classes(n, cg_last_dim(xv[0])) < cg_last_dim(xv[0])) {
+      P(e, "  rt_check(rt_crossentropy_forward_ld%s(&%s, &%s, NULL, NULL, %s, %s, %" PRId64
+           ", %" PRId64 ", %" PRId64 "));\n",
+        S, loss, rows, R(e, x[0]), R(e, x[1]), cg_rows(xv[0]),
+        cg_xent_classes(n, cg_last_dim(xv[0])), cg_last_dim(xv[0]));
     } else {
       P(e, "  rt_check(rt_crossentropy_forward%s(&%s, &%s, NULL, NULL, %s, %s, %" PRId64 ", %" PRId64
            "));\n",
@@ -335,11 +338,26 @@ static void kernel(Emit *e, const PInstr *in) {
   case OP_CROSS_ENTROPY_BWD: {
     const char *rows = arena_printf("%sce_rows%s[%d]", e->pre, e->sfx, in->ce_slot);
     if (n->a.i[1]) {
-      int64_t vl = cg_last_dim(xv[1]);
-      P(e, "  rt_vp_crossentropy_backward_acc%s(p->mesh, %s, %s, %s, %s, %" PRId64 ", %" PRId64
-           ", p->mesh->coord[%s] * %" PRId64 ", %s, %s, (double *)%s);\n",
-        S, cg_axis((int)n->a.i[3]), R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(xv[1]), vl,
-        cg_axis((int)n->a.i[3]), vl, cg_load(e, x[0]), rows, R(e, in->scratch));
+      int64_t vl = cg_last_dim(xv[1]), V = cg_xent_classes(n, vl * n->a.i[2]);
+      if (V < vl * n->a.i[2])
+        P(e, "  rt_vp_crossentropy_backward_acc_cls%s(p->mesh, %s, %s, %s, %s, %" PRId64
+             ", %" PRId64 ", p->mesh->coord[%s] * %" PRId64 ", %" PRId64 ", %s, %s, (double *)%s);\n",
+          S, cg_axis((int)n->a.i[3]), R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(xv[1]), vl,
+          cg_axis((int)n->a.i[3]), vl, V, cg_load(e, x[0]), rows, R(e, in->scratch));
+      else
+        P(e, "  rt_vp_crossentropy_backward_acc%s(p->mesh, %s, %s, %s, %s, %" PRId64 ", %" PRId64
+             ", p->mesh->coord[%s] * %" PRId64 ", %s, %s, (double *)%s);\n",
+          S, cg_axis((int)n->a.i[3]), R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(xv[1]), vl,
+          cg_axis((int)n->a.i[3]), vl, cg_load(e, x[0]), rows, R(e, in->scratch));
+      return;
+    }
+    int64_t V = cg_xent_classes(n, cg_last_dim(xv[1]));
+    if (V < cg_last_dim(xv[1])) {
+      P(e, "  rt_crossentropy_backward%s_ld%s(%s, %s, NULL, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+           ", %s, %s);%s\n",
+        in->assign ? "" : "_acc", S, R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(xv[1]), V,
+        cg_last_dim(xv[1]), cg_load(e, x[0]), rows,
+        in->assign ? "  // writes: the first contribution" : "");
       return;
     }
     P(e, "  rt_crossentropy_backward%s%s(%s, %s, NULL, %s, %" PRId64 ", %" PRId64 ", %s, %s);%s\n",

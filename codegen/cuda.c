@@ -222,19 +222,25 @@ static void vp_cross_entropy(Emit *e, const PInstr *in) {
   const char *loss = arena_printf("%sce_loss%s[%d]", e->pre, e->sfx, in->ce_slot);
   const char *rows = arena_printf("%sce_rows%s[%d]", e->pre, e->sfx, in->ce_slot);
   int64_t vl = cg_last_dim(xl);
+  int64_t V = cg_xent_classes(n, vl * n->a.i[2]); /* classes */
   if (n->op == OP_CROSS_ENTROPY) {
     P(e, "  rt_check(rt_vp_crossentropy_forward_cu(p->mesh, %s, &%s, %s, %s, %s, %" PRId64
          ", %" PRId64 ", p->mesh->coord[%s] * %" PRId64 ", %" PRId64 ", (double *)%s));\n",
-      ax, loss, R(e, y[0]), R(e, x[0]), R(e, x[1]), cg_rows(xl), vl, ax, vl,
-      e->p->data == PDATA_TOKENS ? (int64_t)e->p->vocab : vl * n->a.i[2], /* classes */
+      ax, loss, R(e, y[0]), R(e, x[0]), R(e, x[1]), cg_rows(xl), vl, ax, vl, V,
       R(e, in->scratch));
     P(e, "  %s = %" PRId64 ";\n", rows, cg_rows(xl));
     return;
   }
-  P(e, "  rt_vp_crossentropy_backward_acc_cu(p->mesh, %s, %s, %s, %s, %" PRId64 ", %" PRId64
-       ", p->mesh->coord[%s] * %" PRId64 ", %s, %s, (double *)%s);\n",
-    ax, R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(xl), vl, ax, vl, R(e, x[0]), rows,
-    R(e, in->scratch));
+  if (V < vl * n->a.i[2])
+    P(e, "  rt_vp_crossentropy_backward_acc_cls_cu(p->mesh, %s, %s, %s, %s, %" PRId64 ", %" PRId64
+         ", p->mesh->coord[%s] * %" PRId64 ", %" PRId64 ", %s, %s, (double *)%s);\n",
+      ax, R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(xl), vl, ax, vl, V, R(e, x[0]), rows,
+      R(e, in->scratch));
+  else
+    P(e, "  rt_vp_crossentropy_backward_acc_cu(p->mesh, %s, %s, %s, %s, %" PRId64 ", %" PRId64
+         ", p->mesh->coord[%s] * %" PRId64 ", %s, %s, (double *)%s);\n",
+      ax, R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(xl), vl, ax, vl, R(e, x[0]), rows,
+      R(e, in->scratch));
 }
 
 /* Ring attention over the sp axis (runtime/cuda/rtc_ring.cu): the cpu
@@ -305,16 +311,20 @@ static void cross_entropy(Emit *e, const PInstr *in) {
   const PRef *x = in->in, *y = in->out;
   if (n->a.i[1]) return vp_cross_entropy(e, in);
   const char *loss = arena_printf("%sce_loss%s[%d]", e->pre, e->sfx, in->ce_slot);
+  const Value *xl = x[n->op == OP_CROSS_ENTROPY ? 0 : 1].v;
+  int64_t ld = cg_last_dim(xl), V = cg_xent_classes(n, ld);
+  /* a padded vocabulary's logits: the classes are the first V of rows ld apart */
+  const char *sfx = V < ld ? "_ld" : "", *lds = V < ld ? arena_printf(", %" PRId64, ld) : "";
   if (n->op == OP_CROSS_ENTROPY) {
     const char *rows = arena_printf("%sce_rows%s[%d]", e->pre, e->sfx, in->ce_slot);
-    P(e, "  rt_check(rt_crossentropy_forward_site_cu(&%s, &%s, %s, NULL, NULL, %s, %s, %" PRId64
-         ", %" PRId64 "));\n",
-      loss, rows, R(e, y[0]), R(e, x[0]), R(e, x[1]), cg_rows(x[0].v), cg_last_dim(x[0].v));
+    P(e, "  rt_check(rt_crossentropy_forward_site%s_cu(&%s, &%s, %s, NULL, NULL, %s, %s, %" PRId64
+         ", %" PRId64 "%s));\n",
+      sfx, loss, rows, R(e, y[0]), R(e, x[0]), R(e, x[1]), cg_rows(xl), V, lds);
     return;
   }
-  P(e, "  rt_crossentropy_backward_site_cu(%s, %s, NULL, %s, %" PRId64 ", %" PRId64
-       ", %s, &%s, %d);%s\n",
-    R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(x[1].v), cg_last_dim(x[1].v), R(e, x[0]), loss,
+  P(e, "  rt_crossentropy_backward_site%s_cu(%s, %s, NULL, %s, %" PRId64 ", %" PRId64
+       "%s, %s, &%s, %d);%s\n",
+    sfx, R(e, y[0]), R(e, x[1]), R(e, x[2]), cg_rows(xl), V, lds, R(e, x[0]), loss,
     in->assign ? 0 : 1, in->assign ? "  // writes: the first contribution" : "");
 }
 

@@ -110,6 +110,9 @@ int64_t cg_rows(const Value *v) {
   int64_t l = cg_last_dim(v);
   return cg_numel(v) / (l ? l : 1);
 }
+int64_t cg_xent_classes(const Node *n, int64_t cols) {
+  return n->a.i[4] > 0 && n->a.i[4] < cols ? n->a.i[4] : cols;
+}
 
 const char *cg_shape(const Emit *e, const Value *v) {
   char buf[256];

@@ -769,9 +769,18 @@ static bool lower_builtin(Ctx *c, Scope *s, int b, Expr *call, LVal *out) {
     break;
   }
   case B_CROSS_ENTROPY: {
-    BIND("logits", "targets");
-    if (!want_tensor(call, &a, 0, names, true) || !want_tensor(call, &a, 1, names, false)) return false;
-    out->t = op2(c, OP_CROSS_ENTROPY, a.v[0].t, a.v[1].t, loc, what);
+    BIND("logits", "targets", "classes");
+    int64_t classes = 0;
+    if (!want_tensor(call, &a, 0, names, true) || !want_tensor(call, &a, 1, names, false) ||
+        !want_int(call, &a, 2, names, 0, 1, &classes))
+      return false;
+    /* classes (i4): the softmax over the first `classes` of the logits' last
+     * dim, the rest unused columns (a vocabulary padded for aligned rows) */
+    Attrs ca = {0};
+    ca.i[4] = classes;
+    ca.ni = classes ? 5 : 0;
+    Value *in2[2] = {a.v[0].t, a.v[1].t};
+    out->t = op(c, OP_CROSS_ENTROPY, in2, 2, &ca, loc, what);
     break;
   }
   default:

@@ -256,6 +256,12 @@ static int shape_xent(Node *n, char *err, int errcap) {
     FAIL("logits %s must have one more dimension than targets %s", sl, st);
   for (int i = 0; i < t->ndim; i++)
     if (l->d[i].n != t->d[i].n) FAIL("logits %s do not match targets %s", sl, st);
+  /* classes: at most the logits' last dim (all of its shards' under a
+   * vocabulary split, i1..i3) */
+  int64_t cols = l->d[l->ndim - 1].n * (n->a.i[1] ? n->a.i[2] : 1);
+  if (n->a.i[4] > cols)
+    FAIL("classes = %lld is more than the logits' %lld columns", (long long)n->a.i[4],
+         (long long)cols);
   n->out->shape = (Shape){0};
   n->out->dtype = n->in[0]->dtype;
   return 0;

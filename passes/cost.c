@@ -849,15 +849,28 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
       for (int d = 0; d < 2 && !bad; d++)
         if (n->in[1]->shape.d[d].n * hw->elt % 16) bad = n->in[1]->shape.d[d].n;
     }
+    /* the logits of a cross-entropy: padded rows stay out of its softmax
+     * with `classes` */
+    bool vocab = false;
+    for (int i = 0; i < m->graph->nodes.len && bad; i++) {
+      const Node *n = m->graph->nodes.data[i];
+      if (n->op == OP_CROSS_ENTROPY && !n->a.i[1] &&
+          n->in[0]->shape.d[n->in[0]->shape.ndim - 1].n == bad)
+        vocab = true;
+    }
     HwModel al = *hw;
     al.unaligned_eff = 1;
     CostResult ra;
     if (bad && !cost_module(m, &al, &ra) && ra.step_s < r.step_s)
       fprintf(out, "%s          unaligned: rows of %" PRId64 " features (%" PRId64 " bytes) are not a "
                    "multiple of 16 bytes, so cuBLAS runs their GEMMs at %.2f of its rate: %.0f%% of "
-                   "the step; padded to %" PRId64 " the step would be about %s\n",
+                   "the step; padded to %" PRId64 "%s the step would be about %s\n",
               pf, bad, bad * hw->elt, hw->unaligned_eff, 100 * (r.step_s - ra.step_s) / r.step_s,
-              (bad + 63) / 64 * 64, ms(ra.step_s));
+              (bad + 63) / 64 * 64,
+              vocab ? arena_printf(" (the unused rows kept out of the loss by "
+                                   "`cross_entropy(..., classes = %" PRId64 ")`)", bad)
+                    : "",
+              ms(ra.step_s));
   }
   for (int k = 0; k < r.nstages; k++) {
     const RankProg *rp = m->rprog[k];

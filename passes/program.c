@@ -419,6 +419,7 @@ static int data_roles(RankProg *p, Graph *g) {
       const Value *t = ga->in[0], *l = cb->in[0];
       int64_t v1 = t->role == ROLE_PARAM ? t->gshape.d[0].n : t->shape.d[0].n;
       int64_t v2 = l->shape.d[l->shape.ndim - 1].n * (cb->a.i[1] ? cb->a.i[2] : 1);
+      if (cb->a.i[4] > 0 && cb->a.i[4] < v2) v2 = cb->a.i[4]; /* classes: targets below it */
       p->vocab = (int)(v1 < v2 ? v1 : v2);
       p->seq = (int)a->shape.d[1].n * (p->ring > 1 ? p->ring : 1); /* the whole row */
       return k;
@@ -428,7 +429,8 @@ static int data_roles(RankProg *p, Graph *g) {
       const Value *l = cb->in[0];
       p->data = PDATA_SYNTH;
       p->features = (int)a->shape.d[1].n;
-      p->classes = (int)(l->shape.d[l->shape.ndim - 1].n * (cb->a.i[1] ? cb->a.i[2] : 1));
+      p->classes = (int)(cb->a.i[4] > 0 ? cb->a.i[4]
+                                         : l->shape.d[l->shape.ndim - 1].n * (cb->a.i[1] ? cb->a.i[2] : 1));
       p->seq = 1;
       return k;
     }

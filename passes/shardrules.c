@@ -199,7 +199,7 @@ void sh_vocab_parallel(Sharder *s, Node *n, int ax) {
     n->a.i[k] = 1;
     n->a.i[k + 1] = s->P;
     n->a.i[k + 2] = ax;
-    n->a.ni = k + 3;
+    n->a.ni = n->a.ni > k + 3 ? n->a.ni : k + 3; /* a cross-entropy's classes (i4) stay */
   }
   sh_rerun(s, n);
   sh_clear(n->out);

@@ -425,23 +425,32 @@ static double vp_at_(const void *x, int esize, int i) {
   return esize == 4 ? ((const float *)x)[i] : ((const double *)x)[i];
 }
 
-// scratch[0,N) gets the global row max (0 on ignored rows).
+// The classes among this slice's columns: [v0, v0+Vl) below V (a
+// vocabulary padded past its classes leaves the last slices' ends unused).
+static int vp_classes_(int Vl, int v0, int V) {
+  long long nv = (long long)V - v0;
+  return nv < 0 ? 0 : nv > Vl ? Vl : (int)nv;
+}
+
+// scratch[0,N) gets the global row max (0 on ignored rows) over the first
+// nv of each row's Vl columns.
 static void vp_global_max_(RtMesh *m, RtAxis ax, MPI_Comm c, const void *logits, int esize,
-                           const int32_t *targets, int N, int Vl, double *mx) {
+                           const int32_t *targets, int N, int Vl, int nv, double *mx) {
   RT_OMP_FOR(2 * (size_t)N * Vl)
   for (int n = 0; n < N; n++)
-    mx[n] = targets[n] < 0 ? 0 : vp_max_(VP_ROW(esize, logits, n, Vl), esize, Vl);
+    mx[n] = targets[n] < 0 ? 0 : vp_max_(VP_ROW(esize, logits, n, Vl), esize, nv);
   if (m->size[ax] > 1)
     MPI_CHECK(m, MPI_Allreduce, MPI_IN_PLACE, mx, N, MPI_DOUBLE, MPI_MAX, c);
 }
 
-// logits is (N,Vl), columns [v0, v0+Vl) of (N,V); scratch is 3N doubles
+// logits is (N,Vl), columns [v0, v0+Vl) of (N,Vl·P) whose first V are the
+// classes (the rest unused: a padded vocabulary); scratch is 3N doubles
 static int vp_forward_(RtMesh *m, RtAxis ax, double *loss, const void *logits, int esize,
                        const int32_t *targets, int N, int Vl, int v0, int V,
                        double *scratch) {
-  if (N < 0 || Vl < 0 || v0 < 0 || (long long)v0 + Vl > V)
-    return rt_errorf(RT_ERR_ARG, "vp_cross_entropy: slice [%d,%d) of %d rows is not inside "
-                     "the vocabulary [0,%d)", v0, v0 + Vl, N, V);
+  if (N < 0 || Vl < 0 || v0 < 0 || V < 1)
+    return rt_errorf(RT_ERR_ARG, "vp_cross_entropy: slice [%d,%d) of %d rows of a vocabulary "
+                     "of %d classes", v0, v0 + Vl, N, V);
   for (int n = 0; n < N; n++)
     if (targets[n] != RT_IGNORE_INDEX && (targets[n] < 0 || targets[n] >= V))
       return rt_errorf(RT_ERR_ARG,
@@ -451,13 +460,14 @@ static int vp_forward_(RtMesh *m, RtAxis ax, double *loss, const void *logits, i
   MPI_Comm c = axis_comm_(m, ax, "rt_vp_crossentropy_forward");
   int P = m->size[ax];
   double *mx = scratch, *se = scratch + N; // se: (sumexp, target logit) per row
-  vp_global_max_(m, ax, c, logits, esize, targets, N, Vl, mx);
+  const int nv = vp_classes_(Vl, v0, V);
+  vp_global_max_(m, ax, c, logits, esize, targets, N, Vl, nv, mx);
   RT_OMP_FOR(8 * (size_t)N * Vl)
   for (int n = 0; n < N; n++) {
     const void *x = VP_ROW(esize, logits, n, Vl);
     int tl = targets[n] - v0;
-    se[2 * n] = targets[n] < 0 ? 0 : vp_sumexp_(x, esize, Vl, mx[n]);
-    se[2 * n + 1] = targets[n] >= 0 && tl >= 0 && tl < Vl ? vp_at_(x, esize, tl) : 0;
+    se[2 * n] = targets[n] < 0 ? 0 : vp_sumexp_(x, esize, nv, mx[n]);
+    se[2 * n + 1] = targets[n] >= 0 && tl >= 0 && tl < nv ? vp_at_(x, esize, tl) : 0;
   }
   if (P > 1)
     MPI_CHECK(m, MPI_Allreduce, MPI_IN_PLACE, se, 2 * N, MPI_DOUBLE, MPI_SUM, c);
@@ -473,16 +483,18 @@ static int vp_forward_(RtMesh *m, RtAxis ax, double *loss, const void *logits, i
   return RT_OK;
 }
 
+// the columns at or past V (unused) get nothing
 static void vp_backward_(RtMesh *m, RtAxis ax, void *dlogits, const void *logits,
-                         int esize, const int32_t *targets, int N, int Vl, int v0,
+                         int esize, const int32_t *targets, int N, int Vl, int v0, int V,
                          double dloss, double norm, double *scratch) {
   MPI_Comm c = axis_comm_(m, ax, "rt_vp_crossentropy_backward_acc");
   int P = m->size[ax];
   double *mx = scratch, *se = scratch + N;
-  vp_global_max_(m, ax, c, logits, esize, targets, N, Vl, mx);
+  const int nv = vp_classes_(Vl, v0, V);
+  vp_global_max_(m, ax, c, logits, esize, targets, N, Vl, nv, mx);
   RT_OMP_FOR(8 * (size_t)N * Vl)
   for (int n = 0; n < N; n++)
-    se[n] = targets[n] < 0 ? 0 : vp_sumexp_(VP_ROW(esize, logits, n, Vl), esize, Vl, mx[n]);
+    se[n] = targets[n] < 0 ? 0 : vp_sumexp_(VP_ROW(esize, logits, n, Vl), esize, nv, mx[n]);
   if (P > 1)
     MPI_CHECK(m, MPI_Allreduce, MPI_IN_PLACE, se, N, MPI_DOUBLE, MPI_SUM, c);
   count_(m, ax, rt_vol_vp_xent_bwd(N, P), 2);
@@ -494,10 +506,10 @@ static void vp_backward_(RtMesh *m, RtAxis ax, void *dlogits, const void *logits
     double lse = mx[n] + log(se[n]);
     size_t off = (size_t)n * Vl;
     if (esize == 4)
-      vp_grad_f32((float *)dlogits + off, (const float *)logits + off, Vl, lse,
+      vp_grad_f32((float *)dlogits + off, (const float *)logits + off, nv, lse,
                   targets[n] - v0, scale);
     else
-      vp_grad_f64((double *)dlogits + off, (const double *)logits + off, Vl, lse,
+      vp_grad_f64((double *)dlogits + off, (const double *)logits + off, nv, lse,
                   targets[n] - v0, scale);
   }
 }
@@ -518,14 +530,28 @@ void rt_vp_crossentropy_backward_acc_f32(RtMesh *m, RtAxis ax, float *dlogits,
                                          const float *logits, const int32_t *targets,
                                          int N, int Vl, int v0, double dloss, double norm,
                                          double *scratch) {
-  vp_backward_(m, ax, dlogits, logits, 4, targets, N, Vl, v0, dloss, norm, scratch);
+  vp_backward_(m, ax, dlogits, logits, 4, targets, N, Vl, v0, v0 + Vl, dloss, norm, scratch);
 }
 
 void rt_vp_crossentropy_backward_acc_f64(RtMesh *m, RtAxis ax, double *dlogits,
                                          const double *logits, const int32_t *targets,
                                          int N, int Vl, int v0, double dloss, double norm,
                                          double *scratch) {
-  vp_backward_(m, ax, dlogits, logits, 8, targets, N, Vl, v0, dloss, norm, scratch);
+  vp_backward_(m, ax, dlogits, logits, 8, targets, N, Vl, v0, v0 + Vl, dloss, norm, scratch);
+}
+
+void rt_vp_crossentropy_backward_acc_cls_f32(RtMesh *m, RtAxis ax, float *dlogits,
+                                             const float *logits, const int32_t *targets,
+                                             int N, int Vl, int v0, int V, double dloss,
+                                             double norm, double *scratch) {
+  vp_backward_(m, ax, dlogits, logits, 4, targets, N, Vl, v0, V, dloss, norm, scratch);
+}
+
+void rt_vp_crossentropy_backward_acc_cls_f64(RtMesh *m, RtAxis ax, double *dlogits,
+                                             const double *logits, const int32_t *targets,
+                                             int N, int Vl, int v0, int V, double dloss,
+                                             double norm, double *scratch) {
+  vp_backward_(m, ax, dlogits, logits, 8, targets, N, Vl, v0, V, dloss, norm, scratch);
 }
 
 /* ---- sharded tensors ---- */

@@ -122,7 +122,9 @@ void rt_waitall(RtMesh *m, int n, MPI_Request *reqs);
 void rt_progress(RtMesh *m, int n, MPI_Request *reqs);
 
 /* ---- vocab-parallel cross-entropy (Megatron) ----
- * logits is (N,Vl): columns [v0, v0+Vl) of the full (N,V) logits; targets
+ * logits is (N,Vl): columns [v0, v0+Vl) of the full (N,Vl·P) logits, of
+ * which the first V are the classes (V = Vl·P but for a padded vocabulary,
+ * whose unused columns count for nothing); targets
  * (N) hold global ids, the same on every rank of the axis; RT_IGNORE_INDEX
  * rows count for nothing. scratch has rt_scratch_vp_xent_bytes(N) bytes.
  * Max, sums of exps and the loss are computed in double. */
@@ -147,6 +149,17 @@ void rt_vp_crossentropy_backward_acc_f64(RtMesh *m, RtAxis ax, double *dlogits,
                                          const double *logits, const int32_t *targets,
                                          int N, int Vl, int v0, double dloss, double norm,
                                          double *scratch);
+/* The same where only the first V of the (N, Vl·P) logits' columns are
+ * classes (a vocabulary padded past them, `cross_entropy(..., classes = V)`,
+ * as the forward's V): the slice's columns at or past V get nothing. */
+void rt_vp_crossentropy_backward_acc_cls_f32(RtMesh *m, RtAxis ax, float *dlogits,
+                                             const float *logits, const int32_t *targets,
+                                             int N, int Vl, int v0, int V, double dloss,
+                                             double norm, double *scratch);
+void rt_vp_crossentropy_backward_acc_cls_f64(RtMesh *m, RtAxis ax, double *dlogits,
+                                             const double *logits, const int32_t *targets,
+                                             int N, int Vl, int v0, int V, double dloss,
+                                             double norm, double *scratch);
 
 /* ---- sharded tensors (init, checkpoints) ---- */
 

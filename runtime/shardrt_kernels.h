@@ -197,6 +197,19 @@ void RT_FN(rt_crossentropy_backward)(RT_REAL *dlogits, const RT_REAL *logits,
 void RT_FN(rt_crossentropy_backward_acc)(RT_REAL *dlogits, const RT_REAL *logits,
                                          const RT_REAL *lse, const int32_t *targets, int N,
                                          int V, double dloss, double norm);
+/* The three on rows ld apart (ld >= V): the first V columns are the
+ * classes, the rest unused (a vocabulary padded so that rows are aligned,
+ * `cross_entropy(..., classes = V)`); the backward writes 0 there (the
+ * _acc one leaves them). */
+int RT_FN(rt_crossentropy_forward_ld)(double *loss, int *n_valid, RT_REAL *losses,
+                                      RT_REAL *lse, const RT_REAL *logits,
+                                      const int32_t *targets, int N, int V, int ld);
+void RT_FN(rt_crossentropy_backward_ld)(RT_REAL *dlogits, const RT_REAL *logits,
+                                        const RT_REAL *lse, const int32_t *targets, int N,
+                                        int V, int ld, double dloss, double norm);
+void RT_FN(rt_crossentropy_backward_acc_ld)(RT_REAL *dlogits, const RT_REAL *logits,
+                                            const RT_REAL *lse, const int32_t *targets, int N,
+                                            int V, int ld, double dloss, double norm);
 
 /* ---- optimizers, norms, init (k_optim.inc) ---- */
 

@@ -97,13 +97,14 @@ __device__ float rtc_row_lse_(const T *x, int V) {
   return m + logf(s);
 }
 
-// logits is (N,V), targets is (N); block n writes rowloss[n] (double) and,
-// when given, losses[n] and lse[n]; rows without a target in [0,V) get 0
-// (the reduction tells an ignored row from a bad one)
+// logits is (N,ld), the first V columns of a row the classes (ld > V: a
+// padded vocabulary's unused columns), targets is (N); block n writes
+// rowloss[n] (double) and, when given, losses[n] and lse[n]; rows without a
+// target in [0,V) get 0 (the reduction tells an ignored row from a bad one)
 template <class T>
 __global__ void rtc_ce_forward_kernel(double *__restrict__ rowloss, float *__restrict__ losses,
                                       float *__restrict__ lse, const T *__restrict__ logits,
-                                      const int32_t *__restrict__ targets, int V) {
+                                      const int32_t *__restrict__ targets, int V, int ld) {
   int n = blockIdx.x;
   int32_t tgt = targets[n];
   if (tgt < 0 || tgt >= V) { // the whole block returns: no barrier is skipped
@@ -116,7 +117,7 @@ __global__ void rtc_ce_forward_kernel(double *__restrict__ rowloss, float *__res
     }
     return;
   }
-  const T *x = logits + (size_t)n * V;
+  const T *x = logits + (size_t)n * ld;
   float l = rtc_row_lse_(x, V);
   if (threadIdx.x == 0) {
     float xt = rtc_ldf(x + tgt);
@@ -182,8 +183,8 @@ __global__ void rtc_ce_reduce_kernel(RtcCeResult *__restrict__ res, float *__res
 template <class T>
 __global__ void rtc_ce_backward_kernel(T *dlogits, const T *logits,
                                        const float *__restrict__ lse,
-                                       const int32_t *__restrict__ targets, int V, float scale,
-                                       int acc, const float *__restrict__ dloss,
+                                       const int32_t *__restrict__ targets, int V, int ld,
+                                       float scale, int acc, const float *__restrict__ dloss,
                                        const RtcCeResult *__restrict__ res) {
   int n = blockIdx.x;
   if (dloss) {
@@ -191,14 +192,17 @@ __global__ void rtc_ce_backward_kernel(T *dlogits, const T *logits,
     scale = (float)(norm > 0 ? (double)*dloss / norm : 0);
   }
   int32_t tgt = targets[n];
-  T *dx = dlogits + (size_t)n * V;
+  T *dx = dlogits + (size_t)n * ld;
+  if (!acc) // a padded vocabulary's unused columns: no gradient
+    for (int i = V + threadIdx.x; i < ld; i += blockDim.x)
+      rtc_stf(dx + i, 0.0f);
   if (tgt < 0 || tgt >= V) {
     if (!acc)
       for (int i = threadIdx.x; i < V; i += blockDim.x)
         rtc_stf(dx + i, 0.0f);
     return;
   }
-  const T *x = logits + (size_t)n * V;
+  const T *x = logits + (size_t)n * ld;
   // Recomputing lse ends in a barrier after every read of the row, so the
   // writes below cannot clobber a logit another thread still needs; without
   // it each thread reads each of its elements before writing it.
@@ -271,7 +275,7 @@ static int rtc_ce_finish_(RtcCeResult *dres, float *y, double *loss, int *n_vali
 template <class T>
 static int rtc_ce_forward_(RtcCeResult *dres, float *y, double *loss, int *n_valid,
                            float *losses, float *lse, const T *logits,
-                           const int32_t *targets, int N, int V) {
+                           const int32_t *targets, int N, int V, int ld) {
   if (N <= 0)
     return rtc_ce_finish_(dres, y, loss, n_valid, NULL, targets, N, V);
   size_t rows_bytes = rtc_ws_round((size_t)N * sizeof(double));
@@ -280,7 +284,7 @@ static int rtc_ce_forward_(RtcCeResult *dres, float *y, double *loss, int *n_val
   if (!dres)
     dres = (RtcCeResult *)(scratch + rows_bytes);
   RTC_LAUNCH(rtc_ce_forward_kernel<T>, N, rtc_ce_threads(V), 0, rowloss, losses, lse, logits,
-             targets, V);
+             targets, V, ld);
   return rtc_ce_finish_(dres, y, loss, n_valid, rowloss, targets, N, V);
 }
 
@@ -299,7 +303,7 @@ static int rtc_ce_forward_eager_(double *loss, int *n_valid, float *losses, floa
   if (rtc_capturing())
     rtc_fail("CUDA", "rt_crossentropy_forward_cu", "reads its loss back during a stream capture",
              __FILE__, __LINE__, "call rt_crossentropy_forward_site_cu");
-  return rtc_ce_forward_(NULL, NULL, loss, n_valid, losses, lse, logits, targets, N, V);
+  return rtc_ce_forward_(NULL, NULL, loss, n_valid, losses, lse, logits, targets, N, V, V);
 }
 
 extern "C" int rt_crossentropy_forward_cu(double *loss, int *n_valid, float *losses, float *lse,
@@ -312,7 +316,14 @@ extern "C" int rt_crossentropy_forward_site_cu(double *loss, int *n_valid, float
                                                float *losses, float *lse, const float *logits,
                                                const int32_t *targets, int N, int V) {
   RtcCeResult *dres = rtc_ce_site_(loss);
-  return rtc_ce_forward_(dres, y, loss, n_valid, losses, lse, logits, targets, N, V);
+  return rtc_ce_forward_(dres, y, loss, n_valid, losses, lse, logits, targets, N, V, V);
+}
+
+extern "C" int rt_crossentropy_forward_site_ld_cu(double *loss, int *n_valid, float *y,
+                                                  float *losses, float *lse, const float *logits,
+                                                  const int32_t *targets, int N, int V, int ld) {
+  return rtc_ce_forward_(rtc_ce_site_(loss), y, loss, n_valid, losses, lse, logits, targets, N, V,
+                         ld);
 }
 
 extern "C" const double *rt_crossentropy_site_loss_cu(const double *loss) {
@@ -327,17 +338,17 @@ static void rtc_ce_backward_(T *dlogits, const T *logits, const float *lse,
     return;
   float scale = (float)(norm > 0 ? dloss / norm : 0);
   RTC_LAUNCH(rtc_ce_backward_kernel<T>, N, rtc_ce_threads(V), 0, dlogits, logits, lse, targets,
-             V, scale, acc, (const float *)NULL, (const RtcCeResult *)NULL);
+             V, V, scale, acc, (const float *)NULL, (const RtcCeResult *)NULL);
 }
 
 template <class T>
 static void rtc_ce_backward_site_(T *dlogits, const T *logits, const float *lse,
-                                  const int32_t *targets, int N, int V, const float *dloss,
-                                  const double *site, int acc) {
+                                  const int32_t *targets, int N, int V, int ld,
+                                  const float *dloss, const double *site, int acc) {
   if (N <= 0 || V <= 0)
     return;
   RTC_LAUNCH(rtc_ce_backward_kernel<T>, N, rtc_ce_threads(V), 0, dlogits, logits, lse, targets,
-             V, 0.0f, acc, dloss, (const RtcCeResult *)rtc_ce_site_(site));
+             V, ld, 0.0f, acc, dloss, (const RtcCeResult *)rtc_ce_site_(site));
 }
 
 // dloss: the seed (device); site: the forward's host loss slot (its count)
@@ -345,7 +356,14 @@ extern "C" void rt_crossentropy_backward_site_cu(float *dlogits, const float *lo
                                                  const float *lse, const int32_t *targets, int N,
                                                  int V, const float *dloss, const double *site,
                                                  int acc) {
-  rtc_ce_backward_site_(dlogits, logits, lse, targets, N, V, dloss, site, acc);
+  rtc_ce_backward_site_(dlogits, logits, lse, targets, N, V, V, dloss, site, acc);
+}
+
+extern "C" void rt_crossentropy_backward_site_ld_cu(float *dlogits, const float *logits,
+                                                    const float *lse, const int32_t *targets,
+                                                    int N, int V, int ld, const float *dloss,
+                                                    const double *site, int acc) {
+  rtc_ce_backward_site_(dlogits, logits, lse, targets, N, V, ld, dloss, site, acc);
 }
 
 // dlogits and logits are (N,V) (may be the same buffer), lse is (N) or NULL
@@ -372,13 +390,27 @@ int rt_crossentropy_forward_site_cu(double *loss, int *n_valid, float *y, float 
                                     float *lse, const rtc_bf16 *logits, const int32_t *targets,
                                     int N, int V) {
   return rtc_ce_forward_(rtc_ce_site_(loss), y, loss, n_valid, losses, lse, logits, targets, N,
-                         V);
+                         V, V);
+}
+
+int rt_crossentropy_forward_site_ld_cu(double *loss, int *n_valid, float *y, float *losses,
+                                       float *lse, const rtc_bf16 *logits,
+                                       const int32_t *targets, int N, int V, int ld) {
+  return rtc_ce_forward_(rtc_ce_site_(loss), y, loss, n_valid, losses, lse, logits, targets, N,
+                         V, ld);
 }
 
 void rt_crossentropy_backward_site_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
                                       const int32_t *targets, int N, int V, const float *dloss,
                                       const double *site, int acc) {
-  rtc_ce_backward_site_(dlogits, logits, lse, targets, N, V, dloss, site, acc);
+  rtc_ce_backward_site_(dlogits, logits, lse, targets, N, V, V, dloss, site, acc);
+}
+
+void rt_crossentropy_backward_site_ld_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits,
+                                         const float *lse, const int32_t *targets, int N, int V,
+                                         int ld, const float *dloss, const double *site,
+                                         int acc) {
+  rtc_ce_backward_site_(dlogits, logits, lse, targets, N, V, ld, dloss, site, acc);
 }
 
 void rt_crossentropy_backward_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,

@@ -152,6 +152,16 @@ void rt_crossentropy_backward_cu(float *dlogits, const float *logits, const floa
 void rt_crossentropy_backward_acc_cu(float *dlogits, const float *logits, const float *lse,
                                      const int32_t *targets, int N, int V, double dloss,
                                      double norm);
+/* The site's forward and backward on rows ld apart whose first V columns
+ * are the classes (a vocabulary padded for aligned rows,
+ * `cross_entropy(..., classes = V)`): the rest count for nothing, and the
+ * backward writes them 0 (acc: leaves them). */
+int rt_crossentropy_forward_site_ld_cu(double *loss, int *n_valid, float *y, float *losses,
+                                       float *lse, const float *logits, const int32_t *targets,
+                                       int N, int V, int ld);
+void rt_crossentropy_backward_site_ld_cu(float *dlogits, const float *logits, const float *lse,
+                                         const int32_t *targets, int N, int V, int ld,
+                                         const float *dloss, const double *site, int acc);
 
 /* ---- optimizers and norms (k_optim.cu): multi-tensor over flat ranges ---- */
 void rt_adamw_step_cu(float *param, const float *grad, float *m, float *v, size_t n, double lr,
@@ -277,6 +287,12 @@ void rt_crossentropy_backward_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, cons
 void rt_crossentropy_backward_acc_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits, const float *lse,
                                      const int32_t *targets, int N, int V, double dloss,
                                      double norm);
+int rt_crossentropy_forward_site_ld_cu(double *loss, int *n_valid, float *y, float *losses,
+                                       float *lse, const rtc_bf16 *logits,
+                                       const int32_t *targets, int N, int V, int ld);
+void rt_crossentropy_backward_site_ld_cu(rtc_bf16 *dlogits, const rtc_bf16 *logits,
+                                         const float *lse, const int32_t *targets, int N, int V,
+                                         int ld, const float *dloss, const double *site, int acc);
 /* (rtc_normsplit's and the vocab-parallel cross-entropy's: rtc_train.h) */
 
 /* -- k_matmul, k_attention, rtc_summa, rtc_dist's collectives -- */

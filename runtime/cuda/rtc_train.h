@@ -123,7 +123,8 @@ void rtc_gather_wait(int slot);
 /* ---- the vocab-parallel cross-entropy (rtc_vpce.cu): dist.h's
  * rt_vp_crossentropy_forward_f32 / _backward_acc_f32 on device buffers,
  * with their semantics, errors and byte and call counts: logits (N,Vl) =
- * columns [v0, v0+Vl) of the (N,V) logits, targets (N) global ids, scratch
+ * columns [v0, v0+Vl) of the (N,Vl·P) logits whose first V are the classes,
+ * targets (N) global ids, scratch
  * rt_scratch_vp_xent_bytes(N) bytes; max, sums and loss in double; the
  * reductions are NCCL all-reduces on the compute stream.  Staged (mpi): the
  * cpu functions on host copies. ---- */
@@ -142,6 +143,13 @@ void rt_vp_crossentropy_backward_acc_cu(struct RtMesh *m, RtAxis ax, float *dlog
                                         const float *logits, const int32_t *targets, int N,
                                         int Vl, int v0, const float *dloss, double norm,
                                         double *scratch);
+/* The same where only the first V of the (N, Vl·P) logits' columns are
+ * classes (a padded vocabulary, the forward's V): the slice's columns at
+ * or past V get nothing (dist.h's _cls). */
+void rt_vp_crossentropy_backward_acc_cls_cu(struct RtMesh *m, RtAxis ax, float *dlogits,
+                                            const float *logits, const int32_t *targets, int N,
+                                            int Vl, int v0, int V, const float *dloss,
+                                            double norm, double *scratch);
 
 /* ---- SUMMA linear layers, 2D tensor parallelism on a q×q grid
  * (rtc_summa.cu): dist_summa.h's rt_summa_forward_f32 / _backward_f32 on
@@ -244,6 +252,10 @@ void rt_vp_crossentropy_backward_acc_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *d
                                         const rtc_bf16 *logits, const int32_t *targets, int N,
                                         int Vl, int v0, const float *dloss, double norm,
                                         double *scratch);
+void rt_vp_crossentropy_backward_acc_cls_cu(struct RtMesh *m, RtAxis ax, rtc_bf16 *dlogits,
+                                            const rtc_bf16 *logits, const int32_t *targets, int N,
+                                            int Vl, int v0, int V, const float *dloss,
+                                            double norm, double *scratch);
 
 #endif /* __cplusplus */
 

@@ -70,10 +70,12 @@ static __global__ void vpb_bad_kernel(int *bad, const int32_t *__restrict__ targ
   }
 }
 
-// logits is (N,Vl); block n: mx[n] = the row's max (0 on ignored rows)
+// logits is (N,Vl), of which the first nv columns of a row are classes (the
+// rest a padded vocabulary's unused ones); block n: mx[n] = the row's max
+// over them (0 on ignored rows)
 template <class T>
 static __global__ void vpb_max_kernel(double *__restrict__ mx, const T *__restrict__ logits,
-                                      const int32_t *__restrict__ targets, int Vl) {
+                                      const int32_t *__restrict__ targets, int Vl, int nv) {
   int n = blockIdx.x;
   if (targets[n] < 0) { // the whole block returns: no barrier is skipped
     if (threadIdx.x == 0) mx[n] = 0;
@@ -81,7 +83,7 @@ static __global__ void vpb_max_kernel(double *__restrict__ mx, const T *__restri
   }
   const T *x = logits + (size_t)n * Vl;
   double m = -INFINITY;
-  for (int i = threadIdx.x; i < Vl; i += blockDim.x) m = fmax(m, (double)rtc_ldf(x + i));
+  for (int i = threadIdx.x; i < nv; i += blockDim.x) m = fmax(m, (double)rtc_ldf(x + i));
   m = vpb_block_<true>(m);
   if (threadIdx.x == 0) mx[n] = m;
 }
@@ -92,7 +94,8 @@ template <class T>
 static __global__ void vpb_sumexp_kernel(double *__restrict__ se, int stride,
                                          const double *__restrict__ mx,
                                          const T *__restrict__ logits,
-                                         const int32_t *__restrict__ targets, int Vl, int v0) {
+                                         const int32_t *__restrict__ targets, int Vl, int nv,
+                                         int v0) {
   int n = blockIdx.x;
   int32_t t = targets[n];
   if (t < 0) {
@@ -104,12 +107,12 @@ static __global__ void vpb_sumexp_kernel(double *__restrict__ se, int stride,
   }
   const T *x = logits + (size_t)n * Vl;
   double m = mx[n], s = 0;
-  for (int i = threadIdx.x; i < Vl; i += blockDim.x) s += exp((double)rtc_ldf(x + i) - m);
+  for (int i = threadIdx.x; i < nv; i += blockDim.x) s += exp((double)rtc_ldf(x + i) - m);
   s = vpb_block_<false>(s);
   if (threadIdx.x == 0) {
     se[stride * n] = s;
     int tl = t - v0;
-    if (stride == 2) se[2 * n + 1] = tl >= 0 && tl < Vl ? (double)rtc_ldf(x + tl) : 0;
+    if (stride == 2) se[2 * n + 1] = tl >= 0 && tl < nv ? (double)rtc_ldf(x + tl) : 0;
   }
 }
 
@@ -123,10 +126,10 @@ static __global__ void vpb_rowloss_kernel(double *rowloss, const double *mx,
 }
 
 // block n: dlogits[n] += (exp(x - lse) - onehot)·(dloss/norm), lse = mx + log se;
-// nothing on ignored rows
+// nothing on ignored rows, nor past a row's nv classes
 template <class T>
 static __global__ void vpb_grad_kernel(T *__restrict__ dlogits, const T *__restrict__ logits,
-                                       const int32_t *__restrict__ targets, int Vl, int v0,
+                                       const int32_t *__restrict__ targets, int Vl, int nv, int v0,
                                        const double *__restrict__ mx,
                                        const double *__restrict__ se,
                                        const float *__restrict__ dloss, double norm) {
@@ -137,7 +140,7 @@ static __global__ void vpb_grad_kernel(T *__restrict__ dlogits, const T *__restr
   int tl = t - v0;
   const T *x = logits + (size_t)n * Vl;
   T *dx = dlogits + (size_t)n * Vl;
-  for (int i = threadIdx.x; i < Vl; i += blockDim.x)
+  for (int i = threadIdx.x; i < nv; i += blockDim.x)
     rtc_stf(dx + i, rtc_ldf(dx + i) +
                         (float)((exp((double)rtc_ldf(x + i) - lse) - (i == tl)) * scale));
 }
@@ -145,8 +148,8 @@ static __global__ void vpb_grad_kernel(T *__restrict__ dlogits, const T *__restr
 // the global row max into mx (N doubles): a kernel, then the all-reduce
 template <class T>
 static void vpb_global_max_(RtMesh *m, RtAxis ax, ncclComm_t c, double *mx, const T *logits,
-                            const int32_t *targets, int N, int Vl) {
-  if (N > 0) RTC_LAUNCH(vpb_max_kernel<T>, N, RTC_VPB_THREADS, 0, mx, logits, targets, Vl);
+                            const int32_t *targets, int N, int Vl, int nv) {
+  if (N > 0) RTC_LAUNCH(vpb_max_kernel<T>, N, RTC_VPB_THREADS, 0, mx, logits, targets, Vl, nv);
   if (m->size[ax] > 1)
     ncclCheck(ncclAllReduce(mx, mx, (size_t)N, ncclDouble, ncclMax, c, vpb_stream_()));
 }
@@ -178,12 +181,19 @@ static void vpb_down_(rtc_bf16 *dev, const float *h, size_t n) {
   free(b);
 }
 
+// The classes among the slice's columns [v0, v0+Vl): those below V (dist.c)
+static int vpb_classes_(int Vl, int v0, int V) {
+  long long nv = (long long)V - v0;
+  return nv < 0 ? 0 : nv > Vl ? Vl : (int)nv;
+}
+
 template <class T>
 static int vpb_forward_(RtMesh *m, RtAxis ax, double *loss, float *y, const T *logits,
                         const int32_t *targets, int N, int Vl, int v0, int V, double *scratch) {
-  if (N < 0 || Vl < 0 || v0 < 0 || (long long)v0 + Vl > V)
-    return rt_errorf(RT_ERR_ARG, "vp_cross_entropy: slice [%d,%d) of %d rows is not inside "
-                     "the vocabulary [0,%d)", v0, v0 + Vl, N, V);
+  if (N < 0 || Vl < 0 || v0 < 0 || V < 1)
+    return rt_errorf(RT_ERR_ARG, "vp_cross_entropy: slice [%d,%d) of %d rows of a vocabulary "
+                     "of %d classes", v0, v0 + Vl, N, V);
+  const int nv = vpb_classes_(Vl, v0, V);
   if (rtc_staged()) { /* dist.h's on host copies; it checks, communicates and counts */
     float *hx = vpb_up_(0, logits, (size_t)N * Vl);
     int32_t *ht = (int32_t *)rtc_host_buf(1, (size_t)N);
@@ -210,10 +220,10 @@ static int vpb_forward_(RtMesh *m, RtAxis ax, double *loss, float *y, const T *l
   ncclComm_t c = rtc_comm_of(m, ax, "rt_vp_crossentropy_forward_cu");
   int P = m->size[ax];
   double *mx = scratch, *se = scratch + N; // se: (sumexp, target logit) per row
-  vpb_global_max_(m, ax, c, mx, logits, targets, N, Vl);
+  vpb_global_max_(m, ax, c, mx, logits, targets, N, Vl, nv);
   if (N > 0)
     RTC_LAUNCH(vpb_sumexp_kernel<T>, N, RTC_VPB_THREADS, 0, se, 2, (const double *)mx, logits,
-               targets, Vl, v0);
+               targets, Vl, nv, v0);
   if (P > 1)
     ncclCheck(ncclAllReduce(se, se, 2 * (size_t)N, ncclDouble, ncclSum, c, vpb_stream_()));
   m->bytes[ax] += rt_vol_vp_xent_fwd((size_t)N, P);
@@ -226,16 +236,17 @@ static int vpb_forward_(RtMesh *m, RtAxis ax, double *loss, float *y, const T *l
 
 template <class T>
 static void vpb_backward_acc_(RtMesh *m, RtAxis ax, T *dlogits, const T *logits,
-                              const int32_t *targets, int N, int Vl, int v0, const float *dloss,
-                              double norm, double *scratch) {
+                              const int32_t *targets, int N, int Vl, int v0, int V,
+                              const float *dloss, double norm, double *scratch) {
+  const int nv = vpb_classes_(Vl, v0, V);
   if (rtc_staged()) {
     size_t nx = (size_t)N * Vl;
     float *hd = vpb_up_(0, dlogits, nx), *hx = vpb_up_(3, logits, nx);
     int32_t *ht = (int32_t *)rtc_host_buf(1, (size_t)N);
     double *hs = (double *)rtc_host_buf(2, rt_scratch_vp_xent_bytes((size_t)N) / 4);
     rtc_to_host(ht, targets, (size_t)N * 4);
-    rt_vp_crossentropy_backward_acc_f32(m, ax, hd, hx, ht, N, Vl, v0, rtc_get_f32(dloss), norm,
-                                        hs);
+    rt_vp_crossentropy_backward_acc_cls_f32(m, ax, hd, hx, ht, N, Vl, v0, V, rtc_get_f32(dloss),
+                                            norm, hs);
     vpb_down_(dlogits, hd, nx);
     rtc_to_device(scratch, hs, 2 * (size_t)N * sizeof(double));
     return;
@@ -243,15 +254,15 @@ static void vpb_backward_acc_(RtMesh *m, RtAxis ax, T *dlogits, const T *logits,
   ncclComm_t c = rtc_comm_of(m, ax, "rt_vp_crossentropy_backward_acc_cu");
   int P = m->size[ax];
   double *mx = scratch, *se = scratch + N;
-  vpb_global_max_(m, ax, c, mx, logits, targets, N, Vl);
+  vpb_global_max_(m, ax, c, mx, logits, targets, N, Vl, nv);
   if (N > 0)
     RTC_LAUNCH(vpb_sumexp_kernel<T>, N, RTC_VPB_THREADS, 0, se, 1, (const double *)mx, logits,
-               targets, Vl, v0);
+               targets, Vl, nv, v0);
   if (P > 1) ncclCheck(ncclAllReduce(se, se, (size_t)N, ncclDouble, ncclSum, c, vpb_stream_()));
   m->bytes[ax] += rt_vol_vp_xent_bwd((size_t)N, P);
   m->calls[ax] += 2; // two all-reduces
   if (N > 0)
-    RTC_LAUNCH(vpb_grad_kernel<T>, N, RTC_VPB_THREADS, 0, dlogits, logits, targets, Vl, v0,
+    RTC_LAUNCH(vpb_grad_kernel<T>, N, RTC_VPB_THREADS, 0, dlogits, logits, targets, Vl, nv, v0,
                (const double *)mx, (const double *)se, dloss, norm);
 }
 
@@ -264,7 +275,14 @@ int rt_vp_crossentropy_forward_cu(RtMesh *m, RtAxis ax, double *loss, float *y,
 void rt_vp_crossentropy_backward_acc_cu(RtMesh *m, RtAxis ax, float *dlogits, const float *logits,
                                         const int32_t *targets, int N, int Vl, int v0,
                                         const float *dloss, double norm, double *scratch) {
-  vpb_backward_acc_(m, ax, dlogits, logits, targets, N, Vl, v0, dloss, norm, scratch);
+  vpb_backward_acc_(m, ax, dlogits, logits, targets, N, Vl, v0, v0 + Vl, dloss, norm, scratch);
+}
+
+void rt_vp_crossentropy_backward_acc_cls_cu(RtMesh *m, RtAxis ax, float *dlogits,
+                                            const float *logits, const int32_t *targets, int N,
+                                            int Vl, int v0, int V, const float *dloss, double norm,
+                                            double *scratch) {
+  vpb_backward_acc_(m, ax, dlogits, logits, targets, N, Vl, v0, V, dloss, norm, scratch);
 }
 
 int rt_vp_crossentropy_forward_cu(RtMesh *m, RtAxis ax, double *loss, float *y,
@@ -277,5 +295,12 @@ void rt_vp_crossentropy_backward_acc_cu(RtMesh *m, RtAxis ax, rtc_bf16 *dlogits,
                                         const rtc_bf16 *logits, const int32_t *targets, int N,
                                         int Vl, int v0, const float *dloss, double norm,
                                         double *scratch) {
-  vpb_backward_acc_(m, ax, dlogits, logits, targets, N, Vl, v0, dloss, norm, scratch);
+  vpb_backward_acc_(m, ax, dlogits, logits, targets, N, Vl, v0, v0 + Vl, dloss, norm, scratch);
+}
+
+void rt_vp_crossentropy_backward_acc_cls_cu(RtMesh *m, RtAxis ax, rtc_bf16 *dlogits,
+                                            const rtc_bf16 *logits, const int32_t *targets, int N,
+                                            int Vl, int v0, int V, const float *dloss, double norm,
+                                            double *scratch) {
+  vpb_backward_acc_(m, ax, dlogits, logits, targets, N, Vl, v0, V, dloss, norm, scratch);
 }

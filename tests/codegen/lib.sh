@@ -84,7 +84,7 @@ small_models() {
   local b="${1:-8}" f
   export MODELS_DIR="$tmp/models"
   mkdir -p "$MODELS_DIR"
-  for f in samples/gpt.shard samples/llama.shard tests/dist/gpt3.shard; do
+  for f in samples/gpt.shard samples/llama.shard tests/dist/gpt3.shard tests/dist/gptpad.shard; do
     sed "s/batch = \(16\|8\), seq = ctx, microbatch = 4/batch = $b, seq = ctx, microbatch = 2/" \
       "$f" >"$MODELS_DIR/$(basename "$f")"
     grep -q "batch = $b, seq = ctx, microbatch = 2" "$MODELS_DIR/$(basename "$f")" ||

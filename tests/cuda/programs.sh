@@ -6,7 +6,8 @@
 # target's per-step losses and final checkpoint within 1e-4; plans on 2 and
 # 4 ranks (NCCL collectives and overlapped buckets; ZeRO; a pipeline, whose
 # messages are staged; 2D tensor parallelism; ring attention on NCCL
-# send/recv; tensor parallelism with --comm mpi) train 3 steps against the
+# send/recv; tensor parallelism with --comm mpi; a padded vocabulary, whose
+# cross-entropy takes the first `classes` columns) train 3 steps against the
 # 1-rank cpu run.  Every run's planned memory equals the device arena's
 # high-water mark and, on a mesh, the bytes sent equal the plan's (replayed
 # steps counted too).  Runs use CUDA graphs (the default) where the plan
@@ -116,6 +117,12 @@ elif command -v mpirun >/dev/null && command -v mpicxx >/dev/null; then
     host gpt 2 sp=ring:2 3 on  # ring attention's K, V on NCCL send/recv, captured
   }
   reference llama 3 && host llama 2 tp=2 3 on
+  # a padded vocabulary (cross_entropy's classes): rows ld apart on one rank,
+  # vocab-parallel shards with unused columns on two
+  reference gptpad 3 && {
+    host gptpad 1 dp=1 3 on
+    host gptpad 2 tp=2 3 on
+  }
   # a pipeline cut that two tensors cross (tests/dist/gpt3.shard's pp=2 cuts
   # blocks.1 after its fc matmul: two messages each way per microbatch)
   reference gpt3 3 && host gpt3 2 pp=2,schedule=1f1b 3 "off (pipeline"

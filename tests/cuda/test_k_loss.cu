@@ -295,6 +295,102 @@ static void test_shape_bf16(int N, int V, int ignore_every, float spread) {
       free(g_y), free(dref), free(dacc0), free(daccref), free(daccmag);
 }
 
+/* A padded vocabulary (cross_entropy's classes): rows ld apart, the first V
+ * columns the classes.  The reference is the plain kernels on the packed
+ * (N,V) copy, so the cpu's _ld kernels are checked too: the loss the same
+ * bits, the gradient the packed one's in the first V columns and 0 in the
+ * unused ones (acc: left as they were).  Then the device's site kernels
+ * (fp32 and bf16) against it. */
+static void test_ld(int N, int V, int ld, int ignore_every) {
+  size_t nl = (size_t)N * ld, np = (size_t)N * V;
+  char what[160];
+  float *logits = host_logits(nl, 6.0f), *packed = (float *)malloc(np * 4 + 4);
+  rtc_test_round(logits, nl); /* bf16-exact, so the bf16 run sees the same logits */
+  for (int n = 0; n < N; n++) memcpy(packed + (size_t)n * V, logits + (size_t)n * ld, (size_t)V * 4);
+  int32_t *tg = host_targets(N, V, ignore_every);
+  double loss = -1, loss_ld = -2;
+  int count = -1, count_ld = -2;
+  float *dpk = host_nan(np), *dref = host_nan(nl), *dld = host_nan(nl);
+  if (rt_crossentropy_forward_f32(&loss, &count, NULL, NULL, packed, tg, N, V) != RT_OK ||
+      rt_crossentropy_forward_ld_f32(&loss_ld, &count_ld, NULL, NULL, logits, tg, N, V, ld) != RT_OK) {
+    printf("cpu forward failed: %s\n", rt_last_error());
+    exit(1);
+  }
+  snprintf(what, sizeof what, "cpu ce_forward_ld N=%d V=%d ld=%d: the packed loss", N, V, ld);
+  check(what, loss == loss_ld && count == count_ld);
+  double norm = count ? (double)count : 1.0;
+  rt_crossentropy_backward_f32(dpk, packed, NULL, tg, N, V, 1.0, norm);
+  for (int n = 0; n < N; n++)
+    for (int i = 0; i < ld; i++) dref[(size_t)n * ld + i] = i < V ? dpk[(size_t)n * V + i] : 0.0f;
+  rt_crossentropy_backward_ld_f32(dld, logits, NULL, tg, N, V, ld, 1.0, norm);
+  snprintf(what, sizeof what, "cpu ce_backward_ld N=%d V=%d ld=%d", N, V, ld);
+  check(what, !memcmp(dld, dref, nl * 4));
+  float *dacc0 = host_logits(nl, 1e-3f), *daccref = (float *)malloc(nl * 4 + 4),
+        *daccmag = (float *)malloc(nl * 4 + 4);
+  rtc_test_round(dacc0, nl);
+  for (size_t i = 0; i < nl; i++) {
+    daccref[i] = dacc0[i] + dref[i];
+    daccmag[i] = fabsf(dacc0[i]) + fabsf(dref[i]); /* a sum's error against its terms */
+  }
+  memcpy(dld, dacc0, nl * 4);
+  rt_crossentropy_backward_acc_ld_f32(dld, logits, NULL, tg, N, V, ld, 1.0, norm);
+  snprintf(what, sizeof what, "cpu ce_backward_acc_ld N=%d V=%d ld=%d", N, V, ld);
+  report(what, max_err(dld, daccref, daccmag, nl));
+
+  int32_t *d_tg = dev_copy(tg, N);
+  float nanv = NAN, seed = 1.0f, *d_y = dev_copy(&nanv, 1), *d_seed = dev_copy(&seed, 1);
+  for (int b16 = 0; b16 < 2; b16++) {
+    static double site[2]; // the call sites' keys
+    double s_loss = -3;
+    int s_count = -3, rc;
+    float *d_lf = b16 ? NULL : dev_copy(logits, nl);
+    rtc_bf16 *d_lb = b16 ? rtc_test_dev_bf16(logits, nl) : NULL;
+    rc = b16 ? rt_crossentropy_forward_site_ld_cu(&site[1], &s_count, d_y, NULL, NULL, d_lb, d_tg, N,
+                                                  V, ld)
+             : rt_crossentropy_forward_site_ld_cu(&site[0], &s_count, d_y, NULL, NULL, d_lf, d_tg, N,
+                                                  V, ld);
+    s_loss = site[b16];
+    snprintf(what, sizeof what, "ce_forward_site_ld%s N=%d V=%d ld=%d (count %d)",
+             b16 ? " bf16" : "", N, V, ld, count);
+    report(what, rc == RT_OK && s_count == count ? fabs(s_loss - loss) / fmax(fabs(loss), 1e-30)
+                                                 : INFINITY);
+    if (!count) {
+      cudaCheck(cudaFree(b16 ? (void *)d_lb : (void *)d_lf));
+      continue;
+    }
+    for (int acc = 0; acc < 2; acc++) {
+      float *got;
+      if (b16) {
+        rtc_bf16 *d_d = acc ? rtc_test_dev_bf16(dacc0, nl) : rtc_test_poison_bf16(nl);
+        rt_crossentropy_backward_site_ld_cu(d_d, d_lb, NULL, d_tg, N, V, ld, d_seed, &site[1], acc);
+        got = rtc_test_fetch_bf16(d_d, nl);
+        cudaCheck(cudaFree(d_d));
+      } else {
+        float *d_d = acc ? dev_copy(dacc0, nl) : rtc_test_poison(nl);
+        rt_crossentropy_backward_site_ld_cu(d_d, d_lf, NULL, d_tg, N, V, ld, d_seed, &site[0], acc);
+        got = to_host(d_d, nl);
+        cudaCheck(cudaFree(d_d));
+      }
+      int pad_ok = 1; /* the unused columns: 0, or as they were */
+      for (int n = 0; n < N; n++)
+        for (int i = V; i < ld; i++) {
+          float w = acc ? dacc0[(size_t)n * ld + i] : 0.0f;
+          if (b16) w = rtc_bf2f(rtc_f2bf(w));
+          pad_ok &= got[(size_t)n * ld + i] == w;
+        }
+      snprintf(what, sizeof what, "ce_backward_site_ld%s N=%d V=%d ld=%d acc=%d",
+               b16 ? " bf16" : "", N, V, ld, acc);
+      double e = acc ? max_err(got, daccref, daccmag, nl) : max_err(got, dref, NULL, nl);
+      report_tol(what, pad_ok ? e : INFINITY, b16 ? TOL_BF16 : TOL);
+      free(got);
+    }
+    cudaCheck(cudaFree(b16 ? (void *)d_lb : (void *)d_lf));
+  }
+  rtc_test_dfree(d_tg, d_y, d_seed);
+  free(logits), free(packed), free(tg), free(dpk), free(dref), free(dld), free(dacc0),
+      free(daccref), free(daccmag);
+}
+
 // a target outside [0,V) that is not the ignore index: RT_ERR_ARG, the cpu's message
 static void test_bad_target(int N, int V, int row, int32_t bad, int row2, int32_t bad2) {
   size_t nl = (size_t)N * V;
@@ -368,6 +464,9 @@ int main(void) {
   test_shape_bf16(64, 5000, 9, 4.0f);
   test_shape_bf16(3, 50304, 0, 10.0f);
   test_shape_bf16(2, 70001, 0, 1.0f);
+  test_ld(5, 33, 40, 3);
+  test_ld(300, 100, 104, 7);
+  test_ld(3, 50257, 50304, 0); // GPT-2's vocabulary padded to a multiple of 64
   if (failures) {
     printf("%d FAILED\n", failures);
     return 1;

@@ -17,7 +17,8 @@
  * cpu functions on those values: the loss (computed in double from the
  * same values) within 1e-5, dlogits within rtc_test_bf16.h's limit,
  * ignored rows bitwise untouched, the same counts, repeatable, captured,
- * and the same error for a bad target.
+ * and the same error for a bad target.  A padded vocabulary (the first V
+ * of the P·VL columns the classes) through the _cls backward, likewise.
  */
 #include <mpi.h>
 
@@ -237,6 +238,61 @@ static void check_axis_bf16(RtMesh *m, RtAxis ax, const char *mode) {
 }
 
 // every axis of size > 1 of the mesh dp x tp, NCCL then staged
+/* A padded vocabulary (cross_entropy's classes): V = P·VL - 157 classes,
+ * so the last rank's slice holds 143 classes and 157 unused columns (with
+ * P = 2 the first rank none unused).  The device's forward and _cls
+ * backward against dist.c's on the same data: the loss, dlogits, the
+ * unused columns untouched, the same counts; both staged and not. */
+static void check_axis_cls(RtMesh *m, RtAxis ax, const char *mode) {
+  int P = m->size[ax], r = m->coord[ax], V = P * VL - 157, v0 = r * VL;
+  char shape[64];
+  snprintf(shape, sizeof shape, "%s %s P=%d (%d,%d) V=%d", mode, rt_axis_name(ax), P, N, VL, V);
+  int32_t targets[N];
+  rtc_test_state = 0x2545f4914f6cdd1dull;
+  for (int n = 0; n < N; n++)
+    targets[n] = n % 7 == 2 ? RT_IGNORE_INDEX : (int32_t)rtc_test_rand(0.0f, (float)V) % V;
+  targets[0] = V - 1; // the last class, in the last slice
+  rtc_test_state = 0x94d049bb133111ebull + 104729ull * (uint64_t)(world_rank + 1);
+  float *x = rtc_test_host((size_t)N * VL, -4.0f, 4.0f);
+  float *d0 = rtc_test_host((size_t)N * VL, -1e-4f, 1e-4f);
+  float *hd = rtc_test_copy(d0, (size_t)N * VL);
+  double hs[3 * N];
+  int nvalid = 0;
+  for (int n = 0; n < N; n++) nvalid += targets[n] >= 0;
+  float *dx = rtc_test_dev(x, (size_t)N * VL), *dd = rtc_test_dev(d0, (size_t)N * VL);
+  int32_t *dt = rtc_test_dev(targets, (size_t)N);
+  float seed = 0.9f, *dseed = rtc_test_dev(&seed, 1);
+  double *dscratch;
+  cudaCheck(cudaMalloc(&dscratch, rt_scratch_vp_xent_bytes(N)));
+  double ref = -1;
+  rt_mesh_reset_counts(m);
+  int rc = rt_vp_crossentropy_forward_f32(m, ax, &ref, x, targets, N, VL, v0, V, hs);
+  uint64_t bytes = m->bytes[ax];
+  CHECK(rc == RT_OK, "cpu forward (classes): %s", rt_last_error());
+  static double site; // the call site's key
+  rt_mesh_reset_counts(m);
+  rc = rt_vp_crossentropy_forward_cu(m, ax, &site, NULL, dx, dt, N, VL, v0, V, dscratch);
+  CHECK(rc == RT_OK, "forward (classes): %s", rt_last_error());
+  double err = rel(site, ref);
+  printf("rank %d: %-26s %-26s loss     rel err %.3g %s\n", world_rank, "vp_crossentropy_fwd cls",
+         shape, err, err < RTC_TEST_TOL ? "PASS" : "FAIL");
+  CHECK(err < RTC_TEST_TOL && m->bytes[ax] == bytes, "loss %.17g, cpu %.17g", site, ref);
+  rt_vp_crossentropy_backward_acc_cls_f32(m, ax, hd, x, targets, N, VL, v0, V, (double)seed, nvalid,
+                                          hs);
+  rt_vp_crossentropy_backward_acc_cls_cu(m, ax, dd, dx, dt, N, VL, v0, V, dseed, nvalid, dscratch);
+  char label[80];
+  snprintf(label, sizeof label, "rank %d: vp_crossentropy_bwd cls", world_rank);
+  rtc_test_check(label, shape, "dlogits", dd, hd, (size_t)N * VL);
+  float *got = (float *)malloc((size_t)N * VL * sizeof(float));
+  rtc_to_host(got, dd, (size_t)N * VL * sizeof(float));
+  int nv = V - v0 < 0 ? 0 : V - v0 > VL ? VL : V - v0, untouched = 1;
+  for (int n = 0; n < N; n++)
+    for (int i = nv; i < VL; i++) untouched &= got[(size_t)n * VL + i] == d0[(size_t)n * VL + i];
+  CHECK(untouched, "an unused column (past the %d classes) has a gradient", V);
+  free(x), free(d0), free(hd), free(got);
+  rtc_test_dfree(dx, dd, dt, dseed, dscratch);
+}
+
 static void check_mesh(int dp, int tp) {
   RtMesh m;
   if (rt_mesh_init(&m, dp, tp, 0, 1, 1) != RT_OK) {
@@ -249,6 +305,7 @@ static void check_mesh(int dp, int tp) {
     CHECK(rtc_mesh_init(&m, staged) == RT_OK, "rtc_mesh_init: %s", rt_last_error());
     if (tp > 1) check_axis(&m, RT_AX_TP, modes[staged]);
     if (dp > 1) check_axis(&m, RT_AX_DP, modes[staged]);
+    if (tp > 1) check_axis_cls(&m, RT_AX_TP, modes[staged]);
     if (tp > 1) check_axis_bf16(&m, RT_AX_TP, modes[staged]);
     if (dp > 1) check_axis_bf16(&m, RT_AX_DP, modes[staged]);
     rtc_mesh_free();

@@ -139,6 +139,14 @@ reference tiedbias && {
   check tiedbias 4 tp=2,sp=megatron,dp=2
 }
 
+# A padded vocabulary (tests/dist/gptpad.shard: cross_entropy's classes):
+# the vocab-parallel shards skip their unused columns.
+reference gptpad && {
+  check gptpad 2 tp=2
+  check gptpad 4 tp2d=2x2
+  check gptpad 4 tp=2,sp=megatron,dp=2
+}
+
 # The classifier (bias on its logits: SUMMA, then an all-gather of the rows
 # and a cross-entropy split over the classes).
 reference mlp && check mlp 4 tp2d=2x2

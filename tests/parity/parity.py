@@ -98,6 +98,9 @@ def main():
 
     cfg = {"gpt": {"layers": 4, "heads": 4}, "llama": {"layers": 4, "heads": 8, "kv_heads": 2},
            "mlp": {}}[kind]
+    cm = re.search(r"cross_entropy\([^)]*classes\s*=\s*(\d+)", open(sample).read())
+    if cm:  # cross_entropy(..., classes = N): a padded vocabulary
+        cfg["classes"] = int(cm.group(1))
     shape = f"{p['micro']},{p['seq']}" if p["seq"] else p["micro"]
     ref_losses = os.path.join(work, "torch_losses.txt")
     ref_final = os.path.join(work, "torch_final.npz")

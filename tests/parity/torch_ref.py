@@ -105,6 +105,8 @@ def gpt(p, cfg, tokens, targets):
         h = linear(p, b + ".mlp.fc", layernorm(p, b + ".ln_2", x))
         x = x + linear(p, b + ".mlp.proj", gelu_tanh(h))
     logits = layernorm(p, "ln", x) @ p["embed.weight"].t()
+    if "classes" in cfg:  # a padded vocabulary: the first `classes` columns only
+        logits = logits[..., :cfg["classes"]]
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
