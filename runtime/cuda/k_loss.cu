@@ -64,19 +64,33 @@ __device__ __forceinline__ void rtc_lse_merge_(float &m, float &s, float m2, flo
 
 // x is (V): log Σ exp(x), to every thread of the block (blockDim.x a
 // multiple of 32).  -inf elements add nothing; a NaN makes it NaN.
-template <class T>
+// One element into a thread's running (max, sum).
+__device__ __forceinline__ void rtc_lse_add_(float &m, float &s, float xi) {
+  if (xi > m) {
+    s = s * expf(m - xi) + 1.0f;
+    m = xi;
+  } else if (xi != -INFINITY) {
+    s += expf(xi - m);
+  }
+}
+
+// VEC: x 16-byte aligned, read a vector (RTC_VEC(T) elements) a thread at a
+// time up to the last whole one, the tail element by element.
+template <class T, bool VEC = false>
 __device__ float rtc_row_lse_(const T *x, int V) {
   __shared__ float part_m[32], part_s[32];
   float m = -INFINITY, s = 0.0f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    float xi = rtc_ldf(x + i);
-    if (xi > m) {
-      s = s * expf(m - xi) + 1.0f;
-      m = xi;
-    } else if (xi != -INFINITY) {
-      s += expf(xi - m);
+  int i0 = 0;
+  if (VEC) {
+    constexpr int W = RTC_VEC(T);
+    float f[W];
+    i0 = V / W * W;
+    for (int i = threadIdx.x * W; i < i0; i += blockDim.x * W) {
+      rtc_ldv(f, x + i);
+      for (int k = 0; k < W; k++) rtc_lse_add_(m, s, f[k]);
     }
   }
+  for (int i = i0 + threadIdx.x; i < V; i += blockDim.x) rtc_lse_add_(m, s, rtc_ldf(x + i));
   for (int o = 16; o > 0; o >>= 1) {
     float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
     rtc_lse_merge_(m, s, m2, s2);
@@ -101,7 +115,7 @@ __device__ float rtc_row_lse_(const T *x, int V) {
 // padded vocabulary's unused columns), targets is (N); block n writes
 // rowloss[n] (double) and, when given, losses[n] and lse[n]; rows without a
 // target in [0,V) get 0 (the reduction tells an ignored row from a bad one)
-template <class T>
+template <class T, bool VEC>
 __global__ void rtc_ce_forward_kernel(double *__restrict__ rowloss, float *__restrict__ losses,
                                       float *__restrict__ lse, const T *__restrict__ logits,
                                       const int32_t *__restrict__ targets, int V, int ld) {
@@ -118,7 +132,7 @@ __global__ void rtc_ce_forward_kernel(double *__restrict__ rowloss, float *__res
     return;
   }
   const T *x = logits + (size_t)n * ld;
-  float l = rtc_row_lse_(x, V);
+  float l = rtc_row_lse_<T, VEC>(x, V);
   if (threadIdx.x == 0) {
     float xt = rtc_ldf(x + tgt);
     rowloss[n] = (double)l - (double)xt;
@@ -180,7 +194,7 @@ __global__ void rtc_ce_reduce_kernel(RtcCeResult *__restrict__ res, float *__res
 // Rows without a target in [0,V) (the ignore index) are zero / untouched.
 // With dloss given, scale = (float)(dloss / res->count) (0 without rows), as
 // the launcher forms it on the host: the seed and the count stay on the device.
-template <class T>
+template <class T, bool VEC>
 __global__ void rtc_ce_backward_kernel(T *dlogits, const T *logits,
                                        const float *__restrict__ lse,
                                        const int32_t *__restrict__ targets, int V, int ld,
@@ -206,8 +220,23 @@ __global__ void rtc_ce_backward_kernel(T *dlogits, const T *logits,
   // Recomputing lse ends in a barrier after every read of the row, so the
   // writes below cannot clobber a logit another thread still needs; without
   // it each thread reads each of its elements before writing it.
-  float l = lse ? lse[n] : rtc_row_lse_(x, V);
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+  float l = lse ? lse[n] : rtc_row_lse_<T, VEC>(x, V);
+  int i0 = 0;
+  if (VEC) { // whole vectors, each read before it is written by the same thread
+    constexpr int W = RTC_VEC(T);
+    float f[W], g[W];
+    i0 = V / W * W;
+    for (int i = threadIdx.x * W; i < i0; i += blockDim.x * W) {
+      rtc_ldv(f, x + i);
+      if (acc) rtc_ldv(g, dx + i);
+      for (int k = 0; k < W; k++) {
+        float d = (expf(f[k] - l) - (i + k == tgt ? 1.0f : 0.0f)) * scale;
+        g[k] = acc ? g[k] + d : d;
+      }
+      rtc_stv(dx + i, g);
+    }
+  }
+  for (int i = i0 + threadIdx.x; i < V; i += blockDim.x) {
     float d = (expf(rtc_ldf(x + i) - l) - (i == tgt ? 1.0f : 0.0f)) * scale;
     if (acc)
       rtc_stf(dx + i, rtc_ldf(dx + i) + d);
@@ -283,8 +312,12 @@ static int rtc_ce_forward_(RtcCeResult *dres, float *y, double *loss, int *n_val
   double *rowloss = (double *)scratch;
   if (!dres)
     dres = (RtcCeResult *)(scratch + rows_bytes);
-  RTC_LAUNCH(rtc_ce_forward_kernel<T>, N, rtc_ce_threads(V), 0, rowloss, losses, lse, logits,
-             targets, V, ld);
+  if (rtc_rows_vec_ok<T>(ld, {logits}))
+    RTC_LAUNCH((rtc_ce_forward_kernel<T, true>), N, rtc_ce_threads(V), 0, rowloss, losses, lse,
+               logits, targets, V, ld);
+  else
+    RTC_LAUNCH((rtc_ce_forward_kernel<T, false>), N, rtc_ce_threads(V), 0, rowloss, losses, lse,
+               logits, targets, V, ld);
   return rtc_ce_finish_(dres, y, loss, n_valid, rowloss, targets, N, V);
 }
 
@@ -337,8 +370,12 @@ static void rtc_ce_backward_(T *dlogits, const T *logits, const float *lse,
   if (N <= 0 || V <= 0)
     return;
   float scale = (float)(norm > 0 ? dloss / norm : 0);
-  RTC_LAUNCH(rtc_ce_backward_kernel<T>, N, rtc_ce_threads(V), 0, dlogits, logits, lse, targets,
-             V, V, scale, acc, (const float *)NULL, (const RtcCeResult *)NULL);
+  if (rtc_rows_vec_ok<T>(V, {dlogits, logits}))
+    RTC_LAUNCH((rtc_ce_backward_kernel<T, true>), N, rtc_ce_threads(V), 0, dlogits, logits, lse,
+               targets, V, V, scale, acc, (const float *)NULL, (const RtcCeResult *)NULL);
+  else
+    RTC_LAUNCH((rtc_ce_backward_kernel<T, false>), N, rtc_ce_threads(V), 0, dlogits, logits, lse,
+               targets, V, V, scale, acc, (const float *)NULL, (const RtcCeResult *)NULL);
 }
 
 template <class T>
@@ -347,8 +384,12 @@ static void rtc_ce_backward_site_(T *dlogits, const T *logits, const float *lse,
                                   const float *dloss, const double *site, int acc) {
   if (N <= 0 || V <= 0)
     return;
-  RTC_LAUNCH(rtc_ce_backward_kernel<T>, N, rtc_ce_threads(V), 0, dlogits, logits, lse, targets,
-             V, ld, 0.0f, acc, dloss, (const RtcCeResult *)rtc_ce_site_(site));
+  if (rtc_rows_vec_ok<T>(ld, {dlogits, logits}))
+    RTC_LAUNCH((rtc_ce_backward_kernel<T, true>), N, rtc_ce_threads(V), 0, dlogits, logits, lse,
+               targets, V, ld, 0.0f, acc, dloss, (const RtcCeResult *)rtc_ce_site_(site));
+  else
+    RTC_LAUNCH((rtc_ce_backward_kernel<T, false>), N, rtc_ce_threads(V), 0, dlogits, logits, lse,
+               targets, V, ld, 0.0f, acc, dloss, (const RtcCeResult *)rtc_ce_site_(site));
 }
 
 // dloss: the seed (device); site: the forward's host loss slot (its count)
