@@ -263,19 +263,37 @@ __global__ void norm_param_partial_vec_kernel(float *pw, float *pb, const T *dou
   }
 }
 
-// Pass 2: dweight[c] += Σ_k pw[k,c], dbias[c] += Σ_k pb[k,c], k in order
-// (either output NULL).
+// Pass 2: dweight[c] += Σ_k pw[k,c], dbias[c] += Σ_k pb[k,c] (either
+// output NULL).  A block takes 32 columns (threadIdx.x) and splits the
+// chunks over RT_NORM_SUM_LANES lanes (threadIdx.y: chunks y, y + lanes,
+// ... in order), then adds the lanes' sums in a fixed tree: the same order
+// every run.  (One thread a column over GPT-2's 4,096 partials kept 3 of
+// the H200's 132 SMs busy: 0.31 ms a call.)
+#define RT_NORM_SUM_LANES 32
 __global__ void norm_param_sum_kernel(float *dweight, float *dbias, const float *pw,
                                       const float *pb, int nchunks, int C) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float shw[RT_NORM_SUM_LANES][33], shb[RT_NORM_SUM_LANES][33];
+  int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
   float sw = 0.0f, sb = 0.0f;
-  for (int k = 0; k < nchunks; k++) {
-    sw += pw[(size_t)k * C + c];
-    if (dbias) sb += pb[(size_t)k * C + c];
+  if (c < C)
+    for (int k = ty; k < nchunks; k += RT_NORM_SUM_LANES) {
+      sw += pw[(size_t)k * C + c];
+      if (dbias) sb += pb[(size_t)k * C + c];
+    }
+  shw[ty][tx] = sw;
+  shb[ty][tx] = sb;
+  __syncthreads();
+  for (int w = RT_NORM_SUM_LANES / 2; w > 0; w /= 2) {
+    if (ty < w) {
+      shw[ty][tx] += shw[ty + w][tx];
+      shb[ty][tx] += shb[ty + w][tx];
+    }
+    __syncthreads();
   }
-  if (dweight) dweight[c] += sw;
-  if (dbias) dbias[c] += sb;
+  if (ty == 0 && c < C) {
+    if (dweight) dweight[c] += shw[0][tx];
+    if (dbias) dbias[c] += shb[0][tx];
+  }
 }
 
 template <class T>
@@ -294,8 +312,8 @@ static void norm_param_grads(float *dweight, float *dbias, const T *dout, const 
     dim3 grid((unsigned)((C + 255) / 256), (unsigned)nchunks);
     RTC_LAUNCH(norm_param_partial_kernel<T>, grid, 256, 0, pw, pb, dout, inp, mean, rstd, N, C);
   }
-  RTC_LAUNCH(norm_param_sum_kernel, (C + 255) / 256, 256, 0, dweight, dbias, pw, pb, nchunks,
-             C);
+  RTC_LAUNCH(norm_param_sum_kernel, (C + 31) / 32, dim3(32, RT_NORM_SUM_LANES), 0, dweight,
+             dbias, pw, pb, nchunks, C);
 }
 
 static unsigned row_blocks(int N) { return (unsigned)((N + RT_NORM_WARPS - 1) / RT_NORM_WARPS); }
