@@ -288,6 +288,12 @@ double cost_node(const HwModel *hw, const Node *n) {
     const Shape *q = &n->in[n->op == OP_ATTENTION ? 0 : 1]->shape;
     double B = (double)q->d[0].n, T = (double)q->d[1].n, H = (double)q->d[2].n,
            D = (double)q->d[3].n;
+    const CostCurve *ac = n->op == OP_ATTENTION ? &hw->att : &hw->att_bwd;
+    if (ac->n) { /* measured: a row per (batch, head), D/64 of the D = 64 kernel's, twice unmasked */
+      double Tl = ac->x[ac->n - 1], row = cost_curve(ac, T);
+      if (T > Tl) row *= (T / Tl) * (T / Tl); /* past the longest measured: T² */
+      return B * H * row * (D / 64.0) * (n->a.i[0] ? 1.0 : 2.0) + hw->launch_s;
+    }
     double flops = cost_node_flops(n);
     double one = cost_gemm(hw, T, T, D) - hw->launch_s; /* QKᵀ of one head */
     double rate = one > 0 ? 2 * T * T * D / one : hw->peak;
@@ -923,6 +929,8 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
  *  "gemm": [[flops, flop_per_s], ...], "gemm_thin": [[smallest_dim, flop_per_s], ...],
  *  (a GPU's also "gemm_bf16" and "gemm_thin_bf16", which a 16-bit plan uses instead)
  *  "bw": [[bytes, bytes_per_s], ...],
+ *  (a GPU's also "attention", "attention_bwd" and their _bf16: [[T, seconds a
+ *  (batch, head) row at D = 64, causal], ...], the fused kernels measured)
  *  "coll": [{"op": "all_reduce", "n": 4, "t": [[bytes, seconds], ...]}, ...]}
  * A small reader for this shape of JSON: objects, arrays, numbers, strings. */
 
@@ -1124,7 +1132,7 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
   HwModel h = *hw;
   int version = 0;
   char device[64] = "";
-  CostCurve gemm16 = {0}, thin16 = {0};
+  CostCurve gemm16 = {0}, thin16 = {0}, att16 = {0}, attb16 = {0};
   if (jexpect(&j, '{')) goto fail;
   for (;;) {
     char key[32];
@@ -1156,6 +1164,14 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
       if (jcurve(&j, &thin16)) goto fail;
     } else if (!strcmp(key, "bw")) {
       if (jcurve(&j, &h.bw)) goto fail;
+    } else if (!strcmp(key, "attention")) {
+      if (jcurve(&j, &h.att)) goto fail;
+    } else if (!strcmp(key, "attention_bwd")) {
+      if (jcurve(&j, &h.att_bwd)) goto fail;
+    } else if (!strcmp(key, "attention_bf16")) {
+      if (jcurve(&j, &att16)) goto fail;
+    } else if (!strcmp(key, "attention_bwd_bf16")) {
+      if (jcurve(&j, &attb16)) goto fail;
     } else if (!strcmp(key, "special")) {
       if (jtimes(&j, cost_sf_names, COST_SF_N, h.special, "a special function's time")) goto fail;
     } else if (!strcmp(key, "kernels")) {
@@ -1202,6 +1218,7 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
     h.gemm = gemm16;
     h.gemm_thin = thin16; /* not the fp32 one: none where the profile has none */
   }
+  if (hw->elt == 2 && att16.n) h.att = att16, h.att_bwd = attb16;
   if (h.gemm.n) h.peak = h.gemm.y[h.gemm.n - 1] / h.gemm_eff; /* what MFU is measured against */
   snprintf(h.source, sizeof h.source, "profile %s (%s, %d ranks)", path, device[0] ? device : "?",
            h.profile_np);

@@ -58,6 +58,8 @@ typedef struct HwModel {
   CostCurve gemm;         /* FLOP/s vs the FLOPs of one GEMM */
   CostCurve gemm_thin;    /* FLOP/s vs the smallest dim of a GEMM whose other two are large */
   CostCurve bw;           /* bytes/s vs bytes one memory-bound kernel moves */
+  CostCurve att, att_bwd; /* the fused attention kernels: seconds a (batch, head) row at
+                           * D = 64, causal, vs the sequence length (a GPU profile's) */
   CostColl coll[COST_MAXCOLL];
   int ncoll;
   int profile_np;         /* ranks the profile's compute figures were measured with (0: none) */

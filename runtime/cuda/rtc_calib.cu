@@ -11,6 +11,9 @@
  *     the launch as the GEMM rates are (the cost model adds one launch to
  *     every kernel);
  *   - the cost of one kernel launch (an empty kernel);
+ *   - the fused attention kernels, forward and backward, over sequence
+ *     lengths ("attention", "attention_bwd", and _bf16: seconds a (batch,
+ *     head) row at D = 64, causal);
  *   - NCCL all-reduce, all-gather, reduce-scatter, broadcast and send/recv
  *     over message sizes, for groups of 2, 4, ... consecutive ranks (all
  *     groups at once, as a plan's tp or dp groups run);
@@ -316,6 +319,63 @@ int main(int argc, char **argv) {
     if (!rank_) write_curve_(out, "bw", bx, by, n, ",\n");
     cudaCheck(cudaFree(x));
     cudaCheck(cudaFree(y));
+  }
+
+  /* ---- attention: the fused kernels (k_attention.cu) on 16 heads of
+   * D = 64, causal, over sequence lengths; seconds a (batch, head) row,
+   * forward and backward, fp32 and bf16 storage (the cost model scales by
+   * B·H, D/64, and 2 without the causal mask).  The FLOP curves of GEMMs
+   * do not tell how fast these kernels are (on the H200 GPT-2's attention
+   * ran at ~30 TFLOP/s where its GEMMs reach 800) ---- */
+  {
+    const int H = 16, D = 64;
+#ifdef RTC_HOST
+    const int Ts[] = {32, 64};
+#else
+    const int Ts[] = {128, 256, 512, 1024, 2048, 4096};
+#endif
+    const int nT = quick ? 2 : (int)(sizeof Ts / sizeof Ts[0]);
+    const size_t most = (size_t)Ts[nT - 1] * H * D;
+    float *buf = NULL, *lse = NULL;
+    cudaCheck(cudaMalloc(&buf, 8 * most * sizeof(float)));
+    cudaCheck(cudaMalloc(&lse, (size_t)Ts[nT - 1] * H * sizeof(float)));
+    cudaCheck(cudaMemset(buf, 0, 8 * most * sizeof(float)));
+    cudaCheck(cudaMemset(lse, 0, (size_t)Ts[nT - 1] * H * sizeof(float)));
+    cudaCheck(cudaDeviceSynchronize());
+    for (int b16 = 0; b16 < 2; b16++) {
+      double tx[16], fy[16], by[16];
+      for (int i = 0; i < nT; i++) {
+        const int T = Ts[i];
+        const size_t n = (size_t)T * H * D;
+        float *q = buf, *k = q + n, *v = k + n, *o = v + n, *dout = o + n, *dq = dout + n,
+              *dk = dq + n, *dv = dk + n;
+        double tf, tb;
+        if (b16) {
+          const rtc_bf16 *qb = (const rtc_bf16 *)q, *kb = (const rtc_bf16 *)k,
+                         *vb = (const rtc_bf16 *)v;
+          rtc_bf16 *ob = (rtc_bf16 *)o, *db = (rtc_bf16 *)dout;
+          tf = time_all_([&]() { rt_attention_forward_cu(ob, lse, qb, kb, vb, 1, T, H, H, D, 1); });
+          tb = time_all_([&]() {
+            rt_attention_backward_cu((rtc_bf16 *)dq, (rtc_bf16 *)dk, (rtc_bf16 *)dv, db, qb, kb, vb,
+                                     ob, lse, 1, T, H, H, D, 1);
+          });
+        } else {
+          tf = time_all_([&]() { rt_attention_forward_cu(o, lse, q, k, v, 1, T, H, H, D, 1); });
+          tb = time_all_([&]() {
+            rt_attention_backward_cu(dq, dk, dv, dout, q, k, v, o, lse, 1, T, H, H, D, 1);
+          });
+        }
+        tx[i] = T;
+        fy[i] = (tf - launch > 0.25 * tf ? tf - launch : 0.25 * tf) / H;
+        by[i] = (tb - launch > 0.25 * tb ? tb - launch : 0.25 * tb) / H;
+      }
+      if (!rank_) {
+        write_curve_(out, b16 ? "attention_bf16" : "attention", tx, fy, nT, ",\n");
+        write_curve_(out, b16 ? "attention_bwd_bf16" : "attention_bwd", tx, by, nT, ",\n");
+      }
+    }
+    cudaCheck(cudaFree(buf));
+    cudaCheck(cudaFree(lse));
   }
 
   /* ---- collectives: groups of n consecutive ranks, all at once ---- */

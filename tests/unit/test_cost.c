@@ -359,6 +359,43 @@ int main(void) {
         }
         remove(p2);
       }
+      /* a GPU profile's attention curves (seconds a (batch, head) row at
+       * D = 64, causal) price the gpt sample's attention: B·H rows, D/64,
+       * T² past the last point; the bf16 ones for a 16-bit plan; without
+       * them the GEMM-based formula */
+      {
+        char p3[] = "/tmp/shardc_test_cost_att_XXXXXX";
+        int wrote3 = write_temp(p3, TEST_GPU_PROFILE_HEAD
+                                "\"attention\": [[32, 1e-6], [128, 4e-6]], \"attention_bwd\": [[32, 3e-6], "
+                                "[128, 9e-6]], \"attention_bf16\": [[32, 5e-7], [128, 2e-6]], "
+                                "\"attention_bwd_bf16\": [[32, 1e-6], [128, 5e-6]], \"coll\": []}\n");
+        ASSERT(0, wrote3);
+        Module *ma = compile("../samples/gpt.shard", "1", "dp=1");
+        if (wrote3 == 0 && ma) {
+          HwModel a16 = h100(1), a32 = h100(1), plain = h100(1);
+          a32.elt = 4;
+          ASSERT(0, cost_load_profile(&a16, p3, err, sizeof err));
+          ASSERT(0, cost_load_profile(&a32, p3, err, sizeof err));
+          int seen = 0;
+          for (int i = 0; i < ma->graph->nodes.len; i++) {
+            const Node *n = ma->graph->nodes.data[i];
+            if (n->op != OP_ATTENTION && n->op != OP_ATTENTION_BWD) continue;
+            const Shape *q = &n->in[n->op == OP_ATTENTION ? 0 : 1]->shape; /* [B, T=64, H, D] */
+            double B = (double)q->d[0].n, T = (double)q->d[1].n, H = (double)q->d[2].n,
+                   D = (double)q->d[3].n;
+            ASSERT(64, (int)T);
+            bool f = n->op == OP_ATTENTION;
+            /* T = 64 between the points 32 and 128, log-log: 2e-6 and 6e-6 fp32, 1e-6 and 2.236e-6 bf16 */
+            double r32 = f ? 2e-6 : 3e-6 * sqrt(3.0), r16 = f ? 1e-6 : 1e-6 * sqrt(5.0);
+            ASSERT_NEAR(B * H * r32 * D / 64, cost_node(&a32, n), 1e-12);
+            ASSERT_NEAR(B * H * r16 * D / 64, cost_node(&a16, n), 1e-12);
+            ASSERT(1, fabs(cost_node(&plain, n) - cost_node(&a16, n)) > 1e-9);
+            seen |= f ? 1 : 2;
+          }
+          ASSERT(3, seen);
+        }
+        remove(p3);
+      }
       /* at 512 and above, the FLOPs curve alone */
       ASSERT_NEAR(2.0 * 4000 * 1000 * 512 / 5e13, cost_gemm(&f32, 4000, 1000, 512), 1e-12);
       /* and where the FLOPs curve is the lower: 100 x 100 x 64 (1.28e6 FLOPs) */
