@@ -185,8 +185,9 @@ static void test_rope_bf16(int B, int T, int H, int D, double theta, int t0) {
 int main(void) {
   test_embedding(1, 1, 1);
   test_embedding(50, 7, 33);     // every token repeated
-  test_embedding(300, 97, 130);  // more tokens than the 32 buckets
-  test_embedding(64, 1000, 300);
+  test_embedding(300, 97, 130);  // every bucket holds a token or none
+  test_embedding(64, 1000, 300); // more tokens than the 256 buckets
+  test_embedding(5000, 600, 40); // rows over three of the kernel's 2,048-token tiles
   test_positional(1, 1, 1, 0);
   test_positional(3, 17, 45, 5);
   test_positional(4, 64, 96, 0);
