@@ -1,7 +1,9 @@
 /* arena.c — the per-rank arena: one aligned block, a bump allocator, planned
  * static offsets and the high-water mark the memory planner is checked by. */
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "rt_internal.h"
 
@@ -27,10 +29,36 @@ RtArena *rt_arena_create(size_t bytes) {
   return a;
 }
 
+RtArena *rt_arena_create_mirror(size_t bytes) {
+  RtArena *a = calloc(1, sizeof *a);
+  if (!a) {
+    rt_errorf(RT_ERR_NOMEM, "arena: out of memory");
+    return NULL;
+  }
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), rounded = (bytes + page - 1) / page * page;
+  if (rounded < bytes)
+    rounded = 0;
+  void *p = rounded ? mmap(NULL, rounded, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                    : MAP_FAILED;
+  if (p == MAP_FAILED) {
+    free(a);
+    rt_errorf(RT_ERR_NOMEM, "arena: cannot map a host mirror of %zu bytes", bytes);
+    return NULL;
+  }
+  a->base = p; /* anonymous pages read as zeros until written */
+  a->size = bytes;
+  a->mapped = rounded;
+  return a;
+}
+
 void rt_arena_destroy(RtArena *a) {
   if (!a)
     return;
-  free(a->base);
+  if (a->mapped)
+    munmap(a->base, a->mapped);
+  else
+    free(a->base);
   free(a);
 }
 

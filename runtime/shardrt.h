@@ -72,10 +72,17 @@ typedef struct RtArena {
   size_t size; /* bytes usable */
   size_t top;  /* bump pointer of rt_alloc */
   size_t peak; /* highest offset+bytes ever handed out */
+  size_t mapped; /* rt_arena_create_mirror's mapping (bytes), else 0 */
 } RtArena;
 
 /* NULL (and an error) if the block cannot be allocated. */
 RtArena *rt_arena_create(size_t bytes);
+/* The host mirror of a device arena (the cuda target's): zero-filled like
+ * rt_arena_create's, but mapped on demand (mmap, MAP_NORESERVE), so that
+ * only the pages something is staged through (parameters, checkpoints,
+ * batches, staged messages) take memory: a node's eight 80 GB GPUs need
+ * no 640 GB of host memory for arenas mostly of activations. */
+RtArena *rt_arena_create_mirror(size_t bytes);
 void rt_arena_destroy(RtArena *a);
 /* Bump-allocate bytes aligned to align (a power of two); NULL when full. */
 void *rt_alloc(RtArena *a, size_t bytes, size_t align);

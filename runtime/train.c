@@ -2335,7 +2335,11 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
   if (!check_launch(t, argv))
     return finish(t, 1);
   rt_train_threads(t->world);
+#ifdef RT_TRAIN_CUDA
+  t->mem = rt_arena_create_mirror(pg->arena_bytes + RT_GUARD_BYTES);
+#else
   t->mem = rt_arena_create(pg->arena_bytes + RT_GUARD_BYTES);
+#endif
   if (!all_ok(t, t->mem != NULL))
     return finish(t, 1);
   t->arena = t->dev = t->mem->base;

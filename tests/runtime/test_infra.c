@@ -39,6 +39,21 @@ static void test_arena(void) {
   ASSERT_TRUE(strstr(rt_last_error(), "cannot allocate") != NULL);
 #endif
   ASSERT_TRUE(rt_peak_rss() > 1000000); // a process is at least a megabyte
+
+  /* a device arena's host mirror: 64 GiB mapped (more than this machine
+   * holds), zero-filled, and only the pages written take memory */
+  size_t rss0 = rt_peak_rss(), big = (size_t)64 << 30;
+  RtArena *m = rt_arena_create_mirror(big);
+  ASSERT_TRUE(m != NULL);
+  if (m) {
+    ASSERT(0, m->base[0]);
+    ASSERT(0, m->base[big - 1]);
+    memset(m->base + (big >> 1), 7, (size_t)1 << 20);
+    ASSERT(7, m->base[(big >> 1) + 12345]);
+    ASSERT_TRUE(rt_arena_at(m, big - 16, 16) != NULL);
+    ASSERT_TRUE(rt_peak_rss() < rss0 + ((size_t)256 << 20));
+    rt_arena_destroy(m);
+  }
 }
 
 static void test_rng(void) {
