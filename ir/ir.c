@@ -1069,8 +1069,10 @@ static void print_attrs(FILE *out, const Node *n) {
   case OP_CROSS_ENTROPY:
   case OP_CROSS_ENTROPY_BWD:
     if (n->a.i[1])
-      fprintf(out, " {vocab-parallel over %s(%d), bytes=%" PRIu64 "}", ir_axis_name((int)n->a.i[3]),
-              (int)n->a.i[2], ir_comm_bytes(n));
+      fprintf(out, " {vocab-parallel over %s(%d), bytes=%" PRIu64 "%s", ir_axis_name((int)n->a.i[3]),
+              (int)n->a.i[2], ir_comm_bytes(n), n->a.i[4] ? "" : "}");
+    if (n->a.i[4]) /* a padded vocabulary: the classes among the columns */
+      fprintf(out, "%sclasses=%" PRId64 "}", n->a.i[1] ? ", " : " {", n->a.i[4]);
     break;
   default:
     break;

@@ -342,6 +342,7 @@ expect unaligned-vocab 0 '^          unaligned: rows of 50257 features \(100514 
 sed 's/const vocab = 50257/const vocab = 50304/; s/return cross_entropy(logits, targets)/return cross_entropy(logits, targets, classes = 50257)/' \
   samples/gpt2-124m.shard >"$tmp/gpt2_padded.shard"
 expect padded-classes-code 0 'rt_crossentropy_forward_site_ld_cu\(.*, 50257, 50304\)\);' -- "$bin" compile "$tmp/gpt2_padded.shard" --target cuda --mesh 1:H200_SXM --strategy dp=1 --emit=c
+expect classes-ir 0 'cross_entropy %[0-9]+, \$targets \{vocab-parallel over tp\(2\), bytes=[0-9]+, classes=256\}' -- "$bin" compile tests/dist/gptpad.shard --mesh 2 --strategy tp=2 --emit=ir
 # cross_entropy's classes: more than the logits' columns, not an integer, 0
 for c in 300:"classes = 300 is more than the logits' 256 columns" 2.5:"'classes' must be an integer, got a number" \
          0:"'classes' must be at least 1, got 0"; do
