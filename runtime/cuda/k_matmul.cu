@@ -92,6 +92,38 @@ __global__ void rtc_dbias_part_kernel(float *__restrict__ out, const T *__restri
   }
 }
 
+// The same on 16-byte vectors (OC % RTC_VEC(T) == 0, dout 16-byte aligned):
+// thread x takes RTC_VEC(T) adjacent columns, so a block covers 32·V of
+// them; each column's sum is the scalar kernel's, in the same order (its
+// bits).
+template <class T>
+__global__ void rtc_dbias_part_vec_kernel(float *__restrict__ out, const T *__restrict__ dout,
+                                          int N, int OC, int rows) {
+  constexpr int V = RTC_VEC(T);
+  __shared__ float lane_sum[RTC_DB_LANES][RTC_DB_COLS * V];
+  int o = (blockIdx.x * RTC_DB_COLS + threadIdx.x) * V;
+  int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+  float s[V], f[V];
+  for (int k = 0; k < V; k++) s[k] = 0.0f;
+  if (o < OC)
+    for (int r = r0 + (int)threadIdx.y; r < r1; r += RTC_DB_LANES) {
+      rtc_ldv(f, dout + (size_t)r * OC + o);
+      for (int k = 0; k < V; k++) s[k] += f[k];
+    }
+  for (int k = 0; k < V; k++) lane_sum[threadIdx.y][threadIdx.x * V + k] = s[k];
+  __syncthreads();
+  if (threadIdx.y == 0 && o < OC)
+    for (int k = 0; k < V; k++) {
+      float t = lane_sum[0][threadIdx.x * V + k];
+      for (int y = 1; y < RTC_DB_LANES; y++)
+        t += lane_sum[y][threadIdx.x * V + k];
+      if (gridDim.y == 1)
+        out[o + k] += t;
+      else
+        out[(size_t)blockIdx.y * OC + o + k] = t;
+    }
+}
+
 // part is (nsplit, OC), dbias is (OC): dbias[o] += Σ_s part[s][o], s in order
 __global__ void rtc_dbias_sum_kernel(float *__restrict__ dbias, const float *__restrict__ part,
                                      int nsplit, int OC) {
@@ -163,13 +195,16 @@ static void rtc_dbias_(float *dbias, const T *dout, int N, int OC) {
   while (nsplit > 1 && (size_t)nsplit * OC * sizeof(float) > RTC_MM_WS_BYTES)
     nsplit /= 2;
   int rows = (N + nsplit - 1) / nsplit;
-  dim3 grid((OC + RTC_DB_COLS - 1) / RTC_DB_COLS, nsplit), block(RTC_DB_COLS, RTC_DB_LANES);
-  if (nsplit == 1) {
-    RTC_LAUNCH(rtc_dbias_part_kernel<T>, grid, block, 0, dbias, dout, N, OC, rows);
+  const bool vec = rtc_rows_vec_ok<T>(OC, {dout});
+  const int cols = vec ? RTC_DB_COLS * RTC_VEC(T) : RTC_DB_COLS;
+  dim3 grid((OC + cols - 1) / cols, nsplit), block(RTC_DB_COLS, RTC_DB_LANES);
+  float *part = nsplit == 1 ? dbias : (float *)rtc_mm_workspace_();
+  if (vec)
+    RTC_LAUNCH(rtc_dbias_part_vec_kernel<T>, grid, block, 0, part, dout, N, OC, rows);
+  else
+    RTC_LAUNCH(rtc_dbias_part_kernel<T>, grid, block, 0, part, dout, N, OC, rows);
+  if (nsplit == 1)
     return;
-  }
-  float *part = (float *)rtc_mm_workspace_();
-  RTC_LAUNCH(rtc_dbias_part_kernel<T>, grid, block, 0, part, dout, N, OC, rows);
   RTC_LAUNCH(rtc_dbias_sum_kernel, (OC + 255) / 256, 256, 0, dbias, (const float *)part, nsplit,
              OC);
 }
