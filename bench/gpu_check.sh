@@ -295,6 +295,12 @@ top = lambda k: max(y for x, y in p[k]) if p.get(k) else 0
 print(f"profile {sys.argv[1]}: {p['device']}: fp32 GEMM up to {top('gemm') / 1e12:.1f} TFLOP/s, "
       f"bf16 GEMM up to {top('gemm_bf16') / 1e12:.1f} TFLOP/s, axpy up to {top('bw') / 1e9:.0f} GB/s, "
       f"launch {p['launch_s'] * 1e6:.2f} us")
+# the fused attention kernels (seconds a (batch, head) row at D = 64, causal):
+# TFLOP/s counting the causal half of 4·T²·D forward and 2.5x that backward
+for k, mult in (("attention_bf16", 1.0), ("attention_bwd_bf16", 2.5)):
+    pts = ", ".join(f"T={int(t)} {mult * 2 * t * t * 64 / s / 1e12:.0f}" for t, s in p.get(k, []))
+    if pts:
+        print(f"  {k}: {pts} TFLOP/s")
 EOF
     pass=$((pass + 1))
   else
