@@ -38,8 +38,9 @@ void cost_hw_from_mesh(HwModel *hw, const Mesh *me, DType prec) {
    * in bf16) the heuristic falls back to kernels that ran GPT-2's LM head
    * at 103-153 TFLOP/s on an H200 against 760-830 at 50304 (cuBLASLt 13.0,
    * bench/gemm_cuda.cu, bench/results/gpu_check-2026-12-04.txt): 0.16 of
-   * the rate.  OpenBLAS has no such cliff. */
-  hw->unaligned_eff = gpu ? 0.16 : 1.0;
+   * the rate.  Measured for 16-bit GEMMs on tensor cores only: fp32 with
+   * TF32 off runs on the CUDA cores, and OpenBLAS has no such cliff. */
+  hw->unaligned_eff = gpu && half ? 0.16 : 1.0;
   hw->mem_bw = me->mem_bw;
   hw->mem_eff = gpu ? 0.88 : 0.6;
   hw->launch_s = me->launch_s;

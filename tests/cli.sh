@@ -337,7 +337,7 @@ expect cut-scatter-one-node 0 '^             %[0-9]+ f32\[B=4,T=64,128\] \(131,0
 # a GPU plan whose GEMMs have rows that are not 16-byte aligned (GPT-2's
 # vocabulary of 50257 in bf16): the plan says so, prices the padding and
 # names cross_entropy's classes; a padded vocabulary (50304 rows, the loss
-# over 50257 classes), a cpu mesh: no such line
+# over 50257 classes), a cpu mesh, an fp32 plan (CUDA cores): no such line
 expect unaligned-vocab 0 '^          unaligned: rows of 50257 features \(100514 bytes\) are not a multiple of 16 bytes, so cuBLAS runs their GEMMs at 0.16 of its rate: [0-9]+% of the step; padded to 50304 \(the unused rows kept out of the loss by `cross_entropy\(..., classes = 50257\)`\) the step would be about ' -- "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 1:H200_SXM --strategy dp=1
 sed 's/const vocab = 50257/const vocab = 50304/; s/return cross_entropy(logits, targets)/return cross_entropy(logits, targets, classes = 50257)/' \
   samples/gpt2-124m.shard >"$tmp/gpt2_padded.shard"
@@ -350,8 +350,10 @@ for c in 300:"classes = 300 is more than the logits' 256 columns" 2.5:"'classes'
     samples/gpt.shard >"$tmp/classes.shard"
   expect "classes-${c%%:*}" 1 "^$tmp/classes.shard:14:[0-9]+: error: cross_entropy: ${c#*:}\$" -- "$bin" check "$tmp/classes.shard"
 done
+sed 's/precision = bf16/precision = fp32/' samples/gpt2-124m.shard >"$tmp/gpt2_f32.shard"
 for args in "$tmp/gpt2_padded.shard --target cuda --mesh 1:H200_SXM --strategy dp=1" \
-            "samples/gpt2-124m.shard --mesh 1 --strategy dp=1"; do
+            "samples/gpt2-124m.shard --mesh 1 --strategy dp=1" \
+            "$tmp/gpt2_f32.shard --target cuda --mesh 1:H200_SXM --strategy dp=1"; do
   # shellcheck disable=SC2086
   if "$bin" compile $args 2>&1 | grep -q 'unaligned:'; then
     echo "FAIL: unaligned-none: an unaligned: line for $args"
