@@ -2,7 +2,7 @@
  *
  * Rows: one warp per row, 8 rows a 256-thread block, the row's sums by warp
  * shuffles; rows that are 16-byte aligned are read and written 16 bytes a
- * lane (the _vec kernels: 3.35 ms a GPT-2 backward call element by element
+ * lane (the kernels' W: 3.35 ms a GPT-2 backward call element by element
  * on the H200, bench/results/gpu_check-2026-12-04.txt).  Weight and bias gradients (sums over rows) in two fixed-order
  * passes, no atomics: pass 1 gives each chunk of RT_NORM_ROWS rows and each
  * column a partial sum (rows in order) in a scratch buffer, pass 2 adds a
@@ -29,11 +29,17 @@ static float *rtc_norm_workspace(int N, int C) {
 /* The row kernels and the gradients' pass 1 are templated on the storage
  * type T of the activations (float, or rtc_bf16 under precision = bf16:
  * loaded as float, computed in float, stored rounded; rtc_bf16_io.cuh);
- * weight, bias, statistics and parameter gradients are float either way. */
+ * weight, bias, statistics and parameter gradients are float either way.
+ * And on W, the elements a lane loads at once (rtc_ldw): 1, element by
+ * element, or RTC_VEC(T), a 16-byte vector where the rows are aligned
+ * (rtc_rows_vec_ok): lane l then takes elements or vectors l, l + 32, ...
+ * of a row, so a warp reads 512 contiguous bytes an instruction.  The
+ * row sums are the same run to run either way (in another order with
+ * vectors: a lane adds its W elements, then the warp's lanes). */
 
 // out is (N,C), mean and rstd are (N) or NULL, inp is (N,C) (out may alias
 // inp), weight is (C), bias is (C) or NULL.  One warp per row.
-template <class T>
+template <class T, int W>
 __global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, const T *inp,
                                          const float *__restrict__ weight,
                                          const float *__restrict__ bias, int N, int C,
@@ -43,18 +49,28 @@ __global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, const
   if (n >= N) return;
   const T *x = inp + (size_t)n * C;
   T *y = out + (size_t)n * C;
-  float s = 0.0f;
-  for (int i = lane; i < C; i += 32) s += rtc_ldf(x + i);
+  float f[W], s = 0.0f;
+  for (int i = lane * W; i < C; i += 32 * W) {
+    rtc_ldw<W>(f, x + i);
+    for (int k = 0; k < W; k++) s += f[k];
+  }
   float m = rtc_warp_sum(s) / C;
   float v = 0.0f;
-  for (int i = lane; i < C; i += 32) {
-    float d = rtc_ldf(x + i) - m;
-    v += d * d;
+  for (int i = lane * W; i < C; i += 32 * W) {
+    rtc_ldw<W>(f, x + i);
+    for (int k = 0; k < W; k++) {
+      float d = f[k] - m;
+      v += d * d;
+    }
   }
   float r = 1.0f / sqrtf(rtc_warp_sum(v) / C + eps);
-  for (int i = lane; i < C; i += 32) {
-    float o = (rtc_ldf(x + i) - m) * r * __ldg(weight + i);
-    rtc_stf(y + i, bias ? o + __ldg(bias + i) : o);
+  for (int i = lane * W; i < C; i += 32 * W) {
+    rtc_ldw<W>(f, x + i);
+    for (int k = 0; k < W; k++) {
+      float o = (f[k] - m) * r * __ldg(weight + i + k);
+      f[k] = bias ? o + __ldg(bias + i + k) : o;
+    }
+    rtc_stw<W>(y + i, f);
   }
   if (lane == 0) {
     if (mean) mean[n] = m;
@@ -63,7 +79,7 @@ __global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, const
 }
 
 // out is (N,C), rstd is (N) or NULL, inp is (N,C) (out may alias inp), weight is (C)
-template <class T>
+template <class T, int W>
 __global__ void rmsnorm_forward_kernel(T *out, float *rstd, const T *inp,
                                        const float *__restrict__ weight, int N, int C,
                                        float eps) {
@@ -72,20 +88,24 @@ __global__ void rmsnorm_forward_kernel(T *out, float *rstd, const T *inp,
   if (n >= N) return;
   const T *x = inp + (size_t)n * C;
   T *y = out + (size_t)n * C;
-  float s = 0.0f;
-  for (int i = lane; i < C; i += 32) {
-    float xi = rtc_ldf(x + i);
-    s += xi * xi;
+  float f[W], s = 0.0f;
+  for (int i = lane * W; i < C; i += 32 * W) {
+    rtc_ldw<W>(f, x + i);
+    for (int k = 0; k < W; k++) s += f[k] * f[k];
   }
   float r = 1.0f / sqrtf(rtc_warp_sum(s) / C + eps);
-  for (int i = lane; i < C; i += 32) rtc_stf(y + i, rtc_ldf(x + i) * r * __ldg(weight + i));
+  for (int i = lane * W; i < C; i += 32 * W) {
+    rtc_ldw<W>(f, x + i);
+    for (int k = 0; k < W; k++) f[k] = f[k] * r * __ldg(weight + i + k);
+    rtc_stw<W>(y + i, f);
+  }
   if (lane == 0 && rstd) rstd[n] = r;
 }
 
 // dinp += dx for one row a warp.  dinp, dout, inp are (N,C), weight is (C),
 // mean is (N) or NULL (rmsnorm), rstd is (N):
 //   dx = s·(w·dy - [layernorm] mean(w·dy) - norm·mean(w·dy·norm)), norm = (x - m)·s
-template <class T>
+template <class T, int W>
 __global__ void norm_backward_kernel(T *dinp, const T *dout, const T *inp,
                                      const float *__restrict__ weight,
                                      const float *__restrict__ mean,
@@ -96,107 +116,11 @@ __global__ void norm_backward_kernel(T *dinp, const T *dout, const T *inp,
   const T *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
   T *dx = dinp + (size_t)n * C;
   float m = mean ? mean[n] : 0.0f, s = rstd[n];
-  float a = 0.0f, b = 0.0f;
-  for (int i = lane; i < C; i += 32) {
-    float wdy = __ldg(weight + i) * rtc_ldf(dy + i);
-    a += wdy;
-    b += wdy * ((rtc_ldf(x + i) - m) * s);
-  }
-  float dnorm_mean = mean ? rtc_warp_sum(a) / C : 0.0f;
-  float dnorm_norm_mean = rtc_warp_sum(b) / C;
-  for (int i = lane; i < C; i += 32) {
-    float norm = (rtc_ldf(x + i) - m) * s;
-    rtc_stf(dx + i, rtc_ldf(dx + i) + s * (__ldg(weight + i) * rtc_ldf(dy + i) - dnorm_mean -
-                                           norm * dnorm_norm_mean));
-  }
-}
-
-/* The same three kernels on 16-byte vectors (rtc_ldv): lane l takes vectors
- * l, l + 32, ... of a row, so a warp reads 512 contiguous bytes an
- * instruction; for rows that are 16-byte aligned (rtc_rows_vec_ok).  The
- * sums are the scalar kernels' in another order (a lane adds its V
- * elements, then the warp's lanes), the same run to run. */
-template <class T>
-__global__ void layernorm_forward_vec_kernel(T *out, float *mean, float *rstd, const T *inp,
-                                             const float *__restrict__ weight,
-                                             const float *__restrict__ bias, int N, int C,
-                                             float eps) {
-  constexpr int V = RTC_VEC(T);
-  int lane = threadIdx.x % 32;
-  int n = blockIdx.x * RT_NORM_WARPS + threadIdx.x / 32;
-  if (n >= N) return;
-  const T *x = inp + (size_t)n * C;
-  T *y = out + (size_t)n * C;
-  float f[V], s = 0.0f;
-  for (int i = lane * V; i < C; i += 32 * V) {
-    rtc_ldv(f, x + i);
-    for (int k = 0; k < V; k++) s += f[k];
-  }
-  float m = rtc_warp_sum(s) / C;
-  float v = 0.0f;
-  for (int i = lane * V; i < C; i += 32 * V) {
-    rtc_ldv(f, x + i);
-    for (int k = 0; k < V; k++) {
-      float d = f[k] - m;
-      v += d * d;
-    }
-  }
-  float r = 1.0f / sqrtf(rtc_warp_sum(v) / C + eps);
-  for (int i = lane * V; i < C; i += 32 * V) {
-    rtc_ldv(f, x + i);
-    for (int k = 0; k < V; k++) {
-      float o = (f[k] - m) * r * __ldg(weight + i + k);
-      f[k] = bias ? o + __ldg(bias + i + k) : o;
-    }
-    rtc_stv(y + i, f);
-  }
-  if (lane == 0) {
-    if (mean) mean[n] = m;
-    if (rstd) rstd[n] = r;
-  }
-}
-
-template <class T>
-__global__ void rmsnorm_forward_vec_kernel(T *out, float *rstd, const T *inp,
-                                           const float *__restrict__ weight, int N, int C,
-                                           float eps) {
-  constexpr int V = RTC_VEC(T);
-  int lane = threadIdx.x % 32;
-  int n = blockIdx.x * RT_NORM_WARPS + threadIdx.x / 32;
-  if (n >= N) return;
-  const T *x = inp + (size_t)n * C;
-  T *y = out + (size_t)n * C;
-  float f[V], s = 0.0f;
-  for (int i = lane * V; i < C; i += 32 * V) {
-    rtc_ldv(f, x + i);
-    for (int k = 0; k < V; k++) s += f[k] * f[k];
-  }
-  float r = 1.0f / sqrtf(rtc_warp_sum(s) / C + eps);
-  for (int i = lane * V; i < C; i += 32 * V) {
-    rtc_ldv(f, x + i);
-    for (int k = 0; k < V; k++) f[k] = f[k] * r * __ldg(weight + i + k);
-    rtc_stv(y + i, f);
-  }
-  if (lane == 0 && rstd) rstd[n] = r;
-}
-
-template <class T>
-__global__ void norm_backward_vec_kernel(T *dinp, const T *dout, const T *inp,
-                                         const float *__restrict__ weight,
-                                         const float *__restrict__ mean,
-                                         const float *__restrict__ rstd, int N, int C) {
-  constexpr int V = RTC_VEC(T);
-  int lane = threadIdx.x % 32;
-  int n = blockIdx.x * RT_NORM_WARPS + threadIdx.x / 32;
-  if (n >= N) return;
-  const T *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
-  T *dx = dinp + (size_t)n * C;
-  float m = mean ? mean[n] : 0.0f, s = rstd[n];
-  float a = 0.0f, b = 0.0f, fx[V], fy[V], fd[V];
-  for (int i = lane * V; i < C; i += 32 * V) {
-    rtc_ldv(fx, x + i);
-    rtc_ldv(fy, dy + i);
-    for (int k = 0; k < V; k++) {
+  float a = 0.0f, b = 0.0f, fx[W], fy[W], fd[W];
+  for (int i = lane * W; i < C; i += 32 * W) {
+    rtc_ldw<W>(fx, x + i);
+    rtc_ldw<W>(fy, dy + i);
+    for (int k = 0; k < W; k++) {
       float wdy = __ldg(weight + i + k) * fy[k];
       a += wdy;
       b += wdy * ((fx[k] - m) * s);
@@ -204,60 +128,41 @@ __global__ void norm_backward_vec_kernel(T *dinp, const T *dout, const T *inp,
   }
   float dnorm_mean = mean ? rtc_warp_sum(a) / C : 0.0f;
   float dnorm_norm_mean = rtc_warp_sum(b) / C;
-  for (int i = lane * V; i < C; i += 32 * V) {
-    rtc_ldv(fx, x + i);
-    rtc_ldv(fy, dy + i);
-    rtc_ldv(fd, dx + i);
-    for (int k = 0; k < V; k++) {
+  for (int i = lane * W; i < C; i += 32 * W) {
+    rtc_ldw<W>(fx, x + i);
+    rtc_ldw<W>(fy, dy + i);
+    rtc_ldw<W>(fd, dx + i);
+    for (int k = 0; k < W; k++) {
       float norm = (fx[k] - m) * s;
       fd[k] = fd[k] + s * (__ldg(weight + i + k) * fy[k] - dnorm_mean - norm * dnorm_norm_mean);
     }
-    rtc_stv(dx + i, fd);
+    rtc_stw<W>(dx + i, fd);
   }
 }
 
-// Pass 1 of the parameter gradients.  grid (ceil(C/256), nchunks): pw and pb
-// are (nchunks, C): pw[k,c] = Σ_{n in chunk k} (x - m)·s·dy, pb[k,c] = Σ dy,
-// rows in order.  mean is (N) or NULL; pb unused when NULL.
-template <class T>
+// Pass 1 of the parameter gradients.  grid (ceil(C/(W·blockDim.x)), nchunks):
+// thread t of the grid's x takes columns W t .. W t + W - 1.  pw and pb are
+// (nchunks, C): pw[k,c] = Σ_{n in chunk k} (x - m)·s·dy, pb[k,c] = Σ dy,
+// rows in order (the same sums for any W).  mean is (N) or NULL; pb unused
+// when NULL.
+template <class T, int W>
 __global__ void norm_param_partial_kernel(float *pw, float *pb, const T *dout, const T *inp,
                                           const float *mean, const float *rstd, int N, int C) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  int c = (blockIdx.x * blockDim.x + threadIdx.x) * W;
   if (c >= C) return;
   int n0 = blockIdx.y * RT_NORM_ROWS, n1 = min(n0 + RT_NORM_ROWS, N);
-  float sw = 0.0f, sb = 0.0f;
+  float sw[W], sb[W], fy[W], fx[W];
+  for (int k = 0; k < W; k++) sw[k] = 0.0f, sb[k] = 0.0f;
   for (int n = n0; n < n1; n++) {
-    float dy = rtc_ldf(dout + (size_t)n * C + c);
-    float m = mean ? __ldg(mean + n) : 0.0f;
-    sb += dy;
-    sw += (rtc_ldf(inp + (size_t)n * C + c) - m) * __ldg(rstd + n) * dy;
-  }
-  pw[(size_t)blockIdx.y * C + c] = sw;
-  if (pb) pb[(size_t)blockIdx.y * C + c] = sb;
-}
-
-// Pass 1 on vectors: thread t of the grid's x takes columns V t .. V t + V - 1
-// (the same sums, rows in order, as the scalar kernel: bitwise equal)
-template <class T>
-__global__ void norm_param_partial_vec_kernel(float *pw, float *pb, const T *dout, const T *inp,
-                                              const float *mean, const float *rstd, int N,
-                                              int C) {
-  constexpr int V = RTC_VEC(T);
-  int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
-  if (c >= C) return;
-  int n0 = blockIdx.y * RT_NORM_ROWS, n1 = min(n0 + RT_NORM_ROWS, N);
-  float sw[V], sb[V], fy[V], fx[V];
-  for (int k = 0; k < V; k++) sw[k] = 0.0f, sb[k] = 0.0f;
-  for (int n = n0; n < n1; n++) {
-    rtc_ldv(fy, dout + (size_t)n * C + c);
-    rtc_ldv(fx, inp + (size_t)n * C + c);
+    rtc_ldw<W>(fy, dout + (size_t)n * C + c);
+    rtc_ldw<W>(fx, inp + (size_t)n * C + c);
     float m = mean ? __ldg(mean + n) : 0.0f, r = __ldg(rstd + n);
-    for (int k = 0; k < V; k++) {
+    for (int k = 0; k < W; k++) {
       sb[k] += fy[k];
       sw[k] += (fx[k] - m) * r * fy[k];
     }
   }
-  for (int k = 0; k < V; k++) {
+  for (int k = 0; k < W; k++) {
     pw[(size_t)blockIdx.y * C + c + k] = sw[k];
     if (pb) pb[(size_t)blockIdx.y * C + c + k] = sb[k];
   }
@@ -303,20 +208,29 @@ static void norm_param_grads(float *dweight, float *dbias, const T *dout, const 
   int nchunks = (N + RT_NORM_ROWS - 1) / RT_NORM_ROWS;
   float *pw = rtc_norm_workspace(N, C);
   float *pb = dbias ? pw + (size_t)nchunks * C : NULL;
-  if (rtc_rows_vec_ok<T>(C, {dout, inp})) {
-    const int nv = C / RTC_VEC(T), th = nv < 128 ? (nv + 31) / 32 * 32 : 128;
-    dim3 grid((unsigned)((nv + th - 1) / th), (unsigned)nchunks);
-    RTC_LAUNCH(norm_param_partial_vec_kernel<T>, grid, th, 0, pw, pb, dout, inp, mean, rstd, N,
+  const bool vec = rtc_rows_vec_ok<T>(C, {dout, inp});
+  const int nt = vec ? C / RTC_VEC(T) : C, th = nt < 128 ? (nt + 31) / 32 * 32 : 128;
+  dim3 grid((unsigned)((nt + th - 1) / th), (unsigned)nchunks);
+  if (vec)
+    RTC_LAUNCH((norm_param_partial_kernel<T, RTC_VEC(T)>), grid, th, 0, pw, pb, dout, inp, mean,
+               rstd, N, C);
+  else
+    RTC_LAUNCH((norm_param_partial_kernel<T, 1>), grid, th, 0, pw, pb, dout, inp, mean, rstd, N,
                C);
-  } else {
-    dim3 grid((unsigned)((C + 255) / 256), (unsigned)nchunks);
-    RTC_LAUNCH(norm_param_partial_kernel<T>, grid, 256, 0, pw, pb, dout, inp, mean, rstd, N, C);
-  }
   RTC_LAUNCH(norm_param_sum_kernel, (C + 31) / 32, dim3(32, RT_NORM_SUM_LANES), 0, dweight,
              dbias, pw, pb, nchunks, C);
 }
 
 static unsigned row_blocks(int N) { return (unsigned)((N + RT_NORM_WARPS - 1) / RT_NORM_WARPS); }
+
+/* The row kernels' launch: on vectors where every row given is aligned. */
+#define RT_NORM_ROWS_LAUNCH(kernel, vec, ...)                                               \
+  do {                                                                                      \
+    if (vec)                                                                                \
+      RTC_LAUNCH((kernel<T, RTC_VEC(T)>), row_blocks(N), 32 * RT_NORM_WARPS, 0, __VA_ARGS__); \
+    else                                                                                    \
+      RTC_LAUNCH((kernel<T, 1>), row_blocks(N), 32 * RT_NORM_WARPS, 0, __VA_ARGS__);         \
+  } while (0)
 
 /* The launchers, for either storage type. */
 template <class T>
@@ -324,12 +238,8 @@ static void layernorm_forward_(T *out, float *mean, float *rstd, const T *inp,
                                const float *weight, const float *bias, int N, int C,
                                double eps) {
   if (N <= 0) return;
-  if (rtc_rows_vec_ok<T>(C, {out, inp}))
-    RTC_LAUNCH(layernorm_forward_vec_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, mean,
-               rstd, inp, weight, bias, N, C, (float)eps);
-  else
-    RTC_LAUNCH(layernorm_forward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, mean, rstd,
-               inp, weight, bias, N, C, (float)eps);
+  RT_NORM_ROWS_LAUNCH(layernorm_forward_kernel, (rtc_rows_vec_ok<T>(C, {out, inp})), out, mean,
+                      rstd, inp, weight, bias, N, C, (float)eps);
 }
 
 template <class T>
@@ -338,24 +248,16 @@ static void layernorm_backward_(T *dinp, float *dweight, float *dbias, const T *
                                 const float *rstd, int N, int C) {
   if (dweight || dbias) norm_param_grads(dweight, dbias, dout, inp, mean, rstd, N, C);
   if (!dinp || N <= 0) return;
-  if (rtc_rows_vec_ok<T>(C, {dinp, dout, inp}))
-    RTC_LAUNCH(norm_backward_vec_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
-               weight, mean, rstd, N, C);
-  else
-    RTC_LAUNCH(norm_backward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
-               weight, mean, rstd, N, C);
+  RT_NORM_ROWS_LAUNCH(norm_backward_kernel, (rtc_rows_vec_ok<T>(C, {dinp, dout, inp})), dinp,
+                      dout, inp, weight, mean, rstd, N, C);
 }
 
 template <class T>
 static void rmsnorm_forward_(T *out, float *rstd, const T *inp, const float *weight, int N,
                              int C, double eps) {
   if (N <= 0) return;
-  if (rtc_rows_vec_ok<T>(C, {out, inp}))
-    RTC_LAUNCH(rmsnorm_forward_vec_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, rstd,
-               inp, weight, N, C, (float)eps);
-  else
-    RTC_LAUNCH(rmsnorm_forward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, out, rstd, inp,
-               weight, N, C, (float)eps);
+  RT_NORM_ROWS_LAUNCH(rmsnorm_forward_kernel, (rtc_rows_vec_ok<T>(C, {out, inp})), out, rstd, inp,
+                      weight, N, C, (float)eps);
 }
 
 template <class T>
@@ -363,12 +265,8 @@ static void rmsnorm_backward_(T *dinp, float *dweight, const T *dout, const T *i
                               const float *weight, const float *rstd, int N, int C) {
   if (dweight) norm_param_grads(dweight, (float *)NULL, dout, inp, (const float *)NULL, rstd, N, C);
   if (!dinp || N <= 0) return;
-  if (rtc_rows_vec_ok<T>(C, {dinp, dout, inp}))
-    RTC_LAUNCH(norm_backward_vec_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
-               weight, (const float *)NULL, rstd, N, C);
-  else
-    RTC_LAUNCH(norm_backward_kernel<T>, row_blocks(N), 32 * RT_NORM_WARPS, 0, dinp, dout, inp,
-               weight, (const float *)NULL, rstd, N, C);
+  RT_NORM_ROWS_LAUNCH(norm_backward_kernel, (rtc_rows_vec_ok<T>(C, {dinp, dout, inp})), dinp,
+                      dout, inp, weight, (const float *)NULL, rstd, N, C);
 }
 
 extern "C" {

@@ -46,6 +46,20 @@ __device__ __forceinline__ void rtc_stv(T *p, const float *f) {
 #endif
 }
 
+/* W elements at p as floats, and back: one (rtc_ldf, rtc_stf) or a 16-byte
+ * vector (rtc_ldv, rtc_stv; W == RTC_VEC(T)), so that one kernel templated
+ * on W serves rows element by element and rows of aligned vectors. */
+template <int W, class T>
+__device__ __forceinline__ void rtc_ldw(float *f, const T *p) {
+  if constexpr (W == 1) f[0] = rtc_ldf(p);
+  else rtc_ldv(f, p);
+}
+template <int W, class T>
+__device__ __forceinline__ void rtc_stw(T *p, const float *f) {
+  if constexpr (W == 1) rtc_stf(p, f[0]);
+  else rtc_stv(p, f);
+}
+
 /* Whether rows of C elements of T starting at each pointer given (NULLs
  * skipped) are all 16-byte aligned, so the vector kernels may run. */
 template <class T>
