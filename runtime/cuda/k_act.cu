@@ -62,54 +62,36 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf
  * (float, or rtc_bf16: loaded as float, computed in float, stored rounded;
  * rtc_bf16_io.cuh). */
 
-// out and inp are (n)
-template <class T>
+// out and inp are (n).  W: the elements a thread loads at once (rtc_ldw):
+// 1, or a 16-byte vector where n is a multiple and the pointers are aligned
+// (element by element, GPT-2's GELU backward ran at 40% of the H200's
+// bandwidth: gpu_check-2026-12-04); each element the same either way.
+template <class T, int W>
 __global__ void gelu_forward_kernel(T *out, const T *inp, size_t n) {
-  GRID_STRIDE(i, n) {
-    float sm, x = rtc_ldf(inp + i);
-    rtc_stf(out + i, x * gelu_sp(x, &sm));
-  }
-}
-// dinp, inp, dout are (n): dinp += gelu'(inp)·dout
-template <class T>
-__global__ void gelu_backward_kernel(T *dinp, const T *inp, const T *dout, size_t n) {
-  GRID_STRIDE(i, n) {
-    float x = rtc_ldf(inp + i), sm, sp = gelu_sp(x, &sm);
-    float du = RTC_GELU_K * (1.0f + (float)(3 * 0.044715) * x * x);
-    rtc_stf(dinp + i, rtc_ldf(dinp + i) + (sp + 2.0f * x * sp * sm * du) * rtc_ldf(dout + i));
-  }
-}
-/* GELU on 16-byte vectors (n a multiple of RTC_VEC(T), pointers 16-byte
- * aligned): each element as the kernels above compute it, bit for bit, a
- * load or store instruction a vector (element by element, GPT-2's GELU
- * backward ran at 40% of the H200's bandwidth: gpu_check-2026-12-04). */
-template <class T>
-__global__ void gelu_forward_vec_kernel(T *out, const T *inp, size_t nv) {
-  constexpr int V = RTC_VEC(T);
-  GRID_STRIDE(j, nv) {
-    float f[V];
-    rtc_ldv(f, inp + j * V);
-    for (int k = 0; k < V; k++) {
+  GRID_STRIDE(j, n / W) {
+    float f[W];
+    rtc_ldw<W>(f, inp + j * W);
+    for (int k = 0; k < W; k++) {
       float sm, x = f[k];
       f[k] = x * gelu_sp(x, &sm);
     }
-    rtc_stv(out + j * V, f);
+    rtc_stw<W>(out + j * W, f);
   }
 }
-template <class T>
-__global__ void gelu_backward_vec_kernel(T *dinp, const T *inp, const T *dout, size_t nv) {
-  constexpr int V = RTC_VEC(T);
-  GRID_STRIDE(j, nv) {
-    float fx[V], fy[V], fd[V];
-    rtc_ldv(fx, inp + j * V);
-    rtc_ldv(fy, dout + j * V);
-    rtc_ldv(fd, dinp + j * V);
-    for (int k = 0; k < V; k++) {
+// dinp, inp, dout are (n): dinp += gelu'(inp)·dout
+template <class T, int W>
+__global__ void gelu_backward_kernel(T *dinp, const T *inp, const T *dout, size_t n) {
+  GRID_STRIDE(j, n / W) {
+    float fx[W], fy[W], fd[W];
+    rtc_ldw<W>(fx, inp + j * W);
+    rtc_ldw<W>(fy, dout + j * W);
+    rtc_ldw<W>(fd, dinp + j * W);
+    for (int k = 0; k < W; k++) {
       float x = fx[k], sm, sp = gelu_sp(x, &sm);
       float du = RTC_GELU_K * (1.0f + (float)(3 * 0.044715) * x * x);
       fd[k] = fd[k] + (sp + 2.0f * x * sp * sm * du) * fy[k];
     }
-    rtc_stv(dinp + j * V, fd);
+    rtc_stw<W>(dinp + j * W, fd);
   }
 }
 template <class T>
@@ -358,18 +340,18 @@ static dim3 slice_grid(int N, int W, int V, int *th) {
 template <class T>
 static void gelu_forward_(T *out, const T *inp, size_t n) {
   if (n && vec_ok<T>(n, {out, inp}))
-    RTC_LAUNCH(gelu_forward_vec_kernel<T>, blocks(n / RTC_VEC(T)), RT_ACT_THREADS, 0, out, inp,
-               n / RTC_VEC(T));
+    RTC_LAUNCH((gelu_forward_kernel<T, RTC_VEC(T)>), blocks(n / RTC_VEC(T)), RT_ACT_THREADS, 0,
+               out, inp, n);
   else if (n)
-    RTC_LAUNCH(gelu_forward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, out, inp, n);
+    RTC_LAUNCH((gelu_forward_kernel<T, 1>), blocks(n), RT_ACT_THREADS, 0, out, inp, n);
 }
 template <class T>
 static void gelu_backward_(T *dinp, const T *inp, const T *dout, size_t n) {
   if (n && vec_ok<T>(n, {dinp, inp, dout}))
-    RTC_LAUNCH(gelu_backward_vec_kernel<T>, blocks(n / RTC_VEC(T)), RT_ACT_THREADS, 0, dinp, inp,
-               dout, n / RTC_VEC(T));
+    RTC_LAUNCH((gelu_backward_kernel<T, RTC_VEC(T)>), blocks(n / RTC_VEC(T)), RT_ACT_THREADS, 0,
+               dinp, inp, dout, n);
   else if (n)
-    RTC_LAUNCH(gelu_backward_kernel<T>, blocks(n), RT_ACT_THREADS, 0, dinp, inp, dout, n);
+    RTC_LAUNCH((gelu_backward_kernel<T, 1>), blocks(n), RT_ACT_THREADS, 0, dinp, inp, dout, n);
 }
 template <class T>
 static void relu_forward_(T *out, const T *inp, size_t n) {
