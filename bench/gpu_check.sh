@@ -49,6 +49,9 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cmd="${1:-}"
 tarball="$root/bench/gpu-pack.tar.xz"
+# GPT-2 with its vocabulary padded to 50304 and the loss over its 50257
+# classes (step 3b; pack and predict)
+PAD_VOCAB='s/const vocab = 50257/const vocab = 50304/; s/return cross_entropy(logits, targets)/return cross_entropy(logits, targets, classes = 50257)/'
 
 pack() {
   local b="$root/build-gpupack" p
@@ -98,7 +101,7 @@ pack() {
   "$bin" compile "$g/gpt2.shard" --target cuda "${mesh[@]}" --emit=plan >"$p/models/gpt2.plan" 2>&1
   echo "$chosen" >"$p/models/gpt2.microbatch"
   # the same, the vocabulary padded to 50304 with the loss over its 50257 classes
-  sed 's/const vocab = 50257/const vocab = 50304/; s/return cross_entropy(logits, targets)/return cross_entropy(logits, targets, classes = 50257)/' \
+  sed "$PAD_VOCAB" \
     "$g/gpt2.shard" >"$g/gpt2p.shard"
   SHARDC_CUDA_ARCH=sm_90a "$bin" build "$g/gpt2p.shard" --target cuda "${mesh[@]}" \
     -o "$p/models/gpt2p" >"$p/models/gpt2p.build" 2>&1 || { cat "$p/models/gpt2p.build"; return 1; }
@@ -351,7 +354,7 @@ predict() {
   cp "$root/samples/gpt.shard" "$g/gpt.shard"
   sed 's/precision = fp32/precision = bf16/' "$root/samples/gpt.shard" >"$g/gpt_bf16.shard"
   sed "s/microbatch = [0-9]*/microbatch = ${mb:-16}/" "$root/samples/gpt2-124m.shard" >"$g/gpt2.shard"
-  sed 's/const vocab = 50257/const vocab = 50304/; s/return cross_entropy(logits, targets)/return cross_entropy(logits, targets, classes = 50257)/' \
+  sed "$PAD_VOCAB" \
     "$g/gpt2.shard" >"$g/gpt2p.shard"
   for m in gpt gpt_bf16 gpt2 gpt2p; do
     echo "$m: $([ -n "$res" ] && grep -o "^$m: measured [^;]*" "$res" | head -1 | sed "s/^$m: //")" \
