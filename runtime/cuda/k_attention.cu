@@ -48,49 +48,47 @@
  *
  * The tensor-core kernels (bf16 storage): every GEMM of the forward
  * (s = q·kᵀ, o += p·v) and of the backward (s and dp = dout·vᵀ recomputed,
- * dv += pᵀ·dout, dk += dsᵀ·q, dq += ds·k) runs as nvcuda::wmma 16x16x16
- * bf16 fragments with fp32 accumulators (mma.sync HMMA on sm_80 and
- * sm_90a), so the fragment layout stays opaque and the host build can run
- * the same code through host/wmma_host.h.  The online softmax, lse and
- * delta stay fp32; p and ds are rounded to bf16 before their GEMMs (as
- * FlashAttention does; the softmax's row sum adds the unrounded p).  The
- * 4 warps of a block split the tile's 64 rows, 16 each (queries in the
- * forward and in dq, keys in dk/dv), so the score GEMMs, the softmax and
- * the second GEMM of a warp need only __syncwarp; __syncthreads guards the
- * cooperative tile loads.  A warp's scores go through shared memory (fp32,
- * rows ATC_LDS = 68 floats apart) to the softmax, where lane l holds row
- * l/2 and columns l%2 + 2j (the pair's max and sum one shuffle); p and ds
- * go back as bf16 tiles (rows ATC_LDP = 72 apart).  Accumulators: dq, dk,
- * dv stay in fragments (NJ = D/16 a warp, each) across the whole loop and
- * are added to global memory once at the end through a 16x16 stage; the
- * forward's output, which the online softmax rescales by row, lives in
- * shared memory (fp32, rows dc+4 apart) and is loaded into fragments for
- * each p·v.  q, k, v, dout tiles are bf16, (64, dc) rows dc+8 apart
- * (dc = 16·NJ, zero past D and past T; 16-byte copies when D % 8 == 0), so
- * the bf16 fragments' rows are 16 bytes off one bank cycle.  Key (query)
- * blocks of 16 that a warp's rows cannot see (causal, or past T) are
- * skipped in its GEMMs; their scores are never read.  Dynamic shared
- * memory (base rounded up to 128 bytes): forward 70.1 KB at D=64, 110.1 KB
- * at D=128; backward (both kernels) 88.6 KB and 120.6 KB (at D=64 an
- * sm_90 SM holds 3 forward or 2 backward blocks).  Registers (nvcc 13.0
- * -Xptxas -v, NJ = 1/2/4/8): sm_90a forward 64/64/72/56, dk/dv
- * 80/96/168/250, dq 80/70/96/168; sm_80 forward 72/96/96/72, dk/dv
- * 80/96/159/248, dq 96/80/126/168.  No spills except the forward at NJ=1 on
- * sm_80 (12 bytes).  Not done
- * yet: overlapping the next tile's loads with the GEMMs (cp.async or the
- * bulk tensor copies) and Hopper's wgmma; the speed on a GPU is unmeasured.
+ * dv += pᵀ·dout, dk += dsᵀ·q, dq += ds·k) runs as mma.sync m16n8k16 bf16
+ * with fp32 accumulators on register fragments loaded by ldmatrix
+ * (rtc_mma.cuh: the PTX ISA's layouts, with host twins that follow them,
+ * checked on a GPU by tests/cuda/test_k_mma.cu), FlashAttention-2 style:
+ *   - the 4 warps of a block split the tile's 64 rows, 16 each (queries in
+ *     the forward and in dq, keys in dk/dv); lane l holds rows l/4 and
+ *     l/4 + 8 of its warp's, so the row max and sum of the online softmax
+ *     are two shuffles among the 4 lanes of a row;
+ *   - nothing goes through shared memory but the q, k, v, dout tiles: a
+ *     warp's scores stay in its accumulators, and p (ds) rounded to bf16
+ *     IS the a fragment of the next mma (an accumulator pair of n-blocks
+ *     has the a layout), the output (dq, dk, dv) accumulates in registers
+ *     over the whole loop and is written (added) once at the end;
+ *   - the loop's tiles are double-buffered: the next k, v (q, dout) tile
+ *     loads by cp.async while the current one feeds the mmas;
+ *   - the forward takes a key tile of 64 at once (8 n-blocks of scores in
+ *     registers, one rescale of the output a tile); the backward takes its
+ *     inner tile 16 at a time, so a block's pᵀ, dsᵀ (ds) is one a fragment
+ *     and the registers stay low;
+ *   - the scores are in log2 units (scale·log2(e) folded in, exp2f); the
+ *     online softmax, lse and delta stay fp32; p and ds are rounded to bf16
+ *     before their GEMMs (as FlashAttention does; the softmax's row sum adds
+ *     the unrounded p);
+ *   - key (query) blocks of 16 that a warp's rows cannot see (causal, or
+ *     past T) are skipped in its GEMMs, and masked elements are 0 in p.
+ * Tiles are bf16 (64, dc) rows dc+8 apart (dc = 16·NJ, zero past D and
+ * past T; 16-byte asynchronous copies when D % 8 == 0, plain stores
+ * otherwise), so ldmatrix's 8 rows fall on distinct banks.  Dynamic shared
+ * memory: forward 45.1 KB at D=64 (5 tiles), 85.1 KB at D=128; backward
+ * 55.1 KB and 103.1 KB (6 tiles and the double lse/delta).  Registers
+ * (nvcc 13.0 -Xptxas -v, sm_90a, NJ = 1/2/4/8): forward 95/96/128/183,
+ * dk/dv 80/125/168/255, dq 64/93/127/207; spills only in dk/dv at NJ=8 (36
+ * bytes) and NJ=1 (24).  Not done yet: Hopper's wgmma and the bulk tensor
+ * copies (TMA), and splitting the forward's rows over 8 warps.
  */
 #include "common.cuh"
 
 #include <math.h>
 
 #include <type_traits>
-#ifdef RTC_HOST
-#include "host/wmma_host.h"
-#else
-#include <mma.h>
-#endif
-namespace wmma = nvcuda::wmma;
+#include "rtc_mma.cuh"
 
 #define ATT_BQ 64                 // queries per tile
 #define ATT_BK 64                 // keys per tile
@@ -529,36 +527,31 @@ ATT_UNROLL
 
 // ---- precision = bf16: the tensor-core kernels (see the top of the file) ----
 
-#define ATC_LDS 68  // stride (floats) of a warp's fp32 score rows: a multiple of 4 (wmma)
-#define ATC_LDP 72  // stride (bf16) of the P and dS tiles: a multiple of 8 (wmma)
+#define ATC_LOG2E 1.4426950408889634f
+#define ATC_LN2 0.6931471805599453f
 
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, rtc_bf16, wmma::row_major> att_fa;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, rtc_bf16, wmma::row_major> att_fb;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, rtc_bf16, wmma::col_major> att_fbt;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> att_fc;
-
-// Bytes of dynamic shared memory of the tensor-core kernels at dc = 16·NJ
-// (the backward's for both of its kernels): bf16 tiles (64, dc) rows dc+8
-// apart, fp32 score tiles (64, 64) rows ATC_LDS apart, bf16 P/dS tiles rows
-// ATC_LDP apart, the forward's fp32 output (64, dc) rows dc+4 apart, the
-// dk/dv kernel's lse and delta; 128 more to align the base to 128 bytes.
-static size_t att_tc_fwd_smem(int dc) {
-  return 128 + 3 * (size_t)ATT_BQ * (dc + 8) * 2 + (size_t)ATT_BQ * ATC_LDS * 4 +
-         (size_t)ATT_BQ * ATC_LDP * 2 + (size_t)ATT_BQ * (dc + 4) * 4;
-}
+// Bytes of dynamic shared memory of the tensor-core kernels at dc = 16·NJ:
+// bf16 tiles (64, dc) rows dc+8 apart, the tiles a loop walks over twice
+// (the next one loads while the current one is used): five in the forward
+// (q; k, v twice), six in the backward (k, v; q, dout twice in dk/dv, the
+// other way round in dq) and the dk/dv kernel's lse and delta of a query
+// tile, twice; 128 more to align the base.
+static size_t att_tc_fwd_smem(int dc) { return 128 + 5 * (size_t)ATT_BQ * (dc + 8) * 2; }
 static size_t att_tc_bwd_smem(int dc) {
-  return 128 + 4 * (size_t)ATT_BQ * (dc + 8) * 2 + 2 * (size_t)ATT_BQ * ATC_LDS * 4 +
-         2 * (size_t)ATT_BQ * ATC_LDP * 2 + 2 * ATT_BQ * 4;
+  return 128 + 6 * (size_t)ATT_BQ * (dc + 8) * 2 + 4 * ATT_BQ * 4;
 }
 
-// The dynamic shared memory, its base rounded up to 128 bytes (wmma's
-// pointers must be 32-byte aligned).
+// The dynamic shared memory, its base rounded up to 128 bytes (ldmatrix's
+// rows must be 16-byte aligned).
 __device__ __forceinline__ unsigned char *att_tc_base(unsigned char *p) {
   return (unsigned char *)(((uintptr_t)p + 127) & ~(uintptr_t)127);
 }
 
 // Rows [t0, t0+64) of one head as bf16: s[r*ld + d] = g[(t0+r)*ldg + d] for
-// d < dc, 0 past T or past D; 16-byte copies when D, ldg and g allow.
+// d < dc, 0 past T or past D.  Where D, ldg and g allow, the rows go as
+// 16-byte asynchronous copies (rtc_cp_async16): the caller commits them
+// and waits (rtc_cp_async_wait) before a barrier and the first read; the
+// zeros and the element-wise path are plain stores.
 __device__ __forceinline__ void att_tc_load(rtc_bf16 *s, int ld, const rtc_bf16 *g, size_t ldg,
                                             int t0, int T, int D, int dc) {
   const rtc_bf16 zero = rtc_f2bf(0.0f);
@@ -567,16 +560,10 @@ __device__ __forceinline__ void att_tc_load(rtc_bf16 *s, int ld, const rtc_bf16 
     for (int e = threadIdx.x; e < ATT_BQ * nc; e += ATT_THREADS) {
       int r = e / nc, d = (e - r * nc) * 8;
       rtc_bf16 *dst = s + r * ld + d;
-      if (t0 + r < T && d < D) {
-        const rtc_bf16 *src = g + (size_t)(t0 + r) * ldg + d;
-#ifdef RTC_HOST
-        memcpy(dst, src, 16);
-#else
-        *(uint4 *)dst = *(const uint4 *)src;
-#endif
-      } else {
+      if (t0 + r < T && d < D)
+        rtc_cp_async16(dst, g + (size_t)(t0 + r) * ldg + d);
+      else
         for (int i = 0; i < 8; i++) dst[i] = zero;
-      }
     }
     return;
   }
@@ -586,129 +573,229 @@ __device__ __forceinline__ void att_tc_load(rtc_bf16 *s, int ld, const rtc_bf16 
   }
 }
 
+// Fragment addresses in a bf16 tile s (rows ld apart) for the calling lane
+// of rtc_ldsm_x4 (rtc_mma.cuh):
+//   att_a:  the a of rows r0..r0+15, columns k0..k0+15 (row-major A);
+//   att_bn: the b of two n-blocks, for B(k, n) = s[(n0+n)*ld + k0+k]: rows
+//           of s are n (keys of kᵀ), k contiguous; r[0..1] n-block n0,
+//           r[2..3] n-block n0+8;
+//   att_bt: the b (with rtc_ldsm_x4_trans) of two n-blocks, for B(k, n) =
+//           s[(k0+k)*ld + n0+n]: rows of s are k; r[0..1] n-block n0,
+//           r[2..3] n0+8.
+__device__ __forceinline__ const rtc_bf16 *att_a(const rtc_bf16 *s, int ld, int r0, int k0,
+                                                 int lane) {
+  return s + (r0 + lane % 16) * ld + k0 + 8 * (lane / 16);
+}
+__device__ __forceinline__ const rtc_bf16 *att_bn(const rtc_bf16 *s, int ld, int n0, int k0,
+                                                  int lane) {
+  return s + (n0 + lane % 8 + 8 * (lane / 16)) * ld + k0 + 8 * ((lane / 8) & 1);
+}
+__device__ __forceinline__ const rtc_bf16 *att_bt(const rtc_bf16 *s, int ld, int k0, int n0,
+                                                  int lane) {
+  return s + (k0 + lane % 8 + 8 * ((lane / 8) & 1)) * ld + n0 + 8 * (lane / 16);
+}
+
+// The a of the next mma from two accumulators (n-blocks 2c, 2c+1 of a 16x16
+// block, fp32), rounded to bf16.
+__device__ __forceinline__ void att_pack_a(uint32_t a[4], const float c0[4], const float c1[4]) {
+  a[0] = rtc_pack_bf16x2(c0[0], c0[1]);
+  a[1] = rtc_pack_bf16x2(c0[2], c0[3]);
+  a[2] = rtc_pack_bf16x2(c1[0], c1[1]);
+  a[3] = rtc_pack_bf16x2(c1[2], c1[3]);
+}
+
+// The backward's two (16, 16) score blocks of a warp: s = a1 · t1ᵀ and
+// dp = a2 · t2ᵀ over the head dim, where a1, a2 are the warp's 16 rows
+// (NJ a fragments each) and t1, t2 rows n0..n0+15 of two tiles (rows ld
+// apart); each result is two n-blocks of 8.
+template <int NJ>
+__device__ __forceinline__ void att_tc_sdp(float (&s)[2][4], float (&dp)[2][4],
+                                           const uint32_t (&a1)[NJ][4],
+                                           const uint32_t (&a2)[NJ][4], const rtc_bf16 *t1,
+                                           const rtc_bf16 *t2, int ld, int n0, int lane) {
+ATT_UNROLL
+  for (int e = 0; e < 4; e++) s[0][e] = s[1][e] = dp[0][e] = dp[1][e] = 0.0f;
+ATT_UNROLL
+  for (int kk = 0; kk < NJ; kk++) {
+    uint32_t f[4];
+    rtc_ldsm_x4(f, att_bn(t1, ld, n0, 16 * kk, lane));
+    rtc_mma16816(s[0], a1[kk], f);
+    rtc_mma16816(s[1], a1[kk], f + 2);
+    rtc_ldsm_x4(f, att_bn(t2, ld, n0, 16 * kk, lane));
+    rtc_mma16816(dp[0], a2[kk], f);
+    rtc_mma16816(dp[1], a2[kk], f + 2);
+  }
+}
+
+// Adds a warp's (16, dc) accumulators acc (2·NJ n-blocks of 8 columns) to
+// g: the calling lane's rows r_lo and r_lo + 8 (rows ldg apart, < T),
+// columns 8j + 2(lane%4) and one more (< D); bf16 or fp32.
+template <int NJ, class G>
+__device__ __forceinline__ void att_tc_add(G *g, size_t ldg, int r_lo, int T, int D,
+                                           const float (&acc)[2 * NJ][4]) {
+  int tq = threadIdx.x % 4;
+ATT_UNROLL
+  for (int r = 0; r < 2; r++) {
+    int row = r_lo + 8 * r;
+    if (row >= T) continue;
+    G *gr = g + (size_t)row * ldg;
+ATT_UNROLL
+    for (int n = 0; n < 2 * NJ; n++)
+ATT_UNROLL
+      for (int e = 0; e < 2; e++) {
+        int d = 8 * n + 2 * tq + e;
+        if (d < D) att_st(gr + d, att_ld(gr + d) + acc[n][2 * r + e]);
+      }
+  }
+}
+
 // out is (B,T,H,D), lse is (B,H,T), q is (B,T,H,D), k and v are (B,T,Hkv,D);
 // grid (ceil(T/64), H, B), ATT_THREADS threads, att_tc_fwd_smem(16·NJ) bytes.
-// Warp w owns query rows 16w..16w+15 of the tile; in the softmax lane l
-// holds row l/2 of the warp's and columns l%2 + 2j.  out is bf16 or (O =
-// float) fp32, unrounded.
+// Warp w owns query rows 16w..16w+15 of the tile; lane l holds rows l/4
+// and l/4 + 8 of them in its accumulators (rtc_mma.cuh's layout): its q
+// fragments, its scores (8 n-blocks of 8 keys), p and output (2·NJ
+// n-blocks of 8 columns) all stay in registers.  out is bf16 or (O = float)
+// fp32, unrounded.
 template <int NJ, class O>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_forward_tc_kernel(O *out, float *lse, const rtc_bf16 *q,
                                 const rtc_bf16 *k, const rtc_bf16 *v, int T, int H, int Hkv,
                                 int D, int causal, float scale) {
-  const int dc = 16 * NJ, ldt = dc + 8, ldo = dc + 4;
+  const int dc = 16 * NJ, ldt = dc + 8;
   RTC_DYNAMIC_SHARED(unsigned char, smem_raw);
   rtc_bf16 *Qs = (rtc_bf16 *)att_tc_base(smem_raw);  // (BQ, dc), 0 past T and D
-  rtc_bf16 *Ks = Qs + ATT_BQ * ldt;                   // (BK, dc)
-  rtc_bf16 *Vs = Ks + ATT_BK * ldt;                   // (BK, dc)
-  float *Ss = (float *)(Vs + ATT_BK * ldt);           // (BQ, BK) scores
-  rtc_bf16 *Pb = (rtc_bf16 *)(Ss + ATT_BQ * ATC_LDS); // (BQ, BK) probabilities
-  float *Os = (float *)(Pb + ATT_BQ * ATC_LDP);       // (BQ, dc) output, unnormalized
+  rtc_bf16 *KV = Qs + ATT_BQ * ldt;  // k, v tiles (BK, dc) of buffer i at KV + 2i·BK·ldt
   int q0 = blockIdx.x * ATT_BQ, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
-  int w = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane & 1;
-  int row = 16 * w + (lane >> 1), t = q0 + row;  // this lane's row in the softmax
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, tq = lane & 3;
+  int r0 = q0 + 16 * w, t_lo = r0 + lane / 4;  // the warp's first row, the lane's (and + 8)
   size_t ldh = (size_t)H * D, ldkv = (size_t)Hkv * D;
   const rtc_bf16 *kb = k + (size_t)b * T * ldkv + (size_t)hk * D;
   const rtc_bf16 *vb = v + (size_t)b * T * ldkv + (size_t)hk * D;
   att_tc_load(Qs, ldt, q + (size_t)b * T * ldh + (size_t)h * D, ldh, q0, T, D, dc);
-  for (int e = lane; e < 16 * dc; e += 32) Os[(16 * w + e / dc) * ldo + e % dc] = 0.0f;
+  att_tc_load(KV, ldt, kb, ldkv, 0, T, D, dc);
+  att_tc_load(KV + ATT_BK * ldt, ldt, vb, ldkv, 0, T, D, dc);
+  rtc_cp_async_commit();
+  rtc_cp_async_wait<0>();
+  __syncthreads();
+  uint32_t qa[NJ][4];
+ATT_UNROLL
+  for (int kk = 0; kk < NJ; kk++) rtc_ldsm_x4(qa[kk], att_a(Qs, ldt, 16 * w, 16 * kk, lane));
 
-  float m = -INFINITY, l = 0.0f;
-  int kend = causal ? min(T, q0 + ATT_BQ) : T;            // keys any row of the tile sees
-  int wend = causal ? min(kend, q0 + 16 * w + 16) : kend;  // keys this warp's rows see
-  int jn = causal ? min(kend, t + 1) : kend;               // keys this lane's row sees
-  for (int j0 = 0; j0 < kend; j0 += ATT_BK) {
-    __syncthreads();  // Qs is loaded; the last tile's Ks, Vs are read
-    att_tc_load(Ks, ldt, kb, ldkv, j0, T, D, dc);
-    att_tc_load(Vs, ldt, vb, ldkv, j0, T, D, dc);
+  const float sl2 = scale * ATC_LOG2E;  // scores in log2 units: p = exp2(s·sl2 - m)
+  float o[2 * NJ][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+ATT_UNROLL
+  for (int n = 0; n < 2 * NJ; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  int kend = causal ? min(T, q0 + ATT_BQ) : T;         // keys any row of the tile sees
+  int wend = causal ? min(kend, r0 + 16) : kend;        // keys this warp's rows see
+  for (int j0 = 0, it = 0; j0 < kend; j0 += ATT_BK, it++) {
+    // the next tile loads into the other buffer (read in the last
+    // iteration, before its closing barrier) while this one is used
+    const rtc_bf16 *Ks = KV + 2 * (it & 1) * ATT_BK * ldt, *Vs = Ks + ATT_BK * ldt;
+    if (j0 + ATT_BK < kend) {
+      rtc_bf16 *Kn = KV + 2 * (~it & 1) * ATT_BK * ldt;
+      att_tc_load(Kn, ldt, kb, ldkv, j0 + ATT_BK, T, D, dc);
+      att_tc_load(Kn + ATT_BK * ldt, ldt, vb, ldkv, j0 + ATT_BK, T, D, dc);
+    }
+    rtc_cp_async_commit();
+    rtc_cp_async_wait<1>();  // this tile's copies are done
     __syncthreads();
     int nkb = min(ATT_BK / 16, (wend - j0 + 15) / 16);  // key blocks of 16 the warp needs
     // s = q_w · k_tileᵀ, (16, 16·nkb)
-    for (int c = 0; c < nkb; c++) {
-      att_fc s;
-      wmma::fill_fragment(s, 0.0f);
+    float s[ATT_BK / 8][4];
 ATT_UNROLL
-      for (int kk = 0; kk < NJ; kk++) {
-        att_fa a;
-        att_fbt bt;
-        wmma::load_matrix_sync(a, Qs + 16 * w * ldt + 16 * kk, ldt);
-        wmma::load_matrix_sync(bt, Ks + 16 * c * ldt + 16 * kk, ldt);
-        wmma::mma_sync(s, a, bt, s);
-      }
-      wmma::store_matrix_sync(Ss + 16 * w * ATC_LDS + 16 * c, s, ATC_LDS, wmma::mem_row_major);
-    }
-    __syncwarp();
-    // online softmax of the row (keys past jn are masked, their scores
-    // never read): p = exp(scale·s - m_new) rounded to bf16 for p · v, the
-    // sum of the unrounded p; the row's output rescaled by exp(m_old - m_new)
-    float mx = -INFINITY;
-    for (int c = half; c < ATT_BK; c += 2)
-      if (j0 + c < jn) mx = fmaxf(mx, Ss[row * ATC_LDS + c] * scale);
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    float mnew = fmaxf(m, mx), sum = 0.0f;
-    for (int c = half; c < ATT_BK; c += 2) {
-      float p = j0 + c < jn ? expf(Ss[row * ATC_LDS + c] * scale - mnew) : 0.0f;
-      Pb[row * ATC_LDP + c] = rtc_f2bf(p);
-      sum += p;
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    if (mnew != -INFINITY) {  // a row past T may see no key yet
-      float corr = expf(m - mnew);  // 0 on the first tile (m = -inf)
-      l = l * corr + sum;
-      for (int c = half; c < dc; c += 2) Os[row * ldo + c] *= corr;
-      m = mnew;
-    }
-    __syncwarp();
-    // o_w += p_w · v_tile, (16, dc)
+    for (int n = 0; n < ATT_BK / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 ATT_UNROLL
-    for (int n = 0; n < NJ; n++) {
-      att_fc o;
-      wmma::load_matrix_sync(o, Os + 16 * w * ldo + 16 * n, ldo, wmma::mem_row_major);
-      for (int c = 0; c < nkb; c++) {
-        att_fa a;
-        att_fb bv;
-        wmma::load_matrix_sync(a, Pb + 16 * w * ATC_LDP + 16 * c, ATC_LDP);
-        wmma::load_matrix_sync(bv, Vs + 16 * c * ldt + 16 * n, ldt);
-        wmma::mma_sync(o, a, bv, o);
+    for (int kk = 0; kk < NJ; kk++)
+ATT_UNROLL
+      for (int c = 0; c < ATT_BK / 16; c++)
+        if (c < nkb) {
+          uint32_t kf[4];
+          rtc_ldsm_x4(kf, att_bn(Ks, ldt, 16 * c, 16 * kk, lane));
+          rtc_mma16816(s[2 * c], qa[kk], kf);
+          rtc_mma16816(s[2 * c + 1], qa[kk], kf + 2);
+        }
+    // online softmax: masked scores (key past T, above the diagonal, or in
+    // a block the warp skipped) are -inf; row maxima over the 4 lanes of a
+    // row; p = exp2(s·sl2 - m_new), the lane's share of the row sums of the
+    // unrounded p, the output rescaled by exp2(m_old - m_new)
+    float mx[2] = {-INFINITY, -INFINITY};
+ATT_UNROLL
+    for (int n = 0; n < ATT_BK / 8; n++)
+ATT_UNROLL
+      for (int e = 0; e < 4; e++) {
+        int key = j0 + 8 * n + 2 * tq + (e & 1), t = t_lo + 8 * (e >> 1);
+        bool live = 8 * n < 16 * nkb && key < T && (!causal || key <= t);
+        s[n][e] = live ? s[n][e] * sl2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
       }
-      wmma::store_matrix_sync(Os + 16 * w * ldo + 16 * n, o, ldo, wmma::mem_row_major);
+    float corr[2], mb[2];
+ATT_UNROLL
+    for (int r = 0; r < 2; r++) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      float mnew = fmaxf(m[r], mx[r]);
+      mb[r] = mnew == -INFINITY ? 0.0f : mnew;  // a row that sees no key yet: p = 0
+      corr[r] = exp2f(m[r] - mb[r]);             // 0 on its first keys (m = -inf)
+      m[r] = mnew;
+      l[r] *= corr[r];
     }
-    __syncwarp();
+ATT_UNROLL
+    for (int n = 0; n < ATT_BK / 8; n++)
+ATT_UNROLL
+      for (int e = 0; e < 4; e++) {
+        float p = exp2f(s[n][e] - mb[e >> 1]);
+        s[n][e] = p;
+        l[e >> 1] += p;
+      }
+ATT_UNROLL
+    for (int n = 0; n < 2 * NJ; n++) {
+      o[n][0] *= corr[0];
+      o[n][1] *= corr[0];
+      o[n][2] *= corr[1];
+      o[n][3] *= corr[1];
+    }
+    // o_w += p_w · v_tile, (16, dc): p's accumulators are the a fragments
+ATT_UNROLL
+    for (int c = 0; c < ATT_BK / 16; c++)
+      if (c < nkb) {
+        uint32_t pa[4];
+        att_pack_a(pa, s[2 * c], s[2 * c + 1]);
+ATT_UNROLL
+        for (int n = 0; n < NJ; n++) {
+          uint32_t vf[4];
+          rtc_ldsm_x4_trans(vf, att_bt(Vs, ldt, 16 * c, 16 * n, lane));
+          rtc_mma16816(o[2 * n], pa, vf);
+          rtc_mma16816(o[2 * n + 1], pa, vf + 2);
+        }
+      }
+    __syncthreads();  // this buffer is read: the next iteration but one loads into it
   }
-  if (t >= T) return;
-  float inv = 1.0f / l;
-  O *orow = out + ((size_t)b * T + t) * ldh + (size_t)h * D;
-  for (int c = half; c < D; c += 2) att_st(orow + c, Os[row * ldo + c] * inv);
-  if (lse && !half) lse[((size_t)b * H + h) * T + t] = m + logf(l);
-}
-
-// Adds a warp's (16, dc) accumulators acc to rows r0.. of g (rows ldg
-// apart, columns < D, rows < T; bf16 or fp32), through the warp's (16, 16)
-// stage in shared memory (rows ATC_LDS apart).
-template <int NJ, class G>
-__device__ __forceinline__ void att_tc_add(G *g, size_t ldg, int r0, int T, int D,
-                                           att_fc (&acc)[NJ], float *stage) {
-  int lane = threadIdx.x % 32;
 ATT_UNROLL
-  for (int n = 0; n < NJ; n++) {
-    wmma::store_matrix_sync(stage, acc[n], ATC_LDS, wmma::mem_row_major);
-    __syncwarp();
-    for (int e = lane; e < 256; e += 32) {
-      int r = e / 16, d = 16 * n + e % 16;
-      if (r0 + r < T && d < D) {
-        G *p = g + (size_t)(r0 + r) * ldg + d;
-        att_st(p, att_ld(p) + stage[r * ATC_LDS + e % 16]);
+  for (int r = 0; r < 2; r++) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    int t = t_lo + 8 * r;
+    if (t >= T) continue;
+    float inv = 1.0f / l[r];
+    O *orow = out + ((size_t)b * T + t) * ldh + (size_t)h * D;
+ATT_UNROLL
+    for (int n = 0; n < 2 * NJ; n++)
+ATT_UNROLL
+      for (int e = 0; e < 2; e++) {
+        int d = 8 * n + 2 * tq + e;
+        if (d < D) att_st(orow + d, o[n][2 * r + e] * inv);
       }
-    }
-    __syncwarp();  // the stage is read
+    if (lse && tq == 0) lse[((size_t)b * H + h) * T + t] = m[r] * ATC_LN2 + logf(l[r]);
   }
 }
 
 // dk and dv are (B,T,Hkv,D), accumulated; the rest as the launcher. grid
 // (ceil(T/64), Hkv, B), ATT_THREADS threads, att_tc_bwd_smem(16·NJ) bytes.
-// Warp w owns keys 16w..16w+15 of the tile and their dk, dv (NJ fragments
-// each); in its score tiles (Sᵀ) rows are keys and columns queries, lane l
-// holding row l/2 and columns l%2 + 2j.  dk, dv bf16 or (G = float) fp32.
+// Warp w owns keys 16w..16w+15 of the tile: their k and v fragments (the a
+// of sᵀ = k·qᵀ and dpᵀ = v·doutᵀ) and their dk, dv accumulators stay in
+// registers; a query tile is taken 16 queries at a time, so a block's pᵀ
+// and dsᵀ are one a fragment each.  lane l holds keys l/4 and l/4 + 8.
+// dk, dv bf16 or (G = float) fp32.
 template <int NJ, class G>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_backward_dkdv_tc_kernel(G *dk, G *dv, const rtc_bf16 *dout,
@@ -719,109 +806,108 @@ __global__ void __launch_bounds__(ATT_THREADS)
   RTC_DYNAMIC_SHARED(unsigned char, smem_raw);
   rtc_bf16 *Ks = (rtc_bf16 *)att_tc_base(smem_raw);  // (BK, dc), 0 past T and D
   rtc_bf16 *Vs = Ks + ATT_BK * ldt;                   // (BK, dc)
-  rtc_bf16 *Qs = Vs + ATT_BK * ldt;                   // (BQ, dc)
-  rtc_bf16 *dOs = Qs + ATT_BQ * ldt;                  // (BQ, dc)
-  float *Ss = (float *)(dOs + ATT_BQ * ldt);          // (BK, BQ) sᵀ
-  float *dPs = Ss + ATT_BK * ATC_LDS;                 // (BK, BQ) dpᵀ
-  rtc_bf16 *Pb = (rtc_bf16 *)(dPs + ATT_BK * ATC_LDS);  // (BK, BQ) pᵀ
-  rtc_bf16 *dSb = Pb + ATT_BK * ATC_LDP;              // (BK, BQ) dsᵀ
-  float *Ls = (float *)(dSb + ATT_BK * ATC_LDP);      // (BQ) lse of the query tile
-  float *Dl = Ls + ATT_BQ;                            // (BQ) delta of the query tile
+  rtc_bf16 *QD = Vs + ATT_BK * ldt;  // q, dout tiles (BQ, dc) of buffer i at QD + 2i·BQ·ldt
+  float *LD = (float *)(QD + 4 * ATT_BQ * ldt);  // lse·log2(e), delta (BQ each) of buffer i at LD + 2i·BQ
   int j0 = blockIdx.x * ATT_BK, hk = blockIdx.y, b = blockIdx.z, rep = H / Hkv;
-  int w = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane & 1;
-  int row = 16 * w + (lane >> 1), key = j0 + row;  // this lane's key in the softmax
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, tq = lane & 3;
+  int key_lo = j0 + 16 * w + lane / 4;  // this lane's keys: key_lo and key_lo + 8
   size_t ldh = (size_t)H * D, ldkv = (size_t)Hkv * D;
   size_t koff = (size_t)b * T * ldkv + (size_t)hk * D;
+  int qstart = causal ? j0 / ATT_BQ * ATT_BQ : 0;  // the first query tile that sees key j0
+  // The loop's tiles: query tile q0 of head h, h over the group's heads;
+  // load(h, q0, i) fills buffer i with them (asynchronously, see att_tc_load)
+  auto load = [&](int h, int q0, int i) {
+    size_t qoff = (size_t)b * T * ldh + (size_t)h * D;
+    rtc_bf16 *Qn = QD + 2 * i * ATT_BQ * ldt;
+    att_tc_load(Qn, ldt, q + qoff, ldh, q0, T, D, dc);
+    att_tc_load(Qn + ATT_BQ * ldt, ldt, dout + qoff, ldh, q0, T, D, dc);
+    const float *lb = lse + ((size_t)b * H + h) * T, *db = delta + ((size_t)b * H + h) * T;
+    float *Ln = LD + 2 * i * ATT_BQ;
+    for (int r = threadIdx.x; r < ATT_BQ; r += ATT_THREADS) {
+      Ln[r] = q0 + r < T ? lb[q0 + r] * ATC_LOG2E : 0.0f;
+      Ln[ATT_BQ + r] = q0 + r < T ? db[q0 + r] : 0.0f;
+    }
+  };
   att_tc_load(Ks, ldt, k + koff, ldkv, j0, T, D, dc);
   att_tc_load(Vs, ldt, v + koff, ldkv, j0, T, D, dc);
-
-  att_fc dka[NJ], dva[NJ];
+  load(hk * rep, qstart, 0);
+  rtc_cp_async_commit();
+  rtc_cp_async_wait<0>();
+  __syncthreads();
+  uint32_t ka[NJ][4], va[NJ][4];
 ATT_UNROLL
-  for (int n = 0; n < NJ; n++) {
-    wmma::fill_fragment(dka[n], 0.0f);
-    wmma::fill_fragment(dva[n], 0.0f);
+  for (int kk = 0; kk < NJ; kk++) {
+    rtc_ldsm_x4(ka[kk], att_a(Ks, ldt, 16 * w, 16 * kk, lane));
+    rtc_ldsm_x4(va[kk], att_a(Vs, ldt, 16 * w, 16 * kk, lane));
   }
-  int qstart = causal ? j0 / ATT_BQ * ATT_BQ : 0;  // the first query tile that sees key j0
+  const float sl2 = scale * ATC_LOG2E;
+  float dka[2 * NJ][4], dva[2 * NJ][4];
+ATT_UNROLL
+  for (int n = 0; n < 2 * NJ; n++)
+ATT_UNROLL
+    for (int e = 0; e < 4; e++) dka[n][e] = dva[n][e] = 0.0f;
+  int it = 0;
   for (int h = hk * rep; h < (hk + 1) * rep; h++) {
-    const rtc_bf16 *qb = q + (size_t)b * T * ldh + (size_t)h * D;
-    const rtc_bf16 *dob = dout + (size_t)b * T * ldh + (size_t)h * D;
-    const float *lb = lse + ((size_t)b * H + h) * T, *db = delta + ((size_t)b * H + h) * T;
-    for (int q0 = qstart; q0 < T; q0 += ATT_BQ) {
-      __syncthreads();  // Ks, Vs are loaded; the last tile's Qs, dOs, Ls, Dl are read
-      att_tc_load(Qs, ldt, qb, ldh, q0, T, D, dc);
-      att_tc_load(dOs, ldt, dob, ldh, q0, T, D, dc);
-      for (int r = threadIdx.x; r < ATT_BQ; r += ATT_THREADS) {
-        Ls[r] = q0 + r < T ? lb[q0 + r] : 0.0f;
-        Dl[r] = q0 + r < T ? db[q0 + r] : 0.0f;
-      }
+    for (int q0 = qstart; q0 < T; q0 += ATT_BQ, it++) {
+      // the next tile loads into the other buffer while this one is used
+      const rtc_bf16 *Qs = QD + 2 * (it & 1) * ATT_BQ * ldt, *dOs = Qs + ATT_BQ * ldt;
+      const float *Ls = LD + 2 * (it & 1) * ATT_BQ, *Dl = Ls + ATT_BQ;
+      if (q0 + ATT_BQ < T)
+        load(h, q0 + ATT_BQ, ~it & 1);
+      else if (h + 1 < (hk + 1) * rep)
+        load(h + 1, qstart, ~it & 1);
+      rtc_cp_async_commit();
+      rtc_cp_async_wait<1>();  // this tile's copies are done
       __syncthreads();
       // query blocks of 16 that see some key of the warp: [qlo, qhi)
       int qlo = causal ? max(0, (j0 + 16 * w - q0) / 16) : 0;
       int qhi = min(ATT_BQ / 16, (T - q0 + 15) / 16);
-      // sᵀ = k_w · q_tileᵀ and dpᵀ = v_w · dout_tileᵀ, (16, 64)
-      for (int c = qlo; c < qhi; c++) {
-        att_fc s, dp;
-        wmma::fill_fragment(s, 0.0f);
-        wmma::fill_fragment(dp, 0.0f);
-ATT_UNROLL2
-        for (int kk = 0; kk < NJ; kk++) {
-          att_fa a;
-          att_fbt bt;
-          wmma::load_matrix_sync(a, Ks + 16 * w * ldt + 16 * kk, ldt);
-          wmma::load_matrix_sync(bt, Qs + 16 * c * ldt + 16 * kk, ldt);
-          wmma::mma_sync(s, a, bt, s);
-          wmma::load_matrix_sync(a, Vs + 16 * w * ldt + 16 * kk, ldt);
-          wmma::load_matrix_sync(bt, dOs + 16 * c * ldt + 16 * kk, ldt);
-          wmma::mma_sync(dp, a, bt, dp);
-        }
-        wmma::store_matrix_sync(Ss + 16 * w * ATC_LDS + 16 * c, s, ATC_LDS, wmma::mem_row_major);
-        wmma::store_matrix_sync(dPs + 16 * w * ATC_LDS + 16 * c, dp, ATC_LDS, wmma::mem_row_major);
-      }
-      __syncwarp();
-      // pᵀ = exp(scale·sᵀ - lse) and dsᵀ = pᵀ·(dpᵀ - delta)·scale, 0 where
-      // masked or past T (those scores never read), rounded to bf16
-      for (int c = half; c < ATT_BQ; c += 2) {
-        int tq = q0 + c;
-        bool live = key < T && tq < T && (!causal || key <= tq);
-        float p = 0.0f, ds = 0.0f;
-        if (live) {
-          p = expf(Ss[row * ATC_LDS + c] * scale - Ls[c]);
-          ds = p * (dPs[row * ATC_LDS + c] - Dl[c]) * scale;
-        }
-        Pb[row * ATC_LDP + c] = rtc_f2bf(p);
-        dSb[row * ATC_LDP + c] = rtc_f2bf(ds);
-      }
-      __syncwarp();
-      // dv_w += pᵀ_w · dout_tile and dk_w += dsᵀ_w · q_tile, (16, dc)
-      for (int c = qlo; c < qhi; c++) {
-        att_fa a;
-        wmma::load_matrix_sync(a, Pb + 16 * w * ATC_LDP + 16 * c, ATC_LDP);
+ATT_UNROLL
+      for (int c = 0; c < ATT_BQ / 16; c++) {
+        if (c < qlo || c >= qhi) continue;
+        // sᵀ = k_w · q_cᵀ and dpᵀ = v_w · dout_cᵀ, (16, 16)
+        float s[2][4], dp[2][4];
+        att_tc_sdp<NJ>(s, dp, ka, va, Qs, dOs, ldt, 16 * c, lane);
+        // pᵀ = exp2(sᵀ·sl2 - lse·log2(e)) and dsᵀ = pᵀ·(dpᵀ - delta)·scale, 0
+        // where masked or past T
+ATT_UNROLL
+        for (int n = 0; n < 2; n++)
+ATT_UNROLL
+          for (int e = 0; e < 4; e++) {
+            int qc = 16 * c + 8 * n + 2 * tq + (e & 1), key = key_lo + 8 * (e >> 1);
+            bool live = key < T && q0 + qc < T && (!causal || key <= q0 + qc);
+            float p = live ? exp2f(s[n][e] * sl2 - Ls[qc]) : 0.0f;
+            s[n][e] = p;
+            dp[n][e] = p * (dp[n][e] - Dl[qc]) * scale;
+          }
+        // dv_w += pᵀ · dout_c and dk_w += dsᵀ · q_c, (16, dc)
+        uint32_t pa[4], dsa[4];
+        att_pack_a(pa, s[0], s[1]);
+        att_pack_a(dsa, dp[0], dp[1]);
 ATT_UNROLL
         for (int n = 0; n < NJ; n++) {
-          att_fb bm;
-          wmma::load_matrix_sync(bm, dOs + 16 * c * ldt + 16 * n, ldt);
-          wmma::mma_sync(dva[n], a, bm, dva[n]);
-        }
-        wmma::load_matrix_sync(a, dSb + 16 * w * ATC_LDP + 16 * c, ATC_LDP);
-ATT_UNROLL
-        for (int n = 0; n < NJ; n++) {
-          att_fb bm;
-          wmma::load_matrix_sync(bm, Qs + 16 * c * ldt + 16 * n, ldt);
-          wmma::mma_sync(dka[n], a, bm, dka[n]);
+          uint32_t f[4];
+          rtc_ldsm_x4_trans(f, att_bt(dOs, ldt, 16 * c, 16 * n, lane));
+          rtc_mma16816(dva[2 * n], pa, f);
+          rtc_mma16816(dva[2 * n + 1], pa, f + 2);
+          rtc_ldsm_x4_trans(f, att_bt(Qs, ldt, 16 * c, 16 * n, lane));
+          rtc_mma16816(dka[2 * n], dsa, f);
+          rtc_mma16816(dka[2 * n + 1], dsa, f + 2);
         }
       }
+      __syncthreads();  // this buffer is read: the next iteration but one loads into it
     }
   }
-  // the warp's score rows are free: they stage its dk, dv
-  if (dk) att_tc_add<NJ>(dk + koff, ldkv, j0 + 16 * w, T, D, dka, Ss + 16 * w * ATC_LDS);
-  if (dv) att_tc_add<NJ>(dv + koff, ldkv, j0 + 16 * w, T, D, dva, Ss + 16 * w * ATC_LDS);
+  if (dk) att_tc_add<NJ>(dk + koff, ldkv, key_lo, T, D, dka);
+  if (dv) att_tc_add<NJ>(dv + koff, ldkv, key_lo, T, D, dva);
 }
 
 // dq is (B,T,H,D), accumulated; the rest as the launcher. grid
 // (ceil(T/64), H, B), ATT_THREADS threads, att_tc_bwd_smem(16·NJ) bytes.
-// Warp w owns query rows 16w..16w+15 of the tile and their dq (NJ
-// fragments); lane l holds row l/2 of its score rows, columns l%2 + 2j.
-// dq bf16 or (G = float) fp32.
+// Warp w owns query rows 16w..16w+15 of the tile: their q and dout
+// fragments and dq accumulators stay in registers; a key tile is taken 16
+// keys at a time (a block's ds is one a fragment).  lane l holds rows l/4
+// and l/4 + 8.  dq bf16 or (G = float) fp32.
 template <int NJ, class G>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_backward_dq_tc_kernel(G *dq, const rtc_bf16 *dout, const rtc_bf16 *q,
@@ -832,79 +918,82 @@ __global__ void __launch_bounds__(ATT_THREADS)
   RTC_DYNAMIC_SHARED(unsigned char, smem_raw);
   rtc_bf16 *Qs = (rtc_bf16 *)att_tc_base(smem_raw);  // (BQ, dc), 0 past T and D
   rtc_bf16 *dOs = Qs + ATT_BQ * ldt;                  // (BQ, dc)
-  rtc_bf16 *Ks = dOs + ATT_BQ * ldt;                  // (BK, dc)
-  rtc_bf16 *Vs = Ks + ATT_BK * ldt;                   // (BK, dc)
-  float *Ss = (float *)(Vs + ATT_BK * ldt);           // (BQ, BK) s
-  float *dPs = Ss + ATT_BQ * ATC_LDS;                 // (BQ, BK) dp
-  rtc_bf16 *dSb = (rtc_bf16 *)(dPs + ATT_BQ * ATC_LDS);  // (BQ, BK) ds
+  rtc_bf16 *KV = dOs + ATT_BQ * ldt;  // k, v tiles (BK, dc) of buffer i at KV + 2i·BK·ldt
   int q0 = blockIdx.x * ATT_BQ, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
-  int w = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane & 1;
-  int row = 16 * w + (lane >> 1), t = q0 + row;  // this lane's row in the softmax
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, tq = lane & 3;
+  int r0 = q0 + 16 * w, t_lo = r0 + lane / 4;  // this lane's rows: t_lo and t_lo + 8
   size_t ldh = (size_t)H * D, ldkv = (size_t)Hkv * D;
   size_t qoff = (size_t)b * T * ldh + (size_t)h * D;
   size_t koff = (size_t)b * T * ldkv + (size_t)hk * D;
   att_tc_load(Qs, ldt, q + qoff, ldh, q0, T, D, dc);
   att_tc_load(dOs, ldt, dout + qoff, ldh, q0, T, D, dc);
-  float L = t < T ? lse[((size_t)b * H + h) * T + t] : 0.0f;
-  float Dl = t < T ? delta[((size_t)b * H + h) * T + t] : 0.0f;
-  att_fc dqa[NJ];
+  att_tc_load(KV, ldt, k + koff, ldkv, 0, T, D, dc);
+  att_tc_load(KV + ATT_BK * ldt, ldt, v + koff, ldkv, 0, T, D, dc);
+  rtc_cp_async_commit();
+  rtc_cp_async_wait<0>();
+  __syncthreads();
+  uint32_t qa[NJ][4], ga[NJ][4];
 ATT_UNROLL
-  for (int n = 0; n < NJ; n++) wmma::fill_fragment(dqa[n], 0.0f);
+  for (int kk = 0; kk < NJ; kk++) {
+    rtc_ldsm_x4(qa[kk], att_a(Qs, ldt, 16 * w, 16 * kk, lane));
+    rtc_ldsm_x4(ga[kk], att_a(dOs, ldt, 16 * w, 16 * kk, lane));
+  }
+  const float sl2 = scale * ATC_LOG2E;
+  float L[2], Dl[2];
+ATT_UNROLL
+  for (int r = 0; r < 2; r++) {
+    int t = t_lo + 8 * r;
+    L[r] = t < T ? lse[((size_t)b * H + h) * T + t] * ATC_LOG2E : 0.0f;
+    Dl[r] = t < T ? delta[((size_t)b * H + h) * T + t] : 0.0f;
+  }
+  float dqa[2 * NJ][4];
+ATT_UNROLL
+  for (int n = 0; n < 2 * NJ; n++) dqa[n][0] = dqa[n][1] = dqa[n][2] = dqa[n][3] = 0.0f;
   int kend = causal ? min(T, q0 + ATT_BQ) : T;
-  int wend = causal ? min(kend, q0 + 16 * w + 16) : kend;  // keys this warp's rows see
-  for (int j0 = 0; j0 < kend; j0 += ATT_BK) {
-    __syncthreads();  // Qs, dOs are loaded; the last tile's Ks, Vs are read
-    att_tc_load(Ks, ldt, k + koff, ldkv, j0, T, D, dc);
-    att_tc_load(Vs, ldt, v + koff, ldkv, j0, T, D, dc);
+  int wend = causal ? min(kend, r0 + 16) : kend;  // keys this warp's rows see
+  for (int j0 = 0, it = 0; j0 < kend; j0 += ATT_BK, it++) {
+    // the next tile loads into the other buffer while this one is used
+    const rtc_bf16 *Ks = KV + 2 * (it & 1) * ATT_BK * ldt, *Vs = Ks + ATT_BK * ldt;
+    if (j0 + ATT_BK < kend) {
+      rtc_bf16 *Kn = KV + 2 * (~it & 1) * ATT_BK * ldt;
+      att_tc_load(Kn, ldt, k + koff, ldkv, j0 + ATT_BK, T, D, dc);
+      att_tc_load(Kn + ATT_BK * ldt, ldt, v + koff, ldkv, j0 + ATT_BK, T, D, dc);
+    }
+    rtc_cp_async_commit();
+    rtc_cp_async_wait<1>();  // this tile's copies are done
     __syncthreads();
     int nkb = min(ATT_BK / 16, (wend - j0 + 15) / 16);  // key blocks of 16 the warp needs
-    // s = q_w · k_tileᵀ and dp = dout_w · v_tileᵀ, (16, 16·nkb)
-    for (int c = 0; c < nkb; c++) {
-      att_fc s, dp;
-      wmma::fill_fragment(s, 0.0f);
-      wmma::fill_fragment(dp, 0.0f);
 ATT_UNROLL
-      for (int kk = 0; kk < NJ; kk++) {
-        att_fa a;
-        att_fbt bt;
-        wmma::load_matrix_sync(a, Qs + 16 * w * ldt + 16 * kk, ldt);
-        wmma::load_matrix_sync(bt, Ks + 16 * c * ldt + 16 * kk, ldt);
-        wmma::mma_sync(s, a, bt, s);
-        wmma::load_matrix_sync(a, dOs + 16 * w * ldt + 16 * kk, ldt);
-        wmma::load_matrix_sync(bt, Vs + 16 * c * ldt + 16 * kk, ldt);
-        wmma::mma_sync(dp, a, bt, dp);
-      }
-      wmma::store_matrix_sync(Ss + 16 * w * ATC_LDS + 16 * c, s, ATC_LDS, wmma::mem_row_major);
-      wmma::store_matrix_sync(dPs + 16 * w * ATC_LDS + 16 * c, dp, ATC_LDS, wmma::mem_row_major);
-    }
-    __syncwarp();
-    // ds = p·(dp - delta)·scale with p = exp(scale·s - lse), 0 where masked
-    // (those scores never read), rounded to bf16
-    for (int c = half; c < ATT_BK; c += 2) {
-      int key = j0 + c;
-      bool live = key < T && t < T && (!causal || key <= t);
-      float ds = 0.0f;
-      if (live) {
-        float p = expf(Ss[row * ATC_LDS + c] * scale - L);
-        ds = p * (dPs[row * ATC_LDS + c] - Dl) * scale;
-      }
-      dSb[row * ATC_LDP + c] = rtc_f2bf(ds);
-    }
-    __syncwarp();
-    // dq_w += ds_w · k_tile, (16, dc)
-    for (int c = 0; c < nkb; c++) {
-      att_fa ads;
-      wmma::load_matrix_sync(ads, dSb + 16 * w * ATC_LDP + 16 * c, ATC_LDP);
+    for (int c = 0; c < ATT_BK / 16; c++) {
+      if (c >= nkb) continue;
+      // s = q_w · k_cᵀ and dp = dout_w · v_cᵀ, (16, 16)
+      float s[2][4], dp[2][4];
+      att_tc_sdp<NJ>(s, dp, qa, ga, Ks, Vs, ldt, 16 * c, lane);
+      // ds = p·(dp - delta)·scale with p = exp2(s·sl2 - lse·log2(e)), 0
+      // where masked or past T
+ATT_UNROLL
+      for (int n = 0; n < 2; n++)
+ATT_UNROLL
+        for (int e = 0; e < 4; e++) {
+          int key = j0 + 16 * c + 8 * n + 2 * tq + (e & 1), t = t_lo + 8 * (e >> 1);
+          bool live = key < T && t < T && (!causal || key <= t);
+          float p = live ? exp2f(s[n][e] * sl2 - L[e >> 1]) : 0.0f;
+          s[n][e] = p * (dp[n][e] - Dl[e >> 1]) * scale;
+        }
+      // dq_w += ds · k_c, (16, dc)
+      uint32_t dsa[4];
+      att_pack_a(dsa, s[0], s[1]);
 ATT_UNROLL
       for (int n = 0; n < NJ; n++) {
-        att_fb bk;
-        wmma::load_matrix_sync(bk, Ks + 16 * c * ldt + 16 * n, ldt);
-        wmma::mma_sync(dqa[n], ads, bk, dqa[n]);
+        uint32_t f[4];
+        rtc_ldsm_x4_trans(f, att_bt(Ks, ldt, 16 * c, 16 * n, lane));
+        rtc_mma16816(dqa[2 * n], dsa, f);
+        rtc_mma16816(dqa[2 * n + 1], dsa, f + 2);
       }
     }
+    __syncthreads();  // this buffer is read: the next iteration but one loads into it
   }
-  __syncwarp();
-  att_tc_add<NJ>(dq + qoff, ldh, q0 + 16 * w, T, D, dqa, Ss + 16 * w * ATC_LDS);
+  att_tc_add<NJ>(dq + qoff, ldh, t_lo, T, D, dqa);
 }
 
 // The kernels' column count NJ for head dim D: 16·NJ >= D, NJ in {1,2,4,8}.

@@ -3,12 +3,12 @@
  * shuffles exchange the right lanes, a grid's blocks and a block's threads
  * see their 3-D indices, dynamic shared memory is per-launch and poisoned,
  * atomicAdd accumulates, a launch recorded in a graph replays with the
- * values its arguments had at the launch, the wmma twin (host/wmma_host.h)
- * multiplies bf16 tiles as its fp32 sum says, for each layout.  Each check prints PASS/FAIL;
+ * values its arguments had at the launch.  (The tensor-core and async-copy
+ * twins of rtc_mma.cuh are checked against the PTX ISA's layouts by
+ * test_k_mma.cu, on the host and on a GPU.)  Each check prints PASS/FAIL;
  * exit 1 on any FAIL.
  */
 #include "common.cuh"
-#include "host/wmma_host.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,32 +119,6 @@ __global__ void k_fill(int *out, int n, int v) {
 struct FillArgs {
   int n, v;
 };
-
-/* The wmma twin: warp w of 2 computes d_w = a_w·b_w + c_w, (16,16) tiles
- * of bf16 a, b and fp32 c, d; warp 0 reads a, b, c row major and writes d
- * row major, warp 1 reads them column major and writes d column major.
- * The second mma of each warp adds a·b to itself (d aliasing c). */
-namespace wm = nvcuda::wmma;
-template <class L>
-__device__ void mma_twice(float *d, const rtc_bf16 *a, const rtc_bf16 *b, const float *c,
-                          wm::layout_t lc) {
-  wm::fragment<wm::matrix_a, 16, 16, 16, rtc_bf16, L> fa;
-  wm::fragment<wm::matrix_b, 16, 16, 16, rtc_bf16, L> fb;
-  wm::fragment<wm::accumulator, 16, 16, 16, float> acc;
-  wm::load_matrix_sync(fa, a, 16);
-  wm::load_matrix_sync(fb, b, 16);
-  wm::load_matrix_sync(acc, c, 16, lc);
-  wm::mma_sync(acc, fa, fb, acc);
-  wm::mma_sync(acc, fa, fb, acc);
-  wm::store_matrix_sync(d, acc, 16, lc);
-}
-__global__ void k_wmma(float *d, const rtc_bf16 *a, const rtc_bf16 *b, const float *c) {
-  int w = threadIdx.x / 32;
-  if (w == 0)
-    mma_twice<wm::row_major>(d, a, b, c, wm::mem_row_major);
-  else
-    mma_twice<wm::col_major>(d + 256, a + 256, b + 256, c + 256, wm::mem_col_major);
-}
 
 int main(void) {
   char what[128];
@@ -327,45 +301,6 @@ int main(void) {
     cudaCheck(cudaGraphDestroy(graph));
     cudaCheck(cudaStreamDestroy(s));
     cudaCheck(cudaFree(d));
-  }
-  /* 9. the wmma twin against the fp32 sum in its order, bitwise */
-  {
-    rtc_bf16 ha[512], hb[512];
-    float hc[512], hd[512], want[512];
-    for (int i = 0; i < 512; i++) {
-      ha[i] = rtc_f2bf((float)(rand() % 2001 - 1000) / 257.0f);
-      hb[i] = rtc_f2bf((float)(rand() % 2001 - 1000) / 263.0f);
-      hc[i] = (float)(rand() % 2001 - 1000) / 269.0f;
-    }
-    for (int w = 0; w < 2; w++)
-      for (int m = 0; m < 16; m++)
-        for (int n = 0; n < 16; n++) {
-          /* element (r, c) of warp w's tile: row major for warp 0, column major for 1 */
-          auto at = [w](int r, int c) { return 256 * w + (w ? c * 16 + r : r * 16 + c); };
-          float acc = hc[at(m, n)];
-          for (int rep = 0; rep < 2; rep++)
-            for (int k = 0; k < 16; k++)
-              acc += rtc_bf2f(ha[at(m, k)]) * rtc_bf2f(hb[at(k, n)]);
-          want[at(m, n)] = acc;
-        }
-    rtc_bf16 *da, *db;
-    float *dc, *dd;
-    cudaCheck(cudaMalloc(&da, sizeof ha));
-    cudaCheck(cudaMalloc(&db, sizeof hb));
-    cudaCheck(cudaMalloc(&dc, sizeof hc));
-    cudaCheck(cudaMalloc(&dd, sizeof hd));
-    cudaCheck(cudaMemcpy(da, ha, sizeof ha, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(dc, hc, sizeof hc, cudaMemcpyHostToDevice));
-    RTC_LAUNCH(k_wmma, 1, 64, 0, dd, da, db, dc);
-    cudaCheck(cudaMemcpy(hd, dd, sizeof hd, cudaMemcpyDeviceToHost));
-    check("wmma twin: d = a.b + c, row major (warp 0)", !memcmp(hd, want, 256 * sizeof(float)));
-    check("wmma twin: d = a.b + c, col major (warp 1)",
-          !memcmp(hd + 256, want + 256, 256 * sizeof(float)));
-    cudaCheck(cudaFree(da));
-    cudaCheck(cudaFree(db));
-    cudaCheck(cudaFree(dc));
-    cudaCheck(cudaFree(dd));
   }
   cudaCheck(cudaGetLastError());
   if (failures) printf("%d check(s) FAILED\n", failures);
