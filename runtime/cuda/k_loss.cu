@@ -4,8 +4,10 @@
  * One block per row of logits (V up to 50304 and more): each thread keeps
  * an online (max, Σ exp(x - max)) over its strided elements in one read of
  * the row, then the block merges the pairs (warp shuffles, then the warps in
- * order).  The forward leaves each row's loss in double in a scratch
- * buffer; one block then sums them in a fixed order, counts the rows and
+ * order).  Aligned rows go 16 bytes a load with two loads in flight; a
+ * chunk of loaded elements rescales the running sum once, and each element
+ * adds exp2f of its distance from the max times log2(e).  The forward
+ * leaves each row's loss in double in a scratch buffer; one block then sums them in a fixed order, counts the rows and
  * finds the first bad target, and the launcher reads the result back
  * (synchronizing the stream).  No atomics: the loss is bitwise the same run
  * to run.
@@ -74,8 +76,30 @@ __device__ __forceinline__ void rtc_lse_add_(float &m, float &s, float xi) {
   }
 }
 
-// VEC: x 16-byte aligned, read a vector (RTC_VEC(T) elements) a thread at a
-// time up to the last whole one, the tail element by element.
+#define RTC_CE_LOG2E 1.4426950408889634f
+
+// A chunk of n elements into a thread's running (max, sum): one rescale for
+// the chunk (when its max is larger), then exp2 of each element's distance
+// from the max times log2(e) (an FADD, an FMUL and one MUFU.EX2 an element
+// on the GPU, where expf is a longer sequence).  -inf elements add 0 (a chunk
+// of them alone changes nothing); a NaN adds NaN (fmaxf passes over it in
+// the max, not in the sum).
+template <int n>
+__device__ __forceinline__ void rtc_lse_add_chunk_(float &m, float &s, const float *f) {
+  float cm = f[0];
+  for (int k = 1; k < n; k++) cm = fmaxf(cm, f[k]);
+  if (cm > m) {
+    s *= exp2f((m - cm) * RTC_CE_LOG2E);  // 0 when m = -inf
+    m = cm;
+  }
+  if (m == -INFINITY) return;  // every element so far is -inf
+  // (x - m) first: exact near the max, where the terms that count are
+  for (int k = 0; k < n; k++) s += exp2f((f[k] - m) * RTC_CE_LOG2E);
+}
+
+// VEC: x 16-byte aligned, read two vectors (RTC_VEC(T) elements each, so two
+// loads in flight) a thread at a time up to the last whole pair, then one,
+// the tail element by element.
 template <class T, bool VEC = false>
 __device__ float rtc_row_lse_(const T *x, int V) {
   __shared__ float part_m[32], part_s[32];
@@ -83,11 +107,17 @@ __device__ float rtc_row_lse_(const T *x, int V) {
   int i0 = 0;
   if (VEC) {
     constexpr int W = RTC_VEC(T);
-    float f[W];
+    float f[2 * W];
+    int step = blockDim.x * W, i = threadIdx.x * W;
     i0 = V / W * W;
-    for (int i = threadIdx.x * W; i < i0; i += blockDim.x * W) {
+    for (; i + step < i0; i += 2 * step) {  // a pair: i and i + step
       rtc_ldv(f, x + i);
-      for (int k = 0; k < W; k++) rtc_lse_add_(m, s, f[k]);
+      rtc_ldv(f + W, x + i + step);
+      rtc_lse_add_chunk_<2 * W>(m, s, f);
+    }
+    if (i < i0) {
+      rtc_ldv(f, x + i);
+      rtc_lse_add_chunk_<W>(m, s, f);
     }
   }
   for (int i = i0 + threadIdx.x; i < V; i += blockDim.x) rtc_lse_add_(m, s, rtc_ldf(x + i));
@@ -230,7 +260,7 @@ __global__ void rtc_ce_backward_kernel(T *dlogits, const T *logits,
       rtc_ldv(f, x + i);
       if (acc) rtc_ldv(g, dx + i);
       for (int k = 0; k < W; k++) {
-        float d = (expf(f[k] - l) - (i + k == tgt ? 1.0f : 0.0f)) * scale;
+        float d = (exp2f((f[k] - l) * RTC_CE_LOG2E) - (i + k == tgt ? 1.0f : 0.0f)) * scale;
         g[k] = acc ? g[k] + d : d;
       }
       rtc_stv(dx + i, g);
