@@ -32,7 +32,10 @@
 #        machine lacks);
 #     7. GPT-2's bf16 GEMMs (bench/gemm_cuda.cu): the runtime's cuBLASLt
 #        configuration against the best of 8 heuristic algorithms and
-#        cublasGemmEx, the LM head at the vocabulary as given and padded.
+#        cublasGemmEx, the LM head at the vocabulary as given and padded;
+#     8. two ranks on the one GPU under the packed Open MPI, collectives
+#        staged through the host (--comm mpi): the tiny GPT at dp=2 and
+#        tp=2 (fp32) and dp=2 (bf16), 20 steps against the cpu target.
 #   bench/gpu_check.sh predict PROFILE.json [GPU_CHECK.txt]
 #                             back here: the predictions from the profile the
 #                             run wrote, beside the run's measured steps.
@@ -42,9 +45,10 @@
 # Why the pack is built here: the GPU machine has nvcc 13 (the same as
 # here) but no flex/bison/libclang to build shardc, no OpenBLAS for the cpu
 # reference kernels, no MPI and no network.  The CUDA code is compiled by
-# nvcc for sm_90a; the pack carries OpenBLAS's shared library.  Multi-rank
-# runs (NCCL, or --comm mpi with two ranks on one GPU) need Open MPI there
-# and are not in this check.
+# nvcc for sm_90a; the pack carries OpenBLAS's shared library, and Open
+# MPI as Debian's packages (apt-get download here, dpkg -x there into the
+# check's directory, relocated by OPAL_PREFIX and PMIX_PREFIX) for step 8's
+# two ranks on the one GPU (NCCL refuses two ranks a GPU: --comm mpi).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cmd="${1:-}"
@@ -52,6 +56,27 @@ tarball="$root/bench/gpu-pack.tar.xz"
 # GPT-2 with its vocabulary padded to 50304 and the loss over its 50257
 # classes (step 3b; pack and predict)
 PAD_VOCAB='s/const vocab = 50257/const vocab = 50304/; s/return cross_entropy(logits, targets)/return cross_entropy(logits, targets, classes = 50257)/'
+# Step 8's Open MPI: Debian 12's packages of mpirun, libmpi and what they
+# load (the fabric plugins' libraries are left out: those plugins fail to
+# load, silently, and shared memory carries the messages)
+MPI_DEBS="openmpi-bin libopenmpi3 openmpi-common libpmix2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libnuma1 libmunge2 libudev1"
+# Step 8's programs: name:strategy:model:tolerance[:first steps held to 2e-2]
+MPI_RUNS="gpt_dp2:dp=2:gpt:1e-4 gpt_tp2:tp=2:gpt:1e-4 gpt_bf16_dp2:dp=2:gpt_bf16:5e-2:10"
+
+# mpi_env DIR: the environment that runs Open MPI unpacked (dpkg -x) into
+# DIR; sets MPIRUN.  Relocated by OPAL_PREFIX (Open MPI's plugins and help
+# files) and PMIX_PREFIX (PMIx's); the launch as root allowed, shared
+# memory without single-copy (containers forbid it), plugin load errors
+# quiet.
+mpi_env() {
+  local d="$1/usr" l="$1/usr/lib/x86_64-linux-gnu"
+  export OPAL_PREFIX="$d" PMIX_PREFIX="$l/pmix2" PMIX_MCA_mca_base_component_path="$l/pmix2/lib/pmix"
+  export PATH="$d/bin:$PATH" LD_LIBRARY_PATH="$l:$l/openmpi/lib:${LD_LIBRARY_PATH:-}"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 \
+    OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none \
+    OMPI_MCA_mca_base_component_show_load_errors=0 OMPI_MCA_rmaps_base_oversubscribe=1
+  MPIRUN="$d/bin/orterun"
+}
 
 pack() {
   local b="$root/build-gpupack" p
@@ -110,6 +135,19 @@ pack() {
     "$bin" compile "$g/$m.shard" --target cuda "${mesh[@]}" --emit=plan 2>&1 |
       grep -o 'predicted step [^,(]*' | head -1 >"$p/models/$m.predicted"
   done
+  # step 8: the 2-rank programs, and Open MPI's packages
+  local r name strat
+  for r in $MPI_RUNS; do
+    IFS=: read -r name strat m _ <<<"$r"
+    SHARDC_CUDA_ARCH=sm_90a "$bin" build "$g/$m.shard" --target cuda --mesh 2:H200_SXM \
+      --strategy "$strat" -o "$p/models/$name" >"$p/models/$name.build" 2>&1 ||
+      { cat "$p/models/$name.build"; return 1; }
+    strip "$p/models/$name/train"
+  done
+  mkdir -p "$p/mpi-debs"
+  # shellcheck disable=SC2086
+  (cd "$p/mpi-debs" && apt-get download $MPI_DEBS >/dev/null 2>&1) ||
+    { echo "gpu_check pack: apt-get download of Open MPI failed (step 8 will say so)"; rm -rf "$p/mpi-debs"; }
   for m in gpt gpt_bf16 gpt2 gpt2p; do strip "$p/models/$m/train"; done
   # the cpu target's tiny GPT, 20 steps: the reference losses
   "$bin" build "$g/gpt.shard" --mesh 1 --strategy dp=1 -o "$p/ref/gpt-cpu" >/dev/null || return 1
@@ -332,6 +370,40 @@ EOF
     timeout 120 "$w/bin/gemm_cuda" 2>&1 | tee -a "$res"
   else
     say "(no bench/gemm_cuda in the pack)"
+  fi
+  say ""
+  say "## 8. two ranks on the one GPU (--comm mpi: the collectives staged through the host; Open MPI from the pack), 20 steps against the cpu target"
+  if [ ! -d "$w/mpi-debs" ] || ! command -v dpkg >/dev/null; then
+    fail=$((fail + 1))
+    say "FAIL: $([ -d "$w/mpi-debs" ] && echo "no dpkg here to unpack Open MPI" || echo "no Open MPI in the pack")"
+  else
+    local f r name strat
+    mkdir -p "$w/mpi"
+    for f in "$w"/mpi-debs/*.deb; do dpkg -x "$f" "$w/mpi"; done
+    : >"$w/mpi-verdicts.txt"
+    (
+      mpi_env "$w/mpi"
+      for r in $MPI_RUNS; do
+        IFS=: read -r name strat m tol first <<<"$r"
+        out=$(timeout 120 "$MPIRUN" -np 2 "$w/models/$name/train" --steps 20 --comm mpi \
+          --data "$data" --log "$w/$name.jsonl" 2>&1)
+        rc=$?
+        echo "$out" >"$w/$name.out"
+        keep "$w/$name.out"
+        grep -E "^(device|memory):" <<<"$out" | sort -u | tee -a "$res"
+        if [ $rc -ne 0 ]; then
+          echo "FAIL $name ($strat): exit $rc: $(tail -5 <<<"$out")"
+        elif grep -q MISMATCH <<<"$out"; then
+          echo "FAIL $name ($strat): planned and measured memory differ"
+        elif cmp=$(losses_close "$w/ref/gpt-cpu.jsonl" "$w/$name.jsonl" "$tol" ${first:+$first 2e-2}); then
+          echo "PASS $name ($strat, 2 ranks): $cmp"
+        else
+          echo "FAIL $name ($strat, 2 ranks): $cmp"
+        fi | tee -a "$res" "$w/mpi-verdicts.txt"
+      done
+    )
+    pass=$((pass + $(grep -c "^PASS" "$w/mpi-verdicts.txt")))
+    fail=$((fail + $(grep -c "^FAIL" "$w/mpi-verdicts.txt")))
   fi
   say ""
   say "$pass passed, $fail failed"
