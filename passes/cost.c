@@ -44,6 +44,7 @@ void cost_hw_from_mesh(HwModel *hw, const Mesh *me, DType prec) {
   hw->mem_bw = me->mem_bw;
   hw->mem_eff = gpu ? 0.88 : 0.6;
   hw->launch_s = me->launch_s;
+  hw->vec_flops = gpu ? me->peak_fp32 : 0;
   hw->intra_bw = me->intra_bw;
   hw->intra_lat = me->intra_lat;
   hw->inter_bw = me->inter_bw;
@@ -269,6 +270,40 @@ static double loop_special(const HwModel *hw, const PLoop *l) {
   return per * (double)l->n;
 }
 
+/* The CUDA target's fused attention (runtime/cuda/k_attention.cu), Tq
+ * queries against Tk keys.  Measured (a GPU profile's curves): a row per
+ * (batch, head) at D = 64, causal, scaled by D/64, twice unmasked, T²
+ * past the longest measured.  Else from the device's figures: tiles of
+ * 64 x 64, the causal ones above the diagonal skipped ((nt+1)/2nt of the
+ * nt² tiles); its Tq x Tk x D products (the forward's s and o; the
+ * backward's s, dp, dv, dk in one kernel and s, dp, dq in the other:
+ * seven, as it recomputes rather than adds dq atomically) at the rate of
+ * one GEMM over every head's rows (a kernel runs all the heads at once:
+ * one head's product alone would price a small problem as underfilled
+ * launches); and each score's softmax on the CUDA cores, issued by the
+ * warps that issue the products and so not hidden behind them: an exp on
+ * the special-function units (16 a clock an SM against 128 fp32 lanes:
+ * peak/16 a second) and its fp32 operations at a lane a clock (peak/2 a
+ * second: five in the forward, six in each backward kernel).  -1 on a CPU
+ * (no vec_flops): the callers price the cpu runtime's kernel. */
+double cost_attention(const HwModel *hw, bool fwd, bool causal, double B, double Tq, double Tk,
+                      double H, double D) {
+  const CostCurve *ac = fwd ? &hw->att : &hw->att_bwd;
+  if (ac->n) {
+    double T = sqrt(Tq * Tk), Tl = ac->x[ac->n - 1], row = cost_curve(ac, T);
+    if (T > Tl) row *= (T / Tl) * (T / Tl); /* past the longest measured: T² */
+    return B * H * row * (D / 64.0) * (causal ? 1.0 : 2.0) + hw->launch_s;
+  }
+  if (hw->vec_flops <= 0) return -1;
+  double nt = ceil(Tk / 64), frac = causal ? (nt + 1) / (2 * nt) : 1.0;
+  double prod = 2 * B * H * Tq * Tk * D; /* FLOPs of one Tq x Tk x D product over every head */
+  double one = cost_gemm(hw, B * H * Tq, Tk, D) - hw->launch_s;
+  double rate = one > 0 ? prod / one : hw->peak;
+  double scores = B * H * Tq * Tk * frac * (fwd ? 1 : 2);
+  double per = 16 / hw->vec_flops + (fwd ? 5 : 6) * 2 / hw->vec_flops;
+  return (fwd ? 2 : 7) * prod * frac / rate + scores * per + hw->launch_s * (fwd ? 1 : 3);
+}
+
 double cost_node(const HwModel *hw, const Node *n) {
   int elt = hw->elt;
   switch (n->op) {
@@ -289,12 +324,8 @@ double cost_node(const HwModel *hw, const Node *n) {
     const Shape *q = &n->in[n->op == OP_ATTENTION ? 0 : 1]->shape;
     double B = (double)q->d[0].n, T = (double)q->d[1].n, H = (double)q->d[2].n,
            D = (double)q->d[3].n;
-    const CostCurve *ac = n->op == OP_ATTENTION ? &hw->att : &hw->att_bwd;
-    if (ac->n) { /* measured: a row per (batch, head), D/64 of the D = 64 kernel's, twice unmasked */
-      double Tl = ac->x[ac->n - 1], row = cost_curve(ac, T);
-      if (T > Tl) row *= (T / Tl) * (T / Tl); /* past the longest measured: T² */
-      return B * H * row * (D / 64.0) * (n->a.i[0] ? 1.0 : 2.0) + hw->launch_s;
-    }
+    double g = cost_attention(hw, n->op == OP_ATTENTION, n->a.i[0] != 0, B, T, T, H, D);
+    if (g >= 0) return g;
     double flops = cost_node_flops(n);
     double one = cost_gemm(hw, T, T, D) - hw->launch_s; /* QKᵀ of one head */
     double rate = one > 0 ? 2 * T * T * D / one : hw->peak;

@@ -49,6 +49,8 @@ typedef struct HwModel {
                            * fraction of the aligned one's (1: no such penalty) */
   double mem_bw, mem_eff; /* memory-bound kernels: bandwidth and the fraction reached */
   double launch_s;        /* per kernel call */
+  double vec_flops;       /* a GPU's plain fp32 peak (CUDA cores: the attention kernels'
+                           * softmax arithmetic and special functions); 0 on a CPU */
   double intra_bw, intra_lat, inter_bw, inter_lat;
   double link_eff;        /* bus bandwidth reached over a link's (NCCL: ~0.8) */
   double overlap;         /* fraction of an asynchronous reduction hidden behind compute */
@@ -86,6 +88,11 @@ double cost_curve(const CostCurve *c, double x);
 
 /* Seconds of one GEMM [M,K]x[K,N] (FLOPs 2MNK), reading and writing elt-byte data. */
 double cost_gemm(const HwModel *hw, double M, double N, double K);
+/* Seconds of the CUDA target's fused attention over B·H heads of Tq
+ * queries and Tk keys (measured curves, else the device's figures); -1
+ * where the model has neither (a CPU: the caller prices its kernel). */
+double cost_attention(const HwModel *hw, bool fwd, bool causal, double B, double Tq, double Tk,
+                      double H, double D);
 /* Seconds of a memory-bound kernel moving `bytes` (with `flops` of arithmetic). */
 double cost_membound(const HwModel *hw, double bytes, double flops);
 

@@ -93,6 +93,7 @@ static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Val
     o.H = (double)q->d[2].n;
     o.Hkv = (double)k->d[2].n;
     o.D = (double)q->d[3].n;
+    o.causal = n->a.i[0] != 0;
     L->fwd_flops += o.flops;
     break;
   }
@@ -487,12 +488,18 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
       double H = o->H / (q > 1 ? q : t), Hkv = o->Hkv / (q > 1 ? q : t) > 1 ? o->Hkv / (q > 1 ? q : t) : 1;
       double bl = q > 1 ? bseq / q : bseq, Tl = o->rows / r, Tk = o->rows, D = o->D;
       if (bl < 1) bl = 1;
-      double one = cost_gemm(hw, Tl, Tk, D) - hw->launch_s;
-      double rate = one > 0 ? 2 * Tl * Tk * D / one : hw->peak;
-      double flops = 4 * bl * H * Tl * Tk * D;
-      double f = flops / rate + bl * H * cost_membound(hw, Tl * Tk * elt * 0.25, 5 * Tl * Tk) / 8 +
-                 hw->launch_s;
-      double b = 2 * f;
+      /* a ring's step is a Tl x Tk block, unmasked but on the diagonal */
+      double f = cost_attention(hw, true, o->causal && r == 1, bl, Tl, Tk, H, D), b;
+      if (f >= 0) {
+        b = cost_attention(hw, false, o->causal && r == 1, bl, Tl, Tk, H, D);
+      } else { /* a CPU's: per (batch, head) GEMMs over Tl x Tk x D */
+        double one = cost_gemm(hw, Tl, Tk, D) - hw->launch_s;
+        double rate = one > 0 ? 2 * Tl * Tk * D / one : hw->peak;
+        double flops = 4 * bl * H * Tl * Tk * D;
+        f = flops / rate + bl * H * cost_membound(hw, Tl * Tk * elt * 0.25, 5 * Tl * Tk) / 8 +
+            hw->launch_s;
+        b = 2 * f;
+      }
       c->attn += f + b;
       if (r > 1) {
         double kv = bl * Tl * Hkv * D * elt;

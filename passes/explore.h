@@ -17,6 +17,7 @@ typedef struct LOp {
   double N, K;        /* GEMM: out and in features */
   int split;          /* GEMM: TPH_COL / TPH_ROW / TPH_VOCAB; ELEM: 1 when on split channels */
   double H, Hkv, D;   /* attention heads, kv heads, head dim */
+  bool causal;        /* attention: masked above the diagonal */
   double elems;       /* ELEM, GATHER, XENT: elements per sequence moved (in + out) */
   double flops;       /* per sequence */
 } LOp;

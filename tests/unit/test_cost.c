@@ -396,6 +396,33 @@ int main(void) {
         }
         remove(p3);
       }
+      /* without curves, a GPU's attention from its figures (cost_attention):
+       * all heads in one kernel, so a small problem is not B·H launches
+       * (the gpt sample's 4 x 4 heads of 64 were priced 592 us on an H200
+       * profile, measured ~30); causal tiles above the diagonal skipped;
+       * the backward's seven products and two softmax passes against the
+       * forward's two and one; a CPU's attention is its caller's (-1) */
+      {
+        HwModel g = h100(1);
+        double fw = cost_attention(&g, true, true, 4, 64, 64, 4, 16);
+        ASSERT(1, fw > g.launch_s && fw < 16 * g.launch_s);
+        double c = cost_attention(&g, true, true, 8, 4096, 4096, 16, 128) - g.launch_s;
+        double u = cost_attention(&g, true, false, 8, 4096, 4096, 16, 128) - g.launch_s;
+        ASSERT_NEAR(65.0 / 128, c / u, 1e-9);
+        double bw = cost_attention(&g, false, true, 8, 4096, 4096, 16, 128) - 3 * g.launch_s;
+        ASSERT(1, bw > 2.5 * c && bw < 3.5 * c);
+        /* the softmax's share at D = 64 on an H100: 16/67e12 + 10/67e12 s a
+         * score beside 2 x 128 FLOPs of products at the catalog's rate of a
+         * GEMM with K = 64 (~19% of 989e12): a fifth of the kernel */
+        double d64 = cost_attention(&g, true, false, 8, 4096, 4096, 16, 64) - g.launch_s;
+        double sm = 8.0 * 16 * 4096 * 4096 * 26 / 67e12;
+        ASSERT(1, sm > 0.15 * d64 && sm < 0.3 * d64);
+        Mesh cm = {.nodes = 1, .per_node = 1, .ndev = 1, .device = ir_device_lookup("cpu")};
+        ir_mesh_defaults(&cm);
+        HwModel cpu;
+        cost_hw_from_mesh(&cpu, &cm, DT_F32);
+        ASSERT_NEAR(-1.0, cost_attention(&cpu, true, true, 4, 64, 64, 4, 16), 1e-12);
+      }
       /* at 512 and above, the FLOPs curve alone */
       ASSERT_NEAR(2.0 * 4000 * 1000 * 512 / 5e13, cost_gemm(&f32, 4000, 1000, 512), 1e-12);
       /* and where the FLOPs curve is the lower: 100 x 100 x 64 (1.28e6 FLOPs) */
