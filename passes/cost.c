@@ -669,9 +669,26 @@ void cost_stage_rates(const HwModel *hw, int R, int per, const bool *running, do
   }
 }
 
+/* Whether the CUDA target runs the step as CUDA graphs (runtime/train.c:
+ * not under a pipeline, whose messages run on the host, nor Shampoo or
+ * Adafactor, which run eagerly; --comm mpi and --no-graph are run-time
+ * choices, not priced). */
+static bool graphed(const HwModel *hw, const Module *m) {
+  const char *o = m->train.opt.kind;
+  return hw->overlap > 0 && m->train.plan.pp <= 1 &&
+         !(o && (!strcmp(o, "shampoo") || !strcmp(o, "adafactor")));
+}
+
 int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
   memset(r, 0, sizeof *r);
   const Plan *p = &m->train.plan;
+  /* a graph's kernels at the replay's cost a kernel, where measured */
+  HwModel hg;
+  if (hw->launch_graph_s > 0 && graphed(hw, m)) {
+    hg = *hw;
+    hg.launch_s = hw->launch_graph_s;
+    hw = &hg;
+  }
   int R = m->nrprog;
   if (R <= 0) return -1;
   int M = p->mb > 0 ? p->mb : 1;
@@ -958,6 +975,7 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
 
 /* ---- profiles (shardc calibrate) ----
  * {"shardc_profile": 1, "device": "cpu", "np": 4, "launch_s": 2e-06,
+ *  (a GPU's also "launch_graph_s": a kernel of a replayed CUDA graph)
  *  "gemm": [[flops, flop_per_s], ...], "gemm_thin": [[smallest_dim, flop_per_s], ...],
  *  (a GPU's also "gemm_bf16" and "gemm_thin_bf16", which a 16-bit plan uses instead)
  *  "bw": [[bytes, bytes_per_s], ...],
@@ -1184,6 +1202,9 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
     } else if (!strcmp(key, "launch_s")) {
       if (jnumber(&j, &v)) goto fail;
       h.launch_s = v;
+    } else if (!strcmp(key, "launch_graph_s")) {
+      if (jnumber(&j, &v)) goto fail;
+      h.launch_graph_s = v;
     } else if (!strcmp(key, "gemm")) {
       if (jcurve(&j, &h.gemm)) goto fail;
     } else if (!strcmp(key, "gemm_thin")) {

@@ -49,6 +49,8 @@ typedef struct HwModel {
                            * fraction of the aligned one's (1: no such penalty) */
   double mem_bw, mem_eff; /* memory-bound kernels: bandwidth and the fraction reached */
   double launch_s;        /* per kernel call */
+  double launch_graph_s;  /* per kernel of a replayed CUDA graph, where a profile measured it
+                           * (0: launch_s) */
   double vec_flops;       /* a GPU's plain fp32 peak (CUDA cores: the attention kernels'
                            * softmax arithmetic and special functions); 0 on a CPU */
   double intra_bw, intra_lat, inter_bw, inter_lat;

@@ -188,6 +188,8 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
   ms->batch = m->train.batch > 0 ? m->train.batch : 1;
   ms->elt = m->train.precision == DT_F32 ? 4 : m->train.precision == DT_F64 ? 8 : 2;
   ms->opt_states = opt_states(&m->train.opt);
+  const char *ok = m->train.opt.kind;
+  ms->eager_opt = ok && (!strcmp(ok, "shampoo") || !strcmp(ok, "adafactor"));
   ms->owner_exact = opt_blocked(&m->train.opt);
   if (opt_blocked(&m->train.opt)) {
     /* Shampoo's factors, roots and grafting state, Adafactor's factored
@@ -418,6 +420,7 @@ typedef struct Split {
   bool spm;           /* Megatron-SP */
   int b;              /* sequences per microbatch */
   Recompute rc;
+  bool graph;         /* the CUDA target's step as CUDA graphs: kernels at launch_graph_s */
 } Split;
 
 static double coll_axis(const HwModel *hw, const char *op, int n, int stride, double bytes) {
@@ -611,6 +614,12 @@ static const LCost *costs(const ModelShape *ms, const HwModel *hw, const Split *
     if (!memcmp(&memo->key[i], s, sizeof *s)) return memo->val[i];
   static LCost tmp[3];
   LCost *v = memo->n < MEMO_CAP ? memo->val[memo->n] : tmp;
+  HwModel hg;
+  if (s->graph) { /* a graph's kernels at the replay's cost a kernel */
+    hg = *hw;
+    hg.launch_s = hw->launch_graph_s;
+    hw = &hg;
+  }
   layer_cost(&ms->pre, ms, hw, s, false, &v[0]);
   layer_cost(&ms->layer, ms, hw, s, true, &v[1]);
   layer_cost(&ms->post, ms, hw, s, false, &v[2]);
@@ -695,8 +704,17 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   int q = p->tp2d > 1 ? p->tp2d : 1, r = p->sp_kind == SP_RING ? p->sp : 1, t = p->tp;
   int T = t * q * q, D = p->dp * r, pp = p->pp, v = p->schedule == SCHED_INTERLEAVED ? p->vchunks : 1;
   int m = p->mb > 0 ? p->mb : 1;
-  Split s = {t, q, r, p->sp_kind == SP_MEGATRON, b, p->recompute};
+  /* the CUDA target runs the step as CUDA graphs but under a pipeline or an
+   * eager optimizer (runtime/train.c) */
+  bool graph = hw->overlap > 0 && hw->launch_graph_s > 0 && pp == 1 && !ms->eager_opt;
+  Split s = {t, q, r, p->sp_kind == SP_MEGATRON, b, p->recompute, graph};
   const LCost *lc = costs(ms, hw, &s);
+  HwModel hg;
+  if (graph) {
+    hg = *hw;
+    hg.launch_s = hw->launch_graph_s;
+    hw = &hg;
+  }
   const LCost *pre = &lc[0], *lay = &lc[1], *post = &lc[2];
   double msg = explore_msg_time(ms, hw, me, p, b);
   /* stage partition */

@@ -53,6 +53,7 @@ typedef struct ModelShape {
                        * Shampoo, Adafactor: their whole tensors' state over
                        * their elements) */
   int fixed_b;        /* the train block's microbatch (sequences), 0: free */
+  bool eager_opt;     /* Shampoo or Adafactor: the CUDA target's steps run eagerly, not as graphs */
   double opt_work;    /* Shampoo's step workspace, bytes (64-aligned) */
   bool owner_exact;   /* every parameter listed in its LayerModel (nt) */
   double wcopy_frac;  /* 16-bit plans: the parameter elements matmuls read, over all, which

@@ -251,7 +251,7 @@ p = json.load(open(sys.argv[1]))
 assert p["shardc_profile"] == 1 and p["np"] == 2, p
 for k in ("gemm", "gemm_bf16", "gemm_thin", "gemm_thin_bf16", "bw"):
     assert len(p[k]) >= 3 and all(y > 0 for x, y in p[k]), k
-assert p["launch_s"] > 0
+assert p["launch_s"] > 0 and p["launch_graph_s"] > 0
 ops = {c["op"] for c in p["coll"] if c["n"] == 2 and c["t"]}
 assert ops == {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "p2p"}, ops
 print("\"device\": \"%s\"" % p["device"])' "$tmp/profch.json"

@@ -10,7 +10,10 @@
  *   - a memory-bound kernel's bandwidth over sizes (rt_axpy_cu), net of
  *     the launch as the GEMM rates are (the cost model adds one launch to
  *     every kernel);
- *   - the cost of one kernel launch (an empty kernel);
+ *   - the cost of one kernel launch (an empty kernel, back to back:
+ *     "launch_s"), and of one kernel of a replayed CUDA graph (a graph of
+ *     100 empty kernels: "launch_graph_s", what a graphed step's kernels
+ *     pay);
  *   - the fused attention kernels, forward and backward, over sequence
  *     lengths ("attention", "attention_bwd", and _bf16: seconds a (batch,
  *     head) row at D = 64, causal);
@@ -215,6 +218,16 @@ int main(int argc, char **argv) {
   /* ---- launch: an empty kernel, back to back ---- */
   double launch = time_all_([]() { RTC_LAUNCH(k_calib_empty, 1, 1, 0, 0); });
   if (!rank_) fprintf(out, "\"launch_s\": %.6g,\n", launch);
+  /* ---- a kernel of a replayed graph: 100 empty kernels captured once ---- */
+  {
+    const int nk = 100;
+    rtc_capture_begin();
+    for (int i = 0; i < nk; i++) RTC_LAUNCH(k_calib_empty, 1, 1, 0, i);
+    RtcGraph *g = rtc_capture_end();
+    double tg = time_all_([g]() { rtc_graph_launch(g); }) / nk;
+    rtc_graph_free(g);
+    if (!rank_) fprintf(out, "\"launch_graph_s\": %.6g,\n", tg);
+  }
 
   /* ---- GEMMs over shapes, the three layouts a linear runs (y = x·Wᵀ,
    * dx = dy·W, dW = dyᵀ·x), operands rotating through a pool larger than
