@@ -335,7 +335,7 @@ p = json.load(open(sys.argv[1]))
 top = lambda k: max(y for x, y in p[k]) if p.get(k) else 0
 print(f"profile {sys.argv[1]}: {p['device']}: fp32 GEMM up to {top('gemm') / 1e12:.1f} TFLOP/s, "
       f"bf16 GEMM up to {top('gemm_bf16') / 1e12:.1f} TFLOP/s, axpy up to {top('bw') / 1e9:.0f} GB/s, "
-      f"launch {p['launch_s'] * 1e6:.2f} us")
+      f"launch {p['launch_s'] * 1e6:.2f} us, {p.get('launch_graph_s', 0) * 1e6:.2f} us a kernel of a replayed graph")
 # the fused attention kernels (seconds a (batch, head) row at D = 64, causal):
 # TFLOP/s counting the causal half of 4·T²·D forward and 2.5x that backward
 for k, mult in (("attention_bf16", 1.0), ("attention_bwd_bf16", 2.5)):
