@@ -13,7 +13,10 @@
  * microbatch): the forward's y = x Wᵀ for the four linears of a block and
  * the LM head at the vocabulary as given (50257, rows not 16-byte aligned)
  * and padded to 50304 (llm.c's padding); the backward's dx = dy W and
- * dW += dyᵀ x for the first linear and the head.  Prints one line a shape:
+ * dW += dyᵀ x for the first linear and the head; and the head at 50257
+ * with its rows 50304 apart (the logits and their gradient padded in
+ * memory only, the GEMM's dims unchanged: does the aligned leading
+ * dimension alone give back the rate?).  Prints one line a shape:
  * TFLOP/s of each way.  Usage: gemm_cuda [M]
  */
 #include <cublasLt.h>
@@ -65,10 +68,11 @@ struct G {
   const char *name;
   int M, N, K, ta, tb, c32;
   float beta;
+  int lda, ldc; /* leading dims, 0: dense (a padded row stride otherwise) */
 };
 
 static void run(const G &g, void *A, void *B, void *C) {
-  int lda = g.ta ? g.M : g.K, ldb = g.tb ? g.K : g.N, ldc = g.N;
+  int lda = g.lda ? g.lda : g.ta ? g.M : g.K, ldb = g.tb ? g.K : g.N, ldc = g.ldc ? g.ldc : g.N;
   cudaDataType_t tc = g.c32 ? CUDA_R_32F : CUDA_R_16BF;
   cublasLtMatmulDesc_t op;
   BK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -130,10 +134,16 @@ int main(int argc, char **argv) {
       {"bwd head dx += dy W 50304", M, 768, 50304, 0, 0, 0, 1.0f},
       {"bwd head dW += dyt x 50257", 50257, 768, M, 1, 0, 1, 1.0f},
       {"bwd head dW += dyt x 50304", 50304, 768, M, 1, 0, 1, 1.0f},
+      {"fwd head 50257 ldc 50304", M, 50257, 768, 0, 1, 0, 0.0f, 0, 50304},
+      {"bwd head dx 50257 lda 50304", M, 768, 50257, 0, 0, 0, 1.0f, 50304, 0},
+      {"bwd head dW 50257 lda 50304", 50257, 768, M, 1, 0, 1, 1.0f, 50304, 0},
   };
   size_t most = 0;
   for (const G &g : gs) {
-    size_t a = (size_t)g.M * g.K, b = (size_t)g.K * g.N, c = (size_t)g.M * g.N * (g.c32 ? 2 : 1);
+    /* A stored (K, M) when transposed, else (M, K); rows lda apart */
+    size_t a = (size_t)(g.ta ? g.K : g.M) * (g.lda ? g.lda : g.ta ? g.M : g.K),
+           b = (size_t)g.K * g.N,
+           c = (size_t)g.M * (g.ldc ? g.ldc : g.N) * (g.c32 ? 2 : 1);
     size_t t = a > b ? a : b;
     t = t > c ? t : c;
     most = t > most ? t : most;
