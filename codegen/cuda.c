@@ -169,15 +169,18 @@ static void loop(Emit *e, const PLoop *L) {
   for (int k = 0; k < L->nout; k++) reduce |= L->out[k].bcast;
   P(e, "  {\n");
   cg_loop_operands(e, L, &argn, &lhs);
+  /* 32-bit indices where every index stays under 2^31 (rtc_foreach32) */
+  bool i32 = L->n < ((int64_t)1 << 31);
+  const char *fe = i32 ? "rtc_foreach32" : "rtc_foreach", *it = i32 ? "unsigned" : "size_t";
   if (reduce) {
-    P(e, "    rtc_foreach(%" PRId64 ", [=] __device__(size_t j) {\n", L->inner);
-    P(e, "      for (size_t i = j; i < %" PRId64 "; i += %" PRId64 ") {\n", L->n, L->inner);
+    P(e, "    %s(%" PRId64 ", [=] __device__(%s j) {\n", fe, L->inner, it);
+    P(e, "      for (%s i = j; i < %" PRId64 "; i += %" PRId64 ") {\n", it, L->n, L->inner);
     loop_body(e, L, argn, lhs, "        ");
     P(e, "      }\n    });\n  }\n");
     return;
   }
-  P(e, "    rtc_foreach(%" PRId64 ", [=] __device__(size_t i) {\n", L->n);
-  if (L->inner) P(e, "      const size_t j = i %% %" PRId64 ";\n", L->inner);
+  P(e, "    %s(%" PRId64 ", [=] __device__(%s i) {\n", fe, L->n, it);
+  if (L->inner) P(e, "      const %s j = i %% %" PRId64 ";\n", it, L->inner);
   loop_body(e, L, argn, lhs, "      ");
   P(e, "    });\n  }\n");
 }

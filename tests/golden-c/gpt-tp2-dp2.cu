@@ -267,8 +267,8 @@ static double forward(RtPass *p) {
     const float *x165 = F(6899712);
     const float *x4 = F(65536);
     float *x5 = F(6768640);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 8192;
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
+      const unsigned j = i % 8192;
       x5[i] = x165[i] + x4[j];
     });
   }
@@ -304,8 +304,8 @@ static double forward(RtPass *p) {
     const float *x26 = F(231168);
     const float *x5 = F(6768640);
     float *x28 = F(7559168);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
+      const unsigned j = i % 128;
       x28[i] = x5[i] + (x167[i] + x26[j]);
     });
   }
@@ -332,8 +332,8 @@ static double forward(RtPass *p) {
     const float *x41 = F(495872);
     const float *x28 = F(7559168);
     float *x43 = F(8476672);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
+      const unsigned j = i % 128;
       x43[i] = x28[i] + (x169[i] + x41[j]);
     });
   }
@@ -369,8 +369,8 @@ static double forward(RtPass *p) {
     const float *x64 = F(629248);
     const float *x43 = F(8476672);
     float *x66 = F(8935424);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
+      const unsigned j = i % 128;
       x66[i] = x43[i] + (x171[i] + x64[j]);
     });
   }
@@ -397,8 +397,8 @@ static double forward(RtPass *p) {
     const float *x79 = F(893952);
     const float *x66 = F(8935424);
     float *x81 = F(9721856);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
+      const unsigned j = i % 128;
       x81[i] = x66[i] + (x173[i] + x79[j]);
     });
   }
@@ -434,8 +434,8 @@ static double forward(RtPass *p) {
     const float *x102 = F(1027328);
     const float *x81 = F(9721856);
     float *x104 = F(10246144);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
+      const unsigned j = i % 128;
       x104[i] = x81[i] + (x175[i] + x102[j]);
     });
   }
@@ -462,8 +462,8 @@ static double forward(RtPass *p) {
     const float *x117 = F(1292032);
     const float *x104 = F(10246144);
     float *x119 = F(11032576);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
+      const unsigned j = i % 128;
       x119[i] = x104[i] + (x177[i] + x117[j]);
     });
   }
@@ -499,8 +499,8 @@ static double forward(RtPass *p) {
     const float *x140 = F(1425408);
     const float *x119 = F(11032576);
     float *x142 = F(11556864);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
+      const unsigned j = i % 128;
       x142[i] = x119[i] + (x179[i] + x140[j]);
     });
   }
@@ -527,8 +527,8 @@ static double forward(RtPass *p) {
     const float *x155 = F(1690112);
     const float *x142 = F(11556864);
     float *x157 = F(12343296);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 128;
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
+      const unsigned j = i % 128;
       x157[i] = x142[i] + (x181[i] + x155[j]);
     });
   }
@@ -579,7 +579,7 @@ static void backward(RtPass *p) {
   {
     const float *d157 = F(11425792);
     float *d142 = F(12212224);
-    rtc_foreach(32768, [=] __device__(size_t i) {
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
       d142[i] = d157[i];
     });
   }
@@ -588,8 +588,8 @@ static void backward(RtPass *p) {
   {
     const float *d157 = F(11425792);
     float *d155 = F(3381760);
-    rtc_foreach(128, [=] __device__(size_t j) {
-      for (size_t i = j; i < 32768; i += 128) {
+    rtc_foreach32(128, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 32768; i += 128) {
         d155[j] += d157[i];
       }
     });
@@ -626,7 +626,7 @@ static void backward(RtPass *p) {
   {
     const float *d142 = F(12212224);
     float *d119 = F(12343296);
-    rtc_foreach(32768, [=] __device__(size_t i) {
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
       d119[i] = d142[i];
     });
   }
@@ -635,8 +635,8 @@ static void backward(RtPass *p) {
   {
     const float *d142 = F(12212224);
     float *d140 = F(3117056);
-    rtc_foreach(128, [=] __device__(size_t j) {
-      for (size_t i = j; i < 32768; i += 128) {
+    rtc_foreach32(128, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 32768; i += 128) {
         d140[j] += d142[i];
       }
     });
@@ -690,7 +690,7 @@ static void backward(RtPass *p) {
   {
     const float *d119 = F(12343296);
     float *d104 = F(10115072);
-    rtc_foreach(32768, [=] __device__(size_t i) {
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
       d104[i] = d119[i];
     });
   }
@@ -699,8 +699,8 @@ static void backward(RtPass *p) {
   {
     const float *d119 = F(12343296);
     float *d117 = F(2983680);
-    rtc_foreach(128, [=] __device__(size_t j) {
-      for (size_t i = j; i < 32768; i += 128) {
+    rtc_foreach32(128, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 32768; i += 128) {
         d117[j] += d119[i];
       }
     });
@@ -737,7 +737,7 @@ static void backward(RtPass *p) {
   {
     const float *d104 = F(10115072);
     float *d81 = F(9984000);
-    rtc_foreach(32768, [=] __device__(size_t i) {
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
       d81[i] = d104[i];
     });
   }
@@ -746,8 +746,8 @@ static void backward(RtPass *p) {
   {
     const float *d104 = F(10115072);
     float *d102 = F(2718976);
-    rtc_foreach(128, [=] __device__(size_t j) {
-      for (size_t i = j; i < 32768; i += 128) {
+    rtc_foreach32(128, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 32768; i += 128) {
         d102[j] += d104[i];
       }
     });
@@ -801,7 +801,7 @@ static void backward(RtPass *p) {
   {
     const float *d81 = F(9984000);
     float *d66 = F(8804352);
-    rtc_foreach(32768, [=] __device__(size_t i) {
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
       d66[i] = d81[i];
     });
   }
@@ -810,8 +810,8 @@ static void backward(RtPass *p) {
   {
     const float *d81 = F(9984000);
     float *d79 = F(2585600);
-    rtc_foreach(128, [=] __device__(size_t j) {
-      for (size_t i = j; i < 32768; i += 128) {
+    rtc_foreach32(128, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 32768; i += 128) {
         d79[j] += d81[i];
       }
     });
@@ -848,7 +848,7 @@ static void backward(RtPass *p) {
   {
     const float *d66 = F(8804352);
     float *d43 = F(8673280);
-    rtc_foreach(32768, [=] __device__(size_t i) {
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
       d43[i] = d66[i];
     });
   }
@@ -857,8 +857,8 @@ static void backward(RtPass *p) {
   {
     const float *d66 = F(8804352);
     float *d64 = F(2320896);
-    rtc_foreach(128, [=] __device__(size_t j) {
-      for (size_t i = j; i < 32768; i += 128) {
+    rtc_foreach32(128, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 32768; i += 128) {
         d64[j] += d66[i];
       }
     });
@@ -912,7 +912,7 @@ static void backward(RtPass *p) {
   {
     const float *d43 = F(8673280);
     float *d28 = F(8214528);
-    rtc_foreach(32768, [=] __device__(size_t i) {
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
       d28[i] = d43[i];
     });
   }
@@ -921,8 +921,8 @@ static void backward(RtPass *p) {
   {
     const float *d43 = F(8673280);
     float *d41 = F(2187520);
-    rtc_foreach(128, [=] __device__(size_t j) {
-      for (size_t i = j; i < 32768; i += 128) {
+    rtc_foreach32(128, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 32768; i += 128) {
         d41[j] += d43[i];
       }
     });
@@ -959,7 +959,7 @@ static void backward(RtPass *p) {
   {
     const float *d28 = F(8214528);
     float *d5 = F(7297024);
-    rtc_foreach(32768, [=] __device__(size_t i) {
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
       d5[i] = d28[i];
     });
   }
@@ -968,8 +968,8 @@ static void backward(RtPass *p) {
   {
     const float *d28 = F(8214528);
     float *d26 = F(1922816);
-    rtc_foreach(128, [=] __device__(size_t j) {
-      for (size_t i = j; i < 32768; i += 128) {
+    rtc_foreach32(128, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 32768; i += 128) {
         d26[j] += d28[i];
       }
     });
@@ -1023,8 +1023,8 @@ static void backward(RtPass *p) {
   {
     const float *d5 = F(7297024);
     float *d4 = F(1757184);
-    rtc_foreach(8192, [=] __device__(size_t j) {
-      for (size_t i = j; i < 32768; i += 8192) {
+    rtc_foreach32(8192, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 32768; i += 8192) {
         d4[j] += d5[i];
       }
     });

@@ -267,8 +267,8 @@ static double forward(RtPass *p) {
     const float *x165 = F(3465216);
     const float *x4 = F(32768);
     float *x5 = F(3399680);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 4096;
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
+      const unsigned j = i % 4096;
       x5[i] = x165[i] + x4[j];
     });
   }
@@ -289,8 +289,8 @@ static double forward(RtPass *p) {
     const float *x12 = F(3466240);
     const float *x13 = F(98816);
     float *x14 = F(3564544);
-    rtc_foreach(24576, [=] __device__(size_t i) {
-      const size_t j = i % 192;
+    rtc_foreach32(24576, [=] __device__(unsigned i) {
+      const unsigned j = i % 192;
       x14[i] = x12[i] + x13[j];
     });
   }
@@ -318,8 +318,8 @@ static double forward(RtPass *p) {
     const float *x26 = F(115968);
     const float *x5 = F(3399680);
     float *x28 = F(3663872);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
+      const unsigned j = i % 64;
       x28[i] = x5[i] + (x25[i] + x26[j]);
     });
   }
@@ -341,8 +341,8 @@ static double forward(RtPass *p) {
     const float *x36 = F(182272);
     float *x37 = F(3827712);
     float *x38 = F(3958784);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 256;
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
+      const unsigned j = i % 256;
       const float t0 = x35[i] + x36[j];
       x37[i] = t0;
       x38[i] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
@@ -360,8 +360,8 @@ static double forward(RtPass *p) {
     const float *x41 = F(248832);
     const float *x28 = F(3663872);
     float *x43 = F(3762176);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
+      const unsigned j = i % 64;
       x43[i] = x28[i] + (x40[i] + x41[j]);
     });
   }
@@ -382,8 +382,8 @@ static double forward(RtPass *p) {
     const float *x50 = F(4089856);
     const float *x51 = F(298752);
     float *x52 = F(4188160);
-    rtc_foreach(24576, [=] __device__(size_t i) {
-      const size_t j = i % 192;
+    rtc_foreach32(24576, [=] __device__(unsigned i) {
+      const unsigned j = i % 192;
       x52[i] = x50[i] + x51[j];
     });
   }
@@ -411,8 +411,8 @@ static double forward(RtPass *p) {
     const float *x64 = F(315904);
     const float *x43 = F(3762176);
     float *x66 = F(4220928);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
+      const unsigned j = i % 64;
       x66[i] = x43[i] + (x63[i] + x64[j]);
     });
   }
@@ -434,8 +434,8 @@ static double forward(RtPass *p) {
     const float *x74 = F(382208);
     float *x75 = F(4417536);
     float *x76 = F(4548608);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 256;
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
+      const unsigned j = i % 256;
       const float t0 = x73[i] + x74[j];
       x75[i] = t0;
       x76[i] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
@@ -453,8 +453,8 @@ static double forward(RtPass *p) {
     const float *x79 = F(448768);
     const float *x66 = F(4220928);
     float *x81 = F(4286464);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
+      const unsigned j = i % 64;
       x81[i] = x66[i] + (x78[i] + x79[j]);
     });
   }
@@ -475,8 +475,8 @@ static double forward(RtPass *p) {
     const float *x88 = F(4319232);
     const float *x89 = F(498688);
     float *x90 = F(4679680);
-    rtc_foreach(24576, [=] __device__(size_t i) {
-      const size_t j = i % 192;
+    rtc_foreach32(24576, [=] __device__(unsigned i) {
+      const unsigned j = i % 192;
       x90[i] = x88[i] + x89[j];
     });
   }
@@ -504,8 +504,8 @@ static double forward(RtPass *p) {
     const float *x102 = F(515840);
     const float *x81 = F(4286464);
     float *x104 = F(4745216);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
+      const unsigned j = i % 64;
       x104[i] = x81[i] + (x101[i] + x102[j]);
     });
   }
@@ -527,8 +527,8 @@ static double forward(RtPass *p) {
     const float *x112 = F(582144);
     float *x113 = F(4909056);
     float *x114 = F(5040128);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 256;
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
+      const unsigned j = i % 256;
       const float t0 = x111[i] + x112[j];
       x113[i] = t0;
       x114[i] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
@@ -546,8 +546,8 @@ static double forward(RtPass *p) {
     const float *x117 = F(648704);
     const float *x104 = F(4745216);
     float *x119 = F(4810752);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
+      const unsigned j = i % 64;
       x119[i] = x104[i] + (x116[i] + x117[j]);
     });
   }
@@ -568,8 +568,8 @@ static double forward(RtPass *p) {
     const float *x126 = F(5171200);
     const float *x127 = F(698624);
     float *x128 = F(5269504);
-    rtc_foreach(24576, [=] __device__(size_t i) {
-      const size_t j = i % 192;
+    rtc_foreach32(24576, [=] __device__(unsigned i) {
+      const unsigned j = i % 192;
       x128[i] = x126[i] + x127[j];
     });
   }
@@ -597,8 +597,8 @@ static double forward(RtPass *p) {
     const float *x140 = F(715776);
     const float *x119 = F(4810752);
     float *x142 = F(5269504);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
+      const unsigned j = i % 64;
       x142[i] = x119[i] + (x139[i] + x140[j]);
     });
   }
@@ -620,8 +620,8 @@ static double forward(RtPass *p) {
     const float *x150 = F(782080);
     float *x151 = F(5433344);
     float *x152 = F(5564416);
-    rtc_foreach(32768, [=] __device__(size_t i) {
-      const size_t j = i % 256;
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
+      const unsigned j = i % 256;
       const float t0 = x149[i] + x150[j];
       x151[i] = t0;
       x152[i] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
@@ -639,8 +639,8 @@ static double forward(RtPass *p) {
     const float *x155 = F(848640);
     const float *x142 = F(5269504);
     float *x157 = F(5335040);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 64;
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
+      const unsigned j = i % 64;
       x157[i] = x142[i] + (x154[i] + x155[j]);
     });
   }
@@ -703,7 +703,7 @@ static void backward(RtPass *p) {
   {
     const float *d157 = F(5236736);
     float *d142 = F(5302272);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       d142[i] = d157[i];
     });
   }
@@ -712,8 +712,8 @@ static void backward(RtPass *p) {
   {
     const float *d157 = F(5236736);
     float *d155 = F(1698048);
-    rtc_foreach(64, [=] __device__(size_t j) {
-      for (size_t i = j; i < 8192; i += 64) {
+    rtc_foreach32(64, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 8192; i += 64) {
         d155[j] += d157[i];
       }
     });
@@ -733,8 +733,8 @@ static void backward(RtPass *p) {
   {
     const float *d151 = F(5564416);
     float *d150 = F(1631488);
-    rtc_foreach(256, [=] __device__(size_t j) {
-      for (size_t i = j; i < 32768; i += 256) {
+    rtc_foreach32(256, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 32768; i += 256) {
         d150[j] += d151[i];
       }
     });
@@ -756,7 +756,7 @@ static void backward(RtPass *p) {
   {
     const float *d142 = F(5302272);
     float *d119 = F(5203968);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       d119[i] = d142[i];
     });
   }
@@ -765,8 +765,8 @@ static void backward(RtPass *p) {
   {
     const float *d142 = F(5302272);
     float *d140 = F(1565184);
-    rtc_foreach(64, [=] __device__(size_t j) {
-      for (size_t i = j; i < 8192; i += 64) {
+    rtc_foreach32(64, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 8192; i += 64) {
         d140[j] += d142[i];
       }
     });
@@ -799,8 +799,8 @@ static void backward(RtPass *p) {
   {
     const float *d128 = F(5367808);
     float *d127 = F(1548032);
-    rtc_foreach(192, [=] __device__(size_t j) {
-      for (size_t i = j; i < 24576; i += 192) {
+    rtc_foreach32(192, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 24576; i += 192) {
         d127[j] += d128[i];
       }
     });
@@ -822,7 +822,7 @@ static void backward(RtPass *p) {
   {
     const float *d119 = F(5203968);
     float *d104 = F(4712448);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       d104[i] = d119[i];
     });
   }
@@ -831,8 +831,8 @@ static void backward(RtPass *p) {
   {
     const float *d119 = F(5203968);
     float *d117 = F(1498112);
-    rtc_foreach(64, [=] __device__(size_t j) {
-      for (size_t i = j; i < 8192; i += 64) {
+    rtc_foreach32(64, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 8192; i += 64) {
         d117[j] += d119[i];
       }
     });
@@ -852,8 +852,8 @@ static void backward(RtPass *p) {
   {
     const float *d113 = F(5040128);
     float *d112 = F(1431552);
-    rtc_foreach(256, [=] __device__(size_t j) {
-      for (size_t i = j; i < 32768; i += 256) {
+    rtc_foreach32(256, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 32768; i += 256) {
         d112[j] += d113[i];
       }
     });
@@ -875,7 +875,7 @@ static void backward(RtPass *p) {
   {
     const float *d104 = F(4712448);
     float *d81 = F(4679680);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       d81[i] = d104[i];
     });
   }
@@ -884,8 +884,8 @@ static void backward(RtPass *p) {
   {
     const float *d104 = F(4712448);
     float *d102 = F(1365248);
-    rtc_foreach(64, [=] __device__(size_t j) {
-      for (size_t i = j; i < 8192; i += 64) {
+    rtc_foreach32(64, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 8192; i += 64) {
         d102[j] += d104[i];
       }
     });
@@ -918,8 +918,8 @@ static void backward(RtPass *p) {
   {
     const float *d90 = F(4319232);
     float *d89 = F(1348096);
-    rtc_foreach(192, [=] __device__(size_t j) {
-      for (size_t i = j; i < 24576; i += 192) {
+    rtc_foreach32(192, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 24576; i += 192) {
         d89[j] += d90[i];
       }
     });
@@ -941,7 +941,7 @@ static void backward(RtPass *p) {
   {
     const float *d81 = F(4679680);
     float *d66 = F(4155392);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       d66[i] = d81[i];
     });
   }
@@ -950,8 +950,8 @@ static void backward(RtPass *p) {
   {
     const float *d81 = F(4679680);
     float *d79 = F(1298176);
-    rtc_foreach(64, [=] __device__(size_t j) {
-      for (size_t i = j; i < 8192; i += 64) {
+    rtc_foreach32(64, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 8192; i += 64) {
         d79[j] += d81[i];
       }
     });
@@ -971,8 +971,8 @@ static void backward(RtPass *p) {
   {
     const float *d75 = F(4548608);
     float *d74 = F(1231616);
-    rtc_foreach(256, [=] __device__(size_t j) {
-      for (size_t i = j; i < 32768; i += 256) {
+    rtc_foreach32(256, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 32768; i += 256) {
         d74[j] += d75[i];
       }
     });
@@ -994,7 +994,7 @@ static void backward(RtPass *p) {
   {
     const float *d66 = F(4155392);
     float *d43 = F(4188160);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       d43[i] = d66[i];
     });
   }
@@ -1003,8 +1003,8 @@ static void backward(RtPass *p) {
   {
     const float *d66 = F(4155392);
     float *d64 = F(1165312);
-    rtc_foreach(64, [=] __device__(size_t j) {
-      for (size_t i = j; i < 8192; i += 64) {
+    rtc_foreach32(64, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 8192; i += 64) {
         d64[j] += d66[i];
       }
     });
@@ -1037,8 +1037,8 @@ static void backward(RtPass *p) {
   {
     const float *d52 = F(4319232);
     float *d51 = F(1148160);
-    rtc_foreach(192, [=] __device__(size_t j) {
-      for (size_t i = j; i < 24576; i += 192) {
+    rtc_foreach32(192, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 24576; i += 192) {
         d51[j] += d52[i];
       }
     });
@@ -1060,7 +1060,7 @@ static void backward(RtPass *p) {
   {
     const float *d43 = F(4188160);
     float *d28 = F(4089856);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       d28[i] = d43[i];
     });
   }
@@ -1069,8 +1069,8 @@ static void backward(RtPass *p) {
   {
     const float *d43 = F(4188160);
     float *d41 = F(1098240);
-    rtc_foreach(64, [=] __device__(size_t j) {
-      for (size_t i = j; i < 8192; i += 64) {
+    rtc_foreach32(64, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 8192; i += 64) {
         d41[j] += d43[i];
       }
     });
@@ -1090,8 +1090,8 @@ static void backward(RtPass *p) {
   {
     const float *d37 = F(3958784);
     float *d36 = F(1031680);
-    rtc_foreach(256, [=] __device__(size_t j) {
-      for (size_t i = j; i < 32768; i += 256) {
+    rtc_foreach32(256, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 32768; i += 256) {
         d36[j] += d37[i];
       }
     });
@@ -1113,7 +1113,7 @@ static void backward(RtPass *p) {
   {
     const float *d28 = F(4089856);
     float *d5 = F(3598336);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       d5[i] = d28[i];
     });
   }
@@ -1122,8 +1122,8 @@ static void backward(RtPass *p) {
   {
     const float *d28 = F(4089856);
     float *d26 = F(965376);
-    rtc_foreach(64, [=] __device__(size_t j) {
-      for (size_t i = j; i < 8192; i += 64) {
+    rtc_foreach32(64, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 8192; i += 64) {
         d26[j] += d28[i];
       }
     });
@@ -1156,8 +1156,8 @@ static void backward(RtPass *p) {
   {
     const float *d14 = F(3466240);
     float *d13 = F(948224);
-    rtc_foreach(192, [=] __device__(size_t j) {
-      for (size_t i = j; i < 24576; i += 192) {
+    rtc_foreach32(192, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 24576; i += 192) {
         d13[j] += d14[i];
       }
     });
@@ -1179,8 +1179,8 @@ static void backward(RtPass *p) {
   {
     const float *d5 = F(3598336);
     float *d4 = F(882176);
-    rtc_foreach(4096, [=] __device__(size_t j) {
-      for (size_t i = j; i < 8192; i += 4096) {
+    rtc_foreach32(4096, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 8192; i += 4096) {
         d4[j] += d5[i];
       }
     });

@@ -112,8 +112,8 @@ static double forward(RtPass *p) {
     const float *x3 = F(1897472);
     const float *x4 = F(65536);
     float *x5 = F(1930240);
-    rtc_foreach(8192, [=] __device__(size_t i) {
-      const size_t j = i % 2048;
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
+      const unsigned j = i % 2048;
       x5[i] = x3[i] + x4[j];
     });
   }
@@ -144,7 +144,7 @@ static double forward(RtPass *p) {
     const float *x5 = F(1930240);
     const float *x27 = F(2129920);
     float *x28 = F(2097152);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       x28[i] = x5[i] + x27[i];
     });
   }
@@ -159,7 +159,7 @@ static double forward(RtPass *p) {
   {
     const float *x37 = F(2294784);
     float *x38 = F(2163712);
-    rtc_foreach(32768, [=] __device__(size_t i) {
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
       x38[i] = x37[i] * tanhf(logf(1.0f + expf(x37[i])));
     });
   }
@@ -172,7 +172,7 @@ static double forward(RtPass *p) {
     const float *x28 = F(2097152);
     const float *x42 = F(2458624);
     float *x43 = F(2425856);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       x43[i] = x28[i] + x42[i];
     });
   }
@@ -203,7 +203,7 @@ static double forward(RtPass *p) {
     const float *x43 = F(2425856);
     const float *x65 = F(2658304);
     float *x66 = F(2625536);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       x66[i] = x43[i] + x65[i];
     });
   }
@@ -218,7 +218,7 @@ static double forward(RtPass *p) {
   {
     const float *x75 = F(2823168);
     float *x76 = F(2692096);
-    rtc_foreach(32768, [=] __device__(size_t i) {
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
       x76[i] = x75[i] * tanhf(logf(1.0f + expf(x75[i])));
     });
   }
@@ -231,7 +231,7 @@ static double forward(RtPass *p) {
     const float *x66 = F(2625536);
     const float *x80 = F(2987008);
     float *x81 = F(2954240);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       x81[i] = x66[i] + x80[i];
     });
   }
@@ -268,7 +268,7 @@ static void backward(RtPass *p) {
   {
     const float *d81 = F(2987008);
     float *d66 = F(2954240);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       d66[i] = d81[i];
     });
   }
@@ -282,7 +282,7 @@ static void backward(RtPass *p) {
     const float *d76 = F(3151936);
     const float *x75 = F(2823168);
     float *d75 = F(2692096);
-    rtc_foreach(32768, [=] __device__(size_t i) {
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
       const float t0 = expf(x75[i]);
       const float t1 = 1.0f + t0;
       const float t2 = tanhf(logf(t1));
@@ -301,7 +301,7 @@ static void backward(RtPass *p) {
   {
     const float *d66 = F(2954240);
     float *d43 = F(3151936);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       d43[i] = d66[i];
     });
   }
@@ -338,7 +338,7 @@ static void backward(RtPass *p) {
   {
     const float *d43 = F(3151936);
     float *d28 = F(3184704);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       d28[i] = d43[i];
     });
   }
@@ -352,7 +352,7 @@ static void backward(RtPass *p) {
     const float *d38 = F(2425856);
     const float *x37 = F(2294784);
     float *d37 = F(2163712);
-    rtc_foreach(32768, [=] __device__(size_t i) {
+    rtc_foreach32(32768, [=] __device__(unsigned i) {
       const float t0 = expf(x37[i]);
       const float t1 = 1.0f + t0;
       const float t2 = tanhf(logf(t1));
@@ -371,7 +371,7 @@ static void backward(RtPass *p) {
   {
     const float *d28 = F(3184704);
     float *d5 = F(3151936);
-    rtc_foreach(8192, [=] __device__(size_t i) {
+    rtc_foreach32(8192, [=] __device__(unsigned i) {
       d5[i] = d28[i];
     });
   }
@@ -408,8 +408,8 @@ static void backward(RtPass *p) {
   {
     const float *d5 = F(3151936);
     float *d4 = F(539648);
-    rtc_foreach(2048, [=] __device__(size_t j) {
-      for (size_t i = j; i < 8192; i += 2048) {
+    rtc_foreach32(2048, [=] __device__(unsigned j) {
+      for (unsigned i = j; i < 8192; i += 2048) {
         d4[j] += d5[i];
       }
     });
