@@ -146,6 +146,13 @@ __global__ void rtc_rows_fill_kernel(T *__restrict__ out, const float *__restric
     rtc_mm_st(out + i, bias ? bias[i % OC] : 0.0f);
 }
 
+// d (n) = s rounded to bf16: a bias for cuBLASLt's epilogue of a bf16 D
+__global__ void rtc_round_bf16_kernel(rtc_bf16 *__restrict__ d, const float *__restrict__ s,
+                                      int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) d[i] = rtc_f2bf(s[i]);
+}
+
 // out is (N,OC) bf16, bias (OC) fp32: out = bf16(out + bias), the sum in fp32
 // (cuBLASLt's bias epilogue takes a bias of D's type, bf16 here; see below)
 __global__ void rtc_bias_add_bf16_kernel(rtc_bf16 *__restrict__ out,
@@ -220,12 +227,13 @@ static void rtc_dbias_(float *dbias, const T *dout, int N, int OC) {
  * picks the compute mode); RTC_ST_AB16, a and b are bf16 (precision = bf16
  * storage: CUBLAS_COMPUTE_32F, fp32 accumulation), c fp32 unless also
  * RTC_ST_C16, c bf16 (read as bf16 for beta, the result rounded once).
- * Bias epilogues only with st 0.
+ * The bias is fp32, or with RTC_ST_BIAS16 bf16 (cuBLASLt's bias of a bf16
+ * D: the epilogue adds it in fp32 before the one rounding).
  */
 
 int rtc_gemm_bf16;
 
-enum { RTC_ST_AB16 = 1, RTC_ST_C16 = 2 };
+enum { RTC_ST_AB16 = 1, RTC_ST_C16 = 2, RTC_ST_BIAS16 = 4 };
 
 #ifdef RTC_HOST
 
@@ -263,7 +271,7 @@ static float *rtc_bf16_widen_(const rtc_bf16 *x, int rows, int cols, int ld) {
 
 static void rtc_gemm_now_(int ta, int tb, int M, int N, int K, float alpha, const void *a,
                           int lda, const void *b, int ldb, float beta, void *c, int ldc,
-                          const float *bias, int bf16, int st) {
+                          const void *bias, int bf16, int st) {
   // the column-major call of the GPU build: cᵀ (N,M) = op(b)ᵀ (N,K) · op(a)ᵀ (K,M)
   float *ra = NULL, *rb = NULL, *rc = NULL;
   if (st & RTC_ST_AB16) { // bf16 storage: the values widened, exact in fp32
@@ -283,10 +291,11 @@ static void rtc_gemm_now_(int ta, int tb, int M, int N, int K, float alpha, cons
   if (rtc_prof_on) rtc_prof_end(__FILE__, "cblas_sgemm (cuBLASLt's host twin)");
   free(ra);
   free(rb);
-  if (bias) // the epilogue: added after alpha·op(a)·op(b)
+  if (bias) // the epilogue: added after alpha·op(a)·op(b), in fp32
     for (size_t i = 0; i < (size_t)M; i++)
       for (int j = 0; j < N; j++)
-        fc[i * ldc + j] += bias[j];
+        fc[i * ldc + j] += st & RTC_ST_BIAS16 ? rtc_bf2f(((const rtc_bf16 *)bias)[j])
+                                              : ((const float *)bias)[j];
   if (rc) {
     rtc_bf16 *c16 = (rtc_bf16 *)c;
     for (size_t i = 0; i < (size_t)M; i++)
@@ -298,7 +307,7 @@ static void rtc_gemm_now_(int ta, int tb, int M, int N, int K, float alpha, cons
 
 // on rtc_stream: now, or recorded while a capture is open
 static int rtc_gemm_st_(int ta, int tb, int M, int N, int K, float alpha, const void *a, int lda,
-                        const void *b, int ldb, float beta, void *c, int ldc, const float *bias,
+                        const void *b, int ldb, float beta, void *c, int ldc, const void *bias,
                         int st) {
   int bf16 = rtc_gemm_bf16;
   rtch_enqueue([=]() {
@@ -359,7 +368,7 @@ static void rtc_plan_free_(RtcGemmPlan *p) {
 }
 
 // The plan for key: found, or made (evicting the oldest when the cache is full).
-static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const float *bias) {
+static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const void *bias) {
   for (int i = 0; i < rtc_nplans_; i++)
     if (!memcmp(&rtc_plans_[i].key, key, sizeof *key))
       return &rtc_plans_[i];
@@ -388,7 +397,7 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const float *bias) {
   cublasLtEpilogue_t epi = key->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (key->bias) {
-    cudaDataType_t bt = CUDA_R_32F;
+    cudaDataType_t bt = key->st & RTC_ST_BIAS16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
                                                sizeof bt));
     // the heuristic reads the bias pointer's alignment
@@ -448,7 +457,7 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const float *bias) {
 }
 
 static int rtc_gemm_st_(int ta, int tb, int M, int N, int K, float alpha, const void *a, int lda,
-                        const void *b, int ldb, float beta, void *c, int ldc, const float *bias,
+                        const void *b, int ldb, float beta, void *c, int ldc, const void *bias,
                         int st) {
   RtcGemmKey key;
   memset(&key, 0, sizeof key); // the key is compared bytewise
@@ -547,11 +556,16 @@ extern "C" void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double
  * gradients and the weight's bf16 copy are bf16; bias, dweight and dbias
  * fp32.  The GEMMs run on bf16 tensor cores with fp32 accumulation; out and
  * dinp are rounded to bf16 once (dinp's old value read as bf16), dweight
- * accumulates in fp32.  The bias is not cuBLASLt's epilogue: the epilogue
- * takes a bias of D's type (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
- * "the same type as the elements of output matrix (Dtype)", the exceptions
- * being IMMA and fp8 kernels), and the bias is the fp32 master; so a small
- * kernel adds it to the rounded product, in fp32, and rounds again.
+ * accumulates in fp32.  The bias is cuBLASLt's epilogue, which takes a
+ * bias of D's type (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: "the
+ * same type as the elements of output matrix (Dtype)", the exceptions being
+ * IMMA and fp8 kernels) where the master is fp32: a one-block kernel rounds
+ * the bias to bf16 into the scratch after the workspace (rtc_ws.h), and the
+ * epilogue adds it to the fp32 product before its one rounding (PyTorch's
+ * autocast likewise hands the GEMM a bf16 bias).  It replaced a pass over
+ * the output (the rounded product read, the fp32 bias added, rounded
+ * again: 41 ms of GPT-2's step on an H200), which stays for a bias longer
+ * than the scratch or a shape without an epilogue algorithm.
  */
 
 // out is (N,OC), inp is (N,C), weight is (OC,C), bias is (OC) or NULL
@@ -563,6 +577,18 @@ void rt_matmul_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, const rtc_bf16 *we
   if (C <= 0) {
     RTC_LAUNCH(rtc_rows_fill_kernel<rtc_bf16>, rtc_blocks(n, 256), 256, 0, out, bias, N, OC);
     return;
+  }
+  // The bias by cuBLASLt's epilogue, which takes a bias of D's type: a bf16
+  // copy of it after the workspace (rtc_ws.h), added in fp32 to the product
+  // before its one rounding.  A bias too long for the copy, or a shape
+  // without an epilogue algorithm, goes the kernel's way below: the
+  // product rounded, the fp32 bias added, rounded again.
+  if (bias && (size_t)OC * sizeof(rtc_bf16) <= RTC_MM_BIAS_BYTES) {
+    rtc_bf16 *b16 = (rtc_bf16 *)((char *)rtc_mm_workspace_() + RTC_MM_WS_BYTES);
+    RTC_LAUNCH(rtc_round_bf16_kernel, rtc_blocks((size_t)OC, 256), 256, 0, b16, bias, OC);
+    if (rtc_gemm_st_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, b16,
+                     RTC_ST_AB16 | RTC_ST_C16 | RTC_ST_BIAS16))
+      return;
   }
   rtc_gemm_st_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, NULL,
                RTC_ST_AB16 | RTC_ST_C16);

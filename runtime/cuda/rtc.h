@@ -298,7 +298,8 @@ void rt_crossentropy_backward_site_ld_cu(rtc_bf16 *dlogits, const rtc_bf16 *logi
 /* -- k_matmul, k_attention, rtc_summa, rtc_dist's collectives -- */
 
 /* out (N,OC) = inp (N,C)·weight (OC,C)ᵀ [+ bias (OC), fp32], WRITTEN: bf16
- * tensor cores, fp32 accumulation, the bias added in fp32, rounded. */
+ * tensor cores, fp32 accumulation, the bias (rounded to bf16: cuBLASLt's
+ * epilogue) added to the fp32 product, which is rounded once. */
 void rt_matmul_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, const rtc_bf16 *weight,
                           const float *bias, int N, int C, int OC);
 /* dinp (N,C) bf16, dweight (OC,C) and dbias (OC) fp32: each ACCUMULATED,

@@ -17,14 +17,16 @@
 #include <stdint.h>
 
 #define RTC_MM_WS_BYTES ((size_t)32 << 20) /* cuBLAS recommends 32 MiB on Hopper */
+#define RTC_MM_BIAS_BYTES ((size_t)256 << 10) /* after it: a bf16 GEMM's bias in bf16 (128K features) */
 #define RTC_NORM_ROWS 32                   /* rows per partial sum of the norms' weight grads */
 #define RTC_CE_RESULT_BYTES 64             /* >= sizeof the cross-entropy's result (k_loss.cu) */
 #define RTC_WS_ALIGN 256
 
 static inline size_t rtc_ws_round(size_t b) { return (b + RTC_WS_ALIGN - 1) / RTC_WS_ALIGN * RTC_WS_ALIGN; }
 
-/* a GEMM (cuBLASLt's workspace; the bias gradient's partials fit in it) */
-static inline size_t rtc_ws_matmul(void) { return RTC_MM_WS_BYTES; }
+/* a GEMM (cuBLASLt's workspace, the bias gradient's partials fit in it;
+ * then a bf16 copy of the bias its epilogue adds) */
+static inline size_t rtc_ws_matmul(void) { return RTC_MM_WS_BYTES + RTC_MM_BIAS_BYTES; }
 /* attention's backward: delta, one float per (batch, head, query) */
 static inline size_t rtc_ws_attention_bwd(int64_t B, int64_t T, int64_t H) {
   return rtc_ws_round((size_t)(B * T * H) * sizeof(float));

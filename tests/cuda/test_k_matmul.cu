@@ -310,10 +310,13 @@ static void test_bf16_gemm(int ta, int tb, int M, int N, int K, double alpha, do
 
 static void test_bf16(void) {
   bf16_selftest();
-  /* {1000, 48, 40}: the bias added on 16-byte vectors (OC % 8 == 0; its
-   * grid's row loop past 65535 rows is test_k_act's slice test) */
-  static const int shapes[][3] = {{1, 1, 1}, {37, 19, 23}, {129, 257, 65}, {1000, 48, 40},
-                                  {2049, 3, 130}};
+  /* The bias by cuBLASLt's epilogue (a bf16 copy of it) up to
+   * RTC_MM_BIAS_BYTES / 2 features; past that the kernels' way: {2, 3,
+   * 131080} on 16-byte vectors (OC % 8 == 0; the grid's row loop past
+   * 65535 rows is test_k_act's slice test), {3, 2, 131073} element-wise */
+  static const int shapes[][3] = {{1, 1, 1},    {37, 19, 23},    {129, 257, 65},
+                                  {1000, 48, 40}, {2049, 3, 130}, {2, 3, 131080},
+                                  {3, 2, 131073}};
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
     test_bf16_matmul(shapes[s][0], shapes[s][1], shapes[s][2], 7);
   for (int which = 1; which < 7; which++) test_bf16_matmul(77, 31, 45, which);

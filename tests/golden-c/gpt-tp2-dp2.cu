@@ -1072,7 +1072,7 @@ static const RtProgram program = {
     .zero = 0, .zaxis = RT_AX_DP, .nreq = 7,
     .chunks = chunks, .nchunks = 1,
     .step = step, .nstep = 4,
-    .kernel_ws = 33554432,  /* the launchers' scratch, after the arena (rtc_ws.h) */
+    .kernel_ws = 33816576,  /* the launchers' scratch, after the arena (rtc_ws.h) */
     .steps = 300, .seed = 1337ull, .opt = RT_OPT_ADAMW, .lr = 0.003, .beta1 = 0.9, .beta2 = 0.95,
     .eps = 1e-08, .weight_decay = 0.1, .momentum = 0.0, .clip = 1.0, .min_lr_ratio = 0.0,
     .warmup = 20, .cosine = 1,
