@@ -34,8 +34,9 @@
 #        configuration against the best of 8 heuristic algorithms and
 #        cublasGemmEx, the LM head at the vocabulary as given and padded;
 #     8. two ranks on the one GPU under the packed Open MPI, collectives
-#        staged through the host (--comm mpi): the tiny GPT at dp=2 and
-#        tp=2 (fp32) and dp=2 (bf16), 20 steps against the cpu target.
+#        staged through the host (--comm mpi): the tiny GPT at dp=2, tp=2,
+#        pp=2 and sp=ring:2 (fp32) and dp=2 (bf16), 20 steps against the
+#        cpu target.
 #   bench/gpu_check.sh predict PROFILE.json [GPU_CHECK.txt]
 #                             back here: the predictions from the profile the
 #                             run wrote, beside the run's measured steps.
@@ -60,8 +61,8 @@ PAD_VOCAB='s/const vocab = 50257/const vocab = 50304/; s/return cross_entropy(lo
 # load (the fabric plugins' libraries are left out: those plugins fail to
 # load, silently, and shared memory carries the messages)
 MPI_DEBS="openmpi-bin libopenmpi3 openmpi-common libpmix2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libnuma1 libmunge2 libudev1"
-# Step 8's programs: name:strategy:model:tolerance[:first steps held to 2e-2]
-MPI_RUNS="gpt_dp2:dp=2:gpt:1e-4 gpt_tp2:tp=2:gpt:1e-4 gpt_bf16_dp2:dp=2:gpt_bf16:5e-2:10"
+# Step 8's programs: name/strategy/model/tolerance[/first steps held to 2e-2]
+MPI_RUNS="gpt_dp2/dp=2/gpt/1e-4 gpt_tp2/tp=2/gpt/1e-4 gpt_pp2/pp=2/gpt/1e-4 gpt_ring2/sp=ring:2/gpt/1e-4 gpt_bf16_dp2/dp=2/gpt_bf16/5e-2/10"
 
 # mpi_env DIR: the environment that runs Open MPI unpacked (dpkg -x) into
 # DIR; sets MPIRUN.  Relocated by OPAL_PREFIX (Open MPI's plugins and help
@@ -138,7 +139,7 @@ pack() {
   # step 8: the 2-rank programs, and Open MPI's packages
   local r name strat
   for r in $MPI_RUNS; do
-    IFS=: read -r name strat m _ <<<"$r"
+    IFS=/ read -r name strat m _ <<<"$r"
     SHARDC_CUDA_ARCH=sm_90a "$bin" build "$g/$m.shard" --target cuda --mesh 2:H200_SXM \
       --strategy "$strat" -o "$p/models/$name" >"$p/models/$name.build" 2>&1 ||
       { cat "$p/models/$name.build"; return 1; }
@@ -384,7 +385,7 @@ EOF
     (
       mpi_env "$w/mpi"
       for r in $MPI_RUNS; do
-        IFS=: read -r name strat m tol first <<<"$r"
+        IFS=/ read -r name strat m tol first <<<"$r"
         out=$(timeout 120 "$MPIRUN" -np 2 "$w/models/$name/train" --steps 20 --comm mpi \
           --data "$data" --log "$w/$name.jsonl" 2>&1)
         rc=$?
