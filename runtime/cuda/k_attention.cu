@@ -52,10 +52,13 @@
  * with fp32 accumulators on register fragments loaded by ldmatrix
  * (rtc_mma.cuh: the PTX ISA's layouts, with host twins that follow them,
  * checked on a GPU by tests/cuda/test_k_mma.cu), FlashAttention-2 style:
- *   - the 4 warps of a block split the tile's 64 rows, 16 each (queries in
- *     the forward and in dq, keys in dk/dv); lane l holds rows l/4 and
- *     l/4 + 8 of its warp's, so the row max and sum of the online softmax
- *     are two shuffles among the 4 lanes of a row;
+ *   - the 4 warps of a block split the tile's rows, 16 each (queries in
+ *     dq, keys in dk/dv; 64 rows), in the forward 16·MT each (MT m-tiles:
+ *     2 at D <= 64, where each k, v fragment ldmatrix brings feeds two
+ *     mmas, so a block takes 128 queries; 1 at D = 128 for the registers;
+ *     SHARDC_ATT_MT=1 forces 1); lane l holds rows l/4 and l/4 + 8 of each
+ *     m-tile, so the row max and sum of the online softmax are two
+ *     shuffles among the 4 lanes of a row;
  *   - nothing goes through shared memory but the q, k, v, dout tiles: a
  *     warp's scores stay in its accumulators, and p (ds) rounded to bf16
  *     IS the a fragment of the next mma (an accumulator pair of n-blocks
@@ -76,12 +79,14 @@
  * Tiles are bf16 (64, dc) rows dc+8 apart (dc = 16·NJ, zero past D and
  * past T; 16-byte asynchronous copies when D % 8 == 0, plain stores
  * otherwise), so ldmatrix's 8 rows fall on distinct banks.  Dynamic shared
- * memory: forward 45.1 KB at D=64 (5 tiles), 85.1 KB at D=128; backward
- * 55.1 KB and 103.1 KB (6 tiles and the double lse/delta).  Registers
- * (nvcc 13.0 -Xptxas -v, sm_90a, NJ = 1/2/4/8): forward 95/96/128/183,
- * dk/dv 80/125/168/255, dq 64/93/127/207; spills only in dk/dv at NJ=8 (36
+ * memory: forward 54.1 KB at D=64 (MT=2: two q tiles, k and v twice),
+ * 85.1 KB at D=128 (MT=1); backward 55.1 KB and 103.1 KB (6 tiles and the
+ * double lse/delta).  Registers (nvcc 13.0 -Xptxas -v, sm_90a, NJ =
+ * 1/2/4/8): forward 150/168/241/183 (MT 2/2/2/1; 95/96/128 at MT=1), dk/dv
+ * 80/125/168/255, dq 64/93/127/207; spills only in dk/dv at NJ=8 (36
  * bytes) and NJ=1 (24).  Not done yet: Hopper's wgmma and the bulk tensor
- * copies (TMA), and splitting the forward's rows over 8 warps.
+ * copies (TMA); two m-tiles a warp in the backward (dq's registers would
+ * allow it at D <= 64, dk/dv's not).
  */
 #include "common.cuh"
 
@@ -536,7 +541,9 @@ ATT_UNROLL
 // (q; k, v twice), six in the backward (k, v; q, dout twice in dk/dv, the
 // other way round in dq) and the dk/dv kernel's lse and delta of a query
 // tile, twice; 128 more to align the base.
-static size_t att_tc_fwd_smem(int dc) { return 128 + 5 * (size_t)ATT_BQ * (dc + 8) * 2; }
+static size_t att_tc_fwd_smem(int dc, int mt) {
+  return 128 + (size_t)(mt + 4) * ATT_BQ * (dc + 8) * 2;
+}
 static size_t att_tc_bwd_smem(int dc) {
   return 128 + 6 * (size_t)ATT_BQ * (dc + 8) * 2 + 4 * ATT_BQ * 4;
 }
@@ -649,44 +656,76 @@ ATT_UNROLL
   }
 }
 
+// The forward's m-tiles (16 query rows each) a warp owns: two where the
+// registers allow (D <= 64: every k, v fragment loaded from shared memory
+// feeds two mmas, halving ldmatrix's traffic a product, which bounds the
+// one-tile kernel), one at D = 128.  A block's query tile is 64·MT rows.
+template <int NJ>
+struct AttFwdMT {
+  static constexpr int value = NJ <= 4 ? 2 : 1;
+};
+
+// SHARDC_ATT_MT=1 in the environment: one m-tile a warp at every D (for
+// timing the two against each other: bench/gpu_check.sh step 4b).
+static bool att_fwd_mt1(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("SHARDC_ATT_MT");
+    v = e && !strcmp(e, "1");
+  }
+  return v != 0;
+}
+
 // out is (B,T,H,D), lse is (B,H,T), q is (B,T,H,D), k and v are (B,T,Hkv,D);
-// grid (ceil(T/64), H, B), ATT_THREADS threads, att_tc_fwd_smem(16·NJ) bytes.
-// Warp w owns query rows 16w..16w+15 of the tile; lane l holds rows l/4
-// and l/4 + 8 of them in its accumulators (rtc_mma.cuh's layout): its q
-// fragments, its scores (8 n-blocks of 8 keys), p and output (2·NJ
-// n-blocks of 8 columns) all stay in registers.  out is bf16 or (O = float)
-// fp32, unrounded.
-template <int NJ, class O>
+// grid (ceil(T/(64·MT)), H, B), ATT_THREADS threads, att_tc_fwd_smem(16·NJ,
+// MT) bytes.  Warp w owns query rows 16·MT·w.. (MT m-tiles of 16) of the
+// tile; lane l holds rows l/4 and l/4 + 8 of each m-tile in its
+// accumulators (rtc_mma.cuh's layout): its q fragments, its scores (8
+// n-blocks of 8 keys an m-tile), p and output (2·NJ n-blocks of 8 columns)
+// all stay in registers.  out is bf16 or (O = float) fp32, unrounded.
+template <int NJ, int MT, class O>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_forward_tc_kernel(O *out, float *lse, const rtc_bf16 *q,
                                 const rtc_bf16 *k, const rtc_bf16 *v, int T, int H, int Hkv,
                                 int D, int causal, float scale) {
-  const int dc = 16 * NJ, ldt = dc + 8;
+  const int dc = 16 * NJ, ldt = dc + 8, BQ = ATT_BQ * MT;
   RTC_DYNAMIC_SHARED(unsigned char, smem_raw);
   rtc_bf16 *Qs = (rtc_bf16 *)att_tc_base(smem_raw);  // (BQ, dc), 0 past T and D
-  rtc_bf16 *KV = Qs + ATT_BQ * ldt;  // k, v tiles (BK, dc) of buffer i at KV + 2i·BK·ldt
-  int q0 = blockIdx.x * ATT_BQ, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  rtc_bf16 *KV = Qs + BQ * ldt;  // k, v tiles (BK, dc) of buffer i at KV + 2i·BK·ldt
+  int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   int w = threadIdx.x / 32, lane = threadIdx.x % 32, tq = lane & 3;
-  int r0 = q0 + 16 * w, t_lo = r0 + lane / 4;  // the warp's first row, the lane's (and + 8)
+  int r0 = q0 + 16 * MT * w, t_lo = r0 + lane / 4;  // the warp's first row, the lane's
   size_t ldh = (size_t)H * D, ldkv = (size_t)Hkv * D;
+  const rtc_bf16 *qb = q + (size_t)b * T * ldh + (size_t)h * D;
   const rtc_bf16 *kb = k + (size_t)b * T * ldkv + (size_t)hk * D;
   const rtc_bf16 *vb = v + (size_t)b * T * ldkv + (size_t)hk * D;
-  att_tc_load(Qs, ldt, q + (size_t)b * T * ldh + (size_t)h * D, ldh, q0, T, D, dc);
+  for (int g = 0; g < MT; g++)
+    att_tc_load(Qs + g * ATT_BQ * ldt, ldt, qb, ldh, q0 + g * ATT_BQ, T, D, dc);
   att_tc_load(KV, ldt, kb, ldkv, 0, T, D, dc);
   att_tc_load(KV + ATT_BK * ldt, ldt, vb, ldkv, 0, T, D, dc);
   rtc_cp_async_commit();
   rtc_cp_async_wait<0>();
   __syncthreads();
-  uint32_t qa[NJ][4];
+  uint32_t qa[MT][NJ][4];
 ATT_UNROLL
-  for (int kk = 0; kk < NJ; kk++) rtc_ldsm_x4(qa[kk], att_a(Qs, ldt, 16 * w, 16 * kk, lane));
+  for (int mt = 0; mt < MT; mt++)
+ATT_UNROLL
+    for (int kk = 0; kk < NJ; kk++)
+      rtc_ldsm_x4(qa[mt][kk], att_a(Qs, ldt, 16 * (MT * w + mt), 16 * kk, lane));
 
   const float sl2 = scale * ATC_LOG2E;  // scores in log2 units: p = exp2(s·sl2 - m)
-  float o[2 * NJ][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  // per m-tile: the output, and the running max and (this lane's share of
+  // the) sum of the lane's two rows
+  float o[MT][2 * NJ][4], m[MT][2], l[MT][2];
 ATT_UNROLL
-  for (int n = 0; n < 2 * NJ; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  int kend = causal ? min(T, q0 + ATT_BQ) : T;         // keys any row of the tile sees
-  int wend = causal ? min(kend, r0 + 16) : kend;        // keys this warp's rows see
+  for (int mt = 0; mt < MT; mt++) {
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.0f;
+ATT_UNROLL
+    for (int n = 0; n < 2 * NJ; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+  }
+  int kend = causal ? min(T, q0 + BQ) : T;            // keys any row of the tile sees
+  int wend = causal ? min(kend, r0 + 16 * MT) : kend;  // keys this warp's rows see
   for (int j0 = 0, it = 0; j0 < kend; j0 += ATT_BK, it++) {
     // the next tile loads into the other buffer (read in the last
     // iteration, before its closing barrier) while this one is used
@@ -699,11 +738,17 @@ ATT_UNROLL
     rtc_cp_async_commit();
     rtc_cp_async_wait<1>();  // this tile's copies are done
     __syncthreads();
-    int nkb = min(ATT_BK / 16, (wend - j0 + 15) / 16);  // key blocks of 16 the warp needs
-    // s = q_w · k_tileᵀ, (16, 16·nkb)
-    float s[ATT_BK / 8][4];
+    // key blocks of 16 the warp needs: none where a causal tile lies past
+    // every row of the warp (with MT = 2 a block's first warps see fewer
+    // key tiles than its last)
+    int nkb = min(ATT_BK / 16, (wend - j0 + 15) / 16);
+    // s = q_w · k_tileᵀ, (16·MT, 16·nkb): each k fragment feeds MT mmas
+    float s[MT][ATT_BK / 8][4];
 ATT_UNROLL
-    for (int n = 0; n < ATT_BK / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int mt = 0; mt < MT; mt++)
+ATT_UNROLL
+      for (int n = 0; n < ATT_BK / 8; n++)
+        s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 ATT_UNROLL
     for (int kk = 0; kk < NJ; kk++)
 ATT_UNROLL
@@ -711,82 +756,97 @@ ATT_UNROLL
         if (c < nkb) {
           uint32_t kf[4];
           rtc_ldsm_x4(kf, att_bn(Ks, ldt, 16 * c, 16 * kk, lane));
-          rtc_mma16816(s[2 * c], qa[kk], kf);
-          rtc_mma16816(s[2 * c + 1], qa[kk], kf + 2);
+ATT_UNROLL
+          for (int mt = 0; mt < MT; mt++) {
+            rtc_mma16816(s[mt][2 * c], qa[mt][kk], kf);
+            rtc_mma16816(s[mt][2 * c + 1], qa[mt][kk], kf + 2);
+          }
         }
-    // online softmax: masked scores (key past T, above the diagonal, or in
-    // a block the warp skipped) are -inf; row maxima over the 4 lanes of a
-    // row; p = exp2(s·sl2 - m_new), the lane's share of the row sums of the
-    // unrounded p, the output rescaled by exp2(m_old - m_new)
-    float mx[2] = {-INFINITY, -INFINITY};
+    // online softmax, per m-tile: masked scores (key past T, above the
+    // diagonal, or in a block the warp skipped) are -inf; row maxima over
+    // the 4 lanes of a row; p = exp2(s·sl2 - m_new), the lane's share of
+    // the row sums of the unrounded p, the output rescaled by
+    // exp2(m_old - m_new)
 ATT_UNROLL
-    for (int n = 0; n < ATT_BK / 8; n++)
+    for (int mt = 0; mt < MT; mt++) {
+      int tm = t_lo + 16 * mt;
+      float mx[2] = {-INFINITY, -INFINITY};
 ATT_UNROLL
-      for (int e = 0; e < 4; e++) {
-        int key = j0 + 8 * n + 2 * tq + (e & 1), t = t_lo + 8 * (e >> 1);
-        bool live = 8 * n < 16 * nkb && key < T && (!causal || key <= t);
-        s[n][e] = live ? s[n][e] * sl2 : -INFINITY;
-        mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-      }
-    float corr[2], mb[2];
+      for (int n = 0; n < ATT_BK / 8; n++)
 ATT_UNROLL
-    for (int r = 0; r < 2; r++) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      float mnew = fmaxf(m[r], mx[r]);
-      mb[r] = mnew == -INFINITY ? 0.0f : mnew;  // a row that sees no key yet: p = 0
-      corr[r] = exp2f(m[r] - mb[r]);             // 0 on its first keys (m = -inf)
-      m[r] = mnew;
-      l[r] *= corr[r];
-    }
+        for (int e = 0; e < 4; e++) {
+          int key = j0 + 8 * n + 2 * tq + (e & 1), t = tm + 8 * (e >> 1);
+          bool live = 8 * n < 16 * nkb && key < T && (!causal || key <= t);
+          s[mt][n][e] = live ? s[mt][n][e] * sl2 : -INFINITY;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
+        }
+      float corr[2], mb[2];
 ATT_UNROLL
-    for (int n = 0; n < ATT_BK / 8; n++)
-ATT_UNROLL
-      for (int e = 0; e < 4; e++) {
-        float p = exp2f(s[n][e] - mb[e >> 1]);
-        s[n][e] = p;
-        l[e >> 1] += p;
+      for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        float mnew = fmaxf(m[mt][r], mx[r]);
+        mb[r] = mnew == -INFINITY ? 0.0f : mnew;  // a row that sees no key yet: p = 0
+        corr[r] = exp2f(m[mt][r] - mb[r]);        // 0 on its first keys (m = -inf)
+        m[mt][r] = mnew;
+        l[mt][r] *= corr[r];
       }
 ATT_UNROLL
-    for (int n = 0; n < 2 * NJ; n++) {
-      o[n][0] *= corr[0];
-      o[n][1] *= corr[0];
-      o[n][2] *= corr[1];
-      o[n][3] *= corr[1];
+      for (int n = 0; n < ATT_BK / 8; n++)
+ATT_UNROLL
+        for (int e = 0; e < 4; e++) {
+          float p = exp2f(s[mt][n][e] - mb[e >> 1]);
+          s[mt][n][e] = p;
+          l[mt][e >> 1] += p;
+        }
+ATT_UNROLL
+      for (int n = 0; n < 2 * NJ; n++) {
+        o[mt][n][0] *= corr[0];
+        o[mt][n][1] *= corr[0];
+        o[mt][n][2] *= corr[1];
+        o[mt][n][3] *= corr[1];
+      }
     }
-    // o_w += p_w · v_tile, (16, dc): p's accumulators are the a fragments
+    // o_w += p_w · v_tile, (16·MT, dc): p's accumulators are the a
+    // fragments; each v fragment feeds MT mmas
 ATT_UNROLL
     for (int c = 0; c < ATT_BK / 16; c++)
       if (c < nkb) {
-        uint32_t pa[4];
-        att_pack_a(pa, s[2 * c], s[2 * c + 1]);
+        uint32_t pa[MT][4];
+ATT_UNROLL
+        for (int mt = 0; mt < MT; mt++) att_pack_a(pa[mt], s[mt][2 * c], s[mt][2 * c + 1]);
 ATT_UNROLL
         for (int n = 0; n < NJ; n++) {
           uint32_t vf[4];
           rtc_ldsm_x4_trans(vf, att_bt(Vs, ldt, 16 * c, 16 * n, lane));
-          rtc_mma16816(o[2 * n], pa, vf);
-          rtc_mma16816(o[2 * n + 1], pa, vf + 2);
+ATT_UNROLL
+          for (int mt = 0; mt < MT; mt++) {
+            rtc_mma16816(o[mt][2 * n], pa[mt], vf);
+            rtc_mma16816(o[mt][2 * n + 1], pa[mt], vf + 2);
+          }
         }
       }
     __syncthreads();  // this buffer is read: the next iteration but one loads into it
   }
 ATT_UNROLL
-  for (int r = 0; r < 2; r++) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    int t = t_lo + 8 * r;
-    if (t >= T) continue;
-    float inv = 1.0f / l[r];
-    O *orow = out + ((size_t)b * T + t) * ldh + (size_t)h * D;
+  for (int mt = 0; mt < MT; mt++)
 ATT_UNROLL
-    for (int n = 0; n < 2 * NJ; n++)
+    for (int r = 0; r < 2; r++) {
+      l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 1);
+      l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 2);
+      int t = t_lo + 16 * mt + 8 * r;
+      if (t >= T) continue;
+      float inv = 1.0f / l[mt][r];
+      O *orow = out + ((size_t)b * T + t) * ldh + (size_t)h * D;
 ATT_UNROLL
-      for (int e = 0; e < 2; e++) {
-        int d = 8 * n + 2 * tq + e;
-        if (d < D) att_st(orow + d, o[n][2 * r + e] * inv);
-      }
-    if (lse && tq == 0) lse[((size_t)b * H + h) * T + t] = m[r] * ATC_LN2 + logf(l[r]);
-  }
+      for (int n = 0; n < 2 * NJ; n++)
+ATT_UNROLL
+        for (int e = 0; e < 2; e++) {
+          int d = 8 * n + 2 * tq + e;
+          if (d < D) att_st(orow + d, o[mt][n][2 * r + e] * inv);
+        }
+      if (lse && tq == 0) lse[((size_t)b * H + h) * T + t] = m[mt][r] * ATC_LN2 + logf(l[mt][r]);
+    }
 }
 
 // dk and dv are (B,T,Hkv,D), accumulated; the rest as the launcher. grid
@@ -1009,20 +1069,34 @@ static int att_nj(int D, const char *who) {
 // is raised once per kernel, to its size at D = 16·NJ (the largest D it
 // serves).  The kernel names are parenthesized for RTC_LAUNCH (their
 // template arguments' comma).
+template <int NJ, int MT, class O>
+static void att_forward_tc(O *out, float *lse, const rtc_bf16 *q, const rtc_bf16 *k,
+                           const rtc_bf16 *v, int B, int T, int H, int Hkv, int D, int causal,
+                           float scale) {
+  static int ready = 0;
+  size_t smem = att_tc_fwd_smem(16 * NJ, MT);
+  if (!ready) {
+    cudaCheck(cudaFuncSetAttribute(attention_forward_tc_kernel<NJ, MT, O>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    ready = 1;
+  }
+  dim3 grid((T + ATT_BQ * MT - 1) / (ATT_BQ * MT), H, B);
+  RTC_LAUNCH((attention_forward_tc_kernel<NJ, MT, O>), grid, ATT_THREADS, smem, out, lse, q, k, v,
+             T, H, Hkv, D, causal, scale);
+}
+
 template <int NJ, class S, class O>
 static void att_forward(O *out, float *lse, const S *q, const S *k, const S *v, int B, int T,
                         int H, int Hkv, int D, int causal, float scale) {
   static int ready = 0;
   dim3 grid((T + ATT_BQ - 1) / ATT_BQ, H, B);
   if constexpr (std::is_same<S, rtc_bf16>::value) {
-    size_t smem = att_tc_fwd_smem(16 * NJ);
-    if (!ready) {
-      cudaCheck(cudaFuncSetAttribute(attention_forward_tc_kernel<NJ, O>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-      ready = 1;
+    constexpr int MT = AttFwdMT<NJ>::value;
+    if (MT > 1 && att_fwd_mt1()) {
+      att_forward_tc<NJ, 1>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale);
+      return;
     }
-    RTC_LAUNCH((attention_forward_tc_kernel<NJ, O>), grid, ATT_THREADS, smem, out, lse, q, k, v, T,
-               H, Hkv, D, causal, scale);
+    att_forward_tc<NJ, MT>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale);
   } else {  // fp32: the CUDA-core kernels
     if (!ready) {
       cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<NJ, S>,
