@@ -34,7 +34,7 @@
 #        configuration against the best of 8 heuristic algorithms and
 #        cublasGemmEx, the LM head at the vocabulary as given and padded;
 #     (4b. the profile's attention again with SHARDC_ATT_MT=1: the forward
-#        kernel's one m-tile a warp against the default two)
+#        and dq kernels' one m-tile a warp against the default two)
 #     8. two ranks on the one GPU under the packed Open MPI, collectives
 #        staged through the host (--comm mpi): the tiny GPT at dp=2, tp=2,
 #        pp=2 and sp=ring:2 (fp32) and dp=2 (bf16), 20 steps against the
@@ -314,7 +314,7 @@ EOF
   keep "$w/$g2-profile.out"
   sed -n '/^profile:/,/^done:/p' <<<"$out" | grep -v '^done:' | tee -a "$res"
   say ""
-  say "## 4b. the same with the attention forward on one m-tile (16 rows) a warp (SHARDC_ATT_MT=1) instead of two"
+  say "## 4b. the same with the attention forward and dq on one m-tile (16 rows) a warp (SHARDC_ATT_MT=1) instead of two"
   out=$(SHARDC_ATT_MT=1 SHARDC_PROFILE=2 timeout 90 "$w/models/$g2/train" --steps 4 --data "$bigdata" 2>&1)
   echo "$out" >"$w/$g2-profile-mt1.out"
   keep "$w/$g2-profile-mt1.out"

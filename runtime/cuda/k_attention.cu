@@ -52,13 +52,13 @@
  * with fp32 accumulators on register fragments loaded by ldmatrix
  * (rtc_mma.cuh: the PTX ISA's layouts, with host twins that follow them,
  * checked on a GPU by tests/cuda/test_k_mma.cu), FlashAttention-2 style:
- *   - the 4 warps of a block split the tile's rows, 16 each (queries in
- *     dq, keys in dk/dv; 64 rows), in the forward 16·MT each (MT m-tiles:
- *     2 at D <= 64, where each k, v fragment ldmatrix brings feeds two
- *     mmas, so a block takes 128 queries; 1 at D = 128 for the registers;
- *     SHARDC_ATT_MT=1 forces 1); lane l holds rows l/4 and l/4 + 8 of each
- *     m-tile, so the row max and sum of the online softmax are two
- *     shuffles among the 4 lanes of a row;
+ *   - the 4 warps of a block split the tile's rows: keys in dk/dv, 16
+ *     each (64 rows); queries in the forward and in dq, 16·MT each (MT
+ *     m-tiles: 2 at D <= 64, where each k, v fragment ldmatrix brings
+ *     feeds two mmas, so a block takes 128 queries; 1 at D = 128 for the
+ *     registers; SHARDC_ATT_MT=1 forces 1); lane l holds rows l/4 and
+ *     l/4 + 8 of each m-tile, so the row max and sum of the online softmax
+ *     are two shuffles among the 4 lanes of a row;
  *   - nothing goes through shared memory but the q, k, v, dout tiles: a
  *     warp's scores stay in its accumulators, and p (ds) rounded to bf16
  *     IS the a fragment of the next mma (an accumulator pair of n-blocks
@@ -80,13 +80,15 @@
  * past T; 16-byte asynchronous copies when D % 8 == 0, plain stores
  * otherwise), so ldmatrix's 8 rows fall on distinct banks.  Dynamic shared
  * memory: forward 54.1 KB at D=64 (MT=2: two q tiles, k and v twice),
- * 85.1 KB at D=128 (MT=1); backward 55.1 KB and 103.1 KB (6 tiles and the
- * double lse/delta).  Registers (nvcc 13.0 -Xptxas -v, sm_90a, NJ =
- * 1/2/4/8): forward 150/168/241/183 (MT 2/2/2/1; 95/96/128 at MT=1), dk/dv
- * 80/125/168/255, dq 64/93/127/207; spills only in dk/dv at NJ=8 (36
- * bytes) and NJ=1 (24).  Not done yet: Hopper's wgmma and the bulk tensor
- * copies (TMA); two m-tiles a warp in the backward (dq's registers would
- * allow it at D <= 64, dk/dv's not).
+ * 85.1 KB at D=128 (MT=1); dk/dv 55.1 KB and 103.1 KB (6 tiles and the
+ * double lse/delta); dq 72.1 KB at D=64 (MT=2), 102.1 KB at D=128.
+ * Registers (nvcc 13.0 -Xptxas -v, sm_90a, NJ = 1/2/4/8, MT 2/2/2/1):
+ * forward 150/168/241/183 (95/96/128 at MT=1), dq 116/148/218/207
+ * (64/93/127 at MT=1), dk/dv 80/125/168/255; spills only in dk/dv at NJ=8
+ * (36 bytes) and NJ=1 (24) (sm_80: a few bytes more in dk/dv and the
+ * forward at NJ=8).  Not done yet: Hopper's wgmma and the bulk tensor
+ * copies (TMA); two key m-tiles a warp in dk/dv (its registers do not
+ * allow it at D=64).
  */
 #include "common.cuh"
 
@@ -544,6 +546,9 @@ ATT_UNROLL
 static size_t att_tc_fwd_smem(int dc, int mt) {
   return 128 + (size_t)(mt + 4) * ATT_BQ * (dc + 8) * 2;
 }
+static size_t att_tc_dq_smem(int dc, int mt) {
+  return 128 + (size_t)(2 * mt + 4) * ATT_BQ * (dc + 8) * 2;
+}
 static size_t att_tc_bwd_smem(int dc) {
   return 128 + 6 * (size_t)ATT_BQ * (dc + 8) * 2 + 4 * ATT_BQ * 4;
 }
@@ -665,8 +670,9 @@ struct AttFwdMT {
   static constexpr int value = NJ <= 4 ? 2 : 1;
 };
 
-// SHARDC_ATT_MT=1 in the environment: one m-tile a warp at every D (for
-// timing the two against each other: bench/gpu_check.sh step 4b).
+// SHARDC_ATT_MT=1 in the environment: one m-tile a warp at every D, in
+// the forward and in dq (for timing the two against each other:
+// bench/gpu_check.sh step 4b).
 static bool att_fwd_mt1(void) {
   static int v = -1;
   if (v < 0) {
@@ -963,54 +969,65 @@ ATT_UNROLL
 }
 
 // dq is (B,T,H,D), accumulated; the rest as the launcher. grid
-// (ceil(T/64), H, B), ATT_THREADS threads, att_tc_bwd_smem(16·NJ) bytes.
-// Warp w owns query rows 16w..16w+15 of the tile: their q and dout
-// fragments and dq accumulators stay in registers; a key tile is taken 16
-// keys at a time (a block's ds is one a fragment).  lane l holds rows l/4
-// and l/4 + 8.  dq bf16 or (G = float) fp32.
-template <int NJ, class G>
+// (ceil(T/(64·MT)), H, B), ATT_THREADS threads, att_tc_dq_smem(16·NJ, MT)
+// bytes.  Warp w owns query rows 16·MT·w.. (MT m-tiles of 16, as the
+// forward: AttFwdMT) of the tile: their q and dout fragments and dq
+// accumulators stay in registers, and each k, v fragment feeds MT mmas; a
+// key tile is taken 16 keys at a time (a block's ds is one a fragment an
+// m-tile).  lane l holds rows l/4 and l/4 + 8 of each m-tile.  dq bf16 or
+// (G = float) fp32.
+template <int NJ, int MT, class G>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_backward_dq_tc_kernel(G *dq, const rtc_bf16 *dout, const rtc_bf16 *q,
                                     const rtc_bf16 *k, const rtc_bf16 *v, const float *lse,
                                     const float *delta, int T, int H, int Hkv, int D,
                                     int causal, float scale) {
-  const int dc = 16 * NJ, ldt = dc + 8;
+  const int dc = 16 * NJ, ldt = dc + 8, BQ = ATT_BQ * MT;
   RTC_DYNAMIC_SHARED(unsigned char, smem_raw);
   rtc_bf16 *Qs = (rtc_bf16 *)att_tc_base(smem_raw);  // (BQ, dc), 0 past T and D
-  rtc_bf16 *dOs = Qs + ATT_BQ * ldt;                  // (BQ, dc)
-  rtc_bf16 *KV = dOs + ATT_BQ * ldt;  // k, v tiles (BK, dc) of buffer i at KV + 2i·BK·ldt
-  int q0 = blockIdx.x * ATT_BQ, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  rtc_bf16 *dOs = Qs + BQ * ldt;                      // (BQ, dc)
+  rtc_bf16 *KV = dOs + BQ * ldt;  // k, v tiles (BK, dc) of buffer i at KV + 2i·BK·ldt
+  int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   int w = threadIdx.x / 32, lane = threadIdx.x % 32, tq = lane & 3;
-  int r0 = q0 + 16 * w, t_lo = r0 + lane / 4;  // this lane's rows: t_lo and t_lo + 8
+  int r0 = q0 + 16 * MT * w, t_lo = r0 + lane / 4;  // the warp's first row, the lane's
   size_t ldh = (size_t)H * D, ldkv = (size_t)Hkv * D;
   size_t qoff = (size_t)b * T * ldh + (size_t)h * D;
   size_t koff = (size_t)b * T * ldkv + (size_t)hk * D;
-  att_tc_load(Qs, ldt, q + qoff, ldh, q0, T, D, dc);
-  att_tc_load(dOs, ldt, dout + qoff, ldh, q0, T, D, dc);
+  for (int g = 0; g < MT; g++) {
+    att_tc_load(Qs + g * ATT_BQ * ldt, ldt, q + qoff, ldh, q0 + g * ATT_BQ, T, D, dc);
+    att_tc_load(dOs + g * ATT_BQ * ldt, ldt, dout + qoff, ldh, q0 + g * ATT_BQ, T, D, dc);
+  }
   att_tc_load(KV, ldt, k + koff, ldkv, 0, T, D, dc);
   att_tc_load(KV + ATT_BK * ldt, ldt, v + koff, ldkv, 0, T, D, dc);
   rtc_cp_async_commit();
   rtc_cp_async_wait<0>();
   __syncthreads();
-  uint32_t qa[NJ][4], ga[NJ][4];
+  uint32_t qa[MT][NJ][4], ga[MT][NJ][4];
 ATT_UNROLL
-  for (int kk = 0; kk < NJ; kk++) {
-    rtc_ldsm_x4(qa[kk], att_a(Qs, ldt, 16 * w, 16 * kk, lane));
-    rtc_ldsm_x4(ga[kk], att_a(dOs, ldt, 16 * w, 16 * kk, lane));
-  }
+  for (int mt = 0; mt < MT; mt++)
+ATT_UNROLL
+    for (int kk = 0; kk < NJ; kk++) {
+      rtc_ldsm_x4(qa[mt][kk], att_a(Qs, ldt, 16 * (MT * w + mt), 16 * kk, lane));
+      rtc_ldsm_x4(ga[mt][kk], att_a(dOs, ldt, 16 * (MT * w + mt), 16 * kk, lane));
+    }
   const float sl2 = scale * ATC_LOG2E;
-  float L[2], Dl[2];
+  float L[MT][2], Dl[MT][2];
 ATT_UNROLL
-  for (int r = 0; r < 2; r++) {
-    int t = t_lo + 8 * r;
-    L[r] = t < T ? lse[((size_t)b * H + h) * T + t] * ATC_LOG2E : 0.0f;
-    Dl[r] = t < T ? delta[((size_t)b * H + h) * T + t] : 0.0f;
-  }
-  float dqa[2 * NJ][4];
+  for (int mt = 0; mt < MT; mt++)
 ATT_UNROLL
-  for (int n = 0; n < 2 * NJ; n++) dqa[n][0] = dqa[n][1] = dqa[n][2] = dqa[n][3] = 0.0f;
-  int kend = causal ? min(T, q0 + ATT_BQ) : T;
-  int wend = causal ? min(kend, r0 + 16) : kend;  // keys this warp's rows see
+    for (int r = 0; r < 2; r++) {
+      int t = t_lo + 16 * mt + 8 * r;
+      L[mt][r] = t < T ? lse[((size_t)b * H + h) * T + t] * ATC_LOG2E : 0.0f;
+      Dl[mt][r] = t < T ? delta[((size_t)b * H + h) * T + t] : 0.0f;
+    }
+  float dqa[MT][2 * NJ][4];
+ATT_UNROLL
+  for (int mt = 0; mt < MT; mt++)
+ATT_UNROLL
+    for (int n = 0; n < 2 * NJ; n++)
+      dqa[mt][n][0] = dqa[mt][n][1] = dqa[mt][n][2] = dqa[mt][n][3] = 0.0f;
+  int kend = causal ? min(T, q0 + BQ) : T;
+  int wend = causal ? min(kend, r0 + 16 * MT) : kend;  // keys this warp's rows see
   for (int j0 = 0, it = 0; j0 < kend; j0 += ATT_BK, it++) {
     // the next tile loads into the other buffer while this one is used
     const rtc_bf16 *Ks = KV + 2 * (it & 1) * ATT_BK * ldt, *Vs = Ks + ATT_BK * ldt;
@@ -1026,34 +1043,61 @@ ATT_UNROLL
 ATT_UNROLL
     for (int c = 0; c < ATT_BK / 16; c++) {
       if (c >= nkb) continue;
-      // s = q_w · k_cᵀ and dp = dout_w · v_cᵀ, (16, 16)
-      float s[2][4], dp[2][4];
-      att_tc_sdp<NJ>(s, dp, qa, ga, Ks, Vs, ldt, 16 * c, lane);
+      // s = q_w · k_cᵀ and dp = dout_w · v_cᵀ, (16·MT, 16): each k, v
+      // fragment feeds MT mmas
+      float s[MT][2][4], dp[MT][2][4];
+ATT_UNROLL
+      for (int mt = 0; mt < MT; mt++)
+ATT_UNROLL
+        for (int e = 0; e < 4; e++) s[mt][0][e] = s[mt][1][e] = dp[mt][0][e] = dp[mt][1][e] = 0.0f;
+ATT_UNROLL
+      for (int kk = 0; kk < NJ; kk++) {
+        uint32_t f[4];
+        rtc_ldsm_x4(f, att_bn(Ks, ldt, 16 * c, 16 * kk, lane));
+ATT_UNROLL
+        for (int mt = 0; mt < MT; mt++) {
+          rtc_mma16816(s[mt][0], qa[mt][kk], f);
+          rtc_mma16816(s[mt][1], qa[mt][kk], f + 2);
+        }
+        rtc_ldsm_x4(f, att_bn(Vs, ldt, 16 * c, 16 * kk, lane));
+ATT_UNROLL
+        for (int mt = 0; mt < MT; mt++) {
+          rtc_mma16816(dp[mt][0], ga[mt][kk], f);
+          rtc_mma16816(dp[mt][1], ga[mt][kk], f + 2);
+        }
+      }
       // ds = p·(dp - delta)·scale with p = exp2(s·sl2 - lse·log2(e)), 0
       // where masked or past T
+      uint32_t dsa[MT][4];
 ATT_UNROLL
-      for (int n = 0; n < 2; n++)
+      for (int mt = 0; mt < MT; mt++) {
 ATT_UNROLL
-        for (int e = 0; e < 4; e++) {
-          int key = j0 + 16 * c + 8 * n + 2 * tq + (e & 1), t = t_lo + 8 * (e >> 1);
-          bool live = key < T && t < T && (!causal || key <= t);
-          float p = live ? exp2f(s[n][e] * sl2 - L[e >> 1]) : 0.0f;
-          s[n][e] = p * (dp[n][e] - Dl[e >> 1]) * scale;
-        }
-      // dq_w += ds · k_c, (16, dc)
-      uint32_t dsa[4];
-      att_pack_a(dsa, s[0], s[1]);
+        for (int n = 0; n < 2; n++)
+ATT_UNROLL
+          for (int e = 0; e < 4; e++) {
+            int key = j0 + 16 * c + 8 * n + 2 * tq + (e & 1), t = t_lo + 16 * mt + 8 * (e >> 1);
+            bool live = key < T && t < T && (!causal || key <= t);
+            float p = live ? exp2f(s[mt][n][e] * sl2 - L[mt][e >> 1]) : 0.0f;
+            s[mt][n][e] = p * (dp[mt][n][e] - Dl[mt][e >> 1]) * scale;
+          }
+        att_pack_a(dsa[mt], s[mt][0], s[mt][1]);
+      }
+      // dq_w += ds · k_c, (16·MT, dc)
 ATT_UNROLL
       for (int n = 0; n < NJ; n++) {
         uint32_t f[4];
         rtc_ldsm_x4_trans(f, att_bt(Ks, ldt, 16 * c, 16 * n, lane));
-        rtc_mma16816(dqa[2 * n], dsa, f);
-        rtc_mma16816(dqa[2 * n + 1], dsa, f + 2);
+ATT_UNROLL
+        for (int mt = 0; mt < MT; mt++) {
+          rtc_mma16816(dqa[mt][2 * n], dsa[mt], f);
+          rtc_mma16816(dqa[mt][2 * n + 1], dsa[mt], f + 2);
+        }
       }
     }
     __syncthreads();  // this buffer is read: the next iteration but one loads into it
   }
-  att_tc_add<NJ>(dq + qoff, ldh, t_lo, T, D, dqa);
+ATT_UNROLL
+  for (int mt = 0; mt < MT; mt++) att_tc_add<NJ>(dq + qoff, ldh, t_lo + 16 * mt, T, D, dqa[mt]);
 }
 
 // The kernels' column count NJ for head dim D: 16·NJ >= D, NJ in {1,2,4,8}.
@@ -1109,6 +1153,22 @@ static void att_forward(O *out, float *lse, const S *q, const S *k, const S *v, 
   }
 }
 
+template <int NJ, int MT, class G>
+static void att_dq_tc(G *dq, const rtc_bf16 *dout, const rtc_bf16 *q, const rtc_bf16 *k,
+                      const rtc_bf16 *v, const float *lse, const float *delta, int B, int T,
+                      int H, int Hkv, int D, int causal, float scale) {
+  static int ready = 0;
+  size_t smem = att_tc_dq_smem(16 * NJ, MT);
+  if (!ready) {
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_tc_kernel<NJ, MT, G>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    ready = 1;
+  }
+  dim3 grid((T + ATT_BQ * MT - 1) / (ATT_BQ * MT), H, B);
+  RTC_LAUNCH((attention_backward_dq_tc_kernel<NJ, MT, G>), grid, ATT_THREADS, smem, dq, dout, q,
+             k, v, lse, delta, T, H, Hkv, D, causal, scale);
+}
+
 template <int NJ, class S, class G>
 static void att_backward(G *dq, G *dk, G *dv, const S *dout, const S *q, const S *k, const S *v,
                          const float *lse, const float *delta, int B, int T, int H, int Hkv,
@@ -1120,16 +1180,16 @@ static void att_backward(G *dq, G *dk, G *dv, const S *dout, const S *q, const S
     if (!ready) {
       cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_tc_kernel<NJ, G>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-      cudaCheck(cudaFuncSetAttribute(attention_backward_dq_tc_kernel<NJ, G>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
       ready = 1;
     }
     if (dk || dv)
       RTC_LAUNCH((attention_backward_dkdv_tc_kernel<NJ, G>), dim3(ntiles, Hkv, B), ATT_THREADS,
                  smem, dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
-    if (dq)
-      RTC_LAUNCH((attention_backward_dq_tc_kernel<NJ, G>), dim3(ntiles, H, B), ATT_THREADS, smem,
-                 dq, dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
+    constexpr int MT = AttFwdMT<NJ>::value;
+    if (dq && MT > 1 && att_fwd_mt1())
+      att_dq_tc<NJ, 1>(dq, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale);
+    else if (dq)
+      att_dq_tc<NJ, MT>(dq, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale);
   } else {  // fp32: the CUDA-core kernels
     int max_smem = (int)att_bwd_smem(16 * NJ, 16 * NJ);
     if (!ready) {
