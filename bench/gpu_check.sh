@@ -191,6 +191,30 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
+# att_rates PROFILE_OUT MICROBATCH: GPT-2's attention kernels in a profile's
+# heaviest-kernel lines (ms a step) as TFLOP/s of the products they run:
+# per call 2·B·H·T²·D a product over the causal tiles' (nt+1)/2nt share,
+# 2 products forward, 3 in dq, 4 in dk/dv; 12 layers x 512/B microbatches
+att_rates() {
+  python3 - "$@" <<'PYEOF'
+import re, sys
+B = int(sys.argv[2]); H, T, D, L = 12, 1024, 64, 12
+nt = T // 64
+prod = 2.0 * B * H * T * T * D * (nt + 1) / (2 * nt)
+calls = L * 512 // B
+kern = (("forward", "attention_forward_tc_kernel", 2), ("dq", "attention_backward_dq_tc_kernel", 3),
+        ("dk/dv", "attention_backward_dkdv_tc_kernel", 4))
+out = []
+for name, pat, n in kern:
+    for line in open(sys.argv[1]):
+        if pat in line:
+            ms = float(re.search(r"([0-9.]+) ms", line.split(")")[-1]).group(1))
+            out.append(f"{name} {n * prod * calls / (ms / 1e3) / 1e12:.0f} ({ms:.0f} ms)")
+            break
+print("  attention as run, TFLOP/s of its products: " + (", ".join(out) if out else "not in the profile"))
+PYEOF
+}
+
 run() {
   [ -f "$tarball" ] || { echo "gpu_check run: no $tarball (run 'bench/gpu_check.sh pack' first)"; return 1; }
   if ! nvidia-smi -L >/dev/null 2>&1; then
@@ -313,12 +337,14 @@ EOF
   echo "$out" >"$w/$g2-profile.out"
   keep "$w/$g2-profile.out"
   sed -n '/^profile:/,/^done:/p' <<<"$out" | grep -v '^done:' | tee -a "$res"
+  att_rates "$w/$g2-profile.out" "$(cat "$w/models/gpt2.microbatch")" | tee -a "$res"
   say ""
   say "## 4b. the same with the attention forward and dq on one m-tile (16 rows) a warp (SHARDC_ATT_MT=1) instead of two"
   out=$(SHARDC_ATT_MT=1 SHARDC_PROFILE=2 timeout 90 "$w/models/$g2/train" --steps 4 --data "$bigdata" 2>&1)
   echo "$out" >"$w/$g2-profile-mt1.out"
   keep "$w/$g2-profile-mt1.out"
   sed -n '/^profile:/,/^done:/p' <<<"$out" | grep -E '^profile:|attention' | tee -a "$res"
+  att_rates "$w/$g2-profile-mt1.out" "$(cat "$w/models/gpt2.microbatch")" | tee -a "$res"
   say ""
   say "## 5. the tiny GPT without CUDA graphs (--no-graph): the same losses"
   out=$(timeout 90 "$w/models/gpt/train" --steps 20 --data "$data" --no-graph --log "$w/gpt-nograph.jsonl" 2>&1)
