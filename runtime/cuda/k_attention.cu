@@ -93,6 +93,7 @@
 #include "common.cuh"
 
 #include <math.h>
+#include <stdio.h>
 
 #include <type_traits>
 #include "rtc_mma.cuh"
@@ -1100,6 +1101,29 @@ ATT_UNROLL
   for (int mt = 0; mt < MT; mt++) att_tc_add<NJ>(dq + qoff, ldh, t_lo + 16 * mt, T, D, dqa[mt]);
 }
 
+// The dynamic shared memory a tensor-core kernel asks for against what a
+// block of this GPU may opt in to (sharedMemPerBlockOptin, read once): a
+// clear error before the launch rather than its "invalid argument".
+static void att_smem_check(size_t smem, int D, const char *who) {
+  static size_t optin = 0;
+  if (!optin) {
+    int dev;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaGetDeviceProperties(&prop, dev));
+    optin = prop.sharedMemPerBlockOptin;
+  }
+  if (smem <= optin) return;
+  char msg[200];
+  snprintf(msg, sizeof msg,
+           "the attention kernel at head dim %d needs %zu bytes of shared memory a block; this "
+           "GPU allows %zu",
+           D, smem, optin);
+  rtc_fail("CUDA", who, msg, __FILE__, __LINE__,
+           "head dims up to 64 fit every GPU from sm_80 on; 128 needs an A100/H100-class GPU "
+           "(163 or 227 KB a block), not sm_86/sm_89 (99 KB)");
+}
+
 // The kernels' column count NJ for head dim D: 16·NJ >= D, NJ in {1,2,4,8}.
 static int att_nj(int D, const char *who) {
   if (D > ATT_DMAX)
@@ -1120,6 +1144,7 @@ static void att_forward_tc(O *out, float *lse, const rtc_bf16 *q, const rtc_bf16
   static int ready = 0;
   size_t smem = att_tc_fwd_smem(16 * NJ, MT);
   if (!ready) {
+    att_smem_check(smem, D, "rt_attention_forward_cu");
     cudaCheck(cudaFuncSetAttribute(attention_forward_tc_kernel<NJ, MT, O>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     ready = 1;
@@ -1143,6 +1168,7 @@ static void att_forward(O *out, float *lse, const S *q, const S *k, const S *v, 
     att_forward_tc<NJ, MT>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale);
   } else {  // fp32: the CUDA-core kernels
     if (!ready) {
+      att_smem_check(att_fwd_smem(16 * NJ, 16 * NJ), D, "rt_attention_forward_cu");
       cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<NJ, S>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)att_fwd_smem(16 * NJ, 16 * NJ)));
@@ -1160,6 +1186,7 @@ static void att_dq_tc(G *dq, const rtc_bf16 *dout, const rtc_bf16 *q, const rtc_
   static int ready = 0;
   size_t smem = att_tc_dq_smem(16 * NJ, MT);
   if (!ready) {
+    att_smem_check(smem, D, "rt_attention_backward_cu");
     cudaCheck(cudaFuncSetAttribute(attention_backward_dq_tc_kernel<NJ, MT, G>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     ready = 1;
@@ -1178,6 +1205,7 @@ static void att_backward(G *dq, G *dk, G *dv, const S *dout, const S *q, const S
   if constexpr (std::is_same<S, rtc_bf16>::value) {
     size_t smem = att_tc_bwd_smem(16 * NJ);
     if (!ready) {
+      att_smem_check(smem, D, "rt_attention_backward_cu");
       cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_tc_kernel<NJ, G>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
       ready = 1;
@@ -1193,6 +1221,7 @@ static void att_backward(G *dq, G *dk, G *dv, const S *dout, const S *q, const S
   } else {  // fp32: the CUDA-core kernels
     int max_smem = (int)att_bwd_smem(16 * NJ, 16 * NJ);
     if (!ready) {
+      att_smem_check((size_t)max_smem, D, "rt_attention_backward_cu");
       cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<NJ, S>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
       cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<NJ, S>,

@@ -38,6 +38,16 @@ foreach(src ${SHARDC_CUDA_TESTS})
                        ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
 endforeach()
 
+# The attention launchers' shared-memory check: on a GPU whose blocks may
+# have 99 KB (sm_86/sm_89, played by the shim), head dim 128 stops with a
+# clear error before its launch
+add_test(NAME cuda/k_attention_smem COMMAND cuda_test_k_attention
+         WORKING_DIRECTORY ${SHARDC_CUDA_TEST_DIR})
+set_tests_properties(cuda/k_attention_smem PROPERTIES
+                     ENVIRONMENT "RTCH_SMEM_OPTIN=101376;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2"
+                     TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "the attention kernel at head dim 128 needs [0-9]+ bytes of shared memory a block; this GPU allows 101376")
+
 # The collectives' launchers (rtc_dist.cu, rtc_summa.cu, rtc_normsplit.cu,
 # on MPI through host/nccl_host.h) against the cpu functions under mpirun:
 #   cuda/vpce       the vocab-parallel cross-entropy (dist.h), 2 and 4 ranks
