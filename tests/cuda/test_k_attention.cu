@@ -86,8 +86,10 @@ static void test_attention(int B, int T, int H, int Hkv, int D, int causal) {
 }
 
 // the bf16 overloads, and those with fp32 results: q is (B,T,H,D), k and v
-// are (B,T,Hkv,D)
-static void test_attention_bf16(int B, int T, int H, int Hkv, int D, int causal) {
+// are (B,T,Hkv,D); otol: the forward output's limit (BF16_TOL, but at long
+// rows, see main)
+static void test_attention_bf16(int B, int T, int H, int Hkv, int D, int causal,
+                                double otol = BF16_TOL) {
   char shape[64];
   snprintf(shape, sizeof shape, "B=%d T=%d H=%d/%d D=%d%s", B, T, H, Hkv, D,
            causal ? " causal" : "");
@@ -100,11 +102,11 @@ static void test_attention_bf16(int B, int T, int H, int Hkv, int D, int causal)
   rtc_bf16 *d_out = bf16_poison(nq);
   float *d_lse = rtc_test_poison(nl);
   rt_attention_forward_cu(d_out, d_lse, d_q, d_k, d_v, B, T, H, Hkv, D, causal);
-  bf16_check("bf16 attention_forward", shape, "out", d_out, out, nq);
+  bf16_check("bf16 attention_forward", shape, "out", d_out, out, nq, otol);
   f32_check("bf16 attention_forward", shape, "lse", d_lse, lse, nl, 1e-5);
   float *d_out32 = rtc_test_poison(nq);  // fp32 output (ring attention's blocks)
   rt_attention_forward_cu(d_out32, d_lse, d_q, d_k, d_v, B, T, H, Hkv, D, causal);
-  f32_check("bf16 attention_forward", shape, "out f32", d_out32, out, nq, BF16_TOL);
+  f32_check("bf16 attention_forward", shape, "out f32", d_out32, out, nq, otol);
 
   /* backward from the cpu's out (rounded, as a bf16 program stores it) and lse */
   bf16_round_host(out, nq);
@@ -156,5 +158,12 @@ int main(void) {
     const int *c = bf16_cases[i];
     test_attention_bf16(c[0], c[1], c[2], c[3], c[4], c[5]);
   }
+  // GPT-2's rows, T = 1024 and D = 64 on one head: 8 blocks of 128 queries, up to 16
+  // double-buffered key tiles each.  lse (every score of every tile, unrounded) holds
+  // 1e-5 and the gradients 1e-2; the output's worst element of 65,536 is 1.15e-2 off
+  // the fp32 cpu kernel, as p rounded to bf16 for p·v (2^-9 a term, FlashAttention's
+  // rounding) leaves it over rows of up to 1024 keys: the wmma kernels this replaced
+  // gave the same 1.15e-2.  The output is held to 2e-2 there.
+  test_attention_bf16(1, 1024, 1, 1, 64, 1, 2e-2);
   return rtc_test_done();
 }
