@@ -617,27 +617,49 @@ __device__ __forceinline__ void att_pack_a(uint32_t a[4], const float c0[4], con
   a[3] = rtc_pack_bf16x2(c1[2], c1[3]);
 }
 
-// The backward's two (16, 16) score blocks of a warp: s = a1 · t1ᵀ and
-// dp = a2 · t2ᵀ over the head dim, where a1, a2 are the warp's 16 rows
-// (NJ a fragments each) and t1, t2 rows n0..n0+15 of two tiles (rows ld
-// apart); each result is two n-blocks of 8.
-template <int NJ>
-__device__ __forceinline__ void att_tc_sdp(float (&s)[2][4], float (&dp)[2][4],
-                                           const uint32_t (&a1)[NJ][4],
-                                           const uint32_t (&a2)[NJ][4], const rtc_bf16 *t1,
-                                           const rtc_bf16 *t2, int ld, int n0, int lane) {
-ATT_UNROLL
-  for (int e = 0; e < 4; e++) s[0][e] = s[1][e] = dp[0][e] = dp[1][e] = 0.0f;
+// The products every kernel runs, for MT m-tiles of 16 rows a warp (each
+// fragment ldmatrix brings feeds MT mmas):
+//   att_tc_abt: acc[mt] (16, 16: two n-blocks of 8) += a[mt] · tᵀ over the
+//     head dim, a[mt] the warp's rows (NJ a fragments), t rows n0..n0+15 of
+//     a tile (rows ld apart): the scores s = q·kᵀ (sᵀ = k·qᵀ) and dp;
+//   att_tc_ab: acc[mt] (16, dc: 2·NJ n-blocks) += a[mt] (one a fragment,
+//     16 x 16) · t rows k0..k0+15: o += p·v, dq += ds·k, dv += pᵀ·dout,
+//     dk += dsᵀ·q.
+template <int NJ, int MT>
+__device__ __forceinline__ void att_tc_abt(float (&acc)[MT][2][4], const uint32_t (&a)[MT][NJ][4],
+                                           const rtc_bf16 *t, int ld, int n0, int lane) {
 ATT_UNROLL
   for (int kk = 0; kk < NJ; kk++) {
     uint32_t f[4];
-    rtc_ldsm_x4(f, att_bn(t1, ld, n0, 16 * kk, lane));
-    rtc_mma16816(s[0], a1[kk], f);
-    rtc_mma16816(s[1], a1[kk], f + 2);
-    rtc_ldsm_x4(f, att_bn(t2, ld, n0, 16 * kk, lane));
-    rtc_mma16816(dp[0], a2[kk], f);
-    rtc_mma16816(dp[1], a2[kk], f + 2);
+    rtc_ldsm_x4(f, att_bn(t, ld, n0, 16 * kk, lane));
+ATT_UNROLL
+    for (int mt = 0; mt < MT; mt++) {
+      rtc_mma16816(acc[mt][0], a[mt][kk], f);
+      rtc_mma16816(acc[mt][1], a[mt][kk], f + 2);
+    }
   }
+}
+template <int NJ, int MT>
+__device__ __forceinline__ void att_tc_ab(float (&acc)[MT][2 * NJ][4], const uint32_t (&a)[MT][4],
+                                          const rtc_bf16 *t, int ld, int k0, int lane) {
+ATT_UNROLL
+  for (int n = 0; n < NJ; n++) {
+    uint32_t f[4];
+    rtc_ldsm_x4_trans(f, att_bt(t, ld, k0, 16 * n, lane));
+ATT_UNROLL
+    for (int mt = 0; mt < MT; mt++) {
+      rtc_mma16816(acc[mt][2 * n], a[mt], f);
+      rtc_mma16816(acc[mt][2 * n + 1], a[mt], f + 2);
+    }
+  }
+}
+
+// Zeroes an accumulator array of floats, of any shape.
+template <class A>
+__device__ __forceinline__ void att_tc_zero(A &acc) {
+  float *f = reinterpret_cast<float *>(&acc);
+ATT_UNROLL
+  for (size_t i = 0; i < sizeof acc / sizeof(float); i++) f[i] = 0.0f;
 }
 
 // Adds a warp's (16, dc) accumulators acc (2·NJ n-blocks of 8 columns) to
@@ -724,12 +746,11 @@ ATT_UNROLL
   // per m-tile: the output, and the running max and (this lane's share of
   // the) sum of the lane's two rows
   float o[MT][2 * NJ][4], m[MT][2], l[MT][2];
+  att_tc_zero(o);
 ATT_UNROLL
   for (int mt = 0; mt < MT; mt++) {
     m[mt][0] = m[mt][1] = -INFINITY;
     l[mt][0] = l[mt][1] = 0.0f;
-ATT_UNROLL
-    for (int n = 0; n < 2 * NJ; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
   }
   int kend = causal ? min(T, q0 + BQ) : T;            // keys any row of the tile sees
   int wend = causal ? min(kend, r0 + 16 * MT) : kend;  // keys this warp's rows see
@@ -749,26 +770,13 @@ ATT_UNROLL
     // every row of the warp (with MT = 2 a block's first warps see fewer
     // key tiles than its last)
     int nkb = min(ATT_BK / 16, (wend - j0 + 15) / 16);
-    // s = q_w · k_tileᵀ, (16·MT, 16·nkb): each k fragment feeds MT mmas
-    float s[MT][ATT_BK / 8][4];
+    // s = q_w · k_tileᵀ, (16·MT, 16·nkb), key block c of 16 in s[c]: n-block
+    // n of 8 keys is s[n/2][mt][n%2]
+    float s[ATT_BK / 16][MT][2][4];
+    att_tc_zero(s);
 ATT_UNROLL
-    for (int mt = 0; mt < MT; mt++)
-ATT_UNROLL
-      for (int n = 0; n < ATT_BK / 8; n++)
-        s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
-ATT_UNROLL
-    for (int kk = 0; kk < NJ; kk++)
-ATT_UNROLL
-      for (int c = 0; c < ATT_BK / 16; c++)
-        if (c < nkb) {
-          uint32_t kf[4];
-          rtc_ldsm_x4(kf, att_bn(Ks, ldt, 16 * c, 16 * kk, lane));
-ATT_UNROLL
-          for (int mt = 0; mt < MT; mt++) {
-            rtc_mma16816(s[mt][2 * c], qa[mt][kk], kf);
-            rtc_mma16816(s[mt][2 * c + 1], qa[mt][kk], kf + 2);
-          }
-        }
+    for (int c = 0; c < ATT_BK / 16; c++)
+      if (c < nkb) att_tc_abt<NJ, MT>(s[c], qa, Ks, ldt, 16 * c, lane);
     // online softmax, per m-tile: masked scores (key past T, above the
     // diagonal, or in a block the warp skipped) are -inf; row maxima over
     // the 4 lanes of a row; p = exp2(s·sl2 - m_new), the lane's share of
@@ -784,8 +792,9 @@ ATT_UNROLL
         for (int e = 0; e < 4; e++) {
           int key = j0 + 8 * n + 2 * tq + (e & 1), t = tm + 8 * (e >> 1);
           bool live = 8 * n < 16 * nkb && key < T && (!causal || key <= t);
-          s[mt][n][e] = live ? s[mt][n][e] * sl2 : -INFINITY;
-          mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
+          float &x = s[n >> 1][mt][n & 1][e];
+          x = live ? x * sl2 : -INFINITY;
+          mx[e >> 1] = fmaxf(mx[e >> 1], x);
         }
       float corr[2], mb[2];
 ATT_UNROLL
@@ -802,8 +811,8 @@ ATT_UNROLL
       for (int n = 0; n < ATT_BK / 8; n++)
 ATT_UNROLL
         for (int e = 0; e < 4; e++) {
-          float p = exp2f(s[mt][n][e] - mb[e >> 1]);
-          s[mt][n][e] = p;
+          float p = exp2f(s[n >> 1][mt][n & 1][e] - mb[e >> 1]);
+          s[n >> 1][mt][n & 1][e] = p;
           l[mt][e >> 1] += p;
         }
 ATT_UNROLL
@@ -821,17 +830,8 @@ ATT_UNROLL
       if (c < nkb) {
         uint32_t pa[MT][4];
 ATT_UNROLL
-        for (int mt = 0; mt < MT; mt++) att_pack_a(pa[mt], s[mt][2 * c], s[mt][2 * c + 1]);
-ATT_UNROLL
-        for (int n = 0; n < NJ; n++) {
-          uint32_t vf[4];
-          rtc_ldsm_x4_trans(vf, att_bt(Vs, ldt, 16 * c, 16 * n, lane));
-ATT_UNROLL
-          for (int mt = 0; mt < MT; mt++) {
-            rtc_mma16816(o[mt][2 * n], pa[mt], vf);
-            rtc_mma16816(o[mt][2 * n + 1], pa[mt], vf + 2);
-          }
-        }
+        for (int mt = 0; mt < MT; mt++) att_pack_a(pa[mt], s[c][mt][0], s[c][mt][1]);
+        att_tc_ab<NJ, MT>(o, pa, Vs, ldt, 16 * c, lane);
       }
     __syncthreads();  // this buffer is read: the next iteration but one loads into it
   }
@@ -901,18 +901,16 @@ __global__ void __launch_bounds__(ATT_THREADS)
   rtc_cp_async_commit();
   rtc_cp_async_wait<0>();
   __syncthreads();
-  uint32_t ka[NJ][4], va[NJ][4];
+  uint32_t ka[1][NJ][4], va[1][NJ][4];  // one m-tile of keys
 ATT_UNROLL
   for (int kk = 0; kk < NJ; kk++) {
-    rtc_ldsm_x4(ka[kk], att_a(Ks, ldt, 16 * w, 16 * kk, lane));
-    rtc_ldsm_x4(va[kk], att_a(Vs, ldt, 16 * w, 16 * kk, lane));
+    rtc_ldsm_x4(ka[0][kk], att_a(Ks, ldt, 16 * w, 16 * kk, lane));
+    rtc_ldsm_x4(va[0][kk], att_a(Vs, ldt, 16 * w, 16 * kk, lane));
   }
   const float sl2 = scale * ATC_LOG2E;
-  float dka[2 * NJ][4], dva[2 * NJ][4];
-ATT_UNROLL
-  for (int n = 0; n < 2 * NJ; n++)
-ATT_UNROLL
-    for (int e = 0; e < 4; e++) dka[n][e] = dva[n][e] = 0.0f;
+  float dka[1][2 * NJ][4], dva[1][2 * NJ][4];
+  att_tc_zero(dka);
+  att_tc_zero(dva);
   int it = 0;
   for (int h = hk * rep; h < (hk + 1) * rep; h++) {
     for (int q0 = qstart; q0 < T; q0 += ATT_BQ, it++) {
@@ -933,8 +931,11 @@ ATT_UNROLL
       for (int c = 0; c < ATT_BQ / 16; c++) {
         if (c < qlo || c >= qhi) continue;
         // sᵀ = k_w · q_cᵀ and dpᵀ = v_w · dout_cᵀ, (16, 16)
-        float s[2][4], dp[2][4];
-        att_tc_sdp<NJ>(s, dp, ka, va, Qs, dOs, ldt, 16 * c, lane);
+        float s[1][2][4], dp[1][2][4];
+        att_tc_zero(s);
+        att_tc_zero(dp);
+        att_tc_abt<NJ, 1>(s, ka, Qs, ldt, 16 * c, lane);
+        att_tc_abt<NJ, 1>(dp, va, dOs, ldt, 16 * c, lane);
         // pᵀ = exp2(sᵀ·sl2 - lse·log2(e)) and dsᵀ = pᵀ·(dpᵀ - delta)·scale, 0
         // where masked or past T
 ATT_UNROLL
@@ -943,30 +944,22 @@ ATT_UNROLL
           for (int e = 0; e < 4; e++) {
             int qc = 16 * c + 8 * n + 2 * tq + (e & 1), key = key_lo + 8 * (e >> 1);
             bool live = key < T && q0 + qc < T && (!causal || key <= q0 + qc);
-            float p = live ? exp2f(s[n][e] * sl2 - Ls[qc]) : 0.0f;
-            s[n][e] = p;
-            dp[n][e] = p * (dp[n][e] - Dl[qc]) * scale;
+            float p = live ? exp2f(s[0][n][e] * sl2 - Ls[qc]) : 0.0f;
+            s[0][n][e] = p;
+            dp[0][n][e] = p * (dp[0][n][e] - Dl[qc]) * scale;
           }
         // dv_w += pᵀ · dout_c and dk_w += dsᵀ · q_c, (16, dc)
-        uint32_t pa[4], dsa[4];
-        att_pack_a(pa, s[0], s[1]);
-        att_pack_a(dsa, dp[0], dp[1]);
-ATT_UNROLL
-        for (int n = 0; n < NJ; n++) {
-          uint32_t f[4];
-          rtc_ldsm_x4_trans(f, att_bt(dOs, ldt, 16 * c, 16 * n, lane));
-          rtc_mma16816(dva[2 * n], pa, f);
-          rtc_mma16816(dva[2 * n + 1], pa, f + 2);
-          rtc_ldsm_x4_trans(f, att_bt(Qs, ldt, 16 * c, 16 * n, lane));
-          rtc_mma16816(dka[2 * n], dsa, f);
-          rtc_mma16816(dka[2 * n + 1], dsa, f + 2);
-        }
+        uint32_t pa[1][4], dsa[1][4];
+        att_pack_a(pa[0], s[0][0], s[0][1]);
+        att_pack_a(dsa[0], dp[0][0], dp[0][1]);
+        att_tc_ab<NJ, 1>(dva, pa, dOs, ldt, 16 * c, lane);
+        att_tc_ab<NJ, 1>(dka, dsa, Qs, ldt, 16 * c, lane);
       }
       __syncthreads();  // this buffer is read: the next iteration but one loads into it
     }
   }
-  if (dk) att_tc_add<NJ>(dk + koff, ldkv, key_lo, T, D, dka);
-  if (dv) att_tc_add<NJ>(dv + koff, ldkv, key_lo, T, D, dva);
+  if (dk) att_tc_add<NJ>(dk + koff, ldkv, key_lo, T, D, dka[0]);
+  if (dv) att_tc_add<NJ>(dv + koff, ldkv, key_lo, T, D, dva[0]);
 }
 
 // dq is (B,T,H,D), accumulated; the rest as the launcher. grid
@@ -1022,11 +1015,7 @@ ATT_UNROLL
       Dl[mt][r] = t < T ? delta[((size_t)b * H + h) * T + t] : 0.0f;
     }
   float dqa[MT][2 * NJ][4];
-ATT_UNROLL
-  for (int mt = 0; mt < MT; mt++)
-ATT_UNROLL
-    for (int n = 0; n < 2 * NJ; n++)
-      dqa[mt][n][0] = dqa[mt][n][1] = dqa[mt][n][2] = dqa[mt][n][3] = 0.0f;
+  att_tc_zero(dqa);
   int kend = causal ? min(T, q0 + BQ) : T;
   int wend = causal ? min(kend, r0 + 16 * MT) : kend;  // keys this warp's rows see
   for (int j0 = 0, it = 0; j0 < kend; j0 += ATT_BK, it++) {
@@ -1047,26 +1036,10 @@ ATT_UNROLL
       // s = q_w · k_cᵀ and dp = dout_w · v_cᵀ, (16·MT, 16): each k, v
       // fragment feeds MT mmas
       float s[MT][2][4], dp[MT][2][4];
-ATT_UNROLL
-      for (int mt = 0; mt < MT; mt++)
-ATT_UNROLL
-        for (int e = 0; e < 4; e++) s[mt][0][e] = s[mt][1][e] = dp[mt][0][e] = dp[mt][1][e] = 0.0f;
-ATT_UNROLL
-      for (int kk = 0; kk < NJ; kk++) {
-        uint32_t f[4];
-        rtc_ldsm_x4(f, att_bn(Ks, ldt, 16 * c, 16 * kk, lane));
-ATT_UNROLL
-        for (int mt = 0; mt < MT; mt++) {
-          rtc_mma16816(s[mt][0], qa[mt][kk], f);
-          rtc_mma16816(s[mt][1], qa[mt][kk], f + 2);
-        }
-        rtc_ldsm_x4(f, att_bn(Vs, ldt, 16 * c, 16 * kk, lane));
-ATT_UNROLL
-        for (int mt = 0; mt < MT; mt++) {
-          rtc_mma16816(dp[mt][0], ga[mt][kk], f);
-          rtc_mma16816(dp[mt][1], ga[mt][kk], f + 2);
-        }
-      }
+      att_tc_zero(s);
+      att_tc_zero(dp);
+      att_tc_abt<NJ, MT>(s, qa, Ks, ldt, 16 * c, lane);
+      att_tc_abt<NJ, MT>(dp, ga, Vs, ldt, 16 * c, lane);
       // ds = p·(dp - delta)·scale with p = exp2(s·sl2 - lse·log2(e)), 0
       // where masked or past T
       uint32_t dsa[MT][4];
@@ -1084,16 +1057,7 @@ ATT_UNROLL
         att_pack_a(dsa[mt], s[mt][0], s[mt][1]);
       }
       // dq_w += ds · k_c, (16·MT, dc)
-ATT_UNROLL
-      for (int n = 0; n < NJ; n++) {
-        uint32_t f[4];
-        rtc_ldsm_x4_trans(f, att_bt(Ks, ldt, 16 * c, 16 * n, lane));
-ATT_UNROLL
-        for (int mt = 0; mt < MT; mt++) {
-          rtc_mma16816(dqa[mt][2 * n], dsa[mt], f);
-          rtc_mma16816(dqa[mt][2 * n + 1], dsa[mt], f + 2);
-        }
-      }
+      att_tc_ab<NJ, MT>(dqa, dsa, Ks, ldt, 16 * c, lane);
     }
     __syncthreads();  // this buffer is read: the next iteration but one loads into it
   }
