@@ -18,10 +18,11 @@
 #        largest microbatch the plan fits in the H200's memory) for G2_STEPS
 #        (12) steps on the built-in text: tokens/s and MFU over the steps
 #        after G2_WARM (2) warm-up steps, MFU = (6N + 12·L·T·d) FLOPs per token × tokens/s ÷
-#        989 TFLOP/s (dense bf16 peak of the H100 SXM and H200); and again
-#        with the vocabulary padded to 50304 and cross_entropy's classes =
-#        50257 (3b: aligned rows for the LM head's GEMMs);
-#     4. the padded GPT-2's device time by kernel family (SHARDC_PROFILE);
+#        989 TFLOP/s (dense bf16 peak of the H100 SXM and H200); the
+#        compiler pads its LM head's bf16 weight copy to 50304 rows
+#        (passes/precision.c); 3b: again built with SHARDC_HEAD_PAD=0,
+#        the head's rows of 50257 unaligned, as the 2026-12-04 run ran it;
+#     4. GPT-2's device time by kernel family (SHARDC_PROFILE);
 #     5. the tiny GPT with --no-graph against the graph run;
 #     6. `shardc calibrate --target cuda` on one rank (its one-rank build
 #        without MPI, shardc-calib-cuda-serial: cuBLASLt fp32 and bf16 GEMMs,
@@ -56,9 +57,6 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cmd="${1:-}"
 tarball="$root/bench/gpu-pack.tar.xz"
-# GPT-2 with its vocabulary padded to 50304 and the loss over its 50257
-# classes (step 3b; pack and predict)
-PAD_VOCAB='s/const vocab = 50257/const vocab = 50304/; s/return cross_entropy(logits, targets)/return cross_entropy(logits, targets, classes = 50257)/'
 # Step 8's Open MPI: Debian 12's packages of mpirun, libmpi and what they
 # load (the fabric plugins' libraries are left out: those plugins fail to
 # load, silently, and shared memory carries the messages)
@@ -128,14 +126,14 @@ pack() {
     -o "$p/models/gpt2" >"$p/models/gpt2.build" 2>&1 || { cat "$p/models/gpt2.build"; return 1; }
   "$bin" compile "$g/gpt2.shard" --target cuda "${mesh[@]}" --emit=plan >"$p/models/gpt2.plan" 2>&1
   echo "$chosen" >"$p/models/gpt2.microbatch"
-  # the same, the vocabulary padded to 50304 with the loss over its 50257 classes
-  sed "$PAD_VOCAB" \
-    "$g/gpt2.shard" >"$g/gpt2p.shard"
-  SHARDC_CUDA_ARCH=sm_90a "$bin" build "$g/gpt2p.shard" --target cuda "${mesh[@]}" \
-    -o "$p/models/gpt2p" >"$p/models/gpt2p.build" 2>&1 || { cat "$p/models/gpt2p.build"; return 1; }
+  # the same with the LM head unpadded (its bf16 rows of 50257 unaligned)
+  cp "$g/gpt2.shard" "$g/gpt2u.shard"
+  SHARDC_HEAD_PAD=0 SHARDC_CUDA_ARCH=sm_90a "$bin" build "$g/gpt2u.shard" --target cuda "${mesh[@]}" \
+    -o "$p/models/gpt2u" >"$p/models/gpt2u.build" 2>&1 || { cat "$p/models/gpt2u.build"; return 1; }
   # the cost model's predicted step from the H200's catalog figures (step 6)
-  for m in gpt gpt_bf16 gpt2 gpt2p; do
-    "$bin" compile "$g/$m.shard" --target cuda "${mesh[@]}" --emit=plan 2>&1 |
+  for m in gpt gpt_bf16 gpt2 gpt2u; do
+    SHARDC_HEAD_PAD=$([ $m = gpt2u ] && echo 0 || echo 1) \
+      "$bin" compile "$g/$m.shard" --target cuda "${mesh[@]}" --emit=plan 2>&1 |
       grep -o 'predicted step [^,(]*' | head -1 >"$p/models/$m.predicted"
   done
   # step 8: the 2-rank programs, and Open MPI's packages
@@ -151,7 +149,7 @@ pack() {
   # shellcheck disable=SC2086
   (cd "$p/mpi-debs" && apt-get download $MPI_DEBS >/dev/null 2>&1) ||
     { echo "gpu_check pack: apt-get download of Open MPI failed (step 8 will say so)"; rm -rf "$p/mpi-debs"; }
-  for m in gpt gpt_bf16 gpt2 gpt2p; do strip "$p/models/$m/train"; done
+  for m in gpt gpt_bf16 gpt2 gpt2u; do strip "$p/models/$m/train"; done
   # the cpu target's tiny GPT, 20 steps: the reference losses
   "$bin" build "$g/gpt.shard" --mesh 1 --strategy dp=1 -o "$p/ref/gpt-cpu" >/dev/null || return 1
   "$p/ref/gpt-cpu/train" --steps 20 --quiet --data "$root/samples/data/tales.txt" \
@@ -293,11 +291,11 @@ run() {
     fi
   done
   say ""
-  # gpt2: the sample as given (vocabulary 50257: its LM head's rows are not
-  # 16-byte aligned); gpt2p: padded to 50304, the loss over the 50257 classes
+  # gpt2: the sample as given (vocabulary 50257: the compiler pads the LM
+  # head's bf16 copy to 50304 rows); gpt2u: built with SHARDC_HEAD_PAD=0
   local out rc g2
-  for g2 in gpt2 gpt2p; do
-    say "## 3$([ $g2 = gpt2p ] && echo b). GPT-2 124M, bf16$([ $g2 = gpt2p ] && echo ", vocabulary padded to 50304 (classes = 50257)"), microbatch $(cat "$w/models/gpt2.microbatch") x seq 1024, $G2_STEPS steps"
+  for g2 in gpt2 gpt2u; do
+    say "## 3$([ $g2 = gpt2u ] && echo b). GPT-2 124M, bf16$([ $g2 = gpt2u ] && echo ", the LM head unpadded (SHARDC_HEAD_PAD=0: rows of 50257)"), microbatch $(cat "$w/models/gpt2.microbatch") x seq 1024, $G2_STEPS steps"
     if [ ! -x "$w/models/$g2/train" ]; then
       say "(no $g2 in the pack)"
       continue
@@ -330,8 +328,7 @@ print(f"{g2}: {len(timed)} steps after {min(warm, len(rows))} warm-up: {ms:.1f} 
 EOF
     say ""
   done
-  g2=gpt2p
-  [ -x "$w/models/$g2/train" ] || g2=gpt2
+  g2=gpt2
   say "## 4. where $g2's step goes: device time by kernel family (SHARDC_PROFILE, steps 3-4, no graphs)"
   out=$(SHARDC_PROFILE=2 timeout 90 "$w/models/$g2/train" --steps 4 --data "$bigdata" 2>&1)
   echo "$out" >"$w/$g2-profile.out"
@@ -385,7 +382,7 @@ EOF
     prof=
   fi
   local measured
-  for m in gpt gpt_bf16 gpt2 gpt2p; do
+  for m in gpt gpt_bf16 gpt2 gpt2u; do
     measured=$(python3 - "$w/$m.jsonl" <<'EOF'
 import json, sys
 try:
@@ -461,11 +458,10 @@ predict() {
   cp "$root/samples/gpt.shard" "$g/gpt.shard"
   sed 's/precision = fp32/precision = bf16/' "$root/samples/gpt.shard" >"$g/gpt_bf16.shard"
   sed "s/microbatch = [0-9]*/microbatch = ${mb:-16}/" "$root/samples/gpt2-124m.shard" >"$g/gpt2.shard"
-  sed "$PAD_VOCAB" \
-    "$g/gpt2.shard" >"$g/gpt2p.shard"
-  for m in gpt gpt_bf16 gpt2 gpt2p; do
+  cp "$g/gpt2.shard" "$g/gpt2u.shard"
+  for m in gpt gpt_bf16 gpt2 gpt2u; do
     echo "$m: $([ -n "$res" ] && grep -o "^$m: measured [^;]*" "$res" | head -1 | sed "s/^$m: //")" \
-      "predicted from the profile: $("$bin" compile "$g/$m.shard" --target cuda --mesh 1:H200_SXM \
+      "predicted from the profile: $(SHARDC_HEAD_PAD=$([ $m = gpt2u ] && echo 0 || echo 1) "$bin" compile "$g/$m.shard" --target cuda --mesh 1:H200_SXM \
         --strategy dp=1 --emit=plan --profile "$prof" 2>&1 | grep -o 'predicted step [^,(]*' | head -1)"
   done
 }

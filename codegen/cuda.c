@@ -331,6 +331,19 @@ static void cross_entropy(Emit *e, const PInstr *in) {
     in->assign ? 0 : 1, in->assign ? "  // writes: the first contribution" : "");
 }
 
+/* The backward of an LM head whose weight copy has padded rows
+ * (passes/precision.c): dW's rows are the master's, fewer than dlogits'
+ * columns. */
+static void head_backward(Emit *e, const PInstr *in) {
+  const Node *n = in->n;
+  const PRef *x = in->in, *y = in->out;
+  P(e, "  rt_matmul_backward_rows_cu(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+       ", %" PRId64 ");  // rows padded to %" PRId64 "\n",
+    R(e, y[0]), R(e, y[1]), R(e, x[0]), R(e, x[1]), R(e, x[2]), cg_rows(n->in[1]),
+    cg_last_dim(n->in[1]), cg_last_dim(n->in[0]), n->outs[1]->shape.d[0].n,
+    cg_last_dim(n->in[0]));
+}
+
 static void instr(Emit *e, const PInstr *in) {
   switch (in->kind) {
   case PI_LOOP:
@@ -353,6 +366,9 @@ static void instr(Emit *e, const PInstr *in) {
       return cross_entropy(e, in);
     if (ir_summa_q(in->n)) return summa(e, in);
     if (ir_norm_split(in->n)) return norm_split(e, in);
+    if (in->n->op == OP_MATMUL_BWD && in->n->outs[1] &&
+        in->n->outs[1]->shape.d[0].n < cg_last_dim(in->n->in[0]))
+      return head_backward(e, in);
     if (ir_ring_size(in->n) > 1) return ring_attention(e, in);
     if (in->n->op == OP_SHARD) {
       const Node *n = in->n;
@@ -379,7 +395,7 @@ static void instr(Emit *e, const PInstr *in) {
  * (rtc_f2bf).  A block with anything else is walked as usual. */
 static bool weight_cast(const PInstr *in) {
   const PLoop *L = in->loop;
-  return in->kind == PI_LOOP && in->n && in->n->op == OP_CAST && in->nzero == 0 && L &&
+  return in->kind == PI_LOOP && in->n && in->n->op == OP_CAST && in->nzero <= 1 && L &&
          L->nin == 1 && L->nout == 1 && !L->inner && L->expr[0]->kind == SX_ARG &&
          L->expr[0]->arg == 0 && !strcmp(L->op[0], "=") && !L->in[0].r.stash &&
          !L->out[0].r.stash && L->in[0].r.v->dtype == DT_F32 && L->out[0].r.v->dtype == DT_BF16;
@@ -398,6 +414,10 @@ static bool casts(Emit *e, const PBlock *bl) {
       cg_shape(e, n->in[0]), cg_shape(e, n->out));
   }
   P(e, "  };\n  rt_cast_bf16_multi_cu(p->arena, segs, %d);\n", bl->n);
+  for (int j = 0; j < bl->n; j++) /* an LM head's padded rows (passes/precision.c) */
+    if (bl->ins[j].nzero)
+      P(e, "  %s(%s, 0, %" PRId64 ");  // %s: the padded rows\n", cg_memset(e),
+        cg_ref(e, bl->ins[j].zero[0]), bl->ins[j].zero_bytes[0], prog_vname(bl->ins[j].zero_of[0]));
   return true;
 }
 

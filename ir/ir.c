@@ -273,6 +273,12 @@ static int shape_cast(Node *n, char *err, int errcap) {
   if (n->a.ni < 1 || !is_float((DType)n->a.i[0])) FAIL("cast to a dtype that is not floating-point");
   n->out->shape = n->in[0]->shape;
   n->out->dtype = (DType)n->a.i[0];
+  /* i1: rows padded to (a step's copy of an LM head's weight: precision.c) */
+  if (n->a.ni > 1 && n->a.i[1]) {
+    Shape *s = &n->out->shape;
+    if (s->ndim < 1 || n->a.i[1] < s->d[0].n) FAIL("cast padded to %" PRId64 " rows", n->a.i[1]);
+    s->d[0] = (Dim){n->a.i[1], -1};
+  }
   return 0;
 }
 
@@ -334,7 +340,11 @@ static int shape_b_matmul(Node *n, char *err, int errcap) {
       x->d[x->ndim - 1].n != w->d[1].n)
     FAIL("dy, x and W do not form a matmul");
   set_out(n, 0, n->in[1]);
-  set_out(n, 1, n->in[2]);
+  /* W a copy with padded rows: dW is the master's gradient */
+  const Value *wm = n->in[2];
+  if (wm->def && wm->def->op == OP_CAST && wm->def->a.ni > 1 && wm->def->a.i[1])
+    wm = wm->def->in[0];
+  set_out(n, 1, wm);
   return 0;
 }
 

@@ -421,6 +421,7 @@ typedef struct Split {
   int b;              /* sequences per microbatch */
   Recompute rc;
   bool graph;         /* the CUDA target's step as CUDA graphs: kernels at launch_graph_s */
+  bool pad_head;      /* a 16-bit LM head's rows padded (not under ZeRO-3's gathers) */
 } Split;
 
 static double coll_axis(const HwModel *hw, const char *op, int n, int stride, double bytes) {
@@ -463,6 +464,11 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
         f += cf;
         b += cb;
       } else {
+        /* an LM head on GPU in 16 bits with rows not 16-byte aligned: the
+         * precision pass pads its weight copy (passes/precision.c) */
+        if (o->split == TPH_VOCAB && t == 1 && s->pad_head && hw->unaligned_eff < 1 &&
+            fmod(N * elt, 16.0) != 0 && fmod(K * elt, 16.0) == 0)
+          N = ceil(N / 64) * 64;
         if (o->split == TPH_COL || o->split == TPH_VOCAB) N /= t;
         if (o->split == TPH_ROW) K /= t;
         f = cost_gemm(hw, M, N, K);
@@ -707,7 +713,8 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   /* the CUDA target runs the step as CUDA graphs but under a pipeline or an
    * eager optimizer (runtime/train.c) */
   bool graph = hw->overlap > 0 && hw->launch_graph_s > 0 && pp == 1 && !ms->eager_opt;
-  Split s = {t, q, r, p->sp_kind == SP_MEGATRON, b, p->recompute, graph};
+  Split s = {t, q, r, p->sp_kind == SP_MEGATRON, b, p->recompute, graph,
+             !(p->zero >= 3 && D > 1)};
   const LCost *lc = costs(ms, hw, &s);
   HwModel hg;
   if (graph) {

@@ -37,6 +37,8 @@
  *        cast node right before the kernel (transient: freed after it).
  *      Where an accumulation (acc, shard_bwd) adds one width into the
  *      other, its source is cast to its destination's.
+ *   5. an LM head whose 16-bit rows are not 16-byte aligned gets a copy
+ *      with padded rows (pad_heads below; SHARDC_HEAD_PAD=0 turns it off).
  * Node ids stay schedule positions (dropout_bwd's forward index follows).
  */
 #include <stdlib.h>
@@ -132,6 +134,115 @@ typedef struct Cast {
 static int by_before(const void *a, const void *b) {
   const Cast *x = a, *y = b;
   return x->before != y->before ? (x->before < y->before ? -1 : 1) : (x->n->id < y->n->id ? -1 : 1);
+}
+
+/* 5. A 16-bit LM head whose rows are not 16-byte aligned (GPT-2's 50257
+ *    rows of 2 bytes): cuBLAS runs GEMMs over such rows at about a sixth of
+ *    its rate (the H200 measured 103 TFLOP/s at 50257 against 760 at
+ *    50304: bench/results/gpu_check-2026-12-04.txt, 26% of GPT-2's step).
+ *    Where a parameter's persistent copy is read only by matmuls whose
+ *    logits only a cross-entropy reads (and by their backward), the copy
+ *    gets VOCAB_PAD-aligned rows: the step's cast writes the master's rows
+ *    and zeroes the rest (passes/program.c), the logits and their gradient
+ *    get the padded width, the cross-entropy takes `classes` = the real
+ *    rows (the padded columns' logits are 0 and get no gradient), the
+ *    backward's dx runs dense over the padded rows (zero weights, zero
+ *    gradients) and its dW reads the first rows of dlogits into the
+ *    master's gradient, which keeps its shape: buckets, ZeRO shards, the
+ *    optimizer and checkpoints are untouched.  The model's numbers are
+ *    those of the unpadded head. */
+#define VOCAB_PAD 64
+
+static bool xent_reader(const Node *n, int k) {
+  if (n->op == OP_CROSS_ENTROPY) return k == 0 && !n->a.i[1];
+  if (n->op == OP_CROSS_ENTROPY_BWD) return k == 1 && !n->a.i[1];
+  return false;
+}
+
+/* Every reader of v among g's nodes satisfies ok(reader, k); v is read. */
+static bool readers_all(const Graph *g, const Value *v, bool (*ok)(const Node *, int, const void *),
+                        const void *arg) {
+  int seen = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    const Node *n = g->nodes.data[i];
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] == v || root(n->in[k]) == v) {
+        if (n->in[k] != v || !ok(n, k, arg)) return false;
+        seen++;
+      }
+  }
+  return seen > 0;
+}
+
+static bool logits_ok(const Node *n, int k, const void *arg) {
+  (void)arg;
+  return xent_reader(n, k);
+}
+
+static bool dlogits_ok(const Node *n, int k, const void *w) {
+  return n->op == OP_MATMUL_BWD && k == 0 && n->in[2] == w;
+}
+
+static bool head_ok(const Node *n, int k, const void *w) {
+  (void)w;
+  return (n->op == OP_MATMUL && k == 1) || (n->op == OP_MATMUL_BWD && k == 2);
+}
+
+static void pad_last(Value *v, int64_t n) {
+  v->shape.d[v->shape.ndim - 1] = (Dim){n, -1};
+}
+
+static void pad_heads(Graph *g, DType t) {
+  int64_t elt = ir_dtype_size(t);
+  for (int c = 0; c < g->wcasts.len; c++) {
+    Node *w = g->wcasts.data[c];
+    const Value *p = w->in[0];
+    if (p->shape.ndim != 2) continue;
+    int64_t V = p->shape.d[0].n, C = p->shape.d[1].n;
+    if (V * elt % 16 == 0 || C * elt % 16 || V < VOCAB_PAD) continue;
+    if (!readers_all(g, w->out, head_ok, w->out)) continue;
+    /* each matmul's logits read only by cross-entropies; their gradient
+     * only by this head's backward, and written only by the backward of
+     * those cross-entropies */
+    bool ok = true;
+    for (int i = 0; i < g->nodes.len && ok; i++) {
+      const Node *n = g->nodes.data[i];
+      if (n->op == OP_MATMUL && n->in[1] == w->out) {
+        const Value *o = n->out;
+        ok = o->alias == NULL && readers_all(g, o, logits_ok, NULL);
+        for (int s = 0; s < g->nsend && ok; s++) ok = root(g->send_act[s]) != o;
+      } else if (n->op == OP_MATMUL_BWD && n->in[2] == w->out) {
+        const Value *dy = n->in[0], *f = dy->grad_of;
+        ok = dy->alias == NULL && f && f->def && f->def->op == OP_MATMUL &&
+             f->def->in[1] == w->out && readers_all(g, dy, dlogits_ok, w->out);
+        for (int j = 0; j < g->nodes.len && ok; j++) {
+          const Node *q = g->nodes.data[j];
+          for (int k = 0; k < q->nout && ok; k++)
+            if (q->outs[k] && root(q->outs[k]) == dy) ok = q->op == OP_CROSS_ENTROPY_BWD;
+        }
+      }
+    }
+    if (!ok) continue;
+    int64_t Vp = (V + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD;
+    w->a.i[1] = Vp;
+    if (w->a.ni < 2) w->a.ni = 2;
+    w->out->shape.d[0] = (Dim){Vp, -1};
+    for (int i = 0; i < g->nodes.len; i++) {
+      Node *n = g->nodes.data[i];
+      if (n->op == OP_MATMUL && n->in[1] == w->out) {
+        pad_last(n->out, Vp);
+        if (n->out->grad) pad_last(n->out->grad, Vp);
+      } else if (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) {
+        const Value *x = n->in[n->op == OP_CROSS_ENTROPY ? 0 : 1];
+        if (!x->def || x->def->op != OP_MATMUL || x->def->in[1] != w->out) continue;
+        if (!n->a.i[4]) n->a.i[4] = V;
+        if (n->a.ni < 5) n->a.ni = 5;
+        /* the backward's dlogits */
+        for (int k = 0; k < n->nout; k++)
+          if (n->outs[k] && n->outs[k]->grad_of == x) pad_last(n->outs[k], Vp);
+      }
+    }
+  }
 }
 
 int precision_apply(Graph *g, DType t, bool step_casts) {
@@ -244,6 +355,8 @@ int precision_apply(Graph *g, DType t, bool step_casts) {
     }
   }
   if (check_grads(g, t)) return -1;
+  const char *pad = getenv("SHARDC_HEAD_PAD"); /* "0": off (to compare) */
+  if (step_casts && !(pad && !strcmp(pad, "0"))) pad_heads(g, t);
   if (!ncast) return 0;
   /* ir_add appended them: move each right before its reader */
   g->nodes.len = nn;

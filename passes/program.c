@@ -473,14 +473,24 @@ static void pipe_msg(B *b, PBlock *bl, PInstrKind k, Value *v, int peer, int low
     in->gather = (PComm){PC_COLL, AX_TP, "all_gather", rt_vol_allgather(bytes, in->split), false};
 }
 
-/* The step's cast of a parameter into its persistent 16-bit copy. */
+/* The step's cast of a parameter into its persistent 16-bit copy; a copy
+ * with padded rows (an LM head's: passes/precision.c) has its pad cleared
+ * first, the loop writing the master's rows. */
 static void cast_loop(B *b, PBlock *bl, Node *n) {
   Loop L = {0};
-  L.n = numel(n->out);
+  L.n = numel(n->in[0]);
   SExpr *x = loop_arg(b, &L, n->in[0], false);
   loop_out(b, &L, n->out, "=", false, fuse_op_expr(n, &x));
   PInstr *in = add(bl, PI_LOOP, n);
   in->loop = loop_copy(&L);
+  if (numel(n->out) > L.n) {
+    int64_t elt = nbytes(b, n->out) / numel(n->out);
+    in->zero[0] = ref(b, n->out);
+    in->zero[0].off += L.n * elt;
+    in->zero_bytes[0] = (numel(n->out) - L.n) * elt;
+    in->zero_of[0] = n->out;
+    in->nzero = 1;
+  }
 }
 
 /* Whether instruction in touches (reads, writes, or names) storage of whole

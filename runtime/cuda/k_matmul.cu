@@ -616,6 +616,21 @@ void rt_matmul_backward_cu(rtc_bf16 *dinp, float *dweight, float *dbias, const r
     rtc_dbias_(dbias, dout, N, OC);
 }
 
+// An LM head's padded copy (rtc.h): weight (OC,C) with OC >= rows, dout
+// (N,OC) with zero columns past rows; dweight (rows,C) += in fp32
+void rt_matmul_backward_rows_cu(rtc_bf16 *dinp, float *dweight, const rtc_bf16 *dout,
+                                const rtc_bf16 *inp, const rtc_bf16 *weight, int N, int C, int OC,
+                                int rows) {
+  if (N <= 0 || OC <= 0 || C <= 0)
+    return;
+  if (dinp) // (N,C) += (N,OC)·(OC,C): aligned rows, dense
+    rtc_gemm_st_(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, NULL,
+                 RTC_ST_AB16 | RTC_ST_C16);
+  if (dweight && rows > 0) // (rows,C) += (rows,N)·(N,C): dout's first rows columns, OC apart
+    rtc_gemm_st_(1, 0, rows < OC ? rows : OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C,
+                 NULL, RTC_ST_AB16);
+}
+
 // c is (M,N) with leading dim ldc, bf16 or fp32; op(a) is (M,K), op(b) is (K,N), bf16
 template <class T>
 static void rtc_gemm_bf16_(int trans_a, int trans_b, int M, int N, int K, double alpha,

@@ -306,6 +306,13 @@ void rt_matmul_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, const rtc_bf16 *we
  * or NULL; dbias summed in fp32 in a fixed order. */
 void rt_matmul_backward_cu(rtc_bf16 *dinp, float *dweight, float *dbias, const rtc_bf16 *dout,
                            const rtc_bf16 *inp, const rtc_bf16 *weight, int N, int C, int OC);
+/* An LM head whose weight copy has OC rows padded from the master's rows
+ * (passes/precision.c): dinp over all OC (the pad rows of weight and the
+ * pad columns of dout are zero), dweight (rows, C) += dout[:, :rows]ᵀ·inp,
+ * dout's rows OC apart; no bias. */
+void rt_matmul_backward_rows_cu(rtc_bf16 *dinp, float *dweight, const rtc_bf16 *dout,
+                                const rtc_bf16 *inp, const rtc_bf16 *weight, int N, int C, int OC,
+                                int rows);
 /* rt_gemm_cu on bf16 a and b, c bf16 or fp32 (read for beta, rounded once);
  * used by rtc_summa.cu. */
 void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double alpha, const rtc_bf16 *a,

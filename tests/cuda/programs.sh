@@ -194,6 +194,38 @@ if [ -z "${CUDA_PROGRAMS_QUICK:-}" ] && command -v mpirun >/dev/null && command 
     NEAR_REF="$tmp/gpt3-cpu" near "gpt3 bf16 cuda-host pp=2 (2-tensor cut)" "$tmp/gpt3-bf16-pp" 3
 fi
 
+# An LM head with 16-bit rows that are not 16-byte aligned (the tiny GPT
+# with a vocabulary of 260: 520-byte rows): the precision pass pads its
+# weight copy to 320 rows (passes/precision.c), the logits and dlogits to
+# 320 columns, the cross-entropy over the first 260 and dW from them
+# (rt_matmul_backward_rows_cu).  Ten steps against the cpu target's fp32
+# run of the same model (2e-2, as bf16 above; planned = measured memory),
+# and against the unpadded bf16 program (SHARDC_HEAD_PAD=0) within 1e-3:
+# the padding adds zero products, and only changes how bf16 roundings fall.
+sed 's/vocab = 256/vocab = 260/' "$MODELS_DIR/gpt.shard" >"$tmp/gpt260.shard"
+sed 's/precision = fp32/precision = bf16/' "$tmp/gpt260.shard" >"$tmp/gpt260_bf16.shard"
+build "$tmp/gpt260.shard" "$tmp/gpt260-cpu" --mesh 1 --strategy dp=1 &&
+  train "$tmp/gpt260-cpu" --steps 10 --quiet --log "$tmp/gpt260-cpu.jsonl" --save "$tmp/gpt260-cpu.st" &&
+  build "$tmp/gpt260_bf16.shard" "$tmp/gpt260-pad" --target cuda-host --mesh 1 --strategy dp=1 && {
+    if grep -q 'rt_matmul_backward_rows_cu(.*, 128, 320, 260);' "$tmp/gpt260-pad/model.cu" &&
+       grep -q 'rt_crossentropy_forward_site_ld_cu(.*, 260, 320));' "$tmp/gpt260-pad/model.cu"; then
+      NEAR_REF="$tmp/gpt260-cpu" near "gpt vocab 260 bf16 cuda-host, padded head" "$tmp/gpt260-pad" 10
+      SHARDC_HEAD_PAD=0 build "$tmp/gpt260_bf16.shard" "$tmp/gpt260-unpad" --target cuda-host --mesh 1 --strategy dp=1 &&
+        train "$tmp/gpt260-unpad" --steps 10 --quiet --log "$tmp/gpt260-unpad.jsonl" --save "$tmp/gpt260-unpad.st" &&
+        if grep -q rt_matmul_backward_rows_cu "$tmp/gpt260-unpad/model.cu"; then
+          bad "SHARDC_HEAD_PAD=0: the head is still padded"
+        elif cmp=$(py tests/dist/compare.py "$tmp/gpt260-unpad.jsonl" "$tmp/gpt260-pad.jsonl" \
+                     "$tmp/gpt260-unpad.st" "$tmp/gpt260-pad.st" 1e-3 1e9); then
+          ok
+          printf '  %-36s %s\n' "padded vs unpadded head (bf16)" "$cmp"
+        else
+          bad "padded vs unpadded head: $cmp"
+        fi
+    else
+      bad "gpt vocab 260 bf16: the head is not padded: $(grep -E 'matmul_backward|crossentropy_forward' "$tmp/gpt260-pad/model.cu" | tail -2)"
+    fi
+  }
+
 # A plan larger than the device's free memory is refused before the first
 # step, with the numbers (a 1 GiB emulated device: RTCH_DEVICE_MEMORY).
 build gpt "$tmp/gpt-oom" --target cuda-host --mesh 1 --strategy dp=1 && {

@@ -264,6 +264,40 @@ static void test_bf16_matmul(int N, int C, int OC, int which) { // which: backwa
   rtc_test_dfree(d_inp, d_w, d_b, d_dout, d_dinp, d_dw, d_db);
 }
 
+/* ---- bf16: an LM head whose weight copy has rows padded from V to Vp
+ * (passes/precision.c): rt_matmul_backward_rows_cu against the cpu backward
+ * of the unpadded head.  The copy's pad rows are zero (the step's cast
+ * writes them so), so dinp does not see dout's pad columns, which are
+ * random here (the cross-entropy writes zeros) so that a dweight over Vp
+ * rows would change the guard row after its V rows. ---- */
+static void test_bf16_head(int N, int C, int V, int Vp) {
+  size_t nin = (size_t)N * C, nw = (size_t)V * C;
+  float *inp = bf16_host(nin, -1, 1), *w = bf16_host(nw, -1, 1), *dout = bf16_host((size_t)N * V, -1, 1);
+  float *wp = (float *)calloc((size_t)Vp * C, sizeof(float));
+  float *doutp = bf16_host((size_t)N * Vp, -1, 1);
+  memcpy(wp, w, nw * sizeof(float));
+  for (int n = 0; n < N; n++) memcpy(doutp + (size_t)n * Vp, dout + (size_t)n * V, (size_t)V * 4);
+  float *dinp = bf16_host(nin, -1, 1), *dw = rtc_test_host(nw + C, -1, 1);
+  for (int c = 0; c < C; c++) dw[nw + c] = 7.0f;
+  rtc_bf16 *d_inp = bf16_dev(inp, nin), *d_w = bf16_dev(wp, (size_t)Vp * C),
+           *d_dout = bf16_dev(doutp, (size_t)N * Vp), *d_dinp = bf16_dev(dinp, nin);
+  float *d_dw = rtc_test_dev(dw, nw + C);
+  rt_matmul_backward_f32(dinp, dw, NULL, dout, inp, w, N, C, V);
+  rt_matmul_backward_rows_cu(d_dinp, d_dw, d_dout, d_inp, d_w, N, C, Vp, V);
+  char shape[96];
+  snprintf(shape, sizeof shape, "N=%d C=%d V=%d rows %d", N, C, V, Vp);
+  bf16_check("bf16 head backward", shape, "dinp", d_dinp, dinp, nin);
+  f32_check("bf16 head backward", shape, "dw", d_dw, dw, nw, 1e-4);
+  float *guard = f32_download(d_dw + nw, (size_t)C);
+  int kept = 1;
+  for (int c = 0; c < C; c++) kept &= guard[c] == 7.0f;
+  printf("%-26s %-30s %-6s %s\n", "bf16 head backward", shape, "guard",
+         kept ? "rows past V untouched PASS" : "written FAIL");
+  if (!kept) rtc_test_failures++;
+  free(inp), free(w), free(dout), free(wp), free(doutp), free(dinp), free(dw), free(guard);
+  rtc_test_dfree(d_inp, d_w, d_dout, d_dinp, d_dw);
+}
+
 /* ---- bf16 storage: rt_gemm with c bf16 (T = rtc_bf16) or fp32 ---- */
 template <class T>
 static void test_bf16_gemm(int ta, int tb, int M, int N, int K, double alpha, double beta,
@@ -338,6 +372,8 @@ static void test_bf16(void) {
       test_bf16_gemm<float>(ta, tb, 70, 130, 257, -1.0, 1.0, 5);
     }
   test_bf16_gemm<rtc_bf16>(0, 0, 6, 5, 0, 1.0, 2.0, 2); // K = 0: c = 2c
+  test_bf16_head(37, 24, 61, 64);   // the tiny cases of precision.c's padding
+  test_bf16_head(130, 64, 260, 320);
 }
 
 int main(void) {
