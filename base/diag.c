@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,7 +305,29 @@ static void print_source_line(const char *text, size_t tlen, int line, int col, 
   free(start);
 }
 
+/* diag_capture: the first error's text, nothing printed */
+static char *cap_buf;
+static size_t cap_len;
+
+void diag_capture(char *buf, size_t cap) {
+  cap_buf = cap ? buf : NULL;
+  cap_len = cap;
+  if (cap_buf) cap_buf[0] = 0;
+}
+
+static bool captured(const char *kind, const char *fmt, va_list ap) {
+  if (!cap_buf) return false;
+  if (!strcmp(kind, "error") && !cap_buf[0]) {
+    va_list aq;
+    va_copy(aq, ap);
+    vsnprintf(cap_buf, cap_len, fmt, aq);
+    va_end(aq);
+  }
+  return true;
+}
+
 static void vreport(const char *kind, SrcLoc loc, const char *fmt, va_list ap) {
+  if (captured(kind, fmt, ap)) return;
   if (loc.file)
     fprintf(stderr, "%s:%d:%d: %s: ", loc.file->path, loc.line, loc.col, kind);
   else
@@ -356,6 +379,10 @@ void diag_fatal_noloc(const char *fmt, ...) {
   n_errors++;
   va_list ap;
   va_start(ap, fmt);
+  if (captured("error", fmt, ap)) {
+    va_end(ap);
+    return;
+  }
   fprintf(stderr, "shardc: error: ");
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
@@ -366,6 +393,10 @@ void diag_error_at_path(const char *path, int line, int col, const char *fmt, ..
   n_errors++;
   va_list ap;
   va_start(ap, fmt);
+  if (captured("error", fmt, ap)) {
+    va_end(ap);
+    return;
+  }
   fprintf(stderr, "%s:%d:%d: error: ", path, line, col);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);

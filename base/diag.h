@@ -90,6 +90,10 @@ void diag_reset(void);
 /* Stop after this many errors (avoids floods on garbage input). */
 enum { DIAG_MAX_ERRORS = 50 };
 int diag_too_many(void);
+/* Until diag_capture(NULL, 0): diagnostics are counted but not printed, and
+ * the first error's message (without its position) is kept in buf (cap
+ * bytes; "" while there is none).  For trial compiles (explore's plans). */
+void diag_capture(char *buf, size_t cap);
 /* Suppress warnings (e.g. for generated inputs). */
 int diag_set_quiet_warnings(int quiet);   /* returns the previous setting */
 

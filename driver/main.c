@@ -492,21 +492,32 @@ static int cmp_plan(const void *a, const void *b) {
   return x->step_s < y->step_s ? -1 : x->step_s > y->step_s;
 }
 
-/* Compiles plan e (no recompute: the memory plan does not model it yet) and
- * replaces its figures by the compiled plan's; 1 when it did. */
+/* Compiles plan e (recompute none, selective or full: the recompute pass
+ * and the memory plan run them) and replaces its figures by the compiled
+ * plan's; 1 when it did. */
 static int refine_plan(const Opts *o, PlanEval *e, const HwModel *hw) {
   const Plan *pl = &e->plan;
-  /* what the passes do not plan yet: recompute, tp2d with sp */
-  if (pl->recompute != RECOMPUTE_NONE || (pl->tp2d > 1 && pl->sp_kind != SP_NONE))
+  /* what the passes do not plan: tp2d with sp; recompute=auto is a search
+   * of its own (the pass's trials) */
+  if (pl->recompute == RECOMPUTE_AUTO || (pl->tp2d > 1 && pl->sp_kind != SP_NONE))
     return 0;
   SemaOptions so = o->sema;
   so.strategy = e->spec;
   int errs = diag_error_count();
+  /* a plan the compiler refuses (memory, the mesh, a rule of a pass) is
+   * shown refused with the compiler's reason, printing nothing else */
+  char why[sizeof e->reason];
+  diag_capture(why, sizeof why);
   Module *m = load_module(o->file, &so);
   for (int i = 0; m && i < pass_count; i++)
     if (pass_list[i].run(m) || diag_error_count() > errs) m = NULL;
+  diag_capture(NULL, 0);
   if (!m) {
     diag_reset();
+    if (why[0] && e->feasible) { /* (an infeasible estimate keeps its own reason) */
+      e->feasible = false;
+      snprintf(e->reason, sizeof e->reason, "%s", why);
+    }
     return 0;
   }
   CostResult r;
@@ -586,10 +597,13 @@ static int run_explore(Opts *o) {
   if (n > top) n = top;
   /* the train block's own plan (hand-tuned, e.g. a published one), for comparison */
   PlanEval *ref = NULL;
+  char ref_why[256] = "";   /* why the train block's plan is not on this mesh */
   if (!o->sema.strategy) {
     SrcFile *f = src_load(o->file);
     Program *prog = f ? ast_parse(f) : NULL;
+    diag_capture(ref_why, sizeof ref_why);
     Module *mr = prog ? sema_run(prog, &o->sema) : NULL;
+    diag_capture(NULL, 0);
     if (mr && !diag_error_count() && !mr->train.plan.is_auto && mr->train.plan.given) {
       ref = arena_alloc(sizeof *ref);
       int b = (int)(mr->train.microbatch > 0 ? mr->train.microbatch : 1);
@@ -637,6 +651,7 @@ static int run_explore(Opts *o) {
            e->bytes_per_rank, stages, e->feasible ? "" : "  INFEASIBLE: ", e->feasible ? "" : e->reason);
     (void)0;
   }
+  if (!ref && ref_why[0]) printf("\nthe train block's plan: not on this mesh: %s\n", ref_why);
   return 0;
 }
 
@@ -657,7 +672,10 @@ static Module *choose_auto(Opts *o, Module *m, PlanEval **chosen) {
     if (!pe[i].feasible) break;
     SemaOptions so = o->sema;
     so.strategy = pe[i].spec;
+    char why[256];
+    diag_capture(why, sizeof why);   /* a refused candidate gives way quietly */
     Module *m2 = load_module(o->file, &so);
+    diag_capture(NULL, 0);
     if (!m2) {
       diag_reset();
       continue;

@@ -637,13 +637,16 @@ static const LCost *costs(const ModelShape *ms, const HwModel *hw, const Split *
  * partition; the layers are alike, the first stage also runs the ops
  * before them and the last the ops after): the smallest bottleneck T for
  * which greedy filling places every layer, by bisection over the
- * candidate bottlenecks.  Middle stages hold at least one layer. */
+ * candidate bottlenecks.  Every stage holds at least one layer: a stage
+ * spec counts layers from 1 (plan.c), and a stage of the head alone
+ * (GPT-2's 12+0 on two stages, whose LM head costs more than a layer)
+ * is not a cut the stage pass makes. */
 static int partition(int L, int p, double c, double pre, double post, int *n) {
   if (p == 1) {
     n[0] = L;
     return 0;
   }
-  if (L < p - 2) return -1;
+  if (L < p) return -1;
   double lo = 0, hi = (L + 1) * c + pre + post;
   for (int it = 0; it < 60; it++) {
     double T = (lo + hi) / 2;
@@ -652,8 +655,7 @@ static int partition(int L, int p, double c, double pre, double post, int *n) {
     for (int s = 0; s < p; s++) {
       double extra = s == 0 ? pre : s == p - 1 ? post : 0;
       int k = c > 0 ? (int)floor((T - extra) / c + 1e-9) : L;
-      int minl = s == 0 || s == p - 1 ? 0 : 1;
-      if (k < minl) ok = false;
+      if (k < 1) ok = false;
       placed += k;
     }
     if (ok && placed >= L)
@@ -666,9 +668,9 @@ static int partition(int L, int p, double c, double pre, double post, int *n) {
     double extra = s == 0 ? pre : s == p - 1 ? post : 0;
     int k = c > 0 ? (int)floor((hi - extra) / c + 1e-9) : L;
     int minrest = 0;
-    for (int j = s + 1; j < p; j++) minrest += j == p - 1 ? 0 : 1;
+    for (int j = s + 1; j < p; j++) minrest++;
     if (k > left - minrest) k = left - minrest;
-    if (k < 0) k = 0;
+    if (k < 1) k = 1;
     n[s] = k;
     left -= k;
   }

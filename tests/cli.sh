@@ -221,6 +221,25 @@ expect explore-partial 0 '^1 +dp=2,tp=2' -- "$bin" explore samples/gpt.shard --s
 # every stage a layer (it once proposed pp=2:12+0, which the compile of the
 # shown plans refused with an error per plan), and the shown plans with
 # recompute are compiled like the rest (their time the per-rank programs')
+# A mesh the train block's plan does not fit: explore says so under the
+# table, once, instead of the compiler's error for it (and a 175B model on
+# 16 GPUs: every plan refused for memory, each with its reason, no errors)
+expect explore-other-mesh 0 "^the train block's plan: not on this mesh: strategy dp=4 uses 4 devices but the mesh has 8" -- "$bin" explore samples/gpt.shard --mesh 8 --top 3
+out=$("$bin" explore bench/models/gpt3-175b.shard --mesh 2x8:H100_SXM --top 3 2>&1)
+if [ $? -eq 0 ] && ! grep -q 'error' <<<"$out" && [ "$(grep -c 'INFEASIBLE: stage [0-9] needs' <<<"$out")" = 3 ]; then
+  pass=$((pass + 1))
+else
+  echo "FAIL: explore-quiet: $(head -5 <<<"$out")"
+  fail=$((fail + 1))
+fi
+out=$("$bin" explore samples/gpt2-124m.shard --top 30 2>&1)
+if [ $? -eq 0 ] && ! grep -qE 'error|\+0[,: ]' <<<"$out" && grep -q 'pp=2:' <<<"$out" &&
+   grep -qE '\([0-9]+ compiled' <<<"$out"; then
+  pass=$((pass + 1))
+else
+  echo "FAIL: explore-partition: $(grep -E 'error|\+0|evaluated' <<<"$out" | head -3)"
+  fail=$((fail + 1))
+fi
 # what auto may pick: ring attention with bf16 activations too (the cuda
 # target's bf16 ring kernels), and the cuda target generates it
 sed 's/precision = fp32/precision = bf16/' samples/gpt.shard >"$tmp/gpt-bf16.shard"
