@@ -43,7 +43,7 @@ static const char *R(const Emit *e, PRef r) { return cg_ref(e, r); }
 /* The scratch a kernel instruction's launcher takes (runtime/cuda/rtc_ws.h):
  * cuBLASLt's workspace for a GEMM, attention backward's delta, a norm
  * backward's weight-gradient partials, a cross-entropy's row losses, bf16
- * ring attention's fp32 sums. */
+ * ring attention's fp32 sums, an embedding backward's token lists. */
 static size_t kernel_ws(const PInstr *in) {
   if (in->kind != PI_KERNEL || !in->n) return 0;
   const Node *n = in->n;
@@ -68,6 +68,7 @@ static size_t kernel_ws(const PInstr *in) {
     int64_t C = x->d[x->ndim - 1].n;
     return rtc_ws_norm_params(C ? ir_numel(x) / C : 0, C);
   }
+  case OP_GATHER_BWD: return rtc_ws_embedding_bwd(ir_numel(&n->in[2]->shape)); /* tokens */
   case OP_CROSS_ENTROPY: {
     const Shape *l = &n->in[0]->shape; /* [..., V] */
     int64_t V = l->d[l->ndim - 1].n;

@@ -1,7 +1,8 @@
 /* rtc_ws.h — the scratch the CUDA launchers use within one call (cuBLASLt's
  * workspace and the bias gradient's partial sums, attention's backward
  * delta, the norms' weight-gradient partials, the cross-entropy's per-row
- * losses, bf16 ring attention's fp32 sums).  Every use lies
+ * losses, bf16 ring attention's fp32 sums, the embedding backward's token
+ * lists).  Every use lies
  * inside one launcher call, in stream order, so one region serves them
  * all: the compiler (codegen/cuda.c) sizes it for a program as the largest
  * need of its kernel instructions, by these formulas, and the driver takes
@@ -39,6 +40,13 @@ static inline size_t rtc_ws_norm_params(int64_t N, int64_t C) {
 /* the cross-entropy's forward over N rows: per-row losses, then a result */
 static inline size_t rtc_ws_cross_entropy(int64_t N) {
   return rtc_ws_round((size_t)N * sizeof(double)) + RTC_CE_RESULT_BYTES;
+}
+
+/* the embedding backward over N rows: a count and a start per token bucket,
+ * then each row's index and token listed by bucket (k_embed.cu) */
+#define RTC_EMB_BUCKETS 512
+static inline size_t rtc_ws_embedding_bwd(int64_t N) {
+  return rtc_ws_round(sizeof(int) * (2 * RTC_EMB_BUCKETS + 1)) + rtc_ws_round(2 * (size_t)N * sizeof(int));
 }
 
 /* ring attention (rtc_ring.cu) over sequence shards of Tl tokens; on bf16

@@ -10,10 +10,27 @@
  * the tables' gradients within rtc_test.h's. */
 #include "rtc_test_bf16.h"
 
+/* skew_: every other row's token is V / 2 (a frequent word: one bucket's
+ * long run, interleaved with the bucket's other tokens) */
+static int skew_;
+
 static int32_t *rand_tokens(int N, int V) {
   int32_t *t = (int32_t *)malloc((N ? N : 1) * sizeof(int32_t));
-  for (int n = 0; n < N; n++) t[n] = (int32_t)(rtc_test_rand(0.0f, 1.0f) * V) % V;
+  for (int n = 0; n < N; n++)
+    t[n] = skew_ && n % 2 ? V / 2 : (int32_t)(rtc_test_rand(0.0f, 1.0f) * V) % V;
   return t;
+}
+
+/* The table gradients sum rows in the cpu kernel's order: equal bit for bit. */
+static void bitwise(const char *kernel, const char *shape, const float *d_got, const float *want,
+                    size_t n) {
+  float *got = (float *)malloc((n ? n : 1) * sizeof(float));
+  cudaCheck(cudaDeviceSynchronize());
+  cudaCheck(cudaMemcpy(got, d_got, n * sizeof(float), cudaMemcpyDeviceToHost));
+  int same = !memcmp(got, want, n * sizeof(float));
+  printf("%-26s %-22s %-8s %s\n", kernel, shape, "bitwise", same ? "PASS" : "FAIL");
+  if (!same) rtc_test_failures++;
+  free(got);
 }
 
 static void test_embedding(int N, int V, int C) {
@@ -31,6 +48,7 @@ static void test_embedding(int N, int V, int C) {
   rt_embedding_backward_f32(wte, dy, tok, N, C);
   rt_embedding_backward_cu(d_dw, d_dy, d_tok, N, C);
   rtc_test_check("embedding_backward", shape, "dwte", d_dw, wte, vc);
+  bitwise("embedding_backward", shape, d_dw, wte, vc);
 
   /* the vocabulary range [v0, v0+Vl) of a vocab-parallel table */
   int v0 = V / 3, Vl = V / 2 > 0 ? V / 2 : 1;
@@ -43,6 +61,7 @@ static void test_embedding(int N, int V, int C) {
   rt_embedding_range_backward_f32(tab, dy, tok, N, v0, Vl, C);
   rt_embedding_range_backward_cu(d_tab, d_dy, d_tok, N, v0, Vl, C);
   rtc_test_check("embedding_range_backward", shape, "dtable", d_tab, tab, lc);
+  bitwise("embedding_range_backward", shape, d_tab, tab, lc);
 
   free(tok), free(wte), free(out), free(dy), free(tab);
   rtc_test_dfree(d_tok, d_wte, d_out, d_dy, d_dw, d_tab, d_out2);
@@ -186,8 +205,11 @@ int main(void) {
   test_embedding(1, 1, 1);
   test_embedding(50, 7, 33);     // every token repeated
   test_embedding(300, 97, 130);  // every bucket holds a token or none
-  test_embedding(64, 1000, 300); // more tokens than the 256 buckets
-  test_embedding(5000, 600, 40); // rows over three of the kernel's 2,048-token tiles
+  test_embedding(64, 3000, 300); // more tokens than the 512 buckets
+  test_embedding(5000, 600, 40); // 19 tiles of 256 rows and 136 (the list kernel's)
+  skew_ = 1;                     // half the rows one token: a long run, interleaved
+  test_embedding(4099, 2000, 70);
+  skew_ = 0;
   test_positional(1, 1, 1, 0);
   test_positional(3, 17, 45, 5);
   test_positional(4, 64, 96, 0);

@@ -178,6 +178,7 @@ static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 3
 unsigned __ballot_sync(unsigned mask, int pred);
 static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
 int __all_sync(unsigned mask, int pred);
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 
 /* ---- atomics: plain read-modify-write, returning the old value ---- */
 #define RTCH_ATOMIC(T)                                  \
