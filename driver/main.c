@@ -585,6 +585,15 @@ static int run_explore(Opts *o) {
   double secs;
   HwModel hw;
   if (search_plans(o, m, &fixed, o->generatable, pe, cap, &n, &evaluated, &secs, &hw)) return 1;
+  if (!n) {
+    fprintf(stderr, "shardc: error: explore: no plan for mesh '%s' (%d devices)%s: %s\n",
+            m->train.mesh->name, m->train.mesh->ndev,
+            o->sema.strategy && strcmp(o->sema.strategy, "auto")
+                ? arena_printf(" matches --strategy %s", o->sema.strategy)
+                : "",
+            explore_no_plan_reason(last_shape, m->train.mesh, &fixed));
+    return 1;
+  }
   /* Small models: the shown plans compiled for real, their memory from the
    * memory plan and their time from the per-rank programs (what
    * --emit=plan predicts); re-ranked. */
@@ -687,7 +696,9 @@ static Module *choose_auto(Opts *o, Module *m, PlanEval **chosen) {
     return m2;
   }
   fprintf(stderr, "shardc: error: strategy auto: no plan of the %ld evaluated fits and can be generated%s%s\n",
-          evaluated, n ? "; the closest: " : "", n ? arena_printf("%s (%s)", pe[0].spec, pe[0].reason) : "");
+          evaluated, n ? "; the closest: " : ": ",
+          n ? arena_printf("%s (%s)", pe[0].spec, pe[0].reason)
+            : explore_no_plan_reason(last_shape, m->train.mesh, &fixed));
   return NULL;
 }
 

@@ -6,6 +6,7 @@
  * applies the plan's splits to those shapes and the formulas of cost.c;
  * it is memoised per (tp, tp2d, sp, microbatch, recompute), so the search
  * over a 175B model on 1,024 devices takes well under a second. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -934,6 +935,64 @@ static void keep(PlanEval *out, int cap, int *n, const PlanEval *e) {
     out[i] = out[i - 1];
     out[i - 1] = t;
   }
+}
+
+static bool pow2(int64_t x) { return x > 0 && !(x & (x - 1)); }
+
+/* Why explore_search found no plan: the first rule of its space that the
+ * mesh, the model or the fixed keys break, in words. */
+const char *explore_no_plan_reason(const ModelShape *ms, const Mesh *me, const Plan *fx) {
+  unsigned given = fx ? fx->given : 0;
+  int N = me->ndev;
+  if ((given & PLAN_RECOMPUTE) && fx->recompute == RECOMPUTE_AUTO)
+    return "recompute=auto is the compiler's choice per layer at compile time, not a key the search "
+           "tries: give none, selective or full, or leave recompute out";
+  int t = given & PLAN_TP ? fx->tp : 1, q = given & PLAN_TP2D ? fx->tp2d : 1;
+  if ((given & PLAN_TP) && (!pow2(t) || t > 64))
+    return arena_printf("the search tries tp = 1, 2, 4, ..., 64; tp=%d is not one of them", t);
+  if ((given & PLAN_TP2D) && (!pow2(q) || q > 8))
+    return arena_printf("the search tries tp2d = 2x2, 4x4, 8x8; tp2d=%dx%d is not one of them", q, q);
+  if (t > 1 && q > 1) return "tp and tp2d do not combine";
+  int sh = q > 1 ? q : t;
+  if (sh > 1 && ms->heads && ms->heads % sh)
+    return arena_printf("%s=%d does not divide the model's %" PRId64 " attention heads",
+                        q > 1 ? "tp2d" : "tp", sh, ms->heads);
+  if (sh > 1 && ms->kv_heads && ms->kv_heads % sh)
+    return arena_printf("%s=%d does not divide the model's %" PRId64 " key/value heads",
+                        q > 1 ? "tp2d" : "tp", sh, ms->kv_heads);
+  if (sh > 1 && ms->hidden % sh)
+    return arena_printf("%s=%d does not divide the model's hidden size %" PRId64,
+                        q > 1 ? "tp2d" : "tp", sh, ms->hidden);
+  if (t * q * q > 1 && ms->vocab && ms->vocab % (t * q * q))
+    return arena_printf("the %d tensor-parallel ranks do not divide the vocabulary of %" PRId64,
+                        t * q * q, ms->vocab);
+  int r = (given & PLAN_SP) && fx->sp_kind == SP_RING && fx->sp > 1 ? fx->sp : 1;
+  if (r > 1 && (!pow2(r) || r > 16))
+    return arena_printf("the search tries sp=ring:2 .. ring:16 in powers of two; ring:%d is not one", r);
+  if (r > 1 && ms->seq % r)
+    return arena_printf("sp=ring:%d does not divide the sequence of %" PRId64 " tokens", r, ms->seq);
+  if ((given & PLAN_SP) && fx->sp_kind == SP_MEGATRON && (given & PLAN_TP) && t < 2)
+    return "sp=megatron needs tp of 2 or more";
+  int pp = given & PLAN_PP ? fx->pp : 1;
+  if ((given & PLAN_PP) && (pp > PLAN_MAXSTAGES || pp > ms->layers + 2))
+    return arena_printf("pp=%d is more stages than the model's %d layers allow", pp, ms->layers);
+  int dp = given & PLAN_DP ? fx->dp : 1;
+  int64_t used = (int64_t)dp * t * q * q * r * pp;
+  if (N % used)
+    return arena_printf("the keys given use %" PRId64 " devices (dp*tp*tp2d^2*sp*pp), which does not "
+                        "divide the mesh's %d", used, N);
+  if ((given & PLAN_DP) && ms->batch % dp)
+    return arena_printf("dp=%d does not divide the batch of %" PRId64 " sequences", dp, ms->batch);
+  if ((given & PLAN_MB) && ms->batch % fx->mb)
+    return arena_printf("mb=%d does not divide the batch of %" PRId64 " sequences", fx->mb, ms->batch);
+  if ((given & PLAN_SCHED) && fx->schedule == SCHED_INTERLEAVED)
+    return arena_printf("interleaved:%d needs at least pp x %d layers (the model has %d), and a "
+                        "number of microbatches that pp divides", fx->vchunks, fx->vchunks,
+                        ms->layers);
+  return arena_printf("no split of the mesh's %d devices into dp x tp x tp2d^2 x sp x pp (tp and "
+                      "tp2d dividing the %" PRId64 " heads and the hidden size %" PRId64
+                      ", pp at most %d stages, dp dividing the batch of %" PRId64
+                      " sequences) matches", N, ms->heads, ms->hidden, ms->layers + 2, ms->batch);
 }
 
 int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, ExploreOpts *o,

@@ -118,6 +118,8 @@ void explore_report_html(FILE *out, const ModelShape *ms, const HwModel *hw, con
 
 /* Searches plans; fills the best `cap` (feasible first, by step time) into
  * out and returns how many; *evaluated gets the plans evaluated. */
+/* Why explore_search found no plan (fx: the fixed keys, or NULL): a sentence. */
+const char *explore_no_plan_reason(const ModelShape *ms, const Mesh *me, const Plan *fx);
 int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, ExploreOpts *o,
                    PlanEval *out, int cap, long *evaluated);
 

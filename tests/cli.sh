@@ -221,6 +221,14 @@ expect explore-partial 0 '^1 +dp=2,tp=2' -- "$bin" explore samples/gpt.shard --s
 # every stage a layer (it once proposed pp=2:12+0, which the compile of the
 # shown plans refused with an error per plan), and the shown plans with
 # recompute are compiled like the rest (their time the per-rank programs')
+# A partial strategy or mesh no plan of the search matches: an error that
+# names the rule (it printed an empty table and exit 0)
+expect explore-none-devices 1 "explore: no plan for mesh 'laptop' \(4 devices\) matches --strategy dp=4,tp=2: the keys given use 8 devices" -- "$bin" explore samples/gpt.shard --strategy dp=4,tp=2
+expect explore-none-tp 1 'matches --strategy tp=3: the search tries tp = 1, 2, 4, ..., 64; tp=3 is not one of them' -- "$bin" explore samples/gpt.shard --strategy tp=3
+expect explore-none-heads 1 "tp=8 does not divide the model's 4 attention heads" -- "$bin" explore samples/gpt.shard --strategy tp=8 --mesh 8
+expect explore-none-auto 1 'recompute=auto is the compiler.s choice per layer' -- "$bin" explore samples/gpt.shard --strategy recompute=auto
+expect explore-none-mesh 1 "no plan for mesh '1000000' \(1000000 devices\): no split of the mesh's 1000000 devices" -- "$bin" explore samples/gpt.shard --mesh 1000000
+expect auto-none-mesh 1 'strategy auto: no plan of the 0 evaluated fits and can be generated: no split of' -- "$bin" compile samples/gpt.shard --strategy auto --mesh 1000000
 # A mesh the train block's plan does not fit: explore says so under the
 # table, once, instead of the compiler's error for it (and a 175B model on
 # 16 GPUs: every plan refused for memory, each with its reason, no errors)
