@@ -151,7 +151,12 @@ while read -r id src heads d layers gpus batch mbs dev strat kind val note; do
   esac
   V=51200
   [ "$src" = B22 ] && V=250880
-  json=$("$bin" explore "$f" --strategy "$strat" --top 1 --json 2>"$tmp/err") || {
+  # Megatron-LM (N21, K22) and Megatron-DeepSpeed (B22) rerun a whole layer
+  # under full recompute, its last GEMMs too; shardc's programs rerun only
+  # what the backward reads (passes/recompute.c): priced as they ran
+  as=megatron
+  [ "$src" = L24 ] && as=
+  json=$(SHARDC_RECOMPUTE_AS=$as "$bin" explore "$f" --strategy "$strat" --top 1 --json 2>"$tmp/err") || {
     echo "$id: shardc explore failed: $(cat "$tmp/err")"
     rc=1
     continue

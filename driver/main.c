@@ -499,7 +499,8 @@ static int refine_plan(const Opts *o, PlanEval *e, const HwModel *hw) {
   const Plan *pl = &e->plan;
   /* what the passes do not plan: tp2d with sp; recompute=auto is a search
    * of its own (the pass's trials) */
-  if (pl->recompute == RECOMPUTE_AUTO || (pl->tp2d > 1 && pl->sp_kind != SP_NONE))
+  if (pl->recompute == RECOMPUTE_AUTO || (pl->tp2d > 1 && pl->sp_kind != SP_NONE) ||
+      (pl->recompute == RECOMPUTE_FULL && explore_recompute_as_megatron()))
     return 0;
   SemaOptions so = o->sema;
   so.strategy = e->spec;

@@ -56,6 +56,7 @@ typedef struct ShapeCtx {
   const bool *splitv;   /* value id -> on split channels (mark_split) */
   const bool *vocab_mm; /* node id -> the projection to the vocabulary that the
                          * shard pass makes column-parallel (prefer_vocab_parallel) */
+  const bool *rerun;    /* node id -> copied by recompute=full (passes/recompute.c) */
 } ShapeCtx;
 
 static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Value **colin,
@@ -68,6 +69,7 @@ static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Val
   if (fu && fu->skip[n->id]) return;
   LOp o = {0};
   o.flops = ir_ops[n->op].flops(n) / nseq;
+  o.rerun = cx->rerun && cx->rerun[n->id];
   switch (n->op) {
   case OP_MATMUL: {
     o.kind = LO_GEMM;
@@ -286,7 +288,18 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     vocab_mm[mm->id] = readers == 1;
     if (readers == 1) vocab_w[mm->in[1]->id] = true;
   }
-  ShapeCtx cx = {fu, splitv, vocab_mm};
+  /* what recompute=full runs again: the copies of the nodes that rebuild
+   * what the backward reads (not a layer's last GEMMs, whose outputs no
+   * backward reads), as the pass makes them */
+  bool *rerun = NULL;
+  if (ids_ok && g->nfwd) {
+    bool *dropf = calloc((size_t)g->values.len + 1, 1);
+    rerun = calloc((size_t)g->nodes.len + 1, 1);
+    recompute_dropped((Graph *)g, RECOMPUTE_FULL, dropf);
+    recompute_rerun_nodes((Graph *)g, dropf, rerun);
+    free(dropf);
+  }
+  ShapeCtx cx = {fu, splitv, vocab_mm, rerun};
   for (int i = 0; i < nf; i++) {
     const Node *n = g->nodes.data[i];
     mark_split(n, vocab_mm, splitv);
@@ -394,6 +407,7 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
   free(splitv);
   free(vocab_mm);
   free(vocab_w);
+  free(rerun);
   free(sel);
   ms->layer.input = (double)ms->seq * hidden;
   return 0;
@@ -414,6 +428,7 @@ typedef struct LCost {
   double sent_f, sent_b;  /* bytes this rank sends per microbatch (runtime/dist_formulas.h's count) */
   double act;         /* bytes held per microbatch until its backward */
   double params;      /* local parameter elements */
+  double f_rerun, sent_rerun;  /* of f and sent_f: the ops recompute=full runs again */
 } LCost;
 
 typedef struct Split {
@@ -423,6 +438,8 @@ typedef struct Split {
   Recompute rc;
   bool graph;         /* the CUDA target's step as CUDA graphs: kernels at launch_graph_s */
   bool pad_head;      /* a 16-bit LM head's rows padded (not under ZeRO-3's gathers) */
+  bool rerun_layer;   /* recompute=full priced as Megatron-LM runs it, the whole
+                       * layer again (SHARDC_RECOMPUTE_AS=megatron) */
 } Split;
 
 static double coll_axis(const HwModel *hw, const char *op, int n, int stride, double bytes) {
@@ -443,6 +460,7 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
   for (int i = 0; i < L->nop; i++) {
     const LOp *o = &L->op[i];
     double rows = o->rows * bseq / r; /* this rank's tokens (ring: its chunk) */
+    double f0 = c->f, s0 = c->sent_f;
     switch (o->kind) {
     case LO_GEMM: {
       double M = rows, N = o->N, K = o->K, f, b;
@@ -577,11 +595,17 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
       break;
     }
     }
+    if (o->rerun) {
+      c->f_rerun += c->f - f0;
+      c->sent_rerun += c->sent_f - s0;
+    }
   }
-  /* recompute: the backward reruns the forward it dropped */
+  /* recompute: the backward reruns the forward ops whose outputs it needs
+   * again (passes/recompute.c's copies: a layer's last GEMMs are not among
+   * them, as their outputs feed no backward) */
   if (is_layer && s->rc == RECOMPUTE_FULL) {
-    c->b += c->f;
-    c->sent_b += c->sent_f;
+    c->b += s->rerun_layer ? c->f : c->f_rerun;
+    c->sent_b += s->rerun_layer ? c->sent_f : c->sent_rerun;
   }
   /* selective (passes/recompute.c): the norms and elementwise ops whose
    * outputs it drops, memory-bound */
@@ -717,7 +741,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
    * eager optimizer (runtime/train.c) */
   bool graph = hw->overlap > 0 && hw->launch_graph_s > 0 && pp == 1 && !ms->eager_opt;
   Split s = {t, q, r, p->sp_kind == SP_MEGATRON, b, p->recompute, graph,
-             !(p->zero >= 3 && D > 1)};
+             !(p->zero >= 3 && D > 1), explore_recompute_as_megatron()};
   const LCost *lc = costs(ms, hw, &s);
   HwModel hg;
   if (graph) {
@@ -935,6 +959,11 @@ static void keep(PlanEval *out, int cap, int *n, const PlanEval *e) {
     out[i] = out[i - 1];
     out[i - 1] = t;
   }
+}
+
+bool explore_recompute_as_megatron(void) {
+  const char *e = getenv("SHARDC_RECOMPUTE_AS");
+  return e && !strcmp(e, "megatron");
 }
 
 static bool pow2(int64_t x) { return x > 0 && !(x & (x - 1)); }

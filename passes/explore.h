@@ -18,6 +18,8 @@ typedef struct LOp {
   int split;          /* GEMM: TPH_COL / TPH_ROW / TPH_VOCAB; ELEM: 1 when on split channels */
   double H, Hkv, D;   /* attention heads, kv heads, head dim */
   bool causal;        /* attention: masked above the diagonal */
+  bool rerun;         /* run again before the backward under recompute=full (its
+                       * output or a value made from it is dropped) */
   double elems;       /* ELEM, GATHER, XENT: elements per sequence moved (in + out) */
   double flops;       /* per sequence */
 } LOp;
@@ -118,6 +120,12 @@ void explore_report_html(FILE *out, const ModelShape *ms, const HwModel *hw, con
 
 /* Searches plans; fills the best `cap` (feasible first, by step time) into
  * out and returns how many; *evaluated gets the plans evaluated. */
+/* SHARDC_RECOMPUTE_AS=megatron: the search prices recompute=full as
+ * Megatron-LM runs it (the whole layer's forward again, its last GEMMs
+ * too) rather than as shardc's programs do (only what the backward reads),
+ * to compare with published Megatron runs (bench/explore_published.sh);
+ * explore then does not compile such plans. */
+bool explore_recompute_as_megatron(void);
 /* Why explore_search found no plan (fx: the fixed keys, or NULL): a sentence. */
 const char *explore_no_plan_reason(const ModelShape *ms, const Mesh *me, const Plan *fx);
 int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, ExploreOpts *o,

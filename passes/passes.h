@@ -63,6 +63,9 @@ void recompute_dropped(Graph *g, Recompute how, bool *drop);
  * node two dropped values need runs once), and the arena that the zero and
  * memplan passes plan for m with it applied to a copy of g (-1: none). */
 double recompute_drop_flops(Graph *g, const bool *drop);
+/* The forward nodes whose copies rebuild what drop[] drops: nodes[node id]
+ * (g->nodes.len entries; for the cost model's recompute=full). */
+void recompute_rerun_nodes(Graph *g, const bool *drop, bool *nodes);
 int64_t recompute_drop_plan(Module *m, const Graph *g, const bool *drop);
 /* Pipeline (Module.nstages > 1): points m->graph and m->mem at stage s, or
  * back at the whole model for s < 0; per_stage runs fn once per stage so

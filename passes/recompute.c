@@ -346,6 +346,7 @@ typedef struct Auto {
   int *ulayer;       /* unit -> layer */
   int64_t *ubytes;   /* unit -> bytes of its values that are not views */
   bool *drop, *done; /* per value: scratch */
+  bool *nodes;       /* per node: rerun by the copies (NULL: not wanted) */
   int plans;         /* exact plans so far */
 } Auto;
 
@@ -359,6 +360,7 @@ static double rerun(Auto *a, const Value *v) {
   const Node *n = v->def;
   for (int j = 0; j < n->nout; j++)
     if (n->outs[j]) a->done[n->outs[j]->id] = true;
+  if (a->nodes && n->id >= 0 && n->id < a->r.nn) a->nodes[n->id] = true;
   double f = ir_node_flops(n);
   for (int k = 0; k < n->nin; k++) {
     const Value *u = n->in[k];
@@ -490,6 +492,17 @@ double recompute_drop_flops(Graph *g, const bool *drop) {
   a.done = arena_alloc((size_t)a.r.nv + 1);
   memcpy(a.drop, drop, (size_t)a.r.nv);
   return drop_cost(&a);
+}
+
+void recompute_rerun_nodes(Graph *g, const bool *drop, bool *nodes) {
+  Auto a = {.g = g, .r = analyse(g)};
+  find_layers(&a.r, NULL);
+  mark(&a.r);
+  a.drop = arena_alloc((size_t)a.r.nv + 1);
+  a.done = arena_alloc((size_t)a.r.nv + 1);
+  a.nodes = nodes;
+  memcpy(a.drop, drop, (size_t)a.r.nv);
+  drop_cost(&a);
 }
 
 int64_t recompute_drop_plan(Module *m, const Graph *g, const bool *drop) {
