@@ -74,6 +74,11 @@ struct Target {
    * that first touches its buffer ("rtc_gather_wait(%d);"); NULL: the
    * target's gathers block (PInstr.ahead ignored). */
   const char *wait_fmt;
+  /* Whether two consecutive instructions a and b run as one call (a matmul
+   * and the GELU after it: runtime/cuda/rtc.h), and with print the call
+   * (emit.c has written both comments and a's zero list; b's outputs the
+   * call writes whole, zeroing them itself where it must).  NULL: never. */
+  bool (*pair)(Emit *e, const PInstr *a, const PInstr *b, bool print);
 };
 
 extern const Target cg_target_cpu, cg_target_cuda, cg_target_cuda_host;

@@ -30,6 +30,19 @@
 #include "rtc_bf16_io.cuh"
 
 #ifdef RTC_HOST
+
+/* GELU's tanh form, as the cpu kernel (k_act.inc) and cuBLASLt's epilogues
+ * compute it: gelu(x) = 0.5·x·(1 + tanh u), u = √(2/π)·(x + 0.044715·x³), and
+ * its derivative; the host twin's epilogues. */
+static inline float rtc_gelu_f_(float x) {
+  float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+static inline float rtc_dgelu_f_(float x) {
+  float u = 0.7978845608028654f * (x + 0.044715f * x * x * x), t = tanhf(u);
+  float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
 #include <cblas.h>
 #else
 #include <cublasLt.h>
@@ -238,11 +251,17 @@ static void rtc_dbias_(float *dbias, const T *dout, int N, int OC) {
  * RTC_ST_BGRAD, bias is instead an output, fp32 like c: the row sums of
  * op(a), bias[i] = Σ_k op(a)[i,k] (cuBLASLt's BGRADB epilogue: its B is our
  * a; the bias gradient of a weight-gradient GEMM dW = doutᵀ·x), written.
+ * aux, a matrix of c's type and layout (ldc): with RTC_ST_GELU (beta 0) it
+ * gets the pre-activation t = alpha·op(a)·op(b) + bias and c gets gelu(t)
+ * (GELU_AUX(_BIAS)); with RTC_ST_DGELU (beta 0) it is read and c gets
+ * gelu'(aux) ⊙ alpha·op(a)·op(b) (DGELU).
  */
 
 int rtc_gemm_bf16;
 
-enum { RTC_ST_AB16 = 1, RTC_ST_C16 = 2, RTC_ST_BIAS16 = 4, RTC_ST_BGRAD = 8 };
+enum { RTC_ST_AB16 = 1, RTC_ST_C16 = 2, RTC_ST_BIAS16 = 4, RTC_ST_BGRAD = 8, RTC_ST_GELU = 16,
+       RTC_ST_DGELU = 32 };
+
 
 #ifdef RTC_HOST
 
@@ -280,7 +299,7 @@ static float *rtc_bf16_widen_(const rtc_bf16 *x, int rows, int cols, int ld) {
 
 static void rtc_gemm_now_(int ta, int tb, int M, int N, int K, float alpha, const void *a,
                           int lda, const void *b, int ldb, float beta, void *c, int ldc,
-                          const void *bias, int bf16, int st) {
+                          const void *bias, int bf16, int st, void *aux) {
   // the column-major call of the GPU build: cᵀ (N,M) = op(b)ᵀ (N,K) · op(a)ᵀ (K,M)
   float *ra = NULL, *rb = NULL, *rc = NULL;
   if (st & RTC_ST_AB16) { // bf16 storage: the values widened, exact in fp32
@@ -311,6 +330,19 @@ static void rtc_gemm_now_(int ta, int tb, int M, int N, int K, float alpha, cons
       for (int j = 0; j < N; j++)
         fc[i * ldc + j] += st & RTC_ST_BIAS16 ? rtc_bf2f(((const rtc_bf16 *)bias)[j])
                                               : ((const float *)bias)[j];
+  if (aux && (st & (RTC_ST_GELU | RTC_ST_DGELU))) // in fp32, c rounded once below
+    for (size_t i = 0; i < (size_t)M; i++)
+      for (int j = 0; j < N; j++) {
+        size_t k = i * ldc + j;
+        if (st & RTC_ST_GELU) {
+          if (st & RTC_ST_C16) ((rtc_bf16 *)aux)[k] = rtc_f2bf(fc[k]);
+          else ((float *)aux)[k] = fc[k];
+          fc[k] = rtc_gelu_f_(fc[k]);
+        } else {
+          float x = st & RTC_ST_C16 ? rtc_bf2f(((const rtc_bf16 *)aux)[k]) : ((float *)aux)[k];
+          fc[k] *= rtc_dgelu_f_(x);
+        }
+      }
   if (rc) {
     rtc_bf16 *c16 = (rtc_bf16 *)c;
     for (size_t i = 0; i < (size_t)M; i++)
@@ -323,10 +355,10 @@ static void rtc_gemm_now_(int ta, int tb, int M, int N, int K, float alpha, cons
 // on rtc_stream: now, or recorded while a capture is open
 static int rtc_gemm_st_(int ta, int tb, int M, int N, int K, float alpha, const void *a, int lda,
                         const void *b, int ldb, float beta, void *c, int ldc, const void *bias,
-                        int st) {
+                        int st, void *aux = NULL) {
   int bf16 = rtc_gemm_bf16;
   rtch_enqueue([=]() {
-    rtc_gemm_now_(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, bias, bf16, st);
+    rtc_gemm_now_(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, bias, bf16, st, aux);
   });
   return 1;
 }
@@ -348,7 +380,7 @@ static int rtc_gemm_st_(int ta, int tb, int M, int N, int K, float alpha, const 
  * them (cuBLASLt assumes 256-byte alignment unless told). */
 typedef struct {
   int ta, tb, M, N, K, lda, ldb, ldc, bias, bf16, st;
-  int align_a, align_b, align_c, align_bias;
+  int align_a, align_b, align_c, align_bias, align_aux;
 } RtcGemmKey;
 
 typedef struct {
@@ -383,7 +415,7 @@ static void rtc_plan_free_(RtcGemmPlan *p) {
 }
 
 // The plan for key: found, or made (evicting the oldest when the cache is full).
-static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const void *bias) {
+static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const void *bias, const void *aux) {
   for (int i = 0; i < rtc_nplans_; i++)
     if (!memcmp(&rtc_plans_[i].key, key, sizeof *key))
       return &rtc_plans_[i];
@@ -409,7 +441,10 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const void *bias) {
       &p->op, key->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof opb));
   cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof opa));
-  cublasLtEpilogue_t epi = !key->bias                ? CUBLASLT_EPILOGUE_DEFAULT
+  cublasLtEpilogue_t epi = key->st & RTC_ST_DGELU  ? CUBLASLT_EPILOGUE_DGELU
+                           : key->st & RTC_ST_GELU ? (key->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                               : CUBLASLT_EPILOGUE_GELU_AUX)
+                           : !key->bias             ? CUBLASLT_EPILOGUE_DEFAULT
                            : key->st & RTC_ST_BGRAD ? CUBLASLT_EPILOGUE_BGRADB
                                                     : CUBLASLT_EPILOGUE_BIAS;
   cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
@@ -420,6 +455,16 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const void *bias) {
     // the heuristic reads the bias pointer's alignment
     cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                sizeof bias));
+  }
+  if (key->st & (RTC_ST_GELU | RTC_ST_DGELU)) { // aux: c's type and layout (N,M), ldc
+    int64_t ld = key->ldc;
+    int32_t at = key->st & RTC_ST_C16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                               &aux, sizeof aux));
+    cublasCheck(
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                               &at, sizeof at));
   }
   // stored column-major: b is (N,K) or, transposed, (K,N); a is (K,M) or (M,K); c is (N,M)
   int M = key->M, N = key->N, K = key->K;
@@ -460,7 +505,8 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const void *bias) {
              __LINE__, rtc_hint("cuBLASLt", (int)st));
   cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
   p->found = found > 0;
-  if (found < 1 && !key->bias) { // with a bias the caller falls back to no epilogue
+  // with an epilogue the caller falls back to the plain GEMM and its kernels
+  if (found < 1 && !key->bias && !(key->st & (RTC_ST_GELU | RTC_ST_DGELU))) {
     char msg[160];
     snprintf(msg, sizeof msg, "no %s algorithm for M=%d N=%d K=%d (ta=%d tb=%d, bias %d)",
              key->st ? (key->st & RTC_ST_C16 ? "bf16" : "bf16->fp32") : "fp32", M, N, K,
@@ -475,7 +521,7 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const void *bias) {
 
 static int rtc_gemm_st_(int ta, int tb, int M, int N, int K, float alpha, const void *a, int lda,
                         const void *b, int ldb, float beta, void *c, int ldc, const void *bias,
-                        int st) {
+                        int st, void *aux = NULL) {
   RtcGemmKey key;
   memset(&key, 0, sizeof key); // the key is compared bytewise
   key.ta = ta;
@@ -493,12 +539,16 @@ static int rtc_gemm_st_(int ta, int tb, int M, int N, int K, float alpha, const 
   key.align_b = rtc_align_(b);
   key.align_c = rtc_align_(c);
   key.align_bias = bias ? rtc_align_(bias) : 0;
-  RtcGemmPlan *p = rtc_plan_(&key, bias);
+  key.align_aux = aux ? rtc_align_(aux) : 0;
+  RtcGemmPlan *p = rtc_plan_(&key, bias, aux);
   if (!p->found)
     return 0;
   if (bias)
     cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                sizeof bias));
+  if (aux)
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                               &aux, sizeof aux));
   if (rtc_prof_on) rtc_prof_begin();
   cublasCheck(cublasLtMatmul(rtc_lt_, p->op, &alpha, b, p->lb, a, p->la, &beta, c, p->lc, c,
                              p->lc, &p->algo, rtc_mm_workspace_(), RTC_MM_WS_BYTES,
@@ -566,6 +616,26 @@ extern "C" void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double
     return;
   }
   rtc_gemm_(trans_a, trans_b, M, N, K, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc, NULL);
+}
+
+// precision = fp32: the GEMM and the gelu kernels (the epilogues serve the
+// bf16 programs), the same calls as rt_matmul_forward_gelu_cu's bf16 overload
+void rt_matmul_forward_gelu_cu(float *act, float *pre, const float *inp, const float *weight,
+                               const float *bias, int N, int C, int OC) {
+  rt_matmul_forward_cu(pre, inp, weight, bias, N, C, OC);  // (act overlaps none of its inputs)
+  if (N > 0 && OC > 0)
+    rt_gelu_forward_cu(act, pre, (size_t)N * OC);
+}
+
+void rt_matmul_backward_dgelu_cu(float *dpre, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const float *weight,
+                                 const float *pre, int N, int C, int OC) {
+  if (N <= 0 || OC <= 0 || C <= 0)
+    return;
+  rt_matmul_backward_cu((float *)NULL, dweight, dbias, dout, inp, weight, N, C, OC);
+  rt_matmul_backward_cu(dinp, (float *)NULL, (float *)NULL, dout, inp, weight, N, C, OC);
+  cudaCheck(cudaMemsetAsync(dpre, 0, (size_t)N * C * sizeof(float), (cudaStream_t)rtc_stream));
+  rt_gelu_backward_cu(dpre, pre, dinp, (size_t)N * C);
 }
 
 /* ---------------------------------------------------------------------------
@@ -659,6 +729,48 @@ void rt_matmul_backward_rows_cu(rtc_bf16 *dinp, float *dweight, const rtc_bf16 *
   if (dweight && rows > 0) // (rows,C) += (rows,N)·(N,C): dout's first rows columns, OC apart
     rtc_gemm_st_(1, 0, rows < OC ? rows : OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C,
                  NULL, RTC_ST_AB16);
+}
+
+// act (N,OC) = gelu(pre), pre = inp·weightᵀ (+ bias), both written: one GEMM
+// with cuBLASLt's GELU_AUX(_BIAS) epilogue (pre its aux output; gelu of the
+// fp32 pre-activation, then each rounded once) where it has one for the
+// shape, else the GEMM and the gelu kernel (gelu of the rounded pre).
+void rt_matmul_forward_gelu_cu(rtc_bf16 *act, rtc_bf16 *pre, const rtc_bf16 *inp,
+                               const rtc_bf16 *weight, const float *bias, int N, int C, int OC) {
+  if (N <= 0 || OC <= 0)
+    return;
+  if (C > 0 && OC % 8 == 0 && (!bias || (size_t)OC * sizeof(rtc_bf16) <= RTC_MM_BIAS_BYTES)) {
+    rtc_bf16 *b16 = NULL;
+    if (bias) {
+      b16 = (rtc_bf16 *)((char *)rtc_mm_workspace_() + RTC_MM_WS_BYTES);
+      RTC_LAUNCH(rtc_round_bf16_kernel, rtc_blocks((size_t)OC, 256), 256, 0, b16, bias, OC);
+    }
+    if (rtc_gemm_st_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, act, OC, b16,
+                     RTC_ST_AB16 | RTC_ST_C16 | (bias ? RTC_ST_BIAS16 : 0) | RTC_ST_GELU, pre))
+      return;
+  }
+  rt_matmul_forward_cu(pre, inp, weight, bias, N, C, OC);
+  rt_gelu_forward_cu(act, pre, (size_t)N * OC);
+}
+
+// dweight and dbias += as rt_matmul_backward_cu, first (dpre may be inp's
+// buffer); then dpre (N,C) = gelu'(pre) ⊙ dout·weight, written: the
+// input-gradient GEMM's DGELU epilogue (pre its aux input) where cuBLASLt
+// has one for the shape (dinp, zeros, untouched), else that GEMM into dinp
+// (zeros) and the gelu backward kernel onto dpre cleared.
+void rt_matmul_backward_dgelu_cu(rtc_bf16 *dpre, rtc_bf16 *dinp, float *dweight, float *dbias,
+                                 const rtc_bf16 *dout, const rtc_bf16 *inp,
+                                 const rtc_bf16 *weight, const rtc_bf16 *pre, int N, int C,
+                                 int OC) {
+  if (N <= 0 || OC <= 0 || C <= 0)
+    return;
+  rt_matmul_backward_cu((rtc_bf16 *)NULL, dweight, dbias, dout, inp, weight, N, C, OC);
+  if (C % 8 == 0 && rtc_gemm_st_(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dpre, C, NULL,
+                                 RTC_ST_AB16 | RTC_ST_C16 | RTC_ST_DGELU, (void *)pre))
+    return;
+  rt_matmul_backward_cu(dinp, (float *)NULL, (float *)NULL, dout, inp, weight, N, C, OC);
+  cudaCheck(cudaMemsetAsync(dpre, 0, (size_t)N * C * sizeof(rtc_bf16), (cudaStream_t)rtc_stream));
+  rt_gelu_backward_cu(dpre, pre, dinp, (size_t)N * C);
 }
 
 // c is (M,N) with leading dim ldc, bf16 or fp32; op(a) is (M,K), op(b) is (K,N), bf16

@@ -50,6 +50,17 @@ void rt_matmul_forward_cu(float *out, const float *inp, const float *weight, con
                           int N, int C, int OC);
 void rt_matmul_backward_cu(float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, int N, int C, int OC);
+/* A matmul, its bias and a GELU after it as one call (codegen/cuda.c pairs
+ * the two instructions): act = gelu(pre), pre = inp·weightᵀ + bias, both
+ * written; and the backward of the matmul after the GELU with the GELU's:
+ * dpre = gelu'(pre) ⊙ dout·weight (written over zeros; dinp, zeros, is the
+ * fallback's scratch), dweight and dbias += as rt_matmul_backward_cu.  The
+ * bf16 overloads run them as cuBLASLt epilogues where it has them. */
+void rt_matmul_forward_gelu_cu(float *act, float *pre, const float *inp, const float *weight,
+                               const float *bias, int N, int C, int OC);
+void rt_matmul_backward_dgelu_cu(float *dpre, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const float *weight,
+                                 const float *pre, int N, int C, int OC);
 /* Row-major c (M,N, ldc) = alpha·op(a)·op(b) + beta·c, as rt_gemm_f32. */
 void rt_gemm_cu(int trans_a, int trans_b, int M, int N, int K, double alpha, const float *a,
                 int lda, const float *b, int ldb, double beta, float *c, int ldc);
@@ -306,6 +317,12 @@ void rt_matmul_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, const rtc_bf16 *we
  * or NULL; dbias summed in fp32 in a fixed order. */
 void rt_matmul_backward_cu(rtc_bf16 *dinp, float *dweight, float *dbias, const rtc_bf16 *dout,
                            const rtc_bf16 *inp, const rtc_bf16 *weight, int N, int C, int OC);
+void rt_matmul_forward_gelu_cu(rtc_bf16 *act, rtc_bf16 *pre, const rtc_bf16 *inp,
+                               const rtc_bf16 *weight, const float *bias, int N, int C, int OC);
+void rt_matmul_backward_dgelu_cu(rtc_bf16 *dpre, rtc_bf16 *dinp, float *dweight, float *dbias,
+                                 const rtc_bf16 *dout, const rtc_bf16 *inp,
+                                 const rtc_bf16 *weight, const rtc_bf16 *pre, int N, int C,
+                                 int OC);
 /* An LM head whose weight copy has OC rows padded from the master's rows
  * (passes/precision.c): dinp over all OC (the pad rows of weight and the
  * pad columns of dout are zero), dweight (rows, C) += dout[:, :rows]ᵀ·inp,

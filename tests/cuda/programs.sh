@@ -162,6 +162,12 @@ near() {
 build gpt "$tmp/gpt-cpu10" --mesh 1 --strategy dp=1 &&
   train "$tmp/gpt-cpu10" --steps 10 --quiet --log "$tmp/gpt-cpu10.jsonl" --save "$tmp/gpt-cpu10.st" &&
   build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16" --target cuda-host --mesh 1 --strategy dp=1 && {
+    # each MLP's fc and GELU one call (GELU_AUX_BIAS), proj's backward and
+    # the GELU's one call (DGELU): codegen/cuda.c pair(), for all 4 layers
+    nf=$(grep -c 'rt_matmul_forward_gelu_cu(' "$tmp/gpt-bf16/model.cu")
+    nb=$(grep -c 'rt_matmul_backward_dgelu_cu(' "$tmp/gpt-bf16/model.cu")
+    [ "$nf" = 4 ] && [ "$nb" = 4 ] && ! grep -q 'rt_gelu_\(forward\|backward\)_cu(' "$tmp/gpt-bf16/model.cu" &&
+      ok || bad "gpt bf16: GELU calls not paired with their GEMMs ($nf forward, $nb backward of 4)"
     near "gpt bf16 cuda-host (1 rank)" "$tmp/gpt-bf16" 10
     a16=$(sed -n 's/.*\.arena_bytes = \([0-9]*\).*/\1/p' "$tmp/gpt-bf16/model.cu")
     a32=$(sed -n 's/.*\.arena_bytes = \([0-9]*\).*/\1/p' "$tmp/gpt-cuda-dp_1/model.cu" 2>/dev/null)

@@ -264,6 +264,49 @@ static void test_bf16_matmul(int N, int C, int OC, int which) { // which: backwa
   rtc_test_dfree(d_inp, d_w, d_b, d_dout, d_dinp, d_dw, d_db);
 }
 
+/* ---- bf16: a linear with a GELU after it as one call (cuBLASLt's
+ * GELU_AUX_BIAS epilogue: act and its pre-activation) and the backward of
+ * the linear after a GELU with the GELU's (DGELU: dpre written, poisoned first),
+ * against the cpu's matmul and gelu kernels.  The epilogue takes gelu of the
+ * fp32 pre-activation, the cpu kernel of the rounded one: both within the
+ * bf16 limit. ---- */
+static void test_bf16_gelu(int N, int C, int OC, int withb) {
+  size_t nin = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+  char shape[96];
+  snprintf(shape, sizeof shape, "N=%d C=%d OC=%d%s", N, C, OC, withb ? " +bias" : "");
+  float *inp = bf16_host(nin, -1, 1), *w = bf16_host(nw, -1, 1), *b = rtc_test_host(OC, -1, 1);
+  rtc_bf16 *d_inp = bf16_dev(inp, nin), *d_w = bf16_dev(w, nw);
+  float *d_b = rtc_test_dev(b, (size_t)OC);
+  float *pre = host_nan(no), *act = host_nan(no);
+  rt_matmul_forward_f32(pre, inp, w, withb ? b : NULL, N, C, OC);
+  rt_gelu_forward_f32(act, pre, no);
+  rtc_bf16 *d_pre = bf16_poison(no), *d_act = bf16_poison(no);
+  rt_matmul_forward_gelu_cu(d_act, d_pre, d_inp, d_w, withb ? d_b : NULL, N, C, OC);
+  bf16_check("bf16 matmul+gelu forward", shape, "pre", d_pre, pre, no);
+  bf16_check("bf16 matmul+gelu forward", shape, "act", d_act, act, no);
+  /* the backward of a linear (OC -> C here: dout (N,OC), weight (OC,C)) whose
+   * input is gelu(pre), pre (N,C) */
+  float *dout = bf16_host(no, -1, 1), *xpre = bf16_host(nin, -2, 2);
+  float *dw = rtc_test_host(nw, -1, 1), *db = rtc_test_host(OC, -1, 1);
+  float *xa = host_nan(nin), *da = (float *)calloc(nin, sizeof(float)),
+        *dpre = (float *)calloc(nin, sizeof(float));
+  rt_gelu_forward_f32(xa, xpre, nin);
+  bf16_round_host(xa, nin); // the activation as the forward stored it
+  rtc_bf16 *d_dout = bf16_dev(dout, no), *d_xpre = bf16_dev(xpre, nin), *d_xa = bf16_dev(xa, nin);
+  rtc_bf16 *d_dpre = bf16_poison(nin), *d_da = bf16_dev(da, nin); // dpre: written, not read
+  float *d_dw = rtc_test_dev(dw, nw), *d_db = rtc_test_dev(db, (size_t)OC);
+  rt_matmul_backward_f32(da, dw, withb ? db : NULL, dout, xa, w, N, C, OC);
+  rt_gelu_backward_f32(dpre, xpre, da, nin);
+  rt_matmul_backward_dgelu_cu(d_dpre, d_da, d_dw, withb ? d_db : NULL, d_dout, d_xa, d_w, d_xpre,
+                              N, C, OC);
+  bf16_check("bf16 matmul+dgelu backward", shape, "dpre", d_dpre, dpre, nin);
+  f32_check("bf16 matmul+dgelu backward", shape, "dw", d_dw, dw, nw, 1e-4);
+  f32_check("bf16 matmul+dgelu backward", shape, "dbias", d_db, db, (size_t)OC, withb ? 1e-4 : 1e-30);
+  free(inp), free(w), free(b), free(pre), free(act), free(dout), free(xpre), free(dw), free(db),
+      free(xa), free(da), free(dpre);
+  rtc_test_dfree(d_inp, d_w, d_b, d_pre, d_act, d_dout, d_xpre, d_xa, d_dpre, d_da, d_dw, d_db);
+}
+
 /* ---- bf16: an LM head whose weight copy has rows padded from V to Vp
  * (passes/precision.c): rt_matmul_backward_rows_cu against the cpu backward
  * of the unpadded head.  The copy's pad rows are zero (the step's cast
@@ -372,6 +415,9 @@ static void test_bf16(void) {
       test_bf16_gemm<float>(ta, tb, 70, 130, 257, -1.0, 1.0, 5);
     }
   test_bf16_gemm<rtc_bf16>(0, 0, 6, 5, 0, 1.0, 2.0, 2); // K = 0: c = 2c
+  test_bf16_gelu(37, 24, 64, 1);    // the GPT MLP's fc + GELU and proj's backward
+  test_bf16_gelu(130, 64, 40, 0);
+  test_bf16_gelu(33, 20, 13, 1);    // OC, C not multiples of 8: the kernels' way
   test_bf16_head(37, 24, 61, 64);   // the tiny cases of precision.c's padding
   test_bf16_head(130, 64, 260, 320);
 }

@@ -314,10 +314,9 @@ static double forward(RtPass *p) {
   rt_layernorm_forward_cu(F(7297024), F(7428096), F(7429120), F(7559168), F(231680), F(232192), 256, 128);
   // gpt.shard:6 (blocks.0.mlp)  %35 = matmul %168, @blocks.0.mlp.fc.weight; %37 = add %35, @blocks.0.mlp.fc.bias
   // f32[B=4,T=64,128], f32[256,128], f32[256] -> f32[B=4,T=64,256]
-  rt_matmul_forward_cu(F(7952384), F(7297024), F(232704), F(363776), 256, 128, 256);
   // gpt.shard:6 (blocks.0.mlp)  %38 = gelu %37
   // f32[B=4,T=64,256] -> f32[B=4,T=64,256]
-  rt_gelu_forward_cu(F(7690240), F(7952384), 65536);
+  rt_matmul_forward_gelu_cu(F(7690240), F(7952384), F(7297024), F(232704), F(363776), 256, 128, 256);  // and the GELU: one GEMM
   // gpt.shard:6 (blocks.0.mlp)  %40 = matmul %38, @blocks.0.mlp.proj.weight
   // f32[B=4,T=64,256], f32[128,256] -> f32[B=4,T=64,128]
   rt_matmul_forward_cu(F(8214528), F(7690240), F(364800), NULL, 256, 256, 128);
@@ -379,10 +378,9 @@ static double forward(RtPass *p) {
   rt_layernorm_forward_cu(F(8673280), F(7499776), F(7500800), F(8935424), F(629760), F(630272), 256, 128);
   // gpt.shard:6 (blocks.1.mlp)  %73 = matmul %172, @blocks.1.mlp.fc.weight; %75 = add %73, @blocks.1.mlp.fc.bias
   // f32[B=4,T=64,128], f32[256,128], f32[256] -> f32[B=4,T=64,256]
-  rt_matmul_forward_cu(F(9328640), F(8673280), F(630784), F(761856), 256, 128, 256);
   // gpt.shard:6 (blocks.1.mlp)  %76 = gelu %75
   // f32[B=4,T=64,256] -> f32[B=4,T=64,256]
-  rt_gelu_forward_cu(F(9066496), F(9328640), 65536);
+  rt_matmul_forward_gelu_cu(F(9066496), F(9328640), F(8673280), F(630784), F(761856), 256, 128, 256);  // and the GELU: one GEMM
   // gpt.shard:6 (blocks.1.mlp)  %78 = matmul %76, @blocks.1.mlp.proj.weight
   // f32[B=4,T=64,256], f32[128,256] -> f32[B=4,T=64,128]
   rt_matmul_forward_cu(F(8804352), F(9066496), F(762880), NULL, 256, 256, 128);
@@ -444,10 +442,9 @@ static double forward(RtPass *p) {
   rt_layernorm_forward_cu(F(9984000), F(7505920), F(7506944), F(10246144), F(1027840), F(1028352), 256, 128);
   // gpt.shard:6 (blocks.2.mlp)  %111 = matmul %176, @blocks.2.mlp.fc.weight; %113 = add %111, @blocks.2.mlp.fc.bias
   // f32[B=4,T=64,128], f32[256,128], f32[256] -> f32[B=4,T=64,256]
-  rt_matmul_forward_cu(F(10639360), F(9984000), F(1028864), F(1159936), 256, 128, 256);
   // gpt.shard:6 (blocks.2.mlp)  %114 = gelu %113
   // f32[B=4,T=64,256] -> f32[B=4,T=64,256]
-  rt_gelu_forward_cu(F(10377216), F(10639360), 65536);
+  rt_matmul_forward_gelu_cu(F(10377216), F(10639360), F(9984000), F(1028864), F(1159936), 256, 128, 256);  // and the GELU: one GEMM
   // gpt.shard:6 (blocks.2.mlp)  %116 = matmul %114, @blocks.2.mlp.proj.weight
   // f32[B=4,T=64,256], f32[128,256] -> f32[B=4,T=64,128]
   rt_matmul_forward_cu(F(10115072), F(10377216), F(1160960), NULL, 256, 256, 128);
@@ -509,10 +506,9 @@ static double forward(RtPass *p) {
   rt_layernorm_forward_cu(F(11294720), F(7512064), F(7513088), F(11556864), F(1425920), F(1426432), 256, 128);
   // gpt.shard:6 (blocks.3.mlp)  %149 = matmul %180, @blocks.3.mlp.fc.weight; %151 = add %149, @blocks.3.mlp.fc.bias
   // f32[B=4,T=64,128], f32[256,128], f32[256] -> f32[B=4,T=64,256]
-  rt_matmul_forward_cu(F(11950080), F(11294720), F(1426944), F(1558016), 256, 128, 256);
   // gpt.shard:6 (blocks.3.mlp)  %152 = gelu %151
   // f32[B=4,T=64,256] -> f32[B=4,T=64,256]
-  rt_gelu_forward_cu(F(11687936), F(11950080), 65536);
+  rt_matmul_forward_gelu_cu(F(11687936), F(11950080), F(11294720), F(1426944), F(1558016), 256, 128, 256);  // and the GELU: one GEMM
   // gpt.shard:6 (blocks.3.mlp)  %154 = matmul %152, @blocks.3.mlp.proj.weight
   // f32[B=4,T=64,256], f32[128,256] -> f32[B=4,T=64,128]
   rt_matmul_forward_cu(F(11425792), F(11687936), F(1559040), NULL, 256, 256, 128);
@@ -601,11 +597,10 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.3.mlp)  d%152, d@blocks.3.mlp.proj.weight += matmul_bwd d%154, %152, @blocks.3.mlp.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,256], f32[128,256] -> f32[B=4,T=64,256], f32[128,256]
   rtc_memset(F(12474368), 0, 262144);  // d%152 starts here
-  rt_matmul_backward_cu(F(12474368), F(3250688), NULL, F(12343296), F(11687936), F(1559040), 256, 256, 128);
   // gpt.shard:6 (blocks.3.mlp)  d%151 += gelu_bwd d%152, %151
   // f32[B=4,T=64,256], f32[B=4,T=64,256] -> f32[B=4,T=64,256]
-  rtc_memset(F(11687936), 0, 262144);  // d%151 starts here
-  rt_gelu_backward_cu(F(11687936), F(11950080), F(12474368), 65536);
+  rt_matmul_backward_dgelu_cu(F(11687936), F(12474368), F(3250688), NULL,
+      F(12343296), F(11687936), F(1559040), F(11950080), 256, 256, 128);  // and the GELU's backward: one GEMM
   // gpt.shard:6 (blocks.3.mlp)  _, d@blocks.3.mlp.fc.bias += add_bwd d%151, %149, @blocks.3.mlp.fc.bias; d%180, d@blocks.3.mlp.fc.weight += matmul_bwd d%151, %180, @blocks.3.mlp.fc.weight
   // f32[B=4,T=64,256], f32[B=4,T=64,128], f32[256,128] -> f32[B=4,T=64,128], f32[256,128], f32[256]
   rtc_memset(F(11425792), 0, 131072);  // d%180 starts here
@@ -712,11 +707,10 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.2.mlp)  d%114, d@blocks.2.mlp.proj.weight += matmul_bwd d%116, %114, @blocks.2.mlp.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,256], f32[128,256] -> f32[B=4,T=64,256], f32[128,256]
   rtc_memset(F(10901504), 0, 262144);  // d%114 starts here
-  rt_matmul_backward_cu(F(10901504), F(2852608), NULL, F(12474368), F(10377216), F(1160960), 256, 256, 128);
   // gpt.shard:6 (blocks.2.mlp)  d%113 += gelu_bwd d%114, %113
   // f32[B=4,T=64,256], f32[B=4,T=64,256] -> f32[B=4,T=64,256]
-  rtc_memset(F(10377216), 0, 262144);  // d%113 starts here
-  rt_gelu_backward_cu(F(10377216), F(10639360), F(10901504), 65536);
+  rt_matmul_backward_dgelu_cu(F(10377216), F(10901504), F(2852608), NULL,
+      F(12474368), F(10377216), F(1160960), F(10639360), 256, 256, 128);  // and the GELU's backward: one GEMM
   // gpt.shard:6 (blocks.2.mlp)  _, d@blocks.2.mlp.fc.bias += add_bwd d%113, %111, @blocks.2.mlp.fc.bias; d%176, d@blocks.2.mlp.fc.weight += matmul_bwd d%113, %176, @blocks.2.mlp.fc.weight
   // f32[B=4,T=64,256], f32[B=4,T=64,128], f32[256,128] -> f32[B=4,T=64,128], f32[256,128], f32[256]
   rtc_memset(F(10639360), 0, 131072);  // d%176 starts here
@@ -823,11 +817,10 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.1.mlp)  d%76, d@blocks.1.mlp.proj.weight += matmul_bwd d%78, %76, @blocks.1.mlp.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,256], f32[128,256] -> f32[B=4,T=64,256], f32[128,256]
   rtc_memset(F(9721856), 0, 262144);  // d%76 starts here
-  rt_matmul_backward_cu(F(9721856), F(2454528), NULL, F(9590784), F(9066496), F(762880), 256, 256, 128);
   // gpt.shard:6 (blocks.1.mlp)  d%75 += gelu_bwd d%76, %75
   // f32[B=4,T=64,256], f32[B=4,T=64,256] -> f32[B=4,T=64,256]
-  rtc_memset(F(9066496), 0, 262144);  // d%75 starts here
-  rt_gelu_backward_cu(F(9066496), F(9328640), F(9721856), 65536);
+  rt_matmul_backward_dgelu_cu(F(9066496), F(9721856), F(2454528), NULL,
+      F(9590784), F(9066496), F(762880), F(9328640), 256, 256, 128);  // and the GELU's backward: one GEMM
   // gpt.shard:6 (blocks.1.mlp)  _, d@blocks.1.mlp.fc.bias += add_bwd d%75, %73, @blocks.1.mlp.fc.bias; d%172, d@blocks.1.mlp.fc.weight += matmul_bwd d%75, %172, @blocks.1.mlp.fc.weight
   // f32[B=4,T=64,256], f32[B=4,T=64,128], f32[256,128] -> f32[B=4,T=64,128], f32[256,128], f32[256]
   rtc_memset(F(9328640), 0, 131072);  // d%172 starts here
@@ -934,11 +927,10 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.0.mlp)  d%38, d@blocks.0.mlp.proj.weight += matmul_bwd d%40, %38, @blocks.0.mlp.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,256], f32[128,256] -> f32[B=4,T=64,256], f32[128,256]
   rtc_memset(F(8476672), 0, 262144);  // d%38 starts here
-  rt_matmul_backward_cu(F(8476672), F(2056448), NULL, F(8345600), F(7690240), F(364800), 256, 256, 128);
   // gpt.shard:6 (blocks.0.mlp)  d%37 += gelu_bwd d%38, %37
   // f32[B=4,T=64,256], f32[B=4,T=64,256] -> f32[B=4,T=64,256]
-  rtc_memset(F(7690240), 0, 262144);  // d%37 starts here
-  rt_gelu_backward_cu(F(7690240), F(7952384), F(8476672), 65536);
+  rt_matmul_backward_dgelu_cu(F(7690240), F(8476672), F(2056448), NULL,
+      F(8345600), F(7690240), F(364800), F(7952384), 256, 256, 128);  // and the GELU's backward: one GEMM
   // gpt.shard:6 (blocks.0.mlp)  _, d@blocks.0.mlp.fc.bias += add_bwd d%37, %35, @blocks.0.mlp.fc.bias; d%168, d@blocks.0.mlp.fc.weight += matmul_bwd d%37, %168, @blocks.0.mlp.fc.weight
   // f32[B=4,T=64,256], f32[B=4,T=64,128], f32[256,128] -> f32[B=4,T=64,128], f32[256,128], f32[256]
   rtc_memset(F(7952384), 0, 131072);  // d%168 starts here
