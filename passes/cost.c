@@ -41,6 +41,7 @@ void cost_hw_from_mesh(HwModel *hw, const Mesh *me, DType prec) {
    * the rate.  Measured for 16-bit GEMMs on tensor cores only: fp32 with
    * TF32 off runs on the CUDA cores, and OpenBLAS has no such cliff. */
   hw->unaligned_eff = gpu && half ? 0.16 : 1.0;
+  hw->gpu_half = gpu && half;
   hw->mem_bw = me->mem_bw;
   hw->mem_eff = gpu ? 0.88 : 0.6;
   hw->launch_s = me->launch_s;
@@ -457,15 +458,41 @@ static double summa_passes(const HwModel *hw, const Node *n, int q) {
   return t;
 }
 
+/* A GELU whose input a linear makes (its bias add first), or its backward:
+ * the CUDA target's epilogue candidates (codegen/cuda.c pair()). */
+static bool gelu_in_gemm(const Node *n) {
+  if (n->op != OP_GELU && n->op != OP_GELU_BWD) return false;
+  const Value *pre = n->in[n->op == OP_GELU ? 0 : 1];
+  const Node *d = pre->def;
+  if (d && d->op == OP_ADD && d->in[0]->def) d = d->in[0]->def;
+  return d && d->op == OP_MATMUL && !ir_summa_q(d);
+}
+
 double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
   const Plan *p = &m->train.plan;
   double t = 0, ring_cb = -1; /* ring attention: one step's compute */
   switch (in->kind) {
   case PI_KERNEL:
     t = in->n ? cost_node(hw, in->n) : 0;
-    /* a bias gradient summed by the matmul's backward: one more pass over dy */
-    if (in->n && in->n->op == OP_MATMUL_BWD && in->dbias.v)
-      t += cost_membound(hw, vbytes(in->n->in[0], hw->elt), 0) - hw->launch_s;
+    /* a bias gradient summed by the matmul's backward: one more pass over
+     * dy; on a GPU in 16 bits the dW GEMM's BGRADB epilogue sums it (up to
+     * 64K features), then one pass over the bias adds it */
+    if (in->n && in->n->op == OP_MATMUL_BWD && in->dbias.v) {
+      if (hw->gpu_half && vbytes(in->dbias.v, hw->elt) <= 256 * 1024)
+        t += cost_membound(hw, 3 * vbytes(in->dbias.v, hw->elt), 0);
+      else
+        t += cost_membound(hw, vbytes(in->n->in[0], hw->elt), 0) - hw->launch_s;
+    }
+    /* on a GPU in 16 bits the CUDA target runs a GELU after a linear in
+     * the GEMM's GELU_AUX_BIAS epilogue (codegen/cuda.c pair(): the
+     * activation written, the pre-activation not read back), and the
+     * GELU's backward in the DGELU epilogue of the GEMM before it (the
+     * pre-activation read, the activation's gradient neither written nor
+     * read); where codegen cannot pair them (buffers that overlap) they
+     * run as kernels, as priced otherwise */
+    if (in->n && hw->gpu_half && gelu_in_gemm(in->n))
+      t = cost_membound(hw, vbytes(in->n->op == OP_GELU ? in->n->out : in->n->in[1], hw->elt),
+                        0) - hw->launch_s;
     /* SUMMA runs the local GEMM once per step of the q x q grid (the node's
      * shapes are one step's blocks); ring attention once per K/V block that
      * arrives.  Under a causal mask rank r skips the blocks of later ranks,

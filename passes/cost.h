@@ -47,6 +47,8 @@ typedef struct HwModel {
   double gemm_half;       /* a GEMM dim at which that dim alone halves the efficiency */
   double unaligned_eff;   /* rate of a GEMM with a dim whose rows are not 16-byte aligned, as a
                            * fraction of the aligned one's (1: no such penalty) */
+  bool gpu_half;          /* a GPU in 16 bits: the CUDA target's cuBLASLt epilogues take a
+                           * linear's bias gradient and a GELU after it (runtime/cuda/k_matmul.cu) */
   double mem_bw, mem_eff; /* memory-bound kernels: bandwidth and the fraction reached */
   double launch_s;        /* per kernel call */
   double launch_graph_s;  /* per kernel of a replayed CUDA graph, where a profile measured it
