@@ -16,8 +16,13 @@
  * dW += dyᵀ x for the first linear and the head; and the head at 50257
  * with its rows 50304 apart (the logits and their gradient padded in
  * memory only, the GEMM's dims unchanged: does the aligned leading
- * dimension alone give back the rate?).  Prints one line a shape:
- * TFLOP/s of each way.  Usage: gemm_cuda [M]
+ * dimension alone give back the rate?).  Then the epilogues the cuda
+ * target asks for (runtime/cuda/k_matmul.cu): the MLP's fc forward with
+ * GELU_AUX_BIAS (bf16 bias, the pre-activation as aux), the dx of the MLP's
+ * proj with DGELU (aux read), the qkv dW with BGRADB (the fp32 bias
+ * gradient): each against the plain GEMM of its shape above, to see that
+ * the epilogue's algorithms run at the plain rate ("gemmex" has none: -).
+ * Prints one line a shape: TFLOP/s of each way.  Usage: gemm_cuda [M]
  */
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -69,7 +74,10 @@ struct G {
   int M, N, K, ta, tb, c32;
   float beta;
   int lda, ldc; /* leading dims, 0: dense (a padded row stride otherwise) */
+  int epi;      /* 0 none, 1 GELU_AUX_BIAS, 2 DGELU, 3 BGRADB */
 };
+
+static void *bias_buf, *aux_buf;
 
 static void run(const G &g, void *A, void *B, void *C) {
   int lda = g.lda ? g.lda : g.ta ? g.M : g.K, ldb = g.tb ? g.K : g.N, ldc = g.ldc ? g.ldc : g.N;
@@ -79,6 +87,27 @@ static void run(const G &g, void *A, void *B, void *C) {
   cublasOperation_t opb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   BK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof opb));
   BK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof opa));
+  if (g.epi) {
+    cublasLtEpilogue_t epi = g.epi == 1   ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                             : g.epi == 2 ? CUBLASLT_EPILOGUE_DGELU
+                                          : CUBLASLT_EPILOGUE_BGRADB;
+    BK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (g.epi != 2) { // the bias (bf16, of D's type) or its gradient (fp32, C's type)
+      cudaDataType_t bt = g.epi == 1 ? CUDA_R_16BF : CUDA_R_32F;
+      BK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+      BK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_buf,
+                                        sizeof bias_buf));
+    }
+    if (g.epi != 3) { // the pre-activation: D's type and layout
+      int64_t ld = g.ldc ? g.ldc : g.N;
+      int32_t at = g.c32 ? CUDA_R_32F : CUDA_R_16BF;
+      BK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_buf,
+                                        sizeof aux_buf));
+      BK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+      BK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at,
+                                        sizeof at));
+    }
+  }
   cublasLtMatrixLayout_t lb, la, lc;
   BK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.tb ? g.K : g.N, g.tb ? g.N : g.K, ldb));
   BK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.ta ? g.M : g.K, g.ta ? g.K : g.M, lda));
@@ -89,7 +118,8 @@ static void run(const G &g, void *A, void *B, void *C) {
                                           sizeof WS));
   cublasLtMatmulHeuristicResult_t res[8];
   int found = 0;
-  BK(cublasLtMatmulAlgoGetHeuristic(lt, op, lb, la, lc, lc, pref, 8, res, &found));
+  cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, op, lb, la, lc, lc, pref, 8, res, &found);
+  if (hs != CUBLAS_STATUS_SUCCESS) found = 0; // (an epilogue the shape lacks: NOT_SUPPORTED)
   float alpha = 1.0f, beta = g.beta;
   double flops = 2.0 * g.M * g.N * g.K, ours = 0, best = 0;
   int reps = flops > 1e12 ? 10 : 30;
@@ -102,12 +132,17 @@ static void run(const G &g, void *A, void *B, void *C) {
     if (i == 0) ours = r;
     if (r > best) best = r;
   }
-  double gx = flops / timeit([&]() {
-    BK(cublasGemmEx(bl, opb, opa, g.N, g.M, g.K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda,
-                    &beta, C, tc, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  }, reps) / 1e12;
-  printf("%-26s %7d %6d %5d  %7.1f  %7.1f  %7.1f   (%d algorithms)\n", g.name, g.M, g.N, g.K, ours,
-         best, gx, found);
+  if (g.epi) {
+    printf("%-26s %7d %6d %5d  %7.1f  %7.1f  %7s   (%d algorithms%s)\n", g.name, g.M, g.N, g.K,
+           ours, best, "-", found, found ? "" : ": the runtime falls back to its kernels");
+  } else {
+    double gx = flops / timeit([&]() {
+      BK(cublasGemmEx(bl, opb, opa, g.N, g.M, g.K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF,
+                      lda, &beta, C, tc, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }, reps) / 1e12;
+    printf("%-26s %7d %6d %5d  %7.1f  %7.1f  %7.1f   (%d algorithms)\n", g.name, g.M, g.N, g.K,
+           ours, best, gx, found);
+  }
   fflush(stdout);
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
@@ -137,6 +172,10 @@ int main(int argc, char **argv) {
       {"fwd head 50257 ldc 50304", M, 50257, 768, 0, 1, 0, 0.0f, 0, 50304},
       {"bwd head dx 50257 lda 50304", M, 768, 50257, 0, 0, 0, 1.0f, 50304, 0},
       {"bwd head dW 50257 lda 50304", 50257, 768, M, 1, 0, 1, 1.0f, 50304, 0},
+      {"fwd fc   +GELU_AUX_BIAS", M, 3072, 768, 0, 1, 0, 0.0f, 0, 0, 1},
+      {"bwd fcp  dx = dy W", M, 3072, 768, 0, 0, 0, 0.0f},
+      {"bwd fcp  dx +DGELU", M, 3072, 768, 0, 0, 0, 0.0f, 0, 0, 2},
+      {"bwd qkv  dW +BGRADB", 2304, 768, M, 1, 0, 1, 1.0f, 0, 0, 3},
   };
   size_t most = 0;
   for (const G &g : gs) {
@@ -155,6 +194,10 @@ int main(int argc, char **argv) {
   CK(cudaMemset(A, 0x3c, most * 2));
   CK(cudaMemset(B, 0x3c, most * 2));
   CK(cudaMemset(C, 0, most * 2));
+  CK(cudaMalloc(&aux_buf, most * 2));
+  CK(cudaMemset(aux_buf, 0x3c, most * 2));
+  CK(cudaMalloc(&bias_buf, 65536 * 4));
+  CK(cudaMemset(bias_buf, 0, 65536 * 4));
   printf("%-26s %7s %6s %5s  %7s  %7s  %7s   TFLOP/s\n", "GEMM (row-major M x N, K)", "M", "N",
          "K", "ours", "best8", "gemmex");
   for (const G &g : gs) run(g, A, B, C);
