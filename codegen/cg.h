@@ -105,6 +105,8 @@ void cg_store(Emit *e, PRef r, const char *val);
  * each input's and output's element expression ("x3[i]", "d7[j]" when
  * broadcast over the inner dim) for cg_emit_exprs. */
 void cg_loop_operands(Emit *e, const PLoop *L, const char ***argn, const char ***lhs);
+/* The pointer cg_loop_operands declares for v ("x3", "d7"). */
+const char *cg_loop_name(const Value *v);
 /* Whether v is stored in 16 bits (precision = bf16: passes/precision.c). */
 bool cg_is16(const Value *v);
 /* cpu.c: every value f32, i32 or half (DT_F32: no 16-bit values), each

@@ -31,6 +31,7 @@
  * forward's partial results merged by log-sum-exp on the device.
  */
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cg.h"
@@ -164,12 +165,68 @@ static void loop_body(Emit *e, const PLoop *L, const char **argn, const char **l
   }
 }
 
+/* A loop that takes 8 elements a thread (loop8): every operand fp32 or 16
+ * bits at a 16-byte aligned offset (the arena's buffers and a pipeline's
+ * stash slots are 256-byte aligned), broadcast ones over rows of a
+ * multiple of 8, no summed (broadcast) output, no output written twice,
+ * and a multiple of 8 elements. */
+static bool loop8_ok(const PLoop *L) {
+  if (L->n % 8 || L->n / 8 >= ((int64_t)1 << 31) || (L->inner && L->inner % 8) || L->nin > 8 ||
+      L->nout > 4)
+    return false;
+  for (int i = 0; i < L->nin; i++) {
+    const Value *v = L->in[i].r.v;
+    if ((v->dtype != DT_F32 && !cg_is16(v)) || L->in[i].r.off % 16) return false;
+  }
+  for (int k = 0; k < L->nout; k++) {
+    const Value *v = L->out[k].r.v;
+    if (L->out[k].bcast || (v->dtype != DT_F32 && !cg_is16(v)) || L->out[k].r.off % 16)
+      return false;
+    for (int j = 0; j < k; j++)
+      if (L->out[j].r.v == v) return false;
+  }
+  return true;
+}
+
+/* Its vector form: each thread loads 8 elements of every operand (16-byte
+ * vectors) before it computes, then stores 8 of every output, so a warp has
+ * 8 times the bytes in flight of the one-element form, whose loads wait for
+ * its stores (the compiler cannot tell the buffers apart).  Per element
+ * the same float operations, each output rounded once: bit for bit the
+ * one-element form's results. */
+static void loop8(Emit *e, const PLoop *L) {
+  P(e, "    rtc_foreach32(%" PRId64 ", [=] __device__(unsigned v) {\n", L->n / 8);
+  P(e, "      const unsigned i = v * 8u;\n");
+  if (L->inner) P(e, "      const unsigned j = i %% %" PRId64 "u;\n", L->inner);
+  const char **an = arena_alloc(sizeof(char *) * (size_t)(L->nin + 1));
+  const char **ln = arena_alloc(sizeof(char *) * (size_t)(L->nout + 1));
+  for (int i = 0; i < L->nin; i++) {
+    P(e, "      float a%d[8];\n      rtc_ld8(a%d, %s + %s);\n", i, i, cg_loop_name(L->in[i].r.v),
+      L->in[i].bcast ? "j" : "i");
+    an[i] = arena_printf("a%d[k]", i);
+  }
+  for (int k = 0; k < L->nout; k++) {
+    P(e, "      float r%d[8];\n", k);
+    if (strcmp(L->op[k], "=")) /* accumulated onto the old values */
+      P(e, "      rtc_ld8(r%d, %s + i);\n", k, cg_loop_name(L->out[k].r.v));
+    ln[k] = arena_printf("r%d[k]", k);
+  }
+  P(e, "      for (int k = 0; k < 8; k++) {\n");
+  cg_emit_exprs(e->o, L->expr, ln, L->op, L->nout, an, "        ", e->f64 ? CG_F64 : 0);
+  P(e, "      }\n");
+  for (int k = 0; k < L->nout; k++)
+    P(e, "      rtc_st8(%s + i, r%d);\n", cg_loop_name(L->out[k].r.v), k);
+  P(e, "    });\n  }\n");
+}
+
 static void loop(Emit *e, const PLoop *L) {
   const char **argn, **lhs;
   bool reduce = false;
   for (int k = 0; k < L->nout; k++) reduce |= L->out[k].bcast;
   P(e, "  {\n");
   cg_loop_operands(e, L, &argn, &lhs);
+  const char *l8 = getenv("SHARDC_LOOP8"); /* "0": the one-element form (to compare) */
+  if (loop8_ok(L) && !(l8 && !strcmp(l8, "0"))) return loop8(e, L);
   /* 32-bit indices where every index stays under 2^31 (rtc_foreach32) */
   bool i32 = L->n < ((int64_t)1 << 31);
   const char *fe = i32 ? "rtc_foreach32" : "rtc_foreach", *it = i32 ? "unsigned" : "size_t";

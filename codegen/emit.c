@@ -64,6 +64,8 @@ static const char *loop_name(const Value *v) {
   return arena_printf("x%d", v->id);
 }
 
+const char *cg_loop_name(const Value *v) { return loop_name(v); }
+
 bool cg_is16(const Value *v) { return v && (v->dtype == DT_BF16 || v->dtype == DT_F16); }
 
 /* The element type of a loop operand: 16-bit values are rtc_bf16 (cuda

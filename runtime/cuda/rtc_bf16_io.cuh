@@ -46,6 +46,18 @@ __device__ __forceinline__ void rtc_stv(T *p, const float *f) {
 #endif
 }
 
+/* 8 elements at p (16-byte aligned) as floats, and back: one 16-byte
+ * vector of bf16 or two of float (the generated loops' vector form,
+ * codegen/cuda.c). */
+template <class T>
+__device__ __forceinline__ void rtc_ld8(float *f, const T *p) {
+  for (int k = 0; k < 8; k += RTC_VEC(T)) rtc_ldv(f + k, p + k);
+}
+template <class T>
+__device__ __forceinline__ void rtc_st8(T *p, const float *f) {
+  for (int k = 0; k < 8; k += RTC_VEC(T)) rtc_stv(p + k, f + k);
+}
+
 /* W elements at p as floats, and back: one (rtc_ldf, rtc_stf) or a 16-byte
  * vector (rtc_ldv, rtc_stv; W == RTC_VEC(T)), so that one kernel templated
  * on W serves rows element by element and rows of aligned vectors. */

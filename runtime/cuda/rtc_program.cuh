@@ -1,13 +1,15 @@
 /* rtc_program.cuh — included by the programs `shardc build --target cuda`
  * writes: the kernels' launchers (rtc.h), the driver's device functions
  * (rtc_train.h), and rtc_foreach (rtc_foreach32: 32-bit indices), which
- * runs a fused elementwise chain (a device lambda over the element index)
- * as one kernel.
+ * runs a fused elementwise chain (a device lambda over the element index,
+ * or over 8 elements with rtc_bf16_io.cuh's rtc_ld8/rtc_st8) as one
+ * kernel.
  */
 #ifndef RTC_PROGRAM_CUH
 #define RTC_PROGRAM_CUH
 
 #include "common.cuh"
+#include "rtc_bf16_io.cuh"
 #include "rtc_train.h"
 
 template <class F>

@@ -169,6 +169,16 @@ build gpt "$tmp/gpt-cpu10" --mesh 1 --strategy dp=1 &&
     [ "$nf" = 4 ] && [ "$nb" = 4 ] && ! grep -q 'rt_gelu_\(forward\|backward\)_cu(' "$tmp/gpt-bf16/model.cu" &&
       ok || bad "gpt bf16: GELU calls not paired with their GEMMs ($nf forward, $nb backward of 4)"
     near "gpt bf16 cuda-host (1 rank)" "$tmp/gpt-bf16" 10
+    # the fused loops 8 elements a thread (16-byte vectors; codegen/cuda.c
+    # loop8) compute bit for bit what the one-element form does
+    if grep -q 'rtc_ld8(' "$tmp/gpt-bf16/model.cu" &&
+       SHARDC_LOOP8=0 build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16-l1" --target cuda-host --mesh 1 --strategy dp=1; then
+      if grep -q 'rtc_ld8(' "$tmp/gpt-bf16-l1/model.cu"; then bad "SHARDC_LOOP8=0: still vector loops"
+      else
+        train "$tmp/gpt-bf16-l1" --steps 10 --quiet --log "$tmp/gpt-bf16-l1.jsonl" --save "$tmp/gpt-bf16-l1.st"
+        bitwise "gpt bf16 loops 8 a thread vs 1" "$tmp/gpt-bf16" "$tmp/gpt-bf16-l1"
+      fi
+    else bad "gpt bf16: no vector loops (rtc_ld8) in model.cu"; fi
     a16=$(sed -n 's/.*\.arena_bytes = \([0-9]*\).*/\1/p' "$tmp/gpt-bf16/model.cu")
     a32=$(sed -n 's/.*\.arena_bytes = \([0-9]*\).*/\1/p' "$tmp/gpt-cuda-dp_1/model.cu" 2>/dev/null)
     if [ -n "$a16" ] && [ -n "$a32" ] && [ "$a16" -lt "$a32" ]; then ok

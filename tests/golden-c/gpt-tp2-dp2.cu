@@ -267,9 +267,18 @@ static double forward(RtPass *p) {
     const float *x165 = F(6899712);
     const float *x4 = F(65536);
     float *x5 = F(6768640);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const unsigned j = i % 8192;
-      x5[i] = x165[i] + x4[j];
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 8192u;
+      float a0[8];
+      rtc_ld8(a0, x165 + i);
+      float a1[8];
+      rtc_ld8(a1, x4 + j);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(x5 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.0)  %8, %9, %10 = layernorm %5, @blocks.0.ln_1.weight, @blocks.0.ln_1.bias
@@ -304,9 +313,20 @@ static double forward(RtPass *p) {
     const float *x26 = F(231168);
     const float *x5 = F(6768640);
     float *x28 = F(7559168);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const unsigned j = i % 128;
-      x28[i] = x5[i] + (x167[i] + x26[j]);
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 128u;
+      float a0[8];
+      rtc_ld8(a0, x167 + i);
+      float a1[8];
+      rtc_ld8(a1, x26 + j);
+      float a2[8];
+      rtc_ld8(a2, x5 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x28 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.0)  %31, %32, %33 = layernorm %28, @blocks.0.ln_2.weight, @blocks.0.ln_2.bias
@@ -331,9 +351,20 @@ static double forward(RtPass *p) {
     const float *x41 = F(495872);
     const float *x28 = F(7559168);
     float *x43 = F(8476672);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const unsigned j = i % 128;
-      x43[i] = x28[i] + (x169[i] + x41[j]);
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 128u;
+      float a0[8];
+      rtc_ld8(a0, x169 + i);
+      float a1[8];
+      rtc_ld8(a1, x41 + j);
+      float a2[8];
+      rtc_ld8(a2, x28 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x43 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.1)  %46, %47, %48 = layernorm %43, @blocks.1.ln_1.weight, @blocks.1.ln_1.bias
@@ -368,9 +399,20 @@ static double forward(RtPass *p) {
     const float *x64 = F(629248);
     const float *x43 = F(8476672);
     float *x66 = F(8935424);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const unsigned j = i % 128;
-      x66[i] = x43[i] + (x171[i] + x64[j]);
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 128u;
+      float a0[8];
+      rtc_ld8(a0, x171 + i);
+      float a1[8];
+      rtc_ld8(a1, x64 + j);
+      float a2[8];
+      rtc_ld8(a2, x43 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x66 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.1)  %69, %70, %71 = layernorm %66, @blocks.1.ln_2.weight, @blocks.1.ln_2.bias
@@ -395,9 +437,20 @@ static double forward(RtPass *p) {
     const float *x79 = F(893952);
     const float *x66 = F(8935424);
     float *x81 = F(9721856);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const unsigned j = i % 128;
-      x81[i] = x66[i] + (x173[i] + x79[j]);
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 128u;
+      float a0[8];
+      rtc_ld8(a0, x173 + i);
+      float a1[8];
+      rtc_ld8(a1, x79 + j);
+      float a2[8];
+      rtc_ld8(a2, x66 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x81 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.2)  %84, %85, %86 = layernorm %81, @blocks.2.ln_1.weight, @blocks.2.ln_1.bias
@@ -432,9 +485,20 @@ static double forward(RtPass *p) {
     const float *x102 = F(1027328);
     const float *x81 = F(9721856);
     float *x104 = F(10246144);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const unsigned j = i % 128;
-      x104[i] = x81[i] + (x175[i] + x102[j]);
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 128u;
+      float a0[8];
+      rtc_ld8(a0, x175 + i);
+      float a1[8];
+      rtc_ld8(a1, x102 + j);
+      float a2[8];
+      rtc_ld8(a2, x81 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x104 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.2)  %107, %108, %109 = layernorm %104, @blocks.2.ln_2.weight, @blocks.2.ln_2.bias
@@ -459,9 +523,20 @@ static double forward(RtPass *p) {
     const float *x117 = F(1292032);
     const float *x104 = F(10246144);
     float *x119 = F(11032576);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const unsigned j = i % 128;
-      x119[i] = x104[i] + (x177[i] + x117[j]);
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 128u;
+      float a0[8];
+      rtc_ld8(a0, x177 + i);
+      float a1[8];
+      rtc_ld8(a1, x117 + j);
+      float a2[8];
+      rtc_ld8(a2, x104 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x119 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.3)  %122, %123, %124 = layernorm %119, @blocks.3.ln_1.weight, @blocks.3.ln_1.bias
@@ -496,9 +571,20 @@ static double forward(RtPass *p) {
     const float *x140 = F(1425408);
     const float *x119 = F(11032576);
     float *x142 = F(11556864);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const unsigned j = i % 128;
-      x142[i] = x119[i] + (x179[i] + x140[j]);
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 128u;
+      float a0[8];
+      rtc_ld8(a0, x179 + i);
+      float a1[8];
+      rtc_ld8(a1, x140 + j);
+      float a2[8];
+      rtc_ld8(a2, x119 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x142 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.3)  %145, %146, %147 = layernorm %142, @blocks.3.ln_2.weight, @blocks.3.ln_2.bias
@@ -523,9 +609,20 @@ static double forward(RtPass *p) {
     const float *x155 = F(1690112);
     const float *x142 = F(11556864);
     float *x157 = F(12343296);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const unsigned j = i % 128;
-      x157[i] = x142[i] + (x181[i] + x155[j]);
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 128u;
+      float a0[8];
+      rtc_ld8(a0, x181 + i);
+      float a1[8];
+      rtc_ld8(a1, x155 + j);
+      float a2[8];
+      rtc_ld8(a2, x142 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x157 + i, r0);
     });
   }
   // gpt.shard:13  %160, %161, %162 = layernorm %157, @ln.weight, @ln.bias
@@ -575,8 +672,15 @@ static void backward(RtPass *p) {
   {
     const float *d157 = F(11425792);
     float *d142 = F(12212224);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      d142[i] = d157[i];
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d157 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d142 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.3.mlp)  _, d@blocks.3.mlp.proj.bias += add_bwd d%157, %181, @blocks.3.mlp.proj.bias
@@ -621,8 +725,15 @@ static void backward(RtPass *p) {
   {
     const float *d142 = F(12212224);
     float *d119 = F(12343296);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      d119[i] = d142[i];
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d142 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d119 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.3.attn)  _, d@blocks.3.attn.proj.bias += add_bwd d%142, %179, @blocks.3.attn.proj.bias
@@ -685,8 +796,15 @@ static void backward(RtPass *p) {
   {
     const float *d119 = F(12343296);
     float *d104 = F(10115072);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      d104[i] = d119[i];
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d119 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d104 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.2.mlp)  _, d@blocks.2.mlp.proj.bias += add_bwd d%119, %177, @blocks.2.mlp.proj.bias
@@ -731,8 +849,15 @@ static void backward(RtPass *p) {
   {
     const float *d104 = F(10115072);
     float *d81 = F(9984000);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      d81[i] = d104[i];
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d104 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d81 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.2.attn)  _, d@blocks.2.attn.proj.bias += add_bwd d%104, %175, @blocks.2.attn.proj.bias
@@ -795,8 +920,15 @@ static void backward(RtPass *p) {
   {
     const float *d81 = F(9984000);
     float *d66 = F(8804352);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      d66[i] = d81[i];
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d81 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d66 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.1.mlp)  _, d@blocks.1.mlp.proj.bias += add_bwd d%81, %173, @blocks.1.mlp.proj.bias
@@ -841,8 +973,15 @@ static void backward(RtPass *p) {
   {
     const float *d66 = F(8804352);
     float *d43 = F(8673280);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      d43[i] = d66[i];
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d66 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d43 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.1.attn)  _, d@blocks.1.attn.proj.bias += add_bwd d%66, %171, @blocks.1.attn.proj.bias
@@ -905,8 +1044,15 @@ static void backward(RtPass *p) {
   {
     const float *d43 = F(8673280);
     float *d28 = F(8214528);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      d28[i] = d43[i];
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d43 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d28 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.0.mlp)  _, d@blocks.0.mlp.proj.bias += add_bwd d%43, %169, @blocks.0.mlp.proj.bias
@@ -951,8 +1097,15 @@ static void backward(RtPass *p) {
   {
     const float *d28 = F(8214528);
     float *d5 = F(7297024);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      d5[i] = d28[i];
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d28 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d5 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.0.attn)  _, d@blocks.0.attn.proj.bias += add_bwd d%28, %167, @blocks.0.attn.proj.bias

@@ -267,9 +267,18 @@ static double forward(RtPass *p) {
     const float *x165 = F(3465216);
     const float *x4 = F(32768);
     float *x5 = F(3399680);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      const unsigned j = i % 4096;
-      x5[i] = x165[i] + x4[j];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 4096u;
+      float a0[8];
+      rtc_ld8(a0, x165 + i);
+      float a1[8];
+      rtc_ld8(a1, x4 + j);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(x5 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.0)  %8, %9, %10 = layernorm %5, @blocks.0.ln_1.weight, @blocks.0.ln_1.bias
@@ -289,9 +298,18 @@ static double forward(RtPass *p) {
     const float *x12 = F(3466240);
     const float *x13 = F(98816);
     float *x14 = F(3564544);
-    rtc_foreach32(24576, [=] __device__(unsigned i) {
-      const unsigned j = i % 192;
-      x14[i] = x12[i] + x13[j];
+    rtc_foreach32(3072, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 192u;
+      float a0[8];
+      rtc_ld8(a0, x12 + i);
+      float a1[8];
+      rtc_ld8(a1, x13 + j);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(x14 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.0.attn)  %15 = slice %14
@@ -318,9 +336,20 @@ static double forward(RtPass *p) {
     const float *x26 = F(115968);
     const float *x5 = F(3399680);
     float *x28 = F(3663872);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      const unsigned j = i % 64;
-      x28[i] = x5[i] + (x25[i] + x26[j]);
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 64u;
+      float a0[8];
+      rtc_ld8(a0, x25 + i);
+      float a1[8];
+      rtc_ld8(a1, x26 + j);
+      float a2[8];
+      rtc_ld8(a2, x5 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x28 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.0)  %31, %32, %33 = layernorm %28, @blocks.0.ln_2.weight, @blocks.0.ln_2.bias
@@ -341,11 +370,22 @@ static double forward(RtPass *p) {
     const float *x36 = F(182272);
     float *x37 = F(3827712);
     float *x38 = F(3958784);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const unsigned j = i % 256;
-      const float t0 = x35[i] + x36[j];
-      x37[i] = t0;
-      x38[i] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 256u;
+      float a0[8];
+      rtc_ld8(a0, x35 + i);
+      float a1[8];
+      rtc_ld8(a1, x36 + j);
+      float r0[8];
+      float r1[8];
+      for (int k = 0; k < 8; k++) {
+        const float t0 = a0[k] + a1[k];
+        r0[k] = t0;
+        r1[k] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
+      }
+      rtc_st8(x37 + i, r0);
+      rtc_st8(x38 + i, r1);
     });
   }
   // gpt.shard:6 (blocks.0.mlp)  %40 = matmul %38, @blocks.0.mlp.proj.weight
@@ -360,9 +400,20 @@ static double forward(RtPass *p) {
     const float *x41 = F(248832);
     const float *x28 = F(3663872);
     float *x43 = F(3762176);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      const unsigned j = i % 64;
-      x43[i] = x28[i] + (x40[i] + x41[j]);
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 64u;
+      float a0[8];
+      rtc_ld8(a0, x40 + i);
+      float a1[8];
+      rtc_ld8(a1, x41 + j);
+      float a2[8];
+      rtc_ld8(a2, x28 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x43 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.1)  %46, %47, %48 = layernorm %43, @blocks.1.ln_1.weight, @blocks.1.ln_1.bias
@@ -382,9 +433,18 @@ static double forward(RtPass *p) {
     const float *x50 = F(4089856);
     const float *x51 = F(298752);
     float *x52 = F(4188160);
-    rtc_foreach32(24576, [=] __device__(unsigned i) {
-      const unsigned j = i % 192;
-      x52[i] = x50[i] + x51[j];
+    rtc_foreach32(3072, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 192u;
+      float a0[8];
+      rtc_ld8(a0, x50 + i);
+      float a1[8];
+      rtc_ld8(a1, x51 + j);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(x52 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.1.attn)  %53 = slice %52
@@ -411,9 +471,20 @@ static double forward(RtPass *p) {
     const float *x64 = F(315904);
     const float *x43 = F(3762176);
     float *x66 = F(4220928);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      const unsigned j = i % 64;
-      x66[i] = x43[i] + (x63[i] + x64[j]);
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 64u;
+      float a0[8];
+      rtc_ld8(a0, x63 + i);
+      float a1[8];
+      rtc_ld8(a1, x64 + j);
+      float a2[8];
+      rtc_ld8(a2, x43 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x66 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.1)  %69, %70, %71 = layernorm %66, @blocks.1.ln_2.weight, @blocks.1.ln_2.bias
@@ -434,11 +505,22 @@ static double forward(RtPass *p) {
     const float *x74 = F(382208);
     float *x75 = F(4417536);
     float *x76 = F(4548608);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const unsigned j = i % 256;
-      const float t0 = x73[i] + x74[j];
-      x75[i] = t0;
-      x76[i] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 256u;
+      float a0[8];
+      rtc_ld8(a0, x73 + i);
+      float a1[8];
+      rtc_ld8(a1, x74 + j);
+      float r0[8];
+      float r1[8];
+      for (int k = 0; k < 8; k++) {
+        const float t0 = a0[k] + a1[k];
+        r0[k] = t0;
+        r1[k] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
+      }
+      rtc_st8(x75 + i, r0);
+      rtc_st8(x76 + i, r1);
     });
   }
   // gpt.shard:6 (blocks.1.mlp)  %78 = matmul %76, @blocks.1.mlp.proj.weight
@@ -453,9 +535,20 @@ static double forward(RtPass *p) {
     const float *x79 = F(448768);
     const float *x66 = F(4220928);
     float *x81 = F(4286464);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      const unsigned j = i % 64;
-      x81[i] = x66[i] + (x78[i] + x79[j]);
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 64u;
+      float a0[8];
+      rtc_ld8(a0, x78 + i);
+      float a1[8];
+      rtc_ld8(a1, x79 + j);
+      float a2[8];
+      rtc_ld8(a2, x66 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x81 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.2)  %84, %85, %86 = layernorm %81, @blocks.2.ln_1.weight, @blocks.2.ln_1.bias
@@ -475,9 +568,18 @@ static double forward(RtPass *p) {
     const float *x88 = F(4319232);
     const float *x89 = F(498688);
     float *x90 = F(4679680);
-    rtc_foreach32(24576, [=] __device__(unsigned i) {
-      const unsigned j = i % 192;
-      x90[i] = x88[i] + x89[j];
+    rtc_foreach32(3072, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 192u;
+      float a0[8];
+      rtc_ld8(a0, x88 + i);
+      float a1[8];
+      rtc_ld8(a1, x89 + j);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(x90 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.2.attn)  %91 = slice %90
@@ -504,9 +606,20 @@ static double forward(RtPass *p) {
     const float *x102 = F(515840);
     const float *x81 = F(4286464);
     float *x104 = F(4745216);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      const unsigned j = i % 64;
-      x104[i] = x81[i] + (x101[i] + x102[j]);
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 64u;
+      float a0[8];
+      rtc_ld8(a0, x101 + i);
+      float a1[8];
+      rtc_ld8(a1, x102 + j);
+      float a2[8];
+      rtc_ld8(a2, x81 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x104 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.2)  %107, %108, %109 = layernorm %104, @blocks.2.ln_2.weight, @blocks.2.ln_2.bias
@@ -527,11 +640,22 @@ static double forward(RtPass *p) {
     const float *x112 = F(582144);
     float *x113 = F(4909056);
     float *x114 = F(5040128);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const unsigned j = i % 256;
-      const float t0 = x111[i] + x112[j];
-      x113[i] = t0;
-      x114[i] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 256u;
+      float a0[8];
+      rtc_ld8(a0, x111 + i);
+      float a1[8];
+      rtc_ld8(a1, x112 + j);
+      float r0[8];
+      float r1[8];
+      for (int k = 0; k < 8; k++) {
+        const float t0 = a0[k] + a1[k];
+        r0[k] = t0;
+        r1[k] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
+      }
+      rtc_st8(x113 + i, r0);
+      rtc_st8(x114 + i, r1);
     });
   }
   // gpt.shard:6 (blocks.2.mlp)  %116 = matmul %114, @blocks.2.mlp.proj.weight
@@ -546,9 +670,20 @@ static double forward(RtPass *p) {
     const float *x117 = F(648704);
     const float *x104 = F(4745216);
     float *x119 = F(4810752);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      const unsigned j = i % 64;
-      x119[i] = x104[i] + (x116[i] + x117[j]);
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 64u;
+      float a0[8];
+      rtc_ld8(a0, x116 + i);
+      float a1[8];
+      rtc_ld8(a1, x117 + j);
+      float a2[8];
+      rtc_ld8(a2, x104 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x119 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.3)  %122, %123, %124 = layernorm %119, @blocks.3.ln_1.weight, @blocks.3.ln_1.bias
@@ -568,9 +703,18 @@ static double forward(RtPass *p) {
     const float *x126 = F(5171200);
     const float *x127 = F(698624);
     float *x128 = F(5269504);
-    rtc_foreach32(24576, [=] __device__(unsigned i) {
-      const unsigned j = i % 192;
-      x128[i] = x126[i] + x127[j];
+    rtc_foreach32(3072, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 192u;
+      float a0[8];
+      rtc_ld8(a0, x126 + i);
+      float a1[8];
+      rtc_ld8(a1, x127 + j);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(x128 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.3.attn)  %129 = slice %128
@@ -597,9 +741,20 @@ static double forward(RtPass *p) {
     const float *x140 = F(715776);
     const float *x119 = F(4810752);
     float *x142 = F(5269504);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      const unsigned j = i % 64;
-      x142[i] = x119[i] + (x139[i] + x140[j]);
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 64u;
+      float a0[8];
+      rtc_ld8(a0, x139 + i);
+      float a1[8];
+      rtc_ld8(a1, x140 + j);
+      float a2[8];
+      rtc_ld8(a2, x119 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x142 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.3)  %145, %146, %147 = layernorm %142, @blocks.3.ln_2.weight, @blocks.3.ln_2.bias
@@ -620,11 +775,22 @@ static double forward(RtPass *p) {
     const float *x150 = F(782080);
     float *x151 = F(5433344);
     float *x152 = F(5564416);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const unsigned j = i % 256;
-      const float t0 = x149[i] + x150[j];
-      x151[i] = t0;
-      x152[i] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 256u;
+      float a0[8];
+      rtc_ld8(a0, x149 + i);
+      float a1[8];
+      rtc_ld8(a1, x150 + j);
+      float r0[8];
+      float r1[8];
+      for (int k = 0; k < 8; k++) {
+        const float t0 = a0[k] + a1[k];
+        r0[k] = t0;
+        r1[k] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
+      }
+      rtc_st8(x151 + i, r0);
+      rtc_st8(x152 + i, r1);
     });
   }
   // gpt.shard:6 (blocks.3.mlp)  %154 = matmul %152, @blocks.3.mlp.proj.weight
@@ -639,9 +805,20 @@ static double forward(RtPass *p) {
     const float *x155 = F(848640);
     const float *x142 = F(5269504);
     float *x157 = F(5335040);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      const unsigned j = i % 64;
-      x157[i] = x142[i] + (x154[i] + x155[j]);
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 64u;
+      float a0[8];
+      rtc_ld8(a0, x154 + i);
+      float a1[8];
+      rtc_ld8(a1, x155 + j);
+      float a2[8];
+      rtc_ld8(a2, x142 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(x157 + i, r0);
     });
   }
   // gpt.shard:13  %160, %161, %162 = layernorm %157, @ln.weight, @ln.bias
@@ -703,8 +880,15 @@ static void backward(RtPass *p) {
   {
     const float *d157 = F(5236736);
     float *d142 = F(5302272);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      d142[i] = d157[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d157 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d142 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.3.mlp)  _, d@blocks.3.mlp.proj.bias += add_bwd d%157, %154, @blocks.3.mlp.proj.bias
@@ -756,8 +940,15 @@ static void backward(RtPass *p) {
   {
     const float *d142 = F(5302272);
     float *d119 = F(5203968);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      d119[i] = d142[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d142 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d119 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.3.attn)  _, d@blocks.3.attn.proj.bias += add_bwd d%142, %139, @blocks.3.attn.proj.bias
@@ -822,8 +1013,15 @@ static void backward(RtPass *p) {
   {
     const float *d119 = F(5203968);
     float *d104 = F(4712448);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      d104[i] = d119[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d119 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d104 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.2.mlp)  _, d@blocks.2.mlp.proj.bias += add_bwd d%119, %116, @blocks.2.mlp.proj.bias
@@ -875,8 +1073,15 @@ static void backward(RtPass *p) {
   {
     const float *d104 = F(4712448);
     float *d81 = F(4679680);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      d81[i] = d104[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d104 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d81 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.2.attn)  _, d@blocks.2.attn.proj.bias += add_bwd d%104, %101, @blocks.2.attn.proj.bias
@@ -941,8 +1146,15 @@ static void backward(RtPass *p) {
   {
     const float *d81 = F(4679680);
     float *d66 = F(4155392);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      d66[i] = d81[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d81 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d66 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.1.mlp)  _, d@blocks.1.mlp.proj.bias += add_bwd d%81, %78, @blocks.1.mlp.proj.bias
@@ -994,8 +1206,15 @@ static void backward(RtPass *p) {
   {
     const float *d66 = F(4155392);
     float *d43 = F(4188160);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      d43[i] = d66[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d66 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d43 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.1.attn)  _, d@blocks.1.attn.proj.bias += add_bwd d%66, %63, @blocks.1.attn.proj.bias
@@ -1060,8 +1279,15 @@ static void backward(RtPass *p) {
   {
     const float *d43 = F(4188160);
     float *d28 = F(4089856);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      d28[i] = d43[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d43 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d28 + i, r0);
     });
   }
   // gpt.shard:6 (blocks.0.mlp)  _, d@blocks.0.mlp.proj.bias += add_bwd d%43, %40, @blocks.0.mlp.proj.bias
@@ -1113,8 +1339,15 @@ static void backward(RtPass *p) {
   {
     const float *d28 = F(4089856);
     float *d5 = F(3598336);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      d5[i] = d28[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d28 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d5 + i, r0);
     });
   }
   // gpt.shard:5 (blocks.0.attn)  _, d@blocks.0.attn.proj.bias += add_bwd d%28, %25, @blocks.0.attn.proj.bias

@@ -112,9 +112,18 @@ static double forward(RtPass *p) {
     const float *x3 = F(1897472);
     const float *x4 = F(65536);
     float *x5 = F(1930240);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      const unsigned j = i % 2048;
-      x5[i] = x3[i] + x4[j];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 2048u;
+      float a0[8];
+      rtc_ld8(a0, x3 + i);
+      float a1[8];
+      rtc_ld8(a1, x4 + j);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(x5 + i, r0);
     });
   }
   // mish.shard:9 (blocks.0)  %8, %9, %10 = layernorm %5, @blocks.0.ln_1.weight, @blocks.0.ln_1.bias
@@ -144,8 +153,17 @@ static double forward(RtPass *p) {
     const float *x5 = F(1930240);
     const float *x27 = F(2129920);
     float *x28 = F(2097152);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      x28[i] = x5[i] + x27[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, x5 + i);
+      float a1[8];
+      rtc_ld8(a1, x27 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(x28 + i, r0);
     });
   }
   // mish.shard:10 (blocks.0)  %31, %32, %33 = layernorm %28, @blocks.0.ln_2.weight, @blocks.0.ln_2.bias
@@ -159,8 +177,15 @@ static double forward(RtPass *p) {
   {
     const float *x37 = F(2294784);
     float *x38 = F(2163712);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      x38[i] = x37[i] * tanhf(logf(1.0f + expf(x37[i])));
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, x37 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] * tanhf(logf(1.0f + expf(a0[k])));
+      }
+      rtc_st8(x38 + i, r0);
     });
   }
   // mish.shard:10 (blocks.0.mlp)  %40 = matmul %38, @blocks.0.mlp.proj.weight; %42 = add %40, @blocks.0.mlp.proj.bias
@@ -172,8 +197,17 @@ static double forward(RtPass *p) {
     const float *x28 = F(2097152);
     const float *x42 = F(2458624);
     float *x43 = F(2425856);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      x43[i] = x28[i] + x42[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, x28 + i);
+      float a1[8];
+      rtc_ld8(a1, x42 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(x43 + i, r0);
     });
   }
   // mish.shard:9 (blocks.1)  %46, %47, %48 = layernorm %43, @blocks.1.ln_1.weight, @blocks.1.ln_1.bias
@@ -203,8 +237,17 @@ static double forward(RtPass *p) {
     const float *x43 = F(2425856);
     const float *x65 = F(2658304);
     float *x66 = F(2625536);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      x66[i] = x43[i] + x65[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, x43 + i);
+      float a1[8];
+      rtc_ld8(a1, x65 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(x66 + i, r0);
     });
   }
   // mish.shard:10 (blocks.1)  %69, %70, %71 = layernorm %66, @blocks.1.ln_2.weight, @blocks.1.ln_2.bias
@@ -218,8 +261,15 @@ static double forward(RtPass *p) {
   {
     const float *x75 = F(2823168);
     float *x76 = F(2692096);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      x76[i] = x75[i] * tanhf(logf(1.0f + expf(x75[i])));
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, x75 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] * tanhf(logf(1.0f + expf(a0[k])));
+      }
+      rtc_st8(x76 + i, r0);
     });
   }
   // mish.shard:10 (blocks.1.mlp)  %78 = matmul %76, @blocks.1.mlp.proj.weight; %80 = add %78, @blocks.1.mlp.proj.bias
@@ -231,8 +281,17 @@ static double forward(RtPass *p) {
     const float *x66 = F(2625536);
     const float *x80 = F(2987008);
     float *x81 = F(2954240);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      x81[i] = x66[i] + x80[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, x66 + i);
+      float a1[8];
+      rtc_ld8(a1, x80 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(x81 + i, r0);
     });
   }
   // mish.shard:17  %84, %85, %86 = layernorm %81, @ln.weight, @ln.bias
@@ -268,8 +327,15 @@ static void backward(RtPass *p) {
   {
     const float *d81 = F(2987008);
     float *d66 = F(2954240);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      d66[i] = d81[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d81 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d66 + i, r0);
     });
   }
   // mish.shard:10 (blocks.1.mlp)  _, d@blocks.1.mlp.proj.bias += add_bwd d%81, %78, @blocks.1.mlp.proj.bias; d%76, d@blocks.1.mlp.proj.weight += matmul_bwd d%81, %76, @blocks.1.mlp.proj.weight
@@ -282,11 +348,20 @@ static void backward(RtPass *p) {
     const float *d76 = F(3151936);
     const float *x75 = F(2823168);
     float *d75 = F(2692096);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const float t0 = expf(x75[i]);
-      const float t1 = 1.0f + t0;
-      const float t2 = tanhf(logf(t1));
-      d75[i] = d76[i] * (t2 + x75[i] * ((1.0f - t2 * t2) * (t0 / t1)));
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d76 + i);
+      float a1[8];
+      rtc_ld8(a1, x75 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        const float t0 = expf(a1[k]);
+        const float t1 = 1.0f + t0;
+        const float t2 = tanhf(logf(t1));
+        r0[k] = a0[k] * (t2 + a1[k] * ((1.0f - t2 * t2) * (t0 / t1)));
+      }
+      rtc_st8(d75 + i, r0);
     });
   }
   // mish.shard:10 (blocks.1.mlp)  _, d@blocks.1.mlp.fc.bias += add_bwd d%75, %73, @blocks.1.mlp.fc.bias; d%69, d@blocks.1.mlp.fc.weight += matmul_bwd d%75, %69, @blocks.1.mlp.fc.weight
@@ -301,8 +376,15 @@ static void backward(RtPass *p) {
   {
     const float *d66 = F(2954240);
     float *d43 = F(3151936);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      d43[i] = d66[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d66 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d43 + i, r0);
     });
   }
   // mish.shard:9 (blocks.1.attn)  _, d@blocks.1.attn.proj.bias += add_bwd d%66, %63, @blocks.1.attn.proj.bias; d%61, d@blocks.1.attn.proj.weight += matmul_bwd d%66, %61, @blocks.1.attn.proj.weight
@@ -338,8 +420,15 @@ static void backward(RtPass *p) {
   {
     const float *d43 = F(3151936);
     float *d28 = F(3184704);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      d28[i] = d43[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d43 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d28 + i, r0);
     });
   }
   // mish.shard:10 (blocks.0.mlp)  _, d@blocks.0.mlp.proj.bias += add_bwd d%43, %40, @blocks.0.mlp.proj.bias; d%38, d@blocks.0.mlp.proj.weight += matmul_bwd d%43, %38, @blocks.0.mlp.proj.weight
@@ -352,11 +441,20 @@ static void backward(RtPass *p) {
     const float *d38 = F(2425856);
     const float *x37 = F(2294784);
     float *d37 = F(2163712);
-    rtc_foreach32(32768, [=] __device__(unsigned i) {
-      const float t0 = expf(x37[i]);
-      const float t1 = 1.0f + t0;
-      const float t2 = tanhf(logf(t1));
-      d37[i] = d38[i] * (t2 + x37[i] * ((1.0f - t2 * t2) * (t0 / t1)));
+    rtc_foreach32(4096, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d38 + i);
+      float a1[8];
+      rtc_ld8(a1, x37 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        const float t0 = expf(a1[k]);
+        const float t1 = 1.0f + t0;
+        const float t2 = tanhf(logf(t1));
+        r0[k] = a0[k] * (t2 + a1[k] * ((1.0f - t2 * t2) * (t0 / t1)));
+      }
+      rtc_st8(d37 + i, r0);
     });
   }
   // mish.shard:10 (blocks.0.mlp)  _, d@blocks.0.mlp.fc.bias += add_bwd d%37, %35, @blocks.0.mlp.fc.bias; d%31, d@blocks.0.mlp.fc.weight += matmul_bwd d%37, %31, @blocks.0.mlp.fc.weight
@@ -371,8 +469,15 @@ static void backward(RtPass *p) {
   {
     const float *d28 = F(3184704);
     float *d5 = F(3151936);
-    rtc_foreach32(8192, [=] __device__(unsigned i) {
-      d5[i] = d28[i];
+    rtc_foreach32(1024, [=] __device__(unsigned v) {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, d28 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(d5 + i, r0);
     });
   }
   // mish.shard:9 (blocks.0.attn)  _, d@blocks.0.attn.proj.bias += add_bwd d%28, %25, @blocks.0.attn.proj.bias; d%23, d@blocks.0.attn.proj.weight += matmul_bwd d%28, %23, @blocks.0.attn.proj.weight
