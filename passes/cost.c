@@ -706,16 +706,18 @@ static bool graphed(const HwModel *hw, const Module *m) {
          !(o && (!strcmp(o, "shampoo") || !strcmp(o, "adafactor")));
 }
 
+const HwModel *cost_hw_graphed(const HwModel *hw, HwModel *tmp) {
+  *tmp = *hw;
+  tmp->launch_s = hw->launch_graph_s;
+  return tmp;
+}
+
 int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
   memset(r, 0, sizeof *r);
   const Plan *p = &m->train.plan;
   /* a graph's kernels at the replay's cost a kernel, where measured */
   HwModel hg;
-  if (hw->launch_graph_s > 0 && graphed(hw, m)) {
-    hg = *hw;
-    hg.launch_s = hw->launch_graph_s;
-    hw = &hg;
-  }
+  if (hw->launch_graph_s > 0 && graphed(hw, m)) hw = cost_hw_graphed(hw, &hg);
   int R = m->nrprog;
   if (R <= 0) return -1;
   int M = p->mb > 0 ? p->mb : 1;

@@ -146,6 +146,9 @@ typedef struct CostResult {
   CostStage stage[MAX_STAGES];
 } CostResult;
 
+/* hw with a kernel at a replayed CUDA graph's cost (launch_graph_s), in
+ * *tmp: how a graphed step's kernels are priced (cost_module, explore). */
+const HwModel *cost_hw_graphed(const HwModel *hw, HwModel *tmp);
 /* The step time of a compiled plan (after pass "program"), with per-
  * instruction times in *times when times is non-NULL (cost_instr). */
 int cost_module(const Module *m, const HwModel *hw, CostResult *r);

@@ -646,11 +646,7 @@ static const LCost *costs(const ModelShape *ms, const HwModel *hw, const Split *
   static LCost tmp[3];
   LCost *v = memo->n < MEMO_CAP ? memo->val[memo->n] : tmp;
   HwModel hg;
-  if (s->graph) { /* a graph's kernels at the replay's cost a kernel */
-    hg = *hw;
-    hg.launch_s = hw->launch_graph_s;
-    hw = &hg;
-  }
+  if (s->graph) hw = cost_hw_graphed(hw, &hg); /* a graph's kernels at the replay's cost a kernel */
   layer_cost(&ms->pre, ms, hw, s, false, &v[0]);
   layer_cost(&ms->layer, ms, hw, s, true, &v[1]);
   layer_cost(&ms->post, ms, hw, s, false, &v[2]);
@@ -744,11 +740,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
              !(p->zero >= 3 && D > 1), explore_recompute_as_megatron()};
   const LCost *lc = costs(ms, hw, &s);
   HwModel hg;
-  if (graph) {
-    hg = *hw;
-    hg.launch_s = hw->launch_graph_s;
-    hw = &hg;
-  }
+  if (graph) hw = cost_hw_graphed(hw, &hg);
   const LCost *pre = &lc[0], *lay = &lc[1], *post = &lc[2];
   double msg = explore_msg_time(ms, hw, me, p, b);
   /* stage partition */
