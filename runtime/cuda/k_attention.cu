@@ -1088,6 +1088,16 @@ static void att_smem_check(size_t smem, int D, const char *who) {
            "(163 or 227 KB a block), not sm_86/sm_89 (99 KB)");
 }
 
+// On a launcher's first call (*ready unset): smem checked against the
+// opt-in limit, then set as the kernel's dynamic shared memory limit.
+template <class K>
+static void att_opt_in(int *ready, K kernel, size_t smem, int D, const char *who) {
+  if (*ready) return;
+  att_smem_check(smem, D, who);
+  cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  *ready = 1;
+}
+
 // The kernels' column count NJ for head dim D: 16·NJ >= D, NJ in {1,2,4,8}.
 static int att_nj(int D, const char *who) {
   if (D > ATT_DMAX)
@@ -1107,12 +1117,7 @@ static void att_forward_tc(O *out, float *lse, const rtc_bf16 *q, const rtc_bf16
                            float scale) {
   static int ready = 0;
   size_t smem = att_tc_fwd_smem(16 * NJ, MT);
-  if (!ready) {
-    att_smem_check(smem, D, "rt_attention_forward_cu");
-    cudaCheck(cudaFuncSetAttribute(attention_forward_tc_kernel<NJ, MT, O>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    ready = 1;
-  }
+  att_opt_in(&ready, attention_forward_tc_kernel<NJ, MT, O>, smem, D, "rt_attention_forward_cu");
   dim3 grid((T + ATT_BQ * MT - 1) / (ATT_BQ * MT), H, B);
   RTC_LAUNCH((attention_forward_tc_kernel<NJ, MT, O>), grid, ATT_THREADS, smem, out, lse, q, k, v,
              T, H, Hkv, D, causal, scale);
@@ -1131,13 +1136,8 @@ static void att_forward(O *out, float *lse, const S *q, const S *k, const S *v, 
     }
     att_forward_tc<NJ, MT>(out, lse, q, k, v, B, T, H, Hkv, D, causal, scale);
   } else {  // fp32: the CUDA-core kernels
-    if (!ready) {
-      att_smem_check(att_fwd_smem(16 * NJ, 16 * NJ), D, "rt_attention_forward_cu");
-      cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<NJ, S>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)att_fwd_smem(16 * NJ, 16 * NJ)));
-      ready = 1;
-    }
+    att_opt_in(&ready, attention_forward_kernel<NJ, S>, att_fwd_smem(16 * NJ, 16 * NJ), D,
+               "rt_attention_forward_cu");
     RTC_LAUNCH((attention_forward_kernel<NJ, S>), grid, ATT_THREADS, att_fwd_smem(D, 16 * NJ), out,
                lse, q, k, v, T, H, Hkv, D, causal, scale);
   }
@@ -1149,12 +1149,8 @@ static void att_dq_tc(G *dq, const rtc_bf16 *dout, const rtc_bf16 *q, const rtc_
                       int H, int Hkv, int D, int causal, float scale) {
   static int ready = 0;
   size_t smem = att_tc_dq_smem(16 * NJ, MT);
-  if (!ready) {
-    att_smem_check(smem, D, "rt_attention_backward_cu");
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_tc_kernel<NJ, MT, G>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    ready = 1;
-  }
+  att_opt_in(&ready, attention_backward_dq_tc_kernel<NJ, MT, G>, smem, D,
+             "rt_attention_backward_cu");
   dim3 grid((T + ATT_BQ * MT - 1) / (ATT_BQ * MT), H, B);
   RTC_LAUNCH((attention_backward_dq_tc_kernel<NJ, MT, G>), grid, ATT_THREADS, smem, dq, dout, q,
              k, v, lse, delta, T, H, Hkv, D, causal, scale);
@@ -1168,12 +1164,8 @@ static void att_backward(G *dq, G *dk, G *dv, const S *dout, const S *q, const S
   int ntiles = (T + ATT_BQ - 1) / ATT_BQ;
   if constexpr (std::is_same<S, rtc_bf16>::value) {
     size_t smem = att_tc_bwd_smem(16 * NJ);
-    if (!ready) {
-      att_smem_check(smem, D, "rt_attention_backward_cu");
-      cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_tc_kernel<NJ, G>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-      ready = 1;
-    }
+    att_opt_in(&ready, attention_backward_dkdv_tc_kernel<NJ, G>, smem, D,
+               "rt_attention_backward_cu");
     if (dk || dv)
       RTC_LAUNCH((attention_backward_dkdv_tc_kernel<NJ, G>), dim3(ntiles, Hkv, B), ATT_THREADS,
                  smem, dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
@@ -1183,15 +1175,12 @@ static void att_backward(G *dq, G *dk, G *dv, const S *dout, const S *q, const S
     else if (dq)
       att_dq_tc<NJ, MT>(dq, dout, q, k, v, lse, delta, B, T, H, Hkv, D, causal, scale);
   } else {  // fp32: the CUDA-core kernels
-    int max_smem = (int)att_bwd_smem(16 * NJ, 16 * NJ);
-    if (!ready) {
-      att_smem_check((size_t)max_smem, D, "rt_attention_backward_cu");
-      cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<NJ, S>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-      cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<NJ, S>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-      ready = 1;
-    }
+    static int ready_dq = 0;
+    size_t max_smem = att_bwd_smem(16 * NJ, 16 * NJ);
+    att_opt_in(&ready, attention_backward_dkdv_kernel<NJ, S>, max_smem, D,
+               "rt_attention_backward_cu");
+    att_opt_in(&ready_dq, attention_backward_dq_kernel<NJ, S>, max_smem, D,
+               "rt_attention_backward_cu");
     size_t smem = att_bwd_smem(D, 16 * NJ);
     if (dk || dv)
       RTC_LAUNCH((attention_backward_dkdv_kernel<NJ, S>), dim3(ntiles, Hkv, B), ATT_THREADS, smem,

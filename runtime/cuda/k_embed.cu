@@ -40,14 +40,18 @@ __global__ void embedding_forward_kernel(T *out, const int32_t *tokens,
 }
 
 // The embedding backward's three passes over tokens (N) for the table
-// rows [v0, v0+Vl).  1: block b counts the rows of bucket b.
+// rows [v0, v0+Vl): token t - v0 is in the table and in bucket b.
+__device__ __forceinline__ bool emb_in_bucket(int t, int Vl, int b) {
+  return t >= 0 && t < Vl && t % RT_EMB_BUCKETS == b;
+}
+
+// 1: block b counts the rows of bucket b.
 __global__ void embedding_bucket_count_kernel(int *count, const int32_t *tokens, int N, int v0,
                                               int Vl) {
   __shared__ int part[RT_EMB_THREADS / 32];
   int b = blockIdx.x, c = 0;
   for (int n = threadIdx.x; n < N; n += blockDim.x) {
-    int t = __ldg(tokens + n) - v0;
-    c += t >= 0 && t < Vl && t % RT_EMB_BUCKETS == b;
+    c += emb_in_bucket(__ldg(tokens + n) - v0, Vl, b);
   }
   for (int o = 16; o > 0; o >>= 1) c += __shfl_down_sync(0xffffffffu, c, o);
   if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = c;
@@ -80,7 +84,7 @@ __global__ void embedding_bucket_list_kernel(int *rows, int *toks, const int *st
   if (threadIdx.x == 0) base = start[b];
   for (int n0 = 0; n0 < N; n0 += blockDim.x) {
     int n = n0 + threadIdx.x, t = n < N ? __ldg(tokens + n) - v0 : -1;
-    bool mine = t >= 0 && t < Vl && t % RT_EMB_BUCKETS == b;
+    bool mine = emb_in_bucket(t, Vl, b);
     unsigned m = __ballot_sync(0xffffffffu, mine);
     if (lane == 0) wsum[w] = __popc(m);
     __syncthreads(); // wsum and base

@@ -159,17 +159,29 @@ __global__ void rtc_rows_fill_kernel(T *__restrict__ out, const float *__restric
     rtc_mm_st(out + i, bias ? bias[i % OC] : 0.0f);
 }
 
-// d (n) = s rounded to bf16: a bias for cuBLASLt's epilogue of a bf16 D
 // d[i] += s[i], i < n (a bias gradient from a GEMM's epilogue, which writes)
 __global__ void rtc_acc_f32_kernel(float *__restrict__ d, const float *__restrict__ s, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
     d[i] += s[i];
 }
 
+// d (n) = s rounded to bf16: a bias for cuBLASLt's epilogue of a bf16 D
 __global__ void rtc_round_bf16_kernel(rtc_bf16 *__restrict__ d, const float *__restrict__ s,
                                       int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) d[i] = rtc_f2bf(s[i]);
+}
+
+// The scratch after the workspace (RTC_MM_BIAS_BYTES, rtc_ws.h): an
+// epilogue's bf16 bias, or the fp32 bias gradient an epilogue writes.
+static void *rtc_mm_bias_scratch_(void) { return (char *)rtc_mm_workspace_() + RTC_MM_WS_BYTES; }
+
+// bias (OC) rounded to bf16 into that scratch (OC·2 <= RTC_MM_BIAS_BYTES):
+// the bias of D's type that a bf16 GEMM's bias epilogue takes
+static rtc_bf16 *rtc_bias16_(const float *bias, int OC) {
+  rtc_bf16 *b16 = (rtc_bf16 *)rtc_mm_bias_scratch_();
+  RTC_LAUNCH(rtc_round_bf16_kernel, rtc_blocks((size_t)OC, 256), 256, 0, b16, bias, OC);
+  return b16;
 }
 
 // out is (N,OC) bf16, bias (OC) fp32: out = bf16(out + bias), the sum in fp32
@@ -261,7 +273,6 @@ int rtc_gemm_bf16;
 
 enum { RTC_ST_AB16 = 1, RTC_ST_C16 = 2, RTC_ST_BIAS16 = 4, RTC_ST_BGRAD = 8, RTC_ST_GELU = 16,
        RTC_ST_DGELU = 32 };
-
 
 #ifdef RTC_HOST
 
@@ -671,8 +682,7 @@ void rt_matmul_forward_cu(rtc_bf16 *out, const rtc_bf16 *inp, const rtc_bf16 *we
   // without an epilogue algorithm, goes the kernel's way below: the
   // product rounded, the fp32 bias added, rounded again.
   if (bias && (size_t)OC * sizeof(rtc_bf16) <= RTC_MM_BIAS_BYTES) {
-    rtc_bf16 *b16 = (rtc_bf16 *)((char *)rtc_mm_workspace_() + RTC_MM_WS_BYTES);
-    RTC_LAUNCH(rtc_round_bf16_kernel, rtc_blocks((size_t)OC, 256), 256, 0, b16, bias, OC);
+    rtc_bf16 *b16 = rtc_bias16_(bias, OC);
     if (rtc_gemm_st_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, b16,
                      RTC_ST_AB16 | RTC_ST_C16 | RTC_ST_BIAS16))
       return;
@@ -704,7 +714,7 @@ void rt_matmul_backward_cu(rtc_bf16 *dinp, float *dweight, float *dbias, const r
   // the dbias kernels
   bool db_done = false;
   if (dweight && C > 0 && dbias && (size_t)OC * sizeof(float) <= RTC_MM_BIAS_BYTES) {
-    float *g = (float *)((char *)rtc_mm_workspace_() + RTC_MM_WS_BYTES);
+    float *g = (float *)rtc_mm_bias_scratch_();
     db_done = rtc_gemm_st_(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, g,
                            RTC_ST_AB16 | RTC_ST_BGRAD);
     if (db_done)
@@ -740,11 +750,7 @@ void rt_matmul_forward_gelu_cu(rtc_bf16 *act, rtc_bf16 *pre, const rtc_bf16 *inp
   if (N <= 0 || OC <= 0)
     return;
   if (C > 0 && OC % 8 == 0 && (!bias || (size_t)OC * sizeof(rtc_bf16) <= RTC_MM_BIAS_BYTES)) {
-    rtc_bf16 *b16 = NULL;
-    if (bias) {
-      b16 = (rtc_bf16 *)((char *)rtc_mm_workspace_() + RTC_MM_WS_BYTES);
-      RTC_LAUNCH(rtc_round_bf16_kernel, rtc_blocks((size_t)OC, 256), 256, 0, b16, bias, OC);
-    }
+    rtc_bf16 *b16 = bias ? rtc_bias16_(bias, OC) : NULL;
     if (rtc_gemm_st_(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, act, OC, b16,
                      RTC_ST_AB16 | RTC_ST_C16 | (bias ? RTC_ST_BIAS16 : 0) | RTC_ST_GELU, pre))
       return;
