@@ -392,6 +392,10 @@ static void cross_entropy(Emit *e, const PInstr *in) {
 /* The backward of an LM head whose weight copy has padded rows
  * (passes/precision.c): dW's rows are the master's, fewer than dlogits'
  * columns. */
+static bool head_rows_padded(const Node *n) {
+  return n->op == OP_MATMUL_BWD && n->outs[1] && n->outs[1]->shape.d[0].n < cg_last_dim(n->in[0]);
+}
+
 static void head_backward(Emit *e, const PInstr *in) {
   const Node *n = in->n;
   const PRef *x = in->in, *y = in->out;
@@ -424,9 +428,7 @@ static void instr(Emit *e, const PInstr *in) {
       return cross_entropy(e, in);
     if (ir_summa_q(in->n)) return summa(e, in);
     if (ir_norm_split(in->n)) return norm_split(e, in);
-    if (in->n->op == OP_MATMUL_BWD && in->n->outs[1] &&
-        in->n->outs[1]->shape.d[0].n < cg_last_dim(in->n->in[0]))
-      return head_backward(e, in);
+    if (head_rows_padded(in->n)) return head_backward(e, in);
     if (ir_ring_size(in->n) > 1) return ring_attention(e, in);
     if (in->n->op == OP_SHARD) {
       const Node *n = in->n;
@@ -543,8 +545,7 @@ static bool pair(Emit *e, const PInstr *a, const PInstr *b, bool print) {
    * gradient, written (the memplan may give it the buffer of the
    * activation that dW read) by the GEMM that reads dout, W and pre */
   if (m->op == OP_MATMUL_BWD && g->op == OP_GELU_BWD && m->outs[0] && g->outs[0] &&
-      same_ref(b->in[0], a->out[0]) && (!m->outs[1] || m->outs[1]->shape.d[0].n ==
-                                                           cg_last_dim(m->in[0])) &&
+      same_ref(b->in[0], a->out[0]) && !head_rows_padded(m) &&
       cg_is16(m->in[0]) == cg_is16(g->outs[0]) && e->c &&
       sole_use(e->c->g, m->outs[0], g, m) && zeroes_whole(a, a->out[0], m->outs[0]) &&
       zeroes_whole(b, b->out[0], g->outs[0]) && !overlap(b->out[0], a->in[0]) &&

@@ -274,10 +274,11 @@ static int shape_cast(Node *n, char *err, int errcap) {
   n->out->shape = n->in[0]->shape;
   n->out->dtype = (DType)n->a.i[0];
   /* i1: rows padded to (a step's copy of an LM head's weight: precision.c) */
-  if (n->a.ni > 1 && n->a.i[1]) {
+  int64_t rows = ir_cast_rows(n);
+  if (rows) {
     Shape *s = &n->out->shape;
-    if (s->ndim < 1 || n->a.i[1] < s->d[0].n) FAIL("cast padded to %" PRId64 " rows", n->a.i[1]);
-    s->d[0] = (Dim){n->a.i[1], -1};
+    if (s->ndim < 1 || rows < s->d[0].n) FAIL("cast padded to %" PRId64 " rows", rows);
+    s->d[0] = (Dim){rows, -1};
   }
   return 0;
 }
@@ -342,9 +343,7 @@ static int shape_b_matmul(Node *n, char *err, int errcap) {
   set_out(n, 0, n->in[1]);
   /* W a copy with padded rows: dW is the master's gradient */
   const Value *wm = n->in[2];
-  if (wm->def && wm->def->op == OP_CAST && wm->def->a.ni > 1 && wm->def->a.i[1])
-    wm = wm->def->in[0];
-  set_out(n, 1, wm);
+  set_out(n, 1, ir_cast_rows(wm->def) ? wm->def->in[0] : wm);
   return 0;
 }
 
@@ -745,6 +744,10 @@ static bool of_class(const Node *n, OpClass c, OpClass b) {
 
 int ir_summa_q(const Node *n) {
   return of_class(n, OPC_MATMUL, OPC_B_MATMUL) && n->a.ni >= 3 && n->a.i[0] > 1 ? (int)n->a.i[0] : 0;
+}
+
+int64_t ir_cast_rows(const Node *n) {
+  return n && n->op == OP_CAST && n->a.ni > 1 ? n->a.i[1] : 0;
 }
 
 int ir_norm_split(const Node *n) {

@@ -300,6 +300,9 @@ int64_t ir_ring_kv(const Node *n);
  * mesh axis (i0 = its P ranks, i1 = the axis; eps stays in f0) returns P. */
 int ir_summa_q(const Node *n);
 int ir_norm_split(const Node *n);
+/* A cast whose copy has its rows padded (i1; an LM head's weight copy,
+ * passes/precision.c) returns the padded row count, any other node 0. */
+int64_t ir_cast_rows(const Node *n);
 /* A collective along dim d of the full shape s over P ranks: the rows before
  * d (outer) and the elements of one rank's chunk per outer row (inner). */
 void ir_dim_split(const Shape *s, int d, int P, int64_t *outer, int64_t *inner);

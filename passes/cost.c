@@ -925,13 +925,13 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
   /* an LM head the precision pass padded (passes/precision.c, pad_heads) */
   for (int i = 0; m->graph && i < m->graph->wcasts.len; i++) {
     const Node *w = m->graph->wcasts.data[i];
-    if (w->a.ni > 1 && w->a.i[1] > w->in[0]->shape.d[0].n)
+    if (ir_cast_rows(w) > w->in[0]->shape.d[0].n)
       fprintf(out, "%s          padded: %s's 16-bit copy has %" PRId64 " rows, not %" PRId64
                    " (zeros), so the logits' rows are %" PRId64 " bytes, a multiple of 16, and cuBLAS "
                    "runs the head's GEMMs at its aligned rate; the extra columns stay out of the "
                    "loss (SHARDC_HEAD_PAD=0: unpadded)\n",
-              pf, w->in[0]->name ? w->in[0]->name : "a weight", w->a.i[1],
-              w->in[0]->shape.d[0].n, w->a.i[1] * hw->elt);
+              pf, w->in[0]->name ? w->in[0]->name : "a weight", ir_cast_rows(w),
+              w->in[0]->shape.d[0].n, ir_cast_rows(w) * hw->elt);
   }
   /* a GEMM dim whose rows are not 16-byte aligned (cost_gemm's penalty):
    * which, what it costs, and the step with aligned rows (the vocabulary

@@ -153,7 +153,9 @@ static int by_before(const void *a, const void *b) {
  *    those of the unpadded head. */
 #define VOCAB_PAD 64
 
-static bool xent_reader(const Node *n, int k) {
+/* the logits operand of a cross-entropy that is not vocab-parallel */
+static bool logits_ok(const Node *n, int k, const void *arg) {
+  (void)arg;
   if (n->op == OP_CROSS_ENTROPY) return k == 0 && !n->a.i[1];
   if (n->op == OP_CROSS_ENTROPY_BWD) return k == 1 && !n->a.i[1];
   return false;
@@ -172,11 +174,6 @@ static bool readers_all(const Graph *g, const Value *v, bool (*ok)(const Node *,
       }
   }
   return seen > 0;
-}
-
-static bool logits_ok(const Node *n, int k, const void *arg) {
-  (void)arg;
-  return xent_reader(n, k);
 }
 
 static bool dlogits_ok(const Node *n, int k, const void *w) {
@@ -231,15 +228,12 @@ static void pad_heads(Graph *g, DType t) {
       Node *n = g->nodes.data[i];
       if (n->op == OP_MATMUL && n->in[1] == w->out) {
         pad_last(n->out, Vp);
-        if (n->out->grad) pad_last(n->out->grad, Vp);
+        if (n->out->grad) pad_last(n->out->grad, Vp); /* dlogits, the cross-entropy backward's */
       } else if (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) {
         const Value *x = n->in[n->op == OP_CROSS_ENTROPY ? 0 : 1];
         if (!x->def || x->def->op != OP_MATMUL || x->def->in[1] != w->out) continue;
         if (!n->a.i[4]) n->a.i[4] = V;
         if (n->a.ni < 5) n->a.ni = 5;
-        /* the backward's dlogits */
-        for (int k = 0; k < n->nout; k++)
-          if (n->outs[k] && n->outs[k]->grad_of == x) pad_last(n->outs[k], Vp);
       }
     }
   }

@@ -484,17 +484,9 @@ static bool grow(Auto *a, bool *in, int64_t *bytes, bool late) {
   return true;
 }
 
-double recompute_drop_flops(Graph *g, const bool *drop) {
-  Auto a = {.g = g, .r = analyse(g)};
-  find_layers(&a.r, NULL);
-  mark(&a.r);
-  a.drop = arena_alloc((size_t)a.r.nv + 1);
-  a.done = arena_alloc((size_t)a.r.nv + 1);
-  memcpy(a.drop, drop, (size_t)a.r.nv);
-  return drop_cost(&a);
-}
-
-void recompute_rerun_nodes(Graph *g, const bool *drop, bool *nodes) {
+/* drop_cost of g with drop[] dropped, marking the nodes the copies rerun in
+ * nodes[] when given */
+static double drop_walk(Graph *g, const bool *drop, bool *nodes) {
   Auto a = {.g = g, .r = analyse(g)};
   find_layers(&a.r, NULL);
   mark(&a.r);
@@ -502,8 +494,12 @@ void recompute_rerun_nodes(Graph *g, const bool *drop, bool *nodes) {
   a.done = arena_alloc((size_t)a.r.nv + 1);
   a.nodes = nodes;
   memcpy(a.drop, drop, (size_t)a.r.nv);
-  drop_cost(&a);
+  return drop_cost(&a);
 }
+
+double recompute_drop_flops(Graph *g, const bool *drop) { return drop_walk(g, drop, NULL); }
+
+void recompute_rerun_nodes(Graph *g, const bool *drop, bool *nodes) { drop_walk(g, drop, nodes); }
 
 int64_t recompute_drop_plan(Module *m, const Graph *g, const bool *drop) {
   return try_plan(m, g, NULL, drop);
