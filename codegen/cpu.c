@@ -453,6 +453,9 @@ static void instr(Emit *e, const PInstr *in) {
   case PI_BUCKET:
     bucket(e, in);
     return;
+  case PI_POST:
+    P(e, "  rt_pipe_post(p);  // the queued messages posted, then the receives' all-gathers\n");
+    return;
   case PI_KERNEL:
     kernel(e, in);
     return;

@@ -555,7 +555,9 @@ static void program_struct(Emit *e) {
          ", .zgroup = %d,\n    .zshard = %" PRId64 ", .gshard_offset = %" PRId64 ", .zopt_offset = %" PRId64 ",\n",
       pre, p->buckets->len, pre, p->zflat, p->zgroup, p->zshard, p->gshard_off, p->zopt_off);
   P(e, "    .chunks = %schunks, .nchunks = %d,%s\n", pre, p->nchunks,
-    p->pp > 1 ? arena_printf(" .order = %sorder, .norder = %d,", pre, p->nsched) : "");
+    p->pp > 1 ? arena_printf(" .order = %sorder, .norder = %d,%s", pre, p->nsched,
+                             p->pipe_mpi ? " .pipe_mpi = 1," : "")
+              : "");
   P(e, "    .step = %sstep, .nstep = %d,\n", pre, p->nstep);
   size_t ws = 0;
   for (int c = 0; e->t->kernel_ws && c < p->nchunks; c++)

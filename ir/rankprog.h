@@ -94,6 +94,10 @@ typedef enum {
   PI_LOOP,      /* a fused elementwise loop (forward chain, or one backward node) */
   PI_COLL,      /* a collective node: all_reduce, all_gather / reduce_scatter along a dim */
   PI_BUCKET,    /* a gradient bucket's reduction (passes/zero.c) */
+  PI_POST,      /* pipelines: the messages queued so far (the previous action's sends, this
+                 * block's receives) posted, one NCCL group on the cuda target, then the
+                 * receives' tp all-gathers; every block of a pipeline has one, before its
+                 * compute */
 } PInstrKind;
 
 /* What an instruction sends and receives, for the check and the report. */
@@ -311,6 +315,11 @@ typedef struct RankProg {
   int nphase;
   /* Adafactor under tp (passes/optplace.c): per parameter, else NULL */
   AfSplit *afsplit;
+  /* pipelines on the cuda target: their messages staged through the host
+   * with MPI, because posted as NCCL groups (PI_POST) the ranks could wait
+   * on each other (passes/commpass.c checks both ways; interleaved
+   * schedules); the same on every rank */
+  bool pipe_mpi;
 } RankProg;
 
 /* ---- passes/program.c ---- */
@@ -334,6 +343,7 @@ typedef struct PEvent {
   bool counted;
   int peer, tag;
   bool pipe;
+  int group;              /* NCCL group (commcheck.h): a PI_POST's messages, a ring step's */
   const char *what;
 } PEvent;
 

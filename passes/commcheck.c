@@ -9,6 +9,10 @@
  * is requeued only when its event can complete, so the cost is O(events +
  * nranks^2).  Recv k from s on rank d is matched with send k from s to d
  * (FIFO per ordered pair), found through per-pair lists of send positions.
+ * Under rendezvous (NCCL) a rank at a point-to-point event posts its whole
+ * group, counting its sends and receives per pair, and waits until each is
+ * matched by the other side's posts; a post wakes the peers waiting on
+ * that pair, which re-test their group (O(group) per wake).
  */
 #include "commcheck.h"
 
@@ -122,6 +126,11 @@ typedef struct Check {
   int *posted, *consumed;    /* per (sender*N + receiver) */
   int *send_off;             /* per pair: start in send_pos; N*N+1 entries */
   int *send_pos;             /* event indices of sends, grouped by pair, in order */
+  /* rendezvous */
+  int *rposted;              /* per pair: receives posted by the receiver */
+  int *ev_off;               /* per rank: its first event's index in seq */
+  int *seq;                  /* per event: its position among its pair's sends (or receives) */
+  int *gend;                 /* per rank: the end of its posted group (0: none posted) */
   Msg msg;
 } Check;
 
@@ -237,12 +246,92 @@ static void index_sends(Check *c) {
       if (p->ev[r][i].kind == CEV_SEND) c->send_off[r * N + p->ev[r][i].peer + 1]++;
   for (int k = 0; k < N * N; k++) c->send_off[k + 1] += c->send_off[k];
   for (int r = 0; r < N; r++)
-    for (int i = 0; i < p->n[r]; i++)
-      if (p->ev[r][i].kind == CEV_SEND) {
-        int pair = r * N + p->ev[r][i].peer;
+    for (int i = 0; i < p->n[r]; i++) {
+      const CommEvent *e = &p->ev[r][i];
+      if (e->kind == CEV_SEND) {
+        int pair = r * N + e->peer;
+        c->seq[c->ev_off[r] + i] = c->posted[pair];
         c->send_pos[c->send_off[pair] + c->posted[pair]++] = i;
+      } else if (e->kind == CEV_RECV) {
+        c->seq[c->ev_off[r] + i] = c->consumed[e->peer * N + r]++;
       }
+    }
   memset(c->posted, 0, sizeof(int) * (size_t)N * (size_t)N);
+  memset(c->consumed, 0, sizeof(int) * (size_t)N * (size_t)N);
+}
+
+/* Receive k (event i of rank r) meets its send: tag and bytes must agree. */
+static int match_recv(Check *c, int r, int i, int k) {
+  const CommProgram *p = c->p;
+  const CommEvent *e = &p->ev[r][i];
+  int pair = e->peer * c->N + r;
+  int si = c->send_pos[c->send_off[pair] + k];
+  const CommEvent *se = &p->ev[e->peer][si];
+  char w1[32], w2[32];
+  if (se->tag == e->tag && se->bytes == e->bytes) return 0;
+  msg_add(&c->msg,
+          "send/recv mismatch in the %d%s message from rank %d to rank %d: rank %d sends "
+          "%llu bytes with tag %d (%s) but rank %d receives %llu bytes with tag %d (%s)",
+          k + 1, ordinal_suffix(k + 1), e->peer, r, e->peer, (unsigned long long)se->bytes,
+          se->tag, what_of(se, si, w1, sizeof w1), r, (unsigned long long)e->bytes, e->tag,
+          what_of(e, i, w2, sizeof w2));
+  return -1;
+}
+
+/* ---- rendezvous (NCCL) groups ---- */
+
+/* The end of the group of point-to-point events that starts at event i of rank r. */
+static int group_end(const CommProgram *p, int r, int i) {
+  int g = p->ev[r][i].group, j = i + 1;
+  if (g)
+    while (j < p->n[r] && p->ev[r][j].kind != CEV_COLL && p->ev[r][j].group == g) j++;
+  return j;
+}
+
+/* Whether event i of rank r (in a posted group) is matched: a send by its
+ * receiver's posted receive, a receive by its sender's posted send. */
+static bool matched(const Check *c, int r, int i) {
+  const CommEvent *e = &c->p->ev[r][i];
+  int k = c->seq[c->ev_off[r] + i];
+  return e->kind == CEV_SEND ? c->rposted[r * c->N + e->peer] > k
+                             : c->posted[e->peer * c->N + r] > k;
+}
+
+/* Whether rank d is blocked where a send from r or a receive of r's may
+ * let it go on: in a posted group, or (MPI) in a receive from r. */
+static bool waits_on(const Check *c, int d, int r) {
+  if (!c->blocked[d]) return false;
+  if (c->gend[d]) return true;
+  const CommEvent *de = &c->p->ev[d][c->pc[d]];
+  return de->kind == CEV_RECV && de->peer == r;
+}
+
+/* Rank r at a point-to-point event: posts its group (once) and completes
+ * it when every event in it is matched; 1 when it completed. */
+static int run_group(Check *c, int r) {
+  const CommProgram *p = c->p;
+  int N = c->N, i0 = c->pc[r];
+  if (!c->gend[r]) {
+    c->gend[r] = group_end(p, r, i0);
+    for (int i = i0; i < c->gend[r]; i++) {
+      const CommEvent *e = &p->ev[r][i];
+      if (e->kind == CEV_SEND) c->posted[r * N + e->peer]++;
+      else c->rposted[e->peer * N + r]++;
+      if (waits_on(c, e->peer, r)) push(c, e->peer);
+    }
+  }
+  for (int i = i0; i < c->gend[r]; i++)
+    if (!matched(c, r, i)) return 0;
+  for (int i = i0; i < c->gend[r]; i++) {
+    const CommEvent *e = &p->ev[r][i];
+    if (e->kind != CEV_RECV) continue;
+    int k = c->seq[c->ev_off[r] + i];
+    if (match_recv(c, r, i, k)) return -1;
+    c->consumed[e->peer * N + r] = k + 1;
+  }
+  c->pc[r] = c->gend[r];
+  c->gend[r] = 0;
+  return 1;
 }
 
 /* The last member arrived at a COLL on comm: all must agree on op and bytes. */
@@ -279,17 +368,19 @@ static int fire_coll(Check *c, int comm) {
 static int run_rank(Check *c, int r) {
   const CommProgram *p = c->p;
   int N = c->N;
-  char w1[32], w2[32];
   c->blocked[r] = false;
   while (c->pc[r] < p->n[r]) {
     const CommEvent *e = &p->ev[r][c->pc[r]];
-    if (e->kind == CEV_SEND) {
-      c->posted[r * N + e->peer]++;
-      int d = e->peer;
-      if (c->blocked[d]) {
-        const CommEvent *de = &p->ev[d][c->pc[d]];
-        if (de->kind == CEV_RECV && de->peer == r) push(c, d);
+    if (p->rendezvous && e->kind != CEV_COLL && e->group >= 0) {
+      int done = run_group(c, r);
+      if (done < 0) return -1;
+      if (!done) {
+        c->blocked[r] = true;
+        return 0;
       }
+    } else if (e->kind == CEV_SEND) {
+      c->posted[r * N + e->peer]++;
+      if (waits_on(c, e->peer, r)) push(c, e->peer);
       c->pc[r]++;
     } else if (e->kind == CEV_RECV) {
       int pair = e->peer * N + r;
@@ -298,17 +389,7 @@ static int run_rank(Check *c, int r) {
         return 0;
       }
       int k = c->consumed[pair]++;
-      int si = c->send_pos[c->send_off[pair] + k];
-      const CommEvent *se = &p->ev[e->peer][si];
-      if (se->tag != e->tag || se->bytes != e->bytes) {
-        msg_add(&c->msg,
-                "send/recv mismatch in the %d%s message from rank %d to rank %d: rank %d sends "
-                "%llu bytes with tag %d (%s) but rank %d receives %llu bytes with tag %d (%s)",
-                k + 1, ordinal_suffix(k + 1), e->peer, r, e->peer,
-                (unsigned long long)se->bytes, se->tag, what_of(se, si, w1, sizeof w1), r,
-                (unsigned long long)e->bytes, e->tag, what_of(e, c->pc[r], w2, sizeof w2));
-        return -1;
-      }
+      if (match_recv(c, r, c->pc[r], k)) return -1;
       c->pc[r]++;
     } else {
       if (++c->arrived[e->comm] < p->comm_size[e->comm]) {
@@ -330,6 +411,14 @@ static int run_rank(Check *c, int r) {
   return 0;
 }
 
+/* "rank S has finished" or "rank S is blocked at its event E" into buf. */
+static void peer_state(const Check *c, int s, char *buf, int cap) {
+  if (c->pc[s] >= c->p->n[s])
+    snprintf(buf, (size_t)cap, "rank %d has finished", s);
+  else
+    snprintf(buf, (size_t)cap, "rank %d is blocked at its event %d", s, c->pc[s]);
+}
+
 static void report_deadlock(Check *c) {
   const CommProgram *p = c->p;
   char w[32], ranks[160];
@@ -342,13 +431,23 @@ static void report_deadlock(Check *c) {
     if (c->pc[r] >= p->n[r]) continue;
     int i = c->pc[r];
     const CommEvent *e = &p->ev[r][i];
-    if (e->kind == CEV_RECV) {
+    if (p->rendezvous && e->kind != CEV_COLL && e->group >= 0) {
+      /* the group's first event not matched */
+      int end = c->gend[r] ? c->gend[r] : group_end(p, r, i), j = i;
+      while (j < end - 1 && matched(c, r, j)) j++;
+      const CommEvent *u = &p->ev[r][j];
+      int s = u->peer;
+      char state[64];
+      peer_state(c, s, state, sizeof state);
+      msg_item(&c->msg,
+               "%srank %d waits at event %d (in an NCCL group of events %d-%d) in %s of %llu "
+               "bytes with tag %d %s rank %d (%s), %s", sep, r, j, i, end - 1,
+               u->kind == CEV_SEND ? "send" : "recv", (unsigned long long)u->bytes, u->tag,
+               u->kind == CEV_SEND ? "to" : "from", s, what_of(u, j, w, sizeof w), state);
+    } else if (e->kind == CEV_RECV) {
       int s = e->peer;
       char state[64];
-      if (c->pc[s] >= p->n[s])
-        snprintf(state, sizeof state, "rank %d has finished", s);
-      else
-        snprintf(state, sizeof state, "rank %d is blocked at its event %d", s, c->pc[s]);
+      peer_state(c, s, state, sizeof state);
       msg_item(&c->msg,
                "%srank %d waits at event %d in recv of %llu bytes with tag %d from rank %d (%s), "
                "%s", sep, r, i, (unsigned long long)e->bytes, e->tag, s, what_of(e, i, w, sizeof w),
@@ -419,9 +518,14 @@ int commcheck(const CommProgram *p, char *err, int errcap) {
   c.consumed = calloc(nn, sizeof(int));
   c.send_off = calloc(nn + 1, sizeof(int));
   c.send_pos = calloc((size_t)nsend + 1, sizeof(int));
+  c.rposted = calloc(nn, sizeof(int));
+  c.ev_off = calloc((size_t)N + 1, sizeof(int));
+  c.gend = calloc((size_t)N, sizeof(int));
+  for (int r = 0; c.ev_off && r < N; r++) c.ev_off[r + 1] = c.ev_off[r] + p->n[r];
+  c.seq = c.ev_off ? calloc((size_t)c.ev_off[N] + 1, sizeof(int)) : NULL;
   int rc = -1;
   if (!c.pc || !c.blocked || !c.queued || !c.queue || !c.arrived || !c.posted || !c.consumed ||
-      !c.send_off || !c.send_pos) {
+      !c.send_off || !c.send_pos || !c.rposted || !c.ev_off || !c.gend || !c.seq) {
     msg_add(&c.msg, "out of memory checking communication (%d ranks)", N);
     goto out;
   }
@@ -442,6 +546,7 @@ int commcheck(const CommProgram *p, char *err, int errcap) {
 out:
   free(c.pc), free(c.blocked), free(c.queued), free(c.queue), free(c.arrived);
   free(c.posted), free(c.consumed), free(c.send_off), free(c.send_pos);
+  free(c.rposted), free(c.ev_off), free(c.gend), free(c.seq);
   return rc;
 }
 

@@ -13,6 +13,15 @@
  * waits in), sends never received, and events naming a communicator their
  * rank is not a member of.  Cost is linear in the events (plus nranks^2 for
  * the per-pair queues).
+ *
+ * With `rendezvous` set the point-to-point events follow NCCL instead
+ * (ncclSend/ncclRecv, grouped): a rank's consecutive SEND/RECV events of
+ * one nonzero `group` are posted together (a group-0 event alone), and
+ * the rank waits until each of them is matched: a SEND by the receiver's
+ * posted RECV, a RECV by the sender's posted SEND.  A send therefore blocks
+ * like a receive, and two ranks sending to each other before receiving
+ * must do it in one group.  Matching stays FIFO per ordered pair.  An
+ * event with group -1 keeps MPI's rules in such a program.
  */
 #ifndef SHARDC_COMMCHECK_H
 #define SHARDC_COMMCHECK_H
@@ -29,6 +38,8 @@ typedef struct CommEvent {
   int peer;          /* SEND/RECV: the other rank (may be the rank itself) */
   int tag;           /* SEND/RECV: equal to the peer's */
   const char *what;  /* for errors: "%41 all-reduce over tp (blocks.0.attn), forward of microbatch 2" */
+  int group;         /* SEND/RECV under rendezvous: the NCCL group (0: alone; -1: MPI's rules,
+                      * a message staged through the host) */
 } CommEvent;
 
 typedef struct CommProgram {
@@ -38,6 +49,7 @@ typedef struct CommProgram {
   int ncomms;
   int *comm_size;       /* members of each communicator instance */
   int **comm_members;   /* sorted world ranks */
+  int rendezvous;       /* 1: NCCL point-to-point semantics (groups; sends block) */
 } CommProgram;
 
 /* 0, or -1 with a message in err (at most errcap bytes, cut with "..."). */

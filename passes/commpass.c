@@ -30,6 +30,8 @@
 typedef struct Ev {
   PEvent *e;
   int n, cap;
+  int groups;     /* NCCL groups numbered so far */
+  int unposted;   /* the first pipeline message no post has taken yet */
 } Ev;
 
 static PEvent *push(Ev *v) {
@@ -60,9 +62,14 @@ static void ring_messages(Ev *v, const Node *nd, int k, bool fwd, const char *wh
   RtRingCall call = {!fwd, ir_ring_size(nd), (size_t)ir_ring_kv(nd), es, es == 2 ? 4 : 0};
   RtRingMsg *msg = arena_alloc(sizeof(RtRingMsg) * (size_t)(rt_ring_msgs(&call, NULL) + 1));
   int n = rt_ring_msgs(&call, msg);
+  /* the cuda target's NCCL groups (runtime/cuda/rtc_ring.cu): per step,
+   * K and V, then dK and dV */
+  int g0 = v->groups + 1;
+  v->groups += 2 * call.P;
   for (int j = 0; j < n; j++) {
     const RtRingMsg *g = &msg[j];
     PEvent *e = push(v);
+    e->group = g0 + 2 * g->step + (g->block >= RT_RING_DK);
     e->kind = g->send ? PE_SEND : PE_RECV;
     e->axis = ax;
     e->op = g->send ? "send" : "recv";
@@ -104,16 +111,37 @@ static void summa_messages(Ev *v, const Node *nd, int k, const char *where) {
          half ? rt_summa_msg_vol_bf16(&msg[j], q) : msg[j].vol, true, what);
 }
 
+/* A post: the pipeline messages queued since the last one, one NCCL group. */
+static void post(Ev *v) {
+  bool any = false;
+  for (int i = v->unposted; i < v->n; i++)
+    if (v->e[i].pipe) v->e[i].group = v->groups + 1, any = true;
+  v->groups += any;
+  v->unposted = v->n;
+}
+
 /* The events of block bl of chunk c, run for microbatch k. */
 static void block_events(Ev *v, const RankProg *p, const PChunk *c, const PBlock *bl, bool fwd,
                          int k) {
   int S = p->nstages;
   for (int j = 0; j < bl->n; j++) {
     const PInstr *in = &bl->ins[j];
-    if (in->comm.kind == PC_NONE) continue;
+    if (in->comm.kind == PC_NONE && in->kind != PI_POST) continue;
     const char *where = p->nchunks > 1 ? arena_printf("instruction c%d.%s.%d", (int)(c - p->chunk),
                                                       fwd ? "fwd" : "bwd", j)
                                        : arena_printf("instruction %s.%d", fwd ? "fwd" : "bwd", j);
+    if (in->kind == PI_POST) {
+      post(v);
+      /* scatter/gather: the received slices made whole over tp */
+      for (int i = 0; i < j; i++) {
+        const PInstr *r = &bl->ins[i];
+        if (r->kind == PI_RECV && r->split)
+          coll(v, r->gather.axis, r->gather.op, r->gather.bytes, true,
+               arena_printf("all-gather over tp of the %s of microbatch %d from stage %d: %s",
+                            r->grad ? "gradient" : "activation", k + 1, r->peer_vs, where));
+      }
+      continue;
+    }
     const Node *nd = in->n;
     switch (in->comm.kind) {
     case PC_P2P: {
@@ -130,11 +158,6 @@ static void block_events(Ev *v, const RankProg *p, const PChunk *c, const PBlock
       e->what = arena_printf("%s of microbatch %d %s stage %d: %s",
                              in->grad ? "gradient" : "activation", k + 1, send ? "to" : "from",
                              in->peer_vs, where);
-      /* scatter/gather: the received slices made whole over tp */
-      if (!send && in->split)
-        coll(v, in->gather.axis, in->gather.op, in->gather.bytes, true,
-             arena_printf("all-gather over tp of the %s of microbatch %d from stage %d: %s",
-                          in->grad ? "gradient" : "activation", k + 1, in->peer_vs, where));
       break;
     }
     case PC_RING:
@@ -180,6 +203,7 @@ int prog_events(const RankProg *p, PEvent **out) {
     const PChunk *c = &p->chunk[act->chunk];
     block_events(&v, p, c, act->fwd ? &c->fwd : &c->bwd, act->fwd, act->mb);
   }
+  post(&v);   /* the last sends (the runtime posts them after the schedule) */
   for (int j = 0; j < p->nstep; j++) {
     const PStep *s = &p->step[j];
     const char *what = arena_printf("%s: instruction step.%d", s->what, j);
@@ -281,7 +305,43 @@ static int comm_of(const Comms *cs, int axis, int rank) {
   return g.color < 0 ? -1 : cs->id[axis][g.color];
 }
 
-int comm_program(const Module *m, CommProgram *out) {
+/* Under NCCL's rules each group's events stand together where its first
+ * does (ring attention's step lists its K, V and dK, dV sends before their
+ * receives; the runtime posts the K, V group, then the dK, dV one). */
+static void gather_groups(CommEvent *ev, int n) {
+  int most = 0;
+  for (int i = 0; i < n; i++)
+    if (ev[i].group > most) most = ev[i].group;
+  if (!most) return;
+  int *cnt = arena_alloc(sizeof(int) * (size_t)(most + 2));
+  memset(cnt, 0, sizeof(int) * (size_t)(most + 2));
+  for (int i = 0; i < n; i++)
+    if (ev[i].group > 0) cnt[ev[i].group + 1]++;
+  for (int g = 0; g <= most; g++) cnt[g + 1] += cnt[g];   /* cnt[g]: group g's start */
+  CommEvent *grp = arena_alloc(sizeof(CommEvent) * (size_t)(cnt[most + 1] + 1));
+  int *fill = arena_alloc(sizeof(int) * (size_t)(most + 1));
+  memcpy(fill, cnt, sizeof(int) * (size_t)(most + 1));
+  for (int i = 0; i < n; i++)
+    if (ev[i].group > 0) grp[fill[ev[i].group]++] = ev[i];
+  CommEvent *out = arena_alloc(sizeof(CommEvent) * (size_t)(n + 1));
+  bool *done = arena_alloc(sizeof(bool) * (size_t)(most + 1));
+  memset(done, 0, sizeof(bool) * (size_t)(most + 1));
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    int g = ev[i].group;
+    if (g <= 0) {
+      out[k++] = ev[i];
+    } else if (!done[g]) {
+      done[g] = true;
+      for (int j = cnt[g]; j < cnt[g + 1]; j++) out[k++] = grp[j];
+    }
+  }
+  memcpy(ev, out, sizeof(CommEvent) * (size_t)n);
+}
+
+/* mode 0: MPI's rules (the cpu target, --comm mpi); 1: the cuda target's
+ * NCCL groups; 2: NCCL, but the pipeline's messages staged through MPI. */
+static int build_program(const Module *m, CommProgram *out, int mode) {
   const Plan *pl = &m->train.plan;
   Comms cs = {0};
   cs.L.dp = pl->dp;
@@ -318,10 +378,18 @@ int comm_program(const Module *m, CommProgram *out) {
         e->peer = rt_layout_pipe_peer(&cs.L, r, pe->peer % cs.L.pp - q);
       else if (pe->kind != PE_COLL)
         e->peer = rt_layout_ring_peer(&cs.L, r, pe->peer);
+      e->group = mode == 2 && pe->pipe ? -1 : pe->group;
     }
+    if (mode) gather_groups(p.ev[r], p.n[r]);
   }
+  p.rendezvous = mode != 0;
   *out = p;
   return nr;
+}
+
+int comm_program(const Module *m, CommProgram *out) { return build_program(m, out, 0); }
+int comm_program_cuda(const Module *m, CommProgram *out, bool pipe_mpi) {
+  return build_program(m, out, pipe_mpi ? 2 : 1);
 }
 
 int pass_commcheck(Module *m) {
@@ -338,5 +406,28 @@ int pass_commcheck(Module *m) {
     diag_fatal_noloc("communication check failed for strategy on %d ranks: %s", nr, err);
     return -1;
   }
-  return 0;
+  /* The cuda target posts its messages as NCCL groups, where a send waits
+   * for its receive: proven too.  A pipeline whose groups could hang
+   * (interleaved schedules: a cycle of sends around the ranks) keeps its
+   * messages on MPI, staged through the host, on every rank. */
+  bool pipe = m->nstages > 1, p2p = false;
+  for (int r = 0; r < nr && !p2p; r++)
+    for (int i = 0; i < p.n[r] && !p2p; i++) p2p = p.ev[r][i].kind != CEV_COLL;
+  if (!p2p) return 0;
+  CommProgram q;
+  comm_program_cuda(m, &q, false);
+  if (spec && *spec) commcheck_mutate(&q, spec, err, sizeof err);
+  if (!commcheck(&q, err, sizeof err)) return 0;
+  char err2[4096];
+  if (pipe) {
+    comm_program_cuda(m, &q, true);
+    if (spec && *spec) commcheck_mutate(&q, spec, err2, sizeof err2);
+    if (!commcheck(&q, err2, sizeof err2)) {
+      for (int r = 0; r < m->nrprog; r++) m->rprog[r]->pipe_mpi = true;
+      return 0;
+    }
+  }
+  diag_fatal_noloc("communication check (the cuda target's NCCL groups) failed for strategy on "
+                   "%d ranks: %s", nr, pipe ? err2 : err);
+  return -1;
 }

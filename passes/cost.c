@@ -697,13 +697,14 @@ void cost_stage_rates(const HwModel *hw, int R, int per, const bool *running, do
 }
 
 /* Whether the CUDA target runs the step as CUDA graphs (runtime/train.c:
- * not under a pipeline, whose messages run on the host, nor Shampoo or
- * Adafactor, which run eagerly; --comm mpi and --no-graph are run-time
- * choices, not priced). */
+ * not under a pipeline whose messages are staged through the host
+ * (commpass.c: an interleaved schedule whose NCCL groups could hang), nor
+ * Shampoo or Adafactor, which run eagerly; --comm mpi and --no-graph are
+ * run-time choices, not priced). */
 static bool graphed(const HwModel *hw, const Module *m) {
   const char *o = m->train.opt.kind;
-  return hw->overlap > 0 && m->train.plan.pp <= 1 &&
-         !(o && (!strcmp(o, "shampoo") || !strcmp(o, "adafactor")));
+  bool staged = m->train.plan.pp > 1 && (m->nrprog < 1 || m->rprog[0]->pipe_mpi);
+  return hw->overlap > 0 && !staged && !(o && (!strcmp(o, "shampoo") || !strcmp(o, "adafactor")));
 }
 
 const HwModel *cost_hw_graphed(const HwModel *hw, HwModel *tmp) {
@@ -887,6 +888,7 @@ static const char *opname(const PInstr *in) {
   case PI_LOAD: return "load";
   case PI_RECV: return "recv";
   case PI_SEND: return "send";
+  case PI_POST: return "post";
   case PI_SEED: return "seed";
   case PI_COPY: return "copy";
   case PI_LOOP: return "fused loop";

@@ -88,6 +88,10 @@ int pass_program(Module *m);
  * communicators (commpass.c), for the check; returns the ranks. */
 struct CommProgram;
 int comm_program(const Module *m, struct CommProgram *out);
+/* ... as the cuda target posts them: point-to-point messages in NCCL
+ * groups (commcheck.h rendezvous), or with pipe_mpi the pipeline's staged
+ * through MPI. */
+int comm_program_cuda(const Module *m, struct CommProgram *out, bool pipe_mpi);
 /* FLOPs of one training step (report.c).  model: 3 x the whole model's
  * forward FLOPs of a microbatch (Module.fwd_flops) x its microbatches on all
  * data-parallel ranks, the same under every strategy and without recompute

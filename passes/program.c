@@ -552,6 +552,7 @@ static void build_chunk(B *b, int k0) {
    * gradients come back in the same order */
   for (int i = 0; b->staged && vs > 0 && i < g->nrecv; i++)
     pipe_msg(b, &c->fwd, PI_RECV, g->recv_act[i], vs - 1, vs - 1, false);
+  if (b->staged) add(&c->fwd, PI_POST, NULL);
   for (int i = 0; i < g->nfwd; i++) {
     Node *n = g->nodes.data[i];
     if (fuse_emits_code(n) && !b->f->skip[i]) node_fwd(b, &c->fwd, n, i);
@@ -560,6 +561,7 @@ static void build_chunk(B *b, int k0) {
     pipe_msg(b, &c->fwd, PI_SEND, g->send_act[i], vs + 1, vs, false);
   for (int i = 0; b->staged && vs < S - 1 && i < g->nsend; i++)
     if (g->send_act[i]->grad) pipe_msg(b, &c->bwd, PI_RECV, g->send_act[i]->grad, vs + 1, vs, true);
+  if (b->staged) add(&c->bwd, PI_POST, NULL);
   for (int i = g->nfwd; i < g->nodes.len; i++) {
     Node *n = g->nodes.data[i];
     if (fuse_emits_code(n) && !b->f->skip[i]) node_bwd(b, &c->bwd, n, i);

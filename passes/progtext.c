@@ -68,8 +68,8 @@ static void instr(FILE *out, const RankProg *p, const PInstr *in, const char *la
     return;
   case PI_RECV:
     if (in->split)
-      fprintf(out, "recv this tp rank's 1/%d of %s from stage %d%s, then all_gather it over tp "
-                   "[%s bytes]\n",
+      fprintf(out, "recv this tp rank's 1/%d of %s from stage %d%s, all_gathered over tp at the "
+                   "post [%s bytes]\n",
               in->split, opnd(in->out[0]), in->peer_vs, comm_text(p, in),
               commas((int64_t)in->gather.bytes));
     else
@@ -79,6 +79,11 @@ static void instr(FILE *out, const RankProg *p, const PInstr *in, const char *la
     fprintf(out, "send %s%s to stage %d, non-blocking%s\n",
             in->split ? arena_printf("this tp rank's 1/%d of ", in->split) : "", opnd(in->in[0]),
             in->peer_vs, comm_text(p, in));
+    return;
+  case PI_POST:
+    fprintf(out, "post the queued messages (the sends before, the receives above; cuda: %s), "
+                 "then the receives' all_gathers\n",
+            p->pipe_mpi ? "staged through the host by MPI" : "one NCCL group");
     return;
   case PI_SEED:
     if (in->received)

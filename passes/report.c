@@ -86,6 +86,12 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
           p->schedule == SCHED_GPIPE ? "GPipe" : p->schedule == SCHED_1F1B ? "1F1B" : "interleaved",
           p->mb,
           m->stage_cuts_by ? arena_printf("balance %s", m->stage_cuts_by) : "as given (pp=N:a+b+...)");
+  if (m->nrprog)
+    fprintf(out, "%s  messages on cuda: %s\n", pf,
+            m->rprog[0]->pipe_mpi
+                ? "staged through the host by MPI (posted as NCCL groups, this schedule's could hang)"
+                : "NCCL groups on the compute stream, a stage's sends with its next receives (proven "
+                  "not to hang)");
   for (int s = 0; s < m->nstages; s++) {
     stage_select(m, s);
     const MemPlan *mp = &m->mem;

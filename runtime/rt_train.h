@@ -215,6 +215,8 @@ typedef struct RtProgram {
   int nchunks;
   const RtAct *order;      /* pipelines: the schedule; NULL: forward then backward of each microbatch */
   int norder;
+  int pipe_mpi;            /* cuda: the pipeline's messages staged through the host by MPI
+                            * (NCCL groups of them could hang: passes/commpass.c) */
   /* the step */
   const RtStepOp *step;
   int nstep;
@@ -287,9 +289,19 @@ void rt_load_batch(RtPass *p, void *in0, void *in1);
  * first rank); tag 2 (mb·S + lower_vs) + grad (dist_formulas.h rt_pipe_tag).
  * n counts elements (float, or double in f64 programs).  A send is
  * non-blocking from the stash slot, which the driver reuses only once the
- * slot's messages were delivered. */
+ * slot's messages were delivered.  Every block of a pipeline calls
+ * rt_pipe_post after its receives, before its compute: the receives'
+ * all-gathers run there.  The cpu runtime receives at rt_pipe_recv (MPI,
+ * blocking) and sends at rt_pipe_send (MPI_Isend).  The cuda runtime
+ * queues both and rt_pipe_post posts the queue as one NCCL group on the
+ * compute stream: the previous action's sends with this block's receives
+ * (a send waits for its receive in NCCL: sent alone, two stages sending to
+ * each other would wait forever); the schedule's last sends are posted
+ * after it.  With RtProgram.pipe_mpi or --comm mpi: MPI through host
+ * copies, as on the cpu. */
 void rt_pipe_recv(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t n);
 void rt_pipe_send(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf, size_t n);
+void rt_pipe_post(RtPass *p);
 /* Megatron's scatter/gather, for a message whole on every rank of the tp
  * axis (P ranks; n a multiple of P): each tp rank sends only its 1/P of buf
  * (n/P elements at coord·n/P) to the same tp rank of the peer stage, and

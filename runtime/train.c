@@ -59,6 +59,14 @@ struct RtTrainer {
   MPI_Request *sent;     /* pipelines: [chunk][slot][activation, gradient] sends in flight */
   int maxslots;
   int chunk, slot;       /* the pipeline action being run */
+  /* the receives' all-gathers over tp, run at the block's rt_pipe_post */
+  struct { void *buf; size_t off, len; } gather[RT_PIPE_MAXMSG];
+  int ngather;
+#ifdef RT_TRAIN_CUDA
+  int pipe_nccl;         /* messages as NCCL groups (not staged) */
+  RtcPipeMsg queued[3 * RT_PIPE_MAXMSG];  /* sends and receives not posted yet */
+  int nqueued;
+#endif
 #endif
   /* Shampoo: this step recomputes roots (from the factors of the steps
    * before): every block's (roots_phase -1) or those of phase roots_phase;
@@ -799,6 +807,8 @@ static int row_base(const Trainer *t) {
 }
 
 #ifdef RT_TRAIN_MPI
+static void pipe_flush(Trainer *t);
+
 static MPI_Request *sent_of(Trainer *t, int chunk, int slot) {
   return &t->sent[((size_t)chunk * (size_t)t->maxslots + (size_t)slot) * 2 * RT_PIPE_MAXMSG];
 }
@@ -807,7 +817,10 @@ static MPI_Request *sent_of(Trainer *t, int chunk, int slot) {
 /* A pipeline rank's schedule: each action in its microbatch's stash slot
  * of its chunk; a forward first waits until the slot's earlier messages
  * (an activation up, a gradient down) were delivered, since it overwrites
- * them.  The forward and backward receive and send (rt_pipe_*). */
+ * them.  The forward and backward receive and send (rt_pipe_*).  On the
+ * cuda target with NCCL the messages are stream work (rt_pipe_post's
+ * groups): nothing waits on the host, the step captures as a graph, and
+ * the last action's sends are posted at the end. */
 static double run_schedule(Trainer *t, RtPass *p, int with_backward) {
   double loss = 0;
 #ifdef RT_TRAIN_MPI
@@ -834,6 +847,7 @@ static double run_schedule(Trainer *t, RtPass *p, int with_backward) {
       c->backward(p);
     }
   }
+  pipe_flush(t); /* the last action's sends */
   for (int c = 0; c < pg->nchunks; c++)
     for (int k = 0; k < t->maxslots; k++)
       rt_waitall(t->mesh, 2 * RT_PIPE_MAXMSG, sent_of(t, c, k));
@@ -947,13 +961,21 @@ static void pipe_recv_(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf
                        size_t n) {
   Trainer *t = p->t;
   int peer = pipe_peer(t, peer_vs), tag = rt_pipe_tag(p->mb, t->pg->nstages, lower_vs, grad);
+  unsigned char *b = (unsigned char *)buf + off * (size_t)t->es;
+#ifdef RT_TRAIN_CUDA
+  if (t->pipe_nccl) { /* posted at the block's rt_pipe_post */
+    if (t->nqueued == 3 * RT_PIPE_MAXMSG)
+      rt_mesh_fail(t->mesh, "internal: more than %d pipeline messages queued", t->nqueued);
+    t->queued[t->nqueued++] = (RtcPipeMsg){0, peer, b, n, t->es};
+    return;
+  }
+#endif
   /* a bubble: Shampoo's due roots, one block at a time, until the message is there */
   for (int flag = 0; t->roots_due;) {
     MPI_OK(MPI_Iprobe(peer, tag, t->mesh->comm[RT_AX_WORLD], &flag, MPI_STATUS_IGNORE));
     if (flag || !roots_one(t))
       break;
   }
-  unsigned char *b = (unsigned char *)buf + off * (size_t)t->es;
 #ifdef RT_TRAIN_CUDA
   /* staged through the host mirror */
   unsigned char *h = t->arena + (b - t->dev);
@@ -969,6 +991,12 @@ static void pipe_send_(RtPass *p, int peer_vs, int lower_vs, int grad, const voi
   Trainer *t = p->t;
   const unsigned char *b = (const unsigned char *)buf + off * (size_t)t->es;
 #ifdef RT_TRAIN_CUDA
+  if (t->pipe_nccl) { /* posted with the next block's receives: the stream keeps the slot */
+    if (t->nqueued == 3 * RT_PIPE_MAXMSG)
+      rt_mesh_fail(t->mesh, "internal: more than %d pipeline messages queued", t->nqueued);
+    t->queued[t->nqueued++] = (RtcPipeMsg){1, pipe_peer(t, peer_vs), (void *)b, n, t->es};
+    return;
+  }
   /* from the host mirror of the stash slot, which the driver reuses only
    * once the message was delivered */
   unsigned char *h = t->arena + (b - t->dev);
@@ -1009,21 +1037,46 @@ void rt_pipe_recv_gather(RtPass *p, int peer_vs, int lower_vs, int grad, void *b
   Trainer *t = p->t;
   size_t len, off = pipe_slice(t, n, &len);
   pipe_recv_(p, peer_vs, lower_vs, grad, buf, off, len);
-#ifdef RT_TRAIN_CUDA
-  /* the message in floats (a 16-bit value's bytes as whole floats) */
-  size_t f = (size_t)t->es / 4;
-  rtc_allgather_dim(t->mesh, RT_AX_TP, (float *)buf, (const float *)buf + off * f, 1, len * f,
-                    NULL);
-#else
-  rt_allgather_dim(t->mesh, RT_AX_TP, buf, (unsigned char *)buf + off * (size_t)t->es, 1, len,
-                   t->es, NULL);
-#endif
+  if (t->ngather == RT_PIPE_MAXMSG)
+    rt_mesh_fail(t->mesh, "internal: more than %d pipeline receives in one block", RT_PIPE_MAXMSG);
+  t->gather[t->ngather].buf = buf;
+  t->gather[t->ngather].off = off;
+  t->gather[t->ngather++].len = len;
 }
 
 void rt_pipe_send_scatter(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf,
                           size_t n) {
   size_t len, off = pipe_slice(p->t, n, &len);
   pipe_send_(p, peer_vs, lower_vs, grad, buf, off, len);
+}
+
+/* The queued messages as one NCCL group (cuda), their bytes counted on pp. */
+static void pipe_flush(Trainer *t) {
+#ifdef RT_TRAIN_CUDA
+  if (t->nqueued)
+    rtc_pipe_group(t->mesh, t->queued, t->nqueued);
+  t->nqueued = 0;
+#else
+  (void)t;
+#endif
+}
+
+void rt_pipe_post(RtPass *p) {
+  Trainer *t = p->t;
+  pipe_flush(t);
+  for (int i = 0; i < t->ngather; i++) {
+    unsigned char *buf = t->gather[i].buf;
+    size_t off = t->gather[i].off, len = t->gather[i].len;
+#ifdef RT_TRAIN_CUDA
+    /* the message in floats (a 16-bit value's bytes as whole floats) */
+    size_t f = (size_t)t->es / 4;
+    rtc_allgather_dim(t->mesh, RT_AX_TP, (float *)buf, (const float *)buf + off * f, 1, len * f,
+                      NULL);
+#else
+    rt_allgather_dim(t->mesh, RT_AX_TP, buf, buf + off * (size_t)t->es, 1, len, t->es, NULL);
+#endif
+  }
+  t->ngather = 0;
 }
 
 static void check_req(Trainer *t, int req) {
@@ -1981,8 +2034,8 @@ static const char *graph_setup(Trainer *t) {
     return "--no-graph";
   if (getenv("SHARDC_PROFILE"))
     return "SHARDC_PROFILE times every kernel";
-  if (pg->pp > 1)
-    return "pipeline messages run on the host";
+  if (pg->pp > 1 && pg->pipe_mpi)
+    return "pipeline messages staged through the host: this schedule's NCCL groups could hang";
   if (pg->opt >= RT_OPT_SHAMPOO)
     return "Shampoo and Adafactor steps run eagerly (root phases and Newton's stopping test "
            "on the host)";
@@ -1994,6 +2047,7 @@ static const char *graph_setup(Trainer *t) {
   t->slot1 = pg->data == RT_TRAIN_SYNTH ? rows * 4 : t->slot0;
   t->slots = rtc_pinned_alloc((size_t)pg->mb * (t->slot0 + t->slot1));
   t->loss_dev = rtc_dev_alloc((size_t)pg->mb * sizeof(double));
+  rtc_memset(t->loss_dev, 0, (size_t)pg->mb * sizeof(double)); /* a pipeline's first stages */
   t->loss_pin = rtc_pinned_alloc((size_t)pg->mb * sizeof(double));
   return NULL;
 }
@@ -2353,6 +2407,7 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
 #ifdef RT_TRAIN_MPI
   if (t->mesh && !all_ok(t, rtc_mesh_init(t->mesh, a->comm_mpi) == RT_OK))
     return finish(t, 1);
+  t->pipe_nccl = pg->pp > 1 && !pg->pipe_mpi && !a->comm_mpi;
 #endif
 #endif
   init_params(t, a->seed);

@@ -100,8 +100,16 @@ expect emit-ir-zero3 0 '= all_gather %[0-9]+ \{dim=0, over=dp\(4\), bytes=[0-9]+
 expect plan-zero3 0 '^memory: .* params 814.75 KiB, grads 814.75 KiB, optimizer 1.59 MiB' -- "$bin" compile samples/gpt.shard --emit=plan --strategy dp=4,zero=3
 expect commcheck-zero3 1 'communication check failed .*all_gather' -- env SHARDC_DEBUG_BREAK_COMM=drop:3:0 "$bin" compile samples/gpt.shard --strategy dp=4,zero=3 --emit=plan
 expect commcheck-pp-hang 1 'communication check failed for strategy on 2 ranks: deadlock: 2 ranks can never finish: rank 0 waits at event 0 in recv of 131072 bytes with tag 1 from rank 1 \(gradient of microbatch 1 from stage 1: instruction bwd.0\)' -- env SHARDC_DEBUG_BREAK_COMM=swap:0:1,swap:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b
-expect commcheck-pp-order 1 'send/recv mismatch in the 1st message from rank 1 to rank 0: rank 1 sends 131072 bytes with tag 5 \(gradient of microbatch 2 to stage 0: instruction bwd.30\) but rank 0 receives 131072 bytes with tag 1 \(gradient of microbatch 1 from stage 1: instruction bwd.0\)' -- env SHARDC_DEBUG_BREAK_COMM=drop:1:1 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b
-expect commcheck-pp-bytes 1 'rank 0 sends 262144 bytes with tag 0 \(activation of microbatch 1 to stage 1: instruction fwd.29\) but rank 1 receives 131072 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2
+expect commcheck-pp-order 1 'send/recv mismatch in the 1st message from rank 1 to rank 0: rank 1 sends 131072 bytes with tag 5 \(gradient of microbatch 2 to stage 0: instruction bwd.31\) but rank 0 receives 131072 bytes with tag 1 \(gradient of microbatch 1 from stage 1: instruction bwd.0\)' -- env SHARDC_DEBUG_BREAK_COMM=drop:1:1 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=1f1b
+expect commcheck-pp-bytes 1 'rank 0 sends 262144 bytes with tag 0 \(activation of microbatch 1 to stage 1: instruction fwd.30\) but rank 1 receives 131072 bytes' -- env SHARDC_DEBUG_BREAK_COMM=bytes:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2
+# The cuda target posts a pipeline's messages as NCCL groups (a send waits
+# for its receive there): every block posts its receives with the previous
+# action's sends; the check proves 1F1B's groups cannot hang, and finds that
+# an interleaved schedule's could, whose messages then stay on MPI.
+expect emit-c-pp-post 0 'rt_pipe_post\(p\);  // the queued messages posted' -- "$bin" compile samples/gpt.shard --emit=c --mesh 2 --strategy pp=2
+expect emit-program-pp-nccl 0 'post the queued messages \(the sends before, the receives above; cuda: one NCCL group\)' -- "$bin" compile samples/gpt.shard --emit=program --mesh 2 --strategy pp=2,schedule=1f1b
+expect emit-program-il-mpi 0 'post the queued messages \(.*cuda: staged through the host by MPI\)' -- "$bin" compile samples/gpt.shard --emit=program --mesh 2 --strategy pp=2,schedule=interleaved:2
+expect emit-cuda-il-mpi 0 '\.pipe_mpi = 1,' -- "$bin" compile samples/gpt.shard --target cuda --emit=c --mesh 2 --strategy pp=2,schedule=interleaved:2
 # Ring attention (sp=ring:N): the ring's messages are in the plan's volume and
 # in the communication check (a receive whose tag the send does not carry);
 # models without a sequence, and dropout, are refused.

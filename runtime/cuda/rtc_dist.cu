@@ -129,6 +129,22 @@ ncclComm_t rtc_comm_of(RtMesh *m, RtAxis ax, const char *what) { return comm_of_
 int rtc_staged(void) { return staged_; }
 float *rtc_host_buf(int k, size_t n) { return host_(k, n); }
 
+void rtc_pipe_group(RtMesh *m, const RtcPipeMsg *msg, int n) {
+  if (!world_) rt_mesh_fail(m, "pipeline messages: no NCCL world communicator");
+  ncclCheck(ncclGroupStart());
+  for (int i = 0; i < n; i++) {
+    const RtcPipeMsg *g = &msg[i];
+    ncclDataType_t type = g->esize == 8 ? ncclDouble : ncclFloat;
+    if (g->send) {
+      ncclCheck(ncclSend(g->buf, g->n, type, g->peer, world_, stream_()));
+      count_(m, RT_AX_PP, (uint64_t)g->n * (uint64_t)g->esize);
+    } else {
+      ncclCheck(ncclRecv(g->buf, g->n, type, g->peer, world_, stream_()));
+    }
+  }
+  ncclCheck(ncclGroupEnd());
+}
+
 void rtc_allreduce(RtMesh *m, RtAxis ax, float *buf, size_t n) {
   if (staged_) {
     float *h = host_(0, n);

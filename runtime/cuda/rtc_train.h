@@ -195,6 +195,20 @@ void rt_rmsnorm_split_backward_cu(struct RtMesh *m, RtAxis ax, float *dx, float 
                                   const float *dout, const float *x, const float *w,
                                   const float *rstd, int N, int Cl, int C, double *scratch);
 
+/* ---- pipeline messages (rtc_dist.cu): one NCCL group of sends and
+ * receives (send 1: buf's n elements of esize bytes to world rank peer; 0:
+ * into buf from peer) on the compute stream, over the world communicator;
+ * each send's bytes counted on pp.  The caller (train.c rt_pipe_post)
+ * groups a stage's sends with the next block's receives, the grouping the
+ * compiler's check proves cannot hang (passes/commpass.c). ---- */
+typedef struct RtcPipeMsg {
+  int send, peer;
+  void *buf;
+  size_t n;
+  int esize;
+} RtcPipeMsg;
+void rtc_pipe_group(struct RtMesh *m, const RtcPipeMsg *msg, int n);
+
 /* ---- ring attention over the sequence split on an axis (rtc_ring.cu):
  * dist_ring.h's rt_ring_attention_forward_f32 / _backward_f32 on device
  * buffers, with their shapes, semantics (out WRITTEN, dq, dk, dv

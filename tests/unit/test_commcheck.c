@@ -62,13 +62,13 @@ static void add(Prog *g, int r, CommEvent e) {
 }
 
 static void coll(Prog *g, int r, int c, const char *op, uint64_t bytes, const char *what) {
-  add(g, r, (CommEvent){CEV_COLL, c, op, bytes, 0, 0, what});
+  add(g, r, (CommEvent){CEV_COLL, c, op, bytes, 0, 0, what, 0});
 }
 static void send(Prog *g, int r, int peer, int tag, uint64_t bytes, const char *what) {
-  add(g, r, (CommEvent){CEV_SEND, 0, NULL, bytes, peer, tag, what});
+  add(g, r, (CommEvent){CEV_SEND, 0, NULL, bytes, peer, tag, what, 0});
 }
 static void recv(Prog *g, int r, int peer, int tag, uint64_t bytes, const char *what) {
-  add(g, r, (CommEvent){CEV_RECV, 0, NULL, bytes, peer, tag, what});
+  add(g, r, (CommEvent){CEV_RECV, 0, NULL, bytes, peer, tag, what, 0});
 }
 
 /* The point-to-point traffic of a pipeline schedule: a forward receives the
@@ -92,6 +92,35 @@ static void from_sched(Prog *g, const PipeSched *s) {
       }
 #undef TAG
     }
+}
+
+/* The same traffic as the CUDA runtime posts it (NCCL, rendezvous): an
+ * action's receive joins the sends the previous action left in one group,
+ * posted before its compute (the program's post instruction); the last
+ * sends are a group of their own.  grouped 0: every message alone. */
+static void from_sched_nccl(Prog *g, const PipeSched *s, int grouped) {
+  int pp = s->pp, last = pp * s->v - 1;
+  prog_init(g, pp);
+  g->p.rendezvous = 1;
+  int id = 0;
+  for (int r = 0; r < pp; r++) {
+    int pending = 0;   /* sends of the previous action, not yet posted */
+    for (int i = 0; i < s->n[r]; i++) {
+      PipeAct a = s->act[r][i];
+      int vs = a.chunk * pp + r;
+#define TAG(fwd, vs) (((fwd) * s->m + a.mb) * (last + 1) + (vs))
+      int has_recv = a.fwd ? vs > 0 : vs < last;
+      if (has_recv) recv(g, r, a.fwd ? (vs - 1) % pp : (vs + 1) % pp, TAG(a.fwd, vs), 4096, "recv");
+      ++id;
+      for (int k = g->n[r] - pending - has_recv; grouped && k < g->n[r]; k++) g->ev[r][k].group = id;
+      pending = 0;
+      if (a.fwd && vs < last) send(g, r, (vs + 1) % pp, TAG(1, vs + 1), 4096, "send"), pending++;
+      if (!a.fwd && vs > 0) send(g, r, (vs - 1) % pp, TAG(0, vs - 1), 4096, "send"), pending++;
+#undef TAG
+    }
+    ++id;
+    for (int k = g->n[r] - pending; grouped && k < g->n[r]; k++) g->ev[r][k].group = id;
+  }
 }
 
 /* ---- cases ---- */
@@ -152,8 +181,12 @@ static void rings(void) {
 
 static void pipelines(void) {
   /* Every schedule's exchange is consistent, with a data-parallel style
-   * all-reduce over the whole pipeline at the end. */
-  int bad = 0, n = 0;
+   * all-reduce over the whole pipeline at the end.  GPipe and 1F1B as the
+   * CUDA runtime posts their messages (NCCL groups, sends blocking) finish
+   * too; interleaved schedules posted so hang from 2 ranks and 4
+   * microbatches on (a cycle of sends around the ranks; commpass.c then
+   * keeps their messages on MPI): the check sees it. */
+  int bad = 0, n = 0, hang = 0;
   for (int pp = 1; pp <= 8; pp++)
     for (int m = 1; m <= 8; m++)
       for (int k = 0; k < 3; k++)
@@ -175,12 +208,24 @@ static void pipelines(void) {
             fprintf(stderr, "schedule %d pp=%d m=%d v=%d: %s\n", k, pp, m, v, err);
             bad++;
           }
+          prog_free(&g);
+          /* (one rank is no pipeline: not posted so) */
+          from_sched_nccl(&g, &s, 1);
+          bool nccl = pp > 1;
+          if (nccl && k == 2 && commcheck(&g.p, err, sizeof err)) {
+            ASSERT_CONTAINS("deadlock: ", err);
+            hang++;
+          } else if (nccl && commcheck(&g.p, err, sizeof err)) {
+            fprintf(stderr, "nccl: schedule %d pp=%d m=%d v=%d: %s\n", k, pp, m, v, err);
+            bad++;
+          }
           n++;
           prog_free(&g);
           sched_free(&s);
         }
   ASSERT(0, bad);
   ASSERT(1, n > 100);
+  ASSERT(10, hang);
 
   /* 1F1B on 4 ranks with the last stage's backwards in the wrong order:
    * the FIFO match pairs the wrong messages. */
@@ -192,7 +237,60 @@ static void pipelines(void) {
   ASSERT(-1, commcheck(&g.p, err, sizeof err));
   ASSERT_CONTAINS("send/recv mismatch in the 1st message from rank 3 to rank 2", err);
   prog_free(&g);
+  /* ... and under NCCL's rules too */
+  from_sched_nccl(&g, &s, 1);
+  ASSERT(0, commcheck_mutate(&g.p, "tag:3:1", err, sizeof err));
+  ASSERT(-1, commcheck(&g.p, err, sizeof err));
+  ASSERT_CONTAINS("send/recv mismatch in the 1st message from rank 3 to rank 2", err);
+  prog_free(&g);
+  /* NCCL: a send blocks until it is received, so 1F1B's messages posted
+   * one at a time (no groups) hang: rank 0 sends its second activation
+   * while rank 1 sends its first gradient */
+  from_sched_nccl(&g, &s, 0);
+  ASSERT(-1, commcheck(&g.p, err, sizeof err));
+  ASSERT_CONTAINS("deadlock: ", err);
+  ASSERT_CONTAINS("(in an NCCL group of events", err);
+  ASSERT_CONTAINS("in send of 4096 bytes", err);
+  /* ... but staged through MPI (group -1: MPI's rules in an NCCL program) they finish */
+  for (int r = 0; r < g.p.nranks; r++)
+    for (int i = 0; i < g.n[r]; i++) g.ev[r][i].group = -1;
+  ASSERT(0, commcheck(&g.p, err, sizeof err));
+  prog_free(&g);
   sched_free(&s);
+
+  /* Two stages exchanging a two-tensor cut, each receive posted in a group
+   * of its own after the sends: rank 0's second send waits for rank 1's
+   * second receive, which waits behind rank 1's first group, whose second
+   * send waits for rank 0's second receive. */
+  prog_init(&g, 2);
+  g.p.rendezvous = 1;
+  send(&g, 0, 1, 1, 8, "a1"), send(&g, 0, 1, 2, 8, "a2"), recv(&g, 0, 1, 3, 8, "g1");
+  recv(&g, 0, 1, 4, 8, "g2");
+  send(&g, 1, 0, 3, 8, "g1"), send(&g, 1, 0, 4, 8, "g2"), recv(&g, 1, 0, 1, 8, "a1");
+  recv(&g, 1, 0, 2, 8, "a2");
+  for (int r = 0; r < 2; r++) g.ev[r][0].group = g.ev[r][1].group = g.ev[r][2].group = 1;
+  ASSERT(-1, commcheck(&g.p, err, sizeof err));
+  ASSERT_STR("deadlock: 2 ranks can never finish: rank 0 waits at event 1 (in an NCCL group "
+             "of events 0-2) in send of 8 bytes with tag 2 to rank 1 (a2), rank 1 is blocked "
+             "at its event 0; rank 1 waits at event 1 (in an NCCL group of events 0-2) in send "
+             "of 8 bytes with tag 4 to rank 0 (g2), rank 0 is blocked at its event 0", err);
+  /* all four in one group each: fine; under MPI's rules it was fine as it was */
+  for (int r = 0; r < 2; r++) g.ev[r][3].group = 1;
+  ASSERT(0, commcheck(&g.p, err, sizeof err));
+  for (int r = 0; r < 2; r++) g.ev[r][3].group = 0;
+  g.p.rendezvous = 0;
+  ASSERT(0, commcheck(&g.p, err, sizeof err));
+  prog_free(&g);
+
+  /* NCCL: a send to oneself needs its receive in the same group */
+  prog_init(&g, 1);
+  g.p.rendezvous = 1;
+  send(&g, 0, 0, 1, 8, NULL);
+  recv(&g, 0, 0, 1, 8, NULL);
+  ASSERT(-1, commcheck(&g.p, err, sizeof err));
+  g.ev[0][0].group = g.ev[0][1].group = 5;
+  ASSERT(0, commcheck(&g.p, err, sizeof err));
+  prog_free(&g);
 }
 
 static void collectives(void) {

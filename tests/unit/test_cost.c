@@ -106,12 +106,17 @@ int main(void) {
     for (int k = 0; k < 4; k++) ASSERT(1, r1.stage[k].end_s <= r1.step_s + 1e-12);
     ASSERT(1, r1.model_flops > 0 && r1.tokens == 16 * 64);
   }
-  /* a GPU's graphed step (the CUDA target without a pipeline): every
-   * kernel at launch_graph_s where measured; a pipeline's runs eagerly */
+  /* a GPU's graphed step (the CUDA target, and a 1F1B pipeline whose
+   * messages are NCCL groups): every kernel at launch_graph_s where
+   * measured; an interleaved pipeline whose messages are staged (4
+   * microbatches on 2 ranks: commpass.c) runs eagerly */
   {
     Module *g1 = compile("../samples/gpt.shard", "1:H100_SXM", "dp=1");
     Module *g2 = compile("../samples/gpt.shard", "2:H100_SXM", "pp=2,mb=4");
-    if (g1 && g2) {
+    Module *g3 = compile("../samples/gpt.shard", "2:H100_SXM", "pp=2,mb=4,schedule=interleaved:2");
+    if (g1 && g2 && g3) {
+      ASSERT(0, g2->rprog[0]->pipe_mpi);
+      ASSERT(1, g3->rprog[0]->pipe_mpi);
       HwModel e1, q1, e2, q2;
       cost_hw_from_mesh(&e1, g1->train.mesh, DT_F32);
       cost_hw_from_mesh(&e2, g2->train.mesh, DT_F32);
@@ -119,14 +124,17 @@ int main(void) {
       q1 = e1;
       q2 = e2;
       q1.launch_graph_s = q2.launch_graph_s = 1e-6;
-      CostResult a, b, c, d;
+      CostResult a, b, c, d, e, f;
       ASSERT(0, cost_module(g1, &e1, &a));
       ASSERT(0, cost_module(g1, &q1, &b));
       ASSERT(0, cost_module(g2, &e2, &c));
       ASSERT(0, cost_module(g2, &q2, &d));
+      ASSERT(0, cost_module(g3, &e2, &e));
+      ASSERT(0, cost_module(g3, &q2, &f));
       /* hundreds of kernels a step, each 9 us cheaper */
       ASSERT(1, a.step_s - b.step_s > 300 * 9e-6);
-      ASSERT_NEAR(c.step_s, d.step_s, 1e-15);
+      ASSERT(1, c.step_s - d.step_s > 300 * 9e-6);
+      ASSERT_NEAR(e.step_s, f.step_s, 1e-15);
     }
   }
   Module *mi = compile("../samples/gpt.shard", "2", "pp=2,mb=4,schedule=interleaved:2");

@@ -132,6 +132,47 @@ static void test_pipeline_program(void) {
   ASSERT(2, comm_program(m, &cp));
   char err[4096];
   ASSERT(0, commcheck(&cp, err, sizeof err));
+  /* every block posts once, after its receives (and the load), before its compute */
+  const PBlock *blk[4] = {f0, b0, f1, b1};
+  const int at[4] = {1, 1, 2, 0};
+  for (int k = 0; k < 4; k++) {
+    ASSERT(1, count(blk[k], PI_POST));
+    ASSERT(PI_POST, blk[k]->ins[at[k]].kind);
+  }
+  /* stage 0's events: F0's send posted alone (F1 receives nothing), F1's
+   * send in one NCCL group with B0's receive */
+  PEvent *ev;
+  int n = prog_events(p0, &ev), sends = 0, s1 = -1, r0 = -1;
+  for (int i = 0; i < n; i++) {
+    if (!ev[i].pipe) continue;
+    ASSERT(1, ev[i].group > 0);
+    if (ev[i].kind == PE_SEND && ++sends == 2) s1 = i;
+    if (ev[i].kind == PE_RECV && r0 < 0) r0 = i;
+  }
+  ASSERT(1, s1 >= 0 && r0 == s1 + 1);
+  if (s1 >= 0 && r0 >= 0) {
+    ASSERT(ev[s1].group, ev[r0].group);
+    ASSERT(1, ev[0].group != ev[s1].group);
+  }
+  /* the cuda target's NCCL groups pass; posted one message at a time
+   * they would hang (a send waits for its receive) */
+  ASSERT(0, p0->pipe_mpi);
+  ASSERT(2, comm_program_cuda(m, &cp, false));
+  ASSERT(1, cp.rendezvous);
+  ASSERT(0, commcheck(&cp, err, sizeof err));
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < cp.n[r]; i++) cp.ev[r][i].group = 0;
+  ASSERT(-1, commcheck(&cp, err, sizeof err));
+  ASSERT(1, strstr(err, "deadlock") && strstr(err, "NCCL group"));
+  /* interleaved: the groups could hang, so its messages stay on MPI */
+  Module *il = compile("../samples/gpt.shard", "2", "pp=2,schedule=interleaved:2");
+  if (!il) return;
+  ASSERT(1, il->rprog[0]->pipe_mpi && il->rprog[1]->pipe_mpi);
+  ASSERT(2, comm_program_cuda(il, &cp, false));
+  ASSERT(-1, commcheck(&cp, err, sizeof err));
+  ASSERT(1, strstr(err, "deadlock") != NULL);
+  ASSERT(2, comm_program_cuda(il, &cp, true));
+  ASSERT(0, commcheck(&cp, err, sizeof err));
 }
 
 /* The first instruction of kind k in b (NULL: none). */
