@@ -316,6 +316,15 @@ static void chunk_functions(Emit *e) {
   P(e, "static void %sbackward%s(RtPass *p) {\n", e->pre, e->sfx);
   block(e, &c->bwd);
   P(e, "}\n\n");
+  if (e->p->pairs) {
+    P(e, "/* ---- the backward's receives alone, for a forward's post before it (pairs) ---- */\n");
+    P(e, "static void %sbackward_in%s(RtPass *p) {\n", e->pre, e->sfx);
+    int n = 0;
+    for (int j = 0; j < c->bwd.n; j++)
+      if (c->bwd.ins[j].kind == PI_RECV) e->t->instr(e, &c->bwd.ins[j]), n++;
+    if (!n) P(e, "  (void)p;  // the last stage: nothing to receive\n");
+    P(e, "}\n\n");
+  }
   if (c->cast.n) {
     P(e, "/* ---- once per step, before the first microbatch: the 16-bit copies of the\n"
          " * parameters the kernels read (after the last step's update) ---- */\n");
@@ -496,23 +505,29 @@ static void step_table(Emit *e) {
 static void chunk_table(Emit *e) {
   const RankProg *p = e->p;
   P(e, "/* The chunks: forward, backward, virtual stage, gradients (offset, bytes), stash\n"
-       " * slots (offset, bytes of one, how many), the step's weight casts (or NULL). */\n");
+       " * slots (offset, bytes of one, how many), the step's weight casts (or NULL), the\n"
+       " * backward's receives alone (pairs, or NULL). */\n");
   P(e, "static const RtChunk %schunks[%d] = {\n", e->pre, p->nchunks);
   for (int c = 0; c < p->nchunks; c++) {
     const PChunk *ch = &p->chunk[c];
     const char *sfx = p->nchunks > 1 ? arena_printf("_c%d", c) : "";
-    P(e, "    {%sforward%s, %sbackward%s, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s},\n",
+    P(e, "    {%sforward%s, %sbackward%s, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s},\n",
       e->pre, sfx, e->pre, sfx, ch->vs, ch->grads_off, ch->grads_bytes, ch->stash_off,
-      ch->stash_bytes, ch->slots, ch->cast.n ? arena_printf("%scast%s", e->pre, sfx) : "NULL");
+      ch->stash_bytes, ch->slots, ch->cast.n ? arena_printf("%scast%s", e->pre, sfx) : "NULL",
+      p->pairs ? arena_printf("%sbackward_in%s", e->pre, sfx) : "NULL");
   }
   P(e, "};\n\n");
   if (p->pp <= 1) return;
   P(e, "/* This rank's part of the %s schedule: forward (1) or backward (0) of a\n"
        " * microbatch%s, in order. */\n", sched_name(p->m->train.plan.schedule),
     p->nchunks > 1 ? " of a chunk" : "");
+  if (p->pairs)
+    P(e, "/* pair 1: the forward's post also posts the receives of the backward after it\n"
+         " * (on the cuda target with NCCL: Megatron's interleaved pairs). */\n");
   P(e, "static const RtAct %sorder[%d] = {", e->pre, p->nsched);
   for (int i = 0; i < p->nsched; i++)
-    P(e, "%s{%d, %d, %d},", i % 6 ? " " : "\n    ", p->sched[i].fwd, p->sched[i].mb, p->sched[i].chunk);
+    P(e, "%s{%d, %d, %d, %d},", i % 6 ? " " : "\n    ", p->sched[i].fwd, p->sched[i].mb,
+      p->sched[i].chunk, p->sched[i].pair);
   P(e, "\n};\n\n");
 }
 

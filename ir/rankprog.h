@@ -265,10 +265,17 @@ typedef struct PGlobal {
 /* The model's data inputs and where they come from. */
 enum { PDATA_NONE, PDATA_TOKENS, PDATA_SYNTH };
 
-/* One action of the schedule: chunk c's forward or backward of microbatch mb. */
+/* One action of the schedule: chunk c's forward or backward of microbatch mb.
+ * pair (cuda, a forward followed by the backward of another microbatch):
+ * the forward's post also posts that backward's receives (into its stash
+ * slot), and the backward posts nothing, its sends waiting for the next
+ * post with the forward's: Megatron's interleaved steady state, where
+ * posting each action's receives with the sends before it could hang
+ * (passes/commpass.c chooses). */
 typedef struct PAct {
   bool fwd;
   int mb, chunk;
+  bool pair;
 } PAct;
 
 typedef struct RankProg {
@@ -320,6 +327,7 @@ typedef struct RankProg {
    * on each other (passes/commpass.c checks both ways; interleaved
    * schedules); the same on every rank */
   bool pipe_mpi;
+  bool pairs;             /* some action of sched pairs (the same on every rank) */
 } RankProg;
 
 /* ---- passes/program.c ---- */

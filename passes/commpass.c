@@ -120,46 +120,67 @@ static void post(Ev *v) {
   v->unposted = v->n;
 }
 
-/* The events of block bl of chunk c, run for microbatch k. */
+/* The name of instruction j of chunk c's forward or backward, for messages. */
+static const char *instr_name(const RankProg *p, const PChunk *c, bool fwd, int j) {
+  return p->nchunks > 1 ? arena_printf("instruction c%d.%s.%d", (int)(c - p->chunk),
+                                       fwd ? "fwd" : "bwd", j)
+                        : arena_printf("instruction %s.%d", fwd ? "fwd" : "bwd", j);
+}
+
+/* Pipeline message in (a PI_SEND or PI_RECV) of microbatch k. */
+static void p2p_event(Ev *v, const RankProg *p, const PInstr *in, int k, const char *where) {
+  PEvent *e = push(v);
+  bool send = in->kind == PI_SEND;
+  e->kind = send ? PE_SEND : PE_RECV;
+  e->axis = AX_PP;
+  e->op = send ? "send" : "recv";
+  e->bytes = in->comm.bytes;
+  e->counted = send;
+  e->peer = in->peer_vs;
+  e->tag = rt_pipe_tag(k, p->nstages, in->lower_vs, in->grad);
+  e->pipe = true;
+  e->what = arena_printf("%s of microbatch %d %s stage %d: %s", in->grad ? "gradient" : "activation",
+                         k + 1, send ? "to" : "from", in->peer_vs, where);
+}
+
+/* The tp all-gathers of the split receives among bl's first n instructions
+ * (scatter/gather: the received slices made whole over tp), at a post. */
+static void gather_events(Ev *v, const PBlock *bl, int n, int k, const char *where) {
+  for (int i = 0; i < n; i++) {
+    const PInstr *r = &bl->ins[i];
+    if (r->kind == PI_RECV && r->split)
+      coll(v, r->gather.axis, r->gather.op, r->gather.bytes, true,
+           arena_printf("all-gather over tp of the %s of microbatch %d from stage %d: %s",
+                        r->grad ? "gradient" : "activation", k + 1, r->peer_vs, where));
+  }
+}
+
+/* The events of block bl of chunk c, run for microbatch k.  ahead: the
+ * next action, a backward whose receives this block's post posts too (a
+ * pair, PAct.pair); posted: this block's receives were posted so, and it
+ * posts nothing (its sends wait for the next post). */
 static void block_events(Ev *v, const RankProg *p, const PChunk *c, const PBlock *bl, bool fwd,
-                         int k) {
-  int S = p->nstages;
+                         int k, const PAct *ahead, bool posted) {
   for (int j = 0; j < bl->n; j++) {
     const PInstr *in = &bl->ins[j];
     if (in->comm.kind == PC_NONE && in->kind != PI_POST) continue;
-    const char *where = p->nchunks > 1 ? arena_printf("instruction c%d.%s.%d", (int)(c - p->chunk),
-                                                      fwd ? "fwd" : "bwd", j)
-                                       : arena_printf("instruction %s.%d", fwd ? "fwd" : "bwd", j);
+    if (posted && (in->kind == PI_POST || in->kind == PI_RECV)) continue;
+    const char *where = instr_name(p, c, fwd, j);
     if (in->kind == PI_POST) {
+      const PChunk *ac = ahead ? &p->chunk[ahead->chunk] : NULL;
+      for (int i = 0; ac && i < ac->bwd.n; i++)
+        if (ac->bwd.ins[i].kind == PI_RECV)
+          p2p_event(v, p, &ac->bwd.ins[i], ahead->mb, instr_name(p, ac, false, i));
       post(v);
-      /* scatter/gather: the received slices made whole over tp */
-      for (int i = 0; i < j; i++) {
-        const PInstr *r = &bl->ins[i];
-        if (r->kind == PI_RECV && r->split)
-          coll(v, r->gather.axis, r->gather.op, r->gather.bytes, true,
-               arena_printf("all-gather over tp of the %s of microbatch %d from stage %d: %s",
-                            r->grad ? "gradient" : "activation", k + 1, r->peer_vs, where));
-      }
+      gather_events(v, bl, j, k, where);
+      if (ac) gather_events(v, &ac->bwd, ac->bwd.n, ahead->mb, where);
       continue;
     }
     const Node *nd = in->n;
     switch (in->comm.kind) {
-    case PC_P2P: {
-      PEvent *e = push(v);
-      bool send = in->kind == PI_SEND;
-      e->kind = send ? PE_SEND : PE_RECV;
-      e->axis = AX_PP;
-      e->op = send ? "send" : "recv";
-      e->bytes = in->comm.bytes;
-      e->counted = send;
-      e->peer = in->peer_vs;
-      e->tag = rt_pipe_tag(k, S, in->lower_vs, in->grad);
-      e->pipe = true;
-      e->what = arena_printf("%s of microbatch %d %s stage %d: %s",
-                             in->grad ? "gradient" : "activation", k + 1, send ? "to" : "from",
-                             in->peer_vs, where);
+    case PC_P2P:
+      p2p_event(v, p, in, k, where);
       break;
-    }
     case PC_RING:
       ring_messages(v, nd, k, nd->op == OP_ATTENTION, where);
       break;
@@ -201,7 +222,9 @@ int prog_events(const RankProg *p, PEvent **out) {
   for (int a = 0; a < p->nsched; a++) {
     const PAct *act = &p->sched[a];
     const PChunk *c = &p->chunk[act->chunk];
-    block_events(&v, p, c, act->fwd ? &c->fwd : &c->bwd, act->fwd, act->mb);
+    bool pair = act->pair && a + 1 < p->nsched, paired = a > 0 && p->sched[a - 1].pair;
+    block_events(&v, p, c, act->fwd ? &c->fwd : &c->bwd, act->fwd, act->mb,
+                 pair ? &p->sched[a + 1] : NULL, paired);
   }
   post(&v);   /* the last sends (the runtime posts them after the schedule) */
   for (int j = 0; j < p->nstep; j++) {
@@ -392,6 +415,20 @@ int comm_program_cuda(const Module *m, CommProgram *out, bool pipe_mpi) {
   return build_program(m, out, pipe_mpi ? 2 : 1);
 }
 
+/* Pairs (PAct.pair) on every rank: each forward followed by the backward
+ * of another microbatch (on, else none). */
+static void set_pairs(Module *m, bool on) {
+  for (int r = 0; r < m->nrprog; r++) {
+    RankProg *p = m->rprog[r];
+    p->pairs = false;
+    for (int a = 0; a < p->nsched; a++) {
+      const PAct *x = &p->sched[a], *y = a + 1 < p->nsched ? &p->sched[a + 1] : NULL;
+      p->sched[a].pair = on && y && x->fwd && !y->fwd && x->mb != y->mb;
+      p->pairs |= p->sched[a].pair;
+    }
+  }
+}
+
 int pass_commcheck(Module *m) {
   if (!m->nrprog || !m->train.mesh || m->train.mesh->ndev <= 1) return 0;
   CommProgram p;
@@ -407,9 +444,9 @@ int pass_commcheck(Module *m) {
     return -1;
   }
   /* The cuda target posts its messages as NCCL groups, where a send waits
-   * for its receive: proven too.  A pipeline whose groups could hang
-   * (interleaved schedules: a cycle of sends around the ranks) keeps its
-   * messages on MPI, staged through the host, on every rank. */
+   * for its receive: proven too.  A pipeline whose groups could hang (a
+   * cycle of sends around the ranks) keeps its messages on MPI, staged
+   * through the host, on every rank. */
   bool pipe = m->nstages > 1, p2p = false;
   for (int r = 0; r < nr && !p2p; r++)
     for (int i = 0; i < p.n[r] && !p2p; i++) p2p = p.ev[r][i].kind != CEV_COLL;
@@ -418,7 +455,17 @@ int pass_commcheck(Module *m) {
   comm_program_cuda(m, &q, false);
   if (spec && *spec) commcheck_mutate(&q, spec, err, sizeof err);
   if (!commcheck(&q, err, sizeof err)) return 0;
+  /* Interleaved: Megatron's pairs (a forward's post with the next
+   * backward's receives, whose gradients the memory plan keeps in the
+   * stash), where posting each action's receives alone could hang */
   char err2[4096];
+  if (pipe && m->train.plan.schedule == SCHED_INTERLEAVED) {
+    set_pairs(m, true);
+    comm_program_cuda(m, &q, false);
+    if (spec && *spec) commcheck_mutate(&q, spec, err2, sizeof err2);
+    if (!commcheck(&q, err2, sizeof err2)) return 0;
+    set_pairs(m, false);
+  }
   if (pipe) {
     comm_program_cuda(m, &q, true);
     if (spec && *spec) commcheck_mutate(&q, spec, err2, sizeof err2);

@@ -734,11 +734,10 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   int T = t * q * q, D = p->dp * r, pp = p->pp, v = p->schedule == SCHED_INTERLEAVED ? p->vchunks : 1;
   int m = p->mb > 0 ? p->mb : 1;
   /* the CUDA target runs the step as CUDA graphs but under an eager
-   * optimizer or a pipeline whose messages are staged (runtime/train.c):
-   * here taken to be every interleaved one (commpass.c decides when the
-   * plan is compiled: their NCCL groups hang from 4 microbatches on 2 ranks) */
-  bool graph = hw->overlap > 0 && hw->launch_graph_s > 0 && !ms->eager_opt &&
-               (pp == 1 || p->schedule != SCHED_INTERLEAVED);
+   * optimizer (runtime/train.c), or a pipeline whose messages commpass.c
+   * could not group for NCCL (none of GPipe's, 1F1B's or interleaved's up
+   * to pp 8 and 32 microbatches: the compiled plan knows) */
+  bool graph = hw->overlap > 0 && hw->launch_graph_s > 0 && !ms->eager_opt;
   Split s = {t, q, r, p->sp_kind == SP_MEGATRON, b, p->recompute, graph,
              !(p->zero >= 3 && D > 1), explore_recompute_as_megatron()};
   const LCost *lc = costs(ms, hw, &s);

@@ -267,6 +267,12 @@ transient:;
   for (int i = 0; staged && i < g->nsend; i++) root(g->send_act[i])->stash = true;
   for (int i = 0; staged && i < g->nrecv; i++)
     if (g->recv_act[i]->grad) root(g->recv_act[i]->grad)->stash = true;
+  /* Interleaved: the gradients the backward receives too, so that the cuda
+   * target may post their receive before the forward that runs ahead of it
+   * (ir/rankprog.h PAct.pair) */
+  bool inter = m->train.plan.schedule == SCHED_INTERLEAVED;
+  for (int i = 0; staged && inter && i < g->nsend; i++)
+    if (g->send_act[i]->grad) root(g->send_act[i]->grad)->stash = true;
 
   /* Transient: walk the schedule; free what died before node i, then place
    * what is born at i. */

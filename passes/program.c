@@ -919,12 +919,12 @@ static RankProg *build_rank(Module *m, int r, int scale) {
     p->nsched = ps.n[r];
     p->sched = arena_alloc(sizeof(PAct) * (size_t)(p->nsched + 1));
     for (int i = 0; i < p->nsched; i++)
-      p->sched[i] = (PAct){ps.act[r][i].fwd != 0, ps.act[r][i].mb, ps.act[r][i].chunk};
+      p->sched[i] = (PAct){ps.act[r][i].fwd != 0, ps.act[r][i].mb, ps.act[r][i].chunk, false};
     sched_free(&ps);
   } else {
     p->nsched = 2 * p->mb;
     p->sched = arena_alloc(sizeof(PAct) * (size_t)p->nsched);
-    for (int i = 0; i < p->nsched; i++) p->sched[i] = (PAct){i % 2 == 0, i / 2, 0};
+    for (int i = 0; i < p->nsched; i++) p->sched[i] = (PAct){i % 2 == 0, i / 2, 0, false};
   }
   PtrVec ps = {0};
   for (int c = 0; c < v; c++)

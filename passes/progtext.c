@@ -232,10 +232,12 @@ void prog_print(FILE *out, const Module *m) {
     fprintf(out, "schedule:");
     for (int a = 0; a < p->nsched; a++) {
       const PAct *s = &p->sched[a];
-      fprintf(out, " %c%d", s->fwd ? 'F' : 'B', s->mb);
+      fprintf(out, "%s%c%d", a && p->sched[a - 1].pair ? "+" : " ", s->fwd ? 'F' : 'B', s->mb);
       if (p->nchunks > 1) fprintf(out, ".%d", s->chunk);
     }
     fprintf(out, "\n");
+    if (p->pairs)
+      fprintf(out, "  (F+B: a pair; on cuda the forward's post takes the backward's receives too)\n");
     step_text(out, p);
   }
 }

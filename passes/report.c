@@ -90,6 +90,10 @@ static void report_stages(FILE *out, Module *m, const char *pf) {
     fprintf(out, "%s  messages on cuda: %s\n", pf,
             m->rprog[0]->pipe_mpi
                 ? "staged through the host by MPI (posted as NCCL groups, this schedule's could hang)"
+            : m->rprog[0]->pairs
+                ? "NCCL groups on the compute stream, a stage's sends with its next receives, a "
+                  "forward's with those of the backward after it (Megatron's pairs; proven not to "
+                  "hang)"
                 : "NCCL groups on the compute stream, a stage's sends with its next receives (proven "
                   "not to hang)");
   for (int s = 0; s < m->nstages; s++) {

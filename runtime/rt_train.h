@@ -90,6 +90,7 @@ typedef struct RtChunk {
   int slots;                          /* the most microbatches in flight on it */
   RtBackwardFn cast;                  /* once per step before the microbatches: the 16-bit
                                        * weight copies (precision = bf16), or NULL */
+  RtBackwardFn backward_in;           /* pairs (RtAct.pair): the backward's receives alone */
 } RtChunk;
 
 /* One action of a pipeline rank's schedule. */
@@ -97,6 +98,9 @@ typedef struct RtAct {
   signed char fwd;     /* 1 forward, 0 backward */
   short mb;            /* microbatch */
   signed char chunk;
+  signed char pair;    /* cuda: this forward's post also posts the next action's (a backward
+                        * of another microbatch) receives, and that backward posts nothing
+                        * (ir/rankprog.h PAct.pair) */
 } RtAct;
 
 /* The step after the microbatches, in order (ir/rankprog.h PStep). */
@@ -297,8 +301,11 @@ void rt_load_batch(RtPass *p, void *in0, void *in1);
  * compute stream: the previous action's sends with this block's receives
  * (a send waits for its receive in NCCL: sent alone, two stages sending to
  * each other would wait forever); the schedule's last sends are posted
- * after it.  With RtProgram.pipe_mpi or --comm mpi: MPI through host
- * copies, as on the cpu. */
+ * after it.  A pair (RtAct.pair) adds the next backward's receives (its
+ * chunk's backward_in) after the forward's, and that backward posts
+ * nothing.  A peer's messages match in the order posted: the order
+ * passes/commpass.c proved.  With RtProgram.pipe_mpi or --comm mpi: MPI
+ * through host copies, as on the cpu. */
 void rt_pipe_recv(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t n);
 void rt_pipe_send(RtPass *p, int peer_vs, int lower_vs, int grad, const void *buf, size_t n);
 void rt_pipe_post(RtPass *p);

@@ -64,6 +64,9 @@ struct RtTrainer {
   int ngather;
 #ifdef RT_TRAIN_CUDA
   int pipe_nccl;         /* messages as NCCL groups (not staged) */
+  int in_posted;         /* this backward's receives went with the forward's post (pairs) */
+  RtBackwardFn ahead_fn; /* pairs: the next backward's receives, queued at this forward's post */
+  RtPass ahead_pass;     /* ... run for that backward's microbatch */
   RtcPipeMsg queued[3 * RT_PIPE_MAXMSG];  /* sends and receives not posted yet */
   int nqueued;
 #endif
@@ -840,6 +843,24 @@ static double run_schedule(Trainer *t, RtPass *p, int with_backward) {
     p->stash = t->dev + c->stash_offset + (size_t)slot * (size_t)c->stash_bytes;
     t->chunk = act->chunk;
     t->slot = slot;
+#ifdef RT_TRAIN_CUDA
+    /* pairs: this forward's post takes the next backward's receives too,
+     * into that microbatch's stash slot; the backward then posts nothing */
+    t->in_posted = t->pipe_nccl && a > 0 && pg->order[a - 1].pair;
+    if (t->pipe_nccl && act->pair && a + 1 < pg->norder) {
+      const RtAct *nx = &pg->order[a + 1];
+      const RtChunk *nc = &pg->chunks[nx->chunk];
+      RtPass *q = &t->ahead_pass;
+      *q = *p;
+      q->mb = nx->mb;
+      q->row0 = row_base(t) + nx->mb * pg->microbatch;
+      q->last_mb = nx->mb == pg->mb - 1;
+      q->stash = t->dev + nc->stash_offset + (size_t)(nx->mb % nc->slots) * (size_t)nc->stash_bytes;
+      if (!nc->backward_in)
+        fail(t, "internal: a pair without the backward's receives (backward_in)");
+      t->ahead_fn = nc->backward_in;
+    }
+#endif
     if (act->fwd) {
       rt_waitall(t->mesh, 2 * RT_PIPE_MAXMSG, sent_of(t, act->chunk, slot));
       loss += c->forward(p);
@@ -847,6 +868,9 @@ static double run_schedule(Trainer *t, RtPass *p, int with_backward) {
       c->backward(p);
     }
   }
+#ifdef RT_TRAIN_CUDA
+  t->in_posted = 0;
+#endif
   pipe_flush(t); /* the last action's sends */
   for (int c = 0; c < pg->nchunks; c++)
     for (int k = 0; k < t->maxslots; k++)
@@ -1015,7 +1039,19 @@ static void pipe_send_(RtPass *p, int peer_vs, int lower_vs, int grad, const voi
            b, n, t->es, &req[i]);
 }
 
+/* Whether this block's receives and post were the forward's before it (pairs). */
+static int posted_ahead(const Trainer *t) {
+#ifdef RT_TRAIN_CUDA
+  return t->in_posted;
+#else
+  (void)t;
+  return 0;
+#endif
+}
+
 void rt_pipe_recv(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t n) {
+  if (posted_ahead(p->t))
+    return;
   pipe_recv_(p, peer_vs, lower_vs, grad, buf, 0, n);
 }
 
@@ -1035,6 +1071,8 @@ static size_t pipe_slice(const Trainer *t, size_t n, size_t *len) {
 
 void rt_pipe_recv_gather(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t n) {
   Trainer *t = p->t;
+  if (posted_ahead(t))
+    return;
   size_t len, off = pipe_slice(t, n, &len);
   pipe_recv_(p, peer_vs, lower_vs, grad, buf, off, len);
   if (t->ngather == RT_PIPE_MAXMSG)
@@ -1063,6 +1101,16 @@ static void pipe_flush(Trainer *t) {
 
 void rt_pipe_post(RtPass *p) {
   Trainer *t = p->t;
+  if (posted_ahead(t))
+    return; /* the sends wait for the next post */
+#ifdef RT_TRAIN_CUDA
+  if (t->ahead_fn) { /* a pair: the next backward's receives after this block's (the order
+                      * the check proved: a peer's messages match in posting order) */
+    RtBackwardFn fn = t->ahead_fn;
+    t->ahead_fn = NULL;
+    fn(&t->ahead_pass);
+  }
+#endif
   pipe_flush(t);
   for (int i = 0; i < t->ngather; i++) {
     unsigned char *buf = t->gather[i].buf;

@@ -105,11 +105,13 @@ expect commcheck-pp-bytes 1 'rank 0 sends 262144 bytes with tag 0 \(activation o
 # The cuda target posts a pipeline's messages as NCCL groups (a send waits
 # for its receive there): every block posts its receives with the previous
 # action's sends; the check proves 1F1B's groups cannot hang, and finds that
-# an interleaved schedule's could, whose messages then stay on MPI.
+# an interleaved schedule's over 4 microbatches could, which then posts a
+# forward's receives with those of the backward after it (Megatron's pairs).
 expect emit-c-pp-post 0 'rt_pipe_post\(p\);  // the queued messages posted' -- "$bin" compile samples/gpt.shard --emit=c --mesh 2 --strategy pp=2
 expect emit-program-pp-nccl 0 'post the queued messages \(the sends before, the receives above; cuda: one NCCL group\)' -- "$bin" compile samples/gpt.shard --emit=program --mesh 2 --strategy pp=2,schedule=1f1b
-expect emit-program-il-mpi 0 'post the queued messages \(.*cuda: staged through the host by MPI\)' -- "$bin" compile samples/gpt.shard --emit=program --mesh 2 --strategy pp=2,schedule=interleaved:2
-expect emit-cuda-il-mpi 0 '\.pipe_mpi = 1,' -- "$bin" compile samples/gpt.shard --target cuda --emit=c --mesh 2 --strategy pp=2,schedule=interleaved:2
+expect plan-pp-nccl 0 'messages on cuda: NCCL groups on the compute stream, a stage.s sends with its next receives \(proven' -- "$bin" compile samples/gpt.shard --emit=plan --mesh 2 --strategy pp=2,schedule=1f1b
+expect plan-il-pairs 0 'messages on cuda: NCCL groups .*Megatron.s pairs; proven not to hang' -- "$bin" compile samples/gpt.shard --emit=plan --mesh 2 --strategy pp=2,schedule=interleaved:2
+expect emit-cuda-il-pairs 0 'static void r0_backward_in_c1\(RtPass \*p\)' -- "$bin" compile samples/gpt.shard --target cuda --emit=c --mesh 2 --strategy pp=2,schedule=interleaved:2
 # Ring attention (sp=ring:N): the ring's messages are in the plan's volume and
 # in the communication check (a receive whose tag the send does not carry);
 # models without a sequence, and dropout, are refused.
@@ -144,7 +146,7 @@ expect emit-c-fp64-zero 1 'fp64 builds are for single-rank gradient checks; buil
 expect tp2d-zero 0 '\{RT_STEP_ALLREDUCE, RT_AX_TPC, 0, [0-9]+, [0-9]+, 0.0\},  // gradient shard of bucket' -- "$bin" compile samples/gpt.shard --mesh 8 --emit=c --strategy tp2d=2x2,dp=2,zero=2
 expect emit-c-fp64-tp 1 'fp64 builds are for single-rank gradient checks; build with --mesh 1 --strategy dp=1' -- "$bin" compile samples/gpt.shard --emit=c --strategy tp=4 --precision=fp64
 expect emit-c-interleaved 0 'static void r1_backward_c1\(RtPass \*p\)' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2,schedule=interleaved:2
-expect plan-interleaved 0 '^rank 0:   memory 22,003,712 bytes per rank .*persistent 7,000,064 \+ transient 1,310,720 \(the largest chunk.s\) \+ stash slots 13,692,928' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=interleaved:2
+expect plan-interleaved 0 '^rank 0:   memory 22,659,072 bytes per rank .*persistent 7,000,064 \+ transient 1,179,648 \(the largest chunk.s\) \+ stash slots 14,479,360' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=interleaved:2
 expect commcheck-interleaved 1 'deadlock: 2 ranks can never finish: rank 0 waits at event 0 in recv of 131072 bytes with tag 2 from rank 1 \(activation of microbatch 1 from stage 1: instruction c1.fwd.1\)' -- env SHARDC_DEBUG_BREAK_COMM=swap:0:1,swap:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=interleaved:2
 expect interleaved-sizes 1 'pp=2: 2 stage sizes for 4 stages \(interleaved chunks take no explicit sizes yet\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:2+2,schedule=interleaved:2
 expect interleaved-too-deep 1 'pp=4 needs 64 pipeline stages but model gpt has only 61 places to cut it .*use fewer interleaved chunks or a smaller pp' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=interleaved:16

@@ -5,8 +5,8 @@
 # MPI.  The tiny GPT and the classifier train 10 steps and must give the cpu
 # target's per-step losses and final checkpoint within 1e-4; plans on 2 and
 # 4 ranks (NCCL collectives and overlapped buckets; ZeRO; pipelines, whose
-# messages are NCCL groups, captured, or staged through MPI where the
-# compiler found their groups could hang (interleaved); 2D tensor parallelism; ring attention on NCCL
+# messages are NCCL groups, captured, interleaved ones with Megatron's pairs;
+# 2D tensor parallelism; ring attention on NCCL
 # send/recv; tensor parallelism with --comm mpi; a padded vocabulary, whose
 # cross-entropy takes the first `classes` columns) train 3 steps against the
 # 1-rank cpu run.  Every run's planned memory equals the device arena's
@@ -119,11 +119,19 @@ elif command -v mpirun >/dev/null && command -v mpicxx >/dev/null; then
     host gpt 4 tp2d=2x2 3 on  # SUMMA and split norms on NCCL, captured
     host gpt 2 sp=ring:2 3 on  # ring attention's K, V on NCCL send/recv, captured
   }
-  # interleaved over 4 microbatches: NCCL groups of its messages could hang
-  # (passes/commpass.c), so they are staged through MPI, eagerly
+  # interleaved over 4 microbatches: each action's receives posted with the
+  # sends before them could hang, so a forward's post takes the next
+  # backward's receives too (passes/commpass.c's pairs), captured; bitwise
+  # the run whose messages go through MPI
   sed 's/batch = 4, seq = ctx, microbatch = 2/batch = 8, seq = ctx, microbatch = 2/' \
     "$MODELS_DIR/gpt.shard" >"$MODELS_DIR/gpt8.shard"
-  reference gpt8 3 && host gpt8 2 pp=2,schedule=interleaved:2 3 "off (pipeline messages staged"
+  reference gpt8 3 && host gpt8 2 pp=2,schedule=interleaved:2 3 on && {
+    d="$tmp/gpt8-cuda-pp_2_schedule_interleaved_2"
+    if grep -q "backward_in" "$d/model.cu"; then ok; else bad "gpt8 interleaved: no pairs"; fi
+    train "$d" --steps 3 --comm mpi --log "$d-x.jsonl" --save "$d-x.st"
+    [ $rc -eq 0 ] && bitwise "gpt8 interleaved pairs vs --comm mpi" "$d" "$d-x" ||
+      bad "gpt8 interleaved --comm mpi: exit $rc: $(tail -3 <<<"$out")"
+  }
   reference llama 3 && host llama 2 tp=2 3 on
   # a padded vocabulary (cross_entropy's classes): rows ld apart on one rank,
   # vocab-parallel shards with unused columns on two

@@ -525,9 +525,10 @@ static void backward(RtPass *p) {
 }
 
 /* The chunks: forward, backward, virtual stage, gradients (offset, bytes), stash
- * slots (offset, bytes of one, how many), the step's weight casts (or NULL). */
+ * slots (offset, bytes of one, how many), the step's weight casts (or NULL), the
+ * backward's receives alone (pairs, or NULL). */
 static const RtChunk chunks[1] = {
-    {forward, backward, 0, 474112, 474112, 0, 0, 0, NULL},
+    {forward, backward, 0, 474112, 474112, 0, 0, 0, NULL, NULL},
 };
 
 /* The step after the microbatches: {op, axis, mode, byte offset, count, divisor}. */

@@ -409,8 +409,8 @@ static int mlp_program(const char *v) {
   }
 #ifdef RT_TEST_TRAIN_MPI
   /* 1F1B on 2 stages, 2 microbatches: stage 0 runs two forwards ahead */
-  static const RtAct order0[4] = {{1, 0, 0}, {1, 1, 0}, {0, 0, 0}, {0, 1, 0}};
-  static const RtAct order1[4] = {{1, 0, 0}, {0, 0, 0}, {1, 1, 0}, {0, 1, 0}};
+  static const RtAct order0[4] = {{1, 0, 0, 0}, {1, 1, 0, 0}, {0, 0, 0, 0}, {0, 1, 0, 0}};
+  static const RtAct order1[4] = {{1, 0, 0, 0}, {0, 0, 0, 0}, {1, 1, 0, 0}, {0, 1, 0, 0}};
   static const int owner[3] = {0, 1, 1};
   static int local_of[2][3];
   size_t act = (size_t)L.R * H * es;

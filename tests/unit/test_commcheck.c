@@ -97,26 +97,39 @@ static void from_sched(Prog *g, const PipeSched *s) {
 /* The same traffic as the CUDA runtime posts it (NCCL, rendezvous): an
  * action's receive joins the sends the previous action left in one group,
  * posted before its compute (the program's post instruction); the last
- * sends are a group of their own.  grouped 0: every message alone. */
-static void from_sched_nccl(Prog *g, const PipeSched *s, int grouped) {
+ * sends are a group of their own.  grouped 0: every message alone.
+ * pairs: a forward followed by the backward of another microbatch posts
+ * that backward's receive too, after its own, and the backward posts
+ * nothing (commpass.c's pairs, Megatron's interleaved steady state). */
+static void from_sched_nccl(Prog *g, const PipeSched *s, int grouped, int pairs) {
   int pp = s->pp, last = pp * s->v - 1;
   prog_init(g, pp);
   g->p.rendezvous = 1;
   int id = 0;
   for (int r = 0; r < pp; r++) {
-    int pending = 0;   /* sends of the previous action, not yet posted */
-    for (int i = 0; i < s->n[r]; i++) {
-      PipeAct a = s->act[r][i];
-      int vs = a.chunk * pp + r;
+    int pending = 0;   /* sends not yet posted */
+    for (int i = 0; i < s->n[r];) {
+      const PipeAct *x = &s->act[r][i];
+      int seg = pairs && i + 1 < s->n[r] && x[0].fwd && !x[1].fwd && x[0].mb != x[1].mb ? 2 : 1;
+      int start = g->n[r] - pending;
+      for (int j = 0; j < seg; j++) {
+        PipeAct a = x[j];
+        int vs = a.chunk * pp + r;
 #define TAG(fwd, vs) (((fwd) * s->m + a.mb) * (last + 1) + (vs))
-      int has_recv = a.fwd ? vs > 0 : vs < last;
-      if (has_recv) recv(g, r, a.fwd ? (vs - 1) % pp : (vs + 1) % pp, TAG(a.fwd, vs), 4096, "recv");
+        if (a.fwd ? vs > 0 : vs < last)
+          recv(g, r, a.fwd ? (vs - 1) % pp : (vs + 1) % pp, TAG(a.fwd, vs), 4096, "recv");
+      }
       ++id;
-      for (int k = g->n[r] - pending - has_recv; grouped && k < g->n[r]; k++) g->ev[r][k].group = id;
+      for (int k = start; grouped && k < g->n[r]; k++) g->ev[r][k].group = id;
       pending = 0;
-      if (a.fwd && vs < last) send(g, r, (vs + 1) % pp, TAG(1, vs + 1), 4096, "send"), pending++;
-      if (!a.fwd && vs > 0) send(g, r, (vs - 1) % pp, TAG(0, vs - 1), 4096, "send"), pending++;
+      for (int j = 0; j < seg; j++) {
+        PipeAct a = x[j];
+        int vs = a.chunk * pp + r;
+        if (a.fwd && vs < last) send(g, r, (vs + 1) % pp, TAG(1, vs + 1), 4096, "send"), pending++;
+        if (!a.fwd && vs > 0) send(g, r, (vs - 1) % pp, TAG(0, vs - 1), 4096, "send"), pending++;
 #undef TAG
+      }
+      i += seg;
     }
     ++id;
     for (int k = g->n[r] - pending; grouped && k < g->n[r]; k++) g->ev[r][k].group = id;
@@ -184,11 +197,12 @@ static void pipelines(void) {
    * all-reduce over the whole pipeline at the end.  GPipe and 1F1B as the
    * CUDA runtime posts their messages (NCCL groups, sends blocking) finish
    * too; interleaved schedules posted so hang from 2 ranks and 4
-   * microbatches on (a cycle of sends around the ranks; commpass.c then
-   * keeps their messages on MPI): the check sees it. */
-  int bad = 0, n = 0, hang = 0;
+   * microbatches on (a cycle of sends around the ranks; the check sees it),
+   * and then finish with pairs (commpass.c: posted so they hang where the
+   * microbatches are as many as the ranks, from 3 on). */
+  int bad = 0, n = 0, hang = 0, hang_pairs = 0;
   for (int pp = 1; pp <= 8; pp++)
-    for (int m = 1; m <= 8; m++)
+    for (int m = 1; m <= 16; m++)
       for (int k = 0; k < 3; k++)
         for (int v = k == 2 ? 2 : 1; v <= (k == 2 ? 3 : 1); v++) {
           PipeSched s;
@@ -210,11 +224,20 @@ static void pipelines(void) {
           }
           prog_free(&g);
           /* (one rank is no pipeline: not posted so) */
-          from_sched_nccl(&g, &s, 1);
+          from_sched_nccl(&g, &s, 1, 0);
           bool nccl = pp > 1;
-          if (nccl && k == 2 && commcheck(&g.p, err, sizeof err)) {
-            ASSERT_CONTAINS("deadlock: ", err);
-            hang++;
+          if (nccl && k == 2) {
+            int eager = commcheck(&g.p, err, sizeof err);
+            if (eager) ASSERT_CONTAINS("deadlock: ", err);
+            prog_free(&g);
+            from_sched_nccl(&g, &s, 1, 1);
+            int paired = commcheck(&g.p, err, sizeof err);
+            hang += eager != 0;
+            hang_pairs += paired != 0;
+            if (eager && paired) {
+              fprintf(stderr, "nccl: interleaved pp=%d m=%d v=%d hangs both ways: %s\n", pp, m, v, err);
+              bad++;
+            }
           } else if (nccl && commcheck(&g.p, err, sizeof err)) {
             fprintf(stderr, "nccl: schedule %d pp=%d m=%d v=%d: %s\n", k, pp, m, v, err);
             bad++;
@@ -225,7 +248,7 @@ static void pipelines(void) {
         }
   ASSERT(0, bad);
   ASSERT(1, n > 100);
-  ASSERT(10, hang);
+  ASSERT(1, hang >= 20 && hang_pairs >= 10);
 
   /* 1F1B on 4 ranks with the last stage's backwards in the wrong order:
    * the FIFO match pairs the wrong messages. */
@@ -238,7 +261,7 @@ static void pipelines(void) {
   ASSERT_CONTAINS("send/recv mismatch in the 1st message from rank 3 to rank 2", err);
   prog_free(&g);
   /* ... and under NCCL's rules too */
-  from_sched_nccl(&g, &s, 1);
+  from_sched_nccl(&g, &s, 1, 0);
   ASSERT(0, commcheck_mutate(&g.p, "tag:3:1", err, sizeof err));
   ASSERT(-1, commcheck(&g.p, err, sizeof err));
   ASSERT_CONTAINS("send/recv mismatch in the 1st message from rank 3 to rank 2", err);
@@ -246,7 +269,7 @@ static void pipelines(void) {
   /* NCCL: a send blocks until it is received, so 1F1B's messages posted
    * one at a time (no groups) hang: rank 0 sends its second activation
    * while rank 1 sends its first gradient */
-  from_sched_nccl(&g, &s, 0);
+  from_sched_nccl(&g, &s, 0, 0);
   ASSERT(-1, commcheck(&g.p, err, sizeof err));
   ASSERT_CONTAINS("deadlock: ", err);
   ASSERT_CONTAINS("(in an NCCL group of events", err);

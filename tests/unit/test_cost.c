@@ -106,17 +106,18 @@ int main(void) {
     for (int k = 0; k < 4; k++) ASSERT(1, r1.stage[k].end_s <= r1.step_s + 1e-12);
     ASSERT(1, r1.model_flops > 0 && r1.tokens == 16 * 64);
   }
-  /* a GPU's graphed step (the CUDA target, and a 1F1B pipeline whose
-   * messages are NCCL groups): every kernel at launch_graph_s where
-   * measured; an interleaved pipeline whose messages are staged (4
-   * microbatches on 2 ranks: commpass.c) runs eagerly */
+  /* a GPU's graphed step (the CUDA target, and pipelines whose messages
+   * are NCCL groups, 1F1B's and interleaved's with Megatron's pairs):
+   * every kernel at launch_graph_s where measured; one whose messages are
+   * staged (pipe_mpi) runs eagerly */
   {
     Module *g1 = compile("../samples/gpt.shard", "1:H100_SXM", "dp=1");
     Module *g2 = compile("../samples/gpt.shard", "2:H100_SXM", "pp=2,mb=4");
     Module *g3 = compile("../samples/gpt.shard", "2:H100_SXM", "pp=2,mb=4,schedule=interleaved:2");
     if (g1 && g2 && g3) {
       ASSERT(0, g2->rprog[0]->pipe_mpi);
-      ASSERT(1, g3->rprog[0]->pipe_mpi);
+      ASSERT(0, g3->rprog[0]->pipe_mpi);
+      ASSERT(1, g3->rprog[0]->pairs);
       HwModel e1, q1, e2, q2;
       cost_hw_from_mesh(&e1, g1->train.mesh, DT_F32);
       cost_hw_from_mesh(&e2, g2->train.mesh, DT_F32);
@@ -134,6 +135,9 @@ int main(void) {
       /* hundreds of kernels a step, each 9 us cheaper */
       ASSERT(1, a.step_s - b.step_s > 300 * 9e-6);
       ASSERT(1, c.step_s - d.step_s > 300 * 9e-6);
+      ASSERT(1, e.step_s - f.step_s > 300 * 9e-6);
+      g3->rprog[0]->pipe_mpi = true; /* staged: eager */
+      ASSERT(0, cost_module(g3, &q2, &f));
       ASSERT_NEAR(e.step_s, f.step_s, 1e-15);
     }
   }
