@@ -389,13 +389,6 @@ static void cross_entropy(Emit *e, const PInstr *in) {
     in->assign ? 0 : 1, in->assign ? "  // writes: the first contribution" : "");
 }
 
-/* The backward of an LM head whose weight copy has padded rows
- * (passes/precision.c): dW's rows are the master's, fewer than dlogits'
- * columns. */
-static bool head_rows_padded(const Node *n) {
-  return n->op == OP_MATMUL_BWD && n->outs[1] && n->outs[1]->shape.d[0].n < cg_last_dim(n->in[0]);
-}
-
 static void head_backward(Emit *e, const PInstr *in) {
   const Node *n = in->n;
   const PRef *x = in->in, *y = in->out;
@@ -428,7 +421,7 @@ static void instr(Emit *e, const PInstr *in) {
       return cross_entropy(e, in);
     if (ir_summa_q(in->n)) return summa(e, in);
     if (ir_norm_split(in->n)) return norm_split(e, in);
-    if (head_rows_padded(in->n)) return head_backward(e, in);
+    if (prog_head_rows_padded(in->n)) return head_backward(e, in);
     if (ir_ring_size(in->n) > 1) return ring_attention(e, in);
     if (in->n->op == OP_SHARD) {
       const Node *n = in->n;
@@ -487,79 +480,26 @@ static bool casts(Emit *e, const PBlock *bl) {
  * as the DGELU epilogue of that GEMM (the GPT MLP's fc and proj).  The
  * buffers are the program's: the pre-activation is written as before (the
  * epilogue's aux), the activation gradient dx stays zeros (its memset is
- * still written), the GELU gradient is written over its zeros. */
-static bool same_ref(PRef a, PRef b) { return a.v && a.v == b.v && a.off == b.off && a.stash == b.stash; }
-
-static const Value *root_of(const Value *v) {
-  while (v && v->alias) v = v->alias;
-  return v;
-}
-
-/* v's readers and writers in the chunk's graph: only r reads it, only w writes it */
-static bool sole_use(const Graph *g, const Value *v, const Node *r, const Node *w) {
-  const Value *rv = root_of(v);
-  for (int i = 0; i < g->nodes.len; i++) {
-    const Node *n = g->nodes.data[i];
-    for (int k = 0; k < n->nin; k++)
-      if (n->in[k] && root_of(n->in[k]) == rv && n != r) return false;
-    for (int k = 0; k < n->nout; k++)
-      if (n->outs[k] && root_of(n->outs[k]) == rv && n != w) return false;
-  }
-  return v == rv;
-}
-
-/* Whether the buffers of a and b share bytes (a pipeline's stash slots lie
- * after the arena's transient part, passes/memplan.c: a stashed value and
- * one that is not never do). */
-static bool overlap(PRef a, PRef b) {
-  if (!a.v || !b.v || a.stash != b.stash) return false;
-  int64_t na = ir_numel(&a.v->shape) * ir_dtype_size(a.v->dtype),
-          nb = ir_numel(&b.v->shape) * ir_dtype_size(b.v->dtype);
-  return a.off < b.off + nb && b.off < a.off + na;
-}
-
-static bool zeroes_whole(const PInstr *in, PRef r, const Value *v) {
-  for (int z = 0; z < in->nzero; z++)
-    if (same_ref(in->zero[z], r) &&
-        in->zero_bytes[z] == ir_numel(&v->shape) * ir_dtype_size(v->dtype))
-      return true;
-  return false;
-}
-
+ * still written), the GELU gradient is written over its zeros.  Which
+ * pairs run so is the program's (PInstr.epilogue, passes/program.c), which
+ * the cost model prices. */
 static bool pair(Emit *e, const PInstr *a, const PInstr *b, bool print) {
-  if (a->kind != PI_KERNEL || b->kind != PI_KERNEL || !a->n || !b->n) return false;
-  const Node *m = a->n, *g = b->n;
-  if (ir_summa_q(m) || ir_norm_split(m) || (m->nout > 1 && ir_ring_size(m) > 1)) return false;
-  /* forward: the activation is written by the GEMM that reads x, W, bias */
-  if (m->op == OP_MATMUL && g->op == OP_GELU && !a->nzero && same_ref(b->in[0], a->out[0]) &&
-      cg_is16(m->in[0]) == cg_is16(g->out) && !overlap(b->out[0], a->in[0]) &&
-      !overlap(b->out[0], a->in[1]) && !overlap(b->out[0], a->bias)) {
-    if (!print) return true;
+  if (!b->epilogue) return false;
+  if (!print) return true;
+  const Node *m = a->n;
+  if (b->epilogue == PEPI_GELU) {
     P(e, "  rt_matmul_forward_gelu_cu(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
          ");  // and the GELU: one GEMM\n",
       R(e, b->out[0]), R(e, a->out[0]), R(e, a->in[0]), R(e, a->in[1]), R(e, a->bias),
       cg_rows(m->in[0]), cg_last_dim(m->in[0]), cg_last_dim(m->out));
-    return true;
-  }
-  /* backward: dW (and dbias) first, as the matmul_bwd ran; then the GELU's
-   * gradient, written (the memplan may give it the buffer of the
-   * activation that dW read) by the GEMM that reads dout, W and pre */
-  if (m->op == OP_MATMUL_BWD && g->op == OP_GELU_BWD && m->outs[0] && g->outs[0] &&
-      same_ref(b->in[0], a->out[0]) && !head_rows_padded(m) &&
-      cg_is16(m->in[0]) == cg_is16(g->outs[0]) && e->c &&
-      sole_use(e->c->g, m->outs[0], g, m) && zeroes_whole(a, a->out[0], m->outs[0]) &&
-      zeroes_whole(b, b->out[0], g->outs[0]) && !overlap(b->out[0], a->in[0]) &&
-      !overlap(b->out[0], a->in[2]) && !overlap(b->out[0], b->in[1]) &&
-      !overlap(b->out[0], a->out[0])) {
-    if (!print) return true;
+  } else {
     P(e, "  rt_matmul_backward_dgelu_cu(%s, %s, %s, %s,\n      %s, %s, %s, %s, %" PRId64
          ", %" PRId64 ", %" PRId64 ");  // and the GELU's backward: one GEMM\n",
       R(e, b->out[0]), R(e, a->out[0]), R(e, a->out[1]), R(e, a->dbias), R(e, a->in[0]),
       R(e, a->in[1]), R(e, a->in[2]), R(e, b->in[1]), cg_rows(m->in[1]), cg_last_dim(m->in[1]),
       cg_last_dim(m->in[0]));
-    return true;
   }
-  return false;
+  return true;
 }
 
 /* The two builds of the cuda target differ only in how `shardc build`

@@ -166,7 +166,19 @@ typedef struct PInstr {
   /* bit s: this instruction is the first in its block to touch the buffer
    * of slot s's gather ahead, and waits for it first (0: none) */
   int wait;
+  /* KERNEL: the cuda target runs it in the cuBLASLt epilogue of the
+   * instruction before it (passes/program.c; priced so by cost.c):
+   * PEPI_GELU a GELU after its linear (GELU_AUX_BIAS), PEPI_DGELU a GELU's
+   * backward after the linear's backward (DGELU); 0 none */
+  int epilogue;
 } PInstr;
+
+enum { PEPI_NONE = 0, PEPI_GELU = 1, PEPI_DGELU = 2 };
+
+/* The backward of an LM head whose weight copy has padded rows
+ * (passes/precision.c): dW's rows are the master's, fewer than dlogits'
+ * columns (passes/program.c). */
+bool prog_head_rows_padded(const Node *n);
 
 /* Slots of gathers ahead: gathers take them in turn; at most two are in
  * flight (the next layer's beside the one being read), and waiting on a

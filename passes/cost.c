@@ -460,14 +460,6 @@ static double summa_passes(const HwModel *hw, const Node *n, int q) {
 
 /* A GELU whose input a linear makes (its bias add first), or its backward:
  * the CUDA target's epilogue candidates (codegen/cuda.c pair()). */
-static bool gelu_in_gemm(const Node *n) {
-  if (n->op != OP_GELU && n->op != OP_GELU_BWD) return false;
-  const Value *pre = n->in[n->op == OP_GELU ? 0 : 1];
-  const Node *d = pre->def;
-  if (d && d->op == OP_ADD && d->in[0]->def) d = d->in[0]->def;
-  return d && d->op == OP_MATMUL && !ir_summa_q(d);
-}
-
 double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
   const Plan *p = &m->train.plan;
   double t = 0, ring_cb = -1; /* ring attention: one step's compute */
@@ -484,13 +476,12 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
         t += cost_membound(hw, vbytes(in->n->in[0], hw->elt), 0) - hw->launch_s;
     }
     /* on a GPU in 16 bits the CUDA target runs a GELU after a linear in
-     * the GEMM's GELU_AUX_BIAS epilogue (codegen/cuda.c pair(): the
-     * activation written, the pre-activation not read back), and the
-     * GELU's backward in the DGELU epilogue of the GEMM before it (the
-     * pre-activation read, the activation's gradient neither written nor
-     * read); where codegen cannot pair them (buffers that overlap) they
-     * run as kernels, as priced otherwise */
-    if (in->n && hw->gpu_half && gelu_in_gemm(in->n))
+     * the GEMM's GELU_AUX_BIAS epilogue (the activation written, the
+     * pre-activation not read back), and the GELU's backward in the DGELU
+     * epilogue of the GEMM before it (the pre-activation read, the
+     * activation's gradient neither written nor read): where the program
+     * pairs them (PInstr.epilogue; buffers that overlap keep them apart) */
+    if (in->n && hw->gpu_half && in->epilogue)
       t = cost_membound(hw, vbytes(in->n->op == OP_GELU ? in->n->out : in->n->in[1], hw->elt),
                         0) - hw->launch_s;
     /* SUMMA runs the local GEMM once per step of the q x q grid (the node's

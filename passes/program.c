@@ -533,6 +533,80 @@ static void gathers_ahead(PBlock *bl) {
   }
 }
 
+/* ---- cuBLASLt epilogue pairs (PInstr.epilogue) ---- */
+
+bool prog_head_rows_padded(const Node *n) {
+  const Value *dl = n->in[0];
+  return n->op == OP_MATMUL_BWD && n->outs[1] &&
+         n->outs[1]->shape.d[0].n < dl->shape.d[dl->shape.ndim - 1].n;
+}
+
+static bool same_ref(PRef a, PRef b) { return a.v && a.v == b.v && a.off == b.off && a.stash == b.stash; }
+
+static bool is16(const Value *v) { return v && ir_dtype_size(v->dtype) == 2; }
+
+static int64_t nbytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+/* v's readers and writers in the chunk's graph: only r reads it, only w writes it */
+static bool sole_use(const Graph *g, const Value *v, const Node *r, const Node *w) {
+  const Value *rv = root((Value *)v);
+  for (int i = 0; i < g->nodes.len; i++) {
+    const Node *n = g->nodes.data[i];
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] && root(n->in[k]) == rv && n != r) return false;
+    for (int k = 0; k < n->nout; k++)
+      if (n->outs[k] && root(n->outs[k]) == rv && n != w) return false;
+  }
+  return v == rv;
+}
+
+/* Whether the buffers of a and b share bytes (a pipeline's stash slots lie
+ * after the arena's transient part, passes/memplan.c: a stashed value and
+ * one that is not never do). */
+static bool overlap(PRef a, PRef b) {
+  if (!a.v || !b.v || a.stash != b.stash) return false;
+  int64_t na = nbytes_of(a.v), nb = nbytes_of(b.v);
+  return a.off < b.off + nb && b.off < a.off + na;
+}
+
+static bool zeroes_whole(const PInstr *in, PRef r, const Value *v) {
+  for (int z = 0; z < in->nzero; z++)
+    if (same_ref(in->zero[z], r) && in->zero_bytes[z] == nbytes_of(v)) return true;
+  return false;
+}
+
+/* Whether b runs in the epilogue of the GEMM a before it (PEPI_*).
+ * Forward: the activation is written by the GEMM that reads x, W and the
+ * bias, so it may overlap none of them.  Backward: dW (and dbias) first,
+ * as the matmul_bwd ran, then the GELU's gradient, written (the memory plan
+ * may give it the buffer of the activation dW read) by the GEMM that reads
+ * dout, W and the pre-activation; the activation's gradient is only the
+ * GELU backward's, and both are zeroed whole first.  Not for SUMMA, split
+ * norms, ring attention, a padded head, or an instruction that waits for a
+ * gather ahead. */
+static int gemm_pair(const Graph *g, const PInstr *a, const PInstr *b) {
+  if (a->kind != PI_KERNEL || b->kind != PI_KERNEL || !a->n || !b->n || b->wait) return PEPI_NONE;
+  const Node *m = a->n, *n = b->n;
+  if (ir_summa_q(m) || ir_norm_split(m) || (m->nout > 1 && ir_ring_size(m) > 1)) return PEPI_NONE;
+  if (m->op == OP_MATMUL && n->op == OP_GELU && !a->nzero && same_ref(b->in[0], a->out[0]) &&
+      is16(m->in[0]) == is16(n->out) && !overlap(b->out[0], a->in[0]) &&
+      !overlap(b->out[0], a->in[1]) && !overlap(b->out[0], a->bias))
+    return PEPI_GELU;
+  if (m->op == OP_MATMUL_BWD && n->op == OP_GELU_BWD && m->outs[0] && n->outs[0] &&
+      same_ref(b->in[0], a->out[0]) && !prog_head_rows_padded(m) &&
+      is16(m->in[0]) == is16(n->outs[0]) && sole_use(g, m->outs[0], n, m) &&
+      zeroes_whole(a, a->out[0], m->outs[0]) && zeroes_whole(b, b->out[0], n->outs[0]) &&
+      !overlap(b->out[0], a->in[0]) && !overlap(b->out[0], a->in[2]) &&
+      !overlap(b->out[0], b->in[1]) && !overlap(b->out[0], a->out[0]))
+    return PEPI_DGELU;
+  return PEPI_NONE;
+}
+
+static void mark_pairs(const Graph *g, PBlock *bl) {
+  for (int j = 0; j + 1 < bl->n; j++)
+    if ((bl->ins[j + 1].epilogue = gemm_pair(g, &bl->ins[j], &bl->ins[j + 1]))) j++;
+}
+
 static void build_chunk(B *b, int k0) {
   PChunk *c = b->c;
   Graph *g = c->g;
@@ -570,6 +644,8 @@ static void build_chunk(B *b, int k0) {
     if (g->recv_act[i]->grad) pipe_msg(b, &c->bwd, PI_SEND, g->recv_act[i]->grad, vs - 1, vs - 1, true);
   gathers_ahead(&c->fwd);
   gathers_ahead(&c->bwd);
+  mark_pairs(g, &c->fwd);
+  mark_pairs(g, &c->bwd);
   /* the forward's result */
   c->loss_slot = -1;
   Node *ld = g->loss->def;

@@ -11,6 +11,7 @@
 #include "sema.h"
 #include "test.h"
 #include "compile.h"
+#include "cost.h"
 #include "../../runtime/cuda/rtc_slots.h"
 #include "../../runtime/dist_formulas.h"
 
@@ -263,11 +264,44 @@ static void test_pipeline_scatter(void) {
   }
 }
 
+/* cuBLASLt epilogue pairs (PInstr.epilogue): GPT-2 in bf16 runs each
+ * layer's GELU in its fc GEMM and the GELU's backward in the proj
+ * backward's GEMM; under ZeRO-3 some GELU outputs share a gathered
+ * weight's buffer, so those forwards stay apart, and the cost model prices
+ * what runs: such a GELU a kernel, dearer than the epilogue. */
+static void test_epilogue_pairs(void) {
+  const char *st[2] = {"dp=2", "dp=2,zero=3"};
+  int fwd[2] = {0}, bwd[2] = {0};
+  double gelu[2] = {0};
+  for (int k = 0; k < 2; k++) {
+    Module *m = compile("../samples/gpt2-124m.shard", "2:H100_SXM", st[k]);
+    if (!m) return;
+    const PChunk *c = &m->rprog[0]->chunk[0];
+    HwModel hw;
+    cost_hw_from_mesh(&hw, m->train.mesh, DT_BF16);
+    ASSERT(1, hw.gpu_half);
+    for (int j = 0; j < c->fwd.n; j++) {
+      const PInstr *in = &c->fwd.ins[j];
+      fwd[k] += in->epilogue == PEPI_GELU;
+      if (in->epilogue) ASSERT(OP_MATMUL, c->fwd.ins[j - 1].n->op);
+      if (in->n && in->n->op == OP_GELU && !gelu[k] && (in->epilogue != 0) == (k == 0))
+        gelu[k] = cost_instr(&hw, m, in);
+    }
+    for (int j = 0; j < c->bwd.n; j++) bwd[k] += c->bwd.ins[j].epilogue == PEPI_DGELU;
+  }
+  ASSERT(12, fwd[0]);
+  ASSERT(12, bwd[0]);
+  ASSERT(1, fwd[1] < 12);
+  ASSERT(12, bwd[1]);
+  ASSERT(1, gelu[1] > 1.5 * gelu[0] && gelu[0] > 0);
+}
+
 int main(void) {
   test_swap_deadlock();
   test_dp_program();
   test_pipeline_program();
   test_pipeline_scatter();
+  test_epilogue_pairs();
   printf("test_program: %d checks, %d failures\n", test_checks, test_failures);
   return test_failures ? 1 : 0;
 }
