@@ -481,13 +481,24 @@ static bool casts(Emit *e, const PBlock *bl) {
  * buffers are the program's: the pre-activation is written as before (the
  * epilogue's aux), the activation gradient dx stays zeros (its memset is
  * still written), the GELU gradient is written over its zeros.  Which
- * pairs run so is the program's (PInstr.epilogue, passes/program.c), which
+ * pairs run so is the program's (PInstr.joint, passes/program.c), which
  * the cost model prices. */
 static bool pair(Emit *e, const PInstr *a, const PInstr *b, bool print) {
-  if (!b->epilogue) return false;
+  if (!b->joint) return false;
   if (!print) return true;
   const Node *m = a->n;
-  if (b->epilogue == PEPI_GELU) {
+  if (b->joint == PJ_AR) {
+    const char *args = arena_printf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64, R(e, a->in[0]),
+                                    R(e, a->in[1]), R(e, a->in[2]), cg_rows(m->in[1]),
+                                    cg_last_dim(m->in[1]), cg_last_dim(m->in[0]));
+    P(e, "  rt_matmul_backward_cu(%s, NULL, NULL, %s);  // dX first\n", R(e, a->out[0]), args);
+    P(e, "  rtc_allreduce_start(p->mesh, %s, %s, %s, %" PRId64 ");  // beside the dW GEMM\n",
+      cg_axis((int)b->n->a.i[2]), R(e, b->out[0]), R(e, b->in[0]), cg_numel(b->n->out));
+    P(e, "  rt_matmul_backward_cu(NULL, %s, %s, %s);\n  rtc_allreduce_join();\n", R(e, a->out[1]),
+      R(e, a->dbias), args);
+    return true;
+  }
+  if (b->joint == PJ_GELU) {
     P(e, "  rt_matmul_forward_gelu_cu(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
          ");  // and the GELU: one GEMM\n",
       R(e, b->out[0]), R(e, a->out[0]), R(e, a->in[0]), R(e, a->in[1]), R(e, a->bias),

@@ -166,14 +166,18 @@ typedef struct PInstr {
   /* bit s: this instruction is the first in its block to touch the buffer
    * of slot s's gather ahead, and waits for it first (0: none) */
   int wait;
-  /* KERNEL: the cuda target runs it in the cuBLASLt epilogue of the
-   * instruction before it (passes/program.c; priced so by cost.c):
-   * PEPI_GELU a GELU after its linear (GELU_AUX_BIAS), PEPI_DGELU a GELU's
-   * backward after the linear's backward (DGELU); 0 none */
-  int epilogue;
+  /* The cuda target runs it jointly with the instruction before it
+   * (passes/program.c; priced so by cost.c): PJ_GELU a GELU after its
+   * linear, in the GEMM's cuBLASLt epilogue (GELU_AUX_BIAS); PJ_DGELU a
+   * GELU's backward after the linear's backward, in the dX GEMM's (DGELU);
+   * PJ_AR (COLL) the all-reduce of a linear backward's input gradient,
+   * started on the communication stream after the dX GEMM, beside the dW
+   * GEMM; 0 none */
+  int joint;
+  const Node *joint_with;  /* the node of the instruction before (joint != 0) */
 } PInstr;
 
-enum { PEPI_NONE = 0, PEPI_GELU = 1, PEPI_DGELU = 2 };
+enum { PJ_NONE = 0, PJ_GELU = 1, PJ_DGELU = 2, PJ_AR = 3 };
 
 /* The backward of an LM head whose weight copy has padded rows
  * (passes/precision.c): dW's rows are the master's, fewer than dlogits'

@@ -480,8 +480,8 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
      * pre-activation not read back), and the GELU's backward in the DGELU
      * epilogue of the GEMM before it (the pre-activation read, the
      * activation's gradient neither written nor read): where the program
-     * pairs them (PInstr.epilogue; buffers that overlap keep them apart) */
-    if (in->n && hw->gpu_half && in->epilogue)
+     * pairs them (PInstr.joint; buffers that overlap keep them apart) */
+    if (in->n && hw->gpu_half && in->joint)
       t = cost_membound(hw, vbytes(in->n->op == OP_GELU ? in->n->out : in->n->in[1], hw->elt),
                         0) - hw->launch_s;
     /* SUMMA runs the local GEMM once per step of the q x q grid (the node's
@@ -540,10 +540,16 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
   /* communication: blocking inside the instruction (kernels with comm,
    * collectives, receives; a send's transfer is charged to its receiver),
    * but ring attention's where the target overlaps it */
-  if (ring_cb >= 0 && in->comm.kind == PC_RING && hw->overlap > 0)
+  if (ring_cb >= 0 && in->comm.kind == PC_RING && hw->overlap > 0) {
     t += ring_overlapped(hw, p, in, ring_cb) - ring_cb * ir_ring_size(in->n);
-  else if (in->comm.kind != PC_NONE && in->kind != PI_SEND && in->kind != PI_BUCKET)
+  } else if (in->joint == PJ_AR && hw->overlap > 0) {
+    /* a linear backward's dX all-reduce beside its dW GEMM (half of the
+     * backward's two GEMMs): hidden but for 1 - overlap of the shorter */
+    double c = comm_time(hw, p, &in->comm, in->n), dw = cost_node(hw, in->joint_with) / 2;
+    t += c - hw->overlap * (c < dw ? c : dw);
+  } else if (in->comm.kind != PC_NONE && in->kind != PI_SEND && in->kind != PI_BUCKET) {
     t += comm_time(hw, p, &in->comm, in->n);
+  }
   if (in->kind == PI_BUCKET) t += comm_time(hw, p, &in->comm, in->n);
   if (in->kind == PI_RECV && in->split) t += comm_time(hw, p, &in->gather, NULL);
   return t;

@@ -533,7 +533,7 @@ static void gathers_ahead(PBlock *bl) {
   }
 }
 
-/* ---- cuBLASLt epilogue pairs (PInstr.epilogue) ---- */
+/* ---- cuBLASLt epilogue pairs (PInstr.joint) ---- */
 
 bool prog_head_rows_padded(const Node *n) {
   const Value *dl = n->in[0];
@@ -575,7 +575,7 @@ static bool zeroes_whole(const PInstr *in, PRef r, const Value *v) {
   return false;
 }
 
-/* Whether b runs in the epilogue of the GEMM a before it (PEPI_*).
+/* Whether b runs in the epilogue of the GEMM a before it (PJ_*).
  * Forward: the activation is written by the GEMM that reads x, W and the
  * bias, so it may overlap none of them.  Backward: dW (and dbias) first,
  * as the matmul_bwd ran, then the GELU's gradient, written (the memory plan
@@ -585,26 +585,39 @@ static bool zeroes_whole(const PInstr *in, PRef r, const Value *v) {
  * norms, ring attention, a padded head, or an instruction that waits for a
  * gather ahead. */
 static int gemm_pair(const Graph *g, const PInstr *a, const PInstr *b) {
-  if (a->kind != PI_KERNEL || b->kind != PI_KERNEL || !a->n || !b->n || b->wait) return PEPI_NONE;
+  if (a->kind != PI_KERNEL || !a->n || !b->n || b->wait) return PJ_NONE;
   const Node *m = a->n, *n = b->n;
-  if (ir_summa_q(m) || ir_norm_split(m) || (m->nout > 1 && ir_ring_size(m) > 1)) return PEPI_NONE;
+  if (ir_summa_q(m) || ir_norm_split(m) || (m->nout > 1 && ir_ring_size(m) > 1)) return PJ_NONE;
+  /* the all-reduce of dX beside the dW GEMM: its output overlaps nothing
+   * the backward reads or writes (memplan_dx_allreduce keeps them apart) */
+  if (b->kind == PI_COLL && !b->ahead && !b->nzero && memplan_dx_allreduce(m, n) &&
+      !prog_head_rows_padded(m) && same_ref(b->in[0], a->out[0]) &&
+      (same_ref(b->out[0], a->out[0]) || !overlap(b->out[0], a->out[0])) &&
+      !overlap(b->out[0], a->in[0]) && !overlap(b->out[0], a->in[1]) &&
+      !overlap(b->out[0], a->in[2]) && !overlap(b->out[0], a->out[1]) &&
+      !overlap(b->out[0], a->dbias) && !overlap(b->out[0], a->scratch))
+    return PJ_AR;
+  if (b->kind != PI_KERNEL) return PJ_NONE;
   if (m->op == OP_MATMUL && n->op == OP_GELU && !a->nzero && same_ref(b->in[0], a->out[0]) &&
       is16(m->in[0]) == is16(n->out) && !overlap(b->out[0], a->in[0]) &&
       !overlap(b->out[0], a->in[1]) && !overlap(b->out[0], a->bias))
-    return PEPI_GELU;
+    return PJ_GELU;
   if (m->op == OP_MATMUL_BWD && n->op == OP_GELU_BWD && m->outs[0] && n->outs[0] &&
       same_ref(b->in[0], a->out[0]) && !prog_head_rows_padded(m) &&
       is16(m->in[0]) == is16(n->outs[0]) && sole_use(g, m->outs[0], n, m) &&
       zeroes_whole(a, a->out[0], m->outs[0]) && zeroes_whole(b, b->out[0], n->outs[0]) &&
       !overlap(b->out[0], a->in[0]) && !overlap(b->out[0], a->in[2]) &&
       !overlap(b->out[0], b->in[1]) && !overlap(b->out[0], a->out[0]))
-    return PEPI_DGELU;
-  return PEPI_NONE;
+    return PJ_DGELU;
+  return PJ_NONE;
 }
 
 static void mark_pairs(const Graph *g, PBlock *bl) {
   for (int j = 0; j + 1 < bl->n; j++)
-    if ((bl->ins[j + 1].epilogue = gemm_pair(g, &bl->ins[j], &bl->ins[j + 1]))) j++;
+    if ((bl->ins[j + 1].joint = gemm_pair(g, &bl->ins[j], &bl->ins[j + 1]))) {
+      bl->ins[j + 1].joint_with = bl->ins[j].n;
+      j++;
+    }
 }
 
 static void build_chunk(B *b, int k0) {

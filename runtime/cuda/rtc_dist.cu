@@ -24,6 +24,8 @@ static int staged_;
 static cudaEvent_t ready_, done_;  /* compute work before a bucket; the buckets' end */
 static int pending_;               /* buckets started since the last wait */
 static cudaEvent_t ahead_[RTC_AHEAD_SLOTS], rs_done_;  /* gathers ahead; a reduce-scatter's end */
+static cudaEvent_t tp_ready_, tp_done_;  /* a dX all-reduce beside the dW GEMM: its start, its end */
+static int tp_pending_;
 static int ahead_pending_[RTC_AHEAD_SLOTS];
 
 /* Host buffers of the staged mode, grown as needed. */
@@ -69,6 +71,9 @@ int rtc_mesh_init(RtMesh *m, int staged) {
   if (!ready_) cudaCheck(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   if (!done_) cudaCheck(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   if (!rs_done_) cudaCheck(cudaEventCreateWithFlags(&rs_done_, cudaEventDisableTiming));
+  if (!tp_ready_) cudaCheck(cudaEventCreateWithFlags(&tp_ready_, cudaEventDisableTiming));
+  if (!tp_done_) cudaCheck(cudaEventCreateWithFlags(&tp_done_, cudaEventDisableTiming));
+  tp_pending_ = 0;
   for (int k = 0; k < RTC_AHEAD_SLOTS; k++) {
     if (!ahead_[k]) cudaCheck(cudaEventCreateWithFlags(&ahead_[k], cudaEventDisableTiming));
     ahead_pending_[k] = 0;
@@ -100,6 +105,9 @@ void rtc_mesh_free(void) {
   ready_ = done_ = NULL;
   if (rs_done_) cudaCheck(cudaEventDestroy(rs_done_));
   rs_done_ = NULL;
+  if (tp_ready_) cudaCheck(cudaEventDestroy(tp_ready_));
+  if (tp_done_) cudaCheck(cudaEventDestroy(tp_done_));
+  tp_ready_ = tp_done_ = NULL;
   for (int k = 0; k < RTC_AHEAD_SLOTS; k++) {
     if (ahead_[k]) cudaCheck(cudaEventDestroy(ahead_[k]));
     ahead_[k] = NULL;
@@ -160,6 +168,44 @@ void rtc_allreduce(RtMesh *m, RtAxis ax, float *buf, size_t n) {
                             stream_()));
 }
 
+
+/* ---- a linear backward's dX all-reduce beside its dW GEMM (rtc_train.h) ----
+ * On a stream of its own (rtc_tp_stream), not the communication stream,
+ * where it would queue behind the gradient buckets in flight. */
+template <class T>
+static void allreduce_start_(RtMesh *m, RtAxis ax, T *y, const T *x, size_t n,
+                             ncclDataType_t type) {
+  if (tp_pending_) rt_mesh_fail(m, "internal: rtc_allreduce_start with one not joined");
+  if (staged_) { /* eagerly, in place */
+    if (y != x) rtc_copy(y, x, n * sizeof(T));
+    rtc_allreduce(m, ax, y, n);
+    return;
+  }
+  int P = m->size[ax];
+  count_(m, ax, rt_vol_allreduce((uint64_t)n * sizeof(T), P));
+  cudaCheck(cudaEventRecord(tp_ready_, stream_()));
+  cudaCheck(cudaStreamWaitEvent(rtc_tp_stream, tp_ready_, 0));
+  if (P > 1)
+    ncclCheck(ncclAllReduce(x, y, n, type, ncclSum, comm_of_(m, ax, "rtc_allreduce_start"),
+                            rtc_tp_stream));
+  else if (y != x)
+    cudaCheck(cudaMemcpyAsync(y, x, n * sizeof(T), cudaMemcpyDeviceToDevice, rtc_tp_stream));
+  tp_pending_ = 1;
+}
+
+void rtc_allreduce_start(RtMesh *m, RtAxis ax, float *y, const float *x, size_t n) {
+  allreduce_start_(m, ax, y, x, n, ncclFloat);
+}
+void rtc_allreduce_start(RtMesh *m, RtAxis ax, rtc_bf16 *y, const rtc_bf16 *x, size_t n) {
+  allreduce_start_(m, ax, y, x, n, ncclBfloat16);
+}
+
+void rtc_allreduce_join(void) {
+  if (!tp_pending_) return;
+  cudaCheck(cudaEventRecord(tp_done_, rtc_tp_stream));
+  cudaCheck(cudaStreamWaitEvent(stream_(), tp_done_, 0));
+  tp_pending_ = 0;
+}
 
 void rtc_allreduce_f64_nocount(RtMesh *m, RtAxis ax, double *buf, size_t n, const char *what) {
   if (m->size[ax] > 1 && n > 0)

@@ -5,8 +5,10 @@
 #include "common.cuh"
 #include "rtc_train.h"
 
-/* The stream of the overlapped gradient buckets (rtc_mem.cu). */
-extern cudaStream_t rtc_comm_stream;
+/* The stream of the overlapped gradient buckets (rtc_mem.cu), and that of
+ * a linear backward's dX all-reduce beside its dW GEMM (rtc_dist.cu
+ * rtc_allreduce_start: not behind the buckets in flight). */
+extern cudaStream_t rtc_comm_stream, rtc_tp_stream;
 
 /* rtc_dist.cu, for collective launchers in other files: the NCCL
  * communicator of a mesh axis (ends the job, naming what, where this rank

@@ -10,7 +10,7 @@
 #include "rtc_internal.h"
 #include "shardrt.h"
 
-cudaStream_t rtc_comm_stream;
+cudaStream_t rtc_comm_stream, rtc_tp_stream;
 
 static int env_int(const char *name, int *v) {
   const char *s = getenv(name);
@@ -39,6 +39,7 @@ int rtc_device_init(int world_rank, const char **name) {
   cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   rtc_stream = (rtc_stream_t)s;
   cudaCheck(cudaStreamCreateWithFlags(&rtc_comm_stream, cudaStreamNonBlocking));
+  cudaCheck(cudaStreamCreateWithFlags(&rtc_tp_stream, cudaStreamNonBlocking));
 #ifdef RTC_HOST
   /* The emulated device runs its kernels on this thread, one at a time:
    * the GEMMs (OpenBLAS) get one thread too, not a pool spinning beside it

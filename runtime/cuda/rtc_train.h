@@ -95,6 +95,13 @@ struct RtMesh;
 int rtc_mesh_init(struct RtMesh *m, int staged);
 void rtc_mesh_free(void);
 void rtc_allreduce(struct RtMesh *m, RtAxis ax, float *buf, size_t n);
+/* A linear backward's input gradient x (n) all-reduced into y (may be x)
+ * beside its dW GEMM: started after the compute work issued so far on a
+ * stream of its own; rtc_allreduce_join makes the compute stream wait for
+ * it (one at a time).  The bytes counted as rtc_allreduce's; staged (mpi):
+ * done at once. */
+void rtc_allreduce_start(struct RtMesh *m, RtAxis ax, float *y, const float *x, size_t n);
+void rtc_allreduce_join(void);
 void rtc_allgather_dim(struct RtMesh *m, RtAxis ax, float *dst, const float *src, size_t outer,
                        size_t inner, float *scratch);
 void rtc_reduce_scatter_dim(struct RtMesh *m, RtAxis ax, float *dst, const float *src,
@@ -288,6 +295,7 @@ void rt_vp_crossentropy_backward_acc_cls_cu(struct RtMesh *m, RtAxis ax, rtc_bf1
 #ifdef __cplusplus
 #include "rtc_bf16.h"
 void rtc_allreduce(struct RtMesh *m, RtAxis ax, rtc_bf16 *buf, size_t n);
+void rtc_allreduce_start(struct RtMesh *m, RtAxis ax, rtc_bf16 *y, const rtc_bf16 *x, size_t n);
 void rtc_allgather_dim(struct RtMesh *m, RtAxis ax, rtc_bf16 *dst, const rtc_bf16 *src,
                        size_t outer, size_t inner, void *scratch);
 void rtc_reduce_scatter_dim(struct RtMesh *m, RtAxis ax, rtc_bf16 *dst, const rtc_bf16 *src,

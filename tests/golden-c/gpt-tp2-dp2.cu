@@ -14,11 +14,11 @@
  * flops:    model 5.536e+09 per step = 3 x 4.613e+08 forward per microbatch (256 tokens) x 4 microbatches (dp 2 x mb 2)
  *           hardware 5.539e+09 per step, 1.385e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)
  * graph:    269 nodes (161 forward), 335 values
- * memory:   12,736,512 bytes per rank (12.15 MiB): params 1.61 MiB, grads 1.61 MiB, optimizer 3.23 MiB, activations+inputs 5.69 MiB at node 171
+ * memory:   12,736,512 bytes per rank (12.15 MiB): params 1.61 MiB, grads 1.61 MiB, optimizer 3.23 MiB, activations+inputs 5.69 MiB at node 164
  * comm:     6,430,720 bytes sent per rank per step (dp 1,691,648, tp 4,739,072)
  *
  * Arena per rank: 12,736,512 bytes = persistent 6,766,592 (params 1,691,648, grads 1,691,648, optimizer
- * 3,383,296) + transient peak 5,969,920 (183 buffers, peak at node 171).
+ * 3,383,296) + transient peak 5,969,920 (183 buffers, peak at node 164).
  * Fused: 8 bias adds into matmuls, 8 bias gradients into matmul backward,
  * 8 elementwise chains (16 ops) into single loops.
  *
@@ -61,7 +61,7 @@ static const char PLAN[] =
     "flops:    model 5.536e+09 per step = 3 x 4.613e+08 forward per microbatch (256 tokens) x 4 microbatches (dp 2 x mb 2)\n"
     "          hardware 5.539e+09 per step, 1.385e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)\n"
     "graph:    269 nodes (161 forward), 335 values\n"
-    "memory:   12,736,512 bytes per rank (12.15 MiB): params 1.61 MiB, grads 1.61 MiB, optimizer 3.23 MiB, activations+inputs 5.69 MiB at node 171\n"
+    "memory:   12,736,512 bytes per rank (12.15 MiB): params 1.61 MiB, grads 1.61 MiB, optimizer 3.23 MiB, activations+inputs 5.69 MiB at node 164\n"
     "comm:     6,430,720 bytes sent per rank per step (dp 1,691,648, tp 4,739,072)\n";
 
 /* ---- the whole model as full tensors (init, checkpoints: the same file under any
@@ -650,19 +650,20 @@ static void backward(RtPass *p) {
   // gpt.shard:13  d%182, d@embed.weight += matmul_bwd d%163, %182, @embed.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128,128] -> f32[B=4,T=64,128], f32[128,128]
   rtc_memset(F(12212224), 0, 131072);  // d%182 starts here
-  rt_matmul_backward_cu(F(12212224), F(1691648), NULL, F(12474368), F(11425792), F(0), 256, 128, 128);
   // gpt.shard:13  %188 = all_reduce d%182
   // f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_copy(F(11425792), F(12212224), 131072);
-  rtc_allreduce(p->mesh, RT_AX_TP, F(11425792), 32768);
+  rt_matmul_backward_cu(F(12212224), NULL, NULL, F(12474368), F(11425792), F(0), 256, 128, 128);  // dX first
+  rtc_allreduce_start(p->mesh, RT_AX_TP, F(12605440), F(12212224), 32768);  // beside the dW GEMM
+  rt_matmul_backward_cu(NULL, F(1691648), NULL, F(12474368), F(11425792), F(0), 256, 128, 128);
+  rtc_allreduce_join();
   // gpt.shard:13  d%160 += acc %188, %160
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_memset(F(12212224), 0, 131072);  // d%160 starts here
-  rt_acc_cu(F(12212224), F(11425792), 32768);
+  rtc_memset(F(11425792), 0, 131072);  // d%160 starts here
+  rt_acc_cu(F(11425792), F(12605440), 32768);
   // gpt.shard:13  d%157, d@ln.weight, d@ln.bias += layernorm_bwd d%160, %157, @ln.weight, %161, %162
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rtc_memset(F(11425792), 0, 131072);  // d%157 starts here
-  rt_layernorm_backward_cu(F(11425792), F(3382272), F(3382784), F(12212224), F(12343296), F(1690624), F(7514112), F(7515136), 256, 128);
+  rtc_memset(F(12212224), 0, 131072);  // d%157 starts here
+  rt_layernorm_backward_cu(F(12212224), F(3382272), F(3382784), F(11425792), F(12343296), F(1690624), F(7514112), F(7515136), 256, 128);
   // gpt.shard:13 (ln)  %332 += grad_all_reduce %332
   // f32[256] -> f32[256]
   if (p->last_mb)  // bucket ln: overlaps the rest of the backward
@@ -670,8 +671,8 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.3)  d%142, _ += add_bwd d%157, %142, %156
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d157 = F(11425792);
-    float *d142 = F(12212224);
+    const float *d157 = F(12212224);
+    float *d142 = F(11425792);
     rtc_foreach32(4096, [=] __device__(unsigned v) {
       const unsigned i = v * 8u;
       float a0[8];
@@ -686,7 +687,7 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.3.mlp)  _, d@blocks.3.mlp.proj.bias += add_bwd d%157, %181, @blocks.3.mlp.proj.bias
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128] -> f32[128]
   {
-    const float *d157 = F(11425792);
+    const float *d157 = F(12212224);
     float *d155 = F(3381760);
     rtc_foreach32(128, [=] __device__(unsigned j) {
       for (unsigned i = j; i < 32768; i += 128) {
@@ -697,7 +698,7 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.3.mlp)  d%154 += acc d%157, %154
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(12343296), 0, 131072);  // d%154 starts here
-  rt_acc_cu(F(12343296), F(11425792), 32768);
+  rt_acc_cu(F(12343296), F(12212224), 32768);
   // gpt.shard:6 (blocks.3.mlp)  d%152, d@blocks.3.mlp.proj.weight += matmul_bwd d%154, %152, @blocks.3.mlp.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,256], f32[128,256] -> f32[B=4,T=64,256], f32[128,256]
   rtc_memset(F(12474368), 0, 262144);  // d%152 starts here
@@ -707,24 +708,25 @@ static void backward(RtPass *p) {
       F(12343296), F(11687936), F(1559040), F(11950080), 256, 256, 128);  // and the GELU's backward: one GEMM
   // gpt.shard:6 (blocks.3.mlp)  _, d@blocks.3.mlp.fc.bias += add_bwd d%151, %149, @blocks.3.mlp.fc.bias; d%180, d@blocks.3.mlp.fc.weight += matmul_bwd d%151, %180, @blocks.3.mlp.fc.weight
   // f32[B=4,T=64,256], f32[B=4,T=64,128], f32[256,128] -> f32[B=4,T=64,128], f32[256,128], f32[256]
-  rtc_memset(F(11425792), 0, 131072);  // d%180 starts here
-  rt_matmul_backward_cu(F(11425792), F(3118592), F(3249664), F(11687936), F(11294720), F(1426944), 256, 128, 256);
+  rtc_memset(F(11950080), 0, 131072);  // d%180 starts here
   // gpt.shard:6 (blocks.3.mlp)  %202 = all_reduce d%180
   // f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_copy(F(11294720), F(11425792), 131072);
-  rtc_allreduce(p->mesh, RT_AX_TP, F(11294720), 32768);
+  rt_matmul_backward_cu(F(11950080), NULL, NULL, F(11687936), F(11294720), F(1426944), 256, 128, 256);  // dX first
+  rtc_allreduce_start(p->mesh, RT_AX_TP, F(12081152), F(11950080), 32768);  // beside the dW GEMM
+  rt_matmul_backward_cu(NULL, F(3118592), F(3249664), F(11687936), F(11294720), F(1426944), 256, 128, 256);
+  rtc_allreduce_join();
   // gpt.shard:6 (blocks.3.mlp)  d%145 += acc %202, %145
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_memset(F(11425792), 0, 131072);  // d%145 starts here
-  rt_acc_cu(F(11425792), F(11294720), 32768);
+  rtc_memset(F(11294720), 0, 131072);  // d%145 starts here
+  rt_acc_cu(F(11294720), F(12081152), 32768);
   // gpt.shard:6 (blocks.3)  d%142, d@blocks.3.ln_2.weight, d@blocks.3.ln_2.bias += layernorm_bwd d%145, %142, @blocks.3.ln_2.weight, %146, %147
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_cu(F(12212224), F(3117568), F(3118080), F(11425792), F(11556864), F(1425920), F(7512064), F(7513088), 256, 128);
+  rt_layernorm_backward_cu(F(11425792), F(3117568), F(3118080), F(11294720), F(11556864), F(1425920), F(7512064), F(7513088), 256, 128);
   // gpt.shard:5 (blocks.3)  d%119, _ += add_bwd d%142, %119, %141
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d142 = F(12212224);
-    float *d119 = F(12343296);
+    const float *d142 = F(11425792);
+    float *d119 = F(11294720);
     rtc_foreach32(4096, [=] __device__(unsigned v) {
       const unsigned i = v * 8u;
       float a0[8];
@@ -739,7 +741,7 @@ static void backward(RtPass *p) {
   // gpt.shard:5 (blocks.3.attn)  _, d@blocks.3.attn.proj.bias += add_bwd d%142, %179, @blocks.3.attn.proj.bias
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128] -> f32[128]
   {
-    const float *d142 = F(12212224);
+    const float *d142 = F(11425792);
     float *d140 = F(3117056);
     rtc_foreach32(128, [=] __device__(unsigned j) {
       for (unsigned i = j; i < 32768; i += 128) {
@@ -749,44 +751,45 @@ static void backward(RtPass *p) {
   }
   // gpt.shard:5 (blocks.3.attn)  d%139 += acc d%142, %139
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_memset(F(12474368), 0, 131072);  // d%139 starts here
-  rt_acc_cu(F(12474368), F(12212224), 32768);
+  rtc_memset(F(11556864), 0, 131072);  // d%139 starts here
+  rt_acc_cu(F(11556864), F(11425792), 32768);
   // gpt.shard:5 (blocks.3.attn)  d%137, d@blocks.3.attn.proj.weight += matmul_bwd d%139, %137, @blocks.3.attn.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,64], f32[128,64] -> f32[B=4,T=64,64], f32[128,64]
-  rtc_memset(F(12605440), 0, 65536);  // d%137 starts here
-  rt_matmul_backward_cu(F(12605440), F(3084288), NULL, F(12474368), F(11229184), F(1392640), 256, 64, 128);
+  rtc_memset(F(11425792), 0, 65536);  // d%137 starts here
+  rt_matmul_backward_cu(F(11425792), F(3084288), NULL, F(11556864), F(11229184), F(1392640), 256, 64, 128);
   // gpt.shard:5 (blocks.3.attn)  d%130, d%132, d%134 += attention_bwd d%135, %130, %132, %134, %135, %136
   // f32[B=4,T=64,2,32], f32[B=4,T=64,2,32], f32[B=4,T=64,2,32], f32[B=4,T=64,2,32], f32[B=4,T=64,2,32], f32[B=4,2,T=64] -> f32[B=4,T=64,2,32], f32[B=4,T=64,2,32], f32[B=4,T=64,2,32]
-  rtc_memset(F(12670976), 0, 65536);  // d%130 starts here
-  rtc_memset(F(12474368), 0, 65536);  // d%132 starts here
-  rtc_memset(F(12539904), 0, 65536);  // d%134 starts here
-  rt_attention_backward_cu(F(12670976), F(12474368), F(12539904),
-      F(12605440), F(10901504), F(10967040), F(11163648), F(11229184), F(7510016), 4, 64, 2, 2, 32, 1);
+  rtc_memset(F(11491328), 0, 65536);  // d%130 starts here
+  rtc_memset(F(11556864), 0, 65536);  // d%132 starts here
+  rtc_memset(F(11622400), 0, 65536);  // d%134 starts here
+  rt_attention_backward_cu(F(11491328), F(11556864), F(11622400),
+      F(11425792), F(10901504), F(10967040), F(11163648), F(11229184), F(7510016), 4, 64, 2, 2, 32, 1);
   // gpt.shard:5 (blocks.3.attn)  d%128 += slice_bwd d%133, %128
   // f32[B=4,T=64,64], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  rtc_memset(F(11163648), 0, 196608);  // d%128 starts here
-  rt_slice_cols_backward_cu(F(11163648), F(12539904), 256, 192, 128, 64);
+  rtc_memset(F(11687936), 0, 196608);  // d%128 starts here
+  rt_slice_cols_backward_cu(F(11687936), F(11622400), 256, 192, 128, 64);
   // gpt.shard:5 (blocks.3.attn)  d%128 += slice_bwd d%131, %128
   // f32[B=4,T=64,64], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  rt_slice_cols_backward_cu(F(11163648), F(12474368), 256, 192, 64, 64);
+  rt_slice_cols_backward_cu(F(11687936), F(11556864), 256, 192, 64, 64);
   // gpt.shard:5 (blocks.3.attn)  d%128 += slice_bwd d%129, %128
   // f32[B=4,T=64,64], f32[B=4,T=64,192] -> f32[B=4,T=64,192]
-  rt_slice_cols_backward_cu(F(11163648), F(12670976), 256, 192, 0, 64);
+  rt_slice_cols_backward_cu(F(11687936), F(11491328), 256, 192, 0, 64);
   // gpt.shard:5 (blocks.3.attn)  _, d@blocks.3.attn.qkv.bias += add_bwd d%128, %126, @blocks.3.attn.qkv.bias; d%178, d@blocks.3.attn.qkv.weight += matmul_bwd d%128, %178, @blocks.3.attn.qkv.weight
   // f32[B=4,T=64,192], f32[B=4,T=64,128], f32[192,128] -> f32[B=4,T=64,128], f32[192,128], f32[192]
   rtc_memset(F(10901504), 0, 131072);  // d%178 starts here
-  rt_matmul_backward_cu(F(10901504), F(2985216), F(3083520), F(11163648), F(10115072), F(1293568), 256, 128, 192);
   // gpt.shard:5 (blocks.3.attn)  %222 = all_reduce d%178
   // f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_copy(F(10115072), F(10901504), 131072);
-  rtc_allreduce(p->mesh, RT_AX_TP, F(10115072), 32768);
+  rt_matmul_backward_cu(F(10901504), NULL, NULL, F(11687936), F(10115072), F(1293568), 256, 128, 192);  // dX first
+  rtc_allreduce_start(p->mesh, RT_AX_TP, F(11163648), F(10901504), 32768);  // beside the dW GEMM
+  rt_matmul_backward_cu(NULL, F(2985216), F(3083520), F(11687936), F(10115072), F(1293568), 256, 128, 192);
+  rtc_allreduce_join();
   // gpt.shard:5 (blocks.3.attn)  d%122 += acc %222, %122
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_memset(F(10901504), 0, 131072);  // d%122 starts here
-  rt_acc_cu(F(10901504), F(10115072), 32768);
+  rtc_memset(F(10115072), 0, 131072);  // d%122 starts here
+  rt_acc_cu(F(10115072), F(11163648), 32768);
   // gpt.shard:5 (blocks.3)  d%119, d@blocks.3.ln_1.weight, d@blocks.3.ln_1.bias += layernorm_bwd d%122, %119, @blocks.3.ln_1.weight, %123, %124
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_cu(F(12343296), F(2984192), F(2984704), F(10901504), F(11032576), F(1292544), F(7507968), F(7508992), 256, 128);
+  rt_layernorm_backward_cu(F(11294720), F(2984192), F(2984704), F(10115072), F(11032576), F(1292544), F(7507968), F(7508992), 256, 128);
   // gpt.shard:5 (blocks.3)  %331 += grad_all_reduce %331
   // f32[99520] -> f32[99520]
   if (p->last_mb)  // bucket blocks.3: overlaps the rest of the backward
@@ -794,7 +797,7 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.2)  d%104, _ += add_bwd d%119, %104, %118
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
-    const float *d119 = F(12343296);
+    const float *d119 = F(11294720);
     float *d104 = F(10115072);
     rtc_foreach32(4096, [=] __device__(unsigned v) {
       const unsigned i = v * 8u;
@@ -810,7 +813,7 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.2.mlp)  _, d@blocks.2.mlp.proj.bias += add_bwd d%119, %177, @blocks.2.mlp.proj.bias
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128] -> f32[128]
   {
-    const float *d119 = F(12343296);
+    const float *d119 = F(11294720);
     float *d117 = F(2983680);
     rtc_foreach32(128, [=] __device__(unsigned j) {
       for (unsigned i = j; i < 32768; i += 128) {
@@ -820,30 +823,31 @@ static void backward(RtPass *p) {
   }
   // gpt.shard:6 (blocks.2.mlp)  d%116 += acc d%119, %116
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_memset(F(12474368), 0, 131072);  // d%116 starts here
-  rt_acc_cu(F(12474368), F(12343296), 32768);
+  rtc_memset(F(10901504), 0, 131072);  // d%116 starts here
+  rt_acc_cu(F(10901504), F(11294720), 32768);
   // gpt.shard:6 (blocks.2.mlp)  d%114, d@blocks.2.mlp.proj.weight += matmul_bwd d%116, %114, @blocks.2.mlp.proj.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,256], f32[128,256] -> f32[B=4,T=64,256], f32[128,256]
-  rtc_memset(F(10901504), 0, 262144);  // d%114 starts here
+  rtc_memset(F(11032576), 0, 262144);  // d%114 starts here
   // gpt.shard:6 (blocks.2.mlp)  d%113 += gelu_bwd d%114, %113
   // f32[B=4,T=64,256], f32[B=4,T=64,256] -> f32[B=4,T=64,256]
-  rt_matmul_backward_dgelu_cu(F(10377216), F(10901504), F(2852608), NULL,
-      F(12474368), F(10377216), F(1160960), F(10639360), 256, 256, 128);  // and the GELU's backward: one GEMM
+  rt_matmul_backward_dgelu_cu(F(10377216), F(11032576), F(2852608), NULL,
+      F(10901504), F(10377216), F(1160960), F(10639360), 256, 256, 128);  // and the GELU's backward: one GEMM
   // gpt.shard:6 (blocks.2.mlp)  _, d@blocks.2.mlp.fc.bias += add_bwd d%113, %111, @blocks.2.mlp.fc.bias; d%176, d@blocks.2.mlp.fc.weight += matmul_bwd d%113, %176, @blocks.2.mlp.fc.weight
   // f32[B=4,T=64,256], f32[B=4,T=64,128], f32[256,128] -> f32[B=4,T=64,128], f32[256,128], f32[256]
   rtc_memset(F(10639360), 0, 131072);  // d%176 starts here
-  rt_matmul_backward_cu(F(10639360), F(2720512), F(2851584), F(10377216), F(9984000), F(1028864), 256, 128, 256);
   // gpt.shard:6 (blocks.2.mlp)  %235 = all_reduce d%176
   // f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_copy(F(9984000), F(10639360), 131072);
-  rtc_allreduce(p->mesh, RT_AX_TP, F(9984000), 32768);
+  rt_matmul_backward_cu(F(10639360), NULL, NULL, F(10377216), F(9984000), F(1028864), 256, 128, 256);  // dX first
+  rtc_allreduce_start(p->mesh, RT_AX_TP, F(10770432), F(10639360), 32768);  // beside the dW GEMM
+  rt_matmul_backward_cu(NULL, F(2720512), F(2851584), F(10377216), F(9984000), F(1028864), 256, 128, 256);
+  rtc_allreduce_join();
   // gpt.shard:6 (blocks.2.mlp)  d%107 += acc %235, %107
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_memset(F(10377216), 0, 131072);  // d%107 starts here
-  rt_acc_cu(F(10377216), F(9984000), 32768);
+  rtc_memset(F(9984000), 0, 131072);  // d%107 starts here
+  rt_acc_cu(F(9984000), F(10770432), 32768);
   // gpt.shard:6 (blocks.2)  d%104, d@blocks.2.ln_2.weight, d@blocks.2.ln_2.bias += layernorm_bwd d%107, %104, @blocks.2.ln_2.weight, %108, %109
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_cu(F(10115072), F(2719488), F(2720000), F(10377216), F(10246144), F(1027840), F(7505920), F(7506944), 256, 128);
+  rt_layernorm_backward_cu(F(10115072), F(2719488), F(2720000), F(9984000), F(10246144), F(1027840), F(7505920), F(7506944), 256, 128);
   // gpt.shard:5 (blocks.2)  d%81, _ += add_bwd d%104, %81, %103
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -899,18 +903,19 @@ static void backward(RtPass *p) {
   // gpt.shard:5 (blocks.2.attn)  _, d@blocks.2.attn.qkv.bias += add_bwd d%90, %88, @blocks.2.attn.qkv.bias; d%174, d@blocks.2.attn.qkv.weight += matmul_bwd d%90, %174, @blocks.2.attn.qkv.weight
   // f32[B=4,T=64,192], f32[B=4,T=64,128], f32[192,128] -> f32[B=4,T=64,128], f32[192,128], f32[192]
   rtc_memset(F(9590784), 0, 131072);  // d%174 starts here
-  rt_matmul_backward_cu(F(9590784), F(2587136), F(2685440), F(10377216), F(8804352), F(895488), 256, 128, 192);
   // gpt.shard:5 (blocks.2.attn)  %255 = all_reduce d%174
   // f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_copy(F(8804352), F(9590784), 131072);
-  rtc_allreduce(p->mesh, RT_AX_TP, F(8804352), 32768);
+  rt_matmul_backward_cu(F(9590784), NULL, NULL, F(10377216), F(8804352), F(895488), 256, 128, 192);  // dX first
+  rtc_allreduce_start(p->mesh, RT_AX_TP, F(9852928), F(9590784), 32768);  // beside the dW GEMM
+  rt_matmul_backward_cu(NULL, F(2587136), F(2685440), F(10377216), F(8804352), F(895488), 256, 128, 192);
+  rtc_allreduce_join();
   // gpt.shard:5 (blocks.2.attn)  d%84 += acc %255, %84
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_memset(F(9590784), 0, 131072);  // d%84 starts here
-  rt_acc_cu(F(9590784), F(8804352), 32768);
+  rtc_memset(F(8804352), 0, 131072);  // d%84 starts here
+  rt_acc_cu(F(8804352), F(9852928), 32768);
   // gpt.shard:5 (blocks.2)  d%81, d@blocks.2.ln_1.weight, d@blocks.2.ln_1.bias += layernorm_bwd d%84, %81, @blocks.2.ln_1.weight, %85, %86
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_cu(F(9984000), F(2586112), F(2586624), F(9590784), F(9721856), F(894464), F(7501824), F(7502848), 256, 128);
+  rt_layernorm_backward_cu(F(9984000), F(2586112), F(2586624), F(8804352), F(9721856), F(894464), F(7501824), F(7502848), 256, 128);
   // gpt.shard:5 (blocks.2)  %330 += grad_all_reduce %330
   // f32[99520] -> f32[99520]
   if (p->last_mb)  // bucket blocks.2: overlaps the rest of the backward
@@ -956,18 +961,19 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.1.mlp)  _, d@blocks.1.mlp.fc.bias += add_bwd d%75, %73, @blocks.1.mlp.fc.bias; d%172, d@blocks.1.mlp.fc.weight += matmul_bwd d%75, %172, @blocks.1.mlp.fc.weight
   // f32[B=4,T=64,256], f32[B=4,T=64,128], f32[256,128] -> f32[B=4,T=64,128], f32[256,128], f32[256]
   rtc_memset(F(9328640), 0, 131072);  // d%172 starts here
-  rt_matmul_backward_cu(F(9328640), F(2322432), F(2453504), F(9066496), F(8673280), F(630784), 256, 128, 256);
   // gpt.shard:6 (blocks.1.mlp)  %268 = all_reduce d%172
   // f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_copy(F(8673280), F(9328640), 131072);
-  rtc_allreduce(p->mesh, RT_AX_TP, F(8673280), 32768);
+  rt_matmul_backward_cu(F(9328640), NULL, NULL, F(9066496), F(8673280), F(630784), 256, 128, 256);  // dX first
+  rtc_allreduce_start(p->mesh, RT_AX_TP, F(9459712), F(9328640), 32768);  // beside the dW GEMM
+  rt_matmul_backward_cu(NULL, F(2322432), F(2453504), F(9066496), F(8673280), F(630784), 256, 128, 256);
+  rtc_allreduce_join();
   // gpt.shard:6 (blocks.1.mlp)  d%69 += acc %268, %69
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_memset(F(9066496), 0, 131072);  // d%69 starts here
-  rt_acc_cu(F(9066496), F(8673280), 32768);
+  rtc_memset(F(8673280), 0, 131072);  // d%69 starts here
+  rt_acc_cu(F(8673280), F(9459712), 32768);
   // gpt.shard:6 (blocks.1)  d%66, d@blocks.1.ln_2.weight, d@blocks.1.ln_2.bias += layernorm_bwd d%69, %66, @blocks.1.ln_2.weight, %70, %71
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_cu(F(8804352), F(2321408), F(2321920), F(9066496), F(8935424), F(629760), F(7499776), F(7500800), 256, 128);
+  rt_layernorm_backward_cu(F(8804352), F(2321408), F(2321920), F(8673280), F(8935424), F(629760), F(7499776), F(7500800), 256, 128);
   // gpt.shard:5 (blocks.1)  d%43, _ += add_bwd d%66, %43, %65
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -1023,18 +1029,19 @@ static void backward(RtPass *p) {
   // gpt.shard:5 (blocks.1.attn)  _, d@blocks.1.attn.qkv.bias += add_bwd d%52, %50, @blocks.1.attn.qkv.bias; d%170, d@blocks.1.attn.qkv.weight += matmul_bwd d%52, %170, @blocks.1.attn.qkv.weight
   // f32[B=4,T=64,192], f32[B=4,T=64,128], f32[192,128] -> f32[B=4,T=64,128], f32[192,128], f32[192]
   rtc_memset(F(8345600), 0, 131072);  // d%170 starts here
-  rt_matmul_backward_cu(F(8345600), F(2189056), F(2287360), F(9066496), F(8214528), F(497408), 256, 128, 192);
   // gpt.shard:5 (blocks.1.attn)  %288 = all_reduce d%170
   // f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_copy(F(8214528), F(8345600), 131072);
-  rtc_allreduce(p->mesh, RT_AX_TP, F(8214528), 32768);
+  rt_matmul_backward_cu(F(8345600), NULL, NULL, F(9066496), F(8214528), F(497408), 256, 128, 192);  // dX first
+  rtc_allreduce_start(p->mesh, RT_AX_TP, F(8804352), F(8345600), 32768);  // beside the dW GEMM
+  rt_matmul_backward_cu(NULL, F(2189056), F(2287360), F(9066496), F(8214528), F(497408), 256, 128, 192);
+  rtc_allreduce_join();
   // gpt.shard:5 (blocks.1.attn)  d%46 += acc %288, %46
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_memset(F(8345600), 0, 131072);  // d%46 starts here
-  rt_acc_cu(F(8345600), F(8214528), 32768);
+  rtc_memset(F(8214528), 0, 131072);  // d%46 starts here
+  rt_acc_cu(F(8214528), F(8804352), 32768);
   // gpt.shard:5 (blocks.1)  d%43, d@blocks.1.ln_1.weight, d@blocks.1.ln_1.bias += layernorm_bwd d%46, %43, @blocks.1.ln_1.weight, %47, %48
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_cu(F(8673280), F(2188032), F(2188544), F(8345600), F(8476672), F(496384), F(7430144), F(7431168), 256, 128);
+  rt_layernorm_backward_cu(F(8673280), F(2188032), F(2188544), F(8214528), F(8476672), F(496384), F(7430144), F(7431168), 256, 128);
   // gpt.shard:5 (blocks.1)  %329 += grad_all_reduce %329
   // f32[99520] -> f32[99520]
   if (p->last_mb)  // bucket blocks.1: overlaps the rest of the backward
@@ -1080,18 +1087,19 @@ static void backward(RtPass *p) {
   // gpt.shard:6 (blocks.0.mlp)  _, d@blocks.0.mlp.fc.bias += add_bwd d%37, %35, @blocks.0.mlp.fc.bias; d%168, d@blocks.0.mlp.fc.weight += matmul_bwd d%37, %168, @blocks.0.mlp.fc.weight
   // f32[B=4,T=64,256], f32[B=4,T=64,128], f32[256,128] -> f32[B=4,T=64,128], f32[256,128], f32[256]
   rtc_memset(F(7952384), 0, 131072);  // d%168 starts here
-  rt_matmul_backward_cu(F(7952384), F(1924352), F(2055424), F(7690240), F(7297024), F(232704), 256, 128, 256);
   // gpt.shard:6 (blocks.0.mlp)  %301 = all_reduce d%168
   // f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_copy(F(7297024), F(7952384), 131072);
-  rtc_allreduce(p->mesh, RT_AX_TP, F(7297024), 32768);
+  rt_matmul_backward_cu(F(7952384), NULL, NULL, F(7690240), F(7297024), F(232704), 256, 128, 256);  // dX first
+  rtc_allreduce_start(p->mesh, RT_AX_TP, F(8083456), F(7952384), 32768);  // beside the dW GEMM
+  rt_matmul_backward_cu(NULL, F(1924352), F(2055424), F(7690240), F(7297024), F(232704), 256, 128, 256);
+  rtc_allreduce_join();
   // gpt.shard:6 (blocks.0.mlp)  d%31 += acc %301, %31
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_memset(F(7690240), 0, 131072);  // d%31 starts here
-  rt_acc_cu(F(7690240), F(7297024), 32768);
+  rtc_memset(F(7297024), 0, 131072);  // d%31 starts here
+  rt_acc_cu(F(7297024), F(8083456), 32768);
   // gpt.shard:6 (blocks.0)  d%28, d@blocks.0.ln_2.weight, d@blocks.0.ln_2.bias += layernorm_bwd d%31, %28, @blocks.0.ln_2.weight, %32, %33
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_cu(F(8214528), F(1923328), F(1923840), F(7690240), F(7559168), F(231680), F(7428096), F(7429120), 256, 128);
+  rt_layernorm_backward_cu(F(8214528), F(1923328), F(1923840), F(7297024), F(7559168), F(231680), F(7428096), F(7429120), 256, 128);
   // gpt.shard:5 (blocks.0)  d%5, _ += add_bwd d%28, %5, %27
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   {
@@ -1147,18 +1155,19 @@ static void backward(RtPass *p) {
   // gpt.shard:5 (blocks.0.attn)  _, d@blocks.0.attn.qkv.bias += add_bwd d%14, %12, @blocks.0.attn.qkv.bias; d%166, d@blocks.0.attn.qkv.weight += matmul_bwd d%14, %166, @blocks.0.attn.qkv.weight
   // f32[B=4,T=64,192], f32[B=4,T=64,128], f32[192,128] -> f32[B=4,T=64,128], f32[192,128], f32[192]
   rtc_memset(F(7516224), 0, 131072);  // d%166 starts here
-  rt_matmul_backward_cu(F(7516224), F(1790976), F(1889280), F(7032832), F(6899712), F(99328), 256, 128, 192);
   // gpt.shard:5 (blocks.0.attn)  %321 = all_reduce d%166
   // f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_copy(F(6899712), F(7516224), 131072);
-  rtc_allreduce(p->mesh, RT_AX_TP, F(6899712), 32768);
+  rt_matmul_backward_cu(F(7516224), NULL, NULL, F(7032832), F(6899712), F(99328), 256, 128, 192);  // dX first
+  rtc_allreduce_start(p->mesh, RT_AX_TP, F(7647296), F(7516224), 32768);  // beside the dW GEMM
+  rt_matmul_backward_cu(NULL, F(1790976), F(1889280), F(7032832), F(6899712), F(99328), 256, 128, 192);
+  rtc_allreduce_join();
   // gpt.shard:5 (blocks.0.attn)  d%8 += acc %321, %8
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_memset(F(7032832), 0, 131072);  // d%8 starts here
-  rt_acc_cu(F(7032832), F(6899712), 32768);
+  rtc_memset(F(6899712), 0, 131072);  // d%8 starts here
+  rt_acc_cu(F(6899712), F(7647296), 32768);
   // gpt.shard:5 (blocks.0)  d%5, d@blocks.0.ln_1.weight, d@blocks.0.ln_1.bias += layernorm_bwd d%8, %5, @blocks.0.ln_1.weight, %9, %10
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128], f32[B=4,T=64], f32[B=4,T=64] -> f32[B=4,T=64,128], f32[128], f32[128]
-  rt_layernorm_backward_cu(F(7297024), F(1789952), F(1790464), F(7032832), F(6768640), F(98304), F(7030784), F(7031808), 256, 128);
+  rt_layernorm_backward_cu(F(7297024), F(1789952), F(1790464), F(6899712), F(6768640), F(98304), F(7030784), F(7031808), 256, 128);
   // gpt.shard:5 (blocks.0)  %328 += grad_all_reduce %328
   // f32[99520] -> f32[99520]
   if (p->last_mb)  // bucket blocks.0: overlaps the rest of the backward

@@ -264,7 +264,7 @@ static void test_pipeline_scatter(void) {
   }
 }
 
-/* cuBLASLt epilogue pairs (PInstr.epilogue): GPT-2 in bf16 runs each
+/* cuBLASLt epilogue pairs (PInstr.joint): GPT-2 in bf16 runs each
  * layer's GELU in its fc GEMM and the GELU's backward in the proj
  * backward's GEMM; under ZeRO-3 some GELU outputs share a gathered
  * weight's buffer, so those forwards stay apart, and the cost model prices
@@ -282,12 +282,12 @@ static void test_epilogue_pairs(void) {
     ASSERT(1, hw.gpu_half);
     for (int j = 0; j < c->fwd.n; j++) {
       const PInstr *in = &c->fwd.ins[j];
-      fwd[k] += in->epilogue == PEPI_GELU;
-      if (in->epilogue) ASSERT(OP_MATMUL, c->fwd.ins[j - 1].n->op);
-      if (in->n && in->n->op == OP_GELU && !gelu[k] && (in->epilogue != 0) == (k == 0))
+      fwd[k] += in->joint == PJ_GELU;
+      if (in->joint) ASSERT(OP_MATMUL, c->fwd.ins[j - 1].n->op);
+      if (in->n && in->n->op == OP_GELU && !gelu[k] && (in->joint != 0) == (k == 0))
         gelu[k] = cost_instr(&hw, m, in);
     }
-    for (int j = 0; j < c->bwd.n; j++) bwd[k] += c->bwd.ins[j].epilogue == PEPI_DGELU;
+    for (int j = 0; j < c->bwd.n; j++) bwd[k] += c->bwd.ins[j].joint == PJ_DGELU;
   }
   ASSERT(12, fwd[0]);
   ASSERT(12, bwd[0]);
@@ -296,12 +296,48 @@ static void test_epilogue_pairs(void) {
   ASSERT(1, gelu[1] > 1.5 * gelu[0] && gelu[0] > 0);
 }
 
+/* Tensor parallelism: each column-parallel linear's backward all-reduces
+ * its input gradient right after its GEMMs; the memory plan keeps what the
+ * backward reads live through the all-reduce, so the cuda target may run
+ * it beside the dW GEMM (PJ_AR), and the cost model hides it behind that
+ * GEMM on a GPU (but for 1 - overlap), not on the cpu. */
+static void test_dx_allreduce_pairs(void) {
+  Module *m = compile("../samples/gpt.shard", "2:H100_SXM", "tp=2");
+  if (!m) return;
+  const PChunk *c = &m->rprog[0]->chunk[0];
+  int n = 0, ars = 0;
+  HwModel gpu, cpu;
+  cost_hw_from_mesh(&gpu, m->train.mesh, DT_F32);
+  cpu = gpu;
+  cpu.overlap = 0;
+  for (int j = 1; j < c->bwd.n; j++) {
+    const PInstr *a = &c->bwd.ins[j - 1], *b = &c->bwd.ins[j];
+    ars += b->kind == PI_COLL && b->n->op == OP_ALLREDUCE;
+    if (b->joint != PJ_AR) continue;
+    n++;
+    ASSERT(OP_MATMUL_BWD, a->n->op);
+    ASSERT(1, b->in[0].v == a->out[0].v && b->in[0].off == a->out[0].off);
+    for (int k = 0; k < 3; k++) {
+      const PRef *r = &a->in[k];
+      if (!r->v || r->stash != b->out[0].stash) continue;
+      int64_t nr = ir_numel(&r->v->shape) * 4, ny = ir_numel(&b->out[0].v->shape) * 4;
+      ASSERT(1, r->off + nr <= b->out[0].off || b->out[0].off + ny <= r->off);
+    }
+    double tg = cost_instr(&gpu, m, b), tc = cost_instr(&cpu, m, b);
+    ASSERT(1, tg < tc);
+  }
+  /* the head's and every layer's qkv and fc (4 layers) */
+  ASSERT(9, n);
+  ASSERT(9, ars);
+}
+
 int main(void) {
   test_swap_deadlock();
   test_dp_program();
   test_pipeline_program();
   test_pipeline_scatter();
   test_epilogue_pairs();
+  test_dx_allreduce_pairs();
   printf("test_program: %d checks, %d failures\n", test_checks, test_failures);
   return test_failures ? 1 : 0;
 }
