@@ -487,14 +487,20 @@ static bool pair(Emit *e, const PInstr *a, const PInstr *b, bool print) {
   if (!b->joint) return false;
   if (!print) return true;
   const Node *m = a->n;
-  if (b->joint == PJ_AR) {
+  if (b->joint == PJ_DX) {
     const char *args = arena_printf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64, R(e, a->in[0]),
                                     R(e, a->in[1]), R(e, a->in[2]), cg_rows(m->in[1]),
                                     cg_last_dim(m->in[1]), cg_last_dim(m->in[0]));
     P(e, "  rt_matmul_backward_cu(%s, NULL, NULL, %s);  // dX first\n", R(e, a->out[0]), args);
-    P(e, "  rtc_allreduce_start(p->mesh, %s, %s, %s, %" PRId64 ");  // beside the dW GEMM\n",
-      cg_axis((int)b->n->a.i[2]), R(e, b->out[0]), R(e, b->in[0]), cg_numel(b->n->out));
-    P(e, "  rt_matmul_backward_cu(NULL, %s, %s, %s);\n  rtc_allreduce_join();\n", R(e, a->out[1]),
+    if (b->n->op == OP_ALLREDUCE) {
+      P(e, "  rtc_allreduce_start(p->mesh, %s, %s, %s, %" PRId64 ");  // beside the dW GEMM\n",
+        cg_axis((int)b->n->a.i[2]), R(e, b->out[0]), R(e, b->in[0]), cg_numel(b->n->out));
+    } else {
+      P(e, "  rtc_tp_begin();  // the reduce-scatter beside the dW GEMM\n");
+      coll(e, b);
+      P(e, "  rtc_tp_end();\n");
+    }
+    P(e, "  rt_matmul_backward_cu(NULL, %s, %s, %s);\n  rtc_tp_join();\n", R(e, a->out[1]),
       R(e, a->dbias), args);
     return true;
   }

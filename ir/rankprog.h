@@ -170,14 +170,14 @@ typedef struct PInstr {
    * (passes/program.c; priced so by cost.c): PJ_GELU a GELU after its
    * linear, in the GEMM's cuBLASLt epilogue (GELU_AUX_BIAS); PJ_DGELU a
    * GELU's backward after the linear's backward, in the dX GEMM's (DGELU);
-   * PJ_AR (COLL) the all-reduce of a linear backward's input gradient,
-   * started on the communication stream after the dX GEMM, beside the dW
-   * GEMM; 0 none */
+   * PJ_DX (COLL) the all-reduce (or Megatron-SP's reduce-scatter) of a
+   * linear backward's input gradient, started on a stream of its own after
+   * the dX GEMM, beside the dW GEMM; 0 none */
   int joint;
   const Node *joint_with;  /* the node of the instruction before (joint != 0) */
 } PInstr;
 
-enum { PJ_NONE = 0, PJ_GELU = 1, PJ_DGELU = 2, PJ_AR = 3 };
+enum { PJ_NONE = 0, PJ_GELU = 1, PJ_DGELU = 2, PJ_DX = 3 };
 
 /* The backward of an LM head whose weight copy has padded rows
  * (passes/precision.c): dW's rows are the master's, fewer than dlogits'

@@ -542,11 +542,12 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
    * but ring attention's where the target overlaps it */
   if (ring_cb >= 0 && in->comm.kind == PC_RING && hw->overlap > 0) {
     t += ring_overlapped(hw, p, in, ring_cb) - ring_cb * ir_ring_size(in->n);
-  } else if (in->joint == PJ_AR && hw->overlap > 0) {
-    /* a linear backward's dX all-reduce beside its dW GEMM (half of the
-     * backward's two GEMMs): hidden but for 1 - overlap of the shorter */
-    double c = comm_time(hw, p, &in->comm, in->n), dw = cost_node(hw, in->joint_with) / 2;
-    t += c - hw->overlap * (c < dw ? c : dw);
+  } else if (in->joint == PJ_DX && hw->overlap > 0) {
+    /* a linear backward's dX all-reduce (or reduce-scatter, with its
+     * packing) beside its dW GEMM (half of the backward's two GEMMs):
+     * hidden but for 1 - overlap of the shorter */
+    double c = t + comm_time(hw, p, &in->comm, in->n), dw = cost_node(hw, in->joint_with) / 2;
+    t = c - hw->overlap * (c < dw ? c : dw);
   } else if (in->comm.kind != PC_NONE && in->kind != PI_SEND && in->kind != PI_BUCKET) {
     t += comm_time(hw, p, &in->comm, in->n);
   }

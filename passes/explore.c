@@ -505,9 +505,9 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
           double cb = coll_axis(hw, "all_reduce", t, 1, M * o->K * elt);
           c->comm_b += cb;
           c->sent_b += vol_ar(M * o->K * elt, t);
-          /* the CUDA target all-reduces dX beside the dW GEMM (program.c
-           * PJ_AR; Megatron-SP's reduce-scatter blocks) */
-          if (hw->overlap > 0 && !s->spm) {
+          /* the CUDA target all-reduces (Megatron-SP: reduce-scatters) dX
+           * beside the dW GEMM (program.c PJ_DX) */
+          if (hw->overlap > 0) {
             double dw = cost_gemm(hw, N, K, M);
             cb -= hw->overlap * (cb < dw ? cb : dw);
           }

@@ -147,8 +147,9 @@ static int64_t scratch_bytes(const Node *n) {
   }
 }
 
-bool memplan_dx_allreduce(const Node *bwd, const Node *ar) {
-  return bwd->op == OP_MATMUL_BWD && bwd->outs[0] && !ir_summa_q(bwd) && ar->op == OP_ALLREDUCE &&
+bool memplan_dx_reduce(const Node *bwd, const Node *ar) {
+  return bwd->op == OP_MATMUL_BWD && bwd->outs[0] && !ir_summa_q(bwd) &&
+         (ar->op == OP_ALLREDUCE || ar->op == OP_REDUCE_SCATTER) &&
          root(ar->in[0]) == root(bwd->outs[0]);
 }
 
@@ -172,11 +173,11 @@ int pass_memplan(Module *m) {
   }
   /* What a fused group reads stays live to the group's last node (fuse.c),
    * and what a linear's backward reads to the all-reduce of its input
-   * gradient right after it (memplan_dx_allreduce). */
+   * gradient right after it (memplan_dx_reduce). */
   int *win = arena_alloc(sizeof(int) * (size_t)(nn + 1));
   fuse_windows(g, win);
   for (int i = 0; i + 1 < nn; i++)
-    if (memplan_dx_allreduce(g->nodes.data[i], g->nodes.data[i + 1]) && win[i] < i + 1)
+    if (memplan_dx_reduce(g->nodes.data[i], g->nodes.data[i + 1]) && win[i] < i + 1)
       win[i] = i + 1;
   for (int i = 0; i < nn; i++) {
     Node *n = g->nodes.data[i];

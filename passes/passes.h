@@ -88,12 +88,13 @@ int pass_program(Module *m);
  * communicators (commpass.c), for the check; returns the ranks. */
 struct CommProgram;
 int comm_program(const Module *m, struct CommProgram *out);
-/* Whether node ar, right after bwd, all-reduces the input gradient of the
- * linear backward bwd (a tensor-parallel column linear's): the memory plan
- * keeps what bwd reads live through ar, so the all-reduce's output shares
- * none of it and the cuda target may run the all-reduce beside the dW GEMM
- * (memplan.c; program.c PJ_AR). */
-bool memplan_dx_allreduce(const Node *bwd, const Node *ar);
+/* Whether node ar, right after bwd, all-reduces or reduce-scatters
+ * (Megatron-SP) the input gradient of the linear backward bwd (a
+ * tensor-parallel column linear's): the memory plan keeps what bwd reads
+ * live through ar, so the collective's output and scratch share none of
+ * it and the cuda target may run the collective beside the dW GEMM
+ * (memplan.c; program.c PJ_DX). */
+bool memplan_dx_reduce(const Node *bwd, const Node *ar);
 /* ... as the cuda target posts them: point-to-point messages in NCCL
  * groups (commcheck.h rendezvous), or with pipe_mpi the pipeline's staged
  * through MPI. */

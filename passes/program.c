@@ -588,15 +588,23 @@ static int gemm_pair(const Graph *g, const PInstr *a, const PInstr *b) {
   if (a->kind != PI_KERNEL || !a->n || !b->n || b->wait) return PJ_NONE;
   const Node *m = a->n, *n = b->n;
   if (ir_summa_q(m) || ir_norm_split(m) || (m->nout > 1 && ir_ring_size(m) > 1)) return PJ_NONE;
-  /* the all-reduce of dX beside the dW GEMM: its output overlaps nothing
-   * the backward reads or writes (memplan_dx_allreduce keeps them apart) */
-  if (b->kind == PI_COLL && !b->ahead && !b->nzero && memplan_dx_allreduce(m, n) &&
-      !prog_head_rows_padded(m) && same_ref(b->in[0], a->out[0]) &&
-      (same_ref(b->out[0], a->out[0]) || !overlap(b->out[0], a->out[0])) &&
-      !overlap(b->out[0], a->in[0]) && !overlap(b->out[0], a->in[1]) &&
-      !overlap(b->out[0], a->in[2]) && !overlap(b->out[0], a->out[1]) &&
-      !overlap(b->out[0], a->dbias) && !overlap(b->out[0], a->scratch))
-    return PJ_AR;
+  /* the all-reduce or reduce-scatter of dX beside the dW GEMM: what it
+   * writes (its output, its packing scratch) overlaps nothing the backward
+   * reads or writes (memplan_dx_reduce keeps them apart) */
+  if (b->kind == PI_COLL && !b->ahead && !b->nzero && memplan_dx_reduce(m, n) &&
+      !prog_head_rows_padded(m) && same_ref(b->in[0], a->out[0])) {
+    const PRef w[2] = {b->out[0], b->scratch};
+    bool apart = true;
+    for (int k = 0; k < 2 && apart; k++) {
+      if (!w[k].v) continue;
+      apart = (k == 0 && n->op == OP_ALLREDUCE && same_ref(w[k], a->out[0])) ||
+              !overlap(w[k], a->out[0]);
+      apart = apart && !overlap(w[k], a->in[0]) && !overlap(w[k], a->in[1]) &&
+              !overlap(w[k], a->in[2]) && !overlap(w[k], a->out[1]) &&
+              !overlap(w[k], a->dbias) && !overlap(w[k], a->scratch);
+    }
+    return apart ? PJ_DX : PJ_NONE;
+  }
   if (b->kind != PI_KERNEL) return PJ_NONE;
   if (m->op == OP_MATMUL && n->op == OP_GELU && !a->nzero && same_ref(b->in[0], a->out[0]) &&
       is16(m->in[0]) == is16(n->out) && !overlap(b->out[0], a->in[0]) &&

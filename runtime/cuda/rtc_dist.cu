@@ -46,7 +46,10 @@ static void count_(RtMesh *m, RtAxis ax, uint64_t bytes) {
   m->calls[ax] += 1;
 }
 
-static cudaStream_t stream_(void) { return (cudaStream_t)rtc_stream; }
+/* The stream of the collectives: the compute stream, or between
+ * rtc_tp_begin and rtc_tp_end the tensor-parallel one. */
+static cudaStream_t on_;
+static cudaStream_t stream_(void) { return on_ ? on_ : (cudaStream_t)rtc_stream; }
 
 /* The communication stream's next collective starts once the kernels
  * issued so far on the compute stream are done (the writers of what it
@@ -172,10 +175,26 @@ void rtc_allreduce(RtMesh *m, RtAxis ax, float *buf, size_t n) {
 /* ---- a linear backward's dX all-reduce beside its dW GEMM (rtc_train.h) ----
  * On a stream of its own (rtc_tp_stream), not the communication stream,
  * where it would queue behind the gradient buckets in flight. */
+/* The tensor-parallel stream's next work waits for the compute issued so far. */
+static void tp_fork_(void) {
+  if (tp_pending_) rtc_fail("NCCL", "rtc_tp_begin", "a collective beside the GEMMs not joined",
+                            __FILE__, __LINE__, "internal: every start is joined before the next");
+  cudaCheck(cudaEventRecord(tp_ready_, (cudaStream_t)rtc_stream));
+  cudaCheck(cudaStreamWaitEvent(rtc_tp_stream, tp_ready_, 0));
+  tp_pending_ = 1;
+}
+
+void rtc_tp_begin(void) {
+  if (staged_) return;
+  tp_fork_();
+  on_ = rtc_tp_stream;
+}
+
+void rtc_tp_end(void) { on_ = NULL; }
+
 template <class T>
 static void allreduce_start_(RtMesh *m, RtAxis ax, T *y, const T *x, size_t n,
                              ncclDataType_t type) {
-  if (tp_pending_) rt_mesh_fail(m, "internal: rtc_allreduce_start with one not joined");
   if (staged_) { /* eagerly, in place */
     if (y != x) rtc_copy(y, x, n * sizeof(T));
     rtc_allreduce(m, ax, y, n);
@@ -183,14 +202,12 @@ static void allreduce_start_(RtMesh *m, RtAxis ax, T *y, const T *x, size_t n,
   }
   int P = m->size[ax];
   count_(m, ax, rt_vol_allreduce((uint64_t)n * sizeof(T), P));
-  cudaCheck(cudaEventRecord(tp_ready_, stream_()));
-  cudaCheck(cudaStreamWaitEvent(rtc_tp_stream, tp_ready_, 0));
+  tp_fork_();
   if (P > 1)
     ncclCheck(ncclAllReduce(x, y, n, type, ncclSum, comm_of_(m, ax, "rtc_allreduce_start"),
                             rtc_tp_stream));
   else if (y != x)
     cudaCheck(cudaMemcpyAsync(y, x, n * sizeof(T), cudaMemcpyDeviceToDevice, rtc_tp_stream));
-  tp_pending_ = 1;
 }
 
 void rtc_allreduce_start(RtMesh *m, RtAxis ax, float *y, const float *x, size_t n) {
@@ -200,10 +217,10 @@ void rtc_allreduce_start(RtMesh *m, RtAxis ax, rtc_bf16 *y, const rtc_bf16 *x, s
   allreduce_start_(m, ax, y, x, n, ncclBfloat16);
 }
 
-void rtc_allreduce_join(void) {
+void rtc_tp_join(void) {
   if (!tp_pending_) return;
   cudaCheck(cudaEventRecord(tp_done_, rtc_tp_stream));
-  cudaCheck(cudaStreamWaitEvent(stream_(), tp_done_, 0));
+  cudaCheck(cudaStreamWaitEvent((cudaStream_t)rtc_stream, tp_done_, 0));
   tp_pending_ = 0;
 }
 

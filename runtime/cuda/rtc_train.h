@@ -97,11 +97,15 @@ void rtc_mesh_free(void);
 void rtc_allreduce(struct RtMesh *m, RtAxis ax, float *buf, size_t n);
 /* A linear backward's input gradient x (n) all-reduced into y (may be x)
  * beside its dW GEMM: started after the compute work issued so far on a
- * stream of its own; rtc_allreduce_join makes the compute stream wait for
- * it (one at a time).  The bytes counted as rtc_allreduce's; staged (mpi):
- * done at once. */
+ * stream of its own; rtc_tp_join makes the compute stream wait for it (one
+ * at a time).  The bytes counted as rtc_allreduce's; staged (mpi): done at
+ * once.  Between rtc_tp_begin and rtc_tp_end the collectives of this file
+ * (Megatron-SP's reduce-scatter of dX) run on that stream the same way,
+ * joined by rtc_tp_join. */
 void rtc_allreduce_start(struct RtMesh *m, RtAxis ax, float *y, const float *x, size_t n);
-void rtc_allreduce_join(void);
+void rtc_tp_begin(void);
+void rtc_tp_end(void);
+void rtc_tp_join(void);
 void rtc_allgather_dim(struct RtMesh *m, RtAxis ax, float *dst, const float *src, size_t outer,
                        size_t inner, float *scratch);
 void rtc_reduce_scatter_dim(struct RtMesh *m, RtAxis ax, float *dst, const float *src,

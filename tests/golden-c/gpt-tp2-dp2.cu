@@ -655,7 +655,7 @@ static void backward(RtPass *p) {
   rt_matmul_backward_cu(F(12212224), NULL, NULL, F(12474368), F(11425792), F(0), 256, 128, 128);  // dX first
   rtc_allreduce_start(p->mesh, RT_AX_TP, F(12605440), F(12212224), 32768);  // beside the dW GEMM
   rt_matmul_backward_cu(NULL, F(1691648), NULL, F(12474368), F(11425792), F(0), 256, 128, 128);
-  rtc_allreduce_join();
+  rtc_tp_join();
   // gpt.shard:13  d%160 += acc %188, %160
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(11425792), 0, 131072);  // d%160 starts here
@@ -714,7 +714,7 @@ static void backward(RtPass *p) {
   rt_matmul_backward_cu(F(11950080), NULL, NULL, F(11687936), F(11294720), F(1426944), 256, 128, 256);  // dX first
   rtc_allreduce_start(p->mesh, RT_AX_TP, F(12081152), F(11950080), 32768);  // beside the dW GEMM
   rt_matmul_backward_cu(NULL, F(3118592), F(3249664), F(11687936), F(11294720), F(1426944), 256, 128, 256);
-  rtc_allreduce_join();
+  rtc_tp_join();
   // gpt.shard:6 (blocks.3.mlp)  d%145 += acc %202, %145
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(11294720), 0, 131072);  // d%145 starts here
@@ -782,7 +782,7 @@ static void backward(RtPass *p) {
   rt_matmul_backward_cu(F(10901504), NULL, NULL, F(11687936), F(10115072), F(1293568), 256, 128, 192);  // dX first
   rtc_allreduce_start(p->mesh, RT_AX_TP, F(11163648), F(10901504), 32768);  // beside the dW GEMM
   rt_matmul_backward_cu(NULL, F(2985216), F(3083520), F(11687936), F(10115072), F(1293568), 256, 128, 192);
-  rtc_allreduce_join();
+  rtc_tp_join();
   // gpt.shard:5 (blocks.3.attn)  d%122 += acc %222, %122
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(10115072), 0, 131072);  // d%122 starts here
@@ -840,7 +840,7 @@ static void backward(RtPass *p) {
   rt_matmul_backward_cu(F(10639360), NULL, NULL, F(10377216), F(9984000), F(1028864), 256, 128, 256);  // dX first
   rtc_allreduce_start(p->mesh, RT_AX_TP, F(10770432), F(10639360), 32768);  // beside the dW GEMM
   rt_matmul_backward_cu(NULL, F(2720512), F(2851584), F(10377216), F(9984000), F(1028864), 256, 128, 256);
-  rtc_allreduce_join();
+  rtc_tp_join();
   // gpt.shard:6 (blocks.2.mlp)  d%107 += acc %235, %107
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(9984000), 0, 131072);  // d%107 starts here
@@ -908,7 +908,7 @@ static void backward(RtPass *p) {
   rt_matmul_backward_cu(F(9590784), NULL, NULL, F(10377216), F(8804352), F(895488), 256, 128, 192);  // dX first
   rtc_allreduce_start(p->mesh, RT_AX_TP, F(9852928), F(9590784), 32768);  // beside the dW GEMM
   rt_matmul_backward_cu(NULL, F(2587136), F(2685440), F(10377216), F(8804352), F(895488), 256, 128, 192);
-  rtc_allreduce_join();
+  rtc_tp_join();
   // gpt.shard:5 (blocks.2.attn)  d%84 += acc %255, %84
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(8804352), 0, 131072);  // d%84 starts here
@@ -966,7 +966,7 @@ static void backward(RtPass *p) {
   rt_matmul_backward_cu(F(9328640), NULL, NULL, F(9066496), F(8673280), F(630784), 256, 128, 256);  // dX first
   rtc_allreduce_start(p->mesh, RT_AX_TP, F(9459712), F(9328640), 32768);  // beside the dW GEMM
   rt_matmul_backward_cu(NULL, F(2322432), F(2453504), F(9066496), F(8673280), F(630784), 256, 128, 256);
-  rtc_allreduce_join();
+  rtc_tp_join();
   // gpt.shard:6 (blocks.1.mlp)  d%69 += acc %268, %69
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(8673280), 0, 131072);  // d%69 starts here
@@ -1034,7 +1034,7 @@ static void backward(RtPass *p) {
   rt_matmul_backward_cu(F(8345600), NULL, NULL, F(9066496), F(8214528), F(497408), 256, 128, 192);  // dX first
   rtc_allreduce_start(p->mesh, RT_AX_TP, F(8804352), F(8345600), 32768);  // beside the dW GEMM
   rt_matmul_backward_cu(NULL, F(2189056), F(2287360), F(9066496), F(8214528), F(497408), 256, 128, 192);
-  rtc_allreduce_join();
+  rtc_tp_join();
   // gpt.shard:5 (blocks.1.attn)  d%46 += acc %288, %46
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(8214528), 0, 131072);  // d%46 starts here
@@ -1092,7 +1092,7 @@ static void backward(RtPass *p) {
   rt_matmul_backward_cu(F(7952384), NULL, NULL, F(7690240), F(7297024), F(232704), 256, 128, 256);  // dX first
   rtc_allreduce_start(p->mesh, RT_AX_TP, F(8083456), F(7952384), 32768);  // beside the dW GEMM
   rt_matmul_backward_cu(NULL, F(1924352), F(2055424), F(7690240), F(7297024), F(232704), 256, 128, 256);
-  rtc_allreduce_join();
+  rtc_tp_join();
   // gpt.shard:6 (blocks.0.mlp)  d%31 += acc %301, %31
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(7297024), 0, 131072);  // d%31 starts here
@@ -1160,7 +1160,7 @@ static void backward(RtPass *p) {
   rt_matmul_backward_cu(F(7516224), NULL, NULL, F(7032832), F(6899712), F(99328), 256, 128, 192);  // dX first
   rtc_allreduce_start(p->mesh, RT_AX_TP, F(7647296), F(7516224), 32768);  // beside the dW GEMM
   rt_matmul_backward_cu(NULL, F(1790976), F(1889280), F(7032832), F(6899712), F(99328), 256, 128, 192);
-  rtc_allreduce_join();
+  rtc_tp_join();
   // gpt.shard:5 (blocks.0.attn)  d%8 += acc %321, %8
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(6899712), 0, 131072);  // d%8 starts here

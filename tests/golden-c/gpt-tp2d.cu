@@ -860,10 +860,14 @@ static void backward(RtPass *p) {
   // gpt.shard:13  d%166, d@embed.weight += matmul_bwd d%163, %166, @embed.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,64], f32[128,64] -> f32[B=4,T=64,64], f32[128,64]
   rtc_memset(F(5695488), 0, 65536);  // d%166 starts here
-  rt_matmul_backward_cu(F(5695488), F(849408), NULL, F(5826560), F(5367808), F(0), 256, 64, 128);
   // gpt.shard:13  %174 = reduce_scatter d%166
   // f32[B=4,T=64,64] -> f32[B=2,T=64,64]
+  rt_matmul_backward_cu(F(5695488), NULL, NULL, F(5826560), F(5367808), F(0), 256, 64, 128);  // dX first
+  rtc_tp_begin();  // the reduce-scatter beside the dW GEMM
   rtc_reduce_scatter_dim(p->mesh, RT_AX_TPC, F(5236736), F(5695488), 1, 8192, NULL);
+  rtc_tp_end();
+  rt_matmul_backward_cu(NULL, F(849408), NULL, F(5826560), F(5367808), F(0), 256, 64, 128);
+  rtc_tp_join();
   // gpt.shard:13  d%160 += acc %174, %160
   // f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   rtc_memset(F(5302272), 0, 32768);  // d%160 starts here

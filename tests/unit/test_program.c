@@ -297,12 +297,12 @@ static void test_epilogue_pairs(void) {
 }
 
 /* Tensor parallelism: each column-parallel linear's backward all-reduces
- * its input gradient right after its GEMMs; the memory plan keeps what the
- * backward reads live through the all-reduce, so the cuda target may run
- * it beside the dW GEMM (PJ_AR), and the cost model hides it behind that
- * GEMM on a GPU (but for 1 - overlap), not on the cpu. */
-static void test_dx_allreduce_pairs(void) {
-  Module *m = compile("../samples/gpt.shard", "2:H100_SXM", "tp=2");
+ * (Megatron-SP: reduce-scatters) its input gradient right after its GEMMs;
+ * the memory plan keeps what the backward reads live through it, so the
+ * cuda target may run it beside the dW GEMM (PJ_DX), and the cost model
+ * hides it behind that GEMM on a GPU (but for 1 - overlap), not on the cpu. */
+static void dx_pairs(const char *strategy, int op) {
+  Module *m = compile("../samples/gpt.shard", "2:H100_SXM", strategy);
   if (!m) return;
   const PChunk *c = &m->rprog[0]->chunk[0];
   int n = 0, ars = 0;
@@ -312,23 +312,32 @@ static void test_dx_allreduce_pairs(void) {
   cpu.overlap = 0;
   for (int j = 1; j < c->bwd.n; j++) {
     const PInstr *a = &c->bwd.ins[j - 1], *b = &c->bwd.ins[j];
-    ars += b->kind == PI_COLL && b->n->op == OP_ALLREDUCE;
-    if (b->joint != PJ_AR) continue;
+    ars += b->kind == PI_COLL && b->n->op == op && a->n && a->n->op == OP_MATMUL_BWD;
+    if (b->joint != PJ_DX) continue;
     n++;
     ASSERT(OP_MATMUL_BWD, a->n->op);
+    ASSERT(op, b->n->op);
     ASSERT(1, b->in[0].v == a->out[0].v && b->in[0].off == a->out[0].off);
-    for (int k = 0; k < 3; k++) {
-      const PRef *r = &a->in[k];
-      if (!r->v || r->stash != b->out[0].stash) continue;
-      int64_t nr = ir_numel(&r->v->shape) * 4, ny = ir_numel(&b->out[0].v->shape) * 4;
-      ASSERT(1, r->off + nr <= b->out[0].off || b->out[0].off + ny <= r->off);
-    }
+    /* neither its output nor its packing scratch on what the dW GEMM reads */
+    const PRef *w[2] = {&b->out[0], &b->scratch};
+    for (int q = 0; q < 2; q++)
+      for (int k = 0; w[q]->v && k < 3; k++) {
+        const PRef *r = &a->in[k];
+        if (!r->v || r->stash != w[q]->stash) continue;
+        int64_t nr = ir_numel(&r->v->shape) * 4, ny = ir_numel(&w[q]->v->shape) * 4;
+        ASSERT(1, r->off + nr <= w[q]->off || w[q]->off + ny <= r->off);
+      }
     double tg = cost_instr(&gpu, m, b), tc = cost_instr(&cpu, m, b);
     ASSERT(1, tg < tc);
   }
   /* the head's and every layer's qkv and fc (4 layers) */
   ASSERT(9, n);
   ASSERT(9, ars);
+}
+
+static void test_dx_allreduce_pairs(void) {
+  dx_pairs("tp=2", OP_ALLREDUCE);
+  dx_pairs("tp=2,sp=megatron", OP_REDUCE_SCATTER);
 }
 
 int main(void) {
