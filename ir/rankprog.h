@@ -371,7 +371,9 @@ typedef struct PEvent {
   const char *what;
 } PEvent;
 
-/* The events of one step of p, in order (allocated in the compiler arena). */
+/* The events of one step of p, in order (allocated in the compiler arena):
+ * the order the cpu runtime issues them (comm_program_cuda orders them as
+ * the cuda runtime with its pairs, PAct.pair). */
 int prog_events(const RankProg *p, PEvent **out);
 /* Bytes one rank of p sends per step (counted events), per axis when
  * per_axis (AX_COUNT entries) is given. */

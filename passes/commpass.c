@@ -213,7 +213,9 @@ static int axis_size(const Plan *pl, int axis, int ndev) {
   }
 }
 
-int prog_events(const RankProg *p, PEvent **out) {
+/* pairs: with the cuda runtime's pairs (PAct.pair; NCCL), else in the
+ * order the cpu runtime and staged messages take. */
+static int events(const RankProg *p, PEvent **out, bool pairs) {
   Ev v = {0};
   *out = NULL;
   if (!p->dist) return 0;
@@ -222,7 +224,8 @@ int prog_events(const RankProg *p, PEvent **out) {
   for (int a = 0; a < p->nsched; a++) {
     const PAct *act = &p->sched[a];
     const PChunk *c = &p->chunk[act->chunk];
-    bool pair = act->pair && a + 1 < p->nsched, paired = a > 0 && p->sched[a - 1].pair;
+    bool pair = pairs && act->pair && a + 1 < p->nsched,
+         paired = pairs && a > 0 && p->sched[a - 1].pair;
     block_events(&v, p, c, act->fwd ? &c->fwd : &c->bwd, act->fwd, act->mb,
                  pair ? &p->sched[a + 1] : NULL, paired);
   }
@@ -261,6 +264,8 @@ int prog_events(const RankProg *p, PEvent **out) {
   *out = v.e;
   return v.n;
 }
+
+int prog_events(const RankProg *p, PEvent **out) { return events(p, out, false); }
 
 uint64_t prog_comm_bytes(const RankProg *p, uint64_t *per_axis) {
   uint64_t ax[AX_COUNT] = {0}, total = 0;
@@ -375,7 +380,7 @@ static int build_program(const Module *m, CommProgram *out, int mode) {
   int nr = rt_layout_world(&cs.L);
   PEvent *ev[MAX_STAGES];
   int nev[MAX_STAGES];
-  for (int q = 0; q < cs.L.pp; q++) nev[q] = prog_events(m->rprog[q], &ev[q]);
+  for (int q = 0; q < cs.L.pp; q++) nev[q] = events(m->rprog[q], &ev[q], mode == 1);
   CommProgram p = {0};
   p.nranks = nr;
   p.n = arena_alloc(sizeof(int) * (size_t)nr);

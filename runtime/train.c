@@ -846,8 +846,8 @@ static double run_schedule(Trainer *t, RtPass *p, int with_backward) {
 #ifdef RT_TRAIN_CUDA
     /* pairs: this forward's post takes the next backward's receives too,
      * into that microbatch's stash slot; the backward then posts nothing */
-    t->in_posted = t->pipe_nccl && a > 0 && pg->order[a - 1].pair;
-    if (t->pipe_nccl && act->pair && a + 1 < pg->norder) {
+    t->in_posted = t->pipe_nccl && with_backward && a > 0 && pg->order[a - 1].pair;
+    if (t->pipe_nccl && with_backward && act->pair && a + 1 < pg->norder) {
       const RtAct *nx = &pg->order[a + 1];
       const RtChunk *nc = &pg->chunks[nx->chunk];
       RtPass *q = &t->ahead_pass;
