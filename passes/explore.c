@@ -904,12 +904,15 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
         inflight = pp - k < m ? pp - k : m;
       if (inflight > m) inflight = m;
     }
-    /* plus one layer's working set during its backward */
+    /* plus one layer's working set during its backward; interleaved, each
+     * microbatch in flight also keeps the gradient it receives (memplan.c:
+     * the cuda target's pairs post its receive early) */
+    double held = inflight * (act[k] + (v > 1 ? mbytes : 0));
     out->mem_kind[k][0] = prm[k] * ms->param_elt / zp + wcopy * 2;   /* with their 16-bit copies */
     out->mem_kind[k][1] = prm[k] * ms->param_elt / zg;
     out->mem_kind[k][2] = ostate;
-    out->mem_kind[k][3] = inflight * act[k] + lay->act + (k == pp - 1 ? post->act : 0);
-    mem += inflight * act[k] + lay->act + (k == pp - 1 ? post->act : 0);
+    out->mem_kind[k][3] = held + lay->act + (k == pp - 1 ? post->act : 0);
+    mem += held + lay->act + (k == pp - 1 ? post->act : 0);
     out->mem_stage[k] = mem;
     if (mem > peak) peak = mem;
   }

@@ -66,8 +66,17 @@ static void compute_after_comm_(cudaEvent_t e) {
   cudaCheck(cudaStreamWaitEvent(stream_(), e, 0));
 }
 
-void rtc_comm_after_compute(void) { comm_after_compute_(); }
-void rtc_compute_after_comm(void) { compute_after_comm_(done_); }
+/* The tensor/sequence-parallel stream's next work waits for the compute
+ * issued so far, or the compute stream's for that stream's (ring
+ * attention's messages, rtc_ring.cu). */
+void rtc_tp_after_compute(void) {
+  cudaCheck(cudaEventRecord(tp_ready_, (cudaStream_t)rtc_stream));
+  cudaCheck(cudaStreamWaitEvent(rtc_tp_stream, tp_ready_, 0));
+}
+void rtc_compute_after_tp(void) {
+  cudaCheck(cudaEventRecord(tp_done_, rtc_tp_stream));
+  cudaCheck(cudaStreamWaitEvent((cudaStream_t)rtc_stream, tp_done_, 0));
+}
 
 int rtc_mesh_init(RtMesh *m, int staged) {
   staged_ = staged;

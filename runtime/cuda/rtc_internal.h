@@ -6,8 +6,9 @@
 #include "rtc_train.h"
 
 /* The stream of the overlapped gradient buckets (rtc_mem.cu), and that of
- * a linear backward's dX all-reduce beside its dW GEMM (rtc_dist.cu
- * rtc_allreduce_start: not behind the buckets in flight). */
+ * the tensor- and sequence-parallel messages that overlap compute (a linear
+ * backward's dX all-reduce beside its dW GEMM, rtc_dist.cu; ring
+ * attention's blocks, rtc_ring.cu): not behind the buckets in flight. */
 extern cudaStream_t rtc_comm_stream, rtc_tp_stream;
 
 /* rtc_dist.cu, for collective launchers in other files: the NCCL
@@ -27,11 +28,11 @@ float *rtc_host_buf(int k, size_t n);
 void rtc_allreduce_f64_nocount(struct RtMesh *m, RtAxis ax, double *buf, size_t n,
                                const char *what);
 
-/* rtc_dist.cu, for the files that put their own messages on the
- * communication stream (rtc_ring.cu): its next work waits for the kernels
- * issued so far on the compute stream; the compute stream's next kernel
- * waits for the communication issued so far. */
-void rtc_comm_after_compute(void);
-void rtc_compute_after_comm(void);
+/* rtc_dist.cu, for the files that put their own messages on rtc_tp_stream
+ * (rtc_ring.cu): its next work waits for the kernels issued so far on the
+ * compute stream; the compute stream's next kernel waits for its work so
+ * far. */
+void rtc_tp_after_compute(void);
+void rtc_compute_after_tp(void);
 
 #endif

@@ -7,14 +7,15 @@
  * moves the messages of dist_orders.h's rt_ring_step (the list the
  * compiler's communication check proves deadlock-free) one rank on, each
  * send's bytes added to m->bytes[ax] as the cpu adds them (no calls
- * counted, as there).  The messages travel on the communication stream
- * (rtc_comm_stream) while the step computes: a step's K, V (the step only
+ * counted, as there).  The messages travel on a stream of their own
+ * (rtc_tp_stream: not behind the gradient buckets in flight on the
+ * communication stream) while the step computes: a step's K, V (the step only
  * reads them) are one NCCL group issued before its kernels, the
  * backward's dK, dV a second group after them (they carry what the step
  * added: the cpu's `after`); a group holds each receive with the send that
  * matches it on the previous rank, or the ranks would wait on each other.
  * Receives go to the other of two scratch buffers, the one the previous
- * step read, so the communication stream first waits for the kernels
+ * step read, so the message stream first waits for the kernels
  * issued so far (the previous step's readers; for dK, dV this step's
  * writers), and the next step's kernels wait for the messages (events, no
  * host synchronization); the call ends with the compute stream waiting
@@ -130,7 +131,7 @@ static void ring_open_(RtMesh *m, size_t kv) {
 
 // Step s's messages (rt_ring_step) of K, V (late = 0: they travel while
 // the step computes) or of dK, dV (late = 1: after it) as one NCCL group
-// on the communication stream, after the kernels issued so far: a send of
+// on rtc_tp_stream, after the kernels issued so far: a send of
 // the block in hand hand[block] to the next rank (its bytes counted on
 // ax), a receive into in[block] from the previous; K, V of kvtype, dK, dV
 // of gtype.  Returns the bit set (1 << block) of the blocks received.
@@ -148,7 +149,7 @@ static unsigned ring_step_(RtMesh *m, RtAxis ax, ncclComm_t c, const RtRingCall 
                    msg[i].block, call->bwd ? "backward" : "forward");
   }
   if (!mine) return 0;
-  rtc_comm_after_compute();
+  rtc_tp_after_compute();
   unsigned got = 0;
   ncclCheck(ncclGroupStart());
   for (int i = 0; i < n; i++) {
@@ -156,10 +157,10 @@ static unsigned ring_step_(RtMesh *m, RtAxis ax, ncclComm_t c, const RtRingCall 
     if ((g->block >= RT_RING_DK) != late) continue;
     ncclDataType_t type = g->block >= RT_RING_DK ? gtype : kvtype;
     if (g->send) {
-      ncclCheck(ncclSend(hand[g->block], g->n, type, (rank + 1) % P, c, rtc_comm_stream));
+      ncclCheck(ncclSend(hand[g->block], g->n, type, (rank + 1) % P, c, rtc_tp_stream));
       m->bytes[ax] += g->bytes;
     } else {
-      ncclCheck(ncclRecv(in[g->block], g->n, type, (rank + P - 1) % P, c, rtc_comm_stream));
+      ncclCheck(ncclRecv(in[g->block], g->n, type, (rank + P - 1) % P, c, rtc_tp_stream));
       got |= 1u << g->block;
     }
   }
@@ -298,11 +299,11 @@ static void forward_(RtMesh *m, RtAxis ax, S *out, float *lse, const S *q, const
       rt_attention_forward_cu(ob, lb, q, ck, cv, B, Tl, H, Hkv, D, 0);
       merge_(acc, lse, ob, lb, fin, B, Tl, H, D, 0);
     }  // else later tokens, all masked
-    if (got) rtc_compute_after_comm();  // the next step computes with what arrived
+    if (got) rtc_compute_after_tp();  // the next step computes with what arrived
     for (int b = 0; b < RT_RING_NBLOCKS; b++)
       if (got >> b & 1) hand[b] = in[b];
   }
-  rtc_compute_after_comm();  // the last sends have read k, v and the scratch
+  rtc_compute_after_tp();  // the last sends have read k, v and the scratch
 }
 
 template <class S>
@@ -360,11 +361,11 @@ static void backward_(RtMesh *m, RtAxis ax, S *dq, S *dk, S *dv, const S *dout, 
                                q, (const S *)hand[RT_RING_K], (const S *)hand[RT_RING_V], out,
                                lse, B, Tl, H, Hkv, D, causal && src == rank);
     got |= ring_step_(m, ax, c, &call, s, 1, hand, in, nccl_type_<S>(), ncclFloat);
-    if (got) rtc_compute_after_comm();  // the next step computes and adds into what arrived
+    if (got) rtc_compute_after_tp();  // the next step computes and adds into what arrived
     for (int b = 0; b < RT_RING_NBLOCKS; b++)
       if (got >> b & 1) hand[b] = in[b];
   }
-  rtc_compute_after_comm();  // the last sends have read k, v and the scratch
+  rtc_compute_after_tp();  // the last sends have read k, v and the scratch
   // this rank's own block's sums from every rank's queries; bf16: rounded once
   if (bf16 && dq) add_(dq, dq32, qn);
   if (dk) add_(dk, (const float *)hand[RT_RING_DK], kv);

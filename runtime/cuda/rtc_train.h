@@ -28,7 +28,8 @@ extern "C" {
 
 /* Picks this rank's GPU: the launcher's local rank (OMPI_COMM_WORLD_LOCAL_RANK,
  * SLURM_LOCALID, MPI_LOCALRANKID) modulo the devices, creates the compute
- * stream (rtc_stream) and the communication stream.  RT_ERR_ARG when there
+ * stream (rtc_stream), the communication stream (gradient buckets, ZeRO-3
+ * gathers) and the tensor/sequence-parallel one.  RT_ERR_ARG when there
  * is no device; *name gets the device's name. */
 int rtc_device_init(int world_rank, const char **name);
 /* The arena (bytes) and after it the launchers' scratch (ws bytes,
