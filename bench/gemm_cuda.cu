@@ -22,8 +22,15 @@
  * proj with DGELU (aux read), the qkv dW with BGRADB (the fp32 bias
  * gradient): each against the plain GEMM of its shape above, to see that
  * the epilogue's algorithms run at the plain rate ("gemmex" has none: -).
- * Prints one line a shape: TFLOP/s of each way.  Usage: gemm_cuda [M]
- */
+ * Prints one line a shape: TFLOP/s of each way.
+ *
+ * Then the overlap the cost model assumes (passes/cost.c hw->overlap: the
+ * share of the shorter of two concurrent works that is hidden): the qkv dW
+ * GEMM (what the cuda target runs beside a tensor-parallel dX all-reduce,
+ * program.c PJ_DX) alone, a copy kernel of 8, 16 and 32 blocks (the SMs
+ * and memory traffic an NCCL collective's channels take) alone, and both
+ * at once on two streams: hidden = (gemm + copy - both) / min(gemm, copy).
+ * Usage: gemm_cuda [M] */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -149,6 +156,76 @@ static void run(const G &g, void *A, void *B, void *C) {
   cublasLtMatmulDescDestroy(op);
 }
 
+/* A copy by `blocks` blocks of 512 threads, grid-strided: the SMs and the
+ * memory traffic of an NCCL collective's channels, without a peer. */
+__global__ void side_copy(float *dst, const float *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = src[i];
+}
+
+// seconds of work(s1, s2) from a common start to both streams' end
+template <class F>
+static double both_streams(F work, cudaStream_t s1, cudaStream_t s2) {
+  cudaEvent_t a, b1, b2;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b1));
+  CK(cudaEventCreate(&b2));
+  double best = 1e30;
+  for (int rep = 0; rep < 5; rep++) {
+    CK(cudaDeviceSynchronize());
+    CK(cudaEventRecord(a, s1));
+    CK(cudaStreamWaitEvent(s2, a, 0));
+    work(s1, s2);
+    CK(cudaEventRecord(b2, s2));
+    CK(cudaStreamWaitEvent(s1, b2, 0));
+    CK(cudaEventRecord(b1, s1));
+    CK(cudaEventSynchronize(b1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b1));
+    if (rep && ms / 1e3 < best) best = ms / 1e3; // the first: warm-up
+  }
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b1));
+  CK(cudaEventDestroy(b2));
+  return best;
+}
+
+// the qkv dW GEMM (row-major dW (2304, 768) = dyᵀ x over M tokens, bf16 in,
+// fp32 out) beside a copy of n floats by 8, 16, 32 blocks
+static void overlap_check(int M, void *A, void *B, void *C) {
+  size_t n = (size_t)64 << 20;
+  float *X, *Y;
+  CK(cudaMalloc(&X, n * 4));
+  CK(cudaMalloc(&Y, n * 4));
+  CK(cudaMemset(X, 0, n * 4));
+  cudaStream_t s1, s2;
+  CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  auto gemm = [&](cudaStream_t s) {
+    BK(cublasSetStream(bl, s));
+    float one = 1;
+    BK(cublasGemmEx(bl, CUBLAS_OP_N, CUBLAS_OP_T, 768, 2304, M, &one, A, CUDA_R_16BF, 768, B,
+                    CUDA_R_16BF, 2304, &one, C, CUDA_R_32F, 768, CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT));
+  };
+  double g = both_streams([&](cudaStream_t a, cudaStream_t) { gemm(a); }, s1, s2);
+  printf("\noverlap (passes/cost.c hw->overlap, 0.9 on GPUs): the qkv dW GEMM (%.3f ms) beside a "
+         "copy of %zu MiB\n", g * 1e3, n * 8 >> 20);
+  printf("%-12s %9s %9s %9s\n", "copy blocks", "copy ms", "both ms", "hidden");
+  for (int blocks = 8; blocks <= 32; blocks *= 2) {
+    auto copy = [&](cudaStream_t s) { side_copy<<<blocks, 512, 0, s>>>(Y, X, n); };
+    double c = both_streams([&](cudaStream_t, cudaStream_t b) { copy(b); }, s1, s2);
+    CK(cudaGetLastError());
+    double t = both_streams([&](cudaStream_t a, cudaStream_t b) { gemm(a), copy(b); }, s1, s2);
+    double lo = g < c ? g : c;
+    printf("%-12d %9.3f %9.3f %8.0f%%\n", blocks, c * 1e3, t * 1e3, 100 * (g + c - t) / lo);
+  }
+  BK(cublasSetStream(bl, 0));
+  CK(cudaFree(X));
+  CK(cudaFree(Y));
+}
+
 int main(int argc, char **argv) {
   int M = argc > 1 ? atoi(argv[1]) : 131072;
   BK(cublasLtCreate(&lt));
@@ -201,5 +278,6 @@ int main(int argc, char **argv) {
   printf("%-26s %7s %6s %5s  %7s  %7s  %7s   TFLOP/s\n", "GEMM (row-major M x N, K)", "M", "N",
          "K", "ours", "best8", "gemmex");
   for (const G &g : gs) run(g, A, B, C);
+  overlap_check(M, A, B, C);
   return 0;
 }

@@ -35,7 +35,10 @@
 #        configuration against the best of 8 heuristic algorithms and
 #        cublasGemmEx, the LM head at the vocabulary as given and padded,
 #        and the epilogues the runtime asks for (GELU_AUX_BIAS, DGELU,
-#        BGRADB) against the plain GEMM of their shapes;
+#        BGRADB) against the plain GEMM of their shapes; then the overlap
+#        the cost model assumes for work beside a GEMM (a tensor-parallel
+#        dX all-reduce beside the dW GEMM): the qkv dW GEMM with a copy
+#        kernel of 8, 16, 32 blocks on a second stream, the share hidden;
 #     (4b. the profile's attention again with SHARDC_ATT_MT=1: the forward
 #        and dq kernels' one m-tile a warp against the default two)
 #     8. two ranks on the one GPU under the packed Open MPI, collectives
@@ -399,7 +402,7 @@ EOF
   done
   [ -z "$prof" ] || say "(predictions from the profile: bench/gpu_check.sh predict profile-h200.json gpu_check.txt, where shardc runs)"
   say ""
-  say "## 7. GPT-2's bf16 GEMMs (M = 131072 tokens): the runtime's cuBLASLt call, the best of 8 algorithms, cublasGemmEx; the epilogues' GEMMs against the plain ones"
+  say "## 7. GPT-2's bf16 GEMMs (M = 131072 tokens): the runtime's cuBLASLt call, the best of 8 algorithms, cublasGemmEx; the epilogues' GEMMs against the plain ones; the share of a GEMM and a copy beside it that overlaps"
   if [ -x "$w/bin/gemm_cuda" ]; then
     timeout 120 "$w/bin/gemm_cuda" 2>&1 | tee -a "$res"
   else
