@@ -74,11 +74,13 @@ struct Target {
    * that first touches its buffer ("rtc_gather_wait(%d);"); NULL: the
    * target's gathers block (PInstr.ahead ignored). */
   const char *wait_fmt;
-  /* Whether two consecutive instructions a and b run as one call (a matmul
-   * and the GELU after it: runtime/cuda/rtc.h), and with print the call
-   * (emit.c has written both comments and a's zero list; b's outputs the
-   * call writes whole, zeroing them itself where it must).  NULL: never. */
-  bool (*pair)(Emit *e, const PInstr *a, const PInstr *b, bool print);
+  /* The calls of two consecutive instructions a and b that the program
+   * runs jointly (b->joint, passes/program.c: a matmul and the GELU after
+   * it, runtime/cuda/rtc.h; a linear backward and its dX collective):
+   * emit.c has written both comments and a's zero list; b's outputs the
+   * call writes whole, zeroing them itself where it must.  NULL: the
+   * target runs them one by one. */
+  void (*pair)(Emit *e, const PInstr *a, const PInstr *b);
 };
 
 extern const Target cg_target_cpu, cg_target_cuda, cg_target_cuda_host;

@@ -483,9 +483,7 @@ static bool casts(Emit *e, const PBlock *bl) {
  * still written), the GELU gradient is written over its zeros.  Which
  * pairs run so is the program's (PInstr.joint, passes/program.c), which
  * the cost model prices. */
-static bool pair(Emit *e, const PInstr *a, const PInstr *b, bool print) {
-  if (!b->joint) return false;
-  if (!print) return true;
+static void pair(Emit *e, const PInstr *a, const PInstr *b) {
   const Node *m = a->n;
   if (b->joint == PJ_DX) {
     const char *args = arena_printf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64, R(e, a->in[0]),
@@ -502,9 +500,7 @@ static bool pair(Emit *e, const PInstr *a, const PInstr *b, bool print) {
     }
     P(e, "  rt_matmul_backward_cu(NULL, %s, %s, %s);\n  rtc_tp_join();\n", R(e, a->out[1]),
       R(e, a->dbias), args);
-    return true;
-  }
-  if (b->joint == PJ_GELU) {
+  } else if (b->joint == PJ_GELU) {
     P(e, "  rt_matmul_forward_gelu_cu(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
          ");  // and the GELU: one GEMM\n",
       R(e, b->out[0]), R(e, a->out[0]), R(e, a->in[0]), R(e, a->in[1]), R(e, a->bias),
@@ -516,7 +512,6 @@ static bool pair(Emit *e, const PInstr *a, const PInstr *b, bool print) {
       R(e, a->in[1]), R(e, a->in[2]), R(e, b->in[1]), cg_rows(m->in[1]), cg_last_dim(m->in[1]),
       cg_last_dim(m->in[0]));
   }
-  return true;
 }
 
 /* The two builds of the cuda target differ only in how `shardc build`

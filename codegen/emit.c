@@ -276,12 +276,12 @@ static void block(Emit *e, const PBlock *bl) {
     for (int z = 0; z < in->nzero; z++)
       P(e, "  %s(%s, 0, %" PRId64 ");  // %s starts here\n", cg_memset(e), cg_ref(e, in->zero[z]),
         in->zero_bytes[z], prog_vname(in->zero_of[z]));
-    /* the target may run it and the next as one call (the next's comment
-     * first; its zeroing is the call's: rtc.h; no gather waits on it) */
+    /* the program runs it and the next jointly (PInstr.joint), where the
+     * target can: the next's comment first; its zeroing is the call's */
     const PInstr *nx = j + 1 < bl->n ? &bl->ins[j + 1] : NULL;
-    if (nx && e->t->pair && !nx->wait && e->t->pair(e, in, nx, false)) {
+    if (nx && nx->joint && e->t->pair) {
       if (nx->nnodes) comment(e, nx);
-      e->t->pair(e, in, nx, true);
+      e->t->pair(e, in, nx);
       j++;
       continue;
     }

@@ -434,6 +434,16 @@ static void set_pairs(Module *m, bool on) {
   }
 }
 
+/* Whether the cuda target's program (comm_program_cuda) passes the check,
+ * broken first by SHARDC_DEBUG_BREAK_COMM's spec as the MPI one is; else
+ * why not in err. */
+static bool cuda_ok(const Module *m, bool pipe_mpi, const char *spec, char *err, int cap) {
+  CommProgram q;
+  comm_program_cuda(m, &q, pipe_mpi);
+  if (spec && *spec) commcheck_mutate(&q, spec, err, cap);
+  return !commcheck(&q, err, cap);
+}
+
 int pass_commcheck(Module *m) {
   if (!m->nrprog || !m->train.mesh || m->train.mesh->ndev <= 1) return 0;
   CommProgram p;
@@ -456,28 +466,19 @@ int pass_commcheck(Module *m) {
   for (int r = 0; r < nr && !p2p; r++)
     for (int i = 0; i < p.n[r] && !p2p; i++) p2p = p.ev[r][i].kind != CEV_COLL;
   if (!p2p) return 0;
-  CommProgram q;
-  comm_program_cuda(m, &q, false);
-  if (spec && *spec) commcheck_mutate(&q, spec, err, sizeof err);
-  if (!commcheck(&q, err, sizeof err)) return 0;
+  if (cuda_ok(m, false, spec, err, sizeof err)) return 0;
   /* Interleaved: Megatron's pairs (a forward's post with the next
    * backward's receives, whose gradients the memory plan keeps in the
    * stash), where posting each action's receives alone could hang */
   char err2[4096];
   if (pipe && m->train.plan.schedule == SCHED_INTERLEAVED) {
     set_pairs(m, true);
-    comm_program_cuda(m, &q, false);
-    if (spec && *spec) commcheck_mutate(&q, spec, err2, sizeof err2);
-    if (!commcheck(&q, err2, sizeof err2)) return 0;
+    if (cuda_ok(m, false, spec, err2, sizeof err2)) return 0;
     set_pairs(m, false);
   }
-  if (pipe) {
-    comm_program_cuda(m, &q, true);
-    if (spec && *spec) commcheck_mutate(&q, spec, err2, sizeof err2);
-    if (!commcheck(&q, err2, sizeof err2)) {
-      for (int r = 0; r < m->nrprog; r++) m->rprog[r]->pipe_mpi = true;
-      return 0;
-    }
+  if (pipe && cuda_ok(m, true, spec, err2, sizeof err2)) {
+    for (int r = 0; r < m->nrprog; r++) m->rprog[r]->pipe_mpi = true;
+    return 0;
   }
   diag_fatal_noloc("communication check (the cuda target's NCCL groups) failed for strategy on "
                    "%d ranks: %s", nr, pipe ? err2 : err);

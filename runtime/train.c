@@ -980,6 +980,15 @@ static int pipe_peer(const Trainer *t, int vs) {
   return t->rank + (vs % pg->pp - pg->rank) * (pg->ranks / pg->pp);
 }
 
+#ifdef RT_TRAIN_CUDA
+/* A message for the next rt_pipe_post's NCCL group. */
+static void pipe_queue(Trainer *t, int send, int peer, void *buf, size_t n) {
+  if (t->nqueued == 3 * RT_PIPE_MAXMSG)
+    rt_mesh_fail(t->mesh, "internal: more than %d pipeline messages queued", t->nqueued);
+  t->queued[t->nqueued++] = (RtcPipeMsg){send, peer, buf, n, t->es};
+}
+#endif
+
 /* Receives n elements at element off of buf (the whole message: off 0). */
 static void pipe_recv_(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf, size_t off,
                        size_t n) {
@@ -988,9 +997,7 @@ static void pipe_recv_(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf
   unsigned char *b = (unsigned char *)buf + off * (size_t)t->es;
 #ifdef RT_TRAIN_CUDA
   if (t->pipe_nccl) { /* posted at the block's rt_pipe_post */
-    if (t->nqueued == 3 * RT_PIPE_MAXMSG)
-      rt_mesh_fail(t->mesh, "internal: more than %d pipeline messages queued", t->nqueued);
-    t->queued[t->nqueued++] = (RtcPipeMsg){0, peer, b, n, t->es};
+    pipe_queue(t, 0, peer, b, n);
     return;
   }
 #endif
@@ -1016,9 +1023,7 @@ static void pipe_send_(RtPass *p, int peer_vs, int lower_vs, int grad, const voi
   const unsigned char *b = (const unsigned char *)buf + off * (size_t)t->es;
 #ifdef RT_TRAIN_CUDA
   if (t->pipe_nccl) { /* posted with the next block's receives: the stream keeps the slot */
-    if (t->nqueued == 3 * RT_PIPE_MAXMSG)
-      rt_mesh_fail(t->mesh, "internal: more than %d pipeline messages queued", t->nqueued);
-    t->queued[t->nqueued++] = (RtcPipeMsg){1, pipe_peer(t, peer_vs), (void *)b, n, t->es};
+    pipe_queue(t, 1, pipe_peer(t, peer_vs), (void *)b, n);
     return;
   }
   /* from the host mirror of the stash slot, which the driver reuses only

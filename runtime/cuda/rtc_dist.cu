@@ -51,32 +51,27 @@ static void count_(RtMesh *m, RtAxis ax, uint64_t bytes) {
 static cudaStream_t on_;
 static cudaStream_t stream_(void) { return on_ ? on_ : (cudaStream_t)rtc_stream; }
 
+/* waiter's next work waits for the work issued so far on s, its end
+ * recorded in e. */
+static void follow_(cudaStream_t waiter, cudaStream_t s, cudaEvent_t e) {
+  cudaCheck(cudaEventRecord(e, s));
+  cudaCheck(cudaStreamWaitEvent(waiter, e, 0));
+}
+
 /* The communication stream's next collective starts once the kernels
  * issued so far on the compute stream are done (the writers of what it
  * sends, the last readers of what it overwrites). */
-static void comm_after_compute_(void) {
-  cudaCheck(cudaEventRecord(ready_, stream_()));
-  cudaCheck(cudaStreamWaitEvent(rtc_comm_stream, ready_, 0));
-}
+static void comm_after_compute_(void) { follow_(rtc_comm_stream, stream_(), ready_); }
 
 /* The compute stream's next kernel waits for the communication stream's
  * work so far, its end recorded in e. */
-static void compute_after_comm_(cudaEvent_t e) {
-  cudaCheck(cudaEventRecord(e, rtc_comm_stream));
-  cudaCheck(cudaStreamWaitEvent(stream_(), e, 0));
-}
+static void compute_after_comm_(cudaEvent_t e) { follow_(stream_(), rtc_comm_stream, e); }
 
 /* The tensor/sequence-parallel stream's next work waits for the compute
  * issued so far, or the compute stream's for that stream's (ring
  * attention's messages, rtc_ring.cu). */
-void rtc_tp_after_compute(void) {
-  cudaCheck(cudaEventRecord(tp_ready_, (cudaStream_t)rtc_stream));
-  cudaCheck(cudaStreamWaitEvent(rtc_tp_stream, tp_ready_, 0));
-}
-void rtc_compute_after_tp(void) {
-  cudaCheck(cudaEventRecord(tp_done_, rtc_tp_stream));
-  cudaCheck(cudaStreamWaitEvent((cudaStream_t)rtc_stream, tp_done_, 0));
-}
+void rtc_tp_after_compute(void) { follow_(rtc_tp_stream, (cudaStream_t)rtc_stream, tp_ready_); }
+void rtc_compute_after_tp(void) { follow_((cudaStream_t)rtc_stream, rtc_tp_stream, tp_done_); }
 
 int rtc_mesh_init(RtMesh *m, int staged) {
   staged_ = staged;
@@ -188,8 +183,7 @@ void rtc_allreduce(RtMesh *m, RtAxis ax, float *buf, size_t n) {
 static void tp_fork_(void) {
   if (tp_pending_) rtc_fail("NCCL", "rtc_tp_begin", "a collective beside the GEMMs not joined",
                             __FILE__, __LINE__, "internal: every start is joined before the next");
-  cudaCheck(cudaEventRecord(tp_ready_, (cudaStream_t)rtc_stream));
-  cudaCheck(cudaStreamWaitEvent(rtc_tp_stream, tp_ready_, 0));
+  rtc_tp_after_compute();
   tp_pending_ = 1;
 }
 
@@ -228,8 +222,7 @@ void rtc_allreduce_start(RtMesh *m, RtAxis ax, rtc_bf16 *y, const rtc_bf16 *x, s
 
 void rtc_tp_join(void) {
   if (!tp_pending_) return;
-  cudaCheck(cudaEventRecord(tp_done_, rtc_tp_stream));
-  cudaCheck(cudaStreamWaitEvent((cudaStream_t)rtc_stream, tp_done_, 0));
+  rtc_compute_after_tp();
   tp_pending_ = 0;
 }
 
