@@ -23,6 +23,9 @@
 #include "rt_math.h"
 #include "shardrt.h"
 
+/* OpenBLAS's kernel set (weak: another BLAS has none), in the profile */
+extern char *openblas_get_corename(void) __attribute__((weak));
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -93,6 +96,7 @@ static double time_linear(int M, int N, int K, float *pool, long pool_n) {
 }
 
 int main(int argc, char **argv) {
+  rt_blas_setup(argc, argv); /* OpenBLAS's kernels as the programs get them */
   rt_bind_shared_cores(); /* ranks placed as the programs place them (runtime/threads.c) */
   MPI_Init(&argc, &argv);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -116,8 +120,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "shardc calibrate: cannot write %s\n", argv[1]);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    fprintf(out, "{\"shardc_profile\": 1, \"device\": \"cpu\", \"np\": %d, \"threads\": %d, \"cores\": %ld,\n",
-            world, threads, cores);
+    const char *core = openblas_get_corename ? openblas_get_corename() : NULL;
+    fprintf(out, "{\"shardc_profile\": 1, \"device\": \"cpu\", \"np\": %d, \"threads\": %d, \"cores\": %ld,\n"
+            "\"blas_core\": \"%s\",\n", world, threads, cores, core ? core : "unknown");
   }
   /* Every figure is the fastest of `rounds` rounds of the whole suite: a
    * trial's minimum escapes a disturbance of a fraction of a second, but

@@ -215,6 +215,13 @@ int rt_threads_per_rank(int ranks);
  * before MPI_Init, so that MPI's threads inherit it.  Returns the core, or
  * -1 when it bound nothing. */
 int rt_bind_shared_cores(void);
+/* OpenBLAS 0.3.21 does not recognize some newer x86 CPUs and falls back to
+ * its slowest (Prescott) kernels; then, when the CPU has AVX2 or AVX-512,
+ * the program runs itself again with OPENBLAS_CORETYPE set (Haswell,
+ * SkylakeX).  Call first, before MPI_Init (the training programs and the
+ * calibrator do, so that calibration times the kernels the programs run).
+ * Nothing happens when OPENBLAS_CORETYPE is already set. */
+void rt_blas_setup(int argc, char **argv);
 
 /* ---------------------------------------------------------------------------
  * kernels.c — forward/backward kernels, templated over the element type:

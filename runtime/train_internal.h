@@ -15,6 +15,7 @@
  * Flags:  --steps N --seed S --data FILE --load CKPT --save CKPT
  *         --save-every N --log FILE.jsonl --quiet --stop-on-divergence
  *         --help --gradcheck N; cuda programs: --comm nccl|mpi --no-graph
+ *         --no-gemm-tune --gemm-algos FILE
  */
 typedef struct RtTrainArgs {
   long steps;          /* train until this global step (default: the program's steps) */
@@ -27,6 +28,8 @@ typedef struct RtTrainArgs {
   int comm_set;        /* --comm given (cuda programs only) */
   int comm_mpi;        /* --comm mpi: collectives staged through host memory and MPI */
   int no_graph;        /* --no-graph (cuda programs only): no CUDA graphs, every step eager */
+  int no_gemm_tune;    /* --no-gemm-tune (cuda programs only): cuBLASLt's heuristic's first */
+  const char *gemm_algos; /* --gemm-algos FILE (cuda programs only): the timed choices */
 } RtTrainArgs;
 
 /* A loss above this many times its first value in a run is diverging: the
@@ -47,12 +50,6 @@ int rt_train_args_parse(RtTrainArgs *a, const RtProgram *pg, int argc, char **ar
  * from its environment; 1 and 0 when started directly.  The one-rank driver
  * refuses a multi-rank launch with it. */
 int rt_launcher_ranks(int *rank);
-/* OpenBLAS 0.3.21 does not recognize some newer x86 CPUs and falls back to
- * its slowest (Prescott) kernels; then, when the CPU has AVX2 or AVX-512,
- * the program runs itself again with OPENBLAS_CORETYPE set (Haswell,
- * SkylakeX).  Call first, before MPI_Init.  Nothing happens when
- * OPENBLAS_CORETYPE is already set. */
-void rt_blas_setup(int argc, char **argv);
 /* glibc keeps freed memory (no per-call mmap/munmap of MPI's buffers). */
 void rt_malloc_setup(void);
 /* Threads of both pools (rt_set_threads): the cores of this node divided by

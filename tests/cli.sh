@@ -279,6 +279,12 @@ assert [x for x, y in p["gemm_thin"]] == [8, 16, 32, 64, 128, 256, 512], p["gemm
 assert all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in figs), figs
 print("rounds %d, all figures finite" % p["rounds"])' "$tmp/prof2.json"
   expect compile-profile 0 'predicted step .* \(profile .*prof2.json \(cpu, 2 ranks\)\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy dp=2 --profile "$tmp/prof2.json"
+  # the kernels the programs run: where OpenBLAS does not know the CPU and
+  # falls back to its Prescott kernels, the calibrator runs itself again with
+  # the AVX2/AVX-512 ones, as the programs do (rt_blas_setup)
+  if grep -qwE 'avx2|avx512f' /proc/cpuinfo; then
+    expect calibrate-blas-core 0 '"blas_core": "[A-Za-z0-9]+"' -- grep -v '"blas_core": "Prescott"' "$tmp/prof2.json"
+  fi
   expect calibrate-special 0 '"special": \{"exp": [0-9.e-]+, "log": .*"tanh": [0-9.e-]+' -- cat "$tmp/prof2.json"
   expect calibrate-kernels 0 '"kernels": \{"gelu": [0-9.e-]+, "gelu_bwd": .*"layernorm_bwd": [0-9.e-]+' -- cat "$tmp/prof2.json"
   expect explore-profile 0 'profile .*prof2.json' -- "$bin" explore samples/gpt.shard --mesh 2 --profile "$tmp/prof2.json"
