@@ -22,8 +22,12 @@
 #        compiler pads its LM head's bf16 weight copy to 50304 rows
 #        (passes/precision.c); 3b: again built with SHARDC_HEAD_PAD=0,
 #        the head's rows of 50257 unaligned, as the 2026-12-04 run ran it;
+#        3c: again with --no-gemm-tune (cuBLASLt's heuristic's first
+#        algorithm for every GEMM; 3 runs the fastest of its candidates,
+#        timed in step 1, the "gemms:" line);
 #     4. GPT-2's device time by kernel family (SHARDC_PROFILE);
-#     5. the tiny GPT with --no-graph against the graph run;
+#     5. the tiny GPT with --no-graph against the graph run, and run again
+#        with the GEMM algorithms the first run timed and kept: bitwise;
 #     6. `shardc calibrate --target cuda` on one rank (its one-rank build
 #        without MPI, shardc-calib-cuda-serial: cuBLASLt fp32 and bf16 GEMMs,
 #        axpy bandwidth, launch cost; capped at 60 s), the profile written to
@@ -280,7 +284,7 @@ run() {
     local rc=$?
     echo "$out" >"$w/$m.out"
     keep "$w/$m.out"
-    grep -E "^(device|memory):" <<<"$out" | tee -a "$res"
+    grep -E "^(device|memory|gemms):" <<<"$out" | tee -a "$res"
     if [ $rc -ne 0 ]; then
       fail=$((fail + 1))
       say "FAIL $m: exit $rc: $(tail -5 <<<"$out")"
@@ -298,18 +302,22 @@ run() {
   say ""
   # gpt2: the sample as given (vocabulary 50257: the compiler pads the LM
   # head's bf16 copy to 50304 rows); gpt2u: built with SHARDC_HEAD_PAD=0
-  local out rc g2
-  for g2 in gpt2 gpt2u; do
-    say "## 3$([ $g2 = gpt2u ] && echo b). GPT-2 124M, bf16$([ $g2 = gpt2u ] && echo ", the LM head unpadded (SHARDC_HEAD_PAD=0: rows of 50257)"), microbatch $(cat "$w/models/gpt2.microbatch") x seq 1024, $G2_STEPS steps"
-    if [ ! -x "$w/models/$g2/train" ]; then
-      say "(no $g2 in the pack)"
+  local out rc g2 bin flags
+  # 3c: gpt2 again with --no-gemm-tune (cuBLASLt's heuristic's first for
+  # every GEMM, as before the runtime timed its candidates)
+  for g2 in gpt2 gpt2u gpt2h; do
+    bin=$g2 flags=
+    [ $g2 = gpt2h ] && bin=gpt2 flags=--no-gemm-tune
+    say "## 3$([ $g2 = gpt2u ] && echo b)$([ $g2 = gpt2h ] && echo c). GPT-2 124M, bf16$([ $g2 = gpt2u ] && echo ", the LM head unpadded (SHARDC_HEAD_PAD=0: rows of 50257)")$([ $g2 = gpt2h ] && echo ", --no-gemm-tune (the heuristic's first algorithm for every GEMM)"), microbatch $(cat "$w/models/gpt2.microbatch") x seq 1024, $G2_STEPS steps"
+    if [ ! -x "$w/models/$bin/train" ]; then
+      say "(no $bin in the pack)"
       continue
     fi
-    out=$(timeout 150 "$w/models/$g2/train" --steps $G2_STEPS --data "$bigdata" --log "$w/$g2.jsonl" 2>&1)
+    out=$(timeout 150 "$w/models/$bin/train" --steps $G2_STEPS --data "$bigdata" --log "$w/$g2.jsonl" $flags 2>&1)
     rc=$?
     echo "$out" >"$w/$g2.out"
     keep "$w/$g2.out" "$w/$g2.jsonl"
-    grep -E "^(device|memory|params|batch):" <<<"$out" | tee -a "$res"
+    grep -E "^(device|memory|params|batch|gemms):" <<<"$out" | tee -a "$res"
     if [ $rc -ne 0 ] && [ $rc -ne 124 ]; then
       fail=$((fail + 1))
       say "FAIL $g2: exit $rc: $(tail -5 <<<"$out")"
@@ -348,7 +356,8 @@ EOF
   sed -n '/^profile:/,/^done:/p' <<<"$out" | grep -E '^profile:|attention' | tee -a "$res"
   att_rates "$w/$g2-profile-mt1.out" "$(cat "$w/models/gpt2.microbatch")" | tee -a "$res"
   say ""
-  say "## 5. the tiny GPT without CUDA graphs (--no-graph): the same losses"
+  say "## 5. the tiny GPT without CUDA graphs (--no-graph): the same losses; run again with the"
+  say "##    GEMM algorithms its first run timed and kept (gpt/train.gemm-algos): bitwise the same"
   out=$(timeout 90 "$w/models/gpt/train" --steps 20 --data "$data" --no-graph --log "$w/gpt-nograph.jsonl" 2>&1)
   if [ $? -eq 0 ] && cmp=$(losses_close "$w/gpt.jsonl" "$w/gpt-nograph.jsonl" 1e-6); then
     pass=$((pass + 1))
@@ -356,6 +365,16 @@ EOF
   else
     fail=$((fail + 1))
     say "FAIL gpt --no-graph: ${cmp:-$(tail -3 <<<"$out")}"
+  fi
+  out=$(timeout 90 "$w/models/gpt/train" --steps 20 --data "$data" --log "$w/gpt-again.jsonl" 2>&1)
+  grep -E "^gemms:" "$w/gpt.out" | sed 's/^/first run: /' | tee -a "$res"
+  grep -E "^gemms:" <<<"$out" | sed 's/^/again:     /' | tee -a "$res"
+  if [ "$(grep -o '"loss":[^,]*' "$w/gpt.jsonl")" = "$(grep -o '"loss":[^,]*' "$w/gpt-again.jsonl")" ]; then
+    pass=$((pass + 1))
+    say "PASS gpt again with the kept GEMM algorithms: bitwise the same losses"
+  else
+    fail=$((fail + 1))
+    say "FAIL gpt again with the kept GEMM algorithms: $(diff <(grep -o '"loss":[^,]*' "$w/gpt.jsonl") <(grep -o '"loss":[^,]*' "$w/gpt-again.jsonl") | head -4) $(tail -3 <<<"$out")"
   fi
   say ""
   say "## 6. calibration (cuBLASLt, axpy, launch on one GPU) and the predicted step against the measured"

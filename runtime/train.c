@@ -97,6 +97,11 @@ struct RtTrainer {
    * them the host reads the losses and the norm, checks them and forms the
    * optimizer's scalars.  off_why: why they are off (NULL: on). */
   const char *off_why;
+  /* GEMM algorithms (gemm_setup, gemm_agree): the file's choices (the same
+   * on every rank: rank 0 reads, broadcasts), the file; NULL: no timing */
+  RtGemmTable gemm_known;
+  char *gemm_path;
+  const char *gpu;
   RtcGraph *ga, *gb;
   double *loss_dev, *loss_pin;   /* [mb] each microbatch's loss (device, pinned) */
   double *ss_dev, *ss_pin;       /* [nparams + 1] the norm's sums of squares */
@@ -142,6 +147,10 @@ static int finish(Trainer *t, int status) {
   t->mem = NULL;
   t->arena = NULL;
 #ifdef RT_TRAIN_CUDA
+  rtc_gemm_tune(0, NULL, 0);
+  rt_gemm_table_free(&t->gemm_known);
+  free(t->gemm_path);
+  t->gemm_path = NULL;
   rtc_graph_free(t->ga);
   rtc_graph_free(t->gb);
   t->ga = t->gb = NULL;
@@ -2074,6 +2083,138 @@ static int step_graphed(Trainer *t, long step, double *loss, double *lr, double 
   return 0;
 }
 
+/* GEMM algorithms (rtc_train.h's rtc_gemm_tune): unless --no-gemm-tune,
+ * rank 0 reads the file of timed choices (--gemm-algos, or the program's
+ * path + .gemm-algos) and every rank gets them; the first step times the
+ * shapes the file lacks (each rank its own), gemm_agree then makes every
+ * rank run the same algorithm for the same shape from the second step on,
+ * and rank 0 writes the file.  A file that is not one of these is an
+ * error, never overwritten; a stale one (another device or cuBLASLt, a
+ * damaged line) is timed again and rewritten. */
+static int gemm_setup(Trainer *t, const char *argv0, long step, int say) {
+  const RtTrainArgs *a = &t->args;
+  if (a->no_gemm_tune) {
+    rtc_gemm_tune(0, NULL, 0);
+    return 1;
+  }
+  const char *base = argv0 && *argv0 ? argv0 : "train";
+  size_t n = strlen(base) + 16;
+  t->gemm_path = a->gemm_algos ? strdup(a->gemm_algos) : malloc(n);
+  if (!t->gemm_path)
+    fail(t, "out of memory");
+  if (!a->gemm_algos)
+    snprintf(t->gemm_path, n, "%s.gemm-algos", base);
+  int ok = 1, cnt = 0;
+  if (t->rank == 0) {
+    int stale = 0;
+    char why[160];
+    ok = rt_gemm_table_read(&t->gemm_known, t->gemm_path, t->gpu ? t->gpu : "?",
+                            rtc_gemm_lib_version(), &stale, why) == RT_OK;
+    if (ok && stale && say)
+      printf("gemms:    %s: %s; timing again, and rewriting it\n", t->gemm_path, why);
+    cnt = t->gemm_known.n;
+  }
+  if (!all_ok(t, ok))
+    return 0;
+#ifdef RT_TRAIN_MPI
+  MPI_OK(MPI_Bcast(&cnt, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  if (t->rank != 0)
+    for (int i = 0; i < cnt; i++) { /* room for them */
+      RtGemmChoice z;
+      memset(&z, 0, sizeof z);
+      z.key[0] = i;
+      z.key[1] = -1; /* distinct placeholders, overwritten below */
+      rt_gemm_table_add(&t->gemm_known, &z);
+    }
+  if (cnt)
+    MPI_OK(MPI_Bcast(t->gemm_known.c, (int)(cnt * sizeof(RtGemmChoice)), MPI_BYTE, 0,
+                     MPI_COMM_WORLD));
+#else
+  (void)cnt;
+#endif
+  /* step 1 runs the heuristic's first everywhere, the steps after it the
+   * agreed choice: a run resumed after step 1 runs the file's at once */
+  rtc_gemm_tune(1, &t->gemm_known, step > 0);
+  return 1;
+}
+
+/* After the first step: every rank's choices to every rank; for each
+ * shape the file's, else the lowest rank's timed one, else the
+ * heuristic's first; adopted from the next step on; rank 0 keeps the
+ * file's and the timed ones in the file. */
+static int gemm_agree(Trainer *t, int say) {
+  if (!t->gemm_path)
+    return 1;
+  RtGemmTable mine = {0}, all = {0}, merged = {0};
+  rtc_gemm_choices(&mine);
+#ifdef RT_TRAIN_MPI
+  int *cnt = calloc((size_t)t->world, sizeof *cnt), *bytes = calloc((size_t)t->world, sizeof *bytes),
+      *displ = calloc((size_t)t->world, sizeof *displ);
+  if (!cnt || !bytes || !displ)
+    fail(t, "out of memory");
+  MPI_OK(MPI_Allgather(&mine.n, 1, MPI_INT, cnt, 1, MPI_INT, MPI_COMM_WORLD));
+  long total = 0;
+  for (int r = 0; r < t->world; r++) {
+    displ[r] = (int)(total * (long)sizeof(RtGemmChoice));
+    bytes[r] = cnt[r] * (int)sizeof(RtGemmChoice);
+    total += cnt[r];
+  }
+  all.c = malloc((size_t)(total ? total : 1) * sizeof(RtGemmChoice));
+  if (!all.c)
+    fail(t, "out of memory");
+  all.n = all.cap = (int)total;
+  MPI_OK(MPI_Allgatherv(mine.c ? (void *)mine.c : (void *)all.c, bytes[t->rank], MPI_BYTE, all.c,
+                        bytes, displ, MPI_BYTE, MPI_COMM_WORLD));
+  free(cnt);
+  free(bytes);
+  free(displ);
+#else
+  all = mine;
+  mine.c = NULL;
+#endif
+  /* in rank order: the file's and the timed ones first, then the rest */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < all.n; i++)
+      if ((all.c[i].source != RT_GEMM_FIRST) == (pass == 0))
+        rt_gemm_table_add(&merged, &all.c[i]);
+  rtc_gemm_adopt(&merged);
+  int timed = 0, file = 0, first = 0;
+  double ms = 0, ms_first = 0;
+  RtGemmTable keep = {0};
+  for (int i = 0; i < merged.n; i++) {
+    const RtGemmChoice *c = &merged.c[i];
+    timed += c->source == RT_GEMM_TIMED;
+    file += c->source == RT_GEMM_FILE;
+    first += c->source == RT_GEMM_FIRST;
+    if (c->source != RT_GEMM_FIRST) {
+      ms += c->ms;
+      ms_first += c->ms_first;
+      rt_gemm_table_add(&keep, c);
+    }
+  }
+  int ok = 1;
+  if (t->rank == 0 && timed &&
+      rt_gemm_table_write(&keep, t->gemm_path, t->gpu ? t->gpu : "?", rtc_gemm_lib_version()) !=
+          RT_OK) {
+    fprintf(stderr, "train: warning: %s; the next run times the GEMMs again\n", rt_last_error());
+    ok = 0;
+  }
+  if (say && merged.n) {
+    printf("gemms:    %d shape%s: %d timed now, %d from %s, %d untimed", merged.n,
+           merged.n == 1 ? "" : "s", timed, file, t->gemm_path, first);
+    if (timed + file)
+      printf("; from the next step the fastest of up to 8 cuBLASLt candidates each: %.1f%% less time "
+             "than the heuristic's first over those%s", 100.0 * (1.0 - ms / ms_first),
+             timed && ok ? " (kept in the file)" : "");
+    printf("\n");
+  }
+  rt_gemm_table_free(&mine);
+  rt_gemm_table_free(&all);
+  rt_gemm_table_free(&merged);
+  rt_gemm_table_free(&keep);
+  return 1;
+}
+
 /* Whether the step can be captured (NULL) or why not; and the memory the
  * graphs and the norm use. */
 static const char *graph_setup(Trainer *t) {
@@ -2392,6 +2533,10 @@ static int train(Trainer *t, long step, int say) {
     double tflops = pg->model_flops > 0 ? fps / 1e12 : NAN;
     double mfu = pg->model_flops > 0 && pg->peak_flops > 0 ? fps / pg->peak_flops : NAN;
     first_step_checks(t, step, measure, measured, say);
+#ifdef RT_TRAIN_CUDA
+    if (measure && !gemm_agree(t, say))
+      return 1;
+#endif
     if (!all_ok(t, t->rank != 0 || rt_metrics_log(&t->log, step + 1, loss, lr, ms, tps, tflops,
                                                   mfu) == RT_OK))
       return 1;
@@ -2431,10 +2576,12 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
     return finish(t, rc > 0 ? 0 : 2);
   const RtTrainArgs *a = &t->args;
 #ifndef RT_TRAIN_CUDA
-  if (a->comm_set || a->no_graph) {
+  if (a->comm_set || a->no_graph || a->no_gemm_tune || a->gemm_algos) {
     if (t->rank == 0)
       fprintf(stderr, "train: error: %s is for programs built with --target cuda; this one "
-                      "runs on the CPU%s\n", a->comm_set ? "--comm" : "--no-graph",
+                      "runs on the CPU%s\n",
+              a->comm_set ? "--comm" : a->no_graph ? "--no-graph"
+                                     : a->no_gemm_tune ? "--no-gemm-tune" : "--gemm-algos",
               a->comm_set ? " over MPI" : "");
     return finish(t, 2);
   }
@@ -2462,6 +2609,7 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
     return finish(t, 1);
   t->pipe_nccl = pg->pp > 1 && !pg->pipe_mpi && !a->comm_mpi;
 #endif
+  t->gpu = gpu;
 #endif
   init_params(t, a->seed);
   long step = 0;
@@ -2469,6 +2617,8 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
   if (a->load && !all_ok(t, load_checkpoint(t, a->load, &step, &weights_only) == RT_OK))
     return finish(t, 1);
 #ifdef RT_TRAIN_CUDA
+  if (!gemm_setup(t, argv[0], step, t->rank == 0 && !a->quiet))
+    return finish(t, 1);
   rtc_to_device(t->dev, t->arena, pg->persistent_bytes);
   if (t->rank == 0 && !a->quiet)
     printf("device:   %s (%d rank%s, %s; %s)\n", gpu ? gpu : "?", t->world,

@@ -101,6 +101,14 @@ static void usage(const RtProgram *pg, FILE *f) {
           "                   through host memory and MPI (several ranks on one GPU)\n"
           "  --no-graph       cuda programs: run every step eagerly (by default the steps\n"
           "                   after the first replay CUDA graphs of the step)\n"
+          "  --gemm-algos FILE\n"
+          "                   cuda programs: where the GEMM algorithms chosen by timing are\n"
+          "                   kept (default: this program's path + .gemm-algos): the first\n"
+          "                   step times cuBLASLt's candidates for each GEMM shape not in\n"
+          "                   FILE, the ranks agree, the later steps run the fastest, and\n"
+          "                   FILE gets them, so that later runs run the same algorithms\n"
+          "  --no-gemm-tune   cuda programs: cuBLASLt's heuristic's first algorithm for\n"
+          "                   every GEMM; no timing, no file\n"
           "  --help           print this help\n"
           "\n"
           "Exit status: 0 on success, 1 on a run-time error (bad data or checkpoint, a\n"
@@ -153,6 +161,10 @@ int rt_train_args_parse(RtTrainArgs *a, const RtProgram *pg, int argc, char **ar
       a->quiet = 1;
     } else if (!strcmp(arg, "--no-graph")) {
       a->no_graph = 1;
+    } else if (!strcmp(arg, "--no-gemm-tune")) {
+      a->no_gemm_tune = 1;
+    } else if ((v = flag_value(argc, argv, &i, "--gemm-algos", &missing))) {
+      a->gemm_algos = v;
     } else if (!strcmp(arg, "--stop-on-divergence")) {
       a->stop_on_divergence = 1;
     } else if ((v = flag_value(argc, argv, &i, "--steps", &missing))) {
@@ -203,6 +215,12 @@ int rt_train_args_parse(RtTrainArgs *a, const RtProgram *pg, int argc, char **ar
   if (a->save_every && !a->save) {
     if (print)
       fprintf(stderr, "train: error: --save-every needs --save CKPT\n");
+    return -1;
+  }
+  if (a->gemm_algos && a->no_gemm_tune) {
+    if (print)
+      fprintf(stderr, "train: error: --gemm-algos keeps timed GEMM algorithms, --no-gemm-tune "
+                      "times none: give one of them\n");
     return -1;
   }
   if (a->data && pg->data != RT_TRAIN_TOKENS) {

@@ -17,17 +17,23 @@
  * Determinism: the algorithm for a shape is chosen once (the plan cache
  * below) and split-K schemes that reduce in place through the output buffer
  * are excluded, so a GEMM is bitwise the same run to run on one GPU model.
+ * The choice is cuBLASLt heuristic's first, or (rtc_gemm_tune, the default
+ * of training programs) the fastest of its candidates timed in the first
+ * step, agreed over the ranks and kept in a file that later runs read
+ * (train.c's gemm_setup/gemm_agree, runtime/gemm_algos.h).
  * The bias gradient does not use the BGRADB epilogue: the epilogue writes
  * (the backward accumulates), its summation order is not documented, and
  * the reduction kernel here also runs, and is tested, in the host build.
  * No atomics anywhere in this file.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.cuh"
 #include "rtc_bf16_io.cuh"
+#include "rtc_train.h"
 
 #ifdef RTC_HOST
 
@@ -274,6 +280,18 @@ int rtc_gemm_bf16;
 enum { RTC_ST_AB16 = 1, RTC_ST_C16 = 2, RTC_ST_BIAS16 = 4, RTC_ST_BGRAD = 8, RTC_ST_GELU = 16,
        RTC_ST_DGELU = 32 };
 
+// Algorithm choice (rtc_train.h's rtc_gemm_tune; the GPU build's plans):
+// candidates timed a shape, whether timing is on, the choices not to time.
+#define RTC_GEMM_CANDS 8
+static int rtc_tune_on_, rtc_known_now_;
+static const RtGemmTable *rtc_known_;
+
+void rtc_gemm_tune(int on, const RtGemmTable *known, int known_now) {
+  rtc_tune_on_ = on;
+  rtc_known_ = known;
+  rtc_known_now_ = known_now;
+}
+
 #ifdef RTC_HOST
 
 /* x rounded to bf16 (to nearest, ties to even) and back: what the tensor
@@ -374,6 +392,17 @@ static int rtc_gemm_st_(int ta, int tb, int M, int N, int K, float alpha, const 
   return 1;
 }
 
+// The host twin has one algorithm (OpenBLAS's): nothing to choose.
+int rtc_gemm_choices(RtGemmTable *t) {
+  t->n = 0;
+  return 0;
+}
+int rtc_gemm_adopt(const RtGemmTable *t) {
+  (void)t;
+  return 0;
+}
+long rtc_gemm_lib_version(void) { return 0; }
+
 #else
 
 #define cublasCheck(call)                                                                 \
@@ -398,9 +427,16 @@ typedef struct {
   RtcGemmKey key;
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t lb, la, lc; // cuBLASLt's A is our b, its B our a
-  cublasLtMatmulAlgo_t algo;
+  cublasLtMatmulAlgo_t algo;         // what the calls run
   int found; // 0: no algorithm (kept, so that the heuristic is not asked again)
+  // the heuristic's candidates (cand[0] its first) and what timing them found
+  cublasLtMatmulAlgo_t cand[RTC_GEMM_CANDS];
+  int ncand, best, timed, known; // known: the file's choice is kept for it, not timed
+  float ms, ms_first;
 } RtcGemmPlan;
+static_assert(sizeof(RtcGemmKey) == RT_GEMM_KEY_INTS * sizeof(int32_t), "gemm_algos.h's key");
+static_assert(sizeof(cublasLtMatmulAlgo_t) == RT_GEMM_ALGO_WORDS * sizeof(uint64_t),
+              "gemm_algos.h's algorithm");
 
 #define RTC_GEMM_PLANS 64 // a model has a few dozen distinct GEMM shapes
 
@@ -423,6 +459,26 @@ static void rtc_plan_free_(RtcGemmPlan *p) {
   cublasCheck(cublasLtMatrixLayoutDestroy(p->lb));
   cublasCheck(cublasLtMatrixLayoutDestroy(p->la));
   cublasCheck(cublasLtMatrixLayoutDestroy(p->lc));
+}
+
+// p runs t's choice for its key from now on (1), or keeps its algorithm (0):
+// none in t, the same, or one that cuBLASLt's check refuses for p (from a
+// file, or another rank's GPU: the heuristic's first stays).
+static int rtc_gemm_adopt_(RtcGemmPlan *p, const RtGemmTable *t) {
+  const RtGemmChoice *c = p->found ? rt_gemm_table_find(t, (const int32_t *)&p->key) : NULL;
+  if (!c)
+    return 0;
+  cublasLtMatmulAlgo_t algo;
+  memcpy(&algo, c->algo, sizeof algo);
+  if (!memcmp(&algo, &p->algo, sizeof algo))
+    return 0;
+  cublasLtMatmulHeuristicResult_t res;
+  cublasStatus_t st = cublasLtMatmulAlgoCheck(rtc_lt_, p->op, p->lb, p->la, p->lc, p->lc, &algo,
+                                              &res);
+  if (st != CUBLAS_STATUS_SUCCESS || res.workspaceSize > RTC_MM_WS_BYTES)
+    return 0;
+  p->algo = algo;
+  return 1;
 }
 
 // The plan for key: found, or made (evicting the oldest when the cache is full).
@@ -504,11 +560,13 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const void *bias, const voi
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
   cublasCheck(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
-  cublasLtMatmulHeuristicResult_t res;
+  cublasLtMatmulHeuristicResult_t res[RTC_GEMM_CANDS];
   int found = 0;
-  // no algorithm comes back as NOT_SUPPORTED or as success with none found
+  // no algorithm comes back as NOT_SUPPORTED or as success with none found;
+  // the first is the same whether one or more are asked for
+  int asked = rtc_tune_on_ ? RTC_GEMM_CANDS : 1;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(rtc_lt_, p->op, p->lb, p->la, p->lc, p->lc,
-                                                     pref, 1, &res, &found);
+                                                     pref, asked, res, &found);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED)
     found = 0;
   else if (st != CUBLAS_STATUS_SUCCESS)
@@ -526,9 +584,138 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const void *bias, const voi
              rtc_hint("cuBLASLt", (int)CUBLAS_STATUS_NOT_SUPPORTED));
   }
   if (p->found)
-    p->algo = res.algo;
+    p->algo = res[0].algo;
+  for (int i = 0; i < found && i < RTC_GEMM_CANDS; i++)
+    if (res[i].state == CUBLAS_STATUS_SUCCESS)
+      p->cand[p->ncand++] = res[i].algo;
+  const RtGemmChoice *k = rtc_known_ ? rt_gemm_table_find(rtc_known_, (const int32_t *)key) : NULL;
+  p->known = k != NULL;
+  if (k && p->found && rtc_known_now_) { // a resumed run: the choice from the first call
+    RtGemmTable one = {(RtGemmChoice *)k, 1, 1};
+    rtc_gemm_adopt_(p, &one);
+  }
   return p;
 }
+
+/* ---------------------------------------------------------------------------
+ * Timing the candidates (rtc_gemm_tune, rtc_train.h).  At a shape's first
+ * call, before the call itself, each of the heuristic's candidates runs on
+ * the call's operands: a warm-up, then enough calls to fill about 2 ms
+ * (3 to 50), timed by events on the stream; the fastest (the first among
+ * equals) becomes p->best.  With beta = 0 the candidates write c (and aux,
+ * and a BGRADB bias) themselves, which the call then overwrites; otherwise c
+ * holds what the call adds to, and they write a scratch of c's size, at
+ * most RTC_TUNE_SCRATCH bytes, allocated for the timing and freed in
+ * stream order (not the arena: the plan's bytes stay exact).  The host
+ * waits for the compute stream's events only, as a rank blocked at each
+ * NCCL group does in the program's deadlock check (passes/commcheck.c),
+ * so the timing cannot hang a mesh.  Not while a graph is being
+ * captured (nothing may wait then), not without scratch: the shape keeps
+ * the heuristic's first.  The calls keep running p->algo until
+ * rtc_gemm_adopt: the choice is the ranks' agreement, applied from the
+ * second step (train.c).
+ */
+#define RTC_TUNE_SCRATCH ((size_t)1 << 30)
+
+static void rtc_tune_(RtcGemmPlan *p, float alpha, const void *a, const void *b, float beta,
+                      void *c, size_t c_bytes) {
+  p->timed = -1; // tried: not again
+  cudaStream_t s = (cudaStream_t)rtc_stream;
+  cudaStreamCaptureStatus cs;
+  cudaCheck(cudaStreamIsCapturing(s, &cs));
+  if (cs != cudaStreamCaptureStatusNone)
+    return;
+  void *out = c, *scratch = NULL;
+  if (beta != 0.0f) {
+    if (c_bytes > RTC_TUNE_SCRATCH)
+      return;
+    // stream-ordered: no device-wide synchronization (cudaFree's), which
+    // would also wait for the collectives in flight on the other streams
+    cudaError_t e = cudaMallocAsync(&scratch, c_bytes, s);
+    if (e != cudaSuccess) {
+      // out of memory: untimed, nothing broken (the error cleared, not sticky)
+      cudaError_t was = cudaGetLastError();
+      if (was != cudaSuccess && was != cudaErrorMemoryAllocation)
+        cudaCheck(was);
+      return;
+    }
+    cudaCheck(cudaMemsetAsync(scratch, 0, c_bytes, s));
+    out = scratch;
+  }
+  cudaEvent_t e0, e1;
+  cudaCheck(cudaEventCreate(&e0));
+  cudaCheck(cudaEventCreate(&e1));
+  float ms[RTC_GEMM_CANDS];
+  int best = -1;
+  for (int i = 0; i < p->ncand; i++) {
+    ms[i] = INFINITY;
+    int reps = 1;
+    bool ok = true;
+    for (int round = 0; round < 2 && ok; round++) { // one timed call, then the repeats
+      cudaCheck(cudaEventRecord(e0, s));
+      for (int r = 0; r < reps && ok; r++) // a candidate that refuses these operands: untimed
+        ok = cublasLtMatmul(rtc_lt_, p->op, &alpha, b, p->lb, a, p->la, &beta, out, p->lc, out,
+                            p->lc, &p->cand[i], rtc_mm_workspace_(), RTC_MM_WS_BYTES,
+                            s) == CUBLAS_STATUS_SUCCESS;
+      cudaCheck(cudaEventRecord(e1, s));
+      cudaCheck(cudaEventSynchronize(e1));
+      float t = 0;
+      cudaCheck(cudaEventElapsedTime(&t, e0, e1));
+      if (round == 0) {
+        float per = t > 1e-4f ? t : 1e-4f;
+        reps = (int)(2.0f / per);
+        reps = reps < 3 ? 3 : reps > 50 ? 50 : reps;
+      } else {
+        ms[i] = t / (float)reps;
+      }
+    }
+    if (ok && (best < 0 || ms[i] < ms[best]))
+      best = i;
+  }
+  cudaCheck(cudaEventDestroy(e0));
+  cudaCheck(cudaEventDestroy(e1));
+  if (scratch)
+    cudaCheck(cudaFreeAsync(scratch, s));
+  if (best < 0 || !isfinite(ms[0]))
+    return;
+  p->best = best;
+  p->ms = ms[best];
+  p->ms_first = ms[0];
+  p->timed = 1;
+}
+
+int rtc_gemm_choices(RtGemmTable *t) {
+  t->n = 0;
+  for (int i = 0; i < rtc_nplans_; i++) {
+    const RtcGemmPlan *p = &rtc_plans_[i];
+    if (!p->found)
+      continue;
+    RtGemmChoice c;
+    memset(&c, 0, sizeof c);
+    memcpy(c.key, &p->key, sizeof c.key);
+    const RtGemmChoice *k = p->known ? rt_gemm_table_find(rtc_known_, c.key) : NULL;
+    if (k) {
+      c = *k;
+    } else {
+      memcpy(c.algo, p->timed > 0 ? &p->cand[p->best] : &p->algo, sizeof c.algo);
+      c.source = p->timed > 0 ? RT_GEMM_TIMED : RT_GEMM_FIRST;
+      c.ms = p->timed > 0 ? p->ms : 0.0f;
+      c.ms_first = p->timed > 0 ? p->ms_first : 0.0f;
+      c.cands = p->timed > 0 ? p->ncand : 0;
+    }
+    rt_gemm_table_add(t, &c);
+  }
+  return t->n;
+}
+
+int rtc_gemm_adopt(const RtGemmTable *t) {
+  int n = 0;
+  for (int i = 0; i < rtc_nplans_; i++)
+    n += rtc_gemm_adopt_(&rtc_plans_[i], t);
+  return n;
+}
+
+long rtc_gemm_lib_version(void) { return (long)cublasLtGetVersion(); }
 
 static int rtc_gemm_st_(int ta, int tb, int M, int N, int K, float alpha, const void *a, int lda,
                         const void *b, int ldb, float beta, void *c, int ldc, const void *bias,
@@ -560,6 +747,10 @@ static int rtc_gemm_st_(int ta, int tb, int M, int N, int K, float alpha, const 
   if (aux)
     cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                &aux, sizeof aux));
+  if (rtc_tune_on_ && !p->timed && !p->known && p->ncand > 1) {
+    size_t es = st & RTC_ST_C16 ? 2 : 4; // c: (M,N) rows ldc apart
+    rtc_tune_(p, alpha, a, b, beta, c, ((size_t)(M - 1) * (size_t)ldc + (size_t)N) * es);
+  }
   if (rtc_prof_on) rtc_prof_begin();
   cublasCheck(cublasLtMatmul(rtc_lt_, p->op, &alpha, b, p->lb, a, p->la, &beta, c, p->lc, c,
                              p->lc, &p->algo, rtc_mm_workspace_(), RTC_MM_WS_BYTES,

@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "dist_axes.h"
+#include "gemm_algos.h"
 #include "rtc_slots.h"
 
 #ifdef __cplusplus
@@ -77,6 +78,26 @@ void rtc_capture_begin(void);
 RtcGraph *rtc_capture_end(void);
 void rtc_graph_launch(RtcGraph *g);
 void rtc_graph_free(RtcGraph *g);
+
+/* ---- GEMM algorithms (k_matmul.cu; gemm_algos.h): cuBLASLt's heuristic
+ * ranks algorithms by a model; timing its candidates on the device finds a
+ * faster one for most shapes.  The training driver (train.c) turns timing
+ * on, agrees the choices over the ranks after the first step and keeps
+ * them in a file; the host build has one algorithm and chooses nothing. ---- */
+/* on: each GEMM shape's first call (not while a graph is captured) times up
+ * to 8 of the heuristic's candidates on its operands; known: shapes not to
+ * time (the caller's table, kept until the run ends).  The calls keep the
+ * heuristic's first until rtc_gemm_adopt, or with known_now (a resumed
+ * run) run a known shape's choice from its first call. */
+void rtc_gemm_tune(int on, const RtGemmTable *known, int known_now);
+/* Every shape planned so far into t (emptied first) with its choice: the
+ * known one, the fastest timed, or the heuristic's first; returns t->n. */
+int rtc_gemm_choices(RtGemmTable *t);
+/* From now on each planned shape with a choice in t runs it (one that
+ * cuBLASLt's check refuses keeps the current); returns how many changed. */
+int rtc_gemm_adopt(const RtGemmTable *t);
+/* cuBLASLt's version (cublasLtGetVersion), 0 in the host build. */
+long rtc_gemm_lib_version(void);
 
 /* ---- the kernel profile (rtc_prof.cu; SHARDC_PROFILE): rtc_prof_on
  * (common.cuh) times every launch; reset drops what was timed so far

@@ -13,7 +13,7 @@ CALL = re.compile(r'\b((?:cuda|cublas|nccl)[A-Z]\w*)\s*\(')
 # Functions that cannot fail or only format an error.
 EXEMPT = {'cudaGetErrorString', 'cudaGetErrorName', 'ncclGetErrorString',
           'cublasLtGetStatusString', 'cublasLtGetStatusName', 'cublasGetStatusString',
-          'cudaCheck', 'ncclCheck', 'cublasCheck'}
+          'cudaCheck', 'ncclCheck', 'cublasCheck', 'cublasLtGetVersion'}
 WRAP = re.compile(r'\b(cudaCheck|cublasCheck|ncclCheck)\s*\(\s*$')
 OKCMP = re.compile(r'(!=|==)\s*(cudaSuccess|CUBLAS_STATUS_SUCCESS|ncclSuccess)')
 

@@ -96,6 +96,26 @@ reference gpt 10 && host gpt 1 dp=1 10 on && [ -z "${CUDA_PROGRAMS_QUICK:-}" ] &
   else
     bad "gpt resumed with graphs: exit $rc: the losses or checkpoint differ from the whole run"
   fi
+  # --gemm-algos: a file that is not one is refused and kept; a stale one
+  # (another device) is timed again (the host build times nothing: one
+  # algorithm) and the run is the same; the flags' misuse is a usage error
+  printf 'step,loss\n1,4.2\n' >"$d-not-algos.csv"
+  train "$d" --steps 1 --gemm-algos "$d-not-algos.csv"
+  if [ $rc -eq 1 ] && grep -q "is not a shardc GEMM algorithm file" <<<"$out" &&
+     [ "$(cat "$d-not-algos.csv")" = "$(printf 'step,loss\n1,4.2')" ]; then ok
+  else bad "--gemm-algos on another file: exit $rc: $(tail -2 <<<"$out")"; fi
+  printf '# shardc GEMM algorithms (train --gemm-algos)\ndevice "NVIDIA H200" cublaslt 130000\n' \
+    >"$d-stale.algos"
+  train "$d" --steps 10 --gemm-algos "$d-stale.algos" --log "$d-algos.jsonl" --save "$d-algos.st"
+  if [ $rc -eq 0 ] && grep -q "^gemms:    .*stale.algos: it was timed on NVIDIA H200" <<<"$out"; then
+    bitwise "gpt cuda-host with a stale --gemm-algos" "$d" "$d-algos"
+  else bad "--gemm-algos stale: exit $rc: $(grep gemms <<<"$out") $(tail -2 <<<"$out")"; fi
+  train "$d" --steps 1 --gemm-algos "$d-stale.algos" --no-gemm-tune
+  [ $rc -eq 2 ] && grep -q "give one of them" <<<"$out" && ok ||
+    bad "--gemm-algos with --no-gemm-tune: exit $rc: $out"
+  train "$tmp/gpt-cpu" --steps 1 --no-gemm-tune
+  [ $rc -eq 2 ] && grep -q "no-gemm-tune is for programs built with --target cuda" <<<"$out" && ok ||
+    bad "a cpu program with --no-gemm-tune: exit $rc: $out"
 }
 if [ -n "${CUDA_PROGRAMS_QUICK:-}" ]; then
   # the sanitizer build (CI time): one mesh plan, NCCL as MPI with graphs
