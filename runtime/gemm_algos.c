@@ -43,6 +43,14 @@ int rt_gemm_table_add(RtGemmTable *t, const RtGemmChoice *c) {
   return 1;
 }
 
+void rt_gemm_table_agree(RtGemmTable *out, const RtGemmTable *all) {
+  out->n = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < all->n; i++)
+      if ((all->c[i].source != RT_GEMM_FIRST) == (pass == 0))
+        rt_gemm_table_add(out, &all->c[i]);
+}
+
 /* The device name as written: quotes and line ends would break the line. */
 static void clean_name(char *dst, size_t cap, const char *src) {
   size_t i = 0;

@@ -59,6 +59,11 @@ const RtGemmChoice *rt_gemm_table_find(const RtGemmTable *t, const int32_t *key)
 /* Appends c unless its key is there (returns 0 then, 1 when added). */
 int rt_gemm_table_add(RtGemmTable *t, const RtGemmChoice *c);
 void rt_gemm_table_free(RtGemmTable *t);
+/* The ranks' agreement: all holds every rank's choices in rank order; out
+ * (emptied first) gets, for each shape, the first choice that came from
+ * the file or from timing, else the first (the heuristic's first), so
+ * that every rank runs the same algorithm for the same shape. */
+void rt_gemm_table_agree(RtGemmTable *out, const RtGemmTable *all);
 
 #ifdef __cplusplus
 }

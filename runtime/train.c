@@ -2172,11 +2172,7 @@ static int gemm_agree(Trainer *t, int say) {
   all = mine;
   mine.c = NULL;
 #endif
-  /* in rank order: the file's and the timed ones first, then the rest */
-  for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < all.n; i++)
-      if ((all.c[i].source != RT_GEMM_FIRST) == (pass == 0))
-        rt_gemm_table_add(&merged, &all.c[i]);
+  rt_gemm_table_agree(&merged, &all);
   rtc_gemm_adopt(&merged);
   int timed = 0, file = 0, first = 0;
   double ms = 0, ms_first = 0;

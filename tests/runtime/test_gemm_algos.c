@@ -149,10 +149,50 @@ static void test_bad(const char *dir) {
   rt_gemm_table_free(&r);
 }
 
+/* Every rank runs the same algorithm for a shape: the file's or the lowest
+ * rank's timed choice, else the heuristic's first. */
+static void test_agree(void) {
+  RtGemmTable all = {0}, out = {0};
+  /* rank 0: shape 1 untimed, shape 2 timed; rank 1: shape 1 timed, shape 2
+   * timed (another choice), shape 3 untimed; rank 2: shape 3 from the file */
+  RtGemmChoice r0a = choice(1), r0b = choice(2), r1a = choice(1), r1b = choice(2), r1c = choice(3),
+               r2c = choice(3);
+  r0a.source = RT_GEMM_FIRST;
+  r0a.algo[0] = 100;
+  r1a.algo[0] = 101;
+  r1b.algo[0] = 102;
+  r1c.source = RT_GEMM_FIRST;
+  r1c.algo[0] = 103;
+  r2c.source = RT_GEMM_FILE;
+  r2c.algo[0] = 104;
+  const RtGemmChoice *seq[] = {&r0a, &r0b, &r1a, &r1b, &r1c, &r2c};
+  all.c = xcalloc(6, sizeof *all.c); /* by hand: rt_gemm_table_add keeps one a key */
+  all.cap = 6;
+  for (int i = 0; i < 6; i++)
+    all.c[all.n++] = *seq[i];
+  rt_gemm_table_agree(&out, &all);
+  ASSERT(3, out.n);
+  ASSERT_TRUE(rt_gemm_table_find(&out, choice(1).key)->algo[0] == 101); /* rank 1's timed */
+  ASSERT_TRUE(rt_gemm_table_find(&out, choice(2).key)->algo[0] == r0b.algo[0]); /* rank 0's */
+  ASSERT_TRUE(rt_gemm_table_find(&out, choice(3).key)->algo[0] == 104); /* the file's */
+  ASSERT(RT_GEMM_FILE, rt_gemm_table_find(&out, choice(3).key)->source);
+  /* nothing timed anywhere: the first rank's heuristic choice */
+  all.n = 0;
+  all.c[all.n++] = r1c;
+  r1c.algo[0] = 999;
+  all.c[all.n++] = r1c;
+  rt_gemm_table_agree(&out, &all);
+  ASSERT(1, out.n);
+  ASSERT_TRUE(out.c[0].algo[0] == 103);
+  rt_gemm_table_free(&all);
+  rt_gemm_table_free(&out);
+}
+
 int main(void) {
   const char *dir = test_tmpdir();
   test_roundtrip(dir);
   test_bad(dir);
+  test_agree();
   test_tmpdir_remove(dir);
   TEST_MAIN_END();
 }
