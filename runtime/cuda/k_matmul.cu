@@ -603,7 +603,8 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const void *bias, const voi
  * the call's operands: a warm-up, then enough calls to fill about 2 ms
  * (3 to 50), timed by events on the stream; the fastest (the first among
  * equals) becomes p->best.  With beta = 0 the candidates write c (and aux,
- * and a BGRADB bias) themselves, which the call then overwrites; otherwise c
+ * and a BGRADB bias) themselves, which the call then overwrites, unless c
+ * shares bytes with what the call reads (an in-place call); otherwise c
  * holds what the call adds to, and they write a scratch of c's size, at
  * most RTC_TUNE_SCRATCH bytes, allocated for the timing and freed in
  * stream order (not the arena: the plan's bytes stay exact).  The host
@@ -617,8 +618,14 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const void *bias, const voi
  */
 #define RTC_TUNE_SCRATCH ((size_t)1 << 30)
 
+// Whether the byte ranges [x, x+nx) and [y, y+ny) share a byte.
+static bool rtc_overlap_(const void *x, size_t nx, const void *y, size_t ny) {
+  uintptr_t x0 = (uintptr_t)x, y0 = (uintptr_t)y;
+  return x && y && x0 < y0 + ny && y0 < x0 + nx;
+}
+
 static void rtc_tune_(RtcGemmPlan *p, float alpha, const void *a, const void *b, float beta,
-                      void *c, size_t c_bytes) {
+                      void *c, size_t c_bytes, bool c_free) {
   p->timed = -1; // tried: not again
   cudaStream_t s = (cudaStream_t)rtc_stream;
   cudaStreamCaptureStatus cs;
@@ -626,7 +633,7 @@ static void rtc_tune_(RtcGemmPlan *p, float alpha, const void *a, const void *b,
   if (cs != cudaStreamCaptureStatusNone)
     return;
   void *out = c, *scratch = NULL;
-  if (beta != 0.0f) {
+  if (!c_free) {
     if (c_bytes > RTC_TUNE_SCRATCH)
       return;
     // stream-ordered: no device-wide synchronization (cudaFree's), which
@@ -748,8 +755,20 @@ static int rtc_gemm_st_(int ta, int tb, int M, int N, int K, float alpha, const 
     cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                &aux, sizeof aux));
   if (rtc_tune_on_ && !p->timed && !p->known && p->ncand > 1) {
-    size_t es = st & RTC_ST_C16 ? 2 : 4; // c: (M,N) rows ldc apart
-    rtc_tune_(p, alpha, a, b, beta, c, ((size_t)(M - 1) * (size_t)ldc + (size_t)N) * es);
+    // c may take the candidates' writes when the call overwrites it (beta
+    // 0) and it shares no byte with what the call reads: a, b, a DGELU's
+    // aux, a bias that is an input (each an extent from its first to its
+    // last element)
+    size_t es = st & RTC_ST_AB16 ? 2 : 4, cs = st & RTC_ST_C16 ? 2 : 4;
+    size_t c_bytes = ((size_t)(M - 1) * (size_t)ldc + (size_t)N) * cs;
+    size_t a_bytes = ((size_t)((ta ? K : M) - 1) * (size_t)lda + (size_t)(ta ? M : K)) * es;
+    size_t b_bytes = ((size_t)((tb ? N : K) - 1) * (size_t)ldb + (size_t)(tb ? K : N)) * es;
+    bool c_free = beta == 0.0f && !rtc_overlap_(c, c_bytes, a, a_bytes) &&
+                  !rtc_overlap_(c, c_bytes, b, b_bytes) &&
+                  !(st & RTC_ST_DGELU && rtc_overlap_(c, c_bytes, aux, c_bytes)) &&
+                  !(bias && !(st & RTC_ST_BGRAD) &&
+                    rtc_overlap_(c, c_bytes, bias, (size_t)N * (st & RTC_ST_BIAS16 ? 2 : 4)));
+    rtc_tune_(p, alpha, a, b, beta, c, c_bytes, c_free);
   }
   if (rtc_prof_on) rtc_prof_begin();
   cublasCheck(cublasLtMatmul(rtc_lt_, p->op, &alpha, b, p->lb, a, p->la, &beta, c, p->lc, c,
