@@ -70,12 +70,19 @@
  *     registers, one rescale of the output a tile); the backward takes its
  *     inner tile 16 at a time, so a block's pᵀ, dsᵀ (ds) is one a fragment
  *     and the registers stay low;
- *   - the scores are in log2 units (scale·log2(e) folded in, exp2f); the
- *     online softmax, lse and delta stay fp32; p and ds are rounded to bf16
- *     before their GEMMs (as FlashAttention does; the softmax's row sum adds
- *     the unrounded p);
+ *   - the scores are in log2 units: p = exp2f(fmaf(s, scale·log2(e),
+ *     -m)), one FMA and one MUFU.EX2 an element (the row maxima taken of
+ *     the raw scores, scaled after); the online softmax, lse and delta
+ *     stay fp32; p and ds are rounded to bf16 before their GEMMs (as
+ *     FlashAttention does; the softmax's row sum adds the unrounded p);
  *   - key (query) blocks of 16 that a warp's rows cannot see (causal, or
- *     past T) are skipped in its GEMMs, and masked elements are 0 in p.
+ *     past T) are skipped in its GEMMs, and masked elements are 0 in p:
+ *     the mask's compares run only in the tiles (blocks) that hold a
+ *     masked element, the diagonal's and the last past T, for they cost
+ *     more issue slots than the tile's mmas (bench/sass_mix.sh: the
+ *     forward's loop at D = 64 issues 1431 other instructions beside its
+ *     128 HMMAs where it issued 1904, dq 1358 beside 192 where 1929,
+ *     dk/dv 2212 beside 128 where 2591).
  * Tiles are bf16 (64, dc) rows dc+8 apart (dc = 16·NJ, zero past D and
  * past T; 16-byte asynchronous copies when D % 8 == 0, plain stores
  * otherwise), so ldmatrix's 8 rows fall on distinct banks.  Dynamic shared
@@ -778,30 +785,41 @@ ATT_UNROLL
     for (int c = 0; c < ATT_BK / 16; c++)
       if (c < nkb) att_tc_abt<NJ, MT>(s[c], qa, Ks, ldt, 16 * c, lane);
     // online softmax, per m-tile: masked scores (key past T, above the
-    // diagonal, or in a block the warp skipped) are -inf; row maxima over
-    // the 4 lanes of a row; p = exp2(s·sl2 - m_new), the lane's share of
-    // the row sums of the unrounded p, the output rescaled by
-    // exp2(m_old - m_new)
+    // diagonal, or in a block the warp skipped) are -inf, in the tiles
+    // that have any (the diagonal's, the last past T: the mask's compares
+    // cost more issue slots than the tile's mmas, so a whole tile goes
+    // without them); row maxima of the raw scores over the 4 lanes of a
+    // row, scaled after (sl2 > 0); p = exp2(s·sl2 - m_new) as one FMA and
+    // MUFU.EX2, the lane's share of the row sums of the unrounded p, the
+    // output rescaled by exp2(m_old - m_new)
+    const bool whole = j0 + ATT_BK <= wend && (!causal || j0 + ATT_BK <= r0 + 1);
 ATT_UNROLL
     for (int mt = 0; mt < MT; mt++) {
       int tm = t_lo + 16 * mt;
       float mx[2] = {-INFINITY, -INFINITY};
+      if (whole) {
 ATT_UNROLL
-      for (int n = 0; n < ATT_BK / 8; n++)
+        for (int n = 0; n < ATT_BK / 8; n++)
 ATT_UNROLL
-        for (int e = 0; e < 4; e++) {
-          int key = j0 + 8 * n + 2 * tq + (e & 1), t = tm + 8 * (e >> 1);
-          bool live = 8 * n < 16 * nkb && key < T && (!causal || key <= t);
-          float &x = s[n >> 1][mt][n & 1][e];
-          x = live ? x * sl2 : -INFINITY;
-          mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
+          for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[n >> 1][mt][n & 1][e]);
+      } else {
+ATT_UNROLL
+        for (int n = 0; n < ATT_BK / 8; n++)
+ATT_UNROLL
+          for (int e = 0; e < 4; e++) {
+            int key = j0 + 8 * n + 2 * tq + (e & 1), t = tm + 8 * (e >> 1);
+            bool live = 8 * n < 16 * nkb && key < T && (!causal || key <= t);
+            float &x = s[n >> 1][mt][n & 1][e];
+            x = live ? x : -INFINITY;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+          }
+      }
       float corr[2], mb[2];
 ATT_UNROLL
       for (int r = 0; r < 2; r++) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        float mnew = fmaxf(m[mt][r], mx[r]);
+        float mnew = fmaxf(m[mt][r], mx[r] * sl2);
         mb[r] = mnew == -INFINITY ? 0.0f : mnew;  // a row that sees no key yet: p = 0
         corr[r] = exp2f(m[mt][r] - mb[r]);        // 0 on its first keys (m = -inf)
         m[mt][r] = mnew;
@@ -811,7 +829,7 @@ ATT_UNROLL
       for (int n = 0; n < ATT_BK / 8; n++)
 ATT_UNROLL
         for (int e = 0; e < 4; e++) {
-          float p = exp2f(s[n >> 1][mt][n & 1][e] - mb[e >> 1]);
+          float p = exp2f(fmaf(s[n >> 1][mt][n & 1][e], sl2, -mb[e >> 1]));
           s[n >> 1][mt][n & 1][e] = p;
           l[mt][e >> 1] += p;
         }
@@ -936,18 +954,33 @@ ATT_UNROLL
         att_tc_zero(dp);
         att_tc_abt<NJ, 1>(s, ka, Qs, ldt, 16 * c, lane);
         att_tc_abt<NJ, 1>(dp, va, dOs, ldt, 16 * c, lane);
-        // pᵀ = exp2(sᵀ·sl2 - lse·log2(e)) and dsᵀ = pᵀ·(dpᵀ - delta)·scale, 0
-        // where masked or past T
+        // pᵀ = exp2(sᵀ·sl2 - lse·log2(e)) (one FMA, one MUFU.EX2) and dsᵀ =
+        // pᵀ·(dpᵀ - delta)·scale, 0 where masked or past T: the compares
+        // only in the blocks that hold such an element (whole: none)
+        const bool whole = j0 + 16 * w + 16 <= T && q0 + 16 * c + 16 <= T &&
+                           (!causal || j0 + 16 * w + 15 <= q0 + 16 * c);
+        if (whole) {
 ATT_UNROLL
-        for (int n = 0; n < 2; n++)
+          for (int n = 0; n < 2; n++)
 ATT_UNROLL
-          for (int e = 0; e < 4; e++) {
-            int qc = 16 * c + 8 * n + 2 * tq + (e & 1), key = key_lo + 8 * (e >> 1);
-            bool live = key < T && q0 + qc < T && (!causal || key <= q0 + qc);
-            float p = live ? exp2f(s[0][n][e] * sl2 - Ls[qc]) : 0.0f;
-            s[0][n][e] = p;
-            dp[0][n][e] = p * (dp[0][n][e] - Dl[qc]) * scale;
-          }
+            for (int e = 0; e < 4; e++) {
+              int qc = 16 * c + 8 * n + 2 * tq + (e & 1);
+              float p = exp2f(fmaf(s[0][n][e], sl2, -Ls[qc]));
+              s[0][n][e] = p;
+              dp[0][n][e] = p * (dp[0][n][e] - Dl[qc]) * scale;
+            }
+        } else {
+ATT_UNROLL
+          for (int n = 0; n < 2; n++)
+ATT_UNROLL
+            for (int e = 0; e < 4; e++) {
+              int qc = 16 * c + 8 * n + 2 * tq + (e & 1), key = key_lo + 8 * (e >> 1);
+              bool live = key < T && q0 + qc < T && (!causal || key <= q0 + qc);
+              float p = live ? exp2f(fmaf(s[0][n][e], sl2, -Ls[qc])) : 0.0f;
+              s[0][n][e] = p;
+              dp[0][n][e] = p * (dp[0][n][e] - Dl[qc]) * scale;
+            }
+        }
         // dv_w += pᵀ · dout_c and dk_w += dsᵀ · q_c, (16, dc)
         uint32_t pa[1][4], dsa[1][4];
         att_pack_a(pa[0], s[0][0], s[0][1]);
@@ -1040,20 +1073,33 @@ ATT_UNROLL
       att_tc_zero(dp);
       att_tc_abt<NJ, MT>(s, qa, Ks, ldt, 16 * c, lane);
       att_tc_abt<NJ, MT>(dp, ga, Vs, ldt, 16 * c, lane);
-      // ds = p·(dp - delta)·scale with p = exp2(s·sl2 - lse·log2(e)), 0
-      // where masked or past T
+      // ds = p·(dp - delta)·scale with p = exp2(s·sl2 - lse·log2(e)) (one
+      // FMA, one MUFU.EX2), 0 where masked or past T: the compares only in
+      // the blocks that hold such an element (whole: none)
+      const bool whole = j0 + 16 * c + 16 <= T && r0 + 16 * MT <= T &&
+                         (!causal || j0 + 16 * c + 15 <= r0);
       uint32_t dsa[MT][4];
 ATT_UNROLL
       for (int mt = 0; mt < MT; mt++) {
+        if (whole) {
 ATT_UNROLL
-        for (int n = 0; n < 2; n++)
+          for (int n = 0; n < 2; n++)
 ATT_UNROLL
-          for (int e = 0; e < 4; e++) {
-            int key = j0 + 16 * c + 8 * n + 2 * tq + (e & 1), t = t_lo + 16 * mt + 8 * (e >> 1);
-            bool live = key < T && t < T && (!causal || key <= t);
-            float p = live ? exp2f(s[mt][n][e] * sl2 - L[mt][e >> 1]) : 0.0f;
-            s[mt][n][e] = p * (dp[mt][n][e] - Dl[mt][e >> 1]) * scale;
-          }
+            for (int e = 0; e < 4; e++) {
+              float p = exp2f(fmaf(s[mt][n][e], sl2, -L[mt][e >> 1]));
+              s[mt][n][e] = p * (dp[mt][n][e] - Dl[mt][e >> 1]) * scale;
+            }
+        } else {
+ATT_UNROLL
+          for (int n = 0; n < 2; n++)
+ATT_UNROLL
+            for (int e = 0; e < 4; e++) {
+              int key = j0 + 16 * c + 8 * n + 2 * tq + (e & 1), t = t_lo + 16 * mt + 8 * (e >> 1);
+              bool live = key < T && t < T && (!causal || key <= t);
+              float p = live ? exp2f(fmaf(s[mt][n][e], sl2, -L[mt][e >> 1])) : 0.0f;
+              s[mt][n][e] = p * (dp[mt][n][e] - Dl[mt][e >> 1]) * scale;
+            }
+        }
         att_pack_a(dsa[mt], s[mt][0], s[mt][1]);
       }
       // dq_w += ds · k_c, (16·MT, dc)
