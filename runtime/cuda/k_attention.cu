@@ -70,7 +70,7 @@
  *     registers, one rescale of the output a tile); the backward takes its
  *     inner tile 16 at a time, so a block's pᵀ, dsᵀ (ds) is one a fragment
  *     and the registers stay low;
- *   - the scores are in log2 units: p = exp2f(fmaf(s, scale·log2(e),
+ *   - the scores are in log2 units: p = att_exp2(fmaf(s, scale·log2(e),
  *     -m)), one FMA and one MUFU.EX2 an element (the row maxima taken of
  *     the raw scores, scaled after); the online softmax, lse and delta
  *     stay fp32; p and ds are rounded to bf16 before their GEMMs (as
@@ -90,9 +90,10 @@
  * 85.1 KB at D=128 (MT=1); dk/dv 55.1 KB and 103.1 KB (6 tiles and the
  * double lse/delta); dq 72.1 KB at D=64 (MT=2), 102.1 KB at D=128.
  * Registers (nvcc 13.0 -Xptxas -v, sm_90a, NJ = 1/2/4/8, MT 2/2/2/1):
- * forward 150/168/241/183 (95/96/128 at MT=1), dq 116/148/218/207
- * (64/93/127 at MT=1), dk/dv 80/125/168/255; spills only in dk/dv at NJ=8
- * (36 bytes) and NJ=1 (24) (sm_80: a few bytes more in dk/dv and the
+ * forward 141/165/230/168 (94/92/123 at MT=1), dq 116/152/229/203
+ * (64/94/128 at MT=1), dk/dv 94/128/168/255; spills only in dk/dv, 36
+ * bytes at NJ=8 and 4 at NJ=2 and 4 (one word, since the unmasked path
+ * was split from the masked one; sm_80: a few bytes more in dk/dv and the
  * forward at NJ=8).  Not done yet: Hopper's wgmma and the bulk tensor
  * copies (TMA); two key m-tiles a warp in dk/dv (its registers do not
  * allow it at D=64).
@@ -132,6 +133,21 @@ __device__ __forceinline__ float att_ld(const float *p) { return *p; }
 __device__ __forceinline__ void att_st(float *p, float v) { *p = v; }
 __device__ __forceinline__ float att_ld(const rtc_bf16 *p) { return rtc_bf2f(*p); }
 __device__ __forceinline__ void att_st(rtc_bf16 *p, float v) { *p = rtc_f2bf(v); }
+
+// 2^x for the tensor-core kernels' softmax: MUFU.EX2 alone on the GPU
+// (ex2.approx.ftz: relative error about 2^-22, a result below 2^-126 is 0,
+// which p can spare), where exp2f without fast math wraps it in a compare
+// and two predicated multiplies for denormal results; exp2f in the host
+// build.  2^-inf = 0.
+__device__ __forceinline__ float att_exp2(float x) {
+#ifdef RTC_HOST
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
 
 // Max and sum over the 16 lanes of a half-warp (one row of a score tile).
 __device__ __forceinline__ float att_max16(float v) {
@@ -821,7 +837,7 @@ ATT_UNROLL
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
         float mnew = fmaxf(m[mt][r], mx[r] * sl2);
         mb[r] = mnew == -INFINITY ? 0.0f : mnew;  // a row that sees no key yet: p = 0
-        corr[r] = exp2f(m[mt][r] - mb[r]);        // 0 on its first keys (m = -inf)
+        corr[r] = att_exp2(m[mt][r] - mb[r]);        // 0 on its first keys (m = -inf)
         m[mt][r] = mnew;
         l[mt][r] *= corr[r];
       }
@@ -829,7 +845,7 @@ ATT_UNROLL
       for (int n = 0; n < ATT_BK / 8; n++)
 ATT_UNROLL
         for (int e = 0; e < 4; e++) {
-          float p = exp2f(fmaf(s[n >> 1][mt][n & 1][e], sl2, -mb[e >> 1]));
+          float p = att_exp2(fmaf(s[n >> 1][mt][n & 1][e], sl2, -mb[e >> 1]));
           s[n >> 1][mt][n & 1][e] = p;
           l[mt][e >> 1] += p;
         }
@@ -965,7 +981,7 @@ ATT_UNROLL
 ATT_UNROLL
             for (int e = 0; e < 4; e++) {
               int qc = 16 * c + 8 * n + 2 * tq + (e & 1);
-              float p = exp2f(fmaf(s[0][n][e], sl2, -Ls[qc]));
+              float p = att_exp2(fmaf(s[0][n][e], sl2, -Ls[qc]));
               s[0][n][e] = p;
               dp[0][n][e] = p * (dp[0][n][e] - Dl[qc]) * scale;
             }
@@ -976,7 +992,7 @@ ATT_UNROLL
             for (int e = 0; e < 4; e++) {
               int qc = 16 * c + 8 * n + 2 * tq + (e & 1), key = key_lo + 8 * (e >> 1);
               bool live = key < T && q0 + qc < T && (!causal || key <= q0 + qc);
-              float p = live ? exp2f(fmaf(s[0][n][e], sl2, -Ls[qc])) : 0.0f;
+              float p = live ? att_exp2(fmaf(s[0][n][e], sl2, -Ls[qc])) : 0.0f;
               s[0][n][e] = p;
               dp[0][n][e] = p * (dp[0][n][e] - Dl[qc]) * scale;
             }
@@ -1086,7 +1102,7 @@ ATT_UNROLL
           for (int n = 0; n < 2; n++)
 ATT_UNROLL
             for (int e = 0; e < 4; e++) {
-              float p = exp2f(fmaf(s[mt][n][e], sl2, -L[mt][e >> 1]));
+              float p = att_exp2(fmaf(s[mt][n][e], sl2, -L[mt][e >> 1]));
               s[mt][n][e] = p * (dp[mt][n][e] - Dl[mt][e >> 1]) * scale;
             }
         } else {
@@ -1096,7 +1112,7 @@ ATT_UNROLL
             for (int e = 0; e < 4; e++) {
               int key = j0 + 16 * c + 8 * n + 2 * tq + (e & 1), t = t_lo + 16 * mt + 8 * (e >> 1);
               bool live = key < T && t < T && (!causal || key <= t);
-              float p = live ? exp2f(fmaf(s[mt][n][e], sl2, -L[mt][e >> 1])) : 0.0f;
+              float p = live ? att_exp2(fmaf(s[mt][n][e], sl2, -L[mt][e >> 1])) : 0.0f;
               s[mt][n][e] = p * (dp[mt][n][e] - Dl[mt][e >> 1]) * scale;
             }
         }
