@@ -2142,9 +2142,9 @@ static int gemm_setup(Trainer *t, const char *argv0, long step, int say) {
  * shape the file's, else the lowest rank's timed one, else the
  * heuristic's first; adopted from the next step on; rank 0 keeps the
  * file's and the timed ones in the file. */
-static int gemm_agree(Trainer *t, int say) {
+static void gemm_agree(Trainer *t, int say) {
   if (!t->gemm_path)
-    return 1;
+    return;
   RtGemmTable mine = {0}, all = {0}, merged = {0};
   rtc_gemm_choices(&mine);
 #ifdef RT_TRAIN_MPI
@@ -2208,7 +2208,6 @@ static int gemm_agree(Trainer *t, int say) {
   rt_gemm_table_free(&all);
   rt_gemm_table_free(&merged);
   rt_gemm_table_free(&keep);
-  return 1;
 }
 
 /* Whether the step can be captured (NULL) or why not; and the memory the
@@ -2530,8 +2529,8 @@ static int train(Trainer *t, long step, int say) {
     double mfu = pg->model_flops > 0 && pg->peak_flops > 0 ? fps / pg->peak_flops : NAN;
     first_step_checks(t, step, measure, measured, say);
 #ifdef RT_TRAIN_CUDA
-    if (measure && !gemm_agree(t, say))
-      return 1;
+    if (measure)
+      gemm_agree(t, say);
 #endif
     if (!all_ok(t, t->rank != 0 || rt_metrics_log(&t->log, step + 1, loss, lr, ms, tps, tflops,
                                                   mfu) == RT_OK))
