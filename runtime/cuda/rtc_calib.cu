@@ -170,6 +170,9 @@ struct Rotation_ {
 };
 
 int main(int argc, char **argv) {
+#ifdef RTC_HOST
+  rt_blas_setup(argc, argv); /* cuBLASLt's twin: OpenBLAS's kernels as the programs get them */
+#endif
   MPI_Init(&argc, &argv);
   MPI_Comm_size(MPI_COMM_WORLD, &world_);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
