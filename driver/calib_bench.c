@@ -23,9 +23,6 @@
 #include "rt_math.h"
 #include "shardrt.h"
 
-/* OpenBLAS's kernel set (weak: another BLAS has none), in the profile */
-extern char *openblas_get_corename(void) __attribute__((weak));
-
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -120,7 +117,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "shardc calibrate: cannot write %s\n", argv[1]);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    const char *core = openblas_get_corename ? openblas_get_corename() : NULL;
+    const char *core = rt_blas_core();
     fprintf(out, "{\"shardc_profile\": 1, \"device\": \"cpu\", \"np\": %d, \"threads\": %d, \"cores\": %ld,\n"
             "\"blas_core\": \"%s\",\n", world, threads, cores, core ? core : "unknown");
   }

@@ -11,12 +11,26 @@
 #include "shardrt.h"
 
 #define HEADER "# shardc GEMM algorithms (train --gemm-algos)"
-#define WHY_BYTES 160
 
 void rt_gemm_table_free(RtGemmTable *t) {
   free(t->c);
   t->c = NULL;
   t->n = t->cap = 0;
+}
+
+/* Out of memory for a table: the run cannot go on. */
+static void *table_alloc(void *old, int n) {
+  void *p = realloc(old, (size_t)(n ? n : 1) * sizeof(RtGemmChoice));
+  if (!p) {
+    fprintf(stderr, "train: out of memory for the GEMM algorithm table\n");
+    exit(1);
+  }
+  return p;
+}
+
+void rt_gemm_table_room(RtGemmTable *t, int n) {
+  t->c = table_alloc(t->c, n);
+  t->n = t->cap = n;
 }
 
 const RtGemmChoice *rt_gemm_table_find(const RtGemmTable *t, const int32_t *key) {
@@ -30,14 +44,8 @@ int rt_gemm_table_add(RtGemmTable *t, const RtGemmChoice *c) {
   if (rt_gemm_table_find(t, c->key))
     return 0;
   if (t->n == t->cap) {
-    int cap = t->cap ? 2 * t->cap : 32;
-    RtGemmChoice *p = realloc(t->c, (size_t)cap * sizeof *p);
-    if (!p) {
-      fprintf(stderr, "train: out of memory for the GEMM algorithm table\n");
-      exit(1);
-    }
-    t->c = p;
-    t->cap = cap;
+    t->cap = t->cap ? 2 * t->cap : 32;
+    t->c = table_alloc(t->c, t->cap);
   }
   t->c[t->n++] = *c;
   return 1;
@@ -134,7 +142,7 @@ int rt_gemm_table_read(RtGemmTable *t, const char *path, const char *device, lon
       continue;
     }
     if (!whole && !feof(f)) {
-      snprintf(why, WHY_BYTES, "line %d is longer than %zu bytes", lineno, sizeof line - 2);
+      snprintf(why, RT_GEMM_WHY_BYTES, "line %d is longer than %zu bytes", lineno, sizeof line - 2);
       *stale = 1;
       break;
     }
@@ -144,12 +152,12 @@ int rt_gemm_table_read(RtGemmTable *t, const char *path, const char *device, lon
       int used = 0;
       if (sscanf(line, "device \"%255[^\"]\" cublaslt %ld%n", name, &v, &used) != 2 ||
           line[used]) {
-        snprintf(why, WHY_BYTES, "line 2 is not 'device \"NAME\" cublaslt VERSION'");
+        snprintf(why, RT_GEMM_WHY_BYTES, "line 2 is not 'device \"NAME\" cublaslt VERSION'");
         *stale = 1;
         break;
       }
       if (strcmp(name, want) || v != lib) {
-        snprintf(why, WHY_BYTES, "it was timed on %.80s with cuBLASLt %ld", name, v);
+        snprintf(why, RT_GEMM_WHY_BYTES, "it was timed on %.80s with cuBLASLt %ld", name, v);
         *stale = 1;
         break;
       }
@@ -159,7 +167,7 @@ int rt_gemm_table_read(RtGemmTable *t, const char *path, const char *device, lon
       continue;
     RtGemmChoice c;
     if (parse_gemm(line, &c)) {
-      snprintf(why, WHY_BYTES, "line %d is not 'gemm <16 numbers> algo <8 hex words> ms T first T "
+      snprintf(why, RT_GEMM_WHY_BYTES, "line %d is not 'gemm <16 numbers> algo <8 hex words> ms T first T "
                                "cands N'", lineno);
       *stale = 1;
       break;
@@ -167,10 +175,10 @@ int rt_gemm_table_read(RtGemmTable *t, const char *path, const char *device, lon
     rt_gemm_table_add(t, &c);
   }
   if (rc == RT_OK && !*stale && lineno == 0) { /* nothing to lose by rewriting it */
-    snprintf(why, WHY_BYTES, "it is empty");
+    snprintf(why, RT_GEMM_WHY_BYTES, "it is empty");
     *stale = 1;
   } else if (rc == RT_OK && !*stale && lineno == 1) {
-    snprintf(why, WHY_BYTES, "it has no device line");
+    snprintf(why, RT_GEMM_WHY_BYTES, "it has no device line");
     *stale = 1;
   }
   if (rc == RT_OK && ferror(f))

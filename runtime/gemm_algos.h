@@ -27,6 +27,7 @@ extern "C" {
 
 #define RT_GEMM_KEY_INTS 16  /* k_matmul.cu's RtcGemmKey */
 #define RT_GEMM_ALGO_WORDS 8 /* cublasLtMatmulAlgo_t */
+#define RT_GEMM_WHY_BYTES 160 /* rt_gemm_table_read's reason */
 
 enum { RT_GEMM_FIRST = 0, RT_GEMM_TIMED = 1, RT_GEMM_FILE = 2 };
 
@@ -48,7 +49,7 @@ typedef struct {
  * entries.  A file whose first line is not the header's comment is not
  * one of these: RT_ERR_FORMAT, and the caller must not overwrite it.  A
  * file for another device or cuBLASLt version, or with a malformed line
- * (*stale set, the reason in *why, 160 bytes): RT_OK with no entries, to
+ * (*stale set, the reason in why, RT_GEMM_WHY_BYTES): RT_OK with no entries, to
  * be timed again and rewritten. */
 int rt_gemm_table_read(RtGemmTable *t, const char *path, const char *device, long lib,
                        int *stale, char *why);
@@ -59,6 +60,9 @@ const RtGemmChoice *rt_gemm_table_find(const RtGemmTable *t, const int32_t *key)
 /* Appends c unless its key is there (returns 0 then, 1 when added). */
 int rt_gemm_table_add(RtGemmTable *t, const RtGemmChoice *c);
 void rt_gemm_table_free(RtGemmTable *t);
+/* n entries, uninitialized, in t (emptied first): room for a table that
+ * arrives whole (a broadcast, a gather). */
+void rt_gemm_table_room(RtGemmTable *t, int n);
 /* The ranks' agreement: all holds every rank's choices in rank order; out
  * (emptied first) gets, for each shape, the first choice that came from
  * the file or from timing, else the first (the heuristic's first), so

@@ -222,6 +222,8 @@ int rt_bind_shared_cores(void);
  * calibrator do, so that calibration times the kernels the programs run).
  * Nothing happens when OPENBLAS_CORETYPE is already set. */
 void rt_blas_setup(int argc, char **argv);
+/* OpenBLAS's kernel set (openblas_get_corename), NULL with another BLAS. */
+const char *rt_blas_core(void);
 
 /* ---------------------------------------------------------------------------
  * kernels.c — forward/backward kernels, templated over the element type:

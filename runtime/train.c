@@ -2107,7 +2107,7 @@ static int gemm_setup(Trainer *t, const char *argv0, long step, int say) {
   int ok = 1, cnt = 0;
   if (t->rank == 0) {
     int stale = 0;
-    char why[160];
+    char why[RT_GEMM_WHY_BYTES];
     ok = rt_gemm_table_read(&t->gemm_known, t->gemm_path, t->gpu ? t->gpu : "?",
                             rtc_gemm_lib_version(), &stale, why) == RT_OK;
     if (ok && stale && say)
@@ -2119,13 +2119,7 @@ static int gemm_setup(Trainer *t, const char *argv0, long step, int say) {
 #ifdef RT_TRAIN_MPI
   MPI_OK(MPI_Bcast(&cnt, 1, MPI_INT, 0, MPI_COMM_WORLD));
   if (t->rank != 0)
-    for (int i = 0; i < cnt; i++) { /* room for them */
-      RtGemmChoice z;
-      memset(&z, 0, sizeof z);
-      z.key[0] = i;
-      z.key[1] = -1; /* distinct placeholders, overwritten below */
-      rt_gemm_table_add(&t->gemm_known, &z);
-    }
+    rt_gemm_table_room(&t->gemm_known, cnt);
   if (cnt)
     MPI_OK(MPI_Bcast(t->gemm_known.c, (int)(cnt * sizeof(RtGemmChoice)), MPI_BYTE, 0,
                      MPI_COMM_WORLD));
@@ -2159,10 +2153,7 @@ static void gemm_agree(Trainer *t, int say) {
     bytes[r] = cnt[r] * (int)sizeof(RtGemmChoice);
     total += cnt[r];
   }
-  all.c = malloc((size_t)(total ? total : 1) * sizeof(RtGemmChoice));
-  if (!all.c)
-    fail(t, "out of memory");
-  all.n = all.cap = (int)total;
+  rt_gemm_table_room(&all, (int)total);
   MPI_OK(MPI_Allgatherv(mine.c ? (void *)mine.c : (void *)all.c, bytes[t->rank], MPI_BYTE, all.c,
                         bytes, displ, MPI_BYTE, MPI_COMM_WORLD));
   free(cnt);

@@ -267,11 +267,13 @@ void rt_malloc_setup(void) {
 
 extern char *openblas_get_corename(void) __attribute__((weak));
 
+const char *rt_blas_core(void) { return openblas_get_corename ? openblas_get_corename() : NULL; }
+
 void rt_blas_setup(int argc, char **argv) {
   (void)argc;
-  if (getenv("OPENBLAS_CORETYPE") || !openblas_get_corename || getenv("SHARDC_BLAS_REEXEC"))
+  if (getenv("OPENBLAS_CORETYPE") || getenv("SHARDC_BLAS_REEXEC"))
     return;
-  const char *core = openblas_get_corename();
+  const char *core = rt_blas_core();
   if (!core || strcasecmp(core, "prescott"))
     return;
   __builtin_cpu_init();

@@ -431,7 +431,8 @@ typedef struct {
   int found; // 0: no algorithm (kept, so that the heuristic is not asked again)
   // the heuristic's candidates (cand[0] its first) and what timing them found
   cublasLtMatmulAlgo_t cand[RTC_GEMM_CANDS];
-  int ncand, best, timed, known; // known: the file's choice is kept for it, not timed
+  int ncand, best, timed;
+  const RtGemmChoice *known; // the file's choice (rtc_known_), kept for it, not timed
   float ms, ms_first;
 } RtcGemmPlan;
 static_assert(sizeof(RtcGemmKey) == RT_GEMM_KEY_INTS * sizeof(int32_t), "gemm_algos.h's key");
@@ -461,13 +462,10 @@ static void rtc_plan_free_(RtcGemmPlan *p) {
   cublasCheck(cublasLtMatrixLayoutDestroy(p->lc));
 }
 
-// p runs t's choice for its key from now on (1), or keeps its algorithm (0):
-// none in t, the same, or one that cuBLASLt's check refuses for p (from a
-// file, or another rank's GPU: the heuristic's first stays).
-static int rtc_gemm_adopt_(RtcGemmPlan *p, const RtGemmTable *t) {
-  const RtGemmChoice *c = p->found ? rt_gemm_table_find(t, (const int32_t *)&p->key) : NULL;
-  if (!c)
-    return 0;
+// p runs c's algorithm from now on (1), or keeps its own (0): the same, or
+// one that cuBLASLt's check refuses for p (from a file, or another rank's
+// GPU: the heuristic's first stays).
+static int rtc_gemm_use_(RtcGemmPlan *p, const RtGemmChoice *c) {
   cublasLtMatmulAlgo_t algo;
   memcpy(&algo, c->algo, sizeof algo);
   if (!memcmp(&algo, &p->algo, sizeof algo))
@@ -588,12 +586,9 @@ static RtcGemmPlan *rtc_plan_(const RtcGemmKey *key, const void *bias, const voi
   for (int i = 0; i < found && i < RTC_GEMM_CANDS; i++)
     if (res[i].state == CUBLAS_STATUS_SUCCESS)
       p->cand[p->ncand++] = res[i].algo;
-  const RtGemmChoice *k = rtc_known_ ? rt_gemm_table_find(rtc_known_, (const int32_t *)key) : NULL;
-  p->known = k != NULL;
-  if (k && p->found && rtc_known_now_) { // a resumed run: the choice from the first call
-    RtGemmTable one = {(RtGemmChoice *)k, 1, 1};
-    rtc_gemm_adopt_(p, &one);
-  }
+  p->known = rtc_known_ ? rt_gemm_table_find(rtc_known_, (const int32_t *)key) : NULL;
+  if (p->known && p->found && rtc_known_now_) // a resumed run: the choice from the first call
+    rtc_gemm_use_(p, p->known);
   return p;
 }
 
@@ -700,9 +695,8 @@ int rtc_gemm_choices(RtGemmTable *t) {
     RtGemmChoice c;
     memset(&c, 0, sizeof c);
     memcpy(c.key, &p->key, sizeof c.key);
-    const RtGemmChoice *k = p->known ? rt_gemm_table_find(rtc_known_, c.key) : NULL;
-    if (k) {
-      c = *k;
+    if (p->known) {
+      c = *p->known;
     } else {
       memcpy(c.algo, p->timed > 0 ? &p->cand[p->best] : &p->algo, sizeof c.algo);
       c.source = p->timed > 0 ? RT_GEMM_TIMED : RT_GEMM_FIRST;
@@ -717,8 +711,11 @@ int rtc_gemm_choices(RtGemmTable *t) {
 
 int rtc_gemm_adopt(const RtGemmTable *t) {
   int n = 0;
-  for (int i = 0; i < rtc_nplans_; i++)
-    n += rtc_gemm_adopt_(&rtc_plans_[i], t);
+  for (int i = 0; i < rtc_nplans_; i++) {
+    RtcGemmPlan *p = &rtc_plans_[i];
+    const RtGemmChoice *c = p->found ? rt_gemm_table_find(t, (const int32_t *)&p->key) : NULL;
+    n += c && rtc_gemm_use_(p, c);
+  }
   return n;
 }
 

@@ -97,15 +97,6 @@ static long env_long_(const char *name, long dflt) {
  * drained; the fastest trial is kept. */
 template <class F>
 static double time_all_(F body) {
-  // a first call, untimed: a GEMM shape's first call times cuBLASLt's
-  // candidates (rtc_gemm_tune), and the calls after it run the fastest, as
-  // a training program's steps after the first do
-  body();
-  sync_();
-  RtGemmTable chosen = {NULL, 0, 0};
-  rtc_gemm_choices(&chosen);
-  rtc_gemm_adopt(&chosen);
-  rt_gemm_table_free(&chosen);
   MPI_Barrier(MPI_COMM_WORLD);
   sync_();
   double t0 = now_();
@@ -156,6 +147,21 @@ static void write_curve_(FILE *out, const char *key, const double *x, const doub
   fprintf(out, "]%s", tail);
 }
 
+/* time_all_ of GEMM calls: a first call, untimed, in which each shape's
+ * first call times cuBLASLt's candidates (rtc_gemm_tune), and the calls
+ * after it run the fastest, as a training program's steps after the
+ * first do. */
+template <class F>
+static double time_gemms_(F body) {
+  body();
+  sync_();
+  RtGemmTable chosen = {NULL, 0, 0};
+  rtc_gemm_choices(&chosen);
+  rtc_gemm_adopt(&chosen);
+  rt_gemm_table_free(&chosen);
+  return time_all_(body);
+}
+
 /* A GEMM's operands, need floats, each call the next slot of a pool
  * larger than the L2 cache, as a step's tensors go through its arena. */
 struct Rotation_ {
@@ -178,7 +184,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   int quick = getenv("SHARDC_CALIB_QUICK") != NULL;
   if (quick) window_ = 0.003;
-  rtc_gemm_tune(1, NULL, 0); /* the GEMM algorithms the programs run (time_all_) */
+  rtc_gemm_tune(1, NULL, 0); /* the GEMM algorithms the programs run (time_gemms_) */
   if (argc < 2) {
     if (!rank_) fprintf(stderr, "usage: mpirun -np N shardc-calib-cuda OUT.json\n");
     MPI_Finalize();
@@ -281,7 +287,7 @@ int main(int argc, char **argv) {
         int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
         if (M > gemm_max || N > gemm_max || K > gemm_max) continue;
         Rotation_ ops(pool, pool_n, (long)M * K + (long)K * N + (long)M * N);
-        double t = time_all_([&]() {
+        double t = time_gemms_([&]() {
           float *a = ops(), *b = a + (long)M * K, *c = b + (long)K * N;
           mm(0, 1, M, N, K, a, K, b, K, c, N);
           a = ops(), b = a + (long)M * K, c = b + (long)K * N;
@@ -308,7 +314,7 @@ int main(int argc, char **argv) {
       for (int i = 0; i < (int)(sizeof thin / sizeof thin[0]) && thin[i] < big; i++) {
         int M = (int)big, N = (int)big, k = thin[i];
         Rotation_ ops(pool, pool_n, (long)M * k + (long)N * k + (long)M * N);
-        double t = time_all_([&]() {
+        double t = time_gemms_([&]() {
           float *x = ops(), *w = x + (long)M * k, *y = w + (long)N * k;
           mm(0, 1, M, N, k, x, k, w, k, y, N);  /* y = x·Wᵀ */
           x = ops(), w = x + (long)M * k, y = w + (long)N * k;

@@ -39,7 +39,7 @@ static void test_roundtrip(const char *dir) {
   ASSERT_TRUE(rt_gemm_table_find(&t, choice(3).key) == NULL);
   ASSERT_OK(rt_gemm_table_write(&t, p, "NVIDIA H200", 130000));
   int stale = 1;
-  char why[160];
+  char why[RT_GEMM_WHY_BYTES];
   ASSERT_OK(rt_gemm_table_read(&r, p, "NVIDIA H200", 130000, &stale, why));
   ASSERT(0, stale);
   ASSERT(2, r.n);
@@ -88,7 +88,7 @@ static void test_bad(const char *dir) {
   const char *p = at(dir, "bad.algos");
   RtGemmTable r = {0};
   int stale = 0;
-  char why[160];
+  char why[RT_GEMM_WHY_BYTES];
   /* not ours: an error (the driver must not overwrite it) */
   write_file(p, "step,loss\n1,4.2\n", 16);
   ASSERT_FAILS(RT_ERR_FORMAT, rt_gemm_table_read(&r, p, "GPU", 7, &stale, why),
@@ -166,10 +166,9 @@ static void test_agree(void) {
   r2c.source = RT_GEMM_FILE;
   r2c.algo[0] = 104;
   const RtGemmChoice *seq[] = {&r0a, &r0b, &r1a, &r1b, &r1c, &r2c};
-  all.c = xcalloc(6, sizeof *all.c); /* by hand: rt_gemm_table_add keeps one a key */
-  all.cap = 6;
+  rt_gemm_table_room(&all, 6); /* by hand: rt_gemm_table_add keeps one a key */
   for (int i = 0; i < 6; i++)
-    all.c[all.n++] = *seq[i];
+    all.c[i] = *seq[i];
   rt_gemm_table_agree(&out, &all);
   ASSERT(3, out.n);
   ASSERT_TRUE(rt_gemm_table_find(&out, choice(1).key)->algo[0] == 101); /* rank 1's timed */
