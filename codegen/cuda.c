@@ -455,22 +455,39 @@ static bool weight_cast(const PInstr *in) {
 }
 
 static bool casts(Emit *e, const PBlock *bl) {
-  for (int j = 0; j < bl->n; j++)
-    if (!weight_cast(&bl->ins[j])) return false;
-  P(e, "  /* {fp32 master, bf16 copy (arena bytes), elements}: one launch for all */\n");
-  P(e, "  static const RtcCastSeg segs[%d] = {\n", bl->n);
-  for (int j = 0; j < bl->n; j++) {
-    const PLoop *L = bl->ins[j].loop;
-    const Node *n = bl->ins[j].n;
-    P(e, "      {%" PRId64 ", %" PRId64 ", %" PRId64 "},  // %s  %s %s -> %s\n", L->in[0].r.off,
-      L->out[0].r.off, L->n, cg_where(n), n->in[0]->name ? n->in[0]->name : "?",
-      cg_shape(e, n->in[0]), cg_shape(e, n->out));
+  int ncast = 0;
+  for (int j = 0; j < bl->n; j++) ncast += weight_cast(&bl->ins[j]);
+  if (!ncast) return false;
+  /* each run of casts one launch; between them, in order, the rest (under
+   * ZeRO-1/2 with bf16: the buckets' gathers, after the shards' casts and
+   * before the casts that read a gathered fp32 copy) */
+  for (int j = 0, run = 0; j < bl->n;) {
+    if (!weight_cast(&bl->ins[j])) {
+      if (bl->ins[j].n && bl->ins[j].n->out)
+        P(e, "  // %s\n", prog_vname(bl->ins[j].n->out));
+      instr(e, &bl->ins[j++]);
+      continue;
+    }
+    int k = j;
+    while (k < bl->n && weight_cast(&bl->ins[k])) k++;
+    P(e, "  /* {fp32 master, bf16 copy (arena bytes), elements}: one launch for all */\n");
+    P(e, "  static const RtcCastSeg segs%s[%d] = {\n", run ? arena_printf("%d", run) : "", k - j);
+    for (int i = j; i < k; i++) {
+      const PLoop *L = bl->ins[i].loop;
+      const Node *n = bl->ins[i].n;
+      P(e, "      {%" PRId64 ", %" PRId64 ", %" PRId64 "},  // %s  %s %s -> %s\n", L->in[0].r.off,
+        L->out[0].r.off, L->n, cg_where(n), n->in[0]->name ? n->in[0]->name : "?",
+        cg_shape(e, n->in[0]), cg_shape(e, n->out));
+    }
+    P(e, "  };\n  rt_cast_bf16_multi_cu(p->arena, segs%s, %d);\n", run ? arena_printf("%d", run) : "",
+      k - j);
+    for (int i = j; i < k; i++) /* an LM head's padded rows (passes/precision.c) */
+      if (bl->ins[i].nzero)
+        P(e, "  %s(%s, 0, %" PRId64 ");  // %s: the padded rows\n", cg_memset(e),
+          cg_ref(e, bl->ins[i].zero[0]), bl->ins[i].zero_bytes[0], prog_vname(bl->ins[i].zero_of[0]));
+    j = k;
+    run++;
   }
-  P(e, "  };\n  rt_cast_bf16_multi_cu(p->arena, segs, %d);\n", bl->n);
-  for (int j = 0; j < bl->n; j++) /* an LM head's padded rows (passes/precision.c) */
-    if (bl->ins[j].nzero)
-      P(e, "  %s(%s, 0, %" PRId64 ");  // %s: the padded rows\n", cg_memset(e),
-        cg_ref(e, bl->ins[j].zero[0]), bl->ins[j].zero_bytes[0], prog_vname(bl->ins[j].zero_of[0]));
   return true;
 }
 

@@ -462,7 +462,7 @@ static void rank_tables(Emit *e) {
   P(e, "/* ZeRO-%d buckets (elements): the flat layout of the parameters, padded per\n"
        " * bucket to a multiple of 16·DP; rank r owns [flat + r·chunk, +chunk) of each,\n"
        " * at [shard, +chunk) of its %sgradient and optimizer-state shards. */\n"
-       "static const RtBucket %sbuckets[%d] = {\n", p->zero, p->zero == 3 ? "parameter, " : "", pre,
+       "static const RtBucket %sbuckets[%d] = {\n", p->zero, p->pshard ? "parameter, " : "", pre,
     p->buckets->len);
   for (int k = 0; k < p->buckets->len; k++) {
     const Bucket *b = p->buckets->data[k];
@@ -564,7 +564,8 @@ static void program_struct(Emit *e) {
   if (p->dist)
     P(e, "    .global = global, .nglobal = NGLOBAL, .global_bytes = %" PRId64 ", .shards = shards,%s\n",
       p->global_bytes, p->pp > 1 ? arena_printf(" .local_of = %slocal_of,", pre) : "");
-  P(e, "    .zero = %d, .zaxis = %s, .nreq = %d,\n", p->zero, cg_axis(p->zaxis), p->nreq);
+  P(e, "    .zero = %d,%s .zaxis = %s, .nreq = %d,\n", p->zero, p->pshard ? " .pshard = 1," : "",
+    cg_axis(p->zaxis), p->nreq);
   if (p->zero >= 1)
     P(e, "    .buckets = %sbuckets, .nbuckets = %d, .bucket_of = %sbucket_of, .zflat = %" PRId64
          ", .zgroup = %d,\n    .zshard = %" PRId64 ", .gshard_offset = %" PRId64 ", .zopt_offset = %" PRId64 ",\n",

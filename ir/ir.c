@@ -926,7 +926,11 @@ int ir_verify(Graph *g) {
   for (int i = 0; i < nv; i++) first_read[i] = -1, last_write[i] = -1;
   for (int i = 0; i < g->wcasts.len; i++) {   /* made once per step, before the schedule */
     const Node *w = g->wcasts.data[i];
-    if (w->out->def != w || w->in[0]->role != ROLE_PARAM) {
+    /* a parameter's cast; under ZeRO-1/2 with bf16 also a bucket's shard
+     * cast and gathered (passes/zero.c masters_sharded) */
+    bool from = w->in[0]->role == ROLE_PARAM || w->in[0]->role == ROLE_OPTSTATE ||
+                (w->op == OP_ALLGATHER && defined[w->in[0]->id]);
+    if (w->out->def != w || !from) {
       diag_error(w->loc, "internal: the step's cast of %s is malformed", w->in[0]->name);
       errors++;
     }

@@ -195,7 +195,10 @@ typedef struct Bucket {
   bool tied;            /* a pipeline's tied embedding: summed over EMBED too */
   Value *grads;         /* the bucket's gradients; the parameters' gradients are views */
   Value *gshard;        /* ZeRO-2/3: this rank's chunk of the summed gradients */
-  Value *pshard;        /* ZeRO-3: this rank's chunk of the parameters */
+  Value *pshard;        /* ZeRO-3, and ZeRO-1/2 under bf16 (zero_shards_masters): this
+                         * rank's chunk of the parameters (the fp32 masters) */
+  bool half;            /* masters sharded: its parameters are read only as 16-bit copies,
+                         * so the step gathers them in 16 bits (zero.c masters_sharded) */
 } Bucket;
 
 typedef struct Graph {

@@ -67,6 +67,8 @@ typedef struct MemPlan {
    * (the graph's wcasts, cast once per step), after the optimizer state;
    * interleaved: every chunk's (under ZeRO, the rank's one part) */
   int64_t wcopy_offset, wcopy_bytes;
+  bool wcopy_gathered;        /* ZeRO-1/2 under bf16: they are the buckets' gathered copies,
+                               * some in fp32 (passes/zero.c masters_sharded) */
   int64_t transient_peak;     /* activations, their gradients and inputs, at the peak */
   int64_t arena_bytes;        /* persistent + transient peak: the planned peak */
   int peak_node;              /* node index at which the transient peak is reached */

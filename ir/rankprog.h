@@ -318,6 +318,8 @@ typedef struct RankProg {
   int nscaled;            /* normal_scaled tensors: std 0.02 / sqrt(nscaled) */
   /* gradient buckets (passes/zero.c) and ZeRO */
   int zero;               /* ZeRO stage with buckets, -1 without buckets */
+  bool pshard;            /* the parameters stored as the rank's chunks: ZeRO-3, and ZeRO-1/2
+                           * under bf16 (zero_shards_masters) */
   int zaxis;              /* the axis of the buckets and ZeRO shards: dp, or data (dp x sp) */
   const PtrVec *buckets;  /* Bucket* of the graph */
   int64_t zflat;          /* elements of the flat layout */

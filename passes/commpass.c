@@ -221,6 +221,19 @@ static int events(const RankProg *p, PEvent **out, bool pairs) {
   if (!p->dist) return 0;
   const Plan *pl = &p->m->train.plan;
   int ndev = p->m->train.mesh->ndev, es = 4 * p->scale;
+  /* the step's weight copies before the first microbatch: under ZeRO-1/2
+   * with bf16 each bucket's gathered from the shards (passes/zero.c) */
+  for (int ci = 0; ci < p->nchunks; ci++) {
+    const PBlock *cb = &p->chunk[ci].cast;
+    for (int j = 0; j < cb->n; j++) {
+      const PInstr *in = &cb->ins[j];
+      if (in->comm.kind != PC_COLL) continue;
+      coll(&v, in->comm.axis, in->comm.op, in->comm.bytes, true,
+           arena_printf("%s of %s over %s before the first microbatch%s: instruction cast.%d",
+                        in->comm.op, prog_vname(in->n->out), ir_axis_name(in->comm.axis),
+                        p->nchunks > 1 ? arena_printf(" (stage %d)", p->chunk[ci].vs) : "", j));
+    }
+  }
   for (int a = 0; a < p->nsched; a++) {
     const PAct *act = &p->sched[a];
     const PChunk *c = &p->chunk[act->chunk];

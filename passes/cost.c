@@ -616,12 +616,19 @@ static void block_time(const HwModel *hw, const Module *m, const PBlock *b, doub
 
 /* The weight casts of a bf16 step: a loop each, but where kernels have a
  * launch cost to save (hw->overlap > 0: the CUDA target) the target runs
- * the whole block as one kernel over a table of segments
- * (rt_cast_bf16_multi_cu): one launch. */
+ * each run of them as one kernel over a table of segments
+ * (rt_cast_bf16_multi_cu): one launch a run.  Under ZeRO-1/2 the block
+ * also gathers the buckets' copies (blocking, as block_time prices them). */
 static double cast_time(const HwModel *hw, const Module *m, const PBlock *b) {
   double busy, cm, as;
   block_time(hw, m, b, &busy, &cm, &as, false);
-  if (hw->overlap > 0 && b->n > 1) busy -= (b->n - 1) * hw->launch_s;
+  int loops = 0, runs = 0;
+  for (int i = 0; i < b->n; i++)
+    if (b->ins[i].kind == PI_LOOP) {
+      loops++;
+      runs += i == 0 || b->ins[i - 1].kind != PI_LOOP;
+    }
+  if (hw->overlap > 0) busy -= (loops - runs) * hw->launch_s;
   return busy;
 }
 

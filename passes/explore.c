@@ -193,7 +193,7 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
   ms->opt_states = opt_states(&m->train.opt);
   const char *ok = m->train.opt.kind;
   ms->eager_opt = ok && (!strcmp(ok, "shampoo") || !strcmp(ok, "adafactor"));
-  ms->owner_exact = opt_blocked(&m->train.opt);
+  ms->owner_exact = ms->blocked = opt_blocked(&m->train.opt);
   if (opt_blocked(&m->train.opt)) {
     /* Shampoo's factors, roots and grafting state, Adafactor's factored
      * moments (rt_optim.h): their elements per parameter element over the
@@ -848,6 +848,12 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   double peak = 0;
   for (int k = 0; k < pp; k++) {
     double red = 0, gbytes = prm[k] * ms->param_elt;
+    /* ZeRO-1/2 under bf16 (zero_shards_masters): fp32 masters sharded; the
+     * matmul weights gathered as 16-bit copies, the rest in fp32, before
+     * the next step */
+    bool shm = ms->elt == 2 && (p->zero == 1 || p->zero == 2) && D > 1 && !ms->blocked &&
+               !zero_masters_whole();
+    double abytes = shm ? prm[k] * (2 * ms->wcopy_frac + ms->param_elt * (1 - ms->wcopy_frac)) : gbytes;
     if (D > 1) {
       /* the gradients: all-reduced (ZeRO-1: reduce-scattered), started in
        * the last microbatch's backward and overlapped with it where the
@@ -860,14 +866,14 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
       }
       /* ZeRO-1/2: the updated shards all-gathered after the step (ZeRO-3
        * gathers the parameters before each use instead) */
-      if (p->zero == 1 || p->zero == 2) red += cost_coll(hw, "all_gather", D, T, gbytes, NULL);
+      if (p->zero == 1 || p->zero == 2) red += cost_coll(hw, "all_gather", D, T, abytes, NULL);
       if (p->zero == 0)
         sent[k] += vol_ar(gbytes, D);
       else if (p->zero == 1)
-        sent[k] += 2 * vol_ag(gbytes, D);
+        sent[k] += vol_ag(gbytes, D) + vol_ag(abytes, D);
       else
         sent[k] += m * vol_ag(gbytes, D) +
-                   (p->zero == 2 ? vol_ag(gbytes, D) : 2 * m * vol_ag(gbytes, D));
+                   (p->zero == 2 ? vol_ag(abytes, D) : 2 * m * vol_ag(gbytes, D));
     }
     double opt_elems = p->zero >= 1 && D > 1 ? prm[k] / D : prm[k];
     double opt = cost_membound(hw, 7 * opt_elems * 4, 12 * opt_elems);
@@ -878,12 +884,12 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     /* 16-bit plans: the weights' copies, cast once per step (read fp32,
      * write 16-bit) and kept for the step; ZeRO-3 casts per use instead */
     double wcopy = p->zero == 3 && D > 1 ? 0 : prm[k] * ms->wcopy_frac;
-    double cast = wcopy > 0 ? cost_membound(hw, wcopy * (ms->param_elt + 2), wcopy) : 0;
+    double cast = wcopy > 0 ? cost_membound(hw, wcopy / (shm ? D : 1) * (ms->param_elt + 2), wcopy) : 0;
     if (red + opt + cast > tail) tail = red + opt + cast;
     if (sent[k] > bytes_sent) bytes_sent = sent[k];
     /* memory: parameters, gradients, optimizer state (ZeRO shards them over
      * the data ranks), and the microbatches in flight */
-    double zp = p->zero >= 3 && D > 1 ? D : 1, zg = p->zero >= 2 && D > 1 ? D : 1,
+    double zp = (p->zero >= 3 || shm) && D > 1 ? D : 1, zg = p->zero >= 2 && D > 1 ? D : 1,
            zo = p->zero >= 1 && D > 1 ? D : 1;
     double ostate = prm[k] * ms->param_elt * ms->opt_states / zo;
     if (ms->owner_exact && t == 1 && q == 1 && v == 1 && half[k] == 0) {
@@ -893,7 +899,10 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
                                     pp > 1, p->zero >= 1 ? D : 1);
       if (ob >= 0) ostate = ob;
     }
-    double mem = prm[k] * ms->param_elt * (1 / zp + 1 / zg) + ostate + wcopy * 2;
+    /* masters sharded: the 16-bit copies whole and their shard, the fp32
+     * copies of the rest whole */
+    double copies = shm ? wcopy * 2 * (1 + 1 / D) + (prm[k] - wcopy) * ms->param_elt : wcopy * 2;
+    double mem = prm[k] * ms->param_elt * (1 / zp + 1 / zg) + ostate + copies;
     double inflight = 1;
     if (pp > 1) {
       if (p->schedule == SCHED_GPIPE)
@@ -908,7 +917,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
      * microbatch in flight also keeps the gradient it receives (memplan.c:
      * the cuda target's pairs post its receive early) */
     double held = inflight * (act[k] + (v > 1 ? mbytes : 0));
-    out->mem_kind[k][0] = prm[k] * ms->param_elt / zp + wcopy * 2;   /* with their 16-bit copies */
+    out->mem_kind[k][0] = prm[k] * ms->param_elt / zp + copies;   /* with their copies */
     out->mem_kind[k][1] = prm[k] * ms->param_elt / zg;
     out->mem_kind[k][2] = ostate;
     out->mem_kind[k][3] = held + lay->act + (k == pp - 1 ? post->act : 0);

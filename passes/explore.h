@@ -58,6 +58,7 @@ typedef struct ModelShape {
   bool eager_opt;     /* Shampoo or Adafactor: the CUDA target's steps run eagerly, not as graphs */
   double opt_work;    /* Shampoo's step workspace, bytes (64-aligned) */
   bool owner_exact;   /* every parameter listed in its LayerModel (nt) */
+  bool blocked;       /* Shampoo or Adafactor (opt_blocked) */
   double wcopy_frac;  /* 16-bit plans: the parameter elements matmuls read, over all, which
                        * get a persistent 16-bit copy cast once per step (precision.c) */
   LayerModel layer;   /* one repeated layer */

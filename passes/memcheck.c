@@ -92,7 +92,7 @@ int plan_memory_check(Module *m, int scale) {
                      {"params", mp->param_bytes},
                      {"grads", mp->grad_bytes},
                      {"pipeline stash", stash},
-                     {"16-bit weight copies", mp->wcopy_bytes}};
+                     {memplan_wcopy_label(mp), mp->wcopy_bytes}};
   /* largest first (a stable insertion sort of six) */
   for (int i = 1; i < 6; i++)
     for (int j = i; j > 0 && part[j].bytes > part[j - 1].bytes; j--) {

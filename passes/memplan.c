@@ -258,6 +258,7 @@ transient:;
       const Graph *sg = s == g->stage ? g : m->stages[s];
       for (int i = 0; i < sg->wcasts.len; i++) {
         Value *c = ((Node *)sg->wcasts.data[i])->out;
+        if (((Node *)sg->wcasts.data[i])->op == OP_ALLGATHER) mp->wcopy_gathered = true;
         c->persistent = true;
         c->offset = off;
         off += align_up(bytes_of(c));
@@ -385,6 +386,7 @@ static void layout_ranks(Module *m) {
       all->opt_stats_offset = c0->opt_stats_offset;
       all->wcopy_offset = c0->wcopy_offset;
       all->wcopy_bytes = c0->wcopy_bytes;
+      all->wcopy_gathered = c0->wcopy_gathered;
     }
     for (int c = 0; c < v; c++) {
       MemPlan *cm = &m->stage_mem[c * pp + r];
@@ -445,4 +447,8 @@ int pass_memplan_all(Module *m) {
   if (rc) return rc;
   layout_ranks(m);
   return plan_memory_check(m, 1);
+}
+
+const char *memplan_wcopy_label(const MemPlan *mp) {
+  return mp->wcopy_gathered ? "gathered weight copies" : "16-bit weight copies";
 }

@@ -28,9 +28,21 @@ int pass_memplan_all(Module *m);
 /* memplan's persistent layout for a plan with gradient buckets (zero.c):
  * 1 with *end set, or 0 when the plan has none. */
 int zero_memplan(Module *m, int64_t *end);
+/* The memory line's name of MemPlan.wcopy_bytes: "16-bit weight copies", or
+ * under ZeRO-1/2 with bf16 "gathered weight copies" (16-bit, and the fp32
+ * copies of the buckets read in fp32). */
+const char *memplan_wcopy_label(const MemPlan *mp);
 /* ZeRO-3 on a data-parallel mesh: parameters are gathered per use, never
  * whole on a rank for the step. */
 bool zero_gathers_params(const Module *m);
+/* ZeRO-1/2 with 16-bit precision on dp > 1 (but Shampoo and Adafactor):
+ * the fp32 masters stored as shards, the step's weight copies gathered
+ * (passes/zero.c masters_sharded). */
+bool zero_shards_masters(const Module *m);
+/* SHARDC_ZERO_MASTERS=whole in the environment: ZeRO-1/2 keep whole fp32
+ * masters and all-gather them in fp32 after the update at every precision,
+ * as before (the same values: tests compare the two bitwise). */
+bool zero_masters_whole(void);
 /* The buckets of pipeline rank r: under an interleaved schedule its chunks'
  * in chunk order (one flat layout and one shard array under ZeRO); else
  * its stage's, or the model's. */

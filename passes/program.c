@@ -637,7 +637,15 @@ static void build_chunk(B *b, int k0) {
   c->ndbias = b->f->ndbias;
   c->nchains = b->f->nchains;
   c->nchained = b->f->nchained;
-  for (int i = 0; i < g->wcasts.len; i++) cast_loop(b, &c->cast, g->wcasts.data[i]);
+  for (int i = 0; i < g->wcasts.len; i++) {
+    Node *w = g->wcasts.data[i];
+    if (w->op == OP_ALLGATHER) {   /* masters sharded: a bucket's copy (zero.c) */
+      PInstr *in = add(&c->cast, PI_COLL, w);
+      operands(b, in, w);
+      comm(in, PC_COLL, (int)w->a.i[2], ir_ops[w->op].name, ir_comm_bytes(w));
+    } else
+      cast_loop(b, &c->cast, w);
+  }
   if (b->p->data != PDATA_NONE) {
     PInstr *ld = add(&c->fwd, PI_LOAD, NULL);
     ld->out[0] = ref(b, g->inputs.data[k0]);
@@ -715,10 +723,10 @@ static int holders(const Plan *pl, const Value *p) {
   return h;
 }
 
-/* A parameter's byte offset in the arena, or under ZeRO-3 (where only its
- * bucket's chunk is stored) in the flat bucket layout. */
+/* A parameter's byte offset in the arena, or where only its bucket's chunk
+ * is stored (RankProg.pshard) in the flat bucket layout. */
 static int64_t param_offset(const B *b, const Value *p) {
-  if (b->p->zero != 3) return p->offset * b->scale;
+  if (!b->p->pshard) return p->offset * b->scale;
   for (int k = 0; k < b->p->buckets->len; k++) {
     const Bucket *bk = b->p->buckets->data[k];
     for (int j = 0; j < bk->params.len; j++)
@@ -946,7 +954,8 @@ static void build_step(B *b) {
     af_steps(b);
     step(p, PS_OPTIMIZER, AX_WORLD, "optimizer")->mode = p->zero >= 1 ? PO_ZERO : PO_PARAMS;
   }
-  for (int k = 0; (p->zero == 1 || p->zero == 2) && k < p->buckets->len; k++) {
+  /* (masters sharded: the next step's cast block gathers the copies) */
+  for (int k = 0; (p->zero == 1 || p->zero == 2) && !p->pshard && k < p->buckets->len; k++) {
     const Bucket *bk = p->buckets->data[k];
     s = step(p, PS_ALLGATHER, p->zaxis,
              arena_printf("ZeRO-%d parameter all-gather of bucket %s over %s", p->zero, bk->name,
@@ -992,6 +1001,7 @@ static RankProg *build_rank(Module *m, int r, int scale) {
   }
   p->buckets = zero_rank_buckets(m, r);
   p->zero = p->dist && p->buckets->len ? pl->zero : -1;
+  p->pshard = p->zero == 3 || (p->zero >= 1 && zero_shards_masters(m));
   if (p->zero >= 1) {
     const Bucket *last = p->buckets->data[p->buckets->len - 1];
     p->zflat = last->flat + last->numel;

@@ -207,7 +207,7 @@ void prog_print(FILE *out, const Module *m) {
     fprintf(out, "arena: %s bytes = persistent %s (params %s, grads %s, optimizer %s%s) + transient %s%s\n",
             commas(mp->arena_bytes), commas(mp->persistent_bytes), commas(mp->param_bytes),
             commas(mp->grad_bytes), commas(mp->optstate_bytes),
-            mp->wcopy_bytes ? arena_printf(", 16-bit weight copies %s", commas(mp->wcopy_bytes)) : "",
+            mp->wcopy_bytes ? arena_printf(", %s %s", memplan_wcopy_label(mp), commas(mp->wcopy_bytes)) : "",
             commas(mp->transient_peak),
             mp->arena_bytes > mp->persistent_bytes + mp->transient_peak
                 ? arena_printf(" + stash %s", commas(mp->arena_bytes - mp->persistent_bytes - mp->transient_peak))

@@ -72,7 +72,7 @@ static void comm_line(FILE *out, const Module *m, const char *pf, const char *wh
  * stash slots) and communication. */
 /* "bf16 weight copies 237.35 MiB, " (precision = bf16), or nothing. */
 static const char *wcopy_text(const MemPlan *mp) {
-  return mp->wcopy_bytes ? arena_printf("16-bit weight copies %s, ", human_bytes((double)mp->wcopy_bytes))
+  return mp->wcopy_bytes ? arena_printf("%s %s, ", memplan_wcopy_label(mp), human_bytes((double)mp->wcopy_bytes))
                          : "";
 }
 
@@ -204,6 +204,11 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
                  "microbatches' backward reduce-scatters them (%d reductions a step; zero=1 reduces "
                  "once and keeps whole gradients)\n",
             pf, p->zero, zg, p->mb, p->mb);
+  if (zg > 1 && zero_shards_masters(m))
+    fprintf(out, "%szero:     %d under bf16: each rank stores its 1/%d of the fp32 masters; before the first "
+                 "microbatch the step gathers what it reads whole (the matmul weights as bf16 copies, "
+                 "cast from the shards; the other tensors in fp32), and nothing after the update\n",
+            pf, p->zero, zg);
   const Optimizer *o = &t->opt;
   if (o->kind) {
     if (!strcmp(o->kind, "adamw"))

@@ -28,6 +28,19 @@
  *           first use in the backward; the forward and backward nodes read
  *           views of those copies, so the plan frees each after its last use.
  *
+ * ZeRO-1/2 under bf16 (zero_shards_masters; as DeepSpeed's and Megatron's
+ * distributed optimizer keep them): the fp32 masters are only the rank's
+ * chunks too, and what the step reads whole is gathered once per step, in
+ * the cast block, before the first microbatch (masters_sharded): a bucket
+ * of parameters read only through 16-bit copies (a matmul's weights) has
+ * its shard cast to 16 bits and all-gathered into one persistent 16-bit
+ * copy of the bucket, of which their copies are views (half the bytes of
+ * an fp32 gather, and no whole fp32 master: 4 bytes a parameter less);
+ * the others (biases, norm weights, an embedding table) are a bucket of
+ * their own ("blocks.3 (fp32)"), gathered in fp32 into a persistent copy.
+ * The optimizer updates the shards; no all-gather follows it.  The values
+ * are those of the fp32 gather: the cast rounds each element alike.
+ *
  * With Shampoo or Adafactor (zero >= 1) a bucket is laid out by owner
  * (owner_layout): each tensor whole in one rank's chunk, so its owner's
  * gradient shard holds its whole reduced gradient, and only the owner keeps
@@ -42,6 +55,7 @@
  * The layout (offsets of parameters, shards and optimizer state) is placed
  * by zero_memplan, called from memplan.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
@@ -189,11 +203,119 @@ bool zero_gathers_params(const Module *m) {
   return pl->zero == 3 && pl->dp * (ring ? pl->sp : 1) > 1;
 }
 
+bool zero_masters_whole(void) {
+  const char *e = getenv("SHARDC_ZERO_MASTERS");
+  return e && !strcmp(e, "whole");
+}
+
+bool zero_shards_masters(const Module *m) {
+  if (zero_masters_whole()) return false;
+  const Plan *pl = &m->train.plan;
+  bool ring = pl->sp_kind == SP_RING && pl->sp > 1;
+  DType t = m->train.precision;
+  return (pl->zero == 1 || pl->zero == 2) && pl->dp * (ring ? pl->sp : 1) > 1 &&
+         (t == DT_BF16 || t == DT_F16) && !opt_blocked(&m->train.opt);
+}
+
+/* The step's cast of p into its persistent 16-bit copy (precision.c), or NULL. */
+static Node *wcast_of(const Graph *g, const Value *p) {
+  for (int c = 0; c < g->wcasts.len; c++)
+    if (((Node *)g->wcasts.data[c])->in[0] == p) return g->wcasts.data[c];
+  return NULL;
+}
+
+/* Whether the step reads p only through its 16-bit copy: it has one,
+ * unpadded (an LM head's padded rows are not a view of a bucket), and no
+ * node of the schedule names p itself (the embedding reads its fp32 table,
+ * a fused loop an fp32 bias or norm weight). */
+static bool read_as16(const Graph *g, const Value *p) {
+  Node *w = wcast_of(g, p);
+  if (!w || ir_numel(&w->out->shape) != ir_numel(&p->shape)) return false;
+  for (int i = 0; i < g->nodes.len; i++) {
+    const Node *n = g->nodes.data[i];
+    for (int q = 0; q < n->nin; q++)
+      if (n->in[q] == p) return false;
+  }
+  return true;
+}
+
+/* ZeRO-1/2 under bf16 (zero_shards_masters): the buckets' masters as
+ * shards (pshard, as ZeRO-3's), and the step's cast block rewritten
+ * (g->wcasts): for a bucket of parameters read only as 16-bit copies
+ * (half), its shard cast to 16 bits and all-gathered into one 16-bit copy
+ * of the bucket, of which the parameters' copies are views; for the others
+ * the fp32 shard all-gathered into a whole fp32 copy, of which views
+ * replace the parameters in the schedule (and in their own casts, which
+ * follow the gathers).  Every output is a persistent copy (memplan places
+ * the cast block's outputs after the optimizer state). */
+static void masters_sharded(Graph *g, int dp, DType t16) {
+  PtrVec wc = {0};
+  bool *moved = arena_alloc(sizeof(bool) * (size_t)(g->wcasts.len + 1));
+  Node **gathers = arena_alloc(sizeof(Node *) * (size_t)(g->buckets.len + 1));
+  int ng = 0;
+  int64_t e16 = ir_dtype_size(t16);
+  for (int k = 0; k < g->buckets.len; k++) {
+    Bucket *b = g->buckets.data[k];
+    SrcLoc loc = b->grads->loc;
+    Shape whole = ir_shape(1, &b->numel);
+    if (b->half) {
+      Attrs a = {0};
+      a.i[0] = t16;
+      a.ni = 1;
+      Node *c = ir_add(g, OP_CAST, &b->pshard, 1, &a, loc, "", "cast");
+      g->nodes.len--;   /* not in the schedule: the step runs it */
+      c->id = -1;
+      c->scope = b->name;
+      c->out->role = ROLE_ACT;
+      c->out->name = arena_printf("%s (16-bit shard)", b->name);
+      vec_push(&wc, c);
+      Value *w16 = ir_value(g, ROLE_ACT, whole, t16, loc);
+      w16->name = arena_printf("%s (16-bit, gathered)", b->name);
+      Node *ag = comm_node(OP_ALLGATHER, c->out, w16, dp, b, false);
+      ag->id = -1;
+      gathers[ng++] = ag;
+      for (int j = 0; j < b->params.len; j++) {
+        Value *p = b->params.data[j];
+        for (int q = 0; q < g->wcasts.len; q++) {
+          Node *w = g->wcasts.data[q];
+          if (w->in[0] != p) continue;
+          moved[q] = true;
+          w->out->def = NULL;
+          w->out->alias = w16;
+          w->out->view_off = b->pos[j] * e16;
+        }
+      }
+    } else {
+      Value *w32 = ir_value(g, ROLE_ACT, whole, DT_F32, loc);
+      w32->name = arena_printf("%s (gathered)", b->name);
+      Node *ag = comm_node(OP_ALLGATHER, b->pshard, w32, dp, b, false);
+      ag->id = -1;
+      gathers[ng++] = ag;
+      for (int j = 0; j < b->params.len; j++) {
+        Value *p = b->params.data[j];
+        Value *view = param_view(g, p, w32, b->pos[j] * 4);
+        for (int i = 0; i < g->nodes.len; i++) {
+          Node *n = g->nodes.data[i];
+          for (int q = 0; q < n->nin; q++)
+            if (n->in[q] == p) n->in[q] = view;
+        }
+        for (int q = 0; q < g->wcasts.len; q++)
+          if (((Node *)g->wcasts.data[q])->in[0] == p) ((Node *)g->wcasts.data[q])->in[0] = view;
+      }
+    }
+  }
+  for (int i = 0; i < ng; i++) vec_push(&wc, gathers[i]);
+  for (int q = 0; q < g->wcasts.len; q++)
+    if (!moved[q]) vec_push(&wc, g->wcasts.data[q]);
+  g->wcasts = wc;
+}
+
 int pass_zero(Module *m) {
   Graph *g = m->graph;
   const Plan *pl = &m->train.plan;
   bool ring = pl->sp_kind == SP_RING && pl->sp > 1;
   int dp = pl->dp * (ring ? pl->sp : 1), stage = pl->zero;
+  bool shm = zero_shards_masters(m);
   /* (interleaved pipeline chunks without ZeRO reduce their gradients after
    * the schedule) */
   bool chunks = m->nstages > pl->pp && pl->pp > 1;
@@ -217,8 +339,13 @@ int pass_zero(Module *m) {
     uint32_t partial = stage >= 1 ? p->grad_partial & ((1u << AX_TP) | (1u << AX_TPR) | (1u << AX_TPC)) : 0;
     /* a pipeline's tied embedding alone: its shard is summed over EMBED */
     const char *key = p->pp_shared ? arena_printf("%s (tied)", zero_bucket_key(p->name)) : zero_bucket_key(p->name);
+    /* masters sharded: the parameters read as 16-bit copies alone, the
+     * others in a bucket of their own (gathered in fp32) */
+    bool half = shm && read_as16(g, p);
+    if (shm && !half) key = arena_printf("%s (fp32)", key);
     Bucket *b = bucket_of(g, key, partial);
     b->tied = p->pp_shared;
+    b->half = half;
     vec_push(&b->params, p);
   }
   int64_t flat = 0, shard = 0;
@@ -270,12 +397,13 @@ int pass_zero(Module *m) {
       b->gshard = ir_value(g, ROLE_GRAD, c, DT_F32, b->grads->loc);
       b->gshard->name = arena_printf("%s (gradient shard)", b->name);
     }
-    if (stage == 3) {
+    if (stage == 3 || shm) {
       Shape c = ir_shape(1, &b->chunk);
       b->pshard = ir_value(g, ROLE_OPTSTATE, c, DT_F32, b->grads->loc);
       b->pshard->name = arena_printf("%s (parameter shard)", b->name);
     }
   }
+  if (shm) masters_sharded(g, dp, m->train.precision);
 
   /* Where the new nodes go: before[i] runs right before node i, after[i]
    * right after it. */
@@ -412,6 +540,8 @@ static int64_t owner_state(Module *m, const PtrVec *bl, int64_t off, int64_t *wo
  *   zero=1   [params in the flat layout | buckets of gradients | gradient shards | optimizer state of the shards]
  *   zero=2   [params in the flat layout | gradient shards | optimizer state of the shards]
  *   zero=3   [parameter shards | gradient shards | optimizer state of the shards]
+ *   zero=1/2 under bf16: zero=3's parameter shards in place of the flat layout,
+ *            the step's gathered copies after (memplan's weight copies)
  * A shard array holds the rank's chunk of every bucket, in bucket order.
  * Shampoo and Adafactor: the optimizer state is that of the tensors the
  * rank owns, then the step's workspace (owner_state), then under tp
@@ -425,6 +555,7 @@ int zero_memplan(Module *m, int64_t *end) {
   MemPlan *mp = &m->mem;
   if (!g->buckets.len) return 0;
   int stage = m->train.plan.zero, nstate = opt_states(&m->train.opt);
+  bool shards = stage == 3 || zero_shards_masters(m);   /* the parameters' storage: their chunks */
   int64_t off = 0, nshard = 0;
   int pp = m->train.plan.pp;
   bool chunks = m->nstages > pp && pp > 1;
@@ -473,17 +604,17 @@ int zero_memplan(Module *m, int64_t *end) {
       Value *p = b->params.data[j];
       p->persistent = true;
       p->offset = (b->flat + b->pos[j]) * 4;
-      if (stage == 3) {   /* no storage of its own: nodes read views of the gathered bucket */
+      if (shards) {   /* no storage of its own: nodes read views of the gathered bucket */
         p->offset = -1;
         p->live_start = p->live_end = -1;
       }
     }
-    if (stage == 3) {
+    if (shards) {
       b->pshard->persistent = true;
       b->pshard->offset = b->shard * 4;
     }
   }
-  mp->param_bytes = stage == 3 ? nshard * 4 : (((Bucket *)bl->data[bl->len - 1])->flat +
+  mp->param_bytes = shards ? nshard * 4 : (((Bucket *)bl->data[bl->len - 1])->flat +
                                                ((Bucket *)bl->data[bl->len - 1])->numel) * 4;
   int64_t full = 0;   /* zero=1: the buckets of gradients, whole */
   for (int k = 0; k < bl->len && stage == 1; k++) {

@@ -205,6 +205,8 @@ typedef struct RtProgram {
   /* gradient buckets and ZeRO (zero >= 1: parameters in the flat layout,
    * params[i].offset is the flat position, opt/opt2 are -1) */
   int zero;                /* ZeRO stage, -1 without buckets */
+  int pshard;              /* the parameters stored as this rank's chunks (ZeRO-3; ZeRO-1/2 of a
+                            * bf16 program, whose cast block gathers what the step reads) */
   int zaxis;               /* RT_AX_DP, or RT_AX_DATA under ring attention */
   int nreq;                /* overlapped bucket reductions per step */
   const RtBucket *buckets;

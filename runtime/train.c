@@ -278,6 +278,8 @@ static const char *check_tables(const RtProgram *const *progs, int nprogs) {
       return BAD("pipeline rank %d: full tensors without their shards", r);
     if (pg->zero >= 1 && (pg->ranks < 2 || !pg->buckets || !pg->bucket_of))
       return BAD("pipeline rank %d: ZeRO-%d without a mesh or buckets", r, pg->zero);
+    if (pg->pshard && pg->zero < 1)
+      return BAD("pipeline rank %d: parameter shards without ZeRO", r);
     for (int s = 0; s < pg->nstep; s++)
       if (pg->step[s].kind == RT_STEP_ALLGATHER &&
           (pg->step[s].count < 0 || pg->step[s].count >= pg->nbuckets))
@@ -658,7 +660,7 @@ static void zero_state_load(Trainer *t, unsigned char *full) {
 }
 
 /* ZeRO slot k of this rank: 0 the parameters (ZeRO-1/2: the whole flat
- * layout at the arena's start; ZeRO-3: its chunks there), 1 and 2 its
+ * layout at the arena's start; pshard: its chunks there), 1 and 2 its
  * chunks of optimizer state. */
 static unsigned char *zero_slot(const Trainer *t, int k) {
   const RtProgram *pg = t->pg;
@@ -678,7 +680,7 @@ static void zero_store(Trainer *t, int k, const unsigned char *full, unsigned ch
       rt_shard_extract(&pg->shards[j], t->mesh, full + rt_param_slot(&pg->global[j], k),
                        flat + pg->params[l].offset, t->es);
   }
-  if (pg->zero != 3 && k == 0)
+  if (!pg->pshard && k == 0)
     memcpy(t->arena, flat, flat_bytes);
   else
     rt_zero_take(pg->buckets, pg->nbuckets, coord(t, (RtAxis)pg->zaxis), flat, zero_slot(t, k),
@@ -735,9 +737,9 @@ static int zero_save(Trainer *t, long steps_done) {
     return 0;
   }
   for (int k = 0; k <= opt_states(pg); k++) {
-    /* ZeRO-1/2 hold every parameter: slot 0 is the arena's flat layout */
-    const unsigned char *src = pg->zero != 3 && k == 0 ? t->arena : flat;
-    if (pg->zero == 3 || k > 0) {
+    /* ZeRO-1/2 (fp32) hold every parameter: slot 0 is the arena's flat layout */
+    const unsigned char *src = !pg->pshard && k == 0 ? t->arena : flat;
+    if (pg->pshard || k > 0) {
       rt_check(rt_gather_flat(t->mesh, zax, zero_slot(t, k), (size_t)pg->zshard, all, t->es));
       if (coord(t, zax) == 0)
         rt_zero_put(pg->buckets, pg->nbuckets, pg->zgroup, pg->zshard, all, flat, t->es);
@@ -1620,7 +1622,7 @@ static void zero_blocked_step(Trainer *t, long step, double lr, double grad_scal
       continue;
     if (hi - lo != p->numel || p->opt < 0)
       fail(t, "internal: a ZeRO chunk holds part of a Shampoo or Adafactor tensor");
-    unsigned char *w = A + (pg->zero == 3 ? s : lo) * es, *g = A + pg->gshard_offset + s * es;
+    unsigned char *w = A + (pg->pshard ? s : lo) * es, *g = A + pg->gshard_offset + s * es;
     a.weight_decay = p->decay ? pg->weight_decay : 0.0;
     int rc = RT_OK;
     const RtAfSplit *sp = pg->afsplit ? &pg->afsplit[i] : NULL;
@@ -1801,8 +1803,9 @@ static void optimizer_step(Trainer *t, const RtStepOp *op, long step, double lr,
     return;
   }
   /* ZeRO: this rank's chunk of every bucket, with its summed gradient shard
-   * and its optimizer state; ZeRO-3 stores only its chunks of the
-   * parameters, ZeRO-1/2 the whole flat layout. */
+   * and its optimizer state; ZeRO-3 (and ZeRO-1/2 of a bf16 program:
+   * pshard) stores only its chunks of the parameters, ZeRO-1/2 the whole
+   * flat layout. */
   unsigned char *g = A + pg->gshard_offset, *m1 = A + pg->zopt_offset;
   unsigned char *m2 = m1 + (size_t)pg->zshard * es;
   const size_t r = (size_t)coord(t, (RtAxis)pg->zaxis);
@@ -1810,7 +1813,7 @@ static void optimizer_step(Trainer *t, const RtStepOp *op, long step, double lr,
     size_t a, z, s;
     if (!zero_range(t, i, r, &a, &z, &s))
       continue;
-    unsigned char *w = A + (pg->zero == 3 ? s : a) * es;
+    unsigned char *w = A + (pg->pshard ? s : a) * es;
     double wd = pg->params[i].decay ? pg->weight_decay : 0.0;
     if (pg->opt == RT_OPT_ADAMW)
       adamw(t, w, g + s * es, m1 + s * es, m2 + s * es, z - a, lr, wd, step, grad_scale);

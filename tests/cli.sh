@@ -461,6 +461,17 @@ expect memory-cli-mesh 1 "gpt2-fp32.shard:27:14: error: the plan does not fit in
 # head's with 50304 rows)
 expect memory-bf16-plan 0 "^memory:   10,429,911,168 bytes per rank \(9.71 GiB\): params 474.70 MiB, grads 474.70 MiB, optimizer 949.40 MiB, 16-bit weight copies 235.69 MiB, activations\+inputs 7.63 GiB" -- "$bin" compile samples/gpt2-124m.shard --target cuda
 expect memory-fits-h100 1 '^samples/gpt2-124m.shard:26:15: error: precision bf16' -- "$bin" check samples/gpt2-124m.shard --mesh 8:H100_SXM
+# ZeRO-1 under bf16 (passes/zero.c masters_sharded): each rank stores its
+# eighth of the fp32 masters (params 59.34 MiB), and the step gathers the
+# matmul weights as 16-bit copies, the rest (the embedding table, which the
+# embedding reads in fp32; biases, norm weights) as fp32 copies, before the
+# first microbatch; with whole masters and an fp32 all-gather after the
+# update (SHARDC_ZERO_MASTERS=whole, as before) 256 MB more a rank and
+# 149 MB more sent a step
+expect memory-bf16-zero1 0 "^memory:   9,364,767,360 bytes per rank \(8.72 GiB\): params 59.34 MiB, grads 534.04 MiB, optimizer 118.68 MiB, gathered weight copies 406.64 MiB" -- "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 8 --strategy dp=8,zero=1
+expect comm-bf16-zero1 0 "^comm:     722,443,008 bytes sent per rank per step" -- "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 8 --strategy dp=8,zero=1
+expect memory-bf16-zero1-whole 0 "^memory:   9,621,052,416 bytes per rank .*params 474.70 MiB, grads 534.04 MiB, optimizer 118.68 MiB, 16-bit weight copies 235.69 MiB" -- env SHARDC_ZERO_MASTERS=whole "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 8 --strategy dp=8,zero=1
+expect comm-bf16-zero1-whole 0 "^comm:     871,078,656 bytes sent per rank per step" -- env SHARDC_ZERO_MASTERS=whole "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 8 --strategy dp=8,zero=1
 
 # FLOPs (passes/report.c plan_flops; tests/unit/test_flops.c against the
 # closed form): model FLOPs from the forward nodes of the whole model, the

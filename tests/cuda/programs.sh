@@ -249,6 +249,37 @@ if [ -z "${CUDA_PROGRAMS_QUICK:-}" ] && command -v mpirun >/dev/null && command 
       near "gpt bf16 cuda-host pp=2,tp=2 (scatter/gather)" "$tmp/gpt-bf16-pptp" 3
     else bad "gpt bf16 pp=2,tp=2: its messages are not scattered (no rt_pipe_recv_gather)"; fi
   }
+  # ZeRO-1/2 under bf16 (passes/zero.c masters_sharded): the fp32 masters
+  # are the ranks' shards, the matmul weights gathered once a step as 16-bit
+  # copies (the rest in fp32); against the cpu reference, and bitwise the
+  # run with whole masters and an fp32 all-gather after the update
+  # (SHARDC_ZERO_MASTERS=whole, as before), losses and checkpoint; one of
+  # them resumed from step 2 ends bitwise where the whole run does.
+  # tp=2 (tp-partial buckets) and an interleaved pipeline (its chunks share
+  # one layout and one shard array) on 4 ranks.
+  zm() {  # zm NAME SRC MESH STRATEGY
+    local d="$tmp/$1-masters"
+    build "$2" "$d" --target cuda-host --mesh "$3" --strategy "$4" &&
+      SHARDC_ZERO_MASTERS=whole build "$2" "$d-whole" --target cuda-host --mesh "$3" --strategy "$4" || return 1
+    NEAR_REF="${ZM_REF:-$tmp/gpt-cpu3}" near "$1 bf16 cuda-host $4 (sharded masters)" "$d" 3
+    grep -q "memory: .*gathered weight copies" <<<"$out" && ok ||
+      bad "$1 $4: no gathered weight copies: $(grep -m1 '^memory:' <<<"$out")"
+    train "$d-whole" --steps 3 --quiet --log "$d-whole.jsonl" --save "$d-whole.st"
+    [ $rc -eq 0 ] && bitwise "$1 $4 sharded vs whole masters" "$d" "$d-whole" ||
+      bad "$1 $4 whole masters: exit $rc: $(tail -3 <<<"$out")"
+  }
+  zm gpt "$tmp/gpt_bf16.shard" 2 dp=2,zero=2 && {
+    d="$tmp/gpt-masters"
+    train "$d" --steps 2 --quiet --save "$d-2.st" &&
+      train "$d" --steps 3 --load "$d-2.st" --log "$d-resumed.jsonl" --save "$d-resumed.st"
+    if [ $rc -eq 0 ] && cmp -s "$d.st" "$d-resumed.st" &&
+       [ "$(losses "$d.jsonl" | tail -1)" = "$(losses "$d-resumed.jsonl")" ]; then ok
+    else bad "gpt dp=2,zero=2 sharded masters resumed at step 2: exit $rc: differs from the whole run"; fi
+  }
+  zm gpt "$tmp/gpt_bf16.shard" 2x2 tp=2,dp=2,zero=1
+  sed 's/precision = fp32/precision = bf16/' "$MODELS_DIR/gpt8.shard" >"$tmp/gpt8_bf16.shard"
+  [ -f "$tmp/gpt8-cpu.jsonl" ] &&
+    ZM_REF="$tmp/gpt8-cpu" zm gpt8 "$tmp/gpt8_bf16.shard" 2x2 dp=2,pp=2,zero=2,schedule=interleaved:2
   # bf16 messages of a cut that two tensors cross (16-bit each), against
   # gpt3's fp32 cpu run (from the mesh runs above)
   sed 's/precision = fp32/precision = bf16/' "$MODELS_DIR/gpt3.shard" >"$tmp/gpt3_bf16.shard"
