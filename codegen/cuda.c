@@ -259,11 +259,17 @@ static void coll(Emit *e, const PInstr *in) {
   bool gather = n->op == OP_ALLGATHER || n->op == OP_ALLGATHER_G;
   int64_t outer, inner;
   ir_dim_split(&(gather ? yv : xv)->shape, (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
-  if (in->ahead && outer == 1 && xv->dtype == DT_F32 && !in->scratch.v) {
+  if (in->ahead && outer == 1 && (xv->dtype == DT_F32 || (cg_is16(xv) && inner % 2 == 0)) &&
+      !in->scratch.v) {
     /* ZeRO-3's gather one layer ahead: on the communication stream, after
-     * the work issued so far; its first reader waits (rtc_gather_wait) */
-    P(e, "  rtc_allgather_ahead(p->mesh, %s, %s, %s, %" PRId64 ", %d);\n", ax, R(e, in->out[0]),
-      R(e, in->in[0]), inner, in->ahead - 1);
+     * the work issued so far; its first reader waits (rtc_gather_wait).  A
+     * 16-bit shard (bf16: passes/zero.c) goes as its bytes, inner/2 floats */
+    if (xv->dtype == DT_F32)
+      P(e, "  rtc_allgather_ahead(p->mesh, %s, %s, %s, %" PRId64 ", %d);\n", ax, R(e, in->out[0]),
+        R(e, in->in[0]), inner, in->ahead - 1);
+    else
+      P(e, "  rtc_allgather_ahead(p->mesh, %s, (float *)%s, (const float *)%s, %" PRId64 ", %d);\n",
+        ax, R(e, in->out[0]), R(e, in->in[0]), inner / 2, in->ahead - 1);
     return;
   }
   P(e, "  rtc_%s_dim(p->mesh, %s, %s, %s, %" PRId64 ", %" PRId64 ", %s);\n",

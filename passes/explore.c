@@ -806,7 +806,11 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     if (p->zero == 3 && D > 1) {
       double nl = 0;
       for (int c = 0; c < v; c++) nl += n[c * pp + k] + half[c * pp + k];
-      double g = nl * cost_coll(hw, "all_gather", D, T, lay->params * ms->param_elt, NULL) * (1 - hw->overlap * 0.5);
+      /* bf16: the matmul weights gathered in 16 bits (passes/zero.c) */
+      double pel = ms->elt == 2 && !ms->blocked && !zero_masters_whole()
+                       ? 2 * ms->wcopy_frac + ms->param_elt * (1 - ms->wcopy_frac)
+                       : ms->param_elt;
+      double g = nl * cost_coll(hw, "all_gather", D, T, lay->params * pel, NULL) * (1 - hw->overlap * 0.5);
       tf[k] += g;
       tb[k] += g;
     }
@@ -853,7 +857,9 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
      * the next step */
     bool shm = ms->elt == 2 && (p->zero == 1 || p->zero == 2) && D > 1 && !ms->blocked &&
                !zero_masters_whole();
-    double abytes = shm ? prm[k] * (2 * ms->wcopy_frac + ms->param_elt * (1 - ms->wcopy_frac)) : gbytes;
+    /* the bytes ZeRO's all-gathers move (ZeRO-3 under bf16 gathers 16 bits too) */
+    bool g16 = ms->elt == 2 && p->zero >= 1 && D > 1 && !ms->blocked && !zero_masters_whole();
+    double abytes = g16 ? prm[k] * (2 * ms->wcopy_frac + ms->param_elt * (1 - ms->wcopy_frac)) : gbytes;
     if (D > 1) {
       /* the gradients: all-reduced (ZeRO-1: reduce-scattered), started in
        * the last microbatch's backward and overlapped with it where the
@@ -873,7 +879,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
         sent[k] += vol_ag(gbytes, D) + vol_ag(abytes, D);
       else
         sent[k] += m * vol_ag(gbytes, D) +
-                   (p->zero == 2 ? vol_ag(abytes, D) : 2 * m * vol_ag(gbytes, D));
+                   (p->zero == 2 ? vol_ag(abytes, D) : 2 * m * vol_ag(abytes, D));
     }
     double opt_elems = p->zero >= 1 && D > 1 ? prm[k] / D : prm[k];
     double opt = cost_membound(hw, 7 * opt_elems * 4, 12 * opt_elems);

@@ -43,6 +43,10 @@ bool zero_shards_masters(const Module *m);
  * masters and all-gather them in fp32 after the update at every precision,
  * as before (the same values: tests compare the two bitwise). */
 bool zero_masters_whole(void);
+/* ZeRO-3 with 16-bit precision on dp > 1 (but Shampoo and Adafactor): the
+ * buckets of parameters read only through 16-bit casts are gathered in 16
+ * bits (passes/zero.c). */
+bool zero_gathers16(const Module *m);
 /* The buckets of pipeline rank r: under an interleaved schedule its chunks'
  * in chunk order (one flat layout and one shard array under ZeRO); else
  * its stage's, or the model's. */

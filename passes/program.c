@@ -520,7 +520,10 @@ static void gathers_ahead(PBlock *bl) {
   int next = 0;
   for (int j = 0; j < bl->n; j++) {
     PInstr *g = &bl->ins[j];
-    if (g->kind != PI_COLL || g->n->op != OP_ALLGATHER || g->n->in[0]->role != ROLE_OPTSTATE)
+    /* (the shard, or under bf16 its 16-bit copy: the cast block's) */
+    const Value *src = g->kind == PI_COLL ? g->n->in[0] : NULL;
+    if (src && src->def && src->def->op == OP_CAST && src->def->id < 0) src = src->def->in[0];
+    if (g->kind != PI_COLL || g->n->op != OP_ALLGATHER || src->role != ROLE_OPTSTATE)
       continue;
     const Value *whole = root(g->n->out);
     for (int k = j + 1; k < bl->n; k++)

@@ -40,6 +40,11 @@
  * their own ("blocks.3 (fp32)"), gathered in fp32 into a persistent copy.
  * The optimizer updates the shards; no all-gather follows it.  The values
  * are those of the fp32 gather: the cast rounds each element alike.
+ * ZeRO-3 under bf16 (zero_gathers16) splits its buckets the same way: a
+ * bucket of parameters that the schedule reads only through casts to 16
+ * bits (precision.c casts a gathered parameter before each kernel) has its
+ * shard cast once a step (the cast block) and gathered in 16 bits before
+ * each use; the casts go, their outputs views of the gathered copy.
  *
  * With Shampoo or Adafactor (zero >= 1) a bucket is laid out by owner
  * (owner_layout): each tensor whole in one rank's chunk, so its owner's
@@ -208,6 +213,12 @@ bool zero_masters_whole(void) {
   return e && !strcmp(e, "whole");
 }
 
+bool zero_gathers16(const Module *m) {
+  if (zero_masters_whole()) return false;
+  DType t = m->train.precision;
+  return zero_gathers_params(m) && (t == DT_BF16 || t == DT_F16) && !opt_blocked(&m->train.opt);
+}
+
 bool zero_shards_masters(const Module *m) {
   if (zero_masters_whole()) return false;
   const Plan *pl = &m->train.plan;
@@ -239,6 +250,39 @@ static bool read_as16(const Graph *g, const Value *p) {
   return true;
 }
 
+/* ZeRO-3 under bf16 (zero_gathers16): whether every node that reads p is
+ * a cast to the 16-bit type t16 of all of it (precision.c casts a gathered
+ * parameter before each kernel that reads it), so the step may gather p
+ * in 16 bits and the kernels read views of that. */
+static bool read_as16_casts(const Graph *g, const Value *p, DType t16) {
+  int readers = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    const Node *n = g->nodes.data[i];
+    for (int q = 0; q < n->nin; q++) {
+      if (n->in[q] != p) continue;
+      if (n->op != OP_CAST || n->out->dtype != t16 || ir_numel(&n->out->shape) != ir_numel(&p->shape))
+        return false;
+      readers++;
+    }
+  }
+  return readers > 0;
+}
+
+/* The step's cast of bucket b's fp32 parameter shard into a persistent
+ * 16-bit shard (the cast block: g->wcasts), to be all-gathered. */
+static Node *shard16(Graph *g, Bucket *b, DType t16) {
+  Attrs a = {0};
+  a.i[0] = t16;
+  a.ni = 1;
+  Node *c = ir_add(g, OP_CAST, &b->pshard, 1, &a, b->grads->loc, "", "cast");
+  g->nodes.len--;   /* not in the schedule: the step runs it */
+  c->id = -1;
+  c->scope = b->name;
+  c->out->role = ROLE_ACT;
+  c->out->name = arena_printf("%s (16-bit shard)", b->name);
+  return c;
+}
+
 /* ZeRO-1/2 under bf16 (zero_shards_masters): the buckets' masters as
  * shards (pshard, as ZeRO-3's), and the step's cast block rewritten
  * (g->wcasts): for a bucket of parameters read only as 16-bit copies
@@ -259,15 +303,7 @@ static void masters_sharded(Graph *g, int dp, DType t16) {
     SrcLoc loc = b->grads->loc;
     Shape whole = ir_shape(1, &b->numel);
     if (b->half) {
-      Attrs a = {0};
-      a.i[0] = t16;
-      a.ni = 1;
-      Node *c = ir_add(g, OP_CAST, &b->pshard, 1, &a, loc, "", "cast");
-      g->nodes.len--;   /* not in the schedule: the step runs it */
-      c->id = -1;
-      c->scope = b->name;
-      c->out->role = ROLE_ACT;
-      c->out->name = arena_printf("%s (16-bit shard)", b->name);
+      Node *c = shard16(g, b, t16);
       vec_push(&wc, c);
       Value *w16 = ir_value(g, ROLE_ACT, whole, t16, loc);
       w16->name = arena_printf("%s (16-bit, gathered)", b->name);
@@ -315,7 +351,8 @@ int pass_zero(Module *m) {
   const Plan *pl = &m->train.plan;
   bool ring = pl->sp_kind == SP_RING && pl->sp > 1;
   int dp = pl->dp * (ring ? pl->sp : 1), stage = pl->zero;
-  bool shm = zero_shards_masters(m);
+  bool shm = zero_shards_masters(m), z16 = zero_gathers16(m);
+  DType t16 = m->train.precision;
   /* (interleaved pipeline chunks without ZeRO reduce their gradients after
    * the schedule) */
   bool chunks = m->nstages > pl->pp && pl->pp > 1;
@@ -341,8 +378,8 @@ int pass_zero(Module *m) {
     const char *key = p->pp_shared ? arena_printf("%s (tied)", zero_bucket_key(p->name)) : zero_bucket_key(p->name);
     /* masters sharded: the parameters read as 16-bit copies alone, the
      * others in a bucket of their own (gathered in fp32) */
-    bool half = shm && read_as16(g, p);
-    if (shm && !half) key = arena_printf("%s (fp32)", key);
+    bool half = (shm && read_as16(g, p)) || (z16 && read_as16_casts(g, p, t16));
+    if ((shm || z16) && !half) key = arena_printf("%s (fp32)", key);
     Bucket *b = bucket_of(g, key, partial);
     b->tied = p->pp_shared;
     b->half = half;
@@ -404,6 +441,13 @@ int pass_zero(Module *m) {
     }
   }
   if (shm) masters_sharded(g, dp, m->train.precision);
+  /* ZeRO-3 under bf16: a bucket read only through 16-bit casts gathers
+   * its 16-bit shard, cast once a step (the cast block) */
+  for (int k = 0; z16 && k < g->buckets.len; k++) {
+    Bucket *b = g->buckets.data[k];
+    if (b->half) vec_push(&g->wcasts, shard16(g, b, t16));
+  }
+  bool *drop = arena_alloc(sizeof(bool) * (size_t)(g->nodes.len + 1));
 
   /* Where the new nodes go: before[i] runs right before node i, after[i]
    * right after it. */
@@ -417,15 +461,33 @@ int pass_zero(Module *m) {
   for (int k = 0; k < g->buckets.len; k++) {
     Bucket *b = g->buckets.data[k];
     if (stage == 3) {
-      /* Two gathered copies, one for each direction; nodes read views. */
+      /* Two gathered copies, one for each direction; nodes read views.
+       * Under bf16 a bucket of parameters read only through casts to 16
+       * bits (b->half) is gathered in 16 bits from its 16-bit shard, and
+       * the casts' outputs become views of the copy (the casts go: the
+       * same values, half the bytes). */
       Value *whole[2];
+      DType wt = b->half ? t16 : DT_F32;
+      int64_t we = ir_dtype_size(wt);
       for (int d = 0; d < 2; d++) {
         Shape s = ir_shape(1, &b->numel);
-        whole[d] = ir_value(g, ROLE_ACT, s, DT_F32, b->grads->loc);
+        whole[d] = ir_value(g, ROLE_ACT, s, wt, b->grads->loc);
         whole[d]->name = arena_printf("%s (gathered for the %s)", b->name, d ? "backward" : "forward");
       }
       for (int j = 0; j < b->params.len; j++) {
         Value *p = b->params.data[j];
+        if (b->half) {
+          for (int i = 0; i < nn; i++) {
+            Node *n = g->nodes.data[i];
+            if (n->op != OP_CAST || n->in[0] != p) continue;
+            Value *o = n->out;
+            o->def = NULL;
+            o->alias = whole[i >= g->nfwd];
+            o->view_off = b->pos[j] * we;
+            drop[i] = true;
+          }
+          continue;
+        }
         Value *view[2] = {param_view(g, p, whole[0], b->pos[j] * 4),
                           param_view(g, p, whole[1], b->pos[j] * 4)};
         for (int i = 0; i < nn; i++) {
@@ -436,13 +498,16 @@ int pass_zero(Module *m) {
             if (n->in[q] == p) n->in[q] = view[i >= g->nfwd && ir_reads_data(n, q)];
         }
       }
+      Value *src = b->half ? ((Node *)g->wcasts.data[g->wcasts.len - 1])->out : b->pshard;
+      for (int q = 0; b->half && q < g->wcasts.len; q++)
+        if (((Node *)g->wcasts.data[q])->in[0] == b->pshard) src = ((Node *)g->wcasts.data[q])->out;
       for (int d = 0; d < 2; d++) {
         int first = -1;
         for (int i = d ? g->nfwd : 0; i < (d ? nn : g->nfwd) && first < 0; i++)
-          if (touches(g->nodes.data[i], whole[d], d ? READS : TAKES)) first = i;
+          if (!drop[i] && touches(g->nodes.data[i], whole[d], d ? READS : TAKES)) first = i;
         if (first >= 0) {
           gat[ngat].first = first;
-          gat[ngat].n = comm_node(OP_ALLGATHER, b->pshard, whole[d], dp, b, false);
+          gat[ngat].n = comm_node(OP_ALLGATHER, src, whole[d], dp, b, false);
           ngat++;
         }
       }
@@ -492,7 +557,7 @@ int pass_zero(Module *m) {
     if (i == g->nfwd) nfwd = nodes.len;
     for (int k = 0; k < before[i].len; k++) vec_push(&nodes, before[i].data[k]);
     newid[i] = nodes.len;
-    vec_push(&nodes, g->nodes.data[i]);
+    if (!drop[i]) vec_push(&nodes, g->nodes.data[i]);
     for (int k = 0; k < after[i].len; k++) vec_push(&nodes, after[i].data[k]);
   }
   if (nfwd < 0) nfwd = nodes.len;

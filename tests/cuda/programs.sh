@@ -280,6 +280,21 @@ if [ -z "${CUDA_PROGRAMS_QUICK:-}" ] && command -v mpirun >/dev/null && command 
   sed 's/precision = fp32/precision = bf16/' "$MODELS_DIR/gpt8.shard" >"$tmp/gpt8_bf16.shard"
   [ -f "$tmp/gpt8-cpu.jsonl" ] &&
     ZM_REF="$tmp/gpt8-cpu" zm gpt8 "$tmp/gpt8_bf16.shard" 2x2 dp=2,pp=2,zero=2,schedule=interleaved:2
+  # ZeRO-3 under bf16: the buckets of weights read only through 16-bit
+  # casts are gathered in 16 bits (their shards cast once a step), one
+  # layer ahead as the fp32 ones; against the cpu reference, and fewer
+  # bytes sent than the fp32 gathers of SHARDC_ZERO_MASTERS=whole
+  d="$tmp/gpt-z3-16"
+  build "$tmp/gpt_bf16.shard" "$d" --target cuda-host --mesh 2 --strategy dp=2,zero=3 && {
+    near "gpt bf16 cuda-host dp=2,zero=3 (16-bit gathers)" "$d" 3
+    c16=$("$bin" compile "$tmp/gpt_bf16.shard" --target cuda --mesh 2 --strategy dp=2,zero=3 2>&1 |
+          sed -n 's/^comm:     \([0-9,]*\) bytes sent.*/\1/p' | tr -d ,)
+    c32=$(SHARDC_ZERO_MASTERS=whole "$bin" compile "$tmp/gpt_bf16.shard" --target cuda --mesh 2 --strategy dp=2,zero=3 2>&1 |
+          sed -n 's/^comm:     \([0-9,]*\) bytes sent.*/\1/p' | tr -d ,)
+    if grep -q 'rtc_allgather_ahead(p->mesh, RT_AX_DP, (float \*)BF(' "$d/model.cu" && [ -n "$c16" ] &&
+       [ -n "$c32" ] && [ "$c16" -lt "$c32" ]; then ok
+    else bad "zero=3 bf16: no 16-bit gathers ahead, or ${c16:-?} bytes sent not below ${c32:-?}"; fi
+  }
   # bf16 messages of a cut that two tensors cross (16-bit each), against
   # gpt3's fp32 cpu run (from the mesh runs above)
   sed 's/precision = fp32/precision = bf16/' "$MODELS_DIR/gpt3.shard" >"$tmp/gpt3_bf16.shard"
