@@ -664,8 +664,9 @@ static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, 
         t += cost_membound(hw, 7 * np * 4, 12 * np);
       break;
     }
-    case PS_ALLGATHER: {
-      double bytes = rp->zshard ? (double)rp->zshard * n * fp32 : 0;
+    case PS_ALLGATHER: { /* one bucket's (step.count): its chunk from each rank */
+      const Bucket *bk = s->count >= 0 && s->count < rp->buckets->len ? rp->buckets->data[s->count] : NULL;
+      double bytes = bk ? (double)bk->chunk * n * fp32 : 0;
       t += cost_coll(hw, "all_gather", n, stride, bytes, NULL);
       break;
     }
@@ -979,7 +980,10 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
     fprintf(out, "%s  rank %d%s: %sforward %s + backward %s per microbatch (x%d; blocking comm %s), "
                  "step tail %s, busy %s, ends %s\n",
             pf, k, r.nstages > 1 ? " (pipeline)" : "",
-            r.stage[k].cast_s > 0 ? arena_printf("weight casts %s per step, ", ms(r.stage[k].cast_s)) : "",
+            r.stage[k].cast_s > 0
+                ? arena_printf("weight casts%s %s per step, ",
+                               rp->mem->wcopy_gathered ? " and gathers" : "", ms(r.stage[k].cast_s))
+                : "",
             ms(r.stage[k].fwd_s), ms(r.stage[k].bwd_s), M,
             ms(r.stage[k].comm_s), ms(r.stage[k].step_s), ms(r.stage[k].busy_s), ms(r.stage[k].end_s));
     /* per op: count and predicted time over one microbatch, heaviest first */
