@@ -150,6 +150,8 @@ typedef struct Opts {
   int time_report;
 } Opts;
 
+#define EXPLORE_REFINE_UNITS 1200000.0 /* plans' nodes x ranks compiled to refine (run_explore) */
+
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -599,10 +601,15 @@ static int run_explore(Opts *o) {
    * memory plan and their time from the per-rank programs (what
    * --emit=plan predicts); re-ranked. */
   int exact = 0;
-  /* (within a second of compiling: a large model's plans stay the search's) */
-  double t_ref = now_ms();
+  /* (about three seconds of compiling on this 2-core machine: compiling a
+   * plan costs about its nodes x ranks, some 3 us a unit; a large model's
+   * other plans stay the search's.  A count, not a clock: the same plans
+   * come out however loaded the machine is) */
+  double units = (double)m->graph->nodes.len * m->train.mesh->ndev;
+  int nref = units > 0 ? (int)(EXPLORE_REFINE_UNITS / units) : n;
+  if (nref < 1) nref = 1;
   if (small)
-    for (int i = 0; i < n && now_ms() - t_ref < 1000; i++) exact += refine_plan(o, &pe[i], &hw);
+    for (int i = 0; i < n && i < nref; i++) exact += refine_plan(o, &pe[i], &hw);
   qsort(pe, (size_t)n, sizeof *pe, cmp_plan);
   if (n > top) n = top;
   /* the train block's own plan (hand-tuned, e.g. a published one), for comparison */

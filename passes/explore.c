@@ -744,8 +744,18 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
    * could not group for NCCL (none of GPipe's, 1F1B's or interleaved's up
    * to pp 8 and 32 microbatches: the compiled plan knows) */
   bool graph = hw->overlap > 0 && hw->launch_graph_s > 0 && !ms->eager_opt;
-  Split s = {t, q, r, p->sp_kind == SP_MEGATRON, b, p->recompute, graph,
-             !(p->zero >= 3 && D > 1), explore_recompute_as_megatron()};
+  /* the memo compares keys bytewise (costs): padding zeroed */
+  Split s;
+  memset(&s, 0, sizeof s);
+  s.t = t;
+  s.q = q;
+  s.r = r;
+  s.spm = p->sp_kind == SP_MEGATRON;
+  s.b = b;
+  s.rc = p->recompute;
+  s.graph = graph;
+  s.pad_head = !(p->zero >= 3 && D > 1);
+  s.rerun_layer = explore_recompute_as_megatron();
   const LCost *lc = costs(ms, hw, &s);
   HwModel hg;
   if (graph) hw = cost_hw_graphed(hw, &hg);

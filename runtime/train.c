@@ -278,8 +278,9 @@ static const char *check_tables(const RtProgram *const *progs, int nprogs) {
       return BAD("pipeline rank %d: full tensors without their shards", r);
     if (pg->zero >= 1 && (pg->ranks < 2 || !pg->buckets || !pg->bucket_of))
       return BAD("pipeline rank %d: ZeRO-%d without a mesh or buckets", r, pg->zero);
-    if (pg->pshard && pg->zero < 1)
-      return BAD("pipeline rank %d: parameter shards without ZeRO", r);
+    if ((pg->pshard && pg->zero < 1) || (pg->zero == 3 && !pg->pshard))
+      return BAD("pipeline rank %d: ZeRO-%d with%s parameter shards", r, pg->zero,
+                 pg->pshard ? "" : "out");
     for (int s = 0; s < pg->nstep; s++)
       if (pg->step[s].kind == RT_STEP_ALLGATHER &&
           (pg->step[s].count < 0 || pg->step[s].count >= pg->nbuckets))

@@ -227,6 +227,33 @@ expect build-pp 1 'strategy tp2d=2x2 with sp' -- "$bin" build samples/gpt.shard 
 expect explore-table 0 'plans evaluated in .* s; best' -- "$bin" explore samples/gpt.shard
 expect explore-json 0 '^\[\{"strategy": "dp=[0-9]+.*"step_time_s": .*"mem_by_stage": \[.*"feasible": true' -- "$bin" explore samples/gpt.shard --json --top 3
 expect explore-partial 0 '^1 +dp=2,tp=2' -- "$bin" explore samples/gpt.shard --strategy tp=2
+# The plans explore compiles to refine its ranking are a count (about
+# nodes x ranks of work), not a clock: a loaded machine gets the same answer
+# (a one-second budget once compiled one or two of GPT-3 175B's plans by
+# the load, and ranked interleaved:2 or :4 first)
+cat >"$tmp/gpt175b.shard" <<'EOF'
+const vocab = 51200, ctx = 2048, d = 12288, heads = 96, layers = 96
+layer block(x) {
+  x = x + attention(layernorm(x), heads = heads, causal = true)
+  x = x + mlp(layernorm(x), hidden = 4 * d, act = gelu)
+  return x
+}
+model gpt(tokens: i32[B, T], targets: i32[B, T]) {
+  x = embedding(tokens, vocab, d) + positional(T, d)
+  repeat layers { x = block(x) }
+  logits = linear(layernorm(x), vocab, bias = false, tied = embedding)
+  return cross_entropy(logits, targets)
+}
+mesh m { nodes = 8, per_node = 8, device = A100_SXM }
+train {
+  model = gpt, mesh = m
+  batch = 64, seq = ctx, microbatch = 1, steps = 1
+  optimizer = adamw(lr = 1e-4, betas = (0.9, 0.95), weight_decay = 0.1)
+  precision = bf16
+}
+EOF
+expect explore-refine-count 0 '; best 1 \(3 compiled: ' -- nice -n 19 "$bin" explore "$tmp/gpt175b.shard" --strategy tp=8,pp=8,dp=1,sp=megatron,recompute=selective --top 1
+expect explore-refine-best 0 '^1 +dp=1,tp=8,sp=megatron,pp=8,schedule=interleaved:4,mb=64,recompute=selective +1 +12.43 s' -- nice -n 19 "$bin" explore "$tmp/gpt175b.shard" --strategy tp=8,pp=8,dp=1,sp=megatron,recompute=selective --top 1
 # GPT-2's head costs more than a layer: the stage partition still gives
 # every stage a layer (it once proposed pp=2:12+0, which the compile of the
 # shown plans refused with an error per plan), and the shown plans with

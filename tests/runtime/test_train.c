@@ -354,6 +354,7 @@ static int linear_program(const char *v) {
     step_op(pg, RT_STEP_WAIT, RT_AX_DP, 0, 0, 0, 0);
     pg->comm_bytes = rt_vol_reduce_scatter(64 * es, 2) + rt_vol_allgather(64 * es, 2);
   } else if (L.zero == 3) {
+    pg->pshard = 1; /* the parameters stored as the rank's chunks */
     pg->comm_bytes = rt_vol_allgather(64 * es, 2) + rt_vol_reduce_scatter(64 * es, 2);
   } else if (L.bucket) {
     step_op(pg, RT_STEP_WAIT, RT_AX_DP, 0, 0, 0, 0);
