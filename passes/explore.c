@@ -222,6 +222,24 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
       wc += (double)ir_numel(&w->shape);
     }
     ms->wcopy_frac = all > 0 ? wc / all : 0;
+    /* of those, the ones nothing else reads (an embedding table tied to the
+     * head is read by the embedding too, in fp32) */
+    double hc = 0;
+    for (int i = 0; i < g->params.len; i++) {
+      const Value *p = g->params.data[i];
+      if (!seen[p->id]) continue;
+      bool only = true;
+      for (int j = 0; j < g->nodes.len && only; j++) {
+        const Node *n = g->nodes.data[j];
+        for (int q = 0; q < n->nin && only; q++) {
+          const Value *x = n->in[q];
+          if (x && x->def && x->def->op == OP_CAST) x = x->def->in[0];
+          if (x == p && n->op != OP_MATMUL && n->op != OP_MATMUL_BWD) only = false;
+        }
+      }
+      if (only) hc += (double)ir_numel(&p->shape);
+    }
+    ms->half_frac = all > 0 ? hc / all : 0;
   }
   double nseq = g->inputs.len ? (double)((Value *)g->inputs.data[0])->shape.d[0].n : 1;
   if (nseq < 1) nseq = 1;
@@ -818,7 +836,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
       for (int c = 0; c < v; c++) nl += n[c * pp + k] + half[c * pp + k];
       /* bf16: the matmul weights gathered in 16 bits (passes/zero.c) */
       double pel = ms->elt == 2 && !ms->blocked && !zero_masters_whole()
-                       ? 2 * ms->wcopy_frac + ms->param_elt * (1 - ms->wcopy_frac)
+                       ? 2 * ms->half_frac + ms->param_elt * (1 - ms->half_frac)
                        : ms->param_elt;
       double g = nl * cost_coll(hw, "all_gather", D, T, lay->params * pel, NULL) * (1 - hw->overlap * 0.5);
       tf[k] += g;
@@ -869,7 +887,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
                !zero_masters_whole();
     /* the bytes ZeRO's all-gathers move (ZeRO-3 under bf16 gathers 16 bits too) */
     bool g16 = ms->elt == 2 && p->zero >= 1 && D > 1 && !ms->blocked && !zero_masters_whole();
-    double abytes = g16 ? prm[k] * (2 * ms->wcopy_frac + ms->param_elt * (1 - ms->wcopy_frac)) : gbytes;
+    double abytes = g16 ? prm[k] * (2 * ms->half_frac + ms->param_elt * (1 - ms->half_frac)) : gbytes;
     if (D > 1) {
       /* the gradients: all-reduced (ZeRO-1: reduce-scattered), started in
        * the last microbatch's backward and overlapped with it where the
@@ -900,6 +918,8 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     /* 16-bit plans: the weights' copies, cast once per step (read fp32,
      * write 16-bit) and kept for the step; ZeRO-3 casts per use instead */
     double wcopy = p->zero == 3 && D > 1 ? 0 : prm[k] * ms->wcopy_frac;
+    /* ZeRO-3 under bf16: the 16-bit shards of the weights it gathers so */
+    double shard16 = p->zero == 3 && g16 ? prm[k] * ms->half_frac * 2 / D : 0;
     double cast = wcopy > 0 ? cost_membound(hw, wcopy / (shm ? D : 1) * (ms->param_elt + 2), wcopy) : 0;
     if (red + opt + cast > tail) tail = red + opt + cast;
     if (sent[k] > bytes_sent) bytes_sent = sent[k];
@@ -917,7 +937,9 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     }
     /* masters sharded: the 16-bit copies whole and their shard, the fp32
      * copies of the rest whole */
-    double copies = shm ? wcopy * 2 * (1 + 1 / D) + (prm[k] - wcopy) * ms->param_elt : wcopy * 2;
+    double half = prm[k] * ms->half_frac;
+    double copies = shm ? half * 2 * (1 + 1.0 / D) + (prm[k] - half) * ms->param_elt + (wcopy - half) * 2
+                        : wcopy * 2 + shard16;
     double mem = prm[k] * ms->param_elt * (1 / zp + 1 / zg) + ostate + copies;
     double inflight = 1;
     if (pp > 1) {

@@ -59,6 +59,8 @@ typedef struct ModelShape {
   double opt_work;    /* Shampoo's step workspace, bytes (64-aligned) */
   bool owner_exact;   /* every parameter listed in its LayerModel (nt) */
   bool blocked;       /* Shampoo or Adafactor (opt_blocked) */
+  double half_frac;   /* 16-bit plans: the parameter elements read only by matmuls (passes/
+                       * zero.c gathers them in 16 bits under ZeRO), over all */
   double wcopy_frac;  /* 16-bit plans: the parameter elements matmuls read, over all, which
                        * get a persistent 16-bit copy cast once per step (precision.c) */
   LayerModel layer;   /* one repeated layer */

@@ -269,6 +269,46 @@ int main(void) {
     ASSERT(1, fabs(pe.bytes_per_rank / counted - 1) < 0.25);
   }
 
+  /* ZeRO under bf16 (passes/zero.c: ZeRO-1/2's masters sharded and their
+   * weight copies gathered once a step, ZeRO-3's weights gathered in 16
+   * bits): the search's bytes sent against the compiled programs' counts,
+   * and its parameters with their copies against the memory plan's (2%),
+   * GPT-2 124M on 8 H100s; whole masters (SHARDC_ZERO_MASTERS=whole)
+   * cost ZeRO-1 about 256 MB more (4 bytes a parameter less 1/8, but for
+   * the embedding table, which the embedding reads whole in fp32) */
+  {
+    const char *zp[] = {"dp=8,zero=1,mb=4", "dp=8,zero=2,mb=4", "dp=8,zero=3,mb=4"};
+    double params_sharded = 0;
+    for (int w = 0; w < 2; w++)
+      for (int c = 0; c < 3; c++) {
+        if (w) setenv("SHARDC_ZERO_MASTERS", "whole", 1);
+        ModelShape sz;
+        Module *mz = NULL;
+        ASSERT(0, shape_of("../samples/gpt2-124m.shard", "8:H100_SXM", &sz, &mz));
+        Module *mc = compile("../samples/gpt2-124m.shard", "8:H100_SXM", zp[c]);
+        unsetenv("SHARDC_ZERO_MASTERS");
+        if (!mz || !mc) continue;
+        HwModel hz;
+        cost_hw_from_mesh(&hz, mz->train.mesh, DT_BF16);
+        Plan pz = mc->train.plan;
+        PlanEval pe;
+        if (w) setenv("SHARDC_ZERO_MASTERS", "whole", 1);
+        explore_eval(&sz, &hz, mz->train.mesh, &pz, (int)mc->train.microbatch, true, &pe);
+        unsetenv("SHARDC_ZERO_MASTERS");
+        double counted = (double)prog_comm_bytes(mc->rprog[0], NULL);
+        double planned = (double)(mc->mem.param_bytes + mc->mem.wcopy_bytes);
+        printf("gpt2 bf16 %s%s: %.0f bytes sent searched, %.0f counted (%+.1f%%); params and copies "
+               "%.0f searched, %.0f planned (%+.1f%%)\n",
+               zp[c], w ? " (whole masters)" : "", pe.bytes_per_rank, counted,
+               100 * (pe.bytes_per_rank / counted - 1), pe.mem_kind[0][0], planned,
+               100 * (pe.mem_kind[0][0] / planned - 1));
+        ASSERT(1, fabs(pe.bytes_per_rank / counted - 1) < 0.02);
+        ASSERT(1, fabs(pe.mem_kind[0][0] / planned - 1) < 0.02);
+        if (c == 0 && !w) params_sharded = planned;
+        if (c == 0 && w) ASSERT(1, planned - params_sharded > 250e6);
+      }
+  }
+
   /* Second-order state counts: the search's optimizer memory for Shampoo
    * (factors, roots, grafting state per block, the step's workspace) and
    * Adafactor (factored moments) is the memory plan's, byte for byte: on
