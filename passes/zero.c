@@ -228,7 +228,8 @@ bool zero_shards_masters(const Module *m) {
          (t == DT_BF16 || t == DT_F16) && !opt_blocked(&m->train.opt);
 }
 
-/* The step's cast of p into its persistent 16-bit copy (precision.c), or NULL. */
+/* The step's cast of p into its persistent 16-bit copy (precision.c; a
+ * bucket's shard: shard16), or NULL. */
 static Node *wcast_of(const Graph *g, const Value *p) {
   for (int c = 0; c < g->wcasts.len; c++)
     if (((Node *)g->wcasts.data[c])->in[0] == p) return g->wcasts.data[c];
@@ -498,9 +499,7 @@ int pass_zero(Module *m) {
             if (n->in[q] == p) n->in[q] = view[i >= g->nfwd && ir_reads_data(n, q)];
         }
       }
-      Value *src = b->half ? ((Node *)g->wcasts.data[g->wcasts.len - 1])->out : b->pshard;
-      for (int q = 0; b->half && q < g->wcasts.len; q++)
-        if (((Node *)g->wcasts.data[q])->in[0] == b->pshard) src = ((Node *)g->wcasts.data[q])->out;
+      Value *src = b->half ? wcast_of(g, b->pshard)->out : b->pshard;   /* (shard16's) */
       for (int d = 0; d < 2; d++) {
         int first = -1;
         for (int i = d ? g->nfwd : 0; i < (d ? nn : g->nfwd) && first < 0; i++)
