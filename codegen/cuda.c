@@ -264,12 +264,10 @@ static void coll(Emit *e, const PInstr *in) {
     /* ZeRO-3's gather one layer ahead: on the communication stream, after
      * the work issued so far; its first reader waits (rtc_gather_wait).  A
      * 16-bit shard (bf16: passes/zero.c) goes as its bytes, inner/2 floats */
-    if (xv->dtype == DT_F32)
-      P(e, "  rtc_allgather_ahead(p->mesh, %s, %s, %s, %" PRId64 ", %d);\n", ax, R(e, in->out[0]),
-        R(e, in->in[0]), inner, in->ahead - 1);
-    else
-      P(e, "  rtc_allgather_ahead(p->mesh, %s, (float *)%s, (const float *)%s, %" PRId64 ", %d);\n",
-        ax, R(e, in->out[0]), R(e, in->in[0]), inner / 2, in->ahead - 1);
+    bool f32 = xv->dtype == DT_F32;
+    P(e, "  rtc_allgather_ahead(p->mesh, %s, %s%s, %s%s, %" PRId64 ", %d);\n", ax, f32 ? "" : "(float *)",
+      R(e, in->out[0]), f32 ? "" : "(const float *)", R(e, in->in[0]), f32 ? inner : inner / 2,
+      in->ahead - 1);
     return;
   }
   P(e, "  rtc_%s_dim(p->mesh, %s, %s, %s, %" PRId64 ", %" PRId64 ", %s);\n",

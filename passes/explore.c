@@ -224,20 +224,19 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     ms->wcopy_frac = all > 0 ? wc / all : 0;
     /* of those, the ones nothing else reads (an embedding table tied to the
      * head is read by the embedding too, in fp32) */
+    bool *other = arena_alloc((size_t)g->values.len + 1);
+    for (int j = 0; j < g->nodes.len; j++) {
+      const Node *n = g->nodes.data[j];
+      for (int q = 0; q < n->nin && n->op != OP_MATMUL && n->op != OP_MATMUL_BWD; q++) {
+        const Value *x = n->in[q];
+        if (x && x->def && x->def->op == OP_CAST) x = x->def->in[0];
+        if (x) other[x->id] = true;
+      }
+    }
     double hc = 0;
     for (int i = 0; i < g->params.len; i++) {
       const Value *p = g->params.data[i];
-      if (!seen[p->id]) continue;
-      bool only = true;
-      for (int j = 0; j < g->nodes.len && only; j++) {
-        const Node *n = g->nodes.data[j];
-        for (int q = 0; q < n->nin && only; q++) {
-          const Value *x = n->in[q];
-          if (x && x->def && x->def->op == OP_CAST) x = x->def->in[0];
-          if (x == p && n->op != OP_MATMUL && n->op != OP_MATMUL_BWD) only = false;
-        }
-      }
-      if (only) hc += (double)ir_numel(&p->shape);
+      if (seen[p->id] && !other[p->id]) hc += (double)ir_numel(&p->shape);
     }
     ms->half_frac = all > 0 ? hc / all : 0;
   }
@@ -757,6 +756,12 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   int q = p->tp2d > 1 ? p->tp2d : 1, r = p->sp_kind == SP_RING ? p->sp : 1, t = p->tp;
   int T = t * q * q, D = p->dp * r, pp = p->pp, v = p->schedule == SCHED_INTERLEAVED ? p->vchunks : 1;
   int m = p->mb > 0 ? p->mb : 1;
+  /* ZeRO under bf16 (passes/zero.c): the weights only matmuls read are
+   * gathered in 16 bits, the rest in fp32 (gel: bytes a parameter element
+   * moves); ZeRO-1/2's fp32 masters sharded (shm) */
+  bool g16 = ms->elt == 2 && p->zero >= 1 && D > 1 && !ms->blocked && !zero_masters_whole();
+  bool shm = g16 && p->zero <= 2;
+  double gel = g16 ? 2 * ms->half_frac + ms->param_elt * (1 - ms->half_frac) : ms->param_elt;
   /* the CUDA target runs the step as CUDA graphs but under an eager
    * optimizer (runtime/train.c), or a pipeline whose messages commpass.c
    * could not group for NCCL (none of GPipe's, 1F1B's or interleaved's up
@@ -834,11 +839,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     if (p->zero == 3 && D > 1) {
       double nl = 0;
       for (int c = 0; c < v; c++) nl += n[c * pp + k] + half[c * pp + k];
-      /* bf16: the matmul weights gathered in 16 bits (passes/zero.c) */
-      double pel = ms->elt == 2 && !ms->blocked && !zero_masters_whole()
-                       ? 2 * ms->half_frac + ms->param_elt * (1 - ms->half_frac)
-                       : ms->param_elt;
-      double g = nl * cost_coll(hw, "all_gather", D, T, lay->params * pel, NULL) * (1 - hw->overlap * 0.5);
+      double g = nl * cost_coll(hw, "all_gather", D, T, lay->params * gel, NULL) * (1 - hw->overlap * 0.5);
       tf[k] += g;
       tb[k] += g;
     }
@@ -879,15 +880,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   double tail = 0, bytes_sent = 0;
   double peak = 0;
   for (int k = 0; k < pp; k++) {
-    double red = 0, gbytes = prm[k] * ms->param_elt;
-    /* ZeRO-1/2 under bf16 (zero_shards_masters): fp32 masters sharded; the
-     * matmul weights gathered as 16-bit copies, the rest in fp32, before
-     * the next step */
-    bool shm = ms->elt == 2 && (p->zero == 1 || p->zero == 2) && D > 1 && !ms->blocked &&
-               !zero_masters_whole();
-    /* the bytes ZeRO's all-gathers move (ZeRO-3 under bf16 gathers 16 bits too) */
-    bool g16 = ms->elt == 2 && p->zero >= 1 && D > 1 && !ms->blocked && !zero_masters_whole();
-    double abytes = g16 ? prm[k] * (2 * ms->half_frac + ms->param_elt * (1 - ms->half_frac)) : gbytes;
+    double red = 0, gbytes = prm[k] * ms->param_elt, abytes = prm[k] * gel;   /* (ZeRO's gathers) */
     if (D > 1) {
       /* the gradients: all-reduced (ZeRO-1: reduce-scattered), started in
        * the last microbatch's backward and overlapped with it where the

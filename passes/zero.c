@@ -236,37 +236,34 @@ static Node *wcast_of(const Graph *g, const Value *p) {
   return NULL;
 }
 
-/* Whether the step reads p only through its 16-bit copy: it has one,
- * unpadded (an LM head's padded rows are not a view of a bucket), and no
- * node of the schedule names p itself (the embedding reads its fp32 table,
- * a fused loop an fp32 bias or norm weight). */
-static bool read_as16(const Graph *g, const Value *p) {
-  Node *w = wcast_of(g, p);
-  if (!w || ir_numel(&w->out->shape) != ir_numel(&p->shape)) return false;
-  for (int i = 0; i < g->nodes.len; i++) {
-    const Node *n = g->nodes.data[i];
-    for (int q = 0; q < n->nin; q++)
-      if (n->in[q] == p) return false;
-  }
-  return true;
-}
-
-/* ZeRO-3 under bf16 (zero_gathers16): whether every node that reads p is
- * a cast to the 16-bit type t16 of all of it (precision.c casts a gathered
- * parameter before each kernel that reads it), so the step may gather p
- * in 16 bits and the kernels read views of that. */
-static bool read_as16_casts(const Graph *g, const Value *p, DType t16) {
-  int readers = 0;
+/* How the schedule reads each value (by id), for the buckets' split under
+ * bf16: NAMED any node names it; NOT16 a node other than a cast of all of
+ * it to t16 (precision.c casts a ZeRO-3 parameter before each kernel). */
+enum { NAMED = 1, NOT16 = 2 };
+static unsigned char *readers(const Graph *g, DType t16) {
+  unsigned char *r = arena_alloc((size_t)g->values.len + 1);
   for (int i = 0; i < g->nodes.len; i++) {
     const Node *n = g->nodes.data[i];
     for (int q = 0; q < n->nin; q++) {
-      if (n->in[q] != p) continue;
-      if (n->op != OP_CAST || n->out->dtype != t16 || ir_numel(&n->out->shape) != ir_numel(&p->shape))
-        return false;
-      readers++;
+      const Value *x = n->in[q];
+      if (!x) continue;
+      r[x->id] |= NAMED;
+      if (n->op != OP_CAST || n->out->dtype != t16 || ir_numel(&n->out->shape) != ir_numel(&x->shape))
+        r[x->id] |= NOT16;
     }
   }
-  return readers > 0;
+  return r;
+}
+
+/* Whether the step reads p only in 16 bits.  ZeRO-1/2 (persistent copies):
+ * p has its copy, unpadded (an LM head's padded rows are not a view of a
+ * bucket), and no node of the schedule names p itself (the embedding reads
+ * its fp32 table, a fused loop an fp32 bias or norm weight).  ZeRO-3: every
+ * node that names p is a cast of all of it to 16 bits, and some does. */
+static bool read_as16(const Graph *g, const Value *p, const unsigned char *rd, bool persistent) {
+  if (!persistent) return rd[p->id] == NAMED;
+  Node *w = wcast_of(g, p);
+  return w && ir_numel(&w->out->shape) == ir_numel(&p->shape) && !rd[p->id];
 }
 
 /* The step's cast of bucket b's fp32 parameter shard into a persistent
@@ -282,6 +279,16 @@ static Node *shard16(Graph *g, Bucket *b, DType t16) {
   c->out->role = ROLE_ACT;
   c->out->name = arena_printf("%s (16-bit shard)", b->name);
   return c;
+}
+
+/* The step's all-gather of src (a bucket's shard) into a persistent whole
+ * copy of the bucket of type t, named "BUCKET (what)": cast-block work. */
+static Node *gathered_copy(Graph *g, Bucket *b, Value *src, DType t, const char *what, int dp) {
+  Value *w = ir_value(g, ROLE_ACT, ir_shape(1, &b->numel), t, b->grads->loc);
+  w->name = arena_printf("%s (%s)", b->name, what);
+  Node *ag = comm_node(OP_ALLGATHER, src, w, dp, b, false);
+  ag->id = -1;
+  return ag;
 }
 
 /* ZeRO-1/2 under bf16 (zero_shards_masters): the buckets' masters as
@@ -301,16 +308,11 @@ static void masters_sharded(Graph *g, int dp, DType t16) {
   int64_t e16 = ir_dtype_size(t16);
   for (int k = 0; k < g->buckets.len; k++) {
     Bucket *b = g->buckets.data[k];
-    SrcLoc loc = b->grads->loc;
-    Shape whole = ir_shape(1, &b->numel);
     if (b->half) {
       Node *c = shard16(g, b, t16);
       vec_push(&wc, c);
-      Value *w16 = ir_value(g, ROLE_ACT, whole, t16, loc);
-      w16->name = arena_printf("%s (16-bit, gathered)", b->name);
-      Node *ag = comm_node(OP_ALLGATHER, c->out, w16, dp, b, false);
-      ag->id = -1;
-      gathers[ng++] = ag;
+      Node *ag = gathers[ng++] = gathered_copy(g, b, c->out, t16, "16-bit, gathered", dp);
+      Value *w16 = ag->out;
       for (int j = 0; j < b->params.len; j++) {
         Value *p = b->params.data[j];
         for (int q = 0; q < g->wcasts.len; q++) {
@@ -323,11 +325,7 @@ static void masters_sharded(Graph *g, int dp, DType t16) {
         }
       }
     } else {
-      Value *w32 = ir_value(g, ROLE_ACT, whole, DT_F32, loc);
-      w32->name = arena_printf("%s (gathered)", b->name);
-      Node *ag = comm_node(OP_ALLGATHER, b->pshard, w32, dp, b, false);
-      ag->id = -1;
-      gathers[ng++] = ag;
+      Value *w32 = (gathers[ng++] = gathered_copy(g, b, b->pshard, DT_F32, "gathered", dp))->out;
       for (int j = 0; j < b->params.len; j++) {
         Value *p = b->params.data[j];
         Value *view = param_view(g, p, w32, b->pos[j] * 4);
@@ -368,6 +366,7 @@ int pass_zero(Module *m) {
         return -1;
       }
     }
+  const unsigned char *rd = shm || z16 ? readers(g, t16) : NULL;
   /* Buckets in parameter order; zero=0 buckets hold only the parameters
    * that have gradients (the others have no place in the gradient range). */
   for (int i = 0; i < g->params.len; i++) {
@@ -379,7 +378,7 @@ int pass_zero(Module *m) {
     const char *key = p->pp_shared ? arena_printf("%s (tied)", zero_bucket_key(p->name)) : zero_bucket_key(p->name);
     /* masters sharded: the parameters read as 16-bit copies alone, the
      * others in a bucket of their own (gathered in fp32) */
-    bool half = (shm && read_as16(g, p)) || (z16 && read_as16_casts(g, p, t16));
+    bool half = (shm || z16) && read_as16(g, p, rd, shm);
     if ((shm || z16) && !half) key = arena_printf("%s (fp32)", key);
     Bucket *b = bucket_of(g, key, partial);
     b->tied = p->pp_shared;

@@ -231,27 +231,8 @@ expect explore-partial 0 '^1 +dp=2,tp=2' -- "$bin" explore samples/gpt.shard --s
 # nodes x ranks of work), not a clock: a loaded machine gets the same answer
 # (a one-second budget once compiled one or two of GPT-3 175B's plans by
 # the load, and ranked interleaved:2 or :4 first)
-cat >"$tmp/gpt175b.shard" <<'EOF'
-const vocab = 51200, ctx = 2048, d = 12288, heads = 96, layers = 96
-layer block(x) {
-  x = x + attention(layernorm(x), heads = heads, causal = true)
-  x = x + mlp(layernorm(x), hidden = 4 * d, act = gelu)
-  return x
-}
-model gpt(tokens: i32[B, T], targets: i32[B, T]) {
-  x = embedding(tokens, vocab, d) + positional(T, d)
-  repeat layers { x = block(x) }
-  logits = linear(layernorm(x), vocab, bias = false, tied = embedding)
-  return cross_entropy(logits, targets)
-}
-mesh m { nodes = 8, per_node = 8, device = A100_SXM }
-train {
-  model = gpt, mesh = m
-  batch = 64, seq = ctx, microbatch = 1, steps = 1
-  optimizer = adamw(lr = 1e-4, betas = (0.9, 0.95), weight_decay = 0.1)
-  precision = bf16
-}
-EOF
+source bench/published_models.sh  # gpt: Korthikanti et al.'s GPT-3 175B on 64 A100s
+gpt "$tmp/gpt175b.shard" 96 12288 96 64 64 1 A100_SXM
 out=$(timeout 60 "$bin" explore "$tmp/gpt175b.shard" --strategy tp=8,pp=8,dp=1,sp=megatron,recompute=selective --top 1 2>&1)
 if grep -q '; best 1 (3 compiled: ' <<<"$out" &&
    grep -qE '^1 +dp=1,tp=8,sp=megatron,pp=8,schedule=interleaved:4,mb=64,recompute=selective +1 +12.43 s' <<<"$out"; then
