@@ -273,10 +273,11 @@ static void finish_arena(RtProgram *pg, size_t persistent) {
 
 /* The linear classifier: one rank ("one", "f64", "nan", "sgd", "ref",
  * "diverge": AdamW at lr 10), or dp=2 ("dp2_range", "dp2_bucket", "zero1",
- * "zero3", "diverge2"). */
+ * "zero3", "diverge2"; "zero3_unflagged": zero3's tables without their
+ * parameter-shard flag, which the driver must refuse). */
 static int linear_program(const char *v) {
   int dp = !strncmp(v, "dp2", 3) || !strncmp(v, "zero", 4) || !strcmp(v, "diverge2") ? 2 : 1;
-  L.zero = !strcmp(v, "zero1") ? 1 : !strcmp(v, "zero3") ? 3 : 0;
+  L.zero = !strcmp(v, "zero1") ? 1 : !strncmp(v, "zero3", 5) ? 3 : 0;
   L.bucket = !strcmp(v, "dp2_bucket");
   L.mb = dp == 2 ? 1 : 2;
   L.R = BATCH / dp / L.mb;
@@ -354,7 +355,7 @@ static int linear_program(const char *v) {
     step_op(pg, RT_STEP_WAIT, RT_AX_DP, 0, 0, 0, 0);
     pg->comm_bytes = rt_vol_reduce_scatter(64 * es, 2) + rt_vol_allgather(64 * es, 2);
   } else if (L.zero == 3) {
-    pg->pshard = 1; /* the parameters stored as the rank's chunks */
+    pg->pshard = strcmp(v, "zero3_unflagged") != 0; /* the parameters stored as the rank's chunks */
     pg->comm_bytes = rt_vol_allgather(64 * es, 2) + rt_vol_reduce_scatter(64 * es, 2);
   } else if (L.bucket) {
     step_op(pg, RT_STEP_WAIT, RT_AX_DP, 0, 0, 0, 0);
@@ -487,7 +488,7 @@ static int mlp_program(const char *v) {
 static int child_main(const char *v, int argc, char **argv) {
   static const char *const linear[] = {"one", "f64", "nan", "sgd", "ref", "dp2_range",
                                        "dp2_bucket", "zero1", "zero3", "diverge", "diverge2",
-                                       NULL};
+                                       "zero3_unflagged", NULL};
   memset(&L, 0, sizeof L);
   L.f64 = !strcmp(v, "f64");
   L.es = L.f64 ? 8 : 4;
@@ -896,6 +897,13 @@ static void mesh_tests(void) {
     ASSERT_RC(0);
     ASSERT_SAME_FILE(a, "ref0.st");
   }
+  /* tables that say ZeRO-3 but not that the parameters are shards: refused
+   * before anything runs, saying which */
+  train(2, "zero3_unflagged", "", NULL);
+  ASSERT_RC(1);
+  ASSERT_IN("train: error: internal: the program's tables are inconsistent: pipeline rank 0: "
+            "ZeRO-3 without parameter shards\n", R.err);
+  ASSERT_NOT_IN("step 1", R.out);
   /* every rank stops alike (no hang) */
   divergence(2, "diverge2");
   train(1, "dp2_bucket", "", NULL);
