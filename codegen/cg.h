@@ -81,7 +81,14 @@ struct Target {
    * call writes whole, zeroing them itself where it must.  NULL: the
    * target runs them one by one. */
   void (*pair)(Emit *e, const PInstr *a, const PInstr *b);
+  /* The wait for the step's early gathers up to a number (PInstr.early_wait,
+   * "rtc_gather_early_wait(%d);"); NULL: the target's early gathers block
+   * (PInstr.early ignored). */
+  const char *early_wait_fmt;
 };
+
+/* The waits a target writes before an instruction (emit.c). */
+void cg_waits(Emit *e, const PInstr *in);
 
 extern const Target cg_target_cpu, cg_target_cuda, cg_target_cuda_host;
 

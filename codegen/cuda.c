@@ -259,15 +259,18 @@ static void coll(Emit *e, const PInstr *in) {
   bool gather = n->op == OP_ALLGATHER || n->op == OP_ALLGATHER_G;
   int64_t outer, inner;
   ir_dim_split(&(gather ? yv : xv)->shape, (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
-  if (in->ahead && outer == 1 && (xv->dtype == DT_F32 || (cg_is16(xv) && inner % 2 == 0)) &&
-      !in->scratch.v) {
-    /* ZeRO-3's gather one layer ahead: on the communication stream, after
-     * the work issued so far; its first reader waits (rtc_gather_wait).  A
-     * 16-bit shard (bf16: passes/zero.c) goes as its bytes, inner/2 floats */
+  bool whole_words = xv->dtype == DT_F32 || (cg_is16(xv) && inner % 2 == 0);
+  if ((in->early || in->ahead) && outer == 1 && whole_words && !in->scratch.v) {
+    /* On the communication stream, after the work issued so far, its first
+     * reader waiting for it: ZeRO-3's gather one layer ahead (a slot,
+     * rtc_gather_wait), or a bucket's copy at the step's start (ZeRO-1/2
+     * with the masters sharded: its number, rtc_gather_early_wait), beside
+     * the forward.  A 16-bit shard (bf16: passes/zero.c) goes as its
+     * bytes, inner/2 floats. */
     bool f32 = xv->dtype == DT_F32;
-    P(e, "  rtc_allgather_ahead(p->mesh, %s, %s%s, %s%s, %" PRId64 ", %d);\n", ax, f32 ? "" : "(float *)",
-      R(e, in->out[0]), f32 ? "" : "(const float *)", R(e, in->in[0]), f32 ? inner : inner / 2,
-      in->ahead - 1);
+    P(e, "  rtc_allgather_%s(p->mesh, %s, %s%s, %s%s, %" PRId64 ", %d);\n", in->early ? "early" : "ahead",
+      ax, f32 ? "" : "(float *)", R(e, in->out[0]), f32 ? "" : "(const float *)", R(e, in->in[0]),
+      f32 ? inner : inner / 2, (in->early ? in->early : in->ahead) - 1);
     return;
   }
   P(e, "  rtc_%s_dim(p->mesh, %s, %s, %s, %" PRId64 ", %" PRId64 ", %s);\n",
@@ -469,11 +472,18 @@ static bool casts(Emit *e, const PBlock *bl) {
     if (!weight_cast(&bl->ins[j])) {
       if (bl->ins[j].n && bl->ins[j].n->out)
         P(e, "  // %s\n", prog_vname(bl->ins[j].n->out));
+      cg_waits(e, &bl->ins[j]);
       instr(e, &bl->ins[j++]);
       continue;
     }
-    int k = j;
-    while (k < bl->n && weight_cast(&bl->ins[k])) k++;
+    int k = j, wait = 0;
+    while (k < bl->n && weight_cast(&bl->ins[k])) {
+      if (bl->ins[k].early_wait > wait) wait = bl->ins[k].early_wait;
+      k++;
+    }
+    if (wait) /* casts from gathered fp32 copies (a tied table) */
+      P(e, "  rtc_gather_early_wait(%d);  // the step's early gathers up to number %d\n", wait - 1,
+        wait - 1);
     P(e, "  /* {fp32 master, bf16 copy (arena bytes), elements}: one launch for all */\n");
     P(e, "  static const RtcCastSeg segs%s[%d] = {\n", run ? arena_printf("%d", run) : "", k - j);
     for (int i = j; i < k; i++) {
@@ -540,7 +550,7 @@ static void pair(Emit *e, const PInstr *a, const PInstr *b) {
 #define CUDA_TARGET(name, build)                                                          \
   {name, check, prelude, instr, build, "model.cu", "_cu", "rtc_memset", "rtc_copy",        \
    "rtc_pass_loss_f32(p, %s)", "rtc_store_f32(%s, %s);", "rtc_pass_loss(p, &%s)", kernel_ws, \
-   casts, "rtc_gather_wait(%d);", pair}
+   casts, "rtc_gather_wait(%d);", pair, "rtc_gather_early_wait(%d);"}
 const Target cg_target_cuda = CUDA_TARGET("cuda", cg_build_cuda);
 /* The same program built for this machine's CPU through the CUDA emulation
  * header (runtime/cuda/host/cuda_host.h): how CI without a GPU runs it. */

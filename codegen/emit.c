@@ -263,16 +263,29 @@ static void comment(Emit *e, const PInstr *in) {
 
 /* ---- blocks ---- */
 
+/* The waits before in (and, run jointly, its partner): for gathers ahead
+ * (PInstr.wait) and early (PInstr.early_wait), where the target runs them
+ * so. */
+void cg_waits(Emit *e, const PInstr *in) {
+  for (int s = 0; e->t->wait_fmt && s < PROG_AHEAD_SLOTS; s++)
+    if (in->wait >> s & 1) {
+      P(e, "  ");
+      P(e, e->t->wait_fmt, s);
+      P(e, "  // the gather ahead in slot %d\n", s);
+    }
+  if (in->early_wait && e->t->early_wait_fmt) {
+    P(e, "  ");
+    P(e, e->t->early_wait_fmt, in->early_wait - 1);
+    P(e, "  // the step's early gathers up to number %d\n", in->early_wait - 1);
+  }
+}
+
 static void block(Emit *e, const PBlock *bl) {
   for (int j = 0; j < bl->n; j++) {
     const PInstr *in = &bl->ins[j];
     if (in->nnodes) comment(e, in);
-    for (int s = 0; e->t->wait_fmt && s < PROG_AHEAD_SLOTS; s++)
-      if (in->wait >> s & 1) {
-        P(e, "  ");
-        P(e, e->t->wait_fmt, s);
-        P(e, "  // the gather ahead in slot %d\n", s);
-      }
+    cg_waits(e, in);
+    if (j + 1 < bl->n && bl->ins[j + 1].joint && e->t->pair) cg_waits(e, &bl->ins[j + 1]);
     for (int z = 0; z < in->nzero; z++)
       P(e, "  %s(%s, 0, %" PRId64 ");  // %s starts here\n", cg_memset(e), cg_ref(e, in->zero[z]),
         in->zero_bytes[z], prog_vname(in->zero_of[z]));

@@ -166,6 +166,18 @@ typedef struct PInstr {
   /* bit s: this instruction is the first in its block to touch the buffer
    * of slot s's gather ahead, and waits for it first (0: none) */
   int wait;
+  /* COLL in a cast block: a bucket's gather at the step's start (ZeRO-1/2
+   * with the masters sharded, passes/zero.c): 1 + its number among the
+   * rank's early gathers (0: none; then it blocks).  A target may run it
+   * beside the forward that follows, until the instruction whose
+   * early_wait is at least that number: the rank's early gathers run in
+   * their numbers' order on one stream, so waiting for one waits for
+   * those before it.  Megatron-LM's overlapped parameter gather. */
+  int early;
+  /* 1 + the highest number of the early gathers whose copy this
+   * instruction is the first of the step to touch: it waits for that
+   * gather first (0: none) */
+  int early_wait;
   /* The cuda target runs it jointly with the instruction before it
    * (passes/program.c; priced so by cost.c): PJ_GELU a GELU after its
    * linear, in the GEMM's cuBLASLt epilogue (GELU_AUX_BIAS); PJ_DGELU a
@@ -321,6 +333,7 @@ typedef struct RankProg {
   bool pshard;            /* the parameters stored as the rank's chunks: ZeRO-3, and ZeRO-1/2
                            * under bf16 (zero_shards_masters) */
   int zaxis;              /* the axis of the buckets and ZeRO shards: dp, or data (dp x sp) */
+  int nearly;             /* early gathers (PInstr.early) in the cast blocks */
   const PtrVec *buckets;  /* Bucket* of the graph */
   int64_t zflat;          /* elements of the flat layout */
   int zgroup;             /* ranks sharing the shards */

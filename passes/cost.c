@@ -565,8 +565,21 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in) {
  * instruction that waits for one (PInstr.wait) stalls for what is left of
  * it, and the kernels meanwhile lose the share of the gather that overlap
  * does not hide.  Elsewhere (the cpu target) a gather blocks where it is. */
-static void block_time(const HwModel *hw, const Module *m, const PBlock *b, double *busy,
-                       double *comm, double *async, bool last) {
+/* Early gathers (PInstr.early, ZeRO-1/2 with the masters sharded): where
+ * the target overlaps them (hw->overlap > 0), the cast block issues them on
+ * the communication stream one after another, each ending at end[k] (s
+ * from the step's start), and the instruction that waits for number k
+ * (PInstr.early_wait) stalls until then; the kernels meanwhile lose the
+ * share of the gather that overlap does not hide.  t0: when the block
+ * starts.  Elsewhere (early NULL) they block where they are and the waits
+ * cost nothing. */
+typedef struct Early {
+  double *end;
+  double t0;
+} Early;
+
+static void block_time_e(const HwModel *hw, const Module *m, const PBlock *b, double *busy,
+                         double *comm, double *async, bool last, Early *early) {
   *busy = *comm = *async = 0;
   double end[PROG_AHEAD_SLOTS] = {0}, stream_free = 0; /* times within the block */
   bool pending[PROG_AHEAD_SLOTS] = {false};
@@ -577,7 +590,18 @@ static void block_time(const HwModel *hw, const Module *m, const PBlock *b, doub
         if (end[s] > *busy) *busy = end[s];
         pending[s] = false;
       }
+    if (early && in->early_wait > 0 && early->end[in->early_wait - 1] - early->t0 > *busy)
+      *busy = early->end[in->early_wait - 1] - early->t0;
     double t = cost_instr(hw, m, in);
+    if (early && in->early > 0) {
+      double c = comm_time(hw, &m->train.plan, &in->comm, in->n);
+      double start = early->t0 + *busy, *e = early->end;
+      if (in->early > 1 && e[in->early - 2] > start) start = e[in->early - 2];
+      e[in->early - 1] = start + c;
+      *comm += c;
+      *busy += (t - c) + (1 - hw->overlap) * c;
+      continue;
+    }
     if (in->kind == PI_RECV) {
       /* the wait is the simulation's; a scatter/gather's all-gather over
        * tp (PInstr.split) blocks after it */
@@ -614,14 +638,19 @@ static void block_time(const HwModel *hw, const Module *m, const PBlock *b, doub
     if (pending[s] && end[s] > *busy) *busy = end[s];
 }
 
+static void block_time(const HwModel *hw, const Module *m, const PBlock *b, double *busy,
+                       double *comm, double *async, bool last) {
+  block_time_e(hw, m, b, busy, comm, async, last, NULL);
+}
+
 /* The weight casts of a bf16 step: a loop each, but where kernels have a
  * launch cost to save (hw->overlap > 0: the CUDA target) the target runs
  * each run of them as one kernel over a table of segments
  * (rt_cast_bf16_multi_cu): one launch a run.  Under ZeRO-1/2 the block
  * also gathers the buckets' copies (blocking, as block_time prices them). */
-static double cast_time(const HwModel *hw, const Module *m, const PBlock *b) {
+static double cast_time(const HwModel *hw, const Module *m, const PBlock *b, Early *early) {
   double busy, cm, as;
-  block_time(hw, m, b, &busy, &cm, &as, false);
+  block_time_e(hw, m, b, &busy, &cm, &as, false, early);
   int loops = 0, runs = 0;
   for (int i = 0; i < b->n; i++)
     if (b->ins[i].kind == PI_LOOP) {
@@ -732,14 +761,23 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
   /* per rank and chunk: forward, backward (last microbatch's separately:
    * it starts the bucket reductions) */
   double fwd[MAX_STAGES][8], bwd[MAX_STAGES][8], async[MAX_STAGES];
+  /* the early gathers' ends per rank, and the chunks' first forward and
+   * backward (bit 2c, 2c+1) that have not run yet: those wait for them */
+  Early early[MAX_STAGES];
+  unsigned first[MAX_STAGES];
   int nvs = 0;
   for (int k = 0; k < R; k++) {
     const RankProg *rp = m->rprog[k];
     async[k] = 0;
+    early[k] = (Early){NULL, 0};
+    if (rp->nearly > 0 && hw->overlap > 0)
+      early[k].end = calloc((size_t)rp->nearly, sizeof(double));
+    first[k] = early[k].end ? ~0u : 0;
     for (int c = 0; c < rp->nchunks && c < 8; c++) {
       double b, cm, as;
       /* once per step, before the rank's first action: the weight casts */
-      r->stage[k].cast_s += cast_time(hw, m, &rp->chunk[c].cast);
+      early[k].t0 = r->stage[k].cast_s;
+      r->stage[k].cast_s += cast_time(hw, m, &rp->chunk[c].cast, early[k].end ? &early[k] : NULL);
       block_time(hw, m, &rp->chunk[c].fwd, &b, &cm, &as, false);
       fwd[k][c] = b;
       r->stage[k].fwd_s += b;
@@ -800,6 +838,15 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
         if (can && ready <= now) {
           running[k] = true;
           dur[k] = left[k] = a->fwd ? fwd[k][a->chunk] : bwd[k][a->chunk];
+          unsigned bit = 1u << (2 * a->chunk + !a->fwd);
+          if (first[k] & bit) { /* the chunk's first: it waits for the early gathers */
+            const PChunk *ch = &rp->chunk[a->chunk];
+            double b, cm, as;
+            early[k].t0 = now;
+            block_time_e(hw, m, a->fwd ? &ch->fwd : &ch->bwd, &b, &cm, &as, !a->fwd, &early[k]);
+            dur[k] = left[k] = b;
+            first[k] &= ~bit;
+          }
         } else if (can && ready < wake) {
           wake = ready;
         }
@@ -845,6 +892,7 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
   free(bdone);
   free(fset);
   free(bset);
+  for (int k = 0; k < R; k++) free(early[k].end);
   /* the step: asynchronous bucket reductions (the part not hidden behind
    * the last backward), then the step's list */
   double step = 0, busy = 0;

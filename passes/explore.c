@@ -892,8 +892,24 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
         red -= hidden_part;
       }
       /* ZeRO-1/2: the updated shards all-gathered after the step (ZeRO-3
-       * gathers the parameters before each use instead) */
-      if (p->zero == 1 || p->zero == 2) red += cost_coll(hw, "all_gather", D, T, abytes, NULL);
+       * gathers the parameters before each use instead).  With the masters
+       * sharded the cast block issues them at the step's start (PInstr.early)
+       * and, where the target overlaps them, each layer waits only for its
+       * own: the first bucket (stage 0: the fp32 embedding table's) is
+       * waited for, the rest hides behind the stage's first forward (and
+       * the k forwards upstream it waits for) but for the share overlap
+       * does not hide. */
+      if (p->zero == 1 || p->zero == 2) {
+        double ag = cost_coll(hw, "all_gather", D, T, abytes, NULL);
+        if (shm && hw->overlap > 0) {
+          double fb = k == 0 && pre->params > 0 ? pre->params * ms->param_elt : lay->params * gel;
+          double ag1 = cost_coll(hw, "all_gather", D, T, fb < abytes ? fb : abytes, NULL);
+          double rest = ag > ag1 ? ag - ag1 : 0, hide = tf[k] * (1 + k);
+          double hidden = rest < hide ? rest : hide;
+          ag = ag1 + (rest - hidden) + (1 - hw->overlap) * hidden;
+        }
+        red += ag;
+      }
       if (p->zero == 0)
         sent[k] += vol_ar(gbytes, D);
       else if (p->zero == 1)

@@ -21,6 +21,7 @@
  * - the tensor tables: parameters, the whole model's full tensors for init
  *   and checkpoints, norm weights, buckets.
  */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -536,6 +537,69 @@ static void gathers_ahead(PBlock *bl) {
   }
 }
 
+/* ZeRO-1/2 with the masters sharded: the cast block's gathers of the
+ * buckets' copies (passes/zero.c), issued at the step's start, each waited
+ * for by the first instruction of the step that touches its copy: the rest
+ * of the cast block (a tied table's cast from its gathered fp32 copy), else
+ * the chunk's forward, else its backward.  The gathers of a cast block are
+ * put in the order of those first touches (the layers' order) and numbered
+ * across the rank's chunks in the order the cast blocks run, so a layer
+ * waits for its own bucket while the later ones are still on the wire.  A
+ * gather nothing touches keeps blocking. */
+static int first_touch(const PChunk *c, const Value *whole) {
+  const PBlock *bl[3] = {&c->cast, &c->fwd, &c->bwd};
+  for (int b = 0, base = 0; b < 3; base += bl[b]->n, b++)
+    for (int j = 0; j < bl[b]->n; j++) {
+      const PInstr *in = &bl[b]->ins[j];
+      if (b == 0 && in->kind == PI_COLL) continue;   /* the gathers themselves */
+      if (touches_root(in, whole)) return base + j;
+    }
+  return -1;
+}
+
+static PInstr *instr_at(PChunk *c, int at) {
+  PBlock *bl[3] = {&c->cast, &c->fwd, &c->bwd};
+  for (int b = 0; b < 3; at -= bl[b]->n, b++)
+    if (at < bl[b]->n) return &bl[b]->ins[at];
+  return NULL;
+}
+
+static bool cast_gather(const PInstr *in) { return in->kind == PI_COLL && in->n->op == OP_ALLGATHER; }
+
+static void gathers_early(RankProg *p) {
+  p->nearly = 0;
+  for (int c = 0; c < p->nchunks; c++) {
+    PChunk *ch = &p->chunk[c];
+    PBlock *cb = &ch->cast;
+    int j0 = 0;
+    while (j0 < cb->n && !cast_gather(&cb->ins[j0])) j0++;
+    int j1 = j0;
+    while (j1 < cb->n && cast_gather(&cb->ins[j1])) j1++;
+    if (j1 == j0) continue;
+    /* the run [j0, j1) by first touch (insertion sort: stable, a few dozen) */
+    int *key = arena_alloc(sizeof(int) * (size_t)(j1 - j0));
+    for (int j = j0; j < j1; j++) {
+      int t = first_touch(ch, root(cb->ins[j].n->out));
+      key[j - j0] = t < 0 ? INT_MAX : t;
+    }
+    for (int j = j0 + 1; j < j1; j++)
+      for (int i = j; i > j0 && key[i - j0] < key[i - 1 - j0]; i--) {
+        PInstr t = cb->ins[i];
+        cb->ins[i] = cb->ins[i - 1];
+        cb->ins[i - 1] = t;
+        int k = key[i - j0];
+        key[i - j0] = key[i - 1 - j0];
+        key[i - 1 - j0] = k;
+      }
+    for (int j = j0; j < j1; j++) {
+      if (key[j - j0] == INT_MAX) continue;
+      PInstr *w = instr_at(ch, key[j - j0]);
+      cb->ins[j].early = ++p->nearly;
+      if (w->early_wait < p->nearly) w->early_wait = p->nearly;
+    }
+  }
+}
+
 /* ---- cuBLASLt epilogue pairs (PInstr.joint) ---- */
 
 bool prog_head_rows_padded(const Node *n) {
@@ -1036,6 +1100,7 @@ static RankProg *build_rank(Module *m, int r, int scale) {
     p->sched = arena_alloc(sizeof(PAct) * (size_t)p->nsched);
     for (int i = 0; i < p->nsched; i++) p->sched[i] = (PAct){i % 2 == 0, i / 2, 0, false};
   }
+  if (p->dist && p->pshard && p->zero >= 1 && p->zero <= 2) gathers_early(p);
   PtrVec ps = {0};
   for (int c = 0; c < v; c++)
     for (int i = 0; i < p->chunk[c].g->params.len; i++) vec_push(&ps, p->chunk[c].g->params.data[i]);

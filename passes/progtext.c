@@ -59,6 +59,7 @@ static void instr(FILE *out, const RankProg *p, const PInstr *in, const char *la
   fprintf(out, "  %-10s", label);
   for (int s = 0; s < PROG_AHEAD_SLOTS; s++)
     if (in->wait >> s & 1) fprintf(out, "wait for gather slot %d; ", s);
+  if (in->early_wait) fprintf(out, "wait for early gathers 0..%d; ", in->early_wait - 1);
   for (int z = 0; z < in->nzero; z++)
     fprintf(out, "zero %s (%s bytes); ", opnd(in->zero[z]), commas(in->zero_bytes[z]));
   switch (in->kind) {
@@ -125,6 +126,7 @@ static void instr(FILE *out, const RankProg *p, const PInstr *in, const char *la
     if (in->assign) fprintf(out, " (writes: the first contribution)");
     if (in->scratch.v) fprintf(out, " scratch %s", opnd(in->scratch));
     if (in->ahead) fprintf(out, " (ahead: beside what follows, slot %d)", in->ahead - 1);
+    if (in->early) fprintf(out, " (early %d: beside the forward)", in->early - 1);
     fprintf(out, "%s\n", comm_text(p, in));
     return;
   }

@@ -484,6 +484,10 @@ expect memory-fits-h100 1 '^samples/gpt2-124m.shard:26:15: error: precision bf16
 # 149 MB more sent a step
 expect memory-bf16-zero1 0 "^memory:   9,364,767,360 bytes per rank \(8.72 GiB\): params 59.34 MiB, grads 534.04 MiB, optimizer 118.68 MiB, gathered weight copies 406.64 MiB" -- "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 8 --strategy dp=8,zero=1
 expect comm-bf16-zero1 0 "^comm:     722,443,008 bytes sent per rank per step" -- "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 8 --strategy dp=8,zero=1
+# ... its copies gathered at the step's start beside the forward, each
+# layer's first reader waiting for its own bucket (PInstr.early)
+expect early-gathers-program 0 "^  fwd\.[0-9]+ +wait for early gathers 0\.\.3; .*matmul" -- "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 8 --strategy dp=8,zero=1 --emit=program
+expect early-gathers-code 0 "rtc_allgather_early\(p->mesh, RT_AX_DP, \(float \*\)BF\([0-9]+\), \(const float \*\)BF\([0-9]+\), [0-9]+, 3\);" -- "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 8 --strategy dp=8,zero=1 --emit=c
 expect memory-bf16-zero1-whole 0 "^memory:   9,621,052,416 bytes per rank .*params 474.70 MiB, grads 534.04 MiB, optimizer 118.68 MiB, 16-bit weight copies 235.69 MiB" -- env SHARDC_ZERO_MASTERS=whole "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 8 --strategy dp=8,zero=1
 expect comm-bf16-zero1-whole 0 "^comm:     871,078,656 bytes sent per rank per step" -- env SHARDC_ZERO_MASTERS=whole "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 8 --strategy dp=8,zero=1
 # ZeRO-3 under bf16: the matmul weights gathered before each use in 16

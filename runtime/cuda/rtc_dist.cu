@@ -27,6 +27,8 @@ static cudaEvent_t ahead_[RTC_AHEAD_SLOTS], rs_done_;  /* gathers ahead; a reduc
 static cudaEvent_t tp_ready_, tp_done_;  /* a dX all-reduce beside the dW GEMM: its start, its end */
 static int tp_pending_;
 static int ahead_pending_[RTC_AHEAD_SLOTS];
+static cudaEvent_t *early_;        /* the step's early gathers' ends (rtc_allgather_early) */
+static int nearly_, early_issued_, early_waited_;  /* events; gathers issued, waited for (+1) */
 
 /* Host buffers of the staged mode, grown as needed. */
 static void *host_buf_[4];
@@ -120,6 +122,10 @@ void rtc_mesh_free(void) {
     ahead_[k] = NULL;
     ahead_pending_[k] = 0;
   }
+  for (int k = 0; k < nearly_; k++) cudaCheck(cudaEventDestroy(early_[k]));
+  free(early_);
+  early_ = NULL;
+  nearly_ = early_issued_ = early_waited_ = 0;
   for (int ax = 0; ax < RT_AX_COUNT; ax++) {
     if (comm_[ax]) ncclCheck(ncclCommDestroy(comm_[ax]));
     comm_[ax] = NULL;
@@ -339,6 +345,42 @@ void rtc_gather_wait(int slot) {
   if (slot < 0 || slot >= RTC_AHEAD_SLOTS || !ahead_pending_[slot]) return;
   cudaCheck(cudaStreamWaitEvent(stream_(), ahead_[slot], 0));
   ahead_pending_[slot] = 0;
+}
+
+void rtc_allgather_early(RtMesh *m, RtAxis ax, float *dst, const float *src, size_t n, int k) {
+  int P = m->size[ax];
+  if (k < 0) rt_mesh_fail(m, "rtc_allgather_early: number %d", k);
+  if (k == 0) early_issued_ = early_waited_ = 0;   /* a new step */
+  if (staged_ || P == 1) {
+    rtc_allgather_dim(m, ax, dst, src, 1, n, NULL);
+    return;
+  }
+  if (k >= nearly_) {
+    /* events are created outside a capture: the eager first step makes them */
+    if (rtc_capturing())
+      rtc_fail("CUDA", "rtc_allgather_early", "a new early gather during a stream capture", __FILE__,
+               __LINE__, "capture only steps whose gathers the eager steps issued");
+    cudaEvent_t *grown = (cudaEvent_t *)realloc(early_, sizeof(cudaEvent_t) * (size_t)(k + 1));
+    if (!grown) rtc_fail("host", "realloc", "out of memory", __FILE__, __LINE__, "");
+    early_ = grown;
+    for (; nearly_ <= k; nearly_++)
+      cudaCheck(cudaEventCreateWithFlags(&early_[nearly_], cudaEventDisableTiming));
+  }
+  count_(m, ax, rt_vol_allgather((uint64_t)P * n * 4, P));
+  /* after the kernels issued so far: the shard's cast, the last readers of
+   * the copy in the step before */
+  comm_after_compute_();
+  ncclCheck(ncclAllGather(src, dst, n, ncclFloat, comm_of_(m, ax, "rtc_allgather_early"),
+                          rtc_comm_stream));
+  cudaCheck(cudaEventRecord(early_[k], rtc_comm_stream));
+  early_issued_ = k + 1;
+}
+
+void rtc_gather_early_wait(int k) {
+  if (k >= early_issued_) k = early_issued_ - 1;   /* blocking (staged) or not issued: nothing */
+  if (k < early_waited_) return;
+  cudaCheck(cudaStreamWaitEvent(stream_(), early_[k], 0));
+  early_waited_ = k + 1;
 }
 
 /* ---- bf16 activations (rtc_train.h's bf16 block): NCCL's ncclBfloat16,

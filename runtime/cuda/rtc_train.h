@@ -152,6 +152,16 @@ void rtc_bucket_wait(void);
 void rtc_allgather_ahead(struct RtMesh *m, RtAxis ax, float *dst, const float *src, size_t n,
                          int slot);
 void rtc_gather_wait(int slot);
+/* ZeRO-1/2 with the masters sharded: the cast block's gathers of the
+ * buckets' copies at the step's start (ir/rankprog.h PInstr.early): as
+ * rtc_allgather_ahead, numbered 0, 1, ... in the order the step issues
+ * them (one event each, created in the eager first step);
+ * rtc_gather_early_wait(k) makes the compute stream wait for gathers 0..k
+ * (on one stream in that order: the event of k) the first time it is
+ * called in a step, nothing after.  Staged: blocking. */
+void rtc_allgather_early(struct RtMesh *m, RtAxis ax, float *dst, const float *src, size_t n,
+                         int k);
+void rtc_gather_early_wait(int k);
 
 /* ---- the vocab-parallel cross-entropy (rtc_vpce.cu): dist.h's
  * rt_vp_crossentropy_forward_f32 / _backward_acc_f32 on device buffers,
