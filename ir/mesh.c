@@ -199,8 +199,8 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
         c = *end ? end + 1 : NULL;
       }
       if (colon && !p->balance_memory && p->nstage_layers != p->pp)
-        ERR("pp=%s gives %d stage size%s for %d stages", v, p->nstage_layers,
-            p->nstage_layers == 1 ? "" : "s", p->pp);
+        ERR("pp=%s gives %d stage size%s for %d stages (sizes are joined by '+', not ',': "
+            "e.g. pp=2:3+1)", v, p->nstage_layers, p->nstage_layers == 1 ? "" : "s", p->pp);
       p->given |= PLAN_PP;
     } else if (!strcmp(k, "schedule")) {
       if (!strcmp(v, "gpipe")) {

@@ -978,16 +978,27 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
     fprintf(out, "%s          %.3g TFLOP/s per device model FLOPs, MFU %.1f%% of %.3g TFLOP/s peak\n", pf,
             r.model_flops / r.step_s / ndev / 1e12, 100 * r.model_flops / r.step_s / ndev / hw->peak,
             hw->peak / 1e12);
-  /* an LM head the precision pass padded (passes/precision.c, pad_heads) */
-  for (int i = 0; m->graph && i < m->graph->wcasts.len; i++) {
-    const Node *w = m->graph->wcasts.data[i];
-    if (ir_cast_rows(w) > w->in[0]->shape.d[0].n)
-      fprintf(out, "%s          padded: %s's 16-bit copy has %" PRId64 " rows, not %" PRId64
-                   " (zeros), so the logits' rows are %" PRId64 " bytes, a multiple of 16, and cuBLAS "
-                   "runs the head's GEMMs at its aligned rate; the extra columns stay out of the "
-                   "loss (SHARDC_HEAD_PAD=0: unpadded)\n",
-              pf, w->in[0]->name ? w->in[0]->name : "a weight", ir_cast_rows(w),
-              w->in[0]->shape.d[0].n, ir_cast_rows(w) * hw->elt);
+  /* an LM head the precision pass padded (passes/precision.c, pad_heads):
+   * its persistent copy, or (ZeRO-3) its casts before each reader */
+  const Graph *g = m->graph;
+  const Value *said[8];
+  int nsaid = 0;
+  for (int i = 0; g && i < g->wcasts.len + g->nodes.len; i++) {
+    const Node *w = i < g->wcasts.len ? g->wcasts.data[i] : g->nodes.data[i - g->wcasts.len];
+    if (w->op != OP_CAST || w->in[0]->shape.ndim != 2 || ir_cast_rows(w) <= w->in[0]->shape.d[0].n)
+      continue;
+    const Value *x = w->in[0];
+    while (x->alias && !x->name) x = x->alias;
+    bool again = false;
+    for (int k = 0; k < nsaid; k++) again |= said[k] == x || (x->name && said[k]->name && !strcmp(said[k]->name, x->name));
+    if (again || nsaid == 8) continue;
+    said[nsaid++] = x;
+    fprintf(out, "%s          padded: %s's 16-bit copy%s has %" PRId64 " rows, not %" PRId64
+                 " (zeros), so the logits' rows are %" PRId64 " bytes, a multiple of 16, and cuBLAS "
+                 "runs the head's GEMMs at its aligned rate; the extra columns stay out of the "
+                 "loss (SHARDC_HEAD_PAD=0: unpadded)\n",
+            pf, x->name ? x->name : "a weight", i < g->wcasts.len ? "" : ", cast before each use,",
+            ir_cast_rows(w), w->in[0]->shape.d[0].n, ir_cast_rows(w) * hw->elt);
   }
   /* a GEMM dim whose rows are not 16-byte aligned (cost_gemm's penalty):
    * which, what it costs, and the step with aligned rows (the vocabulary

@@ -233,6 +233,14 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
         if (x) other[x->id] = true;
       }
     }
+    /* (an LM head whose 16-bit copy has padded rows, passes/precision.c,
+     * is not a view of a bucket: gathered in fp32 and cast) */
+    for (int j = 0; j < g->nodes.len; j++) {
+      const Node *n = g->nodes.data[j];
+      const Value *w = n->op == OP_MATMUL ? n->in[1] : NULL;
+      if (w && w->def && w->def->op == OP_CAST && ir_cast_rows(w->def) > w->def->in[0]->shape.d[0].n)
+        other[w->def->in[0]->id] = true;
+    }
     double hc = 0;
     for (int i = 0; i < g->params.len; i++) {
       const Value *p = g->params.data[i];
@@ -454,7 +462,7 @@ typedef struct Split {
   int b;              /* sequences per microbatch */
   Recompute rc;
   bool graph;         /* the CUDA target's step as CUDA graphs: kernels at launch_graph_s */
-  bool pad_head;      /* a 16-bit LM head's rows padded (not under ZeRO-3's gathers) */
+  bool pad_head;      /* a 16-bit LM head's rows padded */
   bool rerun_layer;   /* recompute=full priced as Megatron-LM runs it, the whole
                        * layer again (SHARDC_RECOMPUTE_AS=megatron) */
 } Split;
@@ -777,7 +785,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   s.b = b;
   s.rc = p->recompute;
   s.graph = graph;
-  s.pad_head = !(p->zero >= 3 && D > 1);
+  s.pad_head = true;   /* (ZeRO-3: its casts before each use) */
   s.rerun_layer = explore_recompute_as_megatron();
   const LCost *lc = costs(ms, hw, &s);
   HwModel hg;

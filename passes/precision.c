@@ -150,7 +150,9 @@ static int by_before(const void *a, const void *b) {
  *    gradients) and its dW reads the first rows of dlogits into the
  *    master's gradient, which keeps its shape: buckets, ZeRO shards, the
  *    optimizer and checkpoints are untouched.  The model's numbers are
- *    those of the unpadded head. */
+ *    those of the unpadded head.  Under ZeRO-3 (no persistent copy) the
+ *    casts before each reader of such a head are padded alike (then not a
+ *    16-bit gather's view: passes/zero.c read_as16). */
 #define VOCAB_PAD 64
 
 /* the logits operand of a cross-entropy that is not vocab-parallel */
@@ -176,8 +178,14 @@ static bool readers_all(const Graph *g, const Value *v, bool (*ok)(const Node *,
   return seen > 0;
 }
 
-static bool dlogits_ok(const Node *n, int k, const void *w) {
-  return n->op == OP_MATMUL_BWD && k == 0 && n->in[2] == w;
+/* Whether v is a 16-bit copy of parameter p: its persistent copy (wcasts)
+ * or a cast of it before one reader (under ZeRO-3). */
+static bool copy_of(const Value *v, const Value *p) {
+  return v && v->def && v->def->op == OP_CAST && v->def->in[0] == p;
+}
+
+static bool dlogits_ok(const Node *n, int k, const void *p) {
+  return n->op == OP_MATMUL_BWD && k == 0 && copy_of(n->in[2], p);
 }
 
 static bool head_ok(const Node *n, int k, const void *w) {
@@ -189,53 +197,78 @@ static void pad_last(Value *v, int64_t n) {
   v->shape.d[v->shape.ndim - 1] = (Dim){n, -1};
 }
 
-static void pad_heads(Graph *g, DType t) {
+/* Pads the 16-bit copies cp[0..nc) of parameter p (its persistent copy, or
+ * its casts before each reader) where every one is read only as an LM
+ * head's weight (above); returns whether it did. */
+static bool pad_copies(Graph *g, DType t, const Value *p, Node **cp, int nc) {
   int64_t elt = ir_dtype_size(t);
-  for (int c = 0; c < g->wcasts.len; c++) {
-    Node *w = g->wcasts.data[c];
-    const Value *p = w->in[0];
-    if (p->shape.ndim != 2) continue;
-    int64_t V = p->shape.d[0].n, C = p->shape.d[1].n;
-    if (V * elt % 16 == 0 || C * elt % 16 || V < VOCAB_PAD) continue;
-    if (!readers_all(g, w->out, head_ok, w->out)) continue;
-    /* each matmul's logits read only by cross-entropies; their gradient
-     * only by this head's backward, and written only by the backward of
-     * those cross-entropies */
-    bool ok = true;
-    for (int i = 0; i < g->nodes.len && ok; i++) {
-      const Node *n = g->nodes.data[i];
-      if (n->op == OP_MATMUL && n->in[1] == w->out) {
-        const Value *o = n->out;
-        ok = o->alias == NULL && readers_all(g, o, logits_ok, NULL);
-        for (int s = 0; s < g->nsend && ok; s++) ok = root(g->send_act[s]) != o;
-      } else if (n->op == OP_MATMUL_BWD && n->in[2] == w->out) {
-        const Value *dy = n->in[0], *f = dy->grad_of;
-        ok = dy->alias == NULL && f && f->def && f->def->op == OP_MATMUL &&
-             f->def->in[1] == w->out && readers_all(g, dy, dlogits_ok, w->out);
-        for (int j = 0; j < g->nodes.len && ok; j++) {
-          const Node *q = g->nodes.data[j];
-          for (int k = 0; k < q->nout && ok; k++)
-            if (q->outs[k] && root(q->outs[k]) == dy) ok = q->op == OP_CROSS_ENTROPY_BWD;
-        }
+  if (p->shape.ndim != 2 || nc < 1) return false;
+  int64_t V = p->shape.d[0].n, C = p->shape.d[1].n;
+  if (V * elt % 16 == 0 || C * elt % 16 || V < VOCAB_PAD) return false;
+  for (int c = 0; c < nc; c++)
+    if (!readers_all(g, cp[c]->out, head_ok, NULL)) return false;
+  /* each matmul's logits read only by cross-entropies; their gradient
+   * only by a backward of this head, and written only by the backward of
+   * those cross-entropies */
+  bool ok = true;
+  for (int i = 0; i < g->nodes.len && ok; i++) {
+    const Node *n = g->nodes.data[i];
+    if (n->op == OP_MATMUL && copy_of(n->in[1], p)) {
+      const Value *o = n->out;
+      ok = o->alias == NULL && readers_all(g, o, logits_ok, NULL);
+      for (int s = 0; s < g->nsend && ok; s++) ok = root(g->send_act[s]) != o;
+    } else if (n->op == OP_MATMUL_BWD && copy_of(n->in[2], p)) {
+      const Value *dy = n->in[0], *f = dy->grad_of;
+      ok = dy->alias == NULL && f && f->def && f->def->op == OP_MATMUL && copy_of(f->def->in[1], p) &&
+           readers_all(g, dy, dlogits_ok, p);
+      for (int j = 0; j < g->nodes.len && ok; j++) {
+        const Node *q = g->nodes.data[j];
+        for (int k = 0; k < q->nout && ok; k++)
+          if (q->outs[k] && root(q->outs[k]) == dy) ok = q->op == OP_CROSS_ENTROPY_BWD;
       }
     }
-    if (!ok) continue;
-    int64_t Vp = (V + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD;
+  }
+  if (!ok) return false;
+  int64_t Vp = (V + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD;
+  for (int c = 0; c < nc; c++) {
+    Node *w = cp[c];
     w->a.i[1] = Vp;
     if (w->a.ni < 2) w->a.ni = 2;
     w->out->shape.d[0] = (Dim){Vp, -1};
-    for (int i = 0; i < g->nodes.len; i++) {
-      Node *n = g->nodes.data[i];
-      if (n->op == OP_MATMUL && n->in[1] == w->out) {
-        pad_last(n->out, Vp);
-        if (n->out->grad) pad_last(n->out->grad, Vp); /* dlogits, the cross-entropy backward's */
-      } else if (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) {
-        const Value *x = n->in[n->op == OP_CROSS_ENTROPY ? 0 : 1];
-        if (!x->def || x->def->op != OP_MATMUL || x->def->in[1] != w->out) continue;
-        if (!n->a.i[4]) n->a.i[4] = V;
-        if (n->a.ni < 5) n->a.ni = 5;
-      }
+  }
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = g->nodes.data[i];
+    if (n->op == OP_MATMUL && copy_of(n->in[1], p)) {
+      pad_last(n->out, Vp);
+      if (n->out->grad) pad_last(n->out->grad, Vp); /* dlogits, the cross-entropy backward's */
+    } else if (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) {
+      const Value *x = n->in[n->op == OP_CROSS_ENTROPY ? 0 : 1];
+      if (!x->def || x->def->op != OP_MATMUL || !copy_of(x->def->in[1], p)) continue;
+      if (!n->a.i[4]) n->a.i[4] = V;
+      if (n->a.ni < 5) n->a.ni = 5;
     }
+  }
+  return true;
+}
+
+/* The persistent copies (step_casts), or the parameters' casts before each
+ * reader (ZeRO-3: casts[0..ncast)). */
+static void pad_heads(Graph *g, DType t, const Cast *casts, int ncast) {
+  for (int c = 0; c < g->wcasts.len; c++) {
+    Node *w = g->wcasts.data[c];
+    pad_copies(g, t, w->in[0], &w, 1);
+  }
+  Node **cp = arena_alloc(sizeof(Node *) * (size_t)(ncast + 1));
+  for (int c = 0; c < ncast; c++) {
+    const Value *p = casts[c].n->in[0];
+    if (p->role != ROLE_PARAM || p->alias) continue;
+    bool first = true;
+    for (int d = 0; d < c && first; d++) first = casts[d].n->in[0] != p;
+    if (!first) continue;
+    int nc = 0;
+    for (int d = c; d < ncast; d++)
+      if (casts[d].n->in[0] == p) cp[nc++] = casts[d].n;
+    pad_copies(g, t, p, cp, nc);
   }
 }
 
@@ -350,7 +383,7 @@ int precision_apply(Graph *g, DType t, bool step_casts) {
   }
   if (check_grads(g, t)) return -1;
   const char *pad = getenv("SHARDC_HEAD_PAD"); /* "0": off (to compare) */
-  if (step_casts && !(pad && !strcmp(pad, "0"))) pad_heads(g, t);
+  if (!(pad && !strcmp(pad, "0"))) pad_heads(g, t, casts, ncast);
   if (!ncast) return 0;
   /* ir_add appended them: move each right before its reader */
   g->nodes.len = nn;

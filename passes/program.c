@@ -271,6 +271,8 @@ static void dropout_site(B *b, PInstr *in, int64_t node, const Value *x) {
   in->row_elems = numel(x) / (rows ? rows : 1);
 }
 
+static void cast_loop(B *b, PBlock *bl, Node *n);
+
 static void node_fwd(B *b, PBlock *bl, Node *n, int i) {
   PInstr *in;
   switch (n->op) {
@@ -295,6 +297,12 @@ static void node_fwd(B *b, PBlock *bl, Node *n, int i) {
   }
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_SCALE: case OP_GELU: case OP_RELU:
   case OP_SILU: case OP_MAP: case OP_CAST: {
+    if (n->op == OP_CAST && numel(n->out) > numel(n->in[0])) {
+      /* an LM head's copy with padded rows (passes/precision.c), cast
+       * before its reader (ZeRO-3): the rows, then zeros */
+      cast_loop(b, bl, n);
+      return;
+    }
     Node *ch[FUSE_MAX_CHAIN];
     int len = fuse_chain(b->f, n, ch);
     if (len == 1 && (n->op == OP_GELU || n->op == OP_RELU || n->op == OP_SILU) && !b->f->loop[i]) {

@@ -400,7 +400,8 @@ expect cut-scatter-one-node 0 '^             %[0-9]+ f32\[B=4,T=64,128\] \(131,0
 # 16-bit weight copy to 50304 rows (zeroed past 50257 in the step's cast),
 # the logits' rows with it, the cross-entropy over the first 50257, dW from
 # the first 50257 columns of dlogits; the plan says so.  Under ZeRO-3 (the
-# weight gathered per use, no step copy) or with SHARDC_HEAD_PAD=0 the
+# weight gathered per use, no step copy) each cast before a use of the head
+# writes the padded copy alike.  With SHARDC_HEAD_PAD=0 the
 # plan names the unaligned rows, prices them and names cross_entropy's
 # classes; a padded vocabulary (50304 rows, the loss over 50257 classes),
 # a cpu mesh, an fp32 plan (CUDA cores): no such line
@@ -409,7 +410,9 @@ expect padded-head-code 0 'rt_matmul_backward_rows_cu\(BF\([0-9]+\), F\([0-9]+\)
 expect padded-head-cast 0 'rtc_memset\(BF\([0-9]+\), 0, 72192\);  // %[0-9]+: the padded rows' -- "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 1:H200_SXM --strategy dp=1 --emit=c
 expect padded-head-ce 0 'rt_crossentropy_forward_site_ld_cu\(.*, 50257, 50304\)\);' -- "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 1:H200_SXM --strategy dp=1 --emit=c
 expect unaligned-vocab 0 '^          unaligned: rows of 50257 features \(100514 bytes\) are not a multiple of 16 bytes, so cuBLAS runs their GEMMs at 0.16 of its rate: [0-9]+% of the step; padded to 50304 \(the unused rows kept out of the loss by `cross_entropy\(..., classes = 50257\)`\) the step would be about ' -- env SHARDC_HEAD_PAD=0 "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 1:H200_SXM --strategy dp=1
-expect unaligned-zero3 0 '^          unaligned: rows of 50257 features' -- "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 2:H200_SXM --strategy dp=2,zero=3
+expect padded-head-zero3 0 "^          padded: embed.weight's 16-bit copy, cast before each use, has 50304 rows, not 50257" -- "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 2:H200_SXM --strategy dp=2,zero=3
+expect padded-head-zero3-code 0 'rt_matmul_backward_rows_cu\(BF\([0-9]+\), F\([0-9]+\), BF\([0-9]+\), BF\([0-9]+\), BF\([0-9]+\), 16384, 768, 50304, 50257\);' -- "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 2:H200_SXM --strategy dp=2,zero=3 --emit=c
+expect unaligned-zero3 0 '^          unaligned: rows of 50257 features' -- env SHARDC_HEAD_PAD=0 "$bin" compile samples/gpt2-124m.shard --target cuda --mesh 2:H200_SXM --strategy dp=2,zero=3
 sed 's/const vocab = 50257/const vocab = 50304/; s/return cross_entropy(logits, targets)/return cross_entropy(logits, targets, classes = 50257)/' \
   samples/gpt2-124m.shard >"$tmp/gpt2_padded.shard"
 expect padded-classes-code 0 'rt_crossentropy_forward_site_ld_cu\(.*, 50257, 50304\)\);' -- "$bin" compile "$tmp/gpt2_padded.shard" --target cuda --mesh 1:H200_SXM --strategy dp=1 --emit=c

@@ -335,6 +335,18 @@ build "$tmp/gpt260.shard" "$tmp/gpt260-cpu" --mesh 1 --strategy dp=1 &&
     fi
   }
 
+# Under ZeRO-3 (parameters gathered per use: no step copy) each cast of the
+# gathered table before a use of the head writes the padded copy alike:
+# ten steps against the cpu target's fp32 run, planned = measured memory.
+[ -f "$tmp/gpt260-cpu.jsonl" ] &&
+  build "$tmp/gpt260_bf16.shard" "$tmp/gpt260-z3" --target cuda-host --mesh 2 --strategy dp=2,zero=3 && {
+    if grep -q 'rt_matmul_backward_rows_cu(.*, 320, 260);' "$tmp/gpt260-z3/model.cu"; then
+      NEAR_REF="$tmp/gpt260-cpu" near "gpt vocab 260 bf16 cuda-host dp=2,zero=3, padded head" "$tmp/gpt260-z3" 10
+    else
+      bad "gpt vocab 260 bf16 dp=2,zero=3: the head is not padded"
+    fi
+  }
+
 # A plan larger than the device's free memory is refused before the first
 # step, with the numbers (a 1 GiB emulated device: RTCH_DEVICE_MEMORY).
 build gpt "$tmp/gpt-oom" --target cuda-host --mesh 1 --strategy dp=1 && {
