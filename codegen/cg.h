@@ -85,6 +85,10 @@ struct Target {
    * "rtc_gather_early_wait(%d);"); NULL: the target's early gathers block
    * (PInstr.early ignored). */
   const char *early_wait_fmt;
+  /* The call that finishes a backward's last trailing reduce-scatter
+   * (PInstr.trail) at its end ("rtc_reduce_scatter_finish();"); NULL: the
+   * target's reduce-scatters block (PInstr.trail ignored). */
+  const char *trail_end;
 };
 
 /* The waits a target writes before an instruction (emit.c). */

@@ -464,4 +464,5 @@ static void instr(Emit *e, const PInstr *in) {
 
 const Target cg_target_cpu = {"cpu",   check,    prelude,    instr, cg_build_cpu, "model.c",
                               "_f32",  "memset", "memcpy",   "*%s", "*%s = %s;",  NULL,
-                              NULL,    NULL,     NULL,       NULL,        NULL};
+                              NULL,    NULL,     NULL,       NULL,        NULL,
+                              NULL};

@@ -416,8 +416,11 @@ static void instr(Emit *e, const PInstr *in) {
     return;
   case PI_BUCKET:
     if (in->req < 0) {
+      /* ZeRO-2/3's of each microbatch; trailing: on the communication
+       * stream beside what follows, finished by the next one or the
+       * backward's end (rtc_reduce_scatter_finish) */
       const Node *n = in->n;
-      P(e, "  rtc_reduce_scatter_acc(p->mesh, %s, %s, %s, %" PRId64 ", %s);\n",
+      P(e, "  rtc_reduce_scatter_%s(p->mesh, %s, %s, %s, %" PRId64 ", %s);\n", in->trail ? "trail" : "acc",
         cg_axis((int)n->a.i[2]), R(e, in->out[0]), R(e, in->in[0]), cg_numel(n->out),
         R(e, in->scratch));
       return;
@@ -550,7 +553,8 @@ static void pair(Emit *e, const PInstr *a, const PInstr *b) {
 #define CUDA_TARGET(name, build)                                                          \
   {name, check, prelude, instr, build, "model.cu", "_cu", "rtc_memset", "rtc_copy",        \
    "rtc_pass_loss_f32(p, %s)", "rtc_store_f32(%s, %s);", "rtc_pass_loss(p, &%s)", kernel_ws, \
-   casts, "rtc_gather_wait(%d);", pair, "rtc_gather_early_wait(%d);"}
+   casts, "rtc_gather_wait(%d);", pair, "rtc_gather_early_wait(%d);",                    \
+   "rtc_reduce_scatter_finish();"}
 const Target cg_target_cuda = CUDA_TARGET("cuda", cg_build_cuda);
 /* The same program built for this machine's CPU through the CUDA emulation
  * header (runtime/cuda/host/cuda_host.h): how CI without a GPU runs it. */

@@ -328,6 +328,10 @@ static void chunk_functions(Emit *e) {
   P(e, "/* ---- backward: the same microbatch; accumulates into gradients ---- */\n");
   P(e, "static void %sbackward%s(RtPass *p) {\n", e->pre, e->sfx);
   block(e, &c->bwd);
+  bool trails = false;
+  for (int j = 0; j < c->bwd.n; j++) trails |= c->bwd.ins[j].trail;
+  if (trails && e->t->trail_end)   /* the last trailing reduce-scatter, finished */
+    P(e, "  %s\n", e->t->trail_end);
   P(e, "}\n\n");
   if (e->p->pairs) {
     P(e, "/* ---- the backward's receives alone, for a forward's post before it (pairs) ---- */\n");

@@ -157,6 +157,12 @@ typedef struct PInstr {
   /* BUCKET */
   int bucket;             /* index in the graph's buckets */
   int req;                /* overlapped: its request among the step's (-1: blocking) */
+  /* ZeRO-2/3's reduce-scatter of each microbatch (req -1) that trails
+   * (passes/passes.h zero_rs_trails): a target may run it beside what
+   * follows until the block's PROG_TRAILS-th next trailing one, which
+   * first finishes it (waits, adds the shard), or the block's end; the
+   * memory plan keeps its gradients and scratch live so long. */
+  bool trail;
   /* COLL: a ZeRO-3 parameter gather (passes/zero.c places it one layer
    * ahead): 1 + its slot (0: none).  A target may run it beside the
    * kernels that follow, after those before it (the buffer it writes is
@@ -202,6 +208,12 @@ bool prog_head_rows_padded(const Node *n);
  * runtime's RTC_AHEAD_SLOTS (runtime/cuda/rtc_slots.h) is the same number;
  * tests/unit/test_program.c asserts it. */
 #define PROG_AHEAD_SLOTS 2
+
+/* Trailing reduce-scatters in flight at once (PInstr.trail): a layer's
+ * 16-bit bucket and its fp32 one (biases, norms) beside the next layer's
+ * backward.  The CUDA runtime's RTC_TRAILS (runtime/cuda/rtc_slots.h) is
+ * the same number; tests/unit/test_program.c asserts it. */
+#define PROG_TRAILS 2
 
 typedef struct PBlock {
   PInstr *ins;

@@ -582,6 +582,8 @@ static void block_time_e(const HwModel *hw, const Module *m, const PBlock *b, do
                          double *comm, double *async, bool last, Early *early) {
   *busy = *comm = *async = 0;
   double end[PROG_AHEAD_SLOTS] = {0}, stream_free = 0; /* times within the block */
+  double tr_end[PROG_TRAILS];   /* trailing reduce-scatters in flight, oldest first */
+  int ntr = 0;
   bool pending[PROG_AHEAD_SLOTS] = {false};
   for (int i = 0; i < b->n; i++) {
     const PInstr *in = &b->ins[i];
@@ -616,6 +618,21 @@ static void block_time_e(const HwModel *hw, const Module *m, const PBlock *b, do
       if (last) *async += t;
       continue;
     }
+    if (in->kind == PI_BUCKET && in->trail && hw->overlap > 0) {
+      /* a trailing reduce-scatter: on the communication stream; the
+       * PROG_TRAILS-th after it (or the block's end) waits for it */
+      double c = comm_time(hw, &m->train.plan, &in->comm, in->n);
+      if (ntr == PROG_TRAILS) {
+        if (tr_end[0] > *busy) *busy = tr_end[0];
+        for (int k = 1; k < ntr; k++) tr_end[k - 1] = tr_end[k];
+        ntr--;
+      }
+      double start = stream_free > *busy ? stream_free : *busy;
+      tr_end[ntr++] = stream_free = start + c;
+      *comm += c;
+      *busy += (t - c) + (1 - hw->overlap) * c;
+      continue;
+    }
     if (in->ahead > 0 && in->ahead <= PROG_AHEAD_SLOTS && hw->overlap > 0) {
       double c = comm_time(hw, &m->train.plan, &in->comm, in->n);
       int s = in->ahead - 1;
@@ -633,9 +650,12 @@ static void block_time_e(const HwModel *hw, const Module *m, const PBlock *b, do
     }
     *busy += t;
   }
-  /* a gather the block leaves running is waited for by its end */
+  /* a gather the block leaves running is waited for by its end, and so are
+   * the trailing reduce-scatters */
   for (int s = 0; s < PROG_AHEAD_SLOTS; s++)
     if (pending[s] && end[s] > *busy) *busy = end[s];
+  for (int k = 0; k < ntr; k++)
+    if (tr_end[k] > *busy) *busy = tr_end[k];
 }
 
 static void block_time(const HwModel *hw, const Module *m, const PBlock *b, double *busy,

@@ -854,7 +854,20 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     /* ZeRO-2 and 3 keep only their shard of the gradients: each
      * microbatch's backward reduce-scatters its buckets, blocking
      * (passes/program.c; ZeRO-1's, overlapped, only in the last) */
-    if (p->zero >= 2 && D > 1) tb[k] += cost_coll(hw, "reduce_scatter", D, T, prm[k] * ms->param_elt, NULL);
+    if (p->zero >= 2 && D > 1) {
+      double rs = cost_coll(hw, "reduce_scatter", D, T, prm[k] * ms->param_elt, NULL);
+      if (ms->elt == 2 && hw->overlap > 0 && !zero_rs_blocking()) {
+        /* 16-bit (the cuda target): they trail (PInstr.trail), each beside
+         * the next layer's backward; the last ones (stage 0: the
+         * embedding's) are waited for at the end, and overlap leaves its
+         * share of the rest */
+        double lb = k == 0 && pre->params > 0 ? pre->params : lay->params;
+        double rs1 = cost_coll(hw, "reduce_scatter", D, T, (lb < prm[k] ? lb : prm[k]) * ms->param_elt, NULL);
+        double rest = rs > rs1 ? rs - rs1 : 0, hidden = rest < tb[k] ? rest : tb[k];
+        rs = rs1 + (rest - hidden) + (1 - hw->overlap) * hidden;
+      }
+      tb[k] += rs;
+    }
     if (tf[k] + tb[k] > tmax) tmax = tf[k] + tb[k];
     tsum += tf[k] + tb[k];
   }

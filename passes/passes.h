@@ -47,6 +47,13 @@ bool zero_masters_whole(void);
  * buckets of parameters read only through 16-bit casts are gathered in 16
  * bits (passes/zero.c). */
 bool zero_gathers16(const Module *m);
+/* ZeRO-2/3 with 16-bit precision (the cuda target's programs) on dp > 1:
+ * each microbatch's bucket reduce-scatters trail (PInstr.trail): one runs
+ * beside the backward until the next bucket's, whose grads and scratch the
+ * memory plan keeps apart from it (DeepSpeed's overlap_comm).  Off with
+ * SHARDC_ZERO_RS=blocking in the environment (the same values). */
+bool zero_rs_trails(const Module *m);
+bool zero_rs_blocking(void);   /* SHARDC_ZERO_RS=blocking */
 /* The buckets of pipeline rank r: under an interleaved schedule its chunks'
  * in chunk order (one flat layout and one shard array under ZeRO); else
  * its stage's, or the model's. */
@@ -111,6 +118,9 @@ int comm_program(const Module *m, struct CommProgram *out);
  * it and the cuda target may run the collective beside the dW GEMM
  * (memplan.c; program.c PJ_DX). */
 bool memplan_dx_reduce(const Node *bwd, const Node *ar);
+/* Whether node n is a bucket reduce-scatter of each microbatch (ZeRO-2/3's,
+ * not ZeRO-1's of the last), which trails where zero_rs_trails(m). */
+bool memplan_rs_trails(const Node *n);
 /* ... as the cuda target posts them: point-to-point messages in NCCL
  * groups (commcheck.h rendezvous), or with pipe_mpi the pipeline's staged
  * through MPI. */

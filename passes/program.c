@@ -376,6 +376,8 @@ static void node_bwd(B *b, PBlock *bl, Node *n, int i) {
     if (overlapped(n)) {
       in->req = b->p->nreq++;
       in->comm.last_mb = true;
+    } else if (memplan_rs_trails(n) && zero_rs_trails(b->m)) {
+      in->trail = true;
     }
     return;
   case OP_ADD_BWD: case OP_SUB_BWD: case OP_MUL_BWD: case OP_SCALE_BWD: case OP_MAP_BWD:

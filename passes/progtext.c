@@ -112,7 +112,9 @@ static void instr(FILE *out, const RankProg *p, const PInstr *in, const char *la
   case PI_BUCKET: {
     const Bucket *b = p->buckets->data[in->bucket];
     fprintf(out, "bucket %s: %s%s%s\n", b->name, stmt(in, in->n, true),
-            in->req >= 0 ? arena_printf(", started without blocking (request %d)", in->req) : "",
+            in->req >= 0  ? arena_printf(", started without blocking (request %d)", in->req)
+            : in->trail ? arena_printf(", trailing: beside the backward until the %s trailing one's", PROG_TRAILS == 2 ? "second" : "next")
+                        : "",
             comm_text(p, in));
     return;
   }

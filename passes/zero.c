@@ -219,6 +219,19 @@ bool zero_gathers16(const Module *m) {
   return zero_gathers_params(m) && (t == DT_BF16 || t == DT_F16) && !opt_blocked(&m->train.opt);
 }
 
+bool zero_rs_blocking(void) {
+  const char *e = getenv("SHARDC_ZERO_RS");
+  return e && !strcmp(e, "blocking");
+}
+
+bool zero_rs_trails(const Module *m) {
+  if (zero_rs_blocking()) return false;
+  const Plan *pl = &m->train.plan;
+  bool ring = pl->sp_kind == SP_RING && pl->sp > 1;
+  DType t = m->train.precision;
+  return pl->zero >= 2 && pl->dp * (ring ? pl->sp : 1) > 1 && (t == DT_BF16 || t == DT_F16);
+}
+
 bool zero_shards_masters(const Module *m) {
   if (zero_masters_whole()) return false;
   const Plan *pl = &m->train.plan;

@@ -27,6 +27,11 @@ static cudaEvent_t ahead_[RTC_AHEAD_SLOTS], rs_done_;  /* gathers ahead; a reduc
 static cudaEvent_t tp_ready_, tp_done_;  /* a dX all-reduce beside the dW GEMM: its start, its end */
 static int tp_pending_;
 static int ahead_pending_[RTC_AHEAD_SLOTS];
+/* the trailing reduce-scatters in flight, oldest first: events, shards, scratch */
+static cudaEvent_t trail_done_[RTC_TRAILS];
+static float *trail_dst_[RTC_TRAILS], *trail_scratch_[RTC_TRAILS];
+static size_t trail_n_[RTC_TRAILS];
+static int ntrail_;
 static cudaEvent_t *early_;        /* the step's early gathers' ends (rtc_allgather_early) */
 static int nearly_, early_issued_, early_waited_;  /* events; gathers issued, waited for (+1) */
 
@@ -82,6 +87,9 @@ int rtc_mesh_init(RtMesh *m, int staged) {
   if (!rs_done_) cudaCheck(cudaEventCreateWithFlags(&rs_done_, cudaEventDisableTiming));
   if (!tp_ready_) cudaCheck(cudaEventCreateWithFlags(&tp_ready_, cudaEventDisableTiming));
   if (!tp_done_) cudaCheck(cudaEventCreateWithFlags(&tp_done_, cudaEventDisableTiming));
+  for (int k = 0; k < RTC_TRAILS; k++)
+    if (!trail_done_[k]) cudaCheck(cudaEventCreateWithFlags(&trail_done_[k], cudaEventDisableTiming));
+  ntrail_ = 0;
   tp_pending_ = 0;
   for (int k = 0; k < RTC_AHEAD_SLOTS; k++) {
     if (!ahead_[k]) cudaCheck(cudaEventCreateWithFlags(&ahead_[k], cudaEventDisableTiming));
@@ -122,6 +130,11 @@ void rtc_mesh_free(void) {
     ahead_[k] = NULL;
     ahead_pending_[k] = 0;
   }
+  for (int k = 0; k < RTC_TRAILS; k++) {
+    if (trail_done_[k]) cudaCheck(cudaEventDestroy(trail_done_[k]));
+    trail_done_[k] = NULL;
+  }
+  ntrail_ = 0;
   for (int k = 0; k < nearly_; k++) cudaCheck(cudaEventDestroy(early_[k]));
   free(early_);
   early_ = NULL;
@@ -321,6 +334,45 @@ void rtc_reduce_scatter_acc(RtMesh *m, RtAxis ax, float *dst, const float *src, 
     compute_after_comm_(rs_done_);
   }
   rt_acc_cu(dst, scratch, inner);
+}
+
+/* The oldest trailing reduce-scatter: the compute stream waits for it and
+ * adds its scratch into its shard. */
+static void trail_finish_oldest_(void) {
+  cudaCheck(cudaStreamWaitEvent(stream_(), trail_done_[0], 0));
+  rt_acc_cu(trail_dst_[0], trail_scratch_[0], trail_n_[0]);
+  cudaEvent_t e = trail_done_[0];
+  for (int k = 1; k < ntrail_; k++) {
+    trail_done_[k - 1] = trail_done_[k];
+    trail_dst_[k - 1] = trail_dst_[k];
+    trail_scratch_[k - 1] = trail_scratch_[k];
+    trail_n_[k - 1] = trail_n_[k];
+  }
+  trail_done_[--ntrail_] = e;
+}
+
+void rtc_reduce_scatter_finish(void) {
+  while (ntrail_) trail_finish_oldest_();
+}
+
+void rtc_reduce_scatter_trail(RtMesh *m, RtAxis ax, float *dst, const float *src, size_t inner,
+                              float *scratch) {
+  if (ntrail_ == RTC_TRAILS) trail_finish_oldest_();
+  int P = m->size[ax];
+  if (staged_ || P == 1) {
+    rtc_reduce_scatter_finish();
+    rtc_reduce_scatter_acc(m, ax, dst, src, inner, scratch);
+    return;
+  }
+  if (!scratch) rt_mesh_fail(m, "rtc_reduce_scatter_trail: needs scratch");
+  count_(m, ax, rt_vol_reduce_scatter((uint64_t)P * inner * 4, P));
+  comm_after_compute_();
+  ncclCheck(ncclReduceScatter(src, scratch, inner, ncclFloat, ncclSum,
+                              comm_of_(m, ax, "rtc_reduce_scatter_trail"), rtc_comm_stream));
+  cudaCheck(cudaEventRecord(trail_done_[ntrail_], rtc_comm_stream));
+  trail_dst_[ntrail_] = dst;
+  trail_scratch_[ntrail_] = scratch;
+  trail_n_[ntrail_++] = inner;
 }
 
 void rtc_allgather_ahead(RtMesh *m, RtAxis ax, float *dst, const float *src, size_t n,

@@ -134,6 +134,16 @@ void rtc_reduce_scatter_dim(struct RtMesh *m, RtAxis ax, float *dst, const float
                             size_t outer, size_t inner, float *scratch);
 void rtc_reduce_scatter_acc(struct RtMesh *m, RtAxis ax, float *dst, const float *src,
                             size_t inner, float *scratch);
+/* The same, trailing (ir/rankprog.h PInstr.trail: ZeRO-2/3 under bf16):
+ * first finishes the one before (rtc_reduce_scatter_finish), then starts
+ * the reduce-scatter of src into scratch on the communication stream once
+ * the compute stream's work so far is done, and returns; finishing it makes
+ * the compute stream wait for it and adds scratch into dst there (the same
+ * arithmetic as rtc_reduce_scatter_acc, in the same order).  The program's
+ * memory plan keeps src and scratch live until then.  Staged: blocking. */
+void rtc_reduce_scatter_trail(struct RtMesh *m, RtAxis ax, float *dst, const float *src,
+                              size_t inner, float *scratch);
+void rtc_reduce_scatter_finish(void);
 /* Gradient buckets overlapped with the backward: started on the
  * communication stream once the compute stream's work so far is done
  * (an event); rtc_bucket_wait makes the compute stream wait for all. */

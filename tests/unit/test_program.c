@@ -17,6 +17,7 @@
 
 /* the CUDA runtime keeps as many gathers ahead as the programs number */
 _Static_assert(RTC_AHEAD_SLOTS == PROG_AHEAD_SLOTS, "runtime/cuda/rtc_slots.h and ir/rankprog.h disagree");
+_Static_assert(RTC_TRAILS == PROG_TRAILS, "runtime/cuda/rtc_slots.h and ir/rankprog.h disagree");
 
 static Module *compile(const char *path, const char *mesh, const char *strategy) {
   return test_compile(path, mesh, strategy);
@@ -441,6 +442,83 @@ static void test_early_gathers(void) {
   ASSERT(1, ce.step_s == cb.step_s);
 }
 
+/* ZeRO-2/3 under bf16: each microbatch's bucket reduce-scatters trail
+ * (PInstr.trail): nothing the backward writes until the PROG_TRAILS-th
+ * next one (which finishes it), or the block's end, lands on the bucket's
+ * gradients or its scratch; on a GPU the predicted step is shorter than
+ * with them blocking, on the cpu the same; SHARDC_ZERO_RS=blocking keeps
+ * them blocking. */
+static bool ref_meets(const PRef *a, const PRef *b) {
+  if (!a->v || !b->v || a->stash != b->stash) return false;
+  int64_t na = ir_numel(&a->v->shape) * ir_dtype_size(a->v->dtype);
+  int64_t nb = ir_numel(&b->v->shape) * ir_dtype_size(b->v->dtype);
+  return a->off < b->off + nb && b->off < a->off + na;
+}
+
+static bool writes_over(const PInstr *in, const PRef *r) {
+  for (int k = 0; k < IR_MAXOUT; k++)
+    if (ref_meets(&in->out[k], r)) return true;
+  for (int z = 0; z < in->nzero; z++) {
+    int64_t nr = ir_numel(&r->v->shape) * ir_dtype_size(r->v->dtype);
+    if (in->zero[z].stash == r->stash && in->zero[z].off < r->off + nr &&
+        r->off < in->zero[z].off + in->zero_bytes[z])
+      return true;
+  }
+  for (int k = 0; in->loop && k < in->loop->nout; k++)
+    if (ref_meets(&in->loop->out[k].r, r)) return true;
+  return ref_meets(&in->scratch, r) || ref_meets(&in->dbias, r);
+}
+
+static void trails(const char *strategy) {
+  Module *m = compile("../samples/gpt2-124m.shard", "8:H100_SXM", strategy);
+  if (!m) return;
+  PChunk *c = &m->rprog[0]->chunk[0];
+  int at[128], n = 0;
+  for (int j = 0; j < c->bwd.n; j++)
+    if (c->bwd.ins[j].kind == PI_BUCKET) {
+      ASSERT(1, c->bwd.ins[j].trail);
+      ASSERT(-1, c->bwd.ins[j].req);
+      if (n < 128) at[n++] = j;
+    }
+  ASSERT(1, n >= 25);   /* a 16-bit and an fp32 bucket a layer, and the rest */
+  int clash = 0;
+  for (int i = 0; i < n; i++) {
+    const PInstr *b = &c->bwd.ins[at[i]];
+    int end = i + PROG_TRAILS < n ? at[i + PROG_TRAILS] : c->bwd.n - 1;
+    ASSERT(1, b->scratch.v != NULL);
+    for (int j = at[i] + 1; j <= end; j++) {
+      const PInstr *w = &c->bwd.ins[j];
+      clash += writes_over(w, &b->in[0]) || writes_over(w, &b->scratch);
+    }
+  }
+  ASSERT(0, clash);
+  HwModel gpu, cpu;
+  cost_hw_from_mesh(&gpu, m->train.mesh, DT_BF16);
+  cpu = gpu;
+  cpu.overlap = 0;
+  CostResult gt, ct, gb, cb;
+  ASSERT(0, cost_module(m, &gpu, &gt));
+  ASSERT(0, cost_module(m, &cpu, &ct));
+  for (int i = 0; i < n; i++) c->bwd.ins[at[i]].trail = false;
+  ASSERT(0, cost_module(m, &gpu, &gb));
+  ASSERT(0, cost_module(m, &cpu, &cb));
+  ASSERT(1, gt.step_s < gb.step_s);
+  ASSERT(1, ct.step_s == cb.step_s);
+  setenv("SHARDC_ZERO_RS", "blocking", 1);
+  Module *mb = compile("../samples/gpt2-124m.shard", "8:H100_SXM", strategy);
+  unsetenv("SHARDC_ZERO_RS");
+  if (!mb) return;
+  const PChunk *cbk = &mb->rprog[0]->chunk[0];
+  int tr = 0;
+  for (int j = 0; j < cbk->bwd.n; j++) tr += cbk->bwd.ins[j].trail;
+  ASSERT(0, tr);
+}
+
+static void test_trailing_reduce_scatters(void) {
+  trails("dp=8,zero=2");
+  trails("dp=8,zero=3");
+}
+
 int main(void) {
   test_swap_deadlock();
   test_dp_program();
@@ -449,6 +527,7 @@ int main(void) {
   test_epilogue_pairs();
   test_dx_allreduce_pairs();
   test_early_gathers();
+  test_trailing_reduce_scatters();
   printf("test_program: %d checks, %d failures\n", test_checks, test_failures);
   return test_failures ? 1 : 0;
 }
