@@ -107,7 +107,16 @@ __global__ void embedding_bucket_list_kernel(int *rows, int *toks, const int *st
 // bucket's rows in order, adding dout[n,c] into a running sum of dtable[t,c]
 // that it stores when the token changes (and reloads if it comes back), so
 // each (t, c) gets dtable + its rows in row order: the cpu kernel's sums.
-// Four rows' loads are issued before their adds.
+// RT_EMB_ILP rows' loads are issued before their adds: the walk of a
+// frequent token's bucket (a byte-level text's space: a sixth of the rows)
+// is a chain of dependent loads, and the kernel's time that chain's
+// latency, so it moves 16 rows a round trip.
+#define RT_EMB_ILP 16
+#ifdef RTC_HOST
+#define RT_EMB_UNROLL _Pragma("GCC unroll 16")
+#else
+#define RT_EMB_UNROLL _Pragma("unroll")
+#endif
 template <class T>
 __global__ void embedding_backward_kernel(float *dtable, const T *dout, const int *start,
                                           const int *rows, const int *toks, int C) {
@@ -116,14 +125,18 @@ __global__ void embedding_backward_kernel(float *dtable, const T *dout, const in
   int i = start[b], end = start[b + 1], cur = -1;
   float acc = 0.0f;
   while (i < end) {
-    int k = end - i < 4 ? end - i : 4, t[4];
-    float d[4];
-    for (int j = 0; j < 4; j++)
-      if (j < k) {
-        t[j] = toks[i + j];
-        d[j] = rtc_ldf(dout + (size_t)rows[i + j] * C + c);
-      }
-    for (int j = 0; j < k; j++) {
+    int k = end - i < RT_EMB_ILP ? end - i : RT_EMB_ILP, t[RT_EMB_ILP], r[RT_EMB_ILP];
+    float d[RT_EMB_ILP];
+RT_EMB_UNROLL
+    for (int j = 0; j < RT_EMB_ILP; j++) {
+      t[j] = j < k ? toks[i + j] : -1;
+      r[j] = j < k ? rows[i + j] : 0;
+    }
+RT_EMB_UNROLL
+    for (int j = 0; j < RT_EMB_ILP; j++) d[j] = j < k ? rtc_ldf(dout + (size_t)r[j] * C + c) : 0.0f;
+RT_EMB_UNROLL
+    for (int j = 0; j < RT_EMB_ILP; j++) {
+      if (j >= k) break;
       if (t[j] != cur) {
         if (cur >= 0) dtable[(size_t)cur * C + c] = acc;
         cur = t[j];
