@@ -600,7 +600,7 @@ static void block_time_e(const HwModel *hw, const Module *m, const PBlock *b, do
       double start = early->t0 + *busy, *e = early->end;
       if (in->early > 1 && e[in->early - 2] > start) start = e[in->early - 2];
       e[in->early - 1] = start + c;
-      *comm += c;
+      *comm += (1 - hw->overlap) * c;   /* (the share the kernels lose) */
       *busy += (t - c) + (1 - hw->overlap) * c;
       continue;
     }
@@ -629,7 +629,7 @@ static void block_time_e(const HwModel *hw, const Module *m, const PBlock *b, do
       }
       double start = stream_free > *busy ? stream_free : *busy;
       tr_end[ntr++] = stream_free = start + c;
-      *comm += c;
+      *comm += (1 - hw->overlap) * c;   /* (the share the kernels lose) */
       *busy += (t - c) + (1 - hw->overlap) * c;
       continue;
     }
@@ -639,7 +639,7 @@ static void block_time_e(const HwModel *hw, const Module *m, const PBlock *b, do
       double start = stream_free > *busy ? stream_free : *busy;
       end[s] = stream_free = start + c;
       pending[s] = true;
-      *comm += c;
+      *comm += (1 - hw->overlap) * c;   /* (the share the kernels lose) */
       *busy += (t - c) + (1 - hw->overlap) * c;
       continue;
     }

@@ -128,7 +128,8 @@ double cost_node_flops(const Node *n);
 
 typedef struct CostStage {
   double fwd_s, bwd_s;        /* one microbatch's forward and backward, per chunk summed */
-  double comm_s;              /* of which blocking communication */
+  double comm_s;              /* of which blocking communication (of what runs beside the
+                               * kernels, the share overlap does not hide) */
   double busy_s;              /* the rank's compute + blocking comm over the step */
   double cast_s;              /* the step's part before the microbatches (bf16 weight copies) */
   double step_s;              /* the step's part after the microbatches (reductions, optimizer) */
