@@ -199,15 +199,18 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
   }
   /* ZeRO-2/3 over several microbatches: a gradient reduction in each */
   int zg = m->nrprog > 0 && m->rprog[0] ? m->rprog[0]->zgroup : 0;
+  bool trails = zero_rs_trails(m);
   if (p->zero >= 2 && p->mb > 1 && zg > 1)
     fprintf(out, "%szero:     %d: each rank keeps its 1/%d of the gradients, so every one of the %d "
                  "microbatches' backward reduce-scatters them (%d reductions a step; zero=1 reduces "
-                 "once and keeps whole gradients)\n",
-            pf, p->zero, zg, p->mb, p->mb);
+                 "once and keeps whole gradients)%s\n",
+            pf, p->zero, zg, p->mb, p->mb,
+            trails ? "; on the GPU each beside the next layers' backward (trailing)" : "");
   if (zg > 1 && zero_shards_masters(m))
-    fprintf(out, "%szero:     %d under bf16: each rank stores its 1/%d of the fp32 masters; before the first "
-                 "microbatch the step gathers what it reads whole (the matmul weights as bf16 copies, "
-                 "cast from the shards; the other tensors in fp32), and nothing after the update\n",
+    fprintf(out, "%szero:     %d under bf16: each rank stores its 1/%d of the fp32 masters; at its start "
+                 "the step gathers what it reads whole (the matmul weights as bf16 copies, "
+                 "cast from the shards; the other tensors in fp32; on the GPU beside the first "
+                 "forward, each layer waiting for its own bucket), and nothing after the update\n",
             pf, p->zero, zg);
   const Optimizer *o = &t->opt;
   if (o->kind) {

@@ -275,6 +275,12 @@ if [ -z "${CUDA_PROGRAMS_QUICK:-}" ] && command -v mpirun >/dev/null && command 
     if [ $rc -eq 0 ] && cmp -s "$d.st" "$d-resumed.st" &&
        [ "$(losses "$d.jsonl" | tail -1)" = "$(losses "$d-resumed.jsonl")" ]; then ok
     else bad "gpt dp=2,zero=2 sharded masters resumed at step 2: exit $rc: differs from the whole run"; fi
+    # the sharded run's checkpoint (full tensors under the model's names)
+    # resumed by the whole-masters program: the same trajectory, bit for bit
+    train "$d-whole" --steps 3 --load "$d-2.st" --log "$d-crossed.jsonl" --save "$d-crossed.st"
+    if [ $rc -eq 0 ] && cmp -s "$d.st" "$d-crossed.st" &&
+       [ "$(losses "$d.jsonl" | tail -1)" = "$(losses "$d-crossed.jsonl")" ]; then ok
+    else bad "gpt dp=2,zero=2 sharded masters' step-2 checkpoint resumed with whole masters: exit $rc: differs"; fi
   }
   zm gpt "$tmp/gpt_bf16.shard" 2x2 tp=2,dp=2,zero=1
   sed 's/precision = fp32/precision = bf16/' "$MODELS_DIR/gpt8.shard" >"$tmp/gpt8_bf16.shard"
