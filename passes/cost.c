@@ -667,7 +667,7 @@ static void block_time(const HwModel *hw, const Module *m, const PBlock *b, doub
  * launch cost to save (hw->overlap > 0: the CUDA target) the target runs
  * each run of them as one kernel over a table of segments
  * (rt_cast_bf16_multi_cu): one launch a run.  Under ZeRO-1/2 the block
- * also gathers the buckets' copies (blocking, as block_time prices them). */
+ * also gathers the buckets' copies (early, as block_time_e prices them). */
 static double cast_time(const HwModel *hw, const Module *m, const PBlock *b, Early *early) {
   double busy, cm, as;
   block_time_e(hw, m, b, &busy, &cm, &as, false, early);
@@ -1010,7 +1010,8 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
     const Value *x = w->in[0];
     while (x->alias && !x->name) x = x->alias;
     bool again = false;
-    for (int k = 0; k < nsaid; k++) again |= said[k] == x || (x->name && said[k]->name && !strcmp(said[k]->name, x->name));
+    for (int k = 0; k < nsaid; k++)
+      again |= said[k] == x || (x->name && said[k]->name && !strcmp(said[k]->name, x->name));
     if (again || nsaid == 8) continue;
     said[nsaid++] = x;
     fprintf(out, "%s          padded: %s's 16-bit copy%s has %" PRId64 " rows, not %" PRId64
