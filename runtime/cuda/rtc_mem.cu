@@ -41,6 +41,10 @@ int rtc_device_init(int world_rank, const char **name) {
   cudaCheck(cudaStreamCreateWithFlags(&rtc_comm_stream, cudaStreamNonBlocking));
   cudaCheck(cudaStreamCreateWithFlags(&rtc_tp_stream, cudaStreamNonBlocking));
 #ifdef RTC_HOST
+  /* RTCH_DEFER_STREAMS=1: the side streams' collectives run as late as
+   * their events allow (cuda_host.h), to catch a missing wait */
+  rtch_stream_defer(rtc_comm_stream);
+  rtch_stream_defer(rtc_tp_stream);
   /* The emulated device runs its kernels on this thread, one at a time:
    * the GEMMs (OpenBLAS) get one thread too, not a pool spinning beside it
    * (a third of the CPU time of a run), unless the user sized the pool. */

@@ -19,6 +19,11 @@
 bin="$(realpath "$1")"
 source "$(dirname "$0")/../codegen/lib.sh"
 export SHARDC_STRICT_COMM=1
+# the side streams' collectives (buckets, gathers ahead and early, trailing
+# reduce-scatters, tensor-parallel dX reductions) run as late as their
+# events allow (runtime/cuda/host/cuda_host.h): a missing wait changes the
+# numbers these runs compare (RTCH_DEFER_STREAMS=0 to run them at once)
+export RTCH_DEFER_STREAMS="${RTCH_DEFER_STREAMS:-1}"
 fast_runs  # (lib.sh: -O1, a thread a rank, one Python; CI's time)
 # CI's time: the tiny GPT, llama and gpt3 train batches of 4 sequences in
 # microbatches of 2 (lib.sh's small_models): the host build runs the kernels one thread

@@ -3,7 +3,8 @@
  * shuffles exchange the right lanes, a grid's blocks and a block's threads
  * see their 3-D indices, dynamic shared memory is per-launch and poisoned,
  * atomicAdd accumulates, a launch recorded in a graph replays with the
- * values its arguments had at the launch.  (The tensor-core and async-copy
+ * values its arguments had at the launch, a deferred stream's work runs
+ * when a wait on its event comes.  (The tensor-core and async-copy
  * twins of rtc_mma.cuh are checked against the PTX ISA's layouts by
  * test_k_mma.cu, on the host and on a GPU.)  Each check prints PASS/FAIL;
  * exit 1 on any FAIL.
@@ -300,6 +301,44 @@ int main(void) {
     cudaCheck(cudaGraphExecDestroy(exec));
     cudaCheck(cudaGraphDestroy(graph));
     cudaCheck(cudaStreamDestroy(s));
+    cudaCheck(cudaFree(d));
+  }
+  /* 9. deferred streams (RTCH_DEFER_STREAMS=1, the race check of the
+   * host-build program tests): a deferred stream's async work runs when
+   * another stream waits for an event recorded after it, not before, and
+   * not the work queued after that event; a synchronization runs the rest */
+  {
+    setenv("RTCH_DEFER_STREAMS", "1", 1);
+    int h[3] = {0, 0, 0}, *d;
+    cudaCheck(cudaMalloc(&d, sizeof h));
+    cudaCheck(cudaMemset(d, 0, sizeof h));
+    cudaStream_t side, compute;
+    cudaEvent_t e1, e2;
+    cudaCheck(cudaStreamCreate(&side));
+    cudaCheck(cudaStreamCreate(&compute));
+    cudaCheck(cudaEventCreate(&e1));
+    cudaCheck(cudaEventCreate(&e2));
+    rtch_stream_defer(side);
+    int one = 0x01010101;
+    cudaCheck(cudaMemsetAsync(d, 1, sizeof(int), side));
+    cudaCheck(cudaEventRecord(e1, side));
+    cudaCheck(cudaMemcpyAsync(d + 1, &one, sizeof(int), cudaMemcpyHostToDevice, side));
+    cudaCheck(cudaEventRecord(e2, side));
+    cudaCheck(cudaMemsetAsync(d + 2, 1, sizeof(int), side));
+    int queued = d[0] == 0 && d[1] == 0 && d[2] == 0;
+    cudaCheck(cudaStreamWaitEvent(compute, e1, 0));
+    int first = d[0] == one && d[1] == 0 && d[2] == 0;
+    cudaCheck(cudaStreamWaitEvent(compute, e2, 0));
+    int second = d[1] == one && d[2] == 0;
+    cudaCheck(cudaStreamSynchronize(side));
+    int rest = d[2] == one;
+    check("deferred streams: async work waits for a wait on its event", queued && first);
+    check("deferred streams: a wait runs what precedes its event only", second);
+    check("deferred streams: a synchronization runs the rest", rest);
+    cudaCheck(cudaEventDestroy(e1));
+    cudaCheck(cudaEventDestroy(e2));
+    cudaCheck(cudaStreamDestroy(side));
+    cudaCheck(cudaStreamDestroy(compute));
     cudaCheck(cudaFree(d));
   }
   cudaCheck(cudaGetLastError());

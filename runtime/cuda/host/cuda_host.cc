@@ -30,6 +30,7 @@
 #include <time.h>
 #include <ucontext.h>
 
+#include <new>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -523,8 +524,62 @@ void rtch_not_capturing(const char *call) {
   abort();
 }
 
+/* ---- deferred streams (cuda_host.h: rtch_stream_defer) ---- */
+
+struct CUstream_st {
+  int flags;
+  bool defer;
+  std::vector<std::function<void()>> q;  // queued work; q[0..ran) has run
+  size_t ran;
+  size_t base;                            // work queued and cleared before q[0]
+};
+struct CUevent_st {
+  double ms;          // CLOCK_MONOTONIC at the last record
+  cudaStream_t s;     // a deferred stream it was recorded on, or NULL
+  size_t upto;        // how much of s's work (counted from its creation) precedes it
+};
+static std::vector<cudaStream_t> rtch_deferred_;
+
+static bool rtch_defer_env_(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("RTCH_DEFER_STREAMS");
+    on = e && *e && strcmp(e, "0") != 0;
+  }
+  return on != 0;
+}
+void rtch_stream_defer(cudaStream_t s) {
+  if (!s || !rtch_defer_env_() || s->defer) return;
+  s->defer = true;
+  rtch_deferred_.push_back(s);
+}
+bool rtch_defer_on(cudaStream_t s, std::function<void()> f) {
+  if (!s || !s->defer || rtch_capturing()) return false;
+  s->q.push_back(std::move(f));
+  return true;
+}
+static size_t rtch_queued_(cudaStream_t s) { return s->base + s->q.size(); }
+/* Runs s's queued work up to (not including) its upto-th since creation. */
+static void rtch_flush_(cudaStream_t s, size_t upto) {
+  if (!s) return;
+  while (s->base + s->ran < upto && s->ran < s->q.size()) {
+    std::function<void()> f = std::move(s->q[s->ran]);
+    s->ran++;
+    f();
+  }
+  if (s->ran == s->q.size()) {
+    s->base += s->q.size();
+    s->q.clear();
+    s->ran = 0;
+  }
+}
+static void rtch_flush_all_(void) {
+  for (cudaStream_t s : rtch_deferred_) rtch_flush_(s, rtch_queued_(s));
+}
+
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
   (void)s, (void)mode;
+  rtch_flush_all_();
   if (rtch_capture) {
     fprintf(stderr, "cuda_host: cudaStreamBeginCapture while a capture is open\n");
     abort();
@@ -574,9 +629,9 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
                             cudaStream_t s) {
-  (void)s;
   if ((unsigned)kind > cudaMemcpyDefault || (n && (!dst || !src)))
     return fail(cudaErrorInvalidValue);
+  if (rtch_defer_on(s, [=]() { copy_(dst, src, n, kind); })) return cudaSuccess;
   if (rtch_capture) { // read at replay, as a graph's copy node reads its source
     rtch_record([=]() { copy_(dst, src, n, kind); });
     return cudaSuccess;
@@ -593,8 +648,9 @@ static cudaError_t copy2d_(void *dst, size_t dpitch, const void *src, size_t spi
 }
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
                               size_t width, size_t height, cudaMemcpyKind kind, cudaStream_t s) {
-  (void)s;
   if (width > dpitch || width > spitch) return fail(cudaErrorInvalidValue);
+  if (rtch_defer_on(s, [=]() { copy2d_(dst, dpitch, src, spitch, width, height, kind); }))
+    return cudaSuccess;
   if (rtch_capture) {
     rtch_record([=]() { copy2d_(dst, dpitch, src, spitch, width, height, kind); });
     return cudaSuccess;
@@ -608,8 +664,11 @@ cudaError_t cudaMemset(void *p, int v, size_t n) {
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
-  (void)s;
   if (n && !p) return fail(cudaErrorInvalidValue);
+  if (rtch_defer_on(s, [=]() {
+        if (n) memset(p, v, n);
+      }))
+    return cudaSuccess;
   if (rtch_capture) {
     rtch_record([=]() {
       if (n) memset(p, v, n);
@@ -622,44 +681,45 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
 
 cudaError_t cudaDeviceSynchronize(void) {
   rtch_not_capturing("cudaDeviceSynchronize");
+  rtch_flush_all_();
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  (void)s;
   rtch_not_capturing("cudaStreamSynchronize");
+  if (s) rtch_flush_(s, rtch_queued_(s));
   return cudaSuccess;
 }
 
-struct CUstream_st {
-  int flags;
-};
-struct CUevent_st {
-  double ms;  // CLOCK_MONOTONIC at the last record
-};
-
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
   if (!s) return fail(cudaErrorInvalidValue);
-  *s = (cudaStream_t)calloc(1, sizeof(CUstream_st));
+  *s = new (std::nothrow) CUstream_st();
   if (!*s) return fail(cudaErrorMemoryAllocation);
   (*s)->flags = (int)flags;
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  free(s);
+  if (!s) return cudaSuccess;
+  rtch_flush_(s, rtch_queued_(s));
+  for (size_t k = 0; k < rtch_deferred_.size(); k++)
+    if (rtch_deferred_[k] == s) rtch_deferred_.erase(rtch_deferred_.begin() + (long)k);
+  delete s;
   return cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
   (void)flags;
   if (!e) return fail(cudaErrorInvalidValue);
-  *e = (cudaEvent_t)calloc(1, sizeof(CUevent_st));
+  *e = new (std::nothrow) CUevent_st();
   return *e ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-  (void)s;
   if (!e) return fail(cudaErrorInvalidResourceHandle);
+  /* on a deferred stream: after what is queued there so far */
+  bool later = s && s->defer && !rtch_capturing() && s->ran < s->q.size();
+  e->s = later ? s : NULL;
+  e->upto = later ? rtch_queued_(s) : 0;
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   e->ms = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
@@ -667,7 +727,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   rtch_not_capturing("cudaEventSynchronize");
-  return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  if (e->s) rtch_flush_(e->s, e->upto);
+  e->s = NULL;
+  return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
   if (!ms) return fail(cudaErrorInvalidValue);
@@ -676,12 +739,17 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  free(e);
+  delete e;
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
   (void)s, (void)flags;
-  return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  /* the waiting stream's next work runs after what precedes the event:
+   * the deferred stream's queue up to it runs now */
+  if (e->s) rtch_flush_(e->s, e->upto);
+  e->s = NULL;
+  return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }

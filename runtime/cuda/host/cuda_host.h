@@ -95,6 +95,20 @@ void rtch_launch_erased(dim3 grid, dim3 block, size_t shmem, void (*call)(const 
 /* Stream capture: whether one is open; adds f to it. */
 bool rtch_capturing(void);
 void rtch_record(std::function<void()> f);
+/* Deferred streams (RTCH_DEFER_STREAMS=1 in the environment: a race check).
+ * The runtime marks its side streams (communication, tensor-parallel) with
+ * rtch_stream_defer; the collectives and async copies issued on such a
+ * stream are then queued, not run, and run only when another stream waits
+ * for an event recorded after them (cudaStreamWaitEvent), an event or the
+ * stream is synchronized, the device is, or a capture begins: as late as
+ * CUDA allows.  A kernel that reads what such work writes before waiting
+ * for it reads the old values, and work that reads a buffer a kernel
+ * overwrites before the wait reads the new ones: either changes the
+ * numbers, which the host build's comparisons catch.  Without the variable
+ * (or while a capture is open) everything runs at once, in order. */
+void rtch_stream_defer(struct CUstream_st *s);
+/* Queues f on s where s is deferred (returns true); else returns false. */
+bool rtch_defer_on(struct CUstream_st *s, std::function<void()> f);
 /* Runs f now, or records it while a capture is open (host work that stands
  * for device work: the GEMMs, the NCCL shim). */
 template <class F>

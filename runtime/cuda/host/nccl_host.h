@@ -52,9 +52,17 @@ static inline void rtc_nccl_round_(void *y, const float *x, size_t n) {
 static inline ncclResult_t rtc_nccl_ok_(int mpi_rc) {
   return mpi_rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
-/* Runs the collective f (returning an MPI code) now, or records it. */
+/* Runs the collective f (returning an MPI code) now, queues it on a
+ * deferred stream s (cuda_host.h: rtch_stream_defer), or records it. */
 template <class F>
-static inline ncclResult_t rtc_nccl_run_(F f) {
+static inline ncclResult_t rtc_nccl_run_(F f, cudaStream_t s = NULL) {
+  if (rtch_defer_on(s, [f]() {
+        if (f() != MPI_SUCCESS) {
+          fprintf(stderr, "nccl_host: an MPI collective of a deferred stream failed\n");
+          abort();
+        }
+      }))
+    return ncclSuccess;
   if (!rtch_capturing()) return rtc_nccl_ok_(f());
   rtch_record([f]() {
     if (f() != MPI_SUCCESS) {
@@ -100,7 +108,6 @@ static inline ncclResult_t ncclCommDestroy(ncclComm_t c) {
 static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count,
                                          ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
                                          cudaStream_t s) {
-  (void)s;
   MPI_Comm comm = c->comm;
   MPI_Op mop = op == ncclMax ? MPI_MAX : MPI_SUM;
   if (t == ncclBfloat16)
@@ -111,15 +118,14 @@ static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t co
       rtc_nccl_round_(recv, w, count);
       free(w);
       return rc;
-    });
+    }, s);
   return rtc_nccl_run_([=]() {
     return MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count,
                          rtc_nccl_mpi_type_(t), mop, comm);
-  });
+  }, s);
 }
 static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t count,
                                          ncclDataType_t t, ncclComm_t c, cudaStream_t s) {
-  (void)s;
   int r = 0, sz = 0;
   MPI_Comm_rank(c->comm, &r);
   MPI_Type_size(rtc_nccl_mpi_type_(t), &sz);
@@ -128,13 +134,12 @@ static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t co
   return rtc_nccl_run_([=]() {
     return MPI_Allgather(in, (int)count, rtc_nccl_mpi_type_(t), recv, (int)count,
                          rtc_nccl_mpi_type_(t), comm);
-  });
+  }, s);
 }
 static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count,
                                              ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
                                              cudaStream_t s) {
   (void)op;
-  (void)s;
   MPI_Comm comm = c->comm;
   if (t == ncclBfloat16) {
     int P = 1;
@@ -152,17 +157,16 @@ static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_
       free(w);
       free(r);
       return rc;
-    });
+    }, s);
   }
   return rtc_nccl_run_([=]() {
     return MPI_Reduce_scatter_block(send, recv, (int)count, rtc_nccl_mpi_type_(t), MPI_SUM, comm);
-  });
+  }, s);
 }
 /* The root's send (copied into its recv when they differ) to every recv. */
 static inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count,
                                          ncclDataType_t t, int root, ncclComm_t c,
                                          cudaStream_t s) {
-  (void)s;
   int r = 0, sz = 0;
   MPI_Comm_rank(c->comm, &r);
   MPI_Type_size(rtc_nccl_mpi_type_(t), &sz);
@@ -170,13 +174,12 @@ static inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t co
   return rtc_nccl_run_([=]() {
     if (r == root && send != recv) memcpy(recv, send, count * (size_t)sz);
     return MPI_Bcast(recv, (int)count, rtc_nccl_mpi_type_(t), root, comm);
-  });
+  }, s);
 }
 /* The sum (or maximum) over the communicator into the root's recv. */
 static inline ncclResult_t ncclReduce(const void *send, void *recv, size_t count,
                                       ncclDataType_t t, ncclRedOp_t op, int root, ncclComm_t c,
                                       cudaStream_t s) {
-  (void)s;
   int r = 0;
   MPI_Comm_rank(c->comm, &r);
   MPI_Comm comm = c->comm;
@@ -190,12 +193,12 @@ static inline ncclResult_t ncclReduce(const void *send, void *recv, size_t count
       if (r == root) rtc_nccl_round_(recv, w, count);
       free(w);
       return rc;
-    });
+    }, s);
   return rtc_nccl_run_([=]() {
     if (r != root) return MPI_Reduce(send, NULL, (int)count, rtc_nccl_mpi_type_(t), mop, root, comm);
     return MPI_Reduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count,
                       rtc_nccl_mpi_type_(t), mop, root, comm);
-  });
+  }, s);
 }
 /* Point-to-point (the calibrator's send/recv, ring attention's blocks):
  * nonblocking MPI calls, completed at the end of the group they are in (at
