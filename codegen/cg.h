@@ -91,8 +91,10 @@ struct Target {
   const char *trail_end;
 };
 
-/* The waits a target writes before an instruction (emit.c). */
+/* The waits a target writes before an instruction (emit.c), and the wait
+ * for the early gathers up to number early_wait - 1 alone (0: none). */
 void cg_waits(Emit *e, const PInstr *in);
+void cg_early_wait(Emit *e, int early_wait);
 
 extern const Target cg_target_cpu, cg_target_cuda, cg_target_cuda_host;
 

@@ -484,9 +484,7 @@ static bool casts(Emit *e, const PBlock *bl) {
       if (bl->ins[k].early_wait > wait) wait = bl->ins[k].early_wait;
       k++;
     }
-    if (wait) /* casts from gathered fp32 copies (a tied table) */
-      P(e, "  rtc_gather_early_wait(%d);  // the step's early gathers up to number %d\n", wait - 1,
-        wait - 1);
+    cg_early_wait(e, wait);   /* casts from gathered fp32 copies (a tied table) */
     P(e, "  /* {fp32 master, bf16 copy (arena bytes), elements}: one launch for all */\n");
     P(e, "  static const RtcCastSeg segs%s[%d] = {\n", run ? arena_printf("%d", run) : "", k - j);
     for (int i = j; i < k; i++) {

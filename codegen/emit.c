@@ -266,6 +266,13 @@ static void comment(Emit *e, const PInstr *in) {
 /* The waits before in (and, run jointly, its partner): for gathers ahead
  * (PInstr.wait) and early (PInstr.early_wait), where the target runs them
  * so. */
+void cg_early_wait(Emit *e, int early_wait) {
+  if (!early_wait || !e->t->early_wait_fmt) return;
+  P(e, "  ");
+  P(e, e->t->early_wait_fmt, early_wait - 1);
+  P(e, "  // the step's early gathers up to number %d\n", early_wait - 1);
+}
+
 void cg_waits(Emit *e, const PInstr *in) {
   for (int s = 0; e->t->wait_fmt && s < PROG_AHEAD_SLOTS; s++)
     if (in->wait >> s & 1) {
@@ -273,11 +280,7 @@ void cg_waits(Emit *e, const PInstr *in) {
       P(e, e->t->wait_fmt, s);
       P(e, "  // the gather ahead in slot %d\n", s);
     }
-  if (in->early_wait && e->t->early_wait_fmt) {
-    P(e, "  ");
-    P(e, e->t->early_wait_fmt, in->early_wait - 1);
-    P(e, "  // the step's early gathers up to number %d\n", in->early_wait - 1);
-  }
+  cg_early_wait(e, in->early_wait);
 }
 
 static void block(Emit *e, const PBlock *bl) {

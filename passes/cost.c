@@ -578,6 +578,14 @@ typedef struct Early {
   double t0;
 } Early;
 
+/* An instruction of t seconds whose collective (c of them) runs on a
+ * stream beside the kernels that follow: the block loses its compute and
+ * the share of c that overlap does not hide. */
+static void beside(const HwModel *hw, double t, double c, double *busy, double *comm) {
+  *comm += (1 - hw->overlap) * c;
+  *busy += (t - c) + (1 - hw->overlap) * c;
+}
+
 static void block_time_e(const HwModel *hw, const Module *m, const PBlock *b, double *busy,
                          double *comm, double *async, bool last, Early *early) {
   *busy = *comm = *async = 0;
@@ -600,8 +608,7 @@ static void block_time_e(const HwModel *hw, const Module *m, const PBlock *b, do
       double start = early->t0 + *busy, *e = early->end;
       if (in->early > 1 && e[in->early - 2] > start) start = e[in->early - 2];
       e[in->early - 1] = start + c;
-      *comm += (1 - hw->overlap) * c;   /* (the share the kernels lose) */
-      *busy += (t - c) + (1 - hw->overlap) * c;
+      beside(hw, t, c, busy, comm);
       continue;
     }
     if (in->kind == PI_RECV) {
@@ -629,8 +636,7 @@ static void block_time_e(const HwModel *hw, const Module *m, const PBlock *b, do
       }
       double start = stream_free > *busy ? stream_free : *busy;
       tr_end[ntr++] = stream_free = start + c;
-      *comm += (1 - hw->overlap) * c;   /* (the share the kernels lose) */
-      *busy += (t - c) + (1 - hw->overlap) * c;
+      beside(hw, t, c, busy, comm);
       continue;
     }
     if (in->ahead > 0 && in->ahead <= PROG_AHEAD_SLOTS && hw->overlap > 0) {
@@ -639,8 +645,7 @@ static void block_time_e(const HwModel *hw, const Module *m, const PBlock *b, do
       double start = stream_free > *busy ? stream_free : *busy;
       end[s] = stream_free = start + c;
       pending[s] = true;
-      *comm += (1 - hw->overlap) * c;   /* (the share the kernels lose) */
-      *busy += (t - c) + (1 - hw->overlap) * c;
+      beside(hw, t, c, busy, comm);
       continue;
     }
     if (in->comm.kind == PC_COLL || in->comm.kind == PC_RING || in->comm.kind == PC_SUMMA ||

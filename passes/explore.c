@@ -224,6 +224,8 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     ms->wcopy_frac = all > 0 ? wc / all : 0;
     /* of those, the ones nothing else reads (an embedding table tied to the
      * head is read by the embedding too, in fp32) */
+    /* (nor is an LM head whose 16-bit copy has padded rows, passes/precision.c:
+     * not a view of a bucket, it is gathered in fp32 and cast) */
     bool *other = arena_alloc((size_t)g->values.len + 1);
     for (int j = 0; j < g->nodes.len; j++) {
       const Node *n = g->nodes.data[j];
@@ -232,11 +234,6 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
         if (x && x->def && x->def->op == OP_CAST) x = x->def->in[0];
         if (x) other[x->id] = true;
       }
-    }
-    /* (an LM head whose 16-bit copy has padded rows, passes/precision.c,
-     * is not a view of a bucket: gathered in fp32 and cast) */
-    for (int j = 0; j < g->nodes.len; j++) {
-      const Node *n = g->nodes.data[j];
       const Value *w = n->op == OP_MATMUL ? n->in[1] : NULL;
       if (w && w->def && w->def->op == OP_CAST && ir_cast_rows(w->def) > w->def->in[0]->shape.d[0].n)
         other[w->def->in[0]->id] = true;

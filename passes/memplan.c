@@ -187,19 +187,15 @@ int pass_memplan(Module *m) {
   /* ZeRO-2/3's trailing bucket reduce-scatters (zero_rs_trails): a bucket's
    * gradients and scratch stay live to the PROG_TRAILS-th next one's (which
    * finishes it), or the end */
-  int *trail = arena_alloc(sizeof(int) * (size_t)(nn + 1));
   bool trails = zero_rs_trails(m);
   int after[PROG_TRAILS];   /* the next trailing ones, nearest first */
   for (int k = 0; k < PROG_TRAILS; k++) after[k] = nn - 1;
-  for (int i = nn - 1; i >= 0; i--) {
-    trail[i] = -1;
-    if (trails && memplan_rs_trails(g->nodes.data[i])) {
-      trail[i] = after[PROG_TRAILS - 1];
-      if (win[i] < trail[i]) win[i] = trail[i];
+  for (int i = nn - 1; trails && i >= 0; i--)
+    if (memplan_rs_trails(g->nodes.data[i])) {
+      if (win[i] < after[PROG_TRAILS - 1]) win[i] = after[PROG_TRAILS - 1];
       for (int k = PROG_TRAILS - 1; k > 0; k--) after[k] = after[k - 1];
       after[0] = i;
     }
-  }
   for (int i = 0; i < nn; i++) {
     Node *n = g->nodes.data[i];
     int64_t sb = scratch_bytes(n);
@@ -208,7 +204,7 @@ int pass_memplan(Module *m) {
       n->scratch->offset = -1;
       n->scratch->live_start = n->scratch->live_end = -1;
       touch(n->scratch, i);
-      if (trail[i] >= 0) touch(n->scratch, trail[i]);
+      if (trails && memplan_rs_trails(n)) touch(n->scratch, win[i]);
     }
     for (int j = 0; j < n->nin; j++)
       if (ir_reads_data(n, j)) touch(n->in[j], win[i]);

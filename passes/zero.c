@@ -202,10 +202,18 @@ static int64_t owner_layout(Bucket *b, int dp, int64_t *owned) {
   return chunk * dp;
 }
 
+/* The ranks that share the ZeRO shards: dp, or dp x sp under ring
+ * attention (its sequence shards share them). */
+static int shard_ranks(const Plan *pl) {
+  return pl->dp * (pl->sp_kind == SP_RING && pl->sp > 1 ? pl->sp : 1);
+}
+
+static bool half_precision(const Module *m) {
+  return m->train.precision == DT_BF16 || m->train.precision == DT_F16;
+}
+
 bool zero_gathers_params(const Module *m) {
-  const Plan *pl = &m->train.plan;
-  bool ring = pl->sp_kind == SP_RING && pl->sp > 1;
-  return pl->zero == 3 && pl->dp * (ring ? pl->sp : 1) > 1;
+  return m->train.plan.zero == 3 && shard_ranks(&m->train.plan) > 1;
 }
 
 bool zero_masters_whole(void) {
@@ -215,8 +223,7 @@ bool zero_masters_whole(void) {
 
 bool zero_gathers16(const Module *m) {
   if (zero_masters_whole()) return false;
-  DType t = m->train.precision;
-  return zero_gathers_params(m) && (t == DT_BF16 || t == DT_F16) && !opt_blocked(&m->train.opt);
+  return zero_gathers_params(m) && half_precision(m) && !opt_blocked(&m->train.opt);
 }
 
 bool zero_rs_blocking(void) {
@@ -226,19 +233,14 @@ bool zero_rs_blocking(void) {
 
 bool zero_rs_trails(const Module *m) {
   if (zero_rs_blocking()) return false;
-  const Plan *pl = &m->train.plan;
-  bool ring = pl->sp_kind == SP_RING && pl->sp > 1;
-  DType t = m->train.precision;
-  return pl->zero >= 2 && pl->dp * (ring ? pl->sp : 1) > 1 && (t == DT_BF16 || t == DT_F16);
+  return m->train.plan.zero >= 2 && shard_ranks(&m->train.plan) > 1 && half_precision(m);
 }
 
 bool zero_shards_masters(const Module *m) {
   if (zero_masters_whole()) return false;
   const Plan *pl = &m->train.plan;
-  bool ring = pl->sp_kind == SP_RING && pl->sp > 1;
-  DType t = m->train.precision;
-  return (pl->zero == 1 || pl->zero == 2) && pl->dp * (ring ? pl->sp : 1) > 1 &&
-         (t == DT_BF16 || t == DT_F16) && !opt_blocked(&m->train.opt);
+  return (pl->zero == 1 || pl->zero == 2) && shard_ranks(pl) > 1 && half_precision(m) &&
+         !opt_blocked(&m->train.opt);
 }
 
 /* The step's cast of p into its persistent 16-bit copy (precision.c; a
@@ -362,7 +364,7 @@ int pass_zero(Module *m) {
   Graph *g = m->graph;
   const Plan *pl = &m->train.plan;
   bool ring = pl->sp_kind == SP_RING && pl->sp > 1;
-  int dp = pl->dp * (ring ? pl->sp : 1), stage = pl->zero;
+  int dp = shard_ranks(pl), stage = pl->zero;
   bool shm = zero_shards_masters(m), z16 = zero_gathers16(m);
   DType t16 = m->train.precision;
   /* (interleaved pipeline chunks without ZeRO reduce their gradients after

@@ -27,10 +27,13 @@ static cudaEvent_t ahead_[RTC_AHEAD_SLOTS], rs_done_;  /* gathers ahead; a reduc
 static cudaEvent_t tp_ready_, tp_done_;  /* a dX all-reduce beside the dW GEMM: its start, its end */
 static int tp_pending_;
 static int ahead_pending_[RTC_AHEAD_SLOTS];
-/* the trailing reduce-scatters in flight, oldest first: events, shards, scratch */
-static cudaEvent_t trail_done_[RTC_TRAILS];
-static float *trail_dst_[RTC_TRAILS], *trail_scratch_[RTC_TRAILS];
-static size_t trail_n_[RTC_TRAILS];
+/* the trailing reduce-scatters in flight, oldest first */
+typedef struct {
+  cudaEvent_t done;
+  float *dst, *scratch;  /* the shard it adds into, what it reduced into */
+  size_t n;
+} RtcTrail;
+static RtcTrail trail_[RTC_TRAILS];
 static int ntrail_;
 static cudaEvent_t *early_;        /* the step's early gathers' ends (rtc_allgather_early) */
 static int nearly_, early_issued_, early_waited_;  /* events; gathers issued, waited for (+1) */
@@ -88,7 +91,7 @@ int rtc_mesh_init(RtMesh *m, int staged) {
   if (!tp_ready_) cudaCheck(cudaEventCreateWithFlags(&tp_ready_, cudaEventDisableTiming));
   if (!tp_done_) cudaCheck(cudaEventCreateWithFlags(&tp_done_, cudaEventDisableTiming));
   for (int k = 0; k < RTC_TRAILS; k++)
-    if (!trail_done_[k]) cudaCheck(cudaEventCreateWithFlags(&trail_done_[k], cudaEventDisableTiming));
+    if (!trail_[k].done) cudaCheck(cudaEventCreateWithFlags(&trail_[k].done, cudaEventDisableTiming));
   ntrail_ = 0;
   tp_pending_ = 0;
   for (int k = 0; k < RTC_AHEAD_SLOTS; k++) {
@@ -131,8 +134,8 @@ void rtc_mesh_free(void) {
     ahead_pending_[k] = 0;
   }
   for (int k = 0; k < RTC_TRAILS; k++) {
-    if (trail_done_[k]) cudaCheck(cudaEventDestroy(trail_done_[k]));
-    trail_done_[k] = NULL;
+    if (trail_[k].done) cudaCheck(cudaEventDestroy(trail_[k].done));
+    trail_[k].done = NULL;
   }
   ntrail_ = 0;
   for (int k = 0; k < nearly_; k++) cudaCheck(cudaEventDestroy(early_[k]));
@@ -339,16 +342,11 @@ void rtc_reduce_scatter_acc(RtMesh *m, RtAxis ax, float *dst, const float *src, 
 /* The oldest trailing reduce-scatter: the compute stream waits for it and
  * adds its scratch into its shard. */
 static void trail_finish_oldest_(void) {
-  cudaCheck(cudaStreamWaitEvent(stream_(), trail_done_[0], 0));
-  rt_acc_cu(trail_dst_[0], trail_scratch_[0], trail_n_[0]);
-  cudaEvent_t e = trail_done_[0];
-  for (int k = 1; k < ntrail_; k++) {
-    trail_done_[k - 1] = trail_done_[k];
-    trail_dst_[k - 1] = trail_dst_[k];
-    trail_scratch_[k - 1] = trail_scratch_[k];
-    trail_n_[k - 1] = trail_n_[k];
-  }
-  trail_done_[--ntrail_] = e;
+  RtcTrail t = trail_[0];
+  cudaCheck(cudaStreamWaitEvent(stream_(), t.done, 0));
+  rt_acc_cu(t.dst, t.scratch, t.n);
+  for (int k = 1; k < ntrail_; k++) trail_[k - 1] = trail_[k];
+  trail_[--ntrail_].done = t.done;   /* its event, for the next */
 }
 
 void rtc_reduce_scatter_finish(void) {
@@ -369,10 +367,22 @@ void rtc_reduce_scatter_trail(RtMesh *m, RtAxis ax, float *dst, const float *src
   comm_after_compute_();
   ncclCheck(ncclReduceScatter(src, scratch, inner, ncclFloat, ncclSum,
                               comm_of_(m, ax, "rtc_reduce_scatter_trail"), rtc_comm_stream));
-  cudaCheck(cudaEventRecord(trail_done_[ntrail_], rtc_comm_stream));
-  trail_dst_[ntrail_] = dst;
-  trail_scratch_[ntrail_] = scratch;
-  trail_n_[ntrail_++] = inner;
+  RtcTrail *t = &trail_[ntrail_++];
+  cudaCheck(cudaEventRecord(t->done, rtc_comm_stream));
+  t->dst = dst;
+  t->scratch = scratch;
+  t->n = inner;
+}
+
+/* A gather of n elements a rank into dst on the communication stream, after
+ * the kernels issued so far (the writers of src, the last readers of what
+ * dst held), its end recorded in done. */
+static void gather_beside_(RtMesh *m, RtAxis ax, float *dst, const float *src, size_t n,
+                           cudaEvent_t done, const char *what) {
+  count_(m, ax, rt_vol_allgather((uint64_t)m->size[ax] * n * 4, m->size[ax]));
+  comm_after_compute_();
+  ncclCheck(ncclAllGather(src, dst, n, ncclFloat, comm_of_(m, ax, what), rtc_comm_stream));
+  cudaCheck(cudaEventRecord(done, rtc_comm_stream));
 }
 
 void rtc_allgather_ahead(RtMesh *m, RtAxis ax, float *dst, const float *src, size_t n,
@@ -384,12 +394,7 @@ void rtc_allgather_ahead(RtMesh *m, RtAxis ax, float *dst, const float *src, siz
     rtc_allgather_dim(m, ax, dst, src, 1, n, NULL);
     return;
   }
-  count_(m, ax, rt_vol_allgather((uint64_t)P * n * 4, P));
-  /* after the kernels issued so far: the last reader of what dst held */
-  comm_after_compute_();
-  ncclCheck(ncclAllGather(src, dst, n, ncclFloat, comm_of_(m, ax, "rtc_allgather_ahead"),
-                          rtc_comm_stream));
-  cudaCheck(cudaEventRecord(ahead_[slot], rtc_comm_stream));
+  gather_beside_(m, ax, dst, src, n, ahead_[slot], "rtc_allgather_ahead");
   ahead_pending_[slot] = 1;
 }
 
@@ -418,13 +423,8 @@ void rtc_allgather_early(RtMesh *m, RtAxis ax, float *dst, const float *src, siz
     for (; nearly_ <= k; nearly_++)
       cudaCheck(cudaEventCreateWithFlags(&early_[nearly_], cudaEventDisableTiming));
   }
-  count_(m, ax, rt_vol_allgather((uint64_t)P * n * 4, P));
-  /* after the kernels issued so far: the shard's cast, the last readers of
-   * the copy in the step before */
-  comm_after_compute_();
-  ncclCheck(ncclAllGather(src, dst, n, ncclFloat, comm_of_(m, ax, "rtc_allgather_early"),
-                          rtc_comm_stream));
-  cudaCheck(cudaEventRecord(early_[k], rtc_comm_stream));
+  /* (after the shard's cast, the last readers of the copy in the step before) */
+  gather_beside_(m, ax, dst, src, n, early_[k], "rtc_allgather_early");
   early_issued_ = k + 1;
 }
 

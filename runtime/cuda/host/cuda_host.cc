@@ -573,6 +573,14 @@ static void rtch_flush_(cudaStream_t s, size_t upto) {
     s->ran = 0;
   }
 }
+/* Queues f on a deferred stream s, or records it while a capture is open
+ * (true: done with it); false: the caller runs it now. */
+static bool rtch_later_(cudaStream_t s, const std::function<void()> &f) {
+  if (rtch_defer_on(s, f)) return true;
+  if (!rtch_capture) return false;
+  rtch_record(f);
+  return true;
+}
 static void rtch_flush_all_(void) {
   for (cudaStream_t s : rtch_deferred_) rtch_flush_(s, rtch_queued_(s));
 }
@@ -631,11 +639,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
                             cudaStream_t s) {
   if ((unsigned)kind > cudaMemcpyDefault || (n && (!dst || !src)))
     return fail(cudaErrorInvalidValue);
-  if (rtch_defer_on(s, [=]() { copy_(dst, src, n, kind); })) return cudaSuccess;
-  if (rtch_capture) { // read at replay, as a graph's copy node reads its source
-    rtch_record([=]() { copy_(dst, src, n, kind); });
-    return cudaSuccess;
-  }
+  // (a replayed or deferred copy reads its source then, as a graph's copy node does)
+  if (rtch_later_(s, [=]() { copy_(dst, src, n, kind); })) return cudaSuccess;
   return copy_(dst, src, n, kind);
 }
 static cudaError_t copy2d_(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
@@ -649,12 +654,8 @@ static cudaError_t copy2d_(void *dst, size_t dpitch, const void *src, size_t spi
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
                               size_t width, size_t height, cudaMemcpyKind kind, cudaStream_t s) {
   if (width > dpitch || width > spitch) return fail(cudaErrorInvalidValue);
-  if (rtch_defer_on(s, [=]() { copy2d_(dst, dpitch, src, spitch, width, height, kind); }))
+  if (rtch_later_(s, [=]() { copy2d_(dst, dpitch, src, spitch, width, height, kind); }))
     return cudaSuccess;
-  if (rtch_capture) {
-    rtch_record([=]() { copy2d_(dst, dpitch, src, spitch, width, height, kind); });
-    return cudaSuccess;
-  }
   return copy2d_(dst, dpitch, src, spitch, width, height, kind);
 }
 cudaError_t cudaMemset(void *p, int v, size_t n) {
@@ -665,17 +666,8 @@ cudaError_t cudaMemset(void *p, int v, size_t n) {
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
   if (n && !p) return fail(cudaErrorInvalidValue);
-  if (rtch_defer_on(s, [=]() {
-        if (n) memset(p, v, n);
-      }))
-    return cudaSuccess;
-  if (rtch_capture) {
-    rtch_record([=]() {
-      if (n) memset(p, v, n);
-    });
-    return cudaSuccess;
-  }
-  if (n) memset(p, v, n);
+  if (!n || rtch_later_(s, [=]() { memset(p, v, n); })) return cudaSuccess;
+  memset(p, v, n);
   return cudaSuccess;
 }
 

@@ -56,20 +56,17 @@ static inline ncclResult_t rtc_nccl_ok_(int mpi_rc) {
  * deferred stream s (cuda_host.h: rtch_stream_defer), or records it. */
 template <class F>
 static inline ncclResult_t rtc_nccl_run_(F f, cudaStream_t s = NULL) {
-  if (rtch_defer_on(s, [f]() {
-        if (f() != MPI_SUCCESS) {
-          fprintf(stderr, "nccl_host: an MPI collective of a deferred stream failed\n");
-          abort();
-        }
-      }))
-    return ncclSuccess;
-  if (!rtch_capturing()) return rtc_nccl_ok_(f());
-  rtch_record([f]() {
+  bool deferred = s && !rtch_capturing();
+  auto later = [f, deferred]() {   /* no caller left to return the error to */
     if (f() != MPI_SUCCESS) {
-      fprintf(stderr, "nccl_host: an MPI collective of a replayed graph failed\n");
+      fprintf(stderr, "nccl_host: an MPI collective of a %s failed\n",
+              deferred ? "deferred stream" : "replayed graph");
       abort();
     }
-  });
+  };
+  if (rtch_defer_on(s, later)) return ncclSuccess;
+  if (!rtch_capturing()) return rtc_nccl_ok_(f());
+  rtch_record(later);
   return ncclSuccess;
 }
 static inline ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
