@@ -166,7 +166,7 @@ expect pp-half-layers-multi 0 '^stage 7:  blocks.3 from add, model ops; 11.3% of
 expect plan-pp 0 '^stage 3:  blocks.3, model ops; 27.8% of the FLOPs' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=1f1b
 expect plan-pp-layers 0 '^stage 0:  model ops, blocks.0 .. blocks.2; 72.2% of the FLOPs' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:3+1
 expect pp-layers-sum 1 'pp=2: the stage sizes add up to 5 layers, but model gpt has 4' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:2+3
-expect pp-layers-count 1 'pp=2:4 gives 1 stage size for 2 stages' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:4
+expect pp-layers-count 1 'pp=2:4 gives 1 stage size for 2 stages \(sizes are joined by .\+., not .,.: e\.g\. pp=2:3\+1\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:4
 expect pp-layers-bad 1 'the layers per stage must be positive numbers joined by' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:0+4
 sed 's/causal = true)/causal = true, dropout = 0.1)/' samples/gpt.shard >"$tmp/pp-dropout.shard"
 expect pp-dropout 0 '\(1ull << 56 \| [0-9]+ull << 40\) \+ \(uint64_t\)p->row0' -- "$bin" compile "$tmp/pp-dropout.shard" --mesh 2 --strategy pp=2 --emit=c
