@@ -74,17 +74,28 @@ void rtc_prof_end(const char *file, const char *what);
 /* kernel<<<grid, block, shmem, rtc_stream>>>(args...), then the launch's error.
  * The host build evaluates the arguments at the launch, as CUDA does, and
  * keeps their values: a launch recorded into a graph must not read, when it
- * is replayed, what an argument expression (g->n) pointed to at capture. */
+ * is replayed, what an argument expression (g->n) pointed to at capture.
+ * A launch with more than 48 KiB of dynamic shared memory uses
+ * RTC_LAUNCH_SMEM, whose kernel names one function (template arguments
+ * given), after cudaFuncSetAttribute raised the kernel's limit: the host
+ * build checks both (it aborts on an RTC_LAUNCH above 48 KiB, and on an
+ * RTC_LAUNCH_SMEM above the kernel's raised limit), as CUDA fails such a
+ * launch. */
 #ifdef RTC_HOST
-#define RTC_LAUNCH(kernel, grid, block, shmem, ...)                                          \
+#define RTC_LAUNCH_HOST_(kptr, kernel, grid, block, shmem, ...)                              \
   do {                                                                                       \
     if (rtc_prof_on) rtc_prof_begin();                                                       \
+    rtch_launch_smem_check((kptr), (size_t)(shmem), #kernel);                                \
     auto rtc_args_ = std::make_tuple(__VA_ARGS__);                                           \
     rtch_launch(dim3(grid), dim3(block), (size_t)(shmem), [=]() {                            \
       std::apply([&](auto... rtc_a_) { kernel(rtc_a_...); }, rtc_args_);                     \
     });                                                                                      \
     if (rtc_prof_on) rtc_prof_end(__FILE__, #kernel);                                        \
   } while (0)
+#define RTC_LAUNCH(kernel, grid, block, shmem, ...) \
+  RTC_LAUNCH_HOST_(NULL, kernel, grid, block, shmem, __VA_ARGS__)
+#define RTC_LAUNCH_SMEM(kernel, grid, block, shmem, ...) \
+  RTC_LAUNCH_HOST_((const void *)(kernel), kernel, grid, block, shmem, __VA_ARGS__)
 #define RTC_DYNAMIC_SHARED(T, name) T *name = (T *)rtch_dynamic_shared()
 #else
 #define RTC_LAUNCH(kernel, grid, block, shmem, ...)                                       \
@@ -94,6 +105,8 @@ void rtc_prof_end(const char *file, const char *what);
     cudaCheck(cudaGetLastError());                                                        \
     if (rtc_prof_on) rtc_prof_end(__FILE__, #kernel);                                     \
   } while (0)
+#define RTC_LAUNCH_SMEM(kernel, grid, block, shmem, ...) \
+  RTC_LAUNCH(kernel, grid, block, shmem, __VA_ARGS__)
 #define RTC_DYNAMIC_SHARED(T, name)                  \
   extern __shared__ __align__(16) unsigned char rtc_smem_[]; \
   T *name = (T *)rtc_smem_

@@ -1181,7 +1181,7 @@ static void att_forward_tc(O *out, float *lse, const rtc_bf16 *q, const rtc_bf16
   size_t smem = att_tc_fwd_smem(16 * NJ, MT);
   att_opt_in(&ready, attention_forward_tc_kernel<NJ, MT, O>, smem, D, "rt_attention_forward_cu");
   dim3 grid((T + ATT_BQ * MT - 1) / (ATT_BQ * MT), H, B);
-  RTC_LAUNCH((attention_forward_tc_kernel<NJ, MT, O>), grid, ATT_THREADS, smem, out, lse, q, k, v,
+  RTC_LAUNCH_SMEM((attention_forward_tc_kernel<NJ, MT, O>), grid, ATT_THREADS, smem, out, lse, q, k, v,
              T, H, Hkv, D, causal, scale);
 }
 
@@ -1200,7 +1200,7 @@ static void att_forward(O *out, float *lse, const S *q, const S *k, const S *v, 
   } else {  // fp32: the CUDA-core kernels
     att_opt_in(&ready, attention_forward_kernel<NJ, S>, att_fwd_smem(16 * NJ, 16 * NJ), D,
                "rt_attention_forward_cu");
-    RTC_LAUNCH((attention_forward_kernel<NJ, S>), grid, ATT_THREADS, att_fwd_smem(D, 16 * NJ), out,
+    RTC_LAUNCH_SMEM((attention_forward_kernel<NJ, S>), grid, ATT_THREADS, att_fwd_smem(D, 16 * NJ), out,
                lse, q, k, v, T, H, Hkv, D, causal, scale);
   }
 }
@@ -1214,7 +1214,7 @@ static void att_dq_tc(G *dq, const rtc_bf16 *dout, const rtc_bf16 *q, const rtc_
   att_opt_in(&ready, attention_backward_dq_tc_kernel<NJ, MT, G>, smem, D,
              "rt_attention_backward_cu");
   dim3 grid((T + ATT_BQ * MT - 1) / (ATT_BQ * MT), H, B);
-  RTC_LAUNCH((attention_backward_dq_tc_kernel<NJ, MT, G>), grid, ATT_THREADS, smem, dq, dout, q,
+  RTC_LAUNCH_SMEM((attention_backward_dq_tc_kernel<NJ, MT, G>), grid, ATT_THREADS, smem, dq, dout, q,
              k, v, lse, delta, T, H, Hkv, D, causal, scale);
 }
 
@@ -1229,7 +1229,7 @@ static void att_backward(G *dq, G *dk, G *dv, const S *dout, const S *q, const S
     att_opt_in(&ready, attention_backward_dkdv_tc_kernel<NJ, G>, smem, D,
                "rt_attention_backward_cu");
     if (dk || dv)
-      RTC_LAUNCH((attention_backward_dkdv_tc_kernel<NJ, G>), dim3(ntiles, Hkv, B), ATT_THREADS,
+      RTC_LAUNCH_SMEM((attention_backward_dkdv_tc_kernel<NJ, G>), dim3(ntiles, Hkv, B), ATT_THREADS,
                  smem, dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
     constexpr int MT = AttFwdMT<NJ>::value;
     if (dq && MT > 1 && att_fwd_mt1())
@@ -1245,10 +1245,10 @@ static void att_backward(G *dq, G *dk, G *dv, const S *dout, const S *q, const S
                "rt_attention_backward_cu");
     size_t smem = att_bwd_smem(D, 16 * NJ);
     if (dk || dv)
-      RTC_LAUNCH((attention_backward_dkdv_kernel<NJ, S>), dim3(ntiles, Hkv, B), ATT_THREADS, smem,
+      RTC_LAUNCH_SMEM((attention_backward_dkdv_kernel<NJ, S>), dim3(ntiles, Hkv, B), ATT_THREADS, smem,
                  dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
     if (dq)
-      RTC_LAUNCH((attention_backward_dq_kernel<NJ, S>), dim3(ntiles, H, B), ATT_THREADS, smem, dq,
+      RTC_LAUNCH_SMEM((attention_backward_dq_kernel<NJ, S>), dim3(ntiles, H, B), ATT_THREADS, smem, dq,
                  dout, q, k, v, lse, delta, T, H, Hkv, D, causal, scale);
   }
 }

@@ -45,6 +45,8 @@ int rtc_device_init(int world_rank, const char **name) {
    * their events allow (cuda_host.h), to catch a missing wait */
   rtch_stream_defer(rtc_comm_stream);
   rtch_stream_defer(rtc_tp_stream);
+  /* the kernels' and GEMMs' stream, for the capture's membership checks */
+  rtch_launch_stream(s);
   /* The emulated device runs its kernels on this thread, one at a time:
    * the GEMMs (OpenBLAS) get one thread too, not a pool spinning beside it
    * (a third of the CPU time of a run), unless the user sized the pool. */

@@ -231,6 +231,16 @@ build gpt "$tmp/gpt-cpu10" --mesh 1 --strategy dp=1 &&
         bitwise "gpt bf16 loops 8 a thread vs 1" "$tmp/gpt-bf16" "$tmp/gpt-bf16-l1"
       fi
     else bad "gpt bf16: no vector loops (rtc_ld8) in model.cu"; fi
+    # every launch's blocks and threads run last first (cuda_host.cc
+    # RTCH_REVERSE): the same losses bit for bit, or a kernel reads what
+    # another thread writes without the barrier that orders them
+    if [ -z "${CUDA_PROGRAMS_QUICK:-}" ]; then
+      RTCH_REVERSE=1 train "$tmp/gpt-bf16" --steps 3 --quiet --log "$tmp/gpt-bf16-rev.jsonl"
+      if [ $rc -eq 0 ] && [ "$(losses "$tmp/gpt-bf16.jsonl" | head -3)" = "$(losses "$tmp/gpt-bf16-rev.jsonl")" ]; then
+        ok
+        printf '  %-36s %s\n' "gpt bf16 threads in reverse order" "3 steps: bitwise equal"
+      else bad "gpt bf16 with RTCH_REVERSE=1: exit $rc, losses differ: $(losses "$tmp/gpt-bf16-rev.jsonl" | head -3)"; fi
+    fi
     a16=$(sed -n 's/.*\.arena_bytes = \([0-9]*\).*/\1/p' "$tmp/gpt-bf16/model.cu")
     a32=$(sed -n 's/.*\.arena_bytes = \([0-9]*\).*/\1/p' "$tmp/gpt-cuda-dp_1/model.cu" 2>/dev/null)
     if [ -n "$a16" ] && [ -n "$a32" ] && [ "$a16" -lt "$a32" ]; then ok

@@ -87,7 +87,8 @@ __global__ void k_cp_async(uint32_t *out, int *in_flight_poisoned, const uint32_
   __syncthreads();
   for (int i = 0; i < 4; i++) out[4 * x + i] = s[4 * (63 - x) + i];
 #ifdef RTC_HOST
-  if (x == 0) *in_flight_poisoned = s[4 * 64] == 0xffffffffu && s[4 * 127 + 3] == 0xffffffffu;
+  // (its own group 1: another thread's may be done, its wait run first)
+  if (x == 0) *in_flight_poisoned = s[4 * 64] == 0xffffffffu && s[4 * 64 + 3] == 0xffffffffu;
 #else
   if (x == 0) *in_flight_poisoned = 1;
 #endif

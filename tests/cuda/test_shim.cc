@@ -4,15 +4,20 @@
  * see their 3-D indices, dynamic shared memory is per-launch and poisoned,
  * atomicAdd accumulates, a launch recorded in a graph replays with the
  * values its arguments had at the launch, a deferred stream's work runs
- * when a wait on its event comes.  (The tensor-core and async-copy
+ * when a wait on its event comes, and a capture's membership is checked as
+ * CUDA checks it (forks joined back, no wait across its boundary), and
+ * a launch above 48 KiB of dynamic shared memory needs its limit raised.  (The tensor-core and async-copy
  * twins of rtc_mma.cuh are checked against the PTX ISA's layouts by
  * test_k_mma.cu, on the host and on a GPU.)  Each check prints PASS/FAIL;
  * exit 1 on any FAIL.
  */
 #include "common.cuh"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int failures;
 static void check(const char *what, int ok) {
@@ -120,6 +125,12 @@ __global__ void k_fill(int *out, int n, int v) {
 struct FillArgs {
   int n, v;
 };
+
+/* order[i]: the rank of thread i of the grid among the threads to run */
+__global__ void k_order(int *order, int *counter) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  order[i] = atomicAdd(counter, 1);
+}
 
 int main(void) {
   char what[128];
@@ -339,6 +350,141 @@ int main(void) {
     cudaCheck(cudaEventDestroy(e2));
     cudaCheck(cudaStreamDestroy(side));
     cudaCheck(cudaStreamDestroy(compute));
+    cudaCheck(cudaFree(d));
+  }
+  /* 10. capture membership, checked as CUDA checks it: a side stream joins
+   * a capture by waiting for an event recorded in it and must be joined
+   * back before the end; a wait for an event recorded outside the capture,
+   * or, after it, for one last recorded in it, is an error; work on a stream
+   * outside the capture (CUDA would run it at once) aborts */
+  {
+    unsetenv("RTCH_DEFER_STREAMS");
+    int *d;
+    cudaCheck(cudaMalloc(&d, 2 * sizeof(int)));
+    cudaCheck(cudaMemset(d, 0, 2 * sizeof(int)));
+    cudaStream_t s, t;
+    cudaEvent_t forked, join, outside;
+    cudaCheck(cudaStreamCreate(&s));
+    cudaCheck(cudaStreamCreate(&t));
+    cudaCheck(cudaEventCreate(&forked));
+    cudaCheck(cudaEventCreate(&join));
+    cudaCheck(cudaEventCreate(&outside));
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec;
+    /* fork, work on the side stream, join: a graph that runs it */
+    cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    cudaCheck(cudaEventRecord(forked, s));
+    cudaCheck(cudaStreamWaitEvent(t, forked, 0));
+    cudaCheck(cudaMemsetAsync(d, 1, sizeof(int), t));
+    cudaCheck(cudaEventRecord(join, t));
+    cudaCheck(cudaStreamWaitEvent(s, join, 0));
+    cudaCheck(cudaMemsetAsync(d + 1, 2, sizeof(int), s));
+    cudaError_t end = cudaStreamEndCapture(s, &g);
+    int ran = 0;
+    if (end == cudaSuccess) {
+      cudaCheck(cudaGraphInstantiate(&exec, g, 0));
+      cudaCheck(cudaGraphLaunch(exec, s));
+      cudaCheck(cudaStreamSynchronize(s));
+      ran = d[0] == 0x01010101 && d[1] == 0x02020202;
+      cudaCheck(cudaGraphExecDestroy(exec));
+      cudaCheck(cudaGraphDestroy(g));
+    }
+    check("capture: a forked and joined side stream is captured", end == cudaSuccess && ran);
+    /* after it: the join event was last recorded in the capture */
+    cudaError_t captured = cudaStreamWaitEvent(t, join, 0);
+    (void)cudaGetLastError();
+    cudaCheck(cudaEventRecord(join, t));
+    cudaError_t again = cudaStreamWaitEvent(s, join, 0);
+    check("capture: a wait for an event recorded in a closed capture fails",
+          captured == cudaErrorCapturedEvent && again == cudaSuccess);
+    /* a fork without its join */
+    cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    cudaCheck(cudaEventRecord(forked, s));
+    cudaCheck(cudaStreamWaitEvent(t, forked, 0));
+    cudaCheck(cudaMemsetAsync(d, 3, sizeof(int), t));
+    g = (cudaGraph_t)&g;
+    end = cudaStreamEndCapture(s, &g);
+    (void)cudaGetLastError();
+    check("capture: a side stream not joined back fails the capture",
+          end == cudaErrorStreamCaptureUnjoined && g == NULL);
+    /* a captured stream waits for work recorded outside the capture */
+    cudaCheck(cudaEventRecord(outside, t));
+    cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    cudaError_t iso = cudaStreamWaitEvent(s, outside, 0);
+    (void)cudaGetLastError();
+    cudaCheck(cudaStreamEndCapture(s, &g));
+    cudaCheck(cudaGraphDestroy(g));
+    check("capture: a wait for an event recorded outside it fails",
+          iso == cudaErrorStreamCaptureIsolation);
+    /* an async copy from pageable host memory while capturing; from pinned */
+    int pageable = 5, *pinned;
+    cudaCheck(cudaMallocHost(&pinned, sizeof(int)));
+    *pinned = 6;
+    cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    cudaError_t from_pageable = cudaMemcpyAsync(d, &pageable, sizeof(int), cudaMemcpyHostToDevice, s);
+    (void)cudaGetLastError();
+    cudaError_t from_pinned = cudaMemcpyAsync(d, pinned, sizeof(int), cudaMemcpyHostToDevice, s);
+    cudaCheck(cudaStreamEndCapture(s, &g));
+    cudaCheck(cudaGraphDestroy(g));
+    check("capture: an async copy from pageable memory fails, pinned not",
+          from_pageable == cudaErrorStreamCaptureUnsupported && from_pinned == cudaSuccess);
+    cudaCheck(cudaFreeHost(pinned));
+    /* work on a stream that never joined: the shim aborts (a child process) */
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      freopen("/dev/null", "w", stderr);
+      cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+      cudaMemsetAsync(d, 4, sizeof(int), t);
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    check("capture: work on a stream outside the capture aborts",
+          pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    cudaCheck(cudaEventDestroy(forked));
+    cudaCheck(cudaEventDestroy(join));
+    cudaCheck(cudaEventDestroy(outside));
+    cudaCheck(cudaStreamDestroy(s));
+    cudaCheck(cudaStreamDestroy(t));
+    cudaCheck(cudaFree(d));
+  }
+  /* 11. dynamic shared memory above 48 KiB: a launch needs the kernel's
+   * limit raised first (CUDA fails it otherwise); the shim aborts */
+  {
+    int *d;
+    cudaCheck(cudaMalloc(&d, 64 * sizeof(int)));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      freopen("/dev/null", "w", stderr);
+      RTC_LAUNCH_SMEM(k_fill, 1, 64, 64 * 1024, d, 64, 1);
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    cudaCheck(cudaFuncSetAttribute(k_fill, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
+    RTC_LAUNCH_SMEM(k_fill, 1, 64, 64 * 1024, d, 64, 1);
+    int h[64], ok = 1;
+    cudaCheck(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; i++) ok &= h[i] == 1;
+    check("launch: 64 KiB of shared memory needs the limit raised",
+          pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && ok);
+    cudaCheck(cudaFree(d));
+  }
+  /* 12. the order threads and blocks run in: block 0's thread 0 first, or
+   * with RTCH_REVERSE=1 (the kernel tests' second run) the last block's
+   * last thread first, a warp's lanes last first */
+  {
+    int *d, h[128];
+    cudaCheck(cudaMalloc(&d, 129 * sizeof(int)));
+    cudaCheck(cudaMemset(d, 0, 129 * sizeof(int)));
+    RTC_LAUNCH(k_order, 2, 64, 0, d, d + 128);
+    cudaCheck(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    const char *r = getenv("RTCH_REVERSE");
+    int rev = r && *r && strcmp(r, "0") != 0, ok = 1;
+    for (int i = 0; i < 128; i++) ok &= h[i] == (rev ? 127 - i : i);
+    check(rev ? "order: reversed (RTCH_REVERSE)" : "order: block 0's thread 0 first", ok);
     cudaCheck(cudaFree(d));
   }
   cudaCheck(cudaGetLastError());

@@ -2,7 +2,9 @@
 # runtime/cuda/CMakeLists.txt), so that CI without a GPU runs them:
 #   cuda/shim       tests/cuda/test_shim.cc: the host shim itself
 #   cuda/k_<family> tests/cuda/test_k_<family>.cu: each launcher against the
-#                   cpu kernel (rt_<name>_f32 from shardrt) on random inputs
+#                   cpu kernel (rt_<name>_f32 from shardrt) on random inputs;
+#                   cuda/k_<family>/reverse: the same, threads and blocks
+#                   run in reverse order
 # Included from tests/tests.cmake, at the top level (C++ must be enabled in
 # the directory of the targets that use it); shardrt and shardrt_cuda_host
 # come later from runtime/, which target names allow.
@@ -22,6 +24,8 @@ endfunction()
 shardc_cuda_host_test(cuda_test_shim ${SHARDC_CUDA_TEST_DIR}/test_shim.cc)
 add_test(NAME cuda/shim COMMAND cuda_test_shim)
 set_tests_properties(cuda/shim PROPERTIES TIMEOUT 60)
+add_test(NAME cuda/shim/reverse COMMAND cuda_test_shim)
+set_tests_properties(cuda/shim/reverse PROPERTIES TIMEOUT 60 ENVIRONMENT "RTCH_REVERSE=1")
 
 file(GLOB SHARDC_CUDA_TESTS CONFIGURE_DEPENDS ${SHARDC_CUDA_TEST_DIR}/test_k_*.cu)
 foreach(src ${SHARDC_CUDA_TESTS})
@@ -36,6 +40,14 @@ foreach(src ${SHARDC_CUDA_TESTS})
   set_tests_properties(cuda/k_${family} PROPERTIES
                        SKIP_RETURN_CODE 77 TIMEOUT 300
                        ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
+  # again with the blocks and a block's threads run last first (cuda_host.cc
+  # RTCH_REVERSE): a read of another thread's or block's write that no
+  # barrier orders reads it unwritten in one of the two runs
+  add_test(NAME cuda/k_${family}/reverse COMMAND cuda_${name}
+           WORKING_DIRECTORY ${SHARDC_CUDA_TEST_DIR})
+  set_tests_properties(cuda/k_${family}/reverse PROPERTIES
+                       SKIP_RETURN_CODE 77 TIMEOUT 300
+                       ENVIRONMENT "RTCH_REVERSE=1;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=2")
 endforeach()
 
 # The attention launchers' shared-memory check: on a GPU whose blocks may

@@ -31,6 +31,7 @@
 #include <ucontext.h>
 
 #include <new>
+#include <map>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -349,23 +350,32 @@ static void collect_runner(void) {
   }
 }
 
+/* RTCH_REVERSE=1 in the environment: a launch's blocks run last first, and
+ * a block's threads (of whole warps) last first, so that a kernel that
+ * reads what another thread or block writes without the barrier (or the
+ * kernel boundary) that orders them reads it unwritten in one of the two
+ * orders: the kernel tests run in both. */
+static bool rtch_reverse_ = [] {
+  const char *e = getenv("RTCH_REVERSE");
+  return e && *e && strcmp(e, "0") != 0;
+}();
+
 static void run_block(void) {
   dim3 bd = rtch_blk.block_dim;
   /* poison the warp slots in use: a lane past the end reads it */
   for (int p = 0; p < 2; p++)
     memset(rtch_slots[p], 0xff, (rtch_n + 31) / 32 * sizeof rtch_slots[p][0]);
   if (rtch_shmem_n) memset(rtch_shmem, 0xff, rtch_shmem_n);
-  dim3 t(0, 0, 0);
+  /* RTCH_REVERSE: fiber i is thread n-1-i (whole warps only: the warps run
+   * last first, a warp's lanes 31 first) */
+  bool rev = rtch_reverse_ && rtch_n % 32 == 0;
   for (unsigned i = 0; i < rtch_n; i++) {
     rtch_fiber *f = &rtch_f[i];
-    f->t.lin = i;
-    f->t.tid = t;  // x fastest, then y, z
+    unsigned lin = rev ? rtch_n - 1 - i : i;
+    f->t.lin = lin;
+    f->t.tid = dim3(lin % bd.x, lin / bd.x % bd.y, lin / (bd.x * bd.y));  // x fastest, then y, z
     f->state = F_NEW;
     f->slot_set = 0;
-    if (++t.x == bd.x) {
-      t.x = 0;
-      if (++t.y == bd.y) t.y = 0, t.z++;
-    }
   }
   if (rtch_direct) {
     rtch_f[0].state = F_RUN;
@@ -411,6 +421,24 @@ static void run_block(void) {
   }
 }
 
+static std::map<const void *, int> rtch_func_smem_;  // kernels' raised dynamic shared memory
+void rtch_func_smem(const void *fn, int bytes) { rtch_func_smem_[fn] = bytes; }
+void rtch_launch_smem_check(const void *fn, size_t shmem, const char *name) {
+  if (shmem <= 48 * 1024) return;
+  if (!fn) {
+    fprintf(stderr, "cuda_host: %s launched by RTC_LAUNCH with %zu bytes of dynamic shared "
+                    "memory, above 48 KiB: CUDA fails the launch unless the kernel's limit is "
+                    "raised (cudaFuncSetAttribute, then RTC_LAUNCH_SMEM)\n", name, shmem);
+    abort();
+  }
+  auto it = rtch_func_smem_.find(fn);
+  if (it != rtch_func_smem_.end() && it->second >= 0 && (size_t)it->second >= shmem) return;
+  fprintf(stderr, "cuda_host: %s launched with %zu bytes of dynamic shared memory, above 48 KiB, "
+                  "but its cudaFuncAttributeMaxDynamicSharedMemorySize is %d: CUDA fails the "
+                  "launch (raise it with cudaFuncSetAttribute first)\n",
+          name, shmem, it == rtch_func_smem_.end() ? 48 * 1024 : it->second);
+  abort();
+}
 void rtch_launch_erased(dim3 grid, dim3 block, size_t shmem, void (*call)(const void *),
                         const void *fn) {
   unsigned long long n = (unsigned long long)block.x * block.y * block.z;
@@ -441,7 +469,8 @@ void rtch_launch_erased(dim3 grid, dim3 block, size_t shmem, void (*call)(const 
   for (unsigned z = 0; z < grid.z; z++)
     for (unsigned y = 0; y < grid.y; y++)
       for (unsigned x = 0; x < grid.x; x++) {
-        rtch_blk.block_idx = dim3(x, y, z);
+        rtch_blk.block_idx = rtch_reverse_ ? dim3(grid.x - 1 - x, grid.y - 1 - y, grid.z - 1 - z)
+                                           : dim3(x, y, z);
         run_block();
       }
   rtch_cur = NULL;
@@ -459,6 +488,10 @@ const char *cudaGetErrorName(cudaError_t e) {
   case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
   case cudaErrorNoKernelImageForDevice: return "cudaErrorNoKernelImageForDevice";
   case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+  case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
+  case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+  case cudaErrorCapturedEvent: return "cudaErrorCapturedEvent";
   }
   return "cudaErrorUnknown";
 }
@@ -474,6 +507,14 @@ const char *cudaGetErrorString(cudaError_t e) {
   case cudaErrorInvalidResourceHandle: return "invalid resource handle";
   case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
   case cudaErrorLaunchFailure: return "unspecified launch failure";
+  case cudaErrorStreamCaptureUnsupported:
+    return "operation not permitted when stream is capturing";
+  case cudaErrorStreamCaptureUnjoined:
+    return "capture sequence contains a fork that was not joined to the primary stream";
+  case cudaErrorStreamCaptureIsolation:
+    return "dependency created on uncaptured work in another stream";
+  case cudaErrorCapturedEvent:
+    return "operation not permitted on an event last recorded in a capturing stream";
   }
   return "unknown error";
 }
@@ -501,40 +542,44 @@ cudaError_t cudaFree(void *p) {
   free(p);
   return cudaSuccess;
 }
+static std::map<uintptr_t, size_t> rtch_pinned_;  // cudaMallocHost's blocks: start, bytes
+cudaError_t rtch_malloc_host(void **p, size_t n) {
+  rtch_not_capturing("cudaMallocHost");
+  cudaError_t e = rtch_malloc(p, n);
+  if (e == cudaSuccess && *p) rtch_pinned_[(uintptr_t)*p] = n;
+  return e;
+}
 cudaError_t cudaFreeHost(void *p) {
+  rtch_not_capturing("cudaFreeHost");
+  rtch_pinned_.erase((uintptr_t)p);
   free(p);
   return cudaSuccess;
 }
-/* ---- stream capture: the open capture's closures, replayed by a graph ---- */
-
-struct CUgraph_st {
-  std::vector<std::function<void()>> work;
-};
-struct CUgraphExec_st {
-  std::vector<std::function<void()>> work;
-};
-static CUgraph_st *rtch_capture;  // the open capture, or NULL
-
-bool rtch_capturing(void) { return rtch_capture != NULL; }
-void rtch_record(std::function<void()> f) { rtch_capture->work.push_back(std::move(f)); }
-void rtch_not_capturing(const char *call) {
-  if (!rtch_capture) return;
-  fprintf(stderr, "cuda_host: %s during a stream capture: a synchronous call is an error in CUDA "
-                  "(the step cannot be captured as a graph)\n", call);
-  abort();
+/* [p, p + n) lies in one cudaMallocHost block */
+static bool rtch_pinned_range_(const void *p, size_t n) {
+  auto it = rtch_pinned_.upper_bound((uintptr_t)p);
+  if (it == rtch_pinned_.begin()) return false;
+  --it;
+  return (uintptr_t)p + n <= it->first + it->second;
 }
-
 /* ---- deferred streams (cuda_host.h: rtch_stream_defer) ---- */
 
+typedef std::vector<std::pair<cudaStream_t, size_t>> RtchDeps;
 struct CUstream_st {
   int flags;
   bool defer;
+  unsigned cap;      // the capture it joined (rtch_cap_id_ while that is open), or 0
+  size_t cap_ops;    // the work it was given in that capture
+  RtchDeps cap_dep;  // each captured stream's work its next work waits for
   std::vector<std::function<void()>> q;  // queued work; q[0..ran) has run
   size_t ran;
   size_t base;                            // work queued and cleared before q[0]
 };
 struct CUevent_st {
   double ms;          // CLOCK_MONOTONIC at the last record
+  bool recorded;      // ever recorded
+  unsigned cap;       // the capture it was last recorded in, or 0 (outside one)
+  RtchDeps dep;       // then: the captured work it stands for
   cudaStream_t s;     // a deferred stream it was recorded on, or NULL
   size_t upto;        // how much of s's work (counted from its creation) precedes it
 };
@@ -573,31 +618,120 @@ static void rtch_flush_(cudaStream_t s, size_t upto) {
     s->ran = 0;
   }
 }
+static void rtch_flush_all_(void) {
+  for (cudaStream_t s : rtch_deferred_) rtch_flush_(s, rtch_queued_(s));
+}
+
+/* ---- stream capture: the open capture's closures, replayed by a graph ---- */
+
+struct CUgraph_st {
+  std::vector<std::function<void()>> work;
+};
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> work;
+};
+static CUgraph_st *rtch_capture;  // the open capture, or NULL
+static unsigned rtch_cap_id_;     // the open (or last) capture's number, from 1
+static cudaStream_t rtch_cap_origin_, rtch_launch_stream_;
+static std::vector<cudaStream_t> rtch_cap_streams_;  // the streams that joined it
+
+bool rtch_capturing(void) { return rtch_capture != NULL; }
+void rtch_launch_stream(cudaStream_t s) { rtch_launch_stream_ = s; }
+void rtch_not_capturing(const char *call) {
+  if (!rtch_capture) return;
+  fprintf(stderr, "cuda_host: %s during a stream capture: a synchronous call is an error in CUDA "
+                  "(the step cannot be captured as a graph)\n", call);
+  abort();
+}
+static bool rtch_in_capture_(cudaStream_t s) { return s && s->cap == rtch_cap_id_ && rtch_capture; }
+/* dep (a stream's or an event's) grown to cover `other` too */
+static void rtch_dep_merge_(std::vector<std::pair<cudaStream_t, size_t>> &dep,
+                            const std::vector<std::pair<cudaStream_t, size_t>> &other) {
+  for (const auto &o : other) {
+    bool seen = false;
+    for (auto &d : dep)
+      if (d.first == o.first) {
+        if (o.second > d.second) d.second = o.second;
+        seen = true;
+      }
+    if (!seen) dep.push_back(o);
+  }
+}
+static size_t rtch_dep_of_(const std::vector<std::pair<cudaStream_t, size_t>> &dep,
+                           cudaStream_t s) {
+  for (const auto &d : dep)
+    if (d.first == s) return d.second;
+  return 0;
+}
+void rtch_record_on(cudaStream_t s, std::function<void()> f) {
+  if (!s) s = rtch_launch_stream_ ? rtch_launch_stream_ : rtch_cap_origin_;
+  if (!rtch_in_capture_(s)) {
+    fprintf(stderr, "cuda_host: work issued during a stream capture on a stream that is not part "
+                    "of it: CUDA runs it at once, outside the graph (join the stream to the "
+                    "capture first: record an event on a captured stream, wait for it there)\n");
+    abort();
+  }
+  s->cap_ops++;
+  rtch_capture->work.push_back(std::move(f));
+}
+
+
 /* Queues f on a deferred stream s, or records it while a capture is open
  * (true: done with it); false: the caller runs it now. */
 static bool rtch_later_(cudaStream_t s, const std::function<void()> &f) {
   if (rtch_defer_on(s, f)) return true;
   if (!rtch_capture) return false;
-  rtch_record(f);
+  rtch_record_on(s, f);
   return true;
 }
-static void rtch_flush_all_(void) {
-  for (cudaStream_t s : rtch_deferred_) rtch_flush_(s, rtch_queued_(s));
-}
 
+/* s joins the open capture (its origin, or a fork) */
+static void rtch_cap_join_(cudaStream_t s) {
+  s->cap = rtch_cap_id_;
+  s->cap_ops = 0;
+  s->cap_dep.clear();
+  rtch_cap_streams_.push_back(s);
+}
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
-  (void)s, (void)mode;
+  (void)mode;
+  if (!s) return fail(cudaErrorInvalidValue);   // the legacy stream cannot be captured
   rtch_flush_all_();
   if (rtch_capture) {
     fprintf(stderr, "cuda_host: cudaStreamBeginCapture while a capture is open\n");
     abort();
   }
   rtch_capture = new CUgraph_st;
+  rtch_cap_id_++;
+  rtch_cap_origin_ = s;
+  rtch_cap_streams_.clear();
+  rtch_cap_join_(s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
-  (void)s;
-  if (!rtch_capture || !g) return fail(cudaErrorInvalidValue);
+  if (!rtch_capture || !g || s != rtch_cap_origin_) return fail(cudaErrorInvalidValue);
+  /* every stream that joined: its last work is waited for by the origin */
+  cudaError_t e = cudaSuccess;
+  for (cudaStream_t x : rtch_cap_streams_) {
+    if (x != s && x->cap_ops > rtch_dep_of_(s->cap_dep, x)) {
+      fprintf(stderr, "cuda_host: cudaStreamEndCapture: a stream that joined the capture has %zu "
+                      "of its %zu works not waited for by the capturing stream (join it: record "
+                      "an event after its last work, wait for it on the capturing stream)\n",
+              x->cap_ops - rtch_dep_of_(s->cap_dep, x), x->cap_ops);
+      e = cudaErrorStreamCaptureUnjoined;
+    }
+  }
+  for (cudaStream_t x : rtch_cap_streams_) {
+    x->cap = 0;
+    x->cap_dep.clear();
+  }
+  rtch_cap_streams_.clear();
+  rtch_cap_origin_ = NULL;
+  if (e != cudaSuccess) {
+    delete rtch_capture;
+    rtch_capture = NULL;
+    *g = NULL;
+    return fail(e);
+  }
   *g = rtch_capture;
   rtch_capture = NULL;
   return cudaSuccess;
@@ -625,6 +759,17 @@ cudaError_t cudaGraphDestroy(cudaGraph_t g) {
   return cudaSuccess;
 }
 
+/* While capturing: an async copy of n bytes whose host side is pageable
+ * memory (an error in CUDA); true and the error set if it is. */
+static bool rtch_pageable_(const void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+  const void *host = kind == cudaMemcpyHostToDevice ? src : kind == cudaMemcpyDeviceToHost ? dst : NULL;
+  if (!host || rtch_pinned_range_(host, n)) return false;
+  fprintf(stderr, "cuda_host: an async copy %s pageable host memory during a stream capture "
+                  "(CUDA: not permitted; use cudaMallocHost's memory)\n",
+          kind == cudaMemcpyHostToDevice ? "from" : "to");
+  fail(cudaErrorStreamCaptureUnsupported);
+  return true;
+}
 static cudaError_t copy_(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
   if ((unsigned)kind > cudaMemcpyDefault || (n && (!dst || !src)))
     return fail(cudaErrorInvalidValue);
@@ -639,6 +784,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
                             cudaStream_t s) {
   if ((unsigned)kind > cudaMemcpyDefault || (n && (!dst || !src)))
     return fail(cudaErrorInvalidValue);
+  if (rtch_capture && n && rtch_pageable_(dst, src, n, kind)) return rtch_last_error;
   // (a replayed or deferred copy reads its source then, as a graph's copy node does)
   if (rtch_later_(s, [=]() { copy_(dst, src, n, kind); })) return cudaSuccess;
   return copy_(dst, src, n, kind);
@@ -654,6 +800,10 @@ static cudaError_t copy2d_(void *dst, size_t dpitch, const void *src, size_t spi
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
                               size_t width, size_t height, cudaMemcpyKind kind, cudaStream_t s) {
   if (width > dpitch || width > spitch) return fail(cudaErrorInvalidValue);
+  if (rtch_capture && width && height &&
+      rtch_pageable_(dst, src, (height - 1) * (kind == cudaMemcpyHostToDevice ? spitch : dpitch) + width,
+                     kind))
+    return rtch_last_error;
   if (rtch_later_(s, [=]() { copy2d_(dst, dpitch, src, spitch, width, height, kind); }))
     return cudaSuccess;
   return copy2d_(dst, dpitch, src, spitch, width, height, kind);
@@ -706,8 +856,26 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
   return *e ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+/* An event last recorded in a capture now closed (CUDA: cudaErrorCapturedEvent). */
+static cudaError_t rtch_captured_event_(cudaEvent_t e, const char *call) {
+  if (!e->cap || (rtch_capture && e->cap == rtch_cap_id_)) return cudaSuccess;
+  fprintf(stderr, "cuda_host: %s on an event last recorded in a stream capture (record it again "
+                  "outside the capture first)\n", call);
+  return fail(cudaErrorCapturedEvent);
+}
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!e) return fail(cudaErrorInvalidResourceHandle);
+  e->recorded = true;
+  e->cap = 0;
+  e->dep.clear();
+  if (rtch_in_capture_(s)) {   /* a node of the capture: what it stands for */
+    e->cap = rtch_cap_id_;
+    e->dep = s->cap_dep;
+    rtch_dep_merge_(e->dep, RtchDeps{{s, s->cap_ops}});
+  } else if (rtch_capture && !s) {
+    fprintf(stderr, "cuda_host: cudaEventRecord on the legacy stream during a stream capture\n");
+    abort();
+  }
   /* on a deferred stream: after what is queued there so far */
   bool later = s && s->defer && !rtch_capturing() && s->ran < s->q.size();
   e->s = later ? s : NULL;
@@ -720,6 +888,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   rtch_not_capturing("cudaEventSynchronize");
   if (!e) return fail(cudaErrorInvalidResourceHandle);
+  if (rtch_captured_event_(e, "cudaEventSynchronize")) return rtch_last_error;
   if (e->s) rtch_flush_(e->s, e->upto);
   e->s = NULL;
   return cudaSuccess;
@@ -727,6 +896,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
   if (!ms) return fail(cudaErrorInvalidValue);
   if (!start || !end) return fail(cudaErrorInvalidResourceHandle);
+  if (rtch_captured_event_(start, "cudaEventElapsedTime") ||
+      rtch_captured_event_(end, "cudaEventElapsedTime"))
+    return rtch_last_error;
   *ms = (float)(end->ms - start->ms);
   return cudaSuccess;
 }
@@ -735,8 +907,24 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
-  (void)s, (void)flags;
+  (void)flags;
   if (!e) return fail(cudaErrorInvalidResourceHandle);
+  if (rtch_captured_event_(e, "cudaStreamWaitEvent")) return rtch_last_error;
+  if (rtch_capture && e->cap == rtch_cap_id_) {
+    /* a fork (s joins the capture) or a join: s's next work waits for the
+     * event's captured work */
+    if (!s) {
+      fprintf(stderr, "cuda_host: the legacy stream waits for a captured event\n");
+      abort();
+    }
+    if (!rtch_in_capture_(s)) rtch_cap_join_(s);
+    rtch_dep_merge_(s->cap_dep, e->dep);
+    return cudaSuccess;
+  }
+  if (rtch_in_capture_(s) && e->recorded) {
+    fprintf(stderr, "cuda_host: a stream of a capture waits for an event recorded outside it\n");
+    return fail(cudaErrorStreamCaptureIsolation);
+  }
   /* the waiting stream's next work runs after what precedes the event:
    * the deferred stream's queue up to it runs now */
   if (e->s) rtch_flush_(e->s, e->upto);

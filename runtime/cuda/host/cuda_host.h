@@ -37,7 +37,10 @@
  *     order is all there is).  A synchronous call during a capture
  *     (cudaMemcpy, cudaMemset, cudaMalloc, a stream, event or device
  *     synchronization), an error in CUDA, is reported and aborts, so that
- *     CI catches a step that cannot be captured.
+ *     CI catches a step that cannot be captured; the capture's membership
+ *     and events are checked as CUDA checks them (Graphs, below).
+ *   - RTCH_REVERSE=1: a launch's blocks run last first and a block's
+ *     threads (whole warps) last first, for the tests' second pass.
  * What it does not map: <<<>>> and extern __shared__ (use RTC_LAUNCH and
  * RTC_DYNAMIC_SHARED), __constant__ memory and cudaMemcpyToSymbol, textures,
  * cooperative groups, streams running concurrently, cuBLASLt and NCCL (the
@@ -92,9 +95,15 @@ static const int warpSize = 32;
 /* ---- launches ---- */
 void rtch_launch_erased(dim3 grid, dim3 block, size_t shmem, void (*call)(const void *),
                         const void *fn);
-/* Stream capture: whether one is open; adds f to it. */
+/* Stream capture: whether one is open; adds f to it as work on stream s
+ * (rtch_record: on the launch stream, where kernels and GEMMs run).  Work on
+ * a stream that is not part of the capture aborts (see Graphs below). */
 bool rtch_capturing(void);
-void rtch_record(std::function<void()> f);
+void rtch_record_on(struct CUstream_st *s, std::function<void()> f);
+static inline void rtch_record(std::function<void()> f) { rtch_record_on(NULL, std::move(f)); }
+/* The stream kernels and GEMMs are launched on (the runtime's rtc_stream);
+ * unset, a capture's origin stream. */
+void rtch_launch_stream(struct CUstream_st *s);
 /* Deferred streams (RTCH_DEFER_STREAMS=1 in the environment: a race check).
  * The runtime marks its side streams (communication, tensor-parallel) with
  * rtch_stream_defer; the collectives and async copies issued on such a
@@ -136,6 +145,14 @@ void rtch_launch(dim3 grid, dim3 block, size_t shmem, F &&fn) {
   rtch_launch_erased(
       grid, block, shmem, [](const void *p) { (*(const Fn *)p)(); }, (const void *)&fn);
 }
+/* A launch of kernel fn (name: its source text; fn NULL where RTC_LAUNCH
+ * cannot name one function) with shmem bytes of dynamic shared memory:
+ * above 48 KiB CUDA fails it unless the kernel's
+ * cudaFuncAttributeMaxDynamicSharedMemorySize was raised to at least shmem
+ * (cudaFuncSetAttribute, recorded by rtch_func_smem); it aborts with a
+ * message here. */
+void rtch_func_smem(const void *fn, int bytes);
+void rtch_launch_smem_check(const void *fn, size_t shmem, const char *name);
 /* The launch's dynamic shared memory (shmem bytes, 64-byte aligned). */
 void *rtch_dynamic_shared(void);
 
@@ -281,6 +298,10 @@ typedef enum cudaError {
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorNoKernelImageForDevice = 209,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureUnjoined = 904,
+  cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorCapturedEvent = 907,
 } cudaError_t;
 
 typedef enum cudaMemcpyKind {
@@ -333,9 +354,13 @@ static inline cudaError_t cudaMalloc(T **p, size_t n) {
   return rtch_malloc((void **)p, n);
 }
 cudaError_t cudaFree(void *p);
+/* Pinned host memory: host memory the shim remembers, so that a capture can
+ * tell it from pageable memory (an async copy from or to pageable memory
+ * is an error while capturing: cudaErrorStreamCaptureUnsupported). */
+cudaError_t rtch_malloc_host(void **p, size_t n);
 template <class T>
 static inline cudaError_t cudaMallocHost(T **p, size_t n) {
-  return rtch_malloc((void **)p, n);
+  return rtch_malloc_host((void **)p, n);
 }
 cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind);
@@ -361,8 +386,19 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
 
-/* Graphs: a capture of one stream at a time (the mode is not checked; the
- * streams are tokens, so work on any stream while capturing is recorded). */
+/* Graphs: a capture of one stream at a time, its membership checked as
+ * CUDA checks it (the mode is not): a capture starts with its origin
+ * stream; another stream joins it by waiting for an event recorded in it (a
+ * fork).  While it is open, work issued on a stream outside it (which CUDA
+ * would run at once, outside the graph) aborts with a message; a wait of a
+ * stream of the capture for an event recorded outside it returns
+ * cudaErrorStreamCaptureIsolation; cudaStreamEndCapture returns
+ * cudaErrorStreamCaptureUnjoined (and no graph) unless the origin waited
+ * for the last work of every stream that joined (a join).  After it, an
+ * event last recorded in the capture may not be waited for, synchronized or
+ * timed (cudaErrorCapturedEvent) until it is recorded again.  An async copy
+ * between the device and pageable host memory (not cudaMallocHost's) while
+ * capturing returns cudaErrorStreamCaptureUnsupported. */
 typedef struct CUgraph_st *cudaGraph_t;
 typedef struct CUgraphExec_st *cudaGraphExec_t;
 enum cudaStreamCaptureMode {
@@ -385,7 +421,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d);
 template <class T>
 static inline cudaError_t cudaFuncSetAttribute(T *fn, enum cudaFuncAttribute a, int v) {
-  (void)fn, (void)a, (void)v;
+  if (a == cudaFuncAttributeMaxDynamicSharedMemorySize) rtch_func_smem((const void *)fn, v);
   return cudaSuccess;
 }
 

@@ -55,8 +55,8 @@ static inline ncclResult_t rtc_nccl_ok_(int mpi_rc) {
 /* Runs the collective f (returning an MPI code) now, queues it on a
  * deferred stream s (cuda_host.h: rtch_stream_defer), or records it. */
 template <class F>
-static inline ncclResult_t rtc_nccl_run_(F f, cudaStream_t s = NULL) {
-  bool deferred = s && !rtch_capturing();
+static inline ncclResult_t rtc_nccl_run_(F f, cudaStream_t s = NULL, bool defer = true) {
+  bool deferred = defer && s && !rtch_capturing();
   auto later = [f, deferred]() {   /* no caller left to return the error to */
     if (f() != MPI_SUCCESS) {
       fprintf(stderr, "nccl_host: an MPI collective of a %s failed\n",
@@ -64,9 +64,9 @@ static inline ncclResult_t rtc_nccl_run_(F f, cudaStream_t s = NULL) {
       abort();
     }
   };
-  if (rtch_defer_on(s, later)) return ncclSuccess;
+  if (defer && rtch_defer_on(s, later)) return ncclSuccess;
   if (!rtch_capturing()) return rtc_nccl_ok_(f());
-  rtch_record(later);
+  rtch_record_on(s, later);
   return ncclSuccess;
 }
 static inline ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
@@ -201,10 +201,14 @@ static inline ncclResult_t ncclReduce(const void *send, void *recv, size_t count
  * nonblocking MPI calls, completed at the end of the group they are in (at
  * once outside one), so that two ranks' sends and receives of one group
  * pair up as NCCL's do.  While a capture is open each post, and each
- * group's completion, is recorded, and made when the graph is replayed. */
+ * group's completion, is recorded as work of its stream (the group's: its
+ * last post's), and made when the graph is replayed.  Never deferred
+ * (RTCH_DEFER_STREAMS): a rank blocked in a deferred group's wait could
+ * hold up its peer, which a GPU's concurrent streams would not. */
 struct rtc_nccl_p2p_state_ {
   int depth, n;
   MPI_Request req[64];
+  cudaStream_t stream;
 };
 static inline rtc_nccl_p2p_state_ &rtc_nccl_p2p_(void) {
   static rtc_nccl_p2p_state_ st;
@@ -217,12 +221,13 @@ static inline int rtc_nccl_p2p_wait_(void) {
   return rc;
 }
 static inline ncclResult_t rtc_nccl_p2p_flush_(void) {
-  return rtc_nccl_run_([]() { return rtc_nccl_p2p_wait_(); });
+  return rtc_nccl_run_([]() { return rtc_nccl_p2p_wait_(); }, rtc_nccl_p2p_().stream, false);
 }
 static inline ncclResult_t rtc_nccl_p2p_post_(void *buf, size_t count, ncclDataType_t t,
-                                             int peer, ncclComm_t c, int send) {
+                                             int peer, ncclComm_t c, int send, cudaStream_t on) {
   rtc_nccl_p2p_state_ &st = rtc_nccl_p2p_();
   MPI_Comm comm = c->comm;
+  st.stream = on;
   ncclResult_t r = rtc_nccl_run_([=]() {
     rtc_nccl_p2p_state_ &s = rtc_nccl_p2p_();
     if (s.n == 64) return (int)MPI_ERR_COUNT;
@@ -230,19 +235,17 @@ static inline ncclResult_t rtc_nccl_p2p_post_(void *buf, size_t count, ncclDataT
                   : MPI_Irecv(buf, (int)count, rtc_nccl_mpi_type_(t), peer, 0, comm, &s.req[s.n]);
     if (rc == MPI_SUCCESS) s.n++;
     return rc;
-  });
+  }, on, false);
   if (r != ncclSuccess) return r;
   return st.depth ? ncclSuccess : rtc_nccl_p2p_flush_();
 }
 static inline ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer,
                                     ncclComm_t c, cudaStream_t s) {
-  (void)s;
-  return rtc_nccl_p2p_post_(const_cast<void *>(send), count, t, peer, c, 1);
+  return rtc_nccl_p2p_post_(const_cast<void *>(send), count, t, peer, c, 1, s);
 }
 static inline ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer,
                                     ncclComm_t c, cudaStream_t s) {
-  (void)s;
-  return rtc_nccl_p2p_post_(recv, count, t, peer, c, 0);
+  return rtc_nccl_p2p_post_(recv, count, t, peer, c, 0, s);
 }
 static inline ncclResult_t ncclGroupStart(void) {
   rtc_nccl_p2p_().depth++;
