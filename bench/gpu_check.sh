@@ -49,6 +49,14 @@
 #        staged through the host (--comm mpi): the tiny GPT at dp=2, tp=2,
 #        pp=2 and sp=ring:2 (fp32) and dp=2 (bf16), 20 steps against the
 #        cpu target.
+#     9. issue 13's pipeline check on this machine's CPU cores (a core a
+#        rank, so a stage's bubble is idle time, which the 2-core CI machine
+#        lacks): bench/shampoo.sh's section 3, GPT d=512 x 8 layers, pp=4
+#        (1f1b, mb=4), Shampoo roots every 10 steps, 24 steps, stagger =
+#        false against stagger = true (the roots spread over the bubbles),
+#        twice each: the slowest step of the staggered runs against the
+#        unstaggered runs' median ordinary step (target: < 10%); reported,
+#        not counted as a failure (a measurement, not a correctness check).
 #   bench/gpu_check.sh predict PROFILE.json [GPU_CHECK.txt]
 #                             back here: the predictions from the profile the
 #                             run wrote, beside the run's measured steps.
@@ -153,6 +161,19 @@ pack() {
       --strategy "$strat" -o "$p/models/$name" >"$p/models/$name.build" 2>&1 ||
       { cat "$p/models/$name.build"; return 1; }
     strip "$p/models/$name/train"
+  done
+  # step 9: bench/shampoo.sh's section 3 as cpu programs (portable: this
+  # pack's runtime is built without -march=native)
+  local sh="shampoo(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1, block = 256, precondition_every = 10, start_preconditioning = 2"
+  local v
+  for v in "pp_off:, stagger = false)" "pp_on:)"; do
+    sed -e "s/optimizer = adamw(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1)/optimizer = $sh${v#*:}/" \
+      -e "s/steps = 8/steps = 1000/" "$root/bench/gpt_bench.shard" >"$g/${v%%:*}.shard"
+    grep -q "optimizer = shampoo" "$g/${v%%:*}.shard" ||
+      { echo "gpu_check pack: cannot set Shampoo in bench/gpt_bench.shard"; return 1; }
+    "$bin" build "$g/${v%%:*}.shard" --mesh 4 --strategy pp=4,schedule=1f1b,mb=4 \
+      -o "$p/models/${v%%:*}" >"$p/models/${v%%:*}.build" 2>&1 || { cat "$p/models/${v%%:*}.build"; return 1; }
+    strip "$p/models/${v%%:*}/train"
   done
   mkdir -p "$p/mpi-debs"
   # shellcheck disable=SC2086
@@ -460,6 +481,44 @@ EOF
     )
     pass=$((pass + $(grep -c "^PASS" "$w/mpi-verdicts.txt")))
     fail=$((fail + $(grep -c "^FAIL" "$w/mpi-verdicts.txt")))
+  fi
+  say ""
+  say "## 9. Shampoo's roots in pp=4's bubbles on this machine's CPU cores (4 ranks, a core each; $(nproc --all) cores), 24 steps, twice each (reported, not counted)"
+  if [ ! -d "$w/mpi" ] || [ ! -x "$w/models/pp_on/train" ]; then
+    say "(not run: $([ -d "$w/mpi" ] && echo "no Shampoo programs in the pack" || echo "no Open MPI unpacked (step 8)"))"
+  else
+    (
+      mpi_env "$w/mpi"
+      export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+      for rep in 1 2; do
+        for v in pp_off pp_on; do
+          timeout 150 "$MPIRUN" -np 4 --bind-to none "$w/models/$v/train" --steps 24 --quiet \
+            --data "$data" --log "$w/$v$rep.jsonl" >"$w/$v$rep.out" 2>&1 ||
+            echo "  $v (run $rep): exit $?: $(tail -3 "$w/$v$rep.out")"
+          keep "$w/$v$rep.out"
+        done
+      done
+      python3 - "$w" <<'PYEOF' 2>&1
+import json, statistics, sys
+w = sys.argv[1]
+def steps(name):
+    try:
+        return {r["step"]: r["step_ms"] for r in map(json.loads, open(f"{w}/{name}.jsonl")) if r["step"] >= 4}
+    except OSError:
+        return {}
+root = lambda s: s - 1 >= 2 and (s - 1 - 2) % 10 == 0   # 0-based steps 2, 12, 22
+off = [steps(f"pp_off{k}") for k in (1, 2)]
+on = [steps(f"pp_on{k}") for k in (1, 2)]
+if not all(off + on):
+    print("  (a run did not finish: no figures)"); sys.exit(0)
+ordn = statistics.median(v for r in off for s, v in r.items() if not root(s))
+rmax = max(v for r in off for s, v in r.items() if root(s))
+onv = [v for r in on for v in r.values()]
+print(f"  stagger = false: ordinary step (median) {ordn:.1f} ms, slowest root step {rmax:.1f} ms: spike {100 * (rmax / ordn - 1):+.1f}%")
+print(f"  stagger = true:  median {statistics.median(onv):.1f} ms ({100 * (statistics.median(onv) / ordn - 1):+.1f}%), "
+      f"slowest {max(onv):.1f} ms: spike {100 * (max(onv) / ordn - 1):+.1f}% over stagger = false's ordinary step (target < 10%)")
+PYEOF
+    ) | tee -a "$res"
   fi
   say ""
   say "$pass passed, $fail failed"

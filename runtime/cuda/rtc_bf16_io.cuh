@@ -21,13 +21,16 @@ __device__ __forceinline__ void rtc_stf(rtc_bf16 *p, float v) { *p = rtc_f2bf(v)
 /* 16-byte vectors of T (4 floats or 8 bf16), for row kernels whose rows
  * are 16-byte aligned: one load or store instruction a vector, where an
  * element at a time spends a 2-byte access per lane.  rtc_ldv reads
- * RTC_VEC(T) elements at p into f as floats; rtc_stv stores them rounded. */
+ * RTC_VEC(T) elements at p into f as floats; rtc_stv stores them rounded.
+ * p must be 16-byte aligned (the GPU faults: misaligned address); the host
+ * build aborts, naming the thread, where it is not. */
 #define RTC_VEC(T) ((int)(16 / sizeof(T)))
 
 template <class T>
 __device__ __forceinline__ void rtc_ldv(float *f, const T *p) {
   alignas(16) T e[RTC_VEC(T)];
 #ifdef RTC_HOST
+  rtch_aligned(p, 16, "rtc_ldv: a 16-byte vector load");
   memcpy(e, p, 16);
 #else
   *(uint4 *)e = *(const uint4 *)p;
@@ -40,6 +43,7 @@ __device__ __forceinline__ void rtc_stv(T *p, const float *f) {
   alignas(16) T e[RTC_VEC(T)];
   for (int k = 0; k < RTC_VEC(T); k++) rtc_stf(e + k, f[k]);
 #ifdef RTC_HOST
+  rtch_aligned(p, 16, "rtc_stv: a 16-byte vector store");
   memcpy(p, e, 16);
 #else
   *(uint4 *)p = *(const uint4 *)e;

@@ -12,6 +12,7 @@
  * exit 1 on any FAIL.
  */
 #include "common.cuh"
+#include "rtc_bf16_io.cuh"
 
 #include <signal.h>
 #include <stdio.h>
@@ -125,6 +126,13 @@ __global__ void k_fill(int *out, int n, int v) {
 struct FillArgs {
   int n, v;
 };
+
+/* out[0..4) = the 4 floats at p, one 16-byte vector load (rtc_ldv) */
+__global__ void k_ldv(float *out, const float *p) {
+  float f[4];
+  rtc_ldv(f, p);
+  for (int k = 0; k < 4; k++) out[k] = f[k];
+}
 
 /* order[i]: the rank of thread i of the grid among the threads to run */
 __global__ void k_order(int *order, int *counter) {
@@ -472,7 +480,29 @@ int main(void) {
           pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && ok);
     cudaCheck(cudaFree(d));
   }
-  /* 12. the order threads and blocks run in: block 0's thread 0 first, or
+  /* 12. a 16-byte vector load from an address 4 bytes past alignment: the
+   * GPU faults, the shim aborts (a child process); aligned, it loads */
+  {
+    float *d, h[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[4];
+    cudaCheck(cudaMalloc(&d, 12 * sizeof(float)));
+    cudaCheck(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      freopen("/dev/null", "w", stderr);
+      RTC_LAUNCH(k_ldv, 1, 1, 0, d + 8, d + 1);
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    RTC_LAUNCH(k_ldv, 1, 1, 0, d + 8, d + 4);
+    cudaCheck(cudaMemcpy(got, d + 8, sizeof got, cudaMemcpyDeviceToHost));
+    check("vector loads: a misaligned one aborts, an aligned one loads",
+          pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && got[0] == 5 &&
+              got[3] == 8);
+    cudaCheck(cudaFree(d));
+  }
+  /* 13. the order threads and blocks run in: block 0's thread 0 first, or
    * with RTCH_REVERSE=1 (the kernel tests' second run) the last block's
    * last thread first, a warp's lanes last first */
   {

@@ -421,6 +421,15 @@ static void run_block(void) {
   }
 }
 
+void rtch_misaligned(const void *p, int bytes, const char *what) {
+  fprintf(stderr, "cuda_host: %s at %p, not %d-byte aligned (the GPU faults: misaligned address), "
+                  "in thread (%u,%u,%u) of block (%u,%u,%u)\n", what, p, bytes,
+          rtch_cur ? rtch_cur->tid.x : 0, rtch_cur ? rtch_cur->tid.y : 0,
+          rtch_cur ? rtch_cur->tid.z : 0, rtch_blk.block_idx.x, rtch_blk.block_idx.y,
+          rtch_blk.block_idx.z);
+  abort();
+}
+
 static std::map<const void *, int> rtch_func_smem_;  // kernels' raised dynamic shared memory
 void rtch_func_smem(const void *fn, int bytes) { rtch_func_smem_[fn] = bytes; }
 void rtch_launch_smem_check(const void *fn, size_t shmem, const char *name) {

@@ -153,6 +153,12 @@ void rtch_launch(dim3 grid, dim3 block, size_t shmem, F &&fn) {
  * message here. */
 void rtch_func_smem(const void *fn, int bytes);
 void rtch_launch_smem_check(const void *fn, size_t shmem, const char *name);
+/* p is `bytes`-aligned, as a vector access on the GPU needs (misaligned:
+ * the GPU faults); else the message (what), the thread and block, abort. */
+void rtch_misaligned(const void *p, int bytes, const char *what);
+static inline void rtch_aligned(const void *p, int bytes, const char *what) {
+  if ((uintptr_t)p & (uintptr_t)(bytes - 1)) rtch_misaligned(p, bytes, what);
+}
 /* The launch's dynamic shared memory (shmem bytes, 64-byte aligned). */
 void *rtch_dynamic_shared(void);
 
