@@ -355,6 +355,11 @@ double cost_node(const HwModel *hw, const Node *n) {
   if (ir_is_comm(n->op) || ir_ops[n->op].cls == OPC_BUCKET || ir_ops[n->op].cls == OPC_LEAF ||
       ir_ops[n->op].cls == OPC_VIEW)
     return 0;
+  /* a column slice moves its own columns only (rt_slice_cols_*: a row's
+   * segment read, written): y's bytes twice; its backward adds dy into
+   * those columns of dx (read, added, written): dy's bytes three times */
+  if (n->op == OP_SLICE) return cost_membound(hw, 2 * vbytes(n->outs[0], elt), 0);
+  if (n->op == OP_SLICE_BWD) return cost_membound(hw, 3 * vbytes(n->in[0], elt), cost_node_flops(n));
   double bytes = 0;
   for (int i = 0; i < n->nin; i++)
     if (ir_reads_data(n, i)) bytes += vbytes(n->in[i], elt);

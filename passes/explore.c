@@ -129,6 +129,12 @@ static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Val
       if (len > 1 && k < len - 1 && !fuse_chain_stored(fu, ch, len, k)) continue;
       for (int i = 0; i < c->nout; i++) o.elems += numel(c->outs[i]) / nseq;
     }
+    /* a column slice moves its own columns (cost.c's cost_node): the
+     * output's elements twice forward, three times in its backward */
+    if (len == 1 && n->op == OP_SLICE) {
+      o.elems = 2 * numel(n->out) / nseq;
+      o.bwd = 1.5;
+    }
     const Shape *s = &ch[len - 1]->out->shape;
     o.split = (s->ndim > 0 && (double)s->d[s->ndim - 1].n != hidden) || cx->splitv[ch[len - 1]->out->id];
     o.H = oi->cls == OPC_NORM; /* a norm: tp2d all-reduces its row statistics */
@@ -577,7 +583,7 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
       if (q == 1 && (o->split || s->spm)) div *= t;
       double e = o->elems * bseq / div;
       double f = cost_membound(hw, e * elt, o->flops * bseq / div);
-      double b = 2 * f;
+      double b = (o->bwd > 0 ? o->bwd : 2) * f;
       c->elem += f + b;
       if (q > 1 && o->H > 0) {
         double st = coll_axis(hw, "all_reduce", q, 1, rows / q * 16);

@@ -21,6 +21,7 @@ typedef struct LOp {
   bool rerun;         /* run again before the backward under recompute=full (its
                        * output or a value made from it is dropped) */
   double elems;       /* ELEM, GATHER, XENT: elements per sequence moved (in + out) */
+  double bwd;         /* ELEM: the backward's time over the forward's (0: 2) */
   double flops;       /* per sequence */
 } LOp;
 
