@@ -2591,14 +2591,17 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
   t->dev = NULL;
   rtc_gemm_bf16 = pg->bf16;
   const char *gpu = NULL;
-  if (!all_ok(t, rtc_device_init(t->rank, &gpu) == RT_OK) ||
-      !all_ok(t, rtc_arena_alloc(pg->arena_bytes + RT_GUARD_BYTES, pg->kernel_ws, &t->dev) == RT_OK))
+  if (!all_ok(t, rtc_device_init(t->rank, &gpu) == RT_OK))
     return finish(t, 1);
 #ifdef RT_TRAIN_MPI
+  /* NCCL's communicators before the arena: the free memory the arena is
+   * checked against is then what their buffers left */
   if (t->mesh && !all_ok(t, rtc_mesh_init(t->mesh, a->comm_mpi) == RT_OK))
     return finish(t, 1);
   t->pipe_nccl = pg->pp > 1 && !pg->pipe_mpi && !a->comm_mpi;
 #endif
+  if (!all_ok(t, rtc_arena_alloc(pg->arena_bytes + RT_GUARD_BYTES, pg->kernel_ws, &t->dev) == RT_OK))
+    return finish(t, 1);
   t->gpu = gpu;
 #endif
   init_params(t, a->seed);
