@@ -103,7 +103,15 @@ int rtc_mesh_init(RtMesh *m, int staged) {
   if (m->rank == 0) ncclCheck(ncclGetUniqueId(&id));
   if (MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
     return rt_errorf(RT_ERR_IO, "MPI_Bcast of NCCL's unique id failed");
-  ncclCheck(ncclCommInitRank(&world_, m->world, id, m->rank));
+  ncclResult_t r = ncclCommInitRank(&world_, m->world, id, m->rank);
+  if (r != ncclSuccess)  /* invalid usage here: NCCL's "Duplicate GPU detected" */
+    rtc_fail("NCCL", "ncclCommInitRank", ncclGetErrorString(r), __FILE__, __LINE__,
+             r == ncclInvalidUsage
+                 ? "two ranks on one GPU? NCCL needs a GPU per rank: start at most as many ranks "
+                   "a node as it has GPUs (mpirun --map-by ppr:G:node; srun --ntasks-per-node=G "
+                   "--gpus-per-task=1), or run with --comm mpi (the collectives staged through "
+                   "the host, which lets ranks share a GPU)"
+                 : rtc_hint("NCCL", (int)r));
   /* Each axis group: colour = its lowest world rank, key = the coordinate
    * (so NCCL ranks are the MPI communicators' ranks). */
   for (int ax = 0; ax < RT_AX_COUNT; ax++) {

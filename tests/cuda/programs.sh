@@ -417,6 +417,16 @@ build gpt "$tmp/gpt-oom" --target cuda-host --mesh 1 --strategy dp=1 && {
   else bad "workspace over the device memory: ws ${ws:-none}, exit $rc: $out"; fi
 }
 
+# Two ranks on one GPU: NCCL refuses the communicator (ncclInvalidUsage,
+# "Duplicate GPU detected"; played by RTCH_SHARED_GPU): the error says why
+# and what to do, before any step
+if [ -x "$tmp/gpt-cuda-dp_2/train" ]; then
+  RTCH_SHARED_GPU=1 train "$tmp/gpt-cuda-dp_2" --steps 1
+  if [ $rc -ne 0 ] && grep -q "hint: two ranks on one GPU? NCCL needs a GPU per rank" <<<"$out" &&
+     ! grep -q "^step" <<<"$out"; then ok
+  else bad "two ranks on one GPU: exit $rc: $(grep -E 'error|hint' <<<"$out" | head -3)"; fi
+fi
+
 # The CUDA-only flags on a cpu program are usage errors, not ignored.
 build mlp "$tmp/mlp-flag" --mesh 1 --strategy dp=1 && {
   for f in "--comm mpi" --no-graph; do

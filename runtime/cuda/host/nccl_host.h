@@ -20,7 +20,12 @@
 
 #include "../rtc_bf16.h"
 
-typedef enum { ncclSuccess = 0, ncclSystemError = 2, ncclInvalidArgument = 4 } ncclResult_t;
+typedef enum {
+  ncclSuccess = 0,
+  ncclSystemError = 2,
+  ncclInvalidArgument = 4,
+  ncclInvalidUsage = 5
+} ncclResult_t;
 typedef enum { ncclFloat = 0, ncclDouble = 1, ncclInt = 2, ncclBfloat16 = 9 } ncclDataType_t;
 typedef enum { ncclSum = 0, ncclMax = 2 } ncclRedOp_t;
 typedef struct { char internal[128]; } ncclUniqueId;
@@ -31,7 +36,11 @@ typedef struct ncclComm *ncclComm_t;
 #define NCCL_SPLIT_NOCOLOR -1
 
 static inline const char *ncclGetErrorString(ncclResult_t r) {
-  return r == ncclSuccess ? "no error" : r == ncclSystemError ? "MPI call failed" : "invalid argument";
+  return r == ncclSuccess       ? "no error"
+         : r == ncclSystemError ? "MPI call failed"
+         : r == ncclInvalidUsage
+             ? "invalid usage (run with NCCL_DEBUG=WARN for details)"
+             : "invalid argument";
 }
 static inline MPI_Datatype rtc_nccl_mpi_type_(ncclDataType_t t) {
   return t == ncclFloat      ? MPI_FLOAT
@@ -73,13 +82,17 @@ static inline ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   memset(id, 0, sizeof *id);
   return ncclSuccess;
 }
-/* The world: the MPI world (nranks must be its size). */
+/* The world: the MPI world (nranks must be its size).  RTCH_SHARED_GPU=1
+ * plays ranks that share one GPU, which NCCL refuses at this call
+ * (ncclInvalidUsage, "Duplicate GPU detected"). */
 static inline ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqueId id, int rank) {
   (void)id;
   (void)rank;
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (world != nranks) return ncclInvalidArgument;
+  const char *shared = getenv("RTCH_SHARED_GPU");
+  if (nranks > 1 && shared && *shared && strcmp(shared, "0") != 0) return ncclInvalidUsage;
   *c = new ncclComm;
   return rtc_nccl_ok_(MPI_Comm_dup(MPI_COMM_WORLD, &(*c)->comm));
 }
