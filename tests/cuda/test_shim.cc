@@ -26,6 +26,23 @@ static void check(const char *what, int ok) {
   if (!ok) failures++;
 }
 
+/* Whether f, run in a child process (its stderr silenced), ends it by
+ * abort(): the shim's answer to what a GPU faults on or CUDA runs outside
+ * a graph. */
+template <class F>
+static bool aborts(F f) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (!freopen("/dev/null", "w", stderr)) _exit(2);
+    f();
+    _exit(0);
+  }
+  int status = 0;
+  return pid > 0 && waitpid(pid, &status, 0) == pid && WIFSIGNALED(status) &&
+         WTERMSIG(status) == SIGABRT;
+}
+
 /* out[i] = inp[n-1-i] through shared memory: every thread writes one
  * element, __syncthreads, then reads its mirror (written by another thread,
  * later in fiber order for the first half).  Then a second phase overwrites
@@ -438,18 +455,10 @@ int main(void) {
           from_pageable == cudaErrorStreamCaptureUnsupported && from_pinned == cudaSuccess);
     cudaCheck(cudaFreeHost(pinned));
     /* work on a stream that never joined: the shim aborts (a child process) */
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-      freopen("/dev/null", "w", stderr);
-      cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
-      cudaMemsetAsync(d, 4, sizeof(int), t);
-      _exit(0);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    check("capture: work on a stream outside the capture aborts",
-          pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    check("capture: work on a stream outside the capture aborts", aborts([&]() {
+            cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+            cudaMemsetAsync(d, 4, sizeof(int), t);
+          }));
     cudaCheck(cudaEventDestroy(forked));
     cudaCheck(cudaEventDestroy(join));
     cudaCheck(cudaEventDestroy(outside));
@@ -462,22 +471,13 @@ int main(void) {
   {
     int *d;
     cudaCheck(cudaMalloc(&d, 64 * sizeof(int)));
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-      freopen("/dev/null", "w", stderr);
-      RTC_LAUNCH_SMEM(k_fill, 1, 64, 64 * 1024, d, 64, 1);
-      _exit(0);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
+    bool unraised = aborts([&]() { RTC_LAUNCH_SMEM(k_fill, 1, 64, 64 * 1024, d, 64, 1); });
     cudaCheck(cudaFuncSetAttribute(k_fill, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
     RTC_LAUNCH_SMEM(k_fill, 1, 64, 64 * 1024, d, 64, 1);
     int h[64], ok = 1;
     cudaCheck(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
     for (int i = 0; i < 64; i++) ok &= h[i] == 1;
-    check("launch: 64 KiB of shared memory needs the limit raised",
-          pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && ok);
+    check("launch: 64 KiB of shared memory needs the limit raised", unraised && ok);
     cudaCheck(cudaFree(d));
   }
   /* 12. a 16-byte vector load from an address 4 bytes past alignment: the
@@ -486,20 +486,11 @@ int main(void) {
     float *d, h[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[4];
     cudaCheck(cudaMalloc(&d, 12 * sizeof(float)));
     cudaCheck(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-      freopen("/dev/null", "w", stderr);
-      RTC_LAUNCH(k_ldv, 1, 1, 0, d + 8, d + 1);
-      _exit(0);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
+    bool misaligned = aborts([&]() { RTC_LAUNCH(k_ldv, 1, 1, 0, d + 8, d + 1); });
     RTC_LAUNCH(k_ldv, 1, 1, 0, d + 8, d + 4);
     cudaCheck(cudaMemcpy(got, d + 8, sizeof got, cudaMemcpyDeviceToHost));
     check("vector loads: a misaligned one aborts, an aligned one loads",
-          pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && got[0] == 5 &&
-              got[3] == 8);
+          misaligned && got[0] == 5 && got[3] == 8);
     cudaCheck(cudaFree(d));
   }
   /* 13. the order threads and blocks run in: block 0's thread 0 first, or

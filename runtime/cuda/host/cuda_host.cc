@@ -355,10 +355,11 @@ static void collect_runner(void) {
  * reads what another thread or block writes without the barrier (or the
  * kernel boundary) that orders them reads it unwritten in one of the two
  * orders: the kernel tests run in both. */
-static bool rtch_reverse_ = [] {
-  const char *e = getenv("RTCH_REVERSE");
+bool rtch_env_on(const char *name) {
+  const char *e = getenv(name);
   return e && *e && strcmp(e, "0") != 0;
-}();
+}
+static bool rtch_reverse_ = rtch_env_on("RTCH_REVERSE");
 
 static void run_block(void) {
   dim3 bd = rtch_blk.block_dim;
@@ -594,16 +595,9 @@ struct CUevent_st {
 };
 static std::vector<cudaStream_t> rtch_deferred_;
 
-static bool rtch_defer_env_(void) {
-  static int on = -1;
-  if (on < 0) {
-    const char *e = getenv("RTCH_DEFER_STREAMS");
-    on = e && *e && strcmp(e, "0") != 0;
-  }
-  return on != 0;
-}
 void rtch_stream_defer(cudaStream_t s) {
-  if (!s || !rtch_defer_env_() || s->defer) return;
+  static const bool on = rtch_env_on("RTCH_DEFER_STREAMS");
+  if (!s || !on || s->defer) return;
   s->defer = true;
   rtch_deferred_.push_back(s);
 }
@@ -654,8 +648,7 @@ void rtch_not_capturing(const char *call) {
 }
 static bool rtch_in_capture_(cudaStream_t s) { return s && s->cap == rtch_cap_id_ && rtch_capture; }
 /* dep (a stream's or an event's) grown to cover `other` too */
-static void rtch_dep_merge_(std::vector<std::pair<cudaStream_t, size_t>> &dep,
-                            const std::vector<std::pair<cudaStream_t, size_t>> &other) {
+static void rtch_dep_merge_(RtchDeps &dep, const RtchDeps &other) {
   for (const auto &o : other) {
     bool seen = false;
     for (auto &d : dep)
@@ -666,8 +659,7 @@ static void rtch_dep_merge_(std::vector<std::pair<cudaStream_t, size_t>> &dep,
     if (!seen) dep.push_back(o);
   }
 }
-static size_t rtch_dep_of_(const std::vector<std::pair<cudaStream_t, size_t>> &dep,
-                           cudaStream_t s) {
+static size_t rtch_dep_of_(const RtchDeps &dep, cudaStream_t s) {
   for (const auto &d : dep)
     if (d.first == s) return d.second;
   return 0;
@@ -683,7 +675,6 @@ void rtch_record_on(cudaStream_t s, std::function<void()> f) {
   s->cap_ops++;
   rtch_capture->work.push_back(std::move(f));
 }
-
 
 /* Queues f on a deferred stream s, or records it while a capture is open
  * (true: done with it); false: the caller runs it now. */

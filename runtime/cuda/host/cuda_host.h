@@ -92,6 +92,11 @@ extern rtch_block rtch_blk;
 #define gridDim ((const dim3 &)rtch_blk.grid_dim)
 static const int warpSize = 32;
 
+/* Whether the environment variable `name` is set, not empty and not "0"
+ * (the shim's test switches: RTCH_DEFER_STREAMS, RTCH_REVERSE,
+ * RTCH_SHARED_GPU). */
+bool rtch_env_on(const char *name);
+
 /* ---- launches ---- */
 void rtch_launch_erased(dim3 grid, dim3 block, size_t shmem, void (*call)(const void *),
                         const void *fn);

@@ -91,8 +91,7 @@ static inline ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqu
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (world != nranks) return ncclInvalidArgument;
-  const char *shared = getenv("RTCH_SHARED_GPU");
-  if (nranks > 1 && shared && *shared && strcmp(shared, "0") != 0) return ncclInvalidUsage;
+  if (nranks > 1 && rtch_env_on("RTCH_SHARED_GPU")) return ncclInvalidUsage;
   *c = new ncclComm;
   return rtc_nccl_ok_(MPI_Comm_dup(MPI_COMM_WORLD, &(*c)->comm));
 }
