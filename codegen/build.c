@@ -121,7 +121,9 @@ int cg_build(Module *m, const char *dir, const char *target, const CgOptions *op
     diag_fatal_noloc("cannot write '%s': %s", src, strerror(errno));
     return -1;
   }
-  int rc = cg_emit(f, m, target, opt);
+  CgOptions o = opt ? *opt : (CgOptions){0};
+  o.default_data = cg_default_data(m);
+  int rc = cg_emit(f, m, target, &o);
   if (fclose(f) && !rc) rc = -1;
   if (rc) {
     if (!diag_error_count()) diag_fatal_noloc("cannot write '%s': %s", src, strerror(errno));
@@ -168,8 +170,6 @@ int cg_build_cpu(Module *m, const char *dir, const char *src) {
   push_words(&argv, "-std=gnu11 -Wall");
   push_words(&argv, SHARDC_PROGRAM_CFLAGS);
   if (mpi) vec_push(&argv, "-DSHARDC_MPI=1");
-  const char *data = cg_default_data(m);
-  if (data) vec_push(&argv, arena_printf("-DDEFAULT_DATA=\"%s\"", data));
   vec_push(&argv, "-I" SHARDC_RUNTIME_INCLUDE);
   push_words(&argv, SHARDC_RUNTIME_LDFLAGS);
   const char *extra = getenv("SHARDC_CFLAGS");
@@ -271,8 +271,6 @@ static int build_cuda(Module *m, const char *dir, const char *src, bool gpu) {
   } else {
     push_words(&argv, "-std=c++17 -O2 -Wall -ffp-contract=off -DRTC_HOST -x c++");
   }
-  const char *data = cg_default_data(m);
-  if (data) vec_push(&argv, arena_printf("-DDEFAULT_DATA=\"%s\"", data));
   vec_push(&argv, "-I" SHARDC_RUNTIME_INCLUDE);
   vec_push(&argv, "-I" SHARDC_RUNTIME_INCLUDE "/cuda");
   const char *extra = getenv(gpu ? "SHARDC_NVCCFLAGS" : "SHARDC_CXXFLAGS");
@@ -299,6 +297,15 @@ static int build_cuda(Module *m, const char *dir, const char *src, bool gpu) {
     vec_push(&argv, "-lpthread");
   }
   vec_push(&argv, "-lm");
+  /* nvcc runs its host compiler through a shell, which would expand these
+   * in a path (a directory named `$x` or with a backtick) */
+  for (int i = 1; gpu && i < argv.len; i++)
+    if (strpbrk((const char *)argv.data[i], "$`\"\\")) {
+      diag_fatal_noloc("nvcc cannot take the path '%s': it hands its command line to a shell, "
+                       "which would expand its '$', '`', '\"' or '\\'; build into a directory "
+                       "whose path has none (shardc build ... -o DIR)", (const char *)argv.data[i]);
+      return -1;
+    }
   char *out = NULL;
   int st = run_cmd(&argv, &out);
   if (st) {

@@ -22,6 +22,10 @@ typedef struct CgOptions {
   /* Emit double arithmetic and the _f64 kernels, every arena offset doubled
    * (the f32 plan scaled by two stays disjoint): for gradient checks. */
   int f64;
+  /* `shardc build`: the training text's absolute path, written into the
+   * program as DEFAULT_DATA (not passed to the compiler: nvcc hands its
+   * command line to a shell).  NULL: the model's `data` as written. */
+  const char *default_data;
 } CgOptions;
 
 typedef struct Target Target;
@@ -147,6 +151,10 @@ int64_t cg_xent_classes(const Node *n, int64_t cols);
  * `data` resolved against the model's directory, else the built-in text in
  * samples/data/ (absolute path; NULL when the model takes no token data). */
 const char *cg_default_data(Module *m);
+/* s as the inside of a C string literal (quotes, backslashes and control
+ * characters escaped), and as text inside a C comment ("*" "/" broken). */
+const char *cg_c_escape(const char *s);
+const char *cg_comment_safe(const char *s);
 /* Whether the program needs MPI (more than one rank). */
 int cg_needs_mpi(const Module *m);
 

@@ -575,6 +575,14 @@ static int check_blocked_optimizer(Module *m, Expr *e, Optimizer *o) {
   if (!strcmp(o->kind, "shampoo")) {
     o->eps = 1e-6;
     if ((r = pos_item(m, a, "epsilon", &v, 1, o->kind)) < 0) return -1;
+    if (r && v < 1e-30) {
+      /* the roots, up to epsilon^(-1/4), are stored in fp32, and a
+       * direction multiplies two of them */
+      diag_error(find_item(a, "epsilon")->value->loc,
+                 "shampoo: epsilon must be at least 1e-30 (the inverse roots, up to "
+                 "epsilon^(-1/4), are stored in fp32), got %g", v);
+      return -1;
+    }
     if (r) o->eps = v;
     if ((r = pos_item(m, a, "graft_eps", &v, 1, o->kind)) < 0) return -1;
     if (r) o->graft_eps = v;
@@ -623,7 +631,10 @@ static int check_blocked_optimizer(Module *m, Expr *e, Optimizer *o) {
 static int check_optimizer(Module *m, Expr *e, Optimizer *o) {
   static const char *const kinds[] = {"adamw", "sgd", "shampoo", "adafactor"};
   static const char *const *const keys[] = {adamw_keys, sgd_keys, shampoo_keys, adafactor_keys};
-  static const int nkeys[] = {8, 7, 15, 10};
+#define NKEYS(a) ((int)(sizeof a / sizeof a[0]))
+  static const int nkeys[] = {NKEYS(adamw_keys), NKEYS(sgd_keys), NKEYS(shampoo_keys),
+                              NKEYS(adafactor_keys)};
+#undef NKEYS
   int kind = -1;
   for (int k = 0; e->kind == E_CALL && k < 4; k++)
     if (!strcmp(e->str, kinds[k])) kind = k;

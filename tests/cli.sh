@@ -183,6 +183,17 @@ expect shampoo-dp 0 'RT_STEP_OPT_GATHER, RT_AX_DP, 0, [0-9]+, [0-9]+, 0.0},  // 
 expect shampoo-lpt 0 '^            data rank 3: [0-9]+ units, roots' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=plan
 expect shampoo-pp-lpt 0 '^shampoo:  stage 1: [0-9]+ units .* over 2 data ranks' -- "$bin" compile "$tmp/shampoo.shard" --strategy pp=2,dp=2 --emit=plan
 expect shampoo-gather 0 'step.[0-9]+ +all_gather over dp: [0-9]+ elements per rank at F\([0-9]+\)  \(Shampoo directions all-gathered over dp\)' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=program
+# every documented option is accepted (clip, the last of shampoo's, was not);
+# epsilon is bounded below (its -1/4 power is stored in fp32); lr defaults
+for opt in "shampoo(lr = 1e-3, block = 64, clip = 0.5)" "adafactor(lr = 1e-3, clip = 0.5)" \
+           "adamw(lr = 1e-3, clip = 0.5)" "sgd(lr = 1e-3, clip = 0.5)"; do
+  sed "s/optimizer = adamw(.*)\$/optimizer = $opt/" samples/gpt.shard >"$tmp/opt_clip.shard"
+  expect "optimizer-clip ${opt%%(*}" 0 '^optim: .* clip=0\.5' -- "$bin" compile "$tmp/opt_clip.shard" --mesh 1 --strategy dp=1 --emit=plan
+done
+sed 's/optimizer = adamw(.*)$/optimizer = shampoo(lr = 1e-3, epsilon = 1e-300)/' samples/gpt.shard >"$tmp/shampoo_eps.shard"
+expect shampoo-epsilon-floor 1 'shampoo_eps.shard:[0-9]+:[0-9]+: error: shampoo: epsilon must be at least 1e-30 .*got 1e-300' -- "$bin" check "$tmp/shampoo_eps.shard"
+sed 's/optimizer = adamw(.*)$/optimizer = shampoo()/' samples/gpt.shard >"$tmp/shampoo_nolr.shard"
+expect shampoo-default-lr 0 '^optim:    shampoo lr=0.0003 ' -- "$bin" compile "$tmp/shampoo_nolr.shard" --mesh 1 --strategy dp=1 --emit=plan
 # stagger = true (the default): every rank's root phases balanced within 1.5 x
 # the mean on a model of many blocks (the GEMM-bound GPT, 256 x 256 blocks),
 # under data parallelism, pipelines and a mix; stagger = false: no phases
@@ -224,6 +235,21 @@ expect build-help 0 'usage: shardc build' -- "$bin" build --help
 # sanitizer build is): said before any compiling
 expect build-cuda-nvcc 1 "the compiler '/nonexistent/nvcc' is not on PATH|--target cuda needs nvcc, which this build of shardc did not find" -- env SHARDC_NVCC=/nonexistent/nvcc "$bin" build samples/gpt.shard --target cuda -o "$tmp/cuda"
 expect build-pp 1 'strategy tp2d=2x2 with sp' -- "$bin" build samples/gpt.shard --mesh 8 --strategy tp2d=2x2,sp=ring:2 -o "$tmp/pp"
+# paths are text, not code: a model in a directory whose name has a '"', its
+# training text under a '\' (DSL strings have no escapes), both reach the
+# program intact; nvcc, which hands its command line to a shell, is refused
+# a '$' in the output path instead of building elsewhere
+mkdir -p "$tmp/q\"d/d\\q"
+cp samples/data/tales.txt "$tmp/q\"d/d\\q/t.txt"
+sed 's|  precision = fp32|  precision = fp32\n  data = "d\\q/t.txt"|' samples/gpt.shard >"$tmp/q\"d/m.shard"
+if out=$("$bin" build "$tmp/q\"d/m.shard" --mesh 1 --strategy dp=1 -o "$tmp/q\"d/out" 2>&1) &&
+   out=$("$tmp/q\"d/out/train" --steps 1 2>&1) && grep -q "^step 1/1 | loss" <<<"$out"; then
+  pass=$((pass + 1))
+else
+  echo "FAIL: build-quoted-paths: $(tail -3 <<<"$out")"
+  fail=$((fail + 1))
+fi
+expect build-cuda-shell-path 1 "nvcc cannot take the path '.*out\\\$x/train': it hands its command line to a shell|--target cuda needs nvcc" -- "$bin" build samples/gpt.shard --target cuda -o "$tmp/out\$x"
 expect explore-table 0 'plans evaluated in .* s; best' -- "$bin" explore samples/gpt.shard
 expect explore-json 0 '^\[\{"strategy": "dp=[0-9]+.*"step_time_s": .*"mem_by_stage": \[.*"feasible": true' -- "$bin" explore samples/gpt.shard --json --top 3
 expect explore-partial 0 '^1 +dp=2,tp=2' -- "$bin" explore samples/gpt.shard --strategy tp=2

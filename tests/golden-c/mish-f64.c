@@ -39,7 +39,7 @@
 #define F(off) ((double *)(p->arena + (off)))
 #define I(off) ((int32_t *)(p->arena + (off)))
 
-/* Training text when --data is not given (`shardc build` passes an absolute path). */
+/* Training text when --data is not given (`shardc build` writes an absolute path). */
 #ifndef DEFAULT_DATA
 #define DEFAULT_DATA "samples/data/tales.txt"
 #endif
