@@ -219,11 +219,36 @@ int cg_build_cpu(Module *m, const char *dir, const char *src) {
 
 /* The GPU architecture for the mesh's device: SHARDC_CUDA_ARCH, else sm_80
  * for A100s, sm_90a for H100/H200 (and any other device). */
+/* nvcc's -arch for the mesh's device (SHARDC_CUDA_ARCH overrides): sm_80
+ * for A100, sm_89 for the RTX 4090, sm_90a for H100/H200 and any other
+ * device; NULL (with a message) where the device or the override is
+ * older than compute capability 8.0, which the kernels need (bf16 tensor
+ * cores, ldmatrix, cp.async), or is not an architecture name. */
 static const char *cuda_arch(const Module *m) {
   const char *env = getenv("SHARDC_CUDA_ARCH");
-  if (env && *env) return env;
+  if (env && *env) {
+    int cc = 0, n = 0;
+    if (sscanf(env, "sm_%d%n", &cc, &n) != 1 || cc < 10 ||
+        (env[n] && (env[n] != 'a' && env[n] != 'f')) || (env[n] && env[n + 1])) {
+      diag_fatal_noloc("SHARDC_CUDA_ARCH='%s' is not a GPU architecture: give sm_XY[a] (sm_80 "
+                       "for A100, sm_89 for RTX 4090, sm_90a for H100/H200)", env);
+      return NULL;
+    }
+    if (cc < 80) {
+      diag_fatal_noloc("SHARDC_CUDA_ARCH='%s': the cuda target needs compute capability 8.0 or "
+                       "newer (bf16 tensor cores, cp.async): sm_80 and up", env);
+      return NULL;
+    }
+    return env;
+  }
   const char *dev = m->train.mesh && m->train.mesh->device ? m->train.mesh->device->name : "";
-  return !strncmp(dev, "A100", 4) ? "sm_80" : "sm_90a";
+  if (!strncmp(dev, "V100", 4)) {
+    diag_fatal_noloc("mesh device %s (compute capability 7.0): the cuda target needs 8.0 or "
+                     "newer (bf16 tensor cores, cp.async: A100, RTX 4090, H100, H200); "
+                     "--target cpu, or plan on it with `shardc explore`", dev);
+    return NULL;
+  }
+  return !strncmp(dev, "A100", 4) ? "sm_80" : !strncmp(dev, "RTX4090", 7) ? "sm_89" : "sm_90a";
 }
 
 static bool lib_missing(const char *lib) { return !*lib || access(lib, R_OK); }
@@ -265,6 +290,7 @@ static int build_cuda(Module *m, const char *dir, const char *src, bool gpu) {
      * runs a plain compute_90 pass and embeds its PTX, a second device
      * compile of every kernel for no GPU the program is built for */
     const char *arch = cuda_arch(m);
+    if (!arch) return -1;
     vec_push(&argv, strcmp(arch, "sm_90a") ? arena_printf("-arch=%s", arch)
                                            : "-gencode=arch=compute_90a,code=sm_90a");
     if (mpi) push_words(&argv, "-ccbin mpicxx");

@@ -250,6 +250,11 @@ else
   fail=$((fail + 1))
 fi
 expect build-cuda-shell-path 1 "nvcc cannot take the path '.*out\\\$x/train': it hands its command line to a shell|--target cuda needs nvcc" -- "$bin" build samples/gpt.shard --target cuda -o "$tmp/out\$x"
+# the GPU architecture: from the mesh's device (a V100 cannot run the kernels:
+# refused), SHARDC_CUDA_ARCH checked before nvcc sees it
+expect build-cuda-v100 1 "mesh device V100_SXM \(compute capability 7.0\): the cuda target needs 8.0 or newer|--target cuda needs nvcc" -- "$bin" build samples/mlp.shard --mesh 1:V100_SXM --strategy dp=1 --target cuda -o "$tmp/v100"
+expect build-cuda-arch-bad 1 "SHARDC_CUDA_ARCH='sm_90 -G' is not a GPU architecture: give sm_XY\[a\]|--target cuda needs nvcc" -- env SHARDC_CUDA_ARCH="sm_90 -G" "$bin" build samples/mlp.shard --mesh 1 --strategy dp=1 --target cuda -o "$tmp/arch"
+expect build-cuda-arch-old 1 "SHARDC_CUDA_ARCH='sm_75': the cuda target needs compute capability 8.0 or newer|--target cuda needs nvcc" -- env SHARDC_CUDA_ARCH=sm_75 "$bin" build samples/mlp.shard --mesh 1 --strategy dp=1 --target cuda -o "$tmp/arch"
 expect explore-table 0 'plans evaluated in .* s; best' -- "$bin" explore samples/gpt.shard
 expect explore-json 0 '^\[\{"strategy": "dp=[0-9]+.*"step_time_s": .*"mem_by_stage": \[.*"feasible": true' -- "$bin" explore samples/gpt.shard --json --top 3
 expect explore-partial 0 '^1 +dp=2,tp=2' -- "$bin" explore samples/gpt.shard --strategy tp=2
