@@ -192,8 +192,9 @@ static int check_program(Module *m) {
     return -1;
   }
   if (t->plan.is_auto) {
-    plan_error(m, arena_printf("strategy auto is not implemented yet (the plan search comes "
-                               "with 'shardc explore'); give an explicit strategy such as dp=%d",
+    /* (the driver resolves auto by the search where there is a mesh) */
+    plan_error(m, arena_printf("strategy auto searches the plans of a mesh: give one (a mesh "
+                               "block, or --mesh N) or an explicit strategy such as dp=%d",
                                t->mesh ? t->mesh->ndev : 1));
     return -1;
   }

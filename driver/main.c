@@ -555,12 +555,41 @@ static int refine_plan(const Opts *o, PlanEval *e, const HwModel *hw) {
     int w = 0;
     for (int k = 0; k < R; k++)
       if (e->mem_stage[k] > e->mem_stage[w]) w = k;
-    snprintf(e->reason, sizeof e->reason, "stage %d needs %.1f GB > %.1f GB", w, e->mem_stage[w] / 1e9,
-             me->mem_bytes / 1e9);
+    snprintf(e->reason, sizeof e->reason, "%s", explore_mem_reason(w, e->mem_stage[w], (double)me->mem_bytes));
   } else {
     e->reason[0] = 0;
   }
   return 1;
+}
+
+/* The search's best plans, the first ones compiled where the model is
+ * small (their memory from the memory plan, their time from the per-rank
+ * programs) and re-ranked: what explore lists and what strategy = auto
+ * takes the first feasible of.  *exact: how many were compiled. */
+static int rank_plans(const Opts *o, Module *m, const Plan *fixed, bool generatable, int top,
+                      PlanEval **out, int *n, long *evaluated, double *secs, HwModel *hw,
+                      int *exact, bool *small_out) {
+  /* small models: more candidates, each compiled, then the best `top` */
+  /* compiling a plan costs about nodes x ranks: small is a model of at most
+   * 4,000 nodes on at most 64 devices (a few milliseconds a plan) */
+  bool small = m->graph->nodes.len <= 4000 && m->train.mesh->ndev <= 64;
+  int cap = small ? (top * 3 > 30 ? top * 3 : 30) : top;
+  PlanEval *pe = arena_alloc(sizeof *pe * (size_t)cap);
+  if (search_plans(o, m, fixed, generatable, pe, cap, n, evaluated, secs, hw)) return -1;
+  *out = pe;
+  *small_out = small;
+  *exact = 0;
+  /* (about three seconds of compiling on this 2-core machine: compiling a
+   * plan costs about its nodes x ranks, some 3 us a unit; a large model's
+   * other plans stay the search's.  A count, not a clock: the same plans
+   * come out however loaded the machine is) */
+  double units = (double)m->graph->nodes.len * m->train.mesh->ndev;
+  int nref = units > 0 ? (int)(EXPLORE_REFINE_UNITS / units) : *n;
+  if (nref < 1) nref = 1;
+  if (small)
+    for (int i = 0; i < *n && i < nref; i++) *exact += refine_plan(o, &pe[i], hw);
+  qsort(pe, (size_t)*n, sizeof *pe, cmp_plan);
+  return 0;
 }
 
 static int run_explore(Opts *o) {
@@ -578,17 +607,14 @@ static int run_explore(Opts *o) {
   Module *m = load_module(o->file, &so);
   if (!m) return 1;
   int top = o->top ? o->top : 10;
-  /* small models: more candidates, each compiled, then the best `top` */
-  /* compiling a plan costs about nodes x ranks: small is a model of at most
-   * 4,000 nodes on at most 64 devices (a few milliseconds a plan) */
-  bool small = m->graph->nodes.len <= 4000 && m->train.mesh->ndev <= 64;
-  int cap = small ? (top * 3 > 30 ? top * 3 : 30) : top;
-  PlanEval *pe = arena_alloc(sizeof *pe * (size_t)cap);
-  int n;
+  PlanEval *pe;
+  int n, exact;
   long evaluated;
   double secs;
   HwModel hw;
-  if (search_plans(o, m, &fixed, o->generatable, pe, cap, &n, &evaluated, &secs, &hw)) return 1;
+  bool small;
+  if (rank_plans(o, m, &fixed, o->generatable, top, &pe, &n, &evaluated, &secs, &hw, &exact, &small))
+    return 1;
   if (!n) {
     fprintf(stderr, "shardc: error: explore: no plan for mesh '%s' (%d devices)%s: %s\n",
             m->train.mesh->name, m->train.mesh->ndev,
@@ -598,20 +624,6 @@ static int run_explore(Opts *o) {
             explore_no_plan_reason(last_shape, m->train.mesh, &fixed));
     return 1;
   }
-  /* Small models: the shown plans compiled for real, their memory from the
-   * memory plan and their time from the per-rank programs (what
-   * --emit=plan predicts); re-ranked. */
-  int exact = 0;
-  /* (about three seconds of compiling on this 2-core machine: compiling a
-   * plan costs about its nodes x ranks, some 3 us a unit; a large model's
-   * other plans stay the search's.  A count, not a clock: the same plans
-   * come out however loaded the machine is) */
-  double units = (double)m->graph->nodes.len * m->train.mesh->ndev;
-  int nref = units > 0 ? (int)(EXPLORE_REFINE_UNITS / units) : n;
-  if (nref < 1) nref = 1;
-  if (small)
-    for (int i = 0; i < n && i < nref; i++) exact += refine_plan(o, &pe[i], &hw);
-  qsort(pe, (size_t)n, sizeof *pe, cmp_plan);
   if (n > top) n = top;
   /* the train block's own plan (hand-tuned, e.g. a published one), for comparison */
   PlanEval *ref = NULL;
@@ -677,15 +689,21 @@ static int run_explore(Opts *o) {
  * by the search's predicted step time; the module is then lowered again
  * under that plan.  A plan the later checks refuse gives way to the next. */
 static Module *choose_auto(Opts *o, Module *m, PlanEval **chosen) {
-  enum { CANDS = 8 };
-  PlanEval *pe = arena_alloc(sizeof *pe * CANDS);
-  int n;
+  PlanEval *pe;
+  int n, exact;
   long evaluated;
   double secs;
   HwModel hw;
-  Plan fixed;
-  plan_default(&fixed);
-  if (search_plans(o, m, &fixed, true, pe, CANDS, &n, &evaluated, &secs, &hw)) return NULL;
+  bool small;
+  /* the strategy keys written beside auto (strategy = auto, tp = 2, or
+   * --strategy auto,tp=2) are fixed, as explore's partial SPEC */
+  Plan fixed = m->train.plan;
+  fixed.is_auto = false;
+  char fixed_spec[256] = "";
+  if (fixed.given) plan_str_given(&fixed, fixed_spec, sizeof fixed_spec);
+  if (rank_plans(o, m, &fixed, true, 8, &pe, &n, &evaluated, &secs, &hw, &exact, &small))
+    return NULL;
+  char first_why[256] = "";
   for (int i = 0; i < n; i++) {
     if (!pe[i].feasible) break;
     SemaOptions so = o->sema;
@@ -696,18 +714,22 @@ static Module *choose_auto(Opts *o, Module *m, PlanEval **chosen) {
     diag_capture(NULL, 0);
     if (!m2) {
       diag_reset();
+      if (!first_why[0]) snprintf(first_why, sizeof first_why, "%.120s: %.130s", pe[i].spec, why);
       continue;
     }
-    m2->train.plan_origin = arena_printf("auto: the best of %ld plans, predicted %.4g s/step, "
-                                         "%.4g tokens/s, %s", evaluated, pe[i].step_s,
-                                         pe[i].tokens_per_s, hw.source);
+    m2->train.plan_origin = arena_printf("auto: the best of %ld plans%s, predicted %.4g s/step, "
+                                         "%.4g tokens/s, %s", evaluated,
+                                         fixed_spec[0] ? arena_printf(" with %s", fixed_spec) : "",
+                                         pe[i].step_s, pe[i].tokens_per_s, hw.source);
     *chosen = &pe[i];
     return m2;
   }
-  fprintf(stderr, "shardc: error: strategy auto: no plan of the %ld evaluated fits and can be generated%s%s\n",
-          evaluated, n ? "; the closest: " : ": ",
-          n ? arena_printf("%s (%s)", pe[0].spec, pe[0].reason)
-            : explore_no_plan_reason(last_shape, m->train.mesh, &fixed));
+  const char *why = !n            ? explore_no_plan_reason(last_shape, m->train.mesh, &fixed)
+                    : first_why[0] ? first_why
+                                   : arena_printf("%s: %s", pe[0].spec, pe[0].reason);
+  fprintf(stderr, "shardc: error: strategy auto%s: no plan of the %ld evaluated fits and can be "
+          "generated%s%s\n", fixed_spec[0] ? arena_printf(" with %s", fixed_spec) : "", evaluated,
+          n ? "; the closest: " : ": ", why);
   return NULL;
 }
 
@@ -761,7 +783,7 @@ static int run(Opts *o) {
     return 1;
   }
   PlanEval *chosen = NULL;
-  if (m->train.plan.is_auto && strcmp(o->cmd, "check") && m->train.mesh) {
+  if (m->train.plan.is_auto && m->train.mesh) {
     m = choose_auto(o, m, &chosen);
     if (!m) return 1;
   }

@@ -1015,6 +1015,7 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   t->batch = batch ? batch : 1;
   t->seq = seq;
   t->microbatch = micro;
+  t->microbatch_given = micro > 0;
   /* 0 is a valid number of steps (and seed): only absence means default. */
   t->steps = find_item(it, "steps") ? steps : 10;
   t->seed = find_item(it, "seed") ? seed : 1337;

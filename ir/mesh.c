@@ -361,6 +361,26 @@ void plan_str(const Plan *p, char *buf, int cap) {
 #undef ADD
 }
 
+void plan_str_given(const Plan *p, char *buf, int cap) {
+  int n = 0;
+  buf[0] = 0;
+#define ADD(bit, ...) \
+  if ((p->given & (bit)) && n < cap) n += snprintf(buf + n, (size_t)(cap - n), __VA_ARGS__)
+  ADD(PLAN_DP, "%sdp=%d", n ? "," : "", p->dp);
+  ADD(PLAN_TP, "%stp=%d", n ? "," : "", p->tp);
+  ADD(PLAN_TP2D, "%stp2d=%dx%d", n ? "," : "", p->tp2d, p->tp2d);
+  ADD(PLAN_SP, "%ssp=%s", n ? "," : "",
+      p->sp_kind == SP_RING ? arena_printf("ring:%d", p->sp) : p->sp_kind == SP_MEGATRON ? "megatron" : "none");
+  ADD(PLAN_PP, "%spp=%d", n ? "," : "", p->pp);
+  ADD(PLAN_SCHED, "%sschedule=%s", n ? "," : "",
+      p->schedule == SCHED_GPIPE ? "gpipe" : p->schedule == SCHED_1F1B ? "1f1b"
+                                           : arena_printf("interleaved:%d", p->vchunks));
+  ADD(PLAN_MB, "%smb=%d", n ? "," : "", p->mb);
+  ADD(PLAN_ZERO, "%szero=%d", n ? "," : "", p->zero);
+  ADD(PLAN_RECOMPUTE, "%srecompute=%s", n ? "," : "", plan_recompute_name(p->recompute));
+#undef ADD
+}
+
 Recompute plan_recompute_at(const Plan *p, int stage) {
   if (!p->nstage_recompute) return p->recompute;
   return p->stage_recompute[(p->pp > 0 ? stage % p->pp : 0) % p->nstage_recompute];

@@ -37,6 +37,7 @@ typedef struct TrainCfg {
   Mesh *mesh;
   int64_t batch;          /* sequences per optimizer step, all dp ranks */
   int64_t microbatch;     /* sequences per rank per forward pass */
+  bool microbatch_given;  /* written in the train block (the search keeps it) */
   int64_t seq;
   int64_t steps, seed;
   Optimizer opt;

@@ -212,7 +212,7 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     }
     ms->opt_states = pe > 0 ? st / pe : 0;
   }
-  if (m->train.microbatch > 0 && m->train.microbatch != m->train.batch) ms->fixed_b = (int)m->train.microbatch;
+  if (m->train.microbatch_given) ms->fixed_b = (int)m->train.microbatch;
   ms->param_elt = g->params.len ? ir_dtype_size(((Value *)g->params.data[0])->dtype) : 4;
   if (ms->elt == 2) {
     bool *seen = arena_alloc((size_t)g->values.len + 1);
@@ -791,9 +791,33 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   s.pad_head = true;   /* (ZeRO-3: its casts before each use) */
   s.rerun_layer = explore_recompute_as_megatron();
   const LCost *lc = costs(ms, hw, &s);
+  /* recompute per pipeline stage (recompute=full+none): each stage's
+   * layers priced under its own policy (by value: the memo may reuse) */
+  LCost byrc[3][3];
+  const LCost *lay_at[PLAN_MAXSTAGES];
+  for (int k = 0; k < p->pp && k < PLAN_MAXSTAGES; k++) lay_at[k] = &lc[1];
+  if (p->nstage_recompute) {
+    bool have[3] = {false, false, false};
+    for (int k = 0; k < p->pp && k < PLAN_MAXSTAGES; k++) {
+      int rk = (int)plan_recompute_at(p, k);
+      if (rk < 0 || rk > 2) rk = (int)p->recompute;
+      if (!have[rk]) {
+        Split sk = s;
+        sk.rc = (Recompute)rk;
+        memcpy(byrc[rk], costs(ms, hw, &sk), sizeof byrc[rk]);
+        have[rk] = true;
+      }
+      lay_at[k] = &byrc[rk][1];
+    }
+    lc = costs(ms, hw, &s);
+  }
   HwModel hg;
   if (graph) hw = cost_hw_graphed(hw, &hg);
   const LCost *pre = &lc[0], *lay = &lc[1], *post = &lc[2];
+  if (p->nstage_recompute && p->pp >= 1 && p->pp <= PLAN_MAXSTAGES) {
+    pre = lay_at[0] - 1;           /* the first stage's embedding, the last's head */
+    post = lay_at[p->pp - 1] + 1;
+  }
   double msg = explore_msg_time(ms, hw, me, p, b);
   /* stage partition */
   int n[PLAN_MAXSTAGES * 8];
@@ -830,11 +854,12 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     for (int c = 0; c < v; c++) {
       int vs = c * pp + k;
       double nl = n[vs] + half[vs];
-      tf[k] += nl * lay->f + (vs == 0 ? pre->f : 0) + (vs == S - 1 ? post->f : 0);
-      tb[k] += nl * lay->b + (vs == 0 ? pre->b : 0) + (vs == S - 1 ? post->b : 0);
-      prm[k] += nl * lay->params + (vs == 0 ? pre->params : 0) + (vs == S - 1 ? post->params : 0);
-      act[k] += nl * lay->act + (vs == 0 ? pre->act : 0) + (vs == S - 1 ? post->act : 0);
-      sent[k] += m * (nl * (lay->sent_f + lay->sent_b) +
+      const LCost *lk = lay_at[k];
+      tf[k] += nl * lk->f + (vs == 0 ? pre->f : 0) + (vs == S - 1 ? post->f : 0);
+      tb[k] += nl * lk->b + (vs == 0 ? pre->b : 0) + (vs == S - 1 ? post->b : 0);
+      prm[k] += nl * lk->params + (vs == 0 ? pre->params : 0) + (vs == S - 1 ? post->params : 0);
+      act[k] += nl * lk->act + (vs == 0 ? pre->act : 0) + (vs == S - 1 ? post->act : 0);
+      sent[k] += m * (nl * (lk->sent_f + lk->sent_b) +
                       (vs == 0 ? pre->sent_f + pre->sent_b : 0) +
                       (vs == S - 1 ? post->sent_f + post->sent_b : 0));
       if (S > 1) {
@@ -882,10 +907,10 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   {
     double nl0 = 0;
     for (int c = 0; c < v; c++) nl0 += n[c * pp] + half[c * pp];
-    out->t_gemm = m * nl0 * lay->gemm;
-    out->t_attn = m * nl0 * lay->attn;
-    out->t_elem = m * nl0 * lay->elem;
-    out->t_comm = m * nl0 * (lay->comm_f + lay->comm_b);
+    out->t_gemm = m * nl0 * lay_at[0]->gemm;
+    out->t_attn = m * nl0 * lay_at[0]->attn;
+    out->t_elem = m * nl0 * lay_at[0]->elem;
+    out->t_comm = m * nl0 * (lay_at[0]->comm_f + lay_at[0]->comm_b);
   }
   /* the microbatches through the pipeline: (m - 1) of the slowest rank,
    * plus one microbatch's way through every stage (fill and drain);
@@ -991,8 +1016,8 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     out->mem_kind[k][0] = prm[k] * ms->param_elt / zp + copies;   /* with their copies */
     out->mem_kind[k][1] = prm[k] * ms->param_elt / zg;
     out->mem_kind[k][2] = ostate;
-    out->mem_kind[k][3] = held + lay->act + (k == pp - 1 ? post->act : 0);
-    mem += held + lay->act + (k == pp - 1 ? post->act : 0);
+    out->mem_kind[k][3] = held + lay_at[k]->act + (k == pp - 1 ? post->act : 0);
+    mem += held + lay_at[k]->act + (k == pp - 1 ? post->act : 0);
     out->mem_stage[k] = mem;
     if (mem > peak) peak = mem;
   }
@@ -1015,9 +1040,19 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     for (int k = 0; k < pp; k++)
       if (out->mem_stage[k] > out->mem_stage[worst]) worst = k;
     out->feasible = false;
-    snprintf(out->reason, sizeof out->reason, "stage %d needs %.1f GB > %.1f GB", worst,
-             out->mem_stage[worst] / 1e9, me->mem_bytes / 1e9);
+    snprintf(out->reason, sizeof out->reason, "%s",
+             explore_mem_reason(worst, out->mem_stage[worst], (double)me->mem_bytes));
   }
+}
+
+const char *explore_mem_reason(int stage, double need, double have) {
+  double lo = need < have ? need : have;
+  double u = lo >= 1e9 ? 1e9 : lo >= 1e6 ? 1e6 : 1e3;
+  const char *un = u == 1e9 ? "GB" : u == 1e6 ? "MB" : "kB";
+  int dec = need / u >= 100 && have / u >= 100 ? 0 : 1;
+  /* one decimal, more where they would print alike */
+  while (dec < 4 && (int64_t)(need / u * pow(10, dec) + 0.5) == (int64_t)(have / u * pow(10, dec) + 0.5)) dec++;
+  return arena_printf("stage %d needs %.*f %s > %.*f %s", stage, dec, need / u, un, dec, have / u, un);
 }
 
 /* ---- the search ---- */
@@ -1059,6 +1094,10 @@ const char *explore_no_plan_reason(const ModelShape *ms, const Mesh *me, const P
   if ((given & PLAN_RECOMPUTE) && fx->recompute == RECOMPUTE_AUTO)
     return "recompute=auto is the compiler's choice per layer at compile time, not a key the search "
            "tries: give none, selective or full, or leave recompute out";
+  if ((given & PLAN_RECOMPUTE) && fx->nstage_recompute && (!(given & PLAN_PP) || fx->pp != fx->nstage_recompute))
+    return arena_printf("recompute with %d per-stage policies needs pp=%d (one policy a pipeline "
+                        "stage)%s", fx->nstage_recompute, fx->nstage_recompute,
+                        given & PLAN_PP ? arena_printf(", not pp=%d", fx->pp) : ": give pp too");
   int t = given & PLAN_TP ? fx->tp : 1, q = given & PLAN_TP2D ? fx->tp2d : 1;
   if ((given & PLAN_TP) && (!pow2(t) || t > 64))
     return arena_printf("the search tries tp = 1, 2, 4, ..., 64; tp=%d is not one of them", t);
@@ -1160,8 +1199,20 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
                   for (int z = 0; z <= 3; z++) {
                     if (z > 0 && dp * r < 2) continue;
                     if (given & PLAN_ZERO && z != fx->zero) continue;
-                    for (int rc = 0; rc < 3; rc++) {
-                      if (given & PLAN_RECOMPUTE && rc != (int)fx->recompute) continue;
+                    /* each uniform policy's memory per stage, for the
+                     * per-stage policy below */
+                    double mem_rc[3][PLAN_MAXSTAGES];
+                    bool have_rc[3] = {false, false, false};
+                    bool per_stage_fixed = (given & PLAN_RECOMPUTE) && fx->nstage_recompute;
+                    if (per_stage_fixed && pp != fx->nstage_recompute) continue;
+                    /* rc 0..2: none, selective, full on every stage; 3:
+                     * each stage the least recompute its memory allows
+                     * (pipelines only: the first stages hold the most
+                     * microbatches), or the fixed per-stage list */
+                    for (int rc = 0; rc < 4; rc++) {
+                      if (rc < 3 && per_stage_fixed) continue;
+                      if (rc < 3 && given & PLAN_RECOMPUTE && rc != (int)fx->recompute) continue;
+                      if (rc == 3 && !per_stage_fixed && ((given & PLAN_RECOMPUTE) || pp < 2)) continue;
                       Plan p;
                       plan_default(&p);
                       p.dp = dp;
@@ -1174,13 +1225,38 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
                       p.vchunks = v;
                       p.mb = m;
                       p.zero = z;
-                      p.recompute = (Recompute)rc;
+                      p.recompute = (Recompute)(rc < 3 ? rc : 0);
+                      if (rc == 3 && per_stage_fixed) {
+                        p.nstage_recompute = fx->nstage_recompute;
+                        memcpy(p.stage_recompute, fx->stage_recompute, sizeof p.stage_recompute);
+                        p.recompute = fx->recompute;
+                      } else if (rc == 3) {
+                        /* the weakest policy under which each stage fits,
+                         * from the uniform plans' stages (all three
+                         * evaluated); only where that mixes policies */
+                        if (!have_rc[0] || !have_rc[1] || !have_rc[2]) continue;
+                        int lo = 3, hi = -1;
+                        for (int k = 0; k < pp; k++) {
+                          int r = 0;
+                          while (r < 2 && mem_rc[r][k] > me->mem_bytes) r++;
+                          p.stage_recompute[k] = (Recompute)r;
+                          if (r < lo) lo = r;
+                          if (r > hi) hi = r;
+                        }
+                        if (lo == hi) continue;
+                        p.nstage_recompute = pp;
+                        p.recompute = (Recompute)hi;
+                      }
                       if (fx && fx->nstage_layers && pp == fx->pp) {
                         p.nstage_layers = fx->nstage_layers;
                         memcpy(p.stage_frac, fx->stage_frac, sizeof p.stage_frac);
                         memcpy(p.stage_layers, fx->stage_layers, sizeof p.stage_layers);
                       }
                       explore_eval(ms, hw, me, &p, b, true, e);
+                      if (rc < 3 && e->nstages == pp) {
+                        have_rc[rc] = true;
+                        for (int k = 0; k < pp; k++) mem_rc[rc][k] = e->mem_stage[k];
+                      }
                       count++;
                       if (o->points && o->npoints < o->cap_points)
                         o->points[o->npoints++] = (ExplorePoint){(float)e->step_s, (float)e->peak_mem, e->feasible};

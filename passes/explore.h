@@ -132,6 +132,9 @@ void explore_report_html(FILE *out, const ModelShape *ms, const HwModel *hw, con
 bool explore_recompute_as_megatron(void);
 /* Why explore_search found no plan (fx: the fixed keys, or NULL): a sentence. */
 const char *explore_no_plan_reason(const ModelShape *ms, const Mesh *me, const Plan *fx);
+/* "stage W needs X > Y" with X and Y in decimal units that tell them apart
+ * (GB, MB, kB: a 1 MB budget is not "0.0 GB"). */
+const char *explore_mem_reason(int stage, double need, double have);
 int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, ExploreOpts *o,
                    PlanEval *out, int cap, long *evaluated);
 

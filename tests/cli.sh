@@ -63,7 +63,7 @@ expect nul-byte 1 'contains a NUL byte' -- "$bin" check "$tmp/nul.shard"
 # check reports every error build would (but the C compiler's): no model,
 # strategy auto, a precision the target does not generate.
 expect empty-check 1 "^shardc: error: '.*/empty.shard' declares no model to check$" -- "$bin" check "$tmp/empty.shard"
-expect check-auto 1 'strategy auto is not implemented yet' -- "$bin" check samples/gpt.shard --strategy auto
+expect check-auto 0 '' -- "$bin" check samples/gpt.shard --strategy auto
 expect check-bf16 1 'gpt2-124m.shard:26:15: error: precision bf16 is not implemented yet by the cpu code generator' -- "$bin" check samples/gpt2-124m.shard
 expect build-bf16 1 'gpt2-124m.shard:26:15: error: precision bf16 is not implemented yet by the cpu code generator' -- "$bin" build samples/gpt2-124m.shard -o "$tmp/bf16"
 expect empty-compile 1 'declares no model' -- "$bin" compile "$tmp/empty.shard"
@@ -542,6 +542,21 @@ expect strategy-override 0 'strategy: dp=2,tp=2,mb=2 \(from --strategy\)' -- "$b
 expect strategy-eq-form 0 'strategy: dp=1,tp=4,mb=4 \(from --strategy\)' -- "$bin" compile samples/gpt.shard --strategy=tp=4
 expect strategy-dp-inferred 0 'strategy: dp=2,pp=2,schedule=gpipe' -- "$bin" compile samples/gpt.shard --strategy pp=2,schedule=gpipe
 expect strategy-auto 0 'strategy: dp=4.* \(from auto: the best of [0-9]+ plans, predicted' -- "$bin" compile samples/gpt.shard --strategy auto
+# the keys written beside auto are fixed (a partial SPEC, as explore's); the
+# block's microbatch is kept (microbatch = batch: only dp=1 plans); explore's
+# first plan is auto's (both compile the small model's best candidates);
+# per-stage recompute searched and priced stage by stage
+sed 's/  strategy = "dp=4"/  strategy = auto, tp = 2/' samples/gpt.shard >"$tmp/auto_tp.shard"
+expect auto-fixed-keys 0 'strategy: dp=2,tp=2,.*\(from auto: the best of [0-9]+ plans with tp=2, predicted' -- "$bin" compile "$tmp/auto_tp.shard" --emit=plan
+sed 's/microbatch = 4/microbatch = 16/; s/  strategy = "dp=4"/  strategy = auto/' samples/gpt.shard >"$tmp/auto_mb.shard"
+expect auto-block-microbatch 0 'strategy: dp=1,.*\(from auto' -- "$bin" compile "$tmp/auto_mb.shard" --emit=plan
+first=$("$bin" explore "$tmp/auto_mb.shard" --top 1 2>&1 | awk '$1 == "1" { print $2 }')
+expect auto-is-explore-first 0 "strategy: ${first//+/\\+} \(from auto" -- "$bin" compile "$tmp/auto_mb.shard" --emit=plan
+expect explore-stage-recompute 0 '^1 +dp=1,pp=4:1\+1\+1\+1,schedule=1f1b,mb=4,recompute=full\+full\+selective\+selective ' -- "$bin" explore samples/gpt.shard --strategy pp=4 --memory 8MB --top 3
+expect explore-stage-recompute-fixed 0 '^1 +dp=.*pp=2.*recompute=full\+none ' -- "$bin" explore samples/gpt.shard --strategy recompute=full+none --top 3
+expect explore-stage-recompute-pp 1 'recompute with 2 per-stage policies needs pp=2 \(one policy a pipeline stage\), not pp=4' -- "$bin" explore samples/gpt.shard --strategy pp=4,recompute=full+none
+expect explore-mem-units 0 'INFEASIBLE: stage 3 needs 15.7 MB > 8.0 MB' -- "$bin" explore samples/gpt.shard --strategy pp=4 --memory 8MB --top 3
+expect auto-mem-units 1 'strategy auto: no plan of the [0-9]+ evaluated fits .*stage 0 needs [0-9.]+ MB > 1.0 MB' -- "$bin" compile samples/gpt.shard --strategy auto --memory 1MB
 expect mesh-spec 0 'mesh:     2x4:H100_SXM = 8 x H100_SXM \(2 nodes x 4\)' -- "$bin" compile samples/gpt.shard --mesh 2x4:H100_SXM --strategy dp=2,tp=4
 expect mesh-spec-count 0 'strategy: dp=2,mb=2 ' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy dp=2
 expect mesh-microbatch 1 'microbatch 4 does not divide the per-rank batch 2 \(batch 16 / dp 8\)' -- "$bin" check samples/gpt.shard --mesh 8 --strategy dp=8
