@@ -346,6 +346,23 @@ static int num_item(Module *m, PtrVec *items, const char *key, double *out, doub
 
 /* ---- meshes ---- */
 
+/* The kind of the first unit in e ('s' a size: 80 GB; 'b' a bandwidth:
+ * 450 GB/s, 200 Gb/s; 'f' a FLOP rate: 989 TF/s), 0 when it has none;
+ * *unit its text. */
+static char unit_kind(const Expr *e, const char **unit) {
+  if (!e) return 0;
+  if (e->kind == E_UNIT && e->str) {
+    *unit = e->str;
+    size_t n = strlen(e->str);
+    if (n >= 3 && !strcmp(e->str + n - 3, "F/s")) return 'f';
+    if (n >= 2 && !strcmp(e->str + n - 2, "/s")) return 'b';
+    return 's';
+  }
+  char k = unit_kind(e->lhs, unit);
+  if (!k) k = unit_kind(e->rhs, unit);
+  return k;
+}
+
 static const char *const mesh_keys[] = {
     "devices", "nodes", "per_node", "device", "intra", "inter", "memory", "peak_bf16", "peak_fp32",
     "peak_tf32", "memory_bw", "launch_us", "intra_latency_us", "inter_latency_us", "link", "nics"};
@@ -433,6 +450,19 @@ static Mesh *check_mesh(Module *m, Decl *d) {
   };
   for (size_t k = 0; k < sizeof figs / sizeof figs[0]; k++) {
     double v;
+    /* a unit of the wrong kind (memory = 80 GB/s) is an error, not a
+     * number taken as it is */
+    Arg *fa = find_item(it, figs[k].key);
+    const char *unit = NULL;
+    char uk = fa ? unit_kind(fa->value, &unit) : 0;
+    char want = strstr(figs[k].what, "size") ? 's' : strstr(figs[k].what, "bandwidth") ? 'b'
+              : strstr(figs[k].what, "rate") ? 'f' : 'u';
+    if (uk && uk != want) {
+      static const char *const kind_names[] = {"a size", "a bandwidth", "a FLOP rate"};
+      diag_error(fa->value->loc, "'%s' must be %s, got %s ('%s')", figs[k].key, figs[k].what,
+                 want == 'u' ? "a unit" : kind_names[uk == 's' ? 0 : uk == 'b' ? 1 : 2], unit);
+      return NULL;
+    }
     int r = num_item(m, it, figs[k].key, &v, figs[k].lo, figs[k].hi, figs[k].what);
     if (r < 0) return NULL;
     if (r) *(double *)((char *)me + figs[k].off) = v * figs[k].scale;

@@ -1098,6 +1098,15 @@ const char *explore_no_plan_reason(const ModelShape *ms, const Mesh *me, const P
     return arena_printf("recompute with %d per-stage policies needs pp=%d (one policy a pipeline "
                         "stage)%s", fx->nstage_recompute, fx->nstage_recompute,
                         given & PLAN_PP ? arena_printf(", not pp=%d", fx->pp) : ": give pp too");
+  if ((given & PLAN_PP) && fx->nstage_layers) {
+    int want = 0;
+    for (int k = 0; k < fx->nstage_layers; k++) want += 100 * fx->stage_layers[k] + fx->stage_frac[k];
+    if (want != 100 * ms->layers)
+      return arena_printf("pp=%d: the stage sizes add up to %g layers, but the model has %d",
+                          fx->pp, want / 100.0, ms->layers);
+    if ((given & PLAN_SCHED) && fx->schedule == SCHED_INTERLEAVED)
+      return "interleaved chunks take no explicit stage sizes";
+  }
   int t = given & PLAN_TP ? fx->tp : 1, q = given & PLAN_TP2D ? fx->tp2d : 1;
   if ((given & PLAN_TP) && (!pow2(t) || t > 64))
     return arena_printf("the search tries tp = 1, 2, 4, ..., 64; tp=%d is not one of them", t);
@@ -1152,6 +1161,16 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
   long count = 0;
   const Plan *fx = o->fixed;
   unsigned given = fx ? fx->given : 0;
+  /* explicit stage sizes (pp=N:a+b+...) must cover the layers, and take
+   * no interleaving (passes/stage.c refuses both) */
+  if (fx && (given & PLAN_PP) && fx->nstage_layers) {
+    int want = 0;
+    for (int k = 0; k < fx->nstage_layers; k++) want += 100 * fx->stage_layers[k] + fx->stage_frac[k];
+    if (want != 100 * ms->layers) {
+      if (evaluated) *evaluated = 0;
+      return 0;
+    }
+  }
   PlanEval *e = malloc(sizeof *e);
   for (int t = 1; t <= N && t <= 64; t *= 2) {
     if (given & PLAN_TP && t != fx->tp) continue;
@@ -1196,6 +1215,7 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
                 for (int v = sc == SCHED_INTERLEAVED ? 2 : 1; v <= (sc == SCHED_INTERLEAVED ? 4 : 1); v *= 2) {
                   if (sc == SCHED_INTERLEAVED && (m % pp || ms->layers < pp * v)) continue;
                   if ((given & PLAN_SCHED) && sc == SCHED_INTERLEAVED && v != fx->vchunks) continue;
+                  if (sc == SCHED_INTERLEAVED && fx && fx->nstage_layers) continue;
                   for (int z = 0; z <= 3; z++) {
                     if (z > 0 && dp * r < 2) continue;
                     if (given & PLAN_ZERO && z != fx->zero) continue;

@@ -557,6 +557,16 @@ expect explore-stage-recompute-fixed 0 '^1 +dp=.*pp=2.*recompute=full\+none ' --
 expect explore-stage-recompute-pp 1 'recompute with 2 per-stage policies needs pp=2 \(one policy a pipeline stage\), not pp=4' -- "$bin" explore samples/gpt.shard --strategy pp=4,recompute=full+none
 expect explore-mem-units 0 'INFEASIBLE: stage 3 needs 15.7 MB > 8.0 MB' -- "$bin" explore samples/gpt.shard --strategy pp=4 --memory 8MB --top 3
 expect auto-mem-units 1 'strategy auto: no plan of the [0-9]+ evaluated fits .*stage 0 needs [0-9.]+ MB > 1.0 MB' -- "$bin" compile samples/gpt.shard --strategy auto --memory 1MB
+# explicit stage sizes that do not cover the model: refused before the search
+expect explore-stage-sizes 1 'matches --strategy pp=2:1\+1: pp=2: the stage sizes add up to 2 layers, but the model has 4' -- "$bin" explore samples/gpt.shard --strategy pp=2:1+1
+expect explore-stage-sizes-no-interleave 0 '^4 +dp=2,pp=2:0.5\+3.5,schedule=(1f1b|gpipe)' -- "$bin" explore samples/gpt.shard --top 4 --strategy pp=2:0.5+3.5
+# a mesh figure with a unit of the wrong kind is an error at the figure
+for kv in "memory = 80 GB/s|'memory' must be a size such as 80 GB, got a bandwidth \('GB/s'\)" \
+          "intra = 450 GiB|'intra' must be a bandwidth such as 450 GB/s, got a size \('GiB'\)" \
+          "peak_fp32 = 67 GB|'peak_fp32' must be a rate such as 67 TF/s, got a size \('GB'\)"; do
+  sed "s|mesh laptop { devices = 4, device = cpu }|mesh laptop { devices = 4, device = cpu, ${kv%%|*} }|" samples/gpt.shard >"$tmp/units.shard"
+  expect "mesh-unit ${kv%%|*}" 1 "units.shard:17:[0-9]+: error: ${kv#*|}" -- "$bin" check "$tmp/units.shard"
+done
 expect mesh-spec 0 'mesh:     2x4:H100_SXM = 8 x H100_SXM \(2 nodes x 4\)' -- "$bin" compile samples/gpt.shard --mesh 2x4:H100_SXM --strategy dp=2,tp=4
 expect mesh-spec-count 0 'strategy: dp=2,mb=2 ' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy dp=2
 expect mesh-microbatch 1 'microbatch 4 does not divide the per-rank batch 2 \(batch 16 / dp 8\)' -- "$bin" check samples/gpt.shard --mesh 8 --strategy dp=8
