@@ -21,6 +21,7 @@
  *   --save-every; at the end --save and the summary.
  */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2553,6 +2554,9 @@ static int train(Trainer *t, long step, int say) {
 }
 
 int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **argv) {
+  /* Over a file size limit (ulimit -f) a write fails with EFBIG, which the
+   * save and the log report, rather than killing the run without a word */
+  signal(SIGXFSZ, SIG_IGN);
   rt_malloc_setup();
   rt_blas_setup(argc, argv); /* may run the program again: before MPI */
   rt_bind_shared_cores();    /* more ranks than cores: one core each, round robin */

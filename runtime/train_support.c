@@ -204,8 +204,12 @@ int rt_train_args_parse(RtTrainArgs *a, const RtProgram *pg, int argc, char **ar
         fprintf(stderr, "train: error: %s needs a value (see --help)\n", arg);
       return -1;
     }
-    if (v && !*v && !bad)
-      bad = "an empty value";
+    if (v && !*v && !bad) {
+      if (print) /* arg: the flag, or FLAG= */
+        fprintf(stderr, "train: error: %.*s needs a non-empty value, got ''\n",
+                (int)strcspn(arg, "="), arg);
+      return -1;
+    }
     if (bad) {
       if (print)
         fprintf(stderr, "train: error: %s, got '%s'\n", bad, v ? v : "");

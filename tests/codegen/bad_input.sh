@@ -22,6 +22,11 @@ train "$m" --steps 1 --data "$tmp/nope.txt"
 expect_fail "missing data" "$tmp/nope.txt: cannot open data file: No such file"
 train "$m" --steps 1 --data "$tmp"
 expect_fail "unreadable data (a directory)" "$tmp: data file is not a regular file"
+# A FIFO: refused as a directory is (open() used to wait for a writer
+# forever)
+mkfifo "$tmp/in.fifo"
+TRAIN_TIMEOUT=20 train "$m" --steps 1 --data "$tmp/in.fifo"
+expect_fail "data from a FIFO" "in.fifo: data file is not a regular file"
 printf 'too short' >"$tmp/short.txt"
 train "$m" --steps 1 --data "$tmp/short.txt"
 expect_fail "data shorter than a batch" "short.txt: 9 tokens .* shorter than one batch of B=4 windows of T=32"
@@ -32,6 +37,14 @@ expect_fail "token out of vocabulary" "oov.bin: token id 300 at byte offset 600 
 # ---- checkpoints ----
 train "$m" --steps 3 --load "$tmp/nope.ckpt"
 expect_fail "missing checkpoint" "nope.ckpt"
+TRAIN_TIMEOUT=20 train "$m" --steps 3 --load "$tmp/in.fifo"
+expect_fail "a FIFO as the checkpoint" "in.fifo: not a regular file"
+# An empty value names its flag
+for flag in --data --load --save --log; do
+  train "$m" --steps 1 $flag ''
+  [ $rc -eq 2 ] && grep -q "^train: error: $flag needs a non-empty value, got ''$" <<<"$out" && ok ||
+    bad "$flag '': the message does not name the flag (exit $rc): $out"
+done
 edit "$tmp/good.ckpt" "$tmp/hdr.ckpt" header
 train "$m" --steps 3 --load "$tmp/hdr.ckpt"
 expect_fail "wrong header" "hdr.ckpt"
@@ -90,6 +103,14 @@ edit "$tmp/good.ckpt" "$tmp/inf.ckpt" poison ln.weight
 train "$m" --steps 5 --load "$tmp/inf.ckpt" --save "$tmp/run.ckpt"
 expect_fail "inf in the weights" "step 3: the loss is (NaN|infinite); stopping without saving \(.*run.ckpt keeps its last good state\)"
 [ "$(md5sum <"$tmp/run.ckpt")" = "$sum" ] && ok || bad "the checkpoint changed after a NaN loss"
+# Over a file size limit the save fails with a message (SIGXFSZ used to
+# kill the run silently), the existing file intact
+cp "$tmp/good.ckpt" "$tmp/big.ckpt"
+half=$(($(stat -c %s "$tmp/good.ckpt") / 1024))   # half the checkpoint, in 512-byte blocks
+out=$(ulimit -f $half; timeout 300 "$m/train" --steps 2 --save "$tmp/big.ckpt" 2>&1); rc=$?
+expect_fail "a save over the file size limit" "big.ckpt: (write|flush) of temporary file .* failed: File too large \(over the process's file size limit: ulimit -f\)"
+[ "$(md5sum <"$tmp/big.ckpt")" = "$sum" ] && ok || bad "a save over the file size limit changed the checkpoint"
+rm -f "$tmp"/big.ckpt.tmp.*
 # SIGKILL in the middle of writing the checkpoint (test hook): the previous
 # file is intact and still loads; the temporary file is left behind.
 cp "$tmp/good.ckpt" "$tmp/run.ckpt"

@@ -849,6 +849,13 @@ static void one_rank_tests(void) {
            "last good state)", dir);
   ASSERT_IN(line, R.err);
   ASSERT_TRUE(access(at("nan.st"), F_OK) != 0);
+  /* usage errors name the flag of an empty value */
+  train(0, "one", "--save=", NULL);
+  ASSERT_RC(2);
+  ASSERT_IN("train: error: --save needs a non-empty value, got ''\n", R.err);
+  train(0, "one", "--log=", NULL);
+  ASSERT_RC(2);
+  ASSERT_IN("train: error: --log needs a non-empty value, got ''\n", R.err);
   /* the launch: one rank planned, two launched */
   train(0, "one", "", "OMPI_COMM_WORLD_SIZE=2");
   ASSERT_RC(1);
