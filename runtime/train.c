@@ -1834,6 +1834,21 @@ static int any_rank(Trainer *t, int x) {
   return x;
 }
 
+/* What a run stopped before its save leaves at --save: " (FILE keeps its
+ * last good state)" where FILE exists (an earlier run's, or this run's
+ * --save-every: a save never writes a non-finite value), " (nothing was
+ * saved)" where it does not; "" without --save. */
+static const char *save_left(const Trainer *t, char *buf, size_t cap) {
+  const char *save = t->args.save;
+  if (!save)
+    return "";
+  if (access(save, F_OK) == 0)
+    snprintf(buf, cap, " (%s keeps its last good state)", save);
+  else
+    snprintf(buf, cap, " (nothing was saved)");
+  return buf;
+}
+
 /* A loss above RT_DIVERGENCE_FACTOR times this run's first one (when that
  * is positive): warned about once; with --stop-on-divergence an error that
  * stops the run before this step's update, as a non-finite loss does.
@@ -1860,11 +1875,10 @@ static int diverging(Trainer *t, long step, double loss) {
   fflush(stdout);
   if (isatty(fileno(stdout)) && isatty(fileno(stderr)))
     fputc('\n', stderr); /* past the progress line */
-  const char *save = t->args.save;
+  char left[4200];
   if (stop)
-    fprintf(stderr, "train: error: %s: training diverged; stopping without saving%s%s%s; lower "
-                    "the learning rate\n", what, save ? " (" : "", save ? save : "",
-            save ? " keeps its last good state)" : "");
+    fprintf(stderr, "train: error: %s: training diverged; stopping without saving%s; lower "
+                    "the learning rate\n", what, save_left(t, left, sizeof left));
   else
     fprintf(stderr, "train: warning: %s: training is diverging; lower the learning rate, or pass "
                     "--stop-on-divergence to stop such a run\n", what);
@@ -1894,13 +1908,13 @@ static int run_step(Trainer *t, long step, double *loss, double *lr, double *gsc
       checked = 1;
       if (!isfinite(*loss) || !isfinite(norm)) {
         double x = isfinite(*loss) ? norm : *loss;
-        const char *save = t->args.save;
+        char left[4200];
         if (t->rank == 0)
           fprintf(stderr,
-                  "train: error: step %ld: the %s is %s; stopping without saving%s%s%s; "
+                  "train: error: step %ld: the %s is %s; stopping without saving%s; "
                   "check the data, the learning rate and any checkpoint loaded\n",
                   step + 1, isfinite(*loss) ? "gradient norm" : "loss", isnan(x) ? "NaN" : "infinite",
-                  save ? " (" : "", save ? save : "", save ? " keeps its last good state)" : "");
+                  save_left(t, left, sizeof left));
         return 1;
       }
       if (diverging(t, step, *loss))

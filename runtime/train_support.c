@@ -705,6 +705,45 @@ static const void *tripwire(const RtStSpec *s, const void **data, int n, size_t 
   return start;
 }
 
+/* The first element of tensors s[0..n) at data[] that is not finite: the
+ * tensor's index (-1: every element is finite), *at the element's index in
+ * it and *what "NaN", "+inf" or "-inf".  One pass over the bytes: an
+ * integer test of the exponent bits, which the compiler vectorizes; only
+ * a tensor that fails it is scanned again for the element. */
+static int find_nonfinite(const RtStSpec *s, const void *const *data, int n, size_t es,
+                          int64_t *at, const char **what) {
+  for (int i = 0; i < n; i++) {
+    size_t m = 1;
+    for (int k = 0; k < s[i].ndim; k++)
+      m *= (size_t)s[i].shape[k];
+    const unsigned char *x = data[i];
+    unsigned bad = 0;
+    if (es == 8)
+      for (size_t j = 0; j < m; j++) {
+        uint64_t u;
+        memcpy(&u, x + 8 * j, 8);
+        bad |= (u & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
+      }
+    else
+      for (size_t j = 0; j < m; j++) {
+        uint32_t u;
+        memcpy(&u, x + 4 * j, 4);
+        bad |= (u & 0x7F800000u) == 0x7F800000u;
+      }
+    if (!bad)
+      continue;
+    for (size_t j = 0; j < m; j++) {
+      double v = es == 8 ? ((const double *)data[i])[j] : (double)((const float *)data[i])[j];
+      if (!isfinite(v)) {
+        *at = (int64_t)j;
+        *what = isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf";
+        return i;
+      }
+    }
+  }
+  return -1;
+}
+
 int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int np, const unsigned char *base,
                  long step, const char *path) {
   RtStSpec *s;
@@ -712,6 +751,24 @@ int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int np, const unsigned 
   int n = ckpt_specs(pg, ps, np, &s, &data, 1, base);
   if (n < 0)
     return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", path);
+  /* A diverged update (the loss and the norm are checked before it, not
+   * its result) must not replace the last good checkpoint. */
+  int64_t at;
+  const char *what;
+  int bad = find_nonfinite(s, (const void *const *)data, n, elt(pg), &at, &what);
+  if (bad >= 0) {
+    struct stat st;
+    int kept = stat(path, &st) == 0;
+    int rc = rt_errorf(RT_ERR_ARG,
+                       "after step %ld, tensor '%s' holds %s at element %lld: not saving %s "
+                       "(%s); training diverged: lower the learning rate or check the "
+                       "optimizer's settings",
+                       step, s[bad].name, what, (long long)at, path,
+                       kept ? "it keeps its last good state" : "nothing was saved");
+    free(data);
+    free_specs(s, n);
+    return rc;
+  }
   const char *hook = getenv("SHARDC_TEST_DIE_IN_SAVE");
   if (hook && *hook && strcmp(hook, "0"))
     tripwire(s, data, n, elt(pg));
@@ -768,6 +825,15 @@ int rt_ckpt_load(const RtProgram *pg, const RtParam *ps, int np, unsigned char *
   /* Everything was validated above; a read failure now ends the program. */
   for (int j = 0; rc == RT_OK && j < n; j++)
     rc = rt_st_read(f, s[j].name, s[j].dtype, s[j].ndim, s[j].shape, (void *)dst[j]);
+  /* Training from a NaN or an infinity only spreads it (a factor's fails
+   * the eigendecomposition, a parameter's the first loss): refused here,
+   * naming the tensor. */
+  int64_t at;
+  const char *what;
+  int bad = rc == RT_OK ? find_nonfinite(s, (const void *const *)dst, n, elt(pg), &at, &what) : -1;
+  if (bad >= 0)
+    rc = rt_errorf(RT_ERR_FORMAT, "checkpoint %s: tensor '%s' holds %s at element %lld", path,
+                   s[bad].name, what, (long long)at);
   free(dst);
   free_specs(s, n);
   rt_st_close(f);

@@ -272,11 +272,16 @@ static void finish_arena(RtProgram *pg, size_t persistent) {
 }
 
 /* The linear classifier: one rank ("one", "f64", "nan", "sgd", "ref",
- * "diverge": AdamW at lr 10), or dp=2 ("dp2_range", "dp2_bucket", "zero1",
- * "zero3", "diverge2"; "zero3_unflagged": zero3's tables without their
- * parameter-shard flag, which the driver must refuse). */
+ * "diverge": AdamW at lr 10; "blowup": SGD at lr 1e39, whose first update
+ * leaves the weights infinite with a finite loss), or dp=2 ("dp2_range",
+ * "dp2_bucket", "zero1", "zero3", "diverge2", "blowup2"; "zero3_unflagged":
+ * zero3's tables without their parameter-shard flag, which the driver must
+ * refuse). */
 static int linear_program(const char *v) {
-  int dp = !strncmp(v, "dp2", 3) || !strncmp(v, "zero", 4) || !strcmp(v, "diverge2") ? 2 : 1;
+  int dp = !strncmp(v, "dp2", 3) || !strncmp(v, "zero", 4) || !strcmp(v, "diverge2") ||
+                   !strcmp(v, "blowup2")
+               ? 2
+               : 1;
   L.zero = !strcmp(v, "zero1") ? 1 : !strncmp(v, "zero3", 5) ? 3 : 0;
   L.bucket = !strcmp(v, "dp2_bucket");
   L.mb = dp == 2 ? 1 : 2;
@@ -289,6 +294,8 @@ static int linear_program(const char *v) {
     pg->opt = RT_OPT_SGD, pg->momentum = 0.9, pg->lr = 0.2;
   if (!strncmp(v, "diverge", 7))
     pg->lr = 10, pg->cosine = 0;
+  if (!strncmp(v, "blowup", 6))
+    pg->opt = RT_OPT_SGD, pg->lr = 1e39, pg->cosine = 0;
   size_t es = (size_t)L.es;
   top = 0;
   RtParam *ps = params[0];
@@ -488,7 +495,7 @@ static int mlp_program(const char *v) {
 static int child_main(const char *v, int argc, char **argv) {
   static const char *const linear[] = {"one", "f64", "nan", "sgd", "ref", "dp2_range",
                                        "dp2_bucket", "zero1", "zero3", "diverge", "diverge2",
-                                       "zero3_unflagged", NULL};
+                                       "zero3_unflagged", "blowup", "blowup2", NULL};
   memset(&L, 0, sizeof L);
   L.f64 = !strcmp(v, "f64");
   L.es = L.f64 ? 8 : 4;
@@ -774,13 +781,44 @@ static void divergence(int np, const char *v) {
   ASSERT_RC(1);
   snprintf(line, sizeof line, "train: error: step %d: the loss ", over + 1);
   ASSERT_IN(line, R.err);
-  snprintf(line, sizeof line,
-           " at step 1): training diverged; stopping without saving (%s/%s.st keeps its last "
-           "good state); lower the learning rate\n", dir, v);
+  /* no file at --save: nothing to keep (it said "keeps its last good state") */
+  ASSERT_IN(" at step 1): training diverged; stopping without saving (nothing was saved); "
+            "lower the learning rate\n", R.err);
   ASSERT_IN(line, R.err);
   ASSERT_NOT_IN("saved:", R.out);
   snprintf(flags, sizeof flags, "%s.st", v);
   ASSERT_TRUE(access(at(flags), F_OK) != 0);
+}
+
+/* SGD at lr 1e39 (np ranks): the first step's loss is finite, its update
+ * leaves infinite weights, which no save writes: not --steps 1 --save
+ * (exit 1, nothing written), nor --save-every over an existing file (kept
+ * byte for byte); the message names the tensor, the element and the
+ * step. */
+static void nonfinite_save(int np, const char *v) {
+  char flags[256], name[64], keep[64];
+  snprintf(flags, sizeof flags, "--steps 1 --save @/%s.st", v);
+  train(np, v, flags, NULL);
+  ASSERT_RC(1);
+  ASSERT_IN("train: error: after step 1, tensor 'lin.weight' holds ", R.err);
+  ASSERT_IN("inf at element 0: not saving ", R.err);
+  ASSERT_IN(".st (nothing was saved); training diverged: lower the learning rate or check the "
+            "optimizer's settings\n", R.err);
+  ASSERT_NOT_IN("saved:", R.out);
+  snprintf(name, sizeof name, "%s.st", v);
+  ASSERT_TRUE(access(at(name), F_OK) != 0);
+  snprintf(flags, sizeof flags, "--steps 0 --save @/%s.st", v);
+  train(np, v, flags, NULL);
+  ASSERT_RC(0);
+  snprintf(keep, sizeof keep, "%s_keep.st", v);
+  snprintf(flags, sizeof flags, "cp %s %s", at(name), at(keep));
+  ASSERT(0, system(flags));
+  snprintf(flags, sizeof flags, "--load @/%s.st --steps 3 --save @/%s.st --save-every 1", v, v);
+  train(np, v, flags, NULL);
+  ASSERT_RC(1);
+  ASSERT_IN(".st (it keeps its last good state); training diverged", R.err);
+  ASSERT_NOT_IN("saved:", R.out);
+  ASSERT_SAME_FILE(name, keep);
 }
 
 #ifndef RT_TEST_TRAIN_MPI
@@ -844,11 +882,17 @@ static void one_rank_tests(void) {
   /* a NaN loss stops the run before it is saved */
   train(0, "nan", "--save @/nan.st", NULL);
   ASSERT_RC(1);
-  snprintf(line, sizeof line,
-           "train: error: step 3: the loss is NaN; stopping without saving (%s/nan.st keeps its "
-           "last good state)", dir);
-  ASSERT_IN(line, R.err);
+  ASSERT_IN("train: error: step 3: the loss is NaN; stopping without saving (nothing was "
+            "saved)", R.err);
   ASSERT_TRUE(access(at("nan.st"), F_OK) != 0);
+  /* ... and where the file exists, it keeps it */
+  train(0, "nan", "--save @/one_5.st", NULL);
+  ASSERT_RC(1);
+  snprintf(line, sizeof line,
+           "train: error: step 3: the loss is NaN; stopping without saving (%s/one_5.st keeps "
+           "its last good state)", dir);
+  ASSERT_IN(line, R.err);
+  nonfinite_save(0, "blowup");
   /* usage errors name the flag of an empty value */
   train(0, "one", "--save=", NULL);
   ASSERT_RC(2);
@@ -913,6 +957,7 @@ static void mesh_tests(void) {
   ASSERT_NOT_IN("step 1", R.out);
   /* every rank stops alike (no hang) */
   divergence(2, "diverge2");
+  nonfinite_save(2, "blowup2");
   train(1, "dp2_bucket", "", NULL);
   ASSERT_RC(1);
   ASSERT_IN("train: error: this program is planned for 2 ranks (mesh test: dp=2) but runs on 1; "
