@@ -77,6 +77,7 @@ struct RtTrainer {
    * where the walk over this rank's blocks stands (roots_one resumes
    * there: each due block is visited once a step, however many there are) */
   int roots_due, roots_phase;
+  long roots_step;         /* the step (0-based) whose roots these are */
   int rc_i;                /* the parameter */
   int64_t rc_bi, rc_bj;    /* its next block */
   int64_t rc_base;         /* the parameter's first entry of root_phase */
@@ -1497,6 +1498,7 @@ static void roots_begin(Trainer *t, long s) {
   t->roots_due = pg->opt == RT_OPT_SHAMPOO && o >= 0 &&
                  (o == 0 || pg->root_phase || o % pg->precondition_every == 0);
   t->roots_phase = o > 0 && pg->root_phase ? (int)(o % pg->precondition_every) : -1;
+  t->roots_step = s;
   t->rc_i = 0;
   t->rc_bi = t->rc_bj = t->rc_base = 0;
   if (t->roots_due && pg->nunits && !t->unit_owner)
@@ -1554,8 +1556,14 @@ static int roots_one(Trainer *t) {
           continue;
         RtShampooArgs a = blocked_args(t, 1, 0, 1);
         int rc = unit_roots(t, p, bi, bj, &a);
-        if (rc != RT_OK)
-          fail(t, rt_last_error());
+        if (rc != RT_OK) { /* which tensor, block (its checkpoint name's) and step */
+          char msg[4096];
+          snprintf(msg, sizeof msg, "step %ld: shampoo: '%s', block %lld (row %lld, column "
+                   "%lld; checkpoint tensors optimizer.%s.shampoo.*.%lld), %s",
+                   t->roots_step + 1, p->name, (long long)(gi * gnbc + gj), (long long)gi,
+                   (long long)gj, p->name, (long long)(gi * gnbc + gj), rt_last_error());
+          fail(t, msg);
+        }
         t->rc_bj++; /* the next call goes on after this block */
         return 1;
       }

@@ -28,6 +28,7 @@
 
 #include "rt_test.h"
 #include "dist_formulas.h"
+#include "rt_optim.h"
 #include "rt_train.h"
 #ifdef RT_TEST_TRAIN_MPI
 #include "dist.h"
@@ -45,6 +46,8 @@ typedef struct Layout {
   int zero;          /* ZeRO stage of the linear model, 0 none */
   int bucket;        /* linear, no ZeRO: the gradients all-reduced by one overlapped bucket */
   long nan_from;     /* the loss is NaN from this step on (-1: never) */
+  long poison_at;    /* shampoo_nan: the forward of this step writes NaN into a factor */
+  size_t poison;     /* ... at this arena offset (lin.weight's block 1's L) */
   /* byte offsets in the arena (stash: in the microbatch's stash slot) */
   size_t W, b, dW, db, x, y, logits, dlogits;
   size_t pfull, gfull, gshard, scratch;  /* ZeRO: gathered params, flat grads, the summed shard */
@@ -100,6 +103,9 @@ static double linear_forward(RtPass *p) {
 #endif
   linear_fwd(AT(p, L.logits), AT(p, L.x), AT(p, W), AT(p, b), L.R, K, C);
   double loss = xent_fwd(AT(p, L.logits), AT(p, L.y));
+  if (L.poison && p->step == L.poison_at) /* state gone bad (as an overflow would leave it) */
+    for (int i = 0; i < 16; i++)
+      ((float *)AT(p, L.poison))[i] = NAN;
   return L.nan_from >= 0 && p->step >= L.nan_from ? NAN : loss;
 }
 
@@ -205,6 +211,12 @@ static void add_state(RtParam *ps, int n, const RtProgram *pg) {
     if (ps[i].grad < 0)
       continue;
     size_t bytes = ps[i].numel * (size_t)L.es;
+    if (pg->opt == RT_OPT_SHAMPOO) {
+      ps[i].opt = (int64_t)take((size_t)rt_shampoo_state_elems(ps[i].ndim, ps[i].shape,
+                                                               pg->block, pg->beta1 > 0,
+                                                               pg->graft) * (size_t)L.es);
+      continue;
+    }
     if (pg->opt == RT_OPT_ADAMW || pg->momentum > 0)
       ps[i].opt = (int64_t)take(bytes);
     if (pg->opt == RT_OPT_ADAMW)
@@ -273,9 +285,11 @@ static void finish_arena(RtProgram *pg, size_t persistent) {
 
 /* The linear classifier: one rank ("one", "f64", "nan", "sgd", "ref",
  * "diverge": AdamW at lr 10; "blowup": SGD at lr 1e39, whose first update
- * leaves the weights infinite with a finite loss), or dp=2 ("dp2_range",
- * "dp2_bucket", "zero1", "zero3", "diverge2", "blowup2"; "zero3_unflagged":
- * zero3's tables without their parameter-shard flag, which the driver must
+ * leaves the weights infinite with a finite loss; "shampoo": Shampoo in
+ * blocks of 4, roots every step; "shampoo_nan": the same, a factor turned
+ * NaN by the forward of step 2), or dp=2 ("dp2_range", "dp2_bucket",
+ * "zero1", "zero3", "diverge2", "blowup2"; "zero3_unflagged": zero3's
+ * tables without their parameter-shard flag, which the driver must
  * refuse). */
 static int linear_program(const char *v) {
   int dp = !strncmp(v, "dp2", 3) || !strncmp(v, "zero", 4) || !strcmp(v, "diverge2") ||
@@ -296,6 +310,11 @@ static int linear_program(const char *v) {
     pg->lr = 10, pg->cosine = 0;
   if (!strncmp(v, "blowup", 6))
     pg->opt = RT_OPT_SGD, pg->lr = 1e39, pg->cosine = 0;
+  if (!strncmp(v, "shampoo", 7)) {
+    pg->opt = RT_OPT_SHAMPOO, pg->block = 4, pg->graft = RT_GRAFT_ADAM, pg->root = RT_ROOT_EIGH;
+    pg->start_preconditioning = 0, pg->precondition_every = 1, pg->graft_eps = 1e-8;
+    pg->eps = 1e-6;
+  }
   size_t es = (size_t)L.es;
   top = 0;
   RtParam *ps = params[0];
@@ -339,6 +358,14 @@ static int linear_program(const char *v) {
     ps[0] = tensor("lin.weight", C, K, L.W, (int64_t)L.dW, RT_INIT_NORMAL, 0.1, 1);
     ps[1] = tensor("lin.bias", C, 0, L.b, (int64_t)L.db, RT_INIT_ZEROS, 0, 0);
     add_state(ps, 2, pg);
+    if (pg->opt == RT_OPT_SHAMPOO) { /* the workspace; lin.weight's blocks: 4x4 */
+      int64_t dbl, ints;
+      pg->opt_work_offset = (int64_t)take((size_t)rt_shampoo_work(16, 4, L.es, &dbl, &ints));
+      if (!strcmp(v, "shampoo_nan"))
+        L.poison_at = 1, L.poison = (size_t)ps[0].opt +
+                                     (size_t)(rt_shampoo_head(C * K, 1, RT_GRAFT_ADAM) +
+                                              rt_shampoo_block_off(C, K, 4, 0, 1)) * (size_t)L.es;
+    }
     size_t persistent = top;
     L.x = take((size_t)L.R * K * es);
     L.y = take((size_t)L.R * 4);
@@ -495,7 +522,8 @@ static int mlp_program(const char *v) {
 static int child_main(const char *v, int argc, char **argv) {
   static const char *const linear[] = {"one", "f64", "nan", "sgd", "ref", "dp2_range",
                                        "dp2_bucket", "zero1", "zero3", "diverge", "diverge2",
-                                       "zero3_unflagged", "blowup", "blowup2", NULL};
+                                       "zero3_unflagged", "blowup", "blowup2", "shampoo",
+                                       "shampoo_nan", NULL};
   memset(&L, 0, sizeof L);
   L.f64 = !strcmp(v, "f64");
   L.es = L.f64 ? 8 : 4;
@@ -900,6 +928,16 @@ static void one_rank_tests(void) {
   train(0, "one", "--log=", NULL);
   ASSERT_RC(2);
   ASSERT_IN("train: error: --log needs a non-empty value, got ''\n", R.err);
+  /* a checkpoint with a NaN: refused at load, naming the tensor */
+  train(0, "shampoo", "--steps 2 --save @/sh.st", NULL);
+  ASSERT_RC(0);
+  train(0, "shampoo", "--load @/sh.st --steps 4", NULL);
+  ASSERT_RC(0);
+  train(0, "shampoo_nan", "--steps 2 --save @/sh.st", NULL);
+  ASSERT_RC(1);
+  ASSERT_IN("train: error: step 2: shampoo: 'lin.weight', block 1 (row 0, column 1; checkpoint "
+            "tensors optimizer.lin.weight.shampoo.*.1), factor L (4x4): the eigendecomposition "
+            "failed (LAPACK dsyevd info ", R.err);
   /* the launch: one rank planned, two launched */
   train(0, "one", "", "OMPI_COMM_WORLD_SIZE=2");
   ASSERT_RC(1);
