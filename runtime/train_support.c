@@ -705,6 +705,37 @@ static const void *tripwire(const RtStSpec *s, const void **data, int n, size_t 
   return start;
 }
 
+static const char *opt_name(const RtProgram *pg) {
+  return pg->opt == RT_OPT_ADAMW     ? "adamw"
+         : pg->opt == RT_OPT_SGD     ? "sgd"
+         : pg->opt == RT_OPT_SHAMPOO ? "shampoo"
+                                     : "adafactor";
+}
+
+/* A checkpoint that does not match the program because another optimizer
+ * (or Shampoo with another block) wrote it: its tensor lists say what
+ * differs, this line why and what loads.  Inserted after the message's
+ * first line; nothing when the file names no optimizer or the same one. */
+static int explain_optimizer(const RtStFile *f, const RtProgram *pg, int rc) {
+  const char *fo = rt_st_meta(f, "optimizer"), *fb = rt_st_meta(f, "shampoo_block");
+  char theirs[160], mine[64];
+  snprintf(theirs, sizeof theirs, "%.40s%s%.20s%s", fo ? fo : "", fb ? " (block " : "",
+           fb ? fb : "", fb ? ")" : "");
+  snprintf(mine, sizeof mine, "%s", opt_name(pg));
+  if (pg->opt == RT_OPT_SHAMPOO)
+    snprintf(mine, sizeof mine, "shampoo (block %d)", pg->block);
+  /* a file without the block (older) names the optimizer only */
+  if (!fo || !strcmp(theirs, mine) || (!fb && !strcmp(fo, opt_name(pg))))
+    return rc;
+  char prev[4096];
+  snprintf(prev, sizeof prev, "%s", rt_last_error());
+  size_t first = strcspn(prev, "\n");
+  return rt_errorf(rc, "%.*s\n  optimizer: the checkpoint was written by %s, this program trains "
+                       "with %s: its parameters alone load from a copy without the optimizer.* "
+                       "tensors and the \"step\" metadata (the optimizer then starts from zero)%s",
+                   (int)first, prev, theirs, mine, prev + first);
+}
+
 /* The first element of tensors s[0..n) at data[] that is not finite: the
  * tensor's index (-1: every element is finite), *at the element's index in
  * it and *what "NaN", "+inf" or "-inf".  One pass over the bytes: an
@@ -783,10 +814,11 @@ int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int np, const unsigned 
   if (rc == RT_OK)
     rc = rt_st_add_meta(w, "model", pg->name);
   if (rc == RT_OK)
-    rc = rt_st_add_meta(w, "optimizer", pg->opt == RT_OPT_ADAMW     ? "adamw"
-                                        : pg->opt == RT_OPT_SGD     ? "sgd"
-                                        : pg->opt == RT_OPT_SHAMPOO ? "shampoo"
-                                                                    : "adafactor");
+    rc = rt_st_add_meta(w, "optimizer", opt_name(pg));
+  char blockbuf[32];
+  snprintf(blockbuf, sizeof blockbuf, "%d", pg->block);
+  if (rc == RT_OK && pg->opt == RT_OPT_SHAMPOO) /* its state's shapes follow the block */
+    rc = rt_st_add_meta(w, "shampoo_block", blockbuf);
   if (rc == RT_OK)
     rc = rt_st_save(w, path);
   rt_st_writer_free(w);
@@ -815,6 +847,8 @@ int rt_ckpt_load(const RtProgram *pg, const RtParam *ps, int np, unsigned char *
     return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", path);
   }
   rc = rt_st_check_model(f, s, n, 0, pg->name);
+  if (rc == RT_ERR_MISMATCH)
+    rc = explain_optimizer(f, pg, rc);
   long steps = 0;
   if (rc == RT_OK && with_opt) {
     if (!st || parse_long(st, 0, &steps))

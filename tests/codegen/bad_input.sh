@@ -136,6 +136,9 @@ nonfinite() {  # DIR
 }
 if out=$("$bin" build "$tmp/blowup.shard" -o "$tmp/blowup" 2>&1); then
   nonfinite "$tmp/blowup"
+  # another optimizer's checkpoint: which one, and what loads
+  train "$tmp/blowup" --steps 3 --load "$tmp/good.ckpt"
+  expect_fail "another optimizer's checkpoint" "^  optimizer: the checkpoint was written by adamw, this program trains with shampoo \\(block [0-9]+\\): its parameters alone load from a copy without the optimizer.\* tensors and the \"step\" metadata \(the optimizer then starts from zero\)$"
 else
   bad "build blowup: $out"
 fi

@@ -938,6 +938,17 @@ static void one_rank_tests(void) {
   ASSERT_IN("train: error: step 2: shampoo: 'lin.weight', block 1 (row 0, column 1; checkpoint "
             "tensors optimizer.lin.weight.shampoo.*.1), factor L (4x4): the eigendecomposition "
             "failed (LAPACK dsyevd info ", R.err);
+  /* another optimizer's checkpoint: which, and what loads */
+  train(0, "shampoo", "--load @/one_5.st", NULL);
+  ASSERT_RC(1);
+  ASSERT_IN("one_5.st: checkpoint does not match the model\n  optimizer: the checkpoint was "
+            "written by adamw, this program trains with shampoo (block 4): its parameters alone "
+            "load from a copy without the optimizer.* tensors and the \"step\" metadata (the "
+            "optimizer then starts from zero)\n", R.err);
+  train(0, "one", "--load @/sh.st", NULL);
+  ASSERT_RC(1);
+  ASSERT_IN("  optimizer: the checkpoint was written by shampoo (block 4), this program trains "
+            "with adamw: ", R.err);
   /* the launch: one rank planned, two launched */
   train(0, "one", "", "OMPI_COMM_WORLD_SIZE=2");
   ASSERT_RC(1);
