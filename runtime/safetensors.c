@@ -699,8 +699,9 @@ int rt_st_save(RtStWriter *w, const char *path) {
     ok = 0, err = errno, what = "close";
   if (!ok) {
     unlink(tmp);
-    return rt_errorf(RT_ERR_IO, "%s: %s of temporary file '%s' failed: %s (the existing file, if any, is unchanged)",
-                     path, what, tmp, strerror(err ? err : EIO));
+    return rt_errorf(RT_ERR_IO, "%s: %s of temporary file '%s' failed: %s%s (the existing file, if any, is unchanged)",
+                     path, what, tmp, strerror(err ? err : EIO),
+                     err == EFBIG ? " (over the process's file size limit: ulimit -f)" : "");
   }
   struct stat st;
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
@@ -930,7 +931,9 @@ int rt_st_open(RtStFile **out, const char *path) {
     free(f);
     return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", path);
   }
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: open() of a FIFO would wait for a writer forever; the file
+   * is mapped, never read, so the flag changes nothing for a regular one */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
     rt_st_close(f);

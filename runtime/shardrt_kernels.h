@@ -233,7 +233,9 @@ void RT_FN(rt_sgd_step)(RT_REAL *param, const RT_REAL *grad, RT_REAL *mom, size_
  * largest block of the program).  precondition: use the roots this step;
  * recompute (rt_shampoo_step only): compute them first, from the factors
  * before this step's update.
- * Returns RT_OK, or RT_ERR_NUMERIC when an eigendecomposition fails. */
+ * Returns RT_OK, or RT_ERR_ARG when an eigendecomposition fails (the
+ * message names the factor, L or R, and its size; the caller the tensor,
+ * the block and the step). */
 int RT_FN(rt_shampoo_step)(RT_REAL *param, RT_REAL *grad, RT_REAL *state, unsigned char *work,
                            int ndim, const int64_t *shape, const RtShampooArgs *a);
 /* One unit (block (bi, bj), or a whole unblocked tensor at 0, 0) of a

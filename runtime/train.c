@@ -21,6 +21,7 @@
  *   --save-every; at the end --save and the summary.
  */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,7 @@ struct RtTrainer {
    * where the walk over this rank's blocks stands (roots_one resumes
    * there: each due block is visited once a step, however many there are) */
   int roots_due, roots_phase;
+  long roots_step;         /* the step (0-based) whose roots these are */
   int rc_i;                /* the parameter */
   int64_t rc_bi, rc_bj;    /* its next block */
   int64_t rc_base;         /* the parameter's first entry of root_phase */
@@ -1496,6 +1498,7 @@ static void roots_begin(Trainer *t, long s) {
   t->roots_due = pg->opt == RT_OPT_SHAMPOO && o >= 0 &&
                  (o == 0 || pg->root_phase || o % pg->precondition_every == 0);
   t->roots_phase = o > 0 && pg->root_phase ? (int)(o % pg->precondition_every) : -1;
+  t->roots_step = s;
   t->rc_i = 0;
   t->rc_bi = t->rc_bj = t->rc_base = 0;
   if (t->roots_due && pg->nunits && !t->unit_owner)
@@ -1553,8 +1556,14 @@ static int roots_one(Trainer *t) {
           continue;
         RtShampooArgs a = blocked_args(t, 1, 0, 1);
         int rc = unit_roots(t, p, bi, bj, &a);
-        if (rc != RT_OK)
-          fail(t, rt_last_error());
+        if (rc != RT_OK) { /* which tensor, block (its checkpoint name's) and step */
+          char msg[4096];
+          snprintf(msg, sizeof msg, "step %ld: shampoo: '%s', block %lld (row %lld, column "
+                   "%lld; checkpoint tensors optimizer.%s.shampoo.*.%lld), %s",
+                   t->roots_step + 1, p->name, (long long)(gi * gnbc + gj), (long long)gi,
+                   (long long)gj, p->name, (long long)(gi * gnbc + gj), rt_last_error());
+          fail(t, msg);
+        }
         t->rc_bj++; /* the next call goes on after this block */
         return 1;
       }
@@ -1833,6 +1842,21 @@ static int any_rank(Trainer *t, int x) {
   return x;
 }
 
+/* What a run stopped before its save leaves at --save: " (FILE keeps its
+ * last good state)" where FILE exists (an earlier run's, or this run's
+ * --save-every: a save never writes a non-finite value), " (nothing was
+ * saved)" where it does not; "" without --save. */
+static const char *save_left(const Trainer *t, char *buf, size_t cap) {
+  const char *save = t->args.save;
+  if (!save)
+    return "";
+  if (access(save, F_OK) == 0)
+    snprintf(buf, cap, " (%s keeps its last good state)", save);
+  else
+    snprintf(buf, cap, " (nothing was saved)");
+  return buf;
+}
+
 /* A loss above RT_DIVERGENCE_FACTOR times this run's first one (when that
  * is positive): warned about once; with --stop-on-divergence an error that
  * stops the run before this step's update, as a non-finite loss does.
@@ -1859,11 +1883,10 @@ static int diverging(Trainer *t, long step, double loss) {
   fflush(stdout);
   if (isatty(fileno(stdout)) && isatty(fileno(stderr)))
     fputc('\n', stderr); /* past the progress line */
-  const char *save = t->args.save;
+  char left[4200];
   if (stop)
-    fprintf(stderr, "train: error: %s: training diverged; stopping without saving%s%s%s; lower "
-                    "the learning rate\n", what, save ? " (" : "", save ? save : "",
-            save ? " keeps its last good state)" : "");
+    fprintf(stderr, "train: error: %s: training diverged; stopping without saving%s; lower "
+                    "the learning rate\n", what, save_left(t, left, sizeof left));
   else
     fprintf(stderr, "train: warning: %s: training is diverging; lower the learning rate, or pass "
                     "--stop-on-divergence to stop such a run\n", what);
@@ -1893,13 +1916,13 @@ static int run_step(Trainer *t, long step, double *loss, double *lr, double *gsc
       checked = 1;
       if (!isfinite(*loss) || !isfinite(norm)) {
         double x = isfinite(*loss) ? norm : *loss;
-        const char *save = t->args.save;
+        char left[4200];
         if (t->rank == 0)
           fprintf(stderr,
-                  "train: error: step %ld: the %s is %s; stopping without saving%s%s%s; "
+                  "train: error: step %ld: the %s is %s; stopping without saving%s; "
                   "check the data, the learning rate and any checkpoint loaded\n",
                   step + 1, isfinite(*loss) ? "gradient norm" : "loss", isnan(x) ? "NaN" : "infinite",
-                  save ? " (" : "", save ? save : "", save ? " keeps its last good state)" : "");
+                  save_left(t, left, sizeof left));
         return 1;
       }
       if (diverging(t, step, *loss))
@@ -2553,6 +2576,9 @@ static int train(Trainer *t, long step, int say) {
 }
 
 int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **argv) {
+  /* Over a file size limit (ulimit -f) a write fails with EFBIG, which the
+   * save and the log report, rather than killing the run without a word */
+  signal(SIGXFSZ, SIG_IGN);
   rt_malloc_setup();
   rt_blas_setup(argc, argv); /* may run the program again: before MPI */
   rt_bind_shared_cores();    /* more ranks than cores: one core each, round robin */

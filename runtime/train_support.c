@@ -204,8 +204,12 @@ int rt_train_args_parse(RtTrainArgs *a, const RtProgram *pg, int argc, char **ar
         fprintf(stderr, "train: error: %s needs a value (see --help)\n", arg);
       return -1;
     }
-    if (v && !*v && !bad)
-      bad = "an empty value";
+    if (v && !*v && !bad) {
+      if (print) /* arg: the flag, or FLAG= */
+        fprintf(stderr, "train: error: %.*s needs a non-empty value, got ''\n",
+                (int)strcspn(arg, "="), arg);
+      return -1;
+    }
     if (bad) {
       if (print)
         fprintf(stderr, "train: error: %s, got '%s'\n", bad, v ? v : "");
@@ -701,6 +705,76 @@ static const void *tripwire(const RtStSpec *s, const void **data, int n, size_t 
   return start;
 }
 
+static const char *opt_name(const RtProgram *pg) {
+  return pg->opt == RT_OPT_ADAMW     ? "adamw"
+         : pg->opt == RT_OPT_SGD     ? "sgd"
+         : pg->opt == RT_OPT_SHAMPOO ? "shampoo"
+                                     : "adafactor";
+}
+
+/* A checkpoint that does not match the program because another optimizer
+ * (or Shampoo with another block) wrote it: its tensor lists say what
+ * differs, this line why and what loads.  Inserted after the message's
+ * first line; nothing when the file names no optimizer or the same one. */
+static int explain_optimizer(const RtStFile *f, const RtProgram *pg, int rc) {
+  const char *fo = rt_st_meta(f, "optimizer"), *fb = rt_st_meta(f, "shampoo_block");
+  char theirs[160], mine[64];
+  snprintf(theirs, sizeof theirs, "%.40s%s%.20s%s", fo ? fo : "", fb ? " (block " : "",
+           fb ? fb : "", fb ? ")" : "");
+  snprintf(mine, sizeof mine, "%s", opt_name(pg));
+  if (pg->opt == RT_OPT_SHAMPOO)
+    snprintf(mine, sizeof mine, "shampoo (block %d)", pg->block);
+  /* a file without the block (older) names the optimizer only */
+  if (!fo || !strcmp(theirs, mine) || (!fb && !strcmp(fo, opt_name(pg))))
+    return rc;
+  char prev[4096];
+  snprintf(prev, sizeof prev, "%s", rt_last_error());
+  size_t first = strcspn(prev, "\n");
+  return rt_errorf(rc, "%.*s\n  optimizer: the checkpoint was written by %s, this program trains "
+                       "with %s: its parameters alone load from a copy without the optimizer.* "
+                       "tensors and the \"step\" metadata (the optimizer then starts from zero)%s",
+                   (int)first, prev, theirs, mine, prev + first);
+}
+
+/* The first element of tensors s[0..n) at data[] that is not finite: the
+ * tensor's index (-1: every element is finite), *at the element's index in
+ * it and *what "NaN", "+inf" or "-inf".  One pass over the bytes: an
+ * integer test of the exponent bits, which the compiler vectorizes; only
+ * a tensor that fails it is scanned again for the element. */
+static int find_nonfinite(const RtStSpec *s, const void *const *data, int n, size_t es,
+                          int64_t *at, const char **what) {
+  for (int i = 0; i < n; i++) {
+    size_t m = 1;
+    for (int k = 0; k < s[i].ndim; k++)
+      m *= (size_t)s[i].shape[k];
+    const unsigned char *x = data[i];
+    unsigned bad = 0;
+    if (es == 8)
+      for (size_t j = 0; j < m; j++) {
+        uint64_t u;
+        memcpy(&u, x + 8 * j, 8);
+        bad |= (u & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
+      }
+    else
+      for (size_t j = 0; j < m; j++) {
+        uint32_t u;
+        memcpy(&u, x + 4 * j, 4);
+        bad |= (u & 0x7F800000u) == 0x7F800000u;
+      }
+    if (!bad)
+      continue;
+    for (size_t j = 0; j < m; j++) {
+      double v = es == 8 ? ((const double *)data[i])[j] : (double)((const float *)data[i])[j];
+      if (!isfinite(v)) {
+        *at = (int64_t)j;
+        *what = isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf";
+        return i;
+      }
+    }
+  }
+  return -1;
+}
+
 int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int np, const unsigned char *base,
                  long step, const char *path) {
   RtStSpec *s;
@@ -708,6 +782,24 @@ int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int np, const unsigned 
   int n = ckpt_specs(pg, ps, np, &s, &data, 1, base);
   if (n < 0)
     return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", path);
+  /* A diverged update (the loss and the norm are checked before it, not
+   * its result) must not replace the last good checkpoint. */
+  int64_t at;
+  const char *what;
+  int bad = find_nonfinite(s, (const void *const *)data, n, elt(pg), &at, &what);
+  if (bad >= 0) {
+    struct stat st;
+    int kept = stat(path, &st) == 0;
+    int rc = rt_errorf(RT_ERR_ARG,
+                       "after step %ld, tensor '%s' holds %s at element %lld: not saving %s "
+                       "(%s); training diverged: lower the learning rate or check the "
+                       "optimizer's settings",
+                       step, s[bad].name, what, (long long)at, path,
+                       kept ? "it keeps its last good state" : "nothing was saved");
+    free(data);
+    free_specs(s, n);
+    return rc;
+  }
   const char *hook = getenv("SHARDC_TEST_DIE_IN_SAVE");
   if (hook && *hook && strcmp(hook, "0"))
     tripwire(s, data, n, elt(pg));
@@ -722,10 +814,11 @@ int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int np, const unsigned 
   if (rc == RT_OK)
     rc = rt_st_add_meta(w, "model", pg->name);
   if (rc == RT_OK)
-    rc = rt_st_add_meta(w, "optimizer", pg->opt == RT_OPT_ADAMW     ? "adamw"
-                                        : pg->opt == RT_OPT_SGD     ? "sgd"
-                                        : pg->opt == RT_OPT_SHAMPOO ? "shampoo"
-                                                                    : "adafactor");
+    rc = rt_st_add_meta(w, "optimizer", opt_name(pg));
+  char blockbuf[32];
+  snprintf(blockbuf, sizeof blockbuf, "%d", pg->block);
+  if (rc == RT_OK && pg->opt == RT_OPT_SHAMPOO) /* its state's shapes follow the block */
+    rc = rt_st_add_meta(w, "shampoo_block", blockbuf);
   if (rc == RT_OK)
     rc = rt_st_save(w, path);
   rt_st_writer_free(w);
@@ -754,6 +847,8 @@ int rt_ckpt_load(const RtProgram *pg, const RtParam *ps, int np, unsigned char *
     return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", path);
   }
   rc = rt_st_check_model(f, s, n, 0, pg->name);
+  if (rc == RT_ERR_MISMATCH)
+    rc = explain_optimizer(f, pg, rc);
   long steps = 0;
   if (rc == RT_OK && with_opt) {
     if (!st || parse_long(st, 0, &steps))
@@ -764,6 +859,15 @@ int rt_ckpt_load(const RtProgram *pg, const RtParam *ps, int np, unsigned char *
   /* Everything was validated above; a read failure now ends the program. */
   for (int j = 0; rc == RT_OK && j < n; j++)
     rc = rt_st_read(f, s[j].name, s[j].dtype, s[j].ndim, s[j].shape, (void *)dst[j]);
+  /* Training from a NaN or an infinity only spreads it (a factor's fails
+   * the eigendecomposition, a parameter's the first loss): refused here,
+   * naming the tensor. */
+  int64_t at;
+  const char *what;
+  int bad = rc == RT_OK ? find_nonfinite(s, (const void *const *)dst, n, elt(pg), &at, &what) : -1;
+  if (bad >= 0)
+    rc = rt_errorf(RT_ERR_FORMAT, "checkpoint %s: tensor '%s' holds %s at element %lld", path,
+                   s[bad].name, what, (long long)at);
   free(dst);
   free_specs(s, n);
   rt_st_close(f);

@@ -22,6 +22,11 @@ train "$m" --steps 1 --data "$tmp/nope.txt"
 expect_fail "missing data" "$tmp/nope.txt: cannot open data file: No such file"
 train "$m" --steps 1 --data "$tmp"
 expect_fail "unreadable data (a directory)" "$tmp: data file is not a regular file"
+# A FIFO: refused as a directory is (open() used to wait for a writer
+# forever)
+mkfifo "$tmp/in.fifo"
+TRAIN_TIMEOUT=20 train "$m" --steps 1 --data "$tmp/in.fifo"
+expect_fail "data from a FIFO" "in.fifo: data file is not a regular file"
 printf 'too short' >"$tmp/short.txt"
 train "$m" --steps 1 --data "$tmp/short.txt"
 expect_fail "data shorter than a batch" "short.txt: 9 tokens .* shorter than one batch of B=4 windows of T=32"
@@ -32,6 +37,14 @@ expect_fail "token out of vocabulary" "oov.bin: token id 300 at byte offset 600 
 # ---- checkpoints ----
 train "$m" --steps 3 --load "$tmp/nope.ckpt"
 expect_fail "missing checkpoint" "nope.ckpt"
+TRAIN_TIMEOUT=20 train "$m" --steps 3 --load "$tmp/in.fifo"
+expect_fail "a FIFO as the checkpoint" "in.fifo: not a regular file"
+# An empty value names its flag
+for flag in --data --load --save --log; do
+  train "$m" --steps 1 $flag ''
+  [ $rc -eq 2 ] && grep -q "^train: error: $flag needs a non-empty value, got ''$" <<<"$out" && ok ||
+    bad "$flag '': the message does not name the flag (exit $rc): $out"
+done
 edit "$tmp/good.ckpt" "$tmp/hdr.ckpt" header
 train "$m" --steps 3 --load "$tmp/hdr.ckpt"
 expect_fail "wrong header" "hdr.ckpt"
@@ -84,12 +97,69 @@ if mknod "$tmp/null" c 1 3 2>/dev/null; then     # needs root (CAP_MKNOD)
   expect_fail "--save to a device" "null: cannot save a checkpoint there: it is a character device, not a regular file"
   [ -c "$tmp/null" ] && ok || bad "--save to a device node replaced it"
 fi
-# A non-finite loss stops the run without touching the checkpoint.
-cp "$tmp/good.ckpt" "$tmp/run.ckpt"
+# A checkpoint holding a NaN or an infinity is refused at load, naming the
+# tensor (training from it used to stop at a NaN loss, or in Shampoo's
+# eigendecomposition)
 edit "$tmp/good.ckpt" "$tmp/inf.ckpt" poison ln.weight
-train "$m" --steps 5 --load "$tmp/inf.ckpt" --save "$tmp/run.ckpt"
-expect_fail "inf in the weights" "step 3: the loss is (NaN|infinite); stopping without saving \(.*run.ckpt keeps its last good state\)"
-[ "$(md5sum <"$tmp/run.ckpt")" = "$sum" ] && ok || bad "the checkpoint changed after a NaN loss"
+train "$m" --steps 5 --load "$tmp/inf.ckpt"
+expect_fail "inf in a loaded checkpoint" "^train: error: checkpoint .*/inf.ckpt: tensor 'ln.weight' holds \+inf at element 0$"
+edit "$tmp/good.ckpt" "$tmp/nan.ckpt" poison optimizer.exp_avg_sq.blocks.1.mlp.fc.weight nan
+train "$m" --steps 5 --load "$tmp/nan.ckpt"
+expect_fail "NaN in a loaded optimizer state" "^train: error: checkpoint .*/nan.ckpt: tensor 'optimizer.exp_avg_sq.blocks.1.mlp.fc.weight' holds NaN at element 0$"
+# Shampoo preconditioning from step 1 with epsilon 1e-300: the roots of the
+# first (zero) factors are epsilon^-1/4 = 1e75, infinite in fp32, so the
+# first step's loss is finite and its update leaves NaN weights, which no
+# save may write (one used to overwrite the last good checkpoint with them,
+# or exit 0 after writing them); then the loss is NaN.  On one rank and on
+# two (tp=2: the ranks' shards gathered).
+sed 's/adamw(lr = 1e-3)/shampoo(lr = 1e-3, block = 32, start_preconditioning = 0, epsilon = 1e-300)/' \
+  samples/mish.shard >"$tmp/blowup.shard"
+cp samples/acts.h "$tmp/"
+grep -q "epsilon = 1e-300" "$tmp/blowup.shard" || bad "blowup: could not set the optimizer"
+nonfinite() {  # DIR
+  local d="$1"
+  train "$d" --steps 1 --save "$d/x.ckpt"
+  expect_fail "$d: a non-finite update, then --save" "^train: error: after step 1, tensor '[a-z0-9_.]+' holds (NaN|[+-]inf) at element [0-9]+: not saving .*/x.ckpt \(nothing was saved\); training diverged: lower the learning rate or check the optimizer's settings$"
+  [ ! -e "$d/x.ckpt" ] && ! grep -q "^saved:" <<<"$out" && ok || bad "$d: a non-finite checkpoint was written"
+  train "$d" --steps 0 --save "$d/g.ckpt" --quiet
+  local s0; s0=$(md5sum <"$d/g.ckpt")
+  train "$d" --load "$d/g.ckpt" --steps 3 --save "$d/g.ckpt" --save-every 1
+  expect_fail "$d: a non-finite update, then --save-every" "after step 1, tensor .* not saving .*/g.ckpt \(it keeps its last good state\)"
+  [ "$(md5sum <"$d/g.ckpt")" = "$s0" ] && ! grep -q "^saved:" <<<"$out" && ok ||
+    bad "$d: --save-every overwrote the good checkpoint"
+  # without --save-every the loss of step 2 is NaN: nothing is saved
+  train "$d" --load "$d/g.ckpt" --steps 3 --save "$d/g.ckpt"
+  expect_fail "$d: a NaN loss" "step 2: the loss is (NaN|infinite); stopping without saving \(.*g.ckpt keeps its last good state\)"
+  train "$d" --steps 3 --save "$d/y.ckpt"
+  expect_fail "$d: a NaN loss, nothing saved yet" "step 2: the loss is (NaN|infinite); stopping without saving \(nothing was saved\)"
+  [ "$(md5sum <"$d/g.ckpt")" = "$s0" ] && [ ! -e "$d/y.ckpt" ] && ok || bad "$d: a NaN loss changed a checkpoint"
+}
+if out=$("$bin" build "$tmp/blowup.shard" -o "$tmp/blowup" 2>&1); then
+  nonfinite "$tmp/blowup"
+  # another optimizer's checkpoint: which one, and what loads
+  train "$tmp/blowup" --steps 3 --load "$tmp/good.ckpt"
+  expect_fail "another optimizer's checkpoint" "^  optimizer: the checkpoint was written by adamw, this program trains with shampoo \\(block [0-9]+\\): its parameters alone load from a copy without the optimizer.\* tensors and the \"step\" metadata \(the optimizer then starts from zero\)$"
+else
+  bad "build blowup: $out"
+fi
+if out=$("$bin" build "$tmp/blowup.shard" -o "$tmp/blowup2" --mesh 2 --strategy tp=2 2>&1); then
+  nonfinite "$tmp/blowup2"
+  # a FIFO on two ranks: every rank refuses it, none waits
+  TRAIN_TIMEOUT=20 train "$tmp/blowup2" --steps 1 --load "$tmp/in.fifo"
+  expect_fail "a FIFO as the checkpoint (2 ranks)" "in.fifo: not a regular file"
+  TRAIN_TIMEOUT=20 train "$tmp/blowup2" --steps 1 --data "$tmp/in.fifo"
+  expect_fail "data from a FIFO (2 ranks)" "in.fifo: data file is not a regular file"
+else
+  bad "build blowup on 2 ranks: $out"
+fi
+# Over a file size limit the save fails with a message (SIGXFSZ used to
+# kill the run silently), the existing file intact
+cp "$tmp/good.ckpt" "$tmp/big.ckpt"
+half=$(($(stat -c %s "$tmp/good.ckpt") / 1024))   # half the checkpoint, in 512-byte blocks
+out=$(ulimit -f $half; timeout 300 "$m/train" --steps 2 --save "$tmp/big.ckpt" 2>&1); rc=$?
+expect_fail "a save over the file size limit" "big.ckpt: (write|flush) of temporary file .* failed: File too large \(over the process's file size limit: ulimit -f\)"
+[ "$(md5sum <"$tmp/big.ckpt")" = "$sum" ] && ok || bad "a save over the file size limit changed the checkpoint"
+rm -f "$tmp"/big.ckpt.tmp.*
 # SIGKILL in the middle of writing the checkpoint (test hook): the previous
 # file is intact and still loads; the temporary file is left behind.
 cp "$tmp/good.ckpt" "$tmp/run.ckpt"

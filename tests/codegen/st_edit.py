@@ -6,7 +6,7 @@ need (no third-party modules).
     st_edit.py IN OUT extra NAME         add a 1-element F32 tensor NAME
     st_edit.py IN OUT reshape NAME       give NAME the shape [numel] (1-D)
     st_edit.py IN OUT dtype NAME         relabel NAME as F64 (half as many elements)
-    st_edit.py IN OUT poison NAME        set NAME's first element to +inf (F32)
+    st_edit.py IN OUT poison NAME [V]    set NAME's first element to V (F32; default inf)
     st_edit.py IN OUT header             break the JSON header
     st_edit.py IN OUT truncate           cut the file in the middle of the data
 """
@@ -59,7 +59,8 @@ def main():
         tensors[name] = ("F64", [len(b) // 8], b)
     elif op == "poison":
         dt, shape, b = tensors[name]
-        tensors[name] = (dt, shape, struct.pack("<f", float("inf")) + b[4:])
+        v = float(sys.argv[5]) if len(sys.argv) > 5 else float("inf")
+        tensors[name] = (dt, shape, struct.pack("<f", v) + b[4:])
     elif op == "header":
         (n,) = struct.unpack("<Q", raw[:8])
         open(dst, "wb").write(raw[:8] + b"{" + b"!" * (n - 1) + raw[8 + n:])

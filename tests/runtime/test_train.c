@@ -28,6 +28,7 @@
 
 #include "rt_test.h"
 #include "dist_formulas.h"
+#include "rt_optim.h"
 #include "rt_train.h"
 #ifdef RT_TEST_TRAIN_MPI
 #include "dist.h"
@@ -45,6 +46,8 @@ typedef struct Layout {
   int zero;          /* ZeRO stage of the linear model, 0 none */
   int bucket;        /* linear, no ZeRO: the gradients all-reduced by one overlapped bucket */
   long nan_from;     /* the loss is NaN from this step on (-1: never) */
+  long poison_at;    /* shampoo_nan: the forward of this step writes NaN into a factor */
+  size_t poison;     /* ... at this arena offset (lin.weight's block 1's L) */
   /* byte offsets in the arena (stash: in the microbatch's stash slot) */
   size_t W, b, dW, db, x, y, logits, dlogits;
   size_t pfull, gfull, gshard, scratch;  /* ZeRO: gathered params, flat grads, the summed shard */
@@ -100,6 +103,9 @@ static double linear_forward(RtPass *p) {
 #endif
   linear_fwd(AT(p, L.logits), AT(p, L.x), AT(p, W), AT(p, b), L.R, K, C);
   double loss = xent_fwd(AT(p, L.logits), AT(p, L.y));
+  if (L.poison && p->step == L.poison_at) /* state gone bad (as an overflow would leave it) */
+    for (int i = 0; i < 16; i++)
+      ((float *)AT(p, L.poison))[i] = NAN;
   return L.nan_from >= 0 && p->step >= L.nan_from ? NAN : loss;
 }
 
@@ -205,6 +211,12 @@ static void add_state(RtParam *ps, int n, const RtProgram *pg) {
     if (ps[i].grad < 0)
       continue;
     size_t bytes = ps[i].numel * (size_t)L.es;
+    if (pg->opt == RT_OPT_SHAMPOO) {
+      ps[i].opt = (int64_t)take((size_t)rt_shampoo_state_elems(ps[i].ndim, ps[i].shape,
+                                                               pg->block, pg->beta1 > 0,
+                                                               pg->graft) * (size_t)L.es);
+      continue;
+    }
     if (pg->opt == RT_OPT_ADAMW || pg->momentum > 0)
       ps[i].opt = (int64_t)take(bytes);
     if (pg->opt == RT_OPT_ADAMW)
@@ -272,11 +284,18 @@ static void finish_arena(RtProgram *pg, size_t persistent) {
 }
 
 /* The linear classifier: one rank ("one", "f64", "nan", "sgd", "ref",
- * "diverge": AdamW at lr 10), or dp=2 ("dp2_range", "dp2_bucket", "zero1",
- * "zero3", "diverge2"; "zero3_unflagged": zero3's tables without their
- * parameter-shard flag, which the driver must refuse). */
+ * "diverge": AdamW at lr 10; "blowup": SGD at lr 1e39, whose first update
+ * leaves the weights infinite with a finite loss; "shampoo": Shampoo in
+ * blocks of 4, roots every step; "shampoo_nan": the same, a factor turned
+ * NaN by the forward of step 2), or dp=2 ("dp2_range", "dp2_bucket",
+ * "zero1", "zero3", "diverge2", "blowup2"; "zero3_unflagged": zero3's
+ * tables without their parameter-shard flag, which the driver must
+ * refuse). */
 static int linear_program(const char *v) {
-  int dp = !strncmp(v, "dp2", 3) || !strncmp(v, "zero", 4) || !strcmp(v, "diverge2") ? 2 : 1;
+  int dp = !strncmp(v, "dp2", 3) || !strncmp(v, "zero", 4) || !strcmp(v, "diverge2") ||
+                   !strcmp(v, "blowup2")
+               ? 2
+               : 1;
   L.zero = !strcmp(v, "zero1") ? 1 : !strncmp(v, "zero3", 5) ? 3 : 0;
   L.bucket = !strcmp(v, "dp2_bucket");
   L.mb = dp == 2 ? 1 : 2;
@@ -289,6 +308,13 @@ static int linear_program(const char *v) {
     pg->opt = RT_OPT_SGD, pg->momentum = 0.9, pg->lr = 0.2;
   if (!strncmp(v, "diverge", 7))
     pg->lr = 10, pg->cosine = 0;
+  if (!strncmp(v, "blowup", 6))
+    pg->opt = RT_OPT_SGD, pg->lr = 1e39, pg->cosine = 0;
+  if (!strncmp(v, "shampoo", 7)) {
+    pg->opt = RT_OPT_SHAMPOO, pg->block = 4, pg->graft = RT_GRAFT_ADAM, pg->root = RT_ROOT_EIGH;
+    pg->start_preconditioning = 0, pg->precondition_every = 1, pg->graft_eps = 1e-8;
+    pg->eps = 1e-6;
+  }
   size_t es = (size_t)L.es;
   top = 0;
   RtParam *ps = params[0];
@@ -332,6 +358,14 @@ static int linear_program(const char *v) {
     ps[0] = tensor("lin.weight", C, K, L.W, (int64_t)L.dW, RT_INIT_NORMAL, 0.1, 1);
     ps[1] = tensor("lin.bias", C, 0, L.b, (int64_t)L.db, RT_INIT_ZEROS, 0, 0);
     add_state(ps, 2, pg);
+    if (pg->opt == RT_OPT_SHAMPOO) { /* the workspace; lin.weight's blocks: 4x4 */
+      int64_t dbl, ints;
+      pg->opt_work_offset = (int64_t)take((size_t)rt_shampoo_work(16, 4, L.es, &dbl, &ints));
+      if (!strcmp(v, "shampoo_nan"))
+        L.poison_at = 1, L.poison = (size_t)ps[0].opt +
+                                     (size_t)(rt_shampoo_head(C * K, 1, RT_GRAFT_ADAM) +
+                                              rt_shampoo_block_off(C, K, 4, 0, 1)) * (size_t)L.es;
+    }
     size_t persistent = top;
     L.x = take((size_t)L.R * K * es);
     L.y = take((size_t)L.R * 4);
@@ -488,7 +522,8 @@ static int mlp_program(const char *v) {
 static int child_main(const char *v, int argc, char **argv) {
   static const char *const linear[] = {"one", "f64", "nan", "sgd", "ref", "dp2_range",
                                        "dp2_bucket", "zero1", "zero3", "diverge", "diverge2",
-                                       "zero3_unflagged", NULL};
+                                       "zero3_unflagged", "blowup", "blowup2", "shampoo",
+                                       "shampoo_nan", NULL};
   memset(&L, 0, sizeof L);
   L.f64 = !strcmp(v, "f64");
   L.es = L.f64 ? 8 : 4;
@@ -774,13 +809,44 @@ static void divergence(int np, const char *v) {
   ASSERT_RC(1);
   snprintf(line, sizeof line, "train: error: step %d: the loss ", over + 1);
   ASSERT_IN(line, R.err);
-  snprintf(line, sizeof line,
-           " at step 1): training diverged; stopping without saving (%s/%s.st keeps its last "
-           "good state); lower the learning rate\n", dir, v);
+  /* no file at --save: nothing to keep (it said "keeps its last good state") */
+  ASSERT_IN(" at step 1): training diverged; stopping without saving (nothing was saved); "
+            "lower the learning rate\n", R.err);
   ASSERT_IN(line, R.err);
   ASSERT_NOT_IN("saved:", R.out);
   snprintf(flags, sizeof flags, "%s.st", v);
   ASSERT_TRUE(access(at(flags), F_OK) != 0);
+}
+
+/* SGD at lr 1e39 (np ranks): the first step's loss is finite, its update
+ * leaves infinite weights, which no save writes: not --steps 1 --save
+ * (exit 1, nothing written), nor --save-every over an existing file (kept
+ * byte for byte); the message names the tensor, the element and the
+ * step. */
+static void nonfinite_save(int np, const char *v) {
+  char flags[256], name[64], keep[64];
+  snprintf(flags, sizeof flags, "--steps 1 --save @/%s.st", v);
+  train(np, v, flags, NULL);
+  ASSERT_RC(1);
+  ASSERT_IN("train: error: after step 1, tensor 'lin.weight' holds ", R.err);
+  ASSERT_IN("inf at element 0: not saving ", R.err);
+  ASSERT_IN(".st (nothing was saved); training diverged: lower the learning rate or check the "
+            "optimizer's settings\n", R.err);
+  ASSERT_NOT_IN("saved:", R.out);
+  snprintf(name, sizeof name, "%s.st", v);
+  ASSERT_TRUE(access(at(name), F_OK) != 0);
+  snprintf(flags, sizeof flags, "--steps 0 --save @/%s.st", v);
+  train(np, v, flags, NULL);
+  ASSERT_RC(0);
+  snprintf(keep, sizeof keep, "%s_keep.st", v);
+  snprintf(flags, sizeof flags, "cp %s %s", at(name), at(keep));
+  ASSERT(0, system(flags));
+  snprintf(flags, sizeof flags, "--load @/%s.st --steps 3 --save @/%s.st --save-every 1", v, v);
+  train(np, v, flags, NULL);
+  ASSERT_RC(1);
+  ASSERT_IN(".st (it keeps its last good state); training diverged", R.err);
+  ASSERT_NOT_IN("saved:", R.out);
+  ASSERT_SAME_FILE(name, keep);
 }
 
 #ifndef RT_TEST_TRAIN_MPI
@@ -844,11 +910,45 @@ static void one_rank_tests(void) {
   /* a NaN loss stops the run before it is saved */
   train(0, "nan", "--save @/nan.st", NULL);
   ASSERT_RC(1);
-  snprintf(line, sizeof line,
-           "train: error: step 3: the loss is NaN; stopping without saving (%s/nan.st keeps its "
-           "last good state)", dir);
-  ASSERT_IN(line, R.err);
+  ASSERT_IN("train: error: step 3: the loss is NaN; stopping without saving (nothing was "
+            "saved)", R.err);
   ASSERT_TRUE(access(at("nan.st"), F_OK) != 0);
+  /* ... and where the file exists, it keeps it */
+  train(0, "nan", "--save @/one_5.st", NULL);
+  ASSERT_RC(1);
+  snprintf(line, sizeof line,
+           "train: error: step 3: the loss is NaN; stopping without saving (%s/one_5.st keeps "
+           "its last good state)", dir);
+  ASSERT_IN(line, R.err);
+  nonfinite_save(0, "blowup");
+  /* usage errors name the flag of an empty value */
+  train(0, "one", "--save=", NULL);
+  ASSERT_RC(2);
+  ASSERT_IN("train: error: --save needs a non-empty value, got ''\n", R.err);
+  train(0, "one", "--log=", NULL);
+  ASSERT_RC(2);
+  ASSERT_IN("train: error: --log needs a non-empty value, got ''\n", R.err);
+  /* a checkpoint with a NaN: refused at load, naming the tensor */
+  train(0, "shampoo", "--steps 2 --save @/sh.st", NULL);
+  ASSERT_RC(0);
+  train(0, "shampoo", "--load @/sh.st --steps 4", NULL);
+  ASSERT_RC(0);
+  train(0, "shampoo_nan", "--steps 2 --save @/sh.st", NULL);
+  ASSERT_RC(1);
+  ASSERT_IN("train: error: step 2: shampoo: 'lin.weight', block 1 (row 0, column 1; checkpoint "
+            "tensors optimizer.lin.weight.shampoo.*.1), factor L (4x4): the eigendecomposition "
+            "failed (LAPACK dsyevd info ", R.err);
+  /* another optimizer's checkpoint: which, and what loads */
+  train(0, "shampoo", "--load @/one_5.st", NULL);
+  ASSERT_RC(1);
+  ASSERT_IN("one_5.st: checkpoint does not match the model\n  optimizer: the checkpoint was "
+            "written by adamw, this program trains with shampoo (block 4): its parameters alone "
+            "load from a copy without the optimizer.* tensors and the \"step\" metadata (the "
+            "optimizer then starts from zero)\n", R.err);
+  train(0, "one", "--load @/sh.st", NULL);
+  ASSERT_RC(1);
+  ASSERT_IN("  optimizer: the checkpoint was written by shampoo (block 4), this program trains "
+            "with adamw: ", R.err);
   /* the launch: one rank planned, two launched */
   train(0, "one", "", "OMPI_COMM_WORLD_SIZE=2");
   ASSERT_RC(1);
@@ -906,6 +1006,7 @@ static void mesh_tests(void) {
   ASSERT_NOT_IN("step 1", R.out);
   /* every rank stops alike (no hang) */
   divergence(2, "diverge2");
+  nonfinite_save(2, "blowup2");
   train(1, "dp2_bucket", "", NULL);
   ASSERT_RC(1);
   ASSERT_IN("train: error: this program is planned for 2 ranks (mesh test: dp=2) but runs on 1; "
