@@ -1898,6 +1898,26 @@ static int diverging(Trainer *t, long step, double loss) {
  * host's part once A ran (loss, norm, checks), the rest (graph B). */
 enum { STEP_ALL, STEP_DEVICE, STEP_HOST, STEP_UPDATE };
 
+/* Test hook (SHARDC_TEST_NAN_AFTER=N): after step N's update every rank's
+ * first parameter holds NaN at its first element, as a diverged update
+ * leaves it (the saves' and the NaN loss's checks: tests/codegen/
+ * bad_input.sh, tests/cuda/programs.sh). */
+static void poison_hook(Trainer *t, long step) {
+  const char *h = getenv("SHARDC_TEST_NAN_AFTER");
+  if (!h || !*h || atol(h) != step + 1 || !t->pg->nparams)
+    return;
+  size_t off = t->pg->params[0].offset;
+  float f = NAN;
+  double d = NAN;
+  const void *v = t->es == 8 ? (const void *)&d : (const void *)&f;
+#ifdef RT_TRAIN_CUDA
+  rtc_to_device(t->dev + off, v, (size_t)t->es);
+  rtc_sync();
+#else
+  memcpy(t->arena + off, v, (size_t)t->es);
+#endif
+}
+
 /* The step table: reductions, loss, norm, then (at the optimizer, or at
  * the end) the finite check and the update.  Returns 0, or 1 after a
  * non-finite loss or norm (reported; every rank sees the same). */
@@ -2540,6 +2560,7 @@ static int train(Trainer *t, long step, int say) {
 #ifdef RT_TRAIN_CUDA
     rtc_sync(); /* the step's time includes its update */
 #endif
+    poison_hook(t, step);
     double ms = rt_ms_since(t0), tps = tokens_per_step / (ms / 1e3);
     /* model FLOP/s per device and MFU (the plan's count, passes/report.c) */
     double fps = pg->model_flops / (ms / 1e3) / t->world;
