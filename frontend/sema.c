@@ -491,15 +491,16 @@ static Mesh *check_mesh(Module *m, Decl *d) {
   return me;
 }
 
-/* A whole decimal number in [1, 2^20], or -1. */
+/* A whole decimal number in [1, 2^20], -2 for a larger one (or 0), or -1
+ * for anything else. */
 static long spec_size(const char *s, const char *end) {
-  if (s == end || end - s > 7) return -1;
+  if (s == end) return -1;
   long v = 0;
   for (const char *p = s; p < end; p++) {
     if (*p < '0' || *p > '9') return -1;
-    v = v * 10 + (*p - '0');
+    if (v <= (1 << 20)) v = v * 10 + (*p - '0');
   }
-  return v >= 1 && v <= (1 << 20) ? v : -1;
+  return v >= 1 && v <= (1 << 20) ? v : -2;
 }
 
 /* --mesh NAME or SPEC: N, NxM (nodes x per_node), optionally :DEVICE. */
@@ -522,6 +523,8 @@ static Mesh *mesh_from_spec(Module *m, const char *spec) {
       diag_fatal_noloc("--mesh '%s' is not a mesh in this file; did you mean '%s'?", spec, s);
     else if (a > 0 && b > 0)
       diag_fatal_noloc("--mesh '%s' has %ld devices (limit is %d)", spec, a * b, 1 << 20);
+    else if (a != -1 && b != -1)
+      diag_fatal_noloc("--mesh '%s': sizes run from 1 to %d devices", spec, 1 << 20);
     else
       diag_fatal_noloc("--mesh '%s' is neither a mesh declared in the file nor a size "
                        "(N or NODESxPER_NODE, optionally :DEVICE)", spec);

@@ -108,10 +108,40 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
   char buf[512];
   if (strlen(spec) >= sizeof buf) ERR("strategy string too long (limit is %zu)", sizeof buf - 1);
   strcpy(buf, spec);
+  /* every item key=value (or auto), none empty, none twice */
+  for (const char *c = spec;; c++) {
+    const char *e = strchr(c, ',');
+    size_t len = e ? (size_t)(e - c) : strlen(c);
+    while (len && c[len - 1] == ' ') len--;
+    while (len && *c == ' ') c++, len--;
+    if (!len) ERR("an empty item in '%s' (items are joined by single commas, e.g. dp=2,tp=2)", spec);
+    if (!e) break;
+    c = e;
+  }
+  static const char *const keys[] = {"dp", "tp", "tp2d", "sp", "pp", "schedule", "mb", "zero", "recompute"};
+  unsigned seen = 0;
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     while (*tok == ' ') tok++;
+    for (char *te = tok + strlen(tok); te > tok && te[-1] == ' ';) *--te = 0;
+    if (!strcmp(tok, "auto")) { /* auto,tp=2: search the rest */
+      if (seen & (1u << 9)) ERR("'auto' is given twice in '%s'", spec);
+      seen |= 1u << 9;
+      p->is_auto = true;
+      continue;
+    }
     char *eq = strchr(tok, '=');
     if (!eq) ERR("'%s' is not key=value", tok);
+    {
+      char kb[32];
+      size_t kl = (size_t)(eq - tok);
+      while (kl && tok[kl - 1] == ' ') kl--;
+      snprintf(kb, sizeof kb, "%.*s", (int)(kl < sizeof kb ? kl : sizeof kb - 1), tok);
+      for (unsigned q = 0; q < sizeof keys / sizeof keys[0]; q++)
+        if (!strcmp(kb, keys[q])) {
+          if (seen & (1u << q)) ERR("'%s' is given twice in '%s'", kb, spec);
+          seen |= 1u << q;
+        }
+    }
     *eq = 0;
     const char *k = tok, *v = eq + 1;
     char *kend = eq;

@@ -1141,6 +1141,9 @@ const char *explore_no_plan_reason(const ModelShape *ms, const Mesh *me, const P
   if (N % used)
     return arena_printf("the keys given use %" PRId64 " devices (dp*tp*tp2d^2*sp*pp), which does not "
                         "divide the mesh's %d", used, N);
+  if (ms->fixed_b && ms->batch % ms->fixed_b)
+    return arena_printf("the train block's microbatch %d does not divide its batch of %" PRId64
+                        " sequences", ms->fixed_b, ms->batch);
   if ((given & PLAN_DP) && ms->batch % dp)
     return arena_printf("dp=%d does not divide the batch of %" PRId64 " sequences", dp, ms->batch);
   if ((given & PLAN_MB) && ms->batch % fx->mb)

@@ -557,6 +557,13 @@ expect explore-stage-recompute-fixed 0 '^1 +dp=.*pp=2.*recompute=full\+none ' --
 expect explore-stage-recompute-pp 1 'recompute with 2 per-stage policies needs pp=2 \(one policy a pipeline stage\), not pp=4' -- "$bin" explore samples/gpt.shard --strategy pp=4,recompute=full+none
 expect explore-mem-units 0 'INFEASIBLE: stage 3 needs 15.7 MB > 8.0 MB' -- "$bin" explore samples/gpt.shard --strategy pp=4 --memory 8MB --top 3
 expect auto-mem-units 1 'strategy auto: no plan of the [0-9]+ evaluated fits .*stage 0 needs [0-9.]+ MB > 1.0 MB' -- "$bin" compile samples/gpt.shard --strategy auto --memory 1MB
+# a SPEC's items: none empty, none twice; auto among them searches the rest
+expect strategy-dup 1 "'dp' is given twice in 'dp=2,dp=4'" -- "$bin" check samples/gpt.shard --strategy dp=2,dp=4
+expect strategy-empty-item 1 "an empty item in 'dp=4,,'" -- "$bin" check samples/gpt.shard --strategy dp=4,,
+expect strategy-auto-keys 0 'strategy: dp=2,tp=2,.*\(from auto: the best of [0-9]+ plans with tp=2' -- "$bin" compile samples/gpt.shard --strategy auto,tp=2 --emit=plan
+expect mesh-too-many 1 "--mesh '2000000': sizes run from 1 to 1048576 devices" -- "$bin" check samples/gpt.shard --mesh 2000000
+sed 's/microbatch = 4/microbatch = 5/; s/  strategy = "dp=4"/  strategy = auto/' samples/gpt.shard >"$tmp/mb5.shard"
+expect auto-microbatch-reason 1 "strategy auto: .*the train block's microbatch 5 does not divide its batch of 16 sequences" -- "$bin" compile "$tmp/mb5.shard"
 # explicit stage sizes that do not cover the model: refused before the search
 expect explore-stage-sizes 1 'matches --strategy pp=2:1\+1: pp=2: the stage sizes add up to 2 layers, but the model has 4' -- "$bin" explore samples/gpt.shard --strategy pp=2:1+1
 expect explore-stage-sizes-no-interleave 0 '^4 +dp=2,pp=2:0.5\+3.5,schedule=(1f1b|gpipe)' -- "$bin" explore samples/gpt.shard --top 4 --strategy pp=2:0.5+3.5
