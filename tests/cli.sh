@@ -577,5 +577,27 @@ zero3_ahead() {
 }
 zero3_ahead
 
+# Hostile profiles and output paths (docs/cost-model.md, "Reading a
+# profile"): a number out of range is refused with its key and its
+# position, nesting is bounded, a FIFO is refused, never waited on.
+printf '{"shardc_profile": 1,\n "launch_s": -1}' >"$tmp/neg.json"
+expect profile-range 1 "^shardc: error: --profile .*/neg.json: line 2, column 14 \(byte offset 35\): launch_s must be between 0 and 1 s, got -1$" -- "$bin" explore samples/gpt.shard --profile "$tmp/neg.json"
+printf '{"shardc_profile": 1, "launch_s": 1e999}' >"$tmp/inf.json"
+expect profile-inf 1 'line 1, column 35 \(byte offset 34\): the number 1e999 is out of range \(in "launch_s"\)$' -- "$bin" compile samples/gpt.shard --profile "$tmp/inf.json"
+printf '{"shardc_profile": 1, "gemm": [[1, 1e-300]]}' >"$tmp/tiny.json"
+expect profile-tiny-rate 1 'gemm: point 1: the rate must be between 1000 and 1e\+18 FLOP/s, got 1e-300$' -- "$bin" build samples/gpt.shard --strategy auto --profile "$tmp/tiny.json" -o "$tmp/tinyb"
+printf '{"shardc_profile": 1, "np": 1e20, "launch_s": 1e-6}' >"$tmp/np.json"
+expect profile-np 1 'np must be a whole number from 1 to 1048576, got 1e20$' -- "$bin" explore samples/gpt.shard --profile "$tmp/np.json"
+printf '{"shardc_profile": 1}' >"$tmp/nothing.json"
+expect profile-nothing 1 'the profile holds no measurements' -- "$bin" explore samples/gpt.shard --profile "$tmp/nothing.json"
+{ printf '{"shardc_profile": 1, "x": '; head -c 50000 /dev/zero | tr '\0' '['; head -c 50000 /dev/zero | tr '\0' ']'; printf '}'; } >"$tmp/deep.json"
+expect profile-deep 1 'deep.json: line 1, column 91 \(byte offset 90\): arrays and objects nested too deep \(limit is 64\)$' -- "$bin" explore samples/gpt.shard --profile "$tmp/deep.json"
+mkfifo "$tmp/prof.fifo"
+EXPECT_TIMEOUT=10 expect profile-fifo 1 'prof.fifo: cannot open it: not a regular file \(a pipe\)$' -- "$bin" explore samples/gpt.shard --profile "$tmp/prof.fifo"
+EXPECT_TIMEOUT=10 expect profile-fifo-compile 1 'cannot open it: not a regular file \(a pipe\)$' -- "$bin" compile samples/gpt.shard --profile "$tmp/prof.fifo"
+expect profile-missing-errno 1 '^shardc: error: --profile /nonexistent.json: cannot open it: No such file or directory$' -- "$bin" compile samples/gpt.shard --profile /nonexistent.json
+expect profile-dir 1 'cannot open it: Is a directory$' -- "$bin" explore samples/gpt.shard --profile "$tmp"
+expect profile-dev-zero 1 'cannot open it: not a regular file \(a character device\)$' -- "$bin" explore samples/gpt.shard --profile /dev/zero
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
