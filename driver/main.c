@@ -409,15 +409,48 @@ static void print_ir(Module *m) {
   }
 }
 
-/* The hardware model of the plan's mesh and precision, from --profile when given. */
+/* --profile into hw; -1 after the error, which says where in the file. */
+static int load_profile(const Opts *o, HwModel *hw) {
+  char err[512];
+  if (cost_load_profile(hw, o->profile, err, sizeof err)) {
+    fprintf(stderr, "shardc: error: --profile %s: %s\n", o->profile, err);
+    return -1;
+  }
+  return 0;
+}
+
+/* Every command given --profile reads it before any work, whether or not
+ * it prices a plan (build, --emit and --dump-after print none): a profile
+ * that does not load is an error, never ignored. */
+static int check_profile(const Opts *o) {
+  if (!o->profile) return 0;
+  HwModel hw;
+  memset(&hw, 0, sizeof hw);
+  return load_profile(o, &hw);
+}
+
+/* The kind of machine a profile's "device" names: a calibrator writes
+ * "cpu" or the GPU's name (the cuda host build's describes no GPU). */
+static bool profile_is_gpu(const char *device) {
+  return strcmp(device, "cpu") && strncmp(device, "host build", 10);
+}
+
+/* The hardware model of the plan's mesh and precision, from --profile when
+ * given.  A profile of another kind of machine than the mesh's (a CPU's on
+ * a GPU mesh, or the reverse) still prices the plans, as asked, with a
+ * warning, once. */
 static int hw_model(const Opts *o, const Module *m, HwModel *hw) {
-  cost_hw_from_mesh(hw, m->train.mesh, m->train.precision);
-  if (o->profile) {
-    char err[256];
-    if (cost_load_profile(hw, o->profile, err, sizeof err)) {
-      fprintf(stderr, "shardc: error: --profile %s: %s\n", o->profile, err);
-      return -1;
-    }
+  static bool warned;
+  const Mesh *me = m->train.mesh;
+  cost_hw_from_mesh(hw, me, m->train.precision);
+  if (!o->profile) return 0;
+  if (load_profile(o, hw)) return -1;
+  bool mesh_gpu = strcmp(me->device->name, "cpu") != 0;
+  if (!warned && hw->profile_device[0] && profile_is_gpu(hw->profile_device) != mesh_gpu) {
+    warned = true;
+    diag_warning((SrcLoc){0}, "--profile %s was measured on \"%s\" (%s), but mesh '%s' has %s devices (%s); "
+                 "its figures price the plans all the same", o->profile, hw->profile_device,
+                 mesh_gpu ? "a CPU" : "a GPU", me->name, me->device->name, mesh_gpu ? "GPUs" : "CPUs");
   }
   return 0;
 }
@@ -563,6 +596,7 @@ static int refine_plan(const Opts *o, PlanEval *e, const HwModel *hw) {
 }
 
 static int run_explore(Opts *o) {
+  if (check_profile(o)) return 1;
   Plan fixed;
   plan_default(&fixed);
   if (o->sema.strategy && strcmp(o->sema.strategy, "auto")) {
@@ -733,6 +767,7 @@ static int run(Opts *o) {
   /* A target that generates nothing yet is refused before any work, by every
    * command, from the one table of targets (codegen/emit.c). */
   if (o->target && !cg_target(o->target)) return 1;
+  if (check_profile(o)) return 1;
   diag_set_quiet_warnings(o->no_warn);
   double t0 = now_ms();
   SrcFile *f = src_load(o->file);

@@ -598,6 +598,20 @@ EXPECT_TIMEOUT=10 expect profile-fifo-compile 1 'cannot open it: not a regular f
 expect profile-missing-errno 1 '^shardc: error: --profile /nonexistent.json: cannot open it: No such file or directory$' -- "$bin" compile samples/gpt.shard --profile /nonexistent.json
 expect profile-dir 1 'cannot open it: Is a directory$' -- "$bin" explore samples/gpt.shard --profile "$tmp"
 expect profile-dev-zero 1 'cannot open it: not a regular file \(a character device\)$' -- "$bin" explore samples/gpt.shard --profile /dev/zero
+# (build, --emit=program|ir|c and --dump-after price nothing, and read it all the same)
+expect profile-build-missing 1 'profile /nonexistent.json: cannot open it: No such file or directory$' -- "$bin" build samples/gpt.shard --profile /nonexistent.json -o "$tmp/pbuild"
+if [ -e "$tmp/pbuild" ]; then echo "FAIL: profile-build-missing: built $tmp/pbuild"; fail=$((fail + 1)); fi
+expect profile-emit-c 1 'gpt.shard: line 1, column 1 \(byte offset 0\): expected .\{., found' -- "$bin" compile samples/gpt.shard --emit=c --profile samples/gpt.shard
+expect profile-emit-ir 1 'neg.json: line 2, column 14' -- "$bin" compile samples/gpt.shard --emit=ir --profile "$tmp/neg.json"
+expect profile-emit-program 1 'neg.json: line 2, column 14' -- "$bin" compile samples/gpt.shard --emit=program --profile "$tmp/neg.json"
+expect profile-dump-after 1 'neg.json: line 2, column 14' -- "$bin" compile samples/gpt.shard --dump-after=shard --profile "$tmp/neg.json"
+# a profile of another kind of machine: a warning naming both, the plans priced all the same
+printf '{"shardc_profile": 1, "device": "cpu", "np": 2, "launch_s": 2e-06, "gemm": [[1e6, 5e10], [1e9, 1e11]], "bw": [[1e6, 1e10]]}\n' >"$tmp/cpuprof.json"
+expect profile-cpu-on-gpu 0 '^shardc: warning: --profile .*cpuprof.json was measured on "cpu" \(a CPU\), but mesh .2x8:H100_SXM. has H100_SXM devices \(GPUs\)' -- "$bin" explore samples/gpt.shard --mesh 2x8:H100_SXM --top 1 --profile "$tmp/cpuprof.json"
+expect profile-gpu-on-cpu 0 'measured on "NVIDIA H200" \(a GPU\), but mesh .laptop. has cpu devices \(CPUs\)' -- "$bin" compile samples/gpt.shard --profile bench/results/profile-h200-2026-12-04.json
+out=$("$bin" compile samples/gpt.shard --profile "$tmp/cpuprof.json" 2>&1)
+if [ $? = 0 ] && ! grep -q warning <<<"$out"; then pass=$((pass + 1)); else
+  echo "FAIL: profile-cpu-on-cpu: a warning or an error"; echo "$out" | head -5; fail=$((fail + 1)); fi
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
