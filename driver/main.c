@@ -1,9 +1,11 @@
 /* main.c — the shardc driver: subcommands, flags, and the pass list. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <time.h>
@@ -215,6 +217,85 @@ static int count_gpus(void) {
     if (!strncmp(line, "GPU ", 4)) n++;
   if (pclose(p) != 0) return 0;
   return n;
+}
+
+/* ---- output files ----
+ * A file the driver writes (explore --report, build's plan.json): a regular
+ * file, or a new one, is written beside itself as NAME.XXXXXX and renamed
+ * over it once every byte is out, so a full disk leaves the old file or
+ * none, never a truncated one that looks whole.  A device, a pipe or a
+ * symbolic link (/dev/stdout, a process substitution) is written in place,
+ * opened without blocking: a FIFO no process reads is refused, not waited
+ * on. */
+typedef struct OutFile {
+  FILE *f;
+  const char *path;
+  char *tmp; /* the temporary name; NULL when written in place */
+} OutFile;
+
+/* A new file's mode: 0666 less the umask, as fopen would create it. */
+static void chmod_as_created(int fd) {
+  mode_t um = umask(0);
+  umask(um);
+  fchmod(fd, 0666 & ~um);
+}
+
+static int out_open(OutFile *of, const char *path) {
+  memset(of, 0, sizeof *of);
+  of->path = path;
+  struct stat st;
+  int fd;
+  if (!lstat(path, &st) && !S_ISREG(st.st_mode)) {
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0666);
+    if (fd < 0) {
+      fprintf(stderr, "shardc: error: cannot write %s: %s\n", path,
+              errno == ENXIO ? "a pipe that no process reads" : strerror(errno));
+      return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  } else {
+    of->tmp = arena_printf("%s.XXXXXX", path);
+    fd = mkstemp(of->tmp);
+    if (fd < 0) {
+      fprintf(stderr, "shardc: error: cannot write %s: %s\n", path, strerror(errno));
+      return -1;
+    }
+    chmod_as_created(fd);
+  }
+  of->f = fdopen(fd, "w");
+  if (!of->f) {
+    fprintf(stderr, "shardc: error: cannot write %s: %s\n", path, strerror(errno));
+    close(fd);
+    if (of->tmp) unlink(of->tmp);
+    return -1;
+  }
+  return 0;
+}
+
+/* Flushes and closes; renames the temporary over the file, or removes it
+ * and says why the file could not be written. */
+static int out_close(OutFile *of) {
+  bool bad = ferror(of->f);
+  errno = 0;
+  bad |= fflush(of->f) != 0;
+  int e = errno;
+  if (fclose(of->f) && !bad) bad = true, e = errno;
+  if (!bad && of->tmp && rename(of->tmp, of->path)) bad = true, e = errno;
+  if (bad) {
+    if (of->tmp) unlink(of->tmp);
+    fprintf(stderr, "shardc: error: cannot write %s: %s\n", of->path, strerror(e ? e : EIO));
+    return -1;
+  }
+  return 0;
+}
+
+/* The results printed: a full disk or a closed standard output is an
+ * error, not exit 0. */
+static int finish_stdout(int rc) {
+  errno = 0;
+  if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+  fprintf(stderr, "shardc: error: cannot write the standard output: %s\n", strerror(errno ? errno : EIO));
+  return 1;
 }
 
 static int run_calibrate(int argc, char **argv) {
@@ -664,13 +745,10 @@ static int run_explore(Opts *o) {
     diag_reset();
   }
   if (o->report) {
-    FILE *rf = fopen(o->report, "w");
-    if (!rf) {
-      fprintf(stderr, "shardc: error: cannot write %s: %s\n", o->report, strerror(errno));
-      return 1;
-    }
-    explore_report_html(rf, last_shape, &hw, m->train.mesh, pe, n, points, npoints, ref);
-    fclose(rf);
+    OutFile rf;
+    if (out_open(&rf, o->report)) return 1;
+    explore_report_html(rf.f, last_shape, &hw, m->train.mesh, pe, n, points, npoints, ref);
+    if (out_close(&rf)) return 1;
   }
   if (o->json) {
     printf("[");
@@ -830,14 +908,11 @@ static int run(Opts *o) {
     if (cg_build(m, dir, target, &cgo)) return 1;
     if (chosen) {
       /* strategy = auto: the choice and its predictions beside the program */
-      FILE *pj = fopen(arena_printf("%s/plan.json", dir), "w");
-      if (!pj) {
-        fprintf(stderr, "shardc: error: cannot write %s/plan.json: %s\n", dir, strerror(errno));
-        return 1;
-      }
-      json_plan(pj, chosen);
-      fputc('\n', pj);
-      fclose(pj);
+      OutFile pj;
+      if (out_open(&pj, arena_printf("%s/plan.json", dir))) return 1;
+      json_plan(pj.f, chosen);
+      fputc('\n', pj.f);
+      if (out_close(&pj)) return 1;
     }
     return 0;
   }
@@ -878,19 +953,17 @@ int main(int argc, char **argv) {
   } else if (!strcmp(cmd, "build")) {
     if (parse_opts(argc, argv, &o, usage_build)) return 1;
   } else if (!strcmp(cmd, "calibrate")) {
-    return run_calibrate(argc, argv);
+    return finish_stdout(run_calibrate(argc, argv));
   } else if (!strcmp(cmd, "explore")) {
     if (parse_opts(argc, argv, &o, usage_explore)) return 1;
-    int rc = run_explore(&o);
-    fflush(stdout);
+    int rc = finish_stdout(run_explore(&o));
     arena_free_all();
     return rc;
   } else {
     fprintf(stderr, "shardc: error: unknown command '%s'\n%s", cmd, usage_main);
     return 1;
   }
-  int rc = run(&o);
-  fflush(stdout);
+  int rc = finish_stdout(run(&o));
   arena_free_all();
   return rc;
 }

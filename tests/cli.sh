@@ -612,6 +612,20 @@ expect profile-gpu-on-cpu 0 'measured on "NVIDIA H200" \(a GPU\), but mesh .lapt
 out=$("$bin" compile samples/gpt.shard --profile "$tmp/cpuprof.json" 2>&1)
 if [ $? = 0 ] && ! grep -q warning <<<"$out"; then pass=$((pass + 1)); else
   echo "FAIL: profile-cpu-on-cpu: a warning or an error"; echo "$out" | head -5; fail=$((fail + 1)); fi
+# write errors: the report, the standard output; a report that fails leaves the old one whole
+expect report-full 1 '^shardc: error: cannot write /dev/full: No space left on device$' -- "$bin" explore samples/gpt.shard --report /dev/full
+expect explore-stdout-full 1 '^shardc: error: cannot write the standard output: No space left on device$' -- sh -c '"$1" explore samples/gpt.shard >/dev/full' sh "$bin"
+expect emit-c-stdout-full 1 'cannot write the standard output: No space left on device$' -- sh -c '"$1" compile samples/gpt.shard --emit=c >/dev/full' sh "$bin"
+expect report-nodir 1 '^shardc: error: cannot write /nonexistent/r.html: No such file or directory$' -- "$bin" explore samples/gpt.shard --report /nonexistent/r.html
+mkfifo "$tmp/report.fifo"
+EXPECT_TIMEOUT=10 expect report-fifo 1 'cannot write .*report.fifo: a pipe that no process reads$' -- "$bin" explore samples/gpt.shard --report "$tmp/report.fifo"
+expect report-stdout 0 '^<!DOCTYPE html>' -- "$bin" explore samples/gpt.shard --top 1 --report /dev/stdout
+# a report cut short (a file size limit: EFBIG) leaves the previous one whole and no temporary
+expect report-good 0 'plans evaluated' -- "$bin" explore samples/gpt.shard --report "$tmp/keep.html"
+cp "$tmp/keep.html" "$tmp/keep.orig"
+expect report-cut 1 'cannot write .*keep.html: File too large$' -- bash -c 'trap "" XFSZ; ulimit -f 4; exec "$1" explore samples/gpt.shard --top 3 --report "$2"' sh "$bin" "$tmp/keep.html"
+if cmp -s "$tmp/keep.html" "$tmp/keep.orig" && [ -z "$(ls "$tmp" | grep 'keep.html.')" ]; then pass=$((pass + 1)); else
+  echo "FAIL: report-cut-keeps: the old report changed or a temporary is left"; fail=$((fail + 1)); fi
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
