@@ -351,6 +351,23 @@ static int run_calibrate(int argc, char **argv) {
     if (!np) np = gpus;
   }
   if (!np) np = 1;
+  /* The calibrator writes a temporary file beside OUT, renamed over it once
+   * the measurements succeed: an existing profile stays whole until then,
+   * and a path that cannot be written is refused before mpirun starts. */
+  struct stat os;
+  if (!stat(outp, &os) && !S_ISREG(os.st_mode)) {
+    fprintf(stderr, "shardc: error: cannot write %s: %s\n", outp,
+            S_ISDIR(os.st_mode) ? strerror(EISDIR) : "not a regular file (the profile is read back from it)");
+    return 1;
+  }
+  char *tmp = arena_printf("%s.XXXXXX", outp);
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    fprintf(stderr, "shardc: error: cannot write %s: %s\n", outp, strerror(errno));
+    return 1;
+  }
+  chmod_as_created(fd);
+  close(fd);
   char nps[16], rds[16];
   snprintf(nps, sizeof nps, "%d", np);
   snprintf(rds, sizeof rds, "%d", rounds ? rounds : 3);
@@ -362,10 +379,10 @@ static int run_calibrate(int argc, char **argv) {
   args[k++] = "-np";
   args[k++] = nps;
   args[k++] = bin;
-  args[k++] = outp;
+  args[k++] = tmp;
   if (!cuda && !cuda_host) args[k++] = rds;
   args[k] = NULL;
-  fprintf(stderr, "shardc calibrate: mpirun -np %d %s %s\n", np, bin, outp);
+  fprintf(stderr, "shardc calibrate: mpirun -np %d %s %s\n", np, bin, tmp);
   fflush(stderr);
   pid_t pid = fork();
   if (pid == 0) {
@@ -375,15 +392,22 @@ static int run_calibrate(int argc, char **argv) {
   }
   int st = 0;
   if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
-    fprintf(stderr, "shardc: error: the microbenchmarks failed (mpirun exit %d)\n",
-            pid < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    fprintf(stderr, "shardc: error: the microbenchmarks failed (mpirun exit %d)%s\n",
+            pid < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st),
+            stat(outp, &os) ? "" : arena_printf("; %s is as it was", outp));
+    unlink(tmp);
     return 1;
   }
   HwModel hw;
   memset(&hw, 0, sizeof hw);
-  char err[256];
-  if (cost_load_profile(&hw, outp, err, sizeof err)) {
-    fprintf(stderr, "shardc: error: %s: %s\n", outp, err);
+  char err[512];
+  if (cost_load_profile(&hw, tmp, err, sizeof err)) {
+    fprintf(stderr, "shardc: error: the profile measured does not load (kept in %s): %s\n", tmp, err);
+    return 1;
+  }
+  if (rename(tmp, outp)) {
+    fprintf(stderr, "shardc: error: cannot write %s: %s\n", outp, strerror(errno));
+    unlink(tmp);
     return 1;
   }
   printf("wrote %s: %d rank%s; %s up to %.3g GFLOP/s per rank, ", outp, np, np == 1 ? "" : "s",

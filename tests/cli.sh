@@ -626,6 +626,20 @@ cp "$tmp/keep.html" "$tmp/keep.orig"
 expect report-cut 1 'cannot write .*keep.html: File too large$' -- bash -c 'trap "" XFSZ; ulimit -f 4; exec "$1" explore samples/gpt.shard --top 3 --report "$2"' sh "$bin" "$tmp/keep.html"
 if cmp -s "$tmp/keep.html" "$tmp/keep.orig" && [ -z "$(ls "$tmp" | grep 'keep.html.')" ]; then pass=$((pass + 1)); else
   echo "FAIL: report-cut-keeps: the old report changed or a temporary is left"; fail=$((fail + 1)); fi
+# calibrate: the output path checked before mpirun starts; a failed
+# measurement leaves the old profile whole (a stand-in mpirun that
+# truncates its output file and fails, as a crashed calibrator would)
+if [ -x "$(dirname "$bin")/shardc-calib" ]; then
+  expect calibrate-out-nodir 1 '^shardc: error: cannot write /nonexistent/dir/p.json: No such file or directory$' -- "$bin" calibrate --np 1 -o /nonexistent/dir/p.json
+  expect calibrate-out-dir 1 "^shardc: error: cannot write $tmp: Is a directory$" -- "$bin" calibrate --np 1 -o "$tmp"
+  mkdir -p "$tmp/fakempi"
+  printf '#!/bin/sh\nfor a; do case "$a" in *.json*) : >"$a" ;; esac; done\nexit 1\n' >"$tmp/fakempi/mpirun"
+  chmod +x "$tmp/fakempi/mpirun"
+  cp "$tmp/cpuprof.json" "$tmp/keep.json"
+  expect calibrate-fails-keeps 1 'the microbenchmarks failed \(mpirun exit 1\); .*keep.json is as it was$' -- env PATH="$tmp/fakempi:$PATH" "$bin" calibrate --np 1 -o "$tmp/keep.json"
+  if cmp -s "$tmp/keep.json" "$tmp/cpuprof.json" && [ -z "$(ls "$tmp" | grep 'keep.json.')" ]; then pass=$((pass + 1)); else
+    echo "FAIL: calibrate-fails-keeps: the old profile changed or a temporary is left"; fail=$((fail + 1)); fi
+fi
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
