@@ -12,6 +12,7 @@
  * the whole suite ROUNDS times (default 3), each figure its fastest round,
  * and rank 0 writes the profile (cost.h's format) to argv[1]. */
 #include <cblas.h>
+#include <errno.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -93,6 +94,7 @@ static double time_linear(int M, int N, int K, float *pool, long pool_n) {
 }
 
 int main(int argc, char **argv) {
+  int wrote = 1; /* 0: rank 0 could not write the profile */
   rt_blas_setup(argc, argv); /* OpenBLAS's kernels as the programs get them */
   rt_bind_shared_cores(); /* ranks placed as the programs place them (runtime/threads.c) */
   MPI_Init(&argc, &argv);
@@ -114,7 +116,7 @@ int main(int argc, char **argv) {
   if (!rank) {
     out = fopen(argv[1], "w");
     if (!out) {
-      fprintf(stderr, "shardc calibrate: cannot write %s\n", argv[1]);
+      fprintf(stderr, "shardc calibrate: cannot write %s: %s\n", argv[1], strerror(errno));
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
     const char *core = rt_blas_core();
@@ -385,7 +387,11 @@ int main(int argc, char **argv) {
       }
     }
     fprintf(out, "]}\n");
-    fclose(out);
+    /* a full disk is a failed calibration (shardc keeps the old profile) */
+    if (ferror(out) | fclose(out)) {
+      fprintf(stderr, "shardc calibrate: cannot write %s: %s\n", argv[1], strerror(errno ? errno : EIO));
+      wrote = 0;
+    }
     /* a host busy with other work: the rounds disagree */
     double sg = big_hi / big_lo - 1, sb = bw_hi / bw_lo - 1;
     if (rounds > 1 && (sg > 0.1 || sb > 0.1))
@@ -404,5 +410,5 @@ int main(int argc, char **argv) {
   free(sb);
   free(rb);
   MPI_Finalize();
-  return 0;
+  return wrote ? 0 : 1;
 }

@@ -1,9 +1,11 @@
 /* main.c — the shardc driver: subcommands, flags, and the pass list. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <time.h>
@@ -218,6 +220,85 @@ static int count_gpus(void) {
   return n;
 }
 
+/* ---- output files ----
+ * A file the driver writes (explore --report, build's plan.json): a regular
+ * file, or a new one, is written beside itself as NAME.XXXXXX and renamed
+ * over it once every byte is out, so a full disk leaves the old file or
+ * none, never a truncated one that looks whole.  A device, a pipe or a
+ * symbolic link (/dev/stdout, a process substitution) is written in place,
+ * opened without blocking: a FIFO no process reads is refused, not waited
+ * on. */
+typedef struct OutFile {
+  FILE *f;
+  const char *path;
+  char *tmp; /* the temporary name; NULL when written in place */
+} OutFile;
+
+/* A new file's mode: 0666 less the umask, as fopen would create it. */
+static void chmod_as_created(int fd) {
+  mode_t um = umask(0);
+  umask(um);
+  fchmod(fd, 0666 & ~um);
+}
+
+static int out_open(OutFile *of, const char *path) {
+  memset(of, 0, sizeof *of);
+  of->path = path;
+  struct stat st;
+  int fd;
+  if (!lstat(path, &st) && !S_ISREG(st.st_mode)) {
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0666);
+    if (fd < 0) {
+      fprintf(stderr, "shardc: error: cannot write %s: %s\n", path,
+              errno == ENXIO ? "a pipe that no process reads" : strerror(errno));
+      return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  } else {
+    of->tmp = arena_printf("%s.XXXXXX", path);
+    fd = mkstemp(of->tmp);
+    if (fd < 0) {
+      fprintf(stderr, "shardc: error: cannot write %s: %s\n", path, strerror(errno));
+      return -1;
+    }
+    chmod_as_created(fd);
+  }
+  of->f = fdopen(fd, "w");
+  if (!of->f) {
+    fprintf(stderr, "shardc: error: cannot write %s: %s\n", path, strerror(errno));
+    close(fd);
+    if (of->tmp) unlink(of->tmp);
+    return -1;
+  }
+  return 0;
+}
+
+/* Flushes and closes; renames the temporary over the file, or removes it
+ * and says why the file could not be written. */
+static int out_close(OutFile *of) {
+  bool bad = ferror(of->f);
+  errno = 0;
+  bad |= fflush(of->f) != 0;
+  int e = errno;
+  if (fclose(of->f) && !bad) bad = true, e = errno;
+  if (!bad && of->tmp && rename(of->tmp, of->path)) bad = true, e = errno;
+  if (bad) {
+    if (of->tmp) unlink(of->tmp);
+    fprintf(stderr, "shardc: error: cannot write %s: %s\n", of->path, strerror(e ? e : EIO));
+    return -1;
+  }
+  return 0;
+}
+
+/* The results printed: a full disk or a closed standard output is an
+ * error, not exit 0. */
+static int finish_stdout(int rc) {
+  errno = 0;
+  if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+  fprintf(stderr, "shardc: error: cannot write the standard output: %s\n", strerror(errno ? errno : EIO));
+  return 1;
+}
+
 static int run_calibrate(int argc, char **argv) {
   int np = 0, rounds = 0;
   const char *outp = NULL, *target = "cpu";
@@ -271,6 +352,23 @@ static int run_calibrate(int argc, char **argv) {
     if (!np) np = gpus;
   }
   if (!np) np = 1;
+  /* The calibrator writes a temporary file beside OUT, renamed over it once
+   * the measurements succeed: an existing profile stays whole until then,
+   * and a path that cannot be written is refused before mpirun starts. */
+  struct stat os;
+  if (!stat(outp, &os) && !S_ISREG(os.st_mode)) {
+    fprintf(stderr, "shardc: error: cannot write %s: %s\n", outp,
+            S_ISDIR(os.st_mode) ? strerror(EISDIR) : "not a regular file (the profile is read back from it)");
+    return 1;
+  }
+  char *tmp = arena_printf("%s.XXXXXX", outp);
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    fprintf(stderr, "shardc: error: cannot write %s: %s\n", outp, strerror(errno));
+    return 1;
+  }
+  chmod_as_created(fd);
+  close(fd);
   char nps[16], rds[16];
   snprintf(nps, sizeof nps, "%d", np);
   snprintf(rds, sizeof rds, "%d", rounds ? rounds : 3);
@@ -282,10 +380,10 @@ static int run_calibrate(int argc, char **argv) {
   args[k++] = "-np";
   args[k++] = nps;
   args[k++] = bin;
-  args[k++] = outp;
+  args[k++] = tmp;
   if (!cuda && !cuda_host) args[k++] = rds;
   args[k] = NULL;
-  fprintf(stderr, "shardc calibrate: mpirun -np %d %s %s\n", np, bin, outp);
+  fprintf(stderr, "shardc calibrate: mpirun -np %d %s %s\n", np, bin, tmp);
   fflush(stderr);
   pid_t pid = fork();
   if (pid == 0) {
@@ -295,15 +393,22 @@ static int run_calibrate(int argc, char **argv) {
   }
   int st = 0;
   if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
-    fprintf(stderr, "shardc: error: the microbenchmarks failed (mpirun exit %d)\n",
-            pid < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    fprintf(stderr, "shardc: error: the microbenchmarks failed (mpirun exit %d)%s\n",
+            pid < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st),
+            stat(outp, &os) ? "" : arena_printf("; %s is as it was", outp));
+    unlink(tmp);
     return 1;
   }
   HwModel hw;
   memset(&hw, 0, sizeof hw);
-  char err[256];
-  if (cost_load_profile(&hw, outp, err, sizeof err)) {
-    fprintf(stderr, "shardc: error: %s: %s\n", outp, err);
+  char err[512];
+  if (cost_load_profile(&hw, tmp, err, sizeof err)) {
+    fprintf(stderr, "shardc: error: the profile measured does not load (kept in %s): %s\n", tmp, err);
+    return 1;
+  }
+  if (rename(tmp, outp)) {
+    fprintf(stderr, "shardc: error: cannot write %s: %s\n", outp, strerror(errno));
+    unlink(tmp);
     return 1;
   }
   printf("wrote %s: %d rank%s; %s up to %.3g GFLOP/s per rank, ", outp, np, np == 1 ? "" : "s",
@@ -410,15 +515,48 @@ static void print_ir(Module *m) {
   }
 }
 
-/* The hardware model of the plan's mesh and precision, from --profile when given. */
+/* --profile into hw; -1 after the error, which says where in the file. */
+static int load_profile(const Opts *o, HwModel *hw) {
+  char err[512];
+  if (cost_load_profile(hw, o->profile, err, sizeof err)) {
+    fprintf(stderr, "shardc: error: --profile %s: %s\n", o->profile, err);
+    return -1;
+  }
+  return 0;
+}
+
+/* Every command given --profile reads it before any work, whether or not
+ * it prices a plan (build, --emit and --dump-after print none): a profile
+ * that does not load is an error, never ignored. */
+static int check_profile(const Opts *o) {
+  if (!o->profile) return 0;
+  HwModel hw;
+  memset(&hw, 0, sizeof hw);
+  return load_profile(o, &hw);
+}
+
+/* The kind of machine a profile's "device" names: a calibrator writes
+ * "cpu" or the GPU's name (the cuda host build's describes no GPU). */
+static bool profile_is_gpu(const char *device) {
+  return strcmp(device, "cpu") && strncmp(device, "host build", 10);
+}
+
+/* The hardware model of the plan's mesh and precision, from --profile when
+ * given.  A profile of another kind of machine than the mesh's (a CPU's on
+ * a GPU mesh, or the reverse) still prices the plans, as asked, with a
+ * warning, once. */
 static int hw_model(const Opts *o, const Module *m, HwModel *hw) {
-  cost_hw_from_mesh(hw, m->train.mesh, m->train.precision);
-  if (o->profile) {
-    char err[256];
-    if (cost_load_profile(hw, o->profile, err, sizeof err)) {
-      fprintf(stderr, "shardc: error: --profile %s: %s\n", o->profile, err);
-      return -1;
-    }
+  static bool warned;
+  const Mesh *me = m->train.mesh;
+  cost_hw_from_mesh(hw, me, m->train.precision);
+  if (!o->profile) return 0;
+  if (load_profile(o, hw)) return -1;
+  bool mesh_gpu = strcmp(me->device->name, "cpu") != 0;
+  if (!warned && hw->profile_device[0] && profile_is_gpu(hw->profile_device) != mesh_gpu) {
+    warned = true;
+    diag_warning((SrcLoc){0}, "--profile %s was measured on \"%s\" (%s), but mesh '%s' has %s devices (%s); "
+                 "its figures price the plans all the same", o->profile, hw->profile_device,
+                 mesh_gpu ? "a CPU" : "a GPU", me->name, me->device->name, mesh_gpu ? "GPUs" : "CPUs");
   }
   return 0;
 }
@@ -593,6 +731,7 @@ static int rank_plans(const Opts *o, Module *m, const Plan *fixed, bool generata
 }
 
 static int run_explore(Opts *o) {
+  if (check_profile(o)) return 1;
   Plan fixed;
   plan_default(&fixed);
   if (o->sema.strategy && strcmp(o->sema.strategy, "auto")) {
@@ -643,13 +782,10 @@ static int run_explore(Opts *o) {
     diag_reset();
   }
   if (o->report) {
-    FILE *rf = fopen(o->report, "w");
-    if (!rf) {
-      fprintf(stderr, "shardc: error: cannot write %s: %s\n", o->report, strerror(errno));
-      return 1;
-    }
-    explore_report_html(rf, last_shape, &hw, m->train.mesh, pe, n, points, npoints, ref);
-    fclose(rf);
+    OutFile rf;
+    if (out_open(&rf, o->report)) return 1;
+    explore_report_html(rf.f, last_shape, &hw, m->train.mesh, pe, n, points, npoints, ref);
+    if (out_close(&rf)) return 1;
   }
   if (o->json) {
     printf("[");
@@ -756,6 +892,7 @@ static int run(Opts *o) {
   /* A target that generates nothing yet is refused before any work, by every
    * command, from the one table of targets (codegen/emit.c). */
   if (o->target && !cg_target(o->target)) return 1;
+  if (check_profile(o)) return 1;
   diag_set_quiet_warnings(o->no_warn);
   double t0 = now_ms();
   SrcFile *f = src_load(o->file);
@@ -818,14 +955,11 @@ static int run(Opts *o) {
     if (cg_build(m, dir, target, &cgo)) return 1;
     if (chosen) {
       /* strategy = auto: the choice and its predictions beside the program */
-      FILE *pj = fopen(arena_printf("%s/plan.json", dir), "w");
-      if (!pj) {
-        fprintf(stderr, "shardc: error: cannot write %s/plan.json: %s\n", dir, strerror(errno));
-        return 1;
-      }
-      json_plan(pj, chosen);
-      fputc('\n', pj);
-      fclose(pj);
+      OutFile pj;
+      if (out_open(&pj, arena_printf("%s/plan.json", dir))) return 1;
+      json_plan(pj.f, chosen);
+      fputc('\n', pj.f);
+      if (out_close(&pj)) return 1;
     }
     return 0;
   }
@@ -866,19 +1000,17 @@ int main(int argc, char **argv) {
   } else if (!strcmp(cmd, "build")) {
     if (parse_opts(argc, argv, &o, usage_build)) return 1;
   } else if (!strcmp(cmd, "calibrate")) {
-    return run_calibrate(argc, argv);
+    return finish_stdout(run_calibrate(argc, argv));
   } else if (!strcmp(cmd, "explore")) {
     if (parse_opts(argc, argv, &o, usage_explore)) return 1;
-    int rc = run_explore(&o);
-    fflush(stdout);
+    int rc = finish_stdout(run_explore(&o));
     arena_free_all();
     return rc;
   } else {
     fprintf(stderr, "shardc: error: unknown command '%s'\n%s", cmd, usage_main);
     return 1;
   }
-  int rc = run(&o);
-  fflush(stdout);
+  int rc = finish_stdout(run(&o));
   arena_free_all();
   return rc;
 }

@@ -5,6 +5,7 @@
  * evaluator, which uses the same formulas.  Memory comes from memplan. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1123,62 +1124,217 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
  *  (a GPU's also "attention", "attention_bwd" and their _bf16: [[T, seconds a
  *  (batch, head) row at D = 64, causal], ...], the fused kernels measured)
  *  "coll": [{"op": "all_reduce", "n": 4, "t": [[bytes, seconds], ...]}, ...]}
- * A small reader for this shape of JSON: objects, arrays, numbers, strings. */
+ * A small reader for this shape of JSON: objects, arrays, numbers, strings.
+ * A profile is input like a .shard file: every number is checked against
+ * the range a machine can have (an infinite rate or a negative time would
+ * reach the search as overflowing arithmetic), every error says where
+ * (line, column and byte offset), and nesting is bounded (the skipping of
+ * unknown keys recurses). */
+
+enum { JSON_MAX_DEPTH = 64, PROFILE_MAX_RANKS = 1048576 };
 
 typedef struct JReader {
-  const char *s;
+  const char *s;    /* the next byte */
+  const char *base; /* the file's first byte, for positions */
+  const char *key;  /* the top-level key being read ("" outside one), for messages */
+  int depth;        /* objects and arrays open around s */
   char *err;
   int errcap;
   int bad;
 } JReader;
 
-static void jws(JReader *j) {
-  while (*j->s == ' ' || *j->s == '\n' || *j->s == '\t' || *j->s == '\r') j->s++;
-}
-
-static int jfail(JReader *j, const char *what) {
-  if (!j->bad) snprintf(j->err, (size_t)j->errcap, "%s near '%.20s'", what, j->s);
+/* The first error only: "line L, column C (byte offset B): " and the message,
+ * for the byte at p (columns count UTF-8 characters). */
+static int jfail_at(JReader *j, const char *p, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int jfail_at(JReader *j, const char *p, const char *fmt, ...) {
+  if (!j->bad) {
+    int line = 1;
+    long col = 1;
+    for (const char *q = j->base; q < p; q++) {
+      if (*q == '\n') line++, col = 1;
+      else if ((*q & 0xC0) != 0x80) col++;
+    }
+    int n = snprintf(j->err, (size_t)j->errcap, "line %d, column %ld (byte offset %ld): ", line, col,
+                     (long)(p - j->base));
+    if (n >= 0 && n < j->errcap) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(j->err + n, (size_t)(j->errcap - n), fmt, ap);
+      va_end(ap);
+    }
+  }
   j->bad = 1;
   return -1;
+}
+
+/* What the text at p is, for "found ...": a few printable bytes or the end. */
+static const char *jfound(const char *p, char *buf, size_t cap) {
+  if (!*p) return "the end of the file";
+  size_t n = 0;
+  buf[n++] = '\'';
+  for (; *p && *p != '\n' && n + 6 < cap && n < 18; p++) {
+    unsigned char c = (unsigned char)*p;
+    if (c >= 32 && c < 127) buf[n++] = (char)c;
+    else n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", c);
+  }
+  buf[n++] = '\'';
+  buf[n] = 0;
+  return buf;
+}
+
+/* " (in \"gemm\")" where a key is being read */
+static const char *jin(const JReader *j, char *buf, size_t cap) {
+  if (!j->key || !*j->key) return "";
+  snprintf(buf, cap, " (in \"%s\")", j->key);
+  return buf;
+}
+
+static void jws(JReader *j) {
+  while (*j->s == ' ' || *j->s == '\n' || *j->s == '\t' || *j->s == '\r') j->s++;
 }
 
 static int jexpect(JReader *j, char c) {
   jws(j);
   if (*j->s != c) {
-    char w[32];
-    snprintf(w, sizeof w, "expected '%c'", c);
-    return jfail(j, w);
+    char f[40], in[48];
+    return jfail_at(j, j->s, "expected '%c', found %s%s", c, jfound(j->s, f, sizeof f), jin(j, in, sizeof in));
   }
   j->s++;
   return 0;
 }
 
+/* ',' and another item (1), or the closing bracket (0), or -1 */
+static int jnext(JReader *j, char close) {
+  jws(j);
+  if (*j->s == ',') {
+    j->s++;
+    return 1;
+  }
+  if (*j->s == close) {
+    j->s++;
+    return 0;
+  }
+  char f[40], in[48];
+  return jfail_at(j, j->s, "expected ',' or '%c', found %s%s", close, jfound(j->s, f, sizeof f),
+                  jin(j, in, sizeof in));
+}
+
+static int jhex(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* A string into out (at most cap - 1 bytes kept), its escapes decoded:
+ * \" \\ \/ \b \f \n \r \t and \uXXXX (a character past ASCII, or NUL, kept
+ * as '?': the keys and names this reads are ASCII). */
 static int jstring(JReader *j, char *out, int cap) {
   if (jexpect(j, '"')) return -1;
+  const char *open = j->s - 1;
   int n = 0;
-  while (*j->s && *j->s != '"') {
-    if (n < cap - 1) out[n++] = *j->s;
-    j->s++;
+  for (;;) {
+    unsigned char c = (unsigned char)*j->s;
+    char in[48];
+    if (!c) return jfail_at(j, open, "a string without its closing '\"'%s", jin(j, in, sizeof in));
+    if (c == '"') break;
+    if (c < 32)
+      return jfail_at(j, j->s, "a control character (0x%02x) in a string: JSON writes it as an escape%s", c,
+                      jin(j, in, sizeof in));
+    char ch = (char)c;
+    int len = 1;
+    if (c == '\\') {
+      len = 2;
+      switch (j->s[1]) {
+      case '"': case '\\': case '/': ch = j->s[1]; break;
+      case 'b': ch = '\b'; break;
+      case 'f': ch = '\f'; break;
+      case 'n': ch = '\n'; break;
+      case 'r': ch = '\r'; break;
+      case 't': ch = '\t'; break;
+      case 'u': {
+        unsigned cp = 0;
+        for (int k = 2; k < 6; k++) {
+          int h = jhex(j->s[k]);
+          if (h < 0) return jfail_at(j, j->s, "\\u needs four hex digits%s", jin(j, in, sizeof in));
+          cp = cp * 16 + (unsigned)h;
+        }
+        ch = cp > 0 && cp < 128 ? (char)cp : '?';
+        len = 6;
+        break;
+      }
+      default: {
+        char f[40];
+        return jfail_at(j, j->s, "an unknown escape %s in a string%s", jfound(j->s, f, sizeof f),
+                        jin(j, in, sizeof in));
+      }
+      }
+    }
+    if (n < cap - 1) out[n++] = ch;
+    j->s += len;
   }
   out[n] = 0;
-  if (*j->s != '"') return jfail(j, "unterminated string");
   j->s++;
   return 0;
 }
 
+/* A JSON number (-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?), finite:
+ * no "inf", "nan", hex or 1e999 */
 static int jnumber(JReader *j, double *v) {
   jws(j);
-  char *end;
-  *v = strtod(j->s, &end);
-  if (end == j->s) return jfail(j, "expected a number");
-  j->s = end;
+  const char *p = j->s, *q = p;
+  if (*q == '-') q++;
+  bool ok = *q >= '0' && *q <= '9';
+  if (*q == '0') q++;
+  else
+    while (*q >= '0' && *q <= '9') q++;
+  if (ok && *q == '.') {
+    q++;
+    ok = *q >= '0' && *q <= '9';
+    while (*q >= '0' && *q <= '9') q++;
+  }
+  if (ok && (*q == 'e' || *q == 'E')) {
+    q++;
+    if (*q == '+' || *q == '-') q++;
+    ok = *q >= '0' && *q <= '9';
+    while (*q >= '0' && *q <= '9') q++;
+  }
+  bool glued = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '.' ||
+               *q == '+' || *q == '-';
+  char f[40], in[48];
+  if (!ok || glued) return jfail_at(j, p, "expected a number, found %s%s", jfound(p, f, sizeof f), jin(j, in, sizeof in));
+  *v = strtod(p, NULL);
+  if (!isfinite(*v))
+    return jfail_at(j, p, "the number %.*s is out of range%s", (int)(q - p < 24 ? q - p : 24), p, jin(j, in, sizeof in));
+  j->s = q;
   return 0;
 }
 
-static int jskip(JReader *j);
+/* A number within [lo, hi] (whole when `whole`); the message names it. */
+static int jrange(JReader *j, const char *name, double lo, double hi, const char *unit, bool whole, double *v) {
+  jws(j);
+  const char *p = j->s;
+  if (jnumber(j, v)) return -1;
+  if (whole && !(*v >= lo && *v <= hi && *v == floor(*v)))
+    return jfail_at(j, p, "%s must be a whole number from %.0f to %.0f, got %.*s", name, lo, hi, (int)(j->s - p), p);
+  if (!(*v >= lo && *v <= hi))
+    return jfail_at(j, p, "%s must be between %g and %g%s, got %.*s", name, lo, hi, unit, (int)(j->s - p), p);
+  return 0;
+}
 
-/* [[x, y], ...] into a curve (x increasing) */
-static int jcurve(JReader *j, CostCurve *c) {
+/* The range of a curve's x or y: what it is, the bounds, the unit */
+typedef struct JRange {
+  const char *what;
+  double lo, hi;
+  const char *unit;
+} JRange;
+
+/* Rates and sizes from a slow CPU's to far past any machine's (1e18 FLOP/s
+ * is an exaflop on one rank); times from a picosecond to a quarter hour. */
+static const JRange R_FLOPS = {"the GEMM's FLOPs", 1, 1e24, ""}, R_DIM = {"the smallest dim", 1, 1e9, ""},
+                    R_BYTES = {"the bytes", 1, 1e15, ""}, R_SEQ = {"the sequence length", 1, 1e9, ""},
+                    R_RATE = {"the rate", 1e3, 1e18, " FLOP/s"}, R_BW = {"the bandwidth", 1e3, 1e16, " bytes/s"},
+                    R_TIME = {"the time", 1e-12, 1e3, " s"};
+
+/* [[x, y], ...] into a curve (x increasing, each within its range) */
+static int jcurve(JReader *j, CostCurve *c, const JRange *xr, const JRange *yr) {
   if (jexpect(j, '[')) return -1;
   c->n = 0;
   jws(j);
@@ -1187,25 +1343,29 @@ static int jcurve(JReader *j, CostCurve *c) {
     return 0;
   }
   for (;;) {
-    double x, y;
-    if (jexpect(j, '[') || jnumber(j, &x) || jexpect(j, ',') || jnumber(j, &y) || jexpect(j, ']'))
-      return -1;
-    if (!(x > 0 && y > 0)) return jfail(j, "curve points must be positive");
-    if (c->n && x <= c->x[c->n - 1]) return jfail(j, "curve points must be in increasing order");
-    if (c->n < COST_CURVE_MAX) {
-      c->x[c->n] = x;
-      c->y[c->n] = y;
-      c->n++;
-    }
     jws(j);
-    if (*j->s == ',') {
-      j->s++;
-      continue;
-    }
-    return jexpect(j, ']');
+    const char *p = j->s;
+    double x, y;
+    if (jexpect(j, '[') || jnumber(j, &x) || jexpect(j, ',') || jnumber(j, &y) || jexpect(j, ']')) return -1;
+    const JRange *r = !(x >= xr->lo && x <= xr->hi) ? xr : !(y >= yr->lo && y <= yr->hi) ? yr : NULL;
+    if (r)
+      return jfail_at(j, p, "%s: point %d: %s must be between %g and %g%s, got %g", j->key, c->n + 1, r->what,
+                      r->lo, r->hi, r->unit, r == xr ? x : y);
+    if (c->n && x <= c->x[c->n - 1])
+      return jfail_at(j, p, "%s: point %d: the points must be in increasing order (%g after %g)", j->key,
+                      c->n + 1, x, c->x[c->n - 1]);
+    if (c->n == COST_CURVE_MAX)
+      return jfail_at(j, p, "%s: more than %d points (limit is %d)", j->key, COST_CURVE_MAX, COST_CURVE_MAX);
+    c->x[c->n] = x;
+    c->y[c->n] = y;
+    c->n++;
+    int more = jnext(j, ']');
+    if (more <= 0) return more;
   }
 }
 
+/* Any value, skipped (keys this shardc does not read), nested at most
+ * JSON_MAX_DEPTH deep */
 static int jskip(JReader *j) {
   jws(j);
   char c = *j->s;
@@ -1214,11 +1374,15 @@ static int jskip(JReader *j) {
     return jstring(j, tmp, sizeof tmp);
   }
   if (c == '{' || c == '[') {
+    if (j->depth >= JSON_MAX_DEPTH)
+      return jfail_at(j, j->s, "arrays and objects nested too deep (limit is %d)", JSON_MAX_DEPTH);
     char close = c == '{' ? '}' : ']';
     j->s++;
+    j->depth++;
     jws(j);
     if (*j->s == close) {
       j->s++;
+      j->depth--;
       return 0;
     }
     for (;;) {
@@ -1227,13 +1391,12 @@ static int jskip(JReader *j) {
         if (jstring(j, k, sizeof k) || jexpect(j, ':')) return -1;
       }
       if (jskip(j)) return -1;
-      jws(j);
-      if (*j->s == ',') {
-        j->s++;
-        continue;
-      }
-      return jexpect(j, close);
+      int more = jnext(j, close);
+      if (more < 0) return -1;
+      if (!more) break;
     }
+    j->depth--;
+    return 0;
   }
   if (!strncmp(j->s, "true", 4) || !strncmp(j->s, "null", 4)) {
     j->s += 4;
@@ -1247,178 +1410,214 @@ static int jskip(JReader *j) {
   return jnumber(j, &v);
 }
 
+/* A key of an object that may hold each of names[] once (bit k of *seen:
+ * names[k] read); its index, n for a key it does not know, -1 on error. */
+static int jkey(JReader *j, const char *const *names, int n, unsigned long *seen, char *key, int cap) {
+  jws(j);
+  const char *p = j->s;
+  if (jstring(j, key, cap) || jexpect(j, ':')) return -1;
+  for (int k = 0; k < n; k++)
+    if (!strcmp(key, names[k])) {
+      if (*seen >> k & 1) {
+        char in[48];
+        return jfail_at(j, p, "\"%s\" given twice%s", key, jin(j, in, sizeof in));
+      }
+      *seen |= 1ul << k;
+      return k;
+    }
+  return n;
+}
+
+static const char *const coll_keys[] = {"op", "n", "t"};
+
 static int jcoll(JReader *j, CostColl *c) {
   if (jexpect(j, '{')) return -1;
   memset(c, 0, sizeof *c);
+  unsigned long seen = 0;
   for (;;) {
     char key[32];
-    if (jstring(j, key, sizeof key) || jexpect(j, ':')) return -1;
     double v;
-    if (!strcmp(key, "op")) {
+    int k = jkey(j, coll_keys, 3, &seen, key, sizeof key);
+    if (k < 0) return -1;
+    if (k == 0) {
       if (jstring(j, c->op, sizeof c->op)) return -1;
-    } else if (!strcmp(key, "n")) {
-      if (jnumber(j, &v)) return -1;
+    } else if (k == 1) {
+      if (jrange(j, "coll: n", 1, PROFILE_MAX_RANKS, "", true, &v)) return -1;
       c->nranks = (int)v;
-    } else if (!strcmp(key, "t")) {
-      if (jcurve(j, &c->t)) return -1;
+    } else if (k == 2) {
+      if (jcurve(j, &c->t, &R_BYTES, &R_TIME)) return -1;
     } else if (jskip(j)) {
       return -1;
     }
-    jws(j);
-    if (*j->s == ',') {
-      j->s++;
-      continue;
-    }
-    return jexpect(j, '}');
+    int more = jnext(j, '}');
+    if (more <= 0) return more;
   }
 }
 
 /* {"name": seconds, ...} into out[k] for names[k] (names it does not know
- * are skipped); each between 0 and 1 ms. */
-static int jtimes(JReader *j, const char *const *names, int n, double *out, const char *what) {
+ * are skipped); each between 0 and 1 ms; *nread counts those above 0. */
+static int jtimes(JReader *j, const char *const *names, int n, double *out, const char *what, int *nread) {
   if (jexpect(j, '{')) return -1;
   jws(j);
   if (*j->s == '}') {
     j->s++;
     return 0;
   }
+  unsigned long seen = 0;
   for (;;) {
-    char name[24], msg[96];
+    char name[24];
     double v;
-    if (jstring(j, name, sizeof name) || jexpect(j, ':') || jnumber(j, &v)) return -1;
-    if (!(v >= 0 && v < 1e-3)) {
-      snprintf(msg, sizeof msg, "%s must be between 0 and 1 ms", what);
-      return jfail(j, msg);
-    }
-    for (int k = 0; k < n; k++)
-      if (!strcmp(name, names[k])) out[k] = v;
+    int k = jkey(j, names, n, &seen, name, sizeof name);
+    if (k < 0) return -1;
     jws(j);
-    if (*j->s == ',') {
-      j->s++;
-      continue;
-    }
-    return jexpect(j, '}');
+    const char *p = j->s;
+    if (jnumber(j, &v)) return -1;
+    if (!(v >= 0 && v < 1e-3))
+      return jfail_at(j, p, "%s: %s: %s must be between 0 and 1 ms, got %g", j->key, name, what, v);
+    if (k < n) out[k] = v;
+    *nread += v > 0;
+    int more = jnext(j, '}');
+    if (more <= 0) return more;
   }
 }
 
-int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    snprintf(err, (size_t)errcap, "cannot open it");
-    return -1;
-  }
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  if (len <= 0 || len > (64 << 20)) {
-    fclose(f);
-    snprintf(err, (size_t)errcap, "not a profile (empty or over 64 MiB)");
-    return -1;
-  }
-  char *buf = malloc((size_t)len + 1);
-  size_t got = fread(buf, 1, (size_t)len, f);
-  fclose(f);
-  buf[got] = 0;
-  JReader j = {buf, err, errcap, 0};
-  HwModel h = *hw;
-  int version = 0;
-  char device[64] = "";
+/* The keys a profile may hold, each once */
+enum { PK_VERSION, PK_DEVICE, PK_NP, PK_CORES, PK_LAUNCH, PK_LAUNCH_GRAPH, PK_GEMM, PK_GEMM_THIN, PK_GEMM16,
+       PK_THIN16, PK_BW, PK_ATT, PK_ATT_BWD, PK_ATT16, PK_ATT_BWD16, PK_SPECIAL, PK_KERNELS, PK_COLL, PK_N };
+static const char *const profile_keys[PK_N] = {
+    "shardc_profile", "device",    "np",        "cores",          "launch_s",          "launch_graph_s",
+    "gemm",           "gemm_thin", "gemm_bf16", "gemm_thin_bf16", "bw",                "attention",
+    "attention_bwd",  "attention_bf16", "attention_bwd_bf16", "special", "kernels",     "coll"};
+
+/* The profile's text (NUL-terminated, len bytes) into h; 0 or -1 with the message in j->err. */
+static int parse_profile(JReader *j, size_t len, HwModel *h, const HwModel *hw) {
+  const char *nul = memchr(j->base, 0, len);
+  if (nul) return jfail_at(j, nul, "a NUL byte: a profile is JSON text");
+  if (!strncmp(j->s, "\xef\xbb\xbf", 3)) j->s += 3; /* a byte-order mark, as some editors write */
+  jws(j);
+  if (!*j->s) return jfail_at(j, j->s, "no profile: the file %s", len ? "holds only blanks" : "is empty");
   CostCurve gemm16 = {0}, thin16 = {0}, att16 = {0}, attb16 = {0};
-  if (jexpect(&j, '{')) goto fail;
-  for (;;) {
-    char key[32];
-    double v;
-    if (jstring(&j, key, sizeof key) || jexpect(&j, ':')) goto fail;
-    if (!strcmp(key, "shardc_profile")) {
-      if (jnumber(&j, &v)) goto fail;
-      version = (int)v;
-    } else if (!strcmp(key, "device")) {
-      if (jstring(&j, device, sizeof device)) goto fail;
-    } else if (!strcmp(key, "np")) {
-      if (jnumber(&j, &v)) goto fail;
-      h.profile_np = (int)v;
-    } else if (!strcmp(key, "cores")) {
-      if (jnumber(&j, &v)) goto fail;
-      h.cores = (int)v;
-    } else if (!strcmp(key, "launch_s")) {
-      if (jnumber(&j, &v)) goto fail;
-      h.launch_s = v;
-    } else if (!strcmp(key, "launch_graph_s")) {
-      if (jnumber(&j, &v)) goto fail;
-      h.launch_graph_s = v;
-    } else if (!strcmp(key, "gemm")) {
-      if (jcurve(&j, &h.gemm)) goto fail;
-    } else if (!strcmp(key, "gemm_thin")) {
-      if (jcurve(&j, &h.gemm_thin)) goto fail;
-    } else if (!strcmp(key, "gemm_bf16")) {
+  double version = 0;
+  unsigned long seen = 0;
+  int nread = 0; /* curve points, collectives, "special" and "kernels" figures read */
+  if (jexpect(j, '{')) return -1;
+  j->depth = 1;
+  jws(j);
+  if (*j->s == '}') j->s++;
+  else
+    for (;;) {
+      char key[32];
+      double v;
+      j->key = "";
+      int k = jkey(j, profile_keys, PK_N, &seen, key, sizeof key);
+      if (k < 0) return -1;
+      j->key = k < PK_N ? profile_keys[k] : key;
+      int r = 0;
+      CostCurve *cv = NULL;
+      switch (k) {
+      case PK_VERSION: {
+        jws(j);
+        const char *p = j->s;
+        r = jnumber(j, &version);
+        if (!r && version != 1)
+          r = jfail_at(j, p, "shardc_profile must be 1 (the version this shardc reads), got %.*s", (int)(j->s - p), p);
+        break;
+      }
+      case PK_DEVICE:
+        r = jstring(j, h->profile_device, sizeof h->profile_device);
+        /* printed in messages: printable ASCII only */
+        for (char *c = h->profile_device; *c; c++)
+          if (*c < 32 || *c > 126) *c = '?';
+        break;
+      case PK_NP:
+        r = jrange(j, "np", 1, PROFILE_MAX_RANKS, "", true, &v);
+        h->profile_np = (int)v;
+        break;
+      case PK_CORES:
+        r = jrange(j, "cores", 1, PROFILE_MAX_RANKS, "", true, &v);
+        h->cores = (int)v;
+        break;
+      case PK_LAUNCH:
+        r = jrange(j, "launch_s", 0, 1, " s", false, &v);
+        h->launch_s = v;
+        break;
+      case PK_LAUNCH_GRAPH:
+        r = jrange(j, "launch_graph_s", 0, 1, " s", false, &v);
+        h->launch_graph_s = v;
+        break;
+      case PK_GEMM: r = jcurve(j, cv = &h->gemm, &R_FLOPS, &R_RATE); break;
+      case PK_GEMM_THIN: r = jcurve(j, cv = &h->gemm_thin, &R_DIM, &R_RATE); break;
       /* a GPU's GEMMs on bf16 tensor cores (precision = bf16 runs them) */
-      if (jcurve(&j, &gemm16)) goto fail;
-    } else if (!strcmp(key, "gemm_thin_bf16")) {
+      case PK_GEMM16: r = jcurve(j, cv = &gemm16, &R_FLOPS, &R_RATE); break;
       /* the bf16 GEMMs' rate by their smallest dim (the cuda calibrator) */
-      if (jcurve(&j, &thin16)) goto fail;
-    } else if (!strcmp(key, "bw")) {
-      if (jcurve(&j, &h.bw)) goto fail;
-    } else if (!strcmp(key, "attention")) {
-      if (jcurve(&j, &h.att)) goto fail;
-    } else if (!strcmp(key, "attention_bwd")) {
-      if (jcurve(&j, &h.att_bwd)) goto fail;
-    } else if (!strcmp(key, "attention_bf16")) {
-      if (jcurve(&j, &att16)) goto fail;
-    } else if (!strcmp(key, "attention_bwd_bf16")) {
-      if (jcurve(&j, &attb16)) goto fail;
-    } else if (!strcmp(key, "special")) {
-      if (jtimes(&j, cost_sf_names, COST_SF_N, h.special, "a special function's time")) goto fail;
-    } else if (!strcmp(key, "kernels")) {
-      if (jtimes(&j, cost_kern_names, COST_K_N, h.kern, "a kernel's time per element")) goto fail;
-    } else if (!strcmp(key, "coll")) {
-      if (jexpect(&j, '[')) goto fail;
-      h.ncoll = 0;
-      jws(&j);
-      if (*j.s == ']') {
-        j.s++;
-      } else {
-        for (;;) {
-          CostColl c;
-          if (jcoll(&j, &c)) goto fail;
-          if (h.ncoll < COST_MAXCOLL && c.t.n && c.nranks > 1) h.coll[h.ncoll++] = c;
-          jws(&j);
-          if (*j.s == ',') {
-            j.s++;
-            continue;
-          }
-          if (jexpect(&j, ']')) goto fail;
+      case PK_THIN16: r = jcurve(j, cv = &thin16, &R_DIM, &R_RATE); break;
+      case PK_BW: r = jcurve(j, cv = &h->bw, &R_BYTES, &R_BW); break;
+      case PK_ATT: r = jcurve(j, cv = &h->att, &R_SEQ, &R_TIME); break;
+      case PK_ATT_BWD: r = jcurve(j, cv = &h->att_bwd, &R_SEQ, &R_TIME); break;
+      case PK_ATT16: r = jcurve(j, cv = &att16, &R_SEQ, &R_TIME); break;
+      case PK_ATT_BWD16: r = jcurve(j, cv = &attb16, &R_SEQ, &R_TIME); break;
+      case PK_SPECIAL: r = jtimes(j, cost_sf_names, COST_SF_N, h->special, "a special function's time", &nread); break;
+      case PK_KERNELS: r = jtimes(j, cost_kern_names, COST_K_N, h->kern, "a kernel's time per element", &nread); break;
+      case PK_COLL:
+        if ((r = jexpect(j, '['))) break;
+        h->ncoll = 0;
+        jws(j);
+        if (*j->s == ']') {
+          j->s++;
           break;
         }
+        for (int more = 1; more > 0 && !r;) {
+          CostColl c;
+          if ((r = jcoll(j, &c))) break;
+          if (h->ncoll < COST_MAXCOLL && c.t.n && c.nranks > 1) h->coll[h->ncoll++] = c, nread++;
+          more = jnext(j, ']');
+          if (more < 0) r = -1;
+        }
+        break;
+      default: r = jskip(j); break;
       }
-    } else if (jskip(&j)) {
-      goto fail;
+      if (r) return -1;
+      if (cv) nread += cv->n;
+      int more = jnext(j, '}');
+      if (more < 0) return -1;
+      if (!more) break;
     }
-    jws(&j);
-    if (*j.s == ',') {
-      j.s++;
-      continue;
-    }
-    if (jexpect(&j, '}')) goto fail;
-    break;
+  j->key = "";
+  jws(j);
+  if (*j->s) {
+    char f[40];
+    return jfail_at(j, j->s, "text after the profile's closing '}': %s", jfound(j->s, f, sizeof f));
   }
-  free(buf);
-  if (version != 1) {
-    snprintf(err, (size_t)errcap, "not a shardc profile (no \"shardc_profile\": 1)");
-    return -1;
-  }
+  if (!((seen >> PK_VERSION) & 1)) return jfail_at(j, j->base, "not a shardc profile (no \"shardc_profile\": 1)");
+  /* (counted as read: h starts as the mesh's model, which has figures of
+   * its own) */
+  if (!((seen >> PK_LAUNCH) & 1) && !((seen >> PK_LAUNCH_GRAPH) & 1) && !nread)
+    return jfail_at(j, j->base, "the profile holds no measurements (no \"gemm\", \"bw\", \"coll\", \"launch_s\", ...)");
   /* A 16-bit plan's GEMMs at the bf16 rate where the profile has one (the
    * cpu profile has not: its fp32 BLAS runs them) */
   if (hw->elt == 2 && gemm16.n) {
-    h.gemm = gemm16;
-    h.gemm_thin = thin16; /* not the fp32 one: none where the profile has none */
+    h->gemm = gemm16;
+    h->gemm_thin = thin16; /* not the fp32 one: none where the profile has none */
   }
-  if (hw->elt == 2 && att16.n) h.att = att16, h.att_bwd = attb16;
+  if (hw->elt == 2 && att16.n) h->att = att16, h->att_bwd = attb16;
+  return 0;
+}
+
+int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
+  /* read as a source file is: a regular file of at most 4 MiB, a FIFO or
+   * a device refused before it is opened (base/diag.c) */
+  SrcFile *f = src_load(path);
+  if (!f) {
+    snprintf(err, (size_t)errcap, "cannot open it: %s", src_error());
+    return -1;
+  }
+  JReader j = {.s = f->text, .base = f->text, .key = "", .err = err, .errcap = errcap};
+  HwModel h = *hw;
+  h.profile_device[0] = 0;
+  if (parse_profile(&j, f->len, &h, hw)) return -1;
   if (h.gemm.n) h.peak = h.gemm.y[h.gemm.n - 1] / h.gemm_eff; /* what MFU is measured against */
-  snprintf(h.source, sizeof h.source, "profile %s (%s, %d ranks)", path, device[0] ? device : "?",
-           h.profile_np);
+  snprintf(h.source, sizeof h.source, "profile %s (%s, %d ranks)", path,
+           h.profile_device[0] ? h.profile_device : "?", h.profile_np);
   *hw = h;
   return 0;
-fail:
-  free(buf);
-  return -1;
 }

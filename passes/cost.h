@@ -70,6 +70,7 @@ typedef struct HwModel {
   int ncoll;
   int profile_np;         /* ranks the profile's compute figures were measured with (0: none) */
   int cores;              /* the profiled machine's cores (0: unknown) */
+  char profile_device[64];/* the profile's "device" ("cpu", "NVIDIA H200"; "": none) */
   /* seconds per evaluation of each special function (COST_SF_*) a fused
    * loop calls, on top of its memory time: libm on a CPU core runs them one
    * element at a time; a GPU's special-function units hide them (0) */

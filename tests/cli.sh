@@ -640,5 +640,69 @@ zero3_ahead() {
 }
 zero3_ahead
 
+# Hostile profiles and output paths (docs/cost-model.md, "Reading a
+# profile"): a number out of range is refused with its key and its
+# position, nesting is bounded, a FIFO is refused, never waited on.
+printf '{"shardc_profile": 1,\n "launch_s": -1}' >"$tmp/neg.json"
+expect profile-range 1 "^shardc: error: --profile .*/neg.json: line 2, column 14 \(byte offset 35\): launch_s must be between 0 and 1 s, got -1$" -- "$bin" explore samples/gpt.shard --profile "$tmp/neg.json"
+printf '{"shardc_profile": 1, "launch_s": 1e999}' >"$tmp/inf.json"
+expect profile-inf 1 'line 1, column 35 \(byte offset 34\): the number 1e999 is out of range \(in "launch_s"\)$' -- "$bin" compile samples/gpt.shard --profile "$tmp/inf.json"
+printf '{"shardc_profile": 1, "gemm": [[1, 1e-300]]}' >"$tmp/tiny.json"
+expect profile-tiny-rate 1 'gemm: point 1: the rate must be between 1000 and 1e\+18 FLOP/s, got 1e-300$' -- "$bin" build samples/gpt.shard --strategy auto --profile "$tmp/tiny.json" -o "$tmp/tinyb"
+printf '{"shardc_profile": 1, "np": 1e20, "launch_s": 1e-6}' >"$tmp/np.json"
+expect profile-np 1 'np must be a whole number from 1 to 1048576, got 1e20$' -- "$bin" explore samples/gpt.shard --profile "$tmp/np.json"
+printf '{"shardc_profile": 1}' >"$tmp/nothing.json"
+expect profile-nothing 1 'the profile holds no measurements' -- "$bin" explore samples/gpt.shard --profile "$tmp/nothing.json"
+{ printf '{"shardc_profile": 1, "x": '; head -c 50000 /dev/zero | tr '\0' '['; head -c 50000 /dev/zero | tr '\0' ']'; printf '}'; } >"$tmp/deep.json"
+expect profile-deep 1 'deep.json: line 1, column 91 \(byte offset 90\): arrays and objects nested too deep \(limit is 64\)$' -- "$bin" explore samples/gpt.shard --profile "$tmp/deep.json"
+mkfifo "$tmp/prof.fifo"
+EXPECT_TIMEOUT=10 expect profile-fifo 1 'prof.fifo: cannot open it: not a regular file \(a pipe\)$' -- "$bin" explore samples/gpt.shard --profile "$tmp/prof.fifo"
+EXPECT_TIMEOUT=10 expect profile-fifo-compile 1 'cannot open it: not a regular file \(a pipe\)$' -- "$bin" compile samples/gpt.shard --profile "$tmp/prof.fifo"
+expect profile-missing-errno 1 '^shardc: error: --profile /nonexistent.json: cannot open it: No such file or directory$' -- "$bin" compile samples/gpt.shard --profile /nonexistent.json
+expect profile-dir 1 'cannot open it: Is a directory$' -- "$bin" explore samples/gpt.shard --profile "$tmp"
+expect profile-dev-zero 1 'cannot open it: not a regular file \(a character device\)$' -- "$bin" explore samples/gpt.shard --profile /dev/zero
+# (build, --emit=program|ir|c and --dump-after price nothing, and read it all the same)
+expect profile-build-missing 1 'profile /nonexistent.json: cannot open it: No such file or directory$' -- "$bin" build samples/gpt.shard --profile /nonexistent.json -o "$tmp/pbuild"
+if [ -e "$tmp/pbuild" ]; then echo "FAIL: profile-build-missing: built $tmp/pbuild"; fail=$((fail + 1)); fi
+expect profile-emit-c 1 'gpt.shard: line 1, column 1 \(byte offset 0\): expected .\{., found' -- "$bin" compile samples/gpt.shard --emit=c --profile samples/gpt.shard
+expect profile-emit-ir 1 'neg.json: line 2, column 14' -- "$bin" compile samples/gpt.shard --emit=ir --profile "$tmp/neg.json"
+expect profile-emit-program 1 'neg.json: line 2, column 14' -- "$bin" compile samples/gpt.shard --emit=program --profile "$tmp/neg.json"
+expect profile-dump-after 1 'neg.json: line 2, column 14' -- "$bin" compile samples/gpt.shard --dump-after=shard --profile "$tmp/neg.json"
+# a profile of another kind of machine: a warning naming both, the plans priced all the same
+printf '{"shardc_profile": 1, "device": "cpu", "np": 2, "launch_s": 2e-06, "gemm": [[1e6, 5e10], [1e9, 1e11]], "bw": [[1e6, 1e10]]}\n' >"$tmp/cpuprof.json"
+expect profile-cpu-on-gpu 0 '^shardc: warning: --profile .*cpuprof.json was measured on "cpu" \(a CPU\), but mesh .2x8:H100_SXM. has H100_SXM devices \(GPUs\)' -- "$bin" explore samples/gpt.shard --mesh 2x8:H100_SXM --top 1 --profile "$tmp/cpuprof.json"
+expect profile-gpu-on-cpu 0 'measured on "NVIDIA H200" \(a GPU\), but mesh .laptop. has cpu devices \(CPUs\)' -- "$bin" compile samples/gpt.shard --profile bench/results/profile-h200-2026-12-04.json
+out=$("$bin" compile samples/gpt.shard --profile "$tmp/cpuprof.json" 2>&1)
+if [ $? = 0 ] && ! grep -q warning <<<"$out"; then pass=$((pass + 1)); else
+  echo "FAIL: profile-cpu-on-cpu: a warning or an error"; echo "$out" | head -5; fail=$((fail + 1)); fi
+# write errors: the report, the standard output; a report that fails leaves the old one whole
+expect report-full 1 '^shardc: error: cannot write /dev/full: No space left on device$' -- "$bin" explore samples/gpt.shard --report /dev/full
+expect explore-stdout-full 1 '^shardc: error: cannot write the standard output: No space left on device$' -- sh -c '"$1" explore samples/gpt.shard >/dev/full' sh "$bin"
+expect emit-c-stdout-full 1 'cannot write the standard output: No space left on device$' -- sh -c '"$1" compile samples/gpt.shard --emit=c >/dev/full' sh "$bin"
+expect report-nodir 1 '^shardc: error: cannot write /nonexistent/r.html: No such file or directory$' -- "$bin" explore samples/gpt.shard --report /nonexistent/r.html
+mkfifo "$tmp/report.fifo"
+EXPECT_TIMEOUT=10 expect report-fifo 1 'cannot write .*report.fifo: a pipe that no process reads$' -- "$bin" explore samples/gpt.shard --report "$tmp/report.fifo"
+expect report-stdout 0 '^<!DOCTYPE html>' -- "$bin" explore samples/gpt.shard --top 1 --report /dev/stdout
+# a report cut short (a file size limit: EFBIG) leaves the previous one whole and no temporary
+expect report-good 0 'plans evaluated' -- "$bin" explore samples/gpt.shard --report "$tmp/keep.html"
+cp "$tmp/keep.html" "$tmp/keep.orig"
+expect report-cut 1 'cannot write .*keep.html: File too large$' -- bash -c 'trap "" XFSZ; ulimit -f 4; exec "$1" explore samples/gpt.shard --top 3 --report "$2"' sh "$bin" "$tmp/keep.html"
+if cmp -s "$tmp/keep.html" "$tmp/keep.orig" && [ -z "$(ls "$tmp" | grep 'keep.html.')" ]; then pass=$((pass + 1)); else
+  echo "FAIL: report-cut-keeps: the old report changed or a temporary is left"; fail=$((fail + 1)); fi
+# calibrate: the output path checked before mpirun starts; a failed
+# measurement leaves the old profile whole (a stand-in mpirun that
+# truncates its output file and fails, as a crashed calibrator would)
+if [ -x "$(dirname "$bin")/shardc-calib" ]; then
+  expect calibrate-out-nodir 1 '^shardc: error: cannot write /nonexistent/dir/p.json: No such file or directory$' -- "$bin" calibrate --np 1 -o /nonexistent/dir/p.json
+  expect calibrate-out-dir 1 "^shardc: error: cannot write $tmp: Is a directory$" -- "$bin" calibrate --np 1 -o "$tmp"
+  mkdir -p "$tmp/fakempi"
+  printf '#!/bin/sh\nfor a; do case "$a" in *.json*) : >"$a" ;; esac; done\nexit 1\n' >"$tmp/fakempi/mpirun"
+  chmod +x "$tmp/fakempi/mpirun"
+  cp "$tmp/cpuprof.json" "$tmp/keep.json"
+  expect calibrate-fails-keeps 1 'the microbenchmarks failed \(mpirun exit 1\); .*keep.json is as it was$' -- env PATH="$tmp/fakempi:$PATH" "$bin" calibrate --np 1 -o "$tmp/keep.json"
+  if cmp -s "$tmp/keep.json" "$tmp/cpuprof.json" && [ -z "$(ls "$tmp" | grep 'keep.json.')" ]; then pass=$((pass + 1)); else
+    echo "FAIL: calibrate-fails-keeps: the old profile changed or a temporary is left"; fail=$((fail + 1)); fi
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -36,6 +36,7 @@
 /* MPI's C API only (Open MPI's C++ bindings need a library not linked) */
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,6 +177,7 @@ struct Rotation_ {
 };
 
 int main(int argc, char **argv) {
+  int wrote = 1; /* 0: rank 0 could not write the profile */
 #ifdef RTC_HOST
   rt_blas_setup(argc, argv); /* cuBLASLt's twin: OpenBLAS's kernels as the programs get them */
 #endif
@@ -229,7 +231,7 @@ int main(int argc, char **argv) {
   if (!rank_) {
     out = fopen(argv[1], "w");
     if (!out) {
-      fprintf(stderr, "shardc calibrate: cannot write %s\n", argv[1]);
+      fprintf(stderr, "shardc calibrate: cannot write %s: %s\n", argv[1], strerror(errno));
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
     fprintf(out, "{\"shardc_profile\": 1, \"device\": \"%s\", \"np\": %d,\n", device, world_);
@@ -481,8 +483,12 @@ int main(int argc, char **argv) {
 #endif
   if (!rank_) {
     fprintf(out, "]}\n");
-    fclose(out);
+    /* a full disk is a failed calibration (shardc keeps the old profile) */
+    if (ferror(out) | fclose(out)) {
+      fprintf(stderr, "shardc calibrate: cannot write %s: %s\n", argv[1], strerror(errno ? errno : EIO));
+      wrote = 0;
+    }
   }
   MPI_Finalize();
-  return 0;
+  return wrote ? 0 : 1;
 }

@@ -4,6 +4,7 @@
  * the pipeline bubble shrinks with more microbatches, interleaving shrinks
  * it further, and the per-rank times add up; ranks sharing cores; special
  * functions in fused loops. */
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cost.h"
@@ -47,6 +48,140 @@ static double zeroing(const HwModel *hw, const PInstr *in) {
   double t = 0;
   for (int k = 0; k < in->nzero; k++) t += cost_membound(hw, (double)in->zero_bytes[k], 0);
   return t;
+}
+
+
+/* Loads a profile of text; the error's text (err) or "" where it loaded. */
+static const char *load_text(const char *text, HwModel *hw, char *err, int cap) {
+  char path[] = "/tmp/shardc_test_prof_XXXXXX";
+  err[0] = 0;
+  if (write_temp(path, text)) return "(cannot write a temporary file)";
+  if (cost_load_profile(hw, path, err, cap) == 0) err[0] = 0;
+  else if (!err[0]) snprintf(err, (size_t)cap, "(an empty message)");
+  remove(path);
+  return err;
+}
+
+/* A profile refused with a message holding `want` and `where` (its position). */
+static void refused(const char *text, const char *want, const char *where) {
+  HwModel hw = h100(1);
+  char err[512];
+  load_text(text, &hw, err, sizeof err);
+  test_checks++;
+  if (!err[0] || !strstr(err, want) || (where && !strstr(err, where))) {
+    fprintf(stderr, "%s:%d: profile %.60s: error \"%s\" lacks \"%s\" or \"%s\"\n", __FILE__, __LINE__, text,
+            err, want, where ? where : "");
+    test_failures++;
+  }
+}
+
+/* A profile is input like a .shard file: out-of-range and non-finite
+ * numbers, duplicated keys, text after the object, a profile of no
+ * measurements and deep nesting are refused with the key and the position;
+ * string escapes are read; files that are not regular are refused before
+ * they are opened. */
+static void profile_errors(void) {
+  refused("{\"shardc_profile\": 1,\n \"launch_s\": -1}", "launch_s must be between 0 and 1 s, got -1",
+          "line 2, column 14 (byte offset 35): ");
+  refused("{\"shardc_profile\": 1, \"launch_s\": 1e999}", "the number 1e999 is out of range", "column 35");
+  refused("{\"shardc_profile\": 1, \"launch_s\": inf}", "expected a number, found 'inf}' (in \"launch_s\")", NULL);
+  refused("{\"shardc_profile\": 1, \"launch_s\": nan}", "expected a number, found 'nan}'", NULL);
+  refused("{\"shardc_profile\": 1, \"launch_s\": 0x10}", "expected a number, found '0x10}'", NULL);
+  refused("{\"shardc_profile\": 1, \"launch_graph_s\": 1e300}", "launch_graph_s must be between 0 and 1 s", NULL);
+  refused("{\"shardc_profile\": 1, \"gemm\": [[1e6, 1e9], [1e9, 1e-300]]}",
+          "gemm: point 2: the rate must be between 1000 and 1e+18 FLOP/s, got 1e-300", "column 44");
+  refused("{\"shardc_profile\": 1, \"bw\": [[0, 1e9]]}", "bw: point 1: the bytes must be between 1 and 1e+15", NULL);
+  refused("{\"shardc_profile\": 1, \"attention\": [[128, 0]]}", "the time must be between 1e-12 and 1000 s", NULL);
+  refused("{\"shardc_profile\": 1, \"np\": 0, \"launch_s\": 1e-6}", "np must be a whole number from 1 to 1048576, got 0",
+          NULL);
+  refused("{\"shardc_profile\": 1, \"np\": 1e20}", "np must be a whole number from 1 to 1048576, got 1e20", NULL);
+  refused("{\"shardc_profile\": 1, \"np\": 2.5}", "np must be a whole number", NULL);
+  refused("{\"shardc_profile\": 1, \"cores\": -4}", "cores must be a whole number from 1 to 1048576, got -4", NULL);
+  refused("{\"shardc_profile\": 1.9, \"launch_s\": 1e-6}", "shardc_profile must be 1", NULL);
+  refused("{\"shardc_profile\": 1, \"coll\": [{\"op\": \"p2p\", \"n\": -2, \"t\": [[8, 1e-6]]}]}",
+          "coll: n must be a whole number", NULL);
+  refused("{\"shardc_profile\": 1, \"coll\": [{\"op\": \"p2p\", \"op\": \"x\"}]}", "\"op\" given twice (in \"coll\")",
+          NULL);
+  refused("{\"shardc_profile\": 1, \"launch_s\": 1e-6, \"launch_s\": -7}", "\"launch_s\" given twice",
+          "column 41");
+  refused("{\"shardc_profile\": 1, \"special\": {\"exp\": 1e-9, \"exp\": 2e-9}}", "\"exp\" given twice", NULL);
+  refused("{\"shardc_profile\": 1, \"launch_s\": 1e-6} x", "text after the profile's closing '}': 'x'", "column 41");
+  refused("{\"shardc_profile\": 1, \"launch_s\": 1e-6}{\"shardc_profile\": 1}", "text after the profile's closing",
+          NULL);
+  refused("{\"shardc_profile\": 1}", "holds no measurements", NULL);
+  refused("{\"shardc_profile\": 1, \"coll\": [], \"gemm\": []}", "holds no measurements", NULL);
+  /* (the mesh's own figures, a cpu's special functions, are not the profile's) */
+  {
+    Mesh cm = {.nodes = 1, .per_node = 1, .ndev = 1, .device = ir_device_lookup("cpu")};
+    ir_mesh_defaults(&cm);
+    HwModel cpu;
+    cost_hw_from_mesh(&cpu, &cm, DT_F32);
+    char err[512];
+    load_text("{\"shardc_profile\": 1, \"device\": \"cpu\"}", &cpu, err, sizeof err);
+    ASSERT(1, strstr(err, "holds no measurements") != NULL);
+  }
+  refused("", "the file is empty", NULL);
+  refused("{\"shardc_profile\": 1, \"gemm\": [[1e6, 1e9]", "expected ',' or ']', found the end of the file (in \"gemm\")",
+          "line 1, column 42");
+  refused("{\"shardc_profile\": 1, \"device\": \"a\\qb\", \"launch_s\": 1e-6}", "an unknown escape '\\qb", NULL);
+  refused("{\"shardc_profile\": 1, \"device\": \"ab", "a string without its closing '\"'", "column 33");
+  /* nested past the limit: an error, not a stack overflow (a million levels) */
+  {
+    enum { DEEP = 1000000 };
+    const char *head = "{\"shardc_profile\": 1, \"x\": ";
+    size_t h = strlen(head);
+    char *deep = malloc(h + 2 * DEEP + 2);
+    memcpy(deep, head, h);
+    memset(deep + h, '[', DEEP);
+    memset(deep + h + DEEP, ']', DEEP);
+    strcpy(deep + h + 2 * DEEP, "}");
+    refused(deep, "arrays and objects nested too deep (limit is 64)", "byte offset 90");
+    deep[h + DEEP] = 0; /* unclosed */
+    refused(deep, "nested too deep", NULL);
+    free(deep);
+  }
+  /* escapes in strings are read, not ended at the first quote */
+  refused("{\"shardc_profile\": 1, \"x\": [[", "expected a number, found the end of the file (in \"x\")", NULL);
+  {
+    HwModel hw = h100(1);
+    char err[512];
+    load_text("{\"shardc_profile\": 1, \"device\": \"a \\\"b\\\" \\\\ \\u0021\\n\", \"launch_s\": 1e-6}", &hw, err,
+              sizeof err);
+    ASSERT_STR("", err);
+    ASSERT_STR("a \"b\" \\ !?", hw.profile_device); /* (a control character kept as '?') */
+    ASSERT_NEAR(1e-6, hw.launch_s, 1e-18);
+  }
+  /* the files: missing (strerror), a directory, a FIFO refused before a
+   * blocking open, /dev/zero */
+  {
+    HwModel hw = h100(1);
+    char err[512];
+    ASSERT(-1, cost_load_profile(&hw, "/nonexistent/p.json", err, sizeof err));
+    ASSERT_STR("cannot open it: No such file or directory", err);
+    ASSERT(-1, cost_load_profile(&hw, "/tmp", err, sizeof err));
+    ASSERT_STR("cannot open it: Is a directory", err);
+    ASSERT(-1, cost_load_profile(&hw, "/dev/zero", err, sizeof err));
+    ASSERT_STR("cannot open it: not a regular file (a character device)", err);
+    char dir[] = "/tmp/shardc_test_fifo_XXXXXX";
+    if (mkdtemp(dir)) {
+      char *fifo = malloc(strlen(dir) + 8);
+      sprintf(fifo, "%s/p", dir);
+      if (!mkfifo(fifo, 0600)) {
+        ASSERT(-1, cost_load_profile(&hw, fifo, err, sizeof err));
+        ASSERT_STR("cannot open it: not a regular file (a pipe)", err);
+        remove(fifo);
+      }
+      free(fifo);
+      rmdir(dir);
+    }
+  }
+  /* the calibrators' profiles keep loading: the H200's (GPU, no coll) */
+  {
+    HwModel hw = h100(1);
+    char err[512];
+    ASSERT(0, cost_load_profile(&hw, "../bench/results/profile-h200-2026-12-04.json", err, sizeof err));
+    ASSERT_STR("NVIDIA H200", hw.profile_device);
+  }
 }
 
 int main(void) {
@@ -558,5 +693,6 @@ int main(void) {
     }
     if (src) fclose(src);
   }
+  profile_errors();
   TEST_MAIN_END();
 }
