@@ -143,6 +143,13 @@ elif command -v mpirun >/dev/null && command -v mpicxx >/dev/null; then
     host gpt 2 pp=2,schedule=interleaved:2 3 on
     host gpt 4 tp2d=2x2 3 on  # SUMMA and split norms on NCCL, captured
     host gpt 2 sp=ring:2 3 on  # ring attention's K, V on NCCL send/recv, captured
+    # what bench/gpu_check.sh's step 8 runs on one GPU (two ranks, --comm
+    # mpi: collectives staged through the host), here first: data
+    # parallelism and ring attention staged (its cpu ring on host copies)
+    same "gpt cuda-host dp=2 --comm mpi" "$tmp/gpt-cuda-dp_2" 3 "$tmp/gpt-cpu" --comm mpi
+    same "gpt cuda-host sp=ring:2 --comm mpi" "$tmp/gpt-cuda-sp_ring_2" 3 "$tmp/gpt-cpu" --comm mpi
+    build gpt "$tmp/gpt-cuda-pp2" --target cuda-host --mesh 2 --strategy pp=2 &&
+      same "gpt cuda-host pp=2 --comm mpi" "$tmp/gpt-cuda-pp2" 3 "$tmp/gpt-cpu" --comm mpi
   }
   # interleaved over 4 microbatches: each action's receives posted with the
   # sends before them could hang, so a forward's post takes the next
@@ -221,6 +228,14 @@ build gpt "$tmp/gpt-cpu10" --mesh 1 --strategy dp=1 &&
     [ "$nf" = 4 ] && [ "$nb" = 4 ] && ! grep -q 'rt_gelu_\(forward\|backward\)_cu(' "$tmp/gpt-bf16/model.cu" &&
       ok || bad "gpt bf16: GELU calls not paired with their GEMMs ($nf forward, $nb backward of 4)"
     near "gpt bf16 cuda-host (1 rank)" "$tmp/gpt-bf16" 10
+    # SHARDC_PROFILE (gpu_check's step 4): the table of kernel families and
+    # the heaviest kernels, after the warm-up step, graphs off
+    SHARDC_PROFILE=1 train "$tmp/gpt-bf16" --steps 2
+    if [ $rc -eq 0 ] && grep -q "^graphs:   off (SHARDC_PROFILE" <<<"$out" &&
+       grep -qE "^profile:  device time per step by kernel family over 1 step" <<<"$out" &&
+       grep -qE "^  attention +[0-9.]+ ms" <<<"$out" && grep -qE "^  matmul +[0-9.]+ ms" <<<"$out" &&
+       grep -q "^  the heaviest kernels:" <<<"$out"; then ok
+    else bad "SHARDC_PROFILE: exit $rc: $(grep -E '^(graphs|profile)' <<<"$out" | head -3)"; fi
     # the fused loops 8 elements a thread (16-byte vectors; codegen/cuda.c
     # loop8) compute bit for bit what the one-element form does
     if grep -q 'rtc_ld8(' "$tmp/gpt-bf16/model.cu" &&
@@ -256,7 +271,11 @@ if [ -z "${CUDA_PROGRAMS_QUICK:-}" ] && command -v mpirun >/dev/null && command 
   build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16-2d" --target cuda-host --mesh 4 --strategy tp2d=2x2 &&
     near "gpt bf16 cuda-host tp2d=2x2" "$tmp/gpt-bf16-2d" 3
   build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16-ring" --target cuda-host --mesh 2 --strategy sp=ring:2 &&
-    near "gpt bf16 cuda-host sp=ring:2" "$tmp/gpt-bf16-ring" 3
+    near "gpt bf16 cuda-host sp=ring:2" "$tmp/gpt-bf16-ring" 3 &&
+    near "gpt bf16 cuda-host sp=ring:2 --comm mpi" "$tmp/gpt-bf16-ring" 3 --comm mpi
+  # gpu_check step 8's bf16 run: dp=2, its buckets staged through the host
+  build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16-dp2" --target cuda-host --mesh 2 --strategy dp=2 &&
+    near "gpt bf16 cuda-host dp=2 --comm mpi" "$tmp/gpt-bf16-dp2" 3 --comm mpi
   # scatter/gather (stages on two nodes): each tp rank sends half of a bf16
   # boundary message, the receiver all-gathers the halves over tp on NCCL
   build "$tmp/gpt_bf16.shard" "$tmp/gpt-bf16-pptp" --target cuda-host --mesh 2x2 --strategy pp=2,tp=2 && {
