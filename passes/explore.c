@@ -709,7 +709,10 @@ static int partition(int L, int p, double c, double pre, double post, int *n) {
     bool ok = true;
     for (int s = 0; s < p; s++) {
       double extra = s == 0 ? pre : s == p - 1 ? post : 0;
-      int k = c > 0 ? (int)floor((T - extra) / c + 1e-9) : L;
+      /* (clamped before the cast: a cost of inf, NaN or 1e-300 must not
+       * overflow an int) */
+      double kf = c > 0 ? floor((T - extra) / c + 1e-9) : L;
+      int k = kf >= 1 ? (kf < L ? (int)kf : L) : 0;
       if (k < 1) ok = false;
       placed += k;
     }
@@ -721,7 +724,8 @@ static int partition(int L, int p, double c, double pre, double post, int *n) {
   int left = L;
   for (int s = 0; s < p; s++) {
     double extra = s == 0 ? pre : s == p - 1 ? post : 0;
-    int k = c > 0 ? (int)floor((hi - extra) / c + 1e-9) : L;
+    double kf = c > 0 ? floor((hi - extra) / c + 1e-9) : L;
+    int k = kf >= 1 ? (kf < L ? (int)kf : L) : 0;
     int minrest = 0;
     for (int j = s + 1; j < p; j++) minrest++;
     if (k > left - minrest) k = left - minrest;

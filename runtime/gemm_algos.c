@@ -2,10 +2,12 @@
 #include "gemm_algos.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shardrt.h"
@@ -116,10 +118,23 @@ int rt_gemm_table_read(RtGemmTable *t, const char *path, const char *device, lon
   t->n = 0;
   *stale = 0;
   why[0] = 0;
-  FILE *f = fopen(path, "r");
-  if (!f) {
+  /* opened without blocking and checked: a FIFO or a device would wait
+   * for a writer forever, or feed bytes without end */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     if (errno == ENOENT)
       return RT_OK;
+    return rt_errorf(RT_ERR_IO, "%s: cannot read the GEMM algorithms: %s", path, strerror(errno));
+  }
+  struct stat st;
+  if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return rt_errorf(RT_ERR_IO, "%s: cannot read the GEMM algorithms: not a regular file", path);
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
+    close(fd);
     return rt_errorf(RT_ERR_IO, "%s: cannot read the GEMM algorithms: %s", path, strerror(errno));
   }
   char line[1024], want[256];

@@ -109,6 +109,11 @@ reference gpt 10 && host gpt 1 dp=1 10 on && [ -z "${CUDA_PROGRAMS_QUICK:-}" ] &
   if [ $rc -eq 1 ] && grep -q "is not a shardc GEMM algorithm file" <<<"$out" &&
      [ "$(cat "$d-not-algos.csv")" = "$(printf 'step,loss\n1,4.2')" ]; then ok
   else bad "--gemm-algos on another file: exit $rc: $(tail -2 <<<"$out")"; fi
+  # a FIFO (no writer) is refused, not waited on
+  mkfifo "$d-algos.fifo"
+  TRAIN_TIMEOUT=20 train "$d" --steps 1 --gemm-algos "$d-algos.fifo"
+  [ $rc -eq 1 ] && grep -q "algos.fifo: cannot read the GEMM algorithms: not a regular file" <<<"$out" && ok ||
+    bad "--gemm-algos on a FIFO: exit $rc: $(tail -2 <<<"$out")"
   printf '# shardc GEMM algorithms (train --gemm-algos)\ndevice "NVIDIA H200" cublaslt 130000\n' \
     >"$d-stale.algos"
   train "$d" --steps 10 --gemm-algos "$d-stale.algos" --log "$d-algos.jsonl" --save "$d-algos.st"
