@@ -201,6 +201,32 @@ int main(void) {
   ptsp.sp_kind = SP_MEGATRON;
   ASSERT_NEAR(cost_coll(&hw, "p2p", 2, 64, mb_bytes / 8, NULL), explore_msg_time(&g3, &hw, me, &ptsp, 1),
               1e-12);
+  /* recompute per stage: with the stage sizes fixed, each stage of
+   * full+...+none is priced as that stage of the uniform plan of its own
+   * policy (time and memory), and the plan is between the two */
+  {
+    const char *base = "tp=8,pp=4:24+24+24+24,schedule=1f1b,dp=32,mb=48,recompute=";
+    Plan pf, pn, pm;
+    plan_default(&pf);
+    plan_default(&pn);
+    plan_default(&pm);
+    ASSERT(0, plan_parse_spec(arena_printf("%sfull", base), &pf, err, sizeof err));
+    ASSERT(0, plan_parse_spec(arena_printf("%snone", base), &pn, err, sizeof err));
+    ASSERT(0, plan_parse_spec(arena_printf("%sfull+full+none+none", base), &pm, err, sizeof err));
+    PlanEval ef, en, em;
+    explore_eval(&g3, &hw, me, &pf, 1, true, &ef);
+    explore_eval(&g3, &hw, me, &pn, 1, true, &en);
+    explore_eval(&g3, &hw, me, &pm, 1, true, &em);
+    ASSERT(1, ef.nstages == 4 && en.nstages == 4 && em.nstages == 4);
+    for (int k = 0; k < 4; k++) {
+      const PlanEval *u = k < 2 ? &ef : &en;
+      ASSERT_NEAR(u->tf[k], em.tf[k], u->tf[k] * 1e-9);
+      ASSERT_NEAR(u->tb[k], em.tb[k], u->tb[k] * 1e-9);
+      ASSERT_NEAR(u->mem_stage[k], em.mem_stage[k], u->mem_stage[k] * 1e-9);
+    }
+    ASSERT(1, en.tb[0] < ef.tb[0] && en.mem_stage[0] > ef.mem_stage[0]);
+    ASSERT(1, strstr(em.spec, "recompute=full+full+none+none") != NULL);
+  }
   /* interleaving over chunks that do not divide the layers (96 layers in
    * 16 x 4 virtual stages: the compiler cuts inside layers) is in the
    * space, and priced like the even split: each rank 6 layers */
