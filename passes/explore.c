@@ -1112,6 +1112,11 @@ const char *explore_no_plan_reason(const ModelShape *ms, const Mesh *me, const P
       return "interleaved chunks take no explicit stage sizes";
   }
   int t = given & PLAN_TP ? fx->tp : 1, q = given & PLAN_TP2D ? fx->tp2d : 1;
+  if (!ms->layers && (t * q > 1 || ((given & PLAN_PP) && fx->pp > 1) ||
+                      ((given & PLAN_SP) && fx->sp_kind != SP_NONE)))
+    return "the model has no repeated layers (a transformer block's), over which the search models "
+           "tensor, sequence and pipeline parallelism: only data parallelism is searched for it; "
+           "compile the plan to see its figures (--emit=plan)";
   if ((given & PLAN_TP) && (!pow2(t) || t > 64))
     return arena_printf("the search tries tp = 1, 2, 4, ..., 64; tp=%d is not one of them", t);
   if ((given & PLAN_TP2D) && (!pow2(q) || q > 8))

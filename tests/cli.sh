@@ -564,6 +564,7 @@ expect strategy-auto-keys 0 'strategy: dp=2,tp=2,.*\(from auto: the best of [0-9
 expect mesh-too-many 1 "--mesh '2000000': sizes run from 1 to 1048576 devices" -- "$bin" check samples/gpt.shard --mesh 2000000
 sed 's/microbatch = 4/microbatch = 5/; s/  strategy = "dp=4"/  strategy = auto/' samples/gpt.shard >"$tmp/mb5.shard"
 expect auto-microbatch-reason 1 "strategy auto: .*the train block's microbatch 5 does not divide its batch of 16 sequences" -- "$bin" compile "$tmp/mb5.shard"
+expect explore-no-layers 1 "the model has no repeated layers .*only data parallelism is searched for it" -- "$bin" explore samples/mlp.shard --mesh 4 --strategy tp=2
 # explicit stage sizes that do not cover the model: refused before the search
 expect explore-stage-sizes 1 'matches --strategy pp=2:1\+1: pp=2: the stage sizes add up to 2 layers, but the model has 4' -- "$bin" explore samples/gpt.shard --strategy pp=2:1+1
 expect explore-stage-sizes-no-interleave 0 '^4 +dp=2,pp=2:0.5\+3.5,schedule=(1f1b|gpipe)' -- "$bin" explore samples/gpt.shard --top 4 --strategy pp=2:0.5+3.5
