@@ -217,8 +217,6 @@ int cg_build_cpu(Module *m, const char *dir, const char *src) {
 #define SHARDC_NCCL_INCLUDE ""
 #endif
 
-/* The GPU architecture for the mesh's device: SHARDC_CUDA_ARCH, else sm_80
- * for A100s, sm_90a for H100/H200 (and any other device). */
 /* nvcc's -arch for the mesh's device (SHARDC_CUDA_ARCH overrides): sm_80
  * for A100, sm_89 for the RTX 4090, sm_90a for H100/H200 and any other
  * device; NULL (with a message) where the device or the override is

@@ -435,18 +435,19 @@ static Mesh *check_mesh(Module *m, Decl *d) {
     const char *key;
     size_t off;
     double lo, hi, scale;
+    char unit; /* unit_kind's: 's' size, 'b' bandwidth, 'f' FLOP rate; 0: none */
     const char *what;
   } figs[] = {
-      {"intra", offsetof(Mesh, intra_bw), 1e6, 1e15, 1, "a bandwidth such as 450 GB/s"},
-      {"inter", offsetof(Mesh, inter_bw), 1e6, 1e15, 1, "a bandwidth such as 50 GB/s"},
-      {"memory", offsetof(Mesh, mem_bytes), 1e6, 1e15, 1, "a size such as 80 GB"},
-      {"peak_bf16", offsetof(Mesh, peak_bf16), 1e6, 1e18, 1, "a rate such as 989 TF/s"},
-      {"peak_fp32", offsetof(Mesh, peak_fp32), 1e6, 1e18, 1, "a rate such as 67 TF/s"},
-      {"peak_tf32", offsetof(Mesh, peak_tf32), 1e6, 1e18, 1, "a rate such as 494 TF/s"},
-      {"memory_bw", offsetof(Mesh, mem_bw), 1e6, 1e15, 1, "a bandwidth such as 3350 GB/s"},
-      {"launch_us", offsetof(Mesh, launch_s), 0, 1e6, 1e-6, "microseconds such as 4"},
-      {"intra_latency_us", offsetof(Mesh, intra_lat), 0, 1e6, 1e-6, "microseconds such as 3"},
-      {"inter_latency_us", offsetof(Mesh, inter_lat), 0, 1e6, 1e-6, "microseconds such as 6"},
+      {"intra", offsetof(Mesh, intra_bw), 1e6, 1e15, 1, 'b', "a bandwidth such as 450 GB/s"},
+      {"inter", offsetof(Mesh, inter_bw), 1e6, 1e15, 1, 'b', "a bandwidth such as 50 GB/s"},
+      {"memory", offsetof(Mesh, mem_bytes), 1e6, 1e15, 1, 's', "a size such as 80 GB"},
+      {"peak_bf16", offsetof(Mesh, peak_bf16), 1e6, 1e18, 1, 'f', "a rate such as 989 TF/s"},
+      {"peak_fp32", offsetof(Mesh, peak_fp32), 1e6, 1e18, 1, 'f', "a rate such as 67 TF/s"},
+      {"peak_tf32", offsetof(Mesh, peak_tf32), 1e6, 1e18, 1, 'f', "a rate such as 494 TF/s"},
+      {"memory_bw", offsetof(Mesh, mem_bw), 1e6, 1e15, 1, 'b', "a bandwidth such as 3350 GB/s"},
+      {"launch_us", offsetof(Mesh, launch_s), 0, 1e6, 1e-6, 0, "microseconds such as 4"},
+      {"intra_latency_us", offsetof(Mesh, intra_lat), 0, 1e6, 1e-6, 0, "microseconds such as 3"},
+      {"inter_latency_us", offsetof(Mesh, inter_lat), 0, 1e6, 1e-6, 0, "microseconds such as 6"},
   };
   for (size_t k = 0; k < sizeof figs / sizeof figs[0]; k++) {
     double v;
@@ -455,12 +456,10 @@ static Mesh *check_mesh(Module *m, Decl *d) {
     Arg *fa = find_item(it, figs[k].key);
     const char *unit = NULL;
     char uk = fa ? unit_kind(fa->value, &unit) : 0;
-    char want = strstr(figs[k].what, "size") ? 's' : strstr(figs[k].what, "bandwidth") ? 'b'
-              : strstr(figs[k].what, "rate") ? 'f' : 'u';
-    if (uk && uk != want) {
-      static const char *const kind_names[] = {"a size", "a bandwidth", "a FLOP rate"};
+    if (uk && uk != figs[k].unit) {
       diag_error(fa->value->loc, "'%s' must be %s, got %s ('%s')", figs[k].key, figs[k].what,
-                 want == 'u' ? "a unit" : kind_names[uk == 's' ? 0 : uk == 'b' ? 1 : 2], unit);
+                 !figs[k].unit ? "a unit" : uk == 's' ? "a size" : uk == 'b' ? "a bandwidth" : "a FLOP rate",
+                 unit);
       return NULL;
     }
     int r = num_item(m, it, figs[k].key, &v, figs[k].lo, figs[k].hi, figs[k].what);

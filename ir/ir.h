@@ -435,6 +435,8 @@ int plan_resolve(Plan *p, int ndev, char *err, int errcap);
 int plan_resolve_keys(Plan *p, int ndev, char *err, int errcap, unsigned *keys);
 /* Canonical SPEC string. */
 void plan_str(const Plan *p, char *buf, int cap);
+/* The layers pp=N:a+b+... gives its stages, in hundredths (a.5 is 50 more). */
+int plan_stage_hundredths(const Plan *p);
 /* Only the keys given explicitly (p->given), e.g. "tp=2,recompute=full". */
 void plan_str_given(const Plan *p, char *buf, int cap);
 

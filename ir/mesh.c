@@ -131,23 +131,17 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
     }
     char *eq = strchr(tok, '=');
     if (!eq) ERR("'%s' is not key=value", tok);
-    {
-      char kb[32];
-      size_t kl = (size_t)(eq - tok);
-      while (kl && tok[kl - 1] == ' ') kl--;
-      snprintf(kb, sizeof kb, "%.*s", (int)(kl < sizeof kb ? kl : sizeof kb - 1), tok);
-      for (unsigned q = 0; q < sizeof keys / sizeof keys[0]; q++)
-        if (!strcmp(kb, keys[q])) {
-          if (seen & (1u << q)) ERR("'%s' is given twice in '%s'", kb, spec);
-          seen |= 1u << q;
-        }
-    }
     *eq = 0;
     const char *k = tok, *v = eq + 1;
     char *kend = eq;
     while (kend > tok && kend[-1] == ' ') *--kend = 0;
     while (*v == ' ') v++;
     for (char *vend = (char *)v + strlen(v); vend > v && vend[-1] == ' ';) *--vend = 0;
+    for (unsigned q = 0; q < sizeof keys / sizeof keys[0]; q++)
+      if (!strcmp(k, keys[q])) {
+        if (seen & (1u << q)) ERR("'%s' is given twice in '%s'", k, spec);
+        seen |= 1u << q;
+      }
     if (!strcmp(k, "dp")) {
       if (parse_pos(k, v, &p->dp, err, errcap)) return -1;
       p->given |= PLAN_DP;
@@ -389,6 +383,12 @@ void plan_str(const Plan *p, char *buf, int cap) {
     ADD(",recompute=%s", plan_recompute_name(p->recompute));
   }
 #undef ADD
+}
+
+int plan_stage_hundredths(const Plan *p) {
+  int h = 0;
+  for (int k = 0; k < p->nstage_layers; k++) h += 100 * p->stage_layers[k] + p->stage_frac[k];
+  return h;
 }
 
 void plan_str_given(const Plan *p, char *buf, int cap) {

@@ -1437,7 +1437,7 @@ static int jcoll(JReader *j, CostColl *c) {
   for (;;) {
     char key[32];
     double v;
-    int k = jkey(j, coll_keys, 3, &seen, key, sizeof key);
+    int k = jkey(j, coll_keys, (int)(sizeof coll_keys / sizeof coll_keys[0]), &seen, key, sizeof key);
     if (k < 0) return -1;
     if (k == 0) {
       if (jstring(j, c->op, sizeof c->op)) return -1;

@@ -813,7 +813,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
       }
       lay_at[k] = &byrc[rk][1];
     }
-    lc = costs(ms, hw, &s);
+    lc = costs(ms, hw, &s); /* again: a full memo hands out one scratch array */
   }
   HwModel hg;
   if (graph) hw = cost_hw_graphed(hw, &hg);
@@ -1103,8 +1103,7 @@ const char *explore_no_plan_reason(const ModelShape *ms, const Mesh *me, const P
                         "stage)%s", fx->nstage_recompute, fx->nstage_recompute,
                         given & PLAN_PP ? arena_printf(", not pp=%d", fx->pp) : ": give pp too");
   if ((given & PLAN_PP) && fx->nstage_layers) {
-    int want = 0;
-    for (int k = 0; k < fx->nstage_layers; k++) want += 100 * fx->stage_layers[k] + fx->stage_frac[k];
+    int want = plan_stage_hundredths(fx);
     if (want != 100 * ms->layers)
       return arena_printf("pp=%d: the stage sizes add up to %g layers, but the model has %d",
                           fx->pp, want / 100.0, ms->layers);
@@ -1175,13 +1174,9 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
   unsigned given = fx ? fx->given : 0;
   /* explicit stage sizes (pp=N:a+b+...) must cover the layers, and take
    * no interleaving (passes/stage.c refuses both) */
-  if (fx && (given & PLAN_PP) && fx->nstage_layers) {
-    int want = 0;
-    for (int k = 0; k < fx->nstage_layers; k++) want += 100 * fx->stage_layers[k] + fx->stage_frac[k];
-    if (want != 100 * ms->layers) {
-      if (evaluated) *evaluated = 0;
-      return 0;
-    }
+  if (fx && (given & PLAN_PP) && fx->nstage_layers && plan_stage_hundredths(fx) != 100 * ms->layers) {
+    if (evaluated) *evaluated = 0;
+    return 0;
   }
   PlanEval *e = malloc(sizeof *e);
   for (int t = 1; t <= N && t <= 64; t *= 2) {

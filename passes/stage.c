@@ -517,8 +517,7 @@ int pass_stage(Module *m) {
   if (p->nstage_layers) {
     /* pp=N:a+b+...: stage s ends after a + b + ... layers; counted in
      * hundredths, a count not a multiple of 100 ends inside the next layer */
-    int want = 0;
-    for (int k = 0; k < p->nstage_layers; k++) want += 100 * p->stage_layers[k] + p->stage_frac[k];
+    int want = plan_stage_hundredths(p);
     if (p->nstage_layers != S) {
       diag_error(plan_key_loc(&m->train, PLAN_PP),
                  "pp=%d: %d stage sizes for %d stages (interleaved chunks take no explicit sizes "
