@@ -19,7 +19,9 @@
 #     interleaved REPEATS times: the median ordinary step of the stagger =
 #     false run (no roots), its slowest root step, and the slowest and the
 #     median step of the stagger = true run over the same window (every one
-#     a root step); medians over the repeats; and per step, its median over
+#     a root step), and those of stagger = true with SHARDC_ROOT_WORKER=0
+#     (the roots on the main thread while its receives wait, as before the
+#     root worker); medians over the repeats; and per step, its median over
 #     the repeats (one run's disturbance at one step filtered, a root step's
 #     cost, which recurs at that step in every run, kept): the slowest root
 #     step of each mode against stagger = false's median ordinary step;
@@ -197,16 +199,20 @@ if want 3; then
   variant "$B" pp_on "$sh)" "${lng[@]}"
   build pp_off "$pp" "pp=$pp,schedule=1f1b,mb=$mbs"
   build pp_on "$pp" "pp=$pp,schedule=1f1b,mb=$mbs"
-  fo=() fr=() ff=() fx=() nm=() nx=() nf=()
+  fo=() fr=() ff=() fx=() nm=() nx=() nf=() wm=() wx=()
   for rep in $(seq "$repeats"); do
     train pp_off "$pp" "pp_off$rep"
     train pp_on "$pp" "pp_on$rep"
+    SHARDC_ROOT_WORKER=0 train pp_on "$pp" "pp_main$rep"
     read -r o r _ _ f x <<<"$(window "pp_off$rep" 10 2)"
     fo+=("$o") fr+=("$r") ff+=("$f") fx+=("$x")
     read -r _ _ m x f <<<"$(window "pp_on$rep" 10 2)"
     nm+=("$m") nx+=("$x") nf+=("$f")
+    read -r _ _ m x _ <<<"$(window "pp_main$rep" 10 2)"
+    wm+=("$m") wx+=("$x")
   done
   o=$(med "${fo[@]}") r=$(med "${fr[@]}") m=$(med "${nm[@]}") x=$(med "${nx[@]}")
+  m0=$(med "${wm[@]}") x0=$(med "${wx[@]}")
   {
     echo
     echo "3. pp=$pp (1f1b, mb=$mbs), $pp ranks on $(nproc --all) cores: root steps against ordinary steps over steps 4..$steps (0-based 3..$((steps - 1)))"
@@ -215,6 +221,9 @@ if want 3; then
     printf '   stagger = true:  every step a root step: median %.1f ms, slowest %.1f ms: spike %+.1f%% over stagger = false'"'"'s ordinary step, %+.1f%% over its own median   (runs: median %s; slowest %s)\n' \
       "$m" "$x" "$(awk -v o="$o" -v x="$x" 'BEGIN { print 100 * (x / o - 1) }')" \
       "$(awk -v m="$m" -v x="$x" 'BEGIN { print 100 * (x / m - 1) }')" "${nm[*]}" "${nx[*]}"
+    printf '   stagger = true, SHARDC_ROOT_WORKER=0 (no root worker: the main thread computes the roots block by block while its receives wait): median %.1f ms (%+.1f%%), slowest %.1f ms (%+.1f%%)   (runs: median %s; slowest %s)\n' \
+      "$m0" "$(awk -v o="$o" -v x="$m0" 'BEGIN { print 100 * (x / o - 1) }')" "$x0" \
+      "$(awk -v o="$o" -v x="$x0" 'BEGIN { print 100 * (x / o - 1) }')" "${wm[*]}" "${wx[*]}"
     printf '   noise: the slowest ordinary step of the stagger = false runs (no roots) is %+.1f%% over their median (runs: %s)\n' \
       "$(awk -v o="$o" -v x="$(med "${fx[@]}")" 'BEGIN { print 100 * (x / o - 1) }')" "${fx[*]}"
     printf '   the first preconditioning step (0-based 2: every root, both modes): %s ms (stagger = false), %s ms (stagger = true)\n' \
@@ -223,7 +232,7 @@ if want 3; then
     printf '   per step, its median over the %s runs (one-off disturbances filtered, a cost that recurs at a step kept): stagger = false: ordinary %.1f ms, slowest root step %.1f ms (%+.1f%%), slowest ordinary step %.1f ms (%+.1f%%: the noise left); stagger = true: median %.1f ms (%+.1f%%), slowest %.1f ms (%+.1f%%)\n' \
       "$repeats" "$po" "$pr" "$(awk -v o="$po" -v r="$pr" 'BEGIN { print 100 * (r / o - 1) }')" "$px" "$(awk -v o="$po" -v r="$px" 'BEGIN { print 100 * (r / o - 1) }')" \
       "$pm" "$(awk -v o="$po" -v r="$pm" 'BEGIN { print 100 * (r / o - 1) }')" "$pn" "$(awk -v o="$po" -v r="$pn" 'BEGIN { print 100 * (r / o - 1) }')"
-    echo "   (target: spike < 10%; each stage computes its due roots while its pipeline receives wait, the rest at the start of its optimizer step)"
+    echo "   (target: spike < 10%; each rank's root worker computes its due roots at idle priority from the step's start, the main thread the rest at the start of its optimizer step)"
   } | tee -a "$tmp/tables.txt"
 fi
 

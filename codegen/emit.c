@@ -643,6 +643,10 @@ static void program_struct(Emit *e) {
          ".root = %d, .graft_eps = %s,\n    .opt_work_offset = %" PRId64 ",\n",
       o->block, o->precondition_every, o->start_preconditioning, o->graft, o->root,
       lit(o->graft_eps), mp->opt_work_offset * e->p->scale);
+  if (!strcmp(o->kind, "shampoo") && mp->root_work_bytes)
+    P(e, "    .root_work_offset = %" PRId64 ", .root_work_bytes = %" PRId64
+         ",  /* the root worker's scratch */\n",
+      mp->root_work_offset * e->p->scale, mp->root_work_bytes * e->p->scale);
   if (p->nphase) P(e, "    .root_phase = %sroot_phase, .nroot_phase = %d,\n", pre, p->nphase);
   if (p->nunits)
     P(e, "    .units = %sunits, .nunits = %d, .useg = %" PRId64 ",\n", pre, p->nunits,

@@ -483,6 +483,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "cuda-host"))
         return usage_error(usage, "--target must be cpu, cuda or cuda-host, got '%s'", v);
       o->target = v;
+      o->sema.cuda = strcmp(v, "cpu") != 0;
     } else if (strcmp(o->cmd, "check") && (v = flag_value(argc, argv, &i, "--precision"))) {
       if (strcmp(v, "fp32") && strcmp(v, "fp64"))
         return usage_error(usage, "--precision must be fp32 or fp64, got '%s'", v);

@@ -1200,6 +1200,7 @@ static const char *dirname_of(const char *path) {
 Module *sema_run(Program *prog, const SemaOptions *opt) {
   Module *m = arena_alloc(sizeof *m);
   m->prog = prog;
+  m->cuda = opt->cuda;
   m->source = prog->file->path;
   m->base_dir = dirname_of(prog->file->path);
   infos = (PtrVec){0};

@@ -11,6 +11,7 @@ typedef struct SemaOptions {
   const char *strategy;   /* --strategy SPEC|auto, or NULL */
   const char *model;      /* --model NAME, or NULL */
   double memory;          /* --memory SIZE: bytes per device (0: the mesh's) */
+  bool cuda;              /* --target cuda or cuda-host: the cuda runtime's plan */
 } SemaOptions;
 
 /* The frontend: sema_run, then lower_model, then the warnings about unused

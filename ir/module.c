@@ -26,7 +26,9 @@ int64_t opt_state_elems(const Optimizer *o, const Shape *s) {
   return rt_adafactor_state_elems(nd, d, o->beta1 > 0);
 }
 
-int64_t opt_work_bytes(const Optimizer *o, const Shape *const *shapes, int n) {
+int64_t opt_work_bytes(const Optimizer *o, const Shape *const *shapes, int n, bool worker,
+                       int64_t *root_work) {
+  if (root_work) *root_work = 0;
   if (strcmp(o->kind, "shampoo")) return 0;
   int64_t elems = 0, k = 0, dbl, ints;
   for (int i = 0; i < n; i++) {
@@ -36,12 +38,20 @@ int64_t opt_work_bytes(const Optimizer *o, const Shape *const *shapes, int n) {
     if (e > elems) elems = e;
     if (f > k) k = f;
   }
-  return rt_shampoo_work(elems, k, 4, &dbl, &ints);
+  int64_t main = rt_optim_align64(rt_shampoo_work(elems, k, 4, &dbl, &ints));
+  int64_t rw = worker ? rt_shampoo_root_work(k) : 0;
+  if (root_work) *root_work = rw;
+  return main + rw;
+}
+
+bool opt_root_worker(const Module *m) {
+  return m->nstages > 1 && !m->cuda && m->train.opt.kind && !strcmp(m->train.opt.kind, "shampoo");
 }
 
 int64_t opt_plan_state(const Optimizer *o, Graph *g, const Graph *whole, int64_t off,
-                       int64_t *work_off) {
+                       int64_t *work_off, bool worker, int64_t *root_work) {
   *work_off = off;
+  *root_work = 0;
   if (!opt_blocked(o)) return off;
   for (int i = 0; i < g->params.len; i++) {
     Value *p = g->params.data[i];
@@ -55,5 +65,5 @@ int64_t opt_plan_state(const Optimizer *o, Graph *g, const Graph *whole, int64_t
   const Shape **shapes = arena_alloc(sizeof *shapes * (size_t)(w->params.len + 1));
   for (int i = 0; i < w->params.len; i++) shapes[i] = &((const Value *)w->params.data[i])->shape;
   *work_off = off;
-  return off + rt_optim_align64(opt_work_bytes(o, shapes, w->params.len));
+  return off + rt_optim_align64(opt_work_bytes(o, shapes, w->params.len, worker, root_work));
 }

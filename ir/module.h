@@ -81,6 +81,9 @@ typedef struct MemPlan {
   /* shampoo: the optimizer step's workspace (after the state), and with
    * blocks placed over data ranks (passes/optplace.c) the direction buffer */
   int64_t opt_work_offset, opt_dir_offset;
+  /* a pipeline's Shampoo: the root worker's scratch (the end of the
+   * workspace; runtime/train.c), bytes 0 without */
+  int64_t root_work_offset, root_work_bytes;
   int64_t opt_stats_offset; /* adafactor under tp: the statistics buffer (optplace.c) */
   /* A pipeline stage: values held from a microbatch's forward to its
    * backward (and messages in flight) live in one of `slots` stash slots of
@@ -131,6 +134,8 @@ typedef struct Module {
   struct RankProg *rprog[MAX_STAGES];
   int nrprog;
   bool no_memory_check;  /* --no-memory-check: plans larger than the device pass (memcheck.c) */
+  bool cuda;             /* planned for the cuda target's runtime (--target cuda, cuda-host):
+                          * no Shampoo root worker (runtime/train.c) */
   bool lowerable;        /* sema found the train block sound and a model to lower */
   bool planned;
 } Module;
@@ -141,13 +146,22 @@ int opt_states(const Optimizer *o);
 /* Shampoo or adafactor: state laid out per tensor (runtime/rt_optim.h). */
 bool opt_blocked(const Optimizer *o);
 /* Elements of optimizer state of a parameter of shape s (shampoo,
- * adafactor), and the step's workspace in bytes over all of them. */
+ * adafactor), and the step's workspace in bytes over all of them; with
+ * `worker` (a pipeline's: Shampoo's roots in a thread of their own,
+ * runtime/train.c) the root worker's scratch at its end, *root_work bytes
+ * (0 without; root_work may be NULL). */
 int64_t opt_state_elems(const Optimizer *o, const Shape *s);
-int64_t opt_work_bytes(const Optimizer *o, const Shape *const *shapes, int n);
+int64_t opt_work_bytes(const Optimizer *o, const Shape *const *shapes, int n, bool worker,
+                       int64_t *root_work);
 /* Shampoo, adafactor: the state of g's parameters with a gradient from byte
  * off (their opt_offset), then the step's workspace (at *work_off, sized for
- * `whole`'s largest block, or g's when NULL); returns the end. */
+ * `whole`'s largest block, or g's when NULL; with `worker`, a pipeline
+ * rank's of the cpu target, the root worker's scratch at its end,
+ * *root_work bytes); returns the end. */
 int64_t opt_plan_state(const Optimizer *o, Graph *g, const Graph *whole, int64_t off,
-                       int64_t *work_off);
+                       int64_t *work_off, bool worker, int64_t *root_work);
+/* Whether m's pipeline ranks run Shampoo's root worker (runtime/train.c):
+ * a pipeline of the cpu target. */
+bool opt_root_worker(const Module *m);
 
 #endif

@@ -186,7 +186,7 @@ static double owner_state_bytes(const ModelShape *ms, const LayerModel *pre, int
   int64_t most = 0;
   for (int r = 0; r < D; r++)
     if (state[r] > most) most = state[r];
-  return (double)most + ms->opt_work;
+  return (double)most + ms->opt_work + (staged ? ms->root_work : 0);
 }
 
 int explore_model_shape(const Module *m, ModelShape *ms) {
@@ -393,7 +393,10 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
   if (opt_blocked(&m->train.opt)) {
     const Shape **shapes = arena_alloc(sizeof *shapes * (size_t)(g->params.len + 1));
     for (int i = 0; i < g->params.len; i++) shapes[i] = &((const Value *)g->params.data[i])->shape;
-    ms->opt_work = (double)rt_optim_align64(opt_work_bytes(&m->train.opt, shapes, g->params.len));
+    int64_t rw;
+    ms->opt_work = (double)rt_optim_align64(opt_work_bytes(&m->train.opt, shapes, g->params.len, false, NULL));
+    opt_work_bytes(&m->train.opt, shapes, g->params.len, !m->cuda, &rw);
+    ms->root_work = (double)rw; /* a pipeline's (the cpu target's root worker) */
   }
   /* activations the backward reads, per sequence */
   char *mark = calloc((size_t)g->values.len + 1, 1);

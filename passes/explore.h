@@ -58,6 +58,7 @@ typedef struct ModelShape {
   int fixed_b;        /* the train block's microbatch (sequences), 0: free */
   bool eager_opt;     /* Shampoo or Adafactor: the CUDA target's steps run eagerly, not as graphs */
   double opt_work;    /* Shampoo's step workspace, bytes (64-aligned) */
+  double root_work;   /* ... and a pipeline's root worker's scratch after it */
   bool owner_exact;   /* every parameter listed in its LayerModel (nt) */
   bool blocked;       /* Shampoo or Adafactor (opt_blocked) */
   double half_frac;   /* 16-bit plans: the parameter elements read only by matmuls (passes/

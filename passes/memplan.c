@@ -252,7 +252,9 @@ int pass_memplan(Module *m) {
     off += nstate * align_up(bytes_of(p));
   }
   /* shampoo, adafactor: each tensor's state, then the step's workspace */
-  off = opt_plan_state(o, g, m->nstages > 1 ? m->whole : NULL, off, &mp->opt_work_offset);
+  off = opt_plan_state(o, g, m->nstages > 1 ? m->whole : NULL, off, &mp->opt_work_offset,
+                       opt_root_worker(m), &mp->root_work_bytes);
+  mp->root_work_offset = off - mp->root_work_bytes;
   mp->opt_dir_offset = off;
   off += optplace_dir_bytes(m, g);
   mp->opt_stats_offset = off;
@@ -454,6 +456,8 @@ static void layout_ranks(Module *m) {
     }
     /* the chunks' workspaces are alike (the whole model's largest block): chunk 0's */
     all->opt_work_offset = m->stage_mem[r].base + m->stage_mem[r].opt_work_offset;
+    all->root_work_offset = m->stage_mem[r].base + m->stage_mem[r].root_work_offset;
+    all->root_work_bytes = m->stage_mem[r].root_work_bytes;
     all->persistent_bytes = tbase;
     all->transient_peak = tsize;
     all->arena_bytes = top;

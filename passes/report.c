@@ -170,6 +170,16 @@ static void recompute_line(FILE *out, const Module *m, const char *pf);
 static void shampoo_lines(FILE *out, const Module *m, const char *pf);
 static void zero_owner_lines(FILE *out, const Module *m, const RankProg *p, const char *st,
                              const char *pf);
+/* When a rank computes its due roots (runtime/train.c). */
+static const char *roots_when(const Module *m) {
+  if (opt_root_worker(m))
+    return "from the step's start by a root worker thread at idle priority (the pipeline's "
+           "bubbles), the rest at the start of the optimizer step";
+  return m->nstages > 1 ? "at the start of the optimizer step (while pipeline receives wait where "
+                          "their messages are staged through the host)"
+                        : "at the start of the optimizer step";
+}
+
 static void phase_lines(FILE *out, const Module *m, const RankProg *p, const OptUnit *u, int n,
                         int nd, const char *pf);
 
@@ -393,9 +403,9 @@ static void shampoo_lines(FILE *out, const Module *m, const char *pf) {
       for (int k = 0; k < n; k++) fl += optplace_root_flops(o, &u[k]), nb += u[k].blocked;
       fprintf(out, "%sshampoo:  %severy rank computes all %d blocks of its parameters: roots "
                    "%.3g GFLOP per recomputation (%.3g ms at the device's fp32 peak), every %d "
-                   "steps from step %d, while pipeline receives wait and at the start of the optimizer step\n",
+                   "steps from step %d, %s\n",
               pf, st, nb, fl / 1e9, peak > 0 ? fl / peak * 1e3 : 0.0, o->precondition_every,
-              o->start_preconditioning);
+              o->start_preconditioning, roots_when(m));
       phase_lines(out, m, p, u, n, 1, pf);
       continue;
     }
@@ -417,11 +427,10 @@ static void shampoo_lines(FILE *out, const Module *m, const char *pf) {
               pf, d, nb[d], fl[d] / 1e9, peak > 0 ? fl[d] / peak * 1e3 : 0.0);
     }
     fprintf(out, "%s            the slowest data rank's roots: %.3g of every rank computing every "
-                 "root (%.3g GFLOP); roots every %d steps from step %d, while pipeline receives "
-                 "wait and at the start of the optimizer step; directions all-gathered over the data ranks "
-                 "(%lld elements per rank)\n",
+                 "root (%.3g GFLOP); roots every %d steps from step %d, %s; directions "
+                 "all-gathered over the data ranks (%lld elements per rank)\n",
             pf, total > 0 ? worst / total : 0.0, total / 1e9, o->precondition_every,
-            o->start_preconditioning, (long long)p->useg);
+            o->start_preconditioning, roots_when(m), (long long)p->useg);
     phase_lines(out, m, p, p->units, p->nunits, p->uranks, pf);
   }
 }

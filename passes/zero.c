@@ -589,9 +589,11 @@ int pass_zero(Module *m) {
  * and parameter order; the ranks' regions start alike, so a parameter's
  * state offset is the same number on every rank and means something on its
  * owner only.  The region is the most loaded owner's (every rank's arena
- * is laid out alike), then the step's workspace at *work_off.  Returns the
- * bytes of both. */
-static int64_t owner_state(Module *m, const PtrVec *bl, int64_t off, int64_t *work_off) {
+ * is laid out alike), then the step's workspace at *work_off (a pipeline's
+ * with the root worker's scratch at its end, *root_work bytes).  Returns
+ * the bytes of both. */
+static int64_t owner_state(Module *m, const PtrVec *bl, int64_t off, int64_t *work_off,
+                           int64_t *root_work) {
   const Optimizer *o = &m->train.opt;
   int dp = optplace_ranks(m);
   int64_t *fill = arena_alloc(sizeof(int64_t) * (size_t)dp), most = 0;
@@ -609,7 +611,8 @@ static int64_t owner_state(Module *m, const PtrVec *bl, int64_t off, int64_t *wo
   const Shape **shapes = arena_alloc(sizeof *shapes * (size_t)(w->params.len + 1));
   for (int i = 0; i < w->params.len; i++) shapes[i] = &((const Value *)w->params.data[i])->shape;
   *work_off = off + most;
-  return most + rt_optim_align64(opt_work_bytes(o, shapes, w->params.len));
+  return most +
+         rt_optim_align64(opt_work_bytes(o, shapes, w->params.len, opt_root_worker(m), root_work));
 }
 
 /* The persistent part of the arena for a bucketed plan (memplan): 0 when
@@ -666,7 +669,8 @@ int zero_memplan(Module *m, int64_t *end) {
       off += nstate * ((ir_numel(&p->shape) * 4 + 63) / 64 * 64);
     }
     off = opt_plan_state(&m->train.opt, g, m->nstages > 1 ? m->whole : NULL, off,
-                         &mp->opt_work_offset);
+                         &mp->opt_work_offset, opt_root_worker(m), &mp->root_work_bytes);
+    mp->root_work_offset = off - mp->root_work_bytes;
     mp->opt_dir_offset = off;
     off += optplace_dir_bytes(m, g);
     mp->opt_stats_offset = off;
@@ -712,7 +716,9 @@ int zero_memplan(Module *m, int64_t *end) {
   mp->zero_opt_offset = mp->param_bytes + mp->grad_bytes;
   mp->optstate_bytes = nstate * nshard * 4;
   if (opt_blocked(&m->train.opt)) {
-    mp->optstate_bytes = owner_state(m, bl, mp->zero_opt_offset, &mp->opt_work_offset);
+    mp->optstate_bytes =
+        owner_state(m, bl, mp->zero_opt_offset, &mp->opt_work_offset, &mp->root_work_bytes);
+    mp->root_work_offset = mp->zero_opt_offset + mp->optstate_bytes - mp->root_work_bytes;
     /* Adafactor under tp: the statistics buffer all-reduced over the tp
      * axes (optplace_af_layout), entries of the tensors this rank owns */
     mp->opt_stats_offset = mp->zero_opt_offset + mp->optstate_bytes;

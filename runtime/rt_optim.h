@@ -114,6 +114,15 @@ static inline int64_t rt_shampoo_work(int64_t elems, int64_t k, int esize, int64
   return b + d + i;
 }
 
+/* The scratch in bytes of a pipeline rank's root worker (runtime/train.c,
+ * roots in a thread of their own) for factors of side at most k: copies of
+ * a block's two factors and its two roots (fp32, 4k² in all), then the
+ * fp64 and integer parts of rt_shampoo_work's for one root. */
+static inline int64_t rt_shampoo_root_work(int64_t k) {
+  int64_t dbl, ints;
+  return k ? rt_optim_align64(16 * k * k) + rt_shampoo_work(0, k, 4, &dbl, &ints) : 0;
+}
+
 /* Elements of Adafactor state of a tensor. */
 static inline int64_t rt_adafactor_state_elems(int ndim, const int64_t *shape, int momentum) {
   int64_t n = 1;

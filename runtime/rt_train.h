@@ -239,6 +239,9 @@ typedef struct RtProgram {
   int block, precondition_every, start_preconditioning, graft, root;
   double graft_eps;
   int64_t opt_work_offset; /* shampoo: the step's workspace (bytes) */
+  /* shampoo on a pipeline: the root worker's scratch (bytes; 0: no worker,
+   * train.c computes the roots on its own thread) */
+  int64_t root_work_offset, root_work_bytes;
   /* shampoo stagger = true (nroot_phase > 0): per block of the parameters
    * with a gradient that are preconditioned, in order, each row-major, the
    * step of precondition_every its roots are recomputed at

@@ -249,6 +249,12 @@ int RT_FN(rt_shampoo_unit)(const RT_REAL *grad, RT_REAL *state, unsigned char *w
 int RT_FN(rt_shampoo_unit_roots)(RT_REAL *state, unsigned char *work, int ndim,
                                  const int64_t *shape, int64_t bi, int64_t bj,
                                  const RtShampooArgs *a);
+/* The roots of a block from copies of its factors L (r x r) and R (c x c):
+ * Lr = (L + eps I)^-1/4, Rr = (R + eps I)^-1/4, the numbers of
+ * rt_shampoo_unit_roots; work holds rt_shampoo_work(0, k)'s bytes, with
+ * a->work_elems 0 and a->work_k = k >= r, c (a root worker's scratch). */
+int RT_FN(rt_shampoo_roots)(const RT_REAL *L, const RT_REAL *R, RT_REAL *Lr, RT_REAL *Rr,
+                            int64_t r, int64_t c, unsigned char *work, const RtShampooArgs *a);
 /* param's unit (bi, bj) = param·(1 - lr·wd) - lr·u. */
 void RT_FN(rt_shampoo_apply)(RT_REAL *param, const RT_REAL *u, int ndim, const int64_t *shape,
                              int64_t bi, int64_t bj, const RtShampooArgs *a);

@@ -37,6 +37,17 @@
 #include "cuda/rtc_optim.h"
 #include "cuda/rtc_train.h"
 #endif
+#if defined(RT_TRAIN_MPI) && !defined(RT_TRAIN_CUDA)
+/* a pipeline rank's Shampoo roots in a thread of their own (RootWorker) */
+#define RT_ROOT_WORKER 1
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#if defined(__linux__) && !defined(SCHED_IDLE)
+#define SCHED_IDLE 5 /* <sched.h> names it under _GNU_SOURCE only */
+#endif
+typedef struct RootWorker RootWorker;
+#endif
 
 struct RtTrainer {
   const RtProgram *pg;   /* this rank's program */
@@ -85,6 +96,14 @@ struct RtTrainer {
    * unit_off[param] + bi·(its block columns) + bj; -1 none (built once) */
   int *unit_owner;
   int64_t *unit_off;
+#ifdef RT_ROOT_WORKER
+  RootWorker *rw;          /* the root worker (NULL: the roots on this thread) */
+  int mpi_funneled;        /* MPI allows threads that make no MPI calls */
+  long roots_worker;       /* blocks whose roots the worker wrote (under its lock) */
+#endif
+#ifdef RT_TRAIN_MPI
+  long roots_main;         /* ... and those the main thread computed */
+#endif
 #ifdef RT_TRAIN_CUDA
   /* every parameter with a gradient, for one-launch updates and norms */
   int nlist;
@@ -117,7 +136,40 @@ struct RtTrainer {
 
 typedef struct RtTrainer Trainer;
 
+/* A block whose roots are due (roots_next): the parameter, its local
+ * block, the block in the full tensor's grid and that grid's columns. */
+typedef struct RootJob {
+  int i;
+  int64_t bi, bj, gi, gj, gnbc;
+} RootJob;
+
 static int roots_one(Trainer *t);
+static int roots_next(Trainer *t, RootJob *j);
+static void roots_run(Trainer *t, const RootJob *j);
+#ifdef RT_ROOT_WORKER
+struct RootWorker {
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int open;            /* the worker may claim blocks of generation gen */
+  int quit;
+  long gen;            /* the steps with roots due so far (roots_begin) */
+  long taken;          /* the generation the main thread took over last */
+  int busy;            /* the worker computes `job`, of generation job_gen */
+  long job_gen;
+  RootJob job;
+  int failed;          /* `bad` failed: the main thread redoes it (and stops, saying why) */
+  RootJob bad;
+  unsigned char *scratch;
+  /* tests (SHARDC_TEST_ROOTS): 1 "wait", the optimizer waits for the
+   * worker to finish the step's roots; 2 "starve", the worker sleeps 30 ms
+   * on every block it claims, so the main thread takes its blocks over */
+  int test;
+};
+static RootWorker *root_worker_lock(Trainer *t, long step);
+static void root_worker_stop(Trainer *t);
+static int root_worker_has_work(Trainer *t);
+#endif
 
 /* ---------------------------------------------------------------------------
  * The world: MPI or one rank
@@ -138,6 +190,9 @@ static void mpi_check(int err, const char *call, int line) {
 
 /* Frees what the run holds and ends MPI; returns status (the exit code). */
 static int finish(Trainer *t, int status) {
+#ifdef RT_ROOT_WORKER
+  root_worker_stop(t);
+#endif
   rt_metrics_close(&t->log);
   rt_train_data_close(&t->data);
   free(t->unit_owner);
@@ -1015,6 +1070,19 @@ static void pipe_recv_(RtPass *p, int peer_vs, int lower_vs, int grad, void *buf
     return;
   }
 #endif
+#ifdef RT_ROOT_WORKER
+  if (t->rw) {
+    /* a bubble: the worker computes Shampoo's due roots; the probes sleep
+     * between them, leaving it the core, until the message is there */
+    for (int flag = 0; root_worker_has_work(t);) {
+      MPI_OK(MPI_Iprobe(peer, tag, t->mesh->comm[RT_AX_WORLD], &flag, MPI_STATUS_IGNORE));
+      if (flag)
+        break;
+      struct timespec nap = {0, 50000};
+      nanosleep(&nap, NULL);
+    }
+  } else
+#endif
   /* a bubble: Shampoo's due roots, one block at a time, until the message is there */
   for (int flag = 0; t->roots_due;) {
     MPI_OK(MPI_Iprobe(peer, tag, t->mesh->comm[RT_AX_WORLD], &flag, MPI_STATUS_IGNORE));
@@ -1494,6 +1562,9 @@ static void unit_owners(Trainer *t) {
  * left. */
 static void roots_begin(Trainer *t, long s) {
   const RtProgram *pg = t->pg;
+#ifdef RT_ROOT_WORKER
+  RootWorker *w = root_worker_lock(t, s);
+#endif
   long o = s - pg->start_preconditioning;
   t->roots_due = pg->opt == RT_OPT_SHAMPOO && o >= 0 &&
                  (o == 0 || pg->root_phase || o % pg->precondition_every == 0);
@@ -1503,9 +1574,17 @@ static void roots_begin(Trainer *t, long s) {
   t->rc_bi = t->rc_bj = t->rc_base = 0;
   if (t->roots_due && pg->nunits && !t->unit_owner)
     unit_owners(t);
+#ifdef RT_ROOT_WORKER
+  if (w) {
+    w->gen++;
+    w->open = t->roots_due;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+  }
+#endif
 }
 
-static int roots_one(Trainer *t) {
+static int roots_next(Trainer *t, RootJob *j) {
   const RtProgram *pg = t->pg;
   if (!t->roots_due)
     return 0;
@@ -1554,16 +1633,7 @@ static int roots_one(Trainer *t) {
         /* placed: this data rank's units only */
         if (pg->nunits && t->unit_owner[t->unit_off[i] + bi * nbc + bj] != me)
           continue;
-        RtShampooArgs a = blocked_args(t, 1, 0, 1);
-        int rc = unit_roots(t, p, bi, bj, &a);
-        if (rc != RT_OK) { /* which tensor, block (its checkpoint name's) and step */
-          char msg[4096];
-          snprintf(msg, sizeof msg, "step %ld: shampoo: '%s', block %lld (row %lld, column "
-                   "%lld; checkpoint tensors optimizer.%s.shampoo.*.%lld), %s",
-                   t->roots_step + 1, p->name, (long long)(gi * gnbc + gj), (long long)gi,
-                   (long long)gj, p->name, (long long)(gi * gnbc + gj), rt_last_error());
-          fail(t, msg);
-        }
+        *j = (RootJob){i, bi, bj, gi, gj, gnbc};
         t->rc_bj++; /* the next call goes on after this block */
         return 1;
       }
@@ -1573,14 +1643,226 @@ static int roots_one(Trainer *t) {
   return 0;
 }
 
+/* Job j's roots, on the main thread (its workspace); a failure stops the
+ * run naming the tensor, the block (its checkpoint name's) and the step. */
+static void roots_run(Trainer *t, const RootJob *j) {
+  const RtParam *p = &t->pg->params[j->i];
+#ifdef RT_TRAIN_MPI
+  t->roots_main++;
+#endif
+  RtShampooArgs a = blocked_args(t, 1, 0, 1);
+  int rc = unit_roots(t, p, j->bi, j->bj, &a);
+  if (rc != RT_OK) {
+    const long long b = (long long)(j->gi * j->gnbc + j->gj);
+    char msg[4096];
+    snprintf(msg, sizeof msg, "step %ld: shampoo: '%s', block %lld (row %lld, column "
+             "%lld; checkpoint tensors optimizer.%s.shampoo.*.%lld), %s",
+             t->roots_step + 1, p->name, b, (long long)j->gi, (long long)j->gj, p->name, b,
+             rt_last_error());
+    fail(t, msg);
+  }
+}
+
+static int roots_one(Trainer *t) {
+  RootJob j;
+  if (!roots_next(t, &j))
+    return 0;
+  roots_run(t, &j);
+  return 1;
+}
+
+#ifdef RT_ROOT_WORKER
+/* The root worker, a pipeline rank's (the program plans its scratch:
+ * pg->root_work_bytes).  A thread of the rank computes the step's due
+ * roots from the step's start, at idle priority (SCHED_IDLE): it runs
+ * only where the rank's main thread leaves a core idle, above all while a
+ * pipeline receive waits (pipe_recv then polls and sleeps), and it never
+ * holds the main thread back: at the optimizer step the main thread takes
+ * over what is left (roots_finish), the worker's block in progress
+ * included, whose result is then dropped.  The walk (roots_next) is
+ * shared under the lock; the worker copies a block's factors into its
+ * scratch when it claims the block and writes the roots back only if the
+ * block is still its own, both under the lock, so the main thread never
+ * races it on the state.  The roots are the main thread's numbers (the
+ * same function on the same factors).  Where idle priority is refused the
+ * worker runs at the main thread's; SHARDC_ROOT_WORKER=0 turns it off
+ * (the roots then on the main thread, between the blocks' probes of a
+ * waiting receive, as without a plan for the worker). */
+
+static void *root_worker(void *arg) {
+  Trainer *t = arg;
+  RootWorker *w = t->rw;
+  const RtProgram *pg = t->pg;
+#ifdef __linux__
+  struct sched_param sp = {0};
+  (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+#endif
+  RtShampooArgs a = blocked_args(t, 1, 0, 1);
+  const int64_t k = a.work_k;
+  a.work_elems = 0; /* the scratch: the factors' and roots' copies, then one root's work */
+  float *Lc = (float *)w->scratch, *Rc = Lc + k * k, *Lr = Rc + k * k, *Rr = Lr + k * k;
+  unsigned char *work = w->scratch + rt_optim_align64(16 * k * k);
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    while (!w->quit && !w->open)
+      pthread_cond_wait(&w->cv, &w->mu);
+    if (w->quit)
+      break;
+    RootJob j;
+    if (!roots_next(t, &j)) {
+      w->open = 0;
+      pthread_cond_broadcast(&w->cv);
+      continue;
+    }
+    const RtParam *p = &pg->params[j.i];
+    const int64_t R = p->shape[0], C = p->shape[1];
+    const int64_t r = rt_shampoo_bsize(R, pg->block, j.bi), c = rt_shampoo_bsize(C, pg->block, j.bj);
+    float *L = (float *)(t->arena + p->opt) + rt_shampoo_head(R * C, pg->beta1 > 0, pg->graft) +
+               rt_shampoo_block_off(R, C, pg->block, j.bi, j.bj);
+    memcpy(Lc, L, (size_t)(r * r) * sizeof *L);
+    memcpy(Rc, L + r * r, (size_t)(c * c) * sizeof *L);
+    const long g = w->gen;
+    w->busy = 1;
+    w->job = j;
+    w->job_gen = g;
+    pthread_mutex_unlock(&w->mu);
+    if (w->test == 2) {
+      struct timespec nap = {0, 30000000};
+      nanosleep(&nap, NULL);
+    }
+    int rc = rt_shampoo_roots_f32(Lc, Rc, Lr, Rr, r, c, work, &a);
+    pthread_mutex_lock(&w->mu);
+    w->busy = 0;
+    pthread_cond_broadcast(&w->cv); /* SHARDC_TEST_ROOTS=wait's optimizer */
+    if (g != w->gen || w->taken == g)
+      continue; /* taken over: the main thread computed it */
+    if (rc != RT_OK) {
+      w->failed = 1;
+      w->bad = j;
+      w->open = 0;
+      continue;
+    }
+    float *roots = L + r * r + c * c; /* L^-1/4, then R^-1/4 */
+    memcpy(roots, Lr, (size_t)(r * r) * sizeof *L);
+    memcpy(roots + r * r, Rr, (size_t)(c * c) * sizeof *L);
+    t->roots_worker++;
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+/* roots_begin's: the worker, started at the first step with roots due,
+ * locked (NULL: none, the roots on this thread). */
+static RootWorker *root_worker_lock(Trainer *t, long step) {
+  const RtProgram *pg = t->pg;
+  if (!t->rw) {
+    long o = step - pg->start_preconditioning;
+    const char *off = getenv("SHARDC_ROOT_WORKER");
+    if (pg->opt != RT_OPT_SHAMPOO || pg->root_work_bytes <= 0 || pg->f64 || o < 0 ||
+        !t->mpi_funneled || (off && !strcmp(off, "0")))
+      return NULL;
+    RootWorker *w = calloc(1, sizeof *w);
+    if (!w)
+      fail(t, "out of memory for Shampoo's root worker");
+    w->scratch = t->arena + pg->root_work_offset;
+    w->taken = -1;
+    const char *test = getenv("SHARDC_TEST_ROOTS");
+    w->test = !test ? 0 : !strcmp(test, "wait") ? 1 : !strcmp(test, "starve") ? 2 : 0;
+    if (pthread_mutex_init(&w->mu, NULL) || pthread_cond_init(&w->cv, NULL))
+      fail(t, "cannot create the lock of Shampoo's root worker");
+    t->rw = w;
+    int e = pthread_create(&w->th, NULL, root_worker, t);
+    if (e) {
+      t->rw = NULL;
+      free(w);
+      fprintf(stderr, "train: warning: rank %d: no thread for Shampoo's roots (%s): they run "
+                      "on the main thread\n", t->rank, strerror(e));
+      return NULL;
+    }
+  }
+  pthread_mutex_lock(&t->rw->mu);
+  return t->rw;
+}
+
+/* The worker has a block to compute this step, or one in progress. */
+static int root_worker_has_work(Trainer *t) {
+  RootWorker *w = t->rw;
+  pthread_mutex_lock(&w->mu);
+  int r = w->open || (w->busy && w->job_gen == w->gen && w->taken != w->gen);
+  pthread_mutex_unlock(&w->mu);
+  return r;
+}
+
+static void root_worker_stop(Trainer *t) {
+  RootWorker *w = t->rw;
+  if (!w)
+    return;
+  pthread_mutex_lock(&w->mu);
+  w->quit = 1;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  pthread_join(w->th, NULL); /* before the arena, which holds its scratch, goes */
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+  t->rw = NULL;
+}
+
+/* The run's line on its roots (a pipeline's Shampoo, every rank): how many
+ * the workers computed in idle time, how many the main threads. */
+static void roots_report(Trainer *t, int say) {
+  const RtProgram *pg = t->pg;
+  if (pg->opt != RT_OPT_SHAMPOO || pg->root_work_bytes <= 0)
+    return;
+  long mine[2] = {0, t->roots_main}, all[2] = {0, 0};
+  if (t->rw) {
+    pthread_mutex_lock(&t->rw->mu);
+    mine[0] = t->roots_worker;
+    pthread_mutex_unlock(&t->rw->mu);
+  }
+  MPI_OK(MPI_Reduce(mine, all, 2, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD));
+  if (say && all[0] + all[1] > 0)
+    printf("roots:    Shampoo's roots of %ld blocks over the run: %ld (%.0f%%) by the ranks' root "
+           "workers in idle time, %ld by their main threads\n",
+           all[0] + all[1], all[0], 100.0 * (double)all[0] / (double)(all[0] + all[1]), all[1]);
+}
+#endif
+
+/* The optimizer's: every due root computed before the directions.  With
+ * the worker, the main thread takes over: the worker's block in progress
+ * (or one that failed) and the rest of the walk. */
+static void roots_finish(Trainer *t) {
+#ifdef RT_ROOT_WORKER
+  RootWorker *w = t->rw;
+  if (w) {
+    RootJob j[2];
+    int n = 0;
+    pthread_mutex_lock(&w->mu);
+    while (w->test == 1 && (w->open || w->busy))
+      pthread_cond_wait(&w->cv, &w->mu);
+    w->open = 0;
+    w->taken = w->gen;
+    if (w->busy && w->job_gen == w->gen)
+      j[n++] = w->job;
+    if (w->failed)
+      j[n++] = w->bad;
+    w->failed = 0;
+    pthread_mutex_unlock(&w->mu);
+    for (int k = 0; k < n; k++)
+      roots_run(t, &j[k]);
+  }
+#endif
+  while (roots_one(t))
+    ;
+}
+
 /* Shampoo or Adafactor on every parameter with a gradient, at 1-based step
  * `step` (docs/language.md; the state layout is rt_optim.h's). */
 static void blocked_step(Trainer *t, long step, double lr, double grad_scale) {
   const RtProgram *pg = t->pg;
   unsigned char *A = t->dev;
   RtShampooArgs a = blocked_args(t, step, lr, grad_scale);
-  while (roots_one(t))
-    ;
+  roots_finish(t);
   for (int i = 0; i < pg->nparams; i++) {
     const RtParam *p = &pg->params[i];
     if (p->grad < 0)
@@ -1623,8 +1905,7 @@ static void zero_blocked_step(Trainer *t, long step, double lr, double grad_scal
   unsigned char *A = t->dev;
   const size_t es = (size_t)t->es, r = (size_t)coord(t, (RtAxis)pg->zaxis);
   RtShampooArgs a = blocked_args(t, step, lr, grad_scale);
-  while (roots_one(t))
-    ;
+  roots_finish(t);
   for (int i = 0; i < pg->nparams; i++) {
     const RtParam *p = &pg->params[i];
     size_t lo, hi, s;
@@ -1718,8 +1999,7 @@ static void placed_step(Trainer *t, long step, double lr, double grad_scale, int
   unsigned char *A = t->dev;
   RtShampooArgs a = blocked_args(t, step, lr, grad_scale);
   int me = coord(t, RT_AX_DATA);
-  while (roots_one(t))
-    ;
+  roots_finish(t);
   for (int i = 0; i < pg->nparams; i++)
     if (pg->params[i].grad >= 0)
       BLOCKED(rt_opt_scale_grad)((float *)(A + pg->params[i].grad), pg->params[i].numel,
@@ -2401,12 +2681,21 @@ static int start(Trainer *t, const RtProgram *const *progs, int nprogs, int *arg
   int started = 0;
   MPI_OK(MPI_Initialized(&started));
   if (!started) {
-    if (MPI_Init(argc, argv) != MPI_SUCCESS) {
+    int provided = MPI_THREAD_SINGLE;
+    /* funneled: only the main thread calls MPI (the root worker makes no calls) */
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
       fprintf(stderr, "train: error: MPI_Init failed\n");
       return 1;
     }
     t->mpi_started = 1;
   }
+#ifdef RT_ROOT_WORKER
+  {
+    int level = MPI_THREAD_SINGLE;
+    MPI_OK(MPI_Query_thread(&level));
+    t->mpi_funneled = level >= MPI_THREAD_FUNNELED;
+  }
+#endif
   MPI_OK(MPI_Comm_rank(MPI_COMM_WORLD, &t->rank));
   MPI_OK(MPI_Comm_size(MPI_COMM_WORLD, &t->world));
 #else
@@ -2588,6 +2877,9 @@ static int train(Trainer *t, long step, int say) {
 #endif
   if (a->save && !save_checkpoint(t, step))
     return 1;
+#ifdef RT_ROOT_WORKER
+  roots_report(t, say);
+#endif
   if (say)
     printf("done:     steps %ld..%ld in %.1f s; loss %.4f -> %.4f\n", first_step + 1, step,
            rt_ms_since(t_start) / 1e3, first_loss, loss);

@@ -52,6 +52,41 @@ check 2 sp=ring:2
 check 4 dp=2,sp=ring:2
 check 4 pp=2,sp=ring:2
 
+# The root worker (a pipeline rank's roots in a thread of their own, at idle
+# priority): whoever computes a block, the numbers are the main thread's,
+# bitwise (losses and the final checkpoint): every block by the worker
+# (SHARDC_TEST_ROOTS=wait: the optimizer waits for it), none
+# (SHARDC_ROOT_WORKER=0: the main thread while its receives wait), and a
+# starved worker (=starve: it sleeps on every block it takes), whose blocks
+# the main thread takes over, dropping the worker's results.
+roots_run() {  # NAME VAR=VALUE: the pp=2 run again with VAR set; sets $out, $rc
+  local d="$REF-2-pp_2_schedule_1f1b"
+  export "$2"
+  train "$d" --steps $STEPS --log "$d-$1.jsonl" --save "$d-$1.st"
+  unset "${2%%=*}"
+  if [ $rc -ne 0 ]; then bad "root worker, $2: exit $rc: $(tail -5 <<<"$out")"; return 1; fi
+  if ! cmp -s "$d.st" "$d-$1.st" ||
+    [ "$(grep -o '"loss":[^,]*' "$d.jsonl")" != "$(grep -o '"loss":[^,]*' "$d-$1.jsonl")" ]; then
+    bad "root worker, $2: losses or the checkpoint differ from the default run's"
+    return 1
+  fi
+}
+if [ -f "$REF-2-pp_2_schedule_1f1b.st" ]; then
+  # 2 stages x 20 blocks of 48 (the tiny GPT's, tests/dist/gpt_shampoo.shard), every one at step 5, a few at each later step
+  if roots_run wait SHARDC_TEST_ROOTS=wait; then
+    grep -qE "^roots: .* [0-9]+ blocks over the run: [0-9]+ \(100%\) by the ranks' root workers in idle time, 0 by their main threads" <<<"$out" &&
+      ok || bad "root worker, wait: expected every block by the workers: $(grep '^roots:' <<<"$out")"
+  fi
+  if roots_run main SHARDC_ROOT_WORKER=0; then
+    grep -qE "^roots: .*: 0 \(0%\) by the ranks' root workers in idle time, [1-9][0-9]* by their main threads" <<<"$out" &&
+      ok || bad "root worker off: expected every block by the main threads: $(grep '^roots:' <<<"$out")"
+  fi
+  if roots_run starve SHARDC_TEST_ROOTS=starve; then
+    grep -qE "^roots: .*, [1-9][0-9]* by their main threads" <<<"$out" &&
+      ok || bad "root worker, starve: expected the main threads to take blocks over: $(grep '^roots:' <<<"$out")"
+  fi
+fi
+
 # save at 15 under dp=2 (blocks placed over 2 data ranks), resume under pp=2;
 # save under pp=2, resume under dp=4 (placed over 4)
 SAVE_AT=15
