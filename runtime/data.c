@@ -45,16 +45,12 @@ int rt_data_open(RtData *d, const char *path, int format, int vocab, int B, int 
   memset(d, 0, sizeof *d);
   if (B < 1 || T < 1 || vocab < 1)
     return rt_errorf(RT_ERR_ARG, "%s: invalid data shape B=%d T=%d vocab=%d", path, B, T, vocab);
-  /* O_NONBLOCK: open() of a FIFO would wait for a writer forever (it is
-   * refused below); a regular file is mapped, never read */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st;
+  int fd = rt_open_regular(path, &st);
+  if (fd == -2)
+    return rt_errorf(RT_ERR_IO, "%s: data file is not a regular file", path);
   if (fd < 0)
     return rt_errorf(RT_ERR_IO, "%s: cannot open data file: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return rt_errorf(RT_ERR_IO, "%s: data file is not a regular file", path);
-  }
   if (!(d->path = strdup(path))) {
     close(fd);
     return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", path);

@@ -1,6 +1,11 @@
-/* errors.c — the per-thread last-error message. */
+/* errors.c — the per-thread last-error message, and opening the files a
+ * run reads (rt_open_regular). */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "rt_internal.h"
 
@@ -27,4 +32,24 @@ int rt_errorf(int code, const char *fmt, ...) {
   va_end(ap);
   rt_mark_cut(rt_errbuf, sizeof rt_errbuf, len);
   return code;
+}
+
+int rt_open_regular(const char *path, struct stat *st) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  if (fstat(fd, st) != 0) {
+    int err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  if (!S_ISREG(st->st_mode)) {
+    close(fd);
+    return -2;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0)
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
 }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "rt_internal.h"
 #include "shardrt.h"
 
 #define HEADER "# shardc GEMM algorithms (train --gemm-algos)"
@@ -118,20 +119,14 @@ int rt_gemm_table_read(RtGemmTable *t, const char *path, const char *device, lon
   t->n = 0;
   *stale = 0;
   why[0] = 0;
-  /* opened without blocking and checked: a FIFO or a device would wait
-   * for a writer forever, or feed bytes without end */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT)
-      return RT_OK;
-    return rt_errorf(RT_ERR_IO, "%s: cannot read the GEMM algorithms: %s", path, strerror(errno));
-  }
   struct stat st;
-  if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-    close(fd);
+  int fd = rt_open_regular(path, &st);
+  if (fd == -1 && errno == ENOENT)
+    return RT_OK;
+  if (fd == -1)
+    return rt_errorf(RT_ERR_IO, "%s: cannot read the GEMM algorithms: %s", path, strerror(errno));
+  if (fd == -2)
     return rt_errorf(RT_ERR_IO, "%s: cannot read the GEMM algorithms: not a regular file", path);
-  }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   FILE *f = fdopen(fd, "r");
   if (!f) {
     close(fd);

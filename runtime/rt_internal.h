@@ -53,6 +53,14 @@ void rt_blas_serial_end(int prev);
  * "…" (cut on a character boundary), so no message is cut silently. */
 void rt_mark_cut(char *buf, size_t cap, int len);
 
+/* Opens path to read without waiting (open() of a FIFO would wait for a
+ * writer forever) and refuses what is not a regular file (a FIFO, a
+ * device: no end, or no bytes): the descriptor, back to blocking, with
+ * *st filled; -1 with errno when open() or fstat() failed; -2 when path
+ * is not a regular file (nothing left open). */
+struct stat;
+int rt_open_regular(const char *path, struct stat *st);
+
 /* Salt for the dropout stream, so it never coincides with an init stream. */
 #define RT_DROPOUT_SALT 0xD50F7A11C0FFEE01ull
 

@@ -931,19 +931,14 @@ int rt_st_open(RtStFile **out, const char *path) {
     free(f);
     return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", path);
   }
-  /* O_NONBLOCK: open() of a FIFO would wait for a writer forever; the file
-   * is mapped, never read, so the flag changes nothing for a regular one */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st;
+  int fd = rt_open_regular(path, &st);
   if (fd < 0) {
     int err = errno;
     rt_st_close(f);
+    if (fd == -2)
+      return rt_errorf(RT_ERR_IO, "%s: not a regular file", path);
     return rt_errorf(RT_ERR_IO, "%s: cannot open: %s", path, strerror(err));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    rt_st_close(f);
-    return rt_errorf(RT_ERR_IO, "%s: not a regular file", path);
   }
   f->size = (size_t)st.st_size;
   if (f->size < 8) {
