@@ -162,12 +162,14 @@ struct RootWorker {
   RootJob bad;
   unsigned char *scratch;
   /* tests (SHARDC_TEST_ROOTS): 1 "wait", the optimizer waits for the
-   * worker to finish the step's roots; 2 "starve", the worker sleeps 30 ms
-   * on every block it claims, so the main thread takes its blocks over */
+   * worker to finish the step's roots; 2 "starve[:MS]", the worker sleeps
+   * MS ms (default 30) on every block it claims, so the main thread takes
+   * its blocks over (and with a long sleep, the run ends while it sleeps) */
   int test;
+  long nap_ms;
 };
 static RootWorker *root_worker_lock(Trainer *t, long step);
-static void root_worker_stop(Trainer *t);
+static int root_worker_stop(Trainer *t);
 static int root_worker_has_work(Trainer *t);
 #endif
 
@@ -191,7 +193,13 @@ static void mpi_check(int err, const char *call, int line) {
 /* Frees what the run holds and ends MPI; returns status (the exit code). */
 static int finish(Trainer *t, int status) {
 #ifdef RT_ROOT_WORKER
-  root_worker_stop(t);
+  /* a worker still in a block the main thread took over is not waited for
+   * (at idle priority it could take long): the arena, which holds its
+   * scratch, stays, and the process ends with _exit below, before any
+   * library's destructor could pull memory from under the thread */
+  const int busy = root_worker_stop(t);
+#else
+  const int busy = 0;
 #endif
   rt_metrics_close(&t->log);
   rt_train_data_close(&t->data);
@@ -199,7 +207,7 @@ static int finish(Trainer *t, int status) {
   free(t->unit_off);
   t->unit_owner = NULL;
   t->unit_off = NULL;
-  if (t->mem)
+  if (t->mem && !busy)
     rt_arena_destroy(t->mem);
   t->mem = NULL;
   t->arena = NULL;
@@ -242,6 +250,10 @@ static int finish(Trainer *t, int status) {
     MPI_Finalize();
   t->mpi_started = 0;
 #endif
+  if (busy) {
+    fflush(NULL);
+    _exit(status);
+  }
   return status;
 }
 
@@ -1727,7 +1739,7 @@ static void *root_worker(void *arg) {
     w->job_gen = g;
     pthread_mutex_unlock(&w->mu);
     if (w->test == 2) {
-      struct timespec nap = {0, 30000000};
+      struct timespec nap = {w->nap_ms / 1000, w->nap_ms % 1000 * 1000000};
       nanosleep(&nap, NULL);
     }
     int rc = rt_shampoo_roots_f32(Lc, Rc, Lr, Rr, r, c, work, &a);
@@ -1767,7 +1779,10 @@ static RootWorker *root_worker_lock(Trainer *t, long step) {
     w->scratch = t->arena + pg->root_work_offset;
     w->taken = -1;
     const char *test = getenv("SHARDC_TEST_ROOTS");
-    w->test = !test ? 0 : !strcmp(test, "wait") ? 1 : !strcmp(test, "starve") ? 2 : 0;
+    w->test = !test ? 0 : !strcmp(test, "wait") ? 1 : !strncmp(test, "starve", 6) ? 2 : 0;
+    w->nap_ms = w->test == 2 && test[6] == ':' ? atol(test + 7) : 30;
+    if (w->nap_ms < 0 || w->nap_ms > 600000)
+      w->nap_ms = 30;
     if (pthread_mutex_init(&w->mu, NULL) || pthread_cond_init(&w->cv, NULL))
       fail(t, "cannot create the lock of Shampoo's root worker");
     t->rw = w;
@@ -1793,19 +1808,28 @@ static int root_worker_has_work(Trainer *t) {
   return r;
 }
 
-static void root_worker_stop(Trainer *t) {
+/* Stops the worker: 0 when it ended (joined), 1 when it is still in a
+ * block (taken over, its result to be dropped): detached then, the caller
+ * keeping what it uses (finish). */
+static int root_worker_stop(Trainer *t) {
   RootWorker *w = t->rw;
   if (!w)
-    return;
+    return 0;
   pthread_mutex_lock(&w->mu);
   w->quit = 1;
   pthread_cond_broadcast(&w->cv);
+  const int busy = w->busy;
   pthread_mutex_unlock(&w->mu);
-  pthread_join(w->th, NULL); /* before the arena, which holds its scratch, goes */
+  t->rw = NULL;
+  if (busy) {
+    pthread_detach(w->th);
+    return 1;
+  }
+  pthread_join(w->th, NULL); /* waiting for its lock, it ends at once */
   pthread_cond_destroy(&w->cv);
   pthread_mutex_destroy(&w->mu);
   free(w);
-  t->rw = NULL;
+  return 0;
 }
 
 /* The run's line on its roots (a pipeline's Shampoo, every rank): how many
