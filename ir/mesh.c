@@ -349,40 +349,59 @@ int plan_resolve(Plan *p, int ndev, char *err, int errcap) {
   return plan_resolve_keys(p, ndev, err, errcap, NULL);
 }
 
-void plan_str(const Plan *p, char *buf, int cap) {
-  if (p->is_auto) {
-    snprintf(buf, (size_t)cap, "auto");
-    return;
+/* p as a SPEC, in one spelling for both: with `given` the keys the user
+ * wrote (p->given), else dp and every key off its default. */
+static void plan_spec(const Plan *p, bool given, char *buf, int cap) {
+  int n = 0;
+  buf[0] = 0;
+#define KEY(bit, off_default) (given ? (p->given & (bit)) != 0 : (off_default))
+#define ADD(...)                                                 \
+  do {                                                           \
+    if (n < cap) n += snprintf(buf + n, (size_t)(cap - n), __VA_ARGS__); \
+  } while (0)
+#define SEP (n ? "," : "")
+  if (KEY(PLAN_DP, true)) ADD("%sdp=%d", SEP, p->dp);
+  if (KEY(PLAN_TP, p->tp > 1)) ADD("%stp=%d", SEP, p->tp);
+  if (KEY(PLAN_TP2D, p->tp2d > 1)) ADD("%stp2d=%dx%d", SEP, p->tp2d, p->tp2d);
+  if (KEY(PLAN_SP, p->sp_kind != SP_NONE)) {
+    if (p->sp_kind == SP_RING) ADD("%ssp=ring:%d", SEP, p->sp);
+    else ADD("%ssp=%s", SEP, p->sp_kind == SP_MEGATRON ? "megatron" : "none");
   }
-  int n = snprintf(buf, (size_t)cap, "dp=%d", p->dp);
-#define ADD(...) \
-  if (n < cap) n += snprintf(buf + n, (size_t)(cap - n), __VA_ARGS__)
-  if (p->tp > 1) ADD(",tp=%d", p->tp);
-  if (p->tp2d > 1) ADD(",tp2d=%dx%d", p->tp2d, p->tp2d);
-  if (p->sp_kind == SP_MEGATRON) ADD(",sp=megatron");
-  if (p->sp_kind == SP_RING) ADD(",sp=ring:%d", p->sp);
-  if (p->pp > 1) {
-    ADD(",pp=%d", p->pp);
+  if (KEY(PLAN_PP, p->pp > 1)) {
+    ADD("%spp=%d", SEP, p->pp);
     for (int i = 0; i < p->nstage_layers; i++)
       ADD("%c%d%s", i ? '+' : ':', p->stage_layers[i],
           !p->stage_frac[i]           ? ""
           : p->stage_frac[i] % 10 == 0 ? arena_printf(".%d", p->stage_frac[i] / 10)
                                        : arena_printf(".%02d", p->stage_frac[i]));
     if (p->balance_memory) ADD(":memory");
-    if (p->schedule == SCHED_GPIPE) ADD(",schedule=gpipe");
-    if (p->schedule == SCHED_1F1B) ADD(",schedule=1f1b");
-    if (p->schedule == SCHED_INTERLEAVED) ADD(",schedule=interleaved:%d", p->vchunks);
   }
-  if (p->mb > 1) ADD(",mb=%d", p->mb);
-  if (p->zero) ADD(",zero=%d", p->zero);
-  if (p->nstage_recompute) {
-    for (int i = 0; i < p->nstage_recompute; i++) {
-      ADD("%s%s", i ? "+" : ",recompute=", plan_recompute_name(p->stage_recompute[i]));
-    }
-  } else if (p->recompute != RECOMPUTE_NONE) {
-    ADD(",recompute=%s", plan_recompute_name(p->recompute));
+  if (KEY(PLAN_SCHED, p->pp > 1)) {
+    if (p->schedule == SCHED_GPIPE) ADD("%sschedule=gpipe", SEP);
+    if (p->schedule == SCHED_1F1B) ADD("%sschedule=1f1b", SEP);
+    if (p->schedule == SCHED_INTERLEAVED) ADD("%sschedule=interleaved:%d", SEP, p->vchunks);
   }
+  if (KEY(PLAN_MB, p->mb > 1)) ADD("%smb=%d", SEP, p->mb);
+  if (KEY(PLAN_ZERO, p->zero != 0)) ADD("%szero=%d", SEP, p->zero);
+  if (KEY(PLAN_RECOMPUTE, p->nstage_recompute || p->recompute != RECOMPUTE_NONE)) {
+    if (p->nstage_recompute)
+      for (int i = 0; i < p->nstage_recompute; i++)
+        ADD("%s%s", i ? "+" : n ? ",recompute=" : "recompute=",
+            plan_recompute_name(p->stage_recompute[i]));
+    else
+      ADD("%srecompute=%s", SEP, plan_recompute_name(p->recompute));
+  }
+#undef SEP
 #undef ADD
+#undef KEY
+}
+
+void plan_str(const Plan *p, char *buf, int cap) {
+  if (p->is_auto) {
+    snprintf(buf, (size_t)cap, "auto");
+    return;
+  }
+  plan_spec(p, false, buf, cap);
 }
 
 int plan_stage_hundredths(const Plan *p) {
@@ -391,25 +410,7 @@ int plan_stage_hundredths(const Plan *p) {
   return h;
 }
 
-void plan_str_given(const Plan *p, char *buf, int cap) {
-  int n = 0;
-  buf[0] = 0;
-#define ADD(bit, ...) \
-  if ((p->given & (bit)) && n < cap) n += snprintf(buf + n, (size_t)(cap - n), __VA_ARGS__)
-  ADD(PLAN_DP, "%sdp=%d", n ? "," : "", p->dp);
-  ADD(PLAN_TP, "%stp=%d", n ? "," : "", p->tp);
-  ADD(PLAN_TP2D, "%stp2d=%dx%d", n ? "," : "", p->tp2d, p->tp2d);
-  ADD(PLAN_SP, "%ssp=%s", n ? "," : "",
-      p->sp_kind == SP_RING ? arena_printf("ring:%d", p->sp) : p->sp_kind == SP_MEGATRON ? "megatron" : "none");
-  ADD(PLAN_PP, "%spp=%d", n ? "," : "", p->pp);
-  ADD(PLAN_SCHED, "%sschedule=%s", n ? "," : "",
-      p->schedule == SCHED_GPIPE ? "gpipe" : p->schedule == SCHED_1F1B ? "1f1b"
-                                           : arena_printf("interleaved:%d", p->vchunks));
-  ADD(PLAN_MB, "%smb=%d", n ? "," : "", p->mb);
-  ADD(PLAN_ZERO, "%szero=%d", n ? "," : "", p->zero);
-  ADD(PLAN_RECOMPUTE, "%srecompute=%s", n ? "," : "", plan_recompute_name(p->recompute));
-#undef ADD
-}
+void plan_str_given(const Plan *p, char *buf, int cap) { plan_spec(p, true, buf, cap); }
 
 Recompute plan_recompute_at(const Plan *p, int stage) {
   if (!p->nstage_recompute) return p->recompute;

@@ -561,6 +561,8 @@ expect auto-mem-units 1 'strategy auto: no plan of the [0-9]+ evaluated fits .*s
 expect strategy-dup 1 "'dp' is given twice in 'dp=2,dp=4'" -- "$bin" check samples/gpt.shard --strategy dp=2,dp=4
 expect strategy-empty-item 1 "an empty item in 'dp=4,,'" -- "$bin" check samples/gpt.shard --strategy dp=4,,
 expect strategy-auto-keys 0 'strategy: dp=2,tp=2,.*\(from auto: the best of [0-9]+ plans with tp=2' -- "$bin" compile samples/gpt.shard --strategy auto,tp=2 --emit=plan
+# the fixed keys as written: stage partitions and per-stage recompute too
+expect strategy-auto-stage-keys 0 '\(from auto: the best of [0-9]+ plans with pp=2:1\+3,recompute=full\+none, predicted' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy auto,pp=2:1+3,recompute=full+none --emit=plan
 expect mesh-too-many 1 "--mesh '2000000': sizes run from 1 to 1048576 devices" -- "$bin" check samples/gpt.shard --mesh 2000000
 sed 's/microbatch = 4/microbatch = 5/; s/  strategy = "dp=4"/  strategy = auto/' samples/gpt.shard >"$tmp/mb5.shard"
 expect auto-microbatch-reason 1 "strategy auto: .*the train block's microbatch 5 does not divide its batch of 16 sequences" -- "$bin" compile "$tmp/mb5.shard"
