@@ -24,6 +24,10 @@
 #include "rt_math.h"
 #include "shardrt.h"
 
+/* LAPACK (OpenBLAS carries it): Shampoo's root = eigh */
+void dsyevd_(const char *jobz, const char *uplo, const int *n, double *a, const int *lda, double *w,
+             double *work, const int *lwork, int *iwork, const int *liwork, int *info);
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -155,6 +159,21 @@ int main(int argc, char **argv) {
    * each (a disturbance of the host slows both), per round; and the
    * rounds' spread of two figures, to warn of a busy host */
   double gemm_behind = INFINITY, thin_ratio[NTHIN][100];
+  /* Shampoo's root = eigh: LAPACK dsyevd of a factor of side EK (its
+   * default block's), G·Gᵀ of a random EK x 2EK G (full rank), fp64 */
+  enum { EK = 256 };
+  double eigh_t = INFINITY;
+  const int ek = EK, e_lwork = 1 + 6 * EK + 2 * EK * EK, e_liwork = 3 + 5 * EK;
+  double *eA0 = malloc(sizeof(double) * EK * EK), *eA = malloc(sizeof(double) * EK * EK),
+         *eG = malloc(sizeof(double) * EK * 2 * EK), *ew = malloc(sizeof(double) * (EK + e_lwork));
+  int *eiw = malloc(sizeof(int) * e_liwork), e_info = 0;
+  if (!eA0 || !eA || !eG || !ew || !eiw) {
+    fprintf(stderr, "shardc calibrate: out of memory\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  for (long i = 0; i < (long)EK * 2 * EK; i++) eG[i] = (double)((i * 7919 + rank) % 1000) / 1000.0 - 0.5;
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, EK, EK, 2 * EK, 1.0, eG, 2 * EK, eG, 2 * EK, 0.0,
+              eA0, EK);
   double big_lo = INFINITY, big_hi = 0, bw_lo = INFINITY, bw_hi = 0;
   for (int i = 0; i < NSH; i++) gemm_t[i] = INFINITY;
   for (int i = 0; i < NBW; i++) bw_t[i] = INFINITY;
@@ -274,6 +293,13 @@ int main(int argc, char **argv) {
       }
 #undef KOPS_
     }
+    /* ---- Shampoo's eigendecomposition, every rank at once ---- */
+    {
+      double t;
+      TIME_ALL(memcpy(eA, eA0, sizeof(double) * EK * EK);
+               dsyevd_("V", "U", &ek, eA, &ek, ew, ew + EK, &e_lwork, eiw, &e_liwork, &e_info), t);
+      BEST(eigh_t, t);
+    }
     /* ---- collectives: groups of n consecutive ranks, all at once, as a
      * step meets them: after a stretch of compute on every rank (ranks
      * sharing cores then arrive out of step and must be scheduled in), so
@@ -365,7 +391,9 @@ int main(int argc, char **argv) {
     int k = 0;
     for (long nn = 1024; nn <= (long)MAXD * MAXD * 4 && k < NBW; nn *= 4, k++)
       fprintf(out, "%s[%.6g, %.6g]", k ? ", " : "", 3.0 * nn * 4, 3.0 * nn * 4 / bw_t[k]);
-    fprintf(out, "],\n\"special\": {");
+    /* 9k³ FLOPs an eigendecomposition with its vectors (passes/cost.c) */
+    fprintf(out, "],\n\"eigh_flops\": %.6g", 9.0 * EK * EK * EK / eigh_t);
+    fprintf(out, ",\n\"special\": {");
     for (int f = 0; f < NSF; f++) fprintf(out, "%s\"%s\": %.6g", f ? ", " : "", sf_names[f], sf_t[f]);
     fprintf(out, "},\n\"kernels\": {");
     for (int f = 0; f < NKERN; f++) fprintf(out, "%s\"%s\": %.6g", f ? ", " : "", kern_names[f], kern_t[f]);
@@ -405,6 +433,11 @@ int main(int argc, char **argv) {
     if (groups[gi] != MPI_COMM_NULL) MPI_Comm_free(&groups[gi]);
   free(A);
   free(pool);
+  free(eA0);
+  free(eA);
+  free(eG);
+  free(ew);
+  free(eiw);
   free(B);
   free(C);
   free(sb);

@@ -11,6 +11,7 @@
 
 #include "cost.h"
 #include "passes.h"
+#include "runtime/rt_optim.h"
 
 /* ---- hardware ---- */
 
@@ -692,7 +693,84 @@ static double cast_time(const HwModel *hw, const Module *m, const PBlock *b, Ear
   return busy;
 }
 
-static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, double *async_left) {
+/* An fp32 GEMM's seconds: the plan's own rate on a CPU; on a GPU whose
+ * plan computes in 16 bits, Shampoo's SGEMMs run at the plain fp32 rate. */
+static double gemm32(const HwModel *hw, double M, double N, double K) {
+  double t = cost_gemm(hw, M, N, K);
+  return hw->vec_flops > 0 && hw->peak > hw->vec_flops ? t * hw->peak / hw->vec_flops : t;
+}
+
+double cost_shampoo_block(const HwModel *hw, const Optimizer *o, double r, double c, double *roots) {
+  const double eigh = hw->eigh_flops > 0 ? hw->eigh_flops : COST_EIGH_FLOPS;
+  const int every = o->precondition_every > 0 ? o->precondition_every : 1;
+  double root = 0;
+  for (int f = 0; f < 2; f++) {
+    double k = f ? c : r;
+    root += o->root == RT_ROOT_NEWTON ? 80 * gemm32(hw, k, k, k) * (hw->vec_flops > 0 ? 1 : 2)
+                                      : 9 * k * k * k / eigh;
+  }
+  *roots = root / every;
+  return 0.5 * gemm32(hw, r, r, c) + 0.5 * gemm32(hw, c, c, r) + gemm32(hw, r, c, r) +
+         gemm32(hw, r, c, c);
+}
+
+/* One tensor's Shampoo step (its blocks, rt_optim.h's blocking) and
+ * roots, added to *t and *roots. */
+static void shampoo_tensor(const HwModel *hw, const Optimizer *o, const Shape *s, double *t,
+                           double *roots) {
+  int64_t d[IR_MAXDIM], e = 1;
+  for (int k = 0; k < s->ndim; k++) d[k] = s->d[k].n, e *= d[k];
+  *t += cost_membound(hw, 8.0 * (double)e * 4, 10.0 * (double)e);
+  if (!rt_shampoo_preconditioned(s->ndim, d) || o->block < 1) return;
+  const int64_t b = o->block;
+  const int64_t R[2] = {b, d[0] % b}, C[2] = {b, d[1] % b};
+  const int64_t NR[2] = {d[0] / b, d[0] % b ? 1 : 0}, NC[2] = {d[1] / b, d[1] % b ? 1 : 0};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++) {
+      double n = (double)NR[i] * (double)NC[j], rt;
+      if (n <= 0) continue;
+      *t += n * cost_shampoo_block(hw, o, (double)R[i], (double)C[j], &rt);
+      *roots += n * rt;
+    }
+}
+
+/* Shampoo's optimizer step on rank program rp, seconds, and *roots of
+ * them: placed, the slowest data rank's units; ZeRO, every owner's share
+ * (the tensors over the ranks that share the shards); else every tensor of
+ * the rank (its shards under tp). */
+static double shampoo_rank(const HwModel *hw, const Module *m, const RankProg *rp, int mode,
+                           double *roots) {
+  const Optimizer *o = &m->train.opt;
+  double t = 0, rt = 0;
+  *roots = 0;
+  if (mode == PO_PLACED && rp->nunits && rp->uranks > 0) {
+    double *ts = calloc((size_t)rp->uranks * 2, sizeof *ts);
+    if (!ts) return 0;
+    for (int i = 0; i < rp->nunits; i++) {
+      const OptUnit *u = &rp->units[i];
+      if (u->owner < 0 || u->owner >= rp->uranks) continue;
+      double x = cost_membound(hw, 8.0 * (double)(u->r * u->c) * 4, 10.0 * (double)(u->r * u->c)), y = 0;
+      if (u->blocked) x += cost_shampoo_block(hw, o, (double)u->r, (double)u->c, &y);
+      ts[2 * u->owner] += x + y;
+      ts[2 * u->owner + 1] += y;
+    }
+    int w = 0;
+    for (int k = 1; k < rp->uranks; k++)
+      if (ts[2 * k] > ts[2 * w]) w = k;
+    t = ts[2 * w] - ts[2 * w + 1];
+    *roots = ts[2 * w + 1];
+    free(ts);
+    return t + *roots;
+  }
+  for (int i = 0; i < rp->nparam; i++)
+    if (rp->param[i].v->grad) shampoo_tensor(hw, o, &rp->param[i].v->shape, &t, &rt);
+  double share = mode == PO_ZERO && rp->zgroup > 1 ? rp->zgroup : 1;
+  *roots = rt / share;
+  return (t + rt) / share;
+}
+
+static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, double *async_left,
+                        double *roots) {
   const Plan *p = &m->train.plan;
   double t = 0, fp32 = hw->elt == 8 ? 8 : 4; /* parameters and gradients: fp32 masters */
   int64_t nparam = 0;
@@ -718,7 +796,10 @@ static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, 
       /* AdamW reads param, grad, m, v and writes param, m, v: 7 passes,
        * ZeRO: over the rank's shard only */
       double np = s->mode == PO_ZERO && rp->zshard ? (double)rp->zshard : (double)nparam;
-      if (s->mode == PO_AF_SUMS || s->mode == PO_AF_SQUARES) /* Adafactor's sums: read the gradients */
+      double rt = 0;
+      if (m->train.opt.kind && !strcmp(m->train.opt.kind, "shampoo"))
+        t += shampoo_rank(hw, m, rp, s->mode, &rt), *roots += rt;
+      else if (s->mode == PO_AF_SUMS || s->mode == PO_AF_SQUARES) /* Adafactor's sums: read the gradients */
         t += cost_membound(hw, 2 * np * 4, 4 * np);
       else
         t += cost_membound(hw, 7 * np * 4, 12 * np);
@@ -929,8 +1010,14 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
   double step = 0, busy = 0;
   for (int k = 0; k < R; k++) {
     const RankProg *rp = m->rprog[k];
-    double left = async[k] * (1 - hw->overlap);
-    double st = step_time(hw, m, rp, &left);
+    double left = async[k] * (1 - hw->overlap), roots = 0;
+    double st = step_time(hw, m, rp, &left, &roots);
+    /* a cpu pipeline rank's root worker computes Shampoo's roots while the
+     * rank waits in the schedule (runtime/train.c): its idle time so far */
+    if (opt_root_worker(m)) {
+      double idle = clock[k] - r->stage[k].busy_s;
+      st -= roots < idle ? roots : idle > 0 ? idle : 0;
+    }
     r->stage[k].busy_s += r->stage[k].cast_s;
     r->stage[k].step_s = st + left;
     r->stage[k].end_s = clock[k] + st + left;
@@ -1483,11 +1570,13 @@ static int jtimes(JReader *j, const char *const *names, int n, double *out, cons
 
 /* The keys a profile may hold, each once */
 enum { PK_VERSION, PK_DEVICE, PK_NP, PK_CORES, PK_LAUNCH, PK_LAUNCH_GRAPH, PK_GEMM, PK_GEMM_THIN, PK_GEMM16,
-       PK_THIN16, PK_BW, PK_ATT, PK_ATT_BWD, PK_ATT16, PK_ATT_BWD16, PK_SPECIAL, PK_KERNELS, PK_COLL, PK_N };
+       PK_THIN16, PK_BW, PK_ATT, PK_ATT_BWD, PK_ATT16, PK_ATT_BWD16, PK_SPECIAL, PK_KERNELS, PK_COLL,
+       PK_EIGH, PK_N };
 static const char *const profile_keys[PK_N] = {
     "shardc_profile", "device",    "np",        "cores",          "launch_s",          "launch_graph_s",
     "gemm",           "gemm_thin", "gemm_bf16", "gemm_thin_bf16", "bw",                "attention",
-    "attention_bwd",  "attention_bf16", "attention_bwd_bf16", "special", "kernels",     "coll"};
+    "attention_bwd",  "attention_bf16", "attention_bwd_bf16", "special", "kernels",     "coll",
+    "eigh_flops"};
 
 /* The profile's text (NUL-terminated, len bytes) into h; 0 or -1 with the message in j->err. */
 static int parse_profile(JReader *j, size_t len, HwModel *h, const HwModel *hw) {
@@ -1544,6 +1633,11 @@ static int parse_profile(JReader *j, size_t len, HwModel *h, const HwModel *hw) 
       case PK_LAUNCH_GRAPH:
         r = jrange(j, "launch_graph_s", 0, 1, " s", false, &v);
         h->launch_graph_s = v;
+        break;
+      case PK_EIGH: /* Shampoo's root = eigh on one host core (the cpu calibrator's) */
+        r = jrange(j, "eigh_flops", 1e6, 1e15, " FLOP/s", false, &v);
+        h->eigh_flops = v;
+        nread++;
         break;
       case PK_GEMM: r = jcurve(j, cv = &h->gemm, &R_FLOPS, &R_RATE); break;
       case PK_GEMM_THIN: r = jcurve(j, cv = &h->gemm_thin, &R_DIM, &R_RATE); break;

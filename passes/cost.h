@@ -79,7 +79,15 @@ typedef struct HwModel {
    * (COST_K_*) as a profile measured them, operands cold (0: the
    * memory-bound formula) */
   double kern[COST_K_N];
+  /* FLOP/s of Shampoo's root = eigh (LAPACK dsyevd in fp64, 9k³ FLOPs a
+   * k x k factor) on one host core, as a profile measured it at k = 256
+   * (0: COST_EIGH_FLOPS) */
+  double eigh_flops;
 } HwModel;
+
+/* dsyevd at k = 256 on one core of the reference machine (AVX-512, 2026:
+ * 8.8 ms), where no profile measured the host's */
+#define COST_EIGH_FLOPS 17e9
 
 
 /* The mesh's figures at a precision (DT_F32: tf32 on a device with tensor
@@ -100,6 +108,13 @@ double cost_attention(const HwModel *hw, bool fwd, bool causal, double B, double
                       double H, double D);
 /* Seconds of a memory-bound kernel moving `bytes` (with `flops` of arithmetic). */
 double cost_membound(const HwModel *hw, double bytes, double flops);
+/* Shampoo's step over one block of r x c (docs/cost-model.md): the factor
+ * updates (two SYRKs, half their GEMMs' FLOPs) and the direction (two
+ * GEMMs) in fp32, seconds per step; *roots: its two roots' share of a step
+ * (precondition_every spreads them): 9k³ FLOPs an eigendecomposition at
+ * hw->eigh_flops (fp64 LAPACK on a host core, the cuda target's too),
+ * 160k³ for Newton's fp64 GEMMs. */
+double cost_shampoo_block(const HwModel *hw, const Optimizer *o, double r, double c, double *roots);
 
 /* Collective algorithms (alpha-beta; the slowest link bounds each phase). */
 typedef enum { ALG_RING, ALG_TREE, ALG_HIER, ALG_P2P, ALG_MEASURED } CostAlg;

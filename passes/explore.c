@@ -189,6 +189,48 @@ static double owner_state_bytes(const ModelShape *ms, const LayerModel *pre, int
   return (double)most + ms->opt_work + (staged ? ms->root_work : 0);
 }
 
+/* Shampoo's step over L's tensors on one rank that computes all of them,
+ * seconds: its blocks (cost_shampoo_block) and the grafting, momentum and
+ * rescaling passes over the elements (memory-bound, 8); *roots: of which
+ * the roots. */
+static double shampoo_s(const Optimizer *o, const HwModel *hw, const LayerModel *L, double *roots) {
+  double t = 0, rt = 0;
+  for (int i = 0; i < L->nsb; i++) {
+    double y;
+    t += L->sb[i].n * cost_shampoo_block(hw, o, L->sb[i].r, L->sb[i].c, &y);
+    rt += L->sb[i].n * y;
+  }
+  t += cost_membound(hw, 8 * L->sh_elems * 4, 10 * L->sh_elems);
+  *roots = rt;
+  return t;
+}
+
+/* A Shampoo tensor's blocks into L's classes (rt_optim.h's blocking: full
+ * blocks, then the ragged last row and column); a tensor the grafting
+ * method runs whole adds its elements only. */
+static void shampoo_blocks(LayerModel *L, const Shape *s, int block) {
+  int64_t d[IR_MAXDIM];
+  for (int k = 0; k < s->ndim; k++) d[k] = s->d[k].n;
+  int64_t e = 1;
+  for (int k = 0; k < s->ndim; k++) e *= d[k];
+  L->sh_elems += (double)e;
+  if (!rt_shampoo_preconditioned(s->ndim, d) || block < 1) return;
+  int64_t nr = d[0] / block, nc = d[1] / block, rr = d[0] % block, rc = d[1] % block;
+  const int64_t R[2] = {block, rr}, C[2] = {block, rc}, NR[2] = {nr, rr ? 1 : 0}, NC[2] = {nc, rc ? 1 : 0};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++) {
+      double cnt = (double)NR[i] * (double)NC[j];
+      if (cnt <= 0) continue;
+      int k = 0;
+      while (k < L->nsb && !(L->sb[k].r == R[i] && L->sb[k].c == C[j])) k++;
+      if (k == L->nsb) {
+        if (L->nsb == LAYER_MAXTENSORS) k = 0; /* (never: a layer's few shapes) */
+        else L->sb[L->nsb++] = (ShBlocks){(int)R[i], (int)C[j], 0};
+      }
+      L->sb[k].n += cnt;
+    }
+}
+
 int explore_model_shape(const Module *m, ModelShape *ms) {
   const Graph *g = m->graph;
   memset(ms, 0, sizeof *ms);
@@ -200,6 +242,11 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
   const char *ok = m->train.opt.kind;
   ms->eager_opt = ok && (!strcmp(ok, "shampoo") || !strcmp(ok, "adafactor"));
   ms->owner_exact = ms->blocked = opt_blocked(&m->train.opt);
+  if (ok && !strcmp(ok, "shampoo")) {
+    ms->shampoo = true;
+    ms->opt = m->train.opt;
+    ms->sh_spread = !m->train.opt.no_spread;
+  }
   if (opt_blocked(&m->train.opt)) {
     /* Shampoo's factors, roots and grafting state, Adafactor's factored
      * moments (rt_optim.h): their elements per parameter element over the
@@ -377,6 +424,7 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
         const Node *n = g->nodes.data[k];
         for (int j = 0; j < n->nin; j++) tied |= n->in[j] == v;
       }
+      if (!strcmp(m->train.opt.kind, "shampoo")) shampoo_blocks(L, &v->shape, m->train.opt.block);
       for (int c = 0; c < 1 + tied; c++) {
         LayerModel *T = c ? &ms->post : L;
         if (T->nt == LAYER_MAXTENSORS) {
@@ -853,15 +901,25 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   /* per pipeline rank: forward and backward of one microbatch over its chunks */
   double tf[PLAN_MAXSTAGES], tb[PLAN_MAXSTAGES], prm[PLAN_MAXSTAGES], act[PLAN_MAXSTAGES];
   double sent[PLAN_MAXSTAGES];   /* bytes each pipeline rank sends per step */
+  /* Shampoo: each pipeline rank's step and roots over its tensors */
+  double osh[PLAN_MAXSTAGES], ort[PLAN_MAXSTAGES];
+  double sh_pre = 0, sh_lay = 0, sh_post = 0, rt_pre = 0, rt_lay = 0, rt_post = 0;
+  if (ms->shampoo) {
+    sh_pre = shampoo_s(&ms->opt, hw, &ms->pre, &rt_pre);
+    sh_lay = shampoo_s(&ms->opt, hw, &ms->layer, &rt_lay);
+    sh_post = shampoo_s(&ms->opt, hw, &ms->post, &rt_post);
+  }
   int split;
   double mbytes = msg_bytes(ms, me, p, b, &split);
   double tmax = 0, tsum = 0;
   for (int k = 0; k < pp; k++) {
-    tf[k] = tb[k] = prm[k] = act[k] = sent[k] = 0;
+    tf[k] = tb[k] = prm[k] = act[k] = sent[k] = osh[k] = ort[k] = 0;
     for (int c = 0; c < v; c++) {
       int vs = c * pp + k;
       double nl = n[vs] + half[vs];
       const LCost *lk = lay_at[k];
+      osh[k] += nl * sh_lay + (vs == 0 ? sh_pre : 0) + (vs == S - 1 ? sh_post : 0);
+      ort[k] += nl * rt_lay + (vs == 0 ? rt_pre : 0) + (vs == S - 1 ? rt_post : 0);
       tf[k] += nl * lk->f + (vs == 0 ? pre->f : 0) + (vs == S - 1 ? post->f : 0);
       tb[k] += nl * lk->b + (vs == 0 ? pre->b : 0) + (vs == S - 1 ? post->b : 0);
       prm[k] += nl * lk->params + (vs == 0 ? pre->params : 0) + (vs == S - 1 ? post->params : 0);
@@ -976,6 +1034,22 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     }
     double opt_elems = p->zero >= 1 && D > 1 ? prm[k] / D : prm[k];
     double opt = cost_membound(hw, 7 * opt_elems * 4, 12 * opt_elems);
+    if (ms->shampoo) {
+      /* a rank's share of the blocks: its tensor shards' (a block lives
+       * where its shard does), over the data ranks that spread them (or
+       * ZeRO's owners); a cpu pipeline rank's root worker computes roots
+       * in the rank's bubbles (runtime/train.c), the rest adds */
+      double share = (double)T * ((ms->sh_spread || p->zero >= 1) && D > 1 ? D : 1);
+      double roots = ort[k] / share;
+      if (pp > 1 && hw->vec_flops <= 0) {
+        double bubble = pipe - m * (tf[k] + tb[k]);
+        roots = roots > bubble ? roots - (bubble > 0 ? bubble : 0) : 0;
+      }
+      opt = osh[k] / share + roots;
+      if (ms->sh_spread && p->zero == 0 && D > 1) /* the directions all-gathered, then applied */
+        opt += cost_coll(hw, "all_gather", D, T, prm[k] * 4, NULL) +
+               cost_membound(hw, 3 * prm[k] * 4, 2 * prm[k]);
+    }
     if (k == 0) {
       out->t_reduce = red;
       out->t_opt = opt;

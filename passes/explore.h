@@ -26,6 +26,11 @@ typedef struct LOp {
 } LOp;
 
 enum { LAYER_MAXOPS = 96, LAYER_MAXTENSORS = 64 };
+typedef struct ShBlocks {
+  int r, c;
+  double n;
+} ShBlocks;
+
 typedef struct LayerModel {
   LOp op[LAYER_MAXOPS];
   int nop;
@@ -44,6 +49,12 @@ typedef struct LayerModel {
   int64_t t_numel[LAYER_MAXTENSORS], t_state[LAYER_MAXTENSORS];
   const char *t_bucket[LAYER_MAXTENSORS];
   bool t_tied[LAYER_MAXTENSORS];  /* post: a pre parameter's copy, kept by a pipeline's last stage */
+  /* Shampoo: the blocks of the preconditioned tensors by shape (rows r,
+   * columns c, how many), and the elements of every Shampoo tensor (the
+   * grafting and momentum passes) */
+  int nsb;
+  ShBlocks sb[LAYER_MAXTENSORS];
+  double sh_elems;
 } LayerModel;
 
 typedef struct ModelShape {
@@ -58,6 +69,9 @@ typedef struct ModelShape {
   int fixed_b;        /* the train block's microbatch (sequences), 0: free */
   bool eager_opt;     /* Shampoo or Adafactor: the CUDA target's steps run eagerly, not as graphs */
   double opt_work;    /* Shampoo's step workspace, bytes (64-aligned) */
+  bool shampoo;       /* the optimizer is Shampoo: its step priced (cost_shampoo_block) */
+  Optimizer opt;      /* the train block's */
+  bool sh_spread;     /* Shampoo's units spread over the data ranks (spread = true) */
   double root_work;   /* ... and a pipeline's root worker's scratch after it */
   bool owner_exact;   /* every parameter listed in its LayerModel (nt) */
   bool blocked;       /* Shampoo or Adafactor (opt_blocked) */

@@ -321,6 +321,7 @@ figs = [y for k in ("gemm", "gemm_thin", "bw") for x, y in p[k]] + list(p["speci
 figs += [t for c in p["coll"] for b, t in c["t"]]
 assert len(p["gemm"]) >= 10 and len(p["bw"]) >= 5 and len(p["coll"]) == 5, p.keys()
 assert [x for x, y in p["gemm_thin"]] == [8, 16, 32, 64, 128, 256, 512], p["gemm_thin"]
+figs.append(p["eigh_flops"])
 assert all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in figs), figs
 print("rounds %d, all figures finite" % p["rounds"])' "$tmp/prof2.json"
   expect compile-profile 0 'predicted step .* \(profile .*prof2.json \(cpu, 2 ranks\)\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy dp=2 --profile "$tmp/prof2.json"
@@ -656,6 +657,8 @@ printf '{"shardc_profile": 1, "np": 1e20, "launch_s": 1e-6}' >"$tmp/np.json"
 expect profile-np 1 'np must be a whole number from 1 to 1048576, got 1e20$' -- "$bin" explore samples/gpt.shard --profile "$tmp/np.json"
 printf '{"shardc_profile": 1}' >"$tmp/nothing.json"
 expect profile-nothing 1 'the profile holds no measurements' -- "$bin" explore samples/gpt.shard --profile "$tmp/nothing.json"
+printf '{"shardc_profile": 1, "eigh_flops": 0}' >"$tmp/eigh0.json"
+expect profile-eigh 1 'eigh_flops must be between 1e\+06 and 1e\+15 FLOP/s, got 0$' -- "$bin" explore samples/gpt.shard --profile "$tmp/eigh0.json"
 { printf '{"shardc_profile": 1, "x": '; head -c 50000 /dev/zero | tr '\0' '['; head -c 50000 /dev/zero | tr '\0' ']'; printf '}'; } >"$tmp/deep.json"
 expect profile-deep 1 'deep.json: line 1, column 91 \(byte offset 90\): arrays and objects nested too deep \(limit is 64\)$' -- "$bin" explore samples/gpt.shard --profile "$tmp/deep.json"
 mkfifo "$tmp/prof.fifo"

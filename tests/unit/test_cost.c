@@ -12,6 +12,7 @@
 #include "sema.h"
 #include "test.h"
 #include "compile.h"
+#include "runtime/rt_optim.h"
 
 static Module *compile(const char *path, const char *mesh, const char *strategy) {
   return test_compile(path, mesh, strategy);
@@ -181,6 +182,44 @@ static void profile_errors(void) {
     char err[512];
     ASSERT(0, cost_load_profile(&hw, "../bench/results/profile-h200-2026-12-04.json", err, sizeof err));
     ASSERT_STR("NVIDIA H200", hw.profile_device);
+  }
+}
+
+/* Shampoo's step (cost_shampoo_block, docs/cost-model.md): a block's
+ * factor updates, direction and roots; a compiled plan's optimizer step
+ * priced over the blocks, the placed one over the data ranks' share. */
+static void shampoo_costs(void) {
+  HwModel hw = h100(1);
+  Optimizer o = {.kind = "shampoo", .block = 256, .precondition_every = 10, .root = RT_ROOT_EIGH};
+  double roots, t = cost_shampoo_block(&hw, &o, 256, 128, &roots);
+  /* eigh: 9k³ a factor at COST_EIGH_FLOPS (no profile), over 10 steps */
+  ASSERT_NEAR(9.0 * (256.0 * 256 * 256 + 128.0 * 128 * 128) / COST_EIGH_FLOPS / 10, roots, 1e-12);
+  hw.eigh_flops = 2 * COST_EIGH_FLOPS;
+  double roots2;
+  cost_shampoo_block(&hw, &o, 256, 128, &roots2);
+  ASSERT_NEAR(roots / 2, roots2, 1e-12);
+  /* the GEMMs: SYRKs at half their GEMMs, two direction GEMMs; fp32 on a
+   * GPU at the plain fp32 rate where the plan's peak is bf16's */
+  double g = 0.5 * cost_gemm(&hw, 256, 256, 128) + 0.5 * cost_gemm(&hw, 128, 128, 256) +
+             cost_gemm(&hw, 256, 128, 256) + cost_gemm(&hw, 256, 128, 128);
+  ASSERT_NEAR(hw.vec_flops > 0 && hw.peak > hw.vec_flops ? g * hw.peak / hw.vec_flops : g, t, 1e-15);
+  /* a compiled plan: Shampoo's step costs more than AdamW's on the same
+   * model, and spreading the blocks over 2 data ranks halves roughly its
+   * share of them */
+  Module *sh = compile("dist/gpt_shampoo.shard", "2", "dp=2");
+  Module *ad = compile("../samples/gpt.shard", "2", "dp=2");
+  Module *sh1 = compile("dist/gpt_shampoo.shard", "1", "dp=1");
+  ASSERT(1, sh && ad && sh1);
+  if (sh && ad && sh1) {
+    HwModel c, c1;
+    cost_hw_from_mesh(&c, sh->train.mesh, DT_F32);
+    cost_hw_from_mesh(&c1, sh1->train.mesh, DT_F32);
+    CostResult rs, ra, r1;
+    ASSERT(0, cost_module(sh, &c, &rs));
+    ASSERT(0, cost_module(ad, &c, &ra));
+    ASSERT(0, cost_module(sh1, &c1, &r1));
+    ASSERT(1, rs.stage[0].step_s > ra.stage[0].step_s);
+    ASSERT(1, rs.stage[0].step_s < 0.8 * r1.stage[0].step_s);
   }
 }
 
@@ -694,5 +733,6 @@ int main(void) {
     if (src) fclose(src);
   }
   profile_errors();
+  shampoo_costs();
   TEST_MAIN_END();
 }
