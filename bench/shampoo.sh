@@ -28,7 +28,11 @@
 #  4. convergence: the tiny GPT (samples/gpt.shard) on the built-in text, 300
 #     steps, AdamW vs Shampoo (grafted on Adam) at the same learning-rate
 #     schedule; both loss curves go to bench/results/, with the first step
-#     at which Shampoo's 10-step mean loss reaches AdamW's final one.
+#     at which Shampoo's 10-step mean loss reaches AdamW's final one;
+#  5. the cost model: after shardc calibrate --np 4, the predicted step of
+#     Shampoo plans on 4 ranks (dp, spread or not, ZeRO-1, tp, pp) against
+#     the measured one (median of the timed steps), and their mean
+#     absolute error.
 # Prints the tables and writes them to bench/results/shampoo-DATE.txt.
 #   bench/shampoo.sh [STEPS]        (steps per run, default 24; steps 4.. are timed)
 #   SECTIONS="1 3" REPEATS=3 bench/shampoo.sh   (the sections to run, default all; repeats of 1 and 3)
@@ -39,7 +43,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 steps="${1:-24}"
-sections="${SECTIONS:-1 2 3 4}"
+steps0=$steps
+sections="${SECTIONS:-1 2 3 4 5}"
 repeats="${REPEATS:-3}"
 batches="${BATCHES:-4 16}"
 pp="${PP:-4}"
@@ -265,6 +270,54 @@ for k in (50, 100, 150, 200, 250, 300):
     print(f"   step {k:3d}: adamw {avg(a, k - 1):.4f}  shampoo {avg(s, k - 1):.4f}")
 PY
 fi
+# 5. the cost model against the measurement (docs/cost-model.md prices
+#    Shampoo's step): on 4 ranks, after shardc calibrate --np 4, each plan's
+#    predicted step (compile --emit=plan --profile) against its measured
+#    one, the median of steps 4..STEPS (root steps included: the staggered
+#    mean the model prices), the faster of two runs; AdamW's dp=4 for scale
+if want 5; then
+  steps=$steps0
+  prof="$tmp/p4.json"
+  "$shardc" calibrate --np 4 -o "$prof" >/dev/null || { echo "shampoo bench: calibrate failed"; exit 1; }
+  variant "$B" acc_adamw "adamw(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1)" "${lng[@]}"
+  variant "$B" acc_sh "$sh)" "${lng[@]}"
+  variant "$B" acc_all "$sh, spread = false)" "${lng[@]}"
+  # tp=2 halves the 256-row embedding: blocks of 128 (a block lives in its shard)
+  variant "$B" acc_128 "${sh/block = 256/block = 128})" "${lng[@]}"
+  acc=("acc_adamw dp=4" "acc_sh dp=4" "acc_all dp=4" "acc_sh dp=4,zero=1" "acc_128 dp=2,tp=2"
+       "acc_sh pp=4,schedule=1f1b,mb=4" "acc_sh dp=2,pp=2,schedule=1f1b,mb=2")
+  {
+    echo
+    echo "5. predicted (calibrate --np 4, compile --profile) vs measured step, 4 ranks on $(nproc --all) cores, median of steps 4..$steps, the faster of 2 runs"
+    printf '   %-10s %-32s %12s %12s %8s\n' optimizer plan predicted measured error
+  } | tee -a "$tmp/tables.txt"
+  errs=()
+  for i in "${!acc[@]}"; do
+    read -r v s <<<"${acc[$i]}"
+    d="$tmp/acc$i"
+    "$shardc" build "$tmp/$v.shard" -o "$d" --mesh 4 --strategy "$s" >/dev/null || { echo "   $v $s: build failed"; continue; }
+    pred=$("$shardc" compile "$tmp/$v.shard" --mesh 4 --strategy "$s" --profile "$prof" --emit=plan 2>/dev/null |
+      sed -n 's/^cost: *predicted step \([0-9.e+]*\) \(m*s\) .*/\1 \2/p' |
+      awk '{ printf "%.1f", $2 == "s" ? $1 * 1000 : $1 }')
+    meas=()
+    for rep in 1 2; do
+      mpirun --allow-run-as-root --oversubscribe -np 4 "$d/train" --steps "$steps" --quiet --log "$d-$rep.jsonl" >/dev/null 2>&1 || true
+      meas+=("$(/usr/bin/python3 -c 'import json, statistics, sys
+v = [r["step_ms"] for r in map(json.loads, open(sys.argv[1])) if r["step"] >= 4]
+print(f"{statistics.median(v):.1f}" if v else "nan")' "$d-$rep.jsonl" 2>/dev/null || echo nan)")
+    done
+    m=$(printf '%s\n' "${meas[@]}" | sort -g | head -1)
+    e=$(awk -v p="$pred" -v m="$m" 'BEGIN { if (p > 0 && m > 0) printf "%+.1f", 100 * (p / m - 1); else print "nan" }')
+    [ "$v" != acc_adamw ] && errs+=("$e")
+    printf '   %-10s %-32s %9s ms %9s ms %7s%%\n' "$([ $v = acc_adamw ] && echo adamw || echo shampoo)$([ $v = acc_all ] && echo '*')$([ $v = acc_128 ] && echo '/128')" "$s" "${pred:-?}" "$m" "$e" |
+      tee -a "$tmp/tables.txt"
+  done
+  {
+    printf '   Shampoo plans: mean absolute error %s%%   (* spread = false: every data rank computes every block; /128: blocks of 128)\n' \
+      "$(printf '%s\n' "${errs[@]}" | awk '{ s += ($1 < 0 ? -$1 : $1); n++ } END { printf "%.1f", n ? s / n : 0 }')"
+  } | tee -a "$tmp/tables.txt"
+fi
+
 # a day's later runs are appended, below a line, not written over the first
 out="$res/shampoo-$day.txt"
 if [ -s "$out" ]; then

@@ -710,8 +710,17 @@ double cost_shampoo_block(const HwModel *hw, const Optimizer *o, double r, doubl
                                       : 9 * k * k * k / eigh;
   }
   *roots = root / every;
-  return 0.5 * gemm32(hw, r, r, c) + 0.5 * gemm32(hw, c, c, r) + gemm32(hw, r, c, r) +
-         gemm32(hw, r, c, c);
+  /* the factors' SYRKs, their lower triangles mirrored (a strided pass),
+   * the direction's two GEMMs */
+  return COST_SYRK_OF_GEMM * (gemm32(hw, r, r, c) + gemm32(hw, c, c, r)) +
+         cost_membound(hw, 8 * (r * r + c * c), 0) + gemm32(hw, r, c, r) + gemm32(hw, r, c, c);
+}
+
+double cost_shampoo_elems(const HwModel *hw, double e) {
+  /* grafting (Adam's second moment, its direction twice: the block's norm,
+   * then the update), momentum, rescaling: 8 passes and two square roots
+   * an element */
+  return cost_membound(hw, 8 * e * 4, 10 * e) + 2 * e * hw->special[COST_SF_SQRT];
 }
 
 /* One tensor's Shampoo step (its blocks, rt_optim.h's blocking) and
@@ -720,7 +729,7 @@ static void shampoo_tensor(const HwModel *hw, const Optimizer *o, const Shape *s
                            double *roots) {
   int64_t d[IR_MAXDIM], e = 1;
   for (int k = 0; k < s->ndim; k++) d[k] = s->d[k].n, e *= d[k];
-  *t += cost_membound(hw, 8.0 * (double)e * 4, 10.0 * (double)e);
+  *t += cost_shampoo_elems(hw, (double)e);
   if (!rt_shampoo_preconditioned(s->ndim, d) || o->block < 1) return;
   const int64_t b = o->block;
   const int64_t R[2] = {b, d[0] % b}, C[2] = {b, d[1] % b};
@@ -749,7 +758,7 @@ static double shampoo_rank(const HwModel *hw, const Module *m, const RankProg *r
     for (int i = 0; i < rp->nunits; i++) {
       const OptUnit *u = &rp->units[i];
       if (u->owner < 0 || u->owner >= rp->uranks) continue;
-      double x = cost_membound(hw, 8.0 * (double)(u->r * u->c) * 4, 10.0 * (double)(u->r * u->c)), y = 0;
+      double x = cost_shampoo_elems(hw, (double)(u->r * u->c)), y = 0;
       if (u->blocked) x += cost_shampoo_block(hw, o, (double)u->r, (double)u->c, &y);
       ts[2 * u->owner] += x + y;
       ts[2 * u->owner + 1] += y;

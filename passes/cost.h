@@ -85,9 +85,14 @@ typedef struct HwModel {
   double eigh_flops;
 } HwModel;
 
-/* dsyevd at k = 256 on one core of the reference machine (AVX-512, 2026:
- * 8.8 ms), where no profile measured the host's */
-#define COST_EIGH_FLOPS 17e9
+/* dsyevd at k = 256 on one core of the reference machine (AVX-512,
+ * OpenBLAS's SkylakeX kernels, 2026: 5.2 ms), where no profile measured
+ * the host's */
+#define COST_EIGH_FLOPS 29e9
+/* an SYRK's time over its GEMM's (the same shape): OpenBLAS's SkylakeX
+ * ssyrk at 256 x 256 x 256 ran at 0.69 of sgemm's (half the FLOPs in 1.38x
+ * half the time) */
+#define COST_SYRK_OF_GEMM 0.69
 
 
 /* The mesh's figures at a precision (DT_F32: tf32 on a device with tensor
@@ -115,6 +120,8 @@ double cost_membound(const HwModel *hw, double bytes, double flops);
  * hw->eigh_flops (fp64 LAPACK on a host core, the cuda target's too),
  * 160k³ for Newton's fp64 GEMMs. */
 double cost_shampoo_block(const HwModel *hw, const Optimizer *o, double r, double c, double *roots);
+/* ... and its passes over e elements (grafting, momentum, rescaling). */
+double cost_shampoo_elems(const HwModel *hw, double e);
 
 /* Collective algorithms (alpha-beta; the slowest link bounds each phase). */
 typedef enum { ALG_RING, ALG_TREE, ALG_HIER, ALG_P2P, ALG_MEASURED } CostAlg;

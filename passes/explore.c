@@ -200,7 +200,7 @@ static double shampoo_s(const Optimizer *o, const HwModel *hw, const LayerModel 
     t += L->sb[i].n * cost_shampoo_block(hw, o, L->sb[i].r, L->sb[i].c, &y);
     rt += L->sb[i].n * y;
   }
-  t += cost_membound(hw, 8 * L->sh_elems * 4, 10 * L->sh_elems);
+  t += cost_shampoo_elems(hw, L->sh_elems);
   *roots = rt;
   return t;
 }
