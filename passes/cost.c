@@ -723,10 +723,8 @@ double cost_shampoo_elems(const HwModel *hw, double e) {
   return cost_membound(hw, 8 * e * 4, 10 * e) + 2 * e * hw->special[COST_SF_SQRT];
 }
 
-/* One tensor's Shampoo step (its blocks, rt_optim.h's blocking) and
- * roots, added to *t and *roots. */
-static void shampoo_tensor(const HwModel *hw, const Optimizer *o, const Shape *s, double *t,
-                           double *roots) {
+void cost_shampoo_tensor(const HwModel *hw, const Optimizer *o, const Shape *s, double *t,
+                         double *roots) {
   int64_t d[IR_MAXDIM], e = 1;
   for (int k = 0; k < s->ndim; k++) d[k] = s->d[k].n, e *= d[k];
   *t += cost_shampoo_elems(hw, (double)e);
@@ -772,7 +770,7 @@ static double shampoo_rank(const HwModel *hw, const Module *m, const RankProg *r
     return t + *roots;
   }
   for (int i = 0; i < rp->nparam; i++)
-    if (rp->param[i].v->grad) shampoo_tensor(hw, o, &rp->param[i].v->shape, &t, &rt);
+    if (rp->param[i].v->grad) cost_shampoo_tensor(hw, o, &rp->param[i].v->shape, &t, &rt);
   double share = mode == PO_ZERO && rp->zgroup > 1 ? rp->zgroup : 1;
   *roots = rt / share;
   return (t + rt) / share;

@@ -122,6 +122,11 @@ double cost_membound(const HwModel *hw, double bytes, double flops);
 double cost_shampoo_block(const HwModel *hw, const Optimizer *o, double r, double c, double *roots);
 /* ... and its passes over e elements (grafting, momentum, rescaling). */
 double cost_shampoo_elems(const HwModel *hw, double e);
+/* One tensor's Shampoo step (its elements' passes and its blocks, in
+ * rt_optim.h's blocking: full ones, then the ragged last row and column)
+ * added to *t, and of it the roots to *roots. */
+void cost_shampoo_tensor(const HwModel *hw, const Optimizer *o, const Shape *s, double *t,
+                         double *roots);
 
 /* Collective algorithms (alpha-beta; the slowest link bounds each phase). */
 typedef enum { ALG_RING, ALG_TREE, ALG_HIER, ALG_P2P, ALG_MEASURED } CostAlg;

@@ -190,45 +190,12 @@ static double owner_state_bytes(const ModelShape *ms, const LayerModel *pre, int
 }
 
 /* Shampoo's step over L's tensors on one rank that computes all of them,
- * seconds: its blocks (cost_shampoo_block) and the grafting, momentum and
- * rescaling passes over the elements (memory-bound, 8); *roots: of which
- * the roots. */
+ * seconds but the roots (cost_shampoo_tensor); *roots: the roots'. */
 static double shampoo_s(const Optimizer *o, const HwModel *hw, const LayerModel *L, double *roots) {
   double t = 0, rt = 0;
-  for (int i = 0; i < L->nsb; i++) {
-    double y;
-    t += L->sb[i].n * cost_shampoo_block(hw, o, L->sb[i].r, L->sb[i].c, &y);
-    rt += L->sb[i].n * y;
-  }
-  t += cost_shampoo_elems(hw, L->sh_elems);
+  for (int i = 0; i < L->nsh; i++) cost_shampoo_tensor(hw, o, L->sh[i], &t, &rt);
   *roots = rt;
   return t;
-}
-
-/* A Shampoo tensor's blocks into L's classes (rt_optim.h's blocking: full
- * blocks, then the ragged last row and column); a tensor the grafting
- * method runs whole adds its elements only. */
-static void shampoo_blocks(LayerModel *L, const Shape *s, int block) {
-  int64_t d[IR_MAXDIM];
-  for (int k = 0; k < s->ndim; k++) d[k] = s->d[k].n;
-  int64_t e = 1;
-  for (int k = 0; k < s->ndim; k++) e *= d[k];
-  L->sh_elems += (double)e;
-  if (!rt_shampoo_preconditioned(s->ndim, d) || block < 1) return;
-  int64_t nr = d[0] / block, nc = d[1] / block, rr = d[0] % block, rc = d[1] % block;
-  const int64_t R[2] = {block, rr}, C[2] = {block, rc}, NR[2] = {nr, rr ? 1 : 0}, NC[2] = {nc, rc ? 1 : 0};
-  for (int i = 0; i < 2; i++)
-    for (int j = 0; j < 2; j++) {
-      double cnt = (double)NR[i] * (double)NC[j];
-      if (cnt <= 0) continue;
-      int k = 0;
-      while (k < L->nsb && !(L->sb[k].r == R[i] && L->sb[k].c == C[j])) k++;
-      if (k == L->nsb) {
-        if (L->nsb == LAYER_MAXTENSORS) k = 0; /* (never: a layer's few shapes) */
-        else L->sb[L->nsb++] = (ShBlocks){(int)R[i], (int)C[j], 0};
-      }
-      L->sb[k].n += cnt;
-    }
 }
 
 int explore_model_shape(const Module *m, ModelShape *ms) {
@@ -424,7 +391,10 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
         const Node *n = g->nodes.data[k];
         for (int j = 0; j < n->nin; j++) tied |= n->in[j] == v;
       }
-      if (!strcmp(m->train.opt.kind, "shampoo")) shampoo_blocks(L, &v->shape, m->train.opt.block);
+      if (!strcmp(m->train.opt.kind, "shampoo")) {
+        if (L->nsh == LAYER_MAXTENSORS) ms->owner_exact = false; /* (never: a layer's few tensors) */
+        else L->sh[L->nsh++] = &v->shape;
+      }
       for (int c = 0; c < 1 + tied; c++) {
         LayerModel *T = c ? &ms->post : L;
         if (T->nt == LAYER_MAXTENSORS) {
@@ -441,10 +411,11 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
   if (opt_blocked(&m->train.opt)) {
     const Shape **shapes = arena_alloc(sizeof *shapes * (size_t)(g->params.len + 1));
     for (int i = 0; i < g->params.len; i++) shapes[i] = &((const Value *)g->params.data[i])->shape;
-    int64_t rw;
-    ms->opt_work = (double)rt_optim_align64(opt_work_bytes(&m->train.opt, shapes, g->params.len, false, NULL));
-    opt_work_bytes(&m->train.opt, shapes, g->params.len, !m->cuda, &rw);
-    ms->root_work = (double)rw; /* a pipeline's (the cpu target's root worker) */
+    /* the step's workspace, and a pipeline's root worker's scratch after it
+     * (the cpu target's; owner_state_bytes adds it for staged plans) */
+    int64_t rw, all = opt_work_bytes(&m->train.opt, shapes, g->params.len, !m->cuda, &rw);
+    ms->opt_work = (double)rt_optim_align64(all - rw);
+    ms->root_work = (double)rw;
   }
   /* activations the backward reads, per sequence */
   char *mark = calloc((size_t)g->values.len + 1, 1);

@@ -26,11 +26,6 @@ typedef struct LOp {
 } LOp;
 
 enum { LAYER_MAXOPS = 96, LAYER_MAXTENSORS = 64 };
-typedef struct ShBlocks {
-  int r, c;
-  double n;
-} ShBlocks;
-
 typedef struct LayerModel {
   LOp op[LAYER_MAXOPS];
   int nop;
@@ -49,12 +44,9 @@ typedef struct LayerModel {
   int64_t t_numel[LAYER_MAXTENSORS], t_state[LAYER_MAXTENSORS];
   const char *t_bucket[LAYER_MAXTENSORS];
   bool t_tied[LAYER_MAXTENSORS];  /* post: a pre parameter's copy, kept by a pipeline's last stage */
-  /* Shampoo: the blocks of the preconditioned tensors by shape (rows r,
-   * columns c, how many), and the elements of every Shampoo tensor (the
-   * grafting and momentum passes) */
-  int nsb;
-  ShBlocks sb[LAYER_MAXTENSORS];
-  double sh_elems;
+  /* Shampoo: its tensors (cost_shampoo_tensor prices each) */
+  int nsh;
+  const Shape *sh[LAYER_MAXTENSORS];
 } LayerModel;
 
 typedef struct ModelShape {
