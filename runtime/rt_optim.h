@@ -72,6 +72,13 @@ static inline int64_t rt_shampoo_block_off(int64_t R, int64_t C, int64_t block, 
   return off;
 }
 
+/* Element offset of block (bi, bj)'s factors (L, R, then their roots) in the
+ * Shampoo state of an R x C tensor: the head, then the blocks before it. */
+static inline int64_t rt_shampoo_factors_off(int64_t R, int64_t C, int64_t block, int64_t bi,
+                                             int64_t bj, int momentum, int graft) {
+  return rt_shampoo_head(R * C, momentum, graft) + rt_shampoo_block_off(R, C, block, bi, bj);
+}
+
 /* Elements of Shampoo state of a tensor. */
 static inline int64_t rt_shampoo_state_elems(int ndim, const int64_t *shape, int64_t block,
                                              int momentum, int graft) {

@@ -589,8 +589,7 @@ static void placed_sync(Trainer *t) {
       for (int64_t i = 0; i < r; i++)
         MPI_OK(MPI_Bcast(st + part * n + o0 + i * C, (int)c, MPI_FLOAT, u->owner, comm));
     if (pre)
-      MPI_OK(MPI_Bcast(st + rt_shampoo_head(n, mom, pg->graft) +
-                           rt_shampoo_block_off(R, C, B, u->bi, u->bj),
+      MPI_OK(MPI_Bcast(st + rt_shampoo_factors_off(R, C, B, u->bi, u->bj, mom, pg->graft),
                        (int)(2 * (r * r + c * c)), MPI_FLOAT, u->owner, comm));
   }
 }
@@ -1513,8 +1512,9 @@ static int unit_roots(Trainer *t, const RtParam *p, int64_t bi, int64_t bj,
    * the block's factors L, R down, its roots L^-1/4, R^-1/4 (after them) up */
   const int64_t R = p->shape[0], C = p->shape[1];
   const int64_t r = rt_shampoo_bsize(R, pg->block, bi), c = rt_shampoo_bsize(C, pg->block, bj);
-  const size_t off = (size_t)p->opt + 4 * (size_t)(rt_shampoo_head(R * C, pg->beta1 > 0, pg->graft) +
-                                                   rt_shampoo_block_off(R, C, pg->block, bi, bj));
+  const size_t off =
+      (size_t)p->opt +
+      4 * (size_t)rt_shampoo_factors_off(R, C, pg->block, bi, bj, pg->beta1 > 0, pg->graft);
   const size_t fb = 4 * (size_t)(r * r + c * c);
   rtc_to_host(t->arena + off, t->dev + off, fb);
   int rc = rt_shampoo_unit_roots_f32((float *)(t->arena + p->opt), t->arena + pg->opt_work_offset,
@@ -1729,8 +1729,8 @@ static void *root_worker(void *arg) {
     const RtParam *p = &pg->params[j.i];
     const int64_t R = p->shape[0], C = p->shape[1];
     const int64_t r = rt_shampoo_bsize(R, pg->block, j.bi), c = rt_shampoo_bsize(C, pg->block, j.bj);
-    float *L = (float *)(t->arena + p->opt) + rt_shampoo_head(R * C, pg->beta1 > 0, pg->graft) +
-               rt_shampoo_block_off(R, C, pg->block, j.bi, j.bj);
+    float *L = (float *)(t->arena + p->opt) +
+               rt_shampoo_factors_off(R, C, pg->block, j.bi, j.bj, pg->beta1 > 0, pg->graft);
     memcpy(Lc, L, (size_t)(r * r) * sizeof *L);
     memcpy(Rc, L + r * r, (size_t)(c * c) * sizeof *L);
     const long g = w->gen;

@@ -392,8 +392,7 @@ int rt_shampoo_unit_roots_cu(float *state, unsigned char *work, int ndim, const 
                                  "it on the host mirror)");
   const int64_t R = shape[0], C = shape[1], bs = a->block;
   const int64_t r = rt_shampoo_bsize(R, bs, bi), c = rt_shampoo_bsize(C, bs, bj);
-  float *L = state + rt_shampoo_head(R * C, a->beta1 > 0, a->graft) +
-             rt_shampoo_block_off(R, C, bs, bi, bj);
+  float *L = state + rt_shampoo_factors_off(R, C, bs, bi, bj, a->beta1 > 0, a->graft);
   float *Rf = L + r * r, *Lr = Rf + c * c, *Rr = Lr + r * r;
   int64_t dbl, ints;
   rt_shampoo_work(a->work_elems, a->work_k, 4, &dbl, &ints);
