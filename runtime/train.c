@@ -2024,16 +2024,30 @@ static void placed_step(Trainer *t, long step, double lr, double grad_scale, int
   RtShampooArgs a = blocked_args(t, step, lr, grad_scale);
   int me = coord(t, RT_AX_DATA);
   roots_finish(t);
+#ifdef RT_TRAIN_CUDA
+  /* the device: one launch a tensor */
   for (int i = 0; i < pg->nparams; i++)
     if (pg->params[i].grad >= 0)
       BLOCKED(rt_opt_scale_grad)((float *)(A + pg->params[i].grad), pg->params[i].numel,
                                  grad_scale);
+#endif
   float *seg = (float *)(A + dir) + (size_t)me * (size_t)pg->useg;
   for (int k = 0; k < pg->nunits; k++) {
     const RtOptUnit *u = &pg->units[k];
     const RtParam *p = &pg->params[u->param];
     if (u->owner != me)
       continue;
+#ifndef RT_TRAIN_CUDA
+    /* the host: only the unit's gradient elements are read, so only those
+     * are scaled (a pass over the other ranks' units would be wasted) */
+    const int pre = rt_shampoo_preconditioned(p->ndim, p->shape);
+    const int64_t C = pre ? p->shape[1] : (int64_t)p->numel, B = pre ? pg->block : C;
+    const int64_t r = pre ? rt_shampoo_bsize(p->shape[0], B, u->bi) : 1;
+    const int64_t c = pre ? rt_shampoo_bsize(C, B, u->bj) : C;
+    float *g0 = (float *)(A + p->grad) + (size_t)(u->bi * B * C + u->bj * B);
+    for (int64_t i = 0; i < r; i++)
+      BLOCKED(rt_opt_scale_grad)(g0 + (size_t)(i * C), (size_t)c, grad_scale);
+#endif
     int rc = BLOCKED(rt_shampoo_unit)((const float *)(A + p->grad), (float *)(A + p->opt),
                                       A + pg->opt_work_offset, p->ndim, p->shape, u->bi, u->bj,
                                       seg + u->pos, &a);
