@@ -168,7 +168,12 @@ double cost_coll(const HwModel *hw, const char *op, int n, int stride, double by
   const CostColl *mc = measured(hw, op, n);
   if (mc) {
     if (alg) *alg = ALG_MEASURED;
-    return cost_curve(&mc->t, bytes);
+    /* beyond the largest message measured the time grows with the bytes
+     * at that message's rate (a flat curve would price Shampoo's 100 MB
+     * direction gather as 16 MiB's) */
+    const CostCurve *c = &mc->t;
+    if (c->n > 0 && bytes > c->x[c->n - 1]) return c->y[c->n - 1] * bytes / c->x[c->n - 1];
+    return cost_curve(c, bytes);
   }
   /* Ranks fill nodes in order: a group of n ranks `stride` apart has k on
    * each node it touches, spread over nn nodes. */
@@ -717,9 +722,10 @@ double cost_shampoo_block(const HwModel *hw, const Optimizer *o, double r, doubl
 }
 
 double cost_shampoo_elems(const HwModel *hw, double e) {
-  /* grafting (Adam's second moment, its direction twice: the block's norm,
-   * then the update), momentum, rescaling: 8 passes and two square roots
-   * an element */
+  /* the gradient's scaling (2 passes), the grafting state with its
+   * direction's norm (3), the rescaled direction with momentum (3; the
+   * direction's norm reads the GEMM's output in cache): 8 passes, and a
+   * square root and a division an element */
   return cost_membound(hw, 8 * e * 4, 10 * e) + 2 * e * hw->special[COST_SF_SQRT];
 }
 

@@ -79,16 +79,17 @@ typedef struct HwModel {
    * (COST_K_*) as a profile measured them, operands cold (0: the
    * memory-bound formula) */
   double kern[COST_K_N];
-  /* FLOP/s of Shampoo's root = eigh (LAPACK dsyevd in fp64, 9k³ FLOPs a
-   * k x k factor) on one host core, as a profile measured it at k = 256
-   * (0: COST_EIGH_FLOPS) */
+  /* Shampoo's root = eigh in FLOP/s at 9k³ FLOPs a k x k factor: the
+   * runtime's whole root (to fp64, LAPACK dsyevd, the root rebuilt by an
+   * SYRK, back to fp32) on one host core, as a profile measured it at
+   * k = 256 (0: COST_EIGH_FLOPS) */
   double eigh_flops;
 } HwModel;
 
-/* dsyevd at k = 256 on one core of the reference machine (AVX-512,
- * OpenBLAS's SkylakeX kernels, 2026: 5.2 ms), where no profile measured
- * the host's */
-#define COST_EIGH_FLOPS 29e9
+/* the runtime's root = eigh at k = 256 on one core of the reference
+ * machine (AVX-512, OpenBLAS's SkylakeX kernels, 2026: 4.7 ms, dsyevd 3.2
+ * of them), where no profile measured the host's */
+#define COST_EIGH_FLOPS 32e9
 /* an SYRK's time over its GEMM's (the same shape): OpenBLAS's SkylakeX
  * ssyrk at 256 x 256 x 256 ran at 0.69 of sgemm's (half the FLOPs in 1.38x
  * half the time) */

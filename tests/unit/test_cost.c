@@ -253,6 +253,24 @@ int main(void) {
                 cost_coll(&hw16, "all_reduce", 8, 1, S, NULL) * 3);
   /* p2p: one message */
   ASSERT_NEAR(a + S / b, cost_coll(&hw, "p2p", 2, 1, S, NULL), 1e-9);
+  /* a measured curve: interpolated inside it, the smallest message's time
+   * below it, and beyond its largest the time grows with the bytes at the
+   * largest's rate (not flat: Shampoo's 100 MB direction gather) */
+  {
+    HwModel hm = h100(1);
+    CostColl *c = &hm.coll[hm.ncoll++];
+    snprintf(c->op, sizeof c->op, "all_gather");
+    c->nranks = 4;
+    c->t.n = 2;
+    c->t.x[0] = 1 << 20, c->t.y[0] = 2e-4;
+    c->t.x[1] = 16 << 20, c->t.y[1] = 4e-3;
+    ASSERT_NEAR(4e-3, cost_coll(&hm, "all_gather", 4, 1, 16 << 20, &alg), 1e-15);
+    ASSERT(ALG_MEASURED, alg);
+    ASSERT_NEAR(4e-3 * 6, cost_coll(&hm, "all_gather", 4, 1, 96 << 20, NULL), 1e-15);
+    ASSERT_NEAR(2e-4, cost_coll(&hm, "all_gather", 4, 1, 1024, NULL), 1e-15);
+    double mid = cost_coll(&hm, "all_gather", 4, 1, 4 << 20, NULL);
+    ASSERT(1, mid > 2e-4 && mid < 4e-3);
+  }
 
   /* GEMMs: a large one reaches ~75% of peak; a skinny one much less */
   double big = cost_gemm(&hw, 8192, 8192, 8192);
