@@ -255,6 +255,10 @@ int RT_FN(rt_shampoo_unit_roots)(RT_REAL *state, unsigned char *work, int ndim,
  * a->work_elems 0 and a->work_k = k >= r, c (a root worker's scratch). */
 int RT_FN(rt_shampoo_roots)(const RT_REAL *L, const RT_REAL *R, RT_REAL *Lr, RT_REAL *Rr,
                             int64_t r, int64_t c, unsigned char *work, const RtShampooArgs *a);
+/* A tensor's Shampoo state with every block's factors made whole (the
+ * lower triangles from the upper: the steps keep only the upper). */
+void RT_FN(rt_shampoo_symmetrize)(RT_REAL *state, int ndim, const int64_t *shape, int64_t block,
+                                  int momentum, int graft);
 /* param's unit (bi, bj) = param·(1 - lr·wd) - lr·u. */
 void RT_FN(rt_shampoo_apply)(RT_REAL *param, const RT_REAL *u, int ndim, const int64_t *shape,
                              int64_t bi, int64_t bj, const RtShampooArgs *a);

@@ -116,7 +116,11 @@ int rt_ckpt_check_target(const char *path, int say);
  * save leaves one, as large as the checkpoint.  Each removal is printed on
  * stdout when say is set; a failure to remove one is a warning on stderr. */
 void rt_ckpt_remove_stale(const char *path, int say);
-int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int n, const unsigned char *base,
+/* Saves the parameters ps[0..n) and their optimizer state from base (the
+ * arena or a gathered copy in its layout).  Shampoo's factors are made
+ * whole there first (rt_shampoo_symmetrize: the steps keep only their
+ * upper triangles, so this changes nothing a step reads). */
+int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int n, unsigned char *base,
                  long step, const char *path);
 /* Loads parameters and optimizer state and sets *step (steps done). A file
  * with the parameters only loads as weights: *step = 0, the optimizer

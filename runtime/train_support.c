@@ -775,8 +775,19 @@ static int find_nonfinite(const RtStSpec *s, const void *const *data, int n, siz
   return -1;
 }
 
-int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int np, const unsigned char *base,
+int rt_ckpt_save(const RtProgram *pg, const RtParam *ps, int np, unsigned char *base,
                  long step, const char *path) {
+  if (pg->opt == RT_OPT_SHAMPOO)
+    for (int i = 0; i < np; i++) {
+      if (ps[i].opt < 0)
+        continue;
+      if (pg->f64)
+        rt_shampoo_symmetrize_f64((double *)(base + ps[i].opt), ps[i].ndim, ps[i].shape,
+                                  pg->block, pg->beta1 > 0, pg->graft);
+      else
+        rt_shampoo_symmetrize_f32((float *)(base + ps[i].opt), ps[i].ndim, ps[i].shape,
+                                  pg->block, pg->beta1 > 0, pg->graft);
+    }
   RtStSpec *s;
   const void **data;
   int n = ckpt_specs(pg, ps, np, &s, &data, 1, base);
