@@ -715,10 +715,12 @@ double cost_shampoo_block(const HwModel *hw, const Optimizer *o, double r, doubl
                                       : 9 * k * k * k / eigh;
   }
   *roots = root / every;
-  /* the factors' SYRKs, their lower triangles mirrored (a strided pass),
-   * the direction's two GEMMs */
-  return COST_SYRK_OF_GEMM * (gemm32(hw, r, r, c) + gemm32(hw, c, c, r)) +
-         cost_membound(hw, 8 * (r * r + c * c), 0) + gemm32(hw, r, c, r) + gemm32(hw, r, c, c);
+  /* the factors' SYRKs (on a GPU their lower triangles mirrored: a strided
+   * pass; the cpu runtime keeps the upper ones only), the direction's two
+   * GEMMs */
+  const double mirror = hw->vec_flops > 0 ? cost_membound(hw, 8 * (r * r + c * c), 0) : 0;
+  return COST_SYRK_OF_GEMM * (gemm32(hw, r, r, c) + gemm32(hw, c, c, r)) + mirror +
+         gemm32(hw, r, c, r) + gemm32(hw, r, c, c);
 }
 
 double cost_shampoo_elems(const HwModel *hw, double e) {

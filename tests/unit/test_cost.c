@@ -202,9 +202,11 @@ static void shampoo_costs(void) {
    * GPU at the plain fp32 rate where the plan's peak is bf16's */
   double g = COST_SYRK_OF_GEMM * (cost_gemm(&hw, 256, 256, 128) + cost_gemm(&hw, 128, 128, 256)) +
              cost_gemm(&hw, 256, 128, 256) + cost_gemm(&hw, 256, 128, 128);
+  /* (a GPU's kernels also mirror the factors' triangles: a strided pass) */
   ASSERT_NEAR((hw.vec_flops > 0 && hw.peak > hw.vec_flops ? g * hw.peak / hw.vec_flops : g) +
                   cost_membound(&hw, 8.0 * (256 * 256 + 128 * 128), 0),
               t, 1e-15);
+
   /* a compiled plan: Shampoo's step costs more than AdamW's on the same
    * model, and spreading the blocks over 2 data ranks halves roughly its
    * share of them */
@@ -216,6 +218,13 @@ static void shampoo_costs(void) {
     HwModel c, c1;
     cost_hw_from_mesh(&c, sh->train.mesh, DT_F32);
     cost_hw_from_mesh(&c1, sh1->train.mesh, DT_F32);
+    /* the cpu runtime keeps the factors' upper triangles only: no
+     * mirroring pass */
+    double rc, tc = cost_shampoo_block(&c, &o, 256, 128, &rc);
+    ASSERT(1, tc > 0);
+    ASSERT_NEAR(COST_SYRK_OF_GEMM * (cost_gemm(&c, 256, 256, 128) + cost_gemm(&c, 128, 128, 256)) +
+                    cost_gemm(&c, 256, 128, 256) + cost_gemm(&c, 256, 128, 128),
+                tc, 1e-15);
     CostResult rs, ra, r1;
     ASSERT(0, cost_module(sh, &c, &rs));
     ASSERT(0, cost_module(ad, &c, &ra));
