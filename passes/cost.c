@@ -785,27 +785,31 @@ static double shampoo_rank(const HwModel *hw, const Module *m, const RankProg *r
 }
 
 static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, double *async_left,
-                        double *roots) {
+                        double *roots, double *tail) {
   const Plan *p = &m->train.plan;
   double t = 0, fp32 = hw->elt == 8 ? 8 : 4; /* parameters and gradients: fp32 masters */
   int64_t nparam = 0;
   for (int i = 0; i < rp->nparam; i++) nparam += ir_numel(&rp->param[i].v->shape);
   for (int i = 0; i < rp->nstep; i++) {
     const PStep *s = &rp->step[i];
-    int n, stride;
+    int n, stride, part = COST_TAIL_OPT;
+    const double t0 = t;
     cost_axis_group(p, s->axis, &n, &stride);
     switch (s->kind) {
     case PS_WAIT:
       t += *async_left;
       *async_left = 0;
+      part = COST_TAIL_REDUCE;
       break;
     case PS_ALLREDUCE:
       t += cost_coll(hw, "all_reduce", n, stride, (double)s->count * fp32, NULL);
+      part = COST_TAIL_REDUCE;
       break;
     case PS_LOSS:
     case PS_NORM:
       t += cost_coll(hw, "all_reduce", n, stride, 8, NULL) + hw->launch_s;
       if (s->kind == PS_NORM) t += cost_membound(hw, (double)nparam * fp32, 2.0 * nparam);
+      part = COST_TAIL_SYNC;
       break;
     case PS_OPTIMIZER: {
       /* AdamW reads param, grad, m, v and writes param, m, v: 7 passes,
@@ -824,15 +828,19 @@ static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, 
       const Bucket *bk = s->count >= 0 && s->count < rp->buckets->len ? rp->buckets->data[s->count] : NULL;
       double bytes = bk ? (double)bk->chunk * n * fp32 : 0;
       t += cost_coll(hw, "all_gather", n, stride, bytes, NULL);
+      part = COST_TAIL_GATHER;
       break;
     }
     case PS_OPT_GATHER: /* Shampoo's directions: each data rank's segment to all */
       t += cost_coll(hw, "all_gather", n, stride, (double)s->count * n * 4, NULL);
+      part = COST_TAIL_GATHER;
       break;
     case PS_OPT_APPLY: /* read the directions and parameters, write the parameters */
       t += cost_membound(hw, 3.0 * nparam * 4, 2.0 * nparam);
+      part = COST_TAIL_APPLY;
       break;
     }
+    tail[part] += t - t0;
   }
   return t;
 }
@@ -1025,14 +1033,21 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
   double step = 0, busy = 0;
   for (int k = 0; k < R; k++) {
     const RankProg *rp = m->rprog[k];
-    double left = async[k] * (1 - hw->overlap), roots = 0;
-    double st = step_time(hw, m, rp, &left, &roots);
+    double left = async[k] * (1 - hw->overlap), roots = 0, *tail = r->stage[k].tail;
+    memset(tail, 0, sizeof r->stage[k].tail);
+    double st = step_time(hw, m, rp, &left, &roots, tail);
+    tail[COST_TAIL_ROOTS] = roots;
     /* a cpu pipeline rank's root worker computes Shampoo's roots while the
      * rank waits in the schedule (runtime/train.c): its idle time so far */
     if (opt_root_worker(m)) {
       double idle = clock[k] - r->stage[k].busy_s;
-      st -= roots < idle ? roots : idle > 0 ? idle : 0;
+      double hidden = roots < idle ? roots : idle > 0 ? idle : 0;
+      st -= hidden;
+      tail[COST_TAIL_OPT] -= hidden;
+      tail[COST_TAIL_ROOTS] -= hidden;
+      tail[COST_TAIL_HIDDEN] = hidden;
     }
+    tail[COST_TAIL_REDUCE] += left;
     r->stage[k].busy_s += r->stage[k].cast_s;
     r->stage[k].step_s = st + left;
     r->stage[k].end_s = clock[k] + st + left;
@@ -1179,6 +1194,25 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
                 : "",
             ms(r.stage[k].fwd_s), ms(r.stage[k].bwd_s), M,
             ms(r.stage[k].comm_s), ms(r.stage[k].step_s), ms(r.stage[k].busy_s), ms(r.stage[k].end_s));
+    /* the step tail by part */
+    const double *tl = r.stage[k].tail;
+    static const char *const tname[COST_TAIL_N] = {
+        [COST_TAIL_REDUCE] = "gradient reductions", [COST_TAIL_SYNC] = "loss and norm sums",
+        [COST_TAIL_OPT] = "optimizer", [COST_TAIL_GATHER] = "gathers",
+        [COST_TAIL_APPLY] = "directions applied"};
+    fprintf(out, "%s    step tail:", pf);
+    const char *sep = " ";
+    for (int part = 0; part < COST_TAIL_N; part++) {
+      if (!tname[part] || tl[part] <= 0) continue;
+      fprintf(out, "%s%s %s", sep, tname[part], ms(tl[part]));
+      if (part == COST_TAIL_OPT && (tl[COST_TAIL_ROOTS] > 0 || tl[COST_TAIL_HIDDEN] > 0))
+        fprintf(out, " (Shampoo's roots %s of it%s)", ms(tl[COST_TAIL_ROOTS]),
+                tl[COST_TAIL_HIDDEN] > 0
+                    ? arena_printf(", and %s by the root worker in idle time", ms(tl[COST_TAIL_HIDDEN]))
+                    : "");
+      sep = ", ";
+    }
+    fprintf(out, "\n");
     /* per op: count and predicted time over one microbatch, heaviest first */
     enum { NOPS = 64 };
     const char *name[NOPS];

@@ -155,6 +155,19 @@ double cost_node_flops(const Node *n);
 
 /* ---- a compiled plan ---- */
 
+/* The parts of a rank's step tail (CostStage.tail), as --emit=plan lists
+ * them. */
+enum {
+  COST_TAIL_REDUCE,      /* gradient all-reduces and what is left of the bucket reductions */
+  COST_TAIL_SYNC,        /* the loss and norm sums (and the norm's pass) */
+  COST_TAIL_OPT,         /* the optimizer's compute, Shampoo's roots included */
+  COST_TAIL_ROOTS,       /* of it, Shampoo's roots (the staggered mean, less what idle time hides) */
+  COST_TAIL_HIDDEN,      /* Shampoo's roots a cpu pipeline rank's worker computes in idle time */
+  COST_TAIL_GATHER,      /* ZeRO's parameter gathers, Shampoo's directions' all-gather */
+  COST_TAIL_APPLY,       /* Shampoo's directions applied */
+  COST_TAIL_N
+};
+
 typedef struct CostStage {
   double fwd_s, bwd_s;        /* one microbatch's forward and backward, per chunk summed */
   double comm_s;              /* of which blocking communication (of what runs beside the
@@ -162,6 +175,7 @@ typedef struct CostStage {
   double busy_s;              /* the rank's compute + blocking comm over the step */
   double cast_s;              /* the step's part before the microbatches (bf16 weight copies) */
   double step_s;              /* the step's part after the microbatches (reductions, optimizer) */
+  double tail[COST_TAIL_N];   /* step_s by part (COST_TAIL_*) */
   double end_s;               /* when the rank finishes the step */
   double bytes;               /* bytes sent per step */
 } CostStage;

@@ -182,6 +182,11 @@ expect shampoo-tp-plan 0 '^shampoo:  tp=2: each tp rank runs the blocks of its o
 expect shampoo-dp 0 'RT_STEP_OPT_GATHER, RT_AX_DP, 0, [0-9]+, [0-9]+, 0.0},  // Shampoo directions all-gathered over dp' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=c
 expect shampoo-lpt 0 '^            data rank 3: [0-9]+ units, roots' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=plan
 expect shampoo-pp-lpt 0 '^shampoo:  stage 1: [0-9]+ units .* over 2 data ranks' -- "$bin" compile "$tmp/shampoo.shard" --strategy pp=2,dp=2 --emit=plan
+# --emit=plan's step tail by part: Shampoo's roots within the optimizer's
+# time, a pipeline rank's root worker's share in idle time beside it
+expect shampoo-step-tail 0 '^    step tail: gradient reductions [0-9.]+ [mu]?s, loss and norm sums [0-9.]+ [mu]?s, optimizer [0-9.]+ [mu]?s \(Shampoo.s roots [0-9.]+ [mu]?s of it\), gathers [0-9.]+ [mu]?s, directions applied [0-9.]+ [mu]?s$' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=plan
+expect shampoo-step-tail-worker 0 '^    step tail: .*optimizer [0-9.]+ [mu]?s \(Shampoo.s roots [0-9.]+ [mu]?s of it, and [1-9][0-9.]* [mu]?s by the root worker in idle time\)$' -- "$bin" compile "$tmp/shampoo.shard" --mesh 2 --strategy pp=2 --emit=plan
+expect adamw-step-tail 0 '^    step tail: gradient reductions [0-9.]+ [mu]?s, loss and norm sums [0-9.]+ [mu]?s, optimizer [0-9.]+ [mu]?s$' -- "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
 expect shampoo-gather 0 'step.[0-9]+ +all_gather over dp: [0-9]+ elements per rank at F\([0-9]+\)  \(Shampoo directions all-gathered over dp\)' -- "$bin" compile "$tmp/shampoo.shard" --strategy dp=4 --emit=program
 # every documented option is accepted (clip, the last of shampoo's, was not);
 # epsilon is bounded below (its -1/4 power is stored in fp32); lr defaults
