@@ -123,6 +123,12 @@ double cost_membound(const HwModel *hw, double bytes, double flops);
 double cost_shampoo_block(const HwModel *hw, const Optimizer *o, double r, double c, double *roots);
 /* ... and its passes over e elements (grafting, momentum, rescaling). */
 double cost_shampoo_elems(const HwModel *hw, double e);
+/* Adafactor's step over e elements (runtime k_optim2.inc), whole
+ * (COST_AF_ALL) or one phase of a tensor that tp splits: the partial sums
+ * (with the gradients' scaling), the accumulators and sums of squares, the
+ * update. */
+enum { COST_AF_ALL, COST_AF_SUMS, COST_AF_SQUARES, COST_AF_FINISH };
+double cost_adafactor_elems(const HwModel *hw, double e, int phase);
 /* One tensor's Shampoo step (its elements' passes and its blocks, in
  * rt_optim.h's blocking: full ones, then the ragged last row and column)
  * added to *t, and of it the roots to *roots. */

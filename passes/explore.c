@@ -209,6 +209,7 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
   const char *ok = m->train.opt.kind;
   ms->eager_opt = ok && (!strcmp(ok, "shampoo") || !strcmp(ok, "adafactor"));
   ms->owner_exact = ms->blocked = opt_blocked(&m->train.opt);
+  ms->adafactor = ok && !strcmp(ok, "adafactor");
   if (ok && !strcmp(ok, "shampoo")) {
     ms->shampoo = true;
     ms->opt = m->train.opt;
@@ -1004,7 +1005,8 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
                    (p->zero == 2 ? vol_ag(abytes, D) : 2 * m * vol_ag(abytes, D));
     }
     double opt_elems = p->zero >= 1 && D > 1 ? prm[k] / D : prm[k];
-    double opt = cost_membound(hw, 7 * opt_elems * 4, 12 * opt_elems);
+    double opt = ms->adafactor ? cost_adafactor_elems(hw, opt_elems, COST_AF_ALL)
+                               : cost_membound(hw, 7 * opt_elems * 4, 12 * opt_elems);
     if (ms->shampoo) {
       /* a rank's share of the blocks: its tensor shards' (a block lives
        * where its shard does), over the data ranks that spread them (or

@@ -62,6 +62,7 @@ typedef struct ModelShape {
   bool eager_opt;     /* Shampoo or Adafactor: the CUDA target's steps run eagerly, not as graphs */
   double opt_work;    /* Shampoo's step workspace, bytes (64-aligned) */
   bool shampoo;       /* the optimizer is Shampoo: its step priced (cost_shampoo_block) */
+  bool adafactor;     /* the optimizer is Adafactor: its step priced (cost_adafactor_elems) */
   Optimizer opt;      /* the train block's */
   bool sh_spread;     /* Shampoo's units spread over the data ranks (spread = true) */
   double root_work;   /* ... and a pipeline's root worker's scratch after it */

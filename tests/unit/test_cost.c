@@ -234,6 +234,36 @@ static void shampoo_costs(void) {
   }
 }
 
+/* Adafactor's step (cost_adafactor_elems): 10 passes and 4 square-root
+ * times an element whole; tp's phases split the same work; a compiled plan
+ * prices it above AdamW's 7 passes, on one rank and with the phases of
+ * tp=2. */
+static void adafactor_costs(void) {
+  Module *af = compile("dist/gpt_adafactor.shard", "1", "dp=1");
+  Module *ad = compile("../samples/gpt.shard", "1", "dp=1");
+  Module *af2 = compile("dist/gpt_adafactor.shard", "2", "tp=2");
+  ASSERT(1, af && ad && af2);
+  if (!af || !ad || !af2) return;
+  HwModel c;
+  cost_hw_from_mesh(&c, af->train.mesh, DT_F32);
+  const double e = 1e6;
+  ASSERT_NEAR(cost_membound(&c, 40 * e, 20 * e) + 4 * e * c.special[COST_SF_SQRT],
+              cost_adafactor_elems(&c, e, COST_AF_ALL), 1e-15);
+  double sums = cost_adafactor_elems(&c, e, COST_AF_SUMS), sq = cost_adafactor_elems(&c, e, COST_AF_SQUARES),
+         fin = cost_adafactor_elems(&c, e, COST_AF_FINISH);
+  ASSERT(1, sums > 0 && sq > 0 && fin > sq);
+  /* (each phase pays its own call) */
+  ASSERT_NEAR(cost_adafactor_elems(&c, e, COST_AF_ALL), sums + sq + fin, 1e-5);
+  CostResult rf, ra, r2;
+  ASSERT(0, cost_module(af, &c, &rf));
+  ASSERT(0, cost_module(ad, &c, &ra));
+  ASSERT(0, cost_module(af2, &c, &r2));
+  ASSERT(1, rf.stage[0].tail[COST_TAIL_OPT] > 1.5 * ra.stage[0].tail[COST_TAIL_OPT]);
+  /* tp=2: each rank's half of the split tensors, in three phases */
+  ASSERT(1, r2.stage[0].tail[COST_TAIL_OPT] > 0.3 * rf.stage[0].tail[COST_TAIL_OPT] &&
+                r2.stage[0].tail[COST_TAIL_OPT] < 0.8 * rf.stage[0].tail[COST_TAIL_OPT]);
+}
+
 int main(void) {
   /* ring all-reduce inside a node: 2(n-1)a + 2(n-1)/n S/b */
   HwModel hw = h100(1);
@@ -763,5 +793,6 @@ int main(void) {
   }
   profile_errors();
   shampoo_costs();
+  adafactor_costs();
   TEST_MAIN_END();
 }
