@@ -32,7 +32,8 @@
 #  5. the cost model: after shardc calibrate --np 4, the predicted step of
 #     Shampoo plans on 4 ranks (dp, spread or not, ZeRO-1, tp, pp) against
 #     the measured one (median of the timed steps), and their mean
-#     absolute error.
+#     absolute error; AdamW's dp=4 and Adafactor's dp=4 and dp=2,tp=2 (its
+#     tp phases) beside them.
 # Prints the tables and writes them to bench/results/shampoo-DATE.txt.
 #   bench/shampoo.sh [STEPS]        (steps per run, default 24; steps 4.. are timed)
 #   SECTIONS="1 3" REPEATS=3 bench/shampoo.sh   (the sections to run, default all; repeats of 1 and 3)
@@ -284,8 +285,10 @@ if want 5; then
   variant "$B" acc_all "$sh, spread = false)" "${lng[@]}"
   # tp=2 halves the 256-row embedding: blocks of 128 (a block lives in its shard)
   variant "$B" acc_128 "${sh/block = 256/block = 128})" "${lng[@]}"
+  variant "$B" acc_af "adafactor(lr = 3e-4, weight_decay = 0.1)" "${lng[@]}"
   acc=("acc_adamw dp=4" "acc_sh dp=4" "acc_all dp=4" "acc_sh dp=4,zero=1" "acc_128 dp=2,tp=2"
-       "acc_sh pp=4,schedule=1f1b,mb=4" "acc_sh dp=2,pp=2,schedule=1f1b,mb=2")
+       "acc_sh pp=4,schedule=1f1b,mb=4" "acc_sh dp=2,pp=2,schedule=1f1b,mb=2"
+       "acc_af dp=4" "acc_af dp=2,tp=2")
   {
     echo
     echo "5. predicted (calibrate --np 4, compile --profile) vs measured step, 4 ranks on $(nproc --all) cores, median of steps 4..$steps, the faster of 2 runs"
@@ -308,8 +311,8 @@ print(f"{statistics.median(v):.1f}" if v else "nan")' "$d-$rep.jsonl" 2>/dev/nul
     done
     m=$(printf '%s\n' "${meas[@]}" | sort -g | head -1)
     e=$(awk -v p="$pred" -v m="$m" 'BEGIN { if (p > 0 && m > 0) printf "%+.1f", 100 * (p / m - 1); else print "nan" }')
-    [ "$v" != acc_adamw ] && errs+=("$e")
-    printf '   %-10s %-32s %9s ms %9s ms %7s%%\n' "$([ $v = acc_adamw ] && echo adamw || echo shampoo)$([ $v = acc_all ] && echo '*')$([ $v = acc_128 ] && echo '/128')" "$s" "${pred:-?}" "$m" "$e" |
+    case $v in acc_adamw) o=adamw ;; acc_af) o=adafactor ;; *) o=shampoo; errs+=("$e") ;; esac
+    printf '   %-10s %-32s %9s ms %9s ms %7s%%\n' "$o$([ $v = acc_all ] && echo '*')$([ $v = acc_128 ] && echo '/128')" "$s" "${pred:-?}" "$m" "$e" |
       tee -a "$tmp/tables.txt"
   done
   {
