@@ -52,6 +52,14 @@ check 2 sp=ring:2
 check 4 dp=2,sp=ring:2
 check 4 pp=2,sp=ring:2
 
+# A checkpoint holds the factors whole and symmetric (the cpu steps keep
+# their upper triangles only, the save fills the lower ones): the 1-rank
+# run's and a placed dp=4 run's (its blocks gathered from their owners)
+for st in "$REF.st" "$REF-4-dp_4.st"; do
+  if [ ! -f "$st" ]; then bad "symmetric factors: no $(basename "$st")"; continue; fi
+  if r=$(/usr/bin/python3 "$here/symmetric.py" "$st" 2>&1); then ok; else bad "symmetric factors, $(basename "$st"): $r"; fi
+done
+
 # The root worker (a pipeline rank's roots in a thread of their own, at idle
 # priority): whoever computes a block, the numbers are the main thread's,
 # bitwise (losses and the final checkpoint): every block by the worker
