@@ -806,6 +806,11 @@ static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, 
   double t = 0, fp32 = hw->elt == 8 ? 8 : 4; /* parameters and gradients: fp32 masters */
   int64_t nparam = 0;
   for (int i = 0; i < rp->nparam; i++) nparam += ir_numel(&rp->param[i].v->shape);
+  /* a tp-split Adafactor program runs the sums and squares as phases of
+   * their own before the update */
+  bool af_split = false;
+  for (int i = 0; i < rp->nstep; i++)
+    af_split |= rp->step[i].kind == PS_OPTIMIZER && rp->step[i].mode == PO_AF_SUMS;
   for (int i = 0; i < rp->nstep; i++) {
     const PStep *s = &rp->step[i];
     int n, stride, part = COST_TAIL_OPT;
@@ -835,17 +840,12 @@ static double step_time(const HwModel *hw, const Module *m, const RankProg *rp, 
       const char *ok = m->train.opt.kind;
       if (ok && !strcmp(ok, "shampoo"))
         t += shampoo_rank(hw, m, rp, s->mode, &rt), *roots += rt;
-      else if (ok && !strcmp(ok, "adafactor")) {
-        /* a tp-split program runs the sums and squares as phases of their
-         * own before the update (its few unsplit tensors priced alike) */
-        bool split = false;
-        for (int j = 0; j < rp->nstep; j++)
-          if (rp->step[j].kind == PS_OPTIMIZER && rp->step[j].mode == PO_AF_SUMS) split = true;
+      else if (ok && !strcmp(ok, "adafactor")) /* (a split program's few unsplit tensors priced alike) */
         t += cost_adafactor_elems(hw, np, s->mode == PO_AF_SUMS      ? COST_AF_SUMS
                                           : s->mode == PO_AF_SQUARES ? COST_AF_SQUARES
-                                          : split                    ? COST_AF_FINISH
+                                          : af_split                 ? COST_AF_FINISH
                                                                      : COST_AF_ALL);
-      } else
+      else
         t += cost_membound(hw, 7 * np * 4, 12 * np);
       break;
     }

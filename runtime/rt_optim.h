@@ -79,6 +79,25 @@ static inline int64_t rt_shampoo_factors_off(int64_t R, int64_t C, int64_t block
   return rt_shampoo_head(R * C, momentum, graft) + rt_shampoo_block_off(R, C, block, bi, bj);
 }
 
+/* Unit (bi, bj) of a tensor's Shampoo step (a block of a preconditioned
+ * tensor, or the whole of an unblocked one at 0, 0): *r rows of *c
+ * elements, *ld apart in the tensor, from the element offset returned. */
+static inline int64_t rt_shampoo_unit_span(int ndim, const int64_t *shape, int64_t block,
+                                           int64_t bi, int64_t bj, int64_t *r, int64_t *c,
+                                           int64_t *ld) {
+  if (!rt_shampoo_preconditioned(ndim, shape)) {
+    int64_t n = 1;
+    for (int k = 0; k < ndim; k++)
+      n *= shape[k];
+    *r = 1, *c = n, *ld = n;
+    return 0;
+  }
+  *r = rt_shampoo_bsize(shape[0], block, bi);
+  *c = rt_shampoo_bsize(shape[1], block, bj);
+  *ld = shape[1];
+  return bi * block * shape[1] + bj * block;
+}
+
 /* Elements of Shampoo state of a tensor. */
 static inline int64_t rt_shampoo_state_elems(int ndim, const int64_t *shape, int64_t block,
                                              int momentum, int graft) {

@@ -580,16 +580,14 @@ static void placed_sync(Trainer *t) {
     const RtParam *p = &pg->params[u->param];
     float *st = (float *)(t->arena + p->opt);
     const int64_t n = (int64_t)p->numel;
-    const int pre = rt_shampoo_preconditioned(p->ndim, p->shape);
-    const int64_t R = pre ? p->shape[0] : 1, C = pre ? p->shape[1] : n, B = pre ? pg->block : n;
-    const int64_t r = pre ? rt_shampoo_bsize(R, B, u->bi) : 1;
-    const int64_t c = pre ? rt_shampoo_bsize(C, B, u->bj) : n;
-    const int64_t o0 = u->bi * B * C + u->bj * B;
+    int64_t r, c, C;
+    const int64_t o0 = rt_shampoo_unit_span(p->ndim, p->shape, pg->block, u->bi, u->bj, &r, &c, &C);
     for (int part = 0; part < mom + graft; part++)
       for (int64_t i = 0; i < r; i++)
         MPI_OK(MPI_Bcast(st + part * n + o0 + i * C, (int)c, MPI_FLOAT, u->owner, comm));
-    if (pre)
-      MPI_OK(MPI_Bcast(st + rt_shampoo_factors_off(R, C, B, u->bi, u->bj, mom, pg->graft),
+    if (rt_shampoo_preconditioned(p->ndim, p->shape))
+      MPI_OK(MPI_Bcast(st + rt_shampoo_factors_off(p->shape[0], C, pg->block, u->bi, u->bj, mom,
+                                                   pg->graft),
                        (int)(2 * (r * r + c * c)), MPI_FLOAT, u->owner, comm));
   }
 }
@@ -2040,11 +2038,9 @@ static void placed_step(Trainer *t, long step, double lr, double grad_scale, int
 #ifndef RT_TRAIN_CUDA
     /* the host: only the unit's gradient elements are read, so only those
      * are scaled (a pass over the other ranks' units would be wasted) */
-    const int pre = rt_shampoo_preconditioned(p->ndim, p->shape);
-    const int64_t C = pre ? p->shape[1] : (int64_t)p->numel, B = pre ? pg->block : C;
-    const int64_t r = pre ? rt_shampoo_bsize(p->shape[0], B, u->bi) : 1;
-    const int64_t c = pre ? rt_shampoo_bsize(C, B, u->bj) : C;
-    float *g0 = (float *)(A + p->grad) + (size_t)(u->bi * B * C + u->bj * B);
+    int64_t r, c, C;
+    float *g0 = (float *)(A + p->grad) +
+                rt_shampoo_unit_span(p->ndim, p->shape, pg->block, u->bi, u->bj, &r, &c, &C);
     for (int64_t i = 0; i < r; i++)
       BLOCKED(rt_opt_scale_grad)(g0 + (size_t)(i * C), (size_t)c, grad_scale);
 #endif
