@@ -211,20 +211,6 @@ __global__ void rtc_unit_apply_kernel(float *w, const float *u, int64_t r, int64
  * Shampoo: a unit's step, its roots, its update, a whole tensor.
  */
 
-// The unit (bi, bj) of a tensor: its rows r, columns c, row stride C and first element.
-static void rtc_unit_geom_(int ndim, const int64_t *shape, int64_t block, int64_t bi, int64_t bj,
-                           int64_t *r, int64_t *c, int64_t *C, size_t *o0) {
-  int64_t n = 1;
-  for (int k = 0; k < ndim; k++)
-    n *= shape[k];
-  const int pre = rt_shampoo_preconditioned(ndim, shape);
-  const int64_t R = pre ? shape[0] : 1, bs = pre ? block : n;
-  *C = pre ? shape[1] : n;
-  *r = pre ? rt_shampoo_bsize(R, bs, bi) : 1;
-  *c = pre ? rt_shampoo_bsize(*C, bs, bj) : n;
-  *o0 = (size_t)(bi * bs * *C + bj * bs);
-}
-
 int rt_shampoo_unit_cu(const float *grad, float *state, unsigned char *work, int ndim,
                        const int64_t *shape, int64_t bi, int64_t bj, float *out,
                        const struct RtShampooArgs *a) {
@@ -234,14 +220,12 @@ int rt_shampoo_unit_cu(const float *grad, float *state, unsigned char *work, int
   const int mom = a->beta1 > 0;
   float *m = mom ? state : NULL;
   float *v = a->graft != RT_GRAFT_SGD ? state + (mom ? n : 0) : NULL;
-  float *blocks = state + rt_shampoo_head(n, mom, a->graft);
   const float bc2 = (float)(1 - pow(a->beta2, (double)a->t)), geps = (float)a->graft_eps;
   const float b1 = (float)a->beta1, omb1 = (float)(1 - a->beta1);
   const float bc1 = (float)(1 - pow(a->beta1, (double)a->t));
   const int pre = rt_shampoo_preconditioned(ndim, shape);
   int64_t r, c, C;
-  size_t o0;
-  rtc_unit_geom_(ndim, shape, a->block, bi, bj, &r, &c, &C, &o0);
+  const size_t o0 = (size_t)rt_shampoo_unit_span(ndim, shape, a->block, bi, bj, &r, &c, &C);
   const float *G = grad + o0;
   float *vb = v ? v + o0 : NULL, *mb = m ? m + o0 : NULL;
   const unsigned th = RTC_O2_THREADS, nb = rtc_blocks((size_t)(r * c), th);
@@ -250,7 +234,8 @@ int rt_shampoo_unit_cu(const float *grad, float *state, unsigned char *work, int
                (float)(1 - a->beta2), a->graft);
   const float *sc = NULL;
   if (pre) {
-    float *L = blocks + rt_shampoo_block_off(shape[0], C, a->block, bi, bj), *Rf = L + r * r;
+    float *L = state + rt_shampoo_factors_off(shape[0], C, a->block, bi, bj, mom, a->graft);
+    float *Rf = L + r * r;
     float *Lr = Rf + c * c, *Rr = Lr + r * r;
     /* L = b2 L + (1 - b2) G Gᵀ, R = b2 R + (1 - b2) Gᵀ G (row-major upper
      * triangles: column-major lower), mirrored */
@@ -282,8 +267,7 @@ int rt_shampoo_unit_cu(const float *grad, float *state, unsigned char *work, int
 void rt_shampoo_apply_cu(float *param, const float *u, int ndim, const int64_t *shape, int64_t bi,
                          int64_t bj, const struct RtShampooArgs *a) {
   int64_t r, c, C;
-  size_t o0;
-  rtc_unit_geom_(ndim, shape, a->block, bi, bj, &r, &c, &C, &o0);
+  const size_t o0 = (size_t)rt_shampoo_unit_span(ndim, shape, a->block, bi, bj, &r, &c, &C);
   RTC_LAUNCH(rtc_unit_apply_kernel, rtc_blocks((size_t)(r * c), RTC_O2_THREADS), RTC_O2_THREADS,
              0, param + o0, u, r, c, C, (float)(1 - a->lr * a->weight_decay), (float)(-a->lr));
 }
