@@ -621,6 +621,7 @@ static int check_blocked_optimizer(Module *m, Expr *e, Optimizer *o) {
     int64_t k;
     if ((k = int_item(m, a, "block", 1, 1 << 16)) < 0) return -1;
     if (k) o->block = (int)k;
+    o->block_loc = find_item(a, "block") ? find_item(a, "block")->value->loc : e->loc;
     if ((k = int_item(m, a, "start_preconditioning", 0, 1 << 30)) < 0) return -1;
     if (find_item(a, "start_preconditioning")) o->start_preconditioning = (int)k;
     if ((k = int_item(m, a, "precondition_every", 1, 1 << 30)) < 0) return -1;

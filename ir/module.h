@@ -27,6 +27,7 @@ typedef struct Optimizer {
   double graft_eps, decay_rate, clip_threshold;
   bool no_spread;         /* shampoo spread = false: every data rank computes every block */
   bool no_stagger;        /* shampoo stagger = false: every block's roots at the same steps */
+  SrcLoc block_loc;       /* shampoo: its `block` value, or the call (the default) */
 } Optimizer;
 
 typedef struct TrainCfg {

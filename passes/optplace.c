@@ -60,6 +60,35 @@ static bool staggered(const Optimizer *o) {
   return o->kind && !strcmp(o->kind, "shampoo") && !o->no_stagger && o->precondition_every > 1;
 }
 
+static int by_name_block(const void *a, const void *b) {
+  const PhaseBlock *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  if (c) return c;
+  return x->b < y->b ? -1 : x->b > y->b;
+}
+
+typedef struct PhaseLoad {
+  int64_t load;
+  int phase;
+} PhaseLoad;
+
+static bool phase_less(const PhaseLoad *x, const PhaseLoad *y) {
+  return x->load != y->load ? x->load < y->load : x->phase < y->phase;
+}
+
+/* h[i] may have grown: sift it down the min-heap of n */
+static void heap_down(PhaseLoad *h, int n, int i) {
+  for (;;) {
+    int l = 2 * i + 1, r = l + 1, m = i;
+    if (l < n && phase_less(&h[l], &h[m])) m = l;
+    if (r < n && phase_less(&h[r], &h[m])) m = r;
+    if (m == i) return;
+    PhaseLoad t = h[i];
+    h[i] = h[m], h[m] = t;
+    i = m;
+  }
+}
+
 /* The phase of every block of the model, sorted by (name, b) for lookup. */
 static PhaseBlock *model_phases(const Module *m, int *nout) {
   const Optimizer *o = &m->train.opt;
@@ -81,22 +110,27 @@ static PhaseBlock *model_phases(const Module *m, int *nout) {
       }
   }
   qsort(pb, (size_t)n, sizeof *pb, by_root_cost);
-  int64_t *load = arena_alloc(sizeof(int64_t) * (size_t)o->precondition_every);
+  /* LPT over the phases by a min-heap on (load, phase): the same choice as
+   * a scan for the least load, the lowest phase on a tie.  Costs are
+   * positive, so an empty phase always beats a loaded one: only the first
+   * min(every, n) phases can ever get a block (every may be 2^30). */
+  int nph = o->precondition_every < n ? o->precondition_every : n;
+  PhaseLoad *h = arena_alloc(sizeof *h * (size_t)(nph + 1));
+  for (int k = 0; k < nph; k++) h[k] = (PhaseLoad){0, k}; /* a heap already */
   for (int k = 0; k < n; k++) {
-    int best = 0;
-    for (int ph = 1; ph < o->precondition_every; ph++)
-      if (load[ph] < load[best]) best = ph;
-    pb[k].phase = best;
-    load[best] += pb[k].cost;
+    pb[k].phase = h[0].phase;
+    h[0].load += pb[k].cost;
+    heap_down(h, nph, 0);
   }
+  qsort(pb, (size_t)n, sizeof *pb, by_name_block);
   *nout = n;
   return pb;
 }
 
 static int phase_of(const PhaseBlock *pb, int n, const char *name, int64_t b) {
-  for (int k = 0; k < n; k++)
-    if (pb[k].b == b && !strcmp(pb[k].name, name)) return pb[k].phase;
-  return 0;
+  PhaseBlock key = {name, b, 0, 0};
+  const PhaseBlock *f = bsearch(&key, pb, (size_t)n, sizeof *pb, by_name_block);
+  return f ? f->phase : 0;
 }
 
 int optplace_phases(const Module *m, const Value *const *params, int nparams, int **out) {
@@ -171,7 +205,9 @@ int optplace_units(const Module *m, const Value *const *params, int nparams, int
   sort_units = u;
   qsort(ord, (size_t)n, sizeof *ord, by_cost);
   double *load = arena_alloc(sizeof(double) * (size_t)nd);
-  int every = o->precondition_every > 0 ? o->precondition_every : 1;
+  int every = 1; /* the phases in use: at most one a block */
+  for (int k = 0; k < n; k++)
+    if (u[k].phase >= every) every = u[k].phase + 1;
   double *pload = arena_alloc(sizeof(double) * (size_t)nd * (size_t)every);
   for (int k = 0; k < n; k++) {
     const OptUnit *x = &u[ord[k]];
@@ -249,6 +285,40 @@ static int64_t tp_piece(const Plan *pl, const Value *p, int d, int j) {
   bool segs = (ax == AX_TP || ax == AX_TPR) && p->shard.nseg > 1;
   if (!segs) return j == 0 ? p->shape.d[d].n : 0;
   return j < p->shard.nseg ? p->shard.seg[j] / P : 0;
+}
+
+/* Shampoo's blocks over the whole model's matrices (full tensors). */
+static int64_t model_blocks(const Graph *g, int64_t block) {
+  int64_t n = 0;
+  for (int i = 0; i < g->params.len; i++) {
+    const Value *p = g->params.data[i];
+    const Shape *full = p->gshape.ndim == p->shape.ndim ? &p->gshape : &p->shape;
+    int64_t d[2] = {0, 0};
+    if (full->ndim != 2) continue;
+    d[0] = full->d[0].n, d[1] = full->d[1].n;
+    if (rt_shampoo_preconditioned(2, d))
+      n += rt_shampoo_nblocks(d[0], block) * rt_shampoo_nblocks(d[1], block);
+  }
+  return n;
+}
+
+int optplace_check_blocks(Module *m) {
+  const Optimizer *o = &m->train.opt;
+  const Graph *g = m->graph;
+  if (!g || !o->kind || strcmp(o->kind, "shampoo") || o->block < 1) return 0;
+  int64_t n = model_blocks(g, o->block);
+  if (n <= OPTPLACE_MAX_BLOCKS) return 0;
+  /* the smallest power-of-two multiple of block that fits */
+  int64_t sug = o->block;
+  while (sug < (1 << 16) && model_blocks(g, sug) > OPTPLACE_MAX_BLOCKS) sug *= 2;
+  const char *fmt = "shampoo block %d cuts the model's matrices into %lld blocks, more than the "
+                    "%d a model may have (each block has its own factors, roots and step); use a "
+                    "larger block (e.g. block = %lld)";
+  if (o->block_loc.file)
+    diag_error(o->block_loc, fmt, o->block, (long long)n, OPTPLACE_MAX_BLOCKS, (long long)sug);
+  else
+    diag_fatal_noloc(fmt, o->block, (long long)n, OPTPLACE_MAX_BLOCKS, (long long)sug);
+  return -1;
 }
 
 int optplace_check_tp(Module *m) {

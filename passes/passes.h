@@ -163,6 +163,11 @@ int64_t optplace_dir_bytes(const Module *m, const Graph *g);
  * shards of a split parameter (run by pass_shard); 0 when every block lies
  * in one shard. */
 int optplace_check_tp(Module *m);
+/* Shampoo's blocks over the whole model: refused (an error at the block
+ * option) beyond OPTPLACE_MAX_BLOCKS, which the compiler's tables, the
+ * generated program's and the step's per-block work would not bear. */
+#define OPTPLACE_MAX_BLOCKS (1 << 22)
+int optplace_check_blocks(Module *m);
 /* Adafactor under tp or tp2d: the statistics layout of params (n of them,
  * out[i] for each when out is not NULL) and its bounds; returns its
  * elements, 0 when no parameter with a gradient is split. */

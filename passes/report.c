@@ -442,28 +442,45 @@ static void phase_lines(FILE *out, const Module *m, const RankProg *p, const Opt
                         int nd, const char *pf) {
   const Optimizer *o = &m->train.opt;
   if (!p->nphase) return;
-  int k = o->precondition_every;
-  double *fl = arena_alloc(sizeof(double) * (size_t)(nd * k));
-  int *nb = arena_alloc(sizeof(int) * (size_t)(nd * k));
+  /* the phases in use (a block each at most: precondition_every may be far
+   * larger than the model's blocks); a long list is summarised */
+  int k = 1;
+  for (int i = 0; i < n; i++)
+    if (u[i].phase >= k) k = u[i].phase + 1;
+  double *fl = arena_alloc(sizeof(double) * (size_t)nd * (size_t)k);
+  int *nb = arena_alloc(sizeof(int) * (size_t)nd * (size_t)k);
   for (int i = 0; i < n; i++)
     if (u[i].phase >= 0) {
-      fl[u[i].owner * k + u[i].phase] += optplace_root_flops(o, &u[i]);
-      nb[u[i].owner * k + u[i].phase]++;
+      fl[(size_t)u[i].owner * k + u[i].phase] += optplace_root_flops(o, &u[i]);
+      nb[(size_t)u[i].owner * k + u[i].phase]++;
     }
+  const int every = o->precondition_every, list = k <= 32;
   fprintf(out, "%s            roots staggered (stagger = true): every block's at step %d, then a block's "
-               "at the steps %d + phase + j·%d (phase by LPT over the model's blocks); per phase 0..%d:\n",
-          pf, o->start_preconditioning, o->start_preconditioning, k, k - 1);
+               "at the steps %d + phase + j·%d (phase by LPT over the model's blocks); ",
+          pf, o->start_preconditioning, o->start_preconditioning, every);
+  if (k < every)
+    fprintf(out, "phases %d..%d hold no block; ", k, every - 1);
+  fprintf(out, list ? "per phase 0..%d:\n" : "over phases 0..%d:\n", k - 1);
   for (int d = 0; d < nd; d++) {
-    double sum = 0, worst = 0;
+    double sum = 0, worst = 0, least = -1;
+    int bmin = -1, bmax = 0;
     fprintf(out, "%s            %s blocks", pf, nd > 1 ? arena_printf("data rank %d:", d) : "phases:");
-    for (int ph = 0; ph < k; ph++) fprintf(out, " %d", nb[d * k + ph]);
+    for (int ph = 0; ph < k; ph++) {
+      int b = nb[(size_t)d * k + ph];
+      if (list) fprintf(out, " %d", b);
+      if (bmin < 0 || b < bmin) bmin = b;
+      if (b > bmax) bmax = b;
+    }
+    if (!list) fprintf(out, " %d to %d a phase", bmin, bmax);
     fprintf(out, "; root GFLOP");
     for (int ph = 0; ph < k; ph++) {
-      double f = fl[d * k + ph];
-      fprintf(out, " %.3g", f / 1e9);
+      double f = fl[(size_t)d * k + ph];
+      if (list) fprintf(out, " %.3g", f / 1e9);
       sum += f;
       if (f > worst) worst = f;
+      if (least < 0 || f < least) least = f;
     }
+    if (!list) fprintf(out, " %.3g to %.3g a phase", least / 1e9, worst / 1e9);
     fprintf(out, "; most loaded phase %.2f of the mean\n", sum > 0 ? worst / (sum / k) : 0.0);
   }
 }

@@ -537,6 +537,7 @@ int pass_shard(Module *m) {
   Graph *g = m->graph;
   const Plan *p = &m->train.plan;
   if (!g || g->nfwd) return 0;
+  if (optplace_check_blocks(m)) return -1;
   if (p->tp > 1 && shard_tp(m)) return -1;
   if (p->tp2d > 1 && shard_tp2d(m)) return -1;
   if (optplace_check_tp(m)) return -1;

@@ -57,19 +57,24 @@ static inline int64_t rt_shampoo_head(int64_t numel, int momentum, int graft) {
   return (momentum ? numel : 0) + (graft != RT_GRAFT_SGD ? numel : 0);
 }
 
-/* Elements of the factors and roots of blocks before block (bi, bj), or of
- * all of them with bi = number of row blocks, bj = 0. */
+/* Sum of the squared sizes of the first k blocks along a dimension of n:
+ * all are whole blocks but the last of the dimension, n % block when not 0. */
+static inline int64_t rt_shampoo_sq_prefix(int64_t n, int64_t block, int64_t k) {
+  const int64_t whole = n / block;
+  return (k < whole ? k : whole) * block * block + (k > whole ? (n % block) * (n % block) : 0);
+}
+
+/* Elements of the factors and roots of blocks before block (bi, bj) (in
+ * row-major block order: 2 (r² + c²) each), or of all of them with bi = the
+ * number of row blocks, bj = 0.  Closed form: a tensor may have a million
+ * blocks (block = 1), and every unit asks. */
 static inline int64_t rt_shampoo_block_off(int64_t R, int64_t C, int64_t block, int64_t bi,
                                            int64_t bj) {
-  int64_t nbr = rt_shampoo_nblocks(R, block), nbc = rt_shampoo_nblocks(C, block), off = 0;
-  for (int64_t i = 0; i < nbr; i++)
-    for (int64_t j = 0; j < nbc; j++) {
-      if (i == bi && j == bj)
-        return off;
-      int64_t r = rt_shampoo_bsize(R, block, i), c = rt_shampoo_bsize(C, block, j);
-      off += 2 * (r * r + c * c);
-    }
-  return off;
+  const int64_t nbc = rt_shampoo_nblocks(C, block);
+  const int64_t rows = nbc * rt_shampoo_sq_prefix(R, block, bi) +
+                       bi * rt_shampoo_sq_prefix(C, block, nbc);
+  const int64_t rb = bj ? rt_shampoo_bsize(R, block, bi) : 0;
+  return 2 * (rows + bj * rb * rb + rt_shampoo_sq_prefix(C, block, bj));
 }
 
 /* Element offset of block (bi, bj)'s factors (L, R, then their roots) in the

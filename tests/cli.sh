@@ -225,6 +225,18 @@ else
   echo "FAIL: shampoo-stagger-off: stagger = false still emits root phases"
   fail=$((fail + 1))
 fi
+# many blocks: blocks of 1 on the tiny GPT (about 200,000 of them) compile in
+# under 2 s and a step takes under a second (a block's lookups were linear in
+# the blocks: over 2 minutes each); precondition_every far beyond the blocks
+# needs no table of its phases (2^30 of them took 8 GB, then ran out)
+sed 's/optimizer = adamw(.*)$/optimizer = shampoo(lr = 1e-3, block = 1, start_preconditioning = 1, precondition_every = 2)/' \
+  samples/gpt.shard >"$tmp/shampoo_fine.shard"
+EXPECT_TIMEOUT=20 expect shampoo-fine-blocks 0 'data rank 3: blocks [0-9]+ [0-9]+; root GFLOP' -- "$bin" compile "$tmp/shampoo_fine.shard" --strategy dp=4 --emit=plan
+EXPECT_TIMEOUT=120 expect shampoo-fine-blocks-build 0 '^built ' -- "$bin" build "$tmp/shampoo_fine.shard" --mesh 1 --strategy dp=1 -o "$tmp/fine"
+EXPECT_TIMEOUT=45 expect shampoo-fine-blocks-train 0 '^step 3/3 \| loss' -- "$tmp/fine/train" --steps 3
+sed 's/optimizer = adamw(.*)$/optimizer = shampoo(lr = 1e-3, block = 32, precondition_every = 1073741824)/' \
+  samples/gpt.shard >"$tmp/shampoo_every.shard"
+EXPECT_TIMEOUT=20 expect shampoo-every-huge 0 'j·1073741824 .*; phases [0-9]+\.\.1073741823 hold no block; over phases 0\.\.[0-9]+:$' -- "$bin" compile "$tmp/shampoo_every.shard" --strategy dp=4 --emit=plan
 expect shampoo-zero-tp2d 0 "^shampoo:  zero=1: each tensor lies whole in one data rank's chunk" -- "$bin" compile "$tmp/shampoo.shard" --mesh 8 --strategy dp=2,tp2d=2x2,zero=1 --emit=plan
 sed 's/optimizer = adamw(.*)$/optimizer = adafactor(lr = 1e-3)/' samples/gpt.shard >"$tmp/adafactor-gpt.shard"
 expect adafactor-zero-tp 0 'all_reduce over tp: [0-9]+ elements at F\([0-9]+\)  \(Adafactor.s row and column sums of split tensors over tp\)' -- "$bin" compile "$tmp/adafactor-gpt.shard" --mesh 4 --strategy dp=2,tp=2,zero=2 --emit=program

@@ -7,6 +7,7 @@
 #include "passes.h"
 #include "sema.h"
 #include "runtime/dist_formulas.h"
+#include "runtime/rt_optim.h"
 #include "test.h"
 
 static Value *root(Value *v) {
@@ -184,8 +185,29 @@ static void check_owners(const char *path, const char *strategy) {
   free(state_end);
 }
 
+/* rt_shampoo_block_off's closed form against the sum it stands for: the
+ * factors and roots (2 (r² + c²) elements) of every block before (bi, bj)
+ * in row-major block order, and of all blocks at (number of row blocks, 0). */
+static void check_block_off(void) {
+  int bad = 0;
+  for (int64_t R = 2; R < 30; R++)
+    for (int64_t C = 2; C < 30; C += 3)
+      for (int64_t b = 1; b < 33; b++) {
+        int64_t nbr = rt_shampoo_nblocks(R, b), nbc = rt_shampoo_nblocks(C, b), off = 0;
+        for (int64_t i = 0; i < nbr; i++)
+          for (int64_t j = 0; j < nbc; j++) {
+            bad += rt_shampoo_block_off(R, C, b, i, j) != off;
+            int64_t r = rt_shampoo_bsize(R, b, i), c = rt_shampoo_bsize(C, b, j);
+            off += 2 * (r * r + c * c);
+          }
+        bad += rt_shampoo_block_off(R, C, b, nbr, 0) != off;
+      }
+  ASSERT(0, bad);
+}
+
 int main(void) {
   diag_set_quiet_warnings(1);
+  check_block_off();
   check_owners("dist/gpt_shampoo.shard", "dp=4,zero=2");
   check_owners("dist/gpt_adafactor.shard", "dp=4,zero=3");
   const char *samples[] = {"../samples/mlp.shard", "../samples/gpt.shard", "../samples/llama.shard",
