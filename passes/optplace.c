@@ -167,6 +167,13 @@ static int by_cost(const void *a, const void *b) {
   return *(const int *)a - *(const int *)b;
 }
 
+int optplace_phases_used(const OptUnit *u, int n) {
+  int k = 1;
+  for (int i = 0; i < n; i++)
+    if (u[i].phase >= k) k = u[i].phase + 1;
+  return k;
+}
+
 int optplace_units(const Module *m, const Value *const *params, int nparams, int nd,
                    OptUnit **out, int64_t *seg) {
   const Optimizer *o = &m->train.opt;
@@ -205,9 +212,7 @@ int optplace_units(const Module *m, const Value *const *params, int nparams, int
   sort_units = u;
   qsort(ord, (size_t)n, sizeof *ord, by_cost);
   double *load = arena_alloc(sizeof(double) * (size_t)nd);
-  int every = 1; /* the phases in use: at most one a block */
-  for (int k = 0; k < n; k++)
-    if (u[k].phase >= every) every = u[k].phase + 1;
+  int every = optplace_phases_used(u, n);
   double *pload = arena_alloc(sizeof(double) * (size_t)nd * (size_t)every);
   for (int k = 0; k < n; k++) {
     const OptUnit *x = &u[ord[k]];

@@ -168,6 +168,9 @@ int optplace_check_tp(Module *m);
  * generated program's and the step's per-block work would not bear. */
 #define OPTPLACE_MAX_BLOCKS (1 << 22)
 int optplace_check_blocks(Module *m);
+/* Phases 0..k-1 hold every block of the units u (n of them; 1 when none has
+ * a phase): at most one phase a block, whatever precondition_every is. */
+int optplace_phases_used(const OptUnit *u, int n);
 /* Adafactor under tp or tp2d: the statistics layout of params (n of them,
  * out[i] for each when out is not NULL) and its bounds; returns its
  * elements, 0 when no parameter with a gradient is split. */

@@ -442,11 +442,9 @@ static void phase_lines(FILE *out, const Module *m, const RankProg *p, const Opt
                         int nd, const char *pf) {
   const Optimizer *o = &m->train.opt;
   if (!p->nphase) return;
-  /* the phases in use (a block each at most: precondition_every may be far
-   * larger than the model's blocks); a long list is summarised */
-  int k = 1;
-  for (int i = 0; i < n; i++)
-    if (u[i].phase >= k) k = u[i].phase + 1;
+  /* the phases that hold a block (precondition_every may be far larger
+   * than the model's blocks); a long list is summarised */
+  int k = optplace_phases_used(u, n);
   double *fl = arena_alloc(sizeof(double) * (size_t)nd * (size_t)k);
   int *nb = arena_alloc(sizeof(int) * (size_t)nd * (size_t)k);
   for (int i = 0; i < n; i++)
