@@ -634,6 +634,7 @@ static int check_blocked_optimizer(Module *m, Expr *e, Optimizer *o) {
     w = word_item(a, "root", roots, 2, o->kind);
     if (w == -2) return -1;
     if (w >= 0) o->root = w;
+    o->root_loc = find_item(a, "root") ? find_item(a, "root")->value->loc : e->loc;
     Arg *sp = find_item(a, "spread");
     if (sp && sp->value->kind != E_BOOL) {
       diag_error(sp->value->loc, "shampoo: spread must be true or false, got %s", expr_desc(sp->value));

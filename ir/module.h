@@ -28,6 +28,7 @@ typedef struct Optimizer {
   bool no_spread;         /* shampoo spread = false: every data rank computes every block */
   bool no_stagger;        /* shampoo stagger = false: every block's roots at the same steps */
   SrcLoc block_loc;       /* shampoo: its `block` value, or the call (the default) */
+  SrcLoc root_loc;        /* shampoo: its `root` value, or the call (the default) */
 } Optimizer;
 
 typedef struct TrainCfg {

@@ -1137,6 +1137,25 @@ static const char *ms(double s) {
   return b;
 }
 
+int cost_eigh_on_gpu(const Module *m, const HwModel *hw, double *step_s, double *roots_s,
+                     double *newton_s) {
+  const Optimizer *o = &m->train.opt;
+  CostResult r, rn;
+  if (!o->kind || strcmp(o->kind, "shampoo") || o->root != RT_ROOT_EIGH || hw->vec_flops <= 0 ||
+      cost_module(m, hw, &r) || r.step_s <= 0)
+    return 0;
+  double roots = 0;
+  for (int k = 0; k < r.nstages; k++)
+    if (r.stage[k].tail[COST_TAIL_ROOTS] > roots) roots = r.stage[k].tail[COST_TAIL_ROOTS];
+  /* the same programs with Newton's roots priced (the placement's costs
+   * weigh roots alike, so its choice would hardly move) */
+  Module mn = *m;
+  mn.train.opt.root = RT_ROOT_NEWTON;
+  if (roots < 0.1 * r.step_s || cost_module(&mn, hw, &rn) || rn.step_s >= r.step_s) return 0;
+  *step_s = r.step_s, *roots_s = roots, *newton_s = rn.step_s;
+  return 1;
+}
+
 void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) {
   CostResult r;
   if (cost_module(m, hw, &r)) return;
@@ -1151,6 +1170,12 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
     fprintf(out, "%s          %.3g TFLOP/s per device model FLOPs, MFU %.1f%% of %.3g TFLOP/s peak\n", pf,
             r.model_flops / r.step_s / ndev / 1e12, 100 * r.model_flops / r.step_s / ndev / hw->peak,
             hw->peak / 1e12);
+  double es, er, en;
+  if (cost_eigh_on_gpu(m, hw, &es, &er, &en))
+    fprintf(out, "%s          roots: Shampoo's root = eigh runs each root on the host CPU (LAPACK, "
+                 "fp64), %s of the step; root = newton runs them on the GPU (fp64 GEMMs): "
+                 "predicted step %s\n",
+            pf, ms(er), ms(en));
   /* an LM head the precision pass padded (passes/precision.c, pad_heads):
    * its persistent copy, or (ZeRO-3) its casts before each reader */
   const Graph *g = m->graph;

@@ -237,6 +237,20 @@ EXPECT_TIMEOUT=45 expect shampoo-fine-blocks-train 0 '^step 3/3 \| loss' -- "$tm
 sed 's/optimizer = adamw(.*)$/optimizer = shampoo(lr = 1e-3, block = 32, precondition_every = 1073741824)/' \
   samples/gpt.shard >"$tmp/shampoo_every.shard"
 EXPECT_TIMEOUT=20 expect shampoo-every-huge 0 'j·1073741824 .*; phases [0-9]+\.\.1073741823 hold no block; over phases 0\.\.[0-9]+:$' -- "$bin" compile "$tmp/shampoo_every.shard" --strategy dp=4 --emit=plan
+# root = eigh on the cuda target: the roots run on each rank's host CPU,
+# which for GPT-2 on H100s costs most of the step: a warning at the root
+# option (the default) and a line in the plan, each with root = newton's step
+sed -e '/min_lr = 6e-5)/d' -e 's/optimizer = adamw(.*$/optimizer = shampoo(lr = 6e-4, block = 1024)/' \
+  samples/gpt2-124m.shard >"$tmp/gpt2_shampoo.shard"
+expect shampoo-eigh-gpu-warning 0 'gpt2_shampoo.shard:24:15: warning: shampoo root = eigh on the cuda target runs each root inverse on the host CPU \(LAPACK, fp64\): predicted [0-9.]+ ms of each [0-9.]+ s step; root = newton runs them on the GPU \(fp64 GEMMs\): predicted step [0-9.]+ ms$' -- "$bin" check "$tmp/gpt2_shampoo.shard" --target cuda
+expect shampoo-eigh-gpu-plan 0 "^          roots: Shampoo's root = eigh runs each root on the host CPU \(LAPACK, fp64\), [0-9.]+ ms of the step; root = newton runs them on the GPU \(fp64 GEMMs\): predicted step [0-9.]+ ms$" -- "$bin" compile "$tmp/gpt2_shampoo.shard" --target cuda --emit=plan
+sed 's/block = 1024)/block = 1024, root = newton)/' "$tmp/gpt2_shampoo.shard" >"$tmp/gpt2_newton.shard"
+for f in gpt2_newton:cuda gpt2_shampoo:cpu; do
+  out=$("$bin" compile "$tmp/${f%:*}.shard" --target "${f#*:}" --emit=plan 2>&1)
+  if [ $? = 0 ] && ! grep -q "warning" <<<"$out" &&
+     { [ "${f#*:}" = cpu ] || ! grep -q "roots: Shampoo's root = eigh" <<<"$out"; }; then pass=$((pass + 1)); else
+    echo "FAIL: shampoo-eigh-gpu-none ${f}: a warning (or with newton the roots line)"; echo "$out" | head -5; fail=$((fail + 1)); fi
+done
 expect shampoo-zero-tp2d 0 "^shampoo:  zero=1: each tensor lies whole in one data rank's chunk" -- "$bin" compile "$tmp/shampoo.shard" --mesh 8 --strategy dp=2,tp2d=2x2,zero=1 --emit=plan
 sed 's/optimizer = adamw(.*)$/optimizer = adafactor(lr = 1e-3)/' samples/gpt.shard >"$tmp/adafactor-gpt.shard"
 expect adafactor-zero-tp 0 'all_reduce over tp: [0-9]+ elements at F\([0-9]+\)  \(Adafactor.s row and column sums of split tensors over tp\)' -- "$bin" compile "$tmp/adafactor-gpt.shard" --mesh 4 --strategy dp=2,tp=2,zero=2 --emit=program
