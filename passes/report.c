@@ -2,6 +2,7 @@
  * top of generated code. */
 #include <string.h>
 
+#include "cost.h"
 #include "passes.h"
 #include "rankprog.h"
 #include "runtime/dist_formulas.h"
@@ -299,6 +300,16 @@ void report_plan(FILE *out, const Module *m, const char *pf) {
       zero_owner_lines(out, m, m->rprog[r], m->nrprog > 1 ? arena_printf("stage %d: ", r) : "", pf);
 }
 
+/* fl root FLOPs as time: eigh at the catalog's LAPACK rate on a host core
+ * (the cost model's, without a profile; a GPU rank's eigh runs there too),
+ * Newton's GEMMs at the device's fp32 peak (a bound) */
+static const char *root_time(const Optimizer *o, double fl, double peak) {
+  if (o->root == RT_ROOT_EIGH)
+    return arena_printf("%.3g ms at the catalog's eigh rate of a host core, %.3g GFLOP/s",
+                        fl / COST_EIGH_FLOPS * 1e3, COST_EIGH_FLOPS / 1e9);
+  return arena_printf("%.3g ms at the device's fp32 peak", peak > 0 ? fl / peak * 1e3 : 0.0);
+}
+
 /* ZeRO with Shampoo or Adafactor (passes/zero.c owner_layout): per data
  * rank, the tensors its chunks hold whole and it alone updates, their
  * blocks, state and root work, and the padding the layout costs. */
@@ -349,8 +360,7 @@ static void zero_owner_lines(FILE *out, const Module *m, const RankProg *p, cons
     fprintf(out, "%s            data rank %d: %d tensors (%lld elements), state %s", pf, d, nt,
             (long long)elems, human_bytes((double)state));
     if (sh)
-      fprintf(out, ", %d blocks, roots %.3g GFLOP (%.3g ms at the device's fp32 peak)", nb,
-              fl / 1e9, peak > 0 ? fl / peak * 1e3 : 0.0);
+      fprintf(out, ", %d blocks, roots %.3g GFLOP (%s)", nb, fl / 1e9, root_time(o, fl, peak));
     fprintf(out, "\n");
   }
   if (sh) phase_lines(out, m, p, u, n, nd, pf);
@@ -402,9 +412,8 @@ static void shampoo_lines(FILE *out, const Module *m, const char *pf) {
       int n = optplace_units(m, vs, p->nparam, 1, &u, &seg);
       for (int k = 0; k < n; k++) fl += optplace_root_flops(o, &u[k]), nb += u[k].blocked;
       fprintf(out, "%sshampoo:  %severy rank computes all %d blocks of its parameters: roots "
-                   "%.3g GFLOP per recomputation (%.3g ms at the device's fp32 peak), every %d "
-                   "steps from step %d, %s\n",
-              pf, st, nb, fl / 1e9, peak > 0 ? fl / peak * 1e3 : 0.0, o->precondition_every,
+                   "%.3g GFLOP per recomputation (%s), every %d steps from step %d, %s\n",
+              pf, st, nb, fl / 1e9, root_time(o, fl, peak), o->precondition_every,
               o->start_preconditioning, roots_when(m));
       phase_lines(out, m, p, u, n, 1, pf);
       continue;
@@ -422,9 +431,8 @@ static void shampoo_lines(FILE *out, const Module *m, const char *pf) {
                  "LPT on predicted cost:\n", pf, st, p->nunits, p->uranks);
     for (int d = 0; d < p->uranks; d++) {
       if (fl[d] > worst) worst = fl[d];
-      fprintf(out, "%s            data rank %d: %d units, roots %.3g GFLOP (%.3g ms at the "
-                   "device's fp32 peak)\n",
-              pf, d, nb[d], fl[d] / 1e9, peak > 0 ? fl[d] / peak * 1e3 : 0.0);
+      fprintf(out, "%s            data rank %d: %d units, roots %.3g GFLOP (%s)\n", pf, d, nb[d],
+              fl[d] / 1e9, root_time(o, fl[d], peak));
     }
     fprintf(out, "%s            the slowest data rank's roots: %.3g of every rank computing every "
                  "root (%.3g GFLOP); roots every %d steps from step %d, %s; directions "
