@@ -964,8 +964,9 @@ static int run(Opts *o) {
     if (cost_eigh_on_gpu(m, &hw, &step, &roots, &newton))
       diag_warning(m->train.opt.root_loc,
                    "shampoo root = eigh on the cuda target runs each root inverse on the host "
-                   "CPU (LAPACK, fp64): predicted %s of each %s step; root = newton runs them "
-                   "on the GPU (fp64 GEMMs): predicted step %s",
+                   "CPU (LAPACK, fp64): predicted %s of each %s step beyond what host threads "
+                   "hide beside the GPU's forward and backward; root = newton runs them on the "
+                   "GPU (fp64 GEMMs): predicted step %s",
                    secs(roots), secs(step), secs(newton));
   }
   if (!strcmp(o->cmd, "check")) return cg_check(m, target, &cgo) ? 1 : 0;

@@ -1063,9 +1063,14 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
     double st = step_time(hw, m, rp, &left, &roots, tail);
     tail[COST_TAIL_ROOTS] = roots;
     /* a cpu pipeline rank's root worker computes Shampoo's roots while the
-     * rank waits in the schedule (runtime/train.c): its idle time so far */
-    if (opt_root_worker(m)) {
-      double idle = clock[k] - r->stage[k].busy_s;
+     * rank waits in the schedule (runtime/train.c): its idle time so far; a
+     * GPU rank's eigh roots run on host threads from the step's start,
+     * beside the whole schedule the GPU runs before the step tail */
+    const bool host_eigh = m->cuda && hw->vec_flops > 0 && m->train.opt.kind &&
+                           !strcmp(m->train.opt.kind, "shampoo") &&
+                           m->train.opt.root == RT_ROOT_EIGH;
+    if (opt_root_worker(m) || host_eigh) {
+      double idle = host_eigh ? clock[k] : clock[k] - r->stage[k].busy_s;
       double hidden = roots < idle ? roots : idle > 0 ? idle : 0;
       st -= hidden;
       tail[COST_TAIL_OPT] -= hidden;
@@ -1173,8 +1178,9 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
   double es, er, en;
   if (cost_eigh_on_gpu(m, hw, &es, &er, &en))
     fprintf(out, "%s          roots: Shampoo's root = eigh runs each root on the host CPU (LAPACK, "
-                 "fp64), %s of the step; root = newton runs them on the GPU (fp64 GEMMs): "
-                 "predicted step %s\n",
+                 "fp64), %s of the step beyond what host threads hide beside the GPU's forward "
+                 "and backward; root = newton runs them on the GPU (fp64 GEMMs): predicted "
+                 "step %s\n",
             pf, ms(er), ms(en));
   /* an LM head the precision pass padded (passes/precision.c, pad_heads):
    * its persistent copy, or (ZeRO-3) its casts before each reader */

@@ -208,10 +208,11 @@ double cost_instr(const HwModel *hw, const Module *m, const PInstr *in);
 void cost_axis_group(const Plan *p, int axis, int *size, int *stride);
 
 /* Shampoo with root = eigh on a GPU (hw->vec_flops > 0): each root runs on
- * the host CPU (LAPACK in fp64), beside nothing.  When those roots are over
- * a tenth of the predicted step and root = newton (fp64 GEMMs on the GPU)
- * would be faster: 1, with the step, the roots' part of it (the slowest
- * rank's) and the step with root = newton; else 0. */
+ * the host CPU (LAPACK in fp64), on host threads beside the GPU's forward
+ * and backward (the cuda target, m->cuda), the rest at the optimizer step.
+ * When that rest is over a tenth of the predicted step and root = newton
+ * (fp64 GEMMs on the GPU) would be faster: 1, with the step, the roots' part
+ * of it (the slowest rank's) and the step with root = newton; else 0. */
 int cost_eigh_on_gpu(const Module *m, const HwModel *hw, double *step_s, double *roots_s,
                      double *newton_s);
 

@@ -176,6 +176,9 @@ static const char *roots_when(const Module *m) {
   if (opt_root_worker(m))
     return "from the step's start by a root worker thread at idle priority (the pipeline's "
            "bubbles), the rest at the start of the optimizer step";
+  if (m->cuda && m->train.opt.root == RT_ROOT_EIGH)
+    return "from the step's start on host threads beside the GPU's forward and backward "
+           "(root = eigh: LAPACK on the host), the rest at the start of the optimizer step";
   return m->nstages > 1 ? "at the start of the optimizer step (while pipeline receives wait where "
                           "their messages are staged through the host)"
                         : "at the start of the optimizer step";

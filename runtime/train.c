@@ -20,6 +20,7 @@
  *   first step's memory and communication checks, metrics, progress,
  *   --save-every; at the end --save and the summary.
  */
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,6 +34,9 @@
 #include "dist.h"
 #endif
 #ifdef RT_TRAIN_CUDA
+#include <pthread.h>
+#include <time.h>
+
 #include "cuda/rtc.h"
 #include "cuda/rtc_optim.h"
 #include "cuda/rtc_train.h"
@@ -47,6 +51,10 @@
 #define SCHED_IDLE 5 /* <sched.h> names it under _GNU_SOURCE only */
 #endif
 typedef struct RootWorker RootWorker;
+#endif
+#ifdef RT_TRAIN_CUDA
+/* root = eigh on a GPU rank: the step's due roots on host threads */
+typedef struct CuRoots CuRoots;
 #endif
 
 struct RtTrainer {
@@ -101,6 +109,9 @@ struct RtTrainer {
   int mpi_funneled;        /* MPI allows threads that make no MPI calls */
   long roots_worker;       /* blocks whose roots the worker wrote (under its lock) */
 #endif
+#ifdef RT_TRAIN_CUDA
+  CuRoots *cr;             /* root = eigh's host threads (NULL: not started) */
+#endif
 #ifdef RT_TRAIN_MPI
   long roots_main;         /* ... and those the main thread computed */
 #endif
@@ -146,6 +157,11 @@ typedef struct RootJob {
 static int roots_one(Trainer *t);
 static int roots_next(Trainer *t, RootJob *j);
 static void roots_run(Trainer *t, const RootJob *j);
+#ifdef RT_TRAIN_CUDA
+static CuRoots *cu_roots_get(Trainer *t);
+static int cu_roots_start(Trainer *t);
+static void cu_roots_stop(Trainer *t);
+#endif
 #ifdef RT_ROOT_WORKER
 struct RootWorker {
   pthread_t th;
@@ -200,6 +216,9 @@ static int finish(Trainer *t, int status) {
   const int busy = root_worker_stop(t);
 #else
   const int busy = 0;
+#endif
+#ifdef RT_TRAIN_CUDA
+  cu_roots_stop(t); /* (each thread ends its root in progress: bounded) */
 #endif
   rt_metrics_close(&t->log);
   rt_train_data_close(&t->data);
@@ -298,6 +317,9 @@ static double sum_over(Trainer *t, int ax, double x) {
 /* A failure no rank can report cleanly: stops the job. */
 static void fail(Trainer *t, const char *msg) __attribute__((noreturn));
 static void fail(Trainer *t, const char *msg) {
+#ifdef RT_TRAIN_CUDA
+  cu_roots_stop(t); /* no host thread in LAPACK while the process ends */
+#endif
 #ifdef RT_TRAIN_MPI
   if (t->mesh)
     rt_mesh_fail(t->mesh, "%s", msg);
@@ -1584,6 +1606,10 @@ static void roots_begin(Trainer *t, long s) {
   t->rc_bi = t->rc_bj = t->rc_base = 0;
   if (t->roots_due && pg->nunits && !t->unit_owner)
     unit_owners(t);
+#ifdef RT_TRAIN_CUDA
+  if (t->roots_due)
+    cu_roots_start(t);
+#endif
 #ifdef RT_ROOT_WORKER
   if (w) {
     w->gen++;
@@ -1850,6 +1876,261 @@ static void roots_report(Trainer *t, int say) {
 }
 #endif
 
+#ifdef RT_TRAIN_CUDA
+/* root = eigh on a GPU rank: its roots are LAPACK's on the host (unit_roots),
+ * and a step's due roots read the factors as the steps before left them, so
+ * they are known at the step's start: roots_begin downloads the due blocks'
+ * factors into the host mirror and host threads compute their roots there
+ * while the GPU runs the step's forward and backward; the optimizer step
+ * (roots_finish) computes what no thread has claimed itself, waits for the
+ * threads and uploads the roots.  The same function on the same factors:
+ * the synchronous path's numbers (SHARDC_ROOT_WORKER=0 turns the threads
+ * off).  SHARDC_ROOT_THREADS threads (default 1: each LAPACK call runs on
+ * OpenBLAS's threads of the rank), each with an fp64 workspace in host
+ * memory, outside the device arena's plan.  No thread makes a CUDA or MPI
+ * call. */
+#define CU_ROOTS_MAX 16
+struct CuRoots {
+  Trainer *t;
+  pthread_t th[CU_ROOTS_MAX];
+  int nth, started, quit;
+  pthread_mutex_t mu;
+  pthread_cond_t cv, done;
+  RootJob *job;
+  int *rc;
+  int njob, cap, next, left; /* the step's jobs, the next to claim, those not done */
+  long by_threads, by_main;  /* over the run */
+  long nap_ms;               /* tests (SHARDC_TEST_ROOTS=starve[:MS]): a thread sleeps MS ms
+                              * (default 30) before each claim, so the optimizer step
+                              * claims jobs too and waits for those in progress */
+  unsigned char *work[CU_ROOTS_MAX];
+  RtShampooArgs a;           /* work_elems 0: a root's fp64 and integer parts only */
+};
+
+/* Job j's two roots from the host mirror's factors of its block, into the
+ * mirror's roots of it, with workspace w. */
+static int cu_roots_job(Trainer *t, const RootJob *j, unsigned char *w, const RtShampooArgs *a) {
+  const RtProgram *pg = t->pg;
+  const RtParam *p = &pg->params[j->i];
+  const int64_t R = p->shape[0], C = p->shape[1];
+  const int64_t r = rt_shampoo_bsize(R, pg->block, j->bi), c = rt_shampoo_bsize(C, pg->block, j->bj);
+  float *L = (float *)(t->arena + p->opt) +
+             rt_shampoo_factors_off(R, C, pg->block, j->bi, j->bj, pg->beta1 > 0, pg->graft);
+  float *Rf = L + r * r, *Lr = Rf + c * c, *Rr = Lr + r * r;
+  return rt_shampoo_roots_f32(L, Rf, Lr, Rr, r, c, w, a);
+}
+
+/* Job j's block in the arena: the byte offset of its factors (L, R), and
+ * their bytes (the roots L^-1/4, R^-1/4 follow, as many). */
+static size_t cu_roots_span(const Trainer *t, const RootJob *j, size_t *bytes) {
+  const RtProgram *pg = t->pg;
+  const RtParam *p = &pg->params[j->i];
+  const int64_t R = p->shape[0], C = p->shape[1];
+  const int64_t r = rt_shampoo_bsize(R, pg->block, j->bi), c = rt_shampoo_bsize(C, pg->block, j->bj);
+  *bytes = 4 * (size_t)(r * r + c * c);
+  return (size_t)p->opt +
+         4 * (size_t)rt_shampoo_factors_off(R, C, pg->block, j->bi, j->bj, pg->beta1 > 0, pg->graft);
+}
+
+static void *cu_roots_thread(void *arg) {
+  CuRoots *c = arg;
+  pthread_mutex_lock(&c->mu);
+  const int me = c->started++;
+  for (;;) {
+    while (!c->quit && c->next >= c->njob)
+      pthread_cond_wait(&c->cv, &c->mu);
+    if (c->quit)
+      break;
+    if (c->nap_ms) {
+      pthread_mutex_unlock(&c->mu);
+      struct timespec nap = {c->nap_ms / 1000, c->nap_ms % 1000 * 1000000};
+      nanosleep(&nap, NULL);
+      pthread_mutex_lock(&c->mu);
+      if (c->quit)
+        break;
+      if (c->next >= c->njob)
+        continue;
+    }
+    const int k = c->next++;
+    pthread_mutex_unlock(&c->mu);
+    const int rc = cu_roots_job(c->t, &c->job[k], c->work[me], &c->a);
+    pthread_mutex_lock(&c->mu);
+    c->rc[k] = rc;
+    c->by_threads++;
+    if (--c->left == 0)
+      pthread_cond_broadcast(&c->done);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+/* The threads, started at the first step with roots due (NULL: none, the
+ * roots on the main thread as they come, unit_roots). */
+static CuRoots *cu_roots_get(Trainer *t) {
+  const RtProgram *pg = t->pg;
+  if (t->cr)
+    return t->cr->nth ? t->cr : NULL;
+  CuRoots *c = calloc(1, sizeof *c);
+  if (!c)
+    fail(t, "out of memory for Shampoo's root threads");
+  t->cr = c;
+  c->t = t;
+  const char *off = getenv("SHARDC_ROOT_WORKER"), *nt = getenv("SHARDC_ROOT_THREADS");
+  if (pg->opt != RT_OPT_SHAMPOO || pg->root != RT_ROOT_EIGH || pg->f64 ||
+      (off && !strcmp(off, "0")))
+    return NULL;
+  int want = 1;
+  if (nt && *nt) {
+    char *end;
+    long v = strtol(nt, &end, 10);
+    if (*end || v < 1 || v > CU_ROOTS_MAX) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "SHARDC_ROOT_THREADS must be a number of threads from 1 to %d, "
+                                "got '%s'", CU_ROOTS_MAX, nt);
+      fail(t, msg);
+    }
+    want = (int)v;
+  }
+  const char *test = getenv("SHARDC_TEST_ROOTS");
+  if (test && !strncmp(test, "starve", 6)) {
+    c->nap_ms = test[6] == ':' ? atol(test + 7) : 30;
+    if (c->nap_ms <= 0 || c->nap_ms > 600000)
+      c->nap_ms = 30;
+  }
+  c->a = blocked_args(t, 1, 0, 1);
+  c->a.work_elems = 0;
+  int64_t dbl, ints;
+  const size_t wb = (size_t)rt_shampoo_work(0, c->a.work_k, 4, &dbl, &ints);
+  if (pthread_mutex_init(&c->mu, NULL) || pthread_cond_init(&c->cv, NULL) ||
+      pthread_cond_init(&c->done, NULL))
+    fail(t, "cannot create the lock of Shampoo's root threads");
+  const char *why = NULL;
+  char buf[160];
+  for (int k = 0; k < want && !why; k++) {
+    c->work[k] = aligned_alloc(64, rt_optim_align64((int64_t)wb));
+    int e = c->work[k] ? pthread_create(&c->th[k], NULL, cu_roots_thread, c) : ENOMEM;
+    if (e) {
+      free(c->work[k]);
+      c->work[k] = NULL;
+      snprintf(buf, sizeof buf, "%s", strerror(e));
+      why = buf;
+    } else
+      c->nth++;
+  }
+  if (why && t->rank == 0)
+    fprintf(stderr, "train: warning: %d of %d threads for Shampoo's roots (%s)%s\n", c->nth,
+            want, why, c->nth ? "" : ": they run on the main thread at the optimizer step");
+  return c->nth ? c : NULL;
+}
+
+/* roots_begin's: every due block of the step (roots_next's walk, which it
+ * ends) downloaded and handed to the threads; 0 when there are none. */
+static int cu_roots_start(Trainer *t) {
+  CuRoots *c = cu_roots_get(t);
+  if (!c)
+    return 0;
+  RootJob j;
+  int n = 0;
+  /* the threads are idle (the last step's roots_finish waited for them) */
+  while (roots_next(t, &j)) {
+    if (n == c->cap) {
+      int cap = c->cap ? 2 * c->cap : 64;
+      RootJob *nj = realloc(c->job, sizeof *nj * (size_t)cap);
+      int *nr = nj ? realloc(c->rc, sizeof *nr * (size_t)cap) : NULL;
+      if (nj)
+        c->job = nj;
+      if (!nr)
+        fail(t, "out of memory for the list of Shampoo's roots");
+      c->rc = nr;
+      c->cap = cap;
+    }
+    c->job[n++] = j;
+  }
+  for (int k = 0; k < n; k++) { /* the factors as the last step left them */
+    size_t fb, off = cu_roots_span(t, &c->job[k], &fb);
+    rtc_to_host(t->arena + off, t->dev + off, fb);
+  }
+  pthread_mutex_lock(&c->mu);
+  c->njob = c->left = n;
+  c->next = 0;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  return 1;
+}
+
+/* roots_finish's: the jobs no thread claimed, on this thread; then every
+ * job's roots uploaded (a failed one computed again by roots_run, which
+ * stops the run saying why). */
+static void cu_roots_finish(Trainer *t) {
+  CuRoots *c = t->cr;
+  if (!c || !c->nth)
+    return;
+  unsigned char *w = t->arena + t->pg->opt_work_offset; /* the host mirror's workspace */
+  pthread_mutex_lock(&c->mu);
+  while (c->next < c->njob) {
+    const int k = c->next++;
+    pthread_mutex_unlock(&c->mu);
+    const int rc = cu_roots_job(t, &c->job[k], w, &c->a);
+    pthread_mutex_lock(&c->mu);
+    c->rc[k] = rc;
+    c->by_main++;
+    c->left--;
+  }
+  while (c->left)
+    pthread_cond_wait(&c->done, &c->mu);
+  const int n = c->njob;
+  c->njob = c->next = 0;
+  pthread_mutex_unlock(&c->mu);
+  for (int k = 0; k < n; k++) {
+    if (c->rc[k] != RT_OK) {
+      roots_run(t, &c->job[k]);
+      continue;
+    }
+    size_t fb, off = cu_roots_span(t, &c->job[k], &fb);
+    rtc_to_device(t->dev + off + fb, t->arena + off + fb, fb);
+  }
+}
+
+/* Ends the threads (each finishes its root in progress) and frees them. */
+static void cu_roots_stop(Trainer *t) {
+  CuRoots *c = t->cr;
+  if (!c)
+    return;
+  t->cr = NULL;
+  if (c->nth) {
+    pthread_mutex_lock(&c->mu);
+    c->quit = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    for (int k = 0; k < c->nth; k++)
+      pthread_join(c->th[k], NULL);
+    pthread_cond_destroy(&c->done);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+  }
+  for (int k = 0; k < CU_ROOTS_MAX; k++)
+    free(c->work[k]);
+  free(c->job);
+  free(c->rc);
+  free(c);
+}
+
+/* The run's line on root = eigh's roots: how many the host threads
+ * computed beside the GPU, how many the optimizer steps (every rank). */
+static void cu_roots_report(Trainer *t, int say) {
+  CuRoots *c = t->cr;
+  long mine[2] = {c ? c->by_threads : 0, c ? c->by_main : 0}, all[2] = {mine[0], mine[1]};
+#ifdef RT_TRAIN_MPI
+  if (t->mesh)
+    MPI_OK(MPI_Reduce(mine, all, 2, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD));
+#endif
+  if (say && c && c->nth && all[0] + all[1] > 0)
+    printf("roots:    Shampoo's eigh roots of %ld blocks over the run: %ld (%.0f%%) by host "
+           "threads beside the GPU's forward and backward, %ld at the optimizer steps\n",
+           all[0] + all[1], all[0], 100.0 * (double)all[0] / (double)(all[0] + all[1]), all[1]);
+}
+#endif
+
 /* The optimizer's: every due root computed before the directions.  With
  * the worker, the main thread takes over: the worker's block in progress
  * (or one that failed) and the rest of the walk. */
@@ -1873,6 +2154,9 @@ static void roots_finish(Trainer *t) {
     for (int k = 0; k < n; k++)
       roots_run(t, &j[k]);
   }
+#endif
+#ifdef RT_TRAIN_CUDA
+  cu_roots_finish(t);
 #endif
   while (roots_one(t))
     ;
@@ -2843,6 +3127,10 @@ static int train(Trainer *t, long step, int say) {
     prof_from = first_step + (*prof ? atol(prof) : 1);
   }
 #endif
+#ifdef RT_TRAIN_CUDA
+  if (pg->opt == RT_OPT_SHAMPOO)
+    (void)cu_roots_get(t); /* its settings checked before the first step */
+#endif
   for (; step < a->steps; step++) {
     double t0 = rt_now();
     /* The first step also measures the arena's high-water mark: it starts
@@ -2913,6 +3201,9 @@ static int train(Trainer *t, long step, int say) {
     return 1;
 #ifdef RT_ROOT_WORKER
   roots_report(t, say);
+#endif
+#ifdef RT_TRAIN_CUDA
+  cu_roots_report(t, say);
 #endif
   if (say)
     printf("done:     steps %ld..%ld in %.1f s; loss %.4f -> %.4f\n", first_step + 1, step,

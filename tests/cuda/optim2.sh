@@ -101,6 +101,43 @@ for b in $models; do
     run "$b cuda-host tp=2" "$tmp/$b.shard" "$tmp/$b-cudatp" 2 tp=2 "$tmp/$b-cpu"
 done
 
+# root = eigh's host threads (runtime/train.c, CuRoots): a step's due roots
+# from its start, beside the GPU's forward and backward.  The numbers are the
+# optimizer step's own: bitwise the same losses and checkpoint with the
+# threads off (SHARDC_ROOT_WORKER=0), with 2 threads that nap 50 ms before each
+# claim (SHARDC_TEST_ROOTS=starve: the optimizer step claims blocks too and
+# waits for those in progress), and on dp=2; the run's last lines count them
+threads() {
+  local d="$1" name="$2" ref="$tmp/threads-ref" k
+  train "$d" --steps 30 --log "$ref.jsonl" --save "$ref.st"
+  if [ $rc -ne 0 ] || ! grep -qE "^roots:    Shampoo's eigh roots of [0-9]+ blocks over the run: [1-9][0-9]* \([0-9]+%\) by host threads beside the GPU's forward and backward, [0-9]+ at the optimizer steps$" <<<"$out"; then
+    bad "$name: no host threads' roots line (exit $rc): $(grep -E '^roots|error' <<<"$out")"
+    return
+  fi
+  for k in off starve; do
+    if [ $k = off ]; then
+      SHARDC_ROOT_WORKER=0 train "$d" --steps 30 --log "$ref-$k.jsonl" --save "$ref-$k.st"
+      grep -q "^roots:" <<<"$out" && bad "$name: a roots line with the threads off"
+    else
+      SHARDC_ROOT_THREADS=2 SHARDC_TEST_ROOTS=starve:50 train "$d" --steps 30 --log "$ref-$k.jsonl" --save "$ref-$k.st"
+      grep -qE "^roots: .* by host threads .*, [1-9][0-9]* at the optimizer steps$" <<<"$out" ||
+        bad "$name: starved threads, but no roots at the optimizer steps: $(grep '^roots' <<<"$out")"
+    fi
+    if [ $rc -ne 0 ]; then bad "$name $k: exit $rc: $(tail -3 <<<"$out")"; continue; fi
+    if cmp -s "$ref.st" "$ref-$k.st" &&
+       cmp -s <(grep -o '"loss":[^,]*' "$ref.jsonl") <(grep -o '"loss":[^,]*' "$ref-$k.jsonl"); then
+      ok
+      printf '  %-36s %s\n' "$name, threads $k" "losses and checkpoint bitwise the same"
+    else
+      bad "$name: the host threads' roots differ from the optimizer step's ($k)"
+    fi
+  done
+}
+if [ -z "${OPTIM2_QUICK:-}" ]; then
+  [ -x "$tmp/gpt_shampoo-cuda1/train" ] && threads "$tmp/gpt_shampoo-cuda1" "gpt_shampoo cuda-host (1 rank)"
+  [ -n "$mpi" ] && [ -x "$tmp/gpt_shampoo-cuda2/train" ] && threads "$tmp/gpt_shampoo-cuda2" "gpt_shampoo cuda-host dp=2"
+fi
+
 # precision = bf16 (bf16 activations, fp32 masters, gradients and optimizer
 # state): 16 steps (preconditioning from step 5, the staggered roots from
 # step 15) against the cpu fp32 run's first 16 losses within 2e-2 relative,
