@@ -57,6 +57,12 @@
 #        twice each: the slowest step of the staggered runs against the
 #        unstaggered runs' median ordinary step (target: < 10%); reported,
 #        not counted as a failure (a measurement, not a correctness check).
+#    10. issue 13 on the GPU: Shampoo with root = eigh (LAPACK on the host)
+#        on the GPT d=512 x 8 layers, batch 16, one GPU, fp32, 24 steps:
+#        the roots at the optimizer step (SHARDC_ROOT_WORKER=0), on one host
+#        thread from the step's start beside the GPU's forward and backward
+#        (the default), and on 8 (SHARDC_ROOT_THREADS=8): the losses bitwise
+#        the same (counted), and the mean step of each (reported).
 #   bench/gpu_check.sh predict PROFILE.json [GPU_CHECK.txt]
 #                             back here: the predictions from the profile the
 #                             run wrote, beside the run's measured steps.
@@ -175,6 +181,14 @@ pack() {
       -o "$p/models/${v%%:*}" >"$p/models/${v%%:*}.build" 2>&1 || { cat "$p/models/${v%%:*}.build"; return 1; }
     strip "$p/models/${v%%:*}/train"
   done
+  # step 10: Shampoo with root = eigh on the GPU, its roots on host threads
+  sed -e "s/optimizer = adamw(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1)/optimizer = $sh)/" \
+    -e "s/steps = 8/steps = 1000/" -e "s/batch = 4,/batch = 16,/" "$root/bench/gpt_bench.shard" >"$g/sh_eigh.shard"
+  grep -q "optimizer = shampoo" "$g/sh_eigh.shard" && grep -q "batch = 16," "$g/sh_eigh.shard" ||
+    { echo "gpu_check pack: cannot set Shampoo and batch 16 in bench/gpt_bench.shard"; return 1; }
+  SHARDC_CUDA_ARCH=sm_90a "$bin" build "$g/sh_eigh.shard" --target cuda "${mesh[@]}" \
+    -o "$p/models/sh_eigh" >"$p/models/sh_eigh.build" 2>&1 || { cat "$p/models/sh_eigh.build"; return 1; }
+  strip "$p/models/sh_eigh/train"
   mkdir -p "$p/mpi-debs"
   # shellcheck disable=SC2086
   (cd "$p/mpi-debs" && apt-get download $MPI_DEBS >/dev/null 2>&1) ||
@@ -530,6 +544,41 @@ if main:
           f"slowest {max(main):.1f} ms ({100 * (max(main) / ordn - 1):+.1f}%)")
 PYEOF
     ) | tee -a "$res"
+  fi
+  say ""
+  say "## 10. Shampoo, root = eigh, on the GPU (GPT d=512 x 8, batch 16, fp32, 24 steps): the roots at the optimizer step, on 1 host thread from the step's start, on 8"
+  if [ ! -x "$w/models/sh_eigh/train" ]; then
+    say "(not run: no Shampoo program in the pack)"
+  else
+    local v
+    for v in sync:0:1 thread1:1:1 thread8:1:8; do
+      IFS=: read -r name on nth <<<"$v"
+      SHARDC_ROOT_WORKER=$on SHARDC_ROOT_THREADS=$nth timeout 150 "$w/models/sh_eigh/train" --steps 24 \
+        --data "$data" --log "$w/sh_$name.jsonl" >"$w/sh_$name.out" 2>&1 ||
+        say "  $name: exit $?: $(tail -3 "$w/sh_$name.out")"
+      grep "^roots:" "$w/sh_$name.out" | sed "s/^/  $name: /" | tee -a "$res"
+      keep "$w/sh_$name.out"
+    done
+    if [ -s "$w/sh_sync.jsonl" ] &&
+       [ "$(grep -o '"loss":[^,]*' "$w/sh_sync.jsonl")" = "$(grep -o '"loss":[^,]*' "$w/sh_thread1.jsonl")" ] &&
+       [ "$(grep -o '"loss":[^,]*' "$w/sh_sync.jsonl")" = "$(grep -o '"loss":[^,]*' "$w/sh_thread8.jsonl")" ]; then
+      pass=$((pass + 1))
+      say "PASS shampoo eigh: the host threads' roots give bitwise the optimizer step's losses (1 and 8 threads)"
+    else
+      fail=$((fail + 1))
+      say "FAIL shampoo eigh: the losses differ between the roots at the optimizer step and on host threads"
+    fi
+    python3 - "$w" <<'PYEOF' 2>&1 | tee -a "$res"
+import json, statistics, sys
+w = sys.argv[1]
+for name in ("sync", "thread1", "thread8"):
+    try:
+        ms = [r["step_ms"] for r in map(json.loads, open(f"{w}/sh_{name}.jsonl")) if r["step"] >= 4]
+    except OSError:
+        ms = []
+    if ms:
+        print(f"  {name:8s} mean step {statistics.mean(ms):8.1f} ms, median {statistics.median(ms):8.1f} ms, slowest {max(ms):8.1f} ms (steps 4..24)")
+PYEOF
   fi
   say ""
   say "$pass passed, $fail failed"
