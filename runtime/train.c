@@ -2119,6 +2119,8 @@ static void cu_roots_stop(Trainer *t) {
  * computed beside the GPU, how many the optimizer steps (every rank). */
 static void cu_roots_report(Trainer *t, int say) {
   CuRoots *c = t->cr;
+  if (t->pg->opt != RT_OPT_SHAMPOO || t->pg->root != RT_ROOT_EIGH || t->pg->f64)
+    return; /* (the same on every rank) */
   long mine[2] = {c ? c->by_threads : 0, c ? c->by_main : 0}, all[2] = {mine[0], mine[1]};
 #ifdef RT_TRAIN_MPI
   if (t->mesh)
