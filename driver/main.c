@@ -546,12 +546,6 @@ static bool profile_is_gpu(const char *device) {
  * given.  A profile of another kind of machine than the mesh's (a CPU's on
  * a GPU mesh, or the reverse) still prices the plans, as asked, with a
  * warning, once. */
-/* A time for a message: "855 ms", "1.02 s", "42.1 us". */
-static const char *secs(double s) {
-  return s >= 1 ? arena_printf("%.3g s", s) : s >= 1e-3 ? arena_printf("%.3g ms", s * 1e3)
-                                                        : arena_printf("%.3g us", s * 1e6);
-}
-
 static int hw_model(const Opts *o, const Module *m, HwModel *hw) {
   static bool warned;
   const Mesh *me = m->train.mesh;
@@ -961,13 +955,13 @@ static int run(Opts *o) {
     HwModel hw;
     double step, roots, newton;
     if (hw_model(o, m, &hw)) return 1;
-    if (cost_eigh_on_gpu(m, &hw, &step, &roots, &newton))
+    if (cost_eigh_on_gpu(m, &hw, NULL, &step, &roots, &newton))
       diag_warning(m->train.opt.root_loc,
                    "shampoo root = eigh on the cuda target runs each root inverse on the host "
                    "CPU (LAPACK, fp64): predicted %s of each %s step beyond what host threads "
                    "hide beside the GPU's forward and backward; root = newton runs them on the "
                    "GPU (fp64 GEMMs): predicted step %s",
-                   secs(roots), secs(step), secs(newton));
+                   cost_time_str(roots), cost_time_str(step), cost_time_str(newton));
   }
   if (!strcmp(o->cmd, "check")) return cg_check(m, target, &cgo) ? 1 : 0;
   if (o->dump_after) return 0;

@@ -1129,7 +1129,7 @@ static const char *opname(const PInstr *in) {
   }
 }
 
-static const char *ms(double s) {
+const char *cost_time_str(double s) {
   static char buf[8][24];
   static int k;
   char *b = buf[k++ & 7];
@@ -1142,22 +1142,24 @@ static const char *ms(double s) {
   return b;
 }
 
-int cost_eigh_on_gpu(const Module *m, const HwModel *hw, double *step_s, double *roots_s,
-                     double *newton_s) {
+int cost_eigh_on_gpu(const Module *m, const HwModel *hw, const CostResult *r, double *step_s,
+                     double *roots_s, double *newton_s) {
   const Optimizer *o = &m->train.opt;
-  CostResult r, rn;
+  CostResult own, rn;
   if (!o->kind || strcmp(o->kind, "shampoo") || o->root != RT_ROOT_EIGH || hw->vec_flops <= 0 ||
-      cost_module(m, hw, &r) || r.step_s <= 0)
+      (!r && cost_module(m, hw, &own)))
     return 0;
+  if (!r) r = &own;
+  if (r->step_s <= 0) return 0;
   double roots = 0;
-  for (int k = 0; k < r.nstages; k++)
-    if (r.stage[k].tail[COST_TAIL_ROOTS] > roots) roots = r.stage[k].tail[COST_TAIL_ROOTS];
+  for (int k = 0; k < r->nstages; k++)
+    if (r->stage[k].tail[COST_TAIL_ROOTS] > roots) roots = r->stage[k].tail[COST_TAIL_ROOTS];
   /* the same programs with Newton's roots priced (the placement's costs
    * weigh roots alike, so its choice would hardly move) */
   Module mn = *m;
   mn.train.opt.root = RT_ROOT_NEWTON;
-  if (roots < 0.1 * r.step_s || cost_module(&mn, hw, &rn) || rn.step_s >= r.step_s) return 0;
-  *step_s = r.step_s, *roots_s = roots, *newton_s = rn.step_s;
+  if (roots < 0.1 * r->step_s || cost_module(&mn, hw, &rn) || rn.step_s >= r->step_s) return 0;
+  *step_s = r->step_s, *roots_s = roots, *newton_s = rn.step_s;
   return 1;
 }
 
@@ -1168,7 +1170,7 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
   int M = p->mb > 0 ? p->mb : 1;
   fprintf(out, "%scost:     predicted step %s (%s), %.0f tokens/s, %.3g model FLOPs/step; "
                "%.1f%% pipeline bubble\n",
-          pf, ms(r.step_s), hw->source, r.step_s > 0 ? r.tokens / r.step_s : 0, r.model_flops,
+          pf, cost_time_str(r.step_s), hw->source, r.step_s > 0 ? r.tokens / r.step_s : 0, r.model_flops,
           100 * r.bubble_frac);
   int ndev = m->train.mesh ? m->train.mesh->ndev : 1;
   if (r.step_s > 0)
@@ -1176,12 +1178,12 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
             r.model_flops / r.step_s / ndev / 1e12, 100 * r.model_flops / r.step_s / ndev / hw->peak,
             hw->peak / 1e12);
   double es, er, en;
-  if (cost_eigh_on_gpu(m, hw, &es, &er, &en))
+  if (cost_eigh_on_gpu(m, hw, &r, &es, &er, &en))
     fprintf(out, "%s          roots: Shampoo's root = eigh runs each root on the host CPU (LAPACK, "
                  "fp64), %s of the step beyond what host threads hide beside the GPU's forward "
                  "and backward; root = newton runs them on the GPU (fp64 GEMMs): predicted "
                  "step %s\n",
-            pf, ms(er), ms(en));
+            pf, cost_time_str(er), cost_time_str(en));
   /* an LM head the precision pass padded (passes/precision.c, pad_heads):
    * its persistent copy, or (ZeRO-3) its casts before each reader */
   const Graph *g = m->graph;
@@ -1237,7 +1239,7 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
               vocab ? arena_printf(" (the unused rows kept out of the loss by "
                                    "`cross_entropy(..., classes = %" PRId64 ")`)", bad)
                     : "",
-              ms(ra.step_s));
+              cost_time_str(ra.step_s));
   }
   for (int k = 0; k < r.nstages; k++) {
     const RankProg *rp = m->rprog[k];
@@ -1246,10 +1248,10 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
             pf, k, r.nstages > 1 ? " (pipeline)" : "",
             r.stage[k].cast_s > 0
                 ? arena_printf("weight casts%s %s per step, ",
-                               rp->mem->wcopy_gathered ? " and gathers" : "", ms(r.stage[k].cast_s))
+                               rp->mem->wcopy_gathered ? " and gathers" : "", cost_time_str(r.stage[k].cast_s))
                 : "",
-            ms(r.stage[k].fwd_s), ms(r.stage[k].bwd_s), M,
-            ms(r.stage[k].comm_s), ms(r.stage[k].step_s), ms(r.stage[k].busy_s), ms(r.stage[k].end_s));
+            cost_time_str(r.stage[k].fwd_s), cost_time_str(r.stage[k].bwd_s), M,
+            cost_time_str(r.stage[k].comm_s), cost_time_str(r.stage[k].step_s), cost_time_str(r.stage[k].busy_s), cost_time_str(r.stage[k].end_s));
     /* the step tail by part */
     const double *tl = r.stage[k].tail;
     static const char *const tname[COST_TAIL_N] = {
@@ -1260,11 +1262,11 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
     const char *sep = " ";
     for (int part = 0; part < COST_TAIL_N; part++) {
       if (!tname[part] || tl[part] <= 0) continue;
-      fprintf(out, "%s%s %s", sep, tname[part], ms(tl[part]));
+      fprintf(out, "%s%s %s", sep, tname[part], cost_time_str(tl[part]));
       if (part == COST_TAIL_OPT && (tl[COST_TAIL_ROOTS] > 0 || tl[COST_TAIL_HIDDEN] > 0))
-        fprintf(out, " (Shampoo's roots %s of it%s)", ms(tl[COST_TAIL_ROOTS]),
+        fprintf(out, " (Shampoo's roots %s of it%s)", cost_time_str(tl[COST_TAIL_ROOTS]),
                 tl[COST_TAIL_HIDDEN] > 0
-                    ? arena_printf(", and %s by the root worker in idle time", ms(tl[COST_TAIL_HIDDEN]))
+                    ? arena_printf(", and %s by the root worker in idle time", cost_time_str(tl[COST_TAIL_HIDDEN]))
                     : "");
       sep = ", ";
     }
@@ -1302,7 +1304,7 @@ void cost_report(FILE *out, const Module *m, const HwModel *hw, const char *pf) 
     for (int a = 0; a < nops; a++) tot += t[a];
     for (int a = 0; a < nops; a++)
       if (t[a] > 0)
-        fprintf(out, "%s    %-30s %4.0f x  %10s per microbatch  %5.1f%%\n", pf, name[a], c[a], ms(t[a]),
+        fprintf(out, "%s    %-30s %4.0f x  %10s per microbatch  %5.1f%%\n", pf, name[a], c[a], cost_time_str(t[a]),
                 tot > 0 ? 100 * t[a] / tot : 0);
   }
 }

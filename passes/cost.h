@@ -213,8 +213,11 @@ void cost_axis_group(const Plan *p, int axis, int *size, int *stride);
  * When that rest is over a tenth of the predicted step and root = newton
  * (fp64 GEMMs on the GPU) would be faster: 1, with the step, the roots' part
  * of it (the slowest rank's) and the step with root = newton; else 0. */
-int cost_eigh_on_gpu(const Module *m, const HwModel *hw, double *step_s, double *roots_s,
-                     double *newton_s);
+int cost_eigh_on_gpu(const Module *m, const HwModel *hw, const CostResult *r, double *step_s,
+                     double *roots_s, double *newton_s);
+/* A time for people: "1.015 s", "702.802 ms", "42.1 us" (arena-free, one of
+ * 8 rotating buffers). */
+const char *cost_time_str(double s);
 
 /* The predicted times beside the plan (--emit=plan): step, tokens/s, MFU,
  * per pipeline rank its forward, backward and step, per op its time. */

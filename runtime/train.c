@@ -1517,6 +1517,20 @@ static RtShampooArgs blocked_args(const Trainer *t, long step, double lr, double
 #define AF_ZERO(p, n) memset((p), 0, sizeof(float) * (n))
 #endif
 
+#if defined(RT_TRAIN_CUDA) || defined(RT_ROOT_WORKER)
+/* Block (bi, bj) of preconditioned parameter p: the byte offset in the
+ * arena of its factors L (r x r) and R (c x c), which its roots L^-1/4 and
+ * R^-1/4 follow (as many bytes again, f32). */
+static size_t block_factors(const Trainer *t, const RtParam *p, int64_t bi, int64_t bj,
+                            int64_t *r, int64_t *c) {
+  const RtProgram *pg = t->pg;
+  const int64_t R = p->shape[0], C = p->shape[1];
+  *r = rt_shampoo_bsize(R, pg->block, bi), *c = rt_shampoo_bsize(C, pg->block, bj);
+  return (size_t)p->opt +
+         4 * (size_t)rt_shampoo_factors_off(R, C, pg->block, bi, bj, pg->beta1 > 0, pg->graft);
+}
+#endif
+
 /* The roots of block (bi, bj) of parameter p from its factors as they are. */
 static int unit_roots(Trainer *t, const RtParam *p, int64_t bi, int64_t bj,
                       const RtShampooArgs *a) {
@@ -1530,12 +1544,8 @@ static int unit_roots(Trainer *t, const RtParam *p, int64_t bi, int64_t bj,
                                     p->ndim, p->shape, bi, bj, a);
   /* eigh: on the host mirror, with the cpu's LAPACK (rtc_optim.h says why):
    * the block's factors L, R down, its roots L^-1/4, R^-1/4 (after them) up */
-  const int64_t R = p->shape[0], C = p->shape[1];
-  const int64_t r = rt_shampoo_bsize(R, pg->block, bi), c = rt_shampoo_bsize(C, pg->block, bj);
-  const size_t off =
-      (size_t)p->opt +
-      4 * (size_t)rt_shampoo_factors_off(R, C, pg->block, bi, bj, pg->beta1 > 0, pg->graft);
-  const size_t fb = 4 * (size_t)(r * r + c * c);
+  int64_t r, c;
+  const size_t off = block_factors(t, p, bi, bj, &r, &c), fb = 4 * (size_t)(r * r + c * c);
   rtc_to_host(t->arena + off, t->dev + off, fb);
   int rc = rt_shampoo_unit_roots_f32((float *)(t->arena + p->opt), t->arena + pg->opt_work_offset,
                                      p->ndim, p->shape, bi, bj, a);
@@ -1750,11 +1760,8 @@ static void *root_worker(void *arg) {
       pthread_cond_broadcast(&w->cv);
       continue;
     }
-    const RtParam *p = &pg->params[j.i];
-    const int64_t R = p->shape[0], C = p->shape[1];
-    const int64_t r = rt_shampoo_bsize(R, pg->block, j.bi), c = rt_shampoo_bsize(C, pg->block, j.bj);
-    float *L = (float *)(t->arena + p->opt) +
-               rt_shampoo_factors_off(R, C, pg->block, j.bi, j.bj, pg->beta1 > 0, pg->graft);
+    int64_t r, c;
+    float *L = (float *)(t->arena + block_factors(t, &pg->params[j.i], j.bi, j.bj, &r, &c));
     memcpy(Lc, L, (size_t)(r * r) * sizeof *L);
     memcpy(Rc, L + r * r, (size_t)(c * c) * sizeof *L);
     const long g = w->gen;
@@ -1910,12 +1917,8 @@ struct CuRoots {
 /* Job j's two roots from the host mirror's factors of its block, into the
  * mirror's roots of it, with workspace w. */
 static int cu_roots_job(Trainer *t, const RootJob *j, unsigned char *w, const RtShampooArgs *a) {
-  const RtProgram *pg = t->pg;
-  const RtParam *p = &pg->params[j->i];
-  const int64_t R = p->shape[0], C = p->shape[1];
-  const int64_t r = rt_shampoo_bsize(R, pg->block, j->bi), c = rt_shampoo_bsize(C, pg->block, j->bj);
-  float *L = (float *)(t->arena + p->opt) +
-             rt_shampoo_factors_off(R, C, pg->block, j->bi, j->bj, pg->beta1 > 0, pg->graft);
+  int64_t r, c;
+  float *L = (float *)(t->arena + block_factors(t, &t->pg->params[j->i], j->bi, j->bj, &r, &c));
   float *Rf = L + r * r, *Lr = Rf + c * c, *Rr = Lr + r * r;
   return rt_shampoo_roots_f32(L, Rf, Lr, Rr, r, c, w, a);
 }
@@ -1923,13 +1926,10 @@ static int cu_roots_job(Trainer *t, const RootJob *j, unsigned char *w, const Rt
 /* Job j's block in the arena: the byte offset of its factors (L, R), and
  * their bytes (the roots L^-1/4, R^-1/4 follow, as many). */
 static size_t cu_roots_span(const Trainer *t, const RootJob *j, size_t *bytes) {
-  const RtProgram *pg = t->pg;
-  const RtParam *p = &pg->params[j->i];
-  const int64_t R = p->shape[0], C = p->shape[1];
-  const int64_t r = rt_shampoo_bsize(R, pg->block, j->bi), c = rt_shampoo_bsize(C, pg->block, j->bj);
+  int64_t r, c;
+  const size_t off = block_factors(t, &t->pg->params[j->i], j->bi, j->bj, &r, &c);
   *bytes = 4 * (size_t)(r * r + c * c);
-  return (size_t)p->opt +
-         4 * (size_t)rt_shampoo_factors_off(R, C, pg->block, j->bi, j->bj, pg->beta1 > 0, pg->graft);
+  return off;
 }
 
 static void *cu_roots_thread(void *arg) {
