@@ -134,6 +134,12 @@ threads() {
   done
 }
 if [ -z "${OPTIM2_QUICK:-}" ]; then
+  # a bad thread count stops the run before its first step, saying so
+  if [ -x "$tmp/gpt_shampoo-cuda1/train" ]; then
+    SHARDC_ROOT_THREADS=17 train "$tmp/gpt_shampoo-cuda1" --steps 2
+    if [ $rc = 1 ] && grep -q "^train: error: SHARDC_ROOT_THREADS must be a number of threads from 1 to 16, got '17'$" <<<"$out" &&
+       ! grep -q "^step 1" <<<"$out"; then ok; else bad "SHARDC_ROOT_THREADS=17: exit $rc: $(tail -2 <<<"$out")"; fi
+  fi
   [ -x "$tmp/gpt_shampoo-cuda1/train" ] && threads "$tmp/gpt_shampoo-cuda1" "gpt_shampoo cuda-host (1 rank)"
   [ -n "$mpi" ] && [ -x "$tmp/gpt_shampoo-cuda2/train" ] && threads "$tmp/gpt_shampoo-cuda2" "gpt_shampoo cuda-host dp=2"
 fi
