@@ -89,6 +89,14 @@ static void heap_down(PhaseLoad *h, int n, int i) {
   }
 }
 
+/* A parameter's full shape (a tensor-parallel shard's unsplit one) into d:
+ * true where Shampoo preconditions it (a matrix), its blocks defined on d. */
+static bool shampoo_full_dims(const Value *v, int64_t d[IR_MAXDIM]) {
+  const Shape *full = v->gshape.ndim == v->shape.ndim ? &v->gshape : &v->shape;
+  for (int k = 0; k < full->ndim; k++) d[k] = full->d[k].n;
+  return rt_shampoo_preconditioned(full->ndim, d);
+}
+
 /* The phase of every block of the model, sorted by (name, b) for lookup. */
 static PhaseBlock *model_phases(const Module *m, int *nout) {
   const Optimizer *o = &m->train.opt;
@@ -97,10 +105,8 @@ static PhaseBlock *model_phases(const Module *m, int *nout) {
   PhaseBlock *pb = NULL;
   for (int i = 0; w && i < w->params.len; i++) {
     const Value *v = w->params.data[i];
-    const Shape *full = v->gshape.ndim == v->shape.ndim ? &v->gshape : &v->shape; /* tp: unsplit */
     int64_t d[IR_MAXDIM];
-    for (int k = 0; k < full->ndim; k++) d[k] = full->d[k].n;
-    if (!rt_shampoo_preconditioned(full->ndim, d)) continue;
+    if (!shampoo_full_dims(v, d)) continue;
     int64_t nbr = rt_shampoo_nblocks(d[0], o->block), nbc = rt_shampoo_nblocks(d[1], o->block);
     for (int64_t bi = 0; bi < nbr; bi++)
       for (int64_t bj = 0; bj < nbc; bj++) {
@@ -296,12 +302,8 @@ static int64_t tp_piece(const Plan *pl, const Value *p, int d, int j) {
 static int64_t model_blocks(const Graph *g, int64_t block) {
   int64_t n = 0;
   for (int i = 0; i < g->params.len; i++) {
-    const Value *p = g->params.data[i];
-    const Shape *full = p->gshape.ndim == p->shape.ndim ? &p->gshape : &p->shape;
-    int64_t d[2] = {0, 0};
-    if (full->ndim != 2) continue;
-    d[0] = full->d[0].n, d[1] = full->d[1].n;
-    if (rt_shampoo_preconditioned(2, d))
+    int64_t d[IR_MAXDIM];
+    if (shampoo_full_dims(g->params.data[i], d))
       n += rt_shampoo_nblocks(d[0], block) * rt_shampoo_nblocks(d[1], block);
   }
   return n;

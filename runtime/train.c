@@ -1529,6 +1529,16 @@ static size_t block_factors(const Trainer *t, const RtParam *p, int64_t bi, int6
   return (size_t)p->opt +
          4 * (size_t)rt_shampoo_factors_off(R, C, pg->block, bi, bj, pg->beta1 > 0, pg->graft);
 }
+
+/* Tests (SHARDC_TEST_ROOTS=starve[:MS]): the ms a root thread sleeps on
+ * every block it claims, so that the optimizer step takes blocks over; 0
+ * without the hook.  MS outside 1..600000 (or none) is 30. */
+static long test_roots_starve_ms(void) {
+  const char *test = getenv("SHARDC_TEST_ROOTS");
+  if (!test || strncmp(test, "starve", 6)) return 0;
+  long ms = test[6] == ':' ? atol(test + 7) : 30;
+  return ms >= 1 && ms <= 600000 ? ms : 30;
+}
 #endif
 
 /* The roots of block (bi, bj) of parameter p from its factors as they are. */
@@ -1810,10 +1820,8 @@ static RootWorker *root_worker_lock(Trainer *t, long step) {
     w->scratch = t->arena + pg->root_work_offset;
     w->taken = -1;
     const char *test = getenv("SHARDC_TEST_ROOTS");
-    w->test = !test ? 0 : !strcmp(test, "wait") ? 1 : !strncmp(test, "starve", 6) ? 2 : 0;
-    w->nap_ms = w->test == 2 && test[6] == ':' ? atol(test + 7) : 30;
-    if (w->nap_ms < 0 || w->nap_ms > 600000)
-      w->nap_ms = 30;
+    w->nap_ms = test_roots_starve_ms();
+    w->test = w->nap_ms ? 2 : test && !strcmp(test, "wait") ? 1 : 0;
     if (pthread_mutex_init(&w->mu, NULL) || pthread_cond_init(&w->cv, NULL))
       fail(t, "cannot create the lock of Shampoo's root worker");
     t->rw = w;
@@ -1991,12 +1999,7 @@ static CuRoots *cu_roots_get(Trainer *t) {
     }
     want = (int)v;
   }
-  const char *test = getenv("SHARDC_TEST_ROOTS");
-  if (test && !strncmp(test, "starve", 6)) {
-    c->nap_ms = test[6] == ':' ? atol(test + 7) : 30;
-    if (c->nap_ms <= 0 || c->nap_ms > 600000)
-      c->nap_ms = 30;
-  }
+  c->nap_ms = test_roots_starve_ms();
   c->a = blocked_args(t, 1, 0, 1);
   c->a.work_elems = 0;
   int64_t dbl, ints;
