@@ -624,17 +624,48 @@ static bool is16(const Value *v) { return v && ir_dtype_size(v->dtype) == 2; }
 
 static int64_t nbytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
-/* v's readers and writers in the chunk's graph: only r reads it, only w writes it */
-static bool sole_use(const Graph *g, const Value *v, const Node *r, const Node *w) {
-  const Value *rv = root((Value *)v);
+/* The nodes of a chunk's graph that read and that write each storage (a
+ * value's root, by id): NULL none, USES_SEVERAL two or more. */
+typedef struct Uses {
+  const Node **rd, **wr;
+  int nv;
+} Uses;
+static const Node uses_several;
+#define USES_SEVERAL (&uses_several)
+
+static void uses_add(const Node **t, int nv, const Value *v, const Node *n) {
+  if (!v || (v = root((Value *)v))->id < 0 || v->id >= nv) return;
+  t[v->id] = !t[v->id] || t[v->id] == n ? n : USES_SEVERAL;
+}
+
+static Uses uses_of(const Graph *g) {
+  Uses u = {NULL, NULL, g->values.len};
+  u.rd = arena_alloc(sizeof *u.rd * (size_t)(u.nv + 1));
+  u.wr = arena_alloc(sizeof *u.wr * (size_t)(u.nv + 1));
   for (int i = 0; i < g->nodes.len; i++) {
+    const Node *n = g->nodes.data[i];
+    for (int k = 0; k < n->nin; k++) uses_add(u.rd, u.nv, n->in[k], n);
+    for (int k = 0; k < n->nout; k++) uses_add(u.wr, u.nv, n->outs[k], n);
+  }
+  return u;
+}
+
+/* v's storage in the chunk's graph: only r reads it, only w writes it, and
+ * v is the storage itself (no view) */
+static bool sole_use(const Graph *g, const Uses *u, const Value *v, const Node *r,
+                     const Node *w) {
+  const Value *rv = root((Value *)v);
+  if (v != rv) return false;
+  if (rv->id >= 0 && rv->id < u->nv && g->values.data[rv->id] == rv)
+    return (!u->rd[rv->id] || u->rd[rv->id] == r) && (!u->wr[rv->id] || u->wr[rv->id] == w);
+  for (int i = 0; i < g->nodes.len; i++) { /* a value of another graph: scan */
     const Node *n = g->nodes.data[i];
     for (int k = 0; k < n->nin; k++)
       if (n->in[k] && root(n->in[k]) == rv && n != r) return false;
     for (int k = 0; k < n->nout; k++)
       if (n->outs[k] && root(n->outs[k]) == rv && n != w) return false;
   }
-  return v == rv;
+  return true;
 }
 
 /* Whether the buffers of a and b share bytes (a pipeline's stash slots lie
@@ -661,7 +692,7 @@ static bool zeroes_whole(const PInstr *in, PRef r, const Value *v) {
  * GELU backward's, and both are zeroed whole first.  Not for SUMMA, split
  * norms, ring attention, a padded head, or an instruction that waits for a
  * gather ahead. */
-static int gemm_pair(const Graph *g, const PInstr *a, const PInstr *b) {
+static int gemm_pair(const Graph *g, const Uses *u, const PInstr *a, const PInstr *b) {
   if (a->kind != PI_KERNEL || !a->n || !b->n || b->wait) return PJ_NONE;
   const Node *m = a->n, *n = b->n;
   if (ir_summa_q(m) || ir_norm_split(m) || (m->nout > 1 && ir_ring_size(m) > 1)) return PJ_NONE;
@@ -689,7 +720,7 @@ static int gemm_pair(const Graph *g, const PInstr *a, const PInstr *b) {
     return PJ_GELU;
   if (m->op == OP_MATMUL_BWD && n->op == OP_GELU_BWD && m->outs[0] && n->outs[0] &&
       same_ref(b->in[0], a->out[0]) && !prog_head_rows_padded(m) &&
-      is16(m->in[0]) == is16(n->outs[0]) && sole_use(g, m->outs[0], n, m) &&
+      is16(m->in[0]) == is16(n->outs[0]) && sole_use(g, u, m->outs[0], n, m) &&
       zeroes_whole(a, a->out[0], m->outs[0]) && zeroes_whole(b, b->out[0], n->outs[0]) &&
       !overlap(b->out[0], a->in[0]) && !overlap(b->out[0], a->in[2]) &&
       !overlap(b->out[0], b->in[1]) && !overlap(b->out[0], a->out[0]))
@@ -697,9 +728,9 @@ static int gemm_pair(const Graph *g, const PInstr *a, const PInstr *b) {
   return PJ_NONE;
 }
 
-static void mark_pairs(const Graph *g, PBlock *bl) {
+static void mark_pairs(const Graph *g, const Uses *u, PBlock *bl) {
   for (int j = 0; j + 1 < bl->n; j++)
-    if ((bl->ins[j + 1].joint = gemm_pair(g, &bl->ins[j], &bl->ins[j + 1]))) {
+    if ((bl->ins[j + 1].joint = gemm_pair(g, u, &bl->ins[j], &bl->ins[j + 1]))) {
       bl->ins[j + 1].joint_with = bl->ins[j].n;
       j++;
     }
@@ -750,8 +781,9 @@ static void build_chunk(B *b, int k0) {
     if (g->recv_act[i]->grad) pipe_msg(b, &c->bwd, PI_SEND, g->recv_act[i]->grad, vs - 1, vs - 1, true);
   gathers_ahead(&c->fwd);
   gathers_ahead(&c->bwd);
-  mark_pairs(g, &c->fwd);
-  mark_pairs(g, &c->bwd);
+  const Uses u = uses_of(g);
+  mark_pairs(g, &u, &c->fwd);
+  mark_pairs(g, &u, &c->bwd);
   /* the forward's result */
   c->loss_slot = -1;
   Node *ld = g->loss->def;
@@ -800,16 +832,56 @@ static int holders(const Plan *pl, const Value *p) {
   return h;
 }
 
+/* An open-addressed table by address (values of several stages' graphs
+ * may meet in one rank's tables, so not by id), each key with the first
+ * and last of something and a position. */
+typedef struct PtrSlot {
+  const void *key;
+  int first, pos, last;
+} PtrSlot;
+typedef struct PtrMap {
+  PtrSlot *t;
+  size_t mask;
+} PtrMap;
+
+static PtrMap ptrmap_new(size_t n) {
+  size_t cap = 16;
+  while (cap < 2 * n) cap *= 2;
+  return (PtrMap){arena_alloc(sizeof(PtrSlot) * cap), cap - 1};
+}
+
+/* key's slot: key NULL where it is not in the table (fill it there) */
+static PtrSlot *ptrmap_slot(const PtrMap *pm, const void *key) {
+  size_t h = ((uintptr_t)key >> 4) * 0x9E3779B97F4A7C15ull;
+  for (size_t i = h >> 20 & pm->mask;; i = (i + 1) & pm->mask)
+    if (!pm->t[i].key || pm->t[i].key == key) return &pm->t[i];
+}
+
+/* Each parameter of the rank's buckets: the first bucket and position that
+ * hold it, and the last bucket. */
+static PtrMap bucket_map(const PtrVec *buckets) {
+  size_t n = 0;
+  for (int k = 0; k < buckets->len; k++) n += (size_t)((const Bucket *)buckets->data[k])->params.len;
+  PtrMap bm = ptrmap_new(n);
+  for (int k = 0; k < buckets->len; k++) {
+    const Bucket *bk = buckets->data[k];
+    for (int j = 0; j < bk->params.len; j++) {
+      PtrSlot *e = ptrmap_slot(&bm, bk->params.data[j]);
+      if (!e->key) *e = (PtrSlot){bk->params.data[j], k, j, k};
+      e->last = k;
+    }
+  }
+  return bm;
+}
+
 /* A parameter's byte offset in the arena, or where only its bucket's chunk
  * is stored (RankProg.pshard) in the flat bucket layout. */
-static int64_t param_offset(const B *b, const Value *p) {
+static int64_t param_offset(const B *b, const PtrMap *bm, const Value *p) {
   if (!b->p->pshard) return p->offset * b->scale;
-  for (int k = 0; k < b->p->buckets->len; k++) {
-    const Bucket *bk = b->p->buckets->data[k];
-    for (int j = 0; j < bk->params.len; j++)
-      if (bk->params.data[j] == p) return (bk->flat + bk->pos[j]) * 4 * b->scale;
-  }
-  return -1;
+  const PtrSlot *e = ptrmap_slot(bm, p);
+  if (!e->key) return -1;
+  const Bucket *bk = b->p->buckets->data[e->first];
+  return (bk->flat + bk->pos[e->pos]) * 4 * b->scale;
 }
 
 static void param_table(B *b, PtrVec *ps) {
@@ -819,13 +891,14 @@ static void param_table(B *b, PtrVec *ps) {
   const Plan *pl = &b->m->train.plan;
   p->nparam = ps->len;
   p->param = arena_alloc(sizeof(PParam) * (size_t)(ps->len + 1));
+  const PtrMap bm = bucket_map(p->buckets);
   for (int i = 0; i < ps->len; i++) {
     Value *v = ps->data[i];
     PParam *q = &p->param[i];
     bool sharded = p->zero >= 1;
     int64_t stride = (numel(v) * 4 + 63) / 64 * 64 * b->scale;
     q->v = v;
-    q->offset = param_offset(b, v);
+    q->offset = param_offset(b, &bm, v);
     q->grad = v->grad ? v->grad->offset * b->scale : -1;
     /* (ZeRO with shampoo or adafactor: the state on the parameter's owner,
      * zero.c owner_state) */
@@ -835,12 +908,8 @@ static void param_table(B *b, PtrVec *ps) {
     q->std = init_std(v, p->nscaled);
     int h = holders(pl, v);
     q->norm_w = v->pp_shared && p->rank > 0 ? 0.0 : 1.0 / h;
-    q->bucket = 0;
-    for (int k = 0; k < p->buckets->len && p->zero >= 0; k++) {
-      const Bucket *bk = p->buckets->data[k];
-      for (int j = 0; j < bk->params.len; j++)
-        if (bk->params.data[j] == v) q->bucket = k;
-    }
+    const PtrSlot *e = ptrmap_slot(&bm, v);
+    q->bucket = e->key && p->zero >= 0 ? e->last : 0;
   }
   /* Shampoo stagger = true: each block's root phase (passes/optplace.c) */
   const Value **vs = arena_alloc(sizeof *vs * (size_t)(ps->len + 1));
@@ -862,6 +931,11 @@ static void global_table(B *b) {
   bool *grad = arena_alloc(sizeof(bool) * (size_t)(ng + 1));
   for (int i = 0; i < ng; i++) p->global[i].owner = p->global[i].local = -1;
   if (m->nstages > 1) {
+    PtrMap loc = ptrmap_new((size_t)p->nparam); /* the rank's parameter tables: the last index */
+    for (int j = 0; j < p->nparam; j++) {
+      PtrSlot *e = ptrmap_slot(&loc, p->param[j].v);
+      e->key = p->param[j].v, e->last = j;
+    }
     for (int s = m->nstages - 1; s >= 0; s--) {
       Graph *sg = m->stages[s];
       for (int i = 0; i < sg->params.len; i++) {
@@ -870,8 +944,8 @@ static void global_table(B *b) {
         gl->owner = s % m->train.plan.pp; /* the pipeline rank (interleaved: of chunk s / pp) */
         grad[q->gidx] |= q->grad != NULL;
         gl->v = q;
-        for (int j = 0; j < p->nparam; j++)
-          if (p->param[j].v == q) gl->local = j;
+        const PtrSlot *e = ptrmap_slot(&loc, q);
+        if (e->key) gl->local = e->last;
       }
     }
   } else {

@@ -272,11 +272,31 @@ static double seg_cost(const Chooser *ch, int k, int a, int b, double fa, double
   return fb - fa + (ca ? ca->extra : 0) + (cb ? cb->extra : 0);
 }
 
+/* A floor under seg_cost of a stage between cuts ca and cb (not the
+ * last), which does not fall as ca moves to an earlier cut: its FLOPs, or
+ * by memory its estimate without the extra crossing bytes. */
+static double seg_floor(const Chooser *ch, int k, const Cut *ca, const Cut *cb) {
+  if (ch->by) return ch->mem ? stage_mem_of(ch->m, ch->sm, k, ca->at, cb->at) : 0;
+  return cb->before - ca->before;
+}
+
 /* Which cuts a search may take: tier 0, between layers with one tensor
  * crossing (as before cuts inside layers existed); 1, inside layers too; 2,
  * where several tensors cross too. */
 static bool cut_in_tier(const Cut *c, int tier) {
   return tier >= 2 || (c->nv == 1 && (tier >= 1 || !c->inside));
+}
+
+/* The last of cuts[0 .. n) whose FLOPs before it are at most x (the
+ * cuts are in the order of the nodes); -1 if none. */
+static int last_cut_before(const Cut *cuts, int n, double x) {
+  int lo = -1, hi = n - 1; /* cuts[lo] is at most x, the answer is at most hi */
+  while (lo < hi) {
+    int mid = hi - (hi - lo) / 2;
+    if (cuts[mid].before <= x) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 /* limit < 0: the cuts (of tier `tier`, cut_in_tier) that minimise the
@@ -301,6 +321,21 @@ static double choose_cuts(const Chooser *ch, int tier, double limit, int *chosen
   ((bc) < 0 ||                                                                               \
    (limit < 0 ? (c) < (bc) || ((c) == (bc) && ((ni) < (bni) || ((ni) == (bni) && (nb) < (bnb)))) \
               : (ni) < (bni) || ((ni) == (bni) && ((nb) < (bnb) || ((nb) == (bnb) && (c) < (bc))))))
+  /* stage k from cut i to cut j after the best k stages up to cut i */
+#define TRY(i_)                                                                              \
+  do {                                                                                       \
+    const int ii = (i_);                                                                     \
+    if (B(k - 1, ii) < 0) break;                                                             \
+    double seg = seg_cost(ch, k, cuts[ii].at, cuts[j].at, cuts[ii].before, cuts[j].before,   \
+                          &cuts[ii], &cuts[j]);                                              \
+    if (limit >= 0 && seg > limit) break;                                                    \
+    double c = seg > B(k - 1, ii) ? seg : B(k - 1, ii);                                      \
+    int ni = NI(k - 1, ii) + cuts[j].inside;                                                 \
+    double nb = NB(k - 1, ii) + cuts[j].bytes;                                               \
+    if (BETTER(c, ni, nb, B(k, j), NI(k, j), NB(k, j)) ||                                    \
+        (c == B(k, j) && ni == NI(k, j) && nb == NB(k, j)))                                  \
+      B(k, j) = c, FR(k, j) = ii, NI(k, j) = ni, NB(k, j) = nb;                              \
+  } while (0)
   for (int j = 0; j < nc; j++) {
     double c = seg_cost(ch, 0, 0, cuts[j].at, 0, cuts[j].before, NULL, &cuts[j]);
     bool ok = cut_in_tier(&cuts[j], tier) && (limit < 0 || c <= limit);
@@ -310,16 +345,34 @@ static double choose_cuts(const Chooser *ch, int tier, double limit, int *chosen
     for (int j = 0; j < nc; j++) {
       B(k, j) = -1;
       if (!cut_in_tier(&cuts[j], tier)) continue;
-      for (int i = 0; i < j; i++) {
-        if (B(k - 1, i) < 0) continue;
-        double seg = seg_cost(ch, k, cuts[i].at, cuts[j].at, cuts[i].before, cuts[j].before,
-                              &cuts[i], &cuts[j]);
-        if (limit >= 0 && seg > limit) continue;
-        double c = seg > B(k - 1, i) ? seg : B(k - 1, i);
-        int ni = NI(k - 1, i) + cuts[j].inside;
-        double nb = NB(k - 1, i) + cuts[j].bytes;
-        if (BETTER(c, ni, nb, B(k, j), NI(k, j), NB(k, j)))
-          B(k, j) = c, FR(k, j) = i, NI(k, j) = ni, NB(k, j) = nb;
+      /* Only the cuts i that can win are tried (deep models: linear in
+       * the cuts near the balance, not in all of them).  Nearest first: a
+       * stage's cost is at least seg_floor, which only grows as its first
+       * cut moves back, so the walk stops where it passes the limit or the
+       * best cost so far.  By FLOPs, the costliest of the k stages before
+       * cut i costs at least 1/k of the FLOPs before it, so the walk starts
+       * at the last cut under k times the limit, or the best cost of the
+       * cuts beside the balance point.
+       * An equal candidate further back replaces the one found: the choice
+       * is the first among equals, as a forward scan makes it. */
+      int top = j - 1;
+      if (!ch->by) {
+        double t = limit;
+        if (limit < 0) {
+          /* the cuts of the tier on either side of the balance point */
+          int lo = last_cut_before(cuts, j, cuts[j].before * k / (k + 1)), hi = lo + 1;
+          while (lo >= 0 && B(k - 1, lo) < 0) lo--;
+          while (hi < j && B(k - 1, hi) < 0) hi++;
+          if (lo >= 0) TRY(lo);
+          if (hi < j) TRY(hi);
+          t = B(k, j);
+        }
+        if (t >= 0) top = last_cut_before(cuts, j, k * t * (1 + 1e-9));
+      }
+      for (int i = top; i >= 0; i--) {
+        double fl = seg_floor(ch, k, &cuts[i], &cuts[j]);
+        if (limit >= 0 ? fl > limit : B(k, j) >= 0 && fl > B(k, j)) break;
+        TRY(i);
       }
     }
   int bestj = -1, bestni = 0;
@@ -335,6 +388,7 @@ static double choose_cuts(const Chooser *ch, int tier, double limit, int *chosen
   if (bestj >= 0)
     for (int k = S - 2, j = bestj; k >= 0; j = FR(k, j), k--) chosen[k] = j;
   return bestc;
+#undef TRY
 #undef BETTER
 #undef NB
 #undef NI
@@ -456,16 +510,51 @@ int pass_stage(Module *m) {
       plast[v->id] = i;
     }
   }
+  /* reach[i]: the last reader of the parameters node i reads first (-1:
+   * none); a cut at i is inside a parameter's readers when one of the
+   * layer's nodes before i has reach >= i */
+  int *reach = arena_alloc(sizeof(int) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) reach[i] = -1;
+  for (int k = 0; k < g->params.len; k++) {
+    const Value *v = g->params.data[k];
+    if (pfirst[v->id] >= 0 && plast[v->id] > reach[pfirst[v->id]])
+      reach[pfirst[v->id]] = plast[v->id];
+  }
+  /* The activations crossing node i's boundary (cross[i] of them), kept
+   * as the walk passes their definition and last reader: a list linked
+   * through lnext/lprev (-1 ends it), each added at def_at + 1 and dropped
+   * at last + 1 (bucket lists through anext, rnext). */
+  int *lnext = arena_alloc(sizeof(int) * (size_t)nv), *lprev = arena_alloc(sizeof(int) * (size_t)nv);
+  int *ahead = arena_alloc(sizeof(int) * (size_t)(n + 2)), *rhead = arena_alloc(sizeof(int) * (size_t)(n + 2));
+  int *anext = arena_alloc(sizeof(int) * (size_t)nv), *rnext = arena_alloc(sizeof(int) * (size_t)nv);
+  for (int i = 0; i <= n + 1; i++) ahead[i] = rhead[i] = -1;
+  for (int k = nv - 1; k >= 0; k--) {
+    Value *v = g->values.data[k];
+    if (v->role == ROLE_PARAM || v->role == ROLE_INPUT || def_at[k] < 0 || last[k] <= def_at[k])
+      continue;
+    anext[k] = ahead[def_at[k] + 1], ahead[def_at[k] + 1] = k;
+    rnext[k] = rhead[last[k] + 1], rhead[last[k] + 1] = k;
+  }
+  int live = -1, reach_max = -1;
   Cut *cuts = arena_alloc(sizeof(Cut) * (size_t)(n + 2));
   double fpb = msg_flops_per_byte(m);
   int ncut = 0, layer_first = 0;   /* the first candidate inside the current layer */
-  int layer_at = 0;                /* the current layer's first node */
   double flops = 0, layer_lo = 0;
   char prev[128] = "", cur[128];
   bool have_prev = false;
   int nlayers = 0;
   for (int i = 0; i < n; i++) {
     Node *nd = g->nodes.data[i];
+    for (int k = rhead[i]; k >= 0; k = rnext[k]) {  /* last read before i */
+      if (lprev[k] >= 0) lnext[lprev[k]] = lnext[k];
+      else live = lnext[k];
+      if (lnext[k] >= 0) lprev[lnext[k]] = lprev[k];
+    }
+    for (int k = ahead[i]; k >= 0; k = anext[k]) {  /* defined before i */
+      lnext[k] = live, lprev[k] = -1;
+      if (live >= 0) lprev[live] = k;
+      live = k;
+    }
     if (!is_leaf(nd)) {
       stage_layer_of(nd, cur, sizeof cur);
       bool change = have_prev && strcmp(prev, cur);
@@ -473,24 +562,25 @@ int pass_stage(Module *m) {
         for (int j = layer_first; j < ncut; j++) cuts[j].hi = flops;
         nlayers += *prev != 0;
         layer_lo = flops;
-        layer_at = i;
+        reach_max = -1;
       }
-      bool split = false;   /* inside: a parameter of the layer read on both sides */
+      /* inside: a parameter of the layer read on both sides */
+      bool split = !change && reach_max >= i;
       int nx = cross[i];
-      for (int k = 0; k < g->params.len && !change && nx >= 1 && nx <= PIPE_MAXACT; k++) {
-        const Value *v = g->params.data[k];
-        split |= pfirst[v->id] >= layer_at && pfirst[v->id] < i && plast[v->id] >= i;
-      }
       if ((change || (have_prev && *cur)) && nx >= 1 && nx <= PIPE_MAXACT && !split) {
         /* each crossing value: fp32, not a view; with several, each the
          * main output of its node and computed from a parameter, so each
-         * has a gradient to come back */
+         * has a gradient to come back; in the order of their ids */
         Cut c = {.at = i, .before = flops, .layers = nlayers, .inside = !change, .lo = layer_lo};
         bool ok = true;
-        for (int k = 0; k < nv && c.nv < nx; k++) {
-          Value *v = g->values.data[k];
-          if (v->role == ROLE_PARAM || v->role == ROLE_INPUT || def_at[k] < 0) continue;
-          if (def_at[k] >= i || last[k] < i) continue;
+        int ids[PIPE_MAXACT], nid = 0;
+        for (int k = live; k >= 0 && nid < nx; k = lnext[k]) {
+          int at = nid++;
+          for (; at > 0 && ids[at - 1] > k; at--) ids[at] = ids[at - 1];
+          ids[at] = k;
+        }
+        for (int q = 0; q < nid; q++) {
+          Value *v = g->values.data[ids[q]];
           ok &= v->dtype == DT_F32 && !v->alias;
           ok &= nx == 1 || (dep[v->id] && v->def->out == v);
           c.v[c.nv++] = v;
@@ -508,6 +598,7 @@ int pass_stage(Module *m) {
       memcpy(prev, cur, sizeof prev);
       have_prev = true;
     }
+    if (reach[i] > reach_max) reach_max = reach[i];
     flops += ir_ops[nd->op].flops(nd);
   }
   for (int j = layer_first; j < ncut; j++) cuts[j].hi = flops;

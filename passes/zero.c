@@ -98,7 +98,9 @@ static Value *root(Value *v) {
 }
 
 static Bucket *bucket_of(Graph *g, const char *key, uint32_t partial) {
-  for (int i = 0; i < g->buckets.len; i++) {
+  /* newest first: a layer's parameters come together (buckets are unique
+   * by key and partial, so the order finds the same one) */
+  for (int i = g->buckets.len - 1; i >= 0; i--) {
     Bucket *b = g->buckets.data[i];
     if (!strcmp(b->name, key) && b->partial == partial) return b;
   }
@@ -144,21 +146,6 @@ static Node *comm_node(OpKind op, Value *in, Value *out, int dp, const Bucket *b
   n->scope = b->name;
   if (!bwd) out->def = n;
   return n;
-}
-
-enum { WRITES, TAKES, READS };
-
-/* Whether node n writes, takes as an operand (even for its shape only: the
- * copy must be defined there) or reads anything stored in `whole`. */
-static bool touches(const Node *n, const Value *whole, int how) {
-  if (how == WRITES) {
-    for (int j = 0; j < n->nout; j++)
-      if (n->outs[j] && root(n->outs[j]) == whole) return true;
-    return false;
-  }
-  for (int j = 0; j < n->nin; j++)
-    if (root(n->in[j]) == whole && (how == TAKES || ir_reads_data(n, j))) return true;
-  return false;
 }
 
 /* ZeRO with Shampoo or Adafactor: a parameter's blocks (and Adafactor's
@@ -470,9 +457,45 @@ int pass_zero(Module *m) {
   PtrVec *before = arena_alloc(sizeof(PtrVec) * (size_t)(nn + 1));
   PtrVec *after = arena_alloc(sizeof(PtrVec) * (size_t)(nn + 1));
   /* ZeRO-3's gathers with the node of their bucket's first use */
-  typedef struct { int first; Node *n; } Gather;
+  typedef struct {
+    int first;
+    Node *n;
+    Value *src, *whole;
+    Bucket *b;
+  } Gather;
   Gather *gat = arena_alloc(sizeof *gat * (size_t)(2 * g->buckets.len + 1));
   int ngat = 0;
+  /* lastw[id]: the last backward node that writes storage id (a bucket's
+   * gradients: the node its reduction follows); the loop below changes
+   * what nodes read, never what they write */
+  int nval = g->values.len;
+  int *lastw = arena_alloc(sizeof(int) * (size_t)(nval + 1));
+  for (int i = 0; i < nval; i++) lastw[i] = -1;
+  for (int i = g->nfwd; i < nn; i++) {
+    const Node *n = g->nodes.data[i];
+    for (int j = 0; j < n->nout; j++)
+      if (n->outs[j] && root(n->outs[j])->id >= 0 && root(n->outs[j])->id < nval)
+        lastw[root(n->outs[j])->id] = i;
+  }
+  /* ZeRO-3: each parameter's readers, node i and operand q as i*IR_MAXIN+q
+   * in node order, from uses[at[id]] to uses[at[id+1]] */
+  int *at = NULL, *uses = NULL;
+  if (stage == 3) {
+    at = arena_alloc(sizeof(int) * (size_t)(nval + 2));
+    for (int i = 0; i < nn; i++) {
+      const Node *n = g->nodes.data[i];
+      for (int q = 0; q < n->nin; q++)
+        if (n->in[q] && n->in[q]->role == ROLE_PARAM && n->in[q]->id < nval) at[n->in[q]->id + 2]++;
+    }
+    for (int v = 0; v < nval; v++) at[v + 2] += at[v + 1];
+    uses = arena_alloc(sizeof(int) * (size_t)(at[nval + 1] + 1));
+    for (int i = 0; i < nn; i++) {
+      const Node *n = g->nodes.data[i];
+      for (int q = 0; q < n->nin; q++)
+        if (n->in[q] && n->in[q]->role == ROLE_PARAM && n->in[q]->id < nval)
+          uses[at[n->in[q]->id + 1]++] = i * IR_MAXIN + q;
+    }
+  }
   for (int k = 0; k < g->buckets.len; k++) {
     Bucket *b = g->buckets.data[k];
     if (stage == 3) {
@@ -491,10 +514,12 @@ int pass_zero(Module *m) {
       }
       for (int j = 0; j < b->params.len; j++) {
         Value *p = b->params.data[j];
+        const int *u0 = p->id < nval ? uses + at[p->id] : NULL, *u1 = p->id < nval ? uses + at[p->id + 1] : NULL;
         if (b->half) {
-          for (int i = 0; i < nn; i++) {
+          for (const int *u = u0; u < u1; u++) {
+            int i = *u / IR_MAXIN;
             Node *n = g->nodes.data[i];
-            if (n->op != OP_CAST || n->in[0] != p) continue;
+            if (*u % IR_MAXIN || n->op != OP_CAST || n->in[0] != p) continue;
             Value *o = n->out;
             o->def = NULL;
             o->alias = whole[i >= g->nfwd];
@@ -505,29 +530,18 @@ int pass_zero(Module *m) {
         }
         Value *view[2] = {param_view(g, p, whole[0], b->pos[j] * 4),
                           param_view(g, p, whole[1], b->pos[j] * 4)};
-        for (int i = 0; i < nn; i++) {
+        for (const int *u = u0; u < u1; u++) {
+          int i = *u / IR_MAXIN, q = *u % IR_MAXIN;
           Node *n = g->nodes.data[i];
-          for (int q = 0; q < n->nin; q++)
-            /* a backward node that takes p for its shape only (a bias's
-             * add_bwd) keeps the forward's view: no gather for it */
-            if (n->in[q] == p) n->in[q] = view[i >= g->nfwd && ir_reads_data(n, q)];
+          /* a backward node that takes p for its shape only (a bias's
+           * add_bwd) keeps the forward's view: no gather for it */
+          if (n->in[q] == p) n->in[q] = view[i >= g->nfwd && ir_reads_data(n, q)];
         }
       }
       Value *src = b->half ? wcast_of(g, b->pshard)->out : b->pshard;   /* (shard16's) */
-      for (int d = 0; d < 2; d++) {
-        int first = -1;
-        for (int i = d ? g->nfwd : 0; i < (d ? nn : g->nfwd) && first < 0; i++)
-          if (!drop[i] && touches(g->nodes.data[i], whole[d], d ? READS : TAKES)) first = i;
-        if (first >= 0) {
-          gat[ngat].first = first;
-          gat[ngat].n = comm_node(OP_ALLGATHER, src, whole[d], dp, b, false);
-          ngat++;
-        }
-      }
+      for (int d = 0; d < 2; d++) gat[ngat++] = (Gather){-1, NULL, src, whole[d], b};
     }
-    int last = -1;
-    for (int i = g->nfwd; i < nn; i++)
-      if (touches(g->nodes.data[i], b->grads, WRITES)) last = i;
+    int last = lastw[b->grads->id];
     if (last < 0) continue;
     if (stage >= 1) {
       Node *rs = comm_node(OP_GRAD_REDUCE_SCATTER, b->grads, b->gshard, dp, b, true);
@@ -536,6 +550,34 @@ int pass_zero(Module *m) {
       vec_push(&after[last], rs);
     } else
       vec_push(&after[last], comm_node(OP_GRAD_ALLREDUCE, b->grads, b->grads, dp, b, true));
+  }
+
+  /* ZeRO-3: each gathered copy's first use, in its direction (a forward
+   * node that takes it, even for its shape only, or a backward node that
+   * reads it), by one walk over the nodes (the copies are the roots of
+   * the views the loop above gave the nodes); an unused copy is not
+   * gathered */
+  if (ngat) {
+    int nv2 = g->values.len;
+    int *gidx = arena_alloc(sizeof(int) * (size_t)(nv2 + 1));
+    for (int v = 0; v < nv2; v++) gidx[v] = -1;
+    for (int j = 0; j < ngat; j++) gidx[gat[j].whole->id] = j;
+    for (int i = 0; i < nn; i++) {
+      const Node *n = g->nodes.data[i];
+      for (int q = 0; q < n->nin && !drop[i]; q++) {
+        const Value *r = root(n->in[q]);
+        int j = r->id >= 0 && r->id < nv2 ? gidx[r->id] : -1;
+        if (j < 0 || gat[j].first >= 0 || (j % 2 == 1) != (i >= g->nfwd)) continue;
+        if (j % 2 == 0 || ir_reads_data(n, q)) gat[j].first = i;
+      }
+    }
+    int kept = 0;
+    for (int j = 0; j < ngat; j++)
+      if (gat[j].first >= 0) {
+        gat[j].n = comm_node(OP_ALLGATHER, gat[j].src, gat[j].whole, dp, gat[j].b, false);
+        gat[kept++] = gat[j];
+      }
+    ngat = kept;
   }
 
   /* ZeRO-3: each bucket's gather one layer ahead, right before the first

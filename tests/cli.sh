@@ -255,6 +255,14 @@ expect shampoo-zero-tp2d 0 "^shampoo:  zero=1: each tensor lies whole in one dat
 sed 's/optimizer = adamw(.*)$/optimizer = adafactor(lr = 1e-3)/' samples/gpt.shard >"$tmp/adafactor-gpt.shard"
 expect adafactor-zero-tp 0 'all_reduce over tp: [0-9]+ elements at F\([0-9]+\)  \(Adafactor.s row and column sums of split tensors over tp\)' -- "$bin" compile "$tmp/adafactor-gpt.shard" --mesh 4 --strategy dp=2,tp=2,zero=2 --emit=program
 expect adafactor-tp-interleaved 0 'all_reduce over tp: [0-9]+ elements at F\([0-9]+\)  \(Adafactor.s sums of squares of split tensors over tp\)' -- "$bin" compile "$tmp/adafactor-gpt.shard" --mesh 4 --strategy pp=2,tp=2,schedule=interleaved:2 --emit=program
+# Deep models: compile time about linear in the layers (the stage cuts'
+# search, ZeRO's bucket scans and the rank's parameter tables were
+# quadratic: 2048 layers took 24-32 s to compile, now under 1.5 s)
+sed -e 's/layers = 4/layers = 2048/' -e 's/d = 128, heads = 4/d = 64, heads = 2/' \
+  -e 's/microbatch = 4, //' samples/gpt.shard >"$tmp/deep.shard"
+EXPECT_TIMEOUT=20 expect deep-interleaved 0 '^stage 7:  blocks\.1792 \.\. blocks\.2047, model ops; 12\.5% of the FLOPs' -- "$bin" compile "$tmp/deep.shard" --strategy pp=4,schedule=interleaved:2,mb=8 --emit=plan
+EXPECT_TIMEOUT=20 expect deep-1f1b 0 '^stage 3:  blocks\.1536 \.\. blocks\.2047, model ops' -- "$bin" compile "$tmp/deep.shard" --strategy pp=4,mb=8 --emit=plan
+EXPECT_TIMEOUT=20 expect deep-zero3 0 '^    all_gather +4101 x' -- "$bin" compile "$tmp/deep.shard" --strategy dp=4,zero=3 --emit=plan
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu, cuda or cuda-host' -- "$bin" compile samples/gpt.shard --target=tpu
 expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, recompute, precision, zero, memplan, program, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
