@@ -79,5 +79,17 @@ foreach(tc dist/equiv:300 cuda/programs:300 dist/shampoo_zero:200 cuda/build-all
   endif()
 endforeach()
 
+# The distributed runs alone: each runs 4 (up to 8) MPI ranks on CI's 2
+# cores, and two at once slowed each other 3-4x, not 2x (ranks waiting in
+# MPI spin against the other test's ranks): dist/equiv 102 s alone, 388 s
+# beside another test; dist/recompute 38 and 145; parity/optimizers 49 and
+# 140.  PROCESSORS 2 of ctest -j2's 2: no other test runs beside them.
+foreach(name dist/equiv dist/equiv-opcuts dist/recompute dist/shampoo dist/shampoo_zero
+             parity/optimizers)
+  if(TEST ${name})
+    set_tests_properties(${name} PROPERTIES PROCESSORS 2)
+  endif()
+endforeach()
+
 # Sanitizer builds: leak reports too (CMakeLists.txt).
 shardc_test_environment()
