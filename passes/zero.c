@@ -462,6 +462,7 @@ int pass_zero(Module *m) {
     Node *n;
     Value *src, *whole;
     Bucket *b;
+    bool bwd; /* the copy the backward reads (else the forward's) */
   } Gather;
   Gather *gat = arena_alloc(sizeof *gat * (size_t)(2 * g->buckets.len + 1));
   int ngat = 0;
@@ -473,9 +474,10 @@ int pass_zero(Module *m) {
   for (int i = 0; i < nval; i++) lastw[i] = -1;
   for (int i = g->nfwd; i < nn; i++) {
     const Node *n = g->nodes.data[i];
-    for (int j = 0; j < n->nout; j++)
-      if (n->outs[j] && root(n->outs[j])->id >= 0 && root(n->outs[j])->id < nval)
-        lastw[root(n->outs[j])->id] = i;
+    for (int j = 0; j < n->nout; j++) {
+      const Value *r = n->outs[j] ? root(n->outs[j]) : NULL;
+      if (r && r->id >= 0 && r->id < nval) lastw[r->id] = i;
+    }
   }
   /* ZeRO-3: each parameter's readers, node i and operand q as i*IR_MAXIN+q
    * in node order, from uses[at[id]] to uses[at[id+1]] */
@@ -539,7 +541,7 @@ int pass_zero(Module *m) {
         }
       }
       Value *src = b->half ? wcast_of(g, b->pshard)->out : b->pshard;   /* (shard16's) */
-      for (int d = 0; d < 2; d++) gat[ngat++] = (Gather){-1, NULL, src, whole[d], b};
+      for (int d = 0; d < 2; d++) gat[ngat++] = (Gather){-1, NULL, src, whole[d], b, d == 1};
     }
     int last = lastw[b->grads->id];
     if (last < 0) continue;
@@ -567,8 +569,8 @@ int pass_zero(Module *m) {
       for (int q = 0; q < n->nin && !drop[i]; q++) {
         const Value *r = root(n->in[q]);
         int j = r->id >= 0 && r->id < nv2 ? gidx[r->id] : -1;
-        if (j < 0 || gat[j].first >= 0 || (j % 2 == 1) != (i >= g->nfwd)) continue;
-        if (j % 2 == 0 || ir_reads_data(n, q)) gat[j].first = i;
+        if (j < 0 || gat[j].first >= 0 || gat[j].bwd != (i >= g->nfwd)) continue;
+        if (!gat[j].bwd || ir_reads_data(n, q)) gat[j].first = i;
       }
     }
     int kept = 0;
