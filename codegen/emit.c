@@ -310,8 +310,9 @@ void cg_waits(Emit *e, const PInstr *in) {
   cg_early_wait(e, in->early_wait);
 }
 
-static void block(Emit *e, const PBlock *bl) {
-  for (int j = 0; j < bl->n; j++) {
+/* Instructions from..to-1 of bl (to never falls inside a joint pair). */
+static void block_range(Emit *e, const PBlock *bl, int from, int to) {
+  for (int j = from; j < to; j++) {
     const PInstr *in = &bl->ins[j];
     if (in->nnodes) comment(e, in);
     cg_waits(e, in);
@@ -332,6 +333,47 @@ static void block(Emit *e, const PBlock *bl) {
   }
 }
 
+static void block(Emit *e, const PBlock *bl) { block_range(e, bl, 0, bl->n); }
+
+/* A forward or backward of more than CG_SPLIT_AT instructions (a model of
+ * some 30 layers and more) is written as parts of about CG_PART each, one
+ * function per part, that the function calls in turn: a C compiler's
+ * optimiser is superlinear in a function's length (gcc -O3 on the
+ * backward of a 512-layer model, one function of 33,000 lines: twice the
+ * time of the same code in parts, and three times the memory).  The parts
+ * are noinline, or the compiler puts them back.  Every instruction's text
+ * is as it was: each is a statement or a block of its own; a part never
+ * ends between two instructions run jointly.  Smaller blocks are one
+ * function, as before. */
+#define CG_SPLIT_AT 384
+#define CG_PART 256
+
+/* Writes the parts of bl as functions NAME_pK and returns their number,
+ * or 0 when bl is written whole. */
+static int block_parts(Emit *e, const PBlock *bl, const char *name) {
+  if (bl->n <= CG_SPLIT_AT) return 0;
+  int nparts = (bl->n + CG_PART - 1) / CG_PART, k = 0;
+  for (int from = 0; from < bl->n; k++) {
+    int to = (int)((int64_t)bl->n * (k + 1) / nparts);
+    if (to <= from) to = from + 1;
+    while (to < bl->n && bl->ins[to].joint) to++;
+    P(e, "__attribute__((noinline)) static void %s%s%s_p%d(RtPass *p) {\n", e->pre, name, e->sfx, k);
+    block_range(e, bl, from, to);
+    P(e, "}\n\n");
+    from = to;
+  }
+  return k;
+}
+
+/* The calls of a block's parts (block_parts), or the block itself. */
+static void block_body(Emit *e, const PBlock *bl, const char *name, int nparts) {
+  if (!nparts) {
+    block(e, bl);
+    return;
+  }
+  for (int k = 0; k < nparts; k++) P(e, "  %s%s%s_p%d(p);\n", e->pre, name, e->sfx, k);
+}
+
 static void chunk_functions(Emit *e) {
   const PChunk *c = e->c;
   if (c->nce)
@@ -339,8 +381,9 @@ static void chunk_functions(Emit *e) {
          "static double %sce_loss%s[%d];\nstatic int %sce_rows%s[%d];\n\n",
       e->pre, e->sfx, c->nce, e->pre, e->sfx, c->nce);
   P(e, "/* ---- forward: one microbatch (p->row0 its first row in the global batch) ---- */\n");
+  int fparts = block_parts(e, &c->fwd, "forward");
   P(e, "static double %sforward%s(RtPass *p) {\n", e->pre, e->sfx);
-  block(e, &c->fwd);
+  block_body(e, &c->fwd, "forward", fparts);
   const Graph *g = c->g;
   if (g->pipe_out) {
     const char *sent = prog_vname(g->send_act[0]);
@@ -356,8 +399,9 @@ static void chunk_functions(Emit *e) {
   else
     P(e, "  return %s;\n}\n\n", cg_load(e, c->loss));
   P(e, "/* ---- backward: the same microbatch; accumulates into gradients ---- */\n");
+  int bparts = block_parts(e, &c->bwd, "backward");
   P(e, "static void %sbackward%s(RtPass *p) {\n", e->pre, e->sfx);
-  block(e, &c->bwd);
+  block_body(e, &c->bwd, "backward", bparts);
   bool trails = false;
   for (int j = 0; j < c->bwd.n; j++) trails |= c->bwd.ins[j].trail;
   if (trails && e->t->trail_end)   /* the last trailing reduce-scatter, finished */

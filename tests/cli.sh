@@ -263,6 +263,17 @@ sed -e 's/layers = 4/layers = 2048/' -e 's/d = 128, heads = 4/d = 64, heads = 2/
 EXPECT_TIMEOUT=20 expect deep-interleaved 0 '^stage 7:  blocks\.1792 \.\. blocks\.2047, model ops; 12\.5% of the FLOPs' -- "$bin" compile "$tmp/deep.shard" --strategy pp=4,schedule=interleaved:2,mb=8 --emit=plan
 EXPECT_TIMEOUT=20 expect deep-1f1b 0 '^stage 3:  blocks\.1536 \.\. blocks\.2047, model ops' -- "$bin" compile "$tmp/deep.shard" --strategy pp=4,mb=8 --emit=plan
 EXPECT_TIMEOUT=20 expect deep-zero3 0 '^    all_gather +4101 x' -- "$bin" compile "$tmp/deep.shard" --strategy dp=4,zero=3 --emit=plan
+# ... and its program is written as functions of a few thousand lines (a
+# C compiler's optimiser is superlinear in a function's length): the
+# forward and backward of 2048 layers in parts, each under 10,000 lines
+longest_function='set -o pipefail; "$0" compile "$1" --target "$2" --strategy dp=4 --emit=c | awk '"'"'
+  /^(static|__attribute__).*\(RtPass \*p\) \{$/ { n = 0; inf = 1; next }
+  inf && /^}/ { inf = 0; if (n > max) max = n; next }
+  inf { n++ }
+  /^  (forward|backward)_p[0-9]+\(p\);$/ { parts++ }
+  END { printf "longest function: %d lines; %d parts\n", max, parts }'"'"
+EXPECT_TIMEOUT=20 expect deep-c-parts 0 '^longest function: [0-9]{3,4} lines; [0-9]{2,} parts$' -- bash -c "$longest_function" "$bin" "$tmp/deep.shard" cpu
+EXPECT_TIMEOUT=20 expect deep-cuda-parts 0 '^longest function: [0-9]{3,4} lines; [0-9]{2,} parts$' -- bash -c "$longest_function" "$bin" "$tmp/deep.shard" cuda
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu, cuda or cuda-host' -- "$bin" compile samples/gpt.shard --target=tpu
 expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, recompute, precision, zero, memplan, program, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope
