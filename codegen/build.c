@@ -283,7 +283,7 @@ static int build_cuda(Module *m, const char *dir, const char *src, bool gpu) {
   PtrVec argv = {0};
   push_words(&argv, cc);
   if (gpu) {
-    push_words(&argv, "-std=c++17 -O2 --extended-lambda -Werror all-warnings -Xcompiler -Wall");
+    push_words(&argv, "-std=c++17 -O2 -Werror all-warnings -Xcompiler -Wall");
     /* sm_90a in the -gencode form: CUDA 13.0's -arch=sm_90a shorthand also
      * runs a plain compute_90 pass and embeds its PTX, a second device
      * compile of every kernel for no GPU the program is built for */

@@ -43,7 +43,28 @@ typedef struct Emit {
   int es;                 /* element bytes */
   const char *pre;        /* symbol prefix of a pipeline rank's program: "" or "r1_" */
   const char *sfx;        /* a chunk's function suffix: "" or "_c1" */
+  /* A fused loop written as a functor (cuda.c): cg_loop_operands declares
+   * its buffers as the fields b0, b1, ... (cg_loop_name names them so) and
+   * collects each one's reference, the call site's initialiser.  NULL:
+   * locals named by value, initialised where declared. */
+  struct CgFields *fields;
+  /* File-scope definitions the functions use, each written once before the
+   * first chunk that uses it (cg_def): the keys seen, the texts to write. */
+  StrMap defs;
+  PtrVec pending;
+  int ndefs;
 } Emit;
+
+typedef struct CgFields {
+  PtrVec vals;   /* const Value *, field k is bk */
+  PtrVec inits;  /* const char *: its reference ("F(1024)") */
+} CgFields;
+
+/* The number of the definition keyed by key (a functor's body), and
+ * whether it is new: the caller then hands its text to cg_def_write, which
+ * emit.c writes before the functions of the chunk being written. */
+int cg_def(Emit *e, const char *key, bool *fresh);
+void cg_def_write(Emit *e, const char *text);
 
 /* A target: how it spells what the program holds (QBE's struct Target,
  * tinygrad's renderers).  Everything else is emit.c's. */
@@ -120,12 +141,13 @@ const char *cg_ref(const Emit *e, PRef r);
 const char *cg_load(const Emit *e, PRef r);
 void cg_store(Emit *e, PRef r, const char *val);
 /* A fused loop's operands: declares its buffers as pointers named by value
- * (inputs const, a value both read and written once, writable) and gives
- * each input's and output's element expression ("x3[i]", "d7[j]" when
- * broadcast over the inner dim) for cg_emit_exprs. */
+ * (inputs const, a value both read and written once, writable; as fields
+ * b0, b1, ... where e->fields is set) and gives each input's and output's
+ * element expression ("x3[i]", "d7[j]" when broadcast over the inner dim)
+ * for cg_emit_exprs. */
 void cg_loop_operands(Emit *e, const PLoop *L, const char ***argn, const char ***lhs);
-/* The pointer cg_loop_operands declares for v ("x3", "d7"). */
-const char *cg_loop_name(const Value *v);
+/* The pointer cg_loop_operands declares for v ("x3", "d7", "b1"). */
+const char *cg_loop_name(const Emit *e, const Value *v);
 /* Whether v is stored in 16 bits (precision = bf16: passes/precision.c). */
 bool cg_is16(const Value *v);
 /* cpu.c: every value f32, i32 or half (DT_F32: no 16-bit values), each

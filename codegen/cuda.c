@@ -6,8 +6,9 @@
  * the microbatch's stash slot).  A kernel instruction is the launcher of
  * runtime/cuda/rtc.h with the cpu kernel's name and arguments and the
  * suffix _cu, so it is written by the cpu record with that suffix; a fused
- * elementwise chain is a device lambda run by rtc_foreach, its body from
- * the same scalar-expression writer (cexpr.c); collectives are NCCL calls
+ * elementwise chain is a device functor run by rtc_foreach (one per
+ * distinct body in the file, its buffers as fields), its body from the
+ * same scalar-expression writer (cexpr.c); collectives are NCCL calls
  * (runtime/cuda/rtc_dist.cu) on the mesh axes' communicators.  Scalars stay
  * on the device, so that the driver can capture a step as a CUDA graph: a
  * cross-entropy's loss and row count are its call site's device result
@@ -129,7 +130,7 @@ static void prelude(Emit *e) {
   P(e, "\n");
 }
 
-/* ---- fused loops: one device lambda over the elements ---- */
+/* ---- fused loops: one device functor over the elements ---- */
 
 /* A loop that accumulates into a broadcast operand (a bias's or a
  * positional table's gradient: d[j] += dy[i] over the rows) runs one
@@ -195,52 +196,78 @@ static bool loop8_ok(const PLoop *L) {
  * the same float operations, each output rounded once: bit for bit the
  * one-element form's results. */
 static void loop8(Emit *e, const PLoop *L) {
-  P(e, "    rtc_foreach32(%" PRId64 ", [=] __device__(unsigned v) {\n", L->n / 8);
   P(e, "      const unsigned i = v * 8u;\n");
   if (L->inner) P(e, "      const unsigned j = i %% %" PRId64 "u;\n", L->inner);
   const char **an = arena_alloc(sizeof(char *) * (size_t)(L->nin + 1));
   const char **ln = arena_alloc(sizeof(char *) * (size_t)(L->nout + 1));
   for (int i = 0; i < L->nin; i++) {
-    P(e, "      float a%d[8];\n      rtc_ld8(a%d, %s + %s);\n", i, i, cg_loop_name(L->in[i].r.v),
+    P(e, "      float a%d[8];\n      rtc_ld8(a%d, %s + %s);\n", i, i, cg_loop_name(e, L->in[i].r.v),
       L->in[i].bcast ? "j" : "i");
     an[i] = arena_printf("a%d[k]", i);
   }
   for (int k = 0; k < L->nout; k++) {
     P(e, "      float r%d[8];\n", k);
     if (strcmp(L->op[k], "=")) /* accumulated onto the old values */
-      P(e, "      rtc_ld8(r%d, %s + i);\n", k, cg_loop_name(L->out[k].r.v));
+      P(e, "      rtc_ld8(r%d, %s + i);\n", k, cg_loop_name(e, L->out[k].r.v));
     ln[k] = arena_printf("r%d[k]", k);
   }
   P(e, "      for (int k = 0; k < 8; k++) {\n");
   cg_emit_exprs(e->o, L->expr, ln, L->op, L->nout, an, "        ", e->f64 ? CG_F64 : 0);
   P(e, "      }\n");
   for (int k = 0; k < L->nout; k++)
-    P(e, "      rtc_st8(%s + i, r%d);\n", cg_loop_name(L->out[k].r.v), k);
-  P(e, "    });\n  }\n");
+    P(e, "      rtc_st8(%s + i, r%d);\n", cg_loop_name(e, L->out[k].r.v), k);
 }
 
+/* A fused loop is a device functor run by rtc_foreach: its buffers are
+ * fields (b0, b1, ...), set at the call site, so the chains of a model's
+ * layers, alike but for their buffers, are one kernel of the file
+ * (cg_def): a model of L layers compiles a few dozen kernels, not some 4L
+ * (nvcc's time was most of `shardc build` for deep models). */
 static void loop(Emit *e, const PLoop *L) {
-  const char **argn, **lhs;
   bool reduce = false;
   for (int k = 0; k < L->nout; k++) reduce |= L->out[k].bcast;
-  P(e, "  {\n");
-  cg_loop_operands(e, L, &argn, &lhs);
-  const char *l8 = getenv("SHARDC_LOOP8"); /* "0": the one-element form (to compare) */
-  if (loop8_ok(L) && !(l8 && !strcmp(l8, "0"))) return loop8(e, L);
+  const char *l8env = getenv("SHARDC_LOOP8"); /* "0": the one-element form (to compare) */
+  bool l8 = loop8_ok(L) && !(l8env && !strcmp(l8env, "0"));
   /* 32-bit indices where every index stays under 2^31 (rtc_foreach32) */
-  bool i32 = L->n < ((int64_t)1 << 31);
+  bool i32 = l8 || L->n < ((int64_t)1 << 31);
   const char *fe = i32 ? "rtc_foreach32" : "rtc_foreach", *it = i32 ? "unsigned" : "size_t";
-  if (reduce) {
-    P(e, "    %s(%" PRId64 ", [=] __device__(%s j) {\n", fe, L->inner, it);
-    P(e, "      for (%s i = j; i < %" PRId64 "; i += %" PRId64 ") {\n", it, L->n, L->inner);
-    loop_body(e, L, argn, lhs, "        ");
-    P(e, "      }\n    });\n  }\n");
+  int64_t count = l8 ? L->n / 8 : reduce ? L->inner : L->n;
+  /* the functor's body, written to memory */
+  FILE *site = e->o;
+  char *buf = NULL;
+  size_t len = 0;
+  CgFields f = {0};
+  e->o = open_memstream(&buf, &len);
+  if (!e->o) { /* cg_emit reports the stream's error */
+    e->o = site;
+    P(e, "#error out of memory\n");
     return;
   }
-  P(e, "    %s(%" PRId64 ", [=] __device__(%s i) {\n", fe, L->n, it);
-  if (L->inner) P(e, "      const %s j = i %% %" PRId64 ";\n", it, L->inner);
-  loop_body(e, L, argn, lhs, "      ");
-  P(e, "    });\n  }\n");
+  e->fields = &f;
+  const char **argn, **lhs;
+  cg_loop_operands(e, L, &argn, &lhs);
+  P(e, "    __device__ void operator()(%s %s) const {\n", it, l8 ? "v" : reduce ? "j" : "i");
+  if (l8) {
+    loop8(e, L);
+  } else if (reduce) {
+    P(e, "      for (%s i = j; i < %" PRId64 "; i += %" PRId64 ") {\n", it, L->n, L->inner);
+    loop_body(e, L, argn, lhs, "        ");
+    P(e, "      }\n");
+  } else {
+    if (L->inner) P(e, "      const %s j = i %% %" PRId64 ";\n", it, L->inner);
+    loop_body(e, L, argn, lhs, "      ");
+  }
+  P(e, "    }\n");
+  e->fields = NULL;
+  fclose(e->o);
+  e->o = site;
+  bool fresh;
+  int k = cg_def(e, buf ? buf : "", &fresh);
+  if (fresh) cg_def_write(e, arena_printf("struct shardc_ew%d {\n%s};\n\n", k, buf ? buf : ""));
+  free(buf);
+  P(e, "  %s(%" PRId64 ", shardc_ew%d{", fe, count, k);
+  for (int i = 0; i < f.inits.len; i++) P(e, "%s%s", i ? ", " : "", (const char *)f.inits.data[i]);
+  P(e, "});\n");
 }
 
 /* ---- communication: NCCL (runtime/cuda/rtc_dist.cu) ---- */

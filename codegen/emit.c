@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -59,12 +60,25 @@ void cg_store(Emit *e, PRef r, const char *val) {
 
 /* ---- fused loops ---- */
 
-static const char *loop_name(const Value *v) {
+static const char *loop_name(const Emit *e, const Value *v) {
+  if (e->fields)
+    for (int k = 0; k < e->fields->vals.len; k++)
+      if (e->fields->vals.data[k] == v) return arena_printf("b%d", k);
   if (v->role == ROLE_GRAD) return arena_printf("d%d", v->grad_of->id);
   return arena_printf("x%d", v->id);
 }
 
-const char *cg_loop_name(const Value *v) { return loop_name(v); }
+const char *cg_loop_name(const Emit *e, const Value *v) { return loop_name(e, v); }
+
+int cg_def(Emit *e, const char *key, bool *fresh) {
+  void *k = strmap_get(&e->defs, key);
+  *fresh = !k;
+  if (k) return (int)((intptr_t)k - 1);
+  strmap_put(&e->defs, arena_strdup(key), (void *)(intptr_t)(e->ndefs + 1));
+  return e->ndefs++;
+}
+
+void cg_def_write(Emit *e, const char *text) { vec_push(&e->pending, (void *)arena_strdup(text)); }
 
 bool cg_is16(const Value *v) { return v && (v->dtype == DT_BF16 || v->dtype == DT_F16); }
 
@@ -72,6 +86,17 @@ bool cg_is16(const Value *v) { return v && (v->dtype == DT_BF16 || v->dtype == D
  * target; the cpu target plans none), read through rtc_bf2f. */
 static const char *loop_type(const Emit *e, const Value *v) {
   return v->dtype == DT_I32 ? "int32_t" : cg_is16(v) ? "rtc_bf16" : e->R;
+}
+
+/* A pointer to v's buffer: a local initialised with r, or field bK. */
+static void loop_pointer(Emit *e, const char *cnst, const Value *v, PRef r) {
+  if (e->fields) {
+    vec_push(&e->fields->vals, (void *)v);
+    vec_push(&e->fields->inits, (void *)cg_ref(e, r));
+    P(e, "    %s%s *%s;\n", cnst, loop_type(e, v), loop_name(e, v));
+    return;
+  }
+  P(e, "    %s%s *%s = %s;\n", cnst, loop_type(e, v), loop_name(e, v), cg_ref(e, r));
 }
 
 void cg_loop_operands(Emit *e, const PLoop *L, const char ***argn, const char ***lhs) {
@@ -83,22 +108,18 @@ void cg_loop_operands(Emit *e, const PLoop *L, const char ***argn, const char **
     bool dup = false, written = false;
     for (int k = 0; k < i; k++) dup |= L->in[k].r.v == L->in[i].r.v;
     for (int k = 0; k < L->nout; k++) written |= L->out[k].r.v == L->in[i].r.v;
-    if (!dup && !written)
-      P(e, "    const %s *%s = %s;\n", loop_type(e, L->in[i].r.v), loop_name(L->in[i].r.v),
-        cg_ref(e, L->in[i].r));
+    if (!dup && !written) loop_pointer(e, "const ", L->in[i].r.v, L->in[i].r);
   }
   for (int k = 0; k < L->nout; k++) {
     bool dup = false;
     for (int j = 0; j < k; j++) dup |= L->out[j].r.v == L->out[k].r.v;
-    if (!dup)
-      P(e, "    %s *%s = %s;\n", loop_type(e, L->out[k].r.v), loop_name(L->out[k].r.v),
-        cg_ref(e, L->out[k].r));
+    if (!dup) loop_pointer(e, "", L->out[k].r.v, L->out[k].r);
   }
   for (int i = 0; i < L->nin; i++)
     an[i] = arena_printf(cg_is16(L->in[i].r.v) ? "rtc_bf2f(%s[%s])" : "%s[%s]",
-                         loop_name(L->in[i].r.v), L->in[i].bcast ? "j" : "i");
+                         loop_name(e, L->in[i].r.v), L->in[i].bcast ? "j" : "i");
   for (int k = 0; k < L->nout; k++)
-    ln[k] = arena_printf("%s[%s]", loop_name(L->out[k].r.v), L->out[k].bcast ? "j" : "i");
+    ln[k] = arena_printf("%s[%s]", loop_name(e, L->out[k].r.v), L->out[k].bcast ? "j" : "i");
   *argn = an;
   *lhs = ln;
 }
@@ -423,6 +444,37 @@ static void chunk_functions(Emit *e) {
     if (!e->t->casts || !e->t->casts(e, &c->cast)) block(e, &c->cast);
     P(e, "}\n\n");
   }
+}
+
+/* A chunk's functions, after the definitions they are the first to use
+ * (cg_def: the cuda target's elementwise functors, each written once in
+ * the file).  The functions are written to memory first. */
+static int chunk_with_defs(Emit *e) {
+  FILE *out = e->o;
+  char *buf = NULL;
+  size_t len = 0;
+  e->o = open_memstream(&buf, &len);
+  if (!e->o) {
+    e->o = out;
+    diag_fatal_noloc("out of memory writing the program");
+    return -1;
+  }
+  chunk_functions(e);
+  int err = fclose(e->o);
+  e->o = out;
+  if (err || !buf) {
+    free(buf);
+    diag_fatal_noloc("out of memory writing the program");
+    return -1;
+  }
+  if (e->pending.len)
+    P(e, "/* ---- elementwise kernels first used below: each fused chain's body once, its\n"
+         " * buffers as fields (the call site sets them); rtc_foreach runs it ---- */\n");
+  for (int i = 0; i < e->pending.len; i++) fputs(e->pending.data[i], out);
+  e->pending.len = 0;
+  fwrite(buf, 1, len, out);
+  free(buf);
+  return 0;
 }
 
 /* ---- tables ---- */
@@ -842,7 +894,7 @@ int cg_emit(FILE *out, Module *m, const char *target, const CgOptions *o) {
       e.c = &e.p->chunk[c];
       e.sfx = e.p->nchunks > 1 ? arena_printf("_c%d", c) : "";
       if (e.p->nchunks > 1) P(&e, "/* ---- chunk %d: pipeline stage %d ---- */\n", c, e.c->vs);
-      chunk_functions(&e);
+      if (chunk_with_defs(&e)) return -1;
     }
     e.c = NULL;
     chunk_table(&e);

@@ -274,6 +274,14 @@ longest_function='set -o pipefail; "$0" compile "$1" --target "$2" --strategy dp
   END { printf "longest function: %d lines; %d parts\n", max, parts }'"'"
 EXPECT_TIMEOUT=20 expect deep-c-parts 0 '^longest function: [0-9]{3,4} lines; [0-9]{2,} parts$' -- bash -c "$longest_function" "$bin" "$tmp/deep.shard" cpu
 EXPECT_TIMEOUT=20 expect deep-cuda-parts 0 '^longest function: [0-9]{3,4} lines; [0-9]{2,} parts$' -- bash -c "$longest_function" "$bin" "$tmp/deep.shard" cuda
+# ... and the cuda program's fused elementwise chains, alike in every
+# layer but for their buffers, are a few kernels (functors whose fields are
+# the buffers), not one per call: nvcc's time was most of a deep model's build
+ew_kernels='set -o pipefail; "$0" compile "$1" --target cuda --strategy dp=4 --emit=c | awk '"'"'
+  /^struct shardc_ew[0-9]+ \{$/ { k++ }
+  /^  rtc_foreach(32)?\([0-9]+, shardc_ew[0-9]+\{/ { n++ }
+  END { printf "%d elementwise calls, %d kernels\n", n, k }'"'"
+EXPECT_TIMEOUT=20 expect deep-cuda-kernels 0 '^8194 elementwise calls, [1-9] kernels$' -- bash -c "$ew_kernels" "$bin" "$tmp/deep.shard"
 expect emit-c-bf16 1 'precision bf16 is not implemented yet' -- "$bin" compile samples/gpt2-124m.shard --emit=c
 expect target-bad 1 '--target must be cpu, cuda or cuda-host' -- "$bin" compile samples/gpt.shard --target=tpu
 expect dump-bad 1 "unknown pass 'nope' for --dump-after \(passes: lower, shape, shard, pipeline, autodiff, recompute, precision, zero, memplan, program, commcheck\)" -- "$bin" compile samples/gpt.shard --dump-after=nope

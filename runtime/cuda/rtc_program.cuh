@@ -1,8 +1,8 @@
 /* rtc_program.cuh — included by the programs `shardc build --target cuda`
  * writes: the kernels' launchers (rtc.h), the driver's device functions
  * (rtc_train.h), and rtc_foreach (rtc_foreach32: 32-bit indices), which
- * runs a fused elementwise chain (a device lambda over the element index,
- * or over 8 elements with rtc_bf16_io.cuh's rtc_ld8/rtc_st8) as one
+ * runs a fused elementwise chain (a device functor over the element index,
+ * its buffers as fields, codegen/cuda.c; or over 8 elements with rtc_bf16_io.cuh's rtc_ld8/rtc_st8) as one
  * kernel.
  */
 #ifndef RTC_PROGRAM_CUH

@@ -33,8 +33,8 @@ done
 # The f64 variant used by the gradient checks: double types, _f64 kernels,
 # every arena offset doubled.
 check "mish fp64" tests/golden-c/mish-f64.c samples/mish.shard --precision=fp64
-# The cuda target: one rank with fused elementwise chains as device lambdas
-# (an imported C function), a mesh with NCCL collectives and overlapped
+# The cuda target: one rank with fused elementwise chains as device
+# functors, each distinct chain once (an imported C function), a mesh with NCCL collectives and overlapped
 # gradient buckets, and a 2D grid whose SUMMA matmuls are rtc_summa.cu's
 # NCCL launchers.
 check "mish cuda" tests/golden-c/mish.cu samples/mish.shard --target cuda

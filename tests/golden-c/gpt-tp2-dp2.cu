@@ -246,6 +246,84 @@ static const double norm_w[52] = {
     1.0, 0.5, 0.5, 0.5,
 };
 
+/* ---- elementwise kernels first used below: each fused chain's body once, its
+ * buffers as fields (the call site sets them); rtc_foreach runs it ---- */
+struct shardc_ew0 {
+    const float *b0;
+    const float *b1;
+    float *b2;
+    __device__ void operator()(unsigned v) const {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 8192u;
+      float a0[8];
+      rtc_ld8(a0, b0 + i);
+      float a1[8];
+      rtc_ld8(a1, b1 + j);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(b2 + i, r0);
+    }
+};
+
+struct shardc_ew1 {
+    const float *b0;
+    const float *b1;
+    const float *b2;
+    float *b3;
+    __device__ void operator()(unsigned v) const {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 128u;
+      float a0[8];
+      rtc_ld8(a0, b0 + i);
+      float a1[8];
+      rtc_ld8(a1, b1 + j);
+      float a2[8];
+      rtc_ld8(a2, b2 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(b3 + i, r0);
+    }
+};
+
+struct shardc_ew2 {
+    const float *b0;
+    float *b1;
+    __device__ void operator()(unsigned v) const {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, b0 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(b1 + i, r0);
+    }
+};
+
+struct shardc_ew3 {
+    const float *b0;
+    float *b1;
+    __device__ void operator()(unsigned j) const {
+      for (unsigned i = j; i < 32768; i += 128) {
+        b1[j] += b0[i];
+      }
+    }
+};
+
+struct shardc_ew4 {
+    const float *b0;
+    float *b1;
+    __device__ void operator()(unsigned j) const {
+      for (unsigned i = j; i < 32768; i += 8192) {
+        b1[j] += b0[i];
+      }
+    }
+};
+
 /* Loss of each cross_entropy (in double) and the rows it averaged over. */
 static double ce_loss[1];
 static int ce_rows[1];
@@ -263,24 +341,7 @@ static double forward(RtPass *p) {
   rtc_allreduce(p->mesh, RT_AX_TP, F(6899712), 32768);
   // gpt.shard:11  %5 = add %165, @pos.weight
   // f32[B=4,T=64,128], f32[T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *x165 = F(6899712);
-    const float *x4 = F(65536);
-    float *x5 = F(6768640);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 8192u;
-      float a0[8];
-      rtc_ld8(a0, x165 + i);
-      float a1[8];
-      rtc_ld8(a1, x4 + j);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k] + a1[k];
-      }
-      rtc_st8(x5 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew0{F(6899712), F(65536), F(6768640)});
   // gpt.shard:5 (blocks.0)  %8, %9, %10 = layernorm %5, @blocks.0.ln_1.weight, @blocks.0.ln_1.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
   rt_layernorm_forward_cu(F(6899712), F(7030784), F(7031808), F(6768640), F(98304), F(98816), 256, 128);
@@ -308,27 +369,7 @@ static double forward(RtPass *p) {
   rtc_allreduce(p->mesh, RT_AX_TP, F(7428096), 32768);
   // gpt.shard:5 (blocks.0.attn)  %27 = add %167, @blocks.0.attn.proj.bias; %28 = add %5, %27
   // f32[B=4,T=64,128], f32[128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *x167 = F(7428096);
-    const float *x26 = F(231168);
-    const float *x5 = F(6768640);
-    float *x28 = F(7559168);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 128u;
-      float a0[8];
-      rtc_ld8(a0, x167 + i);
-      float a1[8];
-      rtc_ld8(a1, x26 + j);
-      float a2[8];
-      rtc_ld8(a2, x5 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x28 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew1{F(7428096), F(231168), F(6768640), F(7559168)});
   // gpt.shard:6 (blocks.0)  %31, %32, %33 = layernorm %28, @blocks.0.ln_2.weight, @blocks.0.ln_2.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
   rt_layernorm_forward_cu(F(7297024), F(7428096), F(7429120), F(7559168), F(231680), F(232192), 256, 128);
@@ -346,27 +387,7 @@ static double forward(RtPass *p) {
   rtc_allreduce(p->mesh, RT_AX_TP, F(8345600), 32768);
   // gpt.shard:6 (blocks.0.mlp)  %42 = add %169, @blocks.0.mlp.proj.bias; %43 = add %28, %42
   // f32[B=4,T=64,128], f32[128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *x169 = F(8345600);
-    const float *x41 = F(495872);
-    const float *x28 = F(7559168);
-    float *x43 = F(8476672);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 128u;
-      float a0[8];
-      rtc_ld8(a0, x169 + i);
-      float a1[8];
-      rtc_ld8(a1, x41 + j);
-      float a2[8];
-      rtc_ld8(a2, x28 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x43 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew1{F(8345600), F(495872), F(7559168), F(8476672)});
   // gpt.shard:5 (blocks.1)  %46, %47, %48 = layernorm %43, @blocks.1.ln_1.weight, @blocks.1.ln_1.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
   rt_layernorm_forward_cu(F(8214528), F(7430144), F(7431168), F(8476672), F(496384), F(496896), 256, 128);
@@ -394,27 +415,7 @@ static double forward(RtPass *p) {
   rtc_allreduce(p->mesh, RT_AX_TP, F(8804352), 32768);
   // gpt.shard:5 (blocks.1.attn)  %65 = add %171, @blocks.1.attn.proj.bias; %66 = add %43, %65
   // f32[B=4,T=64,128], f32[128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *x171 = F(8804352);
-    const float *x64 = F(629248);
-    const float *x43 = F(8476672);
-    float *x66 = F(8935424);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 128u;
-      float a0[8];
-      rtc_ld8(a0, x171 + i);
-      float a1[8];
-      rtc_ld8(a1, x64 + j);
-      float a2[8];
-      rtc_ld8(a2, x43 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x66 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew1{F(8804352), F(629248), F(8476672), F(8935424)});
   // gpt.shard:6 (blocks.1)  %69, %70, %71 = layernorm %66, @blocks.1.ln_2.weight, @blocks.1.ln_2.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
   rt_layernorm_forward_cu(F(8673280), F(7499776), F(7500800), F(8935424), F(629760), F(630272), 256, 128);
@@ -432,27 +433,7 @@ static double forward(RtPass *p) {
   rtc_allreduce(p->mesh, RT_AX_TP, F(9590784), 32768);
   // gpt.shard:6 (blocks.1.mlp)  %80 = add %173, @blocks.1.mlp.proj.bias; %81 = add %66, %80
   // f32[B=4,T=64,128], f32[128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *x173 = F(9590784);
-    const float *x79 = F(893952);
-    const float *x66 = F(8935424);
-    float *x81 = F(9721856);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 128u;
-      float a0[8];
-      rtc_ld8(a0, x173 + i);
-      float a1[8];
-      rtc_ld8(a1, x79 + j);
-      float a2[8];
-      rtc_ld8(a2, x66 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x81 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew1{F(9590784), F(893952), F(8935424), F(9721856)});
   // gpt.shard:5 (blocks.2)  %84, %85, %86 = layernorm %81, @blocks.2.ln_1.weight, @blocks.2.ln_1.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
   rt_layernorm_forward_cu(F(8804352), F(7501824), F(7502848), F(9721856), F(894464), F(894976), 256, 128);
@@ -480,27 +461,7 @@ static double forward(RtPass *p) {
   rtc_allreduce(p->mesh, RT_AX_TP, F(10115072), 32768);
   // gpt.shard:5 (blocks.2.attn)  %103 = add %175, @blocks.2.attn.proj.bias; %104 = add %81, %103
   // f32[B=4,T=64,128], f32[128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *x175 = F(10115072);
-    const float *x102 = F(1027328);
-    const float *x81 = F(9721856);
-    float *x104 = F(10246144);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 128u;
-      float a0[8];
-      rtc_ld8(a0, x175 + i);
-      float a1[8];
-      rtc_ld8(a1, x102 + j);
-      float a2[8];
-      rtc_ld8(a2, x81 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x104 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew1{F(10115072), F(1027328), F(9721856), F(10246144)});
   // gpt.shard:6 (blocks.2)  %107, %108, %109 = layernorm %104, @blocks.2.ln_2.weight, @blocks.2.ln_2.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
   rt_layernorm_forward_cu(F(9984000), F(7505920), F(7506944), F(10246144), F(1027840), F(1028352), 256, 128);
@@ -518,27 +479,7 @@ static double forward(RtPass *p) {
   rtc_allreduce(p->mesh, RT_AX_TP, F(10901504), 32768);
   // gpt.shard:6 (blocks.2.mlp)  %118 = add %177, @blocks.2.mlp.proj.bias; %119 = add %104, %118
   // f32[B=4,T=64,128], f32[128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *x177 = F(10901504);
-    const float *x117 = F(1292032);
-    const float *x104 = F(10246144);
-    float *x119 = F(11032576);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 128u;
-      float a0[8];
-      rtc_ld8(a0, x177 + i);
-      float a1[8];
-      rtc_ld8(a1, x117 + j);
-      float a2[8];
-      rtc_ld8(a2, x104 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x119 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew1{F(10901504), F(1292032), F(10246144), F(11032576)});
   // gpt.shard:5 (blocks.3)  %122, %123, %124 = layernorm %119, @blocks.3.ln_1.weight, @blocks.3.ln_1.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
   rt_layernorm_forward_cu(F(10115072), F(7507968), F(7508992), F(11032576), F(1292544), F(1293056), 256, 128);
@@ -566,27 +507,7 @@ static double forward(RtPass *p) {
   rtc_allreduce(p->mesh, RT_AX_TP, F(11425792), 32768);
   // gpt.shard:5 (blocks.3.attn)  %141 = add %179, @blocks.3.attn.proj.bias; %142 = add %119, %141
   // f32[B=4,T=64,128], f32[128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *x179 = F(11425792);
-    const float *x140 = F(1425408);
-    const float *x119 = F(11032576);
-    float *x142 = F(11556864);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 128u;
-      float a0[8];
-      rtc_ld8(a0, x179 + i);
-      float a1[8];
-      rtc_ld8(a1, x140 + j);
-      float a2[8];
-      rtc_ld8(a2, x119 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x142 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew1{F(11425792), F(1425408), F(11032576), F(11556864)});
   // gpt.shard:6 (blocks.3)  %145, %146, %147 = layernorm %142, @blocks.3.ln_2.weight, @blocks.3.ln_2.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
   rt_layernorm_forward_cu(F(11294720), F(7512064), F(7513088), F(11556864), F(1425920), F(1426432), 256, 128);
@@ -604,27 +525,7 @@ static double forward(RtPass *p) {
   rtc_allreduce(p->mesh, RT_AX_TP, F(12212224), 32768);
   // gpt.shard:6 (blocks.3.mlp)  %156 = add %181, @blocks.3.mlp.proj.bias; %157 = add %142, %156
   // f32[B=4,T=64,128], f32[128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *x181 = F(12212224);
-    const float *x155 = F(1690112);
-    const float *x142 = F(11556864);
-    float *x157 = F(12343296);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 128u;
-      float a0[8];
-      rtc_ld8(a0, x181 + i);
-      float a1[8];
-      rtc_ld8(a1, x155 + j);
-      float a2[8];
-      rtc_ld8(a2, x142 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x157 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew1{F(12212224), F(1690112), F(11556864), F(12343296)});
   // gpt.shard:13  %160, %161, %162 = layernorm %157, @ln.weight, @ln.bias
   // f32[B=4,T=64,128], f32[128], f32[128] -> f32[B=4,T=64,128], f32[B=4,T=64], f32[B=4,T=64]
   rt_layernorm_forward_cu(F(11425792), F(7514112), F(7515136), F(12343296), F(1690624), F(1691136), 256, 128);
@@ -670,31 +571,10 @@ static void backward(RtPass *p) {
     rt_bucket_allreduce(p, 0, RT_AX_DP, F(3382272), 256);
   // gpt.shard:6 (blocks.3)  d%142, _ += add_bwd d%157, %142, %156
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *d157 = F(12212224);
-    float *d142 = F(11425792);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d157 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d142 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew2{F(12212224), F(11425792)});
   // gpt.shard:6 (blocks.3.mlp)  _, d@blocks.3.mlp.proj.bias += add_bwd d%157, %181, @blocks.3.mlp.proj.bias
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128] -> f32[128]
-  {
-    const float *d157 = F(12212224);
-    float *d155 = F(3381760);
-    rtc_foreach32(128, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 32768; i += 128) {
-        d155[j] += d157[i];
-      }
-    });
-  }
+  rtc_foreach32(128, shardc_ew3{F(12212224), F(3381760)});
   // gpt.shard:6 (blocks.3.mlp)  d%154 += acc d%157, %154
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(12343296), 0, 131072);  // d%154 starts here
@@ -724,31 +604,10 @@ static void backward(RtPass *p) {
   rt_layernorm_backward_cu(F(11425792), F(3117568), F(3118080), F(11294720), F(11556864), F(1425920), F(7512064), F(7513088), 256, 128);
   // gpt.shard:5 (blocks.3)  d%119, _ += add_bwd d%142, %119, %141
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *d142 = F(11425792);
-    float *d119 = F(11294720);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d142 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d119 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew2{F(11425792), F(11294720)});
   // gpt.shard:5 (blocks.3.attn)  _, d@blocks.3.attn.proj.bias += add_bwd d%142, %179, @blocks.3.attn.proj.bias
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128] -> f32[128]
-  {
-    const float *d142 = F(11425792);
-    float *d140 = F(3117056);
-    rtc_foreach32(128, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 32768; i += 128) {
-        d140[j] += d142[i];
-      }
-    });
-  }
+  rtc_foreach32(128, shardc_ew3{F(11425792), F(3117056)});
   // gpt.shard:5 (blocks.3.attn)  d%139 += acc d%142, %139
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(11556864), 0, 131072);  // d%139 starts here
@@ -796,31 +655,10 @@ static void backward(RtPass *p) {
     rt_bucket_allreduce(p, 1, RT_AX_DP, F(2984192), 99520);
   // gpt.shard:6 (blocks.2)  d%104, _ += add_bwd d%119, %104, %118
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *d119 = F(11294720);
-    float *d104 = F(10115072);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d119 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d104 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew2{F(11294720), F(10115072)});
   // gpt.shard:6 (blocks.2.mlp)  _, d@blocks.2.mlp.proj.bias += add_bwd d%119, %177, @blocks.2.mlp.proj.bias
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128] -> f32[128]
-  {
-    const float *d119 = F(11294720);
-    float *d117 = F(2983680);
-    rtc_foreach32(128, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 32768; i += 128) {
-        d117[j] += d119[i];
-      }
-    });
-  }
+  rtc_foreach32(128, shardc_ew3{F(11294720), F(2983680)});
   // gpt.shard:6 (blocks.2.mlp)  d%116 += acc d%119, %116
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(10901504), 0, 131072);  // d%116 starts here
@@ -850,31 +688,10 @@ static void backward(RtPass *p) {
   rt_layernorm_backward_cu(F(10115072), F(2719488), F(2720000), F(9984000), F(10246144), F(1027840), F(7505920), F(7506944), 256, 128);
   // gpt.shard:5 (blocks.2)  d%81, _ += add_bwd d%104, %81, %103
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *d104 = F(10115072);
-    float *d81 = F(9984000);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d104 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d81 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew2{F(10115072), F(9984000)});
   // gpt.shard:5 (blocks.2.attn)  _, d@blocks.2.attn.proj.bias += add_bwd d%104, %175, @blocks.2.attn.proj.bias
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128] -> f32[128]
-  {
-    const float *d104 = F(10115072);
-    float *d102 = F(2718976);
-    rtc_foreach32(128, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 32768; i += 128) {
-        d102[j] += d104[i];
-      }
-    });
-  }
+  rtc_foreach32(128, shardc_ew3{F(10115072), F(2718976)});
   // gpt.shard:5 (blocks.2.attn)  d%101 += acc d%104, %101
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(10246144), 0, 131072);  // d%101 starts here
@@ -922,31 +739,10 @@ static void backward(RtPass *p) {
     rt_bucket_allreduce(p, 2, RT_AX_DP, F(2586112), 99520);
   // gpt.shard:6 (blocks.1)  d%66, _ += add_bwd d%81, %66, %80
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *d81 = F(9984000);
-    float *d66 = F(8804352);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d81 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d66 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew2{F(9984000), F(8804352)});
   // gpt.shard:6 (blocks.1.mlp)  _, d@blocks.1.mlp.proj.bias += add_bwd d%81, %173, @blocks.1.mlp.proj.bias
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128] -> f32[128]
-  {
-    const float *d81 = F(9984000);
-    float *d79 = F(2585600);
-    rtc_foreach32(128, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 32768; i += 128) {
-        d79[j] += d81[i];
-      }
-    });
-  }
+  rtc_foreach32(128, shardc_ew3{F(9984000), F(2585600)});
   // gpt.shard:6 (blocks.1.mlp)  d%78 += acc d%81, %78
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(9590784), 0, 131072);  // d%78 starts here
@@ -976,31 +772,10 @@ static void backward(RtPass *p) {
   rt_layernorm_backward_cu(F(8804352), F(2321408), F(2321920), F(8673280), F(8935424), F(629760), F(7499776), F(7500800), 256, 128);
   // gpt.shard:5 (blocks.1)  d%43, _ += add_bwd d%66, %43, %65
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *d66 = F(8804352);
-    float *d43 = F(8673280);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d66 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d43 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew2{F(8804352), F(8673280)});
   // gpt.shard:5 (blocks.1.attn)  _, d@blocks.1.attn.proj.bias += add_bwd d%66, %171, @blocks.1.attn.proj.bias
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128] -> f32[128]
-  {
-    const float *d66 = F(8804352);
-    float *d64 = F(2320896);
-    rtc_foreach32(128, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 32768; i += 128) {
-        d64[j] += d66[i];
-      }
-    });
-  }
+  rtc_foreach32(128, shardc_ew3{F(8804352), F(2320896)});
   // gpt.shard:5 (blocks.1.attn)  d%63 += acc d%66, %63
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(8935424), 0, 131072);  // d%63 starts here
@@ -1048,31 +823,10 @@ static void backward(RtPass *p) {
     rt_bucket_allreduce(p, 3, RT_AX_DP, F(2188032), 99520);
   // gpt.shard:6 (blocks.0)  d%28, _ += add_bwd d%43, %28, %42
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *d43 = F(8673280);
-    float *d28 = F(8214528);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d43 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d28 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew2{F(8673280), F(8214528)});
   // gpt.shard:6 (blocks.0.mlp)  _, d@blocks.0.mlp.proj.bias += add_bwd d%43, %169, @blocks.0.mlp.proj.bias
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128] -> f32[128]
-  {
-    const float *d43 = F(8673280);
-    float *d41 = F(2187520);
-    rtc_foreach32(128, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 32768; i += 128) {
-        d41[j] += d43[i];
-      }
-    });
-  }
+  rtc_foreach32(128, shardc_ew3{F(8673280), F(2187520)});
   // gpt.shard:6 (blocks.0.mlp)  d%40 += acc d%43, %40
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(8345600), 0, 131072);  // d%40 starts here
@@ -1102,31 +856,10 @@ static void backward(RtPass *p) {
   rt_layernorm_backward_cu(F(8214528), F(1923328), F(1923840), F(7297024), F(7559168), F(231680), F(7428096), F(7429120), 256, 128);
   // gpt.shard:5 (blocks.0)  d%5, _ += add_bwd d%28, %5, %27
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  {
-    const float *d28 = F(8214528);
-    float *d5 = F(7297024);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d28 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d5 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew2{F(8214528), F(7297024)});
   // gpt.shard:5 (blocks.0.attn)  _, d@blocks.0.attn.proj.bias += add_bwd d%28, %167, @blocks.0.attn.proj.bias
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[128] -> f32[128]
-  {
-    const float *d28 = F(8214528);
-    float *d26 = F(1922816);
-    rtc_foreach32(128, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 32768; i += 128) {
-        d26[j] += d28[i];
-      }
-    });
-  }
+  rtc_foreach32(128, shardc_ew3{F(8214528), F(1922816)});
   // gpt.shard:5 (blocks.0.attn)  d%25 += acc d%28, %25
   // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
   rtc_memset(F(7516224), 0, 131072);  // d%25 starts here
@@ -1174,15 +907,7 @@ static void backward(RtPass *p) {
     rt_bucket_allreduce(p, 4, RT_AX_DP, F(1789952), 99520);
   // gpt.shard:11  _, d@pos.weight += add_bwd d%5, %165, @pos.weight
   // f32[B=4,T=64,128], f32[B=4,T=64,128], f32[T=64,128] -> f32[T=64,128]
-  {
-    const float *d5 = F(7297024);
-    float *d4 = F(1757184);
-    rtc_foreach32(8192, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 32768; i += 8192) {
-        d4[j] += d5[i];
-      }
-    });
-  }
+  rtc_foreach32(8192, shardc_ew4{F(7297024), F(1757184)});
   // gpt.shard:11 (pos)  %327 += grad_all_reduce %327
   // f32[8192] -> f32[8192]
   if (p->last_mb)  // bucket pos: overlaps the rest of the backward

@@ -247,6 +247,147 @@ static const double norm_w[52] = {
     1.0, 0.5, 0.5, 0.5,
 };
 
+/* ---- elementwise kernels first used below: each fused chain's body once, its
+ * buffers as fields (the call site sets them); rtc_foreach runs it ---- */
+struct shardc_ew0 {
+    const float *b0;
+    const float *b1;
+    float *b2;
+    __device__ void operator()(unsigned v) const {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 4096u;
+      float a0[8];
+      rtc_ld8(a0, b0 + i);
+      float a1[8];
+      rtc_ld8(a1, b1 + j);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(b2 + i, r0);
+    }
+};
+
+struct shardc_ew1 {
+    const float *b0;
+    const float *b1;
+    float *b2;
+    __device__ void operator()(unsigned v) const {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 192u;
+      float a0[8];
+      rtc_ld8(a0, b0 + i);
+      float a1[8];
+      rtc_ld8(a1, b1 + j);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(b2 + i, r0);
+    }
+};
+
+struct shardc_ew2 {
+    const float *b0;
+    const float *b1;
+    const float *b2;
+    float *b3;
+    __device__ void operator()(unsigned v) const {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 64u;
+      float a0[8];
+      rtc_ld8(a0, b0 + i);
+      float a1[8];
+      rtc_ld8(a1, b1 + j);
+      float a2[8];
+      rtc_ld8(a2, b2 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a2[k] + (a0[k] + a1[k]);
+      }
+      rtc_st8(b3 + i, r0);
+    }
+};
+
+struct shardc_ew3 {
+    const float *b0;
+    const float *b1;
+    float *b2;
+    float *b3;
+    __device__ void operator()(unsigned v) const {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 256u;
+      float a0[8];
+      rtc_ld8(a0, b0 + i);
+      float a1[8];
+      rtc_ld8(a1, b1 + j);
+      float r0[8];
+      float r1[8];
+      for (int k = 0; k < 8; k++) {
+        const float t0 = a0[k] + a1[k];
+        r0[k] = t0;
+        r1[k] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
+      }
+      rtc_st8(b2 + i, r0);
+      rtc_st8(b3 + i, r1);
+    }
+};
+
+struct shardc_ew4 {
+    const float *b0;
+    float *b1;
+    __device__ void operator()(unsigned v) const {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, b0 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(b1 + i, r0);
+    }
+};
+
+struct shardc_ew5 {
+    const float *b0;
+    float *b1;
+    __device__ void operator()(unsigned j) const {
+      for (unsigned i = j; i < 8192; i += 64) {
+        b1[j] += b0[i];
+      }
+    }
+};
+
+struct shardc_ew6 {
+    const float *b0;
+    float *b1;
+    __device__ void operator()(unsigned j) const {
+      for (unsigned i = j; i < 32768; i += 256) {
+        b1[j] += b0[i];
+      }
+    }
+};
+
+struct shardc_ew7 {
+    const float *b0;
+    float *b1;
+    __device__ void operator()(unsigned j) const {
+      for (unsigned i = j; i < 24576; i += 192) {
+        b1[j] += b0[i];
+      }
+    }
+};
+
+struct shardc_ew8 {
+    const float *b0;
+    float *b1;
+    __device__ void operator()(unsigned j) const {
+      for (unsigned i = j; i < 8192; i += 4096) {
+        b1[j] += b0[i];
+      }
+    }
+};
+
 /* Loss of each cross_entropy (in double) and the rows it averaged over. */
 static double ce_loss[1];
 static int ce_rows[1];
@@ -263,24 +404,7 @@ static double forward(RtPass *p) {
   rtc_reduce_scatter_dim(p->mesh, RT_AX_TPC, F(3465216), F(3399680), 1, 8192, NULL);
   // gpt.shard:11  %5 = add %165, @pos.weight
   // f32[B=2,T=64,64], f32[T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *x165 = F(3465216);
-    const float *x4 = F(32768);
-    float *x5 = F(3399680);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 4096u;
-      float a0[8];
-      rtc_ld8(a0, x165 + i);
-      float a1[8];
-      rtc_ld8(a1, x4 + j);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k] + a1[k];
-      }
-      rtc_st8(x5 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew0{F(3465216), F(32768), F(3399680)});
   // gpt.shard:5 (blocks.0)  %8, %9, %10 = layernorm %5, @blocks.0.ln_1.weight, @blocks.0.ln_1.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
   rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
@@ -294,24 +418,7 @@ static double forward(RtPass *p) {
                       128, 64, 192, F(3564544));
   // gpt.shard:5 (blocks.0.attn)  %14 = add %12, @blocks.0.attn.qkv.bias
   // f32[B=2,T=64,192], f32[192] -> f32[B=2,T=64,192]
-  {
-    const float *x12 = F(3466240);
-    const float *x13 = F(98816);
-    float *x14 = F(3564544);
-    rtc_foreach32(3072, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 192u;
-      float a0[8];
-      rtc_ld8(a0, x12 + i);
-      float a1[8];
-      rtc_ld8(a1, x13 + j);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k] + a1[k];
-      }
-      rtc_st8(x14 + i, r0);
-    });
-  }
+  rtc_foreach32(3072, shardc_ew1{F(3466240), F(98816), F(3564544)});
   // gpt.shard:5 (blocks.0.attn)  %15 = slice %14
   // f32[B=2,T=64,192] -> f32[B=2,T=64,64]
   rt_slice_cols_forward_cu(F(3466240), F(3564544), 128, 192, 0, 64);
@@ -331,27 +438,7 @@ static double forward(RtPass *p) {
                       128, 64, 64, F(3631104));
   // gpt.shard:5 (blocks.0.attn)  %27 = add %25, @blocks.0.attn.proj.bias; %28 = add %5, %27
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *x25 = F(3598336);
-    const float *x26 = F(115968);
-    const float *x5 = F(3399680);
-    float *x28 = F(3663872);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 64u;
-      float a0[8];
-      rtc_ld8(a0, x25 + i);
-      float a1[8];
-      rtc_ld8(a1, x26 + j);
-      float a2[8];
-      rtc_ld8(a2, x5 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x28 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew2{F(3598336), F(115968), F(3399680), F(3663872)});
   // gpt.shard:6 (blocks.0)  %31, %32, %33 = layernorm %28, @blocks.0.ln_2.weight, @blocks.0.ln_2.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
   rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
@@ -365,29 +452,7 @@ static double forward(RtPass *p) {
                       128, 64, 256, F(3827712));
   // gpt.shard:6 (blocks.0.mlp)  %37 = add %35, @blocks.0.mlp.fc.bias; %38 = gelu %37
   // f32[B=2,T=64,256], f32[256] -> f32[B=2,T=64,256]
-  {
-    const float *x35 = F(3696640);
-    const float *x36 = F(182272);
-    float *x37 = F(3827712);
-    float *x38 = F(3958784);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 256u;
-      float a0[8];
-      rtc_ld8(a0, x35 + i);
-      float a1[8];
-      rtc_ld8(a1, x36 + j);
-      float r0[8];
-      float r1[8];
-      for (int k = 0; k < 8; k++) {
-        const float t0 = a0[k] + a1[k];
-        r0[k] = t0;
-        r1[k] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
-      }
-      rtc_st8(x37 + i, r0);
-      rtc_st8(x38 + i, r1);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew3{F(3696640), F(182272), F(3827712), F(3958784)});
   // gpt.shard:6 (blocks.0.mlp)  %40 = matmul %38, @blocks.0.mlp.proj.weight
   // f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,64]
   rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
@@ -395,27 +460,7 @@ static double forward(RtPass *p) {
                       128, 256, 64, F(4089856));
   // gpt.shard:6 (blocks.0.mlp)  %42 = add %40, @blocks.0.mlp.proj.bias; %43 = add %28, %42
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *x40 = F(3696640);
-    const float *x41 = F(248832);
-    const float *x28 = F(3663872);
-    float *x43 = F(3762176);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 64u;
-      float a0[8];
-      rtc_ld8(a0, x40 + i);
-      float a1[8];
-      rtc_ld8(a1, x41 + j);
-      float a2[8];
-      rtc_ld8(a2, x28 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x43 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew2{F(3696640), F(248832), F(3663872), F(3762176)});
   // gpt.shard:5 (blocks.1)  %46, %47, %48 = layernorm %43, @blocks.1.ln_1.weight, @blocks.1.ln_1.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
   rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
@@ -429,24 +474,7 @@ static double forward(RtPass *p) {
                       128, 64, 192, F(4188160));
   // gpt.shard:5 (blocks.1.attn)  %52 = add %50, @blocks.1.attn.qkv.bias
   // f32[B=2,T=64,192], f32[192] -> f32[B=2,T=64,192]
-  {
-    const float *x50 = F(4089856);
-    const float *x51 = F(298752);
-    float *x52 = F(4188160);
-    rtc_foreach32(3072, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 192u;
-      float a0[8];
-      rtc_ld8(a0, x50 + i);
-      float a1[8];
-      rtc_ld8(a1, x51 + j);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k] + a1[k];
-      }
-      rtc_st8(x52 + i, r0);
-    });
-  }
+  rtc_foreach32(3072, shardc_ew1{F(4089856), F(298752), F(4188160)});
   // gpt.shard:5 (blocks.1.attn)  %53 = slice %52
   // f32[B=2,T=64,192] -> f32[B=2,T=64,64]
   rt_slice_cols_forward_cu(F(3696640), F(4188160), 128, 192, 0, 64);
@@ -466,27 +494,7 @@ static double forward(RtPass *p) {
                       128, 64, 64, F(4188160));
   // gpt.shard:5 (blocks.1.attn)  %65 = add %63, @blocks.1.attn.proj.bias; %66 = add %43, %65
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *x63 = F(4155392);
-    const float *x64 = F(315904);
-    const float *x43 = F(3762176);
-    float *x66 = F(4220928);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 64u;
-      float a0[8];
-      rtc_ld8(a0, x63 + i);
-      float a1[8];
-      rtc_ld8(a1, x64 + j);
-      float a2[8];
-      rtc_ld8(a2, x43 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x66 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew2{F(4155392), F(315904), F(3762176), F(4220928)});
   // gpt.shard:6 (blocks.1)  %69, %70, %71 = layernorm %66, @blocks.1.ln_2.weight, @blocks.1.ln_2.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
   rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
@@ -500,29 +508,7 @@ static double forward(RtPass *p) {
                       128, 64, 256, F(4417536));
   // gpt.shard:6 (blocks.1.mlp)  %75 = add %73, @blocks.1.mlp.fc.bias; %76 = gelu %75
   // f32[B=2,T=64,256], f32[256] -> f32[B=2,T=64,256]
-  {
-    const float *x73 = F(4286464);
-    const float *x74 = F(382208);
-    float *x75 = F(4417536);
-    float *x76 = F(4548608);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 256u;
-      float a0[8];
-      rtc_ld8(a0, x73 + i);
-      float a1[8];
-      rtc_ld8(a1, x74 + j);
-      float r0[8];
-      float r1[8];
-      for (int k = 0; k < 8; k++) {
-        const float t0 = a0[k] + a1[k];
-        r0[k] = t0;
-        r1[k] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
-      }
-      rtc_st8(x75 + i, r0);
-      rtc_st8(x76 + i, r1);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew3{F(4286464), F(382208), F(4417536), F(4548608)});
   // gpt.shard:6 (blocks.1.mlp)  %78 = matmul %76, @blocks.1.mlp.proj.weight
   // f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,64]
   rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
@@ -530,27 +516,7 @@ static double forward(RtPass *p) {
                       128, 256, 64, F(4679680));
   // gpt.shard:6 (blocks.1.mlp)  %80 = add %78, @blocks.1.mlp.proj.bias; %81 = add %66, %80
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *x78 = F(4155392);
-    const float *x79 = F(448768);
-    const float *x66 = F(4220928);
-    float *x81 = F(4286464);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 64u;
-      float a0[8];
-      rtc_ld8(a0, x78 + i);
-      float a1[8];
-      rtc_ld8(a1, x79 + j);
-      float a2[8];
-      rtc_ld8(a2, x66 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x81 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew2{F(4155392), F(448768), F(4220928), F(4286464)});
   // gpt.shard:5 (blocks.2)  %84, %85, %86 = layernorm %81, @blocks.2.ln_1.weight, @blocks.2.ln_1.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
   rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
@@ -564,24 +530,7 @@ static double forward(RtPass *p) {
                       128, 64, 192, F(4679680));
   // gpt.shard:5 (blocks.2.attn)  %90 = add %88, @blocks.2.attn.qkv.bias
   // f32[B=2,T=64,192], f32[192] -> f32[B=2,T=64,192]
-  {
-    const float *x88 = F(4319232);
-    const float *x89 = F(498688);
-    float *x90 = F(4679680);
-    rtc_foreach32(3072, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 192u;
-      float a0[8];
-      rtc_ld8(a0, x88 + i);
-      float a1[8];
-      rtc_ld8(a1, x89 + j);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k] + a1[k];
-      }
-      rtc_st8(x90 + i, r0);
-    });
-  }
+  rtc_foreach32(3072, shardc_ew1{F(4319232), F(498688), F(4679680)});
   // gpt.shard:5 (blocks.2.attn)  %91 = slice %90
   // f32[B=2,T=64,192] -> f32[B=2,T=64,64]
   rt_slice_cols_forward_cu(F(4188160), F(4679680), 128, 192, 0, 64);
@@ -601,27 +550,7 @@ static double forward(RtPass *p) {
                       128, 64, 64, F(4712448));
   // gpt.shard:5 (blocks.2.attn)  %103 = add %101, @blocks.2.attn.proj.bias; %104 = add %81, %103
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *x101 = F(4679680);
-    const float *x102 = F(515840);
-    const float *x81 = F(4286464);
-    float *x104 = F(4745216);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 64u;
-      float a0[8];
-      rtc_ld8(a0, x101 + i);
-      float a1[8];
-      rtc_ld8(a1, x102 + j);
-      float a2[8];
-      rtc_ld8(a2, x81 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x104 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew2{F(4679680), F(515840), F(4286464), F(4745216)});
   // gpt.shard:6 (blocks.2)  %107, %108, %109 = layernorm %104, @blocks.2.ln_2.weight, @blocks.2.ln_2.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
   rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
@@ -635,29 +564,7 @@ static double forward(RtPass *p) {
                       128, 64, 256, F(4909056));
   // gpt.shard:6 (blocks.2.mlp)  %113 = add %111, @blocks.2.mlp.fc.bias; %114 = gelu %113
   // f32[B=2,T=64,256], f32[256] -> f32[B=2,T=64,256]
-  {
-    const float *x111 = F(4777984);
-    const float *x112 = F(582144);
-    float *x113 = F(4909056);
-    float *x114 = F(5040128);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 256u;
-      float a0[8];
-      rtc_ld8(a0, x111 + i);
-      float a1[8];
-      rtc_ld8(a1, x112 + j);
-      float r0[8];
-      float r1[8];
-      for (int k = 0; k < 8; k++) {
-        const float t0 = a0[k] + a1[k];
-        r0[k] = t0;
-        r1[k] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
-      }
-      rtc_st8(x113 + i, r0);
-      rtc_st8(x114 + i, r1);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew3{F(4777984), F(582144), F(4909056), F(5040128)});
   // gpt.shard:6 (blocks.2.mlp)  %116 = matmul %114, @blocks.2.mlp.proj.weight
   // f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,64]
   rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
@@ -665,27 +572,7 @@ static double forward(RtPass *p) {
                       128, 256, 64, F(5171200));
   // gpt.shard:6 (blocks.2.mlp)  %118 = add %116, @blocks.2.mlp.proj.bias; %119 = add %104, %118
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *x116 = F(4712448);
-    const float *x117 = F(648704);
-    const float *x104 = F(4745216);
-    float *x119 = F(4810752);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 64u;
-      float a0[8];
-      rtc_ld8(a0, x116 + i);
-      float a1[8];
-      rtc_ld8(a1, x117 + j);
-      float a2[8];
-      rtc_ld8(a2, x104 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x119 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew2{F(4712448), F(648704), F(4745216), F(4810752)});
   // gpt.shard:5 (blocks.3)  %122, %123, %124 = layernorm %119, @blocks.3.ln_1.weight, @blocks.3.ln_1.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
   rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
@@ -699,24 +586,7 @@ static double forward(RtPass *p) {
                       128, 64, 192, F(5269504));
   // gpt.shard:5 (blocks.3.attn)  %128 = add %126, @blocks.3.attn.qkv.bias
   // f32[B=2,T=64,192], f32[192] -> f32[B=2,T=64,192]
-  {
-    const float *x126 = F(5171200);
-    const float *x127 = F(698624);
-    float *x128 = F(5269504);
-    rtc_foreach32(3072, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 192u;
-      float a0[8];
-      rtc_ld8(a0, x126 + i);
-      float a1[8];
-      rtc_ld8(a1, x127 + j);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k] + a1[k];
-      }
-      rtc_st8(x128 + i, r0);
-    });
-  }
+  rtc_foreach32(3072, shardc_ew1{F(5171200), F(698624), F(5269504)});
   // gpt.shard:5 (blocks.3.attn)  %129 = slice %128
   // f32[B=2,T=64,192] -> f32[B=2,T=64,64]
   rt_slice_cols_forward_cu(F(4777984), F(5269504), 128, 192, 0, 64);
@@ -736,27 +606,7 @@ static double forward(RtPass *p) {
                       128, 64, 64, F(5236736));
   // gpt.shard:5 (blocks.3.attn)  %141 = add %139, @blocks.3.attn.proj.bias; %142 = add %119, %141
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *x139 = F(5203968);
-    const float *x140 = F(715776);
-    const float *x119 = F(4810752);
-    float *x142 = F(5269504);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 64u;
-      float a0[8];
-      rtc_ld8(a0, x139 + i);
-      float a1[8];
-      rtc_ld8(a1, x140 + j);
-      float a2[8];
-      rtc_ld8(a2, x119 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x142 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew2{F(5203968), F(715776), F(4810752), F(5269504)});
   // gpt.shard:6 (blocks.3)  %145, %146, %147 = layernorm %142, @blocks.3.ln_2.weight, @blocks.3.ln_2.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
   rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
@@ -770,29 +620,7 @@ static double forward(RtPass *p) {
                       128, 64, 256, F(5433344));
   // gpt.shard:6 (blocks.3.mlp)  %151 = add %149, @blocks.3.mlp.fc.bias; %152 = gelu %151
   // f32[B=2,T=64,256], f32[256] -> f32[B=2,T=64,256]
-  {
-    const float *x149 = F(5302272);
-    const float *x150 = F(782080);
-    float *x151 = F(5433344);
-    float *x152 = F(5564416);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 256u;
-      float a0[8];
-      rtc_ld8(a0, x149 + i);
-      float a1[8];
-      rtc_ld8(a1, x150 + j);
-      float r0[8];
-      float r1[8];
-      for (int k = 0; k < 8; k++) {
-        const float t0 = a0[k] + a1[k];
-        r0[k] = t0;
-        r1[k] = 0.5f * t0 * (1.0f + tanhf(0.7978846f * (t0 + 0.044715f * (t0 * t0 * t0))));
-      }
-      rtc_st8(x151 + i, r0);
-      rtc_st8(x152 + i, r1);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew3{F(5302272), F(782080), F(5433344), F(5564416)});
   // gpt.shard:6 (blocks.3.mlp)  %154 = matmul %152, @blocks.3.mlp.proj.weight
   // f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,64]
   rt_summa_forward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
@@ -800,27 +628,7 @@ static double forward(RtPass *p) {
                       128, 256, 64, F(5695488));
   // gpt.shard:6 (blocks.3.mlp)  %156 = add %154, @blocks.3.mlp.proj.bias; %157 = add %142, %156
   // f32[B=2,T=64,64], f32[64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *x154 = F(5236736);
-    const float *x155 = F(848640);
-    const float *x142 = F(5269504);
-    float *x157 = F(5335040);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 64u;
-      float a0[8];
-      rtc_ld8(a0, x154 + i);
-      float a1[8];
-      rtc_ld8(a1, x155 + j);
-      float a2[8];
-      rtc_ld8(a2, x142 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a2[k] + (a0[k] + a1[k]);
-      }
-      rtc_st8(x157 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew2{F(5236736), F(848640), F(5269504), F(5335040)});
   // gpt.shard:13  %160, %161, %162 = layernorm %157, @ln.weight, @ln.bias
   // f32[B=2,T=64,64], f32[64], f32[64] -> f32[B=2,T=64,64], f32[B=2,T=64], f32[B=2,T=64]
   rt_layernorm_split_forward_cu(p->mesh, RT_AX_TPR,
@@ -881,31 +689,10 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3642432));
   // gpt.shard:6 (blocks.3)  d%142, _ += add_bwd d%157, %142, %156
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *d157 = F(5236736);
-    float *d142 = F(5302272);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d157 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d142 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew4{F(5236736), F(5302272)});
   // gpt.shard:6 (blocks.3.mlp)  _, d@blocks.3.mlp.proj.bias += add_bwd d%157, %154, @blocks.3.mlp.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  {
-    const float *d157 = F(5236736);
-    float *d155 = F(1698048);
-    rtc_foreach32(64, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 8192; i += 64) {
-        d155[j] += d157[i];
-      }
-    });
-  }
+  rtc_foreach32(64, shardc_ew5{F(5236736), F(1698048)});
   // gpt.shard:6 (blocks.3.mlp)  d%152, d@blocks.3.mlp.proj.weight += matmul_bwd d%157, %152, @blocks.3.mlp.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,256], f32[64,256]
   rtc_memset(F(5695488), 0, 131072);  // d%152 starts here
@@ -918,15 +705,7 @@ static void backward(RtPass *p) {
   rt_gelu_backward_cu(F(5564416), F(5433344), F(5695488), 32768);
   // gpt.shard:6 (blocks.3.mlp)  _, d@blocks.3.mlp.fc.bias += add_bwd d%151, %149, @blocks.3.mlp.fc.bias
   // f32[B=2,T=64,256], f32[B=2,T=64,256], f32[256] -> f32[256]
-  {
-    const float *d151 = F(5564416);
-    float *d150 = F(1631488);
-    rtc_foreach32(256, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 32768; i += 256) {
-        d150[j] += d151[i];
-      }
-    });
-  }
+  rtc_foreach32(256, shardc_ew6{F(5564416), F(1631488)});
   // gpt.shard:6 (blocks.3.mlp)  d%145, d@blocks.3.mlp.fc.weight += matmul_bwd d%151, %145, @blocks.3.mlp.fc.weight
   // f32[B=2,T=64,256], f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,64], f32[256,64]
   rtc_memset(F(5236736), 0, 32768);  // d%145 starts here
@@ -941,31 +720,10 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3642432));
   // gpt.shard:5 (blocks.3)  d%119, _ += add_bwd d%142, %119, %141
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *d142 = F(5302272);
-    float *d119 = F(5203968);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d142 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d119 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew4{F(5302272), F(5203968)});
   // gpt.shard:5 (blocks.3.attn)  _, d@blocks.3.attn.proj.bias += add_bwd d%142, %139, @blocks.3.attn.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  {
-    const float *d142 = F(5302272);
-    float *d140 = F(1565184);
-    rtc_foreach32(64, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 8192; i += 64) {
-        d140[j] += d142[i];
-      }
-    });
-  }
+  rtc_foreach32(64, shardc_ew5{F(5302272), F(1565184)});
   // gpt.shard:5 (blocks.3.attn)  d%137, d@blocks.3.attn.proj.weight += matmul_bwd d%142, %137, @blocks.3.attn.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64], f32[64,64]
   rtc_memset(F(5236736), 0, 32768);  // d%137 starts here
@@ -991,15 +749,7 @@ static void backward(RtPass *p) {
   rt_slice_cols_backward_cu(F(5367808), F(5269504), 128, 192, 0, 64);
   // gpt.shard:5 (blocks.3.attn)  _, d@blocks.3.attn.qkv.bias += add_bwd d%128, %126, @blocks.3.attn.qkv.bias
   // f32[B=2,T=64,192], f32[B=2,T=64,192], f32[192] -> f32[192]
-  {
-    const float *d128 = F(5367808);
-    float *d127 = F(1548032);
-    rtc_foreach32(192, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 24576; i += 192) {
-        d127[j] += d128[i];
-      }
-    });
-  }
+  rtc_foreach32(192, shardc_ew7{F(5367808), F(1548032)});
   // gpt.shard:5 (blocks.3.attn)  d%122, d@blocks.3.attn.qkv.weight += matmul_bwd d%128, %122, @blocks.3.attn.qkv.weight
   // f32[B=2,T=64,192], f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,64], f32[192,64]
   rtc_memset(F(4777984), 0, 32768);  // d%122 starts here
@@ -1014,31 +764,10 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3639296));
   // gpt.shard:6 (blocks.2)  d%104, _ += add_bwd d%119, %104, %118
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *d119 = F(5203968);
-    float *d104 = F(4712448);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d119 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d104 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew4{F(5203968), F(4712448)});
   // gpt.shard:6 (blocks.2.mlp)  _, d@blocks.2.mlp.proj.bias += add_bwd d%119, %116, @blocks.2.mlp.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  {
-    const float *d119 = F(5203968);
-    float *d117 = F(1498112);
-    rtc_foreach32(64, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 8192; i += 64) {
-        d117[j] += d119[i];
-      }
-    });
-  }
+  rtc_foreach32(64, shardc_ew5{F(5203968), F(1498112)});
   // gpt.shard:6 (blocks.2.mlp)  d%114, d@blocks.2.mlp.proj.weight += matmul_bwd d%119, %114, @blocks.2.mlp.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,256], f32[64,256]
   rtc_memset(F(4777984), 0, 131072);  // d%114 starts here
@@ -1051,15 +780,7 @@ static void backward(RtPass *p) {
   rt_gelu_backward_cu(F(5040128), F(4909056), F(4777984), 32768);
   // gpt.shard:6 (blocks.2.mlp)  _, d@blocks.2.mlp.fc.bias += add_bwd d%113, %111, @blocks.2.mlp.fc.bias
   // f32[B=2,T=64,256], f32[B=2,T=64,256], f32[256] -> f32[256]
-  {
-    const float *d113 = F(5040128);
-    float *d112 = F(1431552);
-    rtc_foreach32(256, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 32768; i += 256) {
-        d112[j] += d113[i];
-      }
-    });
-  }
+  rtc_foreach32(256, shardc_ew6{F(5040128), F(1431552)});
   // gpt.shard:6 (blocks.2.mlp)  d%107, d@blocks.2.mlp.fc.weight += matmul_bwd d%113, %107, @blocks.2.mlp.fc.weight
   // f32[B=2,T=64,256], f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,64], f32[256,64]
   rtc_memset(F(4777984), 0, 32768);  // d%107 starts here
@@ -1074,31 +795,10 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3638272));
   // gpt.shard:5 (blocks.2)  d%81, _ += add_bwd d%104, %81, %103
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *d104 = F(4712448);
-    float *d81 = F(4679680);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d104 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d81 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew4{F(4712448), F(4679680)});
   // gpt.shard:5 (blocks.2.attn)  _, d@blocks.2.attn.proj.bias += add_bwd d%104, %101, @blocks.2.attn.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  {
-    const float *d104 = F(4712448);
-    float *d102 = F(1365248);
-    rtc_foreach32(64, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 8192; i += 64) {
-        d102[j] += d104[i];
-      }
-    });
-  }
+  rtc_foreach32(64, shardc_ew5{F(4712448), F(1365248)});
   // gpt.shard:5 (blocks.2.attn)  d%99, d@blocks.2.attn.proj.weight += matmul_bwd d%104, %99, @blocks.2.attn.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64], f32[64,64]
   rtc_memset(F(4745216), 0, 32768);  // d%99 starts here
@@ -1124,15 +824,7 @@ static void backward(RtPass *p) {
   rt_slice_cols_backward_cu(F(4319232), F(4712448), 128, 192, 0, 64);
   // gpt.shard:5 (blocks.2.attn)  _, d@blocks.2.attn.qkv.bias += add_bwd d%90, %88, @blocks.2.attn.qkv.bias
   // f32[B=2,T=64,192], f32[B=2,T=64,192], f32[192] -> f32[192]
-  {
-    const float *d90 = F(4319232);
-    float *d89 = F(1348096);
-    rtc_foreach32(192, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 24576; i += 192) {
-        d89[j] += d90[i];
-      }
-    });
-  }
+  rtc_foreach32(192, shardc_ew7{F(4319232), F(1348096)});
   // gpt.shard:5 (blocks.2.attn)  d%84, d@blocks.2.attn.qkv.weight += matmul_bwd d%90, %84, @blocks.2.attn.qkv.weight
   // f32[B=2,T=64,192], f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,64], f32[192,64]
   rtc_memset(F(4188160), 0, 32768);  // d%84 starts here
@@ -1147,31 +839,10 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3636224));
   // gpt.shard:6 (blocks.1)  d%66, _ += add_bwd d%81, %66, %80
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *d81 = F(4679680);
-    float *d66 = F(4155392);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d81 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d66 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew4{F(4679680), F(4155392)});
   // gpt.shard:6 (blocks.1.mlp)  _, d@blocks.1.mlp.proj.bias += add_bwd d%81, %78, @blocks.1.mlp.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  {
-    const float *d81 = F(4679680);
-    float *d79 = F(1298176);
-    rtc_foreach32(64, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 8192; i += 64) {
-        d79[j] += d81[i];
-      }
-    });
-  }
+  rtc_foreach32(64, shardc_ew5{F(4679680), F(1298176)});
   // gpt.shard:6 (blocks.1.mlp)  d%76, d@blocks.1.mlp.proj.weight += matmul_bwd d%81, %76, @blocks.1.mlp.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,256], f32[64,256]
   rtc_memset(F(4286464), 0, 131072);  // d%76 starts here
@@ -1184,15 +855,7 @@ static void backward(RtPass *p) {
   rt_gelu_backward_cu(F(4548608), F(4417536), F(4286464), 32768);
   // gpt.shard:6 (blocks.1.mlp)  _, d@blocks.1.mlp.fc.bias += add_bwd d%75, %73, @blocks.1.mlp.fc.bias
   // f32[B=2,T=64,256], f32[B=2,T=64,256], f32[256] -> f32[256]
-  {
-    const float *d75 = F(4548608);
-    float *d74 = F(1231616);
-    rtc_foreach32(256, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 32768; i += 256) {
-        d74[j] += d75[i];
-      }
-    });
-  }
+  rtc_foreach32(256, shardc_ew6{F(4548608), F(1231616)});
   // gpt.shard:6 (blocks.1.mlp)  d%69, d@blocks.1.mlp.fc.weight += matmul_bwd d%75, %69, @blocks.1.mlp.fc.weight
   // f32[B=2,T=64,256], f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,64], f32[256,64]
   rtc_memset(F(4188160), 0, 32768);  // d%69 starts here
@@ -1207,31 +870,10 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3635200));
   // gpt.shard:5 (blocks.1)  d%43, _ += add_bwd d%66, %43, %65
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *d66 = F(4155392);
-    float *d43 = F(4188160);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d66 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d43 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew4{F(4155392), F(4188160)});
   // gpt.shard:5 (blocks.1.attn)  _, d@blocks.1.attn.proj.bias += add_bwd d%66, %63, @blocks.1.attn.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  {
-    const float *d66 = F(4155392);
-    float *d64 = F(1165312);
-    rtc_foreach32(64, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 8192; i += 64) {
-        d64[j] += d66[i];
-      }
-    });
-  }
+  rtc_foreach32(64, shardc_ew5{F(4155392), F(1165312)});
   // gpt.shard:5 (blocks.1.attn)  d%61, d@blocks.1.attn.proj.weight += matmul_bwd d%66, %61, @blocks.1.attn.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64], f32[64,64]
   rtc_memset(F(4220928), 0, 32768);  // d%61 starts here
@@ -1257,15 +899,7 @@ static void backward(RtPass *p) {
   rt_slice_cols_backward_cu(F(4319232), F(4155392), 128, 192, 0, 64);
   // gpt.shard:5 (blocks.1.attn)  _, d@blocks.1.attn.qkv.bias += add_bwd d%52, %50, @blocks.1.attn.qkv.bias
   // f32[B=2,T=64,192], f32[B=2,T=64,192], f32[192] -> f32[192]
-  {
-    const float *d52 = F(4319232);
-    float *d51 = F(1148160);
-    rtc_foreach32(192, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 24576; i += 192) {
-        d51[j] += d52[i];
-      }
-    });
-  }
+  rtc_foreach32(192, shardc_ew7{F(4319232), F(1148160)});
   // gpt.shard:5 (blocks.1.attn)  d%46, d@blocks.1.attn.qkv.weight += matmul_bwd d%52, %46, @blocks.1.attn.qkv.weight
   // f32[B=2,T=64,192], f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,64], f32[192,64]
   rtc_memset(F(3696640), 0, 32768);  // d%46 starts here
@@ -1280,31 +914,10 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3633152));
   // gpt.shard:6 (blocks.0)  d%28, _ += add_bwd d%43, %28, %42
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *d43 = F(4188160);
-    float *d28 = F(4089856);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d43 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d28 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew4{F(4188160), F(4089856)});
   // gpt.shard:6 (blocks.0.mlp)  _, d@blocks.0.mlp.proj.bias += add_bwd d%43, %40, @blocks.0.mlp.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  {
-    const float *d43 = F(4188160);
-    float *d41 = F(1098240);
-    rtc_foreach32(64, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 8192; i += 64) {
-        d41[j] += d43[i];
-      }
-    });
-  }
+  rtc_foreach32(64, shardc_ew5{F(4188160), F(1098240)});
   // gpt.shard:6 (blocks.0.mlp)  d%38, d@blocks.0.mlp.proj.weight += matmul_bwd d%43, %38, @blocks.0.mlp.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,256], f32[64,256]
   rtc_memset(F(3696640), 0, 131072);  // d%38 starts here
@@ -1317,15 +930,7 @@ static void backward(RtPass *p) {
   rt_gelu_backward_cu(F(3958784), F(3827712), F(3696640), 32768);
   // gpt.shard:6 (blocks.0.mlp)  _, d@blocks.0.mlp.fc.bias += add_bwd d%37, %35, @blocks.0.mlp.fc.bias
   // f32[B=2,T=64,256], f32[B=2,T=64,256], f32[256] -> f32[256]
-  {
-    const float *d37 = F(3958784);
-    float *d36 = F(1031680);
-    rtc_foreach32(256, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 32768; i += 256) {
-        d36[j] += d37[i];
-      }
-    });
-  }
+  rtc_foreach32(256, shardc_ew6{F(3958784), F(1031680)});
   // gpt.shard:6 (blocks.0.mlp)  d%31, d@blocks.0.mlp.fc.weight += matmul_bwd d%37, %31, @blocks.0.mlp.fc.weight
   // f32[B=2,T=64,256], f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,64], f32[256,64]
   rtc_memset(F(3696640), 0, 32768);  // d%31 starts here
@@ -1340,31 +945,10 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3632128));
   // gpt.shard:5 (blocks.0)  d%5, _ += add_bwd d%28, %5, %27
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  {
-    const float *d28 = F(4089856);
-    float *d5 = F(3598336);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d28 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d5 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew4{F(4089856), F(3598336)});
   // gpt.shard:5 (blocks.0.attn)  _, d@blocks.0.attn.proj.bias += add_bwd d%28, %25, @blocks.0.attn.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  {
-    const float *d28 = F(4089856);
-    float *d26 = F(965376);
-    rtc_foreach32(64, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 8192; i += 64) {
-        d26[j] += d28[i];
-      }
-    });
-  }
+  rtc_foreach32(64, shardc_ew5{F(4089856), F(965376)});
   // gpt.shard:5 (blocks.0.attn)  d%23, d@blocks.0.attn.proj.weight += matmul_bwd d%28, %23, @blocks.0.attn.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64], f32[64,64]
   rtc_memset(F(3642432), 0, 32768);  // d%23 starts here
@@ -1390,15 +974,7 @@ static void backward(RtPass *p) {
   rt_slice_cols_backward_cu(F(3466240), F(3675200), 128, 192, 0, 64);
   // gpt.shard:5 (blocks.0.attn)  _, d@blocks.0.attn.qkv.bias += add_bwd d%14, %12, @blocks.0.attn.qkv.bias
   // f32[B=2,T=64,192], f32[B=2,T=64,192], f32[192] -> f32[192]
-  {
-    const float *d14 = F(3466240);
-    float *d13 = F(948224);
-    rtc_foreach32(192, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 24576; i += 192) {
-        d13[j] += d14[i];
-      }
-    });
-  }
+  rtc_foreach32(192, shardc_ew7{F(3466240), F(948224)});
   // gpt.shard:5 (blocks.0.attn)  d%8, d@blocks.0.attn.qkv.weight += matmul_bwd d%14, %8, @blocks.0.attn.qkv.weight
   // f32[B=2,T=64,192], f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,64], f32[192,64]
   rtc_memset(F(3564544), 0, 32768);  // d%8 starts here
@@ -1413,15 +989,7 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3631104));
   // gpt.shard:11  _, d@pos.weight += add_bwd d%5, %165, @pos.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[T=64,64] -> f32[T=64,64]
-  {
-    const float *d5 = F(3598336);
-    float *d4 = F(882176);
-    rtc_foreach32(4096, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 8192; i += 4096) {
-        d4[j] += d5[i];
-      }
-    });
-  }
+  rtc_foreach32(4096, shardc_ew8{F(3598336), F(882176)});
   // gpt.shard:11  %288 = all_gather d%5
   // f32[B=2,T=64,64] -> f32[B=4,T=64,64]
   rtc_allgather_dim(p->mesh, RT_AX_TPC, F(3399680), F(3598336), 1, 8192, NULL);

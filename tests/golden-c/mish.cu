@@ -95,6 +95,106 @@ static const RtParam params[28] = {
     {"ln.bias", 1, {64}, 64, 473856, 947968, 1895936, 1896192, RT_INIT_ZEROS, 0.0, 0},
 };
 
+/* ---- elementwise kernels first used below: each fused chain's body once, its
+ * buffers as fields (the call site sets them); rtc_foreach runs it ---- */
+struct shardc_ew0 {
+    const float *b0;
+    const float *b1;
+    float *b2;
+    __device__ void operator()(unsigned v) const {
+      const unsigned i = v * 8u;
+      const unsigned j = i % 2048u;
+      float a0[8];
+      rtc_ld8(a0, b0 + i);
+      float a1[8];
+      rtc_ld8(a1, b1 + j);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(b2 + i, r0);
+    }
+};
+
+struct shardc_ew1 {
+    const float *b0;
+    const float *b1;
+    float *b2;
+    __device__ void operator()(unsigned v) const {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, b0 + i);
+      float a1[8];
+      rtc_ld8(a1, b1 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] + a1[k];
+      }
+      rtc_st8(b2 + i, r0);
+    }
+};
+
+struct shardc_ew2 {
+    const float *b0;
+    float *b1;
+    __device__ void operator()(unsigned v) const {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, b0 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k] * tanhf(logf(1.0f + expf(a0[k])));
+      }
+      rtc_st8(b1 + i, r0);
+    }
+};
+
+struct shardc_ew3 {
+    const float *b0;
+    float *b1;
+    __device__ void operator()(unsigned v) const {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, b0 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        r0[k] = a0[k];
+      }
+      rtc_st8(b1 + i, r0);
+    }
+};
+
+struct shardc_ew4 {
+    const float *b0;
+    const float *b1;
+    float *b2;
+    __device__ void operator()(unsigned v) const {
+      const unsigned i = v * 8u;
+      float a0[8];
+      rtc_ld8(a0, b0 + i);
+      float a1[8];
+      rtc_ld8(a1, b1 + i);
+      float r0[8];
+      for (int k = 0; k < 8; k++) {
+        const float t0 = expf(a1[k]);
+        const float t1 = 1.0f + t0;
+        const float t2 = tanhf(logf(t1));
+        r0[k] = a0[k] * (t2 + a1[k] * ((1.0f - t2 * t2) * (t0 / t1)));
+      }
+      rtc_st8(b2 + i, r0);
+    }
+};
+
+struct shardc_ew5 {
+    const float *b0;
+    float *b1;
+    __device__ void operator()(unsigned j) const {
+      for (unsigned i = j; i < 8192; i += 2048) {
+        b1[j] += b0[i];
+      }
+    }
+};
+
 /* Loss of each cross_entropy (in double) and the rows it averaged over. */
 static double ce_loss[1];
 static int ce_rows[1];
@@ -108,24 +208,7 @@ static double forward(RtPass *p) {
   rt_check(rt_embedding_forward_cu(F(1897472), I(1896448), F(0), 128, 256, 64));
   // mish.shard:15  %5 = add %3, @pos.weight
   // f32[B=4,T=32,64], f32[T=32,64] -> f32[B=4,T=32,64]
-  {
-    const float *x3 = F(1897472);
-    const float *x4 = F(65536);
-    float *x5 = F(1930240);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      const unsigned j = i % 2048u;
-      float a0[8];
-      rtc_ld8(a0, x3 + i);
-      float a1[8];
-      rtc_ld8(a1, x4 + j);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k] + a1[k];
-      }
-      rtc_st8(x5 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew0{F(1897472), F(65536), F(1930240)});
   // mish.shard:9 (blocks.0)  %8, %9, %10 = layernorm %5, @blocks.0.ln_1.weight, @blocks.0.ln_1.bias
   // f32[B=4,T=32,64], f32[64], f32[64] -> f32[B=4,T=32,64], f32[B=4,T=32], f32[B=4,T=32]
   rt_layernorm_forward_cu(F(1897472), F(1963008), F(1963520), F(1930240), F(73728), F(73984), 128, 64);
@@ -149,23 +232,7 @@ static double forward(RtPass *p) {
   rt_matmul_forward_cu(F(2129920), F(2062336), F(124160), F(140544), 128, 64, 64);
   // mish.shard:9 (blocks.0)  %28 = add %5, %27
   // f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
-  {
-    const float *x5 = F(1930240);
-    const float *x27 = F(2129920);
-    float *x28 = F(2097152);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, x5 + i);
-      float a1[8];
-      rtc_ld8(a1, x27 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k] + a1[k];
-      }
-      rtc_st8(x28 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew1{F(1930240), F(2129920), F(2097152)});
   // mish.shard:10 (blocks.0)  %31, %32, %33 = layernorm %28, @blocks.0.ln_2.weight, @blocks.0.ln_2.bias
   // f32[B=4,T=32,64], f32[64], f32[64] -> f32[B=4,T=32,64], f32[B=4,T=32], f32[B=4,T=32]
   rt_layernorm_forward_cu(F(2129920), F(2162688), F(2163200), F(2097152), F(140800), F(141056), 128, 64);
@@ -174,42 +241,13 @@ static double forward(RtPass *p) {
   rt_matmul_forward_cu(F(2294784), F(2129920), F(141312), F(206848), 128, 64, 256);
   // mish.shard:10 (blocks.0.mlp)  %38 = map %37
   // f32[B=4,T=32,256] -> f32[B=4,T=32,256]
-  {
-    const float *x37 = F(2294784);
-    float *x38 = F(2163712);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, x37 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k] * tanhf(logf(1.0f + expf(a0[k])));
-      }
-      rtc_st8(x38 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew2{F(2294784), F(2163712)});
   // mish.shard:10 (blocks.0.mlp)  %40 = matmul %38, @blocks.0.mlp.proj.weight; %42 = add %40, @blocks.0.mlp.proj.bias
   // f32[B=4,T=32,256], f32[64,256], f32[64] -> f32[B=4,T=32,64]
   rt_matmul_forward_cu(F(2458624), F(2163712), F(207872), F(273408), 128, 256, 64);
   // mish.shard:10 (blocks.0)  %43 = add %28, %42
   // f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
-  {
-    const float *x28 = F(2097152);
-    const float *x42 = F(2458624);
-    float *x43 = F(2425856);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, x28 + i);
-      float a1[8];
-      rtc_ld8(a1, x42 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k] + a1[k];
-      }
-      rtc_st8(x43 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew1{F(2097152), F(2458624), F(2425856)});
   // mish.shard:9 (blocks.1)  %46, %47, %48 = layernorm %43, @blocks.1.ln_1.weight, @blocks.1.ln_1.bias
   // f32[B=4,T=32,64], f32[64], f32[64] -> f32[B=4,T=32,64], f32[B=4,T=32], f32[B=4,T=32]
   rt_layernorm_forward_cu(F(2458624), F(2491392), F(2491904), F(2425856), F(273664), F(273920), 128, 64);
@@ -233,23 +271,7 @@ static double forward(RtPass *p) {
   rt_matmul_forward_cu(F(2658304), F(2590720), F(324096), F(340480), 128, 64, 64);
   // mish.shard:9 (blocks.1)  %66 = add %43, %65
   // f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
-  {
-    const float *x43 = F(2425856);
-    const float *x65 = F(2658304);
-    float *x66 = F(2625536);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, x43 + i);
-      float a1[8];
-      rtc_ld8(a1, x65 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k] + a1[k];
-      }
-      rtc_st8(x66 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew1{F(2425856), F(2658304), F(2625536)});
   // mish.shard:10 (blocks.1)  %69, %70, %71 = layernorm %66, @blocks.1.ln_2.weight, @blocks.1.ln_2.bias
   // f32[B=4,T=32,64], f32[64], f32[64] -> f32[B=4,T=32,64], f32[B=4,T=32], f32[B=4,T=32]
   rt_layernorm_forward_cu(F(2658304), F(2691072), F(2691584), F(2625536), F(340736), F(340992), 128, 64);
@@ -258,42 +280,13 @@ static double forward(RtPass *p) {
   rt_matmul_forward_cu(F(2823168), F(2658304), F(341248), F(406784), 128, 64, 256);
   // mish.shard:10 (blocks.1.mlp)  %76 = map %75
   // f32[B=4,T=32,256] -> f32[B=4,T=32,256]
-  {
-    const float *x75 = F(2823168);
-    float *x76 = F(2692096);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, x75 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k] * tanhf(logf(1.0f + expf(a0[k])));
-      }
-      rtc_st8(x76 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew2{F(2823168), F(2692096)});
   // mish.shard:10 (blocks.1.mlp)  %78 = matmul %76, @blocks.1.mlp.proj.weight; %80 = add %78, @blocks.1.mlp.proj.bias
   // f32[B=4,T=32,256], f32[64,256], f32[64] -> f32[B=4,T=32,64]
   rt_matmul_forward_cu(F(2987008), F(2692096), F(407808), F(473344), 128, 256, 64);
   // mish.shard:10 (blocks.1)  %81 = add %66, %80
   // f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
-  {
-    const float *x66 = F(2625536);
-    const float *x80 = F(2987008);
-    float *x81 = F(2954240);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, x66 + i);
-      float a1[8];
-      rtc_ld8(a1, x80 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k] + a1[k];
-      }
-      rtc_st8(x81 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew1{F(2625536), F(2987008), F(2954240)});
   // mish.shard:17  %84, %85, %86 = layernorm %81, @ln.weight, @ln.bias
   // f32[B=4,T=32,64], f32[64], f32[64] -> f32[B=4,T=32,64], f32[B=4,T=32], f32[B=4,T=32]
   rt_layernorm_forward_cu(F(2987008), F(3019776), F(3020288), F(2954240), F(473600), F(473856), 128, 64);
@@ -324,46 +317,14 @@ static void backward(RtPass *p) {
   rt_layernorm_backward_cu(F(2987008), F(947712), F(947968), F(3020800), F(2954240), F(473600), F(3019776), F(3020288), 128, 64);
   // mish.shard:10 (blocks.1)  d%66, _ += add_bwd d%81, %66, %80
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
-  {
-    const float *d81 = F(2987008);
-    float *d66 = F(2954240);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d81 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d66 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew3{F(2987008), F(2954240)});
   // mish.shard:10 (blocks.1.mlp)  _, d@blocks.1.mlp.proj.bias += add_bwd d%81, %78, @blocks.1.mlp.proj.bias; d%76, d@blocks.1.mlp.proj.weight += matmul_bwd d%81, %76, @blocks.1.mlp.proj.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,256], f32[64,256] -> f32[B=4,T=32,256], f32[64,256], f32[64]
   rtc_memset(F(3151936), 0, 131072);  // d%76 starts here
   rt_matmul_backward_cu(F(3151936), F(881920), F(947456), F(2987008), F(2692096), F(407808), 128, 256, 64);
   // mish.shard:10 (blocks.1.mlp)  d%75 += map_bwd d%76, %75
   // f32[B=4,T=32,256], f32[B=4,T=32,256] -> f32[B=4,T=32,256]
-  {
-    const float *d76 = F(3151936);
-    const float *x75 = F(2823168);
-    float *d75 = F(2692096);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d76 + i);
-      float a1[8];
-      rtc_ld8(a1, x75 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        const float t0 = expf(a1[k]);
-        const float t1 = 1.0f + t0;
-        const float t2 = tanhf(logf(t1));
-        r0[k] = a0[k] * (t2 + a1[k] * ((1.0f - t2 * t2) * (t0 / t1)));
-      }
-      rtc_st8(d75 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew4{F(3151936), F(2823168), F(2692096)});
   // mish.shard:10 (blocks.1.mlp)  _, d@blocks.1.mlp.fc.bias += add_bwd d%75, %73, @blocks.1.mlp.fc.bias; d%69, d@blocks.1.mlp.fc.weight += matmul_bwd d%75, %69, @blocks.1.mlp.fc.weight
   // f32[B=4,T=32,256], f32[B=4,T=32,64], f32[256,64] -> f32[B=4,T=32,64], f32[256,64], f32[256]
   rtc_memset(F(2823168), 0, 32768);  // d%69 starts here
@@ -373,20 +334,7 @@ static void backward(RtPass *p) {
   rt_layernorm_backward_cu(F(2954240), F(814848), F(815104), F(2823168), F(2625536), F(340736), F(2691072), F(2691584), 128, 64);
   // mish.shard:9 (blocks.1)  d%43, _ += add_bwd d%66, %43, %65
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
-  {
-    const float *d66 = F(2954240);
-    float *d43 = F(3151936);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d66 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d43 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew3{F(2954240), F(3151936)});
   // mish.shard:9 (blocks.1.attn)  _, d@blocks.1.attn.proj.bias += add_bwd d%66, %63, @blocks.1.attn.proj.bias; d%61, d@blocks.1.attn.proj.weight += matmul_bwd d%66, %61, @blocks.1.attn.proj.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64,64] -> f32[B=4,T=32,64], f32[64,64], f32[64]
   rtc_memset(F(3184704), 0, 32768);  // d%61 starts here
@@ -417,46 +365,14 @@ static void backward(RtPass *p) {
   rt_layernorm_backward_cu(F(3151936), F(747776), F(748032), F(3184704), F(2425856), F(273664), F(2491392), F(2491904), 128, 64);
   // mish.shard:10 (blocks.0)  d%28, _ += add_bwd d%43, %28, %42
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
-  {
-    const float *d43 = F(3151936);
-    float *d28 = F(3184704);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d43 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d28 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew3{F(3151936), F(3184704)});
   // mish.shard:10 (blocks.0.mlp)  _, d@blocks.0.mlp.proj.bias += add_bwd d%43, %40, @blocks.0.mlp.proj.bias; d%38, d@blocks.0.mlp.proj.weight += matmul_bwd d%43, %38, @blocks.0.mlp.proj.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,256], f32[64,256] -> f32[B=4,T=32,256], f32[64,256], f32[64]
   rtc_memset(F(2425856), 0, 131072);  // d%38 starts here
   rt_matmul_backward_cu(F(2425856), F(681984), F(747520), F(3151936), F(2163712), F(207872), 128, 256, 64);
   // mish.shard:10 (blocks.0.mlp)  d%37 += map_bwd d%38, %37
   // f32[B=4,T=32,256], f32[B=4,T=32,256] -> f32[B=4,T=32,256]
-  {
-    const float *d38 = F(2425856);
-    const float *x37 = F(2294784);
-    float *d37 = F(2163712);
-    rtc_foreach32(4096, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d38 + i);
-      float a1[8];
-      rtc_ld8(a1, x37 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        const float t0 = expf(a1[k]);
-        const float t1 = 1.0f + t0;
-        const float t2 = tanhf(logf(t1));
-        r0[k] = a0[k] * (t2 + a1[k] * ((1.0f - t2 * t2) * (t0 / t1)));
-      }
-      rtc_st8(d37 + i, r0);
-    });
-  }
+  rtc_foreach32(4096, shardc_ew4{F(2425856), F(2294784), F(2163712)});
   // mish.shard:10 (blocks.0.mlp)  _, d@blocks.0.mlp.fc.bias += add_bwd d%37, %35, @blocks.0.mlp.fc.bias; d%31, d@blocks.0.mlp.fc.weight += matmul_bwd d%37, %31, @blocks.0.mlp.fc.weight
   // f32[B=4,T=32,256], f32[B=4,T=32,64], f32[256,64] -> f32[B=4,T=32,64], f32[256,64], f32[256]
   rtc_memset(F(3151936), 0, 32768);  // d%31 starts here
@@ -466,20 +382,7 @@ static void backward(RtPass *p) {
   rt_layernorm_backward_cu(F(3184704), F(614912), F(615168), F(3151936), F(2097152), F(140800), F(2162688), F(2163200), 128, 64);
   // mish.shard:9 (blocks.0)  d%5, _ += add_bwd d%28, %5, %27
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[B=4,T=32,64] -> f32[B=4,T=32,64]
-  {
-    const float *d28 = F(3184704);
-    float *d5 = F(3151936);
-    rtc_foreach32(1024, [=] __device__(unsigned v) {
-      const unsigned i = v * 8u;
-      float a0[8];
-      rtc_ld8(a0, d28 + i);
-      float r0[8];
-      for (int k = 0; k < 8; k++) {
-        r0[k] = a0[k];
-      }
-      rtc_st8(d5 + i, r0);
-    });
-  }
+  rtc_foreach32(1024, shardc_ew3{F(3184704), F(3151936)});
   // mish.shard:9 (blocks.0.attn)  _, d@blocks.0.attn.proj.bias += add_bwd d%28, %25, @blocks.0.attn.proj.bias; d%23, d@blocks.0.attn.proj.weight += matmul_bwd d%28, %23, @blocks.0.attn.proj.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[64,64] -> f32[B=4,T=32,64], f32[64,64], f32[64]
   rtc_memset(F(3217472), 0, 32768);  // d%23 starts here
@@ -510,15 +413,7 @@ static void backward(RtPass *p) {
   rt_layernorm_backward_cu(F(3151936), F(547840), F(548096), F(3184704), F(1930240), F(73728), F(1963008), F(1963520), 128, 64);
   // mish.shard:15  _, d@pos.weight += add_bwd d%5, %3, @pos.weight
   // f32[B=4,T=32,64], f32[B=4,T=32,64], f32[T=32,64] -> f32[T=32,64]
-  {
-    const float *d5 = F(3151936);
-    float *d4 = F(539648);
-    rtc_foreach32(2048, [=] __device__(unsigned j) {
-      for (unsigned i = j; i < 8192; i += 2048) {
-        d4[j] += d5[i];
-      }
-    });
-  }
+  rtc_foreach32(2048, shardc_ew5{F(3151936), F(539648)});
   // mish.shard:15  d@embed.weight += gather_bwd d%5, @embed.weight, $tokens
   // f32[B=4,T=32,64], f32[256,64], i32[B=4,T=32] -> f32[256,64]
   rt_embedding_backward_cu(F(474112), F(3151936), I(1896448), 128, 64);
