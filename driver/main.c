@@ -1,5 +1,6 @@
 /* main.c — the shardc driver: subcommands, flags, and the pass list. */
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,6 +166,8 @@ static double now_ms(void) {
 static int parse_size(const char *v, double *out) {
   char *end;
   errno = 0;
+  /* decimal only: strtod also reads hex ("0x10"), "inf" and "nan" */
+  if (!strchr("0123456789.", *v) || strpbrk(v, "xXpP")) return -1;
   double x = strtod(v, &end);
   if (errno || end == v || !(x > 0) || x > 1e18) return -1;
   while (*end == ' ') end++;
@@ -173,8 +176,8 @@ static int parse_size(const char *v, double *out) {
       {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
   for (size_t k = 0; k < sizeof units / sizeof units[0]; k++)
     if (!strcmp(end, units[k].u)) {
-      *out = x * units[k].f;
-      return *out >= 1 ? 0 : -1;
+      *out = floor(x * units[k].f);   /* whole bytes; a device of under 1 MB holds no plan */
+      return *out >= 1e6 ? 0 : -1;
     }
   return -1;
 }
@@ -450,7 +453,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
       o->no_memory_check = 1;
     } else if ((v = flag_value(argc, argv, &i, "--memory"))) {
       if (parse_size(v, &o->sema.memory))
-        return usage_error(usage, "--memory needs a size such as 80GB, 24GiB or 512MiB, got '%s'", v);
+        return usage_error(usage, "--memory needs a size of at least 1MB such as 80GB, 24GiB or 512MiB, got '%s'", v);
     } else if (!strcmp(o->cmd, "explore") && (v = flag_value(argc, argv, &i, "--top"))) {
       if (int_value(v, 1, 10000, &o->top))
         return usage_error(usage, "--top must be a number from 1 to 10000, got '%s'", v);

@@ -1408,8 +1408,12 @@ int lower_model(Module *m) {
         double v;
         bool is_int;
         if (sema_eval_number(m, de, &v, &is_int)) return -1;
-        if (!is_int || v < 1 || v > 1e9) {
+        if (!is_int || v < 1) {
           diag_error(de->loc, "dimension must be a positive integer, got %g", v);
+          return -1;
+        }
+        if (v > 1e9) {
+          diag_error(de->loc, "dimension %.0f is larger than the limit of 1000000000", v);
           return -1;
         }
         sh.d[k].n = (int64_t)v;

@@ -3,6 +3,7 @@
 #include "builtins.h"
 #include "sema.h"
 
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -92,6 +93,8 @@ static int eval_const_decl(Module *m, Decl *d, double *out, bool *is_int, Expr *
  * that led into it (NULL for the outermost): reported when they form a
  * cycle. */
 static PtrVec const_chain, const_refs;
+/* The longest chain of constants defined in terms of one another. */
+#define SEMA_CONST_DEPTH 1000
 
 /* What a non-number is, for messages: "a string", "a call to 'f'", ... */
 static const char *expr_desc(const Expr *e) {
@@ -149,6 +152,10 @@ int sema_eval_number(Module *m, Expr *e, double *out, bool *is_int) {
     if (strstr(u, "F/s")) scale = (p == 'G' ? 1e9 : p == 'T' ? 1e12 : 1e15);
     *out = a * scale;
     *is_int = false;
+    if (!isfinite(*out)) {
+      diag_error(e->loc, "the value overflows a double (%g %s)", a, u);
+      return -1;
+    }
     return 0;
   }
   case E_BIN: {
@@ -186,6 +193,12 @@ int sema_eval_number(Module *m, Expr *e, double *out, bool *is_int) {
     }
     if (*is_int && fabs(*out) > 9.007199254740992e15) {
       diag_error(e->loc, "integer constant overflows (limit is 2^53)");
+      return -1;
+    }
+    /* inf or NaN would reach a shape, an option or a tensor's scale */
+    if (!isfinite(*out)) {
+      diag_error(e->loc, "%s", isnan(*out) ? "the value is not a number (inf - inf, inf * 0 or 0 * inf)"
+                                           : "the value overflows a double (beyond 1.8e308)");
       return -1;
     }
     return 0;
@@ -233,6 +246,19 @@ static int eval_const_decl(Module *m, Decl *d, double *out, bool *is_int, Expr *
   }
   if (in->state == 3) return -1;
   if (in->state == 0) {
+    /* Each constant in the chain is a few frames of this walk: a chain of
+     * tens of thousands (a generated file) would overflow the stack. */
+    if (const_chain.len >= SEMA_CONST_DEPTH) {
+      static const Module *told; /* once a module: the chain's later constants would each say it */
+      if (told != m) {
+        diag_error(d->name_loc, "constant '%s' is defined through a chain of more than %d other "
+                   "constants", d->name, SEMA_CONST_DEPTH);
+        if (ref) diag_note(ref->loc, "the chain reaches '%s' here", d->name);
+      }
+      told = m;
+      in->state = 3;
+      return -1;
+    }
     in->state = 1;
     vec_push(&const_chain, d);
     vec_push(&const_refs, ref);
@@ -599,6 +625,21 @@ static int pos_item(Module *m, PtrVec *items, const char *key, double *out, doub
   return 1;
 }
 
+/* An epsilon the optimizer adds in fp32: positive, at most hi, and a
+ * normal fp32 number (a smaller one rounds to 0 or a denormal, and a
+ * parameter whose gradient is 0 then divides 0 by 0). */
+static int eps_item(Module *m, PtrVec *items, const char *key, double *out, double hi,
+                    const char *who) {
+  int r = pos_item(m, items, key, out, hi, who);
+  if (r > 0 && *out < FLT_MIN) {
+    diag_error(find_item(items, key)->value->loc,
+               "%s: %s must be at least %.3g (it is added in fp32, where a smaller value is 0 or "
+               "denormal), got %g", who, key, FLT_MIN, *out);
+    return -1;
+  }
+  return r;
+}
+
 /* shampoo(...) and adafactor(...)'s own options (docs/language.md). */
 static int check_blocked_optimizer(Module *m, Expr *e, Optimizer *o) {
   PtrVec *a = &e->args;
@@ -616,7 +657,7 @@ static int check_blocked_optimizer(Module *m, Expr *e, Optimizer *o) {
       return -1;
     }
     if (r) o->eps = v;
-    if ((r = pos_item(m, a, "graft_eps", &v, 1, o->kind)) < 0) return -1;
+    if ((r = eps_item(m, a, "graft_eps", &v, 1, o->kind)) < 0) return -1;
     if (r) o->graft_eps = v;
     int64_t k;
     if ((k = int_item(m, a, "block", 1, 1 << 16)) < 0) return -1;
@@ -650,7 +691,7 @@ static int check_blocked_optimizer(Module *m, Expr *e, Optimizer *o) {
   } else {
     o->eps = 1e-30;
     o->beta1 = 0;
-    if ((r = pos_item(m, a, "eps", &v, 1, o->kind)) < 0) return -1;
+    if ((r = eps_item(m, a, "eps", &v, 1, o->kind)) < 0) return -1;
     if (r) o->eps = v;
     if ((r = num_item(m, a, "beta1", &v, 0, 0.999999, "a number")) < 0) return -1;
     if (r) o->beta1 = v;
@@ -707,7 +748,7 @@ static int check_optimizer(Module *m, Expr *e, Optimizer *o) {
   int r;
   if ((r = num_item(m, &e->args, "lr", &v, 0, 10, "a number")) < 0) return -1;
   if (r) o->lr = v;
-  if (kind < 2 && (r = num_item(m, &e->args, "eps", &v, 0, 1, "a number")) < 0) return -1;
+  if (kind < 2 && (r = eps_item(m, &e->args, "eps", &v, 1, o->kind)) < 0) return -1;
   if (kind < 2 && r) o->eps = v;
   if ((r = num_item(m, &e->args, "weight_decay", &v, 0, 10, "a number")) < 0) return -1;
   if (r) o->weight_decay = v;

@@ -31,7 +31,8 @@ const char *ir_role_name(Role r) {
 
 int64_t ir_numel(const Shape *s) {
   int64_t n = 1;
-  for (int i = 0; i < s->ndim; i++) n *= s->d[i].n;
+  for (int i = 0; i < s->ndim; i++)
+    if (__builtin_mul_overflow(n, s->d[i].n, &n)) return INT64_MAX; /* pass_shape refuses it */
   return n;
 }
 

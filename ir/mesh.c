@@ -93,8 +93,9 @@ static int parse_pos(const char *key, const char *val, int *out, char *err, int 
   char *end;
   errno = 0;
   long v = strtol(val, &end, 10);
-  if (!*val || *end || errno || v < 1 || v > 1 << 20)
+  if (!*val || *end || (errno && errno != ERANGE) || v < 1)
     ERR("%s must be a positive integer, got '%s'", key, val);
+  if (errno == ERANGE || v > 1 << 20) ERR("%s must be at most %d, got '%s'", key, 1 << 20, val);
   *out = (int)v;
   return 0;
 }

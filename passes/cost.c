@@ -1634,7 +1634,17 @@ static int jcoll(JReader *j, CostColl *c) {
     int k = jkey(j, coll_keys, (int)(sizeof coll_keys / sizeof coll_keys[0]), &seen, key, sizeof key);
     if (k < 0) return -1;
     if (k == 0) {
+      /* the collectives the cost model prices (a misspelt one would be
+       * dropped, its operation priced from the catalog without a word) */
+      static const char *const ops[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "p2p"};
+      jws(j);
+      const char *at = j->s;
       if (jstring(j, c->op, sizeof c->op)) return -1;
+      bool known = false;
+      for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) known |= !strcmp(c->op, ops[o]);
+      if (!known)
+        return jfail_at(j, at, "coll: op must be all_reduce, all_gather, reduce_scatter, broadcast "
+                        "or p2p, got \"%s\"", c->op);
     } else if (k == 1) {
       if (jrange(j, "coll: n", 1, PROFILE_MAX_RANKS, "", true, &v)) return -1;
       c->nranks = (int)v;

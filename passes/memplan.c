@@ -164,9 +164,31 @@ static void touch(Value *v, int i) {
   if (i > r->live_end) r->live_end = i;
 }
 
+/* A rank's arena is at most the bytes of its graph's values and scratch
+ * (and a pipeline's stash slots, layout_ranks): past a pebibyte, which no
+ * device holds, the plan is refused here, so that no offset or sum below
+ * (nor a schedule's slots times a stash) can leave int64 (passes/shape.c
+ * bounds one tensor at 2^48 elements; a graph may hold many). */
+#define MEMPLAN_MAX_BYTES ((int64_t)1 << 50)
+
+static int check_total(Module *m, Graph *g) {
+  long double total = 0;
+  for (int i = 0; i < g->values.len; i++) {
+    const Value *v = g->values.data[i];
+    if (v) total += (long double)ir_numel(&v->shape) * ir_dtype_size(v->dtype);
+  }
+  for (int i = 0; i < g->nodes.len; i++) total += (long double)scratch_bytes(g->nodes.data[i]);
+  if (total <= (long double)MEMPLAN_MAX_BYTES) return 0;
+  diag_error(m->train.plan_loc, "the plan's buffers on a rank add up to %.3Lg bytes, more than "
+             "%.3g (a pebibyte, which no device holds): shard the model over more devices (tp, "
+             "pp, sp) or make it smaller", total, (double)MEMPLAN_MAX_BYTES);
+  return -1;
+}
+
 int pass_memplan(Module *m) {
   Graph *g = m->graph;
   if (!g) return 0;
+  if (check_total(m, g)) return -1;
   MemPlan *mp = &m->mem;
   memset(mp, 0, sizeof *mp);
   int nn = g->nodes.len;

@@ -3313,8 +3313,10 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
     /* --steps 0 --save FILE writes the initial weights (for reference runs). */
     if (a->save)
       return finish(t, save_checkpoint(t, step) ? 0 : 1);
-    if (say)
+    if (say && a->load)
       printf("nothing to do: the checkpoint is at step %ld, --steps is %ld\n", step, a->steps);
+    else if (say)
+      printf("nothing to do: --steps is 0 (the train block's steps, or --steps N, sets how many)\n");
     return finish(t, 0);
   }
   return finish(t, train(t, step, say));

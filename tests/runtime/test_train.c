@@ -880,6 +880,11 @@ static void one_rank_tests(void) {
   train(0, "one", "--load @/one_5.st --steps 3", NULL);
   ASSERT_RC(0);
   ASSERT_IN("nothing to do: the checkpoint is at step 5, --steps is 3", R.out);
+  /* --steps 0 without a checkpoint: says so, not "the checkpoint is at step 0" */
+  train(0, "one", "--steps 0", NULL);
+  ASSERT_RC(0);
+  ASSERT_IN("nothing to do: --steps is 0", R.out);
+  ASSERT_NOT_IN("checkpoint", R.out);
   /* usage errors exit 2, --help 0 */
   train(0, "one", "--bogus", NULL);
   ASSERT_RC(2);
