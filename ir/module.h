@@ -140,6 +140,9 @@ typedef struct Module {
                           * no Shampoo root worker (runtime/train.c) */
   bool lowerable;        /* sema found the train block sound and a model to lower */
   bool planned;
+  /* Shampoo's root phases of the whole model's blocks (passes/optplace.c),
+   * made once: the same for every rank's program and report of a compile. */
+  struct OptPhaseCache *opt_phases;
 } Module;
 
 /* Optimizer-state tensors per parameter: AdamW 2 (m, v), SGD with momentum 1;

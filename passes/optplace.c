@@ -11,6 +11,7 @@
  * emits the assignment (program.c); both call optplace_units, so they
  * agree.  With stagger = true each block also has a root phase (below),
  * and the placement balances each phase's root work over the ranks. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,16 +44,18 @@ double optplace_root_flops(const Optimizer *o, const OptUnit *u) {
  * (s - start) mod every = its phase, so each step carries about 1/every of
  * the root work. */
 typedef struct PhaseBlock {
-  const char *name;
+  int rank;     /* its parameter's place in name order (names are unique) */
   int64_t b, cost;
   int phase;
 } PhaseBlock;
 
+/* Blocks compare by their parameter's rank in name order, not by the
+ * names: Shampoo with a small block has a block per few elements, and the
+ * sorts below ran on every compile of explore's candidates. */
 static int by_root_cost(const void *a, const void *b) {
   const PhaseBlock *x = a, *y = b;
   if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-  int c = strcmp(x->name, y->name);
-  if (c) return c;
+  if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
   return x->b < y->b ? -1 : x->b > y->b;
 }
 
@@ -62,9 +65,12 @@ static bool staggered(const Optimizer *o) {
 
 static int by_name_block(const void *a, const void *b) {
   const PhaseBlock *x = a, *y = b;
-  int c = strcmp(x->name, y->name);
-  if (c) return c;
+  if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
   return x->b < y->b ? -1 : x->b > y->b;
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp((*(const Value *const *)a)->name, (*(const Value *const *)b)->name);
 }
 
 typedef struct PhaseLoad {
@@ -97,22 +103,32 @@ static bool shampoo_full_dims(const Value *v, int64_t d[IR_MAXDIM]) {
   return rt_shampoo_preconditioned(full->ndim, d);
 }
 
-/* The phase of every block of the model, sorted by (name, b) for lookup. */
-static PhaseBlock *model_phases(const Module *m, int *nout) {
+/* The phase of every block of the model, sorted by (name, b): each
+ * preconditioned parameter's blocks 0 .. nblocks-1 together, the first at
+ * (*first)[rank], its name's rank in *names (StrMap of rank + 1). */
+static PhaseBlock *model_phases(const Module *m, int *nout, StrMap *names, int **first) {
   const Optimizer *o = &m->train.opt;
   const Graph *w = m->nstages > 1 ? m->whole : m->graph;
+  int np = w ? w->params.len : 0;
+  const Value **byname = arena_alloc(sizeof *byname * (size_t)(np + 1));
+  for (int i = 0; i < np; i++) byname[i] = w->params.data[i];
+  qsort(byname, (size_t)np, sizeof *byname, by_name);
+  *names = (StrMap){0};
+  *first = arena_alloc(sizeof **first * (size_t)(np + 1));
   int n = 0, cap = 0;
   PhaseBlock *pb = NULL;
-  for (int i = 0; w && i < w->params.len; i++) {
-    const Value *v = w->params.data[i];
+  for (int i = 0; i < np; i++) {
+    const Value *v = byname[i];
     int64_t d[IR_MAXDIM];
+    (*first)[i] = -1;
     if (!shampoo_full_dims(v, d)) continue;
+    strmap_put(names, v->name, (void *)(intptr_t)(i + 1));
     int64_t nbr = rt_shampoo_nblocks(d[0], o->block), nbc = rt_shampoo_nblocks(d[1], o->block);
     for (int64_t bi = 0; bi < nbr; bi++)
       for (int64_t bj = 0; bj < nbc; bj++) {
         int64_t r = rt_shampoo_bsize(d[0], o->block, bi), c = rt_shampoo_bsize(d[1], o->block, bj);
         pb = arena_grow(pb, n, &cap, sizeof *pb, 64);
-        pb[n++] = (PhaseBlock){v->name, bi * nbc + bj, r * r * r + c * c * c, 0};
+        pb[n++] = (PhaseBlock){i, bi * nbc + bj, r * r * r + c * c * c, 0};
       }
   }
   qsort(pb, (size_t)n, sizeof *pb, by_root_cost);
@@ -129,22 +145,45 @@ static PhaseBlock *model_phases(const Module *m, int *nout) {
     heap_down(h, nph, 0);
   }
   qsort(pb, (size_t)n, sizeof *pb, by_name_block);
+  for (int k = n - 1; k >= 0; k--) (*first)[pb[k].rank] = k;
   *nout = n;
   return pb;
 }
 
-static int phase_of(const PhaseBlock *pb, int n, const char *name, int64_t b) {
-  PhaseBlock key = {name, b, 0, 0};
-  const PhaseBlock *f = bsearch(&key, pb, (size_t)n, sizeof *pb, by_name_block);
-  return f ? f->phase : 0;
+static int phase_of(const PhaseBlock *pb, int n, const StrMap *names, const int *first,
+                    const char *name, int64_t b) {
+  intptr_t r = (intptr_t)strmap_get(names, name) - 1;
+  if (r < 0 || first[r] < 0) return 0;
+  int64_t k = first[r] + b;
+  return k < n && pb[k].rank == r && pb[k].b == b ? pb[k].phase : 0;
 }
+
+/* model_phases of a module, kept in it (Module.opt_phases) for the graph,
+ * block and period it was made for. */
+typedef struct OptPhaseCache {
+  const Graph *w;
+  int64_t block;
+  int every;
+  PhaseBlock *pb;
+  int n, *first;
+  StrMap names;
+} OptPhaseCache;
 
 int optplace_phases(const Module *m, const Value *const *params, int nparams, int **out) {
   const Optimizer *o = &m->train.opt;
   *out = NULL;
   if (!staggered(o)) return 0;
-  int nb;
-  PhaseBlock *pb = model_phases(m, &nb);
+  const Graph *w = m->nstages > 1 ? m->whole : m->graph;
+  OptPhaseCache *c = m->opt_phases;
+  if (!c || c->w != w || c->block != o->block || c->every != o->precondition_every) {
+    c = arena_alloc(sizeof *c);
+    *c = (OptPhaseCache){.w = w, .block = o->block, .every = o->precondition_every};
+    c->pb = model_phases(m, &c->n, &c->names, &c->first);
+    ((Module *)m)->opt_phases = c; /* a cache: what the module computes is unchanged */
+  }
+  int nb = c->n, *first = c->first;
+  StrMap names = c->names;
+  PhaseBlock *pb = c->pb;
   int n = 0, cap = 0;
   int *ph = NULL;
   for (int i = 0; i < nparams; i++) {
@@ -159,7 +198,7 @@ int optplace_phases(const Module *m, const Value *const *params, int nparams, in
     int64_t nblk = rt_shampoo_nblocks(full->d[0].n, o->block) * rt_shampoo_nblocks(full->d[1].n, o->block);
     for (int64_t b = 0; b < nblk; b++) {
       ph = arena_grow(ph, n, &cap, sizeof *ph, 64);
-      ph[n++] = phase_of(pb, nb, v->name, b);
+      ph[n++] = phase_of(pb, nb, &names, first, v->name, b);
     }
   }
   *out = ph;

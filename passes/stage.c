@@ -299,6 +299,63 @@ static int last_cut_before(const Cut *cuts, int n, double x) {
   return lo;
 }
 
+/* The cost of a partition into S stages at cuts of the tier found
+ * greedily for a target t (each stage ends at the farthest cut that keeps
+ * it within t, leaving a cut for each later stage), or -1 where that finds
+ * none.  A partition, so an upper bound on the best one's cost. */
+static double greedy_cost(const Chooser *ch, int tier, const int *tcut, int ntc, double t) {
+  int S = ch->S;
+  const Cut *cuts = ch->cuts;
+  int p = -1;
+  double worst = 0;
+  if (ntc < S - 1) return -1;
+  for (int k = 0; k < S - 1; k++) {
+    int pick = -1;
+    double pc = 0;
+    /* the tier's cuts after p, one left for each later stage */
+    for (int j = p + 1; j <= tcut[ntc - (S - 1 - k)]; j++) {
+      if (p >= 0 ? seg_floor(ch, k, &cuts[p], &cuts[j]) > t : !ch->by && cuts[j].before > t) break;
+      if (!cut_in_tier(&cuts[j], tier)) continue;
+      double c = p < 0 ? seg_cost(ch, 0, 0, cuts[j].at, 0, cuts[j].before, NULL, &cuts[j])
+                       : seg_cost(ch, k, cuts[p].at, cuts[j].at, cuts[p].before, cuts[j].before,
+                                  &cuts[p], &cuts[j]);
+      if (c <= t) pick = j, pc = c;
+    }
+    if (pick < 0) return -1;
+    if (pc > worst) worst = pc;
+    p = pick;
+  }
+  double c = seg_cost(ch, S - 1, cuts[p].at, ch->n, cuts[p].before, ch->total, &cuts[p], NULL);
+  if (c > t) return -1;
+  return c > worst ? c : worst;
+}
+
+/* An upper bound on the cost choose_cuts finds without a limit (-1:
+ * none): the least of greedy partitions over targets bisected below the
+ * first one's cost.  No stage of the best partition costs more, so the
+ * search skips every stage that does: a deep model's cuts far from a
+ * stage's share (64 stages of 2,000 layers: 45 s of the compile, now a
+ * fraction of a second). */
+static double cost_bound(const Chooser *ch, int tier) {
+  int *tcut = arena_alloc(sizeof(int) * (size_t)(ch->ncut + 1)), ntc = 0;
+  for (int j = 0; j < ch->ncut; j++)
+    if (cut_in_tier(&ch->cuts[j], tier)) tcut[ntc++] = j;
+  double best = greedy_cost(ch, tier, tcut, ntc, 1e300);
+  if (best < 0) return -1;
+  /* a success at t costs c <= t: the next target is below c */
+  double lo = 0, hi = best;
+  for (int it = 0; it < 40 && hi - lo > 1e-6 * hi; it++) {
+    double mid = lo + (hi - lo) / 2, c = greedy_cost(ch, tier, tcut, ntc, mid);
+    if (c < 0) {
+      lo = mid;
+    } else {
+      hi = c;
+      if (c < best) best = c;
+    }
+  }
+  return best;
+}
+
 /* limit < 0: the cuts (of tier `tier`, cut_in_tier) that minimise the
  * largest stage's cost, the fewest inside layers among equal ones, then the
  * fewest message bytes; else the fewest cuts inside layers whose stages all
@@ -325,10 +382,11 @@ static double choose_cuts(const Chooser *ch, int tier, double limit, int *chosen
 #define TRY(i_)                                                                              \
   do {                                                                                       \
     const int ii = (i_);                                                                     \
-    if (B(k - 1, ii) < 0) break;                                                             \
+    if (B(k - 1, ii) < 0 || (ub >= 0 && B(k - 1, ii) > ub)) break;                           \
     double seg = seg_cost(ch, k, cuts[ii].at, cuts[j].at, cuts[ii].before, cuts[j].before,   \
                           &cuts[ii], &cuts[j]);                                              \
     if (limit >= 0 && seg > limit) break;                                                    \
+    if (ub >= 0 && seg > ub) break;                                                          \
     double c = seg > B(k - 1, ii) ? seg : B(k - 1, ii);                                      \
     int ni = NI(k - 1, ii) + cuts[j].inside;                                                 \
     double nb = NB(k - 1, ii) + cuts[j].bytes;                                               \
@@ -336,15 +394,30 @@ static double choose_cuts(const Chooser *ch, int tier, double limit, int *chosen
         (c == B(k, j) && ni == NI(k, j) && nb == NB(k, j)))                                  \
       B(k, j) = c, FR(k, j) = ii, NI(k, j) = ni, NB(k, j) = nb;                              \
   } while (0)
+  /* Without a limit, the largest stage's cost decides first (BETTER): a
+   * stage (or a path to one) costing more than a partition's (ub) can
+   * never be the best one's, nor tie with it, so it is skipped; the
+   * states it would fill are never chosen.  The choice is the same. */
+  double ub = limit < 0 ? cost_bound(ch, tier) : -1;
+  /* By FLOPs, a stage costs at least its FLOPs, so the k + 1 stages up
+   * to cut j cost at least the FLOPs before it shared among them, and the
+   * stages after it those after it: where either passes the limit (or ub),
+   * no partition with stage k ending at j is feasible (or the best). */
+  double cap = limit >= 0 ? limit : ub;
+#define HOPELESS(k, j)                                                          \
+  (!ch->by && cap >= 0 &&                                                       \
+   (ch->total - cuts[j].before > (S - 1 - (k)) * cap * (1 + 1e-9) ||           \
+    cuts[j].before > ((k) + 1) * cap * (1 + 1e-9)))
   for (int j = 0; j < nc; j++) {
     double c = seg_cost(ch, 0, 0, cuts[j].at, 0, cuts[j].before, NULL, &cuts[j]);
-    bool ok = cut_in_tier(&cuts[j], tier) && (limit < 0 || c <= limit);
+    bool ok = cut_in_tier(&cuts[j], tier) && (limit < 0 || c <= limit) && (ub < 0 || c <= ub) &&
+              !HOPELESS(0, j);
     B(0, j) = ok ? c : -1, FR(0, j) = -1, NI(0, j) = cuts[j].inside, NB(0, j) = cuts[j].bytes;
   }
   for (int k = 1; k < S - 1; k++)
     for (int j = 0; j < nc; j++) {
       B(k, j) = -1;
-      if (!cut_in_tier(&cuts[j], tier)) continue;
+      if (!cut_in_tier(&cuts[j], tier) || HOPELESS(k, j)) continue;
       /* Only the cuts i that can win are tried (deep models: linear in
        * the cuts near the balance, not in all of them).  Nearest first: a
        * stage's cost is at least seg_floor, which only grows as its first
@@ -365,13 +438,13 @@ static double choose_cuts(const Chooser *ch, int tier, double limit, int *chosen
           while (hi < j && B(k - 1, hi) < 0) hi++;
           if (lo >= 0) TRY(lo);
           if (hi < j) TRY(hi);
-          t = B(k, j);
+          t = B(k, j) >= 0 ? B(k, j) : ub;
         }
         if (t >= 0) top = last_cut_before(cuts, j, k * t * (1 + 1e-9));
       }
       for (int i = top; i >= 0; i--) {
         double fl = seg_floor(ch, k, &cuts[i], &cuts[j]);
-        if (limit >= 0 ? fl > limit : B(k, j) >= 0 && fl > B(k, j)) break;
+        if (limit >= 0 ? fl > limit : (B(k, j) >= 0 && fl > B(k, j)) || (ub >= 0 && fl > ub)) break;
         TRY(i);
       }
     }
@@ -389,6 +462,7 @@ static double choose_cuts(const Chooser *ch, int tier, double limit, int *chosen
     for (int k = S - 2, j = bestj; k >= 0; j = FR(k, j), k--) chosen[k] = j;
   return bestc;
 #undef TRY
+#undef HOPELESS
 #undef BETTER
 #undef NB
 #undef NI

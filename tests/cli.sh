@@ -263,6 +263,10 @@ sed -e 's/layers = 4/layers = 2048/' -e 's/d = 128, heads = 4/d = 64, heads = 2/
 EXPECT_TIMEOUT=20 expect deep-interleaved 0 '^stage 7:  blocks\.1792 \.\. blocks\.2047, model ops; 12\.5% of the FLOPs' -- "$bin" compile "$tmp/deep.shard" --strategy pp=4,schedule=interleaved:2,mb=8 --emit=plan
 EXPECT_TIMEOUT=20 expect deep-1f1b 0 '^stage 3:  blocks\.1536 \.\. blocks\.2047, model ops' -- "$bin" compile "$tmp/deep.shard" --strategy pp=4,mb=8 --emit=plan
 EXPECT_TIMEOUT=20 expect deep-zero3 0 '^    all_gather +4101 x' -- "$bin" compile "$tmp/deep.shard" --strategy dp=4,zero=3 --emit=plan
+# ... and 64 stages of 4000 layers (a stage's end cut is searched only
+# where a partition no costlier than a greedy one's can put it: 64 s, now 4)
+sed -e 's/layers = 2048/layers = 4000/' -e 's/batch = 16/batch = 256/' "$tmp/deep.shard" >"$tmp/deep4000.shard"
+EXPECT_TIMEOUT=30 expect deep-pp64 0 '^stage 63:  blocks\.3937 from add \.\. blocks\.3999, model ops; 1\.6% of the FLOPs' -- "$bin" compile "$tmp/deep4000.shard" --mesh 64 --strategy pp=64,mb=256 --emit=plan
 # ... and its program is written as functions of a few thousand lines (a
 # C compiler's optimiser is superlinear in a function's length): the
 # forward and backward of 2048 layers in parts, each under 10,000 lines
@@ -419,6 +423,8 @@ expect profile-bad-special 1 "special function's time must be between 0 and 1 ms
 printf '{"shardc_profile": 1, "kernels": {"gelu": 2}}' >"$tmp/badk.json"
 expect profile-bad-kernel 1 "kernel's time per element must be between 0 and 1 ms" -- "$bin" compile samples/gpt.shard --profile "$tmp/badk.json"
 expect profile-missing 1 'profile /nonexistent.json: cannot open it' -- "$bin" explore samples/gpt.shard --profile /nonexistent.json
+printf '{"shardc_profile": 1, "coll": [{"op": "frob", "n": 2, "t": [[1024, 1e-5]]}]}' >"$tmp/badop.json"
+expect profile-bad-coll-op 1 'line 1, column 39 \(byte offset 38\): coll: op must be all_reduce, all_gather, reduce_scatter, broadcast or p2p, got "frob"' -- "$bin" explore samples/gpt.shard --profile "$tmp/badop.json"
 expect calibrate-no-out 1 'no output file' -- "$bin" calibrate --np 2
 expect calibrate-rounds-bad 1 "--rounds must be a number from 1 to 100, got '0'" -- "$bin" calibrate --rounds 0 -o "$tmp/x.json"
 expect calibrate-rounds-cuda 1 '--rounds is for --target cpu' -- "$bin" calibrate --target cuda-host --rounds 2 -o "$tmp/x.json"
@@ -556,7 +562,9 @@ fi
 expect memory-flag 1 'note: --memory gives each device 1.00 MiB' -- "$bin" check samples/gpt.shard --memory 1MiB
 expect memory-flag-auto 0 'auto: blocks.0 .. blocks.1: selective; blocks.2: ln_1 layernorm: 20,957,184 bytes .*per tensor \(per layer, selective for blocks.0 .. blocks.2, none for blocks.3: \+4.719e\+06' -- "$bin" compile samples/gpt.shard --strategy dp=4,recompute=auto --memory 20MiB
 expect memory-flag-gb 0 '' -- "$bin" check samples/gpt.shard --memory "1 GB"
-expect memory-flag-bad 1 "--memory needs a size such as 80GB, 24GiB or 512MiB, got '12XB'" -- "$bin" check samples/gpt.shard --memory 12XB
+expect memory-flag-bad 1 "--memory needs a size of at least 1MB such as 80GB, 24GiB or 512MiB, got '12XB'" -- "$bin" check samples/gpt.shard --memory 12XB
+expect memory-flag-tiny 1 "--memory needs a size of at least 1MB .*got '1.5'" -- "$bin" check samples/gpt.shard --memory 1.5
+expect memory-flag-hex 1 "--memory needs a size of at least 1MB .*got '0x10GB'" -- "$bin" check samples/gpt.shard --memory 0x10GB
 expect memory-flag-zero 1 "--memory needs a size" -- "$bin" check samples/gpt.shard --memory 0GB
 expect memory-no-check-plan 0 '^memory:   22,822,976 bytes per rank' -- "$bin" compile "$tmp/small-mem.shard" --no-memory-check
 # (in fp32: bf16 activations, passes/precision.c, fit a cpu's 16 GB)
@@ -644,6 +652,8 @@ expect mesh-bad 1 "--mesh 'zz' is neither a mesh declared in the file nor a size
 expect mesh-bad-device 1 "unknown device 'TPUv4'" -- "$bin" check samples/gpt.shard --mesh 4:TPUv4
 expect strategy-too-big 1 'uses 8 devices but the mesh has 4' -- "$bin" check samples/gpt.shard --strategy dp=2,tp=4
 expect strategy-bad-key 1 "unknown strategy key 'tq'" -- "$bin" check samples/gpt.shard --strategy tq=2
+expect strategy-too-big 1 "tp must be at most 1048576, got '9223372036854775807'" -- "$bin" check samples/gpt.shard --strategy tp=9223372036854775807
+expect strategy-negative-huge 1 "dp must be a positive integer, got '-99999999999999999999'" -- "$bin" check samples/gpt.shard --strategy dp=-99999999999999999999
 expect strategy-tp-heads 1 'attention: heads 4 cannot be split over tp=8' -- "$bin" check samples/gpt.shard --mesh 8 --strategy tp=8
 expect model-flag-bad 1 "--model 'nope' is not a model" -- "$bin" check samples/gpt.shard --model nope
 expect warnings-quiet 0 '' -- "$bin" check samples/gpt.shard -w
