@@ -129,6 +129,13 @@ int cg_build(Module *m, const char *dir, const char *target, const CgOptions *op
     if (!diag_error_count()) diag_fatal_noloc("cannot write '%s': %s", src, strerror(errno));
     return -1;
   }
+  /* a deep model's file takes the compiler a while (512 layers: some 15 s
+   * of cc, 25 of nvcc): say so before, not only after */
+  struct stat st;
+  if (!stat(src, &st) && st.st_size > (4 << 20)) {
+    printf("compiling %s (%.1f MB of generated code)...\n", src, st.st_size / 1e6);
+    fflush(stdout);
+  }
   return t->build(m, dir, src);
 }
 

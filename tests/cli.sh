@@ -278,6 +278,10 @@ longest_function='set -o pipefail; "$0" compile "$1" --target "$2" --strategy dp
   END { printf "longest function: %d lines; %d parts\n", max, parts }'"'"
 EXPECT_TIMEOUT=20 expect deep-c-parts 0 '^longest function: [0-9]{3,4} lines; [0-9]{2,} parts$' -- bash -c "$longest_function" "$bin" "$tmp/deep.shard" cpu
 EXPECT_TIMEOUT=20 expect deep-cuda-parts 0 '^longest function: [0-9]{3,4} lines; [0-9]{2,} parts$' -- bash -c "$longest_function" "$bin" "$tmp/deep.shard" cuda
+# ... and `shardc build` says it is compiling a file that large before the
+# C compiler's long run (here a stand-in compiler: SHARDC_CC=true)
+EXPECT_TIMEOUT=20 expect deep-build-progress 0 '^compiling .*/deepbuild/model\.c \([0-9.]+ MB of generated code\)\.\.\.$' -- env SHARDC_CC=true "$bin" build "$tmp/deep.shard" --strategy dp=4 -o "$tmp/deepbuild"
+expect small-build-quiet 0 '^built$' -- bash -c '! SHARDC_CC=true "$0" build samples/gpt.shard -o "$1" | grep compiling && echo built' "$bin" "$tmp/smallbuild"
 # ... and the cuda program's fused elementwise chains, alike in every
 # layer but for their buffers, are a few kernels (functors whose fields are
 # the buffers), not one per call: nvcc's time was most of a deep model's build
