@@ -6,7 +6,10 @@
  * with select(cond, then, else).  The result is an expression with a hole
  * (a placeholder node) for "what the rest of the body returns": `return v`
  * fills the hole with v, and an `if` fills it with select(cond, then-result,
- * else-result), whose branches may have holes of their own.  Straight-line
+ * else-result), whose branches may have holes of their own.  The fillings
+ * are kept as a list and substituted at the end of the function or branch
+ * (cimp_result): substituting at every `if` re-walks the whole result, which
+ * is quadratic in a chain of early returns.  Straight-line
  * code, early returns and if/else chains all reduce to one expression;
  * anything that needs real control flow (loops, goto, switch) or memory
  * (pointers, globals) is an error that points into the header.
@@ -19,17 +22,34 @@
 #include "sexpr.h"
 
 #include <clang-c/Index.h>
+#include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #ifndef SHARDC_CLANG_RESOURCE_DIR
 #define SHARDC_CLANG_RESOURCE_DIR ""
 #endif
 
-/* Deepest chain of inlined calls; real activations use two or three. */
-enum { CIMP_MAX_DEPTH = 64 };
+/* What one import may cost.  Inlining repeats a callee's body at every call
+ * (f2(x) = f1(f1(x)) walks f1 twice), and so does a macro that uses its
+ * argument twice, so a short header can ask for an exponential amount of
+ * work; and every walk, here and in ir/sexpr.c, recurses once per level of
+ * nesting.  Real activations stay far below: a few dozen operations, a few
+ * levels of calls. */
+enum {
+  CIMP_MAX_DEPTH = 64,     /* chain of inlined calls */
+  CIMP_MAX_NEST = 1000,    /* statements and expressions nested in the walk:
+                              about 1 KiB of stack each, libclang's included
+                              (a sum of 9000 terms overflowed 8 MiB) */
+  CIMP_MAX_OPS = 20000,    /* statements and expressions walked, each inlined
+                              body counted at every call: about 0.05 s */
+};
 
 /* One token of a header file, by byte offset (comments dropped). */
 typedef struct CimpTok {
@@ -48,9 +68,12 @@ typedef struct CimpTokFile {
 typedef struct CimpOpMap {
   CXCursor fn;
   int ok;
+  int too_big;      /* more operators than CIMP_MAX_OPS: not built */
   int n;
   CXCursor *nodes;
   const char **ops;
+  int *index;       /* open addressing on clang_hashCursor: slot -> i, or -1 */
+  unsigned mask;
 } CimpOpMap;
 
 typedef struct CimpVar {
@@ -59,12 +82,21 @@ typedef struct CimpVar {
   SExpr *val;       /* NULL: declared but not (definitely) assigned */
 } CimpVar;
 
+/* One filling of the hole: an `if`'s select or a `return`'s value. */
+typedef struct CimpPart {
+  SExpr *e;
+  CXCursor at;      /* the statement, for a depth error */
+} CimpPart;
+
 /* Symbolic machine state at one program point. */
 typedef struct CimpState {
   CimpVar *vars;
   int n, cap;
-  SExpr *rv;        /* the result, with the hole standing for whatever the
-                       code still to run returns */
+  CimpPart *rv;     /* the result: rv[0], its hole filled with rv[1], whose
+                       hole is filled with rv[2]...; the last hole (no parts:
+                       the hole itself) stands for whatever the code still to
+                       run returns */
+  int nrv, caprv;
   int open;         /* some path can still fall through to that code */
 } CimpState;
 
@@ -80,9 +112,12 @@ typedef struct CimpFrame {
 typedef struct Cimp {
   CXTranslationUnit tu;
   const char *top;  /* the imported function: prefix of every message */
+  CXCursor def;     /* and its definition, where limits on the whole are reported */
   SExpr *hole;
   int failed;
-  int depth;
+  int depth;        /* inlined calls open */
+  int nest;         /* statements and expressions open */
+  int ops;          /* statements and expressions walked */
   CimpFrame *frame;
   PtrVec tokfiles;  /* CimpTokFile* */
   PtrVec opmaps;    /* CimpOpMap* */
@@ -193,14 +228,14 @@ static SrcLoc cimp_srcloc(CXCursor c) {
 
 /* Report the first error only: after one unsupported construct the rest of
  * the walk is unreliable, and one precise message is what users act on. */
-static void cimp_verror(Cimp *C, const char *path, int line, int col, const char *fmt,
-                        va_list ap) {
+static void cimp_verror(Cimp *C, const char *path, int line, int col, int chain,
+                        const char *fmt, va_list ap) {
   if (C->failed) return;
   C->failed = 1;
   char msg[512];
   vsnprintf(msg, sizeof msg, fmt, ap);
   diag_error_at_path(path, line, col, "%s: %s", C->top, msg);
-  for (CimpFrame *f = C->frame; f; f = f->up)
+  for (CimpFrame *f = C->frame; chain && f; f = f->up)
     if (f->has_call) diag_note(cimp_srcloc(f->call), "'%s' is inlined here", f->name);
 }
 
@@ -211,8 +246,27 @@ static void cimp_error(Cimp *C, CXCursor at, const char *fmt, ...) {
   cimp_where(at, &path, &line, &col);
   va_list ap;
   va_start(ap, fmt);
-  cimp_verror(C, path, line, col, fmt, ap);
+  cimp_verror(C, path, line, col, 1, fmt, ap);
   va_end(ap);
+}
+
+/* An error about the imported function as a whole (a limit on what it
+ * inlines to), at its definition: the chain of calls that happened to cross
+ * the limit says little about what to change. */
+__attribute__((format(printf, 2, 3)))
+static void cimp_error_fn(Cimp *C, const char *fmt, ...) {
+  const char *path;
+  int line, col;
+  cimp_where(C->def, &path, &line, &col);
+  va_list ap;
+  va_start(ap, fmt);
+  cimp_verror(C, path, line, col, 0, fmt, ap);
+  va_end(ap);
+}
+
+static void cimp_error_ops(Cimp *C) {
+  cimp_error_fn(C, "too many operations once calls and macros are expanded (limit is %d)",
+                CIMP_MAX_OPS);
 }
 
 /* An error at the closing brace of a compound statement. */
@@ -225,7 +279,8 @@ static void cimp_error_at_end(Cimp *C, CXCursor block, const char *fmt, ...) {
   const char *path = f ? cimp_str(clang_getFileName(f)) : "<unknown>";
   va_list ap;
   va_start(ap, fmt);
-  cimp_verror(C, path, (int)line, col > 1 ? (int)col - 1 : 1, fmt, ap);   /* end is one past '}' */
+  /* The end is one past the '}'. */
+  cimp_verror(C, path, (int)line, col > 1 ? (int)col - 1 : 1, 1, fmt, ap);
   va_end(ap);
 }
 
@@ -306,22 +361,53 @@ static void cimp_slot_push(CimpSlots *s, CXCursor c) {
   s->c[s->n++] = c;
 }
 
-static void cimp_slots_walk(CimpSlots *s, CXCursor c) {
-  enum CXCursorKind k = clang_getCursorKind(c);
-  CimpKids kids = cimp_kids(c);
-  if ((k == CXCursor_BinaryOperator || k == CXCursor_CompoundAssignOperator) && kids.n == 2) {
-    cimp_slots_walk(s, kids.c[0]);
-    cimp_slot_push(s, c);
-    cimp_slots_walk(s, kids.c[1]);
-    return;
+/* The to-do stack of cimp_slots_walk: visit a cursor, or emit it as a slot. */
+typedef struct CimpTodo {
+  CXCursor c;
+  int emit;
+} CimpTodo;
+
+typedef struct CimpTodos {
+  CimpTodo *t;
+  int n, cap;
+} CimpTodos;
+
+static void cimp_todo(CimpTodos *s, CXCursor c, int emit) {
+  s->t = arena_grow(s->t, s->n, &s->cap, sizeof *s->t, 64);
+  s->t[s->n++] = (CimpTodo){c, emit};
+}
+
+/* Appends the operator slots under root in walk order; 0 once there would
+ * be more than max.  Iterative because it runs before the symbolic walk has
+ * checked the nesting: a body may be nested thousands deep. */
+static int cimp_slots_walk(CimpSlots *s, CXCursor root, int max) {
+  CimpTodos todo = {0};
+  cimp_todo(&todo, root, 0);
+  while (todo.n > 0) {
+    CimpTodo t = todo.t[--todo.n];
+    if (t.emit) {
+      if (s->n >= max) return 0;
+      cimp_slot_push(s, t.c);
+      continue;
+    }
+    enum CXCursorKind k = clang_getCursorKind(t.c);
+    CimpKids kids = cimp_kids(t.c);
+    /* Pushed in reverse, to come off in walk order. */
+    if ((k == CXCursor_BinaryOperator || k == CXCursor_CompoundAssignOperator) && kids.n == 2) {
+      cimp_todo(&todo, kids.c[1], 0);
+      cimp_todo(&todo, t.c, 1);
+      cimp_todo(&todo, kids.c[0], 0);
+      continue;
+    }
+    CXCursor init;
+    int has_init = k == CXCursor_VarDecl && cimp_last_expr(t.c, &init);
+    for (int i = kids.n - 1; i >= 0; i--) {
+      cimp_todo(&todo, kids.c[i], 0);
+      if (has_init && clang_equalCursors(kids.c[i], init)) cimp_todo(&todo, t.c, 1);
+    }
+    if (k == CXCursor_UnaryOperator) cimp_todo(&todo, t.c, 1);
   }
-  if (k == CXCursor_UnaryOperator) cimp_slot_push(s, c);
-  CXCursor init;
-  int has_init = k == CXCursor_VarDecl && cimp_last_expr(c, &init);
-  for (int i = 0; i < kids.n; i++) {
-    if (has_init && clang_equalCursors(kids.c[i], init)) cimp_slot_push(s, c);
-    cimp_slots_walk(s, kids.c[i]);
-  }
+  return 1;
 }
 
 /* Operator tokens of C source text, in order. */
@@ -380,16 +466,23 @@ static CimpOpMap *cimp_opmap(Cimp *C, CXCursor fn) {
   CimpOpMap *m = arena_alloc(sizeof *m);
   m->fn = fn;
   vec_push(&C->opmaps, m);
+  /* The slots first: a body with more operators than the walk may visit
+   * (a macro doubling its argument, nested, expands to 2^n) is refused
+   * before clang prints all of it. */
+  CimpKids kids = cimp_kids(fn);
+  if (kids.n == 0) return m;
+  CimpSlots slots = {0};
+  if (!cimp_slots_walk(&slots, kids.c[kids.n - 1], CIMP_MAX_OPS)) {
+    m->too_big = 1;
+    return m;
+  }
   CXPrintingPolicy pol = clang_getCursorPrintingPolicy(fn);
   const char *text = cimp_str(clang_getCursorPrettyPrinted(fn, pol));
   clang_PrintingPolicy_dispose(pol);
   const char *body = strchr(text, '{');
-  CimpKids kids = cimp_kids(fn);
-  if (!body || kids.n == 0) return m;
+  if (!body) return m;
   const char **ops;
   int nops = cimp_lex_ops(body, &ops);
-  CimpSlots slots = {0};
-  cimp_slots_walk(&slots, kids.c[kids.n - 1]);
   if (nops != slots.n) return m;
   for (int i = 0; i < nops; i++) {
     enum CXCursorKind k = clang_getCursorKind(slots.c[i]);
@@ -402,15 +495,35 @@ static CimpOpMap *cimp_opmap(Cimp *C, CXCursor fn) {
   m->n = nops;
   m->nodes = slots.c;
   m->ops = ops;
+  /* Looked up once per operator walked: hashed, or a macro-built body of n
+   * operators costs n^2 cursor comparisons. */
+  unsigned size = 16;
+  while (size < 2u * (unsigned)nops) size *= 2;
+  m->mask = size - 1;
+  m->index = arena_alloc(sizeof(int) * size);
+  for (unsigned j = 0; j < size; j++) m->index[j] = -1;
+  for (int i = 0; i < nops; i++) {
+    unsigned j = clang_hashCursor(m->nodes[i]) & m->mask;
+    while (m->index[j] >= 0) j = (j + 1) & m->mask;
+    m->index[j] = i;
+  }
   return m;
 }
 
+/* The operator of a cursor inside a macro expansion, from the map of the
+ * function being walked; reports why when there is none. */
 static const char *cimp_op_from_map(Cimp *C, CXCursor op) {
-  if (!C->frame) return NULL;
-  CimpOpMap *m = cimp_opmap(C, C->frame->fn);
-  if (!m->ok) return NULL;
-  for (int i = 0; i < m->n; i++)
-    if (clang_equalCursors(m->nodes[i], op)) return m->ops[i];
+  CimpOpMap *m = C->frame ? cimp_opmap(C, C->frame->fn) : NULL;
+  if (m && m->too_big) {
+    cimp_error_ops(C);
+    return NULL;
+  }
+  if (m && m->ok) {
+    for (unsigned j = clang_hashCursor(op) & m->mask; m->index[j] >= 0; j = (j + 1) & m->mask)
+      if (clang_equalCursors(m->nodes[m->index[j]], op)) return m->ops[m->index[j]];
+  }
+  cimp_error(C, op, "cannot read this operator (it comes from a macro expansion); "
+                    "write the expression without the macro");
   return NULL;
 }
 
@@ -426,10 +539,7 @@ static const char *cimp_binop(Cimp *C, CXCursor op, CXCursor rhs) {
     if (i >= 0 && tf->toks[i].off >= o1 && tf->toks[i].punct && cimp_is_binop(tf->toks[i].text))
       return tf->toks[i].text;
   }
-  const char *s = cimp_op_from_map(C, op);
-  if (!s) cimp_error(C, op, "cannot read this operator (it comes from a macro expansion); "
-                            "write the expression without the macro");
-  return s;
+  return cimp_op_from_map(C, op);
 }
 
 /* A prefix operator is the first token of its expression. */
@@ -443,10 +553,7 @@ static const char *cimp_unop(Cimp *C, CXCursor op, CXCursor sub) {
     if (i >= 0 && tf->toks[i].off == o1 && tf->toks[i].punct && cimp_is_unop(tf->toks[i].text))
       return tf->toks[i].text;
   }
-  const char *s = cimp_op_from_map(C, op);
-  if (!s) cimp_error(C, op, "cannot read this operator (it comes from a macro expansion); "
-                            "write the expression without the macro");
-  return s;
+  return cimp_op_from_map(C, op);
 }
 
 /* ---- variables ---- */
@@ -465,12 +572,51 @@ static void cimp_define(CimpState *S, CXCursor decl, const char *name, SExpr *v)
   var->val = v;
 }
 
-static CimpState cimp_copy(const CimpState *S) {
-  CimpState c = *S;
+/* A branch of an `if` at S: S's variables, and a fresh hole for its result
+ * ("what this branch returns, given what the code after the if returns"). */
+static CimpState cimp_branch(const CimpState *S) {
+  CimpState c = {0};
+  c.n = S->n;
   c.cap = S->n > 0 ? S->n : 1;
   c.vars = arena_alloc(sizeof(CimpVar) * (size_t)c.cap);
   if (S->n) memcpy(c.vars, S->vars, sizeof(CimpVar) * (size_t)S->n);
+  c.open = S->open;
   return c;
+}
+
+static void cimp_fill(CimpState *S, CXCursor at, SExpr *e) {
+  S->rv = arena_grow(S->rv, S->nrv, &S->caprv, sizeof *S->rv, 8);
+  S->rv[S->nrv++] = (CimpPart){e, at};
+}
+
+/* ---- limits ---- */
+
+/* Opens one level of the walk at `at` (an expression or statement): 0 after
+ * reporting when that is too deep or too much work.  cimp_leave closes it. */
+static int cimp_enter(Cimp *C, CXCursor at, const char *what) {
+  if (C->nest >= CIMP_MAX_NEST) {
+    cimp_error(C, at, "%s nested too deeply (limit is %d levels)", what, CIMP_MAX_NEST);
+    return 0;
+  }
+  if (++C->ops > CIMP_MAX_OPS) {
+    cimp_error_ops(C);
+    return 0;
+  }
+  C->nest++;
+  return 1;
+}
+
+static void cimp_leave(Cimp *C) { C->nest--; }
+
+/* v, or NULL after reporting when it is deeper than the rest of shardc
+ * handles (SX_MAX_DEPTH).  Substitution makes values deeper than the
+ * source they come from: `x = sinf(x);` a thousand times, or f(f(x)). */
+static SExpr *cimp_depth_ok(Cimp *C, CXCursor at, SExpr *v) {
+  if (!v || v->depth <= SX_MAX_DEPTH || C->failed) return v;
+  cimp_error_fn(C, "expression nested too deeply once calls and local variables are "
+                   "substituted (limit is %d levels)", SX_MAX_DEPTH);
+  diag_note(cimp_srcloc(at), "here it is %u levels deep", v->depth);
+  return NULL;
 }
 
 /* ---- expressions ---- */
@@ -740,8 +886,7 @@ static SExpr *cimp_cast(Cimp *C, CimpState *S, CXCursor e) {
   return NULL;
 }
 
-static SExpr *cimp_expr(Cimp *C, CimpState *S, CXCursor e) {
-  if (C->failed) return NULL;
+static SExpr *cimp_expr_node(Cimp *C, CimpState *S, CXCursor e) {
   enum CXCursorKind k = clang_getCursorKind(e);
   CXType t = clang_getCursorType(e);
   double val;
@@ -805,12 +950,30 @@ static SExpr *cimp_expr(Cimp *C, CimpState *S, CXCursor e) {
   return NULL;
 }
 
+/* Every expression passes here, so the limits hold for all kinds. */
+static SExpr *cimp_expr(Cimp *C, CimpState *S, CXCursor e) {
+  if (C->failed || !cimp_enter(C, e, "expression")) return NULL;
+  SExpr *v = cimp_expr_node(C, S, e);
+  cimp_leave(C);
+  return cimp_depth_ok(C, e, v);
+}
+
 /* ---- statements ---- */
 
 static void cimp_stmt(Cimp *C, CimpState *S, CXCursor s);
 
-static void cimp_return(Cimp *C, CimpState *S, SExpr *v) {
-  S->rv = sx_subst(S->rv, C->hole, v);
+/* S's result as one expression: the parts substituted from the innermost
+ * out, so that each substitution walks one part only. */
+static SExpr *cimp_result(Cimp *C, const CimpState *S) {
+  if (S->nrv == 0) return C->hole;
+  SExpr *v = S->rv[S->nrv - 1].e;
+  for (int i = S->nrv - 2; i >= 0 && v; i--)
+    v = cimp_depth_ok(C, S->rv[i].at, sx_subst(S->rv[i].e, C->hole, v));
+  return v;
+}
+
+static void cimp_return(CimpState *S, CXCursor s, SExpr *v) {
+  cimp_fill(S, s, v);
   S->open = 0;
 }
 
@@ -876,7 +1039,7 @@ static void cimp_assign(Cimp *C, CimpState *S, CXCursor e, CXCursor lhs, const c
     cimp_error(C, e, "operator '%s' is not supported", op);
     return;
   }
-  v->val = sx_bin(k, v->val, rhs);
+  v->val = cimp_depth_ok(C, e, sx_bin(k, v->val, rhs));
 }
 
 static void cimp_expr_stmt(Cimp *C, CimpState *S, CXCursor s) {
@@ -917,10 +1080,7 @@ static void cimp_if(Cimp *C, CimpState *S, CXCursor s) {
   }
   SExpr *c = cimp_expr(C, S, k.c[0]);
   if (!c) return;
-  /* Each branch starts with a fresh hole: its rv is "what this branch
-   * returns, given what the code after the if returns". */
-  CimpState T = cimp_copy(S), E = cimp_copy(S);
-  T.rv = E.rv = C->hole;
+  CimpState T = cimp_branch(S), E = cimp_branch(S);
   cimp_stmt(C, &T, k.c[1]);
   if (k.n == 3) cimp_stmt(C, &E, k.c[2]);
   if (C->failed) return;
@@ -932,12 +1092,15 @@ static void cimp_if(Cimp *C, CimpState *S, CXCursor s) {
     else if (!E.open) S->vars[i].val = a;
     else S->vars[i].val = a && b ? sx_select(c, a, b) : NULL;
   }
-  S->rv = sx_subst(S->rv, C->hole, sx_select(c, T.rv, E.rv));
+  SExpr *t = cimp_result(C, &T), *e = t ? cimp_result(C, &E) : NULL;
+  if (!e) return;
+  SExpr *r = cimp_depth_ok(C, s, sx_select(c, t, e));
+  if (!r) return;
+  cimp_fill(S, s, r);
   S->open = T.open || E.open;
 }
 
-static void cimp_stmt(Cimp *C, CimpState *S, CXCursor s) {
-  if (C->failed || !S->open) return;   /* code after return is dead */
+static void cimp_stmt_node(Cimp *C, CimpState *S, CXCursor s) {
   enum CXCursorKind k = clang_getCursorKind(s);
   switch (k) {
   case CXCursor_CompoundStmt: {
@@ -957,7 +1120,7 @@ static void cimp_stmt(Cimp *C, CimpState *S, CXCursor s) {
       return;
     }
     SExpr *v = cimp_expr(C, S, e);
-    if (v) cimp_return(C, S, v);
+    if (v) cimp_return(S, s, v);
     return;
   }
   case CXCursor_IfStmt:
@@ -990,6 +1153,13 @@ static void cimp_stmt(Cimp *C, CimpState *S, CXCursor s) {
     return;
   }
   cimp_error(C, s, "unsupported statement (%s)", cimp_str(clang_getCursorKindSpelling(k)));
+}
+
+static void cimp_stmt(Cimp *C, CimpState *S, CXCursor s) {
+  if (C->failed || !S->open) return;   /* code after return is dead */
+  if (!cimp_enter(C, s, "statement")) return;
+  cimp_stmt_node(C, S, s);
+  cimp_leave(C);
 }
 
 /* ---- functions ---- */
@@ -1046,7 +1216,6 @@ static SExpr *cimp_function(Cimp *C, CXCursor fn, SExpr **args, int nargs, const
   C->frame = &frame;
   C->depth++;
   CimpState S = {0};
-  S.rv = C->hole;
   S.open = 1;
   for (int i = 0; i < n; i++) {
     CXCursor p = clang_Cursor_getArgument(fn, (unsigned)i);
@@ -1056,9 +1225,10 @@ static SExpr *cimp_function(Cimp *C, CXCursor fn, SExpr **args, int nargs, const
   if (!C->failed && S.open)
     cimp_error_at_end(C, kids.c[kids.n - 1], "control can reach the end of '%s' without a 'return'",
                       name);
+  SExpr *v = C->failed ? NULL : cimp_result(C, &S);
   C->depth--;
   C->frame = frame.up;
-  return C->failed ? NULL : S.rv;
+  return v;
 }
 
 /* ---- entry point ---- */
@@ -1189,6 +1359,7 @@ static ScalarFn *cimp_import_tu(CXTranslationUnit tu, const char *header, const 
   Cimp C = {0};
   C.tu = tu;
   C.top = arena_strdup(name);
+  C.def = F.def;
   C.hole = sx_arg(-1);   /* never escapes: an open result is an error */
   int n = clang_Cursor_getNumArguments(F.def);
   if (n < 0) n = 0;
@@ -1220,6 +1391,41 @@ static ScalarFn *cimp_import_tu(CXTranslationUnit tu, const char *header, const 
   return fn;
 }
 
+/* libclang's parser recurses once per nested unary operator or cast (no
+ * bracket, so -fbracket-depth does not bound it) on its own 8 MiB stack:
+ * some 4000 of them in a header kill the process before cimport sees a
+ * tree.  Headers (with their quoted includes) of more than CIMP_PROBE_BYTES,
+ * the least that can hold that many, are parsed first in a child process;
+ * if it dies, the import is refused with a message.  Activation headers
+ * are a few hundred bytes and skip the probe. */
+#define CIMP_PROBE_BYTES 4096
+
+static bool cimp_parse_survives(const char *path, const char *const *args, int nargs) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) return true; /* cannot tell: parse as before */
+  if (pid == 0) {
+    CXIndex index = clang_createIndex(0, 0);
+    CXTranslationUnit tu = NULL;
+    clang_parseTranslationUnit2(index, path, args, nargs, NULL, 0, CXTranslationUnit_None, &tu);
+    _exit(0);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return true;
+  return WIFEXITED(status);
+}
+
+static int64_t cimp_user_bytes(const StrMap *seen) {
+  int64_t n = 0;
+  for (int i = 0; i < seen->cap; i++) {
+    struct stat st;
+    if (seen->keys[i] && !stat(seen->keys[i], &st)) n += st.st_size;
+  }
+  return n;
+}
+
 ScalarFn *cimp_import(const char *header, const char *base_dir, const char *name,
                       SrcLoc use_loc) {
   const char *path = cimp_resolve(header, base_dir);
@@ -1230,7 +1436,8 @@ ScalarFn *cimp_import(const char *header, const char *base_dir, const char *name
     diag_error(use_loc, "cannot open header '%s': %s", header, why);
     return NULL;
   }
-  if (cimp_check_includes(path, &(StrMap){0}, 0)) {
+  StrMap seen = {0};
+  if (cimp_check_includes(path, &seen, 0)) {
     diag_note(use_loc, "while importing '%s' from '%s'", name, header);
     return NULL;
   }
@@ -1243,6 +1450,12 @@ ScalarFn *cimp_import(const char *header, const char *base_dir, const char *name
     /* Without it libclang may not find its builtin headers (stddef.h). */
     args[nargs++] = "-resource-dir";
     args[nargs++] = SHARDC_CLANG_RESOURCE_DIR;
+  }
+  if (cimp_user_bytes(&seen) > CIMP_PROBE_BYTES && !cimp_parse_survives(path, args, nargs)) {
+    diag_error(use_loc, "cannot import '%s' from '%s': libclang crashed parsing it (an "
+               "expression nested too deeply for its parser, such as thousands of unary "
+               "operators or casts in a row?)", name, header);
+    return NULL;
   }
   CXIndex index = clang_createIndex(0, 0);
   CXTranslationUnit tu = NULL;

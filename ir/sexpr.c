@@ -116,6 +116,10 @@ static SExpr *sx_intern(SxKind k, int arg, double value, SExpr *a, SExpr *b, SEx
   e->b = b;
   e->c = c;
   e->id = sx_next_id++;
+  unsigned d = a ? a->depth : 0;
+  if (b && b->depth > d) d = b->depth;
+  if (c && c->depth > d) d = c->depth;
+  e->depth = a ? d + 1 : 0;
   sx_table[j] = e;
   return e;
 }
@@ -128,6 +132,7 @@ typedef struct SxScratch {
   unsigned *stamp;
   double *val;
   int *num;
+  SExpr **ptr;
   size_t cap;
   unsigned gen;
 } SxScratch;
@@ -138,9 +143,11 @@ static void sx_scratch_begin(SxScratch *s) {
     free(s->stamp);
     free(s->val);
     free(s->num);
+    free(s->ptr);
     s->stamp = sx_xmalloc(ncap * sizeof *s->stamp);
     s->val = sx_xmalloc(ncap * sizeof *s->val);
     s->num = sx_xmalloc(ncap * sizeof *s->num);
+    s->ptr = sx_xmalloc(ncap * sizeof *s->ptr);
     s->cap = ncap;
     s->gen = 0;
   }
@@ -349,27 +356,31 @@ SExpr *sx_select(SExpr *cond, SExpr *a, SExpr *b) {
 
 /* ---- substitution ---- */
 
-static SExpr *sx_subst_rec(SExpr *e, SExpr *from, SExpr *to, SExpr **memo, unsigned n) {
+/* The memo is a generation-stamped scratch, not a fresh table: cimport.c
+ * substitutes once per `if` and `return`, each into a small expression,
+ * while the pool may hold millions of nodes. */
+static SxScratch sx_subst_scratch;
+
+static SExpr *sx_subst_rec(SExpr *e, SExpr *from, SExpr *to, unsigned n) {
+  SxScratch *s = &sx_subst_scratch;
   if (e == from) return to;
   if (e->id >= n || !e->a) return e;   /* leaves and nodes newer than the walk */
-  if (memo[e->id]) return memo[e->id];
-  SExpr *a = sx_subst_rec(e->a, from, to, memo, n);
-  SExpr *b = e->b ? sx_subst_rec(e->b, from, to, memo, n) : NULL;
-  SExpr *c = e->c ? sx_subst_rec(e->c, from, to, memo, n) : NULL;
+  if (sx_scratch_seen(s, e)) return s->ptr[e->id];
+  SExpr *a = sx_subst_rec(e->a, from, to, n);
+  SExpr *b = e->b ? sx_subst_rec(e->b, from, to, n) : NULL;
+  SExpr *c = e->c ? sx_subst_rec(e->c, from, to, n) : NULL;
   SExpr *r;
   if (a == e->a && b == e->b && c == e->c) r = e;
   else if (e->kind == SX_SELECT) r = sx_select(a, b, c);
   else if (b) r = sx_bin(e->kind, a, b);
   else r = sx_un(e->kind, a);
-  return memo[e->id] = r;
+  sx_scratch_mark(s, e);
+  return s->ptr[e->id] = r;
 }
 
 SExpr *sx_subst(SExpr *e, SExpr *from, SExpr *to) {
-  unsigned n = sx_next_id;
-  SExpr **memo = sx_xmalloc(n * sizeof(SExpr *));
-  SExpr *r = sx_subst_rec(e, from, to, memo, n);
-  free(memo);
-  return r;
+  sx_scratch_begin(&sx_subst_scratch);
+  return sx_subst_rec(e, from, to, sx_next_id);
 }
 
 /* ---- differentiation ---- */
@@ -661,11 +672,6 @@ static void sx_print_rec(SxPrinter *P, const SExpr *e, int minprec, int is_root)
   if (paren) fputc(')', out);
 }
 
-void sx_print(FILE *out, const SExpr *e, const char *const *argnames) {
-  SxPrinter P = {out, argnames, NULL, "t"};
-  sx_print_rec(&P, e, 0, 1);
-}
-
 /* ---- C emission with common-subexpression temporaries ---- */
 
 typedef struct SxEmit {
@@ -747,6 +753,69 @@ void sx_emit_c(FILE *out, SExpr **roots, const char *const *outs, int n,
     fprintf(out, "%s%s = ", indent, outs[i]);
     sx_print_rec(&P, roots[i], 0, 0);
     fputs(";\n", out);
+  }
+  free(tempnum);
+  free(E.order);
+}
+
+/* ---- printing as one expression ---- */
+
+/* Beyond this many nodes written out as a tree, sx_print names the shared
+ * subexpressions instead; real activations and their derivatives print in
+ * a few dozen. */
+enum { SX_PRINT_TREE_MAX = 1000 };
+
+static SxScratch sx_size_scratch;
+
+/* Nodes of e written out as a tree (shared subexpressions counted at each
+ * use); a double because it grows as 2^depth: `y = y * y;` forty times is
+ * 2^40 nodes from a DAG of forty. */
+static double sx_tree_size(const SExpr *e) {
+  SxScratch *s = &sx_size_scratch;
+  if (sx_scratch_seen(s, e)) return s->val[e->id];
+  double n = 1;
+  if (e->a) n += sx_tree_size(e->a);
+  if (e->b) n += sx_tree_size(e->b);
+  if (e->c) n += sx_tree_size(e->c);
+  sx_scratch_mark(s, e);
+  s->val[e->id] = n;
+  return n;
+}
+
+void sx_print(FILE *out, const SExpr *e, const char *const *argnames) {
+  sx_scratch_begin(&sx_size_scratch);
+  if (sx_tree_size(e) <= SX_PRINT_TREE_MAX) {
+    SxPrinter P = {out, argnames, NULL, "t"};
+    sx_print_rec(&P, e, 0, 1);
+    return;
+  }
+  /* As a tree it could be exponentially long: print each shared
+   * subexpression once, "t0 * t0 where t0 = ...", defined before use. */
+  SxScratch *s = &sx_walk_scratch;
+  sx_scratch_begin(s);
+  SxEmit E = {s, sx_xmalloc((size_t)sx_next_id * sizeof(SExpr *) + 1), 0};
+  sx_emit_visit(&E, e);
+  int maxarg = -1;
+  for (int i = 0; i < E.norder; i++)
+    if (E.order[i]->kind == SX_ARG && E.order[i]->arg > maxarg) maxarg = E.order[i]->arg;
+  char pbuf[32];
+  const char *prefix = sx_temp_prefix(argnames, maxarg + 1, NULL, 0, pbuf, sizeof pbuf);
+  int *tempnum = sx_xmalloc((size_t)sx_next_id * sizeof(int) + 1);
+  int ntemps = 0;
+  for (int i = 0; i < E.norder; i++) {
+    const SExpr *n = E.order[i];
+    int shared = n->kind != SX_CONST && n->kind != SX_ARG && s->num[n->id] >= 2;
+    tempnum[n->id] = shared ? ntemps++ : -1;
+  }
+  SxPrinter P = {out, argnames, tempnum, prefix};
+  sx_print_rec(&P, e, 0, 1);
+  const char *sep = " where ";
+  for (int i = 0; i < E.norder; i++) {
+    const SExpr *n = E.order[i];
+    if (tempnum[n->id] < 0) continue;
+    fprintf(out, "%s%s%d = ", sep, prefix, tempnum[n->id]);
+    sx_print_rec(&P, n, 0, 1);
+    sep = ", ";
   }
   free(tempnum);
   free(E.order);

@@ -33,7 +33,16 @@ typedef struct SExpr {
   double value;          /* SX_CONST */
   struct SExpr *a, *b, *c;
   unsigned id;           /* unique, dense per process: for CSE in emitters */
+  unsigned depth;        /* operations on the longest path down (leaves: 0) */
 } SExpr;
+
+/* The deepest expression a producer may hand on.  Differentiation,
+ * substitution, evaluation and both C printers recurse once per level (and
+ * a derivative is up to about three times as deep as its function, a fused
+ * loop up to FUSE_MAX_CHAIN functions deep), so producers of unbounded
+ * expressions (cimport.c) refuse deeper ones.  Real activations are a few
+ * dozen levels deep. */
+enum { SX_MAX_DEPTH = 1000 };
 
 /* A scalar function (imported from a C header, or a builtin defined by an
  * expression) and its partial derivatives. */
@@ -66,7 +75,10 @@ const char *sx_op_str(SxKind k);
 /* Number of distinct nodes in the DAGs rooted at roots[0..n). */
 int sx_count(SExpr **roots, int n);
 
-/* Print as one C expression using argnames (no CSE), e.g. for IR dumps. */
+/* Print as one C expression using argnames, e.g. for IR dumps.  One that
+ * would be long written out as a tree (shared subexpressions repeated:
+ * over a thousand nodes) names its shared subexpressions instead:
+ * "t1 * t1 where t0 = x * x, t1 = t0 * t0". */
 void sx_print(FILE *out, const SExpr *e, const char *const *argnames);
 /* Emit C statements computing roots[0..n) with shared subexpressions in
  * `const float tN = ...;` temporaries; results assigned to outs[i]
