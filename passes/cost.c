@@ -1827,8 +1827,11 @@ int cost_load_profile(HwModel *hw, const char *path, char *err, int errcap) {
   h.profile_device[0] = 0;
   if (parse_profile(&j, f->len, &h, hw)) return -1;
   if (h.gemm.n) h.peak = h.gemm.y[h.gemm.n - 1] / h.gemm_eff; /* what MFU is measured against */
-  snprintf(h.source, sizeof h.source, "profile %s (%s, %d ranks)", path,
-           h.profile_device[0] ? h.profile_device : "?", h.profile_np);
+  /* a hand-written profile may leave out the device and the rank count */
+  char np[32] = "";
+  if (h.profile_np > 0) snprintf(np, sizeof np, ", %d rank%s", h.profile_np, h.profile_np == 1 ? "" : "s");
+  snprintf(h.source, sizeof h.source, "profile %s (%s%s)", path,
+           h.profile_device[0] ? h.profile_device : "device not given", np);
   *hw = h;
   return 0;
 }

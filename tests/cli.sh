@@ -266,7 +266,7 @@ EXPECT_TIMEOUT=20 expect deep-zero3 0 '^    all_gather +4101 x' -- "$bin" compil
 # ... and 64 stages of 4000 layers (a stage's end cut is searched only
 # where a partition no costlier than a greedy one's can put it: 64 s, now 4)
 sed -e 's/layers = 2048/layers = 4000/' -e 's/batch = 16/batch = 256/' "$tmp/deep.shard" >"$tmp/deep4000.shard"
-EXPECT_TIMEOUT=30 expect deep-pp64 0 '^stage 63:  blocks\.3937 from add \.\. blocks\.3999, model ops; 1\.6% of the FLOPs' -- "$bin" compile "$tmp/deep4000.shard" --mesh 64 --strategy pp=64,mb=256 --emit=plan
+EXPECT_TIMEOUT=40 expect deep-pp64 0 '^stage 63:  blocks\.3937 from add \.\. blocks\.3999, model ops; 1\.6% of the FLOPs' -- "$bin" compile "$tmp/deep4000.shard" --mesh 64 --strategy pp=64,mb=256 --emit=plan
 # ... and its program is written as functions of a few thousand lines (a
 # C compiler's optimiser is superlinear in a function's length): the
 # forward and backward of 2048 layers in parts, each under 10,000 lines
@@ -427,6 +427,8 @@ expect profile-bad-special 1 "special function's time must be between 0 and 1 ms
 printf '{"shardc_profile": 1, "kernels": {"gelu": 2}}' >"$tmp/badk.json"
 expect profile-bad-kernel 1 "kernel's time per element must be between 0 and 1 ms" -- "$bin" compile samples/gpt.shard --profile "$tmp/badk.json"
 expect profile-missing 1 'profile /nonexistent.json: cannot open it' -- "$bin" explore samples/gpt.shard --profile /nonexistent.json
+printf '{"shardc_profile": 1, "launch_s": 5e-6}' >"$tmp/nonp.json"
+expect profile-no-device 0 '; profile .*/nonp\.json \(device not given\)$' -- "$bin" explore samples/gpt.shard --profile "$tmp/nonp.json" --top 1
 printf '{"shardc_profile": 1, "coll": [{"op": "frob", "n": 2, "t": [[1024, 1e-5]]}]}' >"$tmp/badop.json"
 expect profile-bad-coll-op 1 'line 1, column 39 \(byte offset 38\): coll: op must be all_reduce, all_gather, reduce_scatter, broadcast or p2p, got "frob"' -- "$bin" explore samples/gpt.shard --profile "$tmp/badop.json"
 expect calibrate-no-out 1 'no output file' -- "$bin" calibrate --np 2
