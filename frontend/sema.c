@@ -348,8 +348,11 @@ static int64_t int_item(Module *m, PtrVec *items, const char *key, int64_t lo, i
     return -1;
   }
   if (v < (double)lo || v > (double)hi) {
-    diag_error(a->value->loc, "'%s' must be between %lld and %lld, got %.0f", key, (long long)lo,
-               (long long)hi, v);
+    /* a literal as written (past 2^53 a double rounds it) */
+    const char *got = a->value->kind == E_INT ? arena_printf("%lld", (long long)a->value->ival)
+                                              : arena_printf("%.0f", v);
+    diag_error(a->value->loc, "'%s' must be between %lld and %lld, got %s", key, (long long)lo,
+               (long long)hi, got);
     return -1;
   }
   return (int64_t)v;
