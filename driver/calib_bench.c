@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "profile_colls.h"
 #include "rt_math.h"
 #include "rt_optim.h"
 #include "shardrt.h"
@@ -130,7 +131,7 @@ int main(int argc, char **argv) {
    * seconds to minutes (bandwidth measured 9 then 14 GB/s a quarter of an
    * hour apart), so the suite runs again later and each figure keeps its
    * least disturbed round. */
-  enum { MAXD = 1024, NSH = 18, NTHIN = 7, NBW = 7, NSF = 8, NKERN = 8, NOPS = 5, NBYTES = 10, NGRP = 13 };
+  enum { MAXD = 1024, NSH = 18, NTHIN = 7, NBW = 7, NSF = 8, NKERN = 8, NOPS = PROFILE_NCOLL_OPS, NBYTES = 10, NGRP = 13 };
   float *A = malloc(sizeof(float) * MAXD * MAXD * 4), *B = malloc(sizeof(float) * MAXD * MAXD * 4),
         *C = malloc(sizeof(float) * MAXD * MAXD * 4);
   for (long i = 0; i < (long)MAXD * MAXD * 4; i++) A[i] = B[i] = C[i] = 1e-3f * (float)(i % 7);
@@ -147,7 +148,7 @@ int main(int argc, char **argv) {
   static const char *sf_names[NSF] = {"exp", "log", "tanh", "erf", "sin", "cos", "pow", "sqrt"};
   static const char *kern_names[NKERN] = {"gelu", "gelu_bwd", "silu", "silu_bwd",
                                           "layernorm", "layernorm_bwd", "rmsnorm", "rmsnorm_bwd"};
-  static const char *ops[NOPS] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "p2p"};
+  static const char *ops[NOPS] = {PROFILE_COLL_OPS};
   /* coll_t: a collective behind the GEMM, and gemm_behind the GEMM alone:
    * each the fastest of its rounds, subtracted at the end (the fastest of
    * the differences would keep the rounds where noise made it small) */

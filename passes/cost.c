@@ -11,6 +11,7 @@
 
 #include "cost.h"
 #include "passes.h"
+#include "runtime/profile_colls.h"
 #include "runtime/rt_optim.h"
 
 /* ---- hardware ---- */
@@ -1636,12 +1637,12 @@ static int jcoll(JReader *j, CostColl *c) {
     if (k == 0) {
       /* the collectives the cost model prices (a misspelt one would be
        * dropped, its operation priced from the catalog without a word) */
-      static const char *const ops[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "p2p"};
+      static const char *const ops[PROFILE_NCOLL_OPS] = {PROFILE_COLL_OPS};
       jws(j);
       const char *at = j->s;
       if (jstring(j, c->op, sizeof c->op)) return -1;
       bool known = false;
-      for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) known |= !strcmp(c->op, ops[o]);
+      for (int o = 0; o < PROFILE_NCOLL_OPS; o++) known |= !strcmp(c->op, ops[o]);
       if (!known)
         return jfail_at(j, at, "coll: op must be all_reduce, all_gather, reduce_scatter, broadcast "
                         "or p2p, got \"%s\"", c->op);

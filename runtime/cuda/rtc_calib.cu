@@ -44,6 +44,7 @@
 #include <time.h>
 
 #include "rtc_internal.h"
+#include "profile_colls.h"
 #include "shardrt.h"
 
 #ifdef RTC_CALIB_SERIAL
@@ -435,8 +436,8 @@ int main(int argc, char **argv) {
       ncclComm_t g;
       ncclCheck(ncclCommSplit(all, rank_ / n, rank_, &g, NULL));
       int gr = rank_ % n;
-      static const char *names[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "p2p"};
-      for (int o = 0; o < 5; o++) {
+      static const char *names[PROFILE_NCOLL_OPS] = {PROFILE_COLL_OPS};
+      for (int o = 0; o < PROFILE_NCOLL_OPS; o++) {
         if (o == 4 && n != 2) continue;
         if (!rank_) fprintf(out, "%s{\"op\": \"%s\", \"n\": %d, \"t\": [", firstc ? "" : ",\n ", names[o], n);
         firstc = 0;
