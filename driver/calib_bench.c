@@ -80,6 +80,13 @@ static double time_linear(int M, int N, int K, float *pool, long pool_n) {
    * subnormal): dx has its own buffer, and the weight gradients their
    * own half of the rotating region */
   float *x_ = pool, *y_ = x_ + (long)M * K, *dx_ = y_ + (long)M * N;
+  /* The operands fresh each time: a call's x and weights lie where an
+   * earlier call of other shapes wrote its products, and products of
+   * products of those, call after call, shrink to subnormal floats, which
+   * the CPU computes many times slower (the thin GEMMs below were timed
+   * 20 times slow that way).  Values of an activation's range, as the
+   * sections after the GEMMs refill the pool with. */
+  for (long i = 0; i < pool_n; i++) pool[i] = -2.0f + 4e-3f * (float)(i % 1001);
   float *wpool = dx_ + (long)M * K;
   long wslot = 0, wn = (long)K * N, half = (pool_n - (wpool - pool)) / 2;
   long nw = half / wn > 1 ? half / wn : 1;
