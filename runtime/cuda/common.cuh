@@ -133,16 +133,36 @@ static inline unsigned rtc_blocks(size_t n, unsigned threads) {
   return (unsigned)(b > 65535u * 8u ? 65535u * 8u : (b ? b : 1));
 }
 
-/* Sum over a warp (all 32 lanes get it). */
+/* The butterflies' operations (rtc_xor_reduce in the host build). */
+struct rtc_op_add {
+  template <class T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct rtc_op_max {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+/* Sum over a warp (all 32 lanes get it).  The host build replays the
+ * rounds from one exchange (host/cuda_host.h rtch_xor_reduce: the same
+ * bits, one warp barrier instead of five). */
 __device__ __forceinline__ float rtc_warp_sum(float v) {
+#ifdef RTC_HOST
+  return rtch_xor_reduce(v, rtc_op_add(), 16, 1);
+#endif
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 __device__ __forceinline__ double rtc_warp_sum_d(double v) {
+#ifdef RTC_HOST
+  return rtch_xor_reduce(v, rtc_op_add(), 16, 1);
+#endif
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 __device__ __forceinline__ float rtc_warp_max(float v) {
+#ifdef RTC_HOST
+  return rtch_xor_reduce(v, rtc_op_max(), 16, 1);
+#endif
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }

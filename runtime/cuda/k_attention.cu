@@ -151,10 +151,16 @@ __device__ __forceinline__ float att_exp2(float x) {
 
 // Max and sum over the 16 lanes of a half-warp (one row of a score tile).
 __device__ __forceinline__ float att_max16(float v) {
+#ifdef RTC_HOST
+  return rtch_xor_reduce(v, rtc_op_max(), ATT_TX / 2, 1);  // (common.cuh's rtc_warp_sum)
+#endif
   for (int o = ATT_TX / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 __device__ __forceinline__ float att_sum16(float v) {
+#ifdef RTC_HOST
+  return rtch_xor_reduce(v, rtc_op_add(), ATT_TX / 2, 1);
+#endif
   for (int o = ATT_TX / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }

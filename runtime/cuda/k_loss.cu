@@ -64,6 +64,32 @@ __device__ __forceinline__ void rtc_lse_merge_(float &m, float &s, float m2, flo
   m = mx;
 }
 
+#ifdef RTC_HOST
+// The loop below (m and s shuffled a round at a time, merged), replayed from
+// one exchange of both (host/cuda_host.h rtch_xor_reduce): the same bits.
+struct rtc_lse_pair {
+  float m, s;
+};
+struct rtc_op_lse {
+  rtc_lse_pair operator()(rtc_lse_pair a, rtc_lse_pair b) const {
+    rtc_lse_merge_(a.m, a.s, b.m, b.s);
+    return a;
+  }
+};
+#define RTC_LSE_WARP_MERGE(m, s)                                            \
+  do {                                                                      \
+    rtc_lse_pair p_ = rtch_xor_reduce(rtc_lse_pair{m, s}, rtc_op_lse(), 16, 1); \
+    m = p_.m;                                                               \
+    s = p_.s;                                                               \
+  } while (0)
+#else
+#define RTC_LSE_WARP_MERGE(m, s)                                                          \
+  for (int o = 16; o > 0; o >>= 1) {                                                    \
+    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o); \
+    rtc_lse_merge_(m, s, m2, s2);                                                       \
+  }
+#endif
+
 // x is (V): log Σ exp(x), to every thread of the block (blockDim.x a
 // multiple of 32).  -inf elements add nothing; a NaN makes it NaN.
 // One element into a thread's running (max, sum).
@@ -121,10 +147,7 @@ __device__ float rtc_row_lse_(const T *x, int V) {
     }
   }
   for (int i = i0 + threadIdx.x; i < V; i += blockDim.x) rtc_lse_add_(m, s, rtc_ldf(x + i));
-  for (int o = 16; o > 0; o >>= 1) {
-    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    rtc_lse_merge_(m, s, m2, s2);
-  }
+  RTC_LSE_WARP_MERGE(m, s);
   int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
   __syncthreads(); // the partials may still be read by an earlier call
   if (lane == 0) {
@@ -134,10 +157,7 @@ __device__ float rtc_row_lse_(const T *x, int V) {
   __syncthreads();
   m = lane < nw ? part_m[lane] : -INFINITY;
   s = lane < nw ? part_s[lane] : 0.0f;
-  for (int o = 16; o > 0; o >>= 1) {
-    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    rtc_lse_merge_(m, s, m2, s2);
-  }
+  RTC_LSE_WARP_MERGE(m, s);
   return m + logf(s);
 }
 

@@ -99,6 +99,42 @@ __global__ void k_chain(int *out) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = __shfl_down_sync(0xffffffffu, c, 1);
 }
 
+/* The host build's butterflies (rtch_xor_reduce, one exchange and a table)
+ * against the __shfl_xor_sync loops they stand for, lane by lane: sums
+ * from 16 down, a half-warp max from 8 down, offsets 1 then 2 up, and an
+ * operation that is not symmetric (each lane's own rounds matter), back to
+ * back so that the tables of both slot sets are reused, with a
+ * __syncthreads and a plain shuffle between. */
+struct op_skew {
+  __device__ float operator()(float a, float b) const { return 0.75f * a + b; }
+};
+template <class Op>
+__device__ float xor_loop(float v, Op op, int first, int last) {
+  for (int o = first;; o = first > last ? o / 2 : o * 2) {
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (o == last) return v;
+  }
+}
+__global__ void k_butterfly(float *loop, float *table, const float *in) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x, k = 0;
+  float v = in[i];
+  loop[8 * i + k] = xor_loop(v, rtc_op_add(), 16, 1);
+  table[8 * i + k++] = rtch_xor_reduce(v, rtc_op_add(), 16, 1);
+  table[8 * i + k] = rtch_xor_reduce(v, rtc_op_max(), 8, 1);
+  loop[8 * i + k++] = xor_loop(v, rtc_op_max(), 8, 1);
+  table[8 * i + k] = rtch_xor_reduce(v, rtc_op_add(), 1, 2);
+  table[8 * i + k + 1] = rtch_xor_reduce(v, op_skew(), 16, 1);
+  loop[8 * i + k++] = xor_loop(v, rtc_op_add(), 1, 2);
+  loop[8 * i + k++] = xor_loop(v, op_skew(), 16, 1);
+  __syncthreads();
+  v = __shfl_sync(0xffffffffu, v, 3) + v;
+  table[8 * i + k] = rtch_xor_reduce(v, op_skew(), 1, 16);
+  loop[8 * i + k++] = xor_loop(v, op_skew(), 1, 16);
+  loop[8 * i + k] = xor_loop(v, rtc_op_add(), 16, 1);
+  table[8 * i + k++] = rtc_warp_sum(v);
+  (void)k;
+}
+
 /* Every thread of a 3-D grid of 3-D blocks writes its global linear id. */
 __global__ void k_index(int *out) {
   unsigned bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;
@@ -249,6 +285,34 @@ int main(void) {
       }
     check("shuffle: exchanges back to back, a vote, __syncthreads, 2 x 96 threads", ok);
     cudaCheck(cudaFree(d));
+  }
+  /* 3c. the host build's butterflies against the shuffle loops: 2 blocks
+   * of 3 warps, random values */
+  {
+    const int n = 192, per = 8;
+    float h_in[n], h_loop[n * per], h_table[n * per], *d_in, *d_loop, *d_table;
+    unsigned r = 12345;
+    for (int i = 0; i < n; i++) {
+      r = r * 1664525u + 1013904223u;
+      h_in[i] = (float)(r >> 8) / 16777216.0f * 8.0f - 4.0f;
+    }
+    cudaCheck(cudaMalloc(&d_in, sizeof h_in));
+    cudaCheck(cudaMalloc(&d_loop, sizeof h_loop));
+    cudaCheck(cudaMalloc(&d_table, sizeof h_table));
+    cudaCheck(cudaMemset(d_loop, 0, sizeof h_loop));
+    cudaCheck(cudaMemset(d_table, 0xff, sizeof h_table));
+    cudaCheck(cudaMemcpy(d_in, h_in, sizeof h_in, cudaMemcpyHostToDevice));
+    RTC_LAUNCH(k_butterfly, 2, 96, 0, d_loop, d_table, d_in);
+    cudaCheck(cudaMemcpy(h_loop, d_loop, sizeof h_loop, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_table, d_table, sizeof h_table, cudaMemcpyDeviceToHost));
+    int ok = 1, lanes_differ = 0;
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < 6; k++) ok &= memcmp(&h_loop[per * i + k], &h_table[per * i + k], 4) == 0;
+    for (int i = 1; i < 32; i++) lanes_differ |= h_loop[per * i + 3] != h_loop[3];  // op_skew
+    check("shuffle: butterflies from one exchange = the xor loops, bitwise", ok && lanes_differ);
+    cudaCheck(cudaFree(d_in));
+    cudaCheck(cudaFree(d_loop));
+    cudaCheck(cudaFree(d_table));
   }
   /* 4. 3-D grid of 3-D blocks */
   {

@@ -77,6 +77,7 @@ struct rtch_fiber {
   char *stack;
   void *fake_stack;  // AddressSanitizer's fake stack while switched away
   int slot_set;      // the set of warp slots its next exchange writes
+  unsigned xseq;     // its exchanges in this block (rtch_warp_table)
 };
 
 rtch_thread *rtch_cur;
@@ -93,6 +94,10 @@ static int rtch_direct;        // one thread: no fiber, barriers are no-ops
 static void (*rtch_call)(const void *);
 static const void *rtch_fn;
 static uint64_t rtch_slots[2][RTCH_MAX_THREADS / 32][32];
+/* rtch_warp_table's results, per slot set and warp, and the exchange
+ * (xseq) whose they are */
+static uint64_t rtch_table[2][RTCH_MAX_THREADS / 32][32];
+static unsigned rtch_table_seq[2][RTCH_MAX_THREADS / 32];
 static unsigned char *rtch_shmem;
 static size_t rtch_shmem_n, rtch_shmem_cap;
 static cudaError_t rtch_last_error = cudaSuccess;
@@ -202,6 +207,23 @@ uint64_t rtch_warp_exchange(uint64_t v, int src) {
   w[lin % 32] = v;
   wait_at(F_WARP_BAR);
   return w[src & 31];
+}
+
+/* Every lane's value in (the slots) and a table out: the first lane back
+ * from the barrier fills it (returns 1), the others read it.  A table is
+ * rewritten two exchanges later, after every lane has passed the next
+ * exchange's barrier, so after every lane has read it (as the slots). */
+int rtch_warp_table(uint64_t v, const uint64_t **in, uint64_t **out) {
+  rtch_fiber *f = cur_fiber();
+  unsigned w = f->t.lin / 32, p = (unsigned)f->slot_set, seq = ++f->xseq;
+  uint64_t *s = warp_slots();
+  s[f->t.lin % 32] = v;
+  wait_at(F_WARP_BAR);
+  *in = s;
+  *out = rtch_table[p][w];
+  if (rtch_table_seq[p][w] == seq) return 0;
+  rtch_table_seq[p][w] = seq;
+  return 1;
 }
 
 void rtch_warp_gather(uint64_t v, uint64_t *slots) {
@@ -364,8 +386,10 @@ static bool rtch_reverse_ = rtch_env_on("RTCH_REVERSE");
 static void run_block(void) {
   dim3 bd = rtch_blk.block_dim;
   /* poison the warp slots in use: a lane past the end reads it */
-  for (int p = 0; p < 2; p++)
+  for (int p = 0; p < 2; p++) {
     memset(rtch_slots[p], 0xff, (rtch_n + 31) / 32 * sizeof rtch_slots[p][0]);
+    memset(rtch_table_seq[p], 0, (rtch_n + 31) / 32 * sizeof rtch_table_seq[p][0]);
+  }
   if (rtch_shmem_n) memset(rtch_shmem, 0xff, rtch_shmem_n);
   /* RTCH_REVERSE: fiber i is thread n-1-i (whole warps only: the warps run
    * last first, a warp's lanes 31 first) */
@@ -377,6 +401,7 @@ static void run_block(void) {
     f->t.tid = dim3(lin % bd.x, lin / bd.x % bd.y, lin / (bd.x * bd.y));  // x fastest, then y, z
     f->state = F_NEW;
     f->slot_set = 0;
+    f->xseq = 0;
   }
   if (rtch_direct) {
     rtch_f[0].state = F_RUN;

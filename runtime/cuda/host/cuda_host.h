@@ -216,6 +216,43 @@ static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 3
   int l = rtch_lane();
   return rtch_shfl(v, (l & (width - 1)) >= (int)delta ? l - (int)delta : l);
 }
+/* Every lane's value of a warp exchange in `in`; 1 to the first lane back
+ * from its barrier, which fills `out` (32 entries, one a lane) for all. */
+int rtch_warp_table(uint64_t v, const uint64_t **in, uint64_t **out);
+/* A warp's xor butterfly: in each round, offset o from `first`, halved or
+ * doubled to `last`, every lane takes v = op(v, lane^o's v) (a loop of
+ * __shfl_xor_sync on the GPU).  Here the lanes' values come in one
+ * exchange, the first lane back runs every lane's rounds (rtch_warp_table)
+ * and each lane takes its own result: bit for bit the loop's, at one warp
+ * barrier instead of one a round (CI's time: most of a host-built step was
+ * fibers switching at shuffles).  runtime/cuda/common.cuh's reductions use
+ * it in the host build; tests/cuda/test_shim.cc checks it against the
+ * loop. */
+template <class T, class Op>
+static inline T rtch_xor_reduce(T v, const Op &op, int first, int last) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "a butterfly of a big type");
+  uint64_t b = 0;
+  memcpy(&b, &v, sizeof v);
+  const uint64_t *in;
+  uint64_t *out;
+  if (rtch_warp_table(b, &in, &out)) {
+    T x[32], y[32];
+    for (int i = 0; i < 32; i++) memcpy(&x[i], &in[i], sizeof(T));
+    for (int o = first, k = 0; k < 5; o = first > last ? o / 2 : o * 2, k++) {
+      for (int i = 0; i < 32; i++) y[i] = op(x[i], x[i ^ o]);
+      memcpy(x, y, sizeof x);
+      if (o == last) break;
+    }
+    for (int i = 0; i < 32; i++) {
+      out[i] = 0;
+      memcpy(&out[i], &x[i], sizeof(T));
+    }
+  }
+  T r;
+  memcpy(&r, &out[rtch_lane()], sizeof r);
+  return r;
+}
+
 /* Bit i: lane i's predicate (lanes of the warp that exist and are live). */
 unsigned __ballot_sync(unsigned mask, int pred);
 static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
