@@ -51,6 +51,11 @@ enum { F_NEW, F_RUN, F_WARP_BAR, F_BLOCK_BAR, F_DONE };
 
 #if defined(__x86_64__) && !defined(RTCH_UCONTEXT)
 #define RTCH_ASM_SWITCH 1
+#ifndef RTCH_ASAN
+/* A fiber that waits or ends hands over to the next one itself (one
+ * switch, not two through the scheduler): see handoff() below. */
+#define RTCH_HANDOFF 1
+#endif
 /* rtch_switch(&save, to): pushes the callee-saved registers, stores the
  * stack pointer in save, loads to, pops and returns into the other fiber. */
 extern "C" void rtch_switch(void **save, void *to);
@@ -125,6 +130,7 @@ static void to_fiber(rtch_fiber *f) {
 #endif
 }
 
+#ifndef RTCH_HANDOFF
 static void to_scheduler(rtch_fiber *f) {
 #ifdef RTCH_ASAN
   __sanitizer_start_switch_fiber(&f->fake_stack, rtch_main_bottom, rtch_main_size);
@@ -138,6 +144,7 @@ static void to_scheduler(rtch_fiber *f) {
   __sanitizer_finish_switch_fiber(f->fake_stack, &rtch_main_bottom, &rtch_main_size);
 #endif
 }
+#endif
 
 /* A runner: the next unstarted threads, one after another, on this stack
  * (see the top of the file). */
@@ -148,15 +155,25 @@ static unsigned rtch_live;         // threads started or not, not ended
 static char *rtch_runner_stack;    // the stack the scheduler starts a runner on
 static char *rtch_exited;          // the stack of a runner that ended
 
+static void collect_runner(void);
+#ifdef RTCH_HANDOFF
+static void *handoff_sp(unsigned i);
+#endif
+
 static void runner_entry(void) {
   char *stack = rtch_runner_stack;
 #ifdef RTCH_ASAN
   __sanitizer_finish_switch_fiber(NULL, &rtch_main_bottom, &rtch_main_size);
 #endif
+#ifdef RTCH_HANDOFF
+  collect_runner();  // (started by a fiber that a runner which ended handed over to)
+#endif
   /* (until a thread waits, every thread runs to its end here: a block
    * without barriers costs two switches, whatever its size) */
+  unsigned last = 0;
   while (rtch_next < (rtch_waited ? rtch_limit : rtch_n)) {
-    rtch_fiber *f = &rtch_f[rtch_next++];
+    last = rtch_next++;
+    rtch_fiber *f = &rtch_f[last];
     f->stack = stack;
     f->state = F_RUN;
     rtch_cur = &f->t;
@@ -165,24 +182,56 @@ static void runner_entry(void) {
     f->stack = NULL;
     rtch_live--;
   }
+  (void)last;
   rtch_exited = stack;
 #ifdef RTCH_ASAN
   __sanitizer_start_switch_fiber(NULL, rtch_main_bottom, rtch_main_size);
 #endif
 #ifdef RTCH_ASM_SWITCH
   void *dead;
+#ifdef RTCH_HANDOFF
+  /* the next released thread, where the scheduler would go next (whoever
+   * resumes gives this stack back to the pool) */
+  rtch_switch(&dead, handoff_sp(last));  // never resumed
+#else
   rtch_switch(&dead, rtch_sched_sp);  // never resumed
+#endif
   __builtin_unreachable();
 #endif
   /* returning resumes uc_link: the scheduler */
 }
+
+#ifdef RTCH_HANDOFF
+static void *runner_sp(void);
+/* Where the scheduler's pass over the window (run_block) would go after
+ * fiber i waits or ends: the window's next released fiber after i (its
+ * loop runs them in order), else a new runner for the window's next thread
+ * not started, else the scheduler itself (to release warps or the block,
+ * or move the window).  Going there straight keeps the scheduler's order
+ * and halves the switches: a warp barrier cost every lane two. */
+static void *handoff_sp(unsigned i) {
+  for (unsigned j = i + 1; j < rtch_limit && j < rtch_next; j++)
+    if (rtch_f[j].state == F_RUN) {
+      rtch_cur = &rtch_f[j].t;
+      return rtch_f[j].sp;
+    }
+  if (rtch_waited && rtch_next < rtch_limit) return runner_sp();
+  return rtch_sched_sp;
+}
+#endif
 
 static void wait_at(int state) {
   if (rtch_direct) return;
   rtch_fiber *f = cur_fiber();
   f->state = state;
   rtch_waited = 1;
+#ifdef RTCH_HANDOFF
+  rtch_switch(&f->sp, handoff_sp((unsigned)(f - rtch_f)));
+  rtch_cur = &f->t;
+  collect_runner();  // a runner that ended and handed over to this fiber
+#else
   to_scheduler(f);
+#endif
 }
 
 void __syncthreads(void) { wait_at(F_BLOCK_BAR); }
@@ -322,6 +371,34 @@ static uintptr_t stack_color(const char *stack) {
 
 /* Starts a runner at thread rtch_next; back when its thread waits or every
  * thread has started and its own has ended. */
+#ifdef RTCH_HANDOFF
+/* A new runner's stack, ready to be switched to (its first thread is
+ * rtch_next). */
+static void *runner_sp(void) {
+  char *stack;
+  if (rtch_pool_n) {
+    stack = rtch_pool[--rtch_pool_n];
+  } else {
+    stack = (char *)malloc(RTCH_STACK);
+    if (!stack) {
+      fprintf(stderr, "cuda_host: out of memory for the stacks of %u threads\n", rtch_n);
+      abort();
+    }
+  }
+  rtch_runner_stack = stack;
+  /* From the top: a 0 return address for runner_entry (never returns),
+   * runner_entry for rtch_switch's ret, six zero registers; runner_entry
+   * starts with rsp = 8 mod 16 as after a call. */
+  uintptr_t top = ((uintptr_t)stack + RTCH_STACK - stack_color(stack)) & ~(uintptr_t)15;
+  void **sp = (void **)top;
+  *--sp = NULL;
+  *--sp = (void *)runner_entry;
+  for (int r = 0; r < 6; r++) *--sp = NULL;
+  return sp;
+}
+
+static void start_runner(void) { rtch_switch(&rtch_sched_sp, runner_sp()); }
+#else
 static void start_runner(void) {
   char *stack;
   if (rtch_pool_n) {
@@ -363,6 +440,7 @@ static void start_runner(void) {
   __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #endif
 }
+#endif
 
 /* Back in the scheduler: a runner that ended gives its stack back. */
 static void collect_runner(void) {
