@@ -369,12 +369,8 @@ static uintptr_t stack_color(const char *stack) {
   return ((uintptr_t)stack >> 12) % 61 * 1088;
 }
 
-/* Starts a runner at thread rtch_next; back when its thread waits or every
- * thread has started and its own has ended. */
-#ifdef RTCH_HANDOFF
-/* A new runner's stack, ready to be switched to (its first thread is
- * rtch_next). */
-static void *runner_sp(void) {
+/* A runner's stack: from the pool, or a new one. */
+static char *take_stack(void) {
   char *stack;
   if (rtch_pool_n) {
     stack = rtch_pool[--rtch_pool_n];
@@ -386,9 +382,15 @@ static void *runner_sp(void) {
     }
   }
   rtch_runner_stack = stack;
-  /* From the top: a 0 return address for runner_entry (never returns),
-   * runner_entry for rtch_switch's ret, six zero registers; runner_entry
-   * starts with rsp = 8 mod 16 as after a call. */
+  return stack;
+}
+
+#ifdef RTCH_ASM_SWITCH
+/* A new runner's first frame on `stack`, to switch to.  From the top: a 0
+ * return address for runner_entry (never returns), runner_entry for
+ * rtch_switch's ret, six zero registers; runner_entry starts with rsp = 8
+ * mod 16 as after a call. */
+static void *runner_frame(char *stack) {
   uintptr_t top = ((uintptr_t)stack + RTCH_STACK - stack_color(stack)) & ~(uintptr_t)15;
   void **sp = (void **)top;
   *--sp = NULL;
@@ -396,21 +398,19 @@ static void *runner_sp(void) {
   for (int r = 0; r < 6; r++) *--sp = NULL;
   return sp;
 }
+#endif
 
-static void start_runner(void) { rtch_switch(&rtch_sched_sp, runner_sp()); }
-#else
+#ifdef RTCH_HANDOFF
+/* A new runner (its first thread is rtch_next), ready to be switched to
+ * from the scheduler or a fiber. */
+static void *runner_sp(void) { return runner_frame(take_stack()); }
+#endif
+
+/* Starts a runner at thread rtch_next; back when its thread waits or every
+ * thread has started and its own has ended (or, with RTCH_HANDOFF, when a
+ * fiber or runner hands over to the scheduler). */
 static void start_runner(void) {
-  char *stack;
-  if (rtch_pool_n) {
-    stack = rtch_pool[--rtch_pool_n];
-  } else {
-    stack = (char *)malloc(RTCH_STACK);
-    if (!stack) {
-      fprintf(stderr, "cuda_host: out of memory for the stacks of %u threads\n", rtch_n);
-      abort();
-    }
-  }
-  rtch_runner_stack = stack;
+  char *stack = take_stack();
 #ifdef RTCH_ASAN
   /* the stack's last runner left its frames' redzones poisoned */
   ASAN_UNPOISON_MEMORY_REGION(stack, RTCH_STACK);
@@ -418,15 +418,7 @@ static void start_runner(void) {
   __sanitizer_start_switch_fiber(&fake, stack, RTCH_STACK);
 #endif
 #ifdef RTCH_ASM_SWITCH
-  /* From the top: a 0 return address for runner_entry (never returns),
-   * runner_entry for rtch_switch's ret, six zero registers; runner_entry
-   * starts with rsp = 8 mod 16 as after a call. */
-  uintptr_t top = ((uintptr_t)stack + RTCH_STACK - stack_color(stack)) & ~(uintptr_t)15;
-  void **sp = (void **)top;
-  *--sp = NULL;
-  *--sp = (void *)runner_entry;
-  for (int r = 0; r < 6; r++) *--sp = NULL;
-  rtch_switch(&rtch_sched_sp, sp);
+  rtch_switch(&rtch_sched_sp, runner_frame(stack));
 #else
   static ucontext_t ctx;
   getcontext(&ctx);
@@ -440,7 +432,6 @@ static void start_runner(void) {
   __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #endif
 }
-#endif
 
 /* Back in the scheduler: a runner that ended gives its stack back. */
 static void collect_runner(void) {
