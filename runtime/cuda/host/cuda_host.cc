@@ -53,7 +53,7 @@ enum { F_NEW, F_RUN, F_WARP_BAR, F_BLOCK_BAR, F_DONE };
 #define RTCH_ASM_SWITCH 1
 #ifndef RTCH_ASAN
 /* A fiber that waits or ends hands over to the next one itself (one
- * switch, not two through the scheduler): see handoff() below. */
+ * switch, not two through the scheduler): see handoff_sp() below. */
 #define RTCH_HANDOFF 1
 #endif
 /* rtch_switch(&save, to): pushes the callee-saved registers, stores the
@@ -211,10 +211,7 @@ static void *runner_sp(void);
  * and halves the switches: a warp barrier cost every lane two. */
 static void *handoff_sp(unsigned i) {
   for (unsigned j = i + 1; j < rtch_limit && j < rtch_next; j++)
-    if (rtch_f[j].state == F_RUN) {
-      rtch_cur = &rtch_f[j].t;
-      return rtch_f[j].sp;
-    }
+    if (rtch_f[j].state == F_RUN) return rtch_f[j].sp;  // (it sets rtch_cur in wait_at)
   if (rtch_waited && rtch_next < rtch_limit) return runner_sp();
   return rtch_sched_sp;
 }
@@ -250,13 +247,16 @@ static uint64_t *warp_slots(void) {
   return w;
 }
 
-uint64_t rtch_warp_exchange(uint64_t v, int src) {
+/* Writes v to the calling lane's slot, waits for the warp; its slots. */
+static const uint64_t *exchange(uint64_t v) {
   unsigned lin = rtch_cur->lin;
   uint64_t *w = warp_slots();
   w[lin % 32] = v;
   wait_at(F_WARP_BAR);
-  return w[src & 31];
+  return w;
 }
+
+uint64_t rtch_warp_exchange(uint64_t v, int src) { return exchange(v)[src & 31]; }
 
 /* Every lane's value in (the slots) and a table out: the first lane back
  * from the barrier fills it (returns 1), the others read it.  A table is
@@ -265,23 +265,14 @@ uint64_t rtch_warp_exchange(uint64_t v, int src) {
 int rtch_warp_table(uint64_t v, const uint64_t **in, uint64_t **out) {
   rtch_fiber *f = cur_fiber();
   unsigned w = f->t.lin / 32, p = (unsigned)f->slot_set, seq = ++f->xseq;
-  uint64_t *s = warp_slots();
-  s[f->t.lin % 32] = v;
-  wait_at(F_WARP_BAR);
-  *in = s;
+  *in = exchange(v);
   *out = rtch_table[p][w];
   if (rtch_table_seq[p][w] == seq) return 0;
   rtch_table_seq[p][w] = seq;
   return 1;
 }
 
-void rtch_warp_gather(uint64_t v, uint64_t *slots) {
-  unsigned lin = rtch_cur->lin;
-  uint64_t *w = warp_slots();
-  w[lin % 32] = v;
-  wait_at(F_WARP_BAR);
-  memcpy(slots, w, 32 * sizeof *slots);
-}
+void rtch_warp_gather(uint64_t v, uint64_t *slots) { memcpy(slots, exchange(v), 32 * sizeof *slots); }
 
 /* Votes count the lanes that exist (a partial last warp) and are live. */
 unsigned __ballot_sync(unsigned mask, int pred) {
