@@ -45,6 +45,10 @@
 #        kernel of 8, 16, 32 blocks on a second stream, the share hidden;
 #     (4b. the profile's attention again with SHARDC_ATT_MT=1: the forward
 #        and dq kernels' one m-tile a warp against the default two)
+#     (4c. the attention kernels alone at GPT-2's and a grouped-query
+#        shape (bench/att_cuda.cu) against PyTorch's scaled_dot_product_
+#        attention with each of its GPU backends (bench/att_torch.py), then
+#        ncu's speed of light, occupancy and warp stalls of each of ours)
 #     8. two ranks on the one GPU under the packed Open MPI, collectives
 #        staged through the host (--comm mpi): the tiny GPT at dp=2, tp=2,
 #        pp=2 and sp=ring:2 (fp32) and dp=2 (bf16), 20 steps against the
@@ -125,6 +129,12 @@ pack() {
   nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   "$nvcc_bin" -O2 -std=c++17 -arch=sm_90a -o "$p/bin/gemm_cuda" "$root/bench/gemm_cuda.cu" \
     -lcublasLt -lcublas || echo "gpu_check pack: bench/gemm_cuda.cu did not build (step 7 will say so)"
+  # the attention check (step 4c): the runtime's attention kernels timed alone
+  if [ -x "$b/runtime/cuda/att_cuda" ]; then
+    cp "$b/runtime/cuda/att_cuda" "$p/bin/" && strip "$p/bin/att_cuda"
+  else
+    echo "gpu_check pack: no att_cuda (step 4c will say so)"
+  fi
   # the programs: the tiny GPT in fp32 and in bf16 (16-bit activations), and GPT-2 124M
   local g="$p/src"
   mkdir -p "$g"
@@ -390,6 +400,30 @@ EOF
   keep "$w/$g2-profile-mt1.out"
   sed -n '/^profile:/,/^done:/p' <<<"$out" | grep -E '^profile:|attention' | tee -a "$res"
   att_rates "$w/$g2-profile-mt1.out" "$(cat "$w/models/gpt2.microbatch")" | tee -a "$res"
+  say ""
+  say "## 4c. attention alone: ours (bench/att_cuda.cu) against PyTorch's scaled_dot_product_attention"
+  say "##     (bench/att_torch.py: FlashAttention-2, cuDNN, memory-efficient), same shapes and layout; then ncu on ours"
+  if [ -x "$w/bin/att_cuda" ]; then
+    timeout 60 "$w/bin/att_cuda" 2>&1 | tee -a "$res"
+  else
+    say "(no att_cuda in the pack)"
+  fi
+  timeout 120 python3 "$root/bench/att_torch.py" 2>&1 | tee -a "$res"
+  local ncu_bin
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -n "$ncu_bin" ] && [ -x "$w/bin/att_cuda" ]; then
+    # each kernel of one forward and one backward (GPT-2's shape at B = 4):
+    # speed of light, occupancy, launch figures and where warps stall
+    timeout 150 "$ncu_bin" --clock-control none --kernel-name regex:attention_ \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      "$w/bin/att_cuda" --ncu >"$w/att-ncu.txt" 2>&1
+    say "ncu (rc $?; the whole report in the logs):"
+    keep "$w/att-ncu.txt"
+    grep -E '^  [A-Za-z_]*attention|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per Thread|Dynamic Shared Memory Per Block|Block Limit (Registers|Shared Mem)|Theoretical Occupancy|Achieved Occupancy|Warp Cycles Per Issued|being stalled' \
+      "$w/att-ncu.txt" | cut -c1-220 | tee -a "$res"
+  else
+    say "(no ncu here: the kernels' counters not read)"
+  fi
   say ""
   say "## 5. the tiny GPT without CUDA graphs (--no-graph): the same losses; run again with the"
   say "##    GEMM algorithms its first run timed and kept (gpt/train.gemm-algos): bitwise the same"
