@@ -39,6 +39,15 @@ plans8=("dp=8" "dp=2,tp=4" "dp=2,tp=2,pp=2,mb=4" "dp=2,tp2d=2x2" "dp=4,sp=ring:2
 orig4=12
 orig8=6
 
+# The host's speed before and after (a one-rank calibration, 15 s): on a
+# shared machine it drifts over minutes, which moves the measured steps
+# away from a calibration taken before them; the two probes say whether
+# it held still over the run.
+probe() {
+  "$bin" calibrate --np 1 --rounds 1 -o "$work/probe$1.json" 2>&1 |
+    sed -n 's/.*SGEMM up to \([0-9.]*\) GFLOP\/s.*memory-bound \([0-9.]*\) GB\/s.*/\1 \2/p'
+}
+probe0=$(probe 0)
 rows="$work/rows.tsv"
 : >"$rows"
 for np in 4 8; do
@@ -144,5 +153,17 @@ def part(label, idx):
 for np_ in ("4", "8"):
     part(f"{np_} ranks", [i for i, r in enumerate(rows) if r[0] == np_])
 part("the original 18", [i for i, r in enumerate(rows) if r[6] == "1"])
+PY
+probe1=$(probe 1)
+python3 - "$probe0" "$probe1" <<'PY'
+import sys
+try:
+    (g0, b0), (g1, b1) = (map(float, a.split()) for a in sys.argv[1:3])
+except ValueError:
+    sys.exit(print("host probe: not measured"))
+print(f"host probe (one rank): SGEMM {g0:.1f} -> {g1:.1f} GFLOP/s ({100 * (g1 / g0 - 1):+.0f}%), "
+      f"memory-bound {b0:.1f} -> {b1:.1f} GB/s ({100 * (b1 / b0 - 1):+.0f}%), before the first "
+      f"calibration and after the last run" + ("; the host drifted over the run: its figures "
+      "are not steady ones" if abs(g1 / g0 - 1) > 0.1 or abs(b1 / b0 - 1) > 0.1 else ""))
 PY
 echo "(work files in $work)"
