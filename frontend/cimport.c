@@ -1400,15 +1400,25 @@ static ScalarFn *cimp_import_tu(CXTranslationUnit tu, const char *header, const 
  * are a few hundred bytes and skip the probe. */
 #define CIMP_PROBE_BYTES 4096
 
+/* libclang's parse of path as cimport asks for it: *index and *tu for the
+ * caller to dispose of (*tu NULL when the parse failed). */
+static enum CXErrorCode cimp_parse(const char *path, const char *const *args, int nargs,
+                                   CXIndex *index, CXTranslationUnit *tu) {
+  *index = clang_createIndex(0, 0);
+  *tu = NULL;
+  return clang_parseTranslationUnit2(*index, path, args, nargs, NULL, 0, CXTranslationUnit_None,
+                                     tu);
+}
+
 static bool cimp_parse_survives(const char *path, const char *const *args, int nargs) {
   fflush(stdout);
   fflush(stderr);
   pid_t pid = fork();
   if (pid < 0) return true; /* cannot tell: parse as before */
   if (pid == 0) {
-    CXIndex index = clang_createIndex(0, 0);
-    CXTranslationUnit tu = NULL;
-    clang_parseTranslationUnit2(index, path, args, nargs, NULL, 0, CXTranslationUnit_None, &tu);
+    CXIndex index;
+    CXTranslationUnit tu;
+    cimp_parse(path, args, nargs, &index, &tu);
     _exit(0);
   }
   int status = 0;
@@ -1457,10 +1467,9 @@ ScalarFn *cimp_import(const char *header, const char *base_dir, const char *name
                "operators or casts in a row?)", name, header);
     return NULL;
   }
-  CXIndex index = clang_createIndex(0, 0);
-  CXTranslationUnit tu = NULL;
-  enum CXErrorCode err = clang_parseTranslationUnit2(index, path, args, nargs, NULL, 0,
-                                                     CXTranslationUnit_None, &tu);
+  CXIndex index;
+  CXTranslationUnit tu;
+  enum CXErrorCode err = cimp_parse(path, args, nargs, &index, &tu);
   ScalarFn *fn = NULL;
   if (err != CXError_Success || !tu)
     diag_error(use_loc, "cannot parse header '%s' (libclang error %d)", header, (int)err);

@@ -54,6 +54,24 @@ const char *stage_layer_of(const Node *n, char *buf, int cap) {
 
 static bool is_leaf(const Node *n) { return n->op == OP_PARAM || n->op == OP_INPUT; }
 
+/* The first and last node (positions in g) that reads each parameter, by
+ * value id; -1 for a value no node reads as a parameter.  Arena-allocated. */
+static void param_readers(const Graph *g, int **first, int **last) {
+  int n = g->nodes.len, nv = g->values.len;
+  int *f = arena_alloc(sizeof(int) * (size_t)nv), *l = arena_alloc(sizeof(int) * (size_t)nv);
+  for (int i = 0; i < nv; i++) f[i] = l[i] = -1;
+  for (int i = 0; i < n; i++) {
+    const Node *nd = g->nodes.data[i];
+    for (int k = 0; k < nd->nin && !is_leaf(nd); k++) {
+      const Value *v = nd->in[k];
+      if (v->role != ROLE_PARAM) continue;
+      if (f[v->id] < 0) f[v->id] = i;
+      l[v->id] = i;
+    }
+  }
+  *first = f, *last = l;
+}
+
 typedef struct Cut {
   int at;          /* nodes [0, at) before it */
   Value *v[PIPE_MAXACT];   /* the activations crossing it, in definition order */
@@ -191,8 +209,6 @@ static bool stage_mem_init(Module *m, StageMem *sm, int S) {
     }
   }
   sm->held_at = arena_alloc(sizeof(double) * (size_t)(n + 1));
-  int *pfirst = arena_alloc(sizeof(int) * (size_t)nv), *plast = arena_alloc(sizeof(int) * (size_t)nv);
-  for (int i = 0; i < nv; i++) pfirst[i] = plast[i] = -1;
   for (int i = 0; i < n; i++) {
     Node *nd = g->nodes.data[i];
     double h = 0;
@@ -202,13 +218,9 @@ static bool stage_mem_init(Module *m, StageMem *sm, int S) {
         h += (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype);
     }
     sm->held_at[i + 1] = sm->held_at[i] + h;
-    for (int k = 0; k < nd->nin; k++) {
-      Value *v = nd->in[k];
-      if (v->role != ROLE_PARAM) continue;
-      if (pfirst[v->id] < 0) pfirst[v->id] = i;
-      plast[v->id] = i;
-    }
   }
+  int *pfirst, *plast;
+  param_readers(g, &pfirst, &plast);
   /* par_at by first reader; tied_at by the range (first, last] of readers */
   sm->par_at = arena_alloc(sizeof(double) * (size_t)(n + 2));
   sm->tied_at = arena_alloc(sizeof(double) * (size_t)(n + 2));
@@ -573,17 +585,8 @@ int pass_stage(Module *m) {
   }
   /* a parameter's first and last reader: a cut inside a layer must not
    * fall between two readers of one of the layer's parameters */
-  int *pfirst = arena_alloc(sizeof(int) * (size_t)nv), *plast = arena_alloc(sizeof(int) * (size_t)nv);
-  for (int i = 0; i < nv; i++) pfirst[i] = plast[i] = -1;
-  for (int i = 0; i < n; i++) {
-    Node *nd = g->nodes.data[i];
-    for (int k = 0; k < nd->nin && !is_leaf(nd); k++) {
-      Value *v = nd->in[k];
-      if (v->role != ROLE_PARAM) continue;
-      if (pfirst[v->id] < 0) pfirst[v->id] = i;
-      plast[v->id] = i;
-    }
-  }
+  int *pfirst, *plast;
+  param_readers(g, &pfirst, &plast);
   /* reach[i]: the last reader of the parameters node i reads first (-1:
    * none); a cut at i is inside a parameter's readers when one of the
    * layer's nodes before i has reach >= i */
