@@ -321,7 +321,7 @@ static void zero_owner_lines(FILE *out, const Module *m, const RankProg *p, cons
   const Optimizer *o = &m->train.opt;
   bool sh = !strcmp(o->kind, "shampoo");
   int nd = optplace_ranks(m);
-  double peak = m->train.mesh ? m->train.mesh->device->flops_fp32 : 0;
+  double peak = m->train.mesh ? m->train.mesh->peak_fp32 : 0;
   const Value **vs = arena_alloc(sizeof *vs * (size_t)(p->nparam + 1));
   int *own = arena_alloc(sizeof(int) * (size_t)(p->nparam + 1));
   int64_t used = 0, padded = 0;
@@ -374,7 +374,7 @@ static void zero_owner_lines(FILE *out, const Module *m, const RankProg *p, cons
 static void shampoo_lines(FILE *out, const Module *m, const char *pf) {
   const Optimizer *o = &m->train.opt;
   if (!o->kind || strcmp(o->kind, "shampoo") || !m->nrprog) return;
-  double peak = m->train.mesh ? m->train.mesh->device->flops_fp32 : 0;
+  double peak = m->train.mesh ? m->train.mesh->peak_fp32 : 0;
   const Plan *pl = &m->train.plan;
   for (int r = 0; r < m->nrprog; r++) {
     const RankProg *p = m->rprog[r];
@@ -549,7 +549,7 @@ void plan_flops(const Module *m, PlanFlops *f) {
   int mb = p->mb ? p->mb : 1, ndev = t->mesh ? t->mesh->ndev : 1;
   f->model = 3 * m->fwd_flops * mb * p->dp;
   if (t->mesh)
-    f->peak = t->precision == DT_F32 ? t->mesh->device->flops_fp32 : t->mesh->device->flops_bf16;
+    f->peak = t->precision == DT_F32 ? t->mesh->peak_fp32 : t->mesh->peak_bf16; /* the mesh block's figure, else the device's */
   if (!m->planned) return;
   /* every node of a pipeline rank's chunks (the one graph without stages),
    * once per microbatch; the ranks of a pipeline rank run the same */

@@ -187,6 +187,8 @@ int rt_set_threads(int n);
 void rt_set_threads_unless_env(int n);
 /* Threads the OpenMP kernels will use (1 when built without OpenMP). */
 int rt_threads(void);
+/* Threads the BLAS runs a call on: OpenBLAS's pool, else rt_threads(). */
+int rt_blas_threads(void);
 /* Ranks the launcher started on this node: Open MPI's
  * OMPI_COMM_WORLD_LOCAL_SIZE, else Slurm's SLURM_NTASKS_PER_NODE, else this
  * node's (SLURM_NODEID's) figure in SLURM_TASKS_PER_NODE ("2(x3),1": 2 on

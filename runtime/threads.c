@@ -48,6 +48,12 @@ int rt_threads(void) {
 #endif
 }
 
+int rt_blas_threads(void) {
+  if (openblas_get_num_threads)
+    return openblas_get_num_threads();
+  return rt_threads();
+}
+
 int rt_blas_serial_begin(void) {
   if (!openblas_get_num_threads || !openblas_set_num_threads)
     return 0;

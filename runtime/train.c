@@ -61,6 +61,7 @@ struct RtTrainer {
   const RtProgram *pg;   /* this rank's program */
   RtTrainArgs args;
   int rank, world;
+  double peak;           /* MFU's denominator: this rank's peak FLOP/s (rank_peak) */
   int es;                /* element size: 4 (float) or 8 (double) */
   RtArena *mem;
   unsigned char *arena;  /* the arena; cuda: its host mirror */
@@ -3094,6 +3095,25 @@ static int check_launch(Trainer *t, char **argv) {
   return 1;
 }
 
+/* MFU's denominator, the peak FLOP/s of what this rank runs on: the
+ * device's (the catalog's, or the mesh block's figure, in the program).  On
+ * the CPU a device is one core (ir/mesh.c) and a rank's BLAS runs on its
+ * threads, at most its share of the node's cores: one rank on 2 cores has
+ * both (its MFU had read over 100% against one core's peak), 4 ranks on 2
+ * cores half a core each. */
+static double rank_peak(const RtProgram *pg, int world, double *share) {
+  *share = 1;
+#ifndef RT_TRAIN_CUDA
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int local = rt_local_ranks(world), threads = rt_blas_threads();
+  if (cores > 0 && local > 0) *share = (double)cores / local;
+  if (threads > 0 && threads < *share) *share = threads;
+#else
+  (void)world;
+#endif
+  return pg->peak_flops * *share;
+}
+
 static void print_start(Trainer *t, long step, int weights_only) {
   const RtProgram *pg = t->pg;
   const RtTrainArgs *a = &t->args;
@@ -3106,6 +3126,12 @@ static void print_start(Trainer *t, long step, int weights_only) {
     printf("loaded:   %s (step %ld)\n", a->load, step);
   printf("train:    steps %ld..%ld on %d rank%s, seed %llu\n", step + 1, a->steps, t->world,
          t->world == 1 ? "" : "s", (unsigned long long)a->seed);
+  double share;
+  rank_peak(pg, t->world, &share);
+  if (share != 1 && t->peak > 0 && pg->model_flops > 0)
+    printf("mfu:      against %.4g FLOP/s a rank: one core's peak (the cpu device) x %.3g core%s "
+           "(the rank's BLAS threads, at most its share of this node's cores)\n",
+           t->peak, share, share == 1 ? "" : "s");
   fflush(stdout);
 }
 
@@ -3181,7 +3207,7 @@ static int train(Trainer *t, long step, int say) {
     /* model FLOP/s per device and MFU (the plan's count, passes/report.c) */
     double fps = pg->model_flops / (ms / 1e3) / t->world;
     double tflops = pg->model_flops > 0 ? fps / 1e12 : NAN;
-    double mfu = pg->model_flops > 0 && pg->peak_flops > 0 ? fps / pg->peak_flops : NAN;
+    double mfu = pg->model_flops > 0 && t->peak > 0 ? fps / t->peak : NAN;
     first_step_checks(t, step, measure, measured, say);
 #ifdef RT_TRAIN_CUDA
     if (measure)
@@ -3307,6 +3333,8 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
   if (!all_ok(t, t->rank != 0 || rt_metrics_open(&t->log, a->log, a->load != NULL) == RT_OK))
     return finish(t, 1);
   int say = t->rank == 0 && !a->quiet;
+  double share;
+  t->peak = rank_peak(pg, t->world, &share);
   if (say)
     print_start(t, step, weights_only);
   if (step >= a->steps) {

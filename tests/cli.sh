@@ -615,6 +615,13 @@ expect comm-bf16-zero3-whole 0 "^comm:     5,215,461,888 bytes sent per rank per
 expect plan-flops-dp 0 '^flops:    model 5.536e\+09 per step = 3 x 4.613e\+08 forward per microbatch \(256 tokens\) x 4 microbatches \(dp 4 x mb 1\)' -- "$bin" compile samples/gpt.shard --emit=plan
 expect plan-flops-tp 0 '^flops:    model 5.536e\+09 per step' -- "$bin" compile samples/gpt.shard --emit=plan --strategy tp=4
 expect plan-flops-hw 0 '^          hardware 5.501e\+09 per step, 1.375e\+09 on the busiest rank .*; device peak 1.66e\+11 FLOP/s \(cpu, fp32\)' -- "$bin" compile samples/gpt.shard --emit=plan
+# the mesh block's peak_fp32 is the peak MFU is measured against (it had
+# been the catalog device's whatever the mesh said), in the plan and in the
+# program's header
+sed 's/mesh laptop { devices = 4, device = cpu }/mesh laptop { devices = 4, device = cpu, peak_fp32 = 0.5 TF\/s }/' \
+  samples/gpt.shard >"$tmp/gpt-peak.shard"
+expect plan-flops-mesh-peak 0 '; device peak 5e\+11 FLOP/s \(cpu, fp32\)' -- "$bin" compile "$tmp/gpt-peak.shard" --emit=plan
+expect plan-flops-mesh-peak-c 0 '\.peak_flops = 5e\+11,' -- "$bin" compile "$tmp/gpt-peak.shard" --emit=c
 
 # The command line wins over the train block.
 expect strategy-override 0 'strategy: dp=2,tp=2,mb=2 \(from --strategy\)' -- "$bin" compile samples/gpt.shard --strategy dp=2,tp=2

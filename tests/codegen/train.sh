@@ -43,12 +43,29 @@ build mlp "$tmp/mlp" && {
   grep -qE '^\{"step":1,"loss":[0-9.]+,"lr":[0-9.e-]+,"step_ms":[0-9.e+-]+,"tokens_per_s":[0-9]+,"model_tflops_per_device":[0-9.e+-]+,"mfu":[0-9.e+-]+\}$' \
     "$tmp/mlp.jsonl" && ok || bad "mlp: JSONL line format: $(head -1 "$tmp/mlp.jsonl")"
   # model_tflops_per_device = 16324224 FLOPs per step / step_ms / 1e9; mfu = that / the
-  # peak in TFLOP/s (the plan's "device peak" figure)
+  # peak in TFLOP/s: the plan's "device peak" figure (a cpu device is one core) times
+  # the cores the rank's BLAS runs on, which the program says on its "mfu:" line when
+  # they are not one (one rank alone on a node of several cores has them all)
   peak=$("$bin" compile samples/mlp.shard | sed -n 's/.*device peak \([0-9.e+-]*\) FLOP\/s.*/\1/p')
-  awk -F'[:,}]' -v peak="$peak" 'NR > 1 { ms = $8; t = $12; m = $14; want = 16324224 / (ms / 1e3) / 1e12
-      p = peak / 1e12; if (p <= 0) bad = 1
-      if (t < want * 0.99 || t > want * 1.01 || m < t / p * 0.99 || m > t / p * 1.01) bad = 1 }
-      END { exit bad }' "$tmp/mlp.jsonl" && ok || bad "mlp: model_tflops_per_device or mfu disagree with step_ms (peak ${peak:-?}): $(sed -n 2p "$tmp/mlp.jsonl")"
+  mfu_agrees() { # LOG PEAK: every line's FLOP/s and MFU from its step_ms and PEAK
+    awk -F'[:,}]' -v peak="$2" 'NR > 1 { ms = $8; t = $12; m = $14; want = 16324224 / (ms / 1e3) / 1e12
+        p = peak / 1e12; if (p <= 0) bad = 1
+        if (t < want * 0.99 || t > want * 1.01 || m < t / p * 0.99 || m > t / p * 1.01) bad = 1 }
+        END { exit bad }' "$1"
+  }
+  # The rank's BLAS threads as the program chose them (one rank: every core)
+  # multiply the peak; the program says so on its "mfu:" line (MFU had read
+  # over 100% against one core's peak); with one thread, no line, one core
+  rpeak=$(sed -n 's/^mfu: *against \([0-9.e+-]*\) FLOP\/s a rank: .* x \([0-9.]*\) cores\{0,1\} (.*/\1 \2/p' <<<"$out")
+  if [ "$(nproc)" -ge 2 ] && [ -z "${OPENBLAS_NUM_THREADS:-}" ]; then
+    [ -n "$rpeak" ] && awk -v p="$peak" -v r="${rpeak% *}" -v n="$(nproc)" \
+        'BEGIN { exit !(r > 0.99 * n * p && r < 1.01 * n * p) }' &&
+      mfu_agrees "$tmp/mlp.jsonl" "${rpeak% *}" && ok ||
+      bad "mlp: MFU not against $(nproc) cores' peak ($peak a core): $(grep '^mfu:' <<<"$out") $(sed -n 2p "$tmp/mlp.jsonl")"
+  fi
+  out1=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$tmp/mlp/train" --steps 4 --log "$tmp/mlp1.jsonl" 2>&1)
+  ! grep -q '^mfu:' <<<"$out1" && mfu_agrees "$tmp/mlp1.jsonl" "$peak" && ok ||
+    bad "mlp, 1 BLAS thread: MFU not against one core's peak ($peak): $(grep '^mfu:' <<<"$out1") $(sed -n 2p "$tmp/mlp1.jsonl")"
 }
 
 build gpt "$tmp/gpt" && {
