@@ -293,6 +293,122 @@ static int all_ok(Trainer *t, int ok) {
   return v[0];
 }
 
+#ifndef RT_TRAIN_CUDA
+/* A number from the first line of a file (a cgroup's memory.max holds "max"
+ * or bytes); -1 when unreadable or not a number. */
+static double read_number(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return -1;
+  char buf[64] = "", *end;
+  double v = fgets(buf, sizeof buf, f) ? strtod(buf, &end) : -1;
+  fclose(f);
+  return v >= 0 && end != buf && (*end == '\n' || !*end) ? v : -1;
+}
+
+/* bytes as "N bytes", "x.xx MiB" or "x.xx GiB" */
+static const char *mem_text(char *buf, size_t cap, double bytes) {
+  if (bytes >= 1073741824.0)
+    snprintf(buf, cap, "%.2f GiB", bytes / 1073741824.0);
+  else if (bytes >= 1048576.0)
+    snprintf(buf, cap, "%.2f MiB", bytes / 1048576.0);
+  else
+    snprintf(buf, cap, "%.0f bytes", bytes);
+  return buf;
+}
+
+/* Bytes this node can still give a program (Linux): MemAvailable of
+ * /proc/meminfo, at most what this process's cgroup limit leaves (a
+ * container's memory.max, cgroup v2); SHARDC_NODE_MEMORY (bytes) stands in
+ * for both (tests); 0 when unknown.  *src names the source. */
+static double node_available(const char **src) {
+  const char *e = getenv("SHARDC_NODE_MEMORY");
+  if (e && *e) {
+    char *end;
+    double v = strtod(e, &end);
+    *src = "SHARDC_NODE_MEMORY";
+    if (!*end && v > 0)
+      return v;
+  }
+  double avail = 0;
+  *src = "MemAvailable in /proc/meminfo";
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f) {
+    char line[256];
+    unsigned long long kb;
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+        avail = kb * 1024.0;
+        break;
+      }
+    fclose(f);
+  }
+  /* the cgroup's limit: /proc/self/cgroup's "0::/path" under /sys/fs/cgroup */
+  char cg[512] = "", path[700];
+  f = fopen("/proc/self/cgroup", "r");
+  if (f) {
+    char line[512];
+    while (fgets(line, sizeof line, f))
+      if (!strncmp(line, "0::", 3)) {
+        snprintf(cg, sizeof cg, "%s", line + 3);
+        cg[strcspn(cg, "\n")] = 0;
+        break;
+      }
+    fclose(f);
+  }
+  if (!strcmp(cg, "/"))
+    cg[0] = 0;
+  snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", cg);
+  double max = read_number(path);
+  snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", cg);
+  double cur = read_number(path);
+  if (max > 0 && cur >= 0 && (avail <= 0 || max - cur < avail)) {
+    avail = max > cur ? max - cur : 1;
+    *src = "the cgroup's memory.max less its memory.current";
+  }
+  return avail;
+}
+
+/* The arenas of this node's ranks against the memory the node has left:
+ * an arena is zeroed as it is created, so a plan larger than the node's
+ * memory would be killed by the kernel's OOM killer, with no word of why,
+ * before its first step.  Every rank of a node decides alike (their sum
+ * against the least any of them read); SHARDC_NO_MEMCHECK=1 skips it. */
+static int node_memory_ok(Trainer *t, size_t bytes) {
+  const char *off = getenv("SHARDC_NO_MEMCHECK");
+  if (off && *off && strcmp(off, "0"))
+    return 1;
+  const char *src;
+  double avail = node_available(&src), need = (double)bytes;
+  int nranks = 1;
+#ifdef RT_TRAIN_MPI
+  MPI_Comm node;
+  MPI_OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t->rank, MPI_INFO_NULL, &node));
+  double v[2] = {need, 1}, least;
+  MPI_OK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, node));
+  MPI_OK(MPI_Allreduce(&avail, &least, 1, MPI_DOUBLE, MPI_MIN, node));
+  MPI_OK(MPI_Comm_free(&node));
+  need = v[0], nranks = (int)v[1], avail = least;
+#else
+  (void)t;
+#endif
+  if (avail <= 0 || need <= avail)
+    return 1;
+  char n[32], a[32], r[32], ranks[96];
+  if (nranks > 1)
+    snprintf(ranks, sizeof ranks, "%d ranks' arenas, this one's %s", nranks,
+             mem_text(r, sizeof r, (double)bytes));
+  else
+    snprintf(ranks, sizeof ranks, "one rank's arena");
+  rt_errorf(RT_ERR_NOMEM, "the plan needs %s of memory on this node (%s) and the node has %s "
+            "available (%s); plan with less memory a rank (a smaller microbatch, recompute, "
+            "ZeRO, more ranks or pipeline stages: shardc explore shows each plan's memory) or "
+            "run fewer ranks a node (SHARDC_NO_MEMCHECK=1 skips this check)",
+            mem_text(n, sizeof n, need), ranks, mem_text(a, sizeof a, avail), src);
+  return 0;
+}
+#endif
+
 /* This rank's index on a mesh axis (0 on one rank). */
 static int coord(const Trainer *t, RtAxis ax) {
 #ifdef RT_TRAIN_MPI
@@ -3277,6 +3393,8 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
 #ifdef RT_TRAIN_CUDA
   t->mem = rt_arena_create_mirror(pg->arena_bytes + RT_GUARD_BYTES);
 #else
+  if (!all_ok(t, node_memory_ok(t, pg->arena_bytes + RT_GUARD_BYTES)))
+    return finish(t, 1);
   t->mem = rt_arena_create(pg->arena_bytes + RT_GUARD_BYTES);
 #endif
   if (!all_ok(t, t->mem != NULL))

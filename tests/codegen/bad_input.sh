@@ -219,4 +219,42 @@ build gpt "$tmp/gpt" && {
 }
 out=$(timeout 120 "${MPIRUN[@]}" -np 2 "$m/train" --steps 1 2>&1); rc=$?
 expect_fail "one-rank program under mpirun -np 2" "planned for 1 rank but was launched on 2; run it directly"
+
+# ---- the node's memory ----
+# A plan whose arenas exceed what the node has left is refused before any
+# arena is created (each is zeroed when created: the OOM killer would end
+# the run, with no word of why), the checkpoint untouched;
+# SHARDC_NODE_MEMORY (bytes) stands in for MemAvailable.
+cp "$tmp/good.ckpt" "$tmp/mem.ckpt"
+sum=$(md5sum <"$tmp/mem.ckpt")
+SHARDC_NODE_MEMORY=1000000 train "$m" --steps 2 --save "$tmp/mem.ckpt"
+expect_fail "a plan over the node's memory" "^train: error: the plan needs [0-9.]+ MiB of memory on this node \(one rank's arena\) and the node has 1000000 bytes available \(SHARDC_NODE_MEMORY\); plan with less memory a rank .* \(SHARDC_NO_MEMCHECK=1 skips this check\)$"
+[ "$(md5sum <"$tmp/mem.ckpt")" = "$sum" ] && ok || bad "the memory check changed the checkpoint"
+SHARDC_NODE_MEMORY=1000000 SHARDC_NO_MEMCHECK=1 train "$m" --steps 1 --quiet
+[ $rc -eq 0 ] && ok || bad "SHARDC_NO_MEMCHECK=1: the run did not go on (exit $rc): $out"
+# every rank of the node counted, and every rank stops (no hang)
+[ -x "$tmp/gpt/train" ] && {
+  out=$(SHARDC_NODE_MEMORY=50000000 timeout 120 "${MPIRUN[@]}" -x SHARDC_NODE_MEMORY -np 4 "$tmp/gpt/train" --steps 1 2>&1); rc=$?
+  expect_fail "4 ranks over the node's memory" "^train: error: the plan needs 87.08 MiB of memory on this node \(4 ranks' arenas, this one's 21.77 MiB\) and the node has 47.68 MiB available"
+}
+# The node's own figure (MemAvailable, or a container's cgroup limit): a
+# plan of about 2 TB on one rank (built past the compiler's memory check).
+# Should the check let it through, the allocation must fail cleanly, not
+# wake the OOM killer: a virtual memory limit sees to it (not under the
+# sanitizer, whose shadow memory needs terabytes of address space: there
+# the kernel's overcommit heuristic refuses 2 TB, unless told to grant all)
+sed 's/batch = [0-9]*, seq = ctx, microbatch = 4/batch = 1048576, seq = ctx, microbatch = 1048576/' \
+  samples/gpt.shard >"$tmp/huge.shard"
+if ldd "$tmp/gpt/train" 2>/dev/null | grep -q libasan && [ "$(cat /proc/sys/vm/overcommit_memory 2>/dev/null)" = 1 ]; then
+  echo "(skipped: a 2 TB plan under the sanitizer with vm.overcommit_memory = 1)"
+elif out=$("$bin" build "$tmp/huge.shard" --mesh 1 --strategy dp=1 --no-memory-check -o "$tmp/huge" 2>&1); then
+  if ldd "$tmp/huge/train" 2>/dev/null | grep -q libasan; then
+    out=$(timeout 60 "$tmp/huge/train" --steps 1 2>&1); rc=$?
+  else
+    out=$(ulimit -v 8000000; timeout 60 "$tmp/huge/train" --steps 1 2>&1); rc=$?
+  fi
+  expect_fail "a plan over this node's memory" "^train: error: the plan needs [0-9.]+ GiB of memory on this node \(one rank's arena\) and the node has [0-9.]+ GiB available \((MemAvailable in /proc/meminfo|the cgroup's memory.max less its memory.current)\)"
+else
+  bad "build a 2 TB plan with --no-memory-check: $out"
+fi
 finish
