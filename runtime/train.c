@@ -317,6 +317,34 @@ static const char *mem_text(char *buf, size_t cap, double bytes) {
   return buf;
 }
 
+/* What a cgroup's memory limit leaves, in bytes: ROOT/SUB/MAX (no limit:
+ * "max", or v1's near 2^63) less ROOT/SUB/CUR, of which the page cache the
+ * kernel drops under pressure (INACTIVE in memory.stat) is not in use (as
+ * docker stats counts it); -1 when there is no limit or no such files. */
+static double cgroup_left(const char *root, const char *sub, const char *max_f,
+                          const char *cur_f, const char *inactive) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s%s/%s", root, sub, max_f);
+  double max = read_number(path);
+  snprintf(path, sizeof path, "%s%s/%s", root, sub, cur_f);
+  double cur = read_number(path);
+  if (max <= 0 || max >= 1e18 || cur < 0)
+    return -1;
+  snprintf(path, sizeof path, "%s%s/memory.stat", root, sub);
+  FILE *f = fopen(path, "r");
+  if (f) {
+    char line[256], key[64];
+    unsigned long long b;
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "%63s %llu", key, &b) == 2 && !strcmp(key, inactive)) {
+        cur = (double)b < cur ? cur - (double)b : 0;
+        break;
+      }
+    fclose(f);
+  }
+  return max > cur ? max - cur : 0;
+}
+
 /* Bytes this node can still give a program (Linux): MemAvailable of
  * /proc/meminfo, at most what this process's cgroup limit leaves (a
  * container's memory.max, cgroup v2); SHARDC_NODE_MEMORY (bytes) stands in
@@ -343,29 +371,41 @@ static double node_available(const char **src) {
       }
     fclose(f);
   }
-  /* the cgroup's limit: /proc/self/cgroup's "0::/path" under /sys/fs/cgroup */
-  char cg[512] = "", path[700];
+  /* a container's limit: cgroup v2 ("0::/path" in /proc/self/cgroup, the
+   * files under /sys/fs/cgroup/path), else v1's memory controller
+   * ("N:memory:/path", under /sys/fs/cgroup/memory/path); the path as the
+   * process sees it, else the mount's root (a container's own) */
+  char v2[512] = "", v1[512] = "";
   f = fopen("/proc/self/cgroup", "r");
   if (f) {
-    char line[512];
-    while (fgets(line, sizeof line, f))
-      if (!strncmp(line, "0::", 3)) {
-        snprintf(cg, sizeof cg, "%s", line + 3);
-        cg[strcspn(cg, "\n")] = 0;
-        break;
-      }
+    char line[512], *c;
+    while (fgets(line, sizeof line, f)) {
+      line[strcspn(line, "\n")] = 0;
+      if (!strncmp(line, "0::", 3))
+        snprintf(v2, sizeof v2, "%s", line + 3);
+      else if ((c = strstr(line, ":memory:")))
+        snprintf(v1, sizeof v1, "%s", c + 8);
+    }
     fclose(f);
   }
-  if (!strcmp(cg, "/"))
-    cg[0] = 0;
-  snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", cg);
-  double max = read_number(path);
-  snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", cg);
-  double cur = read_number(path);
-  if (max > 0 && cur >= 0 && (avail <= 0 || max - cur < avail)) {
-    avail = max > cur ? max - cur : 1;
-    *src = "the cgroup's memory.max less its memory.current";
-  }
+  static const struct { const char *dir, *max, *cur, *inactive; } cgv[2] = {
+      {"", "memory.max", "memory.current", "inactive_file"},
+      {"/memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"}};
+  const char *mnt = getenv("SHARDC_CGROUP_ROOT"); /* (tests: a tree of their own) */
+  for (int v = 0; v < 2; v++)
+    for (int at_root = 0; at_root < 2; at_root++) {
+      const char *sub = at_root ? "" : v ? v1 : v2;
+      char root[300];
+      snprintf(root, sizeof root, "%s%s", mnt && *mnt ? mnt : "/sys/fs/cgroup", cgv[v].dir);
+      double left = cgroup_left(root, strcmp(sub, "/") ? sub : "", cgv[v].max, cgv[v].cur,
+                                cgv[v].inactive);
+      if (left >= 0 && (avail <= 0 || left < avail)) {
+        avail = left > 0 ? left : 1;
+        *src = "the cgroup's memory limit less its usage";
+      }
+      if (left >= 0)
+        at_root = 2; /* found: the root's figure is not this process's */
+    }
   return avail;
 }
 

@@ -237,6 +237,28 @@ SHARDC_NODE_MEMORY=1000000 SHARDC_NO_MEMCHECK=1 train "$m" --steps 1 --quiet
   out=$(SHARDC_NODE_MEMORY=50000000 timeout 120 "${MPIRUN[@]}" -x SHARDC_NODE_MEMORY -np 4 "$tmp/gpt/train" --steps 1 2>&1); rc=$?
   expect_fail "4 ranks over the node's memory" "^train: error: the plan needs 87.08 MiB of memory on this node \(4 ranks' arenas, this one's 21.77 MiB\) and the node has 47.68 MiB available"
 }
+# A container's limit (cgroup v2's memory.max less the usage, page cache
+# that the kernel drops not counted; v1's memory.limit_in_bytes alike), in
+# a tree of the test's own (SHARDC_CGROUP_ROOT for /sys/fs/cgroup)
+[ -x "$tmp/gpt/train" ] && {
+  cg="$tmp/cgroup"
+  mkdir -p "$cg/memory"
+  echo 100000000 >"$cg/memory.max"
+  echo 50000000 >"$cg/memory.current"
+  printf 'anon 30000000\ninactive_file 20000000\n' >"$cg/memory.stat"
+  out=$(SHARDC_CGROUP_ROOT="$cg" timeout 120 "${MPIRUN[@]}" -x SHARDC_CGROUP_ROOT -np 4 "$tmp/gpt/train" --steps 1 2>&1); rc=$?
+  expect_fail "4 ranks over a cgroup v2 limit" "^train: error: the plan needs 87.08 MiB of memory on this node .* and the node has 66.76 MiB available \(the cgroup's memory limit less its usage\)"
+  printf 'anon 30000000\ninactive_file 45000000\n' >"$cg/memory.stat"
+  out=$(SHARDC_CGROUP_ROOT="$cg" timeout 120 "${MPIRUN[@]}" -x SHARDC_CGROUP_ROOT -np 4 "$tmp/gpt/train" --steps 1 --quiet 2>&1); rc=$?
+  [ $rc -eq 0 ] && ok || bad "4 ranks within a cgroup v2 limit once its page cache is counted free (exit $rc): $out"
+  rm "$cg/memory.max" "$cg/memory.current" "$cg/memory.stat"
+  echo 80000000 >"$cg/memory/memory.limit_in_bytes"
+  echo 10000000 >"$cg/memory/memory.usage_in_bytes"
+  printf 'cache 5000000\ntotal_inactive_file 5000000\n' >"$cg/memory/memory.stat"
+  out=$(SHARDC_CGROUP_ROOT="$cg" timeout 120 "${MPIRUN[@]}" -x SHARDC_CGROUP_ROOT -np 4 "$tmp/gpt/train" --steps 1 2>&1); rc=$?
+  expect_fail "4 ranks over a cgroup v1 limit" "^train: error: the plan needs 87.08 MiB .* and the node has 71.53 MiB available \(the cgroup's memory limit less its usage\)"
+}
+
 # The node's own figure (MemAvailable, or a container's cgroup limit): a
 # plan of about 2 TB on one rank (built past the compiler's memory check).
 # Should the check let it through, the allocation must fail cleanly, not
@@ -253,7 +275,7 @@ elif out=$("$bin" build "$tmp/huge.shard" --mesh 1 --strategy dp=1 --no-memory-c
   else
     out=$(ulimit -v 8000000; timeout 60 "$tmp/huge/train" --steps 1 2>&1); rc=$?
   fi
-  expect_fail "a plan over this node's memory" "^train: error: the plan needs [0-9.]+ GiB of memory on this node \(one rank's arena\) and the node has [0-9.]+ GiB available \((MemAvailable in /proc/meminfo|the cgroup's memory.max less its memory.current)\)"
+  expect_fail "a plan over this node's memory" "^train: error: the plan needs [0-9.]+ GiB of memory on this node \(one rank's arena\) and the node has [0-9.]+ GiB available \((MemAvailable in /proc/meminfo|the cgroup's memory limit less its usage)\)"
 else
   bad "build a 2 TB plan with --no-memory-check: $out"
 fi
