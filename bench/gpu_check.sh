@@ -7,7 +7,7 @@
 #                             CUDA programs of the checks and their cpu
 #                             references, into bench/gpu-pack.tar.xz
 #   bench/gpu_check.sh run    on a machine with one NVIDIA H100/H200 and no
-#                             network: unpacks it and runs, in about 5
+#                             network: unpacks it and runs, in about 6 or 7
 #                             minutes, printing one table:
 #     1. the kernel checks on the GPU against the cpu kernels (fp32 < 1e-5);
 #     2. the tiny GPT 20 steps on the GPU (fp32: losses within 1e-4 of the cpu
@@ -45,10 +45,6 @@
 #        kernel of 8, 16, 32 blocks on a second stream, the share hidden;
 #     (4b. the profile's attention again with SHARDC_ATT_MT=1: the forward
 #        and dq kernels' one m-tile a warp against the default two)
-#     (4c. the attention kernels alone at GPT-2's and a grouped-query
-#        shape (bench/att_cuda.cu) against PyTorch's scaled_dot_product_
-#        attention with each of its GPU backends (bench/att_torch.py), then
-#        ncu's speed of light, occupancy and warp stalls of each of ours)
 #     8. two ranks on the one GPU under the packed Open MPI, collectives
 #        staged through the host (--comm mpi): the tiny GPT at dp=2, tp=2,
 #        pp=2 and sp=ring:2 (fp32) and dp=2 (bf16), 20 steps against the
@@ -67,6 +63,11 @@
 #        thread from the step's start beside the GPU's forward and backward
 #        (the default), and on 8 (SHARDC_ROOT_THREADS=8): the losses bitwise
 #        the same (counted), and the mean step of each (reported).
+#    11. the attention kernels alone at GPT-2's and a grouped-query shape
+#        (bench/att_cuda.cu) against PyTorch's scaled_dot_product_attention
+#        with each of its GPU backends (bench/att_torch.py), then ncu's
+#        speed of light, occupancy and warp stalls of each of ours (last:
+#        a diagnosis, after the checks and issue 13's measurements)
 #   bench/gpu_check.sh predict PROFILE.json [GPU_CHECK.txt]
 #                             back here: the predictions from the profile the
 #                             run wrote, beside the run's measured steps.
@@ -401,30 +402,6 @@ EOF
   sed -n '/^profile:/,/^done:/p' <<<"$out" | grep -E '^profile:|attention' | tee -a "$res"
   att_rates "$w/$g2-profile-mt1.out" "$(cat "$w/models/gpt2.microbatch")" | tee -a "$res"
   say ""
-  say "## 4c. attention alone: ours (bench/att_cuda.cu) against PyTorch's scaled_dot_product_attention"
-  say "##     (bench/att_torch.py: FlashAttention-2, cuDNN, memory-efficient), same shapes and layout; then ncu on ours"
-  if [ -x "$w/bin/att_cuda" ]; then
-    timeout 60 "$w/bin/att_cuda" 2>&1 | tee -a "$res"
-  else
-    say "(no att_cuda in the pack)"
-  fi
-  timeout 120 python3 "$root/bench/att_torch.py" 2>&1 | tee -a "$res"
-  local ncu_bin
-  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  if [ -n "$ncu_bin" ] && [ -x "$w/bin/att_cuda" ]; then
-    # each kernel of one forward and one backward (GPT-2's shape at B = 4):
-    # speed of light, occupancy, launch figures and where warps stall
-    timeout 150 "$ncu_bin" --clock-control none --kernel-name regex:attention_ \
-      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-      "$w/bin/att_cuda" --ncu >"$w/att-ncu.txt" 2>&1
-    say "ncu (rc $?; the whole report in the logs):"
-    keep "$w/att-ncu.txt"
-    grep -E '^  [A-Za-z_]*attention|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per Thread|Dynamic Shared Memory Per Block|Block Limit (Registers|Shared Mem)|Theoretical Occupancy|Achieved Occupancy|Warp Cycles Per Issued|being stalled' \
-      "$w/att-ncu.txt" | cut -c1-220 | tee -a "$res"
-  else
-    say "(no ncu here: the kernels' counters not read)"
-  fi
-  say ""
   say "## 5. the tiny GPT without CUDA graphs (--no-graph): the same losses; run again with the"
   say "##    GEMM algorithms its first run timed and kept (gpt/train.gemm-algos): bitwise the same"
   out=$(timeout 90 "$w/models/gpt/train" --steps 20 --data "$data" --no-graph --log "$w/gpt-nograph.jsonl" 2>&1)
@@ -613,6 +590,30 @@ for name in ("sync", "thread1", "thread8"):
     if ms:
         print(f"  {name:8s} mean step {statistics.mean(ms):8.1f} ms, median {statistics.median(ms):8.1f} ms, slowest {max(ms):8.1f} ms (steps 4..24)")
 PYEOF
+  fi
+  say ""
+  say "## 11. attention alone: ours (bench/att_cuda.cu) against PyTorch's scaled_dot_product_attention"
+  say "##     (bench/att_torch.py: FlashAttention-2, cuDNN, memory-efficient), same shapes and layout; then ncu on ours"
+  if [ -x "$w/bin/att_cuda" ]; then
+    timeout 60 "$w/bin/att_cuda" 2>&1 | tee -a "$res"
+  else
+    say "(no att_cuda in the pack)"
+  fi
+  timeout 120 python3 "$root/bench/att_torch.py" 2>&1 | tee -a "$res"
+  local ncu_bin
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -n "$ncu_bin" ] && [ -x "$w/bin/att_cuda" ]; then
+    # each kernel of one forward and one backward (GPT-2's shape at B = 4):
+    # speed of light, occupancy, launch figures and where warps stall
+    timeout 150 "$ncu_bin" --clock-control none --kernel-name regex:attention_ \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      "$w/bin/att_cuda" --ncu >"$w/att-ncu.txt" 2>&1
+    say "ncu (rc $?; the whole report in the logs):"
+    keep "$w/att-ncu.txt"
+    grep -E '^  [A-Za-z_]*attention|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per Thread|Dynamic Shared Memory Per Block|Block Limit (Registers|Shared Mem)|Theoretical Occupancy|Achieved Occupancy|Warp Cycles Per Issued|being stalled' \
+      "$w/att-ncu.txt" | cut -c1-220 | tee -a "$res"
+  else
+    say "(no ncu here: the kernels' counters not read)"
   fi
   say ""
   say "$pass passed, $fail failed"
