@@ -324,6 +324,17 @@ expect build-cuda-v100 1 "mesh device V100_SXM \(compute capability 7.0\): the c
 expect build-cuda-arch-bad 1 "SHARDC_CUDA_ARCH='sm_90 -G' is not a GPU architecture: give sm_XY\[a\]|--target cuda needs nvcc" -- env SHARDC_CUDA_ARCH="sm_90 -G" "$bin" build samples/mlp.shard --mesh 1 --strategy dp=1 --target cuda -o "$tmp/arch"
 expect build-cuda-arch-old 1 "SHARDC_CUDA_ARCH='sm_75': the cuda target needs compute capability 8.0 or newer|--target cuda needs nvcc" -- env SHARDC_CUDA_ARCH=sm_75 "$bin" build samples/mlp.shard --mesh 1 --strategy dp=1 --target cuda -o "$tmp/arch"
 expect explore-table 0 'plans evaluated in .* s; best' -- "$bin" explore samples/gpt.shard
+# the time said is the whole search's, its compiles included (it had said
+# the first pass's alone: 0.001 s of 0.024)
+t0=$(date +%s%N); out=$("$bin" explore samples/gpt.shard 2>&1); t1=$(date +%s%N)
+said=$(sed -n 's/^[0-9]* plans evaluated in \([0-9.]*\) s; best [0-9]* (\([0-9]*\) compiled.*/\1 \2/p' <<<"$out")
+if [ -n "$said" ] && [ "${said#* }" -gt 0 ] &&
+   awk -v s="${said% *}" -v w="$(( (t1 - t0) / 1000 ))" 'BEGIN { exit !(s * 1e6 >= 0.3 * w) }'; then
+  pass=$((pass + 1))
+else
+  echo "FAIL: explore-time: says ${said% *} s for a search of $(( (t1 - t0) / 1000 )) us with ${said#* } plans compiled"
+  fail=$((fail + 1))
+fi
 expect explore-json 0 '^\[\{"strategy": "dp=[0-9]+.*"step_time_s": .*"mem_by_stage": \[.*"feasible": true' -- "$bin" explore samples/gpt.shard --json --top 3
 expect explore-partial 0 '^1 +dp=2,tp=2' -- "$bin" explore samples/gpt.shard --strategy tp=2
 # The plans explore compiles to refine its ranking are a count (about
