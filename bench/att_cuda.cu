@@ -33,16 +33,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common.cuh"  // cudaCheck: the runtime's checked calls (file:line, the call, a hint)
 #include "rtc.h"
 
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                         \
-    }                                                                                  \
-  } while (0)
+#define CK(x) cudaCheck(x)
 
 struct Shape {
   const char *name;
