@@ -130,11 +130,11 @@ pack() {
   nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   "$nvcc_bin" -O2 -std=c++17 -arch=sm_90a -o "$p/bin/gemm_cuda" "$root/bench/gemm_cuda.cu" \
     -lcublasLt -lcublas || echo "gpu_check pack: bench/gemm_cuda.cu did not build (step 7 will say so)"
-  # the attention check (step 4c): the runtime's attention kernels timed alone
+  # the attention check (step 11): the runtime's attention kernels timed alone
   if [ -x "$b/runtime/cuda/att_cuda" ]; then
     cp "$b/runtime/cuda/att_cuda" "$p/bin/" && strip "$p/bin/att_cuda"
   else
-    echo "gpu_check pack: no att_cuda (step 4c will say so)"
+    echo "gpu_check pack: no att_cuda (step 11 will say so)"
   fi
   # the programs: the tiny GPT in fp32 and in bf16 (16-bit activations), and GPT-2 124M
   local g="$p/src"

@@ -347,8 +347,8 @@ static double cgroup_left(const char *root, const char *sub, const char *max_f,
 
 /* Bytes this node can still give a program (Linux): MemAvailable of
  * /proc/meminfo, at most what this process's cgroup limit leaves (a
- * container's memory.max, cgroup v2); SHARDC_NODE_MEMORY (bytes) stands in
- * for both (tests); 0 when unknown.  *src names the source. */
+ * container's, cgroup v2 or v1: cgroup_left); SHARDC_NODE_MEMORY (bytes)
+ * stands in for both (tests); 0 when unknown.  *src names the source. */
 static double node_available(const char **src) {
   const char *e = getenv("SHARDC_NODE_MEMORY");
   if (e && *e) {
@@ -399,12 +399,13 @@ static double node_available(const char **src) {
       snprintf(root, sizeof root, "%s%s", mnt && *mnt ? mnt : "/sys/fs/cgroup", cgv[v].dir);
       double left = cgroup_left(root, strcmp(sub, "/") ? sub : "", cgv[v].max, cgv[v].cur,
                                 cgv[v].inactive);
-      if (left >= 0 && (avail <= 0 || left < avail)) {
+      if (left < 0)
+        continue;
+      if (avail <= 0 || left < avail) {
         avail = left > 0 ? left : 1;
         *src = "the cgroup's memory limit less its usage";
       }
-      if (left >= 0)
-        at_root = 2; /* found: the root's figure is not this process's */
+      break; /* found: the root's figure is not this process's */
     }
   return avail;
 }
@@ -3257,17 +3258,17 @@ static int check_launch(Trainer *t, char **argv) {
  * threads, at most its share of the node's cores: one rank on 2 cores has
  * both (its MFU had read over 100% against one core's peak), 4 ranks on 2
  * cores half a core each. */
-static double rank_peak(const RtProgram *pg, int world, double *share) {
-  *share = 1;
+static double rank_peak(const RtProgram *pg, int world) {
+  double share = 1;
 #ifndef RT_TRAIN_CUDA
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int local = rt_local_ranks(world), threads = rt_blas_threads();
-  if (cores > 0 && local > 0) *share = (double)cores / local;
-  if (threads > 0 && threads < *share) *share = threads;
+  if (cores > 0 && local > 0) share = (double)cores / local;
+  if (threads > 0 && threads < share) share = threads;
 #else
   (void)world;
 #endif
-  return pg->peak_flops * *share;
+  return pg->peak_flops * share;
 }
 
 static void print_start(Trainer *t, long step, int weights_only) {
@@ -3282,12 +3283,11 @@ static void print_start(Trainer *t, long step, int weights_only) {
     printf("loaded:   %s (step %ld)\n", a->load, step);
   printf("train:    steps %ld..%ld on %d rank%s, seed %llu\n", step + 1, a->steps, t->world,
          t->world == 1 ? "" : "s", (unsigned long long)a->seed);
-  double share;
-  rank_peak(pg, t->world, &share);
+  double share = pg->peak_flops > 0 ? t->peak / pg->peak_flops : 1; /* (rank_peak's) */
   if (share != 1 && t->peak > 0 && pg->model_flops > 0)
-    printf("mfu:      against %.4g FLOP/s a rank: one core's peak (the cpu device) x %.3g core%s "
+    printf("mfu:      against %.4g FLOP/s a rank: one core's peak (the cpu device) x %.3g cores "
            "(the rank's BLAS threads, at most its share of this node's cores)\n",
-           t->peak, share, share == 1 ? "" : "s");
+           t->peak, share);
   fflush(stdout);
 }
 
@@ -3491,8 +3491,7 @@ int rt_train_main(const RtProgram *const *progs, int nprogs, int argc, char **ar
   if (!all_ok(t, t->rank != 0 || rt_metrics_open(&t->log, a->log, a->load != NULL) == RT_OK))
     return finish(t, 1);
   int say = t->rank == 0 && !a->quiet;
-  double share;
-  t->peak = rank_peak(pg, t->world, &share);
+  t->peak = rank_peak(pg, t->world);
   if (say)
     print_start(t, step, weights_only);
   if (step >= a->steps) {

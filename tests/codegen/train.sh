@@ -56,11 +56,11 @@ build mlp "$tmp/mlp" && {
   # The rank's BLAS threads as the program chose them (one rank: every core)
   # multiply the peak; the program says so on its "mfu:" line (MFU had read
   # over 100% against one core's peak); with one thread, no line, one core
-  rpeak=$(sed -n 's/^mfu: *against \([0-9.e+-]*\) FLOP\/s a rank: .* x \([0-9.]*\) cores\{0,1\} (.*/\1 \2/p' <<<"$out")
+  rpeak=$(sed -n 's/^mfu: *against \([0-9.e+-]*\) FLOP\/s a rank: .* x [0-9.]* cores (.*/\1/p' <<<"$out")
   if [ "$(nproc)" -ge 2 ] && [ -z "${OPENBLAS_NUM_THREADS:-}" ]; then
-    [ -n "$rpeak" ] && awk -v p="$peak" -v r="${rpeak% *}" -v n="$(nproc)" \
+    [ -n "$rpeak" ] && awk -v p="$peak" -v r="$rpeak" -v n="$(nproc)" \
         'BEGIN { exit !(r > 0.99 * n * p && r < 1.01 * n * p) }' &&
-      mfu_agrees "$tmp/mlp.jsonl" "${rpeak% *}" && ok ||
+      mfu_agrees "$tmp/mlp.jsonl" "$rpeak" && ok ||
       bad "mlp: MFU not against $(nproc) cores' peak ($peak a core): $(grep '^mfu:' <<<"$out") $(sed -n 2p "$tmp/mlp.jsonl")"
   fi
   out1=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$tmp/mlp/train" --steps 4 --log "$tmp/mlp1.jsonl" 2>&1)
