@@ -125,6 +125,14 @@ bool memplan_rs_trails(const Node *n);
  * groups (commcheck.h rendezvous), or with pipe_mpi the pipeline's staged
  * through MPI. */
 int comm_program_cuda(const Module *m, struct CommProgram *out, bool pipe_mpi);
+/* The job on layout L (runtime/dist_layout.h) whose pipeline rank q's
+ * ranks each issue ev[q]'s nev[q] events (prog_events): mode 0 MPI's rules,
+ * 1 the cuda target's NCCL groups, 2 those with the pipeline's messages
+ * staged through MPI; returns the ranks. */
+struct RtLayout;
+struct PEvent;
+int comm_program_layout(const struct RtLayout *L, struct PEvent *const *ev, const int *nev,
+                        int mode, struct CommProgram *out);
 /* FLOPs of one training step (report.c).  model: 3 x the whole model's
  * forward FLOPs of a microbatch (Module.fwd_flops) x its microbatches on all
  * data-parallel ranks, the same under every strategy and without recompute

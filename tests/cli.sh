@@ -89,6 +89,35 @@ expect commcheck-bytes 1 'communication check failed .*rank 2 issues all_reduce 
 # (event 7 of dp=4: the loss sum, after the 7 gradient buckets' all-reduces)
 expect commcheck-hang 1 'communication check failed .*(deadlock|blocked|waits)' -- env SHARDC_DEBUG_BREAK_COMM=drop:0:7 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
 expect commcheck-spec 1 'SHARDC_DEBUG_BREAK_COMM' -- env SHARDC_DEBUG_BREAK_COMM=frob:1 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
+# The check models at most 2 ranks on the dp axis and on a 1D tp axis
+# (passes/commpass.c: their ranks run the same events in lockstep): what it
+# lets through, and the NCCL pairs and staging it picks for the cuda target,
+# are the whole job's (SHARDC_COMMCHECK_FULL=1 checks the whole job).
+sed 's/batch = 16,/batch = 64,/' samples/gpt.shard >"$tmp/g64.shard"
+for s in dp=4,pp=2,schedule=interleaved:2 dp=2,tp=4 dp=8,zero=3 dp=4,sp=ring:2 dp=2,tp2d=2x2 \
+         dp=4,tp=2,pp=1,sp=megatron dp=2,tp=2,pp=2,schedule=1f1b; do
+  for t in cpu cuda; do
+    a=$("$bin" compile "$tmp/g64.shard" --mesh 8 --strategy $s --target $t --emit=c 2>&1)
+    b=$(SHARDC_COMMCHECK_FULL=1 "$bin" compile "$tmp/g64.shard" --mesh 8 --strategy $s --target $t --emit=c 2>&1)
+    if [ "$a" = "$b" ] && grep -q "^#include" <<<"$a"; then
+      pass=$((pass + 1))
+    else
+      echo "FAIL: commcheck-model $s $t: the model's program differs from the whole job's, or neither compiled"
+      head -3 <<<"$a"
+      fail=$((fail + 1))
+    fi
+  done
+done
+expect commcheck-model-pairs 0 'r0_backward_in_c1' -- "$bin" compile "$tmp/g64.shard" --mesh 8 --strategy dp=4,pp=2,schedule=interleaved:2 --target cuda --emit=c
+# GPT-3 175B on 8,192 GPUs (dp=64): the whole job's events and per-pair
+# queues took 16 GB and 27 s; the model's 64 ranks well under a second and a
+# few hundred MB (a 2 GB address space here, where the sanitizer allows it)
+sed 's/nodes = 128/nodes = 1024/; s/dp=8,/dp=64,/; s/batch = 1536/batch = 12288/' bench/models/gpt3-175b.shard >"$tmp/g3big.shard"
+if ldd "$bin" 2>/dev/null | grep -q libasan; then
+  expect commcheck-8192 0 'strategy: dp=64,tp=8,pp=16,schedule=interleaved:2' -- "$bin" compile "$tmp/g3big.shard" --emit=plan
+else
+  expect commcheck-8192 0 'strategy: dp=64,tp=8,pp=16,schedule=interleaved:2' -- bash -c 'ulimit -v 2000000; exec "$@"' sh "$bin" compile "$tmp/g3big.shard" --emit=plan
+fi
 # ZeRO-2/3 and dp gradient buckets (passes/zero.c): collectives in the backward's IR,
 # shards in the plan, and in the communication check.
 expect emit-c-zero2 0 'rt_reduce_scatter_acc\(p->mesh, RT_AX_DP' -- "$bin" compile samples/gpt.shard --emit=c --strategy dp=4,zero=2

@@ -14,6 +14,7 @@
 #include "cost.h"
 #include "../../runtime/cuda/rtc_slots.h"
 #include "../../runtime/dist_formulas.h"
+#include "../../runtime/dist_layout.h"
 
 /* the CUDA runtime keeps as many gathers ahead as the programs number */
 _Static_assert(RTC_AHEAD_SLOTS == PROG_AHEAD_SLOTS, "runtime/cuda/rtc_slots.h and ir/rankprog.h disagree");
@@ -519,6 +520,111 @@ static void test_trailing_reduce_scatters(void) {
   trails("dp=8,zero=3");
 }
 
+/* ---- the check's model of a job (pass_commcheck) ---- */
+
+static uint64_t mrng = 0x9E3779B97F4A7C15ull;
+static int mrnd(int n) {
+  mrng ^= mrng << 13, mrng ^= mrng >> 7, mrng ^= mrng << 17;
+  return (int)(mrng % (uint64_t)n);
+}
+
+static PEvent *mpush(PEvent **ev, int *n, int q) {
+  PEvent *e = &ev[q][n[q]++];
+  memset(e, 0, sizeof *e);
+  e->what = "random";
+  e->peer = -1;
+  return e;
+}
+
+/* commcheck's verdict on the job of layout L running ev */
+static int verdict(RtLayout L, PEvent **ev, const int *nev, int mode) {
+  CommProgram cp;
+  comm_program_layout(&L, ev, nev, mode, &cp);
+  char e[512];
+  return commcheck(&cp, e, sizeof e);
+}
+
+/* Random jobs built as one valid order of operations (collectives on every
+ * axis, pipeline messages between any two stages, ring steps; with
+ * rendezvous, a message's send and receive sometimes in one group with the
+ * stage's neighbour event), half of them then broken on one pipeline rank
+ * (two events swapped, one dropped, or one's bytes changed): the verdict on
+ * the whole job (dp of 3 or 4, 1D tp of 1, 3 or 4) is the verdict on the
+ * check's model of it (at most 2 on each), under MPI's rules and NCCL's. */
+static void test_model_equivalence(void) {
+  enum { NOPS = 40 };
+  int agree = 0, fails = 0, cases = 0;
+  for (int it = 0; it < 600; it++) {
+    int pp = 1 + mrnd(3), sp = 1 + mrnd(3), dp = 3 + mrnd(2), tpc[3] = {1, 3, 4},
+        tp = tpc[mrnd(3)];
+    PEvent *ev[3];
+    int nev[3] = {0, 0, 0};
+    for (int q = 0; q < pp; q++) ev[q] = arena_alloc(sizeof(PEvent) * 4 * NOPS);
+    int tag = 0;
+    for (int k = 0; k < NOPS; k++) {
+      int kind = mrnd(pp > 1 ? 7 : 5), q = mrnd(pp);
+      uint64_t bytes = 4 << mrnd(4);
+      if (kind < 3) { /* a stage's collective on tp, dp, sp or data */
+        static const int ax[4] = {AX_TP, AX_DP, AX_SP, AX_DATA};
+        PEvent *e = mpush(ev, nev, q);
+        e->kind = PE_COLL, e->axis = ax[mrnd(4)], e->op = "all_reduce", e->bytes = bytes;
+      } else if (kind == 3) { /* the world's */
+        for (int s = 0; s < pp; s++) {
+          PEvent *e = mpush(ev, nev, s);
+          e->kind = PE_COLL, e->axis = AX_WORLD, e->op = "all_reduce", e->bytes = bytes;
+        }
+      } else if (kind == 4) { /* a ring step: send on, receive from behind */
+        if (sp < 2) continue;
+        PEvent *s = mpush(ev, nev, q);
+        s->kind = PE_SEND, s->peer = 1, s->tag = tag, s->bytes = bytes;
+        PEvent *r = mpush(ev, nev, q);
+        r->kind = PE_RECV, r->peer = -1, r->tag = tag++, r->bytes = bytes;
+      } else if (kind == 5) { /* a pipeline message */
+        int to = (q + 1 + mrnd(pp - 1)) % pp;
+        PEvent *s = mpush(ev, nev, q);
+        s->kind = PE_SEND, s->pipe = true, s->peer = to, s->tag = tag, s->bytes = bytes;
+        PEvent *r = mpush(ev, nev, to);
+        r->kind = PE_RECV, r->pipe = true, r->peer = q, r->tag = tag++, r->bytes = bytes;
+      } else { /* the embedding pair's */
+        for (int s = 0; s < pp; s += pp - 1) {
+          PEvent *e = mpush(ev, nev, s);
+          e->kind = PE_COLL, e->axis = AX_EMBED, e->op = "all_reduce", e->bytes = bytes;
+        }
+      }
+    }
+    int group = 0;
+    for (int q = 0; q < pp; q++)
+      for (int i = 0; i + 1 < nev[q]; i++)
+        if (ev[q][i].pipe && ev[q][i + 1].pipe && mrnd(2)) ev[q][i].group = ev[q][i + 1].group = ++group, i++;
+    if (mrnd(2)) { /* break one pipeline rank's list */
+      int q = mrnd(pp), n = nev[q];
+      if (n >= 2) {
+        int i = mrnd(n - 1), how = mrnd(3);
+        if (how == 0) {
+          PEvent t = ev[q][i];
+          ev[q][i] = ev[q][i + 1], ev[q][i + 1] = t;
+        } else if (how == 1) {
+          memmove(&ev[q][i], &ev[q][i + 1], sizeof(PEvent) * (size_t)(n - i - 1));
+          nev[q]--;
+        } else {
+          ev[q][i].bytes *= 2;
+        }
+      }
+    }
+    RtLayout full = {dp, tp, 0, sp, pp}, model = {2, tp > 2 ? 2 : tp, 0, sp, pp};
+    for (int mode = 0; mode < 2; mode++) {
+      int a = verdict(full, ev, nev, mode), b = verdict(model, ev, nev, mode);
+      cases++;
+      agree += a == b;
+      fails += a != 0;
+    }
+  }
+  if (getenv("TEST_VERBOSE")) printf("model equivalence: %d cases, %d fail, %d agree\n", cases, fails, agree);
+  ASSERT(cases, agree);
+  /* both verdicts occur often enough to mean something */
+  ASSERT(1, fails > cases / 5 && fails < cases * 4 / 5);
+}
+
 int main(void) {
   test_swap_deadlock();
   test_dp_program();
@@ -528,6 +634,7 @@ int main(void) {
   test_dx_allreduce_pairs();
   test_early_gathers();
   test_trailing_reduce_scatters();
+  test_model_equivalence();
   printf("test_program: %d checks, %d failures\n", test_checks, test_failures);
   return test_failures ? 1 : 0;
 }
