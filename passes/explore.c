@@ -14,6 +14,7 @@
 #include "explore.h"
 #include "fuse.h"
 #include "passes.h"
+#include "schedule.h"
 #include "runtime/rt_optim.h"
 
 /* ---- the model's shape ---- */
@@ -200,7 +201,9 @@ static double shampoo_s(const Optimizer *o, const HwModel *hw, const LayerModel 
 
 int explore_model_shape(const Module *m, ModelShape *ms) {
   const Graph *g = m->graph;
+  static unsigned long shapes;
   memset(ms, 0, sizeof *ms);
+  ms->stamp = ++shapes;
   ms->name = g->model;
   ms->seq = m->train.seq > 0 ? m->train.seq : 1;
   ms->batch = m->train.batch > 0 ? m->train.batch : 1;
@@ -418,7 +421,19 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     ms->opt_work = (double)rt_optim_align64(all - rw);
     ms->root_work = (double)rw;
   }
-  /* activations the backward reads, per sequence */
+  /* activations the backward reads, per sequence; colv: the inputs of
+   * column-parallel GEMMs (and of the projection to a vocabulary the
+   * shard pass splits), which Megatron-SP gathers whole */
+  char *colv = calloc((size_t)g->values.len + 1, 1);
+  for (int i = 0; i < nf; i++) {
+    const Node *n = g->nodes.data[i];
+    if (n->op == OP_MATMUL && colv &&
+        (n->in[1]->tph == TPH_COL || n->in[1]->tph == TPH_VOCAB || vocab_mm[n->id])) {
+      const Value *x = n->in[0];
+      while (x->alias) x = x->alias;
+      colv[x->id] = 1;
+    }
+  }
   char *mark = calloc((size_t)g->values.len + 1, 1);
   bool *sel = calloc((size_t)g->values.len + 1, 1);
   if (g->nfwd) recompute_dropped((Graph *)g, RECOMPUTE_SELECTIVE, sel);
@@ -438,14 +453,16 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
       LayerModel *L = !strcmp(cur, first) ? &ms->layer : cur[0] ? NULL : at < first_at ? &ms->pre : &ms->post;
       if (!L) continue;
       double e = numel(v) / nseq;
-      const Shape *s = &v->shape;
-      bool split = v->def->op == OP_ATTENTION || (s->ndim && (double)s->d[s->ndim - 1].n != hidden);
+      bool split = v->def->op == OP_ATTENTION || splitv[v->id];
+      bool gath = !split && colv && colv[v->id];
       L->saved += e;
       if (split) L->saved_split += e;
+      if (gath) L->saved_gath += e;
       if (v->def->op == OP_ATTENTION) L->saved_attn += e;
       if (sel[v->id]) {
         L->saved_sel += e;
         if (split) L->saved_sel_split += e;
+        if (gath) L->saved_sel_gath += e;
         /* rerun: what its node reads and writes */
         for (int q = 0; q < v->def->nin; q++)
           if (ir_reads_data(v->def, q) && v->def->in[q]->role != ROLE_PARAM)
@@ -455,6 +472,7 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     }
   }
   free(mark);
+  free(colv);
   free(splitv);
   free(vocab_mm);
   free(vocab_w);
@@ -671,11 +689,17 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
     c->b += cost_membound(hw, L->sel_elems * bseq / div * elt, 0);
   }
   /* memory held per microbatch */
-  double div_split = (double)t * q * q * r, div_rep = (double)(s->spm ? t : 1) * q * q * r;
-  double act = (L->saved_split / div_split + (L->saved - L->saved_split) / div_rep) * bseq;
+  /* (Megatron-SP: the replicated ones split over the sequence but for the
+   * gathered inputs of column-parallel GEMMs, whole) */
+  double div_split = (double)t * q * q * r, div_rep = (double)(s->spm ? t : 1) * q * q * r,
+         div_gath = (double)q * q * r;
+  double gath = s->spm ? L->saved_gath : 0, gath_sel = s->spm ? L->saved_sel_gath : 0;
+  double act = (L->saved_split / div_split + (L->saved - L->saved_split - gath) / div_rep +
+                gath / div_gath) * bseq;
   if (is_layer && s->rc == RECOMPUTE_FULL) act = L->input * bseq / div_rep;
   if (is_layer && s->rc == RECOMPUTE_SELECTIVE)
-    act -= (L->saved_sel_split / div_split + (L->saved_sel - L->saved_sel_split) / div_rep) * bseq;
+    act -= (L->saved_sel_split / div_split + (L->saved_sel - L->saved_sel_split - gath_sel) / div_rep +
+            gath_sel / div_gath) * bseq;
   c->act = act * elt;
   c->params = L->params_split / T + (L->params - L->params_split) / (q * q);
 }
@@ -687,20 +711,38 @@ typedef struct Memo {
   LCost val[MEMO_CAP][3];
   int n;
   const ModelShape *ms;
-  const HwModel *hw;
+  unsigned long stamp;
+  HwModel hw;
 } Memo;
 static Memo *memo;
 
-static const LCost *costs(const ModelShape *ms, const HwModel *hw, const Split *s) {
+/* Empties the memo unless it holds ms's and hw's costs: keyed by the
+ * shape's stamp and the machine's figures, not by where they lie (another
+ * shape or machine may come to lie at the same place).  explore_eval
+ * checks on each call, explore_search once for all its plans (a machine's
+ * figures are 43 KB: a compare a plan would double the search's time). */
+static void memo_check(const ModelShape *ms, const HwModel *hw) {
   if (!memo) memo = calloc(1, sizeof *memo);
-  if (memo->ms != ms || memo->hw != hw) {
+  if (!memo) return;
+  if (memo->ms != ms || memo->stamp != ms->stamp || memcmp(&memo->hw, hw, sizeof *hw)) {
     memo->n = 0;
     memo->ms = ms;
-    memo->hw = hw;
+    memo->stamp = ms->stamp;
+    memo->hw = *hw;
+  }
+}
+
+/* (memo_check first) */
+static const LCost *costs(const ModelShape *ms, const HwModel *hw, const Split *s) {
+  static LCost tmp[3];
+  if (!memo) {
+    layer_cost(&ms->pre, ms, hw, s, false, &tmp[0]);
+    layer_cost(&ms->layer, ms, hw, s, true, &tmp[1]);
+    layer_cost(&ms->post, ms, hw, s, false, &tmp[2]);
+    return tmp;
   }
   for (int i = 0; i < memo->n; i++)
     if (!memcmp(&memo->key[i], s, sizeof *s)) return memo->val[i];
-  static LCost tmp[3];
   LCost *v = memo->n < MEMO_CAP ? memo->val[memo->n] : tmp;
   HwModel hg;
   if (s->graph) hw = cost_hw_graphed(hw, &hg); /* a graph's kernels at the replay's cost a kernel */
@@ -784,9 +826,52 @@ double explore_msg_time(const ModelShape *ms, const HwModel *hw, const Mesh *me,
   return cost_coll(hw, "p2p", 2, stride, bytes, NULL);
 }
 
+/* The stash slots of pipeline rank k's chunk c: the microbatches its
+ * forward has run and its backward not yet, at most at once in the
+ * schedule (sched_build's inflight, the slots passes/memplan.c gives each
+ * chunk: an interleaved rank holds the sum of its chunks' most, not the
+ * most of their sum).  Interleaved schedules are built once per (pp, m, v)
+ * and kept; -1 when none can be (explore_eval then takes Megatron's
+ * count). */
+static int stash_slots(Schedule kind, int pp, int m, int v, int k, int c) {
+  if (kind == SCHED_GPIPE) return m;
+  if (kind != SCHED_INTERLEAVED || v <= 1) return pp - k < m ? pp - k : m;
+  if (pp > SCHED_MAXPP || v > SCHED_MAXV || k >= pp || c >= v) return -1;
+  /* open addressing over (pp, m, v); a search visits some dozens */
+  enum { CACHE = 512, PROBE = 8 };
+  typedef struct { int pp, m, v; int16_t slots[SCHED_MAXPP][SCHED_MAXV]; } Entry;
+  static Entry *cache;
+  if (!cache && !(cache = calloc(CACHE, sizeof *cache))) return -1;
+  unsigned h = ((unsigned)pp * 2654435761u ^ (unsigned)m * 40503u ^ (unsigned)v * 9973u) % CACHE;
+  Entry *e = NULL;
+  for (int i = 0; i < PROBE; i++) {
+    Entry *x = &cache[(h + i) % CACHE];
+    if (x->pp == pp && x->m == m && x->v == v) return x->slots[k][c];
+    if (!e && !x->pp) e = x;
+  }
+  if (!e) e = &cache[h]; /* (all taken: the first gives way) */
+  PipeSched ps;
+  char err[256];
+  if (sched_build(&ps, kind, pp, m, v, err, sizeof err)) return -1;
+  e->pp = pp, e->m = m, e->v = v;
+  for (int r = 0; r < pp; r++)
+    for (int q = 0; q < v; q++) e->slots[r][q] = (int16_t)ps.inflight[r][q];
+  sched_free(&ps);
+  return e->slots[k][c];
+}
+
+static void eval_plan(const ModelShape *ms, const HwModel *hw, const Mesh *me, const Plan *p,
+                      int b, PlanEval *out);
+
 void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const Plan *p, int b,
                   bool recompute_ok, PlanEval *out) {
   (void)recompute_ok;
+  memo_check(ms, hw);
+  eval_plan(ms, hw, me, p, b, out);
+}
+
+static void eval_plan(const ModelShape *ms, const HwModel *hw, const Mesh *me, const Plan *p,
+                      int b, PlanEval *out) {
   memset(out, 0, sizeof *out);
   out->plan = *p;
   out->b = b;
@@ -871,7 +956,8 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     for (int k = 0; k < pp && pp > 1; k++) pl.stage_layers[k] = n[k];
   }
   /* per pipeline rank: forward and backward of one microbatch over its chunks */
-  double tf[PLAN_MAXSTAGES], tb[PLAN_MAXSTAGES], prm[PLAN_MAXSTAGES], act[PLAN_MAXSTAGES];
+  double tf[PLAN_MAXSTAGES], tb[PLAN_MAXSTAGES], prm[PLAN_MAXSTAGES], act[PLAN_MAXSTAGES],
+      hold[PLAN_MAXSTAGES];
   double sent[PLAN_MAXSTAGES];   /* bytes each pipeline rank sends per step */
   /* Shampoo: each pipeline rank's step and roots over its tensors */
   double osh[PLAN_MAXSTAGES], ort[PLAN_MAXSTAGES];
@@ -885,7 +971,7 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
   double mbytes = msg_bytes(ms, me, p, b, &split);
   double tmax = 0, tsum = 0;
   for (int k = 0; k < pp; k++) {
-    tf[k] = tb[k] = prm[k] = act[k] = sent[k] = osh[k] = ort[k] = 0;
+    tf[k] = tb[k] = prm[k] = act[k] = hold[k] = sent[k] = osh[k] = ort[k] = 0;
     for (int c = 0; c < v; c++) {
       int vs = c * pp + k;
       double nl = n[vs] + half[vs];
@@ -895,7 +981,20 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
       tf[k] += nl * lk->f + (vs == 0 ? pre->f : 0) + (vs == S - 1 ? post->f : 0);
       tb[k] += nl * lk->b + (vs == 0 ? pre->b : 0) + (vs == S - 1 ? post->b : 0);
       prm[k] += nl * lk->params + (vs == 0 ? pre->params : 0) + (vs == S - 1 ? post->params : 0);
-      act[k] += nl * lk->act + (vs == 0 ? pre->act : 0) + (vs == S - 1 ? post->act : 0);
+      /* a stage after the first also holds in its stash slot the
+       * activation it received (the layers' saved values count each
+       * layer's output, not the stage's input: the first stage's is the
+       * embedding's) and the gradient it sends back */
+      double ac = nl * lk->act + (vs == 0 ? pre->act : 0) + (vs == S - 1 ? post->act : 0) +
+                  (vs > 0 ? 2 * mbytes : 0);
+      act[k] += ac;
+      /* interleaved: each chunk's slots, each microbatch in one also
+       * keeping the gradient it receives (memplan.c: the cuda target's
+       * pairs post its receive early) */
+      if (v > 1 && hold[k] >= 0) {
+        int sl = stash_slots(p->schedule, pp, m, v, k, c);
+        hold[k] = sl < 0 ? -1 : hold[k] + sl * (ac + mbytes);
+      }
       sent[k] += m * (nl * (lk->sent_f + lk->sent_b) +
                       (vs == 0 ? pre->sent_f + pre->sent_b : 0) +
                       (vs == S - 1 ? post->sent_f + post->sent_b : 0));
@@ -1055,18 +1154,15 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
     double mem = prm[k] * ms->param_elt * (1 / zp + 1 / zg) + ostate + copies;
     double inflight = 1;
     if (pp > 1) {
-      if (p->schedule == SCHED_GPIPE)
-        inflight = m;
-      else if (v > 1)
+      if (v > 1) /* (Megatron's count, where no schedule could be built) */
         inflight = (2.0 * (pp - k - 1) + (v - 1) * pp + 1) / v;
       else
-        inflight = pp - k < m ? pp - k : m;
+        inflight = stash_slots(p->schedule, pp, m, 1, k, 0);
       if (inflight > m) inflight = m;
     }
-    /* plus one layer's working set during its backward; interleaved, each
-     * microbatch in flight also keeps the gradient it receives (memplan.c:
-     * the cuda target's pairs post its receive early) */
-    double held = inflight * (act[k] + (v > 1 ? mbytes : 0));
+    /* the microbatches in flight (interleaved: each chunk's slots, from the
+     * schedule), plus one layer's working set during its backward */
+    double held = v > 1 && hold[k] >= 0 ? hold[k] : inflight * (act[k] + (v > 1 ? mbytes : 0));
     out->mem_kind[k][0] = prm[k] * ms->param_elt / zp + copies;   /* with their copies */
     out->mem_kind[k][1] = prm[k] * ms->param_elt / zg;
     out->mem_kind[k][2] = ostate;
@@ -1218,6 +1314,7 @@ const char *explore_no_plan_reason(const ModelShape *ms, const Mesh *me, const P
 
 int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, ExploreOpts *o,
                    PlanEval *out, int cap, long *evaluated) {
+  memo_check(ms, hw);
   int N = me->ndev, n = 0;
   long count = 0;
   const Plan *fx = o->fixed;
@@ -1329,7 +1426,7 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
                         memcpy(p.stage_frac, fx->stage_frac, sizeof p.stage_frac);
                         memcpy(p.stage_layers, fx->stage_layers, sizeof p.stage_layers);
                       }
-                      explore_eval(ms, hw, me, &p, b, true, e);
+                      eval_plan(ms, hw, me, &p, b, e);
                       if (rc < 3 && e->nstages == pp) {
                         have_rc[rc] = true;
                         for (int k = 0; k < pp; k++) mem_rc[rc][k] = e->mem_stage[k];

@@ -35,6 +35,10 @@ typedef struct LayerModel {
   double saved_split; /* of which on split channels (heads, MLP hidden) */
   double saved_attn;  /* of which the attention's own */
   double saved_sel, saved_sel_split;  /* of which selective recompute drops (passes/recompute.c) */
+  /* of saved's replicated elements, the inputs of column-parallel GEMMs:
+   * under Megatron-SP each is all-gathered before its GEMMs and the
+   * backward keeps the whole sequence's copy (passes/shard.c) */
+  double saved_gath, saved_sel_gath;
   double sel_elems;   /* elements the ops it reruns read and write, per sequence */
   double input;       /* the layer input, elements per sequence (kept by full recompute) */
   double fwd_flops;   /* model FLOPs per sequence (matmul + attention), forward */
@@ -50,6 +54,7 @@ typedef struct LayerModel {
 } LayerModel;
 
 typedef struct ModelShape {
+  unsigned long stamp; /* explore_model_shape's count: one per shape made (the cost memo's key) */
   const char *name;
   int layers;
   int64_t seq, batch, hidden, heads, kv_heads, vocab;

@@ -681,7 +681,7 @@ expect auto-is-explore-first 0 "strategy: ${first//+/\\+} \(from auto" -- "$bin"
 expect explore-stage-recompute 0 '^1 +dp=1,pp=4:1\+1\+1\+1,schedule=1f1b,mb=4,recompute=full\+full\+selective\+selective ' -- "$bin" explore samples/gpt.shard --strategy pp=4 --memory 8MB --top 3
 expect explore-stage-recompute-fixed 0 '^1 +dp=.*pp=2.*recompute=full\+none ' -- "$bin" explore samples/gpt.shard --strategy recompute=full+none --top 3
 expect explore-stage-recompute-pp 1 'recompute with 2 per-stage policies needs pp=2 \(one policy a pipeline stage\), not pp=4' -- "$bin" explore samples/gpt.shard --strategy pp=4,recompute=full+none
-expect explore-mem-units 0 'INFEASIBLE: stage 3 needs 15.7 MB > 8.0 MB' -- "$bin" explore samples/gpt.shard --strategy pp=4 --memory 8MB --top 3
+expect explore-mem-units 0 'INFEASIBLE: stage 3 needs 16.7 MB > 8.0 MB' -- "$bin" explore samples/gpt.shard --strategy pp=4 --memory 8MB --top 3
 expect auto-mem-units 1 'strategy auto: no plan of the [0-9]+ evaluated fits .*stage 0 needs [0-9.]+ MB > 1.0 MB' -- "$bin" compile samples/gpt.shard --strategy auto --memory 1MB
 # a SPEC's items: none empty, none twice; auto among them searches the rest
 expect strategy-dup 1 "'dp' is given twice in 'dp=2,dp=4'" -- "$bin" check samples/gpt.shard --strategy dp=2,dp=4

@@ -55,6 +55,84 @@ static double now(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* A GPT of a large one's proportions (d 2048, 16 heads, seq 1024, bf16;
+ * 8 layers, a vocabulary of 8192), for the memory estimate's checks. */
+static const char gpt_mid[] =
+    "const vocab = 8192, ctx = 1024, d = 2048, heads = 16, layers = 8\n"
+    "layer block(x) {\n"
+    "  x = x + attention(layernorm(x), heads = heads, causal = true)\n"
+    "  x = x + mlp(layernorm(x), hidden = 4 * d, act = gelu)\n"
+    "  return x\n"
+    "}\n"
+    "model gpt(tokens: i32[B, T], targets: i32[B, T]) {\n"
+    "  x = embedding(tokens, vocab, d) + positional(T, d)\n"
+    "  repeat layers { x = block(x) }\n"
+    "  logits = linear(layernorm(x), vocab, bias = false, tied = embedding)\n"
+    "  return cross_entropy(logits, targets)\n"
+    "}\n"
+    "mesh dgx { nodes = 1, per_node = 8, device = A100_SXM }\n"
+    "train {\n"
+    "  model = gpt, mesh = dgx\n"
+    "  batch = 32, seq = ctx, microbatch = 2, steps = 1\n"
+    "  optimizer = adamw(lr = 1e-4)\n"
+    "  precision = bf16\n"
+    "}\n";
+
+/* The search's memory estimate of a plan (explore_eval: what explore
+ * prints for models too large to compile each plan of) against the
+ * compiled plan's (the memory plan's largest rank arena), on gpt_mid over 8
+ * GPUs: tensor parallelism (q, k and v on split channels), Megatron-SP (the
+ * all-gathered inputs of column-parallel GEMMs held whole), selective
+ * recompute (which gathers them again), ZeRO, and pipelines (1F1B, and an
+ * interleaved rank's stash slots per chunk, the sum of each chunk's most). */
+static void estimate_vs_plan(void) {
+  char path[] = "/tmp/shardc-gpt-mid-XXXXXX";
+  int fd = mkstemp(path);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  ASSERT(1, f != NULL);
+  if (!f) return;
+  fputs(gpt_mid, f);
+  fclose(f);
+  ModelShape ms;
+  if (!shape_of(path, NULL, &ms, NULL)) {
+    static const char *const specs[] = {
+        "dp=8,mb=2",
+        "dp=8,mb=2,zero=1",
+        "tp=4,dp=2,mb=8",
+        "tp=8,mb=16",
+        "tp=4,sp=megatron,dp=2,mb=8",
+        "tp=4,sp=megatron,dp=2,mb=8,recompute=selective",
+        "tp=2,dp=2,pp=2,schedule=1f1b,mb=8",
+        "tp=2,sp=megatron,dp=2,pp=2,schedule=1f1b,mb=8",
+        "tp=2,dp=2,pp=2,schedule=interleaved:2,mb=8",
+        "tp=2,pp=4,schedule=interleaved:2,mb=16",
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+      Module *m = compile(path, NULL, specs[i]);
+      if (!m) continue;
+      double exact = 0;
+      for (int k = 0; k < m->nrprog; k++) {
+        double b = (double)(m->nstages > 1 ? m->rank_mem[k].arena_bytes : m->mem.arena_bytes);
+        if (b > exact) exact = b;
+      }
+      HwModel hw;
+      cost_hw_from_mesh(&hw, m->train.mesh, m->train.precision);
+      /* the plan as the search builds it, from its SPEC */
+      Plan pl;
+      plan_default(&pl);
+      char perr[256];
+      ASSERT(0, plan_parse_spec(specs[i], &pl, perr, sizeof perr));
+      PlanEval e;
+      explore_eval(&ms, &hw, m->train.mesh, &pl, (int)m->train.microbatch, true, &e);
+      double err = e.peak_mem / exact - 1;
+      printf("memory of %-48s searched %.4g, planned %.4g bytes: %+.1f%%\n", specs[i], e.peak_mem,
+             exact, 100 * err);
+      ASSERT(1, fabs(err) < 0.05);
+    }
+  }
+  remove(path);
+}
+
 int main(void) {
   /* FLOPs: gpt (tiny) and gpt2-124m */
   const char *samples[] = {"../samples/gpt.shard", "../samples/gpt2-124m.shard"};
@@ -408,5 +486,6 @@ int main(void) {
       ASSERT(1, de < 0.85 * dm && dm < fwd);
     }
   }
+  estimate_vs_plan();
   TEST_MAIN_END();
 }
