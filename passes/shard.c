@@ -145,7 +145,15 @@ static void rule_binary(Sharder *sh, Node *n) {
   S *s = (S *)sh;
   Value *a = n->in[0], *b = n->in[1];
   bool linear = n->op == OP_ADD || n->op == OP_SUB;
-  if (partial(a) && partial(b) && linear) {
+  /* a sum of partial sums stays one (one reduction for both), but not
+   * under Megatron-SP, where activations are sequence shards: there the
+   * residual stream would stay whole on every rank (a model without
+   * biases: the embedding's and every row-parallel output's partial sums
+   * added up, each norm reduce-scattering the running sum), its copies in
+   * the stash and its pipeline messages t times the shard (Llama 3 405B's
+   * at tp=8: 268 MB a message, not 34); each operand reduce-scattered is
+   * the same traffic, as Megatron-LM does it */
+  if (partial(a) && partial(b) && linear && !(s->seqpar && act_dim(s, n->out) >= 0)) {
     sh_clear(n->out);
     n->out->shard.partial = TPB;
     return;

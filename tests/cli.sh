@@ -89,6 +89,11 @@ expect commcheck-bytes 1 'communication check failed .*rank 2 issues all_reduce 
 # (event 7 of dp=4: the loss sum, after the 7 gradient buckets' all-reduces)
 expect commcheck-hang 1 'communication check failed .*(deadlock|blocked|waits)' -- env SHARDC_DEBUG_BREAK_COMM=drop:0:7 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
 expect commcheck-spec 1 'SHARDC_DEBUG_BREAK_COMM' -- env SHARDC_DEBUG_BREAK_COMM=frob:1 "$bin" compile samples/gpt.shard --strategy dp=4 --emit=plan
+# Megatron-SP in a model without biases (the tiny LLaMA): the residual stream
+# is sequence shards, each row-parallel output reduce-scattered before its
+# add, not a sum of partial sums whole on every rank: a pipeline message is
+# the rank's shard of the sequence (T 32 of 64)
+expect plan-sp-nobias-message 0 'between blocks.1 and blocks.2 .*the message per microbatch: %[0-9]+ f32\[B=4,T=32,128\] \(65,536 bytes\)' -- "$bin" compile samples/llama.shard --mesh 4 --strategy pp=2:2+2,tp=2,sp=megatron --emit=plan
 # The check models at most 2 ranks on the dp axis and on a 1D tp axis
 # (passes/commpass.c: their ranks run the same events in lockstep): what it
 # lets through, and the NCCL pairs and staging it picks for the cuda target,

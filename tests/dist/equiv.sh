@@ -121,6 +121,7 @@ reference llama && {
   check llama 4 tp=2,dp=2
   check llama 4 tp=2,sp=megatron,dp=2
   check llama 4 pp=2,tp=2
+  check llama 4 pp=2:2+2,tp=2,sp=megatron
   check llama 2x2 pp=2,tp=2,schedule=interleaved:2
   check llama 2 sp=ring:2
   check llama 4 tp=2,sp=ring:2
