@@ -735,21 +735,16 @@ static void memo_check(const ModelShape *ms, const HwModel *hw) {
 /* (memo_check first) */
 static const LCost *costs(const ModelShape *ms, const HwModel *hw, const Split *s) {
   static LCost tmp[3];
-  if (!memo) {
-    layer_cost(&ms->pre, ms, hw, s, false, &tmp[0]);
-    layer_cost(&ms->layer, ms, hw, s, true, &tmp[1]);
-    layer_cost(&ms->post, ms, hw, s, false, &tmp[2]);
-    return tmp;
-  }
-  for (int i = 0; i < memo->n; i++)
-    if (!memcmp(&memo->key[i], s, sizeof *s)) return memo->val[i];
-  LCost *v = memo->n < MEMO_CAP ? memo->val[memo->n] : tmp;
+  if (memo)
+    for (int i = 0; i < memo->n; i++)
+      if (!memcmp(&memo->key[i], s, sizeof *s)) return memo->val[i];
+  LCost *v = memo && memo->n < MEMO_CAP ? memo->val[memo->n] : tmp;
   HwModel hg;
   if (s->graph) hw = cost_hw_graphed(hw, &hg); /* a graph's kernels at the replay's cost a kernel */
   layer_cost(&ms->pre, ms, hw, s, false, &v[0]);
   layer_cost(&ms->layer, ms, hw, s, true, &v[1]);
   layer_cost(&ms->post, ms, hw, s, false, &v[2]);
-  if (memo->n < MEMO_CAP) memo->key[memo->n++] = *s;
+  if (memo && memo->n < MEMO_CAP) memo->key[memo->n++] = *s;
   return v;
 }
 
