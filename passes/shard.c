@@ -75,6 +75,15 @@ static Value *resolve(S *s, Value *v, const Node *at) {
     r = comm(s, OP_ALLREDUCE, v, 0, at);
     if (r) sh_clear(r);
   }
+  /* the reduction of partial sums made outside any layer (a vocabulary-
+   * parallel embedding's, read first by a layer) is its producer's: the
+   * layer's input is then the reduced value (under Megatron-SP the
+   * sequence shard, not the whole partial sums: what full recompute keeps
+   * of the layer, and what a pipeline cut before it sends) */
+  char b1[256], b2[256];
+  if (r && v->def && r->def && !strchr(stage_layer_of(v->def, b1, sizeof b1), '.') &&
+      strchr(stage_layer_of(at, b2, sizeof b2), '.'))
+    r->def->scope = v->def->scope;
   return s->act[v->id] = r;
 }
 

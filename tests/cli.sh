@@ -93,6 +93,10 @@ expect commcheck-spec 1 'SHARDC_DEBUG_BREAK_COMM' -- env SHARDC_DEBUG_BREAK_COMM
 # is sequence shards, each row-parallel output reduce-scattered before its
 # add, not a sum of partial sums whole on every rank: a pipeline message is
 # the rank's shard of the sequence (T 32 of 64)
+# ... and the reduction of the embedding's partial sums is the embedding's,
+# so the first layer's input is the sequence shard: all that full recompute
+# keeps of it (stage 0's slot: 133,120 bytes, 198,656 with the whole sums)
+expect plan-sp-nobias-embed 0 'stash 2 slots x 133,120 bytes' -- "$bin" compile samples/llama.shard --mesh 4 --strategy pp=2:1+3,tp=2,sp=megatron,recompute=full --emit=plan
 expect plan-sp-nobias-message 0 'between blocks.1 and blocks.2 .*the message per microbatch: %[0-9]+ f32\[B=4,T=32,128\] \(65,536 bytes\)' -- "$bin" compile samples/llama.shard --mesh 4 --strategy pp=2:2+2,tp=2,sp=megatron --emit=plan
 # The check models at most 2 ranks on the dp axis and on a 1D tp axis
 # (passes/commpass.c: their ranks run the same events in lockstep): what it

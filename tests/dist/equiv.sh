@@ -122,6 +122,7 @@ reference llama && {
   check llama 4 tp=2,sp=megatron,dp=2
   check llama 4 pp=2,tp=2
   check llama 4 pp=2:2+2,tp=2,sp=megatron
+  check llama 4 pp=2:1+3,tp=2,sp=megatron,recompute=full
   check llama 2x2 pp=2,tp=2,schedule=interleaved:2
   check llama 2 sp=ring:2
   check llama 4 tp=2,sp=ring:2
