@@ -223,8 +223,20 @@ int optplace_units(const Module *m, const Value *const *params, int nparams, int
                    OptUnit **out, int64_t *seg) {
   const Optimizer *o = &m->train.opt;
   int *phase, np = optplace_phases(m, params, nparams, &phase), nph = 0;
-  int n = 0, cap = 0;
-  OptUnit *u = NULL;
+  /* the units counted first, then made in one array (a million blocks of
+   * a small block size: no doubling's leftovers in the arena) */
+  int64_t total = 0;
+  for (int i = 0; i < nparams; i++) {
+    const Value *v = params[i];
+    if (!v || !v->grad) continue;
+    int64_t d[IR_MAXDIM];
+    for (int k = 0; k < v->shape.ndim; k++) d[k] = v->shape.d[k].n;
+    bool pre = rt_shampoo_preconditioned(v->shape.ndim, d);
+    int64_t R = pre ? d[0] : 1, C = pre ? d[1] : ir_numel(&v->shape), B = pre ? o->block : C;
+    total += (pre ? rt_shampoo_nblocks(R, B) : 1) * (pre ? rt_shampoo_nblocks(C, B) : 1);
+  }
+  int n = 0;
+  OptUnit *u = arena_alloc(sizeof *u * (size_t)(total + 1));
   for (int i = 0; i < nparams; i++) {
     const Value *v = params[i];
     if (!v || !v->grad) continue;
@@ -235,7 +247,6 @@ int optplace_units(const Module *m, const Value *const *params, int nparams, int
     int64_t nbr = pre ? rt_shampoo_nblocks(R, B) : 1, nbc = pre ? rt_shampoo_nblocks(C, B) : 1;
     for (int64_t bi = 0; bi < nbr; bi++)
       for (int64_t bj = 0; bj < nbc; bj++) {
-        u = arena_grow(u, n, &cap, sizeof *u, 64);
         OptUnit *x = &u[n++];
         memset(x, 0, sizeof *x);
         x->param = i;
