@@ -832,6 +832,11 @@ static int stash_slots(Schedule kind, int pp, int m, int v, int k, int c) {
   if (kind == SCHED_GPIPE) return m;
   if (kind != SCHED_INTERLEAVED || v <= 1) return pp - k < m ? pp - k : m;
   if (pp > SCHED_MAXPP || v > SCHED_MAXV || k >= pp || c >= v) return -1;
+  /* past pp·(v+2) microbatches the steady state holds what it held, so
+   * the most in flight stop growing: a schedule of that many gives the
+   * same slots (every pp up to 64, v up to 8, m up to 40·pp and 2,048:
+   * identical), and the search builds small schedules only */
+  if (m > pp * (v + 2)) m = pp * (v + 2);
   /* open addressing over (pp, m, v); a search visits some dozens */
   enum { CACHE = 512, PROBE = 8 };
   typedef struct { int pp, m, v; int16_t slots[SCHED_MAXPP][SCHED_MAXV]; } Entry;
