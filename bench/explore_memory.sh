@@ -32,7 +32,9 @@ else
          "dp=8,tp=8,sp=megatron,pp=16,schedule=interleaved:2,mb=192"
          "dp=32,tp=4,sp=megatron,pp=8,schedule=interleaved:4,mb=48,zero=1"
          "dp=16,tp=4,sp=megatron,pp=16,schedule=interleaved:4,mb=96,zero=1"
-         "dp=8,tp=8,pp=16,schedule=gpipe,mb=192,recompute=full")
+         "dp=8,tp=8,pp=16,schedule=gpipe,mb=192,recompute=full"
+         "dp=128,tp=8,mb=12,zero=3,recompute=full"
+         "dp=128,tp=8,sp=megatron,mb=12,zero=3,recompute=selective")
 fi
 day=$(date -u +%Y-%m-%d)
 out="$root/bench/results/explore_memory-$day.txt"

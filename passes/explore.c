@@ -1151,7 +1151,18 @@ static void eval_plan(const ModelShape *ms, const HwModel *hw, const Mesh *me, c
     double half = prm[k] * ms->half_frac;
     double copies = shm ? half * 2 * (1 + 1.0 / D) + (prm[k] - half) * ms->param_elt + (wcopy - half) * 2
                         : wcopy * 2 + shard16;
-    double mem = prm[k] * ms->param_elt * (1 / zp + 1 / zg) + ostate + copies;
+    /* ZeRO-3: the weights it gathers whole (with their 16-bit copy under
+     * bf16) for the layer at work and the next, prefetched, or the
+     * embedding's and the head's (the memory plan's transient buffers,
+     * with the activations) */
+    double z3 = 0;
+    if (p->zero >= 3 && D > 1) {
+      double ge = ms->param_elt + (ms->elt == 2 ? 2 : 0), emb = k == 0 ? pre->params : 0;
+      if (k == pp - 1 && post->params > emb) emb = post->params;
+      double two = 2 * lay_at[k]->params;
+      z3 = (two > emb ? two : emb) * ge;
+    }
+    double mem = prm[k] * ms->param_elt * (1 / zp + 1 / zg) + ostate + copies + z3;
     double inflight = 1;
     if (pp > 1) {
       if (v > 1) /* (Megatron's count, where no schedule could be built) */
@@ -1166,7 +1177,7 @@ static void eval_plan(const ModelShape *ms, const HwModel *hw, const Mesh *me, c
     out->mem_kind[k][0] = prm[k] * ms->param_elt / zp + copies;   /* with their copies */
     out->mem_kind[k][1] = prm[k] * ms->param_elt / zg;
     out->mem_kind[k][2] = ostate;
-    out->mem_kind[k][3] = held + lay_at[k]->act + (k == pp - 1 ? post->act : 0);
+    out->mem_kind[k][3] = held + lay_at[k]->act + (k == pp - 1 ? post->act : 0) + z3;
     mem += held + lay_at[k]->act + (k == pp - 1 ? post->act : 0);
     out->mem_stage[k] = mem;
     if (mem > peak) peak = mem;
