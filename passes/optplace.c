@@ -219,32 +219,40 @@ int optplace_phases_used(const OptUnit *u, int n) {
   return k;
 }
 
+/* Parameter v's Shampoo blocks under o: rows R and columns C of the tensor
+ * (1 x its elements when it is not preconditioned), the block side B, and
+ * nbr x nbc blocks; whether v is preconditioned. */
+static bool unit_grid(const Optimizer *o, const Value *v, int64_t *R, int64_t *C, int64_t *B,
+                      int64_t *nbr, int64_t *nbc) {
+  int64_t d[IR_MAXDIM];
+  for (int k = 0; k < v->shape.ndim; k++) d[k] = v->shape.d[k].n;
+  bool pre = rt_shampoo_preconditioned(v->shape.ndim, d);
+  *R = pre ? d[0] : 1;
+  *C = pre ? d[1] : ir_numel(&v->shape);
+  *B = pre ? o->block : *C;
+  *nbr = pre ? rt_shampoo_nblocks(*R, *B) : 1;
+  *nbc = pre ? rt_shampoo_nblocks(*C, *B) : 1;
+  return pre;
+}
+
 int optplace_units(const Module *m, const Value *const *params, int nparams, int nd,
                    OptUnit **out, int64_t *seg) {
   const Optimizer *o = &m->train.opt;
   int *phase, np = optplace_phases(m, params, nparams, &phase), nph = 0;
   /* the units counted first, then made in one array (a million blocks of
    * a small block size: no doubling's leftovers in the arena) */
-  int64_t total = 0;
-  for (int i = 0; i < nparams; i++) {
-    const Value *v = params[i];
-    if (!v || !v->grad) continue;
-    int64_t d[IR_MAXDIM];
-    for (int k = 0; k < v->shape.ndim; k++) d[k] = v->shape.d[k].n;
-    bool pre = rt_shampoo_preconditioned(v->shape.ndim, d);
-    int64_t R = pre ? d[0] : 1, C = pre ? d[1] : ir_numel(&v->shape), B = pre ? o->block : C;
-    total += (pre ? rt_shampoo_nblocks(R, B) : 1) * (pre ? rt_shampoo_nblocks(C, B) : 1);
-  }
+  int64_t total = 0, R, C, B, nbr, nbc;
+  for (int i = 0; i < nparams; i++)
+    if (params[i] && params[i]->grad) {
+      unit_grid(o, params[i], &R, &C, &B, &nbr, &nbc);
+      total += nbr * nbc;
+    }
   int n = 0;
   OptUnit *u = arena_alloc(sizeof *u * (size_t)(total + 1));
   for (int i = 0; i < nparams; i++) {
     const Value *v = params[i];
     if (!v || !v->grad) continue;
-    int64_t d[IR_MAXDIM];
-    for (int k = 0; k < v->shape.ndim; k++) d[k] = v->shape.d[k].n;
-    bool pre = rt_shampoo_preconditioned(v->shape.ndim, d);
-    int64_t R = pre ? d[0] : 1, C = pre ? d[1] : ir_numel(&v->shape), B = pre ? o->block : C;
-    int64_t nbr = pre ? rt_shampoo_nblocks(R, B) : 1, nbc = pre ? rt_shampoo_nblocks(C, B) : 1;
+    bool pre = unit_grid(o, v, &R, &C, &B, &nbr, &nbc);
     for (int64_t bi = 0; bi < nbr; bi++)
       for (int64_t bj = 0; bj < nbc; bj++) {
         OptUnit *x = &u[n++];
