@@ -223,9 +223,13 @@ int plan_parse_spec(const char *spec, Plan *p, char *err, int errcap) {
         p->stage_layers[p->nstage_layers++] = (int)L;
         c = *end ? end + 1 : NULL;
       }
-      if (colon && !p->balance_memory && p->nstage_layers != p->pp)
+      /* pp sizes, or pp x V under schedule=interleaved:V (checked against
+       * the schedule in plan_resolve_keys, which may come later) */
+      if (colon && !p->balance_memory &&
+          p->nstage_layers % p->pp)
         ERR("pp=%s gives %d stage size%s for %d stages (sizes are joined by '+', not ',': "
-            "e.g. pp=2:3+1)", v, p->nstage_layers, p->nstage_layers == 1 ? "" : "s", p->pp);
+            "e.g. pp=2:3+1; under schedule=interleaved:V, one size for each of the %d x V "
+            "chunks)", v, p->nstage_layers, p->nstage_layers == 1 ? "" : "s", p->pp, p->pp);
       p->given |= PLAN_PP;
     } else if (!strcmp(k, "schedule")) {
       if (!strcmp(v, "gpipe")) {
@@ -335,6 +339,23 @@ int plan_resolve_keys(Plan *p, int ndev, char *err, int errcap, unsigned *keys) 
     plan_str(p, s, sizeof s);
     ERRK(0, "strategy %s uses %ld devices but the mesh has %d (dp*tp*tp2d^2*sp*pp must equal it)",
          s, total, ndev);
+  }
+  if (p->nstage_layers && !p->balance_memory) {
+    int want = p->schedule == SCHED_INTERLEAVED ? p->pp * p->vchunks : p->pp;
+    if (p->nstage_layers != want) {
+      if (p->schedule == SCHED_INTERLEAVED)
+        ERRK(PLAN_PP,
+             "pp=%d with schedule=interleaved:%d has %d chunks, but %d stage size%s %s given: give "
+             "one for each chunk, in the schedule's order (each rank's first chunk, rank 0 first, "
+             "then each rank's second, ...), e.g. pp=2:1+1.5+1.5+1 with interleaved:2",
+             p->pp, p->vchunks, want, p->nstage_layers, p->nstage_layers == 1 ? "" : "s",
+             p->nstage_layers == 1 ? "is" : "are");
+      ERRK(PLAN_PP,
+           "pp=%d gives %d stage sizes for %d stages (%d x %d sizes are for "
+           "schedule=interleaved:%d, one a chunk)",
+           p->pp, p->nstage_layers, p->pp, p->pp, p->nstage_layers / p->pp,
+           p->nstage_layers / p->pp);
+    }
   }
   if (p->nstage_recompute && p->nstage_recompute != p->pp)
     ERRK(PLAN_RECOMPUTE, "recompute gives %d policies (one per pipeline stage) but the plan has "

@@ -936,8 +936,8 @@ static void eval_plan(const ModelShape *ms, const HwModel *hw, const Mesh *me, c
   double half[PLAN_MAXSTAGES * 8] = {0};   /* pp=N:a.5+...: half a layer more */
   int S = pp * v;
   if (S > PLAN_MAXSTAGES * 8) S = PLAN_MAXSTAGES * 8;
-  if (p->nstage_layers == pp && v == 1) {
-    for (int k = 0; k < pp; k++) n[k] = p->stage_layers[k], half[k] = p->stage_frac[k] / 100.0;
+  if (p->nstage_layers == S && S <= PLAN_MAXSTAGES) {
+    for (int k = 0; k < S; k++) n[k] = p->stage_layers[k], half[k] = p->stage_frac[k] / 100.0;
   } else if (v > 1) {
     /* L / S layers per virtual stage; where S does not divide L, the
      * compiler cuts inside layers to balance them (passes/stage.c) */
@@ -1264,8 +1264,19 @@ const char *explore_no_plan_reason(const ModelShape *ms, const Mesh *me, const P
     if (want != 100 * ms->layers)
       return arena_printf("pp=%d: the stage sizes add up to %g layers, but the model has %d",
                           fx->pp, want / 100.0, ms->layers);
-    if ((given & PLAN_SCHED) && fx->schedule == SCHED_INTERLEAVED)
-      return "interleaved chunks take no explicit stage sizes";
+    /* pp sizes, or pp x V for interleaved:V (V from the count where the
+     * schedule is not given) */
+    int per = fx->nstage_layers / fx->pp;
+    if (fx->nstage_layers != fx->pp &&
+        (((given & PLAN_SCHED) && fx->schedule != SCHED_INTERLEAVED) ||
+         (!(given & PLAN_SCHED) && per != 2 && per != 4)))
+      return arena_printf("pp=%d with %d stage sizes: the search tries interleaved:2 and 4 (%d "
+                          "or %d sizes) and the other schedules (%d)",
+                          fx->pp, fx->nstage_layers, 2 * fx->pp, 4 * fx->pp, fx->pp);
+    if ((given & PLAN_SCHED) && fx->schedule == SCHED_INTERLEAVED &&
+        fx->nstage_layers != fx->pp * fx->vchunks)
+      return arena_printf("pp=%d with schedule=interleaved:%d takes %d stage sizes (one a chunk), "
+                          "not %d", fx->pp, fx->vchunks, fx->pp * fx->vchunks, fx->nstage_layers);
   }
   int t = given & PLAN_TP ? fx->tp : 1, q = given & PLAN_TP2D ? fx->tp2d : 1;
   if (!ms->layers && (t * q > 1 || ((given & PLAN_PP) && fx->pp > 1) ||
@@ -1380,7 +1391,9 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
                 for (int v = sc == SCHED_INTERLEAVED ? 2 : 1; v <= (sc == SCHED_INTERLEAVED ? 4 : 1); v *= 2) {
                   if (sc == SCHED_INTERLEAVED && (m % pp || ms->layers < pp * v)) continue;
                   if ((given & PLAN_SCHED) && sc == SCHED_INTERLEAVED && v != fx->vchunks) continue;
-                  if (sc == SCHED_INTERLEAVED && fx && fx->nstage_layers) continue;
+                  /* fixed stage sizes: pp of them, or one per chunk */
+                  if (fx && (given & PLAN_PP) && fx->nstage_layers && fx->nstage_layers != pp * v)
+                    continue;
                   for (int z = 0; z <= 3; z++) {
                     if (z > 0 && dp * r < 2) continue;
                     if (given & PLAN_ZERO && z != fx->zero) continue;

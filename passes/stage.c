@@ -687,9 +687,8 @@ int pass_stage(Module *m) {
      * hundredths, a count not a multiple of 100 ends inside the next layer */
     int want = plan_stage_hundredths(p);
     if (p->nstage_layers != S) {
-      diag_error(plan_key_loc(&m->train, PLAN_PP),
-                 "pp=%d: %d stage sizes for %d stages (interleaved chunks take no explicit sizes "
-                 "yet)", p->pp, p->nstage_layers, S);
+      diag_error(plan_key_loc(&m->train, PLAN_PP), "pp=%d: %d stage sizes for %d stages",
+                 p->pp, p->nstage_layers, S);
       return -1;
     }
     if (want != 100 * nlayers) {

@@ -186,7 +186,11 @@ expect emit-c-fp64-tp 1 'fp64 builds are for single-rank gradient checks; build 
 expect emit-c-interleaved 0 'static void r1_backward_c1\(RtPass \*p\)' -- "$bin" compile samples/gpt.shard --emit=c --strategy pp=2,dp=2,schedule=interleaved:2
 expect plan-interleaved 0 '^rank 0:   memory 22,659,072 bytes per rank .*persistent 7,000,064 \+ transient 1,179,648 \(the largest chunk.s\) \+ stash slots 14,479,360' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=interleaved:2
 expect commcheck-interleaved 1 'deadlock: 2 ranks can never finish: rank 0 waits at event 0 in recv of 131072 bytes with tag 2 from rank 1 \(activation of microbatch 1 from stage 1: instruction c1.fwd.1\)' -- env SHARDC_DEBUG_BREAK_COMM=swap:0:1,swap:0:0 "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2,schedule=interleaved:2
-expect interleaved-sizes 1 'pp=2: 2 stage sizes for 4 stages \(interleaved chunks take no explicit sizes yet\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:2+2,schedule=interleaved:2
+# interleaved chunks of given sizes: pp x V of them, in the schedule's
+# order (rank 0's first chunk, rank 1's first, rank 0's second, ...)
+expect interleaved-sizes 0 '^stage 1:  blocks.0 from layernorm .. blocks.1; 38.9% of the FLOPs; .*\(pipeline rank 1, chunk 0\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:0.5+1.5+1+1,schedule=interleaved:2
+expect interleaved-sizes-count 1 "pp=2 with schedule=interleaved:2 has 4 chunks, but 2 stage sizes are given: give one for each chunk, in the schedule's order" -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:2+2,schedule=interleaved:2
+expect interleaved-sizes-no-schedule 1 'pp=2 gives 4 stage sizes for 2 stages \(2 x 2 sizes are for schedule=interleaved:2, one a chunk\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:1+1+1+1
 expect interleaved-too-deep 1 'pp=4 needs 64 pipeline stages but model gpt has only 61 places to cut it .*use fewer interleaved chunks or a smaller pp' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=interleaved:16
 # ZeRO with interleaved chunks: each chunk reduce-scatters its own buckets
 # (ZeRO-1: in the last microbatch, requests numbered across the chunks)
@@ -204,7 +208,7 @@ expect pp-half-layers-multi 0 '^stage 7:  blocks.3 from add, model ops; 11.3% of
 expect plan-pp 0 '^stage 3:  blocks.3, model ops; 27.8% of the FLOPs' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=1f1b
 expect plan-pp-layers 0 '^stage 0:  model ops, blocks.0 .. blocks.2; 72.2% of the FLOPs' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:3+1
 expect pp-layers-sum 1 'pp=2: the stage sizes add up to 5 layers, but model gpt has 4' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:2+3
-expect pp-layers-count 1 'pp=2:4 gives 1 stage size for 2 stages \(sizes are joined by .\+., not .,.: e\.g\. pp=2:3\+1\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:4
+expect pp-layers-count 1 'pp=2:4 gives 1 stage size for 2 stages \(sizes are joined by .\+., not .,.: e\.g\. pp=2:3\+1; under schedule=interleaved:V, one size for each of the 2 x V chunks\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:4
 expect pp-layers-bad 1 'the layers per stage must be positive numbers joined by' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:0+4
 sed 's/causal = true)/causal = true, dropout = 0.1)/' samples/gpt.shard >"$tmp/pp-dropout.shard"
 expect pp-dropout 0 '\(1ull << 56 \| [0-9]+ull << 40\) \+ \(uint64_t\)p->row0' -- "$bin" compile "$tmp/pp-dropout.shard" --mesh 2 --strategy pp=2 --emit=c
@@ -704,6 +708,8 @@ expect auto-microbatch-reason 1 "strategy auto: .*the train block's microbatch 5
 expect explore-no-layers 1 "the model has no repeated layers .*only data parallelism is searched for it" -- "$bin" explore samples/mlp.shard --mesh 4 --strategy tp=2
 # explicit stage sizes that do not cover the model: refused before the search
 expect explore-stage-sizes 1 'matches --strategy pp=2:1\+1: pp=2: the stage sizes add up to 2 layers, but the model has 4' -- "$bin" explore samples/gpt.shard --strategy pp=2:1+1
+expect explore-stage-sizes-interleaved 0 '^1 +dp=2,pp=2:0.5\+1.5\+1\+1,schedule=interleaved:2,' -- "$bin" explore samples/gpt.shard --top 2 --strategy pp=2:0.5+1.5+1+1
+expect explore-stage-sizes-schedule 1 'pp=2 with 4 stage sizes: the search tries interleaved:2 and 4 \(4 or 8 sizes\) and the other schedules \(2\)' -- "$bin" explore samples/gpt.shard --strategy pp=2:0.5+1.5+1+1,schedule=1f1b
 expect explore-stage-sizes-no-interleave 0 '^4 +dp=2,pp=2:0.5\+3.5,schedule=(1f1b|gpipe)' -- "$bin" explore samples/gpt.shard --top 4 --strategy pp=2:0.5+3.5
 # a mesh figure with a unit of the wrong kind is an error at the figure
 for kv in "memory = 80 GB/s|'memory' must be a size such as 80 GB, got a bandwidth \('GB/s'\)" \

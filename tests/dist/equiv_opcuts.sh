@@ -69,6 +69,9 @@ reference gpt3 && {
   check gpt3 2 pp=2,schedule=gpipe multi
   check gpt3 2 pp=2:0.5+2.5,schedule=1f1b
   check gpt3 4 pp=2,schedule=interleaved:2 multi
+  # interleaved chunks of the sizes given (pp x V of them, in the
+  # schedule's order: rank 0's first chunk, rank 1's, rank 0's second, ...)
+  check gpt3 2 pp=2:0.5+1+1+0.5,schedule=interleaved:2
   check gpt3 3 pp=3:1.5+1+0.5
   check gpt3 4 pp=4 multi
   check gpt3 4 pp=2,dp=2 multi
@@ -99,9 +102,11 @@ reference gpt && {
   check gpt 2 pp=2:2.5+1.5,schedule=gpipe
   check gpt 4 pp=4:0.5+1.5+1+1,schedule=gpipe
   check gpt 4 pp=4:1.5+1+1+0.5,dp=1,schedule=1f1b
+  check gpt 4 pp=2:1.5+0.5+1+1,dp=2,zero=1,schedule=interleaved:2
 }
 reference llama && {
   check llama 4 pp=2:1.5+2.5,tp=2
+  check llama 4 pp=2:1+1.5+1+0.5,tp=2,sp=megatron,schedule=interleaved:2
   # three tensors cross blocks.3 between its swiglu's gate and up matmuls:
   # the residual, the rmsnorm's output and the gate's product
   check llama 2 pp=2:3.54+0.46 multi

@@ -47,6 +47,23 @@ int main(void) {
   plan_str(&p, s, sizeof s);
   ASSERT_STR("dp=1,pp=4:memory,schedule=1f1b", s);
   ASSERT(-1, parse_resolve("pp=4:mem", 4, &p, err));
+  /* interleaved chunk sizes: pp x V of them, the schedule given before or after */
+  ASSERT(0, parse_resolve("pp=2:0.5+1.5+1+1,schedule=interleaved:2", 2, &p, err));
+  ASSERT(4, p.nstage_layers);
+  ASSERT(50, p.stage_frac[0]);
+  ASSERT(1, p.stage_layers[1]);
+  plan_str(&p, s, sizeof s);
+  ASSERT_STR("dp=1,pp=2:0.5+1.5+1+1,schedule=interleaved:2", s);
+  ASSERT(0, parse_resolve("schedule=interleaved:3,pp=2:1+1+1+1+1+1", 2, &p, err));
+  ASSERT(6, p.nstage_layers);
+  ASSERT(-1, parse_resolve("pp=2:2+2,schedule=interleaved:2", 2, &p, err));
+  ASSERT(1, strstr(err, "interleaved:2 has 4 chunks, but 2 stage sizes are given") != NULL);
+  ASSERT(-1, parse_resolve("pp=2:1+1+1+1,schedule=interleaved:3", 2, &p, err));
+  ASSERT(1, strstr(err, "interleaved:3 has 6 chunks, but 4 stage sizes are given") != NULL);
+  ASSERT(-1, parse_resolve("pp=2:1+1+1+1,schedule=1f1b", 2, &p, err));
+  ASSERT(1, strstr(err, "pp=2 gives 4 stage sizes for 2 stages") != NULL);
+  ASSERT(-1, parse_resolve("pp=2:1+1+1", 2, &p, err));
+  ASSERT(1, strstr(err, "gives 3 stage sizes for 2 stages") != NULL);
   /* recompute per pipeline stage */
   ASSERT(0, parse_resolve("pp=3,recompute=full+selective+none", 3, &p, err));
   ASSERT(RECOMPUTE_FULL, p.recompute);
