@@ -1389,7 +1389,10 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
                 if (pp == 1 && sc != SCHED_1F1B) continue;
                 if (given & PLAN_SCHED && sc != (int)fx->schedule) continue;
                 for (int v = sc == SCHED_INTERLEAVED ? 2 : 1; v <= (sc == SCHED_INTERLEAVED ? 4 : 1); v *= 2) {
-                  if (sc == SCHED_INTERLEAVED && (m % pp || ms->layers < pp * v)) continue;
+                  /* (a chunk may hold part of a layer where the sizes are given) */
+                  bool sized = fx && (given & PLAN_PP) && fx->nstage_layers == pp * v;
+                  if (sc == SCHED_INTERLEAVED && (m % pp || (ms->layers < pp * v && !sized)))
+                    continue;
                   if ((given & PLAN_SCHED) && sc == SCHED_INTERLEAVED && v != fx->vchunks) continue;
                   /* fixed stage sizes: pp of them, or one per chunk */
                   if (fx && (given & PLAN_PP) && fx->nstage_layers && fx->nstage_layers != pp * v)

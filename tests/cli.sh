@@ -709,6 +709,8 @@ expect explore-no-layers 1 "the model has no repeated layers .*only data paralle
 # explicit stage sizes that do not cover the model: refused before the search
 expect explore-stage-sizes 1 'matches --strategy pp=2:1\+1: pp=2: the stage sizes add up to 2 layers, but the model has 4' -- "$bin" explore samples/gpt.shard --strategy pp=2:1+1
 expect explore-stage-sizes-interleaved 0 '^1 +dp=2,pp=2:0.5\+1.5\+1\+1,schedule=interleaved:2,' -- "$bin" explore samples/gpt.shard --top 2 --strategy pp=2:0.5+1.5+1+1
+# (4 chunks of a 3-layer model: parts of layers, as given)
+expect explore-stage-sizes-parts 0 '^1 +dp=2,pp=2:0.5\+1.75\+0.5\+0.25,schedule=interleaved:2,' -- "$bin" explore tests/dist/gpt3.shard --mesh 4 --top 1 --strategy pp=2:0.5+1.75+0.5+0.25
 expect explore-stage-sizes-schedule 1 'pp=2 with 4 stage sizes: the search tries interleaved:2 and 4 \(4 or 8 sizes\) and the other schedules \(2\)' -- "$bin" explore samples/gpt.shard --strategy pp=2:0.5+1.5+1+1,schedule=1f1b
 expect explore-stage-sizes-no-interleave 0 '^4 +dp=2,pp=2:0.5\+3.5,schedule=(1f1b|gpipe)' -- "$bin" explore samples/gpt.shard --top 4 --strategy pp=2:0.5+3.5
 # a mesh figure with a unit of the wrong kind is an error at the figure
