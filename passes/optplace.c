@@ -34,6 +34,74 @@ double optplace_root_flops(const Optimizer *o, const OptUnit *u) {
          ((double)u->r * u->r * u->r + (double)u->c * u->c * u->c);
 }
 
+/* ord[0 .. n) := 0 .. n-1 by key(base, i), largest first, the lower index
+ * first among equal keys (a stable sort by descending key).  A model's
+ * blocks come in a few sizes, so their keys take a few values: counted
+ * into buckets of the distinct keys, linear in n (a million blocks of a
+ * small block size: 0.4 s of qsort a compile before); qsort where more than
+ * ORDER_MAXKEYS keys differ. */
+enum { ORDER_MAXKEYS = 4096, ORDER_HASH = 8192 };
+typedef double (*KeyFn)(const void *base, int i);
+static const void *order_base;
+static KeyFn order_key;
+static int by_key_desc(const void *a, const void *b) {
+  int i = *(const int *)a, j = *(const int *)b;
+  double x = order_key(order_base, i), y = order_key(order_base, j);
+  if (x != y) return x > y ? -1 : 1;
+  return i < j ? -1 : i > j;
+}
+
+static int by_double_desc(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x > y ? -1 : x < y;
+}
+
+/* the slot of key k in the table (keys: the distinct values, -1 slots empty) */
+static int key_slot(const double *keys, const int *slot, double k) {
+  uint64_t h;
+  memcpy(&h, &k, sizeof h);
+  h *= 0x9E3779B97F4A7C15ull;
+  int at = (int)(h >> 51);   /* 13 bits: ORDER_HASH */
+  while (slot[at] >= 0 && keys[slot[at]] != k) at = (at + 1) & (ORDER_HASH - 1);
+  return at;
+}
+
+static void order_desc(const void *base, int n, KeyFn key, int *ord) {
+  double *keys = arena_alloc(sizeof(double) * ORDER_MAXKEYS);
+  int *slot = arena_alloc(sizeof(int) * ORDER_HASH), nk = 0;
+  int64_t *count = arena_alloc(sizeof(int64_t) * ORDER_MAXKEYS);
+  for (int i = 0; i < ORDER_HASH; i++) slot[i] = -1;
+  for (int i = 0; i < n && nk <= ORDER_MAXKEYS; i++) {
+    double k = key(base, i);
+    int at = key_slot(keys, slot, k);
+    if (slot[at] < 0) {
+      if (nk == ORDER_MAXKEYS) {
+        nk++;   /* too many: qsort */
+        break;
+      }
+      keys[nk] = k, slot[at] = nk++;
+    }
+    count[slot[at]]++;
+  }
+  if (nk > ORDER_MAXKEYS) {
+    for (int i = 0; i < n; i++) ord[i] = i;
+    order_base = base, order_key = key;
+    qsort(ord, (size_t)n, sizeof *ord, by_key_desc);
+    return;
+  }
+  /* each distinct key's first place in the order, largest key first */
+  double *sorted = arena_alloc(sizeof(double) * (size_t)(nk + 1));
+  memcpy(sorted, keys, sizeof(double) * (size_t)nk);
+  qsort(sorted, (size_t)nk, sizeof *sorted, by_double_desc);
+  int64_t *start = arena_alloc(sizeof(int64_t) * (size_t)(nk + 1));
+  for (int q = 0, pos = 0; q < nk; q++) {
+    int id = slot[key_slot(keys, slot, sorted[q])];
+    start[id] = pos;
+    pos += (int)count[id];
+  }
+  for (int i = 0; i < n; i++) ord[start[slot[key_slot(keys, slot, key(base, i))]]++] = i;
+}
+
 /* Shampoo's root phases (stagger = true, docs/language.md): every block of
  * every preconditioned parameter of the whole model (its full tensor, so the
  * phases are the same under every plan and in tests/parity/torch_ref.py),
@@ -49,24 +117,13 @@ typedef struct PhaseBlock {
   int phase;
 } PhaseBlock;
 
-/* Blocks compare by their parameter's rank in name order, not by the
- * names: Shampoo with a small block has a block per few elements, and the
- * sorts below ran on every compile of explore's candidates. */
-static int by_root_cost(const void *a, const void *b) {
-  const PhaseBlock *x = a, *y = b;
-  if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-  if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
-  return x->b < y->b ? -1 : x->b > y->b;
+/* A block's root cost r³ + c³ (exact in a double below 2^53). */
+static double phase_block_cost(const void *base, int i) {
+  return (double)((const PhaseBlock *)base)[i].cost;
 }
 
 static bool staggered(const Optimizer *o) {
   return o->kind && !strcmp(o->kind, "shampoo") && !o->no_stagger && o->precondition_every > 1;
-}
-
-static int by_name_block(const void *a, const void *b) {
-  const PhaseBlock *x = a, *y = b;
-  if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
-  return x->b < y->b ? -1 : x->b > y->b;
 }
 
 static int by_name(const void *a, const void *b) {
@@ -115,8 +172,15 @@ static PhaseBlock *model_phases(const Module *m, int *nout, StrMap *names, int *
   qsort(byname, (size_t)np, sizeof *byname, by_name);
   *names = (StrMap){0};
   *first = arena_alloc(sizeof **first * (size_t)(np + 1));
-  int n = 0, cap = 0;
-  PhaseBlock *pb = NULL;
+  /* the blocks counted, then made in one array */
+  int64_t total = 0;
+  for (int i = 0; i < np; i++) {
+    int64_t d[IR_MAXDIM];
+    if (shampoo_full_dims(byname[i], d))
+      total += rt_shampoo_nblocks(d[0], o->block) * rt_shampoo_nblocks(d[1], o->block);
+  }
+  int n = 0;
+  PhaseBlock *pb = arena_alloc(sizeof *pb * (size_t)(total + 1));
   for (int i = 0; i < np; i++) {
     const Value *v = byname[i];
     int64_t d[IR_MAXDIM];
@@ -127,11 +191,13 @@ static PhaseBlock *model_phases(const Module *m, int *nout, StrMap *names, int *
     for (int64_t bi = 0; bi < nbr; bi++)
       for (int64_t bj = 0; bj < nbc; bj++) {
         int64_t r = rt_shampoo_bsize(d[0], o->block, bi), c = rt_shampoo_bsize(d[1], o->block, bj);
-        pb = arena_grow(pb, n, &cap, sizeof *pb, 64);
         pb[n++] = (PhaseBlock){i, bi * nbc + bj, r * r * r + c * c * c, 0};
       }
   }
-  qsort(pb, (size_t)n, sizeof *pb, by_root_cost);
+  /* pb is in (name, block) order: the blocks by root cost, largest first,
+   * in that order among equal costs, through ord */
+  int *ord = arena_alloc(sizeof(int) * (size_t)(n + 1));
+  order_desc(pb, n, phase_block_cost, ord);
   /* LPT over the phases by a min-heap on (load, phase): the same choice as
    * a scan for the least load, the lowest phase on a tie.  Costs are
    * positive, so an empty phase always beats a loaded one: only the first
@@ -140,19 +206,17 @@ static PhaseBlock *model_phases(const Module *m, int *nout, StrMap *names, int *
   PhaseLoad *h = arena_alloc(sizeof *h * (size_t)(nph + 1));
   for (int k = 0; k < nph; k++) h[k] = (PhaseLoad){0, k}; /* a heap already */
   for (int k = 0; k < n; k++) {
-    pb[k].phase = h[0].phase;
-    h[0].load += pb[k].cost;
+    pb[ord[k]].phase = h[0].phase;
+    h[0].load += pb[ord[k]].cost;
     heap_down(h, nph, 0);
   }
-  qsort(pb, (size_t)n, sizeof *pb, by_name_block);
   for (int k = n - 1; k >= 0; k--) (*first)[pb[k].rank] = k;
   *nout = n;
   return pb;
 }
 
-static int phase_of(const PhaseBlock *pb, int n, const StrMap *names, const int *first,
-                    const char *name, int64_t b) {
-  intptr_t r = (intptr_t)strmap_get(names, name) - 1;
+/* Block b's phase, of the parameter of name rank r (-1: none) */
+static int phase_of(const PhaseBlock *pb, int n, const int *first, intptr_t r, int64_t b) {
   if (r < 0 || first[r] < 0) return 0;
   int64_t k = first[r] + b;
   return k < n && pb[k].rank == r && pb[k].b == b ? pb[k].phase : 0;
@@ -184,8 +248,18 @@ int optplace_phases(const Module *m, const Value *const *params, int nparams, in
   int nb = c->n, *first = c->first;
   StrMap names = c->names;
   PhaseBlock *pb = c->pb;
-  int n = 0, cap = 0;
-  int *ph = NULL;
+  int64_t total = 0;
+  for (int i = 0; i < nparams; i++) {
+    const Value *v = params[i];
+    if (!v || !v->grad) continue;
+    int64_t d[IR_MAXDIM];
+    for (int k = 0; k < v->shape.ndim; k++) d[k] = v->shape.d[k].n;
+    if (!rt_shampoo_preconditioned(v->shape.ndim, d)) continue;
+    const Shape *full = v->gshape.ndim == v->shape.ndim ? &v->gshape : &v->shape;
+    total += rt_shampoo_nblocks(full->d[0].n, o->block) * rt_shampoo_nblocks(full->d[1].n, o->block);
+  }
+  int n = 0;
+  int *ph = arena_alloc(sizeof *ph * (size_t)(total + 1));
   for (int i = 0; i < nparams; i++) {
     const Value *v = params[i];
     if (!v || !v->grad) continue;
@@ -196,21 +270,14 @@ int optplace_phases(const Module *m, const Value *const *params, int nparams, in
      * finds its blocks' phases by their place in the full grid) */
     const Shape *full = v->gshape.ndim == v->shape.ndim ? &v->gshape : &v->shape;
     int64_t nblk = rt_shampoo_nblocks(full->d[0].n, o->block) * rt_shampoo_nblocks(full->d[1].n, o->block);
-    for (int64_t b = 0; b < nblk; b++) {
-      ph = arena_grow(ph, n, &cap, sizeof *ph, 64);
-      ph[n++] = phase_of(pb, nb, &names, first, v->name, b);
-    }
+    intptr_t r = (intptr_t)strmap_get(&names, v->name) - 1;
+    for (int64_t b = 0; b < nblk; b++) ph[n++] = phase_of(pb, nb, first, r, b);
   }
   *out = ph;
   return n;
 }
 
-static const OptUnit *sort_units;
-static int by_cost(const void *a, const void *b) {
-  const OptUnit *x = &sort_units[*(const int *)a], *y = &sort_units[*(const int *)b];
-  if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-  return *(const int *)a - *(const int *)b;
-}
+static double unit_cost_key(const void *base, int i) { return ((const OptUnit *)base)[i].cost; }
 
 int optplace_phases_used(const OptUnit *u, int n) {
   int k = 1;
@@ -272,9 +339,7 @@ int optplace_units(const Module *m, const Value *const *params, int nparams, int
    * root work in its phase first (so that every step's roots are spread
    * over the ranks too), then the least loaded */
   int *ord = arena_alloc(sizeof(int) * (size_t)(n + 1));
-  for (int i = 0; i < n; i++) ord[i] = i;
-  sort_units = u;
-  qsort(ord, (size_t)n, sizeof *ord, by_cost);
+  order_desc(u, n, unit_cost_key, ord);
   double *load = arena_alloc(sizeof(double) * (size_t)nd);
   int every = optplace_phases_used(u, n);
   double *pload = arena_alloc(sizeof(double) * (size_t)nd * (size_t)every);
