@@ -233,6 +233,18 @@ typedef struct OptPhaseCache {
   StrMap names;
 } OptPhaseCache;
 
+/* The blocks of parameter v's full tensor (a tp shard's are among them:
+ * the runtime finds its blocks' phases by their place in the full grid);
+ * 0 when v has no gradient or is not preconditioned. */
+static int64_t full_blocks(const Optimizer *o, const Value *v) {
+  if (!v || !v->grad) return 0;
+  int64_t d[IR_MAXDIM];
+  for (int k = 0; k < v->shape.ndim; k++) d[k] = v->shape.d[k].n;
+  if (!rt_shampoo_preconditioned(v->shape.ndim, d)) return 0;
+  const Shape *full = v->gshape.ndim == v->shape.ndim ? &v->gshape : &v->shape;
+  return rt_shampoo_nblocks(full->d[0].n, o->block) * rt_shampoo_nblocks(full->d[1].n, o->block);
+}
+
 int optplace_phases(const Module *m, const Value *const *params, int nparams, int **out) {
   const Optimizer *o = &m->train.opt;
   *out = NULL;
@@ -249,28 +261,13 @@ int optplace_phases(const Module *m, const Value *const *params, int nparams, in
   StrMap names = c->names;
   PhaseBlock *pb = c->pb;
   int64_t total = 0;
-  for (int i = 0; i < nparams; i++) {
-    const Value *v = params[i];
-    if (!v || !v->grad) continue;
-    int64_t d[IR_MAXDIM];
-    for (int k = 0; k < v->shape.ndim; k++) d[k] = v->shape.d[k].n;
-    if (!rt_shampoo_preconditioned(v->shape.ndim, d)) continue;
-    const Shape *full = v->gshape.ndim == v->shape.ndim ? &v->gshape : &v->shape;
-    total += rt_shampoo_nblocks(full->d[0].n, o->block) * rt_shampoo_nblocks(full->d[1].n, o->block);
-  }
+  for (int i = 0; i < nparams; i++) total += full_blocks(o, params[i]);
   int n = 0;
   int *ph = arena_alloc(sizeof *ph * (size_t)(total + 1));
   for (int i = 0; i < nparams; i++) {
-    const Value *v = params[i];
-    if (!v || !v->grad) continue;
-    int64_t d[IR_MAXDIM];
-    for (int k = 0; k < v->shape.ndim; k++) d[k] = v->shape.d[k].n;
-    if (!rt_shampoo_preconditioned(v->shape.ndim, d)) continue;
-    /* the full tensor's blocks (a tp shard's are among them: the runtime
-     * finds its blocks' phases by their place in the full grid) */
-    const Shape *full = v->gshape.ndim == v->shape.ndim ? &v->gshape : &v->shape;
-    int64_t nblk = rt_shampoo_nblocks(full->d[0].n, o->block) * rt_shampoo_nblocks(full->d[1].n, o->block);
-    intptr_t r = (intptr_t)strmap_get(&names, v->name) - 1;
+    int64_t nblk = full_blocks(o, params[i]);
+    if (!nblk) continue;
+    intptr_t r = (intptr_t)strmap_get(&names, params[i]->name) - 1;
     for (int64_t b = 0; b < nblk; b++) ph[n++] = phase_of(pb, nb, first, r, b);
   }
   *out = ph;
