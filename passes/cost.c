@@ -1102,14 +1102,21 @@ int cost_module(const Module *m, const HwModel *hw, CostResult *r) {
   return 0;
 }
 
-/* Forward FLOPs of the whole model for one microbatch, on the graph's
- * (possibly sharded: then scaled back) shapes: matmuls and attention only,
- * the convention of model FLOPs (Narayanan et al.; REFERENCES.md). */
+/* Forward FLOPs of one rank's graph for one microbatch: matmuls and
+ * attention only, the convention of model FLOPs (Narayanan et al.;
+ * REFERENCES.md).  A SUMMA matmul's shapes are one step's blocks, run q
+ * times; a ring attention's one K/V block's, run once per block of the
+ * ring (the caller scales a rank's figure by the ranks that split the
+ * work). */
 double cost_model_flops_fwd(const Graph *g) {
   double f = 0;
   for (int i = 0; i < (g->nfwd ? g->nfwd : g->nodes.len); i++) {
     const Node *n = g->nodes.data[i];
-    if (n->op == OP_MATMUL || n->op == OP_ATTENTION) f += cost_node_flops(n);
+    if (n->op != OP_MATMUL && n->op != OP_ATTENTION) continue;
+    double x = cost_node_flops(n);
+    if (ir_summa_q(n) > 1) x *= ir_summa_q(n);
+    if (ir_ring_size(n) > 1) x *= ir_ring_size(n);
+    f += x;
   }
   return f;
 }

@@ -346,6 +346,26 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     free(dropf);
   }
   ShapeCtx cx = {fu, splitv, vocab_mm, rerun};
+  /* vocabv: the projection to the vocabulary's input and its output (the
+   * logits) and what elementwise ops make of them: under tp2d the shard
+   * pass gathers their rows over the grid and splits only the vocabulary
+   * (or the features) over one of its axes (passes/shard2d.c) */
+  bool *vocabv = calloc((size_t)g->values.len + 1, 1);
+  for (int i = 0; i < nf; i++) {
+    const Node *n = g->nodes.data[i];
+    bool vm = n->op == OP_MATMUL && (n->in[1]->tph == TPH_VOCAB || vocab_mm[n->id]), vo = vm;
+    if (vm && vocabv) {
+      const Value *x = n->in[0];
+      while (x->alias) x = x->alias;
+      vocabv[x->id] = true;
+    }
+    if (!vm && n->op != OP_MATMUL && ir_ops[n->op].cls != OPC_LEAF && vocabv)
+      for (int k = 0; k < n->nin; k++)
+        if (n->in[k]->role != ROLE_PARAM && vocabv[n->in[k]->id]) vo = true;
+    if (vocabv && vo)
+      for (int k = 0; k < n->nout; k++)
+        if (n->outs[k]) vocabv[n->outs[k]->id] = true;
+  }
   for (int i = 0; i < nf; i++) {
     const Node *n = g->nodes.data[i];
     mark_split(n, vocab_mm, splitv);
@@ -387,14 +407,19 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     }
     L->params += e;
     if (v->tph != TPH_NONE || vocab_w[v->id]) L->params_split += e;
+    /* a pre parameter a post op reads too (a tied embedding): a pipeline's
+     * last stage keeps a copy (passes/stage.c), with its gradient and
+     * state (in a ZeRO bucket of its own, passes/zero.c) */
+    bool tied = false;
+    for (int k = last_end + 1; L == &ms->pre && k < nf; k++) {
+      const Node *n = g->nodes.data[k];
+      for (int j = 0; j < n->nin; j++) tied |= n->in[j] == v;
+    }
+    if (tied) {
+      ms->post.tied += e;
+      if (v->tph != TPH_NONE || vocab_w[v->id]) ms->post.tied_split += e;
+    }
     if (opt_blocked(&m->train.opt) && v->grad) {
-      /* a pre parameter a post op reads too (a tied embedding): a pipeline's
-       * last stage keeps a copy in a bucket of its own (passes/zero.c) */
-      bool tied = false;
-      for (int k = last_end + 1; L == &ms->pre && k < nf; k++) {
-        const Node *n = g->nodes.data[k];
-        for (int j = 0; j < n->nin; j++) tied |= n->in[j] == v;
-      }
       if (!strcmp(m->train.opt.kind, "shampoo")) {
         if (L->nsh == LAYER_MAXTENSORS) ms->owner_exact = false; /* (never: a layer's few tensors) */
         else L->sh[L->nsh++] = &v->shape;
@@ -458,6 +483,7 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
       L->saved += e;
       if (split) L->saved_split += e;
       if (gath) L->saved_gath += e;
+      if (vocabv && vocabv[v->id]) L->saved_vocab += e;
       if (v->def->op == OP_ATTENTION) L->saved_attn += e;
       if (sel[v->id]) {
         L->saved_sel += e;
@@ -472,6 +498,7 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     }
   }
   free(mark);
+  free(vocabv);
   free(colv);
   free(splitv);
   free(vocab_mm);
@@ -497,6 +524,8 @@ typedef struct LCost {
   double sent_f, sent_b;  /* bytes this rank sends per microbatch (runtime/dist_formulas.h's count) */
   double act;         /* bytes held per microbatch until its backward */
   double params;      /* local parameter elements */
+  double tied;        /* of the ops after the layers: the copy a pipeline's last
+                       * stage keeps of a tied embedding, local elements */
   double f_rerun, sent_rerun;  /* of f and sent_f: the ops recompute=full runs again */
 } LCost;
 
@@ -533,7 +562,28 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
     switch (o->kind) {
     case LO_GEMM: {
       double M = rows, N = o->N, K = o->K, f, b;
-      if (q > 1) {
+      if (q > 1 && o->split == TPH_VOCAB) {
+        /* tp2d's projection to the vocabulary (passes/shard2d.c): the rows
+         * all-gathered over the grid's columns, one GEMM of them by the
+         * rank's block of the vocabulary and the features, the partial
+         * logits all-reduced over the grid's rows; the backward copies
+         * their gradient, runs the two GEMMs and reduce-scatters the
+         * input's gradient back to the rows */
+        N /= q;
+        K /= q;
+        f = cost_gemm(hw, M, N, K);
+        b = cost_gemm(hw, M, K, N) + cost_gemm(hw, N, K, M);
+        c->gemm += f + b;
+        double xb = M * K * elt, lb = M * N * elt;
+        double cf = coll_axis(hw, "all_gather", q, q, xb) + coll_axis(hw, "all_reduce", q, 1, lb);
+        double cb = coll_axis(hw, "reduce_scatter", q, q, xb) + cost_membound(hw, 2 * lb, 0);
+        c->comm_f += cf;
+        c->comm_b += cb;
+        c->sent_f += vol_ag(xb, q) + vol_ar(lb, q);
+        c->sent_b += vol_ag(xb, q);
+        f += cf;
+        b += cb;
+      } else if (q > 1) {
         /* SUMMA on the q x q grid: q steps of blocks, broadcasts along the
          * grid's rows and columns */
         M /= q;
@@ -696,12 +746,15 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
   double gath = s->spm ? L->saved_gath : 0, gath_sel = s->spm ? L->saved_sel_gath : 0;
   double act = (L->saved_split / div_split + (L->saved - L->saved_split - gath) / div_rep +
                 gath / div_gath) * bseq;
+  /* tp2d: the head's input and logits hold whole rows, split once */
+  if (q > 1) act += L->saved_vocab * bseq * (1.0 / (q * r) - 1.0 / div_split);
   if (is_layer && s->rc == RECOMPUTE_FULL) act = L->input * bseq / div_rep;
   if (is_layer && s->rc == RECOMPUTE_SELECTIVE)
     act -= (L->saved_sel_split / div_split + (L->saved_sel - L->saved_sel_split - gath_sel) / div_rep +
             gath_sel / div_gath) * bseq;
   c->act = act * elt;
   c->params = L->params_split / T + (L->params - L->params_split) / (q * q);
+  c->tied = L->tied_split / T + (L->tied - L->tied_split) / (q * q);
 }
 
 /* Memo of layer costs per split (the search revisits each many times). */
@@ -980,7 +1033,8 @@ static void eval_plan(const ModelShape *ms, const HwModel *hw, const Mesh *me, c
       ort[k] += nl * rt_lay + (vs == 0 ? rt_pre : 0) + (vs == S - 1 ? rt_post : 0);
       tf[k] += nl * lk->f + (vs == 0 ? pre->f : 0) + (vs == S - 1 ? post->f : 0);
       tb[k] += nl * lk->b + (vs == 0 ? pre->b : 0) + (vs == S - 1 ? post->b : 0);
-      prm[k] += nl * lk->params + (vs == 0 ? pre->params : 0) + (vs == S - 1 ? post->params : 0);
+      prm[k] += nl * lk->params + (vs == 0 ? pre->params : 0) +
+                (vs == S - 1 ? post->params + (S > 1 ? post->tied : 0) : 0);
       /* a stage after the first also holds in its stash slot the
        * activation it received (the layers' saved values count each
        * layer's output, not the stage's input: the first stage's is the
@@ -1177,8 +1231,14 @@ static void eval_plan(const ModelShape *ms, const HwModel *hw, const Mesh *me, c
     out->mem_kind[k][0] = prm[k] * ms->param_elt / zp + copies;   /* with their copies */
     out->mem_kind[k][1] = prm[k] * ms->param_elt / zg;
     out->mem_kind[k][2] = ostate;
-    out->mem_kind[k][3] = held + lay_at[k]->act + (k == pp - 1 ? post->act : 0) + z3;
-    mem += held + lay_at[k]->act + (k == pp - 1 ? post->act : 0);
+    /* tp2d on a pipeline's last stage: the head's logits come all-reduced
+     * (partial sums over a grid axis) and its backward holds the gradient
+     * of both beside the stash slot's logits, which it cannot reuse */
+    double head = 0;
+    if (k == pp - 1)
+      head = post->act + (q > 1 && S > 1 ? b * ms->seq * (double)ms->vocab / q * ms->elt : 0);
+    out->mem_kind[k][3] = held + lay_at[k]->act + head + z3;
+    mem += held + lay_at[k]->act + head;
     out->mem_stage[k] = mem;
     if (mem > peak) peak = mem;
   }

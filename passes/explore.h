@@ -39,8 +39,16 @@ typedef struct LayerModel {
    * under Megatron-SP each is all-gathered before its GEMMs and the
    * backward keeps the whole sequence's copy (passes/shard.c) */
   double saved_gath, saved_sel_gath;
+  /* of saved, the vocabulary projection's input and the logits (and what
+   * elementwise ops make of them): under tp2d their rows are gathered whole
+   * and one grid axis splits them (passes/shard2d.c) */
+  double saved_vocab;
   double sel_elems;   /* elements the ops it reruns read and write, per sequence */
   double input;       /* the layer input, elements per sequence (kept by full recompute) */
+  /* post: the elements of pre's parameters a post op reads too (a tied
+   * embedding), of which split over tp; a pipeline's last stage keeps a
+   * copy */
+  double tied, tied_split;
   double fwd_flops;   /* model FLOPs per sequence (matmul + attention), forward */
   /* Shampoo, Adafactor: the parameters, in order, for the ZeRO owner layout
    * (passes/zero.c): elements, state bytes (64-aligned) and ZeRO bucket */

@@ -207,6 +207,14 @@ expect pp-half-layers 0 '^stage 5:  blocks.2 from layernorm; 14.9% of the FLOPs'
 expect pp-half-layers-multi 0 '^stage 7:  blocks.3 from add, model ops; 11.3% of the FLOPs' -- "$bin" compile samples/gpt.shard --mesh 8 --strategy pp=8
 expect plan-pp 0 '^stage 3:  blocks.3, model ops; 27.8% of the FLOPs' -- "$bin" compile samples/gpt.shard --mesh 4 --strategy pp=4,schedule=1f1b
 expect plan-pp-layers 0 '^stage 0:  model ops, blocks.0 .. blocks.2; 72.2% of the FLOPs' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:3+1
+# The cost line's model FLOPs (matmuls and attention) are the model's under
+# every split: SUMMA's matmuls run once per grid step, ring attention once
+# per K/V block (both were counted once: tp2d 3.02e9, sp=ring:4 5.13e9)
+mf=""
+for st in dp=4 tp2d=2x2 sp=ring:4 dp=2,sp=ring:2 tp=2,sp=megatron,dp=2; do
+  mf+="$("$bin" compile samples/gpt.shard --mesh 4 --strategy "$st" 2>&1 | grep -oE '[0-9.e+]+ model FLOPs/step') "
+done
+if [ "$(tr ' ' '\n' <<<"$mf" | grep -c '5.44e+09')" = 5 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: cost-model-flops: $mf"; fi
 expect pp-layers-sum 1 'pp=2: the stage sizes add up to 5 layers, but model gpt has 4' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:2+3
 expect pp-layers-count 1 'pp=2:4 gives 1 stage size for 2 stages \(sizes are joined by .\+., not .,.: e\.g\. pp=2:3\+1; under schedule=interleaved:V, one size for each of the 2 x V chunks\)' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:4
 expect pp-layers-bad 1 'the layers per stage must be positive numbers joined by' -- "$bin" compile samples/gpt.shard --mesh 2 --strategy pp=2:0+4
@@ -694,7 +702,7 @@ expect auto-is-explore-first 0 "strategy: ${first//+/\\+} \(from auto" -- "$bin"
 expect explore-stage-recompute 0 '^1 +dp=1,pp=4:1\+1\+1\+1,schedule=1f1b,mb=4,recompute=full\+full\+selective\+selective ' -- "$bin" explore samples/gpt.shard --strategy pp=4 --memory 8MB --top 3
 expect explore-stage-recompute-fixed 0 '^1 +dp=.*pp=2.*recompute=full\+none ' -- "$bin" explore samples/gpt.shard --strategy recompute=full+none --top 3
 expect explore-stage-recompute-pp 1 'recompute with 2 per-stage policies needs pp=2 \(one policy a pipeline stage\), not pp=4' -- "$bin" explore samples/gpt.shard --strategy pp=4,recompute=full+none
-expect explore-mem-units 0 'INFEASIBLE: stage 3 needs 16.7 MB > 8.0 MB' -- "$bin" explore samples/gpt.shard --strategy pp=4 --memory 8MB --top 3
+expect explore-mem-units 0 'INFEASIBLE: stage 3 needs 17.3 MB > 8.0 MB' -- "$bin" explore samples/gpt.shard --strategy pp=4 --memory 8MB --top 3
 expect auto-mem-units 1 'strategy auto: no plan of the [0-9]+ evaluated fits .*stage 0 needs [0-9.]+ MB > 1.0 MB' -- "$bin" compile samples/gpt.shard --strategy auto --memory 1MB
 # a SPEC's items: none empty, none twice; auto among them searches the rest
 expect strategy-dup 1 "'dp' is given twice in 'dp=2,dp=4'" -- "$bin" check samples/gpt.shard --strategy dp=2,dp=4
