@@ -85,10 +85,10 @@ static const char *usage_build =
     "for this CPU (the kernels through runtime/cuda/host/cuda_host.h, NCCL as MPI).\n"
     "Run DIR/train --help for its flags (--steps, --seed, --data, --load, --save,\n"
     "--save-every, --log, --quiet); launch it with mpirun -np MESH_SIZE.\n"
-    "fp32 plans with dp=N, mb=N, zero=1|2|3, tp=N, tp2d=QxQ (2D tensor\n"
-    "parallelism), sp=megatron, sp=ring:N and pp=N with schedule=gpipe|1f1b|\n"
-    "interleaved:V, in any mix, with recompute=none|selective|full (or one per\n"
-    "stage, full+none), are implemented so far (not yet: tp2d with sp).\n"
+    "Plans with dp=N, mb=N, zero=1|2|3, tp=N, tp2d=QxQ (2D tensor\n"
+    "parallelism), sp=megatron (with tp), sp=ring:N and pp=N with\n"
+    "schedule=gpipe|1f1b|interleaved:V, in any mix, with recompute=none|selective|\n"
+    "full|auto (or one per stage, full+none), run on both targets.\n"
     "\n"
     "  -o DIR               output directory (created if missing)\n"
     "  --precision=fp64     build in double precision (for gradient checks:\n"
@@ -110,7 +110,8 @@ static const char *usage_explore =
     "  --json               print the plans as a JSON array (strategy, step_time_s,\n"
     "                       tokens_per_s, model_tflops_per_device, mfu, peak_mem_bytes,\n"
     "                       mem_by_stage, feasible, reason)\n"
-    "  --generatable        only plans the code generator implements (what auto picks)\n"
+    "  --generatable        (accepted for older scripts: every plan the search tries\n"
+    "                       is one the code generators implement)\n"
     "  --report FILE.html   also write a report: the time-memory Pareto front, the best\n"
     "                       plan's pipeline timeline, memory per stage by kind, time breakdown\n";
 
@@ -148,7 +149,7 @@ typedef struct Opts {
   SemaOptions sema;
   int list_passes;
   int no_memory_check;
-  int top, json, generatable;
+  int top, json;
   const char *report;     /* explore --report FILE.html */
   int no_warn;
   int time_report;
@@ -463,7 +464,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage) {
     } else if (!strcmp(o->cmd, "explore") && !strcmp(a, "--json")) {
       o->json = 1;
     } else if (!strcmp(o->cmd, "explore") && !strcmp(a, "--generatable")) {
-      o->generatable = 1;
+      /* (accepted: every plan the search tries is generated) */
     } else if ((v = flag_value(argc, argv, &i, "--mesh"))) {
       if (!*v) return usage_error(usage, "%s needs a value", "--mesh");
       o->sema.mesh = v;
@@ -613,14 +614,14 @@ static ModelShape *last_shape;
 static ExplorePoint *points;
 static int npoints;
 
-static int search_plans(const Opts *o, Module *m, const Plan *fixed, bool generatable, PlanEval *out,
-                        int cap, int *n, long *evaluated, double *secs, HwModel *hw) {
+static int search_plans(const Opts *o, Module *m, const Plan *fixed, PlanEval *out, int cap, int *n,
+                        long *evaluated, double *secs, HwModel *hw) {
   ModelShape *ms = arena_alloc(sizeof *ms);
   last_shape = ms;
   double t0 = now_ms();
   if (model_shape(m, ms)) return -1;
   if (hw_model(o, m, hw)) return -1;
-  ExploreOpts eo = {.fixed = fixed, .top = cap, .generatable = generatable};
+  ExploreOpts eo = {.fixed = fixed, .top = cap};
   if (o->report) {
     eo.cap_points = 1 << 18;
     eo.points = points = arena_alloc(sizeof *points * (size_t)eo.cap_points);
@@ -642,9 +643,8 @@ static int cmp_plan(const void *a, const void *b) {
  * plan's; 1 when it did. */
 static int refine_plan(const Opts *o, PlanEval *e, const HwModel *hw) {
   const Plan *pl = &e->plan;
-  /* what the passes do not plan: tp2d with sp; recompute=auto is a search
-   * of its own (the pass's trials) */
-  if (pl->recompute == RECOMPUTE_AUTO || (pl->tp2d > 1 && pl->sp_kind != SP_NONE) ||
+  /* recompute=auto is a search of its own (the pass's trials) */
+  if (pl->recompute == RECOMPUTE_AUTO ||
       (pl->recompute == RECOMPUTE_FULL && explore_recompute_as_megatron()))
     return 0;
   SemaOptions so = o->sema;
@@ -708,9 +708,8 @@ static int refine_plan(const Opts *o, PlanEval *e, const HwModel *hw) {
  * small (their memory from the memory plan, their time from the per-rank
  * programs) and re-ranked: what explore lists and what strategy = auto
  * takes the first feasible of.  *exact: how many were compiled. */
-static int rank_plans(const Opts *o, Module *m, const Plan *fixed, bool generatable, int top,
-                      PlanEval **out, int *n, long *evaluated, double *secs, HwModel *hw,
-                      int *exact, bool *small_out) {
+static int rank_plans(const Opts *o, Module *m, const Plan *fixed, int top, PlanEval **out, int *n,
+                      long *evaluated, double *secs, HwModel *hw, int *exact, bool *small_out) {
   /* small models: more candidates, each compiled, then the best `top` */
   /* compiling a plan costs about nodes x ranks: small is a model of at most
    * 4,000 nodes on at most 64 devices (a few milliseconds a plan) */
@@ -718,7 +717,7 @@ static int rank_plans(const Opts *o, Module *m, const Plan *fixed, bool generata
   int cap = small ? (top * 3 > 30 ? top * 3 : 30) : top;
   PlanEval *pe = arena_alloc(sizeof *pe * (size_t)cap);
   double t0 = now_ms();
-  if (search_plans(o, m, fixed, generatable, pe, cap, n, evaluated, secs, hw)) return -1;
+  if (search_plans(o, m, fixed, pe, cap, n, evaluated, secs, hw)) return -1;
   *out = pe;
   *small_out = small;
   *exact = 0;
@@ -758,7 +757,7 @@ static int run_explore(Opts *o) {
   double secs;
   HwModel hw;
   bool small;
-  if (rank_plans(o, m, &fixed, o->generatable, top, &pe, &n, &evaluated, &secs, &hw, &exact, &small))
+  if (rank_plans(o, m, &fixed, top, &pe, &n, &evaluated, &secs, &hw, &exact, &small))
     return 1;
   if (!n) {
     fprintf(stderr, "shardc: error: explore: no plan for mesh '%s' (%d devices)%s: %s\n",
@@ -843,7 +842,7 @@ static Module *choose_auto(Opts *o, Module *m, PlanEval **chosen) {
   fixed.is_auto = false;
   char fixed_spec[256] = "";
   if (fixed.given) plan_str_given(&fixed, fixed_spec, sizeof fixed_spec);
-  if (rank_plans(o, m, &fixed, true, 8, &pe, &n, &evaluated, &secs, &hw, &exact, &small))
+  if (rank_plans(o, m, &fixed, 8, &pe, &n, &evaluated, &secs, &hw, &exact, &small))
     return NULL;
   char first_why[256] = "";
   for (int i = 0; i < n; i++) {

@@ -970,31 +970,6 @@ static void dp_note(TrainCfg *t, const SemaOptions *opt) {
   }
 }
 
-/* Mixes of strategies the per-rank program does not run yet: an error at
- * the strategy, listing what does run. */
-static int check_support(TrainCfg *t) {
-  const Plan *p = &t->plan;
-  if (p->is_auto) return 0;
-  char what[256] = "";
-  int nw = 0;
-#define NOT_YET(cond, ...)                                                               \
-  if (cond) nw += snprintf(what + nw, sizeof what - (size_t)nw, "%s", nw ? ", " : ""), \
-            nw += snprintf(what + nw, sizeof what - (size_t)nw, __VA_ARGS__)
-  NOT_YET(p->tp2d > 1 && p->sp > 1, "tp2d=%dx%d with sp (the grid already splits the rows)",
-          p->tp2d, p->tp2d);
-#undef NOT_YET
-  if (!nw) return 0;
-  const char *msg = "strategy %s is not implemented yet: data parallelism (dp=N, mb=N, "
-                    "zero=1|2|3), tensor parallelism (tp=N, tp2d=QxQ), Megatron sequence "
-                    "parallelism (sp=megatron), ring attention (sp=ring:N) and pipelines (pp=N, "
-                    "schedule=gpipe|1f1b|interleaved:V) run so far";
-  if (t->plan_loc.file)
-    diag_error(t->plan_loc, msg, what);
-  else
-    diag_fatal_noloc(msg, what);
-  return -1;
-}
-
 static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
   TrainCfg *t = &m->train;
   PtrVec *it = d ? &d->items : &(PtrVec){0};
@@ -1231,7 +1206,7 @@ static int check_train(Module *m, Decl *d, const SemaOptions *opt) {
     t->microbatch = t->batch;
   }
   for (int k = 0; k < PLAN_NKEYS; k++) t->key_loc[k] = sema_plan_key_loc(t, 1u << k);
-  return check_support(t);
+  return 0;
 }
 
 /* ---- the whole program ---- */

@@ -1427,7 +1427,6 @@ int explore_search(const ModelShape *ms, const HwModel *hw, const Mesh *me, Expl
         if (given & PLAN_SP && spk != (int)fx->sp_kind) continue;
         if (spk == SP_MEGATRON && (t < 2 || q > 1)) continue;
         if (!ms->layers && spk != SP_NONE) continue;
-        if (o->generatable && spk != SP_NONE && q > 1) continue;
         for (int r = 1; r <= (spk == SP_RING ? 16 : 1); r *= 2) {
           if (spk == SP_RING && r < 2) continue;
           if (spk == SP_RING && (given & PLAN_SP) && fx->sp && r != fx->sp) continue;

@@ -131,7 +131,6 @@ void explore_eval(const ModelShape *ms, const HwModel *hw, const Mesh *me, const
 typedef struct ExploreOpts {
   const Plan *fixed;      /* keys given (fixed->given); NULL: search all */
   int top;
-  bool generatable;       /* only plans the code generator can generate (strategy = auto) */
   ExplorePoint *points;   /* when set: every evaluated plan, up to cap_points */
   int cap_points, npoints;
 } ExploreOpts;

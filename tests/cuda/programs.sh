@@ -148,6 +148,7 @@ elif command -v mpirun >/dev/null && command -v mpicxx >/dev/null; then
     host gpt 2 pp=2,schedule=interleaved:2 3 on
     host gpt 4 tp2d=2x2 3 on  # SUMMA and split norms on NCCL, captured
     host gpt 2 sp=ring:2 3 on  # ring attention's K, V on NCCL send/recv, captured
+    host gpt 8 tp2d=2x2,sp=ring:2 3 on  # both on one program
     # what bench/gpu_check.sh's step 8 runs on one GPU (two ranks, --comm
     # mpi: collectives staged through the host), here first: data
     # parallelism and ring attention staged (its cpu ring on host copies)

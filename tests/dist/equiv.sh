@@ -112,6 +112,10 @@ reference gpt && {
   check gpt 8 tp2d=2x2,dp=2
   check gpt 8 tp2d=2x2,pp=2
   check gpt 8 tp2d=2x2,dp=2,zero=3
+  # tp2d with ring attention: the grid splits the batch and the channels,
+  # the ring the sequence (ZeRO over the data ranks dp x sp)
+  check gpt 8 tp2d=2x2,sp=ring:2
+  check gpt 8 tp2d=2x2,sp=ring:2,zero=1
   # strategy = auto: the search's best plan the cpu target generates
   check gpt 4 auto
   check gpt 8 auto
@@ -130,6 +134,8 @@ reference llama && {
   check llama 2 dp=2,zero=3
   check llama 4 tp=2,dp=2,zero=2
   check llama 4 tp2d=2x2
+  # (rotary positions from each sequence chunk, on the grid)
+  check llama 8 tp2d=2x2,sp=ring:2
   check llama 8 auto
 }
 
