@@ -159,7 +159,7 @@ static void estimate_vs_plan(void) {
   static const char *const voc[] = {
       "tp2d=2x2,dp=2,mb=4", "tp2d=2x2,dp=2,mb=4,recompute=full",
       "tp2d=2x2,dp=2,mb=4,zero=1", "tp2d=2x2,pp=2:2+2,schedule=1f1b,mb=8",
-      "tp=4,dp=2,mb=4",
+      "tp=4,dp=2,mb=4", "tp2d=2x2,sp=ring:2,mb=8",
   };
   /* (tp=4: +5.4%, the head's logits and their gradient counted beside the
    * layers' working set, which the plan overlaps) */
