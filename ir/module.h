@@ -143,6 +143,8 @@ typedef struct Module {
   /* Shampoo's root phases of the whole model's blocks (passes/optplace.c),
    * made once: the same for every rank's program and report of a compile. */
   struct OptPhaseCache *opt_phases;
+  /* ... and the units placed over the ranks, per parameters and ranks asked */
+  struct OptUnitCache *opt_units;
 } Module;
 
 /* Optimizer-state tensors per parameter: AdamW 2 (m, v), SGD with momentum 1;

@@ -339,9 +339,12 @@ static void zero_owner_lines(FILE *out, const Module *m, const RankProg *p, cons
         if (b->params.data[j] == vs[i]) own[i] = b->owner[j];
     }
   }
-  OptUnit *u = NULL;
+  OptUnit *shared = NULL;
   int64_t seg;
-  int n = sh ? optplace_units(m, vs, p->nparam, 1, &u, &seg) : 0;
+  int n = sh ? optplace_units(m, vs, p->nparam, 1, &shared, &seg) : 0;
+  /* (a copy: optplace_units' are shared) */
+  OptUnit *u = arena_alloc(sizeof *u * (size_t)(n + 1));
+  if (n) memcpy(u, shared, sizeof *u * (size_t)n);
   for (int k = 0; k < n; k++) u[k].owner = own[u[k].param] < 0 ? 0 : own[u[k].param];
   fprintf(out, "%s%s:%s%szero=%d: each tensor lies whole in one data rank's chunk, which "
                "updates it and alone keeps its state (no collective beyond ZeRO's); the chunks "
