@@ -226,7 +226,8 @@ static void kernel(Emit *e, const PInstr *in) {
     int64_t outer, inner;
     ir_dim_split(&xv[0]->shape, (int)n->a.i[0], (int)n->a.i[1], &outer, &inner);
     P(e, "  rt_chunk_copy(%s, %s, %" PRId64 ", %" PRId64 ", %d, p->mesh->coord[%s], %d);\n",
-      R(e, y[0]), R(e, x[0]), outer, inner, (int)n->a.i[1], cg_axis((int)n->a.i[2]), e->es);
+      R(e, y[0]), R(e, x[0]), outer, inner, (int)n->a.i[1], cg_axis((int)n->a.i[2]),
+      n->out->dtype == DT_I32 ? 4 : e->es);
     return;
   }
   case OP_SLICE:

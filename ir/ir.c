@@ -285,7 +285,8 @@ static int shape_cast(Node *n, char *err, int errcap) {
 }
 
 static int shape_comm(Node *n, char *err, int errcap) {
-  if (need_float(n, 0, err, errcap)) return -1;
+  /* (a shard also cuts integer targets: tp2d's head, passes/shard2d.c) */
+  if (!(n->op == OP_SHARD && n->in[0]->dtype == DT_I32) && need_float(n, 0, err, errcap)) return -1;
   Shape s = n->in[0]->shape;
   int64_t P = n->a.i[1], d = n->a.i[0];
   if (P < 1) FAIL("group of %" PRId64 " ranks", P);

@@ -346,25 +346,17 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     free(dropf);
   }
   ShapeCtx cx = {fu, splitv, vocab_mm, rerun};
-  /* vocabv: the projection to the vocabulary's input and its output (the
-   * logits) and what elementwise ops make of them: under tp2d the shard
-   * pass gathers their rows over the grid and splits only the vocabulary
-   * (or the features) over one of its axes (passes/shard2d.c) */
+  /* vocabv: the projection to the vocabulary's input: under tp2d the
+   * shard pass gathers it whole and cuts its rows over one grid axis
+   * (passes/shard2d.c) */
   bool *vocabv = calloc((size_t)g->values.len + 1, 1);
-  for (int i = 0; i < nf; i++) {
+  for (int i = 0; i < nf && vocabv; i++) {
     const Node *n = g->nodes.data[i];
-    bool vm = n->op == OP_MATMUL && (n->in[1]->tph == TPH_VOCAB || vocab_mm[n->id]), vo = vm;
-    if (vm && vocabv) {
+    if (n->op == OP_MATMUL && (n->in[1]->tph == TPH_VOCAB || vocab_mm[n->id])) {
       const Value *x = n->in[0];
       while (x->alias) x = x->alias;
       vocabv[x->id] = true;
     }
-    if (!vm && n->op != OP_MATMUL && ir_ops[n->op].cls != OPC_LEAF && vocabv)
-      for (int k = 0; k < n->nin; k++)
-        if (n->in[k]->role != ROLE_PARAM && vocabv[n->in[k]->id]) vo = true;
-    if (vocabv && vo)
-      for (int k = 0; k < n->nout; k++)
-        if (n->outs[k]) vocabv[n->outs[k]->id] = true;
   }
   for (int i = 0; i < nf; i++) {
     const Node *n = g->nodes.data[i];
@@ -563,24 +555,28 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
     case LO_GEMM: {
       double M = rows, N = o->N, K = o->K, f, b;
       if (q > 1 && o->split == TPH_VOCAB) {
-        /* tp2d's projection to the vocabulary (passes/shard2d.c): the rows
-         * all-gathered over the grid's columns, one GEMM of them by the
-         * rank's block of the vocabulary and the features, the partial
-         * logits all-reduced over the grid's rows; the backward copies
-         * their gradient, runs the two GEMMs and reduce-scatters the
-         * input's gradient back to the rows */
-        N /= q;
-        K /= q;
-        f = cost_gemm(hw, M, N, K);
-        b = cost_gemm(hw, M, K, N) + cost_gemm(hw, N, K, M);
+        /* tp2d's projection to the vocabulary (passes/shard2d.c): the
+         * input's rows all-gathered over the grid's columns and its
+         * channels over its rows, the rows then cut over the grid's rows;
+         * the table's block gathered over the grid's rows (fp32); one GEMM
+         * of the rank's rows by its vocabulary block with all the channels.
+         * The backward reduce-scatters the input's gradient back (both
+         * axes) and the table's over the grid's rows */
+        double Ml = M / q, Nl = N / q;
+        f = cost_gemm(hw, Ml, Nl, K);
+        b = cost_gemm(hw, Ml, K, Nl) + cost_gemm(hw, Nl, K, Ml);
         c->gemm += f + b;
-        double xb = M * K * elt, lb = M * N * elt;
-        double cf = coll_axis(hw, "all_gather", q, q, xb) + coll_axis(hw, "all_reduce", q, 1, lb);
-        double cb = coll_axis(hw, "reduce_scatter", q, q, xb) + cost_membound(hw, 2 * lb, 0);
+        double x1 = M * K / q * elt, x2 = M * K * elt, wb = Nl * K * 4;
+        double cf = coll_axis(hw, "all_gather", q, q, x1) + coll_axis(hw, "all_gather", q, 1, x2) +
+                    coll_axis(hw, "all_gather", q, 1, wb);
+        double cb = coll_axis(hw, "reduce_scatter", q, q, x1) +
+                    coll_axis(hw, "reduce_scatter", q, 1, x2) +
+                    coll_axis(hw, "reduce_scatter", q, 1, wb);
+        double vol = vol_ag(x1, q) + vol_ag(x2, q) + vol_ag(wb, q);
         c->comm_f += cf;
         c->comm_b += cb;
-        c->sent_f += vol_ag(xb, q) + vol_ar(lb, q);
-        c->sent_b += vol_ag(xb, q);
+        c->sent_f += vol;
+        c->sent_b += vol;
         f += cf;
         b += cb;
       } else if (q > 1) {
@@ -746,7 +742,7 @@ static void layer_cost(const LayerModel *L, const ModelShape *ms, const HwModel 
   double gath = s->spm ? L->saved_gath : 0, gath_sel = s->spm ? L->saved_sel_gath : 0;
   double act = (L->saved_split / div_split + (L->saved - L->saved_split - gath) / div_rep +
                 gath / div_gath) * bseq;
-  /* tp2d: the head's input and logits hold whole rows, split once */
+  /* tp2d: the head's input holds all the channels of its rows, split once */
   if (q > 1) act += L->saved_vocab * bseq * (1.0 / (q * r) - 1.0 / div_split);
   if (is_layer && s->rc == RECOMPUTE_FULL) act = L->input * bseq / div_rep;
   if (is_layer && s->rc == RECOMPUTE_SELECTIVE)
@@ -1231,12 +1227,18 @@ static void eval_plan(const ModelShape *ms, const HwModel *hw, const Mesh *me, c
     out->mem_kind[k][0] = prm[k] * ms->param_elt / zp + copies;   /* with their copies */
     out->mem_kind[k][1] = prm[k] * ms->param_elt / zg;
     out->mem_kind[k][2] = ostate;
-    /* tp2d on a pipeline's last stage: the head's logits come all-reduced
-     * (partial sums over a grid axis) and its backward holds the gradient
-     * of both beside the stash slot's logits, which it cannot reuse */
-    double head = 0;
-    if (k == pp - 1)
-      head = post->act + (q > 1 && S > 1 ? b * ms->seq * (double)ms->vocab / q * ms->elt : 0);
+    double head = k == pp - 1 ? post->act : 0;
+    /* tp2d: each microbatch the last stage holds also keeps the head's
+     * block of the vocabulary with all the channels (the fp32 table's,
+     * gathered over a grid axis) for its backward, and in a pipeline's
+     * stash slot, which the backward cannot reuse, its gradient comes
+     * beside it */
+    if (k == pp - 1 && q > 1 && ms->post.saved_vocab > 0) {
+      double w = (double)ms->vocab * ms->hidden / q * 4;
+      int sl = v > 1 ? stash_slots(p->schedule, pp, m, v, k, v - 1) : (int)inflight;
+      held += (sl > 0 ? sl : 1) * w;
+      if (S > 1) head += w;
+    }
     out->mem_kind[k][3] = held + lay_at[k]->act + head + z3;
     mem += held + lay_at[k]->act + head;
     out->mem_stage[k] = mem;

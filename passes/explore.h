@@ -39,9 +39,8 @@ typedef struct LayerModel {
    * under Megatron-SP each is all-gathered before its GEMMs and the
    * backward keeps the whole sequence's copy (passes/shard.c) */
   double saved_gath, saved_sel_gath;
-  /* of saved, the vocabulary projection's input and the logits (and what
-   * elementwise ops make of them): under tp2d their rows are gathered whole
-   * and one grid axis splits them (passes/shard2d.c) */
+  /* of saved, the vocabulary projection's input: under tp2d gathered
+   * whole, its rows cut over one grid axis (passes/shard2d.c) */
   double saved_vocab;
   double sel_elems;   /* elements the ops it reruns read and write, per sequence */
   double input;       /* the layer input, elements per sequence (kept by full recompute) */

@@ -113,6 +113,10 @@ static int check_grads(const Graph *g, DType t) {
       const Value *o = n->outs[k];
       if (!o || o->dtype != DT_F32 || !o->grad_of) continue;
       const Value *f = root(o->grad_of);
+      /* (a parameter all-gathered whole: tp2d's head table, its fp32
+       * gradient reduce-scattered back, passes/shard2d.c) */
+      while (f->def && f->def->op == OP_ALLGATHER_G && f->def->in[0]->role == ROLE_PARAM)
+        f = root(f->def->in[0]);
       if (f->role == ROLE_PARAM) continue;
       diag_error(n->loc,
                  "precision = %s: the gradient of a value computed from parameters alone flows "

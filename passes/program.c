@@ -415,6 +415,13 @@ static Node *reader_of(Graph *g, Value *v, OpKind op, int slot) {
   return NULL;
 }
 
+/* The cross-entropy that reads targets v, directly or through a shard of
+ * them (tp2d's head cuts them to its rows, passes/shard2d.c). */
+static Node *xent_of(Graph *g, Value *v) {
+  Node *n = reader_of(g, v, OP_CROSS_ENTROPY, 1), *s = n ? NULL : reader_of(g, v, OP_SHARD, 0);
+  return n ? n : s ? reader_of(g, s->out, OP_CROSS_ENTROPY, 1) : NULL;
+}
+
 /* Which inputs are tokens/targets (a language model) or x/labels (a
  * classifier on the synthetic task): the index of the first of the two in
  * g->inputs, or -1 (p->data stays PDATA_NONE). */
@@ -422,7 +429,7 @@ static int data_roles(RankProg *p, Graph *g) {
   if (g->inputs.len != 2) return -1;
   for (int k = 0; k < 2; k++) {
     Value *a = g->inputs.data[k], *b = g->inputs.data[1 - k];
-    Node *ga = reader_of(g, a, OP_GATHER, 1), *cb = reader_of(g, b, OP_CROSS_ENTROPY, 1);
+    Node *ga = reader_of(g, a, OP_GATHER, 1), *cb = xent_of(g, b);
     if (a->dtype == DT_I32 && b->dtype == DT_I32 && a->shape.ndim == 2 &&
         ir_shape_eq(&a->shape, &b->shape) && ga && cb) {
       p->data = PDATA_TOKENS;

@@ -33,16 +33,21 @@
  * The embedding is vocab-parallel down the column: every rank gathers the
  * rows of its vocabulary block for all tokens (channels block c), the result
  * is a partial sum over TPC, and one reduce-scatter over TPC along the batch
- * leaves block (r, c).  The head is the transpose: the normalized
- * activations are all-gathered over TPC along the batch (every rank gets all
- * rows of its channel block c; gradient: reduce-scatter), multiplied by the
- * local [V/q, C/q] block (logits of vocabulary block r, partial over the
- * channel blocks), all-reduced over TPR, and the cross-entropy runs
- * vocab-parallel over TPC on all rows, so the loss is the same number on
- * every grid rank and no extra averaging is needed.  This keeps the
- * tied table in one layout for both uses at the price of [B, T, V/q] logits
- * per rank (not 1/q² of them): the simpler correct choice, counted exactly
- * in the plan's bytes and memory.
+ * leaves block (r, c).  The head gathers what it multiplies instead of
+ * reducing what it makes: the normalized activations are all-gathered over
+ * TPC along the batch and over TPR along the channels, and cut to row
+ * block c over TPR (a shard; gradient: the own rows, reduce-scattered back
+ * over both axes); the table's [V/q, C/q] block is all-gathered over TPR
+ * into [V/q, C] (gradient: reduce-scattered over TPR, each rank's rows
+ * summed); their product is the logits of row block c and vocabulary block
+ * r, whole sums, 1/q² of them per rank.  The cross-entropy runs
+ * vocab-parallel over TPC on row block c (its targets cut alike), and its
+ * mean over those rows is all-reduced over TPR and scaled by 1/q: the loss
+ * is the same number on every grid rank, the gradient 1/q of each block's.
+ * The old head (the rows gathered, the partial logits all-reduced over TPR,
+ * [B, T, V/q] of them per rank) sent 824 MB a microbatch of 16 for GPT-2
+ * 124M on a 2x2 grid; this one sends the activations and the table's block
+ * (tens of MB) and holds a quarter of the logits.
  *
  * Conversions are inserted right after the op that needs them (the
  * embedding's reduce-scatter, the head's all-reduce) and its readers read
@@ -200,17 +205,33 @@ static void rule_matmul2(Sharder *sh, Node *n) {
     sh_fail(sh, n, "matmul by a computed operand (not a parameter)");
     return;
   }
-  /* the head: all rows of channel block c, times the [V/q, C/q] block */
+  /* the head: row block c of all the channels (the rows gathered over
+   * TPC, the channels over TPR, then the rows cut over TPR), times the
+   * [V/q, C] block (the table's [V/q, C/q] gathered over TPR): logits of
+   * row block c and vocabulary block r, whole sums, 1/q^2 of them */
+  int last = x->shape.ndim - 1;
   Value *xa = sh_comm(sh, OP_ALLGATHER_G, x, 0, AX_TPC, n);
   if (!xa) return;
   sh_clear(xa);
-  xa->shard.axis[xa->shape.ndim - 1] = AX_TPR;
-  xa->shard.gpartial = CB;
-  n->in[0] = xa;
+  xa->shard.axis[last] = AX_TPR;
+  Value *xb = sh_comm(sh, OP_ALLGATHER_G, xa, last, AX_TPR, n);
+  if (!xb) return;
+  sh_clear(xb);
+  if (!sh_divisible(sh, n, xb, 0, "rows")) return;
+  Value *xc = sh_comm(sh, OP_SHARD, xb, 0, AX_TPR, n);
+  if (!xc) return;
+  sh_clear(xc);
+  xc->shard.axis[0] = AX_TPR;
+  Value *wa = sh_comm(sh, OP_ALLGATHER_G, w, 1, AX_TPR, n);
+  if (!wa) return;
+  sh_clear(wa);
+  wa->shard.axis[0] = AX_TPC;
+  n->in[0] = xc;
+  n->in[1] = wa;
   sh_rerun(sh, n);
   sh_clear(n->out);
+  n->out->shard.axis[0] = AX_TPR;
   n->out->shard.axis[n->out->shape.ndim - 1] = AX_TPC;
-  n->out->shard.partial = RB;
 }
 
 static void rule_binary2(Sharder *sh, Node *n) {
@@ -350,8 +371,17 @@ static void rule_xent2(Sharder *sh, Node *n) {
     n->in[0] = l;
   }
   int ax = sh_dim(l, AX_TPC) == last ? AX_TPC : sh_dim(l, AX_TPR) == last ? AX_TPR : -1;
-  if (ax < 0 || sh_dim(l, ax == AX_TPC ? AX_TPR : AX_TPC) >= 0 || l->shard.partial ||
-      !sh_whole(sh, n->in[1])) {
+  /* the head's logits: their rows over TPR, the targets cut alike */
+  bool rows = ax == AX_TPC && last > 0 && sh_dim(l, AX_TPR) == 0;
+  if (rows && sh_whole(sh, n->in[1]) && n->in[1]->shape.ndim == l->shape.ndim - 1) {
+    Value *t = sh_comm(sh, OP_SHARD, n->in[1], 0, AX_TPR, n);
+    if (!t) return;
+    sh_clear(t);
+    t->shard.axis[0] = AX_TPR;
+    n->in[1] = t;
+  }
+  if (ax < 0 || (!rows && sh_dim(l, ax == AX_TPC ? AX_TPR : AX_TPC) >= 0) || l->shard.partial ||
+      (!rows && !sh_whole(sh, n->in[1]))) {
     sh_fail(sh, n, "the cross-entropy needs logits split only over the vocabulary");
     return;
   }
@@ -375,9 +405,21 @@ static void post2(Sharder *sh, Node *n) {
     }
     r = sh_comm(sh, OP_REDUCE_SCATTER, y, 0, AX_TPC, n);
     if (r) set_act(r, NULL);
-  } else if (n->op == OP_MATMUL && (y->shard.partial & RB)) {
-    r = sh_comm(sh, OP_ALLREDUCE, y, 0, AX_TPR, n);
-    if (r) sh_clear(r), r->shard.axis[r->shape.ndim - 1] = AX_TPC;
+  } else if (n->op == OP_CROSS_ENTROPY && sh_dim(n->in[0], AX_TPR) == 0) {
+    /* the mean over row block c: averaged over the grid's rows (the
+     * gradient of each block's mean 1/q of the loss's) */
+    Value *s = sh_comm(sh, OP_ALLREDUCE, y, 0, AX_TPR, n);
+    if (!s) return;
+    sh_clear(s);
+    Attrs a = {0};
+    a.f[0] = 1.0 / sh->P;
+    Node *m = ir_add(sh->g, OP_SCALE, &s, 1, &a, n->loc, n->scope, "mean over tp-row");
+    if (!m) {
+      sh->failed = true;
+      return;
+    }
+    sh_clear(m->out);
+    r = m->out;
   }
   if (r) sh->repl[y->id] = r;
 }

@@ -241,6 +241,8 @@ int sh_rewrite(Sharder *s, ShardRule node) {
     if (s->post) s->post(s, n);
   }
   if (s->failed) return -1;
+  /* the loss replaced too (tp2d's head: a mean over its rows, averaged) */
+  if (s->repl && g->loss && s->repl[g->loss->id]) g->loss = s->repl[g->loss->id];
   if (g->loss && !sh_whole(s, g->loss)) {
     diag_error(g->loss->loc, "internal: %s: the loss is not replicated", s->what);
     return -1;

@@ -12,13 +12,13 @@
  * steps:    300, precision fp32, seed 1337
  * params:   212,352 in 52 tensors (829.50 KiB fp32)
  * flops:    model 5.536e+09 per step = 3 x 4.613e+08 forward per microbatch (256 tokens) x 4 microbatches (dp 1 x mb 4)
- *           hardware 5.505e+09 per step, 1.376e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)
- * graph:    225 nodes (146 forward), 341 values
- * memory:   6,219,776 bytes per rank (5.93 MiB): params 829.50 KiB, grads 829.50 KiB, optimizer 1.62 MiB, activations+inputs 2.69 MiB at node 155
- * comm:     21,714,432 bytes sent per rank per step (tp-row 11,681,792, tp-col 10,032,640)
+ *           hardware 5.504e+09 per step, 1.376e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)
+ * graph:    236 nodes (151 forward), 356 values
+ * memory:   6,219,776 bytes per rank (5.93 MiB): params 829.50 KiB, grads 829.50 KiB, optimizer 1.62 MiB, activations+inputs 2.69 MiB at node 166
+ * comm:     21,956,112 bytes sent per rank per step (tp-row 11,943,952, tp-col 10,012,160)
  *
  * Arena per rank: 6,219,776 bytes = persistent 3,397,632 (params 849,408, grads 849,408, optimizer
- * 1,698,816) + transient peak 2,822,144 (205 buffers, peak at node 155).
+ * 1,698,816) + transient peak 2,822,144 (220 buffers, peak at node 166).
  * Fused: 0 bias adds into matmuls, 0 bias gradients into matmul backward,
  * 12 elementwise chains (24 ops) into single loops.
  *
@@ -60,10 +60,10 @@ static const char PLAN[] =
     "steps:    300, precision fp32, seed 1337\n"
     "params:   212,352 in 52 tensors (829.50 KiB fp32)\n"
     "flops:    model 5.536e+09 per step = 3 x 4.613e+08 forward per microbatch (256 tokens) x 4 microbatches (dp 1 x mb 4)\n"
-    "          hardware 5.505e+09 per step, 1.376e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)\n"
-    "graph:    225 nodes (146 forward), 341 values\n"
-    "memory:   6,219,776 bytes per rank (5.93 MiB): params 829.50 KiB, grads 829.50 KiB, optimizer 1.62 MiB, activations+inputs 2.69 MiB at node 155\n"
-    "comm:     21,714,432 bytes sent per rank per step (tp-row 11,681,792, tp-col 10,032,640)\n";
+    "          hardware 5.504e+09 per step, 1.376e+09 on the busiest rank (as run: forward, backward, recompute); device peak 1.66e+11 FLOP/s (cpu, fp32)\n"
+    "graph:    236 nodes (151 forward), 356 values\n"
+    "memory:   6,219,776 bytes per rank (5.93 MiB): params 829.50 KiB, grads 829.50 KiB, optimizer 1.62 MiB, activations+inputs 2.69 MiB at node 166\n"
+    "comm:     21,956,112 bytes sent per rank per step (tp-row 11,943,952, tp-col 10,012,160)\n";
 
 /* ---- the whole model as full tensors (init, checkpoints: the same file under any
  * plan), at offsets in a buffer of 10011648 bytes, and how each is split ---- */
@@ -336,6 +336,14 @@ struct shardc_ew3 {
 struct shardc_ew4 {
     const float *b0;
     float *b1;
+    __device__ void operator()(unsigned i) const {
+      b1[i] = 0.5f * b0[i];
+    }
+};
+
+struct shardc_ew5 {
+    const float *b0;
+    float *b1;
     __device__ void operator()(unsigned v) const {
       const unsigned i = v * 8u;
       float a0[8];
@@ -348,7 +356,7 @@ struct shardc_ew4 {
     }
 };
 
-struct shardc_ew5 {
+struct shardc_ew6 {
     const float *b0;
     float *b1;
     __device__ void operator()(unsigned j) const {
@@ -358,7 +366,7 @@ struct shardc_ew5 {
     }
 };
 
-struct shardc_ew6 {
+struct shardc_ew7 {
     const float *b0;
     float *b1;
     __device__ void operator()(unsigned j) const {
@@ -368,7 +376,7 @@ struct shardc_ew6 {
     }
 };
 
-struct shardc_ew7 {
+struct shardc_ew8 {
     const float *b0;
     float *b1;
     __device__ void operator()(unsigned j) const {
@@ -378,7 +386,7 @@ struct shardc_ew7 {
     }
 };
 
-struct shardc_ew8 {
+struct shardc_ew9 {
     const float *b0;
     float *b1;
     __device__ void operator()(unsigned j) const {
@@ -638,45 +646,77 @@ static double forward(RtPass *p) {
   // gpt.shard:13  %166 = all_gather_g %160
   // f32[B=2,T=64,64] -> f32[B=4,T=64,64]
   rtc_allgather_dim(p->mesh, RT_AX_TPC, F(5367808), F(5236736), 1, 8192, NULL);
-  // gpt.shard:13  %163 = matmul %166, @embed.weight
-  // f32[B=4,T=64,64], f32[128,64] -> f32[B=4,T=64,128]
-  rt_matmul_forward_cu(F(5695488), F(5367808), F(0), NULL, 256, 64, 128);
-  // gpt.shard:13  %167 = all_reduce %163
-  // f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_copy(F(5826560), F(5695488), 131072);
-  rtc_allreduce(p->mesh, RT_AX_TPR, F(5826560), 32768);
-  // gpt.shard:14  %164 = cross_entropy %167, $targets
-  // f32[B=4,T=64,128], i32[B=4,T=64] -> f32[]
-  rt_check(rt_vp_crossentropy_forward_cu(p->mesh, RT_AX_TPC, &ce_loss[0], F(3642368), F(5826560), I(3398656), 256, 128, p->mesh->coord[RT_AX_TPC] * 128, 256, (double *)F(3642432)));
-  ce_rows[0] = 256;
-  return rtc_pass_loss(p, &ce_loss[0]);
+  // gpt.shard:13  %167 = all_gather_g %166
+  // f32[B=4,T=64,64] -> f32[B=4,T=64,128]
+  rtc_allgather_dim(p->mesh, RT_AX_TPR, F(5695488), F(5367808), 256, 64, F(5826560));
+  // gpt.shard:13  %168 = shard %167
+  // f32[B=4,T=64,128] -> f32[B=2,T=64,128]
+  rt_chunk_copy_cu(F(5367808), F(5695488), 1, 16384, 2, p->mesh->coord[RT_AX_TPR], 4);
+  // gpt.shard:13  %169 = all_gather_g @embed.weight
+  // f32[128,64] -> f32[128,128]
+  rtc_allgather_dim(p->mesh, RT_AX_TPR, F(5695488), F(0), 128, 64, F(5761024));
+  // gpt.shard:13  %163 = matmul %168, %169
+  // f32[B=2,T=64,128], f32[128,128] -> f32[B=2,T=64,128]
+  rt_matmul_forward_cu(F(5761024), F(5367808), F(5695488), NULL, 128, 128, 128);
+  // gpt.shard:14  %170 = shard $targets
+  // i32[B=4,T=64] -> i32[B=2,T=64]
+  rt_chunk_copy_cu(I(3642368), I(3398656), 1, 128, 2, p->mesh->coord[RT_AX_TPR], 4);
+  // gpt.shard:14  %164 = cross_entropy %163, %170
+  // f32[B=2,T=64,128], i32[B=2,T=64] -> f32[]
+  rt_check(rt_vp_crossentropy_forward_cu(p->mesh, RT_AX_TPC, &ce_loss[0], F(3642880), F(5761024), I(3642368), 128, 128, p->mesh->coord[RT_AX_TPC] * 128, 256, (double *)F(3642944)));
+  ce_rows[0] = 128;
+  // gpt.shard:14  %171 = all_reduce %164
+  // f32[] -> f32[]
+  rtc_copy(F(3642944), F(3642880), 4);
+  rtc_allreduce(p->mesh, RT_AX_TPR, F(3642944), 1);
+  // gpt.shard:14  %172 = scale %171
+  // f32[] -> f32[]
+  rtc_foreach32(1, shardc_ew4{F(3642944), F(3642880)});
+  return rtc_pass_loss_f32(p, F(3642880));
 }
 
 /* ---- backward: the same microbatch; accumulates into gradients ---- */
 static void backward(RtPass *p) {
-  // gpt.shard:14  d%164 = fill
+  // gpt.shard:14  d%172 = fill
   // () -> f32[]
-  rtc_store_f32(F(3642432), 0.25f);
-  // gpt.shard:14  d%167 += cross_entropy_bwd d%164, %167, $targets
-  // f32[], f32[B=4,T=64,128], i32[B=4,T=64] -> f32[B=4,T=64,128]
-  rtc_memset(F(5695488), 0, 131072);  // d%167 starts here
-  rt_vp_crossentropy_backward_acc_cu(p->mesh, RT_AX_TPC, F(5695488), F(5826560), I(3398656), 256, 128, p->mesh->coord[RT_AX_TPC] * 128, F(3642432), ce_rows[0], (double *)F(3642496));
-  // gpt.shard:13  d%163 += acc d%167, %163
-  // f32[B=4,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
-  rtc_memset(F(5826560), 0, 131072);  // d%163 starts here
-  rt_acc_cu(F(5826560), F(5695488), 32768);
-  // gpt.shard:13  d%166, d@embed.weight += matmul_bwd d%163, %166, @embed.weight
-  // f32[B=4,T=64,128], f32[B=4,T=64,64], f32[128,64] -> f32[B=4,T=64,64], f32[128,64]
+  rtc_store_f32(F(3642944), 0.25f);
+  // gpt.shard:14  d%171 += scale_bwd d%172, %171
+  // f32[], f32[] -> f32[]
+  rtc_foreach32(1, shardc_ew4{F(3642944), F(3643008)});
+  // gpt.shard:14  d%164 += acc d%171, %164
+  // f32[], f32[] -> f32[]
+  rtc_memset(F(3642944), 0, 4);  // d%164 starts here
+  rt_acc_cu(F(3642944), F(3643008), 1);
+  // gpt.shard:14  d%163 += cross_entropy_bwd d%164, %163, %170
+  // f32[], f32[B=2,T=64,128], i32[B=2,T=64] -> f32[B=2,T=64,128]
+  rtc_memset(F(5826560), 0, 65536);  // d%163 starts here
+  rt_vp_crossentropy_backward_acc_cu(p->mesh, RT_AX_TPC, F(5826560), F(5761024), I(3642368), 128, 128, p->mesh->coord[RT_AX_TPC] * 128, F(3642944), ce_rows[0], (double *)F(3643008));
+  // gpt.shard:13  d%168, d%169 += matmul_bwd d%163, %168, %169
+  // f32[B=2,T=64,128], f32[B=2,T=64,128], f32[128,128] -> f32[B=2,T=64,128], f32[128,128]
+  rtc_memset(F(5761024), 0, 65536);  // d%168 starts here
+  rtc_memset(F(5892096), 0, 65536);  // d%169 starts here
+  rt_matmul_backward_cu(F(5761024), F(5892096), NULL, F(5826560), F(5367808), F(5695488), 128, 128, 128);
+  // gpt.shard:13  %180 = reduce_scatter d%169
+  // f32[128,128] -> f32[128,64]
+  rtc_reduce_scatter_dim(p->mesh, RT_AX_TPR, F(5236736), F(5892096), 128, 64, F(5367808));
+  // gpt.shard:13  d@embed.weight += acc %180, @embed.weight
+  // f32[128,64], f32[128,64] -> f32[128,64]
+  rt_acc_cu(F(849408), F(5236736), 8192);
+  // gpt.shard:13  d%167 += shard_bwd d%168, %167
+  // f32[B=2,T=64,128], f32[B=4,T=64,128] -> f32[B=4,T=64,128]
+  rtc_memset(F(5826560), 0, 131072);  // d%167 starts here
+  rt_chunk_acc_cu(F(5826560), F(5761024), 1, 16384, 2, p->mesh->coord[RT_AX_TPR]);
+  // gpt.shard:13  %183 = reduce_scatter d%167
+  // f32[B=4,T=64,128] -> f32[B=4,T=64,64]
+  rtc_reduce_scatter_dim(p->mesh, RT_AX_TPR, F(5367808), F(5826560), 256, 64, F(5695488));
+  // gpt.shard:13  d%166 += acc %183, %166
+  // f32[B=4,T=64,64], f32[B=4,T=64,64] -> f32[B=4,T=64,64]
   rtc_memset(F(5695488), 0, 65536);  // d%166 starts here
-  // gpt.shard:13  %174 = reduce_scatter d%166
+  rt_acc_cu(F(5695488), F(5367808), 16384);
+  // gpt.shard:13  %185 = reduce_scatter d%166
   // f32[B=4,T=64,64] -> f32[B=2,T=64,64]
-  rt_matmul_backward_cu(F(5695488), NULL, NULL, F(5826560), F(5367808), F(0), 256, 64, 128);  // dX first
-  rtc_tp_begin();  // the reduce-scatter beside the dW GEMM
   rtc_reduce_scatter_dim(p->mesh, RT_AX_TPC, F(5236736), F(5695488), 1, 8192, NULL);
-  rtc_tp_end();
-  rt_matmul_backward_cu(NULL, F(849408), NULL, F(5826560), F(5367808), F(0), 256, 64, 128);
-  rtc_tp_join();
-  // gpt.shard:13  d%160 += acc %174, %160
+  // gpt.shard:13  d%160 += acc %185, %160
   // f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
   rtc_memset(F(5302272), 0, 32768);  // d%160 starts here
   rt_acc_cu(F(5302272), F(5236736), 8192);
@@ -686,13 +726,13 @@ static void backward(RtPass *p) {
   rt_layernorm_split_backward_cu(p->mesh, RT_AX_TPR,
                                  F(5236736), F(1698304), F(1698560),
                                  F(5302272), F(5335040), F(848896), F(3641344), F(3641856),
-                                 128, 64, 128, (double *)F(3642432));
+                                 128, 64, 128, (double *)F(3642944));
   // gpt.shard:6 (blocks.3)  d%142, _ += add_bwd d%157, %142, %156
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  rtc_foreach32(1024, shardc_ew4{F(5236736), F(5302272)});
+  rtc_foreach32(1024, shardc_ew5{F(5236736), F(5302272)});
   // gpt.shard:6 (blocks.3.mlp)  _, d@blocks.3.mlp.proj.bias += add_bwd d%157, %154, @blocks.3.mlp.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  rtc_foreach32(64, shardc_ew5{F(5236736), F(1698048)});
+  rtc_foreach32(64, shardc_ew6{F(5236736), F(1698048)});
   // gpt.shard:6 (blocks.3.mlp)  d%152, d@blocks.3.mlp.proj.weight += matmul_bwd d%157, %152, @blocks.3.mlp.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,256], f32[64,256]
   rtc_memset(F(5695488), 0, 131072);  // d%152 starts here
@@ -705,7 +745,7 @@ static void backward(RtPass *p) {
   rt_gelu_backward_cu(F(5564416), F(5433344), F(5695488), 32768);
   // gpt.shard:6 (blocks.3.mlp)  _, d@blocks.3.mlp.fc.bias += add_bwd d%151, %149, @blocks.3.mlp.fc.bias
   // f32[B=2,T=64,256], f32[B=2,T=64,256], f32[256] -> f32[256]
-  rtc_foreach32(256, shardc_ew6{F(5564416), F(1631488)});
+  rtc_foreach32(256, shardc_ew7{F(5564416), F(1631488)});
   // gpt.shard:6 (blocks.3.mlp)  d%145, d@blocks.3.mlp.fc.weight += matmul_bwd d%151, %145, @blocks.3.mlp.fc.weight
   // f32[B=2,T=64,256], f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,64], f32[256,64]
   rtc_memset(F(5236736), 0, 32768);  // d%145 starts here
@@ -717,13 +757,13 @@ static void backward(RtPass *p) {
   rt_layernorm_split_backward_cu(p->mesh, RT_AX_TPR,
                                  F(5302272), F(1565440), F(1565696),
                                  F(5236736), F(5269504), F(716032), F(3640320), F(3640832),
-                                 128, 64, 128, (double *)F(3642432));
+                                 128, 64, 128, (double *)F(3642944));
   // gpt.shard:5 (blocks.3)  d%119, _ += add_bwd d%142, %119, %141
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  rtc_foreach32(1024, shardc_ew4{F(5302272), F(5203968)});
+  rtc_foreach32(1024, shardc_ew5{F(5302272), F(5203968)});
   // gpt.shard:5 (blocks.3.attn)  _, d@blocks.3.attn.proj.bias += add_bwd d%142, %139, @blocks.3.attn.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  rtc_foreach32(64, shardc_ew5{F(5302272), F(1565184)});
+  rtc_foreach32(64, shardc_ew6{F(5302272), F(1565184)});
   // gpt.shard:5 (blocks.3.attn)  d%137, d@blocks.3.attn.proj.weight += matmul_bwd d%142, %137, @blocks.3.attn.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64], f32[64,64]
   rtc_memset(F(5236736), 0, 32768);  // d%137 starts here
@@ -749,7 +789,7 @@ static void backward(RtPass *p) {
   rt_slice_cols_backward_cu(F(5367808), F(5269504), 128, 192, 0, 64);
   // gpt.shard:5 (blocks.3.attn)  _, d@blocks.3.attn.qkv.bias += add_bwd d%128, %126, @blocks.3.attn.qkv.bias
   // f32[B=2,T=64,192], f32[B=2,T=64,192], f32[192] -> f32[192]
-  rtc_foreach32(192, shardc_ew7{F(5367808), F(1548032)});
+  rtc_foreach32(192, shardc_ew8{F(5367808), F(1548032)});
   // gpt.shard:5 (blocks.3.attn)  d%122, d@blocks.3.attn.qkv.weight += matmul_bwd d%128, %122, @blocks.3.attn.qkv.weight
   // f32[B=2,T=64,192], f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,64], f32[192,64]
   rtc_memset(F(4777984), 0, 32768);  // d%122 starts here
@@ -764,10 +804,10 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3639296));
   // gpt.shard:6 (blocks.2)  d%104, _ += add_bwd d%119, %104, %118
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  rtc_foreach32(1024, shardc_ew4{F(5203968), F(4712448)});
+  rtc_foreach32(1024, shardc_ew5{F(5203968), F(4712448)});
   // gpt.shard:6 (blocks.2.mlp)  _, d@blocks.2.mlp.proj.bias += add_bwd d%119, %116, @blocks.2.mlp.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  rtc_foreach32(64, shardc_ew5{F(5203968), F(1498112)});
+  rtc_foreach32(64, shardc_ew6{F(5203968), F(1498112)});
   // gpt.shard:6 (blocks.2.mlp)  d%114, d@blocks.2.mlp.proj.weight += matmul_bwd d%119, %114, @blocks.2.mlp.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,256], f32[64,256]
   rtc_memset(F(4777984), 0, 131072);  // d%114 starts here
@@ -780,7 +820,7 @@ static void backward(RtPass *p) {
   rt_gelu_backward_cu(F(5040128), F(4909056), F(4777984), 32768);
   // gpt.shard:6 (blocks.2.mlp)  _, d@blocks.2.mlp.fc.bias += add_bwd d%113, %111, @blocks.2.mlp.fc.bias
   // f32[B=2,T=64,256], f32[B=2,T=64,256], f32[256] -> f32[256]
-  rtc_foreach32(256, shardc_ew6{F(5040128), F(1431552)});
+  rtc_foreach32(256, shardc_ew7{F(5040128), F(1431552)});
   // gpt.shard:6 (blocks.2.mlp)  d%107, d@blocks.2.mlp.fc.weight += matmul_bwd d%113, %107, @blocks.2.mlp.fc.weight
   // f32[B=2,T=64,256], f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,64], f32[256,64]
   rtc_memset(F(4777984), 0, 32768);  // d%107 starts here
@@ -795,10 +835,10 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3638272));
   // gpt.shard:5 (blocks.2)  d%81, _ += add_bwd d%104, %81, %103
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  rtc_foreach32(1024, shardc_ew4{F(4712448), F(4679680)});
+  rtc_foreach32(1024, shardc_ew5{F(4712448), F(4679680)});
   // gpt.shard:5 (blocks.2.attn)  _, d@blocks.2.attn.proj.bias += add_bwd d%104, %101, @blocks.2.attn.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  rtc_foreach32(64, shardc_ew5{F(4712448), F(1365248)});
+  rtc_foreach32(64, shardc_ew6{F(4712448), F(1365248)});
   // gpt.shard:5 (blocks.2.attn)  d%99, d@blocks.2.attn.proj.weight += matmul_bwd d%104, %99, @blocks.2.attn.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64], f32[64,64]
   rtc_memset(F(4745216), 0, 32768);  // d%99 starts here
@@ -824,7 +864,7 @@ static void backward(RtPass *p) {
   rt_slice_cols_backward_cu(F(4319232), F(4712448), 128, 192, 0, 64);
   // gpt.shard:5 (blocks.2.attn)  _, d@blocks.2.attn.qkv.bias += add_bwd d%90, %88, @blocks.2.attn.qkv.bias
   // f32[B=2,T=64,192], f32[B=2,T=64,192], f32[192] -> f32[192]
-  rtc_foreach32(192, shardc_ew7{F(4319232), F(1348096)});
+  rtc_foreach32(192, shardc_ew8{F(4319232), F(1348096)});
   // gpt.shard:5 (blocks.2.attn)  d%84, d@blocks.2.attn.qkv.weight += matmul_bwd d%90, %84, @blocks.2.attn.qkv.weight
   // f32[B=2,T=64,192], f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,64], f32[192,64]
   rtc_memset(F(4188160), 0, 32768);  // d%84 starts here
@@ -839,10 +879,10 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3636224));
   // gpt.shard:6 (blocks.1)  d%66, _ += add_bwd d%81, %66, %80
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  rtc_foreach32(1024, shardc_ew4{F(4679680), F(4155392)});
+  rtc_foreach32(1024, shardc_ew5{F(4679680), F(4155392)});
   // gpt.shard:6 (blocks.1.mlp)  _, d@blocks.1.mlp.proj.bias += add_bwd d%81, %78, @blocks.1.mlp.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  rtc_foreach32(64, shardc_ew5{F(4679680), F(1298176)});
+  rtc_foreach32(64, shardc_ew6{F(4679680), F(1298176)});
   // gpt.shard:6 (blocks.1.mlp)  d%76, d@blocks.1.mlp.proj.weight += matmul_bwd d%81, %76, @blocks.1.mlp.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,256], f32[64,256]
   rtc_memset(F(4286464), 0, 131072);  // d%76 starts here
@@ -855,7 +895,7 @@ static void backward(RtPass *p) {
   rt_gelu_backward_cu(F(4548608), F(4417536), F(4286464), 32768);
   // gpt.shard:6 (blocks.1.mlp)  _, d@blocks.1.mlp.fc.bias += add_bwd d%75, %73, @blocks.1.mlp.fc.bias
   // f32[B=2,T=64,256], f32[B=2,T=64,256], f32[256] -> f32[256]
-  rtc_foreach32(256, shardc_ew6{F(4548608), F(1231616)});
+  rtc_foreach32(256, shardc_ew7{F(4548608), F(1231616)});
   // gpt.shard:6 (blocks.1.mlp)  d%69, d@blocks.1.mlp.fc.weight += matmul_bwd d%75, %69, @blocks.1.mlp.fc.weight
   // f32[B=2,T=64,256], f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,64], f32[256,64]
   rtc_memset(F(4188160), 0, 32768);  // d%69 starts here
@@ -870,10 +910,10 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3635200));
   // gpt.shard:5 (blocks.1)  d%43, _ += add_bwd d%66, %43, %65
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  rtc_foreach32(1024, shardc_ew4{F(4155392), F(4188160)});
+  rtc_foreach32(1024, shardc_ew5{F(4155392), F(4188160)});
   // gpt.shard:5 (blocks.1.attn)  _, d@blocks.1.attn.proj.bias += add_bwd d%66, %63, @blocks.1.attn.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  rtc_foreach32(64, shardc_ew5{F(4155392), F(1165312)});
+  rtc_foreach32(64, shardc_ew6{F(4155392), F(1165312)});
   // gpt.shard:5 (blocks.1.attn)  d%61, d@blocks.1.attn.proj.weight += matmul_bwd d%66, %61, @blocks.1.attn.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64], f32[64,64]
   rtc_memset(F(4220928), 0, 32768);  // d%61 starts here
@@ -899,7 +939,7 @@ static void backward(RtPass *p) {
   rt_slice_cols_backward_cu(F(4319232), F(4155392), 128, 192, 0, 64);
   // gpt.shard:5 (blocks.1.attn)  _, d@blocks.1.attn.qkv.bias += add_bwd d%52, %50, @blocks.1.attn.qkv.bias
   // f32[B=2,T=64,192], f32[B=2,T=64,192], f32[192] -> f32[192]
-  rtc_foreach32(192, shardc_ew7{F(4319232), F(1148160)});
+  rtc_foreach32(192, shardc_ew8{F(4319232), F(1148160)});
   // gpt.shard:5 (blocks.1.attn)  d%46, d@blocks.1.attn.qkv.weight += matmul_bwd d%52, %46, @blocks.1.attn.qkv.weight
   // f32[B=2,T=64,192], f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,64], f32[192,64]
   rtc_memset(F(3696640), 0, 32768);  // d%46 starts here
@@ -914,10 +954,10 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3633152));
   // gpt.shard:6 (blocks.0)  d%28, _ += add_bwd d%43, %28, %42
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  rtc_foreach32(1024, shardc_ew4{F(4188160), F(4089856)});
+  rtc_foreach32(1024, shardc_ew5{F(4188160), F(4089856)});
   // gpt.shard:6 (blocks.0.mlp)  _, d@blocks.0.mlp.proj.bias += add_bwd d%43, %40, @blocks.0.mlp.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  rtc_foreach32(64, shardc_ew5{F(4188160), F(1098240)});
+  rtc_foreach32(64, shardc_ew6{F(4188160), F(1098240)});
   // gpt.shard:6 (blocks.0.mlp)  d%38, d@blocks.0.mlp.proj.weight += matmul_bwd d%43, %38, @blocks.0.mlp.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,256], f32[64,256] -> f32[B=2,T=64,256], f32[64,256]
   rtc_memset(F(3696640), 0, 131072);  // d%38 starts here
@@ -930,7 +970,7 @@ static void backward(RtPass *p) {
   rt_gelu_backward_cu(F(3958784), F(3827712), F(3696640), 32768);
   // gpt.shard:6 (blocks.0.mlp)  _, d@blocks.0.mlp.fc.bias += add_bwd d%37, %35, @blocks.0.mlp.fc.bias
   // f32[B=2,T=64,256], f32[B=2,T=64,256], f32[256] -> f32[256]
-  rtc_foreach32(256, shardc_ew6{F(3958784), F(1031680)});
+  rtc_foreach32(256, shardc_ew7{F(3958784), F(1031680)});
   // gpt.shard:6 (blocks.0.mlp)  d%31, d@blocks.0.mlp.fc.weight += matmul_bwd d%37, %31, @blocks.0.mlp.fc.weight
   // f32[B=2,T=64,256], f32[B=2,T=64,64], f32[256,64] -> f32[B=2,T=64,64], f32[256,64]
   rtc_memset(F(3696640), 0, 32768);  // d%31 starts here
@@ -945,42 +985,42 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3632128));
   // gpt.shard:5 (blocks.0)  d%5, _ += add_bwd d%28, %5, %27
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[B=2,T=64,64] -> f32[B=2,T=64,64]
-  rtc_foreach32(1024, shardc_ew4{F(4089856), F(3598336)});
+  rtc_foreach32(1024, shardc_ew5{F(4089856), F(3598336)});
   // gpt.shard:5 (blocks.0.attn)  _, d@blocks.0.attn.proj.bias += add_bwd d%28, %25, @blocks.0.attn.proj.bias
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64] -> f32[64]
-  rtc_foreach32(64, shardc_ew5{F(4089856), F(965376)});
+  rtc_foreach32(64, shardc_ew6{F(4089856), F(965376)});
   // gpt.shard:5 (blocks.0.attn)  d%23, d@blocks.0.attn.proj.weight += matmul_bwd d%28, %23, @blocks.0.attn.proj.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64,64] -> f32[B=2,T=64,64], f32[64,64]
-  rtc_memset(F(3642432), 0, 32768);  // d%23 starts here
+  rtc_memset(F(3642944), 0, 32768);  // d%23 starts here
   rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
-                       F(3642432), F(948992), NULL, F(4089856), F(3564544), F(99584),
-                       128, 64, 64, F(3675200));
+                       F(3642944), F(948992), NULL, F(4089856), F(3564544), F(99584),
+                       128, 64, 64, F(3675712));
   // gpt.shard:5 (blocks.0.attn)  d%16, d%18, d%20 += attention_bwd d%21, %16, %18, %20, %21, %22
   // f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,2,T=64] -> f32[B=2,T=64,2,32], f32[B=2,T=64,2,32], f32[B=2,T=64,2,32]
-  rtc_memset(F(3675200), 0, 32768);  // d%16 starts here
-  rtc_memset(F(3707968), 0, 32768);  // d%18 starts here
-  rtc_memset(F(3740736), 0, 32768);  // d%20 starts here
-  rt_attention_backward_cu(F(3675200), F(3707968), F(3740736),
-      F(3642432), F(3466240), F(3499008), F(3531776), F(3564544), F(3597312), 2, 64, 2, 2, 32, 1);
+  rtc_memset(F(3675712), 0, 32768);  // d%16 starts here
+  rtc_memset(F(3708480), 0, 32768);  // d%18 starts here
+  rtc_memset(F(3741248), 0, 32768);  // d%20 starts here
+  rt_attention_backward_cu(F(3675712), F(3708480), F(3741248),
+      F(3642944), F(3466240), F(3499008), F(3531776), F(3564544), F(3597312), 2, 64, 2, 2, 32, 1);
   // gpt.shard:5 (blocks.0.attn)  d%14 += slice_bwd d%19, %14
   // f32[B=2,T=64,64], f32[B=2,T=64,192] -> f32[B=2,T=64,192]
   rtc_memset(F(3466240), 0, 98304);  // d%14 starts here
-  rt_slice_cols_backward_cu(F(3466240), F(3740736), 128, 192, 128, 64);
+  rt_slice_cols_backward_cu(F(3466240), F(3741248), 128, 192, 128, 64);
   // gpt.shard:5 (blocks.0.attn)  d%14 += slice_bwd d%17, %14
   // f32[B=2,T=64,64], f32[B=2,T=64,192] -> f32[B=2,T=64,192]
-  rt_slice_cols_backward_cu(F(3466240), F(3707968), 128, 192, 64, 64);
+  rt_slice_cols_backward_cu(F(3466240), F(3708480), 128, 192, 64, 64);
   // gpt.shard:5 (blocks.0.attn)  d%14 += slice_bwd d%15, %14
   // f32[B=2,T=64,64], f32[B=2,T=64,192] -> f32[B=2,T=64,192]
-  rt_slice_cols_backward_cu(F(3466240), F(3675200), 128, 192, 0, 64);
+  rt_slice_cols_backward_cu(F(3466240), F(3675712), 128, 192, 0, 64);
   // gpt.shard:5 (blocks.0.attn)  _, d@blocks.0.attn.qkv.bias += add_bwd d%14, %12, @blocks.0.attn.qkv.bias
   // f32[B=2,T=64,192], f32[B=2,T=64,192], f32[192] -> f32[192]
-  rtc_foreach32(192, shardc_ew7{F(3466240), F(948224)});
+  rtc_foreach32(192, shardc_ew8{F(3466240), F(948224)});
   // gpt.shard:5 (blocks.0.attn)  d%8, d@blocks.0.attn.qkv.weight += matmul_bwd d%14, %8, @blocks.0.attn.qkv.weight
   // f32[B=2,T=64,192], f32[B=2,T=64,64], f32[192,64] -> f32[B=2,T=64,64], f32[192,64]
   rtc_memset(F(3564544), 0, 32768);  // d%8 starts here
   rt_summa_backward_cu(p->mesh, RT_AX_TPR, RT_AX_TPC,
                        F(3564544), F(899072), NULL, F(3466240), F(3432448), F(49664),
-                       128, 64, 192, F(3642432));
+                       128, 64, 192, F(3642944));
   // gpt.shard:5 (blocks.0)  d%5, d@blocks.0.ln_1.weight, d@blocks.0.ln_1.bias += layernorm_bwd d%8, %5, @blocks.0.ln_1.weight, %9, %10
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[64], f32[B=2,T=64], f32[B=2,T=64] -> f32[B=2,T=64,64], f32[64], f32[64]
   rt_layernorm_split_backward_cu(p->mesh, RT_AX_TPR,
@@ -989,11 +1029,11 @@ static void backward(RtPass *p) {
                                  128, 64, 128, (double *)F(3631104));
   // gpt.shard:11  _, d@pos.weight += add_bwd d%5, %165, @pos.weight
   // f32[B=2,T=64,64], f32[B=2,T=64,64], f32[T=64,64] -> f32[T=64,64]
-  rtc_foreach32(4096, shardc_ew8{F(3598336), F(882176)});
-  // gpt.shard:11  %288 = all_gather d%5
+  rtc_foreach32(4096, shardc_ew9{F(3598336), F(882176)});
+  // gpt.shard:11  %299 = all_gather d%5
   // f32[B=2,T=64,64] -> f32[B=4,T=64,64]
   rtc_allgather_dim(p->mesh, RT_AX_TPC, F(3399680), F(3598336), 1, 8192, NULL);
-  // gpt.shard:11  d%3 += acc %288, %3
+  // gpt.shard:11  d%3 += acc %299, %3
   // f32[B=4,T=64,64], f32[B=4,T=64,64] -> f32[B=4,T=64,64]
   rtc_memset(F(3465216), 0, 65536);  // d%3 starts here
   rt_acc_cu(F(3465216), F(3399680), 16384);
@@ -1057,7 +1097,7 @@ static const RtProgram program = {
     .plan = PLAN, .f64 = 0,
     .ranks = 4, .dp = 1, .tp = 4, .q = 2, .sp = 1, .pp = 1, .rank = 0, .nstages = 1, .ring = 0,
     .mb = 4, .microbatch = 4, .batch = 16, .seq = 64,
-    .arena_bytes = 6219776, .persistent_bytes = 3397632, .comm_bytes = 21714432,
+    .arena_bytes = 6219776, .persistent_bytes = 3397632, .comm_bytes = 21956112,
     .model_flops = 5.53608806e+09, .peak_flops = 1.66e+11,  /* for MFU: model FLOPs per step, device peak FLOP/s */
     .params = params, .nparams = 52, .norm_w = norm_w,
     .global = global, .nglobal = NGLOBAL, .global_bytes = 10011648, .shards = shards,

@@ -94,11 +94,10 @@ static const char *gpt_src(int vocab, int d, int heads, int layers, int microbat
  * pipelines (1F1B, and an interleaved rank's stash slots per chunk, the
  * sum of each chunk's most).  GPT-2's proportions (a vocabulary of 50,304
  * on 768 features, the head as large as 4 layers): under tp2d the head's
- * input and logits hold whole rows, split over one grid axis, not two (the
- * estimate had them at 1/4: -22% on GPT-2 124M over 128 GPUs, -36% with
- * full recompute); a pipeline's last stage keeps a copy of the tied
- * embedding (the estimate left it out: -39% for pp=2:2+2 here, with the
- * head's second gradient). */
+ * input holds all the channels of a row block (1/q, not 1/q^2) and the
+ * head keeps its vocabulary block of the table with all the channels for
+ * the backward; a pipeline's last stage keeps a copy of the tied embedding
+ * (the estimate left it out). */
 static void estimate_vs_plan_of(const char *src, const char *const *specs, size_t nspecs,
                                 double tol) {
   char path[] = "/tmp/shardc-gpt-mid-XXXXXX";
