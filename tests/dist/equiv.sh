@@ -158,6 +158,14 @@ reference gptpad && {
 # The classifier (bias on its logits: SUMMA, then an all-gather of the rows
 # and a cross-entropy split over the classes).
 reference mlp && check mlp 4 tp2d=2x2
+# tp2d's head averages its row blocks' losses over the grid (the gradient
+# 1/q of each block's): AdamW, or clipping by the gradient's norm, would
+# hide a gradient off by a constant; SGD without clipping does not
+sed 's/optimizer = adamw(.*)$/optimizer = sgd(lr = 0.1, clip = 0)/' "$gs" >"$MODELS_DIR/gptsgd.shard"
+reference gptsgd && {
+  check gptsgd 4 tp2d=2x2
+  check gptsgd 8 tp2d=2x2,sp=ring:2
+}
 # pipeline cuts balanced for memory (passes/stage.c): a large vocabulary
 reference bigvocab && check bigvocab 4 pp=4:memory
 
