@@ -346,18 +346,6 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     free(dropf);
   }
   ShapeCtx cx = {fu, splitv, vocab_mm, rerun};
-  /* vocabv: the projection to the vocabulary's input: under tp2d the
-   * shard pass gathers it whole and cuts its rows over one grid axis
-   * (passes/shard2d.c) */
-  bool *vocabv = calloc((size_t)g->values.len + 1, 1);
-  for (int i = 0; i < nf && vocabv; i++) {
-    const Node *n = g->nodes.data[i];
-    if (n->op == OP_MATMUL && (n->in[1]->tph == TPH_VOCAB || vocab_mm[n->id])) {
-      const Value *x = n->in[0];
-      while (x->alias) x = x->alias;
-      vocabv[x->id] = true;
-    }
-  }
   for (int i = 0; i < nf; i++) {
     const Node *n = g->nodes.data[i];
     mark_split(n, vocab_mm, splitv);
@@ -444,11 +432,14 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
   char *colv = calloc((size_t)g->values.len + 1, 1);
   for (int i = 0; i < nf; i++) {
     const Node *n = g->nodes.data[i];
-    if (n->op == OP_MATMUL && colv &&
-        (n->in[1]->tph == TPH_COL || n->in[1]->tph == TPH_VOCAB || vocab_mm[n->id])) {
+    if (n->op != OP_MATMUL || !colv) continue;
+    bool voc = n->in[1]->tph == TPH_VOCAB || vocab_mm[n->id];
+    if (n->in[1]->tph == TPH_COL || voc) {
       const Value *x = n->in[0];
       while (x->alias) x = x->alias;
-      colv[x->id] = 1;
+      /* 2: the projection to the vocabulary's, which tp2d's shard pass
+       * gathers whole and cuts to a row block (passes/shard2d.c) */
+      colv[x->id] |= voc ? 2 : 1;
     }
   }
   char *mark = calloc((size_t)g->values.len + 1, 1);
@@ -475,7 +466,7 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
       L->saved += e;
       if (split) L->saved_split += e;
       if (gath) L->saved_gath += e;
-      if (vocabv && vocabv[v->id]) L->saved_vocab += e;
+      if (colv && (colv[v->id] & 2)) L->saved_vocab += e;
       if (v->def->op == OP_ATTENTION) L->saved_attn += e;
       if (sel[v->id]) {
         L->saved_sel += e;
@@ -490,7 +481,6 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
     }
   }
   free(mark);
-  free(vocabv);
   free(colv);
   free(splitv);
   free(vocab_mm);

@@ -299,76 +299,7 @@ static bool unit_grid(const Optimizer *o, const Value *v, int64_t *R, int64_t *C
   return pre;
 }
 
-/* optplace_units' results kept in the module (Module.opt_units) for the
- * last few (parameters, ranks, settings) asked: the memory plan, the
- * program and each print of the plan ask for the same units (a million
- * blocks of a small block size: a fifth of a second each time).  The units
- * handed out are shared: callers read them (report.c copies before it
- * changes their owners). */
-enum { UNIT_CACHE = 4 };
-typedef struct OptUnitKey {
-  const Graph *w;
-  const Value **params;
-  int nparams, nd;
-  int block, every, root;
-  bool stagger;
-  uint64_t shapes;   /* the parameters' shapes and gradients, hashed (a pass may reshape) */
-} OptUnitKey;
-typedef struct OptUnitCache {
-  OptUnitKey key[UNIT_CACHE];
-  OptUnit *u[UNIT_CACHE];
-  int n[UNIT_CACHE], next, used;
-  int64_t seg[UNIT_CACHE];
-} OptUnitCache;
-
-static bool unit_key_eq(const OptUnitKey *a, const OptUnitKey *b) {
-  return a->w == b->w && a->nparams == b->nparams && a->nd == b->nd && a->block == b->block &&
-         a->every == b->every && a->root == b->root && a->stagger == b->stagger &&
-         a->shapes == b->shapes &&
-         !memcmp(a->params, b->params, sizeof *a->params * (size_t)a->nparams);
-}
-
-static uint64_t shapes_hash(const Value *const *params, int nparams) {
-  uint64_t h = 1469598103934665603ull;
-  for (int i = 0; i < nparams; i++) {
-    const Value *v = params[i];
-    if (!v) continue;
-    h = (h ^ (uint64_t)(v->grad != NULL)) * 1099511628211ull;
-    for (int k = 0; k < v->shape.ndim; k++) h = (h ^ (uint64_t)v->shape.d[k].n) * 1099511628211ull;
-    for (int k = 0; k < v->gshape.ndim; k++) h = (h ^ (uint64_t)v->gshape.d[k].n) * 1099511628211ull;
-  }
-  return h;
-}
-
-static int make_units(const Module *m, const Value *const *params, int nparams, int nd,
-                      OptUnit **out, int64_t *seg);
-
-int optplace_units(const Module *m, const Value *const *params, int nparams, int nd,
-                   OptUnit **out, int64_t *seg) {
-  const Optimizer *o = &m->train.opt;
-  OptUnitKey k = {m->nstages > 1 ? m->whole : m->graph, (const Value **)params, nparams, nd,
-                  o->block, o->precondition_every, o->root, staggered(o),
-                  shapes_hash(params, nparams)};
-  OptUnitCache *c = m->opt_units;
-  for (int i = 0; c && i < c->used; i++)
-    if (unit_key_eq(&c->key[i], &k)) {
-      *out = c->u[i], *seg = c->seg[i];
-      return c->n[i];
-    }
-  int n = make_units(m, params, nparams, nd, out, seg);
-  if (!c) {
-    c = arena_alloc(sizeof *c);
-    ((Module *)m)->opt_units = c; /* a cache: what the module computes is unchanged */
-  }
-  int i = c->next;
-  c->next = (c->next + 1) % UNIT_CACHE;
-  if (c->used < UNIT_CACHE) c->used++;
-  k.params = arena_alloc(sizeof *k.params * (size_t)(nparams + 1));
-  memcpy(k.params, params, sizeof *k.params * (size_t)nparams);
-  c->key[i] = k, c->u[i] = *out, c->n[i] = n, c->seg[i] = *seg;
-  return n;
-}
-
+/* The units of params placed over nd ranks (optplace_units, uncached). */
 static int make_units(const Module *m, const Value *const *params, int nparams, int nd,
                       OptUnit **out, int64_t *seg) {
   const Optimizer *o = &m->train.opt;
@@ -438,6 +369,74 @@ static int make_units(const Module *m, const Value *const *params, int nparams, 
   *out = u;
   return n;
 }
+
+/* optplace_units' results kept in the module (Module.opt_units) for the
+ * last few (parameters, ranks, settings) asked: the memory plan, the
+ * program and each print of the plan ask for the same units (a million
+ * blocks of a small block size: a fifth of a second each time).  The units
+ * handed out are shared: callers read them (report.c copies before it
+ * changes their owners). */
+enum { UNIT_CACHE = 4 };
+typedef struct OptUnitKey {
+  const Graph *w;
+  const Value **params;
+  int nparams, nd;
+  int block, every, root;
+  bool stagger;
+  uint64_t shapes;   /* the parameters' shapes and gradients, hashed (a pass may reshape) */
+} OptUnitKey;
+typedef struct OptUnitCache {
+  OptUnitKey key[UNIT_CACHE];
+  OptUnit *u[UNIT_CACHE];
+  int n[UNIT_CACHE], next, used;
+  int64_t seg[UNIT_CACHE];
+} OptUnitCache;
+
+static bool unit_key_eq(const OptUnitKey *a, const OptUnitKey *b) {
+  return a->w == b->w && a->nparams == b->nparams && a->nd == b->nd && a->block == b->block &&
+         a->every == b->every && a->root == b->root && a->stagger == b->stagger &&
+         a->shapes == b->shapes &&
+         !memcmp(a->params, b->params, sizeof *a->params * (size_t)a->nparams);
+}
+
+static uint64_t shapes_hash(const Value *const *params, int nparams) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < nparams; i++) {
+    const Value *v = params[i];
+    if (!v) continue;
+    h = (h ^ (uint64_t)(v->grad != NULL)) * 1099511628211ull;
+    for (int k = 0; k < v->shape.ndim; k++) h = (h ^ (uint64_t)v->shape.d[k].n) * 1099511628211ull;
+    for (int k = 0; k < v->gshape.ndim; k++) h = (h ^ (uint64_t)v->gshape.d[k].n) * 1099511628211ull;
+  }
+  return h;
+}
+
+int optplace_units(const Module *m, const Value *const *params, int nparams, int nd,
+                   OptUnit **out, int64_t *seg) {
+  const Optimizer *o = &m->train.opt;
+  OptUnitKey k = {m->nstages > 1 ? m->whole : m->graph, (const Value **)params, nparams, nd,
+                  o->block, o->precondition_every, o->root, staggered(o),
+                  shapes_hash(params, nparams)};
+  OptUnitCache *c = m->opt_units;
+  for (int i = 0; c && i < c->used; i++)
+    if (unit_key_eq(&c->key[i], &k)) {
+      *out = c->u[i], *seg = c->seg[i];
+      return c->n[i];
+    }
+  int n = make_units(m, params, nparams, nd, out, seg);
+  if (!c) {
+    c = arena_alloc(sizeof *c);
+    ((Module *)m)->opt_units = c; /* a cache: what the module computes is unchanged */
+  }
+  int i = c->next;
+  c->next = (c->next + 1) % UNIT_CACHE;
+  if (c->used < UNIT_CACHE) c->used++;
+  k.params = arena_alloc(sizeof *k.params * (size_t)(nparams + 1));
+  memcpy(k.params, params, sizeof *k.params * (size_t)nparams);
+  c->key[i] = k, c->u[i] = *out, c->n[i] = n, c->seg[i] = *seg;
+  return n;
+}
+
 
 bool optplace_active(const Module *m) {
   const Plan *p = &m->train.plan;

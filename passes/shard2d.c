@@ -50,8 +50,8 @@
  * (tens of MB) and holds a quarter of the logits.
  *
  * Conversions are inserted right after the op that needs them (the
- * embedding's reduce-scatter, the head's all-reduce) and its readers read
- * the converted value.  Autodiff differentiates the collectives and the
+ * embedding's reduce-scatter, the loss's all-reduce and scale) and its
+ * readers, and the graph's loss, read the converted value.  Autodiff differentiates the collectives and the
  * SUMMA / split-norm nodes (their attributes travel to the backward).
  */
 #include <string.h>
