@@ -34,9 +34,13 @@
 #     the measured one (median of the timed steps), and their mean
 #     absolute error; AdamW's dp=4 and Adafactor's dp=4 and dp=2,tp=2 (its
 #     tp phases) beside them.
+#  6. ZeRO-1's owners: Shampoo dp=4,zero=1 with a bucket a layer
+#     (SHARDC_ZERO_GROUP=layer) against the merged buckets (passes/zero.c),
+#     beside plain dp's placement and AdamW with and without ZeRO-1: step
+#     time, bytes sent, memory and padding.
 # Prints the tables and writes them to bench/results/shampoo-DATE.txt.
 #   bench/shampoo.sh [STEPS]        (steps per run, default 24; steps 4.. are timed)
-#   SECTIONS="1 3" REPEATS=3 bench/shampoo.sh   (the sections to run, default all; repeats of 1 and 3)
+#   SECTIONS="1 3" REPEATS=3 bench/shampoo.sh   (the sections to run, default all; repeats of 1, 3 and 6)
 #   BATCHES="4 16" bench/shampoo.sh             (section 1's global batches, sequences per step)
 #   PP=2 SECTIONS=3 bench/shampoo.sh            (section 3's pipeline stages, one rank each; default 4:
 #                                                on 2 cores, 4 ranks leave the bubbles no idle core)
@@ -45,7 +49,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 steps="${1:-24}"
 steps0=$steps
-sections="${SECTIONS:-1 2 3 4 5}"
+sections="${SECTIONS:-1 2 3 4 5 6}"
 repeats="${REPEATS:-3}"
 batches="${BATCHES:-4 16}"
 pp="${PP:-4}"
@@ -144,7 +148,7 @@ lng=(-e "s/steps = 8/steps = 1000/")
 {
   echo "shampoo bench, $day, commit $(git -C "$root" rev-parse --short HEAD), $(nproc --all) cores (shared), OMP/OpenBLAS threads 1 per rank"
   echo "model: bench/gpt_bench.shard (GPT d=512, 8 layers, seq 256, batch 4; section 1 at batches $batches); Shampoo block 256, roots every 10 steps from step 2 (0-based)"
-  echo "steps 1..$steps per run, 4..$steps timed (step_ms of the metrics log); sections 1 and 3: $repeats repeats, runs interleaved, medians over the repeats"
+  echo "steps 1..$steps per run, 4..$steps timed (step_ms of the metrics log); sections 1, 3 and 6: $repeats repeats, runs interleaved, medians over the repeats"
 } | tee "$tmp/tables.txt"
 
 if want 1; then
@@ -318,6 +322,54 @@ print(f"{statistics.median(v):.1f}" if v else "nan")' "$d-$rep.jsonl" 2>/dev/nul
   {
     printf '   Shampoo plans: mean absolute error %s%%   (* spread = false: every data rank computes every block; /128: blocks of 128)\n' \
       "$(printf '%s\n' "${errs[@]}" | awk '{ s += ($1 < 0 ? -$1 : $1); n++ } END { printf "%.1f", n ? s / n : 0 }')"
+  } | tee -a "$tmp/tables.txt"
+fi
+
+# 6. ZeRO-1's owners (passes/zero.c): each tensor whole on one data rank,
+#    its bucket's chunks padded to the fullest; a bucket a layer
+#    (SHARDC_ZERO_GROUP=layer) against the merged buckets, with plain dp's
+#    placement (the directions all-gathered) and AdamW beside them; the
+#    model file's batch, runs interleaved REPEATS times, medians
+if want 6; then
+  variant "$B" adamw6 "adamw(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1)" "${lng[@]}"
+  variant "$B" shampoo6 "$sh)" "${lng[@]}"
+  cp "$tmp/shampoo6.shard" "$tmp/shampoo6l.shard"
+  cp "$tmp/adamw6.shard" "$tmp/adamw6z.shard"
+  cp "$tmp/shampoo6.shard" "$tmp/shampoo6z.shard"
+  build adamw6 4 dp=4
+  build adamw6z 4 dp=4,zero=1
+  build shampoo6 4 dp=4
+  SHARDC_ZERO_GROUP=layer build shampoo6l 4 dp=4,zero=1
+  build shampoo6z 4 dp=4,zero=1
+  # plan NAME STRATEGY [ENV]: "MB sent, MB a rank, padding"
+  plan() {
+    env ${3:-} "$shardc" compile "$tmp/$1.shard" --mesh 4 --strategy "$2" --emit=plan 2>/dev/null |
+      awk '/^comm:/ { gsub(",", "", $2); c = $2 / 1e6 } /^memory:/ { gsub(",", "", $2); m = $2 / 1e6 }
+           /padded to the fullest/ { match($0, /\(\+[0-9.]+%\)/); p = substr($0, RSTART + 1, RLENGTH - 2) }
+           END { printf "%.1f %.1f %s\n", c, m, p ? p : "-" }'
+  }
+  names=(adamw6 adamw6z shampoo6 shampoo6l shampoo6z)
+  plans=(dp=4 dp=4,zero=1 dp=4 dp=4,zero=1 dp=4,zero=1)
+  envs=("" "" "" SHARDC_ZERO_GROUP=layer "")
+  labels=("adamw dp=4" "adamw dp=4,zero=1" "shampoo dp=4 (placed, gather)" "shampoo dp=4,zero=1 (a bucket a layer)" "shampoo dp=4,zero=1 (merged)")
+  declare -A t6
+  for rep in $(seq "$repeats"); do
+    for n in "${names[@]}"; do
+      train "$n" 4 "$n$rep"
+      read -r a _ _ <<<"$(stats "$n$rep" 10 2)"
+      t6[$n]="${t6[$n]:-} $a"
+    done
+  done
+  {
+    echo
+    echo "6. ZeRO-1 with Shampoo, 4 ranks, batch 4: the owners' buckets a layer each vs merged (mean of steps 4..$steps per run, medians over $repeats interleaved repeats; sent and memory from --emit=plan)"
+    printf '   %-40s %10s %12s %12s %8s   %s\n' "plan" "median" "MB sent" "MB a rank" "padding" "runs (ms/step)"
+    for i in "${!names[@]}"; do
+      n=${names[$i]}
+      read -r c m p <<<"$(plan "$n" "${plans[$i]}" "${envs[$i]}")"
+      # shellcheck disable=SC2086
+      printf '   %-40s %10s %12s %12s %8s  %s\n' "${labels[$i]}" "$(med ${t6[$n]})" "$c" "$m" "$p" "${t6[$n]}"
+    done
   } | tee -a "$tmp/tables.txt"
 fi
 

@@ -150,44 +150,97 @@ static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Val
  * D ranks: each bucket laid out by owner as passes/zero.c owner_layout does
  * (by size, largest first, to the least full chunk, then the rank owning
  * the fewest elements so far, then the lowest), the owner keeping its
- * tensors' whole state; plus the workspace.  D = 1: every tensor's state.
- * staged: a pipeline's, whose last stage keeps copies of tied tensors. */
+ * tensors' whole state, the buckets merged under ZeRO-1 as
+ * group_owner_buckets merges them; plus the workspace.  D = 1: every
+ * tensor's state.  staged: a pipeline's, whose last stage keeps copies of
+ * tied tensors. */
+static const int64_t *owner_sz;
+static int by_owner_size(const void *a, const void *b) {
+  int i = *(const int *)a, j = *(const int *)b;
+  if (owner_sz[i] != owner_sz[j]) return owner_sz[i] > owner_sz[j] ? -1 : 1;
+  return i < j ? -1 : i > j;
+}
+
 static double owner_state_bytes(const ModelShape *ms, const LayerModel *pre, int nlayers,
-                                const LayerModel *post, bool staged, int D) {
-  enum { MAXD = 64 };
+                                const LayerModel *post, bool staged, int D, int zero) {
+  enum { MAXD = 64, MEMO = 64 };
   if (D > MAXD) return -1;
+  /* the search asks for the same stages over and over: remembered */
+  static struct {
+    unsigned long stamp;
+    int nlayers, D, zero, flags;
+    double bytes;
+  } memo[MEMO];
+  static int memo_next;
+  int flags = (pre != NULL) | (post != NULL) << 1 | staged << 2;
+  for (int i = 0; i < MEMO; i++)
+    if (memo[i].stamp == ms->stamp && memo[i].nlayers == nlayers && memo[i].D == D &&
+        memo[i].zero == zero && memo[i].flags == flags)
+      return memo[i].bytes;
   int64_t owned[MAXD] = {0}, state[MAXD] = {0};
+  /* the buckets in order: per layer model, its tensors by bucket key */
+  int cap = 0;
+  for (int gi = -1; gi <= nlayers; gi++) {
+    const LayerModel *L = gi < 0 ? pre : gi == nlayers ? post : &ms->layer;
+    if (L) cap += L->nt;
+  }
+  int64_t *sz = arena_alloc(sizeof(int64_t) * (size_t)(cap + 1));
+  int64_t *st = arena_alloc(sizeof(int64_t) * (size_t)(cap + 1));
+  int *nt = arena_alloc(sizeof(int) * (size_t)(cap + 1)), *cls = arena_alloc(sizeof(int) * (size_t)(cap + 1));
+  int nb = 0, ntens = 0;
   for (int gi = -1; gi <= nlayers; gi++) {
     const LayerModel *L = gi < 0 ? pre : gi == nlayers ? post : &ms->layer;
     if (!L) continue;
     bool done[LAYER_MAXTENSORS] = {false};
     for (int j0 = 0; j0 < L->nt; j0++) {
       if (done[j0] || (L->t_tied[j0] && !staged)) continue;
-      /* bucket of tensor j0: its tensors by size, largest first, stable */
-      int ord[LAYER_MAXTENSORS], n = 0;
+      nt[nb] = 0;
+      /* a pipeline's tied tensor: a bucket of its own kind (zero.c) */
+      bool alone = L->t_tied[j0] || (staged && L->t_shared[j0]);
+      cls[nb] = alone ? -1 : 0;
       for (int j = j0; j < L->nt; j++) {
-        if (done[j] || (L->t_tied[j] && !staged) || strcmp(L->t_bucket[j], L->t_bucket[j0])) continue;
+        if (done[j] || (L->t_tied[j] && !staged) || strcmp(L->t_bucket[j], L->t_bucket[j0]) ||
+            (L->t_tied[j] || (staged && L->t_shared[j])) != alone)
+          continue;
         done[j] = true;
-        int k = n++;
-        int64_t sz = (L->t_numel[j] + 15) / 16 * 16;
-        while (k > 0 && (L->t_numel[ord[k - 1]] + 15) / 16 * 16 < sz) ord[k] = ord[k - 1], k--;
-        ord[k] = j;
+        sz[ntens] = (L->t_numel[j] + 15) / 16 * 16;
+        st[ntens++] = L->t_state[j];
+        nt[nb]++;
       }
-      int64_t fill[MAXD] = {0};
-      for (int k = 0; k < n; k++) {
-        int best = 0;
-        for (int r = 1; r < D; r++)
-          if (fill[r] < fill[best] || (fill[r] == fill[best] && owned[r] < owned[best])) best = r;
-        fill[best] += (L->t_numel[ord[k]] + 15) / 16 * 16;
-        state[best] += L->t_state[ord[k]];
-      }
-      for (int r = 0; r < D; r++) owned[r] += fill[r];
+      nb++;
     }
+  }
+  int G = zero == 1 && D > 1 ? zero_owner_group(sz, nt, cls, nb, D) : 1;
+  int *first = arena_alloc(sizeof(int) * (size_t)(nb + 1)), *ord = arena_alloc(sizeof(int) * (size_t)(ntens + 1));
+  int *group = arena_alloc(sizeof(int) * (size_t)(nb + 1));
+  for (int k = 0, at = 0; k < nb; k++) first[k] = at, at += nt[k];
+  zero_owner_groups(cls, nb, G, group);
+  for (int k = 0; k < nb; k++) {
+    if (group[k] != k) continue;
+    int n = 0;
+    for (int e = k; e < nb; e++)
+      if (group[e] == k)
+        for (int j = first[e]; j < first[e] + nt[e]; j++) ord[n++] = j;
+    owner_sz = sz;   /* by size, largest first, then in order */
+    qsort(ord, (size_t)n, sizeof *ord, by_owner_size);
+    int64_t fill[MAXD] = {0};
+    for (int q = 0; q < n; q++) {
+      int best = 0;
+      for (int r = 1; r < D; r++)
+        if (fill[r] < fill[best] || (fill[r] == fill[best] && owned[r] < owned[best])) best = r;
+      fill[best] += sz[ord[q]];
+      state[best] += st[ord[q]];
+    }
+    for (int r = 0; r < D; r++) owned[r] += fill[r];
   }
   int64_t most = 0;
   for (int r = 0; r < D; r++)
     if (state[r] > most) most = state[r];
-  return (double)most + ms->opt_work + (staged ? ms->root_work : 0);
+  double bytes = (double)most + ms->opt_work + (staged ? ms->root_work : 0);
+  memo[memo_next].stamp = ms->stamp, memo[memo_next].nlayers = nlayers, memo[memo_next].D = D;
+  memo[memo_next].zero = zero, memo[memo_next].flags = flags, memo[memo_next].bytes = bytes;
+  memo_next = (memo_next + 1) % MEMO;
+  return bytes;
 }
 
 /* Shampoo's step over L's tensors on one rank that computes all of them,
@@ -413,6 +466,7 @@ int explore_model_shape(const Module *m, ModelShape *ms) {
         T->t_numel[T->nt] = (int64_t)e;
         T->t_state[T->nt] = rt_optim_align64(opt_state_elems(&m->train.opt, &v->shape) * 4);
         T->t_tied[T->nt] = c;
+        T->t_shared[T->nt] = !c && tied;
         T->t_bucket[T->nt++] = arena_printf("%s%s", zero_bucket_key(v->name ? v->name : ""), c ? " (tied)" : "");
       }
     }
@@ -1183,7 +1237,7 @@ static void eval_plan(const ModelShape *ms, const HwModel *hw, const Mesh *me, c
       /* Shampoo, Adafactor: whole tensors on their ZeRO owners (padding
        * included), as the memory plan lays them out */
       double ob = owner_state_bytes(ms, k == 0 ? &ms->pre : NULL, n[k], k == pp - 1 ? &ms->post : NULL,
-                                    pp > 1, p->zero >= 1 ? D : 1);
+                                    pp > 1, p->zero >= 1 ? D : 1, p->zero);
       if (ob >= 0) ostate = ob;
     }
     /* masters sharded: the 16-bit copies whole and their shard, the fp32

@@ -55,6 +55,8 @@ typedef struct LayerModel {
   int64_t t_numel[LAYER_MAXTENSORS], t_state[LAYER_MAXTENSORS];
   const char *t_bucket[LAYER_MAXTENSORS];
   bool t_tied[LAYER_MAXTENSORS];  /* post: a pre parameter's copy, kept by a pipeline's last stage */
+  bool t_shared[LAYER_MAXTENSORS]; /* pre: a parameter the post reads too (a pipeline's
+                                   * tied bucket: zero.c merges it with no other) */
   /* Shampoo: its tensors (cost_shampoo_tensor prices each) */
   int nsh;
   const Shape *sh[LAYER_MAXTENSORS];

@@ -61,6 +61,16 @@ const PtrVec *zero_rank_buckets(const Module *m, int r);
 /* The ZeRO bucket of a parameter: "blocks.3.attn.qkv.weight" -> "blocks.3",
  * "embed.weight" -> "embed" (explore.c replays zero.c's buckets with it). */
 const char *zero_bucket_key(const char *name);
+/* ZeRO-1 with Shampoo or Adafactor: how many buckets of a kind to merge
+ * (G; bucket k of nb has nt[k] tensors of the sizes in sz, in order, and
+ * the kind cls[k], < 0: merged with none), so that laying each group out
+ * by owner pads at most ZERO_GROUP_PAD_PCT percent, or the least
+ * (passes/zero.c; passes/explore.c mirrors it). */
+enum { ZERO_GROUP_PAD_PCT = 3 };
+int zero_owner_group(const int64_t *sz, const int *nt, const int *cls, int nb, int dp);
+/* group[k] := the first bucket of bucket k's group of at most G (of its
+ * kind, in order, as even as may be) */
+void zero_owner_groups(const int *cls, int nb, int G, int *group);
 int pass_commcheck(Module *m);
 int pass_stage(Module *m);
 /* The layer a node belongs to: its scope up to the repeat index

@@ -157,6 +157,13 @@ static Node *comm_node(OpKind op, Value *in, Value *out, int dp, const Bucket *b
  * before (owned), then the lowest; within a chunk in parameter order.  The
  * chunk is the fullest rank's, the others padded to it.  Returns the
  * bucket's padded size, dp chunks. */
+static const int64_t *layout_sz;
+static int by_layout_size(const void *a, const void *b) {
+  int i = *(const int *)a, j = *(const int *)b;
+  if (layout_sz[i] != layout_sz[j]) return layout_sz[i] > layout_sz[j] ? -1 : 1;
+  return i < j ? -1 : i > j;
+}
+
 static int64_t owner_layout(Bucket *b, int dp, int64_t *owned) {
   int np = b->params.len;
   int64_t *sz = arena_alloc(sizeof(int64_t) * (size_t)np);
@@ -165,10 +172,10 @@ static int64_t owner_layout(Bucket *b, int dp, int64_t *owned) {
   b->owner = arena_alloc(sizeof(int) * (size_t)np);
   for (int j = 0; j < np; j++) {
     sz[j] = (ir_numel(&((Value *)b->params.data[j])->shape) + 15) / 16 * 16;
-    int k = j;   /* insertion by size, largest first, stable */
-    while (k > 0 && sz[ord[k - 1]] < sz[j]) ord[k] = ord[k - 1], k--;
-    ord[k] = j;
+    ord[j] = j;
   }
+  layout_sz = sz;   /* by size, largest first, then in order */
+  qsort(ord, (size_t)np, sizeof *ord, by_layout_size);
   for (int k = 0; k < np; k++) {
     int j = ord[k], best = 0;
     for (int r = 1; r < dp; r++)
@@ -187,6 +194,152 @@ static int64_t owner_layout(Bucket *b, int dp, int64_t *owned) {
     fill[b->owner[j]] += sz[j];
   }
   return chunk * dp;
+}
+
+static int by_size_desc(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x > y ? -1 : x < y;
+}
+
+/* The elements of a bucket of n tensors of the given (16-rounded) sizes
+ * laid out by owner_layout over dp ranks: dp times the fullest chunk.  (The
+ * fills' multiset, and so the fullest, does not depend on how ties among
+ * equally full chunks are broken: a heap of the fills will do.) */
+static int64_t owner_padded(const int64_t *sz, int n, int dp) {
+  int64_t *s = arena_alloc(sizeof(int64_t) * (size_t)(n + 1));
+  int64_t *h = arena_alloc(sizeof(int64_t) * (size_t)dp), most = 16;   /* min-heap */
+  memcpy(s, sz, sizeof(int64_t) * (size_t)n);
+  qsort(s, (size_t)n, sizeof *s, by_size_desc);   /* largest first */
+  for (int k = 0; k < n; k++) {
+    int64_t v = h[0] + s[k];
+    if (v > most) most = v;
+    int i = 0;   /* the least full chunk takes it: sift down */
+    for (;;) {
+      int c = 2 * i + 1;
+      if (c >= dp) break;
+      if (c + 1 < dp && h[c + 1] < h[c]) c++;
+      if (h[c] >= v) break;
+      h[i] = h[c], i = c;
+    }
+    h[i] = v;
+  }
+  return most * dp;
+}
+
+static const int *group_cls;
+static int by_cls_index(const void *a, const void *b) {
+  int i = *(const int *)a, j = *(const int *)b;
+  if (group_cls[i] != group_cls[j]) return group_cls[i] < group_cls[j] ? -1 : 1;
+  return i < j ? -1 : i > j;
+}
+
+/* group[k] := the first bucket of bucket k's group (of at most G): the
+ * buckets of a kind (cls >= 0) in order, cut into ceil(n / G) groups of as
+ * even counts as may be; cls < 0: alone. */
+void zero_owner_groups(const int *cls, int nb, int G, int *group) {
+  int *ord = arena_alloc(sizeof(int) * (size_t)(nb + 1));
+  for (int k = 0; k < nb; k++) ord[k] = k;
+  group_cls = cls;
+  qsort(ord, (size_t)nb, sizeof *ord, by_cls_index);
+  for (int a = 0; a < nb;) {
+    int e = a + 1;
+    if (cls[ord[a]] >= 0)
+      while (e < nb && cls[ord[e]] == cls[ord[a]]) e++;
+    int n = e - a, K = (n + G - 1) / G;
+    for (int i = 0; i < K; i++) {
+      int lo = (int)((int64_t)i * n / K), hi = (int)((int64_t)(i + 1) * n / K);
+      for (int q = lo; q < hi; q++) group[ord[a + q]] = ord[a + lo];
+    }
+    a = e;
+  }
+}
+
+int zero_owner_group(const int64_t *sz, const int *nt, const int *cls, int nb, int dp) {
+  const char *e = getenv("SHARDC_ZERO_GROUP");
+  if (e && !strcmp(e, "layer")) return 1;   /* a bucket a layer, as before the merging */
+  int64_t total = 0, ntens = 0;
+  for (int k = 0; k < nb; k++) ntens += nt[k];
+  for (int i = 0; i < ntens; i++) total += sz[i];
+  int64_t *first = arena_alloc(sizeof(int64_t) * (size_t)(nb + 1));
+  int64_t *gs = arena_alloc(sizeof(int64_t) * (size_t)(ntens + 1));
+  int *group = arena_alloc(sizeof(int) * (size_t)(nb + 1));
+  int *next = arena_alloc(sizeof(int) * (size_t)(nb + 1)), *tail = arena_alloc(sizeof(int) * (size_t)(nb + 1));
+  for (int k = 0, at = 0; k < nb; k++) first[k] = at, at += nt[k];
+  int best = 1;
+  int64_t best_pad = -1;
+  /* G = 1, 2, ..., 64, then by halves (96, 144, ...), up to the buckets
+   * or 2 dp + 2 (a model of thousands of layers on thousands of ranks
+   * tries some 80) */
+  for (int G = 1; G <= nb && G <= 2 * dp + 2; G = G < 64 ? G + 1 : G + G / 2) {
+    zero_owner_groups(cls, nb, G, group);
+    for (int k = 0; k < nb; k++) next[k] = -1, tail[k] = k;
+    for (int k = 0; k < nb; k++)   /* each group's members in order, a list from its first */
+      if (group[k] != k) next[tail[group[k]]] = k, tail[group[k]] = k;
+    int64_t pad = 0;
+    for (int k = 0; k < nb; k++) {
+      if (group[k] != k) continue;
+      int n = 0;
+      for (int e = k; e >= 0; e = next[e])
+        for (int j = 0; j < nt[e]; j++) gs[n++] = sz[first[e] + j];
+      pad += owner_padded(gs, n, dp);
+    }
+    if (best_pad < 0 || pad < best_pad) best = G, best_pad = pad;
+    if (pad * 100 <= total * (100 + ZERO_GROUP_PAD_PCT)) break;
+  }
+  return best;
+}
+
+/* ZeRO-1 with Shampoo or Adafactor: owner_layout pads every chunk of a
+ * bucket to its fullest, and a layer's few large tensors fill dp chunks
+ * unevenly (a GPT layer's 3d², d², 4d² and 4d² weights over 4 ranks: +33%;
+ * over 32 ranks, most chunks hold nothing: +900%), in the gradient
+ * buckets, the shards and every byte the reduce-scatter and the parameter
+ * all-gather send.  The buckets of a kind (the same partial axes, the same
+ * 16-bit gathers) are merged in order into groups of at most G, as even as
+ * may be (the smallest G whose padding is at most ZERO_GROUP_PAD_PCT
+ * percent, or the least padded), so that the owners balance over more
+ * tensors; a group stands where its first bucket stood; a pipeline's tied
+ * embedding stays alone.  ZeRO-1's gradient buckets are persistent,
+ * so merging them costs no memory; the cost is overlap: a group's
+ * reduce-scatter waits for the backward of its first layer.  (ZeRO-2 and 3
+ * hold a bucket's gradients or gathered parameters transiently: merged,
+ * they would hold G layers' at once; not merged.) */
+static void group_owner_buckets(Graph *g, int dp) {
+  int nb = g->buckets.len, ntens = 0;
+  if (nb < 2) return;
+  for (int k = 0; k < nb; k++) ntens += ((Bucket *)g->buckets.data[k])->params.len;
+  int64_t *sz = arena_alloc(sizeof(int64_t) * (size_t)(ntens + 1));
+  int *nt = arena_alloc(sizeof(int) * (size_t)nb), *cls = arena_alloc(sizeof(int) * (size_t)nb);
+  int *group = arena_alloc(sizeof(int) * (size_t)nb);
+  for (int k = 0, at = 0; k < nb; k++) {
+    Bucket *b = g->buckets.data[k];
+    nt[k] = b->params.len;
+    for (int j = 0; j < b->params.len; j++)
+      sz[at++] = (ir_numel(&((Value *)b->params.data[j])->shape) + 15) / 16 * 16;
+    cls[k] = b->tied ? -1 : (int)(b->partial * 2 + b->half);
+  }
+  int G = zero_owner_group(sz, nt, cls, nb, dp);
+  if (G == 1) return;
+  zero_owner_groups(cls, nb, G, group);
+  PtrVec out = {0};
+  int *last = arena_alloc(sizeof(int) * (size_t)nb);
+  for (int k = 0; k < nb; k++) {
+    Bucket *b = g->buckets.data[group[k]];
+    if (group[k] == k) {
+      vec_push(&out, b);
+      last[k] = k;
+      continue;
+    }
+    Bucket *x = g->buckets.data[k];
+    for (int j = 0; j < x->params.len; j++) vec_push(&b->params, x->params.data[j]);
+    last[group[k]] = k;
+  }
+  for (int k = 0; k < nb; k++)
+    if (group[k] == k && last[k] > k) {
+      Bucket *b = g->buckets.data[k];
+      b->name = arena_printf("%s..%s", b->name, ((Bucket *)g->buckets.data[last[k]])->name);
+    }
+  g->buckets = out;
 }
 
 /* The ranks that share the ZeRO shards: dp, or dp x sp under ring
@@ -397,6 +550,7 @@ int pass_zero(Module *m) {
     shard = l->shard + l->chunk;
   }
   bool whole = stage >= 1 && opt_blocked(&m->train.opt);
+  if (whole && stage == 1) group_owner_buckets(g, dp);
   int64_t *owned = arena_alloc(sizeof(int64_t) * (size_t)dp);
   for (int k = 0; k < g->buckets.len; k++) {
     Bucket *b = g->buckets.data[k];

@@ -2,7 +2,7 @@
 # Shampoo and Adafactor under ZeRO (issue 13): each tensor lies whole in one
 # data rank's chunk of its bucket, and that rank alone updates it and keeps
 # its state (passes/zero.c owner_layout).  The tiny GPT of shampoo.sh under
-# zero=1 and 3 with dp=2 and zero=2 with dp=4, zero=1 and 3 with pp=2, zero=2 with ring
+# zero=1 and 3 with dp=2 and zero=1 and 2 with dp=4, zero=1 and 3 with pp=2, zero=2 with ring
 # attention (the ZeRO group dp x sp) and, with blocks of 32, zero=2 with
 # tp=2 must give the single-rank run's per-step losses within 1e-4 relative
 # and its final parameters within 1e-4 over 30 steps, with memory and
@@ -10,8 +10,8 @@
 # resumes under other plans (and one saved elsewhere under ZeRO) to the
 # uninterrupted run.  --emit=plan shows each data rank's tensors and blocks.
 # With the tp2d grid (blocks of 32), zero=1 and a resume of zero=3 under
-# tp=2.  Shampoo under zero=2 with schedule=interleaved (the rank's chunks
-# in one shard layout).  Adafactor: 10 steps under zero=2 and 3, and a
+# tp=2.  Shampoo under zero=1 and 2 with schedule=interleaved (the rank's
+# chunks in one shard layout).  Adafactor: 10 steps under zero=1, 2 and 3, and a
 # resume; zero=3 with schedule=interleaved and a resume out of zero=2 with
 # it; with ZeRO and tp, and with tp and schedule=interleaved, 30 steps and
 # resumes; with ZeRO and tp2d, 8 steps.
@@ -32,6 +32,14 @@ grep -q "shampoo:  zero=2: each tensor lies whole in one data rank's chunk" <<<"
   [ "$(grep -c "data rank [0-3]: .* tensors .* blocks, roots" <<<"$out")" = 4 ] && ok ||
   bad "--emit=plan under zero=2: no blocks per data rank: $(grep -A5 shampoo: <<<"$out")"
 
+# ZeRO-1 merges the layers' buckets so that the owners balance
+# (passes/zero.c group_owner_buckets): at dp=4 its chunks pad by at most 3%
+# (45% a bucket per layer)
+out=$("$bin" compile tests/dist/$S.shard --mesh 4 --strategy dp=4,zero=1 --emit=plan 2>&1)
+pad=$(sed -n 's/.*padded to the fullest: [0-9]* elements for [0-9]* (+\([0-9.]*\)%).*/\1/p' <<<"$out")
+[ -n "$pad" ] && awk -v p="$pad" 'BEGIN { exit !(p <= 3) }' && ok ||
+  bad "--emit=plan under zero=1, dp=4: padding '$pad'% (at most 3%): $(grep shampoo: <<<"$out")"
+
 REF="$tmp/ref"
 build $S "$REF" --mesh 1 --strategy dp=1 || finish
 train "$REF" --steps $STEPS --quiet --log "$REF.jsonl" --save "$REF.st"
@@ -40,6 +48,7 @@ train "$REF" --steps $STEPS --quiet --log "$REF.jsonl" --save "$REF.st"
 # each stage once on 2 or 4 data ranks (the owners are laid out alike for
 # 1, 2 and 3; the ALL=1 walk of shampoo.sh runs the rest; CI's time)
 check 2 dp=2,zero=1
+check 4 dp=4,zero=1
 check 4 dp=4,zero=2
 check 2 dp=2,zero=3
 check 4 pp=2,dp=2,zero=1,schedule=1f1b
@@ -71,6 +80,7 @@ S=gpt_shampoo
 REF="$tmp/ref"
 # interleaved chunks: the owners over the rank's one shard layout
 check 4 pp=2,dp=2,zero=2,schedule=interleaved:2
+check 4 pp=2,dp=2,zero=1,schedule=interleaved:2
 
 # Adafactor: its row and column statistics need the whole tensor too
 S=gpt_adafactor
@@ -82,6 +92,7 @@ train "$REF" --steps $STEPS --quiet --log "$REF.jsonl" --save "$REF.st"
 [ $rc -eq 0 ] || { bad "adafactor reference run: $out"; finish; }
 check 2 dp=2,zero=2
 check 4 dp=4,zero=3
+check 4 dp=4,zero=1
 reshard 2 dp=2,zero=1 1 dp=1
 # ZeRO with interleaved chunks, and a checkpoint saved under it resumed
 # under plain dp

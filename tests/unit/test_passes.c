@@ -144,8 +144,10 @@ static void check_sample(const char *path, const char *strategy) {
 /* ZeRO with Shampoo (zero.c owner_layout): every tensor lies whole in its
  * owner's chunk, the tensors of a chunk do not overlap, the chunk is the
  * fullest owner's; each tensor's state lies in the state region before the
- * workspace, and an owner's states do not overlap. */
-static void check_owners(const char *path, const char *strategy) {
+ * workspace, and an owner's states do not overlap.  ZeRO-1 merges the
+ * buckets (group_owner_buckets): every parameter in one bucket, and the
+ * buckets padded by at most max_pad percent (< 0: not checked). */
+static void check_owners(const char *path, const char *strategy, int max_pad) {
   diag_reset();
   SrcFile *f = src_load(path);
   ASSERT(1, f != NULL);
@@ -183,6 +185,22 @@ static void check_owners(const char *path, const char *strategy) {
     free(fill);
   }
   free(state_end);
+  int64_t padded = 0, elems = 0, inb = 0;
+  for (int k = 0; k < g->buckets.len; k++) {
+    Bucket *b = g->buckets.data[k];
+    padded += b->numel;
+    for (int j = 0; j < b->params.len; j++) {
+      elems += (ir_numel(&((Value *)b->params.data[j])->shape) + 15) / 16 * 16;
+      inb++;
+    }
+  }
+  ASSERT(g->params.len, inb);
+  if (max_pad >= 0) {
+    ASSERT(1, padded * 100 <= elems * (100 + max_pad));
+    if (padded * 100 > elems * (100 + max_pad))
+      fprintf(stderr, "%s %s: buckets of %lld elements for %lld\n", path, strategy,
+              (long long)padded, (long long)elems);
+  }
 }
 
 /* rt_shampoo_block_off's closed form against the sum it stands for: the
@@ -208,8 +226,11 @@ static void check_block_off(void) {
 int main(void) {
   diag_set_quiet_warnings(1);
   check_block_off();
-  check_owners("dist/gpt_shampoo.shard", "dp=4,zero=2");
-  check_owners("dist/gpt_adafactor.shard", "dp=4,zero=3");
+  check_owners("dist/gpt_shampoo.shard", "dp=4,zero=2", -1);
+  check_owners("dist/gpt_adafactor.shard", "dp=4,zero=3", -1);
+  /* ZeRO-1: the layers' buckets merged, +45% padding (dp=4) before */
+  check_owners("dist/gpt_shampoo.shard", "dp=4,zero=1", ZERO_GROUP_PAD_PCT);
+  check_owners("dist/gpt_adafactor.shard", "dp=4,zero=1", ZERO_GROUP_PAD_PCT);
   const char *samples[] = {"../samples/mlp.shard", "../samples/gpt.shard", "../samples/llama.shard",
                            "../samples/mish.shard", "golden/gqa_rope.shard",
                            "golden/ring.shard"};
