@@ -201,14 +201,14 @@ static int by_size_desc(const void *a, const void *b) {
   return x > y ? -1 : x < y;
 }
 
-/* The elements of a bucket of n tensors of the given (16-rounded) sizes
- * laid out by owner_layout over dp ranks: dp times the fullest chunk.  (The
- * fills' multiset, and so the fullest, does not depend on how ties among
- * equally full chunks are broken: a heap of the fills will do.) */
-static int64_t owner_padded(const int64_t *sz, int n, int dp) {
-  int64_t *s = arena_alloc(sizeof(int64_t) * (size_t)(n + 1));
-  int64_t *h = arena_alloc(sizeof(int64_t) * (size_t)dp), most = 16;   /* min-heap */
-  memcpy(s, sz, sizeof(int64_t) * (size_t)n);
+/* The elements of a bucket of the n tensors of sizes s (16-rounded;
+ * sorted here) laid out by owner_layout over dp ranks: dp times the
+ * fullest chunk.  (The fills' multiset, and so the fullest, does not
+ * depend on how ties among equally full chunks are broken: a heap of the
+ * fills, h (dp of them), will do.) */
+static int64_t owner_padded(int64_t *s, int n, int dp, int64_t *h) {
+  int64_t most = 16;
+  memset(h, 0, sizeof(int64_t) * (size_t)dp);   /* a min-heap */
   qsort(s, (size_t)n, sizeof *s, by_size_desc);   /* largest first */
   for (int k = 0; k < n; k++) {
     int64_t v = h[0] + s[k];
@@ -264,6 +264,7 @@ int zero_owner_group(const int64_t *sz, const int *nt, const int *cls, int nb, i
   int64_t *gs = arena_alloc(sizeof(int64_t) * (size_t)(ntens + 1));
   int *group = arena_alloc(sizeof(int) * (size_t)(nb + 1));
   int *next = arena_alloc(sizeof(int) * (size_t)(nb + 1)), *tail = arena_alloc(sizeof(int) * (size_t)(nb + 1));
+  int64_t *heap = arena_alloc(sizeof(int64_t) * (size_t)dp);
   for (int k = 0, at = 0; k < nb; k++) first[k] = at, at += nt[k];
   int best = 1;
   int64_t best_pad = -1;
@@ -281,7 +282,7 @@ int zero_owner_group(const int64_t *sz, const int *nt, const int *cls, int nb, i
       int n = 0;
       for (int e = k; e >= 0; e = next[e])
         for (int j = 0; j < nt[e]; j++) gs[n++] = sz[first[e] + j];
-      pad += owner_padded(gs, n, dp);
+      pad += owner_padded(gs, n, dp, heap);
     }
     if (best_pad < 0 || pad < best_pad) best = G, best_pad = pad;
     if (pad * 100 <= total * (100 + ZERO_GROUP_PAD_PCT)) break;
