@@ -147,20 +147,11 @@ static void add_op(LayerModel *L, const Node *n, double nseq, double hidden, Val
 
 /* Shampoo's and Adafactor's state on the most loaded data rank of a stage
  * holding the tensors of pre (or NULL), nlayers layers and post (or NULL) under ZeRO over
- * D ranks: each bucket laid out by owner as passes/zero.c owner_layout does
- * (by size, largest first, to the least full chunk, then the rank owning
- * the fewest elements so far, then the lowest), the owner keeping its
- * tensors' whole state, the buckets merged under ZeRO-1 as
+ * D ranks: each bucket's owners as passes/zero.c picks them (zero_owners),
+ * the owner keeping its tensors' whole state, the buckets merged under ZeRO-1 as
  * group_owner_buckets merges them; plus the workspace.  D = 1: every
  * tensor's state.  staged: a pipeline's, whose last stage keeps copies of
  * tied tensors. */
-static const int64_t *owner_sz;
-static int by_owner_size(const void *a, const void *b) {
-  int i = *(const int *)a, j = *(const int *)b;
-  if (owner_sz[i] != owner_sz[j]) return owner_sz[i] > owner_sz[j] ? -1 : 1;
-  return i < j ? -1 : i > j;
-}
-
 static double owner_state_bytes(const ModelShape *ms, const LayerModel *pre, int nlayers,
                                 const LayerModel *post, bool staged, int D, int zero) {
   enum { MAXD = 64, MEMO = 64 };
@@ -211,27 +202,19 @@ static double owner_state_bytes(const ModelShape *ms, const LayerModel *pre, int
     }
   }
   int G = zero == 1 && D > 1 ? zero_owner_group(sz, nt, cls, nb, D) : 1;
-  int *first = arena_alloc(sizeof(int) * (size_t)(nb + 1)), *ord = arena_alloc(sizeof(int) * (size_t)(ntens + 1));
-  int *group = arena_alloc(sizeof(int) * (size_t)(nb + 1));
+  int *first = arena_alloc(sizeof(int) * (size_t)(nb + 1)), *idx = arena_alloc(sizeof(int) * (size_t)(ntens + 1));
+  int *group = arena_alloc(sizeof(int) * (size_t)(nb + 1)), *own = arena_alloc(sizeof(int) * (size_t)(ntens + 1));
+  int64_t *gsz = arena_alloc(sizeof(int64_t) * (size_t)(ntens + 1));
   for (int k = 0, at = 0; k < nb; k++) first[k] = at, at += nt[k];
   zero_owner_groups(cls, nb, G, group);
   for (int k = 0; k < nb; k++) {
     if (group[k] != k) continue;
-    int n = 0;
+    int n = 0;   /* the group's tensors in order */
     for (int e = k; e < nb; e++)
       if (group[e] == k)
-        for (int j = first[e]; j < first[e] + nt[e]; j++) ord[n++] = j;
-    owner_sz = sz;   /* by size, largest first, then in order */
-    qsort(ord, (size_t)n, sizeof *ord, by_owner_size);
-    int64_t fill[MAXD] = {0};
-    for (int q = 0; q < n; q++) {
-      int best = 0;
-      for (int r = 1; r < D; r++)
-        if (fill[r] < fill[best] || (fill[r] == fill[best] && owned[r] < owned[best])) best = r;
-      fill[best] += sz[ord[q]];
-      state[best] += st[ord[q]];
-    }
-    for (int r = 0; r < D; r++) owned[r] += fill[r];
+        for (int j = first[e]; j < first[e] + nt[e]; j++) idx[n] = j, gsz[n++] = sz[j];
+    zero_owners(gsz, n, D, owned, own);
+    for (int q = 0; q < n; q++) state[own[q]] += st[idx[q]];
   }
   int64_t most = 0;
   for (int r = 0; r < D; r++)

@@ -61,6 +61,15 @@ const PtrVec *zero_rank_buckets(const Module *m, int r);
 /* The ZeRO bucket of a parameter: "blocks.3.attn.qkv.weight" -> "blocks.3",
  * "embed.weight" -> "embed" (explore.c replays zero.c's buckets with it). */
 const char *zero_bucket_key(const char *name);
+/* ZeRO with Shampoo or Adafactor: the owners of a bucket's n tensors of
+ * the (16-rounded) sizes sz, each whole on one of dp ranks: by size,
+ * largest first (then in order), each to the rank whose chunk is least
+ * full, then the one owning the fewest elements of the buckets before
+ * (owned, which grows by this bucket's fills), then the lowest; owner[j]
+ * := its rank.  Returns the chunk, the fullest rank's fill (at least 16).
+ * (passes/zero.c lays the buckets out so; passes/explore.c estimates the
+ * state with it.) */
+int64_t zero_owners(const int64_t *sz, int n, int dp, int64_t *owned, int *owner);
 /* ZeRO-1 with Shampoo or Adafactor: how many buckets of a kind to merge
  * (G; bucket k of nb has nt[k] tensors of the sizes in sz, in order, and
  * the kind cls[k], < 0: merged with none), so that laying each group out

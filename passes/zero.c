@@ -148,47 +148,47 @@ static Node *comm_node(OpKind op, Value *in, Value *out, int dp, const Bucket *b
   return n;
 }
 
-/* ZeRO with Shampoo or Adafactor: a parameter's blocks (and Adafactor's
- * row and column statistics) need its whole reduced gradient, so each
- * parameter lies whole in one rank's chunk of its bucket, and that rank
- * owns it (updates it and keeps its optimizer state).  The parameters by
- * size, largest first (then in order), each to the rank whose chunk is
- * least full, then the one that owns the fewest elements of the buckets
- * before (owned), then the lowest; within a chunk in parameter order.  The
- * chunk is the fullest rank's, the others padded to it.  Returns the
- * bucket's padded size, dp chunks. */
-static const int64_t *layout_sz;
-static int by_layout_size(const void *a, const void *b) {
+static const int64_t *owners_sz;
+static int by_owners_size(const void *a, const void *b) {
   int i = *(const int *)a, j = *(const int *)b;
-  if (layout_sz[i] != layout_sz[j]) return layout_sz[i] > layout_sz[j] ? -1 : 1;
+  if (owners_sz[i] != owners_sz[j]) return owners_sz[i] > owners_sz[j] ? -1 : 1;
   return i < j ? -1 : i > j;
 }
 
+int64_t zero_owners(const int64_t *sz, int n, int dp, int64_t *owned, int *owner) {
+  int64_t *fill = arena_alloc(sizeof(int64_t) * (size_t)dp), chunk = 16;
+  int *ord = arena_alloc(sizeof(int) * (size_t)(n + 1));
+  for (int j = 0; j < n; j++) ord[j] = j;
+  owners_sz = sz;   /* by size, largest first, then in order */
+  qsort(ord, (size_t)n, sizeof *ord, by_owners_size);
+  for (int k = 0; k < n; k++) {
+    int j = ord[k], best = 0;
+    for (int r = 1; r < dp; r++)
+      if (fill[r] < fill[best] || (fill[r] == fill[best] && owned[r] < owned[best])) best = r;
+    owner[j] = best;
+    fill[best] += sz[j];
+  }
+  for (int r = 0; r < dp; r++) {
+    if (fill[r] > chunk) chunk = fill[r];
+    owned[r] += fill[r];
+  }
+  return chunk;
+}
+
+/* ZeRO with Shampoo or Adafactor: a parameter's blocks (and Adafactor's
+ * row and column statistics) need its whole reduced gradient, so each
+ * parameter lies whole in one rank's chunk of its bucket, and that rank
+ * owns it (updates it and keeps its optimizer state): zero_owners picks
+ * the owners; within a chunk in parameter order.  The chunk is the fullest
+ * rank's, the others padded to it.  Returns the bucket's padded size, dp
+ * chunks. */
 static int64_t owner_layout(Bucket *b, int dp, int64_t *owned) {
   int np = b->params.len;
   int64_t *sz = arena_alloc(sizeof(int64_t) * (size_t)np);
   int64_t *fill = arena_alloc(sizeof(int64_t) * (size_t)dp);
-  int *ord = arena_alloc(sizeof(int) * (size_t)np);
   b->owner = arena_alloc(sizeof(int) * (size_t)np);
-  for (int j = 0; j < np; j++) {
-    sz[j] = (ir_numel(&((Value *)b->params.data[j])->shape) + 15) / 16 * 16;
-    ord[j] = j;
-  }
-  layout_sz = sz;   /* by size, largest first, then in order */
-  qsort(ord, (size_t)np, sizeof *ord, by_layout_size);
-  for (int k = 0; k < np; k++) {
-    int j = ord[k], best = 0;
-    for (int r = 1; r < dp; r++)
-      if (fill[r] < fill[best] || (fill[r] == fill[best] && owned[r] < owned[best])) best = r;
-    b->owner[j] = best;
-    fill[best] += sz[j];
-  }
-  int64_t chunk = 16;
-  for (int r = 0; r < dp; r++) {
-    if (fill[r] > chunk) chunk = fill[r];
-    owned[r] += fill[r];
-    fill[r] = 0;
-  }
+  for (int j = 0; j < np; j++) sz[j] = (ir_numel(&((Value *)b->params.data[j])->shape) + 15) / 16 * 16;
+  int64_t chunk = zero_owners(sz, np, dp, owned, b->owner);
   for (int j = 0; j < np; j++) {
     b->pos[j] = b->owner[j] * chunk + fill[b->owner[j]];
     fill[b->owner[j]] += sz[j];
